@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Bootstrap gpu-ci for a composite action: find a Python >= 3.9 that is not a (possibly
+# read-only) vendor conda, then let bootstrap.py create or reuse the shared virtual
+# environment. Runs once per job: later actions see GPU_CI_PYTHON for this checkout.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+if [ -n "${GPU_CI_PYTHON:-}" ] && [ "${GPU_CI_ROOT:-}" = "$root" ] && [ -x "$GPU_CI_PYTHON" ]; then
+  echo "gpu-ci: reusing $GPU_CI_PYTHON (bootstrapped earlier in this job)"
+  exit 0
+fi
+
+usable() {
+  "$1" - <<'PY' 2>/dev/null
+import os, sys
+conda = any(os.path.isdir(os.path.join(p, "conda-meta")) for p in {sys.prefix, sys.base_prefix})
+sys.exit(0 if sys.version_info >= (3, 9) and not conda else 1)
+PY
+}
+
+candidates=()
+[ -n "${GPU_CI_BOOTSTRAP_PYTHON:-}" ] && candidates+=("$GPU_CI_BOOTSTRAP_PYTHON")
+[ -n "${pythonLocation:-}" ] && candidates+=("$pythonLocation/bin/python3" "$pythonLocation/python.exe")
+candidates+=(python3 python)
+# Absolute fallbacks for when a vendor conda shadows every python on PATH.
+read -r -a fallbacks <<< "${GPU_CI_BOOTSTRAP_FALLBACKS-/usr/bin/python3 /usr/local/bin/python3}"
+candidates+=("${fallbacks[@]}")
+
+python=""
+for cand in "${candidates[@]}"; do
+  path="$(command -v "$cand" 2>/dev/null)" || continue
+  if usable "$path"; then python="$path"; break; fi
+done
+
+if [ -z "$python" ]; then
+  echo "::error title=gpu-ci bootstrap::No Python >= 3.9 found outside a conda installation" \
+       "(tried: ${candidates[*]}). Add 'uses: actions/setup-python@v5' with" \
+       "'python-version: \"3.12\"' before this action."
+  exit 1
+fi
+
+exec "$python" "$root/scripts/bootstrap.py"

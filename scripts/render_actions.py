@@ -1,0 +1,181 @@
+"""Render ``actions/*/action.yml``, the root ``action.yml`` and README's tables from the specs.
+
+``python scripts/render_actions.py`` rewrites them; ``--check`` exits 1 when any is stale
+(the test suite runs the check). Writing YAML by hand keeps the files readable and stable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpu_ci.specs import ACTIONS, ActionSpec, InputSpec  # noqa: E402
+
+BOOTSTRAP_STEP = """\
+    - name: Bootstrap gpu-ci (once per job)
+      shell: bash
+      run: bash "$GITHUB_ACTION_PATH/{rel}scripts/bootstrap.sh"
+"""
+
+MARKETPLACE = {
+    "name": "GPU CI Actions",
+    "description": "Label-gated GPU jobs, conda envs from lock files, and CUDA driver checks "
+    "for GPU CI.",
+    "author": "gpu-ci-actions",
+    "icon": "cpu",
+    "color": "green",
+}
+
+
+def q(text: str) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _input_block(item: InputSpec, required: bool) -> str:
+    return (
+        f"  {item.name}:\n"
+        f"    description: {q(item.description)}\n"
+        f"    required: {'true' if required else 'false'}\n"
+        f"    default: {q(item.yaml_default)}\n"
+    )
+
+
+def _env_lines(inputs: list[InputSpec]) -> str:
+    return "".join(
+        f"        {item.env_name}: ${{{{ inputs.{item.name} }}}}\n" for item in inputs
+    )
+
+
+def render_action(spec: ActionSpec) -> str:
+    out = [
+        "# Generated from src/gpu_ci/specs.py by scripts/render_actions.py; edit the spec.\n",
+        f"name: {q('gpu-ci ' + spec.name)}\n",
+        f"description: {q(spec.summary)}\n",
+        f"author: {q(MARKETPLACE['author'])}\n",
+        "inputs:\n",
+    ]
+    out += [_input_block(item, item.required) for item in spec.inputs]
+    out.append("outputs:\n")
+    for o in spec.outputs:
+        out.append(
+            f"  {o.name}:\n    description: {q(o.description)}\n"
+            f"    value: ${{{{ steps.run.outputs.{o.name} }}}}\n"
+        )
+    out.append("runs:\n  using: composite\n  steps:\n")
+    out.append(BOOTSTRAP_STEP.format(rel="../../"))
+    out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
+    out.append(_env_lines(list(spec.inputs)))
+    out.append(f"      run: '\"$GPU_CI_PYTHON\" -m gpu_ci {spec.name}'\n")
+    return "".join(out)
+
+
+def root_inputs() -> list[InputSpec]:
+    """The union of every action's inputs; a name shared by two actions must agree."""
+    merged: dict[str, InputSpec] = {}
+    for spec in ACTIONS.values():
+        for item in spec.inputs:
+            seen = merged.get(item.name)
+            if seen and (seen.default, seen.action_default) != (item.default,
+                                                                  item.action_default):
+                raise SystemExit(f"input {item.name} has different defaults across actions")
+            merged.setdefault(item.name, item)
+    return list(merged.values())
+
+
+def root_outputs() -> list[str]:
+    names: list[str] = []
+    for spec in ACTIONS.values():
+        names += [o.name for o in spec.outputs if o.name not in names]
+    return names
+
+
+def render_root() -> str:
+    commands = ", ".join(ACTIONS)
+    out = [
+        "# Generated from src/gpu_ci/specs.py by scripts/render_actions.py; edit the spec.\n",
+        "# The Marketplace entry: `command` picks one of the actions under actions/.\n",
+        f"name: {q(MARKETPLACE['name'])}\n",
+        f"description: {q(MARKETPLACE['description'])}\n",
+        f"author: {q(MARKETPLACE['author'])}\n",
+        f"branding:\n  icon: {q(MARKETPLACE['icon'])}\n  color: {q(MARKETPLACE['color'])}\n",
+        "inputs:\n",
+        "  command:\n"
+        f"    description: {q('The action to run: ' + commands + '.')}\n"
+        "    required: true\n",
+    ]
+    out += [_input_block(item, False) for item in root_inputs()]
+    out.append("outputs:\n")
+    for name in root_outputs():
+        out.append(
+            f"  {name}:\n    description: {q('Output ' + name + ' of the chosen command.')}\n"
+            f"    value: ${{{{ steps.run.outputs.{name} }}}}\n"
+        )
+    out.append("runs:\n  using: composite\n  steps:\n")
+    out.append(BOOTSTRAP_STEP.format(rel=""))
+    out.append("    - name: gpu-ci\n      id: run\n      shell: bash\n      env:\n")
+    out.append("        GPU_CI_COMMAND: ${{ inputs.command }}\n")
+    out.append(_env_lines(root_inputs()))
+    out.append("      run: '\"$GPU_CI_PYTHON\" -m gpu_ci \"$GPU_CI_COMMAND\"'\n")
+    return "".join(out)
+
+
+def readme_table(spec: ActionSpec) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = ["| input | default | description |", "|---|---|---|"]
+    for item in spec.inputs:
+        default = "**required**" if item.required else (
+            f"`{cell(item.yaml_default)}`" if item.yaml_default else "")
+        rows.append(f"| `{item.name}` | {default} | {cell(item.description)} |")
+    rows += ["", "| output | description |", "|---|---|"]
+    rows += [f"| `{o.name}` | {cell(o.description)} |" for o in spec.outputs]
+    return "\n".join(rows) + "\n"
+
+
+def render_readme(text: str) -> str:
+    for name, spec in ACTIONS.items():
+        begin, end = f"<!-- BEGIN {name} table -->", f"<!-- END {name} table -->"
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md lacks the markers {begin} ... {end}")
+        text = pattern.sub(lambda _m, s=spec, b=begin, e=end: f"{b}\n{readme_table(s)}{e}",
+                           text)
+    return text
+
+
+def targets() -> dict[Path, str]:
+    files = {ROOT / "actions" / name / "action.yml": render_action(spec)
+             for name, spec in ACTIONS.items()}
+    files[ROOT / "action.yml"] = render_root()
+    readme = ROOT / "README.md"
+    files[readme] = render_readme(readme.read_text(encoding="utf-8"))
+    return files
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for path, text in targets().items():
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current != text:
+            stale.append(path.relative_to(ROOT))
+            if not check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+    if check and stale:
+        print("stale (run python scripts/render_actions.py):", *stale, sep="\n  ")
+        return 1
+    for path in stale:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""The ``gpu-ci`` command line: one subcommand per action, one flag per action input.
+
+Command modules are imported only when their subcommand runs, so that ``gpu-ci
+verify-cuda-env`` on a GPU runner never loads PyGithub, and ``gpu-ci gpu-gate`` never loads
+NVML or conda code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from gpu_ci import __version__
+from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.inputs import Inputs
+from gpu_ci.runtime import Runtime
+from gpu_ci.specs import ACTIONS, ActionSpec
+
+#: subcommand -> module defining ``run(inputs: Inputs, rt: Runtime) -> int``
+COMMAND_MODULES = {
+    "gpu-gate": "gpu_ci.commands.gpu_gate",
+    "remove-label": "gpu_ci.commands.remove_label",
+    "setup-conda-from-lock": "gpu_ci.commands.setup_conda_from_lock",
+    "verify-cuda-env": "gpu_ci.commands.verify_cuda_env",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports unusable arguments as an annotation, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stdout.write(f"::error title=unusable arguments::{self.prog}: {message}\n")
+        sys.exit(2)
+
+
+def _flag_help(spec: ActionSpec, name: str) -> str:
+    item = spec.input(name)
+    default = item.default if item.default else "(empty)"
+    if item.required:
+        default = "required"
+    return f"{item.description} [env {item.env_name}; default: {default}]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpu-ci",
+        description="Reusable GitHub Actions for GPU CI, as a command line. Each subcommand "
+        "is one action; each flag one of its inputs (also read from INPUT_<NAME>).",
+    )
+    parser.add_argument("--version", action="version", version=f"gpu-ci {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=_Parser)
+    for name, spec in ACTIONS.items():
+        cmd = sub.add_parser(name, help=spec.summary, description=spec.summary)
+        for item in spec.inputs:
+            cmd.add_argument(f"--{item.name}", dest=item.name, metavar="VALUE", default=None,
+                             help=_flag_help(spec, item.name))
+    return parser
+
+
+def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
+    spec = ACTIONS[name]
+    inputs = Inputs(spec, flags, rt.environ)
+    module = importlib.import_module(COMMAND_MODULES[name])
+    return int(module.run(inputs, rt))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    rt = Runtime()
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    try:
+        return run_command(args.command, flags, rt)
+    except GpuCiError as exc:
+        rt.error(exc.message, title=exc.title or f"gpu-ci {args.command}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        rt.error("interrupted", title=f"gpu-ci {args.command}")
+        return 130
+    except Exception as exc:  # a bug: say so plainly, traceback only when debugging
+        if os.environ.get("RUNNER_DEBUG") == "1" or os.environ.get("GPU_CI_DEBUG") == "1":
+            traceback.print_exc()
+        rt.error(
+            f"internal error in gpu-ci {__version__} ({type(exc).__name__}: {exc}). Please "
+            "report it with this log; set RUNNER_DEBUG=1 for a traceback.",
+            title=f"gpu-ci {args.command} internal error",
+        )
+        return 1
+    finally:
+        try:
+            rt.flush_summary()
+        except OSError as exc:
+            sys.stderr.write(f"gpu-ci: could not write the job summary: {exc}\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+
+__all__ = ["main", "build_parser", "run_command", "UsageError"]

@@ -1,0 +1,1 @@
+"""One module per action: ``run(inputs, rt) -> exit code``, the shell around the core."""

@@ -1,0 +1,11 @@
+"""`gpu-ci gpu-gate`: not implemented in this release."""
+
+from __future__ import annotations
+
+from gpu_ci.errors import NotImplementedYet
+from gpu_ci.inputs import Inputs
+from gpu_ci.runtime import Runtime
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    raise NotImplementedYet("gpu-ci gpu-gate is not implemented yet in this version.")

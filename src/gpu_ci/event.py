@@ -1,0 +1,80 @@
+"""The event a workflow run was triggered by, read from GitHub's standard variables."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_ci.errors import GpuCiError
+
+DEFAULT_API_URL = "https://api.github.com"
+
+
+@dataclass(frozen=True)
+class EventContext:
+    name: str
+    payload: dict[str, Any] = field(repr=False)
+    repository: str
+    api_url: str
+    sha: str
+
+    @property
+    def owner_repo(self) -> tuple[str, str]:
+        owner, _, repo = self.repository.partition("/")
+        return owner, repo
+
+
+def api_url(environ: Mapping[str, str]) -> str:
+    return (environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+
+
+def load_event(environ: Mapping[str, str], *, need_repository: bool = True) -> EventContext:
+    """Read ``GITHUB_EVENT_NAME``/``GITHUB_EVENT_PATH``; errors name the variable at fault."""
+    name = environ.get("GITHUB_EVENT_NAME", "").strip()
+    if not name:
+        raise GpuCiError(
+            "GITHUB_EVENT_NAME is not set: run inside GitHub Actions, or set it (e.g. "
+            "GITHUB_EVENT_NAME=pull_request) together with GITHUB_EVENT_PATH.",
+            title="missing event",
+        )
+    path = environ.get("GITHUB_EVENT_PATH", "").strip()
+    if not path:
+        raise GpuCiError(
+            "GITHUB_EVENT_PATH is not set: it must name the JSON file of the webhook payload.",
+            title="missing event",
+        )
+    try:
+        with open(path, encoding="utf-8") as handle:
+            payload = json.load(handle)
+    except OSError as exc:
+        raise GpuCiError(
+            f"GITHUB_EVENT_PATH={path} cannot be read ({exc.strerror}).", title="missing event"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise GpuCiError(
+            f"GITHUB_EVENT_PATH={path} is not valid JSON (line {exc.lineno}: {exc.msg}).",
+            title="malformed event",
+        ) from None
+    if not isinstance(payload, dict):
+        raise GpuCiError(
+            f"GITHUB_EVENT_PATH={path} holds a JSON {type(payload).__name__}, not an object.",
+            title="malformed event",
+        )
+    repository = environ.get("GITHUB_REPOSITORY", "").strip()
+    if not repository:
+        repository = str((payload.get("repository") or {}).get("full_name") or "")
+    if need_repository and repository.count("/") != 1:
+        raise GpuCiError(
+            "GITHUB_REPOSITORY is not set to owner/name and the event payload has no "
+            "repository.full_name.",
+            title="missing repository",
+        )
+    return EventContext(
+        name=name,
+        payload=payload,
+        repository=repository,
+        api_url=api_url(environ),
+        sha=environ.get("GITHUB_SHA", "").strip(),
+    )

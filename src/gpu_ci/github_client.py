@@ -1,0 +1,153 @@
+"""PyGithub, configured for CI: GHES base URL, timeouts, and retries that honour GitHub.
+
+Retries use PyGithub's :class:`github.GithubRetry` (urllib3 underneath), which waits for
+``Retry-After`` and recognises secondary rate limits in 403 responses; we add 429 and the
+5xx family. Knobs are environment variables so that tests and impatient users can shorten
+waits without new action inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_ci.errors import GpuCiError
+from gpu_ci.event import api_url
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    api_url: str
+    timeout: float = 15.0
+    retries: int = 4
+    backoff: float = 1.0
+    """Exponential backoff factor in seconds (urllib3: factor * 2 ** (n - 1))."""
+    max_wait: float = 120.0
+    """Longest single wait on Retry-After/secondary limits before giving up."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> ClientSettings:
+        def number(name: str, default: float) -> float:
+            raw = environ.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                return float(raw)
+            except ValueError:
+                raise GpuCiError(f"{name}={raw!r} is not a number.") from None
+
+        return cls(
+            api_url=api_url(environ),
+            timeout=number("GPU_CI_HTTP_TIMEOUT", cls.timeout),
+            retries=int(number("GPU_CI_HTTP_RETRIES", cls.retries)),
+            backoff=number("GPU_CI_HTTP_BACKOFF", cls.backoff),
+            max_wait=number("GPU_CI_HTTP_MAX_WAIT", cls.max_wait),
+        )
+
+
+def make_github(token: str, settings: ClientSettings):  # -> github.Github
+    """A PyGithub client; imported lazily so that GPU-side commands never load PyGithub."""
+    import github
+    from github import Auth, GithubRetry
+
+    retry = GithubRetry(
+        total=settings.retries,
+        backoff_factor=settings.backoff,
+        status_forcelist=[403, 429, 500, 502, 503, 504],
+        secondary_rate_wait=min(60.0, settings.max_wait),
+        max_rate_limit_wait=settings.max_wait,
+        respect_retry_after_header=True,
+    )
+    return github.Github(
+        auth=Auth.Token(token) if token else None,
+        base_url=settings.api_url,
+        timeout=max(1, round(settings.timeout)),  # PyGithub insists on an int
+        retry=retry,
+        # We make a handful of calls per run; PyGithub's default pacing only adds latency.
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        user_agent="gpu-ci-actions",
+    )
+
+
+def resolve_token(value: str, environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    return value or environ.get("GITHUB_TOKEN", "")
+
+
+def describe_api_failure(exc: BaseException, what: str) -> GpuCiError:
+    """Turn a PyGithub/requests exception into a user-facing error about ``what``."""
+    from github import GithubException
+
+    if isinstance(exc, GithubException):
+        message = ""
+        if isinstance(exc.data, dict):
+            message = str(exc.data.get("message") or "")
+        status = exc.status
+        hint = ""
+        if status in (401, 403):
+            hint = " Check that the token is valid and that the job grants the permission needed."
+        return GpuCiError(
+            f"GitHub API refused {what}: HTTP {status}{': ' + message if message else ''}.{hint}",
+            title="GitHub API error",
+        )
+    reason = str(exc)
+    inner = getattr(exc, "reason", None)
+    if inner is not None:
+        reason = str(inner)
+    return GpuCiError(
+        f"GitHub API did not answer {what} after retries ({type(exc).__name__}: {reason}).",
+        title="GitHub API unavailable",
+    )
+
+
+class RestClient:
+    """Plain-JSON REST calls through PyGithub's requester (auth, base URL, retries).
+
+    The functional core decides on dictionaries shaped like GitHub's documented responses;
+    this class is the only place that talks HTTP.
+    """
+
+    def __init__(self, token: str, settings: ClientSettings) -> None:
+        self.settings = settings
+        self._github = make_github(token, settings)
+        self.calls = 0
+
+    def _request(self, method: str, url: str) -> tuple[dict[str, str], object]:
+        self.calls += 1
+        return self._github.requester.requestJsonAndCheck(method, url)
+
+    def get(self, path: str) -> dict:
+        _headers, data = self._request("GET", path)
+        if not isinstance(data, dict):
+            raise GpuCiError(f"GitHub API answered GET {path} with unexpected JSON.")
+        return data
+
+    def get_pages(self, path: str, *, key: str | None = None, limit: int = 3000) -> list:
+        """Every item of a paginated list (following ``Link: rel="next"``)."""
+        items: list = []
+        sep = "&" if "?" in path else "?"
+        url: str | None = f"{path}{sep}per_page=100"
+        while url and len(items) < limit:
+            headers, data = self._request("GET", url)
+            page = data.get(key, []) if key and isinstance(data, dict) else data
+            if not isinstance(page, list):
+                raise GpuCiError(f"GitHub API answered GET {path} with unexpected JSON.")
+            items.extend(page)
+            url = _next_link(headers.get("link") or headers.get("Link") or "")
+        return items
+
+    def delete(self, path: str) -> object:
+        _headers, data = self._request("DELETE", path)
+        return data
+
+
+def _next_link(header: str) -> str | None:
+    for part in header.split(","):
+        section = part.split(";")
+        if len(section) < 2:
+            continue
+        if any(s.strip() == 'rel="next"' for s in section[1:]):
+            return section[0].strip().strip("<>")
+    return None

@@ -1,0 +1,110 @@
+"""The runner-facing edge: outputs, annotations, masks, environment and the job summary.
+
+actions-toolkit's ``core`` speaks GitHub's workflow commands and file commands. This module
+adds what a CLI that also runs outside Actions needs: outputs as ``name=value`` lines when
+``$GITHUB_OUTPUT`` is unset, masks only where a runner will honour them (printing
+``::add-mask::<token>`` on a developer's terminal would reveal the token it means to hide),
+and a Markdown job summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
+
+from actions_toolkit import core
+from actions_toolkit.command import issue_command
+
+
+def _escape_cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table; pipes and newlines in cells are escaped."""
+    lines = [
+        "| " + " | ".join(_escape_cell(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines.extend("| " + " | ".join(_escape_cell(c) for c in row) + " |" for row in rows)
+    return "\n".join(lines) + "\n"
+
+
+class Runtime:
+    """Everything a command does to the world besides its own work."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None,
+                 stdout: TextIO | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.stdout = stdout or sys.stdout
+        self._summary: list[str] = []
+
+    @property
+    def in_actions(self) -> bool:
+        return self.environ.get("GITHUB_ACTIONS") == "true"
+
+    # -- outputs ----------------------------------------------------------------------
+    def set_output(self, name: str, value: object) -> None:
+        text = value if isinstance(value, str) else str(value)
+        if self.environ.get("GITHUB_OUTPUT"):
+            core.set_output(name, text)
+        else:
+            self.stdout.write(f"{name}={text}\n")
+            self.stdout.flush()
+
+    def export_variable(self, name: str, value: str) -> None:
+        if self.environ.get("GITHUB_ENV"):
+            core.export_variable(name, value)
+        else:
+            self.stdout.write(f"export {name}={value}\n")
+
+    def add_path(self, path: str) -> None:
+        if self.environ.get("GITHUB_PATH"):
+            core.add_path(path)
+        else:
+            self.stdout.write(f"path {path}\n")
+
+    # -- logging ----------------------------------------------------------------------
+    def mask(self, secret: str) -> None:
+        if secret and self.in_actions:
+            core.set_secret(secret)
+
+    def info(self, message: str) -> None:
+        self.stdout.write(message + "\n")
+        self.stdout.flush()
+
+    def _annotate(self, kind: str, message: str, title: str | None) -> None:
+        # core.error() etc. always emit empty file=/line= properties; issue the same
+        # workflow command with only the properties we have (escaping is the toolkit's).
+        sys.stdout.flush()
+        issue_command(kind, {"title": title} if title else {}, message)
+        sys.stdout.flush()
+
+    def error(self, message: str, title: str | None = None) -> None:
+        self._annotate("error", message, title)
+
+    def warning(self, message: str, title: str | None = None) -> None:
+        self._annotate("warning", message, title)
+
+    def notice(self, message: str, title: str | None = None) -> None:
+        self._annotate("notice", message, title)
+
+    # -- job summary ------------------------------------------------------------------
+    def summary(self, markdown: str) -> None:
+        """Queue Markdown for the job summary; written once by :meth:`flush_summary`."""
+        self._summary.append(markdown.rstrip("\n") + "\n")
+
+    def flush_summary(self) -> None:
+        if not self._summary:
+            return
+        text = "\n".join(self._summary)
+        self._summary.clear()
+        path = self.environ.get("GITHUB_STEP_SUMMARY")
+        if path:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+        elif self.environ.get("GPU_CI_PRINT_SUMMARY") == "1":
+            sys.stderr.write(text + "\n")

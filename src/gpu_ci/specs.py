@@ -1,0 +1,169 @@
+"""The interface of every action: inputs, defaults and outputs, in one place.
+
+``action.yml`` files, the CLI's flags and README's tables are three views of these specs; a
+test keeps all three in agreement, so a new input is added here first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    description: str
+    default: str = ""
+    """The default the CLI applies when neither a flag nor ``INPUT_<NAME>`` is given."""
+    action_default: str | None = None
+    """The default written in ``action.yml`` when it differs (e.g. ``${{ github.token }}``)."""
+    required: bool = False
+
+    @property
+    def env_name(self) -> str:
+        """``INPUT_<NAME>``: upper case, ``-`` → ``_`` (how the composite actions pass it)."""
+        return "INPUT_" + self.name.upper().replace("-", "_").replace(" ", "_")
+
+    @property
+    def yaml_default(self) -> str:
+        return self.default if self.action_default is None else self.action_default
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    summary: str
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+
+    def input(self, name: str) -> InputSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+_TOKEN_HELP = (
+    "Token for the GitHub REST API. The CLI falls back to the GITHUB_TOKEN environment variable."
+)
+
+GPU_GATE = ActionSpec(
+    name="gpu-gate",
+    summary="Decide whether a GPU job runs: only for the commit a maintainer labelled.",
+    inputs=(
+        InputSpec("label", "Label that approves a GPU run (compared case-insensitively).",
+                  "CUDA CI"),
+        InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
+        InputSpec("min-permission",
+                  "Least role the labeller needs: triage, write, maintain or admin.", "write"),
+        InputSpec("run-on", "Comma-separated events that run without a label.",
+                  "push,schedule,workflow_dispatch,merge_group"),
+        InputSpec("require-fresh-head",
+                  "Refuse when the PR head moved after the label was applied.", "true"),
+        InputSpec("paths",
+                  "Newline-separated glob patterns (! excludes): run only if the change "
+                  "touches a matching file.", ""),
+        InputSpec("skip-draft", "Do not run for draft pull requests.", "false"),
+        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON).",
+                  '["self-hosted","gpu"]'),
+        InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.",
+                  "ubuntu-latest"),
+    ),
+    outputs=(
+        OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
+        OutputSpec("reason", "One sentence explaining the decision."),
+        OutputSpec("sha", "The exact commit to check out."),
+        OutputSpec("pr-number", "Pull request number, empty for other events."),
+        OutputSpec("labeled-by", "Login of the user who applied the label."),
+        OutputSpec("permission", "The labeller's role on the repository."),
+        OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
+    ),
+)
+
+REMOVE_LABEL = ActionSpec(
+    name="remove-label",
+    summary="Take the gate label off a pull request again, safely and idempotently.",
+    inputs=(
+        InputSpec("labels", "Labels to remove, newline- or comma-separated.", "CUDA CI"),
+        InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
+        InputSpec("number",
+                  "Issue or pull request number (default: taken from the event).", ""),
+        InputSpec("repository", "owner/name (default: GITHUB_REPOSITORY).", ""),
+        InputSpec("fail-on-error", "Fail the step when a label cannot be removed.", "true"),
+    ),
+    outputs=(
+        OutputSpec("removed", "JSON array of the labels that were removed."),
+        OutputSpec("absent", "JSON array of the labels that were not on the pull request."),
+    ),
+)
+
+SETUP_CONDA_FROM_LOCK = ActionSpec(
+    name="setup-conda-from-lock",
+    summary="Install Miniforge and create a conda environment from a lock file, no solver.",
+    inputs=(
+        InputSpec("lock-file", "Explicit (@EXPLICIT) or unified conda-lock.yml lock file.",
+                  required=True),
+        InputSpec("environment-name", "Name of the environment to create.", "ci"),
+        InputSpec("prefix", "Absolute path of the environment (wins over environment-name).",
+                  ""),
+        InputSpec("platform", "conda subdir to install (default: the runner's).", ""),
+        InputSpec("categories", "Comma-separated categories of a unified lock.", "main"),
+        InputSpec("miniforge", "Install Miniforge so that conda is available afterwards.",
+                  "true"),
+        InputSpec("miniforge-version", "Miniforge release to install.", "26.3.2-3"),
+        InputSpec("installer-url", "Override the Miniforge installer URL (a mirror).", ""),
+        InputSpec("installer-sha256", "Expected sha256 of the Miniforge installer.", ""),
+        InputSpec("root", "Writable Miniforge root without spaces (default: in the tool cache).",
+                  ""),
+        InputSpec("engine", "Installer for the locked packages: rattler or conda.", "rattler"),
+        InputSpec("pkgs-dir", "Package cache directory (default: under root).", ""),
+        InputSpec("activate", "Export the environment's activation to later steps.", "true"),
+        InputSpec("dry-run", "Print the install plan without downloading anything.", "false"),
+    ),
+    outputs=(
+        OutputSpec("prefix", "Path of the environment."),
+        OutputSpec("python", "Path of the environment's interpreter, empty if none."),
+        OutputSpec("conda", "Path of the writable conda, empty when miniforge is false."),
+        OutputSpec("lock-sha256", "sha256 of the lock file."),
+        OutputSpec("cache-key", "Key for actions/cache of pkgs-dir."),
+        OutputSpec("packages", "Number of conda and pip entries installed."),
+        OutputSpec("reused", "'true' when the prefix already held exactly this lock."),
+    ),
+)
+
+VERIFY_CUDA_ENV = ActionSpec(
+    name="verify-cuda-env",
+    summary="Check that the NVIDIA driver can run the job's CUDA software before tests start.",
+    inputs=(
+        InputSpec("require", "Constraint lines in the NVIDIA_REQUIRE_CUDA grammar (all must "
+                  "hold), extended with gpu-count, memory and name.", ""),
+        InputSpec("python", "Interpreter whose frameworks are checked (default: python on PATH).",
+                  ""),
+        InputSpec("frameworks", "Frameworks to check, comma-separated, or auto.", "auto"),
+        InputSpec("deep", "Import each framework and run one tiny computation per GPU.",
+                  "false"),
+        InputSpec("require-gpu", "Fail when no NVIDIA driver is visible.", "true"),
+        InputSpec("fail-on", "Lowest finding level that fails the step: error or warning.",
+                  "error"),
+        InputSpec("report-file", "Write the full report as JSON to this path.", ""),
+    ),
+    outputs=(
+        OutputSpec("ok", "'true' when no finding reached the fail-on level."),
+        OutputSpec("driver-version", "NVIDIA driver version."),
+        OutputSpec("cuda-driver-version", "Highest CUDA version the driver supports."),
+        OutputSpec("gpu-count", "Number of visible GPUs."),
+        OutputSpec("gpus", "JSON list of the visible GPUs."),
+        OutputSpec("frameworks", "JSON list of the CUDA consumers found."),
+        OutputSpec("findings", "JSON list of {level, code, message, fix}."),
+    ),
+)
+
+ACTIONS: dict[str, ActionSpec] = {
+    spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV)
+}

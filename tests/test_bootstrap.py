@@ -1,0 +1,113 @@
+"""The composite actions' bootstrap: one hash-pinned venv, reused, never the vendor conda."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from gpu_ci import __version__
+from tests.conftest import ROOT
+
+BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
+
+
+def run_bootstrap(tool_cache: Path, tmp_path: Path, **env: str):
+    github_env = tmp_path / "github_env"
+    github_env.write_text("")
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("GPU_CI_", "RUNNER_", "GITHUB_", "pythonLocation"))}
+    full.update({"RUNNER_TOOL_CACHE": str(tool_cache), "GITHUB_ENV": str(github_env)})
+    full.update(env)
+    proc = subprocess.run(["/bin/bash", str(BOOTSTRAP)], env=full, capture_output=True, text=True,
+                          timeout=600)
+    exported = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
+    return proc, exported
+
+
+@pytest.fixture(scope="session")
+def bootstrapped(tool_cache: Path, tmp_path_factory) -> dict[str, str]:
+    proc, exported = run_bootstrap(tool_cache, tmp_path_factory.mktemp("boot"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return exported
+
+
+def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, tool_cache):
+    python = bootstrapped["GPU_CI_PYTHON"]
+    assert python.startswith(str(tool_cache / "gpu-ci-actions" / __version__))
+    assert bootstrapped["GPU_CI_ROOT"] == str(ROOT)
+    out = subprocess.run([python, "-m", "gpu_ci", "--version"], capture_output=True,
+                         text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == f"gpu-ci {__version__}"
+    where = subprocess.run([python, "-c", "import gpu_ci; print(gpu_ci.__file__)"],
+                           capture_output=True, text=True, check=True,
+                           env={"PATH": "/usr/bin:/bin"})
+    assert where.stdout.strip() == str(ROOT / "src" / "gpu_ci" / "__init__.py")
+    # exactly the pinned versions from the lock
+    frozen = subprocess.run([python, "-m", "pip", "freeze", "--all"], capture_output=True,
+                            text=True, check=True).stdout.lower()
+    pins = {(canonicalize_name(m[0]), m[1]) for m in re.findall(
+        r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "runtime.txt").read_text(),
+        re.MULTILINE)}
+    installed = {(canonicalize_name(n), v) for n, v in
+                 (line.split("==") for line in frozen.splitlines())}
+    installed -= {i for i in installed if i[0] in ("pip", "setuptools", "gpu-ci-actions")}
+    assert ("pygithub", "2.10.0") in installed or ("pygithub", "2.9.1") in installed
+    assert installed <= pins, installed - pins
+
+
+def test_second_bootstrap_reuses_the_venv(bootstrapped, tool_cache, tmp_path):
+    proc, exported = run_bootstrap(tool_cache, tmp_path)
+    assert proc.returncode == 0
+    assert ": reused " in proc.stdout
+    assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
+
+
+def test_later_action_in_the_same_job_skips_the_bootstrap(bootstrapped, tool_cache, tmp_path):
+    proc, exported = run_bootstrap(tool_cache, tmp_path, **bootstrapped)
+    assert proc.returncode == 0
+    assert "bootstrapped earlier in this job" in proc.stdout
+    assert exported == {}
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):
+    vendor = tmp_path / "vendor-conda"
+    venv.create(vendor, with_pip=False, symlinks=True)
+    (vendor / "conda-meta").mkdir()
+    (vendor / "conda-meta" / "history").write_text("# vendor\n")
+    subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
+    before = tree_digest(vendor)
+    path = f"{vendor / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    proc, exported = run_bootstrap(tool_cache, tmp_path, PATH=path, CONDA=str(vendor))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not exported["GPU_CI_PYTHON"].startswith(str(vendor))
+    assert tree_digest(vendor) == before
+    subprocess.run(["chmod", "-R", "u+w", str(vendor)], check=True)
+
+
+def test_no_usable_python_names_setup_python(tmp_path, tool_cache):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    for tool in ("dirname",):
+        os.symlink(f"/usr/bin/{tool}", empty / tool)
+    proc, _ = run_bootstrap(tool_cache, tmp_path, PATH=str(empty),
+                            GPU_CI_BOOTSTRAP_FALLBACKS="")
+    assert proc.returncode == 1
+    assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
+    assert "actions/setup-python" in proc.stdout

@@ -1,0 +1,73 @@
+"""Schema validation (check-jsonschema) and security audit (zizmor) of actions and workflows.
+
+These run the real tools; they are test dependencies, so a missing tool is a failure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or str(BIN / name)
+    if not Path(found).exists():
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+    return found
+
+
+ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").glob("*/action.yml"))]
+WORKFLOW_FILES = sorted([*(ROOT / ".github" / "workflows").glob("*.yml"),
+                         *(ROOT / "examples").rglob("*.yml"),
+                         *(ROOT / "tests" / "e2e" / "workflows").glob("*.yml")])
+
+
+def test_action_files_validate_against_the_actions_schema():
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
+                           "vendor.github-actions", *map(str, ACTION_FILES)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_workflows_validate_against_the_workflows_schema():
+    assert any("examples" in str(p) for p in WORKFLOW_FILES)
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
+                           "vendor.github-workflows", *map(str, WORKFLOW_FILES)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_schema_check_really_rejects_a_broken_action(tmp_path):
+    bad = tmp_path / "action.yml"
+    bad.write_text("name: x\nruns:\n  using: composite\n  steps: 3\n")
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
+                           "vendor.github-actions", str(bad)], capture_output=True, text=True)
+    assert proc.returncode != 0
+
+
+def test_zizmor_reports_no_findings():
+    targets = ["action.yml", "actions", ".github/workflows", "examples"]
+    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", *targets],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings" in proc.stdout + proc.stderr
+
+
+def test_zizmor_really_finds_template_injection(tmp_path):
+    bad = tmp_path / "action.yml"
+    bad.write_text(
+        "name: x\ndescription: x\ninputs:\n  a:\n    description: a\nruns:\n"
+        "  using: composite\n  steps:\n    - shell: bash\n"
+        "      run: echo ${{ inputs.a }} ${{ github.event.pull_request.title }}\n")
+    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "template-injection" in proc.stdout + proc.stderr
