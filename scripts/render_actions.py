@@ -150,12 +150,27 @@ def render_readme(text: str) -> str:
     return text
 
 
+EXAMPLE_MARKER = re.compile(
+    r"(<!-- BEGIN example (?P<path>[\w./-]+) -->\n).*?(<!-- END example (?P=path) -->)",
+    re.DOTALL)
+
+
+def embed_examples(text: str) -> str:
+    """Copy each ``examples/*.yml`` named by a marker pair into README verbatim."""
+
+    def body(match: re.Match[str]) -> str:
+        source = (ROOT / match.group("path")).read_text(encoding="utf-8")
+        return f"{match.group(1)}```yaml\n{source}```\n{match.group(3)}"
+
+    return EXAMPLE_MARKER.sub(body, text)
+
+
 def targets() -> dict[Path, str]:
     files = {ROOT / "actions" / name / "action.yml": render_action(spec)
              for name, spec in ACTIONS.items()}
     files[ROOT / "action.yml"] = render_root()
     readme = ROOT / "README.md"
-    files[readme] = render_readme(readme.read_text(encoding="utf-8"))
+    files[readme] = embed_examples(render_readme(readme.read_text(encoding="utf-8")))
     return files
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,9 @@ FAST_HTTP_ENV = {
     "GPU_CI_HTTP_BACKOFF": "0.05",
     "GPU_CI_HTTP_MAX_WAIT": "5",
 }
+
+#: How examples/ and README reference our actions; act maps it to the working tree.
+ACTIONS_REPO = "gpu-ci-actions/gpu-ci-actions"
 
 ACT_TREE = ["action.yml", "actions", "scripts", "src", "requirements", "pyproject.toml",
             "README.md", "examples"]
@@ -79,7 +83,8 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
            "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
            "--env", f"E2E_OUT={out_path}", "--env", f"RUNNER_TOOL_CACHE={tool_cache}",
            "--env", f"RUNNER_TEMP={workdir / 'runner_temp'}",
-           "--action-cache-path", str(workdir / "act-cache")]
+           "--action-cache-path", str(workdir / "act-cache"),
+           "--local-repository", f"{ACTIONS_REPO}@v1={repo}"]
     for key, value in {**FAST_HTTP_ENV, **(env or {})}.items():
         cmd += ["--env", f"{key}={value}"]
     for key, value in (secrets or {"GITHUB_TOKEN": "e2e-token"}).items():
@@ -93,6 +98,8 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
                           stdout=None if stream else subprocess.PIPE,
                           stderr=subprocess.STDOUT)
     outputs: dict[str, Any] = {}
+    for match in re.finditer(r"::set-output:: ([A-Za-z0-9_-]+)=(.*)", proc.stdout or ""):
+        outputs[match.group(1)] = match.group(2)
     if out_path.exists():
         for line in out_path.read_text().splitlines():
             if line.strip():

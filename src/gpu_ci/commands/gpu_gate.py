@@ -1,11 +1,117 @@
-"""`gpu-ci gpu-gate`: not implemented in this release."""
+"""``gpu-ci gpu-gate``: fetch what the decision needs, decide, report. Fails closed."""
 
 from __future__ import annotations
 
-from gpu_ci.errors import NotImplementedYet
+from urllib.parse import quote
+
+from gpu_ci import gate
+from gpu_ci.errors import GpuCiError
+from gpu_ci.event import load_event
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime
+from gpu_ci.runtime import Runtime, markdown_table
+
+
+def config_from(inputs: Inputs) -> gate.GateConfig:
+    return gate.make_config(
+        label=inputs["label"], min_permission=inputs["min-permission"],
+        run_on=inputs.items("run-on"), require_fresh_head=inputs.boolean("require-fresh-head"),
+        paths=inputs.lines("paths"), skip_draft=inputs.boolean("skip-draft"),
+        gpu_runs_on=inputs["gpu-runs-on"], cpu_runs_on=inputs["cpu-runs-on"],
+    )
+
+
+def _rest(inputs: Inputs, rt: Runtime):
+    from gpu_ci.github_client import ClientSettings, RestClient, resolve_token
+
+    token = resolve_token(inputs["github-token"], rt.environ)
+    if not token:
+        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
+                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
+    rt.mask(token)
+    return RestClient(token, ClientSettings.from_environ(rt.environ))
+
+
+def _call(what: str, fn):
+    from gpu_ci.github_client import describe_api_failure
+
+    try:
+        return fn()
+    except GpuCiError:
+        raise
+    except Exception as exc:  # PyGithub / requests / urllib3: after retries
+        raise describe_api_failure(exc, what) from None
+
+
+def _permission(rest, repo: str, login: str) -> dict:
+    from github import GithubException
+
+    path = f"/repos/{repo}/collaborators/{quote(login, safe='')}/permission"
+    try:
+        return rest.get(path)
+    except GithubException as exc:
+        if exc.status == 404:  # not a collaborator / not a user (e.g. an app's bot account)
+            return {"permission": "none", "role_name": "none"}
+        raise
+
+
+def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfig, int]:
+    config = config_from(inputs)
+    ctx = load_event(rt.environ)
+    step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
+    if isinstance(step, gate.Decision):
+        return step, config, 0
+    rest = _rest(inputs, rt)
+    if isinstance(step, gate.PushCheck):
+        files = _call("the push's changed files", lambda: rest.get_pages(
+            f"/repos/{ctx.repository}/compare/{step.before}...{step.after}", key="files"))
+        return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
+    answer = _call(f"the role of {step.labeller}",
+                   lambda: _permission(rest, ctx.repository, step.labeller))
+    pull = _call(f"pull request #{step.number}",
+                 lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"))
+    files = None
+    if config.paths:
+        files = [f["filename"] for f in _call(
+            f"the files of pull request #{step.number}",
+            lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"))]
+    return gate.decide_pull(step, config, answer, pull, files), config, rest.calls
+
+
+def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
+    fork = {None: "", True: "yes", False: "no"}[decision.fork]
+    rows = [
+        ("event", decision.event),
+        ("label", decision.label or config.label),
+        ("labeller", decision.labeled_by),
+        ("role", decision.permission),
+        ("head SHA at label time", decision.head_at_label),
+        ("current head", decision.current_head),
+        ("fork?", fork),
+        ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
+        ("decision", "**run**" if decision.run else "skip"),
+        ("reason", decision.reason),
+    ]
+    return "### gpu-gate\n\n" + markdown_table(["", ""], rows)
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    raise NotImplementedYet("gpu-ci gpu-gate is not implemented yet in this version.")
+    try:
+        decision, config, calls = evaluate(inputs, rt)
+    except GpuCiError as exc:
+        if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
+            rt.set_output("run", "false")
+            rt.set_output("reason", exc.message)
+        raise
+    rt.set_output("run", "true" if decision.run else "false")
+    rt.set_output("reason", decision.reason)
+    rt.set_output("sha", decision.sha)
+    rt.set_output("pr-number", decision.pr_number)
+    rt.set_output("labeled-by", decision.labeled_by)
+    rt.set_output("permission", decision.permission)
+    rt.set_output("runs-on", decision.runs_on(config))
+    verdict = "run the GPU job" if decision.run else "skip the GPU job"
+    rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
+    if decision.fork:
+        rt.notice(f"pull request #{decision.pr_number} comes from a fork.", title="gpu-gate")
+    rt.summary(summarize(decision, config))
+    return 0
