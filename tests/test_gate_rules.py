@@ -67,10 +67,23 @@ def test_other_pull_request_actions_never_run(fixture):
     assert "new commits need a new approval" in decision.reason
 
 
-@pytest.mark.parametrize(("event", "fixture"), [("push", "push"),
-                                                ("workflow_dispatch", "workflow_dispatch")])
-def test_run_on_events_run_without_label_at_github_sha(event, fixture):
-    decision = gate.triage(event, webhook(fixture), config(), "c" * 40)
+def push_payload():
+    payload = webhook("push")  # the fixture deletes a branch: make it an ordinary push
+    payload["before"], payload["after"] = "1" * 40, "c" * 40
+    return payload
+
+
+def test_branch_deletion_push_does_not_run():
+    decision = gate.triage("push", webhook("push"), config(), "c" * 40)
+    assert isinstance(decision, gate.Decision) and not decision.run
+    assert "deleted a branch" in decision.reason
+
+
+@pytest.mark.parametrize(("event", "payload"), [("push", push_payload),
+                                                ("workflow_dispatch",
+                                                 lambda: webhook("workflow_dispatch"))])
+def test_run_on_events_run_without_label_at_github_sha(event, payload):
+    decision = gate.triage(event, payload(), config(), "c" * 40)
     assert isinstance(decision, gate.Decision) and decision.run
     assert decision.sha == "c" * 40
 
@@ -79,7 +92,7 @@ def test_event_not_in_run_on_does_not_run():
     decision = gate.triage("issue_comment", webhook("issue_comment.created"), config(), "")
     assert isinstance(decision, gate.Decision) and not decision.run
     assert "neither a labelled pull request nor listed in run-on" in decision.reason
-    decision = gate.triage("push", webhook("push"), config(run_on=["schedule"]), "")
+    decision = gate.triage("push", push_payload(), config(run_on=["schedule"]), "")
     assert not decision.run
 
 
@@ -93,7 +106,7 @@ def test_push_with_paths_needs_the_compare_api():
 
 
 def test_new_branch_push_counts_as_matching_paths():
-    payload = webhook("push")
+    payload = push_payload()
     payload["before"] = gate.NULL_SHA
     decision = gate.triage("push", payload, config(paths=["src/**"]), "2" * 40)
     assert isinstance(decision, gate.Decision) and decision.run

@@ -160,6 +160,9 @@ def triage(event_name: str, payload: Mapping[str, Any], config: GateConfig,
                          fork=fork, label=label)
     if event_name in config.run_on:
         sha = github_sha or str(payload.get("after") or "")
+        if event_name == "push" and payload.get("after") == NULL_SHA:
+            return Decision(run=False, event=event_name, sha="", reason=(
+                "the push deleted a branch: there is no commit to test."))
         if event_name == "push" and config.paths:
             before = str(payload.get("before") or "")
             after = str(payload.get("after") or sha)

@@ -1,11 +1,87 @@
-"""`gpu-ci remove-label`: not implemented in this release."""
+"""``gpu-ci remove-label``: one DELETE per label; absent labels are fine, errors explained."""
 
 from __future__ import annotations
 
-from gpu_ci.errors import NotImplementedYet
+import json
+from urllib.parse import quote
+
+from gpu_ci import labels
+from gpu_ci.errors import GpuCiError
+from gpu_ci.event import load_event
+from gpu_ci.github_client import ClientSettings, RestClient, resolve_token
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime
+from gpu_ci.runtime import Runtime, markdown_table
+
+
+def target(inputs: Inputs, rt: Runtime) -> tuple[str, int]:
+    """(repository, number) from the inputs, else from the event."""
+    repository = inputs["repository"] and labels.parse_repository(inputs["repository"])
+    number = labels.parse_number(inputs["number"]) if inputs["number"] else None
+    if number is None or not repository:
+        ctx = load_event(rt.environ, need_repository=not repository)
+        repository = repository or ctx.repository
+        if number is None:
+            number = labels.number_from_event(ctx.name, ctx.payload)
+        if number is None:
+            raise GpuCiError(
+                f"the '{ctx.name}' event has no pull request or issue number (looked at "
+                "pull_request.number, issue.number, workflow_run.pull_requests[0].number): "
+                "set the 'number' input.", title="remove-label")
+    return repository, number
+
+
+def delete(rest: RestClient, repository: str, number: int, label: str) -> labels.Outcome:
+    from github import GithubException
+
+    path = f"/repos/{repository}/issues/{number}/labels/{quote(label, safe='')}"
+    try:
+        rest.delete(path)
+    except GithubException as exc:
+        message = str(exc.data.get("message") or "") if isinstance(exc.data, dict) else ""
+        return labels.outcome_of(label, exc.status, message, number, repository)
+    except Exception as exc:  # network failure after retries
+        reason = getattr(exc, "reason", None) or exc
+        return labels.Outcome(label, labels.Result.FAILED, (
+            f"removing '{label}' from #{number}: GitHub API did not answer after retries "
+            f"({type(exc).__name__}: {reason})."))
+    return labels.outcome_of(label, 200, "", number, repository)
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    raise NotImplementedYet("gpu-ci remove-label is not implemented yet in this version.")
+    names = labels.parse_labels(inputs.items("labels"))
+    fail = inputs.boolean("fail-on-error")
+    repository, number = target(inputs, rt)
+    token = resolve_token(inputs["github-token"], rt.environ)
+    if not token:
+        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
+                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
+    rt.mask(token)
+    rest = RestClient(token, ClientSettings.from_environ(rt.environ))
+
+    outcomes: list[labels.Outcome] = []
+    for name in names:
+        if outcomes and outcomes[-1].result is labels.Result.FORBIDDEN:
+            outcomes.append(labels.Outcome(name, labels.Result.SKIPPED,
+                                           "not attempted after a permission error."))
+            continue
+        outcomes.append(delete(rest, repository, number, name))
+
+    removed = [o.label for o in outcomes if o.result is labels.Result.REMOVED]
+    absent = [o.label for o in outcomes if o.result is labels.Result.ABSENT]
+    rt.set_output("removed", json.dumps(removed))
+    rt.set_output("absent", json.dumps(absent))
+    for outcome in outcomes:
+        if outcome.result is labels.Result.REMOVED:
+            rt.info(f"remove-label: removed '{outcome.label}' from {repository}#{number}")
+        elif outcome.result is labels.Result.ABSENT:
+            rt.notice(outcome.detail, title="remove-label")
+    errors = [o for o in outcomes if o.is_error and o.result is not labels.Result.SKIPPED]
+    rt.summary("### remove-label\n\n" + markdown_table(
+        ["label", f"{repository}#{number}", "detail"],
+        [(o.label, o.result.value, o.detail) for o in outcomes]))
+    for outcome in errors:
+        if fail:
+            rt.error(outcome.detail, title="remove-label")
+        else:
+            rt.warning(outcome.detail, title="remove-label")
+    return 1 if errors and fail else 0
