@@ -106,5 +106,6 @@ class Runtime:
         if path:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(text + "\n")
-        elif self.environ.get("GPU_CI_PRINT_SUMMARY") == "1":
+        if not path or self.environ.get("GPU_CI_PRINT_SUMMARY") == "1":
+            # Outside Actions (or when asked, e.g. by the local demo) show it in the log.
             sys.stderr.write(text + "\n")

@@ -1,0 +1,82 @@
+"""`make demo`: the example workflows under act against a local GitHub API server.
+
+Nothing leaves this machine: the GitHub REST API is the test suite's loopback server,
+act runs the jobs in host mode (no Docker), and our actions are mapped from this working
+tree. Each scenario prints the action's decision and its job summary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.act_runner import run_act  # noqa: E402
+from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
+
+REPO = "Codertocat/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+WEBHOOKS = ROOT / "tests" / "fixtures" / "webhooks"
+
+
+def labeled_event(label: str, sender: str) -> dict:
+    event = json.loads((WEBHOOKS / "pull_request.labeled.json").read_text())
+    event["label"]["name"] = label
+    event["sender"]["login"] = sender
+    return event
+
+
+def show(title: str, result, keys: list[str]) -> bool:
+    print(f"\n=== {title}")
+    for line in result.log.splitlines():
+        text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
+        if text.strip("| ") and text.startswith(
+                ("gpu-gate:", "remove-label:", "verify-cuda-env:", "| ", "### ")):
+            print("   ", text)
+    for key in keys:
+        print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
+    status = "ok" if result.returncode == 0 else f"FAILED (act exit {result.returncode})"
+    print(f"    -> {status}")
+    if result.returncode:
+        print(result.log[-4000:])
+    return result.returncode == 0
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="gpu-ci-demo-"))
+    cache = work / "toolcache"
+    cache.mkdir()
+    env_base = {"GPU_CI_PRINT_SUMMARY": "1"}
+    ok = True
+    with FakeGitHub() as github:
+        github.add_repo(REPO, roles={"Codertocat": "maintain", "drive-by": "read"})
+        github.add_pull(REPO, PullRequest(2, HEAD, labels=["CUDA CI"]))
+        env = {**env_base, "GITHUB_API_URL": github.url}
+        print(f"local GitHub API at {github.url}; working in {work}")
+
+        scenarios = [
+            ("a maintainer applies 'CUDA CI' -> the gate runs the GPU job at the labelled SHA",
+             "cuda-ci.yml", "pull_request", labeled_event("CUDA CI", "Codertocat"), "gate",
+             ["run", "sha", "runs-on", "reason"]),
+            ("a read-only user applies 'CUDA CI' -> the gate refuses",
+             "cuda-ci.yml", "pull_request", labeled_event("CUDA CI", "drive-by"), "gate",
+             ["run", "runs-on", "reason"]),
+            ("the privileged remover takes the label off again",
+             "cuda-ci-remove-label.yml", "pull_request_target",
+             labeled_event("CUDA CI", "Codertocat"), None, ["removed", "absent"]),
+        ]
+        for i, (title, workflow, event_name, event, job, keys) in enumerate(scenarios):
+            result = run_act(work / f"s{i}", ROOT / "examples" / workflow, event_name, event,
+                             tool_cache=cache, env=env, repository=REPO, job=job)
+            ok &= show(title, result, keys)
+        print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
+    print("\ndemo", "succeeded" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
