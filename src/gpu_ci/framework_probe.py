@@ -1,0 +1,198 @@
+"""Collect raw framework facts from the target interpreter and the CUDA toolkit.
+
+One short subprocess in the target interpreter lists its distributions with
+``importlib.metadata`` and reads two small files; it imports no framework. ``deep`` mode is
+a second, optional subprocess that does import them (with a timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpu_ci.frameworks import ProbeFacts
+
+# Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
+# the frameworks themselves.
+PROBE = r"""
+import json, os, re, sys
+from importlib import metadata
+dists = {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        dists.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+files = {}
+for rel in ("torch/version.py", "tensorflow/python/platform/build_info.py"):
+    for entry in sys.path:
+        path = os.path.join(entry or ".", rel)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                files[rel] = handle.read(65536)
+            break
+print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "dists": dists,
+                  "files": files}))
+"""
+
+DEEP = r"""
+import json, sys
+wanted = set(sys.argv[1].split(","))
+count = int(sys.argv[2])
+results = []
+
+def record(name, fn):
+    entry = {"name": name, "ok": True, "arch_list": None, "error": "", "computations": []}
+    try:
+        fn(entry)
+    except BaseException as exc:  # report, never crash the probe
+        entry["ok"] = False
+        entry["error"] = "%s: %s" % (type(exc).__name__, exc)
+    results.append(entry)
+
+def torch_probe(entry):
+    import torch
+    entry["version"] = torch.__version__
+    entry["arch_list"] = list(torch.cuda.get_arch_list())
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False")
+    for i in range(torch.cuda.device_count()):
+        try:
+            value = float((torch.ones(4, device="cuda:%d" % i) * 2).sum().item())
+            entry["computations"].append({"gpu": i, "ok": value == 8.0, "error": ""})
+        except Exception as exc:
+            entry["computations"].append({"gpu": i, "ok": False, "error": str(exc)})
+
+def cupy_probe(entry):
+    import cupy
+    entry["version"] = cupy.__version__
+    for i in range(cupy.cuda.runtime.getDeviceCount()):
+        try:
+            with cupy.cuda.Device(i):
+                value = float(cupy.arange(4).sum())
+            entry["computations"].append({"gpu": i, "ok": value == 6.0, "error": ""})
+        except Exception as exc:
+            entry["computations"].append({"gpu": i, "ok": False, "error": str(exc)})
+
+def jax_probe(entry):
+    import jax, jax.numpy as jnp
+    entry["version"] = jax.__version__
+    devices = [d for d in jax.devices() if d.platform == "gpu"]
+    if not devices:
+        raise RuntimeError("jax sees no GPU device (platforms: %s)"
+                           % sorted({d.platform for d in jax.devices()}))
+    for i, device in enumerate(devices):
+        try:
+            value = float(jax.device_put(jnp.ones(4), device).sum())
+            entry["computations"].append({"gpu": i, "ok": value == 4.0, "error": ""})
+        except Exception as exc:
+            entry["computations"].append({"gpu": i, "ok": False, "error": str(exc)})
+
+for name, fn in (("torch", torch_probe), ("cupy", cupy_probe), ("jax", jax_probe)):
+    if name in wanted:
+        record(name, fn)
+print(json.dumps(results))
+"""
+
+
+def resolve_python(value: str, environ: Mapping[str, str]) -> str | None:
+    if value:
+        found = shutil.which(value, path=environ.get("PATH"))
+        return found or (value if os.path.isfile(value) else None)
+    for name in ("python", "python3"):
+        found = shutil.which(name, path=environ.get("PATH"))
+        if found:
+            return found
+    return None
+
+
+def _clean_env(environ: Mapping[str, str]) -> dict[str, str]:
+    # Our own interpreter's settings must not leak into the target's.
+    return {k: v for k, v in environ.items() if k not in ("PYTHONHOME", "PYTHONNOUSERSITE")}
+
+
+def probe_python(python: str, environ: Mapping[str, str], timeout: float = 20.0
+                 ) -> tuple[dict[str, Any] | None, str]:
+    """(facts, error) from one subprocess in the target interpreter."""
+    try:
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True,
+                              timeout=timeout, env=_clean_env(environ))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{python} could not be run ({exc})"
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, f"{python} exited {proc.returncode}: {tail[0]}"
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+    except (json.JSONDecodeError, IndexError):
+        return None, f"{python} printed no readable JSON"
+
+
+def conda_meta(prefix: str) -> list[str]:
+    meta = Path(prefix) / "conda-meta"
+    try:
+        return sorted(p.name for p in meta.glob("*.json"))
+    except OSError:
+        return []
+
+
+def find_nvcc(environ: Mapping[str, str]) -> dict[str, str]:
+    candidates = []
+    on_path = shutil.which("nvcc", path=environ.get("PATH"))
+    if on_path:
+        candidates.append(Path(on_path))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if environ.get(var):
+            candidates.append(Path(environ[var]) / "bin" / "nvcc")
+    for nvcc in candidates:
+        if not nvcc.is_file():
+            continue
+        info = {"path": str(nvcc)}
+        version_json = nvcc.resolve().parent.parent / "version.json"
+        if version_json.is_file():
+            info["version_json"] = version_json.read_text(encoding="utf-8", errors="replace")
+        else:
+            try:
+                proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                                      timeout=10)
+                info["nvcc_output"] = proc.stdout
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        return info
+    return {}
+
+
+def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts, str]:
+    raw: dict[str, Any] = {}
+    error = ""
+    if python:
+        got, error = probe_python(python, environ)
+        raw = got or {}
+    prefix = str(raw.get("prefix") or environ.get("CONDA_PREFIX") or "")
+    facts = ProbeFacts(python=str(raw.get("python") or python or ""), prefix=prefix,
+                       dists=raw.get("dists") or {}, files=raw.get("files") or {},
+                       conda_meta=conda_meta(prefix) if prefix else [],
+                       nvcc=find_nvcc(environ))
+    return facts, error
+
+
+def deep_probe(python: str, families: list[str], gpu_count: int,
+               environ: Mapping[str, str], timeout: float = 120.0
+               ) -> tuple[list[dict[str, Any]], str]:
+    try:
+        proc = subprocess.run([python, "-c", DEEP, ",".join(families), str(gpu_count)],
+                              capture_output=True, text=True, timeout=timeout,
+                              env=_clean_env(environ))
+    except subprocess.TimeoutExpired:
+        return [], f"the deep check did not finish within {timeout:.0f} s"
+    except OSError as exc:
+        return [], f"{python} could not be run ({exc})"
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+    except (json.JSONDecodeError, IndexError):
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
+        return [], f"the deep check printed no readable result ({tail[0]})"

@@ -1,0 +1,235 @@
+"""Which CUDA each installed framework was built for, learned without importing it.
+
+Importing torch costs seconds; reading what pip and conda recorded costs milliseconds. The
+shell collects raw facts (distribution names and versions of the target interpreter, the
+text of ``torch/version.py`` and TensorFlow's ``build_info.py``, ``conda-meta`` records,
+the CUDA toolkit's ``version.json`` or ``nvcc --version``); this module interprets them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KNOWN = ("torch", "cupy", "jax", "numba", "tensorflow", "cuda-runtime", "conda", "nvcc")
+
+
+@dataclass(frozen=True)
+class CudaConsumer:
+    """A component that needs the driver to support some CUDA version."""
+
+    name: str
+    version: str
+    cuda: str | None
+    """'12.6'; None when it is a CPU build or the CUDA version cannot be known."""
+    source: str
+    """How the CUDA version was learned (for the report)."""
+    cpu_only: bool = False
+    family: str = ""
+    """Which `frameworks` input name selects it."""
+
+    @property
+    def cuda_tuple(self) -> tuple[int, int] | None:
+        if not self.cuda:
+            return None
+        parts = self.cuda.split(".")
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("family")
+        return data
+
+
+@dataclass(frozen=True)
+class ProbeFacts:
+    """Raw facts from the target interpreter and its environment."""
+
+    python: str = ""
+    prefix: str = ""
+    dists: Mapping[str, str] = None  # type: ignore[assignment]
+    files: Mapping[str, str] = None  # type: ignore[assignment]
+    conda_meta: Sequence[str] = ()
+    """File names under <prefix>/conda-meta (name-version-build.json)."""
+    nvcc: Mapping[str, str] = None  # type: ignore[assignment]
+    """{'path': ..., 'version_json': ..., 'nvcc_output': ...}"""
+
+    def __post_init__(self) -> None:
+        for name in ("dists", "files", "nvcc"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, {})
+
+
+def _cu_label(version: str) -> str | None:
+    """'2.11.0+cu130' -> '13.0', '+cu118' -> '11.8', '+cu92' -> '9.2'."""
+    match = re.search(r"\+cu(\d+)", version)
+    if not match:
+        return None
+    digits = match.group(1)
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def _major_minor(version: str) -> str | None:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def _runtime_wheel(dists: Mapping[str, str]) -> tuple[str, str] | None:
+    for name in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
+                 "nvidia-cuda-runtime-cu11"):
+        if name in dists:
+            return name, dists[name]
+    return None
+
+
+def _torch(facts: ProbeFacts) -> CudaConsumer | None:
+    version = facts.dists.get("torch")
+    if version is None:
+        return None
+    text = facts.files.get("torch/version.py", "")
+    if re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]", text, re.MULTILINE):
+        return CudaConsumer("torch", version, None, "torch/version.py (ROCm build)", True)
+    match = re.search(r"^cuda\s*(?::[^=]+)?=\s*(None|['\"]([\d.]+)['\"])", text, re.MULTILINE)
+    if match:
+        if match.group(1) == "None":
+            return CudaConsumer("torch", version, None, "torch/version.py: cuda = None", True)
+        return CudaConsumer("torch", version, _major_minor(match.group(2)),
+                            "torch/version.py")
+    if version.endswith("+cpu"):
+        return CudaConsumer("torch", version, None, "version label +cpu", True)
+    label = _cu_label(version)
+    if label:
+        return CudaConsumer("torch", version, label, "version label")
+    runtime = _runtime_wheel(facts.dists)
+    if runtime:
+        return CudaConsumer("torch", version, _major_minor(runtime[1]),
+                            f"wheel pin {runtime[0]}=={runtime[1]}")
+    return CudaConsumer("torch", version, None, "no CUDA record found")
+
+
+def _cupy(facts: ProbeFacts) -> list[CudaConsumer]:
+    out = []
+    for name, version in facts.dists.items():
+        match = re.fullmatch(r"cupy-cuda(\d+)(x?)", name)
+        if match:
+            digits, floating = match.groups()
+            cuda = f"{digits}.0" if floating else f"{digits[:-1]}.{digits[-1]}"
+            how = f"wheel name {name} (any CUDA {digits}.x)" if floating else f"wheel name {name}"
+            out.append(CudaConsumer(name, version, cuda, how))
+        elif name == "cupy":
+            out.append(CudaConsumer("cupy", version, None, "built from source: CUDA unknown"))
+    return out
+
+
+def _jax(facts: ProbeFacts) -> list[CudaConsumer]:
+    out = []
+    for name, version in facts.dists.items():
+        match = re.fullmatch(r"jax-cuda(\d+)-plugin", name)
+        if match:
+            out.append(CudaConsumer(name, version, f"{match.group(1)}.0", f"wheel name {name}"))
+    if not out and "jaxlib" in facts.dists:
+        version = facts.dists["jaxlib"]
+        match = re.search(r"\+cuda(\d+)", version)
+        if match:
+            out.append(CudaConsumer("jaxlib", version, f"{match.group(1)}.0", "version label"))
+        elif "jax" in facts.dists:
+            out.append(CudaConsumer("jax", facts.dists["jax"], None,
+                                    "no jax-cuda plugin installed", True))
+    return out
+
+
+def _numba(facts: ProbeFacts) -> CudaConsumer | None:
+    version = facts.dists.get("numba-cuda") or facts.dists.get("numba")
+    if version is None:
+        return None
+    name = "numba-cuda" if "numba-cuda" in facts.dists else "numba"
+    runtime = _runtime_wheel(facts.dists)
+    if runtime:
+        return CudaConsumer(name, version, _major_minor(runtime[1]),
+                            f"wheel pin {runtime[0]}=={runtime[1]}")
+    return CudaConsumer(name, version, None, "CUDA comes from the toolkit at run time")
+
+
+def _tensorflow(facts: ProbeFacts) -> CudaConsumer | None:
+    for name in ("tensorflow", "tensorflow-gpu", "tensorflow-cpu"):
+        if name in facts.dists:
+            version = facts.dists[name]
+            break
+    else:
+        return None
+    if name == "tensorflow-cpu":
+        return CudaConsumer(name, version, None, "tensorflow-cpu", True)
+    text = facts.files.get("tensorflow/python/platform/build_info.py", "")
+    match = re.search(r"['\"]cuda_version['\"]\s*:\s*['\"]([\d.]+)['\"]", text)
+    if match:
+        return CudaConsumer(name, version, _major_minor(match.group(1)), "build_info.py")
+    if re.search(r"['\"]is_cuda_build['\"]\s*:\s*False", text):
+        return CudaConsumer(name, version, None, "build_info.py: not a CUDA build", True)
+    return CudaConsumer(name, version, None, "no CUDA record found")
+
+
+def _runtime_wheels(facts: ProbeFacts) -> list[CudaConsumer]:
+    out = []
+    runtime = _runtime_wheel(facts.dists)
+    if runtime:
+        out.append(CudaConsumer(runtime[0], runtime[1], _major_minor(runtime[1]),
+                                "wheel version"))
+    if "cuda-toolkit" in facts.dists:
+        version = facts.dists["cuda-toolkit"]
+        out.append(CudaConsumer("cuda-toolkit", version, _major_minor(version),
+                                "wheel version"))
+    return out
+
+
+def _conda(facts: ProbeFacts) -> list[CudaConsumer]:
+    out = []
+    for filename in facts.conda_meta:
+        stem = filename[:-5] if filename.endswith(".json") else filename
+        parts = stem.rsplit("-", 2)
+        if len(parts) != 3:
+            continue
+        name, version, _build = parts
+        if name in ("cuda-version", "cudatoolkit", "pytorch-cuda", "cuda-cudart"):
+            out.append(CudaConsumer(f"conda {name}", version, _major_minor(version),
+                                    f"conda-meta/{filename}"))
+    return out
+
+
+def _nvcc(facts: ProbeFacts) -> CudaConsumer | None:
+    info = facts.nvcc
+    if not info.get("path"):
+        return None
+    match = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"',
+                      info.get("version_json", ""))
+    if match:
+        return CudaConsumer("nvcc", match.group(1), _major_minor(match.group(1)),
+                            f"{info['path']} (version.json)")
+    match = re.search(r"release (\d+\.\d+), V([\d.]+)", info.get("nvcc_output", ""))
+    if match:
+        return CudaConsumer("nvcc", match.group(2), match.group(1),
+                            f"{info['path']} --version")
+    return CudaConsumer("nvcc", "?", None, f"{info['path']}: version unreadable")
+
+
+def consumers(facts: ProbeFacts) -> list[CudaConsumer]:
+    """Every CUDA consumer found, tagged with the `frameworks` family that selects it."""
+    found: list[tuple[str, CudaConsumer | None]] = [("torch", _torch(facts))]
+    found += [("cupy", c) for c in _cupy(facts)]
+    found += [("jax", c) for c in _jax(facts)]
+    found += [("numba", _numba(facts)), ("tensorflow", _tensorflow(facts))]
+    found += [("cuda-runtime", c) for c in _runtime_wheels(facts)]
+    found += [("conda", c) for c in _conda(facts)]
+    found.append(("nvcc", _nvcc(facts)))
+    out = []
+    for family, consumer in found:
+        if consumer is not None:
+            out.append(CudaConsumer(**{**asdict(consumer), "family": family}))
+    return out
+
+
+def parse_selection(text: str) -> tuple[str, ...] | None:
+    """None for 'auto', else the chosen families (validated by the caller)."""
+    names = tuple(n.strip().lower() for n in text.replace("\n", ",").split(",") if n.strip())
+    return None if names in ((), ("auto",)) else names

@@ -1,0 +1,70 @@
+"""Which GPUs a CUDA program in this job will see, from the environment.
+
+NVML lists every GPU the driver exposes; CUDA narrows that with ``CUDA_VISIBLE_DEVICES``
+(and a container runtime with ``NVIDIA_VISIBLE_DEVICES``). Both take indices, ``GPU-``
+UUIDs (a unique prefix is enough) or ``MIG-`` UUIDs; ``none``/``void`` or an empty value
+hide everything. CUDA stops at the first entry it cannot resolve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpu_ci.gpu_facts import Gpu
+
+VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class Visibility:
+    gpus: tuple[Gpu, ...]
+    hidden_by: str = ""
+    """The variable (and its value) that hid GPUs, for messages."""
+    unresolved: str = ""
+    """An entry that matched no GPU (CUDA ignores it and everything after it)."""
+
+
+def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
+    if entry.isdigit():
+        index = int(entry)
+        return gpus[index] if index < len(gpus) else None
+    lowered = entry.lower()
+    if lowered.startswith("mig-"):
+        return next((g for g in gpus if any(u.lower() == lowered for u in g.mig_uuids)), None)
+    if lowered.startswith("gpu-"):
+        matches = [g for g in gpus if g.uuid.lower().startswith(lowered)]
+        return matches[0] if len(matches) == 1 else None
+    return None
+
+
+def _apply(name: str, value: str, gpus: tuple[Gpu, ...]) -> tuple[tuple[Gpu, ...], str]:
+    text = value.strip()
+    if name == "NVIDIA_VISIBLE_DEVICES" and text.lower() == "all":
+        return gpus, ""
+    if text.lower() in ("", "none", "void", "nodevfiles"):
+        return (), ""
+    chosen: list[Gpu] = []
+    for entry in (e.strip() for e in text.split(",")):
+        gpu = _resolve(entry, gpus)
+        if gpu is None:
+            return tuple(chosen), entry
+        if gpu not in chosen:
+            chosen.append(gpu)
+    return tuple(chosen), ""
+
+
+def visible_gpus(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> Visibility:
+    current = tuple(gpus)
+    hidden_by = ""
+    unresolved = ""
+    for name in VARIABLES:
+        if name not in environ:
+            continue
+        narrowed, bad = _apply(name, environ[name], current)
+        if len(narrowed) < len(current):
+            hidden_by = f"{name}={environ[name]!r}"
+        if bad and not unresolved:
+            unresolved = f"{name} entry {bad!r}"
+        current = narrowed
+    return Visibility(current, hidden_by, unresolved)

@@ -1,0 +1,115 @@
+"""Building blocks for verify-cuda-env tests: the fake NVML library and fake environments.
+
+The fake ``libnvidia-ml.so.1`` is compiled from ``tests/fake_nvml/fake_nvml.c`` with gcc
+and loaded by the real nvidia-ml-py through LD_LIBRARY_PATH in a subprocess. Target
+interpreters are real virtual environments whose site-packages hold the metadata (and the
+few files) that pip or conda would have written for torch, cupy, jax and friends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import venv
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fake_nvml" / "fake_nvml.c"
+OBSERVED = HERE / "fixtures" / "reference" / "observed-gpu-machines.yaml"
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise RuntimeError("gcc is needed to build the fake libnvidia-ml.so.1 for the tests")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / "libnvidia-ml.so.1"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(SOURCE)],
+                   check=True)
+    return out_dir
+
+
+def gpu_config(index: int, *, name: str = "NVIDIA H200", cc: str = "9.0",
+               memory_mib: int = 143771, brand: int = 2, uuid: str | None = None,
+               persistence: int = 1, **extra: Any) -> dict[str, str]:
+    cfg = {"name": name, "uuid": uuid or f"GPU-{index:08d}-aaaa-bbbb-cccc-{index:012d}",
+           "cc": cc, "memory_mib": str(memory_mib), "brand": str(brand),
+           "persistence": str(persistence)}
+    cfg.update({k.replace("__", "."): str(v) for k, v in extra.items()})
+    return {f"gpu.{index}.{k}": v for k, v in cfg.items()}
+
+
+def nvml_config(*gpus: dict[str, str], driver: str = "580.159.04", cuda: int = 13000,
+                fail: dict[str, int] | None = None) -> dict[str, str]:
+    cfg = {"driver_version": driver, "cuda_driver_version": str(cuda),
+           "gpu.count": str(len(gpus))}
+    for gpu in gpus:
+        cfg.update(gpu)
+    for fn, code in (fail or {}).items():
+        cfg[f"fail.{fn}"] = str(code)
+    return cfg
+
+
+def observed_h200() -> tuple[dict[str, Any], dict[str, str]]:
+    """The first H200 reading of observed-gpu-machines.yaml, and a fake-NVML config of it."""
+    machine = yaml.safe_load(OBSERVED.read_text())[0]
+    gpus = [gpu_config(i, name=g["name"], cc="{}.{}".format(*g["compute_capability"]),
+                       memory_mib=g["memory_total_mib"])
+            for i, g in enumerate(machine["gpus"])]
+    return machine, nvml_config(*gpus, driver=machine["driver_version"],
+                                cuda=machine["cuda_driver_version"])
+
+
+def write_config(path: Path, config: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    return path
+
+
+def dist_info(site: Path, name: str, version: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text("")
+
+
+def make_target(root: Path, dists: dict[str, str] | None = None,
+                files: dict[str, str] | None = None,
+                conda_meta: list[str] | None = None) -> Path:
+    """A real venv (no pip) holding the given distributions and files; returns its python."""
+    venv.create(root, with_pip=False, symlinks=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    for name, version in (dists or {}).items():
+        dist_info(site, name, version)
+    for rel, text in (files or {}).items():
+        path = site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if conda_meta is not None:
+        (root / "conda-meta").mkdir()
+        for filename in conda_meta:
+            (root / "conda-meta" / filename).write_text("{}")
+    return root / "bin" / "python"
+
+
+TORCH_VERSION_PY = """\
+from typing import Optional
+__version__ = '{version}'
+debug = False
+cuda: Optional[str] = {cuda}
+git_version = 'deadbeef'
+hip: Optional[str] = None
+"""
+
+
+NO_IMPORT = "raise ImportError('the fast path must not import torch')\n"
+
+
+def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str) -> Path:
+    cuda_literal = "None" if cuda is None else repr(cuda)
+    return make_target(root, {"torch": version, **extra_dists},
+                       {"torch/version.py": TORCH_VERSION_PY.format(version=version,
+                                                                    cuda=cuda_literal),
+                        "torch/__init__.py": NO_IMPORT})

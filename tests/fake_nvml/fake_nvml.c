@@ -1,0 +1,359 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests: the real nvidia-ml-py loads it through ctypes
+ * (dlopen honours LD_LIBRARY_PATH), so the code path of a GPU runner runs without a GPU.
+ *
+ * Configuration: FAKE_NVML_CONFIG names a file of `key=value` lines, e.g.
+ *   driver_version=580.159.04
+ *   cuda_driver_version=13000
+ *   gpu.count=1
+ *   gpu.0.name=NVIDIA H200
+ *   gpu.0.uuid=GPU-...
+ *   gpu.0.cc=9.0
+ *   gpu.0.memory_mib=143771
+ *   gpu.0.brand=2            (nvmlBrandType_t)
+ *   gpu.0.mig=1              gpu.0.mig.count=2   gpu.0.mig.0.uuid=MIG-...
+ *   gpu.0.persistence=1      gpu.0.ecc_uncorrected=0   gpu.0.retired_pending=0
+ *   gpu.0.remap_pending=0    gpu.0.remap_failure=0     gpu.0.processes=0
+ *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
+ * Every call is appended to FAKE_NVML_LOG when set, so tests can assert what ran.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GPUS 16
+#define MAX_MIG 8
+#define MAX_FAILS 64
+
+typedef int nvmlReturn_t;
+typedef void *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    char name[96];
+    char uuid[96];
+    int cc_major, cc_minor;
+    unsigned long long memory_mib;
+    int brand, mig, mig_count, persistence, retired_pending, remap_pending, remap_failure;
+    unsigned long long ecc_uncorrected;
+    unsigned int processes;
+    char mig_uuid[MAX_MIG][96];
+} gpu_t;
+
+static struct {
+    int loaded;
+    int initialized;
+    char driver_version[80];
+    int cuda_driver_version;
+    unsigned int gpu_count;
+    gpu_t gpus[MAX_GPUS];
+    char fail_name[MAX_FAILS][64];
+    int fail_code[MAX_FAILS];
+    int fails;
+} cfg;
+
+static void log_call(const char *name) {
+    const char *path = getenv("FAKE_NVML_LOG");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "%s\n", name);
+    fclose(f);
+}
+
+static void set_key(const char *key, const char *value) {
+    unsigned int i, m;
+    char rest[128];
+    if (!strcmp(key, "driver_version")) {
+        snprintf(cfg.driver_version, sizeof cfg.driver_version, "%s", value);
+    } else if (!strcmp(key, "cuda_driver_version")) {
+        cfg.cuda_driver_version = atoi(value);
+    } else if (!strcmp(key, "gpu.count")) {
+        cfg.gpu_count = (unsigned)atoi(value);
+        if (cfg.gpu_count > MAX_GPUS) cfg.gpu_count = MAX_GPUS;
+    } else if (!strncmp(key, "fail.", 5) && cfg.fails < MAX_FAILS) {
+        snprintf(cfg.fail_name[cfg.fails], 64, "%.63s", key + 5);
+        cfg.fail_code[cfg.fails++] = atoi(value);
+    } else if (sscanf(key, "gpu.%u.mig.%u.%127s", &i, &m, rest) == 3 && i < MAX_GPUS &&
+               m < MAX_MIG && !strcmp(rest, "uuid")) {
+        snprintf(cfg.gpus[i].mig_uuid[m], 96, "%s", value);
+    } else if (sscanf(key, "gpu.%u.%127s", &i, rest) == 2 && i < MAX_GPUS) {
+        gpu_t *g = &cfg.gpus[i];
+        if (!strcmp(rest, "name")) snprintf(g->name, 96, "%s", value);
+        else if (!strcmp(rest, "uuid")) snprintf(g->uuid, 96, "%s", value);
+        else if (!strcmp(rest, "cc")) sscanf(value, "%d.%d", &g->cc_major, &g->cc_minor);
+        else if (!strcmp(rest, "memory_mib")) g->memory_mib = strtoull(value, NULL, 10);
+        else if (!strcmp(rest, "brand")) g->brand = atoi(value);
+        else if (!strcmp(rest, "mig")) g->mig = atoi(value);
+        else if (!strcmp(rest, "mig.count")) g->mig_count = atoi(value);
+        else if (!strcmp(rest, "persistence")) g->persistence = atoi(value);
+        else if (!strcmp(rest, "ecc_uncorrected")) g->ecc_uncorrected = strtoull(value, NULL, 10);
+        else if (!strcmp(rest, "retired_pending")) g->retired_pending = atoi(value);
+        else if (!strcmp(rest, "remap_pending")) g->remap_pending = atoi(value);
+        else if (!strcmp(rest, "remap_failure")) g->remap_failure = atoi(value);
+        else if (!strcmp(rest, "processes")) g->processes = (unsigned)atoi(value);
+    }
+}
+
+static void load(void) {
+    char line[512];
+    const char *path;
+    FILE *f;
+    if (cfg.loaded) return;
+    cfg.loaded = 1;
+    snprintf(cfg.driver_version, sizeof cfg.driver_version, "580.159.04");
+    cfg.cuda_driver_version = 13000;
+    path = getenv("FAKE_NVML_CONFIG");
+    if (!path || !(f = fopen(path, "r"))) return;
+    while (fgets(line, sizeof line, f)) {
+        char *eq = strchr(line, '='), *end;
+        if (!eq || line[0] == '#') continue;
+        *eq = '\0';
+        end = eq + 1 + strcspn(eq + 1, "\r\n");
+        *end = '\0';
+        set_key(line, eq + 1);
+    }
+    fclose(f);
+}
+
+/* Log the call, then return the injected error for it, or 0. */
+static int enter(const char *name) {
+    int k;
+    load();
+    log_call(name);
+    for (k = 0; k < cfg.fails; k++)
+        if (!strcmp(cfg.fail_name[k], name)) return cfg.fail_code[k];
+    return 0;
+}
+
+#define ENTER(name)                 \
+    do {                            \
+        int rc_ = enter(name);      \
+        if (rc_) return rc_;        \
+    } while (0)
+
+/* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
+static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
+    uintptr_t h = (uintptr_t)dev;
+    *mig = -1;
+    if (h >= 0x1000) {
+        h -= 0x1000;
+        *mig = (int)(h % 64);
+        h = h / 64 + 1;
+    }
+    if (h < 1 || h > cfg.gpu_count) return NULL;
+    return &cfg.gpus[h - 1];
+}
+
+#define DEVICE(var, dev)                            \
+    int mig_ = -1;                                  \
+    gpu_t *var = gpu_of(dev, &mig_);                \
+    (void)mig_;                                     \
+    if (!cfg.initialized) return 1;                 \
+    if (!var) return 2
+
+static int copy_str(char *dst, unsigned int len, const char *src) {
+    if (strlen(src) + 1 > len) return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    strcpy(dst, src);
+    return 0;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    ENTER("nvmlInitWithFlags");
+    cfg.initialized = 1;
+    return 0;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    ENTER("nvmlShutdown");
+    cfg.initialized = 0;
+    return 0;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 14: return "Corrupted infoROM";
+    case 15: return "GPU is lost";
+    case 16: return "GPU requires restart";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 20: return "Insufficient Memory";
+    case 999: return "Unknown Error";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    ENTER("nvmlSystemGetDriverVersion");
+    if (!cfg.initialized) return 1;
+    return copy_str(version, length, cfg.driver_version);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
+    ENTER("nvmlSystemGetCudaDriverVersion_v2");
+    *v = cfg.cuda_driver_version;
+    return 0;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
+    ENTER("nvmlSystemGetCudaDriverVersion");
+    *v = cfg.cuda_driver_version;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    ENTER("nvmlDeviceGetCount_v2");
+    if (!cfg.initialized) return 1;
+    *count = cfg.gpu_count;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev) {
+    ENTER("nvmlDeviceGetHandleByIndex_v2");
+    if (!cfg.initialized) return 1;
+    if (index >= cfg.gpu_count) return 2;
+    *dev = (nvmlDevice_t)(uintptr_t)(index + 1);
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length) {
+    ENTER("nvmlDeviceGetName");
+    DEVICE(g, dev);
+    return copy_str(name, length, g->name);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length) {
+    ENTER("nvmlDeviceGetUUID");
+    DEVICE(g, dev);
+    return copy_str(uuid, length, mig_ >= 0 ? g->mig_uuid[mig_] : g->uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t dev, int *major, int *minor) {
+    ENTER("nvmlDeviceGetCudaComputeCapability");
+    DEVICE(g, dev);
+    *major = g->cc_major;
+    *minor = g->cc_minor;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
+    ENTER("nvmlDeviceGetMemoryInfo");
+    DEVICE(g, dev);
+    mem->total = g->memory_mib * 1024ULL * 1024ULL;
+    mem->used = 0;
+    mem->free = mem->total;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, int *brand) {
+    ENTER("nvmlDeviceGetBrand");
+    DEVICE(g, dev);
+    *brand = g->brand;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending) {
+    ENTER("nvmlDeviceGetMigMode");
+    DEVICE(g, dev);
+    *current = (unsigned)g->mig;
+    *pending = (unsigned)g->mig;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count) {
+    ENTER("nvmlDeviceGetMaxMigDeviceCount");
+    DEVICE(g, dev);
+    *count = (unsigned)g->mig_count;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index,
+                                                 nvmlDevice_t *mig) {
+    ENTER("nvmlDeviceGetMigDeviceHandleByIndex");
+    DEVICE(g, dev);
+    if (!g->mig) return 3;
+    if ((int)index >= g->mig_count) return 6;
+    *mig = (nvmlDevice_t)(uintptr_t)(0x1000 + ((uintptr_t)dev - 1) * 64 + index);
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t dev, int *mode) {
+    ENTER("nvmlDeviceGetPersistenceMode");
+    DEVICE(g, dev);
+    *mode = g->persistence;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    ENTER("nvmlDeviceGetTotalEccErrors");
+    DEVICE(g, dev);
+    /* uncorrected (1) volatile (0) only; everything else reads zero */
+    *count = (error_type == 1 && counter_type == 0) ? g->ecc_uncorrected : 0;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev, int *pending) {
+    ENTER("nvmlDeviceGetRetiredPagesPendingStatus");
+    DEVICE(g, dev);
+    *pending = g->retired_pending;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    ENTER("nvmlDeviceGetRemappedRows");
+    DEVICE(g, dev);
+    *corr = 0;
+    *unc = 0;
+    *pending = (unsigned)g->remap_pending;
+    *failure = (unsigned)g->remap_failure;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    unsigned int k;
+    ENTER("nvmlDeviceGetComputeRunningProcesses_v3");
+    DEVICE(g, dev);
+    if (g->processes == 0) {
+        *count = 0;
+        return 0;
+    }
+    if (!infos || *count < g->processes) {
+        *count = g->processes;
+        return 7;
+    }
+    for (k = 0; k < g->processes; k++) {
+        infos[k].pid = 4242 + k;
+        infos[k].usedGpuMemory = 512ULL * 1024 * 1024;
+        infos[k].gpuInstanceId = 0xFFFFFFFF;
+        infos[k].computeInstanceId = 0xFFFFFFFF;
+    }
+    *count = g->processes;
+    return 0;
+}
