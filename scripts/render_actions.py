@@ -1,4 +1,5 @@
-"""Render ``actions/*/action.yml``, the root ``action.yml`` and README's tables from the specs.
+"""Render generated files: ``actions/*/action.yml``, the root ``action.yml`` and README's
+tables from the specs, README's embedded examples, and the driver table's JSON rendering.
 
 ``python scripts/render_actions.py`` rewrites them; ``--check`` exits 1 when any is stale
 (the test suite runs the check). Writing YAML by hand keeps the files readable and stable.
@@ -165,10 +166,21 @@ def embed_examples(text: str) -> str:
     return EXAMPLE_MARKER.sub(body, text)
 
 
+def driver_table_json() -> str:
+    """The YAML driver table as JSON: read at run time without importing PyYAML."""
+    import yaml
+
+    data_dir = ROOT / "src" / "gpu_ci" / "data"
+    doc = yaml.safe_load((data_dir / "cuda-toolkit-driver-table.yaml").read_text())
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
 def targets() -> dict[Path, str]:
     files = {ROOT / "actions" / name / "action.yml": render_action(spec)
              for name, spec in ACTIONS.items()}
     files[ROOT / "action.yml"] = render_root()
+    files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
+        driver_table_json())
     readme = ROOT / "README.md"
     files[readme] = embed_examples(render_readme(readme.read_text(encoding="utf-8")))
     return files

@@ -33,6 +33,14 @@ def test_packaged_table_matches_the_in_repo_fixture_copy():
         FIXTURES / "reference" / "cuda-toolkit-driver-table.yaml").read_bytes()
 
 
+def test_json_rendering_equals_the_yaml_table():
+    import json
+
+    from gpu_ci.cuda_table import TABLE_JSON
+
+    assert json.loads(TABLE_JSON.read_text()) == yaml.safe_load(TABLE_PATH.read_text())
+
+
 def test_table_lookups():
     table = load_table()
     assert table.min_driver(13, 0) == "580.65.06"

@@ -1,7 +1,9 @@
 """NVIDIA's CUDA toolkit → minimum driver table, shipped as package data.
 
 The YAML is a verbatim copy of ``shared/reference/cuda-toolkit-driver-table.yaml`` (a test
-compares them). It is data, refreshed when NVIDIA publishes a release; code only reads it.
+compares them). It is data, refreshed when NVIDIA publishes a release; code only reads it,
+through the JSON rendering next to it (``scripts/render_actions.py`` writes it; a test keeps
+it equal to the YAML), so that the check never pays for importing PyYAML.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 TABLE_PATH = Path(__file__).with_name("data") / "cuda-toolkit-driver-table.yaml"
+TABLE_JSON = TABLE_PATH.with_suffix(".json")
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,11 @@ class DriverTable:
 
 
 @lru_cache(maxsize=1)
-def load_table(path: Path = TABLE_PATH) -> DriverTable:
-    import yaml
+def load_table(path: Path = TABLE_JSON) -> DriverTable:
+    import json
 
     with open(path, encoding="utf-8") as handle:
-        doc = yaml.safe_load(handle)
+        doc = json.load(handle)
     toolkits = {str(k): str(v[0]) for k, v in doc["toolkit_min_driver"].items() if v[0]}
     floors = {int(k): str(v["linux_min"])
               for k, v in doc["minor_version_compatibility"].items() if v.get("linux_min")}

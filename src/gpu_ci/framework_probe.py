@@ -1,7 +1,8 @@
 """Collect raw framework facts from the target interpreter and the CUDA toolkit.
 
-One short subprocess in the target interpreter lists its distributions with
-``importlib.metadata`` and reads two small files; it imports no framework. ``deep`` mode is
+One short subprocess in the target interpreter lists its distributions (the names of the
+``*.dist-info`` directories on its ``sys.path``) and reads two small files; it imports no
+framework. ``deep`` mode is
 a second, optional subprocess that does import them (with a timeout).
 """
 
@@ -21,12 +22,23 @@ from gpu_ci.frameworks import ProbeFacts
 # the frameworks themselves.
 PROBE = r"""
 import json, os, re, sys
-from importlib import metadata
+# Installed distributions from the *.dist-info / *.egg-info directory names on sys.path:
+# a directory listing instead of importlib.metadata, which parses every METADATA file
+# (100+ ms in an environment with torch).
 dists = {}
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if name:
-        dists.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+for entry in sys.path:
+    try:
+        names = os.listdir(entry or ".")
+    except OSError:
+        continue
+    for name in names:
+        for suffix in (".dist-info", ".egg-info"):
+            if name.endswith(suffix):
+                stem = name[:-len(suffix)]
+                project, _, version = stem.partition("-")
+                version = version.split("-py")[0] if suffix == ".egg-info" else version
+                if project and version:
+                    dists.setdefault(re.sub(r"[-_.]+", "-", project).lower(), version)
 files = {}
 for rel in ("torch/version.py", "tensorflow/python/platform/build_info.py"):
     for entry in sys.path:

@@ -1,10 +1,12 @@
 """The runner-facing edge: outputs, annotations, masks, environment and the job summary.
 
-actions-toolkit's ``core`` speaks GitHub's workflow commands and file commands. This module
-adds what a CLI that also runs outside Actions needs: outputs as ``name=value`` lines when
-``$GITHUB_OUTPUT`` is unset, masks only where a runner will honour them (printing
-``::add-mask::<token>`` on a developer's terminal would reveal the token it means to hide),
-and a Markdown job summary.
+actions-toolkit speaks GitHub's workflow commands and file commands. We call the two
+modules its ``core`` is built on (``command`` and ``file_command``) rather than ``core``
+itself, which imports ``requests`` for OIDC: 120 ms of start-up that every action paid and
+none used. This module adds what a CLI that also runs outside Actions needs: outputs as
+``name=value`` lines when ``$GITHUB_OUTPUT`` is unset, masks only where a runner will
+honour them (printing ``::add-mask::<token>`` on a developer's terminal would reveal the
+token it means to hide), and a Markdown job summary.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
 
-from actions_toolkit import core
 from actions_toolkit.command import issue_command
+from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
 
 
 def _escape_cell(value: object) -> str:
@@ -50,35 +52,35 @@ class Runtime:
     def set_output(self, name: str, value: object) -> None:
         text = value if isinstance(value, str) else str(value)
         if self.environ.get("GITHUB_OUTPUT"):
-            core.set_output(name, text)
+            issue_file_command("OUTPUT", prepare_key_value_message(name, text))
         else:
             self.stdout.write(f"{name}={text}\n")
             self.stdout.flush()
 
     def export_variable(self, name: str, value: str) -> None:
         if self.environ.get("GITHUB_ENV"):
-            core.export_variable(name, value)
+            issue_file_command("ENV", prepare_key_value_message(name, value))
         else:
             self.stdout.write(f"export {name}={value}\n")
 
     def add_path(self, path: str) -> None:
         if self.environ.get("GITHUB_PATH"):
-            core.add_path(path)
+            issue_file_command("PATH", path)
         else:
             self.stdout.write(f"path {path}\n")
 
     # -- logging ----------------------------------------------------------------------
     def mask(self, secret: str) -> None:
         if secret and self.in_actions:
-            core.set_secret(secret)
+            issue_command("add-mask", {}, secret)
 
     def info(self, message: str) -> None:
         self.stdout.write(message + "\n")
         self.stdout.flush()
 
     def _annotate(self, kind: str, message: str, title: str | None) -> None:
-        # core.error() etc. always emit empty file=/line= properties; issue the same
-        # workflow command with only the properties we have (escaping is the toolkit's).
+        # core.error() always emits empty file=/line= properties; issue the same workflow
+        # command with only the properties we have (escaping is the toolkit's).
         sys.stdout.flush()
         issue_command(kind, {"title": title} if title else {}, message)
         sys.stdout.flush()
