@@ -1,0 +1,303 @@
+"""Lock file text → install plan. Pure: no downloads, no files besides the text given.
+
+Two formats are accepted, detected from content rather than the file name:
+
+* explicit: ``@EXPLICIT`` followed by ``<url>#<md5>`` (or ``#sha256:<hex>``) lines, with an
+  optional ``# platform:`` header and ``# pip <name> @ <url>#sha256=<hex>`` lines;
+* unified: conda-lock's ``conda-lock.yml`` (format version 1, with or without the
+  ``version`` key; ``category`` or ``categories`` per package).
+
+An ``environment.yml`` needs a solver and is refused with instructions to lock it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from gpu_ci.errors import GpuCiError
+
+ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
+
+
+@dataclass(frozen=True)
+class CondaEntry:
+    name: str
+    version: str
+    build: str
+    subdir: str
+    url: str
+    filename: str
+    md5: str = ""
+    sha256: str = ""
+    depends: tuple[str, ...] = ()
+
+    @property
+    def build_number(self) -> int:
+        match = re.search(r"_(\d+)$", self.build)
+        return int(match.group(1)) if match else 0
+
+    @property
+    def channel(self) -> str:
+        """The channel URL: everything before ``/<subdir>/<filename>``."""
+        return self.url.rsplit("/", 2)[0]
+
+
+@dataclass(frozen=True)
+class PipEntry:
+    name: str
+    version: str
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockFile:
+    kind: str
+    """'explicit' or 'unified'."""
+    platforms: tuple[str, ...]
+    channels: tuple[str, ...]
+    packages: tuple[dict[str, Any], ...] = field(repr=False)
+    """Unified: the raw package entries. Explicit: parsed entries as dicts."""
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    kind: str
+    platform: str
+    categories: tuple[str, ...]
+    channels: tuple[str, ...]
+    conda: tuple[CondaEntry, ...]
+    pip: tuple[PipEntry, ...]
+    lock_sha256: str
+
+    @property
+    def count(self) -> int:
+        return len(self.conda) + len(self.pip)
+
+
+def lock_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+:[^/@\s]+@")
+_TOKEN = re.compile(r"/t/[^/\s]+/")
+
+
+def mask_url(text: str) -> str:
+    """Hide ``user:password@`` and anaconda.org ``/t/<token>/`` parts of URLs."""
+    return _TOKEN.sub("/t/***/", _CREDENTIALS.sub("***:***@", text))
+
+
+def secrets_in(url: str) -> list[str]:
+    """The secret parts of a URL, for the runner's mask list."""
+    out = []
+    parts = urlsplit(url)
+    if parts.password:
+        out.append(parts.password)
+    out += [m.group(0)[3:-1] for m in _TOKEN.finditer(url)]
+    return out
+
+
+def split_archive_name(filename: str) -> tuple[str, str, str]:
+    for suffix in ARCHIVE_SUFFIXES:
+        if filename.endswith(suffix):
+            stem = filename[: -len(suffix)]
+            parts = stem.rsplit("-", 2)
+            if len(parts) == 3 and all(parts):
+                return parts[0], parts[1], parts[2]
+    raise ValueError(filename)
+
+
+def _conda_entry(url: str, md5: str = "", sha256: str = "",
+                 depends: Iterable[str] = (), where: str = "") -> CondaEntry:
+    path = urlsplit(url).path
+    segments = path.rstrip("/").split("/")
+    filename = segments[-1]
+    try:
+        name, version, build = split_archive_name(filename)
+    except ValueError:
+        raise GpuCiError(f"{where}: {mask_url(url)} does not name a conda archive "
+                         "(<name>-<version>-<build>.conda or .tar.bz2).") from None
+    subdir = segments[-2] if len(segments) >= 2 else ""
+    return CondaEntry(name, version, build, subdir, url, filename, md5.lower(),
+                      sha256.lower(), tuple(depends))
+
+
+def detect_kind(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines()]
+    if "@EXPLICIT" in lines:
+        return "explicit"
+    if re.search(r"^package:\s*$", text, re.MULTILINE) and re.search(r"^metadata:\s*$", text,
+                                                                     re.MULTILINE):
+        return "unified"
+    if re.search(r"^dependencies:\s*$", text, re.MULTILINE):
+        return "environment"
+    return "unknown"
+
+
+ENVIRONMENT_REFUSAL = (
+    "{path} is an environment.yml: creating it needs a solver, which this action never "
+    "runs. Lock it once and commit the lock: `conda-lock lock -f {path} -p linux-64` "
+    "writes conda-lock.yml (or add `--kind explicit` for one @EXPLICIT file per platform); "
+    "then pass that file as lock-file."
+)
+
+
+def parse(text: str, path: str = "lock-file") -> LockFile:
+    kind = detect_kind(text)
+    if kind == "explicit":
+        return _parse_explicit(text, path)
+    if kind == "unified":
+        return _parse_unified(text, path)
+    if kind == "environment":
+        raise GpuCiError(ENVIRONMENT_REFUSAL.format(path=path), title="not a lock file")
+    raise GpuCiError(f"{path} is neither an explicit lock (no @EXPLICIT line) nor a unified "
+                     "conda-lock.yml (no metadata: and package: sections).",
+                     title="not a lock file")
+
+
+_PIP_LINE = re.compile(r"^#\s*pip\s+(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+?)"
+                       r"#sha256=(?P<sha>[0-9a-fA-F]{64})\s*$")
+
+
+def _parse_explicit(text: str, path: str) -> LockFile:
+    platform = ""
+    entries: list[dict[str, Any]] = []
+    started = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        where = f"{path} line {number}"
+        if not line:
+            continue
+        if line.startswith("#"):
+            match = re.match(r"#\s*platform:\s*(\S+)", line)
+            if match:
+                platform = match.group(1)
+            pip = _PIP_LINE.match(line)
+            if pip:
+                entries.append({"manager": "pip", "name": pip.group("name"),
+                                "url": pip.group("url"), "sha256": pip.group("sha").lower()})
+            elif re.match(r"#\s*pip\b", line):
+                raise GpuCiError(f"{where}: pip line without '<name> @ <url>#sha256=<hex>': "
+                                 f"{mask_url(line)}")
+            continue
+        if line == "@EXPLICIT":
+            started = True
+            continue
+        if not started:
+            raise GpuCiError(f"{where}: package line before @EXPLICIT: {mask_url(line)}")
+        url, _, fragment = line.partition("#")
+        md5 = sha256 = ""
+        if fragment.startswith("sha256:"):
+            sha256 = fragment[len("sha256:"):]
+        elif re.fullmatch(r"[0-9a-fA-F]{32}", fragment):
+            md5 = fragment
+        elif re.fullmatch(r"[0-9a-fA-F]{64}", fragment):
+            sha256 = fragment
+        entry = _conda_entry(url, md5, sha256, where=where)
+        entries.append({"manager": "conda", "entry": entry})
+    platforms = (platform,) if platform else ()
+    channels = tuple(dict.fromkeys(e["entry"].channel for e in entries
+                                   if e["manager"] == "conda"))
+    return LockFile("explicit", platforms, channels, tuple(entries))
+
+
+def _parse_unified(text: str, path: str) -> LockFile:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise GpuCiError(f"{path} is not valid YAML{where}.") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("package"), list):
+        raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
+    version = doc.get("version", 1)
+    if version != 1:
+        raise GpuCiError(f"{path}: conda-lock format version {version} is not supported "
+                         "(version 1 is).")
+    meta = doc.get("metadata") or {}
+    platforms = tuple(str(p) for p in meta.get("platforms") or ())
+    channels = tuple(str(c.get("url") if isinstance(c, dict) else c)
+                     for c in meta.get("channels") or ())
+    return LockFile("unified", platforms, channels, tuple(doc["package"]))
+
+
+def _categories_of(pkg: dict[str, Any]) -> set[str]:
+    if isinstance(pkg.get("categories"), list):
+        return {str(c) for c in pkg["categories"]}
+    return {str(pkg.get("category") or "main")}
+
+
+def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
+         path: str = "lock-file") -> InstallPlan:
+    """Pick the platform's entries (and categories) in the lock's own order."""
+    cats = tuple(categories) or ("main",)
+    conda: list[CondaEntry] = []
+    pip: list[PipEntry] = []
+    if lock.kind == "explicit":
+        if lock.platforms and platform not in lock.platforms:
+            raise GpuCiError(f"{path} is an explicit lock for {lock.platforms[0]}, but the "
+                             f"platform is {platform}: use the lock for {platform}, or set "
+                             f"platform: {lock.platforms[0]} if that is really meant.")
+        for item in lock.packages:
+            if item["manager"] == "conda":
+                conda.append(item["entry"])
+            else:
+                pip.append(PipEntry(item["name"], "", item["url"], item["sha256"]))
+    else:
+        if platform not in lock.platforms:
+            raise GpuCiError(f"{path} has no packages for {platform}; it locks "
+                             f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
+                             f"when locking (conda-lock -p {platform}) or set 'platform'.")
+        for index, pkg in enumerate(lock.packages):
+            if pkg.get("platform") != platform or not (_categories_of(pkg) & set(cats)):
+                continue
+            name = str(pkg.get("name") or "")
+            if name.startswith("__"):
+                continue  # virtual packages describe the system; nothing to install
+            where = f"{path} package {index + 1} ({name})"
+            hashes = pkg.get("hash") or {}
+            url = str(pkg.get("url") or "")
+            if not url:
+                raise GpuCiError(f"{where} has no url.")
+            if pkg.get("manager", "conda") == "pip":
+                sha = str(hashes.get("sha256") or "")
+                if not sha:
+                    raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
+                pip.append(PipEntry(name, str(pkg.get("version") or ""), url, sha.lower()))
+            else:
+                depends = [f"{dep} {spec}".strip()
+                           for dep, spec in (pkg.get("dependencies") or {}).items()]
+                conda.append(_conda_entry(url, str(hashes.get("md5") or ""),
+                                          str(hashes.get("sha256") or ""), depends, where))
+    for entry in conda:
+        if not (entry.md5 or entry.sha256):
+            raise GpuCiError(f"{path}: {entry.filename} has no md5 or sha256; a lock without "
+                             "hashes cannot be verified. Re-lock it.")
+    return InstallPlan(lock.kind, platform, cats, lock.channels, tuple(conda), tuple(pip),
+                       lock_sha256(text))
+
+
+def render_explicit(plan_: InstallPlan) -> str:
+    """An @EXPLICIT file of the plan's conda entries (for ``engine: conda``)."""
+    lines = [f"# platform: {plan_.platform}", "@EXPLICIT"]
+    for e in plan_.conda:
+        lines.append(f"{e.url}#{e.md5}" if e.md5 else f"{e.url}#sha256:{e.sha256}")
+    return "\n".join(lines) + "\n"
+
+
+def strip_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url

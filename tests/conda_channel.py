@@ -1,0 +1,305 @@
+"""A local conda channel of real packages, served over loopback HTTP with injectable faults.
+
+Packages are assembled with py-rattler-build and indexed with py-rattler, so that what the
+action installs is exactly what conda-forge ships in form: ``.conda`` archives with
+``info/index.json``, ``paths.json``, prefix placeholders and activation scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+SUBDIR = "linux-64"
+
+
+@dataclass
+class Archive:
+    name: str
+    version: str
+    build: str
+    subdir: str
+    path: Path
+    depends: list[str]
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    @property
+    def data(self) -> bytes:
+        return self.path.read_bytes()
+
+    @property
+    def md5(self) -> str:
+        return hashlib.md5(self.data).hexdigest()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@dataclass
+class Channel:
+    root: Path
+    archives: list[Archive]
+    wheel: Path
+    server: ChannelServer | None = None
+
+    def url(self, rel: str = "") -> str:
+        assert self.server is not None
+        return f"{self.server.url}/{rel}"
+
+    def archive_url(self, archive: Archive) -> str:
+        return self.url(f"channel/{archive.subdir}/{archive.filename}")
+
+    def explicit_lock(self, names: list[str] | None = None, *, pip: bool = False,
+                      platform: str = SUBDIR) -> str:
+        lines = [f"# platform: {platform}", "@EXPLICIT"]
+        for a in self.archives:
+            if names is None or a.name in names:
+                lines.append(f"{self.archive_url(a)}#{a.md5}")
+        if pip:
+            sha = hashlib.sha256(self.wheel.read_bytes()).hexdigest()
+            lines.append(f"# pip gpuci-demo @ {self.url('wheels/' + self.wheel.name)}"
+                         f"#sha256={sha}")
+        return "\n".join(lines) + "\n"
+
+    def unified_lock(self, names: list[str] | None = None, *, pip: bool = False,
+                     dev: list[str] = ()) -> str:
+        import yaml
+
+        packages: list[dict[str, Any]] = []
+        for a in self.archives:
+            if names is not None and a.name not in names and a.name not in dev:
+                continue
+            deps = {}
+            for dep in a.depends:
+                dep_name, _, spec = dep.partition(" ")
+                deps[dep_name] = spec
+            packages.append({"name": a.name, "version": a.version, "manager": "conda",
+                             "platform": SUBDIR, "dependencies": deps,
+                             "url": self.archive_url(a),
+                             "hash": {"md5": a.md5, "sha256": a.sha256},
+                             "category": "dev" if a.name in dev else "main",
+                             "optional": a.name in dev})
+        packages.append({"name": "__glibc", "version": "2.17", "manager": "conda",
+                         "platform": SUBDIR, "dependencies": {}, "url": "",
+                         "hash": {"md5": "0" * 32}, "category": "main", "optional": False})
+        if pip:
+            packages.append({"name": "gpuci-demo", "version": "1.0", "manager": "pip",
+                             "platform": SUBDIR, "dependencies": {},
+                             "url": self.url("wheels/" + self.wheel.name),
+                             "hash": {"sha256": hashlib.sha256(
+                                 self.wheel.read_bytes()).hexdigest()},
+                             "category": "main", "optional": False})
+        doc = {"version": 1,
+               "metadata": {"content_hash": {SUBDIR: "0" * 64},
+                            "channels": [{"url": self.url("channel"), "used_env_vars": []}],
+                            "platforms": [SUBDIR, "osx-arm64"], "sources": ["environment.yml"]},
+               "package": packages}
+        return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _record_placeholder(archive: Path, placeholder: str) -> None:
+    """Record ``placeholder`` in info/paths.json and info/has_prefix of a .tar.bz2 archive,
+    as conda-build does for files that embed the build prefix."""
+    import io
+    import tarfile
+
+    with tarfile.open(archive, "r:bz2") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None)
+                   for m in tar.getmembers()]
+    contents = dict((m.name, data) for m, data in members)
+    paths = json.loads(contents["info/paths.json"])
+    has_prefix = []
+    for entry in paths["paths"]:
+        data = contents.get(entry["_path"])
+        if data is not None and placeholder.encode() in data:
+            entry["prefix_placeholder"] = placeholder
+            entry["file_mode"] = "text"
+            has_prefix.append(f"{placeholder} text {entry['_path']}")
+    new = {"info/paths.json": json.dumps(paths).encode(),
+           "info/has_prefix": ("\n".join(has_prefix) + "\n").encode()}
+    with tarfile.open(archive, "w:bz2") as tar:
+        for member, data in members:
+            if member.name in new:
+                continue
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+        for name, data in new.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _assemble(out: Path, work: Path, name: str, version: str, build: str, subdir: str,
+              files: dict[str, str | tuple[str, str]], depends: list[str] = (),
+              noarch: str | None = None, tar_bz2: bool = False) -> Archive:
+    import rattler_build
+
+    files_dir = work / f"{name}-files"
+    files_dir.mkdir(parents=True)
+    for rel, content in files.items():
+        path = files_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, tuple) and content[0] == "symlink":
+            os.symlink(content[1], path)
+        else:
+            path.write_text(str(content).replace("@PREFIX@", str(files_dir)))
+            if rel.startswith("bin/"):
+                path.chmod(0o755)
+    target = subdir if noarch is None else "noarch"
+    kind = rattler_build.ArchiveType.TarBz2 if tar_bz2 else rattler_build.ArchiveType.Conda
+    output = rattler_build.assemble_package(
+        name, version, target, build, out / target, files_dir=files_dir,
+        depends=list(depends), noarch=noarch, archive_type=kind)
+    if tar_bz2 and any("@PREFIX@" in str(c) for c in files.values()):
+        _record_placeholder(Path(output.path), str(files_dir))
+    return Archive(name, version, build, target, Path(output.path), list(depends))
+
+
+def build_wheel(out: Path) -> Path:
+    """A tiny real wheel, for the lock's pip entries."""
+    wheel = out / "gpuci_demo-1.0-py3-none-any.whl"
+    files = {
+        "gpuci_demo/__init__.py": "VALUE = 42\n",
+        "gpuci_demo-1.0.dist-info/METADATA":
+            "Metadata-Version: 2.1\nName: gpuci-demo\nVersion: 1.0\n",
+        "gpuci_demo-1.0.dist-info/WHEEL":
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            data = text.encode()
+            zf.writestr(name, data)
+            import base64
+
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(data)}")
+        record.append("gpuci_demo-1.0.dist-info/RECORD,,")
+        zf.writestr("gpuci_demo-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def build_channel(root: Path, *, with_python: bool = True) -> Channel:
+    """libhello <- hello (activate.d), noarch data, and a python wrapping this interpreter."""
+    import rattler.index
+
+    channel_dir = root / "channel"
+    work = root / "work"
+    archives = [
+        _assemble(channel_dir, work, "libhello", "1.0", "h0_0", SUBDIR,
+                  {"share/libhello/prefix.txt": "installed at @PREFIX@\n"}, tar_bz2=True),
+        _assemble(channel_dir, work, "hello", "2.1", "h1_3", SUBDIR,
+                  {"bin/hello": "#!/bin/sh\necho \"hello from @PREFIX@\"\n",
+                   "etc/conda/activate.d/hello.sh":
+                       'export HELLO_HOME="${CONDA_PREFIX}/share/hello"\n'
+                       'export HELLO_ACTIVATED=yes\n'},
+                  depends=["libhello >=1.0"], tar_bz2=True),
+        _assemble(channel_dir, work, "hello-data", "0.3", "pyh0_0", SUBDIR,
+                  {"share/hello/data.txt": "data\n"}, noarch="generic"),
+    ]
+    if with_python:
+        exe = Path(sys.executable).resolve()
+        version = ".".join(map(str, sys.version_info[:3]))
+        archives.append(_assemble(channel_dir, work, "python", version, "h0_0_cpython", SUBDIR, {
+            # A venv-style wrapper of the interpreter running the tests: real enough for pip.
+            "bin/python": ("symlink", str(exe)),
+            "bin/python3": ("symlink", "python"),
+            "pyvenv.cfg": f"home = {exe.parent}\ninclude-system-site-packages = true\n"
+                          f"version = {version}\n",
+            f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/"
+            "gpuci-site.txt": "site-packages of the wrapped interpreter\n",
+        }))
+    asyncio.run(rattler.index.index_fs(channel_dir))
+    wheels = root / "wheels"
+    wheels.mkdir()
+    return Channel(channel_dir, archives, build_wheel(wheels))
+
+
+@dataclass
+class ChannelServer:
+    """Serves ``root`` over HTTP on 127.0.0.1; ``faults[path]`` lists actions to take."""
+
+    root: Path
+    faults: dict[str, list[str]] = field(default_factory=dict)
+    log: list[tuple[str, int]] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def fail(self, rel: str, *actions: str) -> None:
+        """Actions: '500', '503', '404', 'truncate', 'corrupt' (one per request)."""
+        self.faults.setdefault("/" + rel.lstrip("/"), []).extend(actions)
+
+    def requests(self, contains: str = "") -> list[tuple[str, int]]:
+        return [r for r in self.log if contains in r[0]]
+
+    def start(self) -> ChannelServer:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                queue = owner.faults.get(path) or []
+                action = queue.pop(0) if queue else ""
+                file = (owner.root / path.lstrip("/")).resolve()
+                if action in ("500", "503", "404") or not file.is_file() or \
+                        owner.root.resolve() not in file.parents:
+                    status = int(action) if action else 404
+                    owner.log.append((path, status))
+                    body = b'{"error": "nope"}'
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(body)))
+                    if status == 503:
+                        self.send_header("Retry-After", "0")
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                data = file.read_bytes()
+                owner.log.append((path, 200))
+                if action == "corrupt":
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if action == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                    return
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def repodata(channel: Channel, subdir: str = SUBDIR) -> dict[str, Any]:
+    return json.loads((channel.root / subdir / "repodata.json").read_text())

@@ -1,0 +1,196 @@
+"""Lock text → install plan, over the real lock files in tests/fixtures/lockfiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_ci import lockfile
+from gpu_ci.errors import GpuCiError
+from tests.conftest import FIXTURES
+
+LOCKS = sorted((FIXTURES / "lockfiles").iterdir())
+UNIFIED = [p for p in LOCKS if p.name.endswith(".yml")]
+
+
+def load(name: str) -> tuple[lockfile.LockFile, str]:
+    text = (FIXTURES / "lockfiles" / name).read_text()
+    return lockfile.parse(text, name), text
+
+
+@pytest.mark.parametrize("path", LOCKS, ids=lambda p: p.name)
+def test_every_real_lock_parses_and_plans(path):
+    text = path.read_text()
+    lock = lockfile.parse(text, path.name)
+    assert lock.kind == ("explicit" if path.suffix == ".lock" else "unified")
+    platform = lock.platforms[0]
+    plan = lockfile.plan(lock, text, platform, ["main"], path.name)
+    assert plan.count > 0
+    assert all(e.md5 or e.sha256 for e in plan.conda)
+    assert all(not e.name.startswith("__") for e in plan.conda)
+    assert plan.lock_sha256 == lockfile.lock_sha256(text)
+
+
+@pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)
+def test_unified_plans_agree_with_conda_lock_itself(path):
+    conda_lock = pytest.importorskip("conda_lock.lockfile", reason="conda-lock (Python>=3.10)")
+    text = path.read_text()
+    lock = lockfile.parse(text, path.name)
+    reference = conda_lock.parse_conda_lock_file(path)
+    for platform in lock.platforms:
+        for cats in (["main"], ["main", "dev"]):
+            mine = lockfile.plan(lock, text, platform, cats)
+            theirs = [d for d in reference.package if d.platform == platform
+                      and set(d.categories) & set(cats) and not d.name.startswith("__")]
+            assert sorted(e.url for e in mine.conda) == sorted(
+                d.url for d in theirs if d.manager == "conda")
+            assert sorted(e.url for e in mine.pip) == sorted(
+                d.url for d in theirs if d.manager == "pip")
+
+
+def test_plan_keeps_the_lock_order():
+    import yaml
+
+    lock, text = load("conda-lock.test-explicit-toposorted.conda-lock.yml")
+    plan = lockfile.plan(lock, text, "linux-64", ["main"])
+    in_file = [p["url"] for p in yaml.safe_load(text)["package"]
+               if p["platform"] == "linux-64" and p["manager"] == "conda"]
+    assert [e.url for e in plan.conda] == in_file
+
+
+def test_explicit_lock_entries():
+    lock, text = load("conda-lock.zlib.conda-linux-64.lock")
+    plan = lockfile.plan(lock, text, "linux-64", ["main"])
+    assert [e.name for e in plan.conda] == ["_libgcc_mutex", "libgomp", "_openmp_mutex",
+                                            "libgcc-ng", "libzlib", "zlib"]
+    first = plan.conda[0]
+    assert (first.version, first.build, first.subdir) == ("0.1", "conda_forge", "linux-64")
+    assert first.md5 == "d7c89558ba9fa0495403155b64376d81"
+    assert first.channel == "https://conda.anaconda.org/conda-forge"
+
+
+def test_explicit_lock_for_another_platform_is_refused():
+    lock, text = load("conda-lock.zlib.conda-linux-64.lock")
+    with pytest.raises(GpuCiError, match="explicit lock for linux-64, but the platform is "
+                                         "linux-aarch64"):
+        lockfile.plan(lock, text, "linux-aarch64", ["main"])
+
+
+def test_platform_missing_from_a_unified_lock_lists_the_locked_ones():
+    lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
+    with pytest.raises(GpuCiError, match="no packages for win-64; it locks linux-64, "
+                                         "linux-aarch64"):
+        lockfile.plan(lock, text, "win-64", ["main"])
+
+
+def test_categories_select_dev_packages():
+    lock, text = load("conda-lock.test-lockfile.conda-lock.yml")
+    main = lockfile.plan(lock, text, "linux-64", ["main"])
+    both = lockfile.plan(lock, text, "linux-64", ["main", "dev"])
+    assert both.count > main.count
+    assert "async_generator" in {e.name for e in both.conda}
+    assert "async_generator" not in {e.name for e in main.conda}
+
+
+def test_unified_pip_entries():
+    lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
+    plan = lockfile.plan(lock, text, "linux-64", ["main"])
+    names = [p.name for p in plan.pip]
+    assert "certifi" in names and all(len(p.sha256) == 64 for p in plan.pip)
+
+
+def test_explicit_pip_lines_and_sha256_fragments():
+    text = ("# platform: linux-64\n@EXPLICIT\n"
+            "https://x.example/c/linux-64/a-1.0-h0_0.conda#sha256:" + "ab" * 32 + "\n"
+            "# pip requests @ https://files.example/requests-2.0-py3-none-any.whl#sha256="
+            + "cd" * 32 + "\n")
+    plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+    assert plan.conda[0].sha256 == "ab" * 32 and not plan.conda[0].md5
+    assert plan.pip[0].name == "requests" and plan.pip[0].sha256 == "cd" * 32
+
+
+def test_malformed_pip_line_is_an_error_with_the_line_number():
+    text = "@EXPLICIT\n# pip requests @ https://files.example/requests.whl\n"
+    with pytest.raises(GpuCiError, match="lock-file line 2: pip line without"):
+        lockfile.parse(text)
+
+
+def test_environment_yml_is_refused_with_how_to_lock_it():
+    text = "name: ci\nchannels:\n  - conda-forge\ndependencies:\n  - python=3.12\n"
+    with pytest.raises(GpuCiError) as info:
+        lockfile.parse(text, "environment.yml")
+    assert "needs a solver" in info.value.message
+    assert "conda-lock lock -f environment.yml -p linux-64" in info.value.message
+
+
+def test_unknown_text_is_refused():
+    with pytest.raises(GpuCiError, match="neither an explicit lock"):
+        lockfile.parse("hello\n")
+
+
+def test_lock_without_hashes_is_refused():
+    text = "@EXPLICIT\nhttps://x.example/c/linux-64/a-1.0-h0_0.conda\n"
+    with pytest.raises(GpuCiError, match="has no md5 or sha256"):
+        lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+
+
+def test_not_an_archive_url():
+    with pytest.raises(GpuCiError, match="does not name a conda archive"):
+        lockfile.parse("@EXPLICIT\nhttps://x.example/c/linux-64/readme.txt#" + "0" * 32 + "\n")
+
+
+def test_credentials_are_masked():
+    url = "https://user:s3cret@conda.example.com/t/tok-123/private/linux-64/a-1-h0_0.conda"
+    masked = lockfile.mask_url(url)
+    assert "s3cret" not in masked and "tok-123" not in masked and "user" not in masked
+    assert sorted(lockfile.secrets_in(url)) == ["s3cret", "tok-123"]
+    assert lockfile.strip_credentials(url).startswith("https://conda.example.com/")
+
+
+def test_render_explicit_roundtrip():
+    lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
+    plan = lockfile.plan(lock, text, "linux-64", ["main"])
+    rendered = lockfile.render_explicit(plan)
+    again = lockfile.plan(lockfile.parse(rendered), rendered, "linux-64", ["main"])
+    assert [e.url for e in again.conda] == [e.url for e in plan.conda]
+
+
+def test_dry_run_over_a_real_lock_prints_every_package(run_cli):
+    path = FIXTURES / "lockfiles" / "conda-lock.test-install-with-pip-deps.conda-lock.yml"
+    result = run_cli(["setup-conda-from-lock", "--lock-file", str(path), "--dry-run", "true",
+                      "--platform", "linux-aarch64"])
+    assert result.returncode == 0, result.stdout
+    plan = lockfile.plan(lockfile.parse(path.read_text()), path.read_text(), "linux-aarch64",
+                         ["main"])
+    assert result.outputs["packages"] == str(plan.count)
+    assert result.outputs["lock-sha256"] == plan.lock_sha256
+    for entry in plan.conda:
+        assert f"  {entry.name} {entry.version} {entry.build}" in result.stdout
+    assert "prefix" not in result.outputs
+    assert "dry run: nothing downloaded" in result.summary
+
+
+def test_missing_lock_file(run_cli, tmp_path):
+    result = run_cli(["setup-conda-from-lock", "--lock-file", str(tmp_path / "nope.yml")])
+    assert result.returncode == 1
+    assert "does not exist" in result.errors[0]
+
+
+def test_lock_file_is_required(run_cli):
+    result = run_cli(["setup-conda-from-lock"])
+    assert result.returncode == 2 and "'lock-file' is required" in result.errors[0]
+
+
+def test_environment_yml_through_the_cli(run_cli, tmp_path):
+    env_yml = tmp_path / "environment.yml"
+    env_yml.write_text("dependencies:\n  - numpy\n")
+    result = run_cli(["setup-conda-from-lock", "--lock-file", str(env_yml)])
+    assert result.returncode == 1 and "needs a solver" in result.errors[0]
+
+
+def test_all_shared_lock_fixtures_are_copied():
+    shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lockfiles"
+    if not shared.exists():
+        pytest.skip("../shared is absent (fresh clone elsewhere)")
+    assert sorted(p.name for p in shared.iterdir()) == [p.name for p in LOCKS]
