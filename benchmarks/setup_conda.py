@@ -33,8 +33,30 @@ sys.path.insert(0, str(ROOT))
 from tests.conda_channel import Archive, Channel, ChannelServer, _assemble  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
-WORDS = ("cuda kernel tensor stream device memory launch block thread warp grid shared "
-         "global atomic reduce scan sort gather scatter matmul conv norm").split()
+WORDS = [
+    "cuda",
+    "kernel",
+    "tensor",
+    "stream",
+    "device",
+    "memory",
+    "launch",
+    "block",
+    "thread",
+    "warp",
+    "grid",
+    "shared",
+    "global",
+    "atomic",
+    "reduce",
+    "scan",
+    "sort",
+    "gather",
+    "scatter",
+    "matmul",
+    "conv",
+    "norm",
+]
 
 
 def text_blob(rng: random.Random, size: int) -> str:
@@ -64,8 +86,11 @@ def make_channel(count: int) -> Channel:
             path = root / "channel" / "linux-64" / f"{name}-1.0-h0_0.conda"
             archives.append(Archive(name, "1.0", "h0_0", "linux-64", path, deps))
         else:
-            archives.append(_assemble(root / "channel", work, name, "1.0", "h0_0", "linux-64",
-                                      files, depends=deps))
+            archives.append(
+                _assemble(
+                    root / "channel", work, name, "1.0", "h0_0", "linux-64", files, depends=deps
+                )
+            )
     if not ready.exists():
         shutil.rmtree(work, ignore_errors=True)
         ready.write_text("")
@@ -89,9 +114,23 @@ def run_cli(lock: Path, cache: Path) -> float:
     for key in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY"):
         env.pop(key, None)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock",
-                           "--lock-file", str(lock), "--miniforge", "false",
-                           "--activate", "false"], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci",
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--miniforge",
+            "false",
+            "--activate",
+            "false",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
@@ -118,14 +157,19 @@ def main() -> int:
             floors.append(floor(channel.archives, workers))
             shutil.rmtree(cache)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import gpu_ci.cli"], check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        subprocess.run(
+            [sys.executable, "-c", "import gpu_ci.cli"],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
         startup = time.perf_counter() - start
     finally:
         channel.server.stop()
     c, w, f = (statistics.median(x) for x in (cold, warm, floors))
-    print(f"{len(channel.archives)} packages, {total / 1e6:.1f} MB of .conda archives, "
-          f"{os.cpu_count()} cores; medians of {args.runs} interleaved runs")
+    print(
+        f"{len(channel.archives)} packages, {total / 1e6:.1f} MB of .conda archives, "
+        f"{os.cpu_count()} cores; medians of {args.runs} interleaved runs"
+    )
     print(f"  cold create (CLI, download+verify+extract+link): {c:6.2f} s")
     print(f"  warm (reused):                                  {w:6.2f} s   (goal <= 0.5 s)")
     print(f"  floor (parallel decompression, {workers} threads):      {f:6.2f} s")

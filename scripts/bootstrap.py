@@ -33,7 +33,9 @@ def package_version() -> str:
 
 
 def cache_base() -> Path:
-    for name in ("RUNNER_TOOL_CACHE", "RUNNER_TEMP"):
+    # GPU_CI_CACHE_DIR: an explicit home for the venv (e.g. a persistent disk on a
+    # self-hosted runner); otherwise the tool cache, then the job's temp directory.
+    for name in ("GPU_CI_CACHE_DIR", "RUNNER_TOOL_CACHE", "RUNNER_TEMP"):
         value = os.environ.get(name)
         if value:
             return Path(value)

@@ -35,7 +35,8 @@ def show(title: str, result, keys: list[str]) -> bool:
     for line in result.log.splitlines():
         text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
         if text.strip("| ") and text.startswith(
-                ("gpu-gate:", "remove-label:", "verify-cuda-env:", "| ", "### ")):
+                ("gpu-gate:", "remove-label:", "verify-cuda-env:", "setup-conda-from-lock:",
+                 "| ", "### ")):
             print("   ", text)
     for key in keys:
         print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
@@ -73,14 +74,24 @@ def main() -> int:
             result = run_act(work / f"s{i}", ROOT / "examples" / workflow, event_name, event,
                              tool_cache=cache, env=env, repository=REPO, job=job)
             ok &= show(title, result, keys)
-        # The GPU job's driver check, on this machine (no GPU): a report, not a failure.
-        result = run_act(work / "verify", ROOT / "tests" / "e2e" / "workflows" / "verify.yml",
-                         "workflow_dispatch", {"inputs": {}}, tool_cache=cache,
-                         env={**env_base, "E2E_REQUIRE_GPU": "false", "E2E_REQUIRE": ""})
-        ok &= show("verify-cuda-env on this machine (require-gpu: false)", result, [])
-        if result.outputs.get("findings"):
-            for finding in json.loads(result.outputs["findings"]):
-                print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
+        # The GPU job on this machine (no GPU): a locked environment from a local channel,
+        # then the driver check, which reports that no driver is visible.
+        from tests.conda_channel import ChannelServer, build_channel
+
+        channel = build_channel(work / "channel")
+        channel.server = ChannelServer(work / "channel").start()
+        lock = work / "conda-linux-64.lock"
+        lock.write_text(channel.explicit_lock(["libhello", "hello", "python"]))
+        try:
+            result = run_act(work / "gpu-job", ROOT / "tests" / "e2e" / "workflows" / "gpu-job.yml",
+                             "workflow_dispatch", {"inputs": {}}, tool_cache=cache,
+                             env={**env_base, "E2E_LOCK": str(lock)})
+        finally:
+            channel.server.stop()
+        ok &= show("the GPU job: setup-conda-from-lock, then verify-cuda-env (no GPU here)",
+                   result, ["prefix", "packages", "reused", "ok"])
+        for finding in result.outputs.get("findings") or []:
+            print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
         print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
     print("\ndemo", "succeeded" if ok else "FAILED")
     return 0 if ok else 1

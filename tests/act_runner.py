@@ -81,7 +81,7 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
     cmd = [act_binary(), event_name, "-W", f".github/workflows/{workflow.name}",
            "-e", str(event_path), "-P", "ubuntu-latest=-self-hosted",
            "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
-           "--env", f"E2E_OUT={out_path}", "--env", f"RUNNER_TOOL_CACHE={tool_cache}",
+           "--env", f"E2E_OUT={out_path}", "--env", f"GPU_CI_CACHE_DIR={tool_cache}",
            "--env", f"RUNNER_TEMP={workdir / 'runner_temp'}",
            "--action-cache-path", str(workdir / "act-cache"),
            "--local-repository", f"{ACTIONS_REPO}@v1={repo}"]

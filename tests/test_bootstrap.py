@@ -63,6 +63,13 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     assert installed <= pins, installed - pins
 
 
+def test_cache_dir_override_wins_over_the_tool_cache(bootstrapped, tool_cache, tmp_path):
+    proc, exported = run_bootstrap(tmp_path / "elsewhere", tmp_path,
+                                   GPU_CI_CACHE_DIR=str(tool_cache))
+    assert proc.returncode == 0 and ": reused " in proc.stdout
+    assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
+
+
 def test_second_bootstrap_reuses_the_venv(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(tool_cache, tmp_path)
     assert proc.returncode == 0
