@@ -21,6 +21,15 @@ demo: $(VENV)/.installed
 render: $(VENV)/.installed
 	$(PY) scripts/render_actions.py
 
+# One hash-pinned lock per dependency group (requirements/*.in); see README.
+UV_COMPILE = UV_PYTHON_DOWNLOADS=never $(VENV)/bin/uv pip compile --universal --python-version 3.9 --generate-hashes \
+	--no-header --annotation-style line
 lock: $(VENV)/.installed
-	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.9 \
-	  --generate-hashes --no-header --annotation-style line -o requirements/runtime.txt
+	# actions-toolkit's declared dependencies (PyGithub, requests) serve its github module,
+	# which we never import: base installs it alone.
+	$(UV_COMPILE) --no-deps requirements/base.in -o requirements/base.txt
+	# PyGithub works without cryptography (pyjwt's optional backend, for GitHub App auth).
+	$(UV_COMPILE) --no-emit-package cryptography --no-emit-package pycparser \
+	  requirements/github.in -o requirements/github.txt
+	$(UV_COMPILE) requirements/nvml.in -o requirements/nvml.txt
+	$(UV_COMPILE) requirements/conda.in -o requirements/conda.txt

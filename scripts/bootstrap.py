@@ -1,11 +1,15 @@
 """Create or reuse the virtual environment that runs gpu-ci (standard library only).
 
-Key: package version + Python version + sha256 of the hash-pinned lock. It lives under
-``$RUNNER_TOOL_CACHE`` (``$RUNNER_TEMP`` as a fallback), so later actions in the job and
-later jobs on a persistent self-hosted runner reuse it. Dependencies come only from
-``requirements/runtime.txt`` with ``--require-hashes``; the package itself is *not*
-installed from an index: a ``.pth`` file points at this checkout's ``src/``, so ``@v1``,
-``@v1.2.3`` and ``@<sha>`` each run exactly the code they name.
+Usage: ``bootstrap.py <action>``. Each action installs only the dependency groups it needs
+(``requirements/<group>.txt``, hash-pinned): the GPU-side actions never install the GitHub
+client, and the gate never installs NVML or conda code. Groups are added incrementally to
+one shared environment, keyed by package version + Python version + the hash of all group
+locks, under ``$GPU_CI_CACHE_DIR``, ``$RUNNER_TOOL_CACHE`` or ``$RUNNER_TEMP``; later actions
+in the job and later jobs on a persistent self-hosted runner reuse it.
+
+The package itself is *not* installed from an index: a ``.pth`` file points at this
+checkout's ``src/``, so ``@v1``, ``@v1.2.3`` and ``@<sha>`` each run exactly the code they
+name. ``uv`` installs when it is on PATH (trying its cache offline first); pip otherwise.
 """
 
 from __future__ import annotations
@@ -20,15 +24,28 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = ROOT / "requirements" / "runtime.txt"
-MARKER = ".gpu-ci-complete"
+LOCKS = ROOT / "requirements"
+COMPLETE = ".gpu-ci-complete"
+
+#: action -> dependency groups (requirements/<group>.txt)
+GROUPS = {
+    "gpu-gate": ("base", "github"),
+    "remove-label": ("base", "github"),
+    "verify-cuda-env": ("base", "nvml"),
+    "setup-conda-from-lock": ("base", "conda"),
+}
+ALL = ("base", "github", "nvml", "conda")
+
+
+def fail(message: str) -> SystemExit:
+    return SystemExit(f"::error title=gpu-ci bootstrap::{message}")
 
 
 def package_version() -> str:
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    match = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    text = (ROOT / "src" / "gpu_ci" / "__init__.py").read_text(encoding="utf-8")
+    match = re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.MULTILINE)
     if not match:
-        raise SystemExit("::error title=gpu-ci bootstrap::no version in pyproject.toml")
+        raise fail("no __version__ in src/gpu_ci/__init__.py")
     return match.group(1)
 
 
@@ -42,10 +59,16 @@ def cache_base() -> Path:
     return Path.home() / ".cache"
 
 
+def locks_hash() -> str:
+    digest = hashlib.sha256()
+    for group in ALL:
+        digest.update((LOCKS / f"{group}.txt").read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def venv_dir() -> Path:
-    lock_hash = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:12]
     py = f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return cache_base() / "gpu-ci-actions" / package_version() / f"{py}-{lock_hash}"
+    return cache_base() / "gpu-ci-actions" / package_version() / f"{py}-{locks_hash()}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -54,33 +77,63 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def check(proc: subprocess.CompletedProcess, what: str) -> None:
+    if proc.returncode != 0:
+        sys.stdout.write(proc.stdout + proc.stderr)
+        raise fail(f"{what} failed with exit code {proc.returncode} (output above).")
+
+
+def host_pip_supports_python_flag() -> bool:
+    proc = run([sys.executable, "-m", "pip", "--version"])
+    match = re.search(r"pip (\d+)\.(\d+)", proc.stdout)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (22, 3)
+
+
+class Installer:
+    """uv when on PATH, else pip: the same hash-pinned files either way."""
+
+    def __init__(self) -> None:
+        self.uv = shutil.which("uv")
+        self.host_pip = not self.uv and host_pip_supports_python_flag()
+        self.name = "uv" if self.uv else "pip"
+
+    def create(self, venv: Path) -> None:
+        if venv.exists():  # an earlier attempt died half-way: start again
+            shutil.rmtree(venv)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        if self.uv:
+            check(run([self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)]),
+                  "uv venv")
+        elif self.host_pip:  # no pip inside: the host's pip installs into it (faster)
+            check(run([sys.executable, "-m", "venv", "--without-pip", str(venv)]), "venv")
+        else:
+            check(run([sys.executable, "-m", "venv", str(venv)]), "python -m venv")
+
+    def install(self, venv: Path, lock: Path) -> None:
+        python = str(venv_python(venv))
+        if self.uv:
+            base = [self.uv, "pip", "install", "--quiet", "--python", python,
+                    "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)]
+            if run(base + ["--offline"]).returncode == 0:  # everything cached: no network
+                return
+            check(run(base), f"uv pip install -r {lock.name}")
+            return
+        pip = ([sys.executable, "-m", "pip", "--python", python] if self.host_pip
+               else [python, "-m", "pip"])
+        check(run(pip + ["--disable-pip-version-check", "--no-input", "-q", "install",
+                         "--require-hashes", "--no-deps", "--only-binary", ":all:",
+                         "-r", str(lock)]), f"pip install -r {lock.name}")
+
+
 def site_packages(python: Path) -> Path:
     out = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    )
+        check=True, capture_output=True, text=True)
     return Path(out.stdout.strip())
-
-
-def run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stdout.write(proc.stdout + proc.stderr)
-        raise SystemExit(
-            f"::error title=gpu-ci bootstrap::'{' '.join(cmd[:4])} ...' failed with exit code "
-            f"{proc.returncode} (output above)."
-        )
-
-
-def create(venv: Path) -> None:
-    if venv.exists():  # an earlier attempt died half-way: start again
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "venv", str(venv)])
-    python = str(venv_python(venv))
-    env_pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
-    run(env_pip + ["install", "--require-hashes", "--no-deps", "--only-binary", ":all:",
-                   "-r", str(LOCK)])
 
 
 def link_source(python: Path) -> None:
@@ -100,30 +153,45 @@ def export(name: str, value: str) -> None:
         print(f"{name}={value}")
 
 
-def main() -> int:
+def groups_for(action: str) -> tuple[str, ...]:
+    # Anything else (the root action's command, before the CLI validates it) gets all.
+    return GROUPS.get(action, ALL)
+
+
+def main(argv: list[str]) -> int:
     start = time.monotonic()
+    groups = groups_for(argv[0] if argv else "")
     venv = venv_dir()
     python = venv_python(venv)
-    lock_path = venv.parent / (venv.name + ".lock")
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock_handle:
+    added: list[str] = []
+    installer = None
+    with open(venv.parent / (venv.name + ".lock"), "w") as lock_handle:
         try:  # serialise concurrent bootstraps on one machine
             import fcntl
 
             fcntl.flock(lock_handle, fcntl.LOCK_EX)
         except ImportError:  # Windows: best effort
             pass
-        created = not (venv / MARKER).exists()
-        if created:
-            create(venv)
-            (venv / MARKER).write_text(package_version() + "\n", encoding="utf-8")
+        if not (venv / COMPLETE).exists():
+            installer = Installer()
+            installer.create(venv)
+            (venv / COMPLETE).write_text(package_version() + "\n", encoding="utf-8")
+        for group in groups:
+            marker = venv / f".gpu-ci-group-{group}"
+            if marker.exists():
+                continue
+            installer = installer or Installer()
+            installer.install(venv, LOCKS / f"{group}.txt")
+            marker.write_text("")
+            added.append(group)
         link_source(python)
     export("GPU_CI_PYTHON", str(python))
     export("GPU_CI_ROOT", str(ROOT))
-    verb = "created" if created else "reused"
-    print(f"gpu-ci {package_version()}: {verb} {venv} in {time.monotonic() - start:.1f}s")
+    how = f"installed {', '.join(added)} with {installer.name}" if added else "reused"
+    print(f"gpu-ci {package_version()}: {how}: {venv} ({time.monotonic() - start:.1f}s)")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Bootstrap gpu-ci for a composite action: find a Python >= 3.9 that is not a (possibly
 # read-only) vendor conda, then let bootstrap.py create or reuse the shared virtual
-# environment. Runs once per job: later actions see GPU_CI_PYTHON for this checkout.
+# environment with the dependency groups that <action> needs. Later actions in the job see
+# GPU_CI_PYTHON for this checkout and skip the work when their groups are already there.
+# Usage: bootstrap.sh <action>
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+action="${1:-all}"
+
+case "$action" in
+  gpu-gate|remove-label) groups="base github" ;;
+  verify-cuda-env) groups="base nvml" ;;
+  setup-conda-from-lock) groups="base conda" ;;
+  *) groups="base github nvml conda" ;;
+esac
 
 if [ -n "${GPU_CI_PYTHON:-}" ] && [ "${GPU_CI_ROOT:-}" = "$root" ] && [ -x "$GPU_CI_PYTHON" ]; then
-  echo "gpu-ci: reusing $GPU_CI_PYTHON (bootstrapped earlier in this job)"
-  exit 0
+  venv="$(dirname "$(dirname "$GPU_CI_PYTHON")")"
+  missing=""
+  for group in $groups; do
+    [ -f "$venv/.gpu-ci-group-$group" ] || missing="$missing $group"
+  done
+  if [ -z "$missing" ]; then
+    echo "gpu-ci: reusing $GPU_CI_PYTHON (bootstrapped earlier in this job)"
+    exit 0
+  fi
 fi
 
 usable() {
@@ -40,4 +57,4 @@ if [ -z "$python" ]; then
   exit 1
 fi
 
-exec "$python" "$root/scripts/bootstrap.py"
+exec "$python" "$root/scripts/bootstrap.py" "$action"

@@ -20,7 +20,15 @@ from gpu_ci.specs import ACTIONS, ActionSpec, InputSpec  # noqa: E402
 BOOTSTRAP_STEP = """\
     - name: Bootstrap gpu-ci (once per job)
       shell: bash
-      run: bash "$GITHUB_ACTION_PATH/{rel}scripts/bootstrap.sh"
+      run: bash "$GITHUB_ACTION_PATH/{rel}scripts/bootstrap.sh" {action}
+"""
+
+ROOT_BOOTSTRAP_STEP = """\
+    - name: Bootstrap gpu-ci (once per job)
+      shell: bash
+      env:
+        GPU_CI_COMMAND: ${{ inputs.command }}
+      run: bash "$GITHUB_ACTION_PATH/scripts/bootstrap.sh" "$GPU_CI_COMMAND"
 """
 
 MARKETPLACE = {
@@ -69,7 +77,7 @@ def render_action(spec: ActionSpec) -> str:
             f"    value: ${{{{ steps.run.outputs.{o.name} }}}}\n"
         )
     out.append("runs:\n  using: composite\n  steps:\n")
-    out.append(BOOTSTRAP_STEP.format(rel="../../"))
+    out.append(BOOTSTRAP_STEP.format(rel="../../", action=spec.name))
     out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
     out.append(_env_lines(list(spec.inputs)))
     out.append(f"      run: '\"$GPU_CI_PYTHON\" -m gpu_ci {spec.name}'\n")
@@ -118,7 +126,7 @@ def render_root() -> str:
             f"    value: ${{{{ steps.run.outputs.{name} }}}}\n"
         )
     out.append("runs:\n  using: composite\n  steps:\n")
-    out.append(BOOTSTRAP_STEP.format(rel=""))
+    out.append(ROOT_BOOTSTRAP_STEP)
     out.append("    - name: gpu-ci\n      id: run\n      shell: bash\n      env:\n")
     out.append("        GPU_CI_COMMAND: ${{ inputs.command }}\n")
     out.append(_env_lines(root_inputs()))

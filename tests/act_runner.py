@@ -31,7 +31,7 @@ FAST_HTTP_ENV = {
 ACTIONS_REPO = "gpu-ci-actions/gpu-ci-actions"
 
 ACT_TREE = ["action.yml", "actions", "scripts", "src", "requirements", "pyproject.toml",
-            "README.md", "examples"]
+            "README.md", "examples", "tests/fixtures"]
 
 
 def act_binary() -> str:
@@ -53,6 +53,7 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
     for name in ACT_TREE:
         src = ROOT / name
         if src.is_dir():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(src, repo / name,
                             ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         elif src.exists():

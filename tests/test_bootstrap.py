@@ -19,15 +19,15 @@ from tests.conftest import ROOT
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 
 
-def run_bootstrap(tool_cache: Path, tmp_path: Path, **env: str):
+def run_bootstrap(tool_cache: Path, tmp_path: Path, action: str = "all", **env: str):
     github_env = tmp_path / "github_env"
     github_env.write_text("")
     full = {k: v for k, v in os.environ.items()
             if not k.startswith(("GPU_CI_", "RUNNER_", "GITHUB_", "pythonLocation"))}
     full.update({"RUNNER_TOOL_CACHE": str(tool_cache), "GITHUB_ENV": str(github_env)})
     full.update(env)
-    proc = subprocess.run(["/bin/bash", str(BOOTSTRAP)], env=full, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(["/bin/bash", str(BOOTSTRAP), action], env=full, capture_output=True,
+                          text=True, timeout=600)
     exported = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
     return proc, exported
 
@@ -51,11 +51,14 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
                            env={"PATH": "/usr/bin:/bin"})
     assert where.stdout.strip() == str(ROOT / "src" / "gpu_ci" / "__init__.py")
     # exactly the pinned versions from the lock
-    frozen = subprocess.run([python, "-m", "pip", "freeze", "--all"], capture_output=True,
+    listing = ("import importlib.metadata as m\n"
+               "for d in m.distributions(): print(d.metadata['Name'] + '==' + d.version)")
+    frozen = subprocess.run([python, "-c", listing], capture_output=True,
                             text=True, check=True).stdout.lower()
+    lock_text = "".join((ROOT / "requirements" / f"{g}.txt").read_text()
+                        for g in ("base", "github", "nvml", "conda"))
     pins = {(canonicalize_name(m[0]), m[1]) for m in re.findall(
-        r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements" / "runtime.txt").read_text(),
-        re.MULTILINE)}
+        r"^([A-Za-z0-9_.-]+)==([^\s;]+)", lock_text, re.MULTILINE)}
     installed = {(canonicalize_name(n), v) for n, v in
                  (line.split("==") for line in frozen.splitlines())}
     installed -= {i for i in installed if i[0] in ("pip", "setuptools", "gpu-ci-actions")}
@@ -63,17 +66,38 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     assert installed <= pins, installed - pins
 
 
+def test_actions_install_only_their_groups_incrementally(tmp_path):
+    cache = tmp_path / "cache"
+    proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed base, nvml" in proc.stdout
+    python = exported["GPU_CI_PYTHON"]
+    probe = "import importlib.util as u; print([m for m in ('pynvml', 'github', 'rattler', " \
+            "'cryptography') if u.find_spec(m)])"
+    have = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    assert have.stdout.strip() == "['pynvml']"
+    # the gate, later in the same job, adds only the GitHub group to the same venv
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **exported)
+    assert proc.returncode == 0 and "installed github" in proc.stdout
+    assert again["GPU_CI_PYTHON"] == python
+    have = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    assert have.stdout.strip() == "['pynvml', 'github']"  # never cryptography
+    # and a third action whose groups are all there skips the work in bash
+    proc, _ = run_bootstrap(cache, tmp_path, "remove-label", **exported)
+    assert "bootstrapped earlier in this job" in proc.stdout
+
+
 def test_cache_dir_override_wins_over_the_tool_cache(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(tmp_path / "elsewhere", tmp_path,
                                    GPU_CI_CACHE_DIR=str(tool_cache))
-    assert proc.returncode == 0 and ": reused " in proc.stdout
+    assert proc.returncode == 0 and ": reused: " in proc.stdout
     assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
 
 
 def test_second_bootstrap_reuses_the_venv(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(tool_cache, tmp_path)
     assert proc.returncode == 0
-    assert ": reused " in proc.stdout
+    assert ": reused: " in proc.stdout
     assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
 
 

@@ -1,3 +1,4 @@
 """gpu-ci-actions: reusable GitHub Actions for projects whose CI needs GPUs."""
 
-__version__ = "0.1.0"
+#: The release version: the single source (pyproject.toml and scripts/bootstrap.py read it).
+__version__ = "1.0.0"

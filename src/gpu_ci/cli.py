@@ -62,11 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: third-party module -> the extra of gpu-ci-actions that provides it
+EXTRAS = {"rattler": "conda", "yaml": "conda"}
+
+
 def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
     spec = ACTIONS[name]
     inputs = Inputs(spec, flags, rt.environ)
-    module = importlib.import_module(COMMAND_MODULES[name])
-    return int(module.run(inputs, rt))
+    try:
+        module = importlib.import_module(COMMAND_MODULES[name])
+        return int(module.run(inputs, rt))
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        raise UsageError(f"gpu-ci {name} needs the '{extra}' extra ({exc.name} is missing): "
+                         f"pip install 'gpu-ci-actions[{extra}]'.") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,109 @@
+"""Release checks and plans, called by .github/workflows/release.yml.
+
+``python -m gpu_ci.release check --tag v1.2.3`` verifies that the tag is a plain
+``vX.Y.Z``, equals the package version, and that CHANGELOG.md has a dated section for it;
+it prints ``tag=``/``version=`` lines for ``$GITHUB_OUTPUT``. ``notes`` prints that
+section (the GitHub release body); ``moving-tags`` prints the major and minor tags that
+must follow the release (``v1``, ``v1.2``), so that ``@v1`` always means the newest 1.x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_ci import __version__
+
+TAG = re.compile(r"^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+SECTION = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?\s*$",
+                     re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ReleaseCheck:
+    tag: str
+    version: str
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def changelog_sections(text: str) -> dict[str, tuple[str, str]]:
+    """version -> (date or '', body) for every ``## [version] - date`` section."""
+    matches = list(SECTION.finditer(text))
+    out = {}
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = text[match.end():end].strip()
+        # drop link reference definitions that trail the last section
+        body = "\n".join(line for line in body.splitlines()
+                         if not re.match(r"^\[[^\]]+\]: \S+", line)).strip()
+        out[match.group("version")] = (match.group("date") or "", body)
+    return out
+
+
+def check(tag: str, package_version: str, changelog: str) -> ReleaseCheck:
+    problems = []
+    match = TAG.match(tag)
+    version = tag[1:] if match else ""
+    if not match:
+        problems.append(f"tag {tag!r} is not vMAJOR.MINOR.PATCH (e.g. v1.2.3).")
+    elif version != package_version:
+        problems.append(f"tag {tag} does not match the package version {package_version} "
+                        "(src/gpu_ci/__init__.py): bump the version, or tag the right commit.")
+    if version:
+        section = changelog_sections(changelog).get(version)
+        if section is None:
+            problems.append(f"CHANGELOG.md has no '## [{version}] - YYYY-MM-DD' section.")
+        elif not section[0]:
+            problems.append(f"CHANGELOG.md's section for {version} has no release date.")
+        elif not section[1]:
+            problems.append(f"CHANGELOG.md's section for {version} is empty.")
+    return ReleaseCheck(tag, version, tuple(problems))
+
+
+def moving_tags(version: str) -> list[str]:
+    """The tags that follow a release: major always, minor too (v1, v1.2)."""
+    major, minor, _ = version.split(".")
+    return [f"v{major}", f"v{major}.{minor}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_ci.release")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--tag", required=True)
+    c.add_argument("--changelog", default="CHANGELOG.md")
+    n = sub.add_parser("notes")
+    n.add_argument("--version", required=True)
+    n.add_argument("--changelog", default="CHANGELOG.md")
+    m = sub.add_parser("moving-tags")
+    m.add_argument("--version", required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "moving-tags":
+        print("\n".join(moving_tags(args.version)))
+        return 0
+    text = Path(args.changelog).read_text(encoding="utf-8")
+    if args.cmd == "notes":
+        section = changelog_sections(text).get(args.version)
+        if section is None:
+            print(f"::error::CHANGELOG.md has no section for {args.version}")
+            return 1
+        print(section[1])
+        return 0
+    result = check(args.tag, __version__, text)
+    for problem in result.problems:
+        print(f"::error title=release check::{problem}")
+    if not result.ok:
+        return 1
+    print(f"tag={result.tag}\nversion={result.version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Each command imports only what it needs (issue: cold start). Measured in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT, webhook
+from tests.github_server import PullRequest
+
+RUNNER = """
+import atexit, json, sys
+atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(sorted(sys.modules))))
+from gpu_ci.cli import main
+code = main(sys.argv[2:])
+sys.exit(code)
+"""
+
+
+def loaded(tmp_path, args, env):
+    out = tmp_path / "modules.json"
+    full = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), **env}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *args], env=full,
+                          capture_output=True, text=True)
+    modules = set(json.loads(out.read_text()))
+    return proc, {m.split(".")[0] for m in modules}, modules
+
+
+def test_verify_cuda_env_never_imports_github_or_conda_code(tmp_path):
+    proc, top, modules = loaded(tmp_path, ["verify-cuda-env", "--require-gpu", "false"], {})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pynvml" in top  # it did read NVML
+    assert not top & {"github", "conda_lock", "rattler", "yaml", "requests", "urllib3"}
+    assert "gpu_ci.lockfile" not in modules and "gpu_ci.github_client" not in modules
+
+
+def test_gpu_gate_never_imports_nvml_or_conda_code(tmp_path, github):
+    github.add_repo("Codertocat/Hello-World", roles={"Codertocat": "write"})
+    github.add_pull("Codertocat/Hello-World",
+                    PullRequest(2, "ec26c3e57ca3a959ca5aad62de7213c562f8c821"))
+    event = webhook("pull_request.labeled")
+    event["label"]["name"] = "CUDA CI"
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(event))
+    proc, top, modules = loaded(tmp_path, ["gpu-gate"], {
+        "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(path),
+        "GITHUB_REPOSITORY": "Codertocat/Hello-World", "GITHUB_API_URL": github.url,
+        "GITHUB_TOKEN": "t"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "run=true" in proc.stdout
+    assert "github" in top  # it did call the API
+    assert not top & {"pynvml", "rattler", "conda_lock", "yaml"}
+    assert not {"gpu_ci.nvml_reader", "gpu_ci.lockfile", "gpu_ci.cuda_checks"} & modules
+
+
+def test_missing_extra_is_explained(tmp_path):
+    # Hide PyYAML, as on `pip install gpu-ci-actions` without the 'conda' extra.
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "yaml.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n")
+    lock = ROOT / "tests" / "fixtures" / "lockfiles" / "setup-micromamba.test.conda-lock.yml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_ci", "setup-conda-from-lock", "--lock-file", str(lock),
+         "--dry-run", "true"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{blocker}:{ROOT / 'src'}"},
+        capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "needs the 'conda' extra" in proc.stdout
+    assert "pip install 'gpu-ci-actions[conda]'" in proc.stdout
