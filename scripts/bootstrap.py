@@ -116,8 +116,11 @@ class Installer:
     def install(self, venv: Path, lock: Path) -> None:
         python = str(venv_python(venv))
         if self.uv:
+            # --compile-bytecode: like pip, so that no later run pays for compiling (and
+            # runners with PYTHONDONTWRITEBYTECODE would pay on every run).
             base = [self.uv, "pip", "install", "--quiet", "--python", python,
-                    "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)]
+                    "--require-hashes", "--no-deps", "--only-binary", ":all:",
+                    "--compile-bytecode", "-r", str(lock)]
             if run(base + ["--offline"]).returncode == 0:  # everything cached: no network
                 return
             check(run(base), f"uv pip install -r {lock.name}")
@@ -137,11 +140,14 @@ def site_packages(python: Path) -> Path:
 
 
 def link_source(python: Path) -> None:
-    """Point the venv at this checkout's ``src/`` (rewritten atomically on every bootstrap)."""
+    """Point the venv at this checkout's ``src/`` (rewritten atomically on every bootstrap),
+    and compile it once, so that no run recompiles it (PYTHONDONTWRITEBYTECODE or not)."""
     pth = site_packages(python) / "gpu_ci_checkout.pth"
     tmp = pth.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(str(ROOT / "src") + "\n", encoding="utf-8")
     os.replace(tmp, pth)
+    if not list((ROOT / "src" / "gpu_ci").glob("__pycache__/cli.*.pyc")):
+        run([str(python), "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")])
 
 
 def export(name: str, value: str) -> None:

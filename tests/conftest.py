@@ -23,6 +23,18 @@ SHARED = ROOT.parent / "shared"
 
 
 
+def tree_digest(root: Path) -> str:
+    """One hash of a directory tree's names and file contents (byte-identical or not)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def webhook(name: str) -> dict[str, Any]:
     """A real webhook payload from tests/fixtures/webhooks (a deep copy, safe to edit)."""
     with open(FIXTURES / "webhooks" / f"{name}.json", encoding="utf-8") as handle:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from gpu_ci import __version__
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tree_digest
 
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 
@@ -106,15 +105,6 @@ def test_later_action_in_the_same_job_skips_the_bootstrap(bootstrapped, tool_cac
     assert proc.returncode == 0
     assert "bootstrapped earlier in this job" in proc.stdout
     assert exported == {}
-
-
-def tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode())
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):

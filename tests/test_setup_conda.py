@@ -12,7 +12,7 @@ pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
 from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
-from tests.conftest import parse_output_file  # noqa: E402
+from tests.conftest import parse_output_file, tree_digest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -47,15 +47,6 @@ def setup(run_cli, tmp_path, channel):
 
     run.default_prefix = cache / "miniforge3" / "26.3.2-3" / "envs" / "ci"
     return run
-
-
-def tree(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode())
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def test_explicit_lock_creates_a_working_environment(setup, channel):
@@ -178,24 +169,24 @@ def test_unknown_platform_lists_the_locked_ones(setup, channel):
 def test_failure_leaves_an_existing_environment_exactly_as_it_was(setup, channel):
     first = setup(channel.explicit_lock(["libhello"]))
     prefix = Path(first.outputs["prefix"])
-    before = tree(prefix)
+    before = tree_digest(prefix)
     hello = channel.archives[1]
     channel.server.fail(f"channel/linux-64/{hello.filename}", *["corrupt"] * 3)
     failed = setup(channel.explicit_lock(["libhello", "hello"]))
     assert failed.returncode == 1
-    assert tree(prefix) == before
+    assert tree_digest(prefix) == before
 
 
 def test_pip_failure_rolls_back_to_the_previous_environment(setup, channel):
     first = setup(channel.explicit_lock(["python"]))
     prefix = Path(first.outputs["prefix"])
-    before = tree(prefix)
+    before = tree_digest(prefix)
     good = channel.explicit_lock(["python", "hello", "libhello"], pip=True)
     wheel_sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
     failed = setup(good.replace(wheel_sha, "0" * 64))  # pip's hash check must refuse it
     assert failed.returncode == 1
     assert "pip entries failed" in failed.errors[0]
-    assert tree(prefix) == before
+    assert tree_digest(prefix) == before
     assert not list(prefix.parent.glob(".*gpu-ci-*"))
 
 
@@ -350,7 +341,7 @@ def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, cha
     (vendor / ".condarc").write_text("channels: [nvidia, defaults]\n")
     (vendor / "conda-meta" / "history").write_text("# vendor\n")
     subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
-    before = tree(vendor)
+    before = tree_digest(vendor)
     home = work / "home"
     home.mkdir()
     home.chmod(0o777)
@@ -371,7 +362,7 @@ def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, cha
                           env=env, capture_output=True, text=True, cwd=str(work))
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert tree(vendor) == before
+        assert tree_digest(vendor) == before
         assert not marker.exists()
         assert not (home / ".condarc").exists()
         out = parse_output_file(outputs.read_text())
@@ -382,3 +373,46 @@ def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, cha
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(work)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_credentials_in_lock_urls_are_masked(setup, channel):
+    lock = channel.explicit_lock(["libhello"]).replace("http://", "http://ci-bot:hunter2pw@")
+    result = setup(lock, "--dry-run", "true")
+    assert result.returncode == 0, result.stdout
+    masks = [line for line in result.stdout.splitlines() if line.startswith("::add-mask::")]
+    assert masks == ["::add-mask::hunter2pw"] * len(masks) and masks
+    others = [line for line in result.stdout.splitlines() if not line.startswith("::add-mask")]
+    assert not any("hunter2pw" in line for line in others)
+    assert "***:***@127.0.0.1" in result.stdout  # the channels line, masked
+
+
+FAKE_CONDA = """#!/bin/sh
+# Stands in for Miniforge's conda at the process boundary: records how it was called.
+printf '%s\\n' "$@" > "{log}.argv"
+env > "{log}.env"
+prefix=""; while [ $# -gt 0 ]; do [ "$1" = --prefix ] && prefix="$2"; shift; done
+mkdir -p "$prefix/conda-meta" "$prefix/bin"
+"""
+
+
+def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer, tmp_path):
+    url, _ = installer
+    first = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
+                  "--installer-url", url, "--dry-run", "false")
+    conda = Path(first.outputs["conda"])
+    log = tmp_path / "conda-call"
+    conda.write_text(FAKE_CONDA.format(log=log))
+    result = setup(channel.explicit_lock(["libhello", "hello"]), "--miniforge", "true",
+                   "--installer-url", url, "--engine", "conda",
+                   env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    argv = (tmp_path / "conda-call.argv").read_text().split("\n")
+    assert argv[:4] == ["create", "--yes", "--quiet", "--offline"]
+    explicit_arg = argv[argv.index("--file") + 1]
+    assert explicit_arg.endswith("explicit.txt")
+    env = dict(line.split("=", 1) for line in
+               (tmp_path / "conda-call.env").read_text().splitlines() if "=" in line)
+    assert env["CONDARC"] == str(conda.parent.parent / ".condarc")
+    assert env["CONDA_PKGS_DIRS"] == str(conda.parent.parent / "pkgs")
+    assert "CONDA_PREFIX" not in env and "PYTHONPATH" not in env
+    assert Path(result.outputs["prefix"], "conda-meta", "gpu-ci-lock.json").exists()

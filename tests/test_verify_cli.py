@@ -302,3 +302,18 @@ def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     assert result.codes == codes, result.stdout
     if "gpu-computation-failed" in codes:
         assert "illegal memory access" in result.errors[0]
+
+
+def test_numba_and_tensorflow_trees(verify, tmp_path):
+    python = make_target(tmp_path / "env", {
+        "numba": "0.62.1", "numba-cuda": "0.20.0", "nvidia-cuda-runtime-cu12": "12.9.79",
+        "tensorflow": "2.20.0"}, {
+        "tensorflow/python/platform/build_info.py":
+            "build_info = {'cuda_version': '12.5.1', 'cudnn_version': '9',"
+            " 'is_cuda_build': True}\n"})
+    result = verify(config=nvml_config(gpu_config(0), driver="575.57.08", cuda=12090),
+                    python=python)
+    found = {f["name"]: f["cuda"] for f in json.loads(result.outputs["frameworks"])}
+    assert found == {"numba-cuda": "12.9", "tensorflow": "12.5",
+                     "nvidia-cuda-runtime-cu12": "12.9"}
+    assert result.returncode == 0 and result.codes == []

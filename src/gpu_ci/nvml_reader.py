@@ -74,13 +74,16 @@ def read_snapshot() -> NvmlSnapshot:
                 gpu_errors.append(f"{name}: {names.get(int(exc.value), exc.value)}")
             return None
 
-    try:
-        call("nvmlInit", pynvml.nvmlInit)
-    except _Failed as failed:
+    def failure(failed: _Failed) -> NvmlSnapshot:
         return NvmlSnapshot(ok=False, error_code=failed.code,
                             error_name=names.get(failed.code, "UNKNOWN"),
                             failed_call=failed.call,
                             kernel_module_version=kernel_module_version())
+
+    try:
+        call("nvmlInit", pynvml.nvmlInit)
+    except _Failed as failed:
+        return failure(failed)
     try:
         driver = _text(call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
         cuda = int(call("nvmlSystemGetCudaDriverVersion_v2",
@@ -133,10 +136,7 @@ def read_snapshot() -> NvmlSnapshot:
                 unreadable=tuple(errors),
             ))
     except _Failed as failed:
-        return NvmlSnapshot(ok=False, error_code=failed.code,
-                            error_name=names.get(failed.code, "UNKNOWN"),
-                            failed_call=failed.call,
-                            kernel_module_version=kernel_module_version())
+        return failure(failed)
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
