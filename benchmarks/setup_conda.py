@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,13 +97,20 @@ def make_channel(count: int) -> Channel:
     return Channel(root / "channel", archives, wheel=Path())
 
 
-def floor(archives: list[Archive], workers: int) -> float:
+def _extract(job: tuple[Path, Path]) -> None:
     from rattler.package_streaming import extract
 
+    extract(job[0], job[1])
+
+
+def floor(archives: list[Archive], workers: int) -> float:
+    """Decompress every archive, in parallel processes: rattler's extract holds the GIL,
+    so threads would measure one core (measured: 1 thread 0.95 s, 4 threads 1.32 s)."""
     dest = Path(tempfile.mkdtemp(prefix="floor-"))
     start = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda a: extract(a.path, dest / a.path.name), archives))
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_extract, [(a.path, dest / a.path.name) for a in archives],
+                      chunksize=8))
     elapsed = time.perf_counter() - start
     shutil.rmtree(dest)
     return elapsed
@@ -147,7 +154,7 @@ def main() -> int:
     channel.server = ChannelServer(channel.root.parent).start()
     lock = CACHE / f"lock{args.packages}.txt"
     lock.write_text(channel.explicit_lock())
-    workers = min(8, (os.cpu_count() or 2) * 2)
+    workers = os.cpu_count() or 2
     cold, warm, floors = [], [], []
     try:
         for _ in range(args.runs):
@@ -172,7 +179,7 @@ def main() -> int:
     )
     print(f"  cold create (CLI, download+verify+extract+link): {c:6.2f} s")
     print(f"  warm (reused):                                  {w:6.2f} s   (goal <= 0.5 s)")
-    print(f"  floor (parallel decompression, {workers} threads):      {f:6.2f} s")
+    print(f"  floor (parallel decompression, {workers} processes):    {f:6.2f} s")
     print(f"  ratio cold / floor: {c / f:.2f}   (goal <= 1.5)")
     print(f"  of which CLI start-up (python + imports): {startup:.2f} s")
     return 0
