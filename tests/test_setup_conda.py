@@ -67,7 +67,8 @@ def test_explicit_lock_creates_a_working_environment(setup, channel):
     assert result.github_env["HELLO_HOME"] == f"{prefix}/share/hello"
     assert result.github_env["HELLO_ACTIVATED"] == "yes"
     assert result.github_path == [str(prefix / "bin")]
-    assert "| reused | no |" in result.summary and "time: extract+link" in result.summary
+    assert "| reused | no |" in result.summary
+    assert "time: download+verify+extract" in result.summary and "time: link" in result.summary
 
 
 def test_unified_lock_with_pip_entry_and_a_real_interpreter(setup, channel):
@@ -416,3 +417,17 @@ def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer
     assert env["CONDA_PKGS_DIRS"] == str(conda.parent.parent / "pkgs")
     assert "CONDA_PREFIX" not in env and "PYTHONPATH" not in env
     assert Path(result.outputs["prefix"], "conda-meta", "gpu-ci-lock.json").exists()
+
+
+def test_stale_cache_entry_from_another_archive_is_extracted_again(setup, channel):
+    libhello = channel.archives[0]
+    cache_entry = (setup.default_prefix.parent.parent / "pkgs" / "rattler" /
+                   "libhello-1.0-h0_0")
+    (cache_entry / "share" / "libhello").mkdir(parents=True)
+    (cache_entry / "share" / "libhello" / "prefix.txt").write_text("stale\n")
+    (cache_entry / ".gpu-ci-archive-sha256").write_text("0" * 32)
+    result = setup(channel.explicit_lock(["libhello"]))
+    assert result.returncode == 0, result.stdout
+    prefix = Path(result.outputs["prefix"])
+    assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
+    assert (cache_entry / ".gpu-ci-archive-sha256").read_text() == libhello.md5

@@ -53,6 +53,87 @@ def _downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
             for e in plan.conda]
 
 
+SHA_MARKER = ".gpu-ci-archive-sha256"
+
+
+def _noop(_: int) -> None:
+    return None
+
+
+def _extract(archive: str, dest: str, digest: str) -> None:
+    """Extract one verified archive into rattler's cache layout, atomically.
+
+    Runs in a worker process: rattler's extractor holds the GIL, so threads would not
+    extract in parallel. The directory appears under its final name only when complete, and
+    records the archive's digest, so a cache entry from another archive is never reused.
+    """
+    from rattler.package_streaming import extract
+
+    target = Path(dest)
+    marker = target / SHA_MARKER
+    if marker.exists() and marker.read_text() == digest:
+        return
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    extract(archive, tmp)
+    (tmp / SHA_MARKER).write_text(digest)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+
+
+def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
+                      policy: RetryPolicy | None) -> list[Fetched]:
+    """Download and verify on threads; extract each verified archive at once, in worker
+    processes, while the others are still downloading. Nothing is extracted unverified."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+
+    from gpu_ci.downloads import fetch
+
+    items = _downloads(plan, pkgs_dir)
+    if not items:
+        return []
+    cache.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(os.cpu_count() or 2, len(items)))
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    policy = policy or RetryPolicy()
+    with ProcessPoolExecutor(workers, mp_context=context) as procs:
+        # Start every worker now, before any download thread exists: forking a process
+        # that has threads can deadlock the child.
+        list(procs.map(_noop, range(workers)))
+        results: dict[int, Fetched] = {}
+        extractions = []
+        error: BaseException | None = None
+        with ThreadPoolExecutor(min(8, len(items))) as threads:
+            futures = {threads.submit(fetch, item, policy): i for i, item in enumerate(items)}
+            for future in as_completed(futures):
+                try:
+                    got = future.result()
+                except BaseException as exc:  # stop extracting; report the first error
+                    error = error or exc
+                    continue
+                if error is not None:
+                    continue
+                index = futures[future]
+                results[index] = got
+                entry = plan.conda[index]
+                digest = entry.sha256 or entry.md5
+                extractions.append((entry, procs.submit(
+                    _extract, str(got.download.dest),
+                    str(cache / f"{entry.name}-{entry.version}-{entry.build}"), digest)))
+        for entry, job in extractions:
+            try:
+                job.result()
+            except Exception as exc:
+                error = error or GpuCiError(
+                    f"extracting {entry.filename} failed although its hash matched the lock "
+                    f"({type(exc).__name__}: {exc}).")
+    if error is not None:
+        raise error
+    return [results[i] for i in range(len(items))]
+
+
 def _records(entries: list[CondaEntry], fetched: list[Fetched]):
     import rattler
 
@@ -86,18 +167,17 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
                       target: Path, cache: Path) -> None:
     import asyncio
 
-    try:
-        import rattler
-    except ImportError:
-        raise GpuCiError("engine: rattler needs py-rattler, which needs Python >= 3.10 for "
-                         "gpu-ci itself: add actions/setup-python (3.12) before this action, or "
-                         "use engine: conda.") from None
+    import rattler
 
     entries = list(plan.conda)
+    # The cache already holds every package, extracted by fetch_and_extract; rattler checks
+    # the files are there ("fast") and links them.
+    package_cache = rattler.PackageCache.new_layered(
+        [str(cache)], validation_mode=rattler.ValidationMode.fast())
     try:
         asyncio.run(rattler.install(
             _records(entries, fetched), target_prefix=str(staging),
-            alternative_target_prefix=str(target), cache_dir=str(cache),
+            alternative_target_prefix=str(target), package_cache=package_cache,
             show_progress=False, execute_link_scripts=False))
     except Exception as exc:
         raise GpuCiError(f"linking the environment failed: {exc}") from None
@@ -133,6 +213,15 @@ def _pip(plan: InstallPlan, prefix: Path, env: Mapping[str, str], work: Path) ->
                          f"{tail}")
 
 
+def require_rattler() -> None:
+    try:
+        import rattler  # noqa: F401
+    except ImportError:
+        raise GpuCiError("engine: rattler needs py-rattler, which needs Python >= 3.10 for "
+                         "gpu-ci itself: add actions/setup-python (3.12) before this action, or "
+                         "use engine: conda.") from None
+
+
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
             engine: str = "rattler", conda: Path | None = None,
             policy: RetryPolicy | None = None) -> InstallReport:
@@ -140,6 +229,8 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
     if marker_matches(target, plan):
         report.reused = True
         return report
+    if engine == "rattler":
+        require_rattler()
     target.parent.mkdir(parents=True, exist_ok=True)
     pkgs_dir.mkdir(parents=True, exist_ok=True)
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
@@ -150,8 +241,13 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
     moved_old = placed = False
     try:
         started = time.monotonic()
-        fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
-        report.phases["download+verify"] = time.monotonic() - started
+        cache = pkgs_dir / "rattler"
+        if engine == "conda":
+            fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
+            report.phases["download+verify"] = time.monotonic() - started
+        else:
+            fetched = fetch_and_extract(plan, pkgs_dir, cache, policy)
+            report.phases["download+verify+extract"] = time.monotonic() - started
         report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
         report.cached_archives = sum(1 for f in fetched if f.cached)
         started = time.monotonic()
@@ -164,9 +260,10 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
             explicit.write_text(render_explicit(plan))
             link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)},
                             explicit)
+            report.phases["link"] = time.monotonic() - started
         else:
-            link_with_rattler(plan, fetched, staging, target, pkgs_dir / "rattler")
-        report.phases["extract+link"] = time.monotonic() - started
+            link_with_rattler(plan, fetched, staging, target, cache)
+            report.phases["link"] = time.monotonic() - started
         if target.exists():
             os.rename(target, backup)
             moved_old = True
