@@ -67,6 +67,7 @@ def test_roles_through_the_api(run_cli, server, sender, minimum, runs, role):
     assert (result.outputs["run"], result.outputs["permission"]) == (runs, role)
     if runs == "false":
         assert result.outputs["runs-on"] == '"ubuntu-latest"'
+        assert [r.path.rsplit("/", 1)[-1] for r in server.log] == ["permission"]  # one call
 
 
 def test_bot_labeller_without_permission_record_does_not_run(run_cli, server):

@@ -190,20 +190,33 @@ def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
     return (legacy if legacy in ROLE_RANK else "none"), False
 
 
-def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any],
-                pull: Mapping[str, Any], changed_files: Sequence[str] | None) -> Decision:
-    role, exact = role_of(permission_answer)
-    current = str((pull.get("head") or {}).get("sha") or "")
-    base = Decision(run=False, reason="", event=check.event, sha=check.head_sha,
+def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
+    return Decision(run=False, reason="", event=check.event, sha=check.head_sha,
                     pr_number=str(check.number), label=check.label,
                     labeled_by=check.labeller, permission=role,
                     head_at_label=check.head_sha, current_head=current, fork=check.fork)
-    if ROLE_RANK[role] < ROLE_RANK[config.min_permission]:
-        note = "" if exact else (
-            " (legacy permission field: maintain reads as write, triage as read)")
-        return replace(base, reason=(
-            f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
-            f"'{config.min_permission}' or higher."))
+
+
+def refuse_role(check: PullCheck, config: GateConfig,
+                permission_answer: Mapping[str, Any]) -> Decision | None:
+    """The role rule alone: a refusal needs no further API call."""
+    role, exact = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return None
+    note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    return replace(_pull_decision(check, role), reason=(
+        f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
+        f"'{config.min_permission}' or higher."))
+
+
+def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any],
+                pull: Mapping[str, Any], changed_files: Sequence[str] | None) -> Decision:
+    refused = refuse_role(check, config, permission_answer)
+    if refused is not None:
+        return refused
+    role, _ = role_of(permission_answer)
+    current = str((pull.get("head") or {}).get("sha") or "")
+    base = _pull_decision(check, role, current)
     state = str(pull.get("state") or "")
     if state != "open":
         return replace(base, reason=f"pull request #{check.number} is {state or 'not open'}.")

@@ -67,6 +67,9 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
     answer = _call(f"the role of {step.labeller}",
                    lambda: _permission(rest, ctx.repository, step.labeller))
+    refused = gate.refuse_role(step, config, answer)
+    if refused is not None:
+        return refused, config, rest.calls
     pull = _call(f"pull request #{step.number}",
                  lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"))
     files = None
