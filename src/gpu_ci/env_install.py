@@ -105,7 +105,10 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
         results: dict[int, Fetched] = {}
         extractions = []
         error: BaseException | None = None
-        with ThreadPoolExecutor(min(8, len(items))) as threads:
+        # Two download threads per core, at most 8: more threads than that on a small
+        # runner convoy on the GIL with the extraction feeders (measured on 2 cores: 8
+        # threads 0.47-1.43 s for 150 packages, 4 threads a steady 0.44 s).
+        with ThreadPoolExecutor(min(8, 2 * (os.cpu_count() or 2), len(items))) as threads:
             futures = {threads.submit(fetch, item, policy): i for i, item in enumerate(items)}
             for future in as_completed(futures):
                 try:
