@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,8 +96,10 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
         return []
     cache.mkdir(parents=True, exist_ok=True)
     workers = max(1, min(os.cpu_count() or 2, len(items)))
-    context = multiprocessing.get_context(
-        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    # fork is cheap and safe on Linux (workers start before any thread exists); macOS and
+    # Windows use spawn, as Python does by default there.
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux")
+                                          else "spawn")
     policy = policy or RetryPolicy()
     with ProcessPoolExecutor(workers, mp_context=context) as procs:
         # Start every worker now, before any download thread exists: forking a process
