@@ -299,7 +299,3 @@ class ChannelServer:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
-
-
-def repodata(channel: Channel, subdir: str = SUBDIR) -> dict[str, Any]:
-    return json.loads((channel.root / subdir / "repodata.json").read_text())

@@ -1,7 +1,7 @@
 """What the driver reports, as plain data: the input of every CUDA check.
 
-:class:`NvmlSnapshot` is filled by :mod:`gpu_ci.nvml_reader` on a runner, by tests from a
-fake NVML library, and from JSON fixtures recorded on real GPU machines.
+:class:`NvmlSnapshot` is filled by :mod:`gpu_ci.nvml_reader`: on a runner from the real
+driver, in tests from a fake NVML library configured with readings of real GPU machines.
 """
 
 from __future__ import annotations
@@ -76,12 +76,3 @@ class NvmlSnapshot:
         data = asdict(self)
         data["gpus"] = [asdict(g) for g in self.gpus]
         return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NvmlSnapshot:
-        gpus = tuple(
-            Gpu(**{**g, "compute_capability": tuple(g["compute_capability"]),
-                   "mig_uuids": tuple(g.get("mig_uuids", ())),
-                   "unreadable": tuple(g.get("unreadable", ()))})
-            for g in data.get("gpus", ()))
-        return cls(**{**data, "gpus": gpus})
