@@ -19,7 +19,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Short retry waits for tests; production defaults are in gpu_ci.github_client.
+#: Short retry waits for tests; production defaults are in gpu_ci.github.client.
 FAST_HTTP_ENV = {
     "GPU_CI_HTTP_TIMEOUT": "2",
     "GPU_CI_HTTP_RETRIES": "3",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github_client import ClientSettings, RestClient, describe_api_failure
+from gpu_ci.github.client import ClientSettings, RestClient, describe_api_failure
 from tests.github_server import PullRequest
 
 FAST = dict(timeout=1.0, retries=3, backoff=0.05, max_wait=5.0)

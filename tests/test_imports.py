@@ -32,7 +32,7 @@ def test_verify_cuda_env_never_imports_github_or_conda_code(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pynvml" in top  # it did read NVML
     assert not top & {"github", "conda_lock", "rattler", "yaml", "requests", "urllib3"}
-    assert "gpu_ci.lockfile" not in modules and "gpu_ci.github_client" not in modules
+    assert "gpu_ci.conda.lockfile" not in modules and "gpu_ci.github.client" not in modules
 
 
 def test_gpu_gate_never_imports_nvml_or_conda_code(tmp_path, github):
@@ -51,7 +51,7 @@ def test_gpu_gate_never_imports_nvml_or_conda_code(tmp_path, github):
     assert "run=true" in proc.stdout
     assert "github" in top  # it did call the API
     assert not top & {"pynvml", "rattler", "conda_lock", "yaml"}
-    assert not {"gpu_ci.nvml_reader", "gpu_ci.lockfile", "gpu_ci.cuda_checks"} & modules
+    assert not {"gpu_ci.cuda.nvml", "gpu_ci.conda.lockfile", "gpu_ci.cuda.checks"} & modules
 
 
 def test_missing_extra_is_explained(tmp_path):
@@ -69,3 +69,58 @@ def test_missing_extra_is_explained(tmp_path):
     assert proc.returncode == 2
     assert "needs the 'conda' extra" in proc.stdout
     assert "pip install 'gpu-ci-actions[conda]'" in proc.stdout
+
+
+WINGS = ("github", "conda", "cuda")
+#: root modules a wing must not import: only the command layer wires runtime and inputs
+WIRING = ("gpu_ci.runtime", "gpu_ci.inputs", "gpu_ci.cli", "gpu_ci.commands")
+
+
+def _imports(path):
+    """Every gpu_ci module a file imports, top level or inside functions."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("gpu_ci")}
+        elif (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+              and node.module.startswith("gpu_ci")):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_wings_never_import_each_other_nor_the_wiring():
+    src = ROOT / "src" / "gpu_ci"
+    problems = []
+    for wing in WINGS:
+        files = sorted((src / wing).glob("*.py"))
+        assert files, f"no modules in wing {wing}"
+        for path in files:
+            for name in _imports(path):
+                parts = name.split(".")
+                other = parts[1] if len(parts) > 1 else ""
+                if other in WINGS and other != wing:
+                    problems.append(f"{path.relative_to(src)} imports {name}")
+                if any(name == w or name.startswith(w + ".") for w in WIRING):
+                    problems.append(f"{path.relative_to(src)} imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_root_runtime_never_imports_a_wing():
+    src = ROOT / "src" / "gpu_ci"
+    problems = []
+    for path in sorted(src.glob("*.py")):
+        for name in _imports(path):
+            parts = name.split(".")
+            if len(parts) > 1 and parts[1] in WINGS:
+                problems.append(f"{path.name} imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_import_rule_detects_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from gpu_ci.cuda import table\n    import gpu_ci.runtime\n")
+    assert {"gpu_ci.cuda", "gpu_ci.cuda.table", "gpu_ci.runtime"} <= _imports(bad)

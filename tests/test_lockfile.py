@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci import lockfile
+from gpu_ci import urls
+from gpu_ci.conda import lockfile
 from gpu_ci.errors import GpuCiError
 from tests.conftest import FIXTURES
 
@@ -142,10 +143,10 @@ def test_not_an_archive_url():
 
 def test_credentials_are_masked():
     url = "https://user:s3cret@conda.example.com/t/tok-123/private/linux-64/a-1-h0_0.conda"
-    masked = lockfile.mask_url(url)
+    masked = urls.mask_url(url)
     assert "s3cret" not in masked and "tok-123" not in masked and "user" not in masked
-    assert sorted(lockfile.secrets_in(url)) == ["s3cret", "tok-123"]
-    assert lockfile.strip_credentials(url).startswith("https://conda.example.com/")
+    assert sorted(urls.secrets_in(url)) == ["s3cret", "tok-123"]
+    assert urls.strip_credentials(url).startswith("https://conda.example.com/")
 
 
 def test_render_explicit_roundtrip():

@@ -233,7 +233,7 @@ echo "installed into $prefix"
 
 @pytest.fixture
 def installer(channel):
-    from gpu_ci.miniforge import installer_name
+    from gpu_ci.conda.miniforge import installer_name
 
     name = installer_name("26.3.2-3")
     folder = channel.root.parent / "miniforge" / "26.3.2-3"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_ci import cuda_checks, frameworks, require_spec
-from gpu_ci.cuda_table import TABLE_PATH, driver_at_least, load_table
+from gpu_ci.cuda import checks as cuda_checks
+from gpu_ci.cuda import frameworks
+from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.table import TABLE_PATH, driver_at_least, load_table
+from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
-from gpu_ci.gpu_facts import Gpu, NvmlSnapshot
-from gpu_ci.visibility import visible_gpus
 from tests.conftest import FIXTURES, SHARED
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 * 2**20, brand="tesla",
@@ -36,7 +38,7 @@ def test_packaged_table_matches_the_in_repo_fixture_copy():
 def test_json_rendering_equals_the_yaml_table():
     import json
 
-    from gpu_ci.cuda_table import TABLE_JSON
+    from gpu_ci.cuda.table import TABLE_JSON
 
     assert json.loads(TABLE_JSON.read_text()) == yaml.safe_load(TABLE_PATH.read_text())
 

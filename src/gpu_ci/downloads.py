@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.lockfile import mask_url, strip_credentials
+from gpu_ci.urls import mask_url, strip_credentials
 
 CHUNK = 1 << 20
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from gpu_ci import gate
 from gpu_ci.errors import GpuCiError
-from gpu_ci.event import load_event
+from gpu_ci.github import gate
+from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 
@@ -21,7 +21,7 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
 
 
 def _rest(inputs: Inputs, rt: Runtime):
-    from gpu_ci.github_client import ClientSettings, RestClient, resolve_token
+    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
 
     token = resolve_token(inputs["github-token"], rt.environ)
     if not token:
@@ -32,7 +32,7 @@ def _rest(inputs: Inputs, rt: Runtime):
 
 
 def _call(what: str, fn):
-    from gpu_ci.github_client import describe_api_failure
+    from gpu_ci.github.client import describe_api_failure
 
     try:
         return fn()

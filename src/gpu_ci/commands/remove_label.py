@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from gpu_ci import labels
 from gpu_ci.errors import GpuCiError
-from gpu_ci.event import load_event
-from gpu_ci.github_client import ClientSettings, RestClient, resolve_token
+from gpu_ci.github import labels
+from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 

@@ -7,7 +7,8 @@ import platform as _platform
 import time
 from pathlib import Path
 
-from gpu_ci import lockfile
+from gpu_ci import urls
+from gpu_ci.conda import lockfile
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
@@ -72,11 +73,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
     lock = lockfile.parse(text, path)
     for channel in lock.channels:
-        for secret in lockfile.secrets_in(channel):
+        for secret in urls.secrets_in(channel):
             rt.mask(secret)
     plan = lockfile.plan(lock, text, platform, categories, path)
     for entry in [*plan.conda, *plan.pip]:
-        for secret in lockfile.secrets_in(entry.url):
+        for secret in urls.secrets_in(entry.url):
             rt.mask(secret)
     cache_key = (f"gpu-ci-conda-{plan.platform}-{engine}-mf{version}-"
                  f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}")
@@ -87,7 +88,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     if dry_run:
         rt.info(f"setup-conda-from-lock (dry run): {lock.kind} lock {path}, platform "
                 f"{plan.platform}, categories {','.join(plan.categories)}")
-        rt.info(f"channels: {', '.join(lockfile.mask_url(c) for c in plan.channels)}")
+        rt.info(f"channels: {', '.join(urls.mask_url(c) for c in plan.channels)}")
         rt.info(f"{len(plan.conda)} conda + {len(plan.pip)} pip packages:")
         for e in plan.conda:
             rt.info(f"  {e.name} {e.version} {e.build}")
@@ -96,7 +97,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         rt.summary(_summary(plan, path, None, None, None, None, dry_run=True))
         return 0
 
-    from gpu_ci import conda_isolation, env_install
+    from gpu_ci.conda import install as env_install
+    from gpu_ci.conda import isolation as conda_isolation
     from gpu_ci.downloads import RetryPolicy
 
     root = checked_root(inputs["root"] or str(default_root(environ, version)))
@@ -116,7 +118,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     phases: dict[str, float] = {}
     mf = None
     if miniforge_on:
-        from gpu_ci import miniforge
+        from gpu_ci.conda import miniforge
 
         started = time.monotonic()
         miniforge.write_condarc(condarc, pkgs_dir, root / "envs")
@@ -133,7 +135,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("conda", str(mf.conda) if mf else "")
     rt.set_output("reused", "true" if report.reused else "false")
     if activate:
-        from gpu_ci import activation
+        from gpu_ci.conda import activation
 
         for name, value in sorted(activation.capture(prefix, sub_env).items()):
             rt.export_variable(name, value)

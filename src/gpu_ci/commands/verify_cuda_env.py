@@ -8,12 +8,16 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpu_ci import __version__, cuda_checks, framework_probe, frameworks, require_spec
-from gpu_ci.cuda_table import load_table
+from gpu_ci import __version__
+from gpu_ci.cuda import checks as cuda_checks
+from gpu_ci.cuda import frameworks
+from gpu_ci.cuda import probe as framework_probe
+from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.table import load_table
+from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
-from gpu_ci.visibility import visible_gpus
 
 
 def libcuda_dir(environ: Mapping[str, str]) -> str:
@@ -44,7 +48,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     chosen = selection(inputs)
     environ = rt.environ
 
-    from gpu_ci.nvml_reader import read_snapshot
+    from gpu_ci.cuda.nvml import read_snapshot
 
     snapshot = read_snapshot()
     nvml_s = time.monotonic() - started

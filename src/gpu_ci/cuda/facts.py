@@ -1,6 +1,6 @@
 """What the driver reports, as plain data: the input of every CUDA check.
 
-:class:`NvmlSnapshot` is filled by :mod:`gpu_ci.nvml_reader`: on a runner from the real
+:class:`NvmlSnapshot` is filled by :mod:`gpu_ci.cuda.nvml`: on a runner from the real
 driver, in tests from a fake NVML library configured with readings of real GPU machines.
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.frameworks import ProbeFacts
+from gpu_ci.cuda.frameworks import ProbeFacts
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
 # the frameworks themselves.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpu_ci.gpu_facts import BRANDS, Gpu, NvmlSnapshot
+from gpu_ci.cuda.facts import BRANDS, Gpu, NvmlSnapshot
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.paths import match_paths
+from gpu_ci.github.paths import match_paths
 
 #: Repository roles in increasing order of trust.
 ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}

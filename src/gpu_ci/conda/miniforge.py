@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpu_ci.downloads import Download, RetryPolicy, fetch
 from gpu_ci.errors import GpuCiError
-from gpu_ci.lockfile import mask_url
+from gpu_ci.urls import mask_url
 
 RELEASES = "https://github.com/conda-forge/miniforge/releases/download"
 MARKER = ".gpu-ci-miniforge"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.event import api_url
+from gpu_ci.github.event import api_url
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from gpu_ci.cuda.facts import Gpu
 from gpu_ci.errors import UsageError
-from gpu_ci.gpu_facts import Gpu
 
 KEYS = ("cuda", "driver", "arch", "brand", "gpu-count", "memory", "name")
 OPERATORS = ("<=", ">=", "!=", "=", "<", ">")

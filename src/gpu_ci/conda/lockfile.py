@@ -17,9 +17,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
+from gpu_ci.urls import mask_url
 
 ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 
@@ -82,25 +83,6 @@ class InstallPlan:
 
 def lock_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+:[^/@\s]+@")
-_TOKEN = re.compile(r"/t/[^/\s]+/")
-
-
-def mask_url(text: str) -> str:
-    """Hide ``user:password@`` and anaconda.org ``/t/<token>/`` parts of URLs."""
-    return _TOKEN.sub("/t/***/", _CREDENTIALS.sub("***:***@", text))
-
-
-def secrets_in(url: str) -> list[str]:
-    """The secret parts of a URL, for the runner's mask list."""
-    out = []
-    parts = urlsplit(url)
-    if parts.password:
-        out.append(parts.password)
-    out += [m.group(0)[3:-1] for m in _TOKEN.finditer(url)]
-    return out
 
 
 def split_archive_name(filename: str) -> tuple[str, str, str]:
@@ -291,13 +273,3 @@ def render_explicit(plan_: InstallPlan) -> str:
     for e in plan_.conda:
         lines.append(f"{e.url}#{e.md5}" if e.md5 else f"{e.url}#sha256:{e.sha256}")
     return "\n".join(lines) + "\n"
-
-
-def strip_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.downloads import Download, Fetched, RetryPolicy, fetch_all
 from gpu_ci.errors import GpuCiError
-from gpu_ci.lockfile import CondaEntry, InstallPlan, mask_url
+from gpu_ci.urls import mask_url
 
 MARKER = "conda-meta/gpu-ci-lock.json"
 
@@ -260,7 +261,7 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
         if engine == "conda":
             if conda is None:
                 raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
-            from gpu_ci.lockfile import render_explicit
+            from gpu_ci.conda.lockfile import render_explicit
 
             explicit = work / "explicit.txt"
             explicit.write_text(render_explicit(plan))

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpu_ci import require_spec
-from gpu_ci.cuda_table import DriverTable, driver_at_least
-from gpu_ci.frameworks import CudaConsumer
-from gpu_ci.gpu_facts import Gpu, NvmlSnapshot
-from gpu_ci.visibility import Visibility
+from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.frameworks import CudaConsumer
+from gpu_ci.cuda.table import DriverTable, driver_at_least
+from gpu_ci.cuda.visibility import Visibility
 
 LEVELS = ("info", "warning", "error")
 

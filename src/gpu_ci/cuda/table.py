@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-TABLE_PATH = Path(__file__).with_name("data") / "cuda-toolkit-driver-table.yaml"
+TABLE_PATH = Path(__file__).parent.parent / "data" / "cuda-toolkit-driver-table.yaml"
 TABLE_JSON = TABLE_PATH.with_suffix(".json")
 
 
