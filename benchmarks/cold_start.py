@@ -30,21 +30,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
+from gpu_ci.specs import groups_for  # noqa: E402
 from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
 
 LOCK = ROOT / "tests" / "fixtures" / "lockfiles" / "conda-lock.zlib.conda-linux-64.lock"
 WEBHOOKS = ROOT / "tests" / "fixtures" / "webhooks"
 
 
-GROUPS = {"gpu-gate": ("base", "github"), "remove-label": ("base", "github"),
-          "verify-cuda-env": ("base", "nvml"), "setup-conda-from-lock": ("base", "conda")}
-
-
 def wheel_bytes(action: str) -> int:
     """What a cold install downloads: the wheels of the action's group locks."""
     dest = Path(tempfile.mkdtemp(prefix="wheels-"))
-    for group in GROUPS[action]:
+    for group in groups_for(action):
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--only-binary", ":all:", "--require-hashes", "-d", str(dest), "-r",
                         str(ROOT / "requirements" / f"{group}.txt")], check=True,

@@ -27,14 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "requirements"
 COMPLETE = ".gpu-ci-complete"
 
-#: action -> dependency groups (requirements/<group>.txt)
-GROUPS = {
-    "gpu-gate": ("base", "github"),
-    "remove-label": ("base", "github"),
-    "verify-cuda-env": ("base", "nvml"),
-    "setup-conda-from-lock": ("base", "conda"),
-}
-ALL = ("base", "github", "nvml", "conda")
+# The action -> groups table lives in the specs (standard library only, so importable
+# before any dependency is installed), loaded from this checkout's own src/.
+sys.path.insert(0, str(ROOT / "src"))
+from gpu_ci.specs import GROUPS as ALL  # noqa: E402
+from gpu_ci.specs import groups_for  # noqa: E402
 
 
 def fail(message: str) -> SystemExit:
@@ -157,11 +154,6 @@ def export(name: str, value: str) -> None:
             handle.write(f"{name}={value}\n")
     else:
         print(f"{name}={value}")
-
-
-def groups_for(action: str) -> tuple[str, ...]:
-    # Anything else (the root action's command, before the CLI validates it) gets all.
-    return GROUPS.get(action, ALL)
 
 
 def main(argv: list[str]) -> int:

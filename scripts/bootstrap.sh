@@ -9,12 +9,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 action="${1:-all}"
 
+# BEGIN groups (rendered from src/gpu_ci/specs.py by scripts/render_actions.py)
 case "$action" in
   gpu-gate|remove-label) groups="base github" ;;
-  verify-cuda-env) groups="base nvml" ;;
   setup-conda-from-lock) groups="base conda" ;;
+  verify-cuda-env) groups="base nvml" ;;
   *) groups="base github nvml conda" ;;
 esac
+# END groups
 
 if [ -n "${GPU_CI_PYTHON:-}" ] && [ "${GPU_CI_ROOT:-}" = "$root" ] && [ -x "$GPU_CI_PYTHON" ]; then
   venv="$(dirname "$(dirname "$GPU_CI_PYTHON")")"

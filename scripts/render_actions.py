@@ -1,5 +1,6 @@
-"""Render generated files: ``actions/*/action.yml``, the root ``action.yml`` and README's
-tables from the specs, README's embedded examples, and the driver table's JSON rendering.
+"""Render generated files from the specs: ``actions/*/action.yml``, the root ``action.yml``,
+each action's README table, the root README's overview of actions, ``bootstrap.sh``'s group
+``case``; the READMEs' embedded examples; and the driver table's JSON rendering.
 
 ``python scripts/render_actions.py`` rewrites them; ``--check`` exits 1 when any is stale
 (the test suite runs the check). Writing YAML by hand keeps the files readable and stable.
@@ -15,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpu_ci.specs import ACTIONS, ActionSpec, InputSpec  # noqa: E402
+from gpu_ci.specs import ACTIONS, GROUPS, ActionSpec, InputSpec  # noqa: E402
 
 BOOTSTRAP_STEP = """\
     - name: Bootstrap gpu-ci (once per job)
@@ -148,15 +149,53 @@ def readme_table(spec: ActionSpec) -> str:
     return "\n".join(rows) + "\n"
 
 
-def render_readme(text: str) -> str:
-    for name, spec in ACTIONS.items():
-        begin, end = f"<!-- BEGIN {name} table -->", f"<!-- END {name} table -->"
-        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md lacks the markers {begin} ... {end}")
-        text = pattern.sub(lambda _m, s=spec, b=begin, e=end: f"{b}\n{readme_table(s)}{e}",
-                           text)
-    return text
+def _between(text: str, key: str, body: str, where: str) -> str:
+    """Replace what lies between ``<!-- BEGIN key -->`` and ``<!-- END key -->``."""
+    begin, end = f"<!-- BEGIN {key} -->", f"<!-- END {key} -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"{where} lacks the markers {begin} ... {end}")
+    return pattern.sub(lambda _m: f"{begin}\n{body}{end}", text)
+
+
+def actions_overview() -> str:
+    """The root README's table of actions, each linking its own README."""
+    rows = ["| action | what it does | runs on |", "|---|---|---|"]
+    rows += [f"| [`{name}`](actions/{name}/README.md) | {spec.summary} | {spec.runs_on} |"
+             for name, spec in ACTIONS.items()]
+    return "\n".join(rows) + "\n"
+
+
+def render_action_readme(name: str, text: str) -> str:
+    return _between(text, f"{name} table", readme_table(ACTIONS[name]),
+                    f"actions/{name}/README.md")
+
+
+def render_root_readme(text: str) -> str:
+    return _between(text, "actions table", actions_overview(), "README.md")
+
+
+def bootstrap_case() -> str:
+    """The ``case`` of ``bootstrap.sh``: which groups each action installs, for the shell's
+    no-Python fast path (a later action of the same job)."""
+    by_groups: dict[tuple[str, ...], list[str]] = {}
+    for name, spec in sorted(ACTIONS.items()):
+        by_groups.setdefault(spec.groups, []).append(name)
+    lines = ['case "$action" in']
+    for groups, names in by_groups.items():
+        lines.append(f'  {"|".join(names)}) groups="{" ".join(groups)}" ;;')
+    lines.append(f'  *) groups="{" ".join(GROUPS)}" ;;')
+    lines.append("esac")
+    return "\n".join(lines) + "\n"
+
+
+def render_bootstrap(text: str) -> str:
+    begin = "# BEGIN groups (rendered from src/gpu_ci/specs.py by scripts/render_actions.py)\n"
+    end = "# END groups\n"
+    if begin not in text or end not in text:
+        raise SystemExit("scripts/bootstrap.sh lacks the BEGIN/END groups markers")
+    head, rest = text.split(begin, 1)
+    return head + begin + bootstrap_case() + end + rest.split(end, 1)[1]
 
 
 EXAMPLE_MARKER = re.compile(
@@ -190,7 +229,13 @@ def targets() -> dict[Path, str]:
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
         driver_table_json())
     readme = ROOT / "README.md"
-    files[readme] = embed_examples(render_readme(readme.read_text(encoding="utf-8")))
+    files[readme] = embed_examples(render_root_readme(readme.read_text(encoding="utf-8")))
+    for name in ACTIONS:
+        path = ROOT / "actions" / name / "README.md"
+        files[path] = embed_examples(render_action_readme(
+            name, path.read_text(encoding="utf-8")))
+    sh = ROOT / "scripts" / "bootstrap.sh"
+    files[sh] = render_bootstrap(sh.read_text(encoding="utf-8"))
     return files
 
 

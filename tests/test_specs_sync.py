@@ -1,4 +1,4 @@
-"""action.yml files, the CLI and README's tables agree with src/gpu_ci/specs.py."""
+"""action.yml files, the CLI, the bootstrap and the READMEs agree with src/gpu_ci/specs.py."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def test_root_action_passes_every_sub_action_input_through():
 
 
 def test_readme_tables_list_every_input_and_output():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for name, spec in ACTIONS.items():
+        readme = (ROOT / "actions" / name / "README.md").read_text(encoding="utf-8")
         table = readme.split(f"<!-- BEGIN {name} table -->")[1].split(
             f"<!-- END {name} table -->")[0]
         for item in spec.inputs:
@@ -65,3 +65,57 @@ def test_no_template_expression_inside_run_scripts():
     for path in [ROOT / "action.yml", *(ROOT / "actions").glob("*/action.yml")]:
         for step in load(path)["runs"]["steps"]:
             assert "${{" not in step.get("run", ""), path
+
+
+def test_root_readme_links_every_action_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in ACTIONS:
+        assert f"](actions/{name}/README.md)" in readme
+        assert (ROOT / "actions" / name / "README.md").is_file()
+
+
+def test_every_spec_names_an_importable_command_with_known_groups():
+    import importlib
+
+    from gpu_ci.specs import GROUPS
+
+    for name, spec in ACTIONS.items():
+        module = importlib.import_module(spec.command_module)
+        assert callable(module.run), name
+        assert spec.groups[0] == "base" and set(spec.groups) <= set(GROUPS), name
+    for group in GROUPS:
+        assert (ROOT / "requirements" / f"{group}.txt").is_file()
+        assert (ROOT / "requirements" / f"{group}.in").is_file()
+
+
+def _bash_groups(action: str) -> list[str]:
+    """What bootstrap.sh's rendered ``case`` picks for ``action``, run by bash itself."""
+    text = (ROOT / "scripts" / "bootstrap.sh").read_text(encoding="utf-8")
+    case = text.split("# BEGIN groups")[1].split("\n", 1)[1].split("# END groups")[0]
+    proc = subprocess.run(["bash", "-c", f'action="$1"\n{case}echo "$groups"', "_", action],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.split()
+
+
+def test_bootstrap_shell_and_python_read_the_same_groups_as_the_specs():
+    from gpu_ci.specs import GROUPS
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bootstrap
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    for name, spec in ACTIONS.items():
+        assert bootstrap.groups_for(name) == spec.groups
+        assert _bash_groups(name) == list(spec.groups)
+    assert bootstrap.groups_for("no-such-action") == GROUPS
+    assert _bash_groups("no-such-action") == list(GROUPS)
+
+
+def test_specs_module_needs_only_the_standard_library():
+    # bootstrap.py imports it before any dependency is installed.
+    code = ("import sys; sys.path.insert(0, 'src'); import gpu_ci.specs; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'yaml', 'github', 'pynvml', 'rattler', 'packaging', 'actions'}); "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-I", "-c", code], cwd=ROOT, check=True)

@@ -20,14 +20,6 @@ from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime
 from gpu_ci.specs import ACTIONS, ActionSpec
 
-#: subcommand -> module defining ``run(inputs: Inputs, rt: Runtime) -> int``
-COMMAND_MODULES = {
-    "gpu-gate": "gpu_ci.commands.gpu_gate",
-    "remove-label": "gpu_ci.commands.remove_label",
-    "setup-conda-from-lock": "gpu_ci.commands.setup_conda_from_lock",
-    "verify-cuda-env": "gpu_ci.commands.verify_cuda_env",
-}
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports unusable arguments as an annotation, exit code 2."""
@@ -70,7 +62,7 @@ def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
     spec = ACTIONS[name]
     inputs = Inputs(spec, flags, rt.environ)
     try:
-        module = importlib.import_module(COMMAND_MODULES[name])
+        module = importlib.import_module(spec.command_module)
         return int(module.run(inputs, rt))
     except ModuleNotFoundError as exc:
         extra = EXTRAS.get((exc.name or "").split(".")[0])

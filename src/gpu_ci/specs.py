@@ -1,7 +1,10 @@
-"""The interface of every action: inputs, defaults and outputs, in one place.
+"""Every action in one table: its inputs, defaults, outputs, command module and the
+dependency groups it installs.
 
-``action.yml`` files, the CLI's flags and README's tables are three views of these specs; a
-test keeps all three in agreement, so a new input is added here first.
+``action.yml`` files, the CLI's flags and subcommands, the bootstrap's groups (``bootstrap.py``
+reads them, ``bootstrap.sh``'s ``case`` is rendered from them) and the READMEs' tables are
+views of these specs; tests keep every view in agreement, so a new action or input is added
+here first. Standard library only: the bootstrap imports it before any dependency exists.
 """
 
 from __future__ import annotations
@@ -35,12 +38,26 @@ class OutputSpec:
     description: str
 
 
+#: Every dependency group, in install order: ``requirements/<group>.txt`` (hash-pinned).
+GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda")
+
+
 @dataclass(frozen=True)
 class ActionSpec:
     name: str
     summary: str
     inputs: tuple[InputSpec, ...]
     outputs: tuple[OutputSpec, ...]
+    module: str = ""
+    """The module defining ``run(inputs, rt) -> int`` (default: ``gpu_ci.commands.<name>``)."""
+    groups: tuple[str, ...] = ("base",)
+    """The dependency groups the bootstrap installs for this action (see ``GROUPS``)."""
+    runs_on: str = ""
+    """Where the action belongs, for the README's overview (e.g. ``GPU runner``)."""
+
+    @property
+    def command_module(self) -> str:
+        return self.module or "gpu_ci.commands." + self.name.replace("-", "_")
 
     def input(self, name: str) -> InputSpec:
         for spec in self.inputs:
@@ -56,6 +73,8 @@ _TOKEN_HELP = (
 GPU_GATE = ActionSpec(
     name="gpu-gate",
     summary="Decide whether a GPU job runs: only for the commit a maintainer labelled.",
+    groups=("base", "github"),
+    runs_on="CPU runner (decides)",
     inputs=(
         InputSpec("label", "Label that approves a GPU run (compared case-insensitively).",
                   "CUDA CI"),
@@ -89,6 +108,8 @@ GPU_GATE = ActionSpec(
 REMOVE_LABEL = ActionSpec(
     name="remove-label",
     summary="Take the gate label off a pull request again, safely and idempotently.",
+    groups=("base", "github"),
+    runs_on="CPU runner (`pull_request_target`)",
     inputs=(
         InputSpec("labels", "Labels to remove, newline- or comma-separated.", "CUDA CI"),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
@@ -106,6 +127,8 @@ REMOVE_LABEL = ActionSpec(
 SETUP_CONDA_FROM_LOCK = ActionSpec(
     name="setup-conda-from-lock",
     summary="Install Miniforge and create a conda environment from a lock file, no solver.",
+    groups=("base", "conda"),
+    runs_on="GPU runner",
     inputs=(
         InputSpec("lock-file", "Explicit (@EXPLICIT) or unified conda-lock.yml lock file.",
                   required=True),
@@ -140,6 +163,8 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
 VERIFY_CUDA_ENV = ActionSpec(
     name="verify-cuda-env",
     summary="Check that the NVIDIA driver can run the job's CUDA software before tests start.",
+    groups=("base", "nvml"),
+    runs_on="GPU runner",
     inputs=(
         InputSpec("require", "Constraint lines in the NVIDIA_REQUIRE_CUDA grammar (all must "
                   "hold), extended with gpu-count, memory and name.", ""),
@@ -167,3 +192,10 @@ VERIFY_CUDA_ENV = ActionSpec(
 ACTIONS: dict[str, ActionSpec] = {
     spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV)
 }
+
+
+def groups_for(action: str) -> tuple[str, ...]:
+    """The groups an action installs; every group for a name that is not (yet) known, e.g.
+    the root action's ``command`` before the CLI validates it."""
+    spec = ACTIONS.get(action)
+    return spec.groups if spec else GROUPS
