@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests scripts benchmarks
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 demo: $(VENV)/.installed

@@ -76,8 +76,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         for secret in urls.secrets_in(channel):
             rt.mask(secret)
     plan = lockfile.plan(lock, text, platform, categories, path)
-    for entry in [*plan.conda, *plan.pip]:
-        for secret in urls.secrets_in(entry.url):
+    for url in [*(e.url for e in plan.conda), *(e.url for e in plan.pip)]:
+        for secret in urls.secrets_in(url):
             rt.mask(secret)
     cache_key = (f"gpu-ci-conda-{plan.platform}-{engine}-mf{version}-"
                  f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}")

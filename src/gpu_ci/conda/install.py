@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.downloads import Download, Fetched, RetryPolicy, fetch_all
@@ -41,7 +42,7 @@ def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
         data = json.loads((prefix / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return data == marker(plan)
+    return bool(data == marker(plan))
 
 
 def marker(plan: InstallPlan) -> dict[str, object]:
@@ -77,7 +78,7 @@ def _extract(archive: str, dest: str, digest: str) -> None:
         return
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    extract(archive, tmp)
+    extract(Path(archive), tmp)
     (tmp / SHA_MARKER).write_text(digest)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
@@ -141,7 +142,7 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
     return [results[i] for i in range(len(items))]
 
 
-def _records(entries: list[CondaEntry], fetched: list[Fetched]):
+def _records(entries: list[CondaEntry], fetched: list[Fetched]) -> list[Any]:
     import rattler
 
     records = []

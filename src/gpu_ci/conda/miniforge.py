@@ -57,7 +57,7 @@ def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
     if not fields or len(fields[0]) != 64:
         raise GpuCiError(f"{mask_url(url)}.sha256 holds no sha256 ({text[:80]!r}). Set "
                          "installer-sha256; nothing was installed.", title="unverified installer")
-    return fields[0].lower()
+    return str(fields[0]).lower()
 
 
 def ensure(version: str, root: Path, cache_dir: Path, env: Mapping[str, str], *,

@@ -122,7 +122,7 @@ def read_snapshot() -> NvmlSnapshot:
                 uuid=_text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)),
                 compute_capability=tuple(call("nvmlDeviceGetCudaComputeCapability",
                                               pynvml.nvmlDeviceGetCudaComputeCapability,
-                                              handle)),  # type: ignore[arg-type]
+                                              handle)),
                 memory_total_bytes=int(memory.total),
                 brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
                 mig_enabled=mig_enabled,

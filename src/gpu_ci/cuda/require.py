@@ -82,8 +82,12 @@ def parse_requirement(line: str, origin: str = "require") -> Requirement:
 
 
 def _compare(left: object, op: str, right: object) -> bool:
-    return {"=": left == right, "!=": left != right, "<": left < right,  # type: ignore[operator]
-            "<=": left <= right, ">": left > right, ">=": left >= right}[op]  # type: ignore[operator]
+    table: dict[str, bool] = {
+        "=": left == right, "!=": left != right,
+        "<": left < right, "<=": left <= right,  # type: ignore[operator]
+        ">": left > right, ">=": left >= right,  # type: ignore[operator]
+    }
+    return table[op]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github.event import api_url
@@ -46,7 +47,7 @@ class ClientSettings:
         )
 
 
-def make_github(token: str, settings: ClientSettings):  # -> github.Github
+def make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
     """A PyGithub client; imported lazily so that GPU-side commands never load PyGithub."""
     import github
     from github import Auth, GithubRetry
@@ -116,17 +117,19 @@ class RestClient:
 
     def _request(self, method: str, url: str) -> tuple[dict[str, str], object]:
         self.calls += 1
-        return self._github.requester.requestJsonAndCheck(method, url)
+        headers, data = self._github.requester.requestJsonAndCheck(method, url)
+        return dict(headers), data
 
-    def get(self, path: str) -> dict:
+    def get(self, path: str) -> dict[str, Any]:
         _headers, data = self._request("GET", path)
         if not isinstance(data, dict):
             raise GpuCiError(f"GitHub API answered GET {path} with unexpected JSON.")
         return data
 
-    def get_pages(self, path: str, *, key: str | None = None, limit: int = 3000) -> list:
+    def get_pages(self, path: str, *, key: str | None = None,
+                  limit: int = 3000) -> list[Any]:
         """Every item of a paginated list (following ``Link: rel="next"``)."""
-        items: list = []
+        items: list[Any] = []
         sep = "&" if "?" in path else "?"
         url: str | None = f"{path}{sep}per_page=100"
         while url and len(items) < limit:

@@ -126,7 +126,8 @@ def _pull_fields(payload: Mapping[str, Any]) -> tuple[int, str, bool]:
     if not isinstance(pr, dict):
         raise _event_error("has no pull_request object")
     number = pr.get("number") or payload.get("number")
-    head = pr.get("head") if isinstance(pr.get("head"), dict) else {}
+    head_value = pr.get("head")
+    head: dict[str, Any] = head_value if isinstance(head_value, dict) else {}
     sha = head.get("sha")
     if not isinstance(number, int) or not isinstance(sha, str) or len(sha) != 40:
         raise _event_error("lacks pull_request.number or pull_request.head.sha")
