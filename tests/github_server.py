@@ -4,6 +4,11 @@ It answers the endpoints the actions use with the JSON shapes, status codes and 
 GitHub's REST documentation (``X-RateLimit-*``, ``Retry-After``, ``Link`` pagination), logs
 every request for assertions, and injects faults on demand: 5xx, 403 secondary rate limits
 and 429 with ``Retry-After``, primary rate limit exhaustion, and slow responses.
+
+Actions state (``WorkflowRun`` / ``Job``): runs with their jobs (labels, runner group,
+attempts, steps, timestamps), moved through queued → in_progress → completed by the test
+(``FakeGitHub.start_job`` / ``complete_job``) or cancelled over the API; commit statuses per
+SHA; and the enhanced billing platform's usage report per organization.
 """
 
 from __future__ import annotations
@@ -49,7 +54,73 @@ class Repo:
     pulls: dict[int, PullRequest] = field(default_factory=dict)
     compares: dict[str, list[str]] = field(default_factory=dict)
     """'base...head' -> changed file names."""
-    workflow_runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[WorkflowRun] = field(default_factory=list)
+    statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """sha -> commit statuses, newest first (as GitHub lists them)."""
+
+
+@dataclass
+class Step:
+    name: str
+    number: int
+    status: str = "completed"
+    conclusion: str | None = "success"
+    started_at: str | None = None
+    completed_at: str | None = None
+
+
+@dataclass
+class Job:
+    """A workflow job as ``GET /repos/{o}/{r}/actions/jobs/{id}`` shows it."""
+
+    id: int
+    name: str
+    labels: list[str]
+    status: str = "queued"
+    """queued, waiting, in_progress or completed."""
+    conclusion: str | None = None
+    created_at: str = "2026-11-02T10:00:00Z"
+    started_at: str | None = None
+    completed_at: str | None = None
+    runner_name: str | None = None
+    runner_group_id: int | None = None
+    runner_group_name: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    run_attempt: int = 1
+
+
+@dataclass
+class WorkflowRun:
+    """A workflow run; ``jobs`` holds the jobs of every attempt (``Job.run_attempt``)."""
+
+    id: int
+    name: str
+    path: str
+    """``.github/workflows/<file>.yml``."""
+    head_sha: str
+    event: str = "pull_request"
+    status: str = "queued"
+    conclusion: str | None = None
+    head_branch: str = "feature"
+    run_attempt: int = 1
+    created_at: str = "2026-11-02T10:00:00Z"
+    updated_at: str | None = None
+    run_started_at: str | None = None
+    actor: str = "contributor"
+    triggering_actor: str | None = None
+    pull_requests: list[int] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    workflow_id: int = 161335
+
+
+@dataclass
+class Organization:
+    login: str
+    usage_items: list[dict[str, Any]] = field(default_factory=list)
+    """Items of the billing usage report: date, product, sku, quantity, unitType,
+    pricePerUnit, grossAmount, discountAmount, netAmount, organizationName, repositoryName."""
+    billing_tokens: set[str] | None = None
+    """Tokens that may read billing (None: any token)."""
 
 
 @dataclass
@@ -90,6 +161,8 @@ class FakeGitHub:
         self.rate_limit = 5000
         self.rate_remaining = 5000
         self.per_page_max = per_page_max
+        self.orgs: dict[str, Organization] = {}
+        self._ids = 1000
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -103,6 +176,52 @@ class FakeGitHub:
     def add_pull(self, full_name: str, pr: PullRequest) -> PullRequest:
         self.repos[full_name].pulls[pr.number] = pr
         return pr
+
+    def add_org(self, login: str, **kwargs: Any) -> Organization:
+        org = Organization(login, **kwargs)
+        self.orgs[login.lower()] = org
+        return org
+
+    def next_id(self) -> int:
+        with self._lock:
+            self._ids += 1
+            return self._ids
+
+    def add_run(self, full_name: str, run: WorkflowRun) -> WorkflowRun:
+        self.repos[full_name].runs.append(run)
+        return run
+
+    def find_job(self, job_id: int) -> tuple[Repo, WorkflowRun, Job]:
+        for repo in self.repos.values():
+            for run in repo.runs:
+                for job in run.jobs:
+                    if job.id == job_id:
+                        return repo, run, job
+        raise KeyError(job_id)
+
+    def start_job(self, job_id: int, at: str, *, runner: str = "gpu-runner-1",
+                  group: tuple[int, str] | None = None) -> Job:
+        """A runner picked the job up: queued → in_progress (its run too)."""
+        _repo, run, job = self.find_job(job_id)
+        job.status, job.started_at, job.runner_name = "in_progress", at, runner
+        if group:
+            job.runner_group_id, job.runner_group_name = group
+        run.status = "in_progress"
+        run.run_started_at = run.run_started_at or at
+        run.updated_at = at
+        return job
+
+    def complete_job(self, job_id: int, at: str, conclusion: str = "success") -> Job:
+        """in_progress → completed; the run completes when all its latest jobs have."""
+        _repo, run, job = self.find_job(job_id)
+        job.status, job.conclusion, job.completed_at = "completed", conclusion, at
+        latest = [j for j in run.jobs if j.run_attempt == run.run_attempt]
+        if all(j.status == "completed" for j in latest):
+            run.status = "completed"
+            bad = [j.conclusion for j in latest if j.conclusion not in ("success", "skipped")]
+            run.conclusion = bad[0] if bad else "success"
+        run.updated_at = at
+        return job
 
     def inject(self, method: str, path_regex: str, status: int, *, times: int = 1,
                retry_after: float | None = None, body: dict[str, Any] | None = None,
@@ -185,6 +304,94 @@ class FakeGitHub:
                      "repo": self.repo_json(repo)},
             "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}",
         }
+
+
+    def run_json(self, repo: Repo, run: WorkflowRun) -> dict[str, Any]:
+        base = f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}"
+        return {
+            "id": run.id, "name": run.name, "node_id": f"WFR_{run.id}",
+            "head_branch": run.head_branch, "head_sha": run.head_sha, "path": run.path,
+            "display_title": run.name, "run_number": run.id % 1000, "event": run.event,
+            "status": run.status, "conclusion": run.conclusion,
+            "workflow_id": run.workflow_id, "url": base,
+            "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run.id}",
+            "pull_requests": [{"number": n, "url": f"{self.url}/repos/{repo.full_name}/pulls/{n}"}
+                              for n in run.pull_requests],
+            "created_at": run.created_at, "updated_at": run.updated_at or run.created_at,
+            "actor": self.user_json(run.actor),
+            "triggering_actor": self.user_json(run.triggering_actor or run.actor),
+            "run_attempt": run.run_attempt,
+            "run_started_at": run.run_started_at or run.created_at,
+            "jobs_url": f"{base}/jobs", "cancel_url": f"{base}/cancel",
+            "workflow_url": f"{self.url}/repos/{repo.full_name}/actions/workflows/"
+                            f"{run.workflow_id}",
+            "repository": self.repo_json(repo), "head_repository": self.repo_json(repo),
+        }
+
+    def job_json(self, repo: Repo, run: WorkflowRun, job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id, "run_id": run.id, "node_id": f"CR_{job.id}",
+            "run_url": f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}",
+            "run_attempt": job.run_attempt, "head_sha": run.head_sha,
+            "head_branch": run.head_branch, "workflow_name": run.name,
+            "url": f"{self.url}/repos/{repo.full_name}/actions/jobs/{job.id}",
+            "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run.id}/job/{job.id}",
+            "status": job.status, "conclusion": job.conclusion,
+            "created_at": job.created_at, "started_at": job.started_at or job.created_at,
+            "completed_at": job.completed_at, "name": job.name,
+            "steps": [{"name": s.name, "status": s.status, "conclusion": s.conclusion,
+                       "number": s.number, "started_at": s.started_at,
+                       "completed_at": s.completed_at} for s in job.steps],
+            "check_run_url": f"{self.url}/repos/{repo.full_name}/check-runs/{job.id}",
+            "labels": list(job.labels), "runner_id": None if job.runner_name is None else 1,
+            "runner_name": job.runner_name, "runner_group_id": job.runner_group_id,
+            "runner_group_name": job.runner_group_name,
+        }
+
+    def status_json(self, repo: Repo, sha: str, payload: dict[str, Any],
+                    creator: str) -> dict[str, Any]:
+        sid = self.next_id()
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return {
+            "url": f"{self.url}/repos/{repo.full_name}/statuses/{sha}", "id": sid,
+            "node_id": f"SC_{sid}", "state": payload["state"],
+            "description": payload.get("description"),
+            "target_url": payload.get("target_url"),
+            "context": payload.get("context") or "default",
+            "created_at": now, "updated_at": now, "creator": self.user_json(creator),
+            "avatar_url": None,
+        }
+
+
+def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[WorkflowRun]:
+    """The ``status``, ``event``, ``head_sha`` and ``created`` filters of the list-runs API
+    (``created``: ``>=YYYY-MM-DD``, ``<=…``, ``A..B``, or a date), newest first."""
+
+    def one(name: str) -> str | None:
+        return (query.get(name) or [None])[0]
+
+    out = list(runs)
+    status = one("status")
+    if status:
+        out = [r for r in out if status in (r.status, r.conclusion)]
+    for name in ("event", "head_sha"):
+        value = one(name)
+        if value:
+            out = [r for r in out if getattr(r, name) == value]
+    created = one("created")
+    if created:
+        day = [r.created_at[:10] for r in out]
+        if created.startswith(">="):
+            keep = [d >= created[2:12] for d in day]
+        elif created.startswith("<="):
+            keep = [d <= created[2:12] for d in day]
+        elif ".." in created:
+            lo, hi = created.split("..", 1)
+            keep = [lo[:10] <= d <= hi[:10] for d in day]
+        else:
+            keep = [d == created[:10] for d in day]
+        out = [r for r, k in zip(out, keep) if k]
+    return sorted(out, key=lambda r: (r.created_at, r.id), reverse=True)
 
 
 def _file_json(name: str) -> dict[str, Any]:
@@ -280,6 +487,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/v3/"):  # GitHub Enterprise Server's prefix
             path = path[len("/api/v3"):]
         parts = [unquote(p) for p in path.strip("/").split("/")]
+        if method == "GET" and len(parts) == 5 and parts[0] == "organizations" \
+                and parts[2:] == ["settings", "billing", "usage"]:
+            return self._billing_usage(parts[1], query, token)
         if parts == ["rate_limit"]:
             core = {"limit": gh.rate_limit, "remaining": gh.rate_remaining, "used": 0,
                     "reset": int(time.time()) + 3600}
@@ -341,10 +551,107 @@ class _Handler(BaseHTTPRequestHandler):
                     if name not in pr.labels:
                         pr.labels.append(name)
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
-        if method == "GET" and rest == ["actions", "runs"]:
-            return 200, {"total_count": len(repo.workflow_runs),
-                         "workflow_runs": repo.workflow_runs}, {}
+        if rest[:1] == ["actions"]:
+            return self._actions(method, path, query, repo, rest[1:], token)
+        if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
+            if token in gh.read_only_tokens:
+                return 403, {"message": "Resource not accessible by integration",
+                             "documentation_url": DOCS, "status": "403"}, {}
+            payload = json.loads(raw_body or b"{}")
+            if payload.get("state") not in ("error", "failure", "pending", "success"):
+                return 422, {"message": "Validation Failed", "documentation_url": DOCS,
+                             "errors": [{"resource": "Status", "field": "state",
+                                         "code": "custom"}], "status": "422"}, {}
+            status = gh.status_json(repo, rest[1], payload, "github-actions[bot]")
+            repo.statuses.setdefault(rest[1], []).insert(0, status)
+            return 201, status, {}
+        if method == "GET" and rest[:1] == ["commits"] and len(rest) == 3:
+            statuses = repo.statuses.get(rest[1], [])
+            if rest[2] == "statuses":
+                return self._paginate(path, query, statuses)
+            if rest[2] == "status":
+                latest: dict[str, dict[str, Any]] = {}
+                for s in statuses:  # newest first: the first per context wins
+                    latest.setdefault(s["context"], s)
+                states = {s["state"] for s in latest.values()}
+                state = ("failure" if states & {"failure", "error"} else
+                         "pending" if "pending" in states or not states else "success")
+                return 200, {"state": state, "sha": rest[1],
+                             "total_count": len(latest), "statuses": list(latest.values()),
+                             "repository": gh.repo_json(repo)}, {}
         return self._not_found()
+
+    def _actions(self, method: str, path: str, query: dict[str, list[str]], repo: Repo,
+                 rest: list[str], token: str) -> tuple[int, Any, dict[str, str]]:
+        gh = self.gh
+
+        def wrap(key: str, items: list[Any]) -> tuple[int, Any, dict[str, str]]:
+            status, page, headers = self._paginate(path, query, items)
+            return status, {"total_count": len(items), key: page}, headers
+
+        if method == "GET" and rest == ["runs"]:
+            runs = _runs_filter(repo.runs, query)
+            return wrap("workflow_runs", [gh.run_json(repo, r) for r in runs])
+        if method == "GET" and len(rest) == 3 and rest[0] == "workflows" and rest[2] == "runs":
+            wanted = rest[1]
+            runs = [r for r in repo.runs
+                    if wanted in (str(r.workflow_id), r.path.rsplit("/", 1)[-1])]
+            return wrap("workflow_runs", [gh.run_json(repo, r) for r in
+                                          _runs_filter(runs, query)])
+        if len(rest) >= 2 and rest[0] == "runs" and rest[1].isdigit():
+            run = next((r for r in repo.runs if r.id == int(rest[1])), None)
+            if run is None:
+                return self._not_found()
+            if method == "GET" and len(rest) == 2:
+                return 200, gh.run_json(repo, run), {}
+            if method == "GET" and rest[2:] == ["jobs"]:
+                every = (query.get("filter") or ["latest"])[0] == "all"
+                jobs = [j for j in run.jobs if every or j.run_attempt == run.run_attempt]
+                return wrap("jobs", [gh.job_json(repo, run, j) for j in jobs])
+            if method == "GET" and len(rest) == 5 and rest[2] == "attempts" \
+                    and rest[4] == "jobs" and rest[3].isdigit():
+                jobs = [j for j in run.jobs if j.run_attempt == int(rest[3])]
+                return wrap("jobs", [gh.job_json(repo, run, j) for j in jobs])
+            if method == "POST" and rest[2:] == ["cancel"]:
+                if token in gh.read_only_tokens:
+                    return 403, {"message": "Resource not accessible by integration",
+                                 "documentation_url": DOCS, "status": "403"}, {}
+                if run.status == "completed":
+                    return 409, {"message": "Cannot cancel a workflow run that is "
+                                 "completed.", "documentation_url": DOCS, "status": "409"}, {}
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                for job in run.jobs:
+                    if job.run_attempt == run.run_attempt and job.status != "completed":
+                        job.status, job.conclusion, job.completed_at = (
+                            "completed", "cancelled", now)
+                run.status, run.conclusion, run.updated_at = "completed", "cancelled", now
+                return 202, {}, {}
+        if method == "GET" and len(rest) == 2 and rest[0] == "jobs" and rest[1].isdigit():
+            try:
+                found_repo, run, job = gh.find_job(int(rest[1]))
+            except KeyError:
+                return self._not_found()
+            if found_repo is not repo:
+                return self._not_found()
+            return 200, gh.job_json(repo, run, job), {}
+        return self._not_found()
+
+    def _billing_usage(self, org_login: str, query: dict[str, list[str]],
+                       token: str) -> tuple[int, Any, dict[str, str]]:
+        org = self.gh.orgs.get(org_login.lower())
+        if org is None:  # also a user account: the endpoint exists for organizations only
+            return self._not_found()
+        if org.billing_tokens is not None and token not in org.billing_tokens:
+            return 403, {"message": "Resource not accessible by personal access token",
+                         "documentation_url": DOCS, "status": "403"}, {}
+        items = org.usage_items
+        for key, width in (("year", 4), ("month", 2), ("day", 2)):
+            value = (query.get(key) or [None])[0]
+            if value is not None:
+                pos = {"year": (0, 4), "month": (5, 7), "day": (8, 10)}[key]
+                items = [i for i in items
+                         if i["date"][pos[0]:pos[1]] == value.zfill(width)]
+        return 200, {"usageItems": items}, {}
 
     def _paginate(self, path: str, query: dict[str, list[str]],
                   items: list[Any]) -> tuple[int, Any, dict[str, str]]:
@@ -355,8 +662,12 @@ class _Handler(BaseHTTPRequestHandler):
         links = []
         base = f"{self.gh.url}{path}"
 
+        # Other query parameters (filters) travel in every link, as GitHub's do.
+        keep = "".join(f"&{quote(k)}={quote(v)}" for k, vs in sorted(query.items())
+                       if k not in ("per_page", "page") for v in vs)
+
         def link(n: int, rel: str) -> str:
-            return f'<{base}?per_page={per_page}&page={n}>; rel="{rel}"'
+            return f'<{base}?per_page={per_page}&page={n}{keep}>; rel="{rel}"'
 
         if page > 1:
             links += [link(page - 1, "prev"), link(1, "first")]
