@@ -23,7 +23,3 @@ class UsageError(GpuCiError):
     """The arguments or inputs cannot be used at all (exit code 2)."""
 
     exit_code = 2
-
-
-class NotImplementedYet(UsageError):
-    """A subcommand whose behaviour a later release fills in."""

@@ -41,9 +41,6 @@ class Inputs:
     def __getitem__(self, name: str) -> str:
         return self._values[name]
 
-    def as_dict(self) -> dict[str, str]:
-        return dict(self._values)
-
     def boolean(self, name: str) -> bool:
         value = self._values[name]
         if value in _TRUE:
