@@ -356,7 +356,8 @@ def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
     if pod.get("runtimeClassName") != RUNTIME_CLASS:
         out.append(Problem(
             "template.spec.runtimeClassName",
-            f"is {pod.get('runtimeClassName')!r}, not {RUNTIME_CLASS!r}: without the NVIDIA "
+            (f"is {pod['runtimeClassName']!r}" if pod.get("runtimeClassName") else "is not set")
+            + f", not {RUNTIME_CLASS!r}: without the NVIDIA "
             "runtime no driver library is injected (nvidia-smi and libcuda are missing) on "
             "clusters where it is not the default runtime.",
             f"set `runtimeClassName: {RUNTIME_CLASS}` (the GPU operator creates it)."))
