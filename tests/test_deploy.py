@@ -129,7 +129,8 @@ def test_check_cli_rejects_a_broken_copy_and_says_how_to_fix(tmp_path):
     proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "runtimeClassName" in proc.stdout and "Fix: set `runtimeClassName: nvidia`" in proc.stdout
+    assert "runtimeClassName" in proc.stdout
+    assert "Fix: set `runtimeClassName: nvidia`" in proc.stdout
 
 
 def test_check_cli_missing_file_is_a_usage_error(tmp_path):
@@ -149,13 +150,15 @@ def gpu_on_sidecar(v):
     limits = runner(v)["resources"]["limits"]
     gpu = limits.pop("nvidia.com/gpu")
     v["template"]["spec"]["containers"].append(
-        {"name": "sidecar", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": gpu}}})
+        {"name": "sidecar", "image": "busybox:1.36",
+         "resources": {"limits": {"nvidia.com/gpu": gpu}}})
 
 
 def gpu_on_init_container(v):
     gpu = runner(v)["resources"]["limits"].pop("nvidia.com/gpu")
     v["template"]["spec"]["initContainers"] = [
-        {"name": "warmup", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": gpu}}}]
+        {"name": "warmup", "image": "busybox:1.36",
+         "resources": {"limits": {"nvidia.com/gpu": gpu}}}]
 
 
 def gpu_in_requests_only(v):
@@ -448,7 +451,8 @@ def facts_for(values: dict[str, Any]) -> require.Facts:
     if resource.startswith("nvidia.com/mig-"):
         profile = resource.removeprefix("nvidia.com/mig-")
         name, memory = f"{name} MIG {profile}", int(memory * H200_MIG_MEMORY[profile])
-    gpu = Gpu(index=0, name=name, uuid="GPU-0", compute_capability=tuple(board["compute_capability"]),
+    gpu = Gpu(index=0, name=name, uuid="GPU-0",
+              compute_capability=tuple(board["compute_capability"]),
               memory_total_bytes=memory, brand="nvidia")
     return require.Facts(cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
                          driver=machine["driver_version"], gpus=(gpu,))
