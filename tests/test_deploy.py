@@ -331,7 +331,7 @@ def test_selecting_a_layout_that_does_not_exist_is_rejected(crd, template):
 
 # -- core objects: kubernetes-validate ----------------------------------------------------------
 
-CORE = [ARC / "namespace.yaml", OPERATOR / "runtimeclass.yaml",
+CORE = [ARC / "namespace.yaml", ARC / "networkpolicy.yaml", OPERATOR / "runtimeclass.yaml",
         OPERATOR / "device-plugin-config.yaml", OPERATOR / "mig-parted-config.yaml"]
 
 
@@ -499,3 +499,12 @@ def test_whole_gpu_requirement_rejects_the_mig_pool_but_not_the_whole_gpu_pool()
     whole = require.parse_lines(rows["gpu-ci-whole-gpu"]["require"].split())
     mig = facts_for(values_for_pool("gpu-ci-mig-1g"))
     assert any(require.unmet(r, mig) for r in whole)
+
+
+def test_network_policy_blocks_the_metadata_service_for_every_runner_pod():
+    policy = load(ARC / "networkpolicy.yaml")
+    assert policy["metadata"]["namespace"] == load(ARC / "namespace.yaml")["metadata"]["name"]
+    assert policy["spec"]["podSelector"] == {}
+    blocks = [rule["ipBlock"] for egress in policy["spec"]["egress"] for rule in egress["to"]
+              if "ipBlock" in rule]
+    assert blocks and all("169.254.169.254/32" in b["except"] for b in blocks)
