@@ -508,3 +508,10 @@ def test_network_policy_blocks_the_metadata_service_for_every_runner_pod():
     blocks = [rule["ipBlock"] for egress in policy["spec"]["egress"] for rule in egress["to"]
               if "ipBlock" in rule]
     assert blocks and all("169.254.169.254/32" in b["except"] for b in blocks)
+
+
+def test_deploy_check_is_ruff_clean():
+    # `make test` lints src, tests, scripts and benchmarks; deploy/check.py is linted here.
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", str(DEPLOY)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
