@@ -40,6 +40,11 @@ TEMPLATE_PATH = REFERENCE / "autoscalingrunnerset.yaml"
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
 RUNTIME_CLASS = "nvidia"
 GPU_TAINT_KEY = "nvidia.com/gpu"
+LATE_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu.product",
+                         "nvidia.com/gpu.count", "nvidia.com/gpu.memory",
+                         "nvidia.com/gpu.family", "nvidia.com/cuda.driver.major",
+                         "nvidia.com/mig.capable"})
+"""Labels GPU feature discovery puts on a node once it runs (not known before it exists)."""
 MAX_RUNNERS_CAP = 64
 """Above this a scale set is not a bound on spend but a typo; raise it knowingly."""
 
@@ -369,6 +374,14 @@ def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
             "autoscaler cannot tell which node pool to grow, and the pod may wait on a CPU "
             "node.", "select the GPU pool by a label set on the pool itself (e.g. "
             "gpu-ci/pool: whole-gpu), which a node autoscaler knows before the node exists."))
+    late = sorted(k for k in (pod.get("nodeSelector") or {}) if k in LATE_LABELS)
+    if late:
+        out.append(Problem(
+            "template.spec.nodeSelector", f"selects on {', '.join(late)}, which GPU feature "
+            "discovery sets only after a GPU node has started: a node autoscaler scaling the "
+            "pool up from zero does not know the label, adds no node, and the job waits.",
+            "select on a label set on the node pool itself (e.g. gpu-ci/pool: whole-gpu), "
+            "or declare the label in the node group's autoscaler template too."))
     tolerated = any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in (None, "NoSchedule")
                     or (t.get("operator") == "Exists" and not t.get("key"))
                     for t in pod.get("tolerations") or [])

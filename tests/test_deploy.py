@@ -231,6 +231,10 @@ def node_selector_as_list(v):
     v["template"]["spec"]["nodeSelector"] = ["gpu-ci/pool=whole-gpu"]  # a list, not a map
 
 
+def selects_on_a_late_label(v):
+    v["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.present"] = "true"
+
+
 BROKEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("gpu-limit-on-a-sidecar", gpu_on_sidecar, "a GPU limit on a container other than the runner"),
     ("gpu-limit-on-an-init-container", gpu_on_init_container, "it is on warmup"),
@@ -247,6 +251,8 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("no-tolerations", no_tolerations, "no toleration for the `nvidia.com/gpu`"),
     ("toleration-for-another-taint", toleration_for_another_taint, "no toleration"),
     ("no-nodeSelector", no_node_selector, "no node selector"),
+    ("nodeSelector-on-a-label-set-after-boot", selects_on_a_late_label,
+     "a node autoscaler scaling the pool up from zero does not know the label"),
     ("privileged-runner", privileged_runner, "runs privileged"),
     ("latest-image", latest_image, "is not pinned"),
     ("no-runner-container", runner_renamed, "no container is named `runner`"),
@@ -515,3 +521,19 @@ def test_deploy_check_is_ruff_clean():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", str(DEPLOY)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
+def test_runner_pod_validates_as_a_kubernetes_pod(path):
+    # The CRD embeds a PodTemplateSpec; the pod ARC creates from it must also pass the
+    # Kubernetes API's own Pod schema (strict) of a current release.
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    template = check.render_autoscaling_runner_set(load(path))["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
+           "spec": template["spec"]}
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    broken = copy.deepcopy(pod)
+    broken["spec"]["containers"][0]["resources"]["limitz"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
