@@ -75,3 +75,18 @@ def test_zizmor_really_finds_template_injection(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert "template-injection" in proc.stdout + proc.stderr
+
+
+def test_reusable_workflow_is_linted_and_zizmor_audits_workflow_call_inputs(tmp_path):
+    # .github/workflows/gpu-ci.yml (workflow_call) is in both lint sets above; and zizmor
+    # flags a workflow_call input expanded inside run:, the mistake that file avoids.
+    assert ROOT / ".github" / "workflows" / "gpu-ci.yml" in WORKFLOW_FILES
+    bad = tmp_path / "reusable.yml"
+    bad.write_text(
+        "on:\n  workflow_call:\n    inputs:\n      cmd:\n        type: string\n"
+        "        required: true\npermissions: {}\njobs:\n  t:\n    runs-on: ubuntu-latest\n"
+        "    steps:\n      - run: ${{ inputs.cmd }}\n")
+    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "template-injection" in proc.stdout + proc.stderr

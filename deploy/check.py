@@ -1,0 +1,547 @@
+"""Check a GPU runner scale set before it reaches a cluster: the mistakes that leave GPU jobs
+queued for ever, without a GPU, or sharing one they should not.
+
+    python deploy/check.py deploy/arc/values-whole-gpu.yaml [more values files]
+
+Each values file (gha-runner-scale-set 0.14.2) is
+
+1. checked against the keys the chart's template reads (a misspelt ``maxRunner`` is
+   silently ignored by Helm, leaving the scale set unbounded);
+2. rendered into the AutoscalingRunnerSet the chart would create (the part of the template
+   that builds ``spec``, re-implemented here because no ``helm`` binary is assumed), and that
+   object validated against the CRD's openAPIV3Schema, made strict: an unknown field is an
+   error, as with ``kubectl --validate=strict`` (a misspelt ``runtimeClassname`` would
+   otherwise be pruned and the pod would run without the NVIDIA runtime);
+3. held to the GPU rules (:func:`gpu_problems`): GPU limits on the runner container, the
+   NVIDIA RuntimeClass, a node selector and a toleration for the GPU nodes, scale to zero with
+   a bound, no Docker-in-Docker or Kubernetes container mode, no privileged container.
+
+Cross-file rules tie a values file to the GPU operator's configuration
+(:func:`operator_problems`). Only PyYAML and jsonschema are needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REFERENCE = HERE.parent / "tests" / "fixtures" / "reference" / "arc-0.14.2"
+CRD_PATH = REFERENCE / "actions.github.com_autoscalingrunnersets.yaml"
+TEMPLATE_PATH = REFERENCE / "autoscalingrunnerset.yaml"
+
+GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
+RUNTIME_CLASS = "nvidia"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+LATE_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu.product",
+                         "nvidia.com/gpu.count", "nvidia.com/gpu.memory",
+                         "nvidia.com/gpu.family", "nvidia.com/cuda.driver.major",
+                         "nvidia.com/mig.capable"})
+"""Labels GPU feature discovery puts on a node once it runs (not known before it exists)."""
+MAX_RUNNERS_CAP = 64
+"""Above this a scale set is not a bound on spend but a typo; raise it knowingly."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake: where it is, what is wrong, how to fix it."""
+
+    where: str
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what} Fix: {self.fix}"
+
+
+class RenderError(Exception):
+    """What the chart's own ``fail`` would say (helm install stops with it)."""
+
+
+def load_yaml(path: Path) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
+
+
+# -- 1. values keys against the template ------------------------------------------------------
+
+_VALUES_PATH = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+_ALIAS = re.compile(r"\$([A-Za-z_]\w*)\s*:=\s*\(?\s*(?:default\s+\(dict\)\s+)?\.Values"
+                    r"((?:\.[A-Za-z_]\w*)+)")
+_INDEX = re.compile(r"index\s+\$([A-Za-z_]\w*)\s+\"([^\"]+)\"")
+
+
+def template_value_paths(template: str) -> set[tuple[str, ...]]:
+    """Every ``.Values`` path the template reads, also through ``$x := .Values.y`` aliases
+    (``$containerMode.type``) and ``index $resourceMeta "key"``."""
+    paths = {tuple(m.group(1).strip(".").split(".")) for m in _VALUES_PATH.finditer(template)}
+    for alias in _ALIAS.finditer(template):
+        name, base = alias.group(1), tuple(alias.group(2).strip(".").split("."))
+        for use in re.finditer(r"\$" + name + r"((?:\.[A-Za-z_]\w*)+)", template):
+            paths.add(base + tuple(use.group(1).strip(".").split(".")))
+        for use in _INDEX.finditer(template):
+            if use.group(1) == name:
+                paths.add((*base, use.group(2)))
+    return paths
+
+
+def _leaves(value: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if isinstance(value, Mapping) and value:
+        for key, sub in value.items():
+            yield from _leaves(sub, (*prefix, str(key)))
+    else:
+        yield prefix
+
+
+def unread_values(values: Mapping[str, Any], read: set[tuple[str, ...]]) -> list[Problem]:
+    """Values the template never reads: Helm ignores them without a word."""
+    problems = []
+    for leaf in _leaves(values):
+        if not any(leaf[:len(path)] == path for path in read):
+            dotted = ".".join(leaf)
+            known = sorted({p[0] for p in read})
+            problems.append(Problem(
+                dotted, "the chart's template never reads this value, so Helm ignores it.",
+                f"check the spelling; top-level keys the template reads: {', '.join(known)}."))
+    return problems
+
+
+# -- 2. render the AutoscalingRunnerSet the chart would create ----------------------------------
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def render_autoscaling_runner_set(values: Mapping[str, Any], release: str = "gpu-ci",
+                                  namespace: str = "gpu-ci-runners",
+                                  kube_minor: int = 31) -> dict[str, Any]:
+    """The object templates/autoscalingrunnerset.yaml (0.14.2) renders from ``values``.
+
+    Re-implemented for the fields a runner's behaviour depends on (spec, the pod template
+    with the chart's containerMode additions); labels and annotations are reduced to the
+    ones the controller needs. Raises :class:`RenderError` where the chart calls ``fail``.
+    """
+    name = str(values.get("runnerScaleSetName") or release)
+    if not name or len(name) > 45:
+        raise RenderError("Name must have up to 45 characters")
+    url = str(values.get("githubConfigUrl") or "").rstrip("/")
+    if not url:
+        raise RenderError(".Values.githubConfigUrl is required")
+    fullname = f"{name}-gha-rs"[:63].rstrip("-")
+    secret = values.get("githubConfigSecret")
+    if isinstance(secret, str):
+        if not secret:
+            raise RenderError("Values.githubConfigSecret is required for setting auth "
+                              "with GitHub server.")
+        secret_name = secret
+    else:
+        secret_name = f"{fullname}-github-secret".replace("_", "-")
+    spec: dict[str, Any] = {"githubConfigUrl": url, "githubConfigSecret": secret_name}
+    if values.get("runnerGroup"):
+        spec["runnerGroup"] = values["runnerGroup"]
+    if values.get("runnerScaleSetName"):
+        spec["runnerScaleSetName"] = values["runnerScaleSetName"]
+    labels = values.get("scaleSetLabels")
+    if labels and isinstance(labels, list):
+        for label in labels:
+            if not label or len(str(label)) >= 256:
+                raise RenderError("scaleSetLabels contains an empty string or a label of 256 "
+                                  "characters or more")
+        spec["runnerScaleSetLabels"] = list(labels)
+    low, high = values.get("minRunners"), values.get("maxRunners")
+    if _is_number(low) and _is_number(high) and low > high:
+        raise RenderError("maxRunners has to be greater or equal to minRunners")
+    if _is_number(high):
+        if int(high) < 0:
+            raise RenderError("maxRunners has to be greater or equal to 0")
+        spec["maxRunners"] = int(high)
+    if _is_number(low):
+        if int(low) < 0:
+            raise RenderError("minRunners has to be greater or equal to 0")
+        spec["minRunners"] = int(low)
+    for key in ("listenerTemplate", "listenerMetrics"):
+        if values.get(key):
+            spec[key] = values[key]
+
+    tmpl = values.get("template") or {}
+    user_spec = dict(tmpl.get("spec") or {})
+    mode = str((values.get("containerMode") or {}).get("type") or "")
+    pod: dict[str, Any] = {k: v for k, v in user_spec.items()
+                           if k not in ("containers", "volumes", "initContainers",
+                                        "serviceAccountName")}
+    pod.setdefault("restartPolicy", "Never")
+    kube_mode = mode in ("kubernetes", "kubernetes-novolume")
+    pod["serviceAccountName"] = user_spec.get("serviceAccountName") or (
+        f"{fullname}-kube-mode" if kube_mode else f"{fullname}-no-permission")
+    containers = [dict(c) for c in user_spec.get("containers") or []]
+    runner = next((c for c in containers if c.get("name") == "runner"), {})
+    others = [c for c in containers if c.get("name") != "runner"]
+    init = list(user_spec.get("initContainers") or [])
+    volumes = list(user_spec.get("volumes") or [])
+    if mode == "dind":
+        dind = {"name": "dind", "image": "docker:dind",
+                "args": ["dockerd", "--host=unix:///var/run/docker.sock",
+                         "--group=$(DOCKER_GROUP_GID)"],
+                "env": [{"name": "DOCKER_GROUP_GID", "value": "123"}],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [{"name": "work", "mountPath": "/home/runner/_work"},
+                                 {"name": "dind-sock", "mountPath": "/var/run"},
+                                 {"name": "dind-externals",
+                                  "mountPath": "/home/runner/externals"}]}
+        externals = {"name": "init-dind-externals", "image": runner.get("image"),
+                     "command": ["cp"],
+                     "args": ["-r", "/home/runner/externals/.", "/home/runner/tmpDir/"],
+                     "volumeMounts": [{"name": "dind-externals",
+                                       "mountPath": "/home/runner/tmpDir"}]}
+        runner["env"] = [*runner.get("env", []),
+                         {"name": "DOCKER_HOST", "value": "unix:///var/run/docker.sock"},
+                         {"name": "RUNNER_WAIT_FOR_DOCKER_IN_SECONDS", "value": "120"}]
+        runner["volumeMounts"] = [*runner.get("volumeMounts", []),
+                                  {"name": "work", "mountPath": "/home/runner/_work"},
+                                  {"name": "dind-sock", "mountPath": "/var/run"}]
+        others = [c for c in others if c.get("name") != "dind"]
+        if kube_minor >= 29:  # a native sidecar: an init container that keeps running
+            init = [externals, {**dind, "restartPolicy": "Always"}, *init]
+        else:
+            init = [externals, *init]
+            others = [dind, *others]
+        volumes = [{"name": "dind-sock", "emptyDir": {}},
+                   {"name": "dind-externals", "emptyDir": {}},
+                   *([v for v in volumes if v.get("name") == "work"]
+                     or [{"name": "work", "emptyDir": {}}]),
+                   *[v for v in volumes if v.get("name") != "work"]]
+    elif kube_mode:
+        runner["env"] = [*runner.get("env", []),
+                         {"name": "ACTIONS_RUNNER_CONTAINER_HOOKS",
+                          "value": "/home/runner/k8s/index.js"},
+                         {"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "true"}]
+    if init:
+        pod["initContainers"] = init
+    pod["containers"] = ([runner] if runner else []) + others
+    if volumes:
+        pod["volumes"] = volumes
+    template: dict[str, Any] = {"spec": pod}
+    meta = tmpl.get("metadata") or {}
+    if meta:
+        template["metadata"] = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+    spec["template"] = template
+    return {"apiVersion": "actions.github.com/v1alpha1", "kind": "AutoscalingRunnerSet",
+            "metadata": {"name": name.replace("_", "-"), "namespace": namespace,
+                         "labels": {"app.kubernetes.io/component": "autoscaling-runner-set",
+                                    "actions.github.com/scale-set-name": name,
+                                    "actions.github.com/scale-set-namespace": namespace}},
+            "spec": spec}
+
+
+# -- schema -------------------------------------------------------------------------------------
+
+def crd_schema(crd: Mapping[str, Any], version: str = "v1alpha1") -> dict[str, Any]:
+    for entry in crd["spec"]["versions"]:
+        if entry["name"] == version:
+            return dict(entry["schema"]["openAPIV3Schema"])
+    raise KeyError(f"the CRD has no version {version}")
+
+
+def strict(schema: Any) -> Any:
+    """The schema with unknown fields forbidden wherever the API server would prune them
+    (objects with ``properties`` and no ``additionalProperties`` or
+    ``x-kubernetes-preserve-unknown-fields``)."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def schema_problems(obj: Any, schema: Mapping[str, Any], where: str) -> list[Problem]:
+    import jsonschema  # the test tools bring it (check-jsonschema depends on it)
+
+    validator = jsonschema.Draft7Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        path = ".".join(str(p) for p in error.absolute_path) or "(top)"
+        problems.append(Problem(f"{where}: {path}", f"{error.message}.",
+                                "compare with the AutoscalingRunnerSet CRD (kubectl explain "
+                                "autoscalingrunnerset.spec...)."))
+    return problems
+
+
+# -- 3. the GPU rules ---------------------------------------------------------------------------
+
+def _gpu_limits(container: Mapping[str, Any]) -> dict[str, Any]:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return {k: v for k, v in limits.items() if GPU_RESOURCE.match(str(k))}
+
+
+def _gpu_requests(container: Mapping[str, Any]) -> dict[str, Any]:
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return {k: v for k, v in requests.items() if GPU_RESOURCE.match(str(k))}
+
+
+def runner_gpu_resource(ars: Mapping[str, Any]) -> str | None:
+    """The GPU resource the runner container asks for (None when it asks for none)."""
+    pod = ars["spec"]["template"]["spec"]
+    runner = next((c for c in pod.get("containers", []) if c.get("name") == "runner"), {})
+    limits = _gpu_limits(runner)
+    return next(iter(limits), None)
+
+
+def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
+                 max_runners_cap: int = MAX_RUNNERS_CAP) -> list[Problem]:
+    """The rules a GPU scale set for pull-request jobs must satisfy."""
+    out: list[Problem] = []
+    spec = ars["spec"]
+    pod = spec["template"]["spec"]
+    mode = str((values.get("containerMode") or {}).get("type") or "")
+    if mode == "dind":
+        out.append(Problem(
+            "containerMode.type", "Docker-in-Docker: the stock docker:dind daemon has no "
+            "NVIDIA runtime, so `container:` jobs and `docker run --gpus` see no GPU, and "
+            "the dind container runs privileged (a pull request's code can take the node).",
+            "remove containerMode: steps run in the runner container, which has the GPU; "
+            "if jobs need containers, build a dind image with the NVIDIA Container Toolkit "
+            "and manage it in template.spec yourself."))
+    elif mode in ("kubernetes", "kubernetes-novolume"):
+        out.append(Problem(
+            "containerMode.type", f"{mode} mode runs each job in a separate pod created by "
+            "the container hooks: a GPU limit on the runner pod holds a GPU the job never "
+            "sees.", "remove containerMode, or give the hook's job-pod template "
+            "(ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE) the GPU limit and runtimeClassName."))
+    containers = list(pod.get("containers") or [])
+    runner = next((c for c in containers if c.get("name") == "runner"), None)
+    if runner is None:
+        out.append(Problem("template.spec.containers", "no container is named `runner`.",
+                           "name the container that runs /home/runner/run.sh `runner`."))
+        return out
+    limits = _gpu_limits(runner)
+    if not limits:
+        where = [c.get("name", "?") for c in [*containers, *pod.get("initContainers", [])]
+                 if c is not runner and (_gpu_limits(c) or _gpu_requests(c))]
+        out.append(Problem(
+            "template.spec.containers[runner].resources.limits",
+            "the runner container has no GPU limit"
+            + (f" (it is on {', '.join(where)}, where the job's steps do not run)"
+               if where else "") + ": the job gets no GPU.",
+            "set `nvidia.com/gpu: 1` (or the variant's shared / MIG resource) under the "
+            "runner container's resources.limits."))
+    elif len(limits) > 1:
+        out.append(Problem("template.spec.containers[runner].resources.limits",
+                           f"asks for several GPU resources ({', '.join(limits)}).",
+                           "ask for one resource: whole GPU, shared replica or MIG profile."))
+    for name, count in limits.items():
+        if name != "nvidia.com/gpu" and str(count) != "1":
+            out.append(Problem(f"template.spec.containers[runner].resources.limits.{name}",
+                               f"asks for {count}: a job gets one replica or one MIG "
+                               "instance (two replicas are not two GPUs).", "set it to 1."))
+    for name, count in _gpu_requests(runner).items():
+        if name not in limits:
+            out.append(Problem(
+                f"template.spec.containers[runner].resources.requests.{name}",
+                "a GPU is requested but not limited: Kubernetes refuses extended resources "
+                "without a limit.", f"move `{name}: {count}` to resources.limits."))
+    for other in [*containers, *pod.get("initContainers", [])]:
+        if other is not runner and (_gpu_limits(other) or _gpu_requests(other)):
+            out.append(Problem(
+                f"template.spec containers[{other.get('name', '?')}]",
+                "a GPU limit on a container other than the runner: the GPU is held by a "
+                "container the job's steps never run in.",
+                "move the GPU limit to the `runner` container."))
+    if pod.get("runtimeClassName") != RUNTIME_CLASS:
+        out.append(Problem(
+            "template.spec.runtimeClassName",
+            (f"is {pod['runtimeClassName']!r}" if pod.get("runtimeClassName") else "is not set")
+            + f", not {RUNTIME_CLASS!r}: without the NVIDIA "
+            "runtime no driver library is injected (nvidia-smi and libcuda are missing) on "
+            "clusters where it is not the default runtime.",
+            f"set `runtimeClassName: {RUNTIME_CLASS}` (the GPU operator creates it)."))
+    affinity = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not pod.get("nodeSelector") and not affinity:
+        out.append(Problem(
+            "template.spec.nodeSelector", "no node selector or required node affinity: the "
+            "autoscaler cannot tell which node pool to grow, and the pod may wait on a CPU "
+            "node.", "select the GPU pool by a label set on the pool itself (e.g. "
+            "gpu-ci/pool: whole-gpu), which a node autoscaler knows before the node exists."))
+    late = sorted(k for k in (pod.get("nodeSelector") or {}) if k in LATE_LABELS)
+    if late:
+        out.append(Problem(
+            "template.spec.nodeSelector", f"selects on {', '.join(late)}, which GPU feature "
+            "discovery sets only after a GPU node has started: a node autoscaler scaling the "
+            "pool up from zero does not know the label, adds no node, and the job waits.",
+            "select on a label set on the node pool itself (e.g. gpu-ci/pool: whole-gpu), "
+            "or declare the label in the node group's autoscaler template too."))
+    tolerated = any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in (None, "NoSchedule")
+                    or (t.get("operator") == "Exists" and not t.get("key"))
+                    for t in pod.get("tolerations") or [])
+    if not tolerated:
+        out.append(Problem(
+            "template.spec.tolerations", f"no toleration for the `{GPU_TAINT_KEY}` "
+            "NoSchedule taint that keeps other pods off GPU nodes: the pod stays Pending.",
+            f"add {{key: {GPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}}."))
+    if spec.get("minRunners", 0) != 0:
+        out.append(Problem(
+            "minRunners", f"is {spec['minRunners']}: idle runners hold GPUs (and their "
+            "nodes) while no job waits.", "set minRunners: 0 (scale to zero)."))
+    high = spec.get("maxRunners")
+    if high is None:
+        out.append(Problem("maxRunners", "is not set: the scale set grows with the queue, "
+                           "and so do the GPU nodes and the bill.",
+                           "set maxRunners to the number of GPUs (or slices) you will pay for."))
+    elif not 1 <= high <= max_runners_cap:
+        out.append(Problem("maxRunners", f"is {high}: " + (
+            "no job can ever run." if high < 1 else f"above {max_runners_cap}, not a bound."),
+            f"set it between 1 and {max_runners_cap}."))
+    for c in [*containers, *pod.get("initContainers", [])]:
+        if (c.get("securityContext") or {}).get("privileged"):
+            out.append(Problem(f"template.spec containers[{c.get('name', '?')}]",
+                               "runs privileged: a pull request's code owns the node.",
+                               "remove privileged: the GPU needs no privilege."))
+    image = str(runner.get("image") or "")
+    if not image or image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]:
+        out.append(Problem("template.spec.containers[runner].image",
+                           f"{image or 'no image'} is not pinned: a new runner image can "
+                           "change every job at once.",
+                           "pin a version tag (or a digest) of deploy/arc/runner-image."))
+    resource = next(iter(limits), "")
+    if resource == "nvidia.com/gpu.shared":
+        env = {e.get("name"): e.get("value") for e in runner.get("env") or []}
+        if str(env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")).lower() != "false":
+            out.append(Problem(
+                "template.spec.containers[runner].env",
+                "a time-sliced GPU is shared, memory included, but JAX preallocates 75 % of "
+                "it at start: the first JAX job starves its neighbours.",
+                "set XLA_PYTHON_CLIENT_PREALLOCATE=false on the runner container."))
+    return out
+
+
+# -- cross-file: the GPU operator's configuration -----------------------------------------------
+
+def time_slicing_resources(config_map: Mapping[str, Any], key: str) -> dict[str, int]:
+    """Resource name a pod asks for -> replicas per GPU, for one device-plugin config."""
+    config = yaml.safe_load(config_map["data"][key])
+    sharing = config["sharing"]["timeSlicing"]
+    rename = bool(sharing.get("renameByDefault"))
+    out = {}
+    for res in sharing["resources"]:
+        name = res.get("rename") or (f"{res['name']}.shared" if rename else res["name"])
+        out[name] = int(res["replicas"])
+    return out
+
+
+def mig_profiles(config_map: Mapping[str, Any], key: str) -> dict[str, int]:
+    """MIG profile -> instances per GPU, for one mig-parted layout."""
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    out: dict[str, int] = {}
+    for part in config["mig-configs"][key]:
+        if part.get("mig-enabled"):
+            for profile, count in (part.get("mig-devices") or {}).items():
+                out[profile] = out.get(profile, 0) + int(count)
+    return out
+
+
+def operator_problems(ars: Mapping[str, Any], device_plugin: Mapping[str, Any],
+                      mig_parted: Mapping[str, Any]) -> list[Problem]:
+    """The runner's GPU resource must be one the node pool it selects advertises."""
+    pod = ars["spec"]["template"]["spec"]
+    selector = pod.get("nodeSelector") or {}
+    resource = runner_gpu_resource(ars) or ""
+    out = []
+    plugin_key = selector.get("nvidia.com/device-plugin.config")
+    mig_key = selector.get("nvidia.com/mig.config")
+    if plugin_key is not None:
+        if plugin_key not in device_plugin["data"]:
+            return [Problem("template.spec.nodeSelector", f"selects device-plugin config "
+                            f"{plugin_key!r}, which {device_plugin['metadata']['name']} lacks.",
+                            f"use one of {', '.join(device_plugin['data'])}.")]
+        offered = time_slicing_resources(device_plugin, plugin_key)
+        if resource not in offered:
+            out.append(Problem(
+                "template.spec.containers[runner].resources.limits",
+                f"asks for {resource or 'no GPU'}, but nodes with device-plugin config "
+                f"{plugin_key!r} advertise {', '.join(offered)}: the pod stays Pending.",
+                f"ask for {next(iter(offered))}: 1."))
+    elif mig_key is not None:
+        configs = yaml.safe_load(mig_parted["data"]["config.yaml"])["mig-configs"]
+        if mig_key not in configs:
+            return [Problem("template.spec.nodeSelector", f"selects MIG layout {mig_key!r}, "
+                            "which the mig-parted config lacks.",
+                            f"use one of {', '.join(configs)}.")]
+        offered_mig = {f"nvidia.com/mig-{p}" for p in mig_profiles(mig_parted, mig_key)}
+        if resource not in offered_mig:
+            out.append(Problem(
+                "template.spec.containers[runner].resources.limits",
+                f"asks for {resource or 'no GPU'}, but nodes with MIG layout {mig_key!r} "
+                f"advertise {', '.join(sorted(offered_mig))} (mig.strategy mixed): the pod "
+                "stays Pending.", f"ask for {sorted(offered_mig)[0]}: 1."))
+    elif resource and resource != "nvidia.com/gpu":
+        out.append(Problem("template.spec.nodeSelector",
+                           f"asks for {resource} but selects no time-sliced or MIG pool.",
+                           "select the pool by nvidia.com/device-plugin.config or "
+                           "nvidia.com/mig.config."))
+    return out
+
+
+# -- all together -------------------------------------------------------------------------------
+
+def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], template: str,
+                 where: str = "values") -> list[Problem]:
+    problems = unread_values(values, template_value_paths(template))
+    try:
+        ars = render_autoscaling_runner_set(values)
+    except RenderError as exc:
+        return [*problems, Problem(where, f"the chart refuses these values: {exc}.",
+                                   "fix the value the message names.")]
+    problems += schema_problems(ars, strict(crd_schema(crd)), f"{where} (rendered)")
+    problems += gpu_problems(ars, values)
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("values", nargs="+", type=Path)
+    parser.add_argument("--crd", type=Path, default=CRD_PATH)
+    parser.add_argument("--template", type=Path, default=TEMPLATE_PATH)
+    parser.add_argument("--device-plugin-config", type=Path,
+                        default=HERE / "gpu-operator" / "device-plugin-config.yaml")
+    parser.add_argument("--mig-parted-config", type=Path,
+                        default=HERE / "gpu-operator" / "mig-parted-config.yaml")
+    args = parser.parse_args(argv)
+    for path in (args.crd, args.template, args.device_plugin_config, args.mig_parted_config,
+                 *args.values):
+        if not path.is_file():
+            print(f"check: {path} does not exist.", file=sys.stderr)
+            return 2
+    crd = load_yaml(args.crd)
+    template = args.template.read_text(encoding="utf-8")
+    plugin, mig = load_yaml(args.device_plugin_config), load_yaml(args.mig_parted_config)
+    failed = 0
+    for path in args.values:
+        values = load_yaml(path)
+        if not isinstance(values, dict):
+            print(f"{path}: not a mapping of Helm values.")
+            failed += 1
+            continue
+        problems = check_values(values, crd, template, str(path))
+        if not problems:
+            problems = operator_problems(render_autoscaling_runner_set(values), plugin, mig)
+        for problem in problems:
+            print(f"{path}: {problem}")
+        print(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        failed += bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
