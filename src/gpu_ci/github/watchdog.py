@@ -59,7 +59,7 @@ def make_config(workflows: Sequence[str], labels: Sequence[str], max_queue_minut
     if not limit > 0:
         raise UsageError(f"input 'max-queue-minutes' must be above 0; got {max_queue_minutes!r}.")
     if not labels:
-        raise UsageError("input 'labels' is empty: name the GPU runner labels (e.g. 'gpu'); "
+        raise UsageError("input 'gpu-labels' is empty: name the GPU runner labels (e.g. 'gpu'); "
                          "jobs with any of them are watched.")
     numbers = {}
     for name, raw, least in (("max-calls", max_calls, 4), ("rate-reserve", rate_reserve, 0)):
