@@ -6,7 +6,6 @@ Each step checks the "GPU CI" statuses GitHub would show for each commit.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -121,7 +120,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert writes == {("POST", "statuses"), ("DELETE", "issues")}
 
 
-def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github, tmp_path):
+def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     github.add_repo(REPO)
     run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
                       status="in_progress", created_at=ago(95))
@@ -134,9 +133,8 @@ def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github, tmp_path):
                  env={"GITHUB_API_URL": github.url})
     assert result.returncode == 0, result.log
     assert run.conclusion == "cancelled"
-    report = json.loads((tmp_path / "repo" / "gpu-queue-times.json").read_text())
-    assert [(j["job_id"], j["action"]) for j in report["jobs"]] == [(run.jobs[1].id,
-                                                                     "cancelled")]
+    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 6 REST calls." \
+        in result.log
     (state, description), = gpu_ci(github, HEAD)
     assert state == "error"
     assert description.startswith("No GPU runner picked this up in 94 minutes")
