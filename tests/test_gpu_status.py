@@ -141,7 +141,18 @@ def test_the_watchdogs_status_survives_the_cancelled_run():
 
 
 def test_an_approved_run_whose_gate_skipped_the_job_fails_the_status():
-    out = run_outcome("completed", wf_run(), [job("skipped")], APPROVED).status
+    first = run_outcome("completed", wf_run(), [job("skipped")], APPROVED)
+    assert first.status is None and first.need_siblings
+    # another run of the GPU workflow for this commit is still going: it decides
+    siblings = [{"id": 5, "workflow_id": 9, "status": "completed"},
+                {"id": 6, "workflow_id": 9, "status": "in_progress"},
+                {"id": 7, "workflow_id": 1, "status": "in_progress"}]
+    run = {**wf_run(), "workflow_id": 9}
+    waiting = statuses.for_workflow_run(CONFIG, "completed", run, [job("skipped")], APPROVED,
+                                        REPO, NOW, siblings=siblings)
+    assert waiting.status is None and "run 6" in waiting.note
+    out = statuses.for_workflow_run(CONFIG, "completed", run, [job("skipped")], APPROVED,
+                                    REPO, NOW, siblings=siblings[::2]).status
     assert out is not None and out.state == "failure"
     assert "gate skipped the job" in out.description
     # a run for another label, by someone else, changes nothing
@@ -227,3 +238,34 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
     data = json.loads(report.read_text())
     assert data["schema"] == "gpu-ci/queue-times/v1" and data["source"] == "gpu-status"
     assert [(j["name"], j["queued_seconds"]) for j in data["jobs"]] == [("tests", 540.0)]
+
+
+def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
+    repo = github.repos[REPO]
+    repo.statuses[HEAD] = [{"context": "GPU CI", "state": "pending",
+                            "description": f"Approved by @maintainer for {HEAD[:12]}: GPU "
+                                           "run queued."}]
+    skipped = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
+                          actor="maintainer")
+    skipped.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(3)),
+                    Job(github.next_id(), "tests", ["gpu"], status="completed",
+                        conclusion="skipped", created_at=ts(2))]
+    other = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
+                        status="in_progress")
+    github.add_run(REPO, skipped)
+    github.add_run(REPO, other)
+    github.start_job(skipped.jobs[0].id, ts(3))
+    github.complete_job(skipped.jobs[0].id, ts(2))
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["workflow_run"].update(id=skipped.id, head_sha=HEAD, event="pull_request",
+                                 workflow_id=skipped.workflow_id,
+                                 triggering_actor={"login": "maintainer"},
+                                 head_repository={"full_name": "contributor/Hello-World"})
+    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+    assert result.returncode == 0, result.stdout
+    assert github.requests("POST") == []
+    assert f"run {other.id} of the same workflow" in result.outputs["description"]
+    other.status = "completed"
+    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+    assert repo.statuses[HEAD][0]["state"] == "failure"
+    assert len(github.log) == 7  # each time: statuses, jobs, runs for the sha; then the POST

@@ -96,6 +96,12 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         now = utcnow()
         outcome = statuses.for_workflow_run(config, action, wf_run, jobs, listed,
                                             ctx.repository, now)
+        if outcome.need_siblings:
+            siblings = _call(f"the runs for {sha[:12]}", lambda: rest.get(
+                f"/repos/{ctx.repository}/actions/runs?head_sha={sha}&per_page=100"))
+            outcome = statuses.for_workflow_run(
+                config, action, wf_run, jobs, listed, ctx.repository, now,
+                siblings=siblings.get("workflow_runs") or [])
         if jobs is not None:
             gpu = statuses.gpu_jobs_of(jobs, config.gpu_jobs)
             waits = [w for w in (statuses.queue_seconds(j, now) for j in gpu) if w is not None]

@@ -76,6 +76,8 @@ class Outcome:
 
     status: Status | None
     note: str
+    need_siblings: bool = False
+    """Ask again with ``siblings``: the other runs of the workflow for this commit."""
 
 
 def validate_context(value: str) -> str:
@@ -243,7 +245,10 @@ def _trusted(run: Mapping[str, Any], repository: str) -> bool:
 def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
                      jobs: Sequence[Mapping[str, Any]] | None,
                      statuses: Sequence[Mapping[str, Any]], repository: str,
-                     now: datetime) -> Outcome:
+                     now: datetime,
+                     siblings: Sequence[Mapping[str, Any]] | None = None) -> Outcome:
+    """``siblings``: runs listed for ``head_sha`` (asked for only when the approver's run
+    skipped the GPU job: a run for another label may end before the approved one)."""
     sha = str(run.get("head_sha") or "")
     link = str(run.get("html_url") or "")
     if len(sha) != 40:
@@ -275,6 +280,14 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
             return Outcome(None, "the GPU job did not run in this run.")
         if latest is not None and latest.get("state") != "pending":
             return Outcome(None, "the commit already has a final result.")
+        if siblings is None:
+            return Outcome(None, "", need_siblings=True)
+        active = [r for r in siblings if r.get("id") != run.get("id")
+                  and r.get("workflow_id") == run.get("workflow_id")
+                  and r.get("status") != "completed"]
+        if active:
+            return Outcome(None, f"run {active[0].get('id')} of the same workflow for this "
+                           "commit is still going: its result decides.")
         return Outcome(Status(sha, "failure", clip(
             f"Approved by @{approver}, but the GPU workflow's gate skipped the job (head "
             "moved, budget or role: see the run)."), link), "approved run skipped the GPU job.")
