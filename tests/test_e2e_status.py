@@ -1,11 +1,11 @@
 """The three-workflow setup, unmodified, under act against the local server: a pull request
-from a fork is opened, approved, tested on the GPU, then pushed to again; and the watchdog.
-
-Each step checks the "GPU CI" statuses GitHub would show for each commit.
+from a fork is opened, approved, tested on the GPU, then pushed to again (five act runs);
+and the watchdog (one). Each step checks the "GPU CI" statuses GitHub would show.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -96,7 +96,17 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     done["workflow_run"].update(
         id=run.id, head_sha=HEAD, event="pull_request", run_attempt=1, pull_requests=[],
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
-        triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK})
+        triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK},
+        workflow_id=run.workflow_id)
+    requested = json.loads(json.dumps(done))
+    requested["action"] = "requested"
+    requested["workflow_run"].update(status="queued", conclusion=None)
+    started = act(STATUS, "workflow_run", requested, repository=REPO, env=env)
+    assert started.returncode == 0, started.log
+    latest = github.repos[REPO].statuses[HEAD][0]
+    assert (latest["state"], latest["description"], latest["target_url"]) == (
+        "pending", "Approved by @maintainer: GPU run in progress.",
+        f"https://github.com/{REPO}/actions/runs/{run.id}")
     result = act(STATUS, "workflow_run", done, repository=REPO, env=env)
     assert result.returncode == 0, result.log
     state, description = gpu_ci(github, HEAD)[-1]

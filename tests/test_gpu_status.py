@@ -129,10 +129,20 @@ def test_a_run_by_someone_else_does_not_take_over_the_link():
 def test_failed_and_cancelled_gpu_jobs(conclusion, state):
     jobs = [job(name="tests (3.11)"), job(conclusion, name="tests (3.12)"),
             job("failure", name="lint")]
-    out = run_outcome("completed", wf_run(), jobs, APPROVED).status
+    out = statuses.for_workflow_run(CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW,
+                                    siblings=[]).status
     assert out is not None and out.state == state
     if state == "failure":
         assert "tests (3.12): " + conclusion in out.description
+
+
+def test_a_run_cancelled_for_a_newer_one_leaves_the_status_to_it():
+    jobs = [job("cancelled")]
+    assert run_outcome("completed", wf_run(), jobs, APPROVED).need_siblings
+    newer = [{"id": 6, "workflow_id": None, "status": "in_progress"}]
+    out = statuses.for_workflow_run(CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW,
+                                    siblings=newer)
+    assert out.status is None and "run 6" in out.note
 
 
 def test_the_watchdogs_status_survives_the_cancelled_run():

@@ -280,14 +280,9 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
             return Outcome(None, "the GPU job did not run in this run.")
         if latest is not None and latest.get("state") != "pending":
             return Outcome(None, "the commit already has a final result.")
-        if siblings is None:
-            return Outcome(None, "", need_siblings=True)
-        active = [r for r in siblings if r.get("id") != run.get("id")
-                  and r.get("workflow_id") == run.get("workflow_id")
-                  and r.get("status") != "completed"]
-        if active:
-            return Outcome(None, f"run {active[0].get('id')} of the same workflow for this "
-                           "commit is still going: its result decides.")
+        deferred = _defer_to_siblings(run, siblings)
+        if deferred is not None:
+            return deferred
         return Outcome(Status(sha, "failure", clip(
             f"Approved by @{approver}, but the GPU workflow's gate skipped the job (head "
             "moved, budget or role: see the run)."), link), "approved run skipped the GPU job.")
@@ -302,12 +297,29 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
     if cancelled:
         if latest_text.startswith(WATCHDOG_PREFIX):
             return Outcome(None, "gpu-watchdog cancelled the run; its status stays.")
+        deferred = _defer_to_siblings(run, siblings)  # e.g. concurrency: a newer run took over
+        if deferred is not None:
+            return deferred
         return Outcome(Status(sha, "error", clip(
             f"GPU run cancelled on {short(sha)}{by}: approve again to rerun."), link),
             "GPU job cancelled.")
     suffix = f"; {waited}" if waited else ""
     return Outcome(Status(sha, "success", clip(
         f"GPU tests passed on {short(sha)}{by}{suffix}."), link), "GPU job passed.")
+
+
+def _defer_to_siblings(run: Mapping[str, Any],
+                       siblings: Sequence[Mapping[str, Any]] | None) -> Outcome | None:
+    """None when no other run of the same workflow for the commit is still going."""
+    if siblings is None:
+        return Outcome(None, "", need_siblings=True)
+    active = [r for r in siblings if r.get("id") != run.get("id")
+              and r.get("workflow_id") == run.get("workflow_id")
+              and r.get("status") != "completed"]
+    if active:
+        return Outcome(None, f"run {active[0].get('id')} of the same workflow for this "
+                       "commit is still going: its result decides.")
+    return None
 
 
 def no_runner(sha: str, waited_seconds: float, labels: Sequence[str], link: str) -> Status:
