@@ -34,9 +34,9 @@ from gpu_ci.errors import UsageError
 #: GitHub rejects longer descriptions with 422 "description is too long (maximum is 140
 #: characters)".
 DESCRIPTION_LIMIT = 140
-#: GitHub's REST documentation states no limit for ``context``; its validation answers
-#: "context is too long (maximum is 255 characters)", the column width of the status record.
-#: We refuse longer contexts up front rather than fail after the decision.
+#: GitHub's REST documentation states no limit for ``context``. We chose 255, the width of
+#: GitHub's other short name fields, and refuse longer ones up front rather than fail at
+#: the POST after the decision (an assumption, stated in the README).
 CONTEXT_LIMIT = 255
 STATES = ("error", "failure", "pending", "success")
 PR_EVENTS = ("pull_request", "pull_request_target")
