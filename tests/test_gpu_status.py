@@ -279,3 +279,12 @@ def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, e
     result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
     assert repo.statuses[HEAD][0]["state"] == "failure"
     assert len(github.log) == 7  # each time: statuses, jobs, runs for the sha; then the POST
+
+
+def test_cli_a_read_only_token_explains_the_three_workflows(run_cli, github, env):
+    github.read_only_tokens.add("t")
+    result = run_cli(["gpu-status"], env, event=webhook("pull_request.opened"),
+                     event_name="pull_request")
+    assert result.returncode == 1
+    assert "HTTP 403" in result.errors[0] and "pull_request_target" in result.errors[0]
+    assert github.repos[REPO].statuses == {}

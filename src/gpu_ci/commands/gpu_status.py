@@ -116,8 +116,17 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     status = outcome.status
     if status is not None and rest is not None:
         body = status.body(config.context)
-        _call(f"setting the '{config.context}' status of {status.sha[:12]}", lambda: rest.post(
-            f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
+        try:
+            _call(f"setting the '{config.context}' status of {status.sha[:12]}",
+                  lambda: rest.post(
+                      f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
+        except GpuCiError as exc:
+            if ctx.name == "pull_request" and "HTTP 403" in exc.message:
+                raise GpuCiError(exc.message + " A pull_request run from a fork always has a "
+                                 "read-only token: post statuses from pull_request_target and "
+                                 "workflow_run (examples/cuda-ci-remove-label.yml, "
+                                 "examples/cuda-ci-status.yml).", title=exc.title) from None
+            raise
         calls_note = f" ({rest.calls} API calls)"
         rt.info(f"gpu-status: {config.context} = {status.state}: {status.description}"
                 f"{calls_note}")
