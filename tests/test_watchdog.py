@@ -243,3 +243,12 @@ def test_bad_inputs_exit_2(run_cli, env):
     result = run_cli(["gpu-watchdog"], {**env, "INPUT_MAX_QUEUE_MINUTES": "an hour"})
     assert result.returncode == 2
     assert "max-queue-minutes" in result.errors[0]
+
+
+def test_without_workflows_every_workflow_is_watched(run_cli, github, env):
+    stale = add_run(github, minutes=90, path=".github/workflows/other-gpu.yml")
+    result = run_cli(["gpu-watchdog"], {**env, "INPUT_WORKFLOWS": ""})
+    assert result.returncode == 0, result.stdout
+    assert stale.conclusion == "cancelled"
+    assert [r.path for r in github.log[:2]] == [f"/repos/{REPO}/actions/runs"] * 2
+    assert {r.query["status"][0] for r in github.log[:2]} == {"queued", "in_progress"}
