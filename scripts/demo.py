@@ -36,7 +36,7 @@ def show(title: str, result, keys: list[str]) -> bool:
         text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
         if text.strip("| ") and text.startswith(
                 ("gpu-gate:", "remove-label:", "verify-cuda-env:", "setup-conda-from-lock:",
-                 "| ", "### ")):
+                 "gpu-status:", "gpu-watchdog:", "| ", "### ")):
             print("   ", text)
     for key in keys:
         print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
@@ -93,6 +93,25 @@ def main() -> int:
         for finding in result.outputs.get("findings") or []:
             print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
         print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
+        # The watchdog: a GPU job queued for 95 minutes, no runner took it.
+        from datetime import datetime, timedelta, timezone
+
+        from tests.github_server import Job, WorkflowRun
+
+        then = (datetime.now(timezone.utc) - timedelta(minutes=95)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        stuck = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml",
+                            "d" * 40, status="in_progress", created_at=then)
+        stuck.jobs = [Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=then)]
+        github.add_run(REPO, stuck)
+        result = run_act(work / "watchdog", ROOT / "examples" / "cuda-ci-watchdog.yml",
+                         "schedule", {"schedule": "*/15 * * * *"}, tool_cache=cache, env=env,
+                         repository=REPO)
+        ok &= show("gpu-watchdog: a GPU job no runner took for 95 minutes", result, [])
+        for sha, listed in github.repos[REPO].statuses.items():
+            for status in reversed(listed):
+                print(f"    status {status['context']} on {sha[:12]}: {status['state']}: "
+                      f"{status['description']}")
     print("\ndemo", "succeeded" if ok else "FAILED")
     return 0 if ok else 1
 

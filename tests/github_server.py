@@ -163,6 +163,8 @@ class FakeGitHub:
         self.per_page_max = per_page_max
         self.orgs: dict[str, Organization] = {}
         self._ids = 1000
+        self.hooks: list[tuple[str, re.Pattern[str], Any]] = []
+        """(method, path regex, callback(path)) run before a matching request is answered."""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -232,6 +234,11 @@ class FakeGitHub:
             hdrs["Retry-After"] = str(retry_after)
         self.faults.append(Fault(method.upper(), re.compile(path_regex), status, times, hdrs,
                                  body, delay))
+
+    def on_request(self, method: str, path_regex: str, callback: Any) -> None:
+        """Call ``callback(path)`` before answering each matching request: state changes
+        between two calls of a client (a runner picks a job up between list and re-read)."""
+        self.hooks.append((method.upper(), re.compile(path_regex), callback))
 
     def requests(self, method: str | None = None, path_contains: str = "") -> list[LoggedRequest]:
         return [r for r in self.log
@@ -445,6 +452,9 @@ class _Handler(BaseHTTPRequestHandler):
                           and f.path.search(split.path)), None)
             if fault:
                 fault.times -= 1
+        for hook_method, hook_path, callback in list(gh.hooks):
+            if hook_method in (method, "*") and hook_path.search(split.path):
+                callback(split.path)
         if fault and fault.delay:
             time.sleep(fault.delay)
         if fault and fault.status:
@@ -562,6 +572,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return 422, {"message": "Validation Failed", "documentation_url": DOCS,
                              "errors": [{"resource": "Status", "field": "state",
                                          "code": "custom"}], "status": "422"}, {}
+            if len(str(payload.get("description") or "")) > 140:  # GitHub's documented 422
+                return 422, {"message": "Validation Failed", "documentation_url": DOCS,
+                             "errors": [{"resource": "Status", "field": "description",
+                                         "code": "custom", "message": "description is too "
+                                         "long (maximum is 140 characters)"}],
+                             "status": "422"}, {}
             status = gh.status_json(repo, rest[1], payload, "github-actions[bot]")
             repo.statuses.setdefault(rest[1], []).insert(0, status)
             return 201, status, {}

@@ -18,7 +18,7 @@ def test_remover_takes_the_label_off(act, github):
     github.add_pull(REPO, PullRequest(2, "a" * 40, labels=["CUDA CI", "bug"]))
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
-    result = act(EXAMPLE, "pull_request_target", event, repository=REPO,
+    result = act(EXAMPLE, "pull_request_target", event, repository=REPO, job="remove-label",
                  env={"GITHUB_API_URL": github.url})
     assert result.returncode == 0, result.log
     assert result.outputs["removed"] == '["CUDA CI"]'

@@ -189,8 +189,72 @@ VERIFY_CUDA_ENV = ActionSpec(
     ),
 )
 
+GPU_STATUS = ActionSpec(
+    name="gpu-status",
+    summary="Show the GPU CI state on the pull request's head as a commit status you can "
+            "require.",
+    groups=("base", "github"),
+    runs_on="CPU runner (`pull_request_target`, `workflow_run`)",
+    inputs=(
+        InputSpec("context", "Name of the commit status (what branch protection requires).",
+                  "GPU CI"),
+        InputSpec("label", "The gate label, named in the waiting message.", "CUDA CI"),
+        InputSpec("min-permission", "Least role that may approve, named in the waiting "
+                  "message.", "write"),
+        InputSpec("gpu-jobs", "Names of the GPU workflow's GPU jobs, comma-separated "
+                  "(`tests` also matches matrix jobs `tests (...)`).", "tests"),
+        InputSpec("gate-run", "On a label event: the `run` output of gpu-gate run in the "
+                  "same job.", ""),
+        InputSpec("gate-reason", "On a label event: the `reason` output of gpu-gate.", ""),
+        InputSpec("labeled-by", "On a label event: the `labeled-by` output of gpu-gate.", ""),
+        InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
+        InputSpec("report-file", "On a completed run: write the GPU jobs' queue times as "
+                  "JSON to this path.", ""),
+    ),
+    outputs=(
+        OutputSpec("state", "The state posted (pending, success, failure, error), empty if "
+                   "none."),
+        OutputSpec("description", "The description posted, or why nothing was posted."),
+        OutputSpec("sha", "The commit the status was posted on."),
+        OutputSpec("queued-seconds", "On a completed run: the longest time a GPU job waited "
+                   "for a runner."),
+    ),
+)
+
+GPU_WATCHDOG = ActionSpec(
+    name="gpu-watchdog",
+    summary="Cancel GPU jobs that no runner picked up, and record how long GPU jobs wait.",
+    groups=("base", "github"),
+    runs_on="CPU runner (`schedule`)",
+    inputs=(
+        InputSpec("workflows", "GPU workflow file names (e.g. `cuda-ci.yml`), comma-separated; "
+                  "empty: every workflow.", ""),
+        InputSpec("gpu-labels", "GPU runner labels, comma-separated: a job with any of them "
+                  "is watched.", "gpu"),
+        InputSpec("max-queue-minutes", "Cancel a GPU job's run when the job waited longer.",
+                  "60"),
+        InputSpec("schedule-minutes", "The watchdog's own interval (default: read from the "
+                  "schedule event's cron).", ""),
+        InputSpec("cancel", "Cancel the run; false only reports.", "true"),
+        InputSpec("context", "Commit status set on a cancelled run's commit; empty: none.",
+                  "GPU CI"),
+        InputSpec("max-calls", "Most REST calls one sweep makes.", "200"),
+        InputSpec("rate-reserve", "Stop when fewer REST calls than this remain in the rate "
+                  "limit.", "100"),
+        InputSpec("report-file", "Write the queue times as JSON to this path.", ""),
+        InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
+    ),
+    outputs=(
+        OutputSpec("stale", "Number of GPU jobs queued longer than max-queue-minutes."),
+        OutputSpec("cancelled", "JSON array of the ids of the runs cancelled."),
+        OutputSpec("max-queued-seconds", "Longest queue time among the GPU jobs seen."),
+        OutputSpec("rest-calls", "REST calls the sweep made."),
+    ),
+)
+
 ACTIONS: dict[str, ActionSpec] = {
-    spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV)
+    spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV,
+                                 GPU_STATUS, GPU_WATCHDOG)
 }
 
 

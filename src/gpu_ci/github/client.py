@@ -114,11 +114,18 @@ class RestClient:
         self.settings = settings
         self._github = make_github(token, settings)
         self.calls = 0
+        self.rate_remaining: int | None = None
+        """``X-RateLimit-Remaining`` of the last answer (None until one came)."""
 
-    def _request(self, method: str, url: str) -> tuple[dict[str, str], object]:
+    def _request(self, method: str, url: str,
+                 body: dict[str, Any] | None = None) -> tuple[dict[str, str], object]:
         self.calls += 1
-        headers, data = self._github.requester.requestJsonAndCheck(method, url)
-        return dict(headers), data
+        headers, data = self._github.requester.requestJsonAndCheck(method, url, input=body)
+        headers = dict(headers)
+        remaining = headers.get("x-ratelimit-remaining") or headers.get("X-RateLimit-Remaining")
+        if remaining is not None and str(remaining).isdigit():
+            self.rate_remaining = int(remaining)
+        return headers, data
 
     def get(self, path: str) -> dict[str, Any]:
         _headers, data = self._request("GET", path)
@@ -143,6 +150,10 @@ class RestClient:
 
     def delete(self, path: str) -> object:
         _headers, data = self._request("DELETE", path)
+        return data
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> object:
+        _headers, data = self._request("POST", path, body)
         return data
 
 

@@ -1,0 +1,116 @@
+"""``gpu-ci gpu-watchdog``: one sweep over queued GPU jobs; always a summary, then the exit code.
+
+API errors while listing or cancelling are collected, never raised half-way: the summary
+and the JSON report say what was done and what failed, and the step fails (exit 1) after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github import watchdog
+from gpu_ci.github.event import load_event
+from gpu_ci.inputs import Inputs
+from gpu_ci.runtime import Runtime, markdown_table
+
+
+def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
+    """The watchdog's own interval: the input, else the schedule event's cron."""
+    raw = inputs["schedule-minutes"].strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise UsageError(f"input 'schedule-minutes' must be a whole number of minutes; "
+                             f"got {raw!r}.")
+        return int(raw), "schedule-minutes"
+    if rt.environ.get("GITHUB_EVENT_NAME") == "schedule" and rt.environ.get("GITHUB_EVENT_PATH"):
+        cron = str(load_event(rt.environ).payload.get("schedule") or "")
+        return watchdog.cron_interval_minutes(cron), f"the schedule '{cron}'"
+    return None, ""
+
+
+def _write(path: str, doc: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise GpuCiError(f"cannot write report-file {path}: {exc.strerror}.") from None
+
+
+def summarize(result: watchdog.Sweep, warning: str) -> str:
+    config = result.config
+    head = (f"### gpu-watchdog\n\nGPU labels {', '.join(sorted(config.labels))}; limit "
+            f"{config.max_queue_minutes:g} min in the queue; {result.calls} REST calls "
+            f"(budget {config.max_calls}).\n\n")
+    rows = [(f"[{j.name}]({j.html_url})" if j.html_url else j.name, j.run_id, j.status,
+             "" if j.queued_seconds is None else watchdog_minutes(j.queued_seconds),
+             j.action, j.detail) for j in result.jobs]
+    body = markdown_table(["GPU job", "run", "status", "queued", "action", "detail"], rows) \
+        if rows else "No GPU jobs in queued or in-progress runs old enough to check.\n"
+    tail = []
+    if warning:
+        tail.append(f"> [!WARNING]\n> {warning}")
+    if result.stopped:
+        tail.append(f"> [!WARNING]\n> Stopped early: {result.stopped}; the next sweep "
+                    "continues.")
+    tail += [f"- {note}" for note in result.notes]
+    tail += [f"- error: {error}" for error in result.errors]
+    return head + body + ("\n" + "\n".join(tail) + "\n" if tail else "")
+
+
+def watchdog_minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+
+    config = watchdog.make_config(
+        inputs.items("workflows"), inputs.items("gpu-labels"), inputs["max-queue-minutes"],
+        inputs.boolean("cancel"), inputs["context"], inputs["max-calls"],
+        inputs["rate-reserve"])
+    interval, source = _interval(inputs, rt)
+    warning = watchdog.schedule_warning(config.max_queue_minutes, interval)
+    if warning:
+        rt.warning(f"{warning} (interval from {source})", title="gpu-watchdog")
+    repository = rt.environ.get("GITHUB_REPOSITORY", "").strip()
+    if repository.count("/") != 1:
+        raise UsageError("GITHUB_REPOSITORY is not set to owner/name: set it for the CLI.")
+    token = resolve_token(inputs["github-token"], rt.environ)
+    if not token:
+        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
+                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
+    rt.mask(token)
+    rest = RestClient(token, ClientSettings.from_environ(rt.environ))
+    server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
+    result = watchdog.sweep(rest, repository, config, watchdog.utcnow(), server)
+
+    doc = result.as_json()
+    stale = result.stale
+    rt.set_output("stale", str(len(stale)))
+    rt.set_output("cancelled", json.dumps(result.cancelled))
+    top = doc["max_queued_seconds"]
+    rt.set_output("max-queued-seconds", "" if top is None else f"{top:.0f}")
+    rt.set_output("rest-calls", str(result.calls))
+    rt.summary(summarize(result, warning))
+    for record in stale:
+        message = (f"{record.name} (run {record.run_id}) queued "
+                   f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
+                   f"{' — ' + record.detail if record.detail else ''}")
+        if record.action in ("cancelled", "reported", "left-running-siblings"):
+            rt.warning(message, title="gpu-watchdog")
+        else:
+            rt.info(f"gpu-watchdog: {message}")
+    if result.stopped:
+        rt.warning(f"stopped early: {result.stopped}.", title="gpu-watchdog")
+    rt.info(f"gpu-watchdog: {len(result.jobs)} GPU jobs seen, {len(stale)} stale, "
+            f"{len(result.cancelled)} runs cancelled, {result.calls} REST calls.")
+    if inputs["report-file"]:
+        _write(inputs["report-file"], doc)
+    for error in result.errors:
+        rt.error(error, title="gpu-watchdog")
+    return 1 if result.errors else 0

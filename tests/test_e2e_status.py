@@ -1,0 +1,151 @@
+"""The three-workflow setup, unmodified, under act against the local server: a pull request
+from a fork is opened, approved, tested on the GPU, then pushed to again (five act runs);
+and the watchdog (one). Each step checks the "GPU CI" statuses GitHub would show.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tests.act_runner import run_act
+from tests.conftest import ROOT, webhook
+from tests.github_server import Job, PullRequest, WorkflowRun
+
+pytestmark = pytest.mark.e2e
+
+REPO = "Codertocat/Hello-World"
+FORK = "contributor/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+HEAD2 = "2" * 40
+REMOVER = ROOT / "examples" / "cuda-ci-remove-label.yml"
+STATUS = ROOT / "examples" / "cuda-ci-status.yml"
+WATCHDOG = ROOT / "examples" / "cuda-ci-watchdog.yml"
+
+
+def ago(minutes: float) -> str:
+    return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_fork(event: dict, sender: str) -> dict:
+    event["pull_request"]["head"]["repo"]["full_name"] = FORK
+    event["pull_request"]["head"]["repo"]["fork"] = True
+    event["sender"]["login"] = sender
+    return event
+
+
+def gpu_ci(github, sha: str) -> list[tuple[str, str]]:
+    """(state, description) of the commit's GPU CI statuses, oldest first."""
+    return [(s["state"], s["description"]) for s in
+            reversed(github.repos[REPO].statuses.get(sha, [])) if s["context"] == "GPU CI"]
+
+
+@pytest.fixture
+def act_steps(tmp_path, tool_cache):
+    """Several act runs in one test, each in its own directory (one copy of the repository
+    per run, as on GitHub)."""
+    count = iter(range(100))
+
+    def run(workflow, event_name, event, **kwargs):
+        workdir = tmp_path / f"step{next(count)}"
+        workdir.mkdir()
+        return run_act(workdir, workflow, event_name, event, tool_cache=tool_cache, **kwargs)
+
+    return run
+
+
+def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
+    act = act_steps
+    github.add_repo(REPO, roles={"maintainer": "write", "contributor": "read"})
+    pr = github.add_pull(REPO, PullRequest(2, HEAD, head_repo=FORK, user="contributor"))
+    env = {"GITHUB_API_URL": github.url}
+
+    # 1. opened: waiting for approval
+    opened = act(REMOVER, "pull_request_target",
+                 from_fork(webhook("pull_request.opened"), "contributor"),
+                 repository=REPO, env=env)
+    assert opened.returncode == 0, opened.log
+    assert gpu_ci(github, HEAD) == [("pending", "Waiting for approval: someone with write "
+                                     "access or higher applies the 'CUDA CI' label.")]
+
+    # 2. a maintainer applies the label: the label comes off, the status names the approver
+    pr.labels.append("CUDA CI")
+    event = from_fork(webhook("pull_request.labeled"), "maintainer")
+    event["label"]["name"] = "CUDA CI"
+    labeled = act(REMOVER, "pull_request_target", event, repository=REPO, env=env)
+    assert labeled.returncode == 0, labeled.log
+    assert pr.labels == []
+    assert gpu_ci(github, HEAD)[-1] == (
+        "pending", f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.")
+
+    # 3. the GPU workflow's run (its jobs as GitHub reports them) completes
+    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
+                      actor="maintainer", head_branch="changes")
+    run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ago(30)),
+                Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(29))]
+    github.add_run(REPO, run)
+    github.start_job(run.jobs[0].id, ago(30))
+    github.complete_job(run.jobs[0].id, ago(29))
+    github.start_job(run.jobs[1].id, ago(22))
+    github.complete_job(run.jobs[1].id, ago(2))
+    done = webhook("workflow_run.completed.with-pull-requests")
+    done["repository"]["full_name"] = REPO
+    done["workflow_run"].update(
+        id=run.id, head_sha=HEAD, event="pull_request", run_attempt=1, pull_requests=[],
+        html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
+        triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK},
+        workflow_id=run.workflow_id)
+    requested = json.loads(json.dumps(done))
+    requested["action"] = "requested"
+    requested["workflow_run"].update(status="queued", conclusion=None)
+    started = act(STATUS, "workflow_run", requested, repository=REPO, env=env)
+    assert started.returncode == 0, started.log
+    latest = github.repos[REPO].statuses[HEAD][0]
+    assert (latest["state"], latest["description"], latest["target_url"]) == (
+        "pending", "Approved by @maintainer: GPU run in progress.",
+        f"https://github.com/{REPO}/actions/runs/{run.id}")
+    result = act(STATUS, "workflow_run", done, repository=REPO, env=env)
+    assert result.returncode == 0, result.log
+    state, description = gpu_ci(github, HEAD)[-1]
+    assert state == "success"
+    assert description == (f"GPU tests passed on {HEAD[:12]} (approved by @maintainer); "
+                           "waited 7 min for a runner.")
+
+    # 4. the contributor pushes after the approval: the new head waits again
+    pr.head_sha = HEAD2
+    push = from_fork(webhook("pull_request.synchronize"), "contributor")
+    push["pull_request"]["head"]["sha"] = HEAD2
+    push.update(before=HEAD, after=HEAD2)
+    pushed = act(REMOVER, "pull_request_target", push, repository=REPO, env=env)
+    assert pushed.returncode == 0, pushed.log
+    assert gpu_ci(github, HEAD2) == [(
+        "pending", f"New push (was {HEAD[:12]}): waiting for approval; someone with write "
+        "access or higher applies 'CUDA CI'.")]
+    assert gpu_ci(github, HEAD)[-1][0] == "success"  # the old commit keeps its result
+    # Every write went to statuses or the label; nothing touched the pull request's code.
+    writes = {(r.method, r.path.split("/")[4]) for r in github.log if r.method != "GET"}
+    assert writes == {("POST", "statuses"), ("DELETE", "issues")}
+
+
+def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
+    github.add_repo(REPO)
+    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
+                      status="in_progress", created_at=ago(95))
+    run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], status="completed",
+                    conclusion="success", created_at=ago(95), started_at=ago(95),
+                    runner_name="GitHub Actions 1"),
+                Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(94))]
+    github.add_run(REPO, run)
+    result = act(WATCHDOG, "schedule", {"schedule": "*/15 * * * *"}, repository=REPO,
+                 env={"GITHUB_API_URL": github.url})
+    assert result.returncode == 0, result.log
+    assert run.conclusion == "cancelled"
+    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 6 REST calls." \
+        in result.log
+    (state, description), = gpu_ci(github, HEAD)
+    assert state == "error"
+    assert description.startswith("No GPU runner picked this up in 94 minutes")
+    assert len(github.log) == 6
