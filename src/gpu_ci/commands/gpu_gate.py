@@ -99,7 +99,12 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     try:
+        budget_cfg = budget_config(inputs, rt)  # bad budget inputs: exit 2 before any call
         decision, config, calls = evaluate(inputs, rt)
+        budget_rows: list[tuple[str, str]] = []
+        if budget_cfg is not None and decision.run:
+            decision, budget_rows, more = apply_budget(budget_cfg, decision, config, inputs, rt)
+            calls += more
     except GpuCiError as exc:
         if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
             rt.set_output("run", "false")
@@ -116,5 +121,99 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
     if decision.fork:
         rt.notice(f"pull request #{decision.pr_number} comes from a fork.", title="gpu-gate")
-    rt.summary(summarize(decision, config))
+    summary = summarize(decision, config)
+    if budget_rows:
+        summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
+    rt.summary(summary)
     return 0
+
+
+# -- budget (logic in gpu_ci.github.budget / .spend) -----------------------------------------
+
+
+def budget_config(inputs: Inputs, rt: Runtime):
+    if not inputs["monthly-budget"].strip():
+        return None
+    from datetime import datetime, timezone
+
+    from gpu_ci.github.budget import make_budget_config
+    from gpu_ci.pricing import load_table
+
+    return make_budget_config(
+        inputs["monthly-budget"], inputs["gpu-price"], inputs["reserve-minutes"],
+        inputs["budget-on-unknown"], inputs["budget-scope"], inputs.items("gpu-workflows")
+        or _this_workflow(rt), inputs["budget-ledger"], load_table(),
+        datetime.now(timezone.utc).date())
+
+
+def _this_workflow(rt: Runtime) -> list[str]:
+    """``GITHUB_WORKFLOW_REF`` = ``owner/repo/.github/workflows/<file>@<ref>``."""
+    ref = rt.environ.get("GITHUB_WORKFLOW_REF", "").split("@", 1)[0]
+    return [ref.rsplit("/", 1)[-1]] if "/.github/workflows/" in ref else []
+
+
+def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: Inputs,
+                 rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
+    """Refuse a run that would take the month's GPU spend over the budget."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from gpu_ci.github import budget, spend
+    from gpu_ci.github.client import ClientSettings, RestClient
+    from gpu_ci.pricing import load_table
+
+    now = datetime.now(timezone.utc)
+    table = load_table()
+    ctx = load_event(rt.environ)
+    rest = _rest(inputs, rt)
+    billing = None
+    if inputs["billing-token"]:
+        rt.mask(inputs["billing-token"])
+        billing = RestClient(inputs["billing-token"], ClientSettings.from_environ(rt.environ))
+    run_id, attempt = rt.environ.get("GITHUB_RUN_ID", ""), rt.environ.get(
+        "GITHUB_RUN_ATTEMPT", "1")
+    skip = (int(run_id), int(attempt or 1)) if run_id.isdigit() else None
+    default_branch = str((ctx.payload.get("repository") or {}).get("default_branch") or "")
+    what = ("the organization's billing usage report" if billing else
+            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'}")
+    matcher = budget.GpuMatcher.from_runs_on(config.gpu_runs_on)
+    rows = [("budget", cfg.budget.describe()),
+            ("price", cfg.price.describe() if cfg.price else "(minutes budget)"),
+            ("reservation", f"{cfg.reserve_minutes} min"),
+            ("GPU jobs", matcher.describe())]
+    try:
+        spent, note = _call(what, lambda: spend.month_spend(
+            rest, ctx.repository, cfg, matcher, table, now, default_branch=default_branch,
+            skip=skip, billing_rest=billing))
+    except spend.BillingAccessError:
+        raise
+    except GpuCiError as exc:
+        calls = rest.calls + (billing.calls if billing else 0)
+        rows.append(("spend", f"unknown: {exc.message}"))
+        if cfg.on_unknown == "run":
+            rt.warning(f"could not read {what}; budget-on-unknown is run: {exc.message}",
+                       title="gpu-gate budget")
+            rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
+            return decision, rows, calls
+        rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
+        return replace(decision, run=False, reason=(
+            f"the GPU budget could not be checked: {what} could not be read "
+            f"({exc.message}); budget-on-unknown is refuse.")), rows, calls
+    price_now = cfg.price.on(now.date(), table) if cfg.price else None
+    verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
+    rt.set_output("budget-spent", _amount(verdict.spent, cfg.budget.unit))
+    rt.set_output("budget-left", _amount(verdict.left, cfg.budget.unit))
+    rows += [("spent this month", cfg.budget.describe(verdict.spent)),
+             ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
+             ("this run reserves", cfg.budget.describe(verdict.reservation)),
+             ("left before this run", cfg.budget.describe(verdict.left)),
+             ("source", spent.source), ("ledger", note),
+             ("budget verdict", "within" if verdict.ok else "**over: refused**")]
+    calls = rest.calls + (billing.calls if billing else 0)
+    if verdict.ok:
+        return decision, rows, calls
+    return replace(decision, run=False, reason=verdict.reason), rows, calls
+
+
+def _amount(value, unit: str) -> str:
+    return f"{value:.2f}" if unit == "usd" else str(int(value))
