@@ -134,16 +134,14 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def budget_config(inputs: Inputs, rt: Runtime):
     if not inputs["monthly-budget"].strip():
         return None
-    from datetime import datetime, timezone
-
-    from gpu_ci.github.budget import make_budget_config
+    from gpu_ci.github.budget import make_budget_config, now_utc
     from gpu_ci.pricing import load_table
 
     return make_budget_config(
         inputs["monthly-budget"], inputs["gpu-price"], inputs["reserve-minutes"],
         inputs["budget-on-unknown"], inputs["budget-scope"], inputs.items("gpu-workflows")
         or _this_workflow(rt), inputs["budget-ledger"], load_table(),
-        datetime.now(timezone.utc).date())
+        now_utc(rt.environ).date())
 
 
 def _this_workflow(rt: Runtime) -> list[str]:
@@ -156,13 +154,12 @@ def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: 
                  rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
     """Refuse a run that would take the month's GPU spend over the budget."""
     from dataclasses import replace
-    from datetime import datetime, timezone
 
     from gpu_ci.github import budget, spend
     from gpu_ci.github.client import ClientSettings, RestClient
     from gpu_ci.pricing import load_table
 
-    now = datetime.now(timezone.utc)
+    now = budget.now_utc(rt.environ)
     table = load_table()
     ctx = load_event(rt.environ)
     rest = _rest(inputs, rt)

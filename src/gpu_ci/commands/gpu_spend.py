@@ -8,7 +8,7 @@ import csv
 import io
 import json
 import os
-from datetime import date, datetime, timezone
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     from gpu_ci.github.gate import runs_on_json
     from gpu_ci.pricing import load_table
 
-    now = datetime.now(timezone.utc)
+    now = budget.now_utc(rt.environ)
     table = load_table()
     month = budget.Month.parse(inputs["month"]) if inputs["month"] else budget.Month.of(
         now.date())

@@ -479,3 +479,19 @@ def cumulative(costs: Iterable[JobCost], month: Month, last_day: date,
         out.append((day, running))
         day += timedelta(days=1)
     return out
+
+
+def now_utc(environ: Mapping[str, str]) -> datetime:
+    """The time a decision or report is made: now, or ``GPU_CI_NOW`` (ISO 8601) to reproduce
+    a decision or a report as of a past moment."""
+    raw = environ.get("GPU_CI_NOW", "").strip()
+    if not raw:
+        return datetime.now(timezone.utc)
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as "
+                         "2026-11-30T12:00:00Z.") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
