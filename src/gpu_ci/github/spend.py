@@ -215,4 +215,4 @@ def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: budget
     got = collect(rest, repo, cfg.workflows, matcher, cfg.price, table, cfg.reserve_minutes,
                   month, now, ledger, skip)
     source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
-    return budget.total(got.costs, source), (got.ledger_used if ledger else note)
+    return budget.total(got.costs, source), (f"{note}; {got.ledger_used}" if ledger else note)
