@@ -16,6 +16,7 @@ from gpu_ci.pricing import Price, PriceTable, SkuPrice, load_table
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 NOV = Month(2026, 11)
 GPU = GpuMatcher(frozenset({"self-hosted", "gpu"}))
+LINUX_GPU = Price(sku="linux_4_core_gpu")
 
 
 @pytest.mark.parametrize(("text", "amount", "unit"), [
@@ -65,7 +66,7 @@ def _job(job_id, start, end=None, *, labels=("self-hosted", "gpu"), status="comp
             "runner_name": runner, "runner_group_name": group, "run_attempt": attempt}
 
 
-def costs(jobs, *, price=Price(sku="linux_4_core_gpu"), table=None, reserve=30, run=None,
+def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None,
           matcher=GPU):
     return budget.job_costs(run or _run(), jobs, matcher, price, table or load_table(),
                             reserve, NOV, NOW)

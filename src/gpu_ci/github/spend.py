@@ -170,10 +170,10 @@ def billing_error(status: int, org: str) -> str:
                 "organizations only (a personal account's usage is not available to the "
                 "API), or the token cannot see the organization. Use an organization's "
                 "billing-token, or leave billing-token empty to count the workflow's runs.")
-    return (f"the billing-token may not read the billing of '{org}': a fine-grained token "
-            "needs the organization permission 'Administration: read' (classic: "
-            "'read:org' by an organization owner or billing manager). Leave billing-token "
-            "empty to count the workflow's runs with actions: read instead.")
+    return (f"the billing-token may not read the billing of '{org}': it must belong to an "
+            "administrator of the organization and, as a fine-grained token, have the "
+            "organization permission 'Administration: read'. Leave billing-token empty to "
+            "count the workflow's runs with actions: read instead.")
 
 
 class BillingAccessError(GpuCiError):
