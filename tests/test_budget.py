@@ -176,10 +176,14 @@ def test_billing_report_spellings_repository_and_month():
 
 
 def test_ledger_round_trip_and_what_it_vouches_for():
-    runs = [dict(_run(1), status="completed"), dict(_run(2), status="in_progress")]
+    runs = [dict(_run(1), status="completed", created_at="2026-11-02T10:00:00Z"),
+            dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z")]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
     ledger = budget.build_ledger("o/r", NOV, GPU, NOW, runs, jobs)
-    assert ledger.runs == {"1": 1} and ledger.through == "2026-11-20T12:00:00Z"
+    # the run still going since yesterday keeps the ledger's horizon at its creation
+    assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
+    assert budget.build_ledger("o/r", NOV, GPU, NOW, runs[:1], jobs).through == \
+        "2026-11-20T12:00:00Z"
     again = budget.Ledger.from_json(ledger.to_json())
     assert again == ledger and again.usable("O/R", NOV, GPU)
     assert not again.usable("o/r", Month(2026, 10), GPU)

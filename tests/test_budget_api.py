@@ -193,6 +193,21 @@ def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     assert result.outputs["budget-spent"] == "70", result.stdout  # 10 + reserved 60
 
 
+def test_a_run_still_going_when_the_ledger_was_written_is_counted(run_cli, server, tmp_path):
+    long = gpu_run(server, datetime(2026, 11, 29, 23, 0, tzinfo=timezone.utc), 0,
+                   status="in_progress")                       # yesterday, still running
+    gpu_run(server, datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc), 10)
+    spend(run_cli, server, tmp_path)
+    server.add_artifact(REPO, "gpu-spend-ledger", {"gpu-spend-ledger.json": (
+        tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()}, head_branch="master")
+    server.complete_job(long.jobs[1].id, "2026-11-30T13:00:00Z")   # 14 hours on the GPU
+    result = gate(run_cli, server, [*BUDGET[:-2], "--gpu-workflows", "cuda-ci.yml",
+                                    "--monthly-budget", "10000 minutes"])
+    assert result.outputs["budget-spent"] == str(10 + 14 * 60), result.stdout
+    runs_query = [r.query["created"] for r in server.log if r.path.endswith("/runs")]
+    assert runs_query[-1] == ["2026-11-29..2026-11-30"]
+
+
 def test_billing_token_reads_the_usage_report(run_cli, server):
     server.add_org("Codertocat", billing_tokens={"billing-secret"}, usage_items=[
         {"date": "2026-11-03T00:00:00Z", "product": "actions", "sku": "Actions Linux 4-core GPU",

@@ -274,7 +274,8 @@ class Ledger:
     matcher: str
     """``GpuMatcher.describe()`` when written: a ledger for other GPU jobs is not reused."""
     through: str
-    """ISO time: every run created before this day (UTC) that was complete then is here."""
+    """ISO time: every run created before this time's day (UTC) is complete and counted
+    here; runs created on that day or later are listed again."""
     runs: dict[str, int] = field(default_factory=dict)
     jobs: tuple[JobCost, ...] = ()
 
@@ -308,11 +309,19 @@ class Ledger:
 
 def build_ledger(repository: str, month: Month, matcher: GpuMatcher, now: datetime,
                  runs: Sequence[Mapping[str, Any]], costs: Sequence[JobCost]) -> Ledger:
-    """A ledger of the completed runs among ``runs`` (all runs of the month so far)."""
+    """A ledger of the completed runs among ``runs`` (all runs of the month so far).
+
+    ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
+    that the gate, which lists the runs created since that day, still sees that run."""
     done = {str(r["id"]): int(r.get("run_attempt") or 1) for r in runs
             if r.get("status") == "completed"}
+    through = now
+    for r in runs:
+        created = parse_time(r.get("created_at"))
+        if r.get("status") != "completed" and created is not None:
+            through = min(through, created)
     return Ledger(repository, str(month), matcher.describe(),
-                  now.replace(microsecond=0).isoformat().replace("+00:00", "Z"), done,
+                  through.replace(microsecond=0).isoformat().replace("+00:00", "Z"), done,
                   tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"))
 
 
