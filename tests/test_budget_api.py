@@ -218,17 +218,24 @@ def test_billing_token_reads_the_usage_report(run_cli, server):
          "quantity": 1000, "unitType": "Minutes", "pricePerUnit": 0.052, "grossAmount": 52.0,
          "discountAmount": 0, "netAmount": 52.0, "organizationName": "Codertocat",
          "repositoryName": "other"}])
+    gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 250)  # in the report
     result = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$15", "--billing-token",
                                     "billing-secret"])
     assert result.outputs["budget-spent"] == "13.00", result.stdout
     assert result.outputs["run"] == "false"      # 13 + 3.12 > 15
+    gpu_run(server, datetime(2026, 11, 30, 13, 30, tzinfo=timezone.utc), 0,
+            status="in_progress")                # not in the report yet: reserves 60 min
+    result = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$20", "--billing-token",
+                                    "billing-secret"])
+    assert result.outputs["budget-spent"] == "16.12", result.stdout   # 13 + 3.12
+    assert "1 GPU jobs running now" in result.summary
     assert "::add-mask::billing-secret" in result.stdout
     billing = [r for r in server.log if "billing" in r.path]
     assert billing[0].query == {"year": ["2026"], "month": ["11"]}
     assert billing[0].headers["Authorization"] == "token billing-secret"
     org = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$100", "--billing-token",
                                  "billing-secret", "--budget-scope", "organization"])
-    assert org.outputs["budget-spent"] == "65.00"
+    assert org.outputs["budget-spent"] == "68.12"   # 13 + 52 + 3.12 running
 
 
 @pytest.mark.parametrize(("org", "words"), [

@@ -48,12 +48,14 @@ class Collected:
 
 
 def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
-              until: date | None = None) -> list[dict[str, Any]]:
+              until: date | None = None, status: str = "") -> list[dict[str, Any]]:
     """Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
-    when none are given), newest first, every page."""
+    when none are given), newest first, every page; only those in ``status`` if given."""
     created = f">={since.isoformat()}" if until is None else \
         f"{since.isoformat()}..{until.isoformat()}"
     query = f"created={quote(created, safe='')}"
+    if status:
+        query += f"&status={quote(status, safe='')}"
     runs: list[dict[str, Any]] = []
     seen: set[int] = set()
     paths = ([f"/repos/{repo}/actions/workflows/{quote(w, safe='')}/runs" for w in workflows]
@@ -205,7 +207,23 @@ def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: budget
     if billing_rest is not None:
         skus = [cfg.price.sku] if cfg.price is not None and cfg.price.sku else list(table.skus)
         spent = billing_spend(billing_rest, repo, month, skus, cfg.scope == "repository")
-        return spent, f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope})"
+        # The report trails usage by hours and never shows a job before it ends: add what
+        # this repository's GPU jobs running now reserve.
+        running: list[budget.JobCost] = []
+        for run in list_runs(rest, repo, cfg.workflows, month.first - timedelta(days=1),
+                             month.last, status="in_progress"):
+            jobs = run_jobs(rest, repo, int(run["id"]))
+            if skip is not None and int(run["id"]) == skip[0]:
+                jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
+            running += [c for c in budget.job_costs(run, jobs, matcher, cfg.price, table,
+                                                    cfg.reserve_minutes, month, now)
+                        if c.state == "reserved"]
+        extra = budget.total(running, "")
+        spent = budget.Spend(spent.minutes + extra.minutes, spent.usd + extra.usd,
+                             "billing usage report + GPU jobs running now", tuple(running),
+                             extra.minutes, extra.usd)
+        return spent, (f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
+                       f"{len(running)} GPU jobs running now")
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
         if default_branch:
