@@ -175,7 +175,7 @@ def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: 
             f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'}")
     matcher = budget.GpuMatcher.from_runs_on(config.gpu_runs_on)
     rows = [("budget", cfg.budget.describe()),
-            ("price", cfg.price.describe() if cfg.price else "(minutes budget)"),
+            ("price", _price_row(cfg.price, now.date(), table)),
             ("reservation", f"{cfg.reserve_minutes} min"),
             ("GPU jobs", matcher.describe())]
     try:
@@ -210,6 +210,13 @@ def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: 
     if verdict.ok:
         return decision, rows, calls
     return replace(decision, run=False, reason=verdict.reason), rows, calls
+
+
+def _price_row(price, day, table) -> str:
+    if price is None:
+        return "(minutes budget)"
+    rate = price.on(day, table)
+    return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
 
 
 def _amount(value, unit: str) -> str:
