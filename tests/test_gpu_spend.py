@@ -98,3 +98,26 @@ def test_bad_inputs(run_cli, server, tmp_path, args, words):  # noqa: F811
     result = spend(run_cli, server, tmp_path, args)
     assert result.returncode == 2 and words in "".join(result.errors), result.stdout
     assert server.log == []
+
+
+def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, month,
+                                                                     tmp_path):
+    out = tmp_path / "out"
+    (out / "spend.json").mkdir(parents=True)   # what a file cannot replace, even as root
+    result = spend(run_cli, month, tmp_path)
+    assert result.returncode == 1 and "writable output-dir" in "".join(result.errors)
+    assert sorted(p.name for p in out.iterdir()) == ["spend.json"]
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = run_cli(["gpu-spend", "--output-dir", str(blocked / "sub")],
+                     {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
+                      "GITHUB_TOKEN": "t"})
+    assert result.returncode == 1 and "cannot be created" in "".join(result.errors)
+
+
+def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_path):
+    month.inject("GET", r"/actions/workflows/.*/runs$", 403, times=20, body={
+        "message": "Resource not accessible by integration"})
+    result = spend(run_cli, month, tmp_path)
+    assert result.returncode == 1
+    assert "actions: read" in "".join(result.errors)

@@ -172,7 +172,8 @@ def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: 
     skip = (int(run_id), int(attempt or 1)) if run_id.isdigit() else None
     default_branch = str((ctx.payload.get("repository") or {}).get("default_branch") or "")
     what = ("the organization's billing usage report" if billing else
-            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'}")
+            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
+            "(actions: read)")
     matcher = budget.GpuMatcher.from_runs_on(config.gpu_runs_on)
     rows = [("budget", cfg.budget.describe()),
             ("price", _price_row(cfg.price, now.date(), table)),

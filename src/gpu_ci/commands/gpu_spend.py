@@ -56,10 +56,16 @@ def csv_text(jobs: list[Any]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """Atomic: a reader (the upload step) never sees half a file."""
+    """Atomic: a reader (the upload step) never sees half a file; a full or read-only disk
+    leaves no temporary file behind and says which file it could not write."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise GpuCiError(f"cannot write {path} ({exc.strerror}): choose a writable "
+                         "output-dir, e.g. ${{ runner.temp }}/gpu-spend.") from None
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -104,7 +110,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     except GpuCiError:
         raise
     except Exception as exc:
-        raise describe_api_failure(exc, f"the GPU jobs of {repo} in {month}") from None
+        raise describe_api_failure(exc, f"the GPU jobs of {repo} in {month} (the job needs "
+                                   "permissions: actions: read)") from None
     billed = None
     if inputs["billing-token"]:
         rt.mask(inputs["billing-token"])
