@@ -179,15 +179,18 @@ def test_ledger_round_trip_and_what_it_vouches_for():
     runs = [dict(_run(1), status="completed", created_at="2026-11-02T10:00:00Z"),
             dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z")]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
-    ledger = budget.build_ledger("o/r", NOV, GPU, NOW, runs, jobs)
+    ledger = budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
     # the run still going since yesterday keeps the ledger's horizon at its creation
     assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
-    assert budget.build_ledger("o/r", NOV, GPU, NOW, runs[:1], jobs).through == \
+    assert budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through == \
         "2026-11-20T12:00:00Z"
     again = budget.Ledger.from_json(ledger.to_json())
-    assert again == ledger and again.usable("O/R", NOV, GPU)
-    assert not again.usable("o/r", Month(2026, 10), GPU)
-    assert not again.usable("o/r", NOV, GpuMatcher(frozenset({"gpu"})))
+    assert again == ledger and again.usable("O/R", NOV, GPU, ["cuda-ci.yml"])
+    assert not again.usable("o/r", Month(2026, 10), GPU, ["cuda-ci.yml"])
+    assert not again.usable("o/r", NOV, GpuMatcher(frozenset({"gpu"})), ["cuda-ci.yml"])
+    # a ledger of one workflow would miss the other's runs: not reused
+    assert not again.usable("o/r", NOV, GPU, ["cuda-ci.yml", "nightly.yml"])
+    assert not again.usable("o/r", NOV, GPU, [])
     assert again.counted({"id": 1, "run_attempt": 1, "status": "completed"})
     assert not again.counted({"id": 1, "run_attempt": 2, "status": "completed"})  # re-run
     assert not again.counted({"id": 1, "run_attempt": 1, "status": "in_progress"})

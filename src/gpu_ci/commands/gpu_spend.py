@@ -154,7 +154,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     _write(csv_path, csv_text(costs))
     ledger_path = out_dir / spend.LEDGER_FILE
     if month == budget.Month.of(now.date()):  # the gate reads this month's ledger only
-        ledger = budget.build_ledger(repo, month, matcher, now, got.runs, costs)
+        ledger = budget.build_ledger(repo, month, matcher, workflows, now, got.runs, costs)
         _write(ledger_path, json.dumps(ledger.to_json()) + "\n")
 
     rt.set_output("minutes", str(tot.minutes))

@@ -272,7 +272,8 @@ class Ledger:
     repository: str
     month: str
     matcher: str
-    """``GpuMatcher.describe()`` when written: a ledger for other GPU jobs is not reused."""
+    """``ledger_key()`` when written: which GPU jobs of which workflows; a ledger of other
+    jobs or workflows is not reused (it would miss or add runs)."""
     through: str
     """ISO time: every run created before this time's day (UTC) is complete and counted
     here; runs created on that day or later are listed again."""
@@ -297,9 +298,10 @@ class Ledger:
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def usable(self, repository: str, month: Month, matcher: GpuMatcher) -> bool:
+    def usable(self, repository: str, month: Month, matcher: GpuMatcher,
+               workflows: Sequence[str]) -> bool:
         return (self.repository.lower() == repository.lower() and self.month == str(month)
-                and self.matcher == matcher.describe())
+                and self.matcher == ledger_key(matcher, workflows))
 
     def counted(self, run: Mapping[str, Any]) -> bool:
         """The run is in the ledger at the same attempt, completed then and now."""
@@ -307,8 +309,13 @@ class Ledger:
                 and self.runs.get(str(run.get("id"))) == int(run.get("run_attempt") or 1))
 
 
-def build_ledger(repository: str, month: Month, matcher: GpuMatcher, now: datetime,
-                 runs: Sequence[Mapping[str, Any]], costs: Sequence[JobCost]) -> Ledger:
+def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
+    return f"{matcher.describe()} in {', '.join(sorted(workflows)) or 'every workflow'}"
+
+
+def build_ledger(repository: str, month: Month, matcher: GpuMatcher,
+                 workflows: Sequence[str], now: datetime, runs: Sequence[Mapping[str, Any]],
+                 costs: Sequence[JobCost]) -> Ledger:
     """A ledger of the completed runs among ``runs`` (all runs of the month so far).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
@@ -320,7 +327,7 @@ def build_ledger(repository: str, month: Month, matcher: GpuMatcher, now: dateti
         created = parse_time(r.get("created_at"))
         if r.get("status") != "completed" and created is not None:
             through = min(through, created)
-    return Ledger(repository, str(month), matcher.describe(),
+    return Ledger(repository, str(month), ledger_key(matcher, workflows),
                   through.replace(microsecond=0).isoformat().replace("+00:00", "Z"), done,
                   tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"))
 

@@ -121,9 +121,9 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
     ``skip`` = (run id, attempt) of the gate's own run, whose GPU job is the one being
     decided (its reservation is added by the caller)."""
     since = month.first - timedelta(days=1)  # a run created on the last day may run into it
-    use = ledger is not None and ledger.usable(repo, month, matcher)
+    use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
     reason = "no ledger: every run of the month counted" if ledger is None else (
-        "ledger for another month, repository or GPU matcher: not used" if not use else "")
+        "ledger for another month, repository, workflows or GPU jobs: not used" if not use else "")
     if use and ledger is not None:
         through = budget.parse_time(ledger.through)
         if through is not None:
