@@ -159,66 +159,25 @@ def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: 
     from gpu_ci.github.client import ClientSettings, RestClient
     from gpu_ci.pricing import load_table
 
-    now = budget.now_utc(rt.environ)
-    table = load_table()
     ctx = load_event(rt.environ)
     rest = _rest(inputs, rt)
     billing = None
     if inputs["billing-token"]:
         rt.mask(inputs["billing-token"])
         billing = RestClient(inputs["billing-token"], ClientSettings.from_environ(rt.environ))
-    run_id, attempt = rt.environ.get("GITHUB_RUN_ID", ""), rt.environ.get(
-        "GITHUB_RUN_ATTEMPT", "1")
-    skip = (int(run_id), int(attempt or 1)) if run_id.isdigit() else None
-    default_branch = str((ctx.payload.get("repository") or {}).get("default_branch") or "")
-    what = ("the organization's billing usage report" if billing else
-            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
-            "(actions: read)")
-    matcher = budget.GpuMatcher.from_runs_on(config.gpu_runs_on)
-    rows = [("budget", cfg.budget.describe()),
-            ("price", _price_row(cfg.price, now.date(), table)),
-            ("reservation", f"{cfg.reserve_minutes} min"),
-            ("GPU jobs", matcher.describe())]
-    try:
-        spent, note = _call(what, lambda: spend.month_spend(
-            rest, ctx.repository, cfg, matcher, table, now, default_branch=default_branch,
-            skip=skip, billing_rest=billing))
-    except spend.BillingAccessError:
-        raise
-    except GpuCiError as exc:
-        calls = rest.calls + (billing.calls if billing else 0)
-        rows.append(("spend", f"unknown: {exc.message}"))
-        if cfg.on_unknown == "run":
-            rt.warning(f"could not read {what}; budget-on-unknown is run: {exc.message}",
-                       title="gpu-gate budget")
-            rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
-            return decision, rows, calls
-        rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
-        return replace(decision, run=False, reason=(
-            f"the GPU budget could not be checked: {what} could not be read "
-            f"({exc.message}); budget-on-unknown is refuse.")), rows, calls
-    price_now = cfg.price.on(now.date(), table) if cfg.price else None
-    verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
-    rt.set_output("budget-spent", _amount(verdict.spent, cfg.budget.unit))
-    rt.set_output("budget-left", _amount(verdict.left, cfg.budget.unit))
-    rows += [("spent this month", cfg.budget.describe(verdict.spent)),
-             ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
-             ("this run reserves", cfg.budget.describe(verdict.reservation)),
-             ("left before this run", cfg.budget.describe(verdict.left)),
-             ("source", spent.source), ("ledger", note),
-             ("budget verdict", "within" if verdict.ok else "**over: refused**")]
+    run_id = rt.environ.get("GITHUB_RUN_ID", "")
+    attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
+    result = spend.gate_budget(
+        rest, billing, cfg, budget.GpuMatcher.from_runs_on(config.gpu_runs_on), load_table(),
+        budget.now_utc(rt.environ), ctx.repository,
+        str((ctx.payload.get("repository") or {}).get("default_branch") or ""), skip)
     calls = rest.calls + (billing.calls if billing else 0)
-    if verdict.ok:
-        return decision, rows, calls
-    return replace(decision, run=False, reason=verdict.reason), rows, calls
-
-
-def _price_row(price, day, table) -> str:
-    if price is None:
-        return "(minutes budget)"
-    rate = price.on(day, table)
-    return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
-
-
-def _amount(value, unit: str) -> str:
-    return f"{value:.2f}" if unit == "usd" else str(int(value))
+    if result.spent:
+        rt.set_output("budget-spent", result.spent)
+        rt.set_output("budget-left", result.left)
+    if result.warning:
+        rt.warning(result.warning, title="gpu-gate budget")
+    if result.ok:
+        return decision, list(result.rows), calls
+    return replace(decision, run=False, reason=result.reason), list(result.rows), calls
