@@ -121,3 +121,11 @@ def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_pat
     result = spend(run_cli, month, tmp_path)
     assert result.returncode == 1
     assert "actions: read" in "".join(result.errors)
+
+
+def test_gpu_ci_spend_is_the_same_command(run_cli, month, tmp_path):
+    result = run_cli(["spend", "--output-dir", str(tmp_path / "o"), "--gpu-workflows",
+                      "cuda-ci.yml"], {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
+                                       "GITHUB_TOKEN": "t", "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
+    assert result.returncode == 0, result.stdout
+    assert result.outputs["minutes"] == "270"
