@@ -194,7 +194,8 @@ def test_ledger_round_trip_and_what_it_vouches_for():
     assert again.counted({"id": 1, "run_attempt": 1, "status": "completed"})
     assert not again.counted({"id": 1, "run_attempt": 2, "status": "completed"})  # re-run
     assert not again.counted({"id": 1, "run_attempt": 1, "status": "in_progress"})
-    for junk in ({}, {"version": 99}, {"version": 1, "runs": "x"}):
+    bad_cost = dict(ledger.to_json(), jobs=[dict(jobs[0].to_json(), usd="free")])
+    for junk in ({}, {"version": 99}, {"version": 1, "runs": "x"}, bad_cost):
         assert budget.Ledger.from_json(junk) is None
 
 

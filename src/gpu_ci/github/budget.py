@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -203,7 +203,12 @@ class JobCost:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobCost:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        ints = ("run_id", "attempt", "job_id", "minutes")
+        if data["usd"]:
+            Decimal(str(data["usd"]))  # raises on anything but a number
+        values: dict[str, Any] = {k: int(data[k]) if k in ints else str(data[k])
+                                  for k in cls.__dataclass_fields__}
+        return cls(**values)
 
     @property
     def cost(self) -> Decimal:
@@ -295,7 +300,7 @@ class Ledger:
                        str(data["through"]),
                        {str(k): int(v) for k, v in dict(data["runs"]).items()},
                        tuple(JobCost.from_json(j) for j in data["jobs"]))
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
             return None
 
     def usable(self, repository: str, month: Month, matcher: GpuMatcher,
@@ -402,8 +407,6 @@ def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal
     return Verdict(ok, spent, left, reservation, reason)
 
 
-def with_reason(verdict: Verdict, reason: str) -> Verdict:
-    return replace(verdict, reason=reason)
 
 
 # -- the gate's budget inputs --------------------------------------------------------------

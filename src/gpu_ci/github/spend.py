@@ -151,8 +151,7 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
                                       month, now))
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
-    all_runs = runs
-    return Collected(costs, all_runs, reason)
+    return Collected(costs, runs, reason)
 
 
 def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:
