@@ -36,7 +36,7 @@ def show(title: str, result, keys: list[str]) -> bool:
         text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
         if text.strip("| ") and text.startswith(
                 ("gpu-gate:", "remove-label:", "verify-cuda-env:", "setup-conda-from-lock:",
-                 "gpu-status:", "gpu-watchdog:", "| ", "### ")):
+                 "gpu-status:", "gpu-watchdog:", "gpu-spend:", "| ", "### ")):
             print("   ", text)
     for key in keys:
         print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
@@ -92,6 +92,22 @@ def main() -> int:
                    result, ["prefix", "packages", "reused", "ok"])
         for finding in result.outputs.get("findings") or []:
             print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
+        # The budget: a month of GPU runs ($12.48 of a $15 budget), a gate that refuses the
+        # next one (its 60-minute reservation would pass the budget), and the spend report.
+        from tests.test_budget_api import month_of_runs
+
+        month_of_runs(github, per_day=2, days=10)
+        budget_env = {**env, "GPU_CI_NOW": "2026-11-30T14:00:00Z"}
+        budget_wf = ROOT / "tests" / "e2e" / "workflows" / "budget.yml"
+        result = run_act(work / "budget-gate", budget_wf, "pull_request",
+                         labeled_event("CUDA CI", "Codertocat"), tool_cache=cache,
+                         env=budget_env, repository=REPO, job="gate")
+        ok &= show("the month's GPU spend is $12.48 of $15 -> the gate refuses a 60-minute run",
+                   result, ["run", "spent", "left", "reason"])
+        result = run_act(work / "budget-spend", budget_wf, "workflow_dispatch", {"inputs": {}},
+                         tool_cache=cache, env=budget_env, repository=REPO, job="spend")
+        ok &= show("gpu-spend: the month by workflow, pull request, approver and runner",
+                   result, ["minutes", "cost", "ledger"])
         print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
         # The watchdog: a GPU job queued for 95 minutes, no runner took it.
         from datetime import datetime, timedelta, timezone

@@ -57,6 +57,20 @@ class Repo:
     runs: list[WorkflowRun] = field(default_factory=list)
     statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """sha -> commit statuses, newest first (as GitHub lists them)."""
+    artifacts: list[Artifact] = field(default_factory=list)
+
+
+@dataclass
+class Artifact:
+    """A workflow run's artifact: ``data`` is the zip ``/zip`` redirects to."""
+
+    id: int
+    name: str
+    data: bytes
+    workflow_run: dict[str, Any]
+    """id, repository_id, head_repository_id, head_branch, head_sha (as GitHub lists)."""
+    created_at: str = "2026-11-02T10:00:00Z"
+    expired: bool = False
 
 
 @dataclass
@@ -192,6 +206,26 @@ class FakeGitHub:
     def add_run(self, full_name: str, run: WorkflowRun) -> WorkflowRun:
         self.repos[full_name].runs.append(run)
         return run
+
+    def add_artifact(self, full_name: str, name: str, files: dict[str, bytes], *,
+                     head_branch: str = "main", fork: bool = False, run_id: int | None = None,
+                     created_at: str = "2026-11-02T10:00:00Z") -> Artifact:
+        """An artifact as ``actions/upload-artifact`` leaves it: a zip of ``files``, made by a
+        run on ``head_branch`` (of a fork when ``fork``)."""
+        import io
+        import zipfile
+
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+            for member, data in files.items():
+                archive.writestr(member, data)
+        repo_id = abs(hash(full_name)) % 10**8
+        art = Artifact(self.next_id(), name, buf.getvalue(), {
+            "id": run_id or self.next_id(), "repository_id": repo_id,
+            "head_repository_id": repo_id + 1 if fork else repo_id,
+            "head_branch": head_branch, "head_sha": "c" * 40}, created_at)
+        self.repos[full_name].artifacts.append(art)
+        return art
 
     def find_job(self, job_id: int) -> tuple[Repo, WorkflowRun, Job]:
         for repo in self.repos.values():
@@ -355,6 +389,14 @@ class FakeGitHub:
             "runner_group_name": job.runner_group_name,
         }
 
+    def artifact_json(self, repo: Repo, art: Artifact) -> dict[str, Any]:
+        base = f"{self.url}/repos/{repo.full_name}/actions/artifacts/{art.id}"
+        return {"id": art.id, "node_id": f"MDg6QXJ0aWZhY3Q{art.id}", "name": art.name,
+                "size_in_bytes": len(art.data), "url": base,
+                "archive_download_url": f"{base}/zip", "expired": art.expired,
+                "digest": None, "created_at": art.created_at, "updated_at": art.created_at,
+                "expires_at": "2027-02-28T10:00:00Z", "workflow_run": dict(art.workflow_run)}
+
     def status_json(self, repo: Repo, sha: str, payload: dict[str, Any],
                     creator: str) -> dict[str, Any]:
         sid = self.next_id()
@@ -417,9 +459,11 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------------
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         gh = self.gh
-        data = b"" if status == 204 else json.dumps(body).encode()
+        data = b"" if status == 204 else (
+            body if isinstance(body, bytes) else json.dumps(body).encode())
         self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        if "Content-Type" not in (headers or {}):
+            self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-GitHub-Api-Version-Selected", "2022-11-28")
         self.send_header("X-GitHub-Request-Id", f"TEST:{len(gh.log)}")
@@ -497,6 +541,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/v3/"):  # GitHub Enterprise Server's prefix
             path = path[len("/api/v3"):]
         parts = [unquote(p) for p in path.strip("/").split("/")]
+        if method == "GET" and len(parts) == 3 and parts[0] == "_blobs":  # storage, not API
+            for repo_ in gh.repos.values():
+                for art in repo_.artifacts:
+                    if f"{art.id}.zip" == parts[2]:
+                        return 200, art.data, {"Content-Type": "application/zip"}
+            return self._not_found()
         if method == "GET" and len(parts) == 5 and parts[0] == "organizations" \
                 and parts[2:] == ["settings", "billing", "usage"]:
             return self._billing_usage(parts[1], query, token)
@@ -642,6 +692,23 @@ class _Handler(BaseHTTPRequestHandler):
                             "completed", "cancelled", now)
                 run.status, run.conclusion, run.updated_at = "completed", "cancelled", now
                 return 202, {}, {}
+        if method == "GET" and rest[:1] == ["artifacts"]:
+            arts = repo.artifacts
+            if len(rest) == 1:
+                name = (query.get("name") or [None])[0]
+                arts = [a for a in arts if name is None or a.name == name]
+                arts = sorted(arts, key=lambda a: (a.created_at, a.id), reverse=True)
+                return wrap("artifacts", [gh.artifact_json(repo, a) for a in arts])
+            art = next((a for a in arts if rest[1].isdigit() and a.id == int(rest[1])), None)
+            if art is None:
+                return self._not_found()
+            if len(rest) == 2:
+                return 200, gh.artifact_json(repo, art), {}
+            if rest[2:] == ["zip"]:
+                if art.expired:
+                    return 410, {"message": "Artifact has expired", "documentation_url": DOCS,
+                                 "status": "410"}, {}
+                return 302, {}, {"Location": f"{gh.url}/_blobs/artifacts/{art.id}.zip"}
         if method == "GET" and len(rest) == 2 and rest[0] == "jobs" and rest[1].isdigit():
             try:
                 found_repo, run, job = gh.find_job(int(rest[1]))

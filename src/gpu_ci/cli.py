@@ -47,12 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpu-ci {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=_Parser)
     for name, spec in ACTIONS.items():
-        cmd = sub.add_parser(name, help=spec.summary, description=spec.summary)
+        cmd = sub.add_parser(name, help=spec.summary, description=spec.summary,
+                             aliases=[a for a, n in ALIASES.items() if n == name])
         for item in spec.inputs:
             cmd.add_argument(f"--{item.name}", dest=item.name, metavar="VALUE", default=None,
                              help=_flag_help(spec, item.name))
     return parser
 
+
+#: shorter subcommand names: alias -> action
+ALIASES = {"spend": "gpu-spend"}
 
 #: third-party module -> the extra of gpu-ci-actions that provides it
 EXTRAS = {"rattler": "conda", "yaml": "conda"}
@@ -80,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rt = Runtime()
     flags = {k: v for k, v in vars(args).items() if k != "command"}
+    args.command = ALIASES.get(args.command, args.command)
     try:
         return run_command(args.command, flags, rt)
     except GpuCiError as exc:

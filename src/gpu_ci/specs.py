@@ -93,6 +93,31 @@ GPU_GATE = ActionSpec(
                   '["self-hosted","gpu"]'),
         InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.",
                   "ubuntu-latest"),
+        InputSpec("monthly-budget",
+                  "GPU budget per calendar month (UTC): '$50' / '50 USD', or '3000 minutes'. "
+                  "Empty: no budget check.", ""),
+        InputSpec("gpu-price",
+                  "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
+                  "SKU (linux_4_core_gpu, windows_4_core_gpu), priced per day from a dated "
+                  "table.", ""),
+        InputSpec("reserve-minutes",
+                  "What one GPU run may cost, in minutes (usually the GPU job's "
+                  "timeout-minutes); also counted for GPU jobs still running.", "60"),
+        InputSpec("budget-on-unknown",
+                  "When the spend cannot be read: refuse (default) or run.", "refuse"),
+        InputSpec("billing-token",
+                  "Token that may read the organization's billing usage report; empty: "
+                  "count this repository's GPU jobs with github-token (actions: read).", ""),
+        InputSpec("budget-scope",
+                  "With billing-token: repository (this repository's GPU usage) or "
+                  "organization (all of it).", "repository"),
+        InputSpec("gpu-workflows",
+                  "Workflow files whose GPU jobs count, newline- or comma-separated "
+                  "(default: this workflow).", ""),
+        InputSpec("budget-ledger",
+                  "Name of the ledger artifact gpu-spend writes on the default branch, "
+                  "which keeps a decision to a few API calls; empty: count every run.",
+                  "gpu-spend-ledger"),
     ),
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
@@ -102,6 +127,9 @@ GPU_GATE = ActionSpec(
         OutputSpec("labeled-by", "Login of the user who applied the label."),
         OutputSpec("permission", "The labeller's role on the repository."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
+        OutputSpec("budget-spent",
+                   "GPU spend this month before this run (USD or minutes, as the budget)."),
+        OutputSpec("budget-left", "Budget left before this run's reservation."),
     ),
 )
 
@@ -252,9 +280,50 @@ GPU_WATCHDOG = ActionSpec(
     ),
 )
 
+GPU_SPEND = ActionSpec(
+    name="gpu-spend",
+    summary="Report the month's GPU minutes and cost by workflow, pull request, approver "
+            "and runner, against the budget.",
+    groups=("base", "github"),
+    runs_on="CPU runner (`schedule`)",
+    inputs=(
+        InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
+        InputSpec("repository", "owner/name (default: GITHUB_REPOSITORY).", ""),
+        InputSpec("month", "Month to report, YYYY-MM (default: the current month, UTC).", ""),
+        InputSpec("monthly-budget", "The budget line: '$50', '50 USD' or '3000 minutes'.", ""),
+        InputSpec("gpu-price",
+                  "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
+                  "SKU (linux_4_core_gpu, windows_4_core_gpu).", ""),
+        InputSpec("gpu-runs-on",
+                  "Which jobs are GPU jobs: the runs-on labels they ask for (plain label or "
+                  "JSON list), or a JSON object with group for a runner group.",
+                  '["self-hosted","gpu"]'),
+        InputSpec("gpu-workflows",
+                  "Workflow files with GPU jobs, newline- or comma-separated (default: "
+                  "every workflow).", ""),
+        InputSpec("reserve-minutes",
+                  "Minutes counted for a GPU job still queued or running.", "60"),
+        InputSpec("billing-token",
+                  "Token that may read the organization's billing usage report: adds "
+                  "GitHub's billed GPU minutes and cost beside the count from the jobs.", ""),
+        InputSpec("output-dir",
+                  "Directory for spend.json, spend.csv and the ledger (gpu-spend-ledger.json) "
+                  "to upload as artifacts.", "gpu-spend"),
+    ),
+    outputs=(
+        OutputSpec("minutes", "GPU minutes this month (reservations of running jobs "
+                   "included)."),
+        OutputSpec("cost", "GPU cost this month in USD (empty without gpu-price)."),
+        OutputSpec("budget-left", "Budget left (USD or minutes), empty without a budget."),
+        OutputSpec("json", "Path of spend.json."),
+        OutputSpec("csv", "Path of spend.csv (one row per GPU job)."),
+        OutputSpec("ledger", "Path of the ledger for gpu-gate's budget-ledger artifact."),
+    ),
+)
+
 ACTIONS: dict[str, ActionSpec] = {
     spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV,
-                                 GPU_STATUS, GPU_WATCHDOG)
+                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND)
 }
 
 

@@ -99,7 +99,12 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     try:
+        budget_cfg = budget_config(inputs, rt)  # bad budget inputs: exit 2 before any call
         decision, config, calls = evaluate(inputs, rt)
+        budget_rows: list[tuple[str, str]] = []
+        if budget_cfg is not None and decision.run:
+            decision, budget_rows, more = apply_budget(budget_cfg, decision, config, inputs, rt)
+            calls += more
     except GpuCiError as exc:
         if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
             rt.set_output("run", "false")
@@ -116,5 +121,63 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
     if decision.fork:
         rt.notice(f"pull request #{decision.pr_number} comes from a fork.", title="gpu-gate")
-    rt.summary(summarize(decision, config))
+    summary = summarize(decision, config)
+    if budget_rows:
+        summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
+    rt.summary(summary)
     return 0
+
+
+# -- budget (logic in gpu_ci.github.budget / .spend) -----------------------------------------
+
+
+def budget_config(inputs: Inputs, rt: Runtime):
+    if not inputs["monthly-budget"].strip():
+        return None
+    from gpu_ci.github.budget import make_budget_config, now_utc
+    from gpu_ci.pricing import load_table
+
+    return make_budget_config(
+        inputs["monthly-budget"], inputs["gpu-price"], inputs["reserve-minutes"],
+        inputs["budget-on-unknown"], inputs["budget-scope"], inputs.items("gpu-workflows")
+        or _this_workflow(rt), inputs["budget-ledger"], load_table(),
+        now_utc(rt.environ).date())
+
+
+def _this_workflow(rt: Runtime) -> list[str]:
+    """``GITHUB_WORKFLOW_REF`` = ``owner/repo/.github/workflows/<file>@<ref>``."""
+    ref = rt.environ.get("GITHUB_WORKFLOW_REF", "").split("@", 1)[0]
+    return [ref.rsplit("/", 1)[-1]] if "/.github/workflows/" in ref else []
+
+
+def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: Inputs,
+                 rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
+    """Refuse a run that would take the month's GPU spend over the budget."""
+    from dataclasses import replace
+
+    from gpu_ci.github import budget, spend
+    from gpu_ci.github.client import ClientSettings, RestClient
+    from gpu_ci.pricing import load_table
+
+    ctx = load_event(rt.environ)
+    rest = _rest(inputs, rt)
+    billing = None
+    if inputs["billing-token"]:
+        rt.mask(inputs["billing-token"])
+        billing = RestClient(inputs["billing-token"], ClientSettings.from_environ(rt.environ))
+    run_id = rt.environ.get("GITHUB_RUN_ID", "")
+    attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
+    result = spend.gate_budget(
+        rest, billing, cfg, budget.GpuMatcher.from_runs_on(config.gpu_runs_on), load_table(),
+        budget.now_utc(rt.environ), ctx.repository,
+        str((ctx.payload.get("repository") or {}).get("default_branch") or ""), skip)
+    calls = rest.calls + (billing.calls if billing else 0)
+    if result.spent:
+        rt.set_output("budget-spent", result.spent)
+        rt.set_output("budget-left", result.left)
+    if result.warning:
+        rt.warning(result.warning, title="gpu-gate budget")
+    if result.ok:
+        return decision, list(result.rows), calls
+    return replace(decision, run=False, reason=result.reason), list(result.rows), calls

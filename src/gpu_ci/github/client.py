@@ -113,6 +113,7 @@ class RestClient:
     def __init__(self, token: str, settings: ClientSettings) -> None:
         self.settings = settings
         self._github = make_github(token, settings)
+        self._token = token
         self.calls = 0
         self.rate_remaining: int | None = None
         """``X-RateLimit-Remaining`` of the last answer (None until one came)."""
@@ -155,6 +156,33 @@ class RestClient:
     def post(self, path: str, body: dict[str, Any] | None = None) -> object:
         _headers, data = self._request("POST", path, body)
         return data
+
+    def download(self, path: str, limit: int) -> bytes:
+        """The bytes behind a download endpoint (e.g. an artifact's zip), following its
+        redirect to storage; at most ``limit`` bytes. One REST call (the redirect target is
+        storage, not the API, and gets no token: requests drops it on another host)."""
+        import requests
+        from github import GithubException
+
+        self.calls += 1
+        url = self.settings.api_url + path
+        headers = {"Authorization": f"token {self._token}", "User-Agent": "gpu-ci-actions",
+                   "Accept": "application/vnd.github+json"}
+        with requests.get(url, headers=headers, timeout=self.settings.timeout,
+                          stream=True) as resp:
+            if resp.status_code >= 400:
+                try:
+                    data = resp.json()
+                except ValueError:
+                    data = {"message": resp.text[:200]}
+                raise GithubException(resp.status_code, data, dict(resp.headers))
+            chunks, size = [], 0
+            for chunk in resp.iter_content(65536):
+                size += len(chunk)
+                if size > limit:
+                    raise GpuCiError(f"GET {path} is larger than {limit} bytes.")
+                chunks.append(chunk)
+            return b"".join(chunks)
 
 
 def _next_link(header: str) -> str | None:

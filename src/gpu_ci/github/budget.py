@@ -1,0 +1,516 @@
+"""The GPU budget, as pure functions of plain data: what a budget is, which jobs are GPU jobs,
+what each one cost, the ledger of runs already counted, and the gate's verdict.
+
+Everything here is computed from GitHub's documented JSON (workflow runs, jobs, the billing
+usage report) and the dated price table (:mod:`gpu_ci.pricing`); the fetch layer is
+:mod:`gpu_ci.github.spend`. Money is ``Decimal``. Days and months are UTC, as GitHub bills.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from gpu_ci.errors import UsageError
+from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
+
+#: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
+#: may have changed them since (write the price as an amount, or upgrade gpu-ci-actions).
+TABLE_MAX_AGE = timedelta(days=366)
+
+BUDGET_ON_UNKNOWN = ("refuse", "run")
+
+
+@dataclass(frozen=True)
+class Budget:
+    amount: Decimal
+    unit: str
+    """``usd`` or ``minutes``."""
+
+    def describe(self, value: Decimal | None = None) -> str:
+        v = self.amount if value is None else value
+        return f"${v:.2f}" if self.unit == "usd" else f"{int(v)} min"
+
+
+_BUDGET = re.compile(
+    r"\s*(?P<dollar>\$)?\s*(?P<num>-?[0-9]*\.?[0-9]+)\s*(?P<unit>usd|\$|dollars?|min|mins|"
+    r"minutes?|m|h|hours?)?\s*", re.IGNORECASE)
+
+
+def parse_budget(text: str) -> Budget:
+    """``$50``, ``50 USD``, ``3000 minutes``, ``50 h``. A bare number is refused: dollars and
+    minutes differ by a factor of ~20 at GPU prices, and a guess would be wrong silently."""
+    how = ("write an amount with its unit: '$50' or '50 USD' for money, '3000 minutes' or "
+           "'50 hours' for GPU time")
+    match = _BUDGET.fullmatch(text or "")
+    if not match:
+        raise UsageError(f"input 'monthly-budget' is {text!r}: {how}.")
+    amount = Decimal(match.group("num"))
+    unit = (match.group("unit") or "").lower()
+    if amount < 0:
+        raise UsageError(f"input 'monthly-budget' is negative ({text!r}): {how}.")
+    if match.group("dollar") or unit in ("usd", "$", "dollar", "dollars"):
+        if match.group("dollar") and unit and unit not in ("usd", "$", "dollar", "dollars"):
+            raise UsageError(f"input 'monthly-budget' mixes $ and {unit} ({text!r}): {how}.")
+        return Budget(amount, "usd")
+    if not unit:
+        raise UsageError(f"input 'monthly-budget' has no unit ({text!r}): {how}.")
+    if unit.startswith("h"):
+        return Budget(amount * 60, "minutes")
+    return Budget(amount, "minutes")
+
+
+def parse_gpu_price(text: str, table: PriceTable, today: date) -> Price:
+    """``gpu-price`` for the budget: an amount or a SKU; a SKU needs a table that is not
+    older than the run (``TABLE_MAX_AGE``) and a price valid today."""
+    try:
+        price = parse_price(text, table)
+    except PriceError as exc:
+        raise UsageError(f"input 'gpu-price': {exc}") from None
+    if price.sku is not None:
+        if today - table.checked > TABLE_MAX_AGE:
+            raise UsageError(
+                f"input 'gpu-price' names {price.sku}, but the price table was last checked on "
+                f"{table.checked} ({(today - table.checked).days} days before this run): "
+                "GitHub may have changed the price. Write the current per-minute amount from "
+                "GitHub's pricing page (e.g. gpu-price: 0.052) or upgrade gpu-ci-actions.")
+        if table.price_on(price.sku, today) is None:
+            raise UsageError(f"input 'gpu-price': the price table has no {price.sku} price "
+                             f"valid on {today}: write the per-minute amount instead.")
+    return price
+
+
+def parse_reserve(text: str) -> int:
+    value = (text or "").strip()
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"input 'reserve-minutes' is {text!r}: write the GPU job's "
+                         "timeout-minutes, a whole number of at least 1.")
+    return int(value)
+
+
+# -- which jobs are GPU jobs --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuMatcher:
+    """A job is a GPU job when its ``labels`` include all of ``labels`` (a ``runs-on`` label
+    list), or when it ran in the runner group ``group``."""
+
+    labels: frozenset[str] = frozenset()
+    group: str = ""
+
+    @classmethod
+    def from_runs_on(cls, runs_on_json: str) -> GpuMatcher:
+        """From the gate's compact ``gpu-runs-on`` JSON: a label, a list, or
+        ``{"group": ..., "labels": ...}``."""
+        value = json.loads(runs_on_json)
+        if isinstance(value, str):
+            return cls(frozenset({value.lower()}))
+        if isinstance(value, list):
+            return cls(frozenset(str(v).lower() for v in value))
+        labels = value.get("labels") or []
+        if isinstance(labels, str):
+            labels = [labels]
+        return cls(frozenset(str(v).lower() for v in labels), str(value.get("group") or ""))
+
+    def matches(self, job: Mapping[str, Any]) -> bool:
+        if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
+            return True
+        labels = {str(x).lower() for x in job.get("labels") or []}
+        return bool(self.labels) and self.labels <= labels
+
+    def describe(self) -> str:
+        parts = []
+        if self.labels:
+            parts.append("labels " + ", ".join(sorted(self.labels)))
+        if self.group:
+            parts.append(f"runner group {self.group}")
+        return " or ".join(parts)
+
+
+# -- what each job cost -------------------------------------------------------------------
+
+
+def parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Month:
+    year: int
+    month: int
+
+    @classmethod
+    def of(cls, day: date) -> Month:
+        return cls(day.year, day.month)
+
+    @classmethod
+    def parse(cls, text: str) -> Month:
+        match = re.fullmatch(r"\s*(\d{4})-(\d{1,2})\s*", text or "")
+        if not match or not 1 <= int(match.group(2)) <= 12:
+            raise UsageError(f"input 'month' is {text!r}: write YYYY-MM, e.g. 2026-11.")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @property
+    def first(self) -> date:
+        return date(self.year, self.month, 1)
+
+    @property
+    def last(self) -> date:
+        nxt = date(self.year + self.month // 12, self.month % 12 + 1, 1)
+        return nxt - timedelta(days=1)
+
+    def __contains__(self, day: object) -> bool:
+        return isinstance(day, date) and (day.year, day.month) == (self.year, self.month)
+
+    def __str__(self) -> str:
+        return f"{self.year:04d}-{self.month:02d}"
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One GPU job's share of the month."""
+
+    run_id: int
+    attempt: int
+    job_id: int
+    job: str
+    workflow: str
+    event: str
+    pull_request: str
+    """``#123`` or empty."""
+    approver: str
+    """Who triggered the run: for a labelled pull request, the user who applied the label."""
+    runner: str
+    """The GPU labels or runner group the job asked for."""
+    day: str
+    """ISO date (UTC) the job started, which decides its price."""
+    minutes: int
+    usd: str
+    """Decimal as text ('' when the budget is in minutes and no price is known)."""
+    state: str
+    """``completed`` (billed minutes) or ``reserved`` (queued or running: its reservation)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobCost:
+        ints = ("run_id", "attempt", "job_id", "minutes")
+        if data["usd"]:
+            Decimal(str(data["usd"]))  # raises on anything but a number
+        values: dict[str, Any] = {k: int(data[k]) if k in ints else str(data[k])
+                                  for k in cls.__dataclass_fields__}
+        return cls(**values)
+
+    @property
+    def cost(self) -> Decimal:
+        return Decimal(self.usd) if self.usd else Decimal(0)
+
+
+def job_costs(run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher: GpuMatcher,
+              price: Price | None, table: PriceTable, reserve_minutes: int, month: Month,
+              now: datetime) -> list[JobCost]:
+    """The GPU jobs of one run (every attempt: re-runs and cancelled jobs count what they
+    used), each rounded up to whole minutes and priced on the day it started. A job still
+    queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
+    out = []
+    prs = run.get("pull_requests") or []
+    pr = f"#{prs[0]['number']}" if prs and isinstance(prs[0], dict) else ""
+    approver = str(((run.get("triggering_actor") or run.get("actor")) or {}).get("login") or "")
+    workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
+    for job in jobs:
+        if not matcher.matches(job):
+            continue
+        status = str(job.get("status") or "")
+        started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
+        if started is None:
+            continue
+        if status == "completed":
+            if job.get("conclusion") == "skipped" or not job.get("runner_name"):
+                continue  # never picked up by a runner: nothing billed
+            done = parse_time(job.get("completed_at")) or started
+            minutes = billed_minutes((done - started).total_seconds())
+            state = "completed"
+        else:  # queued or running: the reservation, or what it used so far when more
+            if job.get("runner_name"):
+                used = billed_minutes((now - started).total_seconds())
+            else:
+                used, started = 0, now  # not started: it will be billed from now on
+            minutes, state = max(reserve_minutes, used), "reserved"
+        day = started.date()
+        if day not in month or minutes == 0:
+            continue
+        rate = price.on(day, table) if price is not None else None
+        labels = sorted(str(x) for x in job.get("labels") or [])
+        out.append(JobCost(
+            run_id=int(run["id"]), attempt=int(job.get("run_attempt") or 1),
+            job_id=int(job["id"]), job=str(job.get("name") or ""), workflow=workflow,
+            event=str(run.get("event") or ""), pull_request=pr, approver=approver,
+            runner=str(job.get("runner_group_name") or "") or ",".join(labels),
+            day=day.isoformat(), minutes=minutes,
+            usd="" if rate is None else str(rate * minutes), state=state))
+    return out
+
+
+# -- the ledger: runs already counted -----------------------------------------------------
+
+LEDGER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
+
+    Written by ``gpu-spend`` on a trusted event (schedule or push on the default branch) and
+    read by the gate, which checks where it came from (see ``spend.trusted_artifact``): a
+    ledger a pull request could write would let it claim a lower spend.
+    """
+
+    repository: str
+    month: str
+    matcher: str
+    """``ledger_key()`` when written: which GPU jobs of which workflows; a ledger of other
+    jobs or workflows is not reused (it would miss or add runs)."""
+    through: str
+    """ISO time: every run created before this time's day (UTC) is complete and counted
+    here; runs created on that day or later are listed again."""
+    runs: dict[str, int] = field(default_factory=dict)
+    jobs: tuple[JobCost, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": LEDGER_VERSION, "repository": self.repository, "month": self.month,
+                "matcher": self.matcher, "through": self.through, "runs": self.runs,
+                "jobs": [j.to_json() for j in self.jobs]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ledger | None:
+        """``None`` for anything that is not a ledger of this version (then: count afresh)."""
+        try:
+            if data.get("version") != LEDGER_VERSION:
+                return None
+            return cls(str(data["repository"]), str(data["month"]), str(data["matcher"]),
+                       str(data["through"]),
+                       {str(k): int(v) for k, v in dict(data["runs"]).items()},
+                       tuple(JobCost.from_json(j) for j in data["jobs"]))
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
+            return None
+
+    def usable(self, repository: str, month: Month, matcher: GpuMatcher,
+               workflows: Sequence[str]) -> bool:
+        return (self.repository.lower() == repository.lower() and self.month == str(month)
+                and self.matcher == ledger_key(matcher, workflows))
+
+    def counted(self, run: Mapping[str, Any]) -> bool:
+        """The run is in the ledger at the same attempt, completed then and now."""
+        return (run.get("status") == "completed"
+                and self.runs.get(str(run.get("id"))) == int(run.get("run_attempt") or 1))
+
+
+def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
+    return f"{matcher.describe()} in {', '.join(sorted(workflows)) or 'every workflow'}"
+
+
+def build_ledger(repository: str, month: Month, matcher: GpuMatcher,
+                 workflows: Sequence[str], now: datetime, runs: Sequence[Mapping[str, Any]],
+                 costs: Sequence[JobCost]) -> Ledger:
+    """A ledger of the completed runs among ``runs`` (all runs of the month so far).
+
+    ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
+    that the gate, which lists the runs created since that day, still sees that run."""
+    done = {str(r["id"]): int(r.get("run_attempt") or 1) for r in runs
+            if r.get("status") == "completed"}
+    through = now
+    for r in runs:
+        created = parse_time(r.get("created_at"))
+        if r.get("status") != "completed" and created is not None:
+            through = min(through, created)
+    return Ledger(repository, str(month), ledger_key(matcher, workflows),
+                  through.replace(microsecond=0).isoformat().replace("+00:00", "Z"), done,
+                  tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"))
+
+
+# -- totals and the verdict ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spend:
+    minutes: int
+    usd: Decimal
+    source: str
+    """Where the numbers come from, for the summary."""
+    jobs: tuple[JobCost, ...] = ()
+    reserved_minutes: int = 0
+    reserved_usd: Decimal = Decimal(0)
+
+
+def total(costs: Sequence[JobCost], source: str) -> Spend:
+    return Spend(sum(c.minutes for c in costs), sum((c.cost for c in costs), Decimal(0)),
+                 source, tuple(costs),
+                 sum(c.minutes for c in costs if c.state == "reserved"),
+                 sum((c.cost for c in costs if c.state == "reserved"), Decimal(0)))
+
+
+def billing_spend(items: Iterable[Mapping[str, Any]], skus: Iterable[str],
+                  repository: str | None, month: Month) -> Spend:
+    """GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
+    (any spelling the API uses) and, for a per-repository budget, one repository."""
+    from gpu_ci.pricing import normalise_sku
+
+    wanted = {normalise_sku(s) for s in skus}
+    repo_name = (repository or "").split("/")[-1].lower()
+    minutes, usd = Decimal(0), Decimal(0)
+    for item in items:
+        if normalise_sku(str(item.get("sku") or "")) not in wanted:
+            continue
+        if str(item.get("date") or "")[:7] != str(month):
+            continue
+        if repository and str(item.get("repositoryName") or "").split("/")[-1].lower() \
+                != repo_name:
+            continue
+        if str(item.get("unitType") or "minutes").lower().startswith("minute"):
+            minutes += Decimal(str(item.get("quantity") or 0))
+        usd += Decimal(str(item.get("netAmount", item.get("grossAmount")) or 0))
+    return Spend(int(minutes), usd, "billing usage API")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    spent: Decimal
+    left: Decimal
+    reservation: Decimal
+    reason: str
+
+
+def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal | None) -> Verdict:
+    """Refuse when month-to-date spend + this run's reservation exceeds the budget."""
+    if budget.unit == "usd":
+        if price_now is None:
+            raise UsageError("a budget in USD needs 'gpu-price' (an amount or a GPU SKU).")
+        spent, reservation = spend.usd, price_now * reserve_minutes
+    else:
+        spent, reservation = Decimal(spend.minutes), Decimal(reserve_minutes)
+    left = budget.amount - spent
+    ok = spent + reservation <= budget.amount
+    word = "within" if ok else "over"
+    reason = (f"GPU spend this month is {budget.describe(spent)} of {budget.describe()} "
+              f"({spend.source}); this run reserves {budget.describe(reservation)} "
+              f"({reserve_minutes} min): {word} the budget.")
+    return Verdict(ok, spent, left, reservation, reason)
+
+
+
+
+# -- the gate's budget inputs --------------------------------------------------------------
+
+SCOPES = ("repository", "organization")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    budget: Budget
+    price: Price | None
+    reserve_minutes: int
+    on_unknown: str
+    scope: str
+    workflows: tuple[str, ...]
+    ledger_artifact: str
+
+
+def make_budget_config(monthly_budget: str, gpu_price: str, reserve_minutes: str,
+                       on_unknown: str, scope: str, workflows: Sequence[str],
+                       ledger_artifact: str, table: PriceTable,
+                       today: date) -> BudgetConfig | None:
+    """The validated budget inputs; ``None`` when no budget is set (every other budget input
+    is then ignored). Every mistake is a :class:`UsageError` that says what to write."""
+    if not monthly_budget.strip():
+        return None
+    parsed = parse_budget(monthly_budget)
+    price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
+    if parsed.unit == "usd" and price is None:
+        raise UsageError("input 'monthly-budget' is an amount of money, so 'gpu-price' is "
+                         "needed: a per-minute amount (gpu-price: 0.052) or a GitHub-hosted "
+                         "GPU SKU (gpu-price: linux_4_core_gpu).")
+    unknown = on_unknown.strip().lower()
+    if unknown not in BUDGET_ON_UNKNOWN:
+        raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")
+    where = scope.strip().lower()
+    if where not in SCOPES:
+        raise UsageError(f"input 'budget-scope' must be repository or organization; got "
+                         f"{scope!r}.")
+    for wf in workflows:
+        if "/" in wf.strip("/") or not wf.endswith((".yml", ".yaml")):
+            raise UsageError(f"input 'gpu-workflows': {wf!r} is not a workflow file name: "
+                             "write the file names under .github/workflows, e.g. cuda-ci.yml.")
+    return BudgetConfig(parsed, price, parse_reserve(reserve_minutes), unknown, where,
+                        tuple(w.strip("/") for w in workflows), ledger_artifact.strip())
+
+
+# -- showback ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    minutes: int
+    usd: Decimal
+    jobs: int
+
+
+BREAKDOWNS = {"workflow": "workflow", "pull request": "pull_request", "approver": "approver",
+              "runner": "runner"}
+
+
+def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
+    """Minutes, cost and job count per value of one field, the biggest first."""
+    acc: dict[str, list[Any]] = {}
+    for c in costs:
+        key = str(getattr(c, field_name)) or "(none)"
+        if field_name == "pull_request" and not c.pull_request:
+            key = f"({c.event or 'no pull request'})"
+        row = acc.setdefault(key, [0, Decimal(0), 0])
+        row[0] += c.minutes
+        row[1] += c.cost
+        row[2] += 1
+    rows = [Row(k, v[0], v[1], v[2]) for k, v in acc.items()]
+    return sorted(rows, key=lambda r: (-r.usd, -r.minutes, r.key))
+
+
+def cumulative(costs: Iterable[JobCost], month: Month, last_day: date,
+               unit: str) -> list[tuple[date, Decimal]]:
+    """Spend (USD or minutes) up to and including each day of the month up to ``last_day``."""
+    per_day: dict[str, Decimal] = {}
+    for c in costs:
+        per_day[c.day] = per_day.get(c.day, Decimal(0)) + (
+            c.cost if unit == "usd" else Decimal(c.minutes))
+    out, running = [], Decimal(0)
+    day = month.first
+    while day <= min(last_day, month.last):
+        running += per_day.get(day.isoformat(), Decimal(0))
+        out.append((day, running))
+        day += timedelta(days=1)
+    return out
+
+
+def now_utc(environ: Mapping[str, str]) -> datetime:
+    """The time a decision or report is made: now, or ``GPU_CI_NOW`` (ISO 8601) to reproduce
+    a decision or a report as of a past moment."""
+    raw = environ.get("GPU_CI_NOW", "").strip()
+    if not raw:
+        return datetime.now(timezone.utc)
+    try:
+        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as "
+                         "2026-11-30T12:00:00Z.") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)

@@ -1,0 +1,308 @@
+"""Fetching the month's GPU spend: the thin layer between the REST API and :mod:`budget`.
+
+Two sources. With a token that may read the organisation's billing, one call to the billing
+usage report. Otherwise the workflow's own token (``actions: read``): the month's runs of the
+GPU workflow(s), and the jobs of each run not yet in the ledger. The ledger (written by
+``gpu-spend`` on a trusted event and uploaded as an artifact) keeps the cost of a decision
+flat over the month: list the ledger artifact, download it, list the runs created since the
+ledger was written, fetch the jobs of those runs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from gpu_ci.errors import GpuCiError
+from gpu_ci.github import budget
+from gpu_ci.pricing import Price, PriceTable
+
+LEDGER_FILE = "gpu-spend-ledger.json"
+MAX_LEDGER_BYTES = 32 * 1024 * 1024
+
+
+class Rest(Protocol):
+    calls: int
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def get_pages(self, path: str, *, key: str | None = None,
+                  limit: int = 3000) -> list[Any]: ...
+
+    def download(self, path: str, limit: int) -> bytes: ...
+
+
+@dataclass
+class Collected:
+    costs: list[budget.JobCost]
+    runs: list[dict[str, Any]]
+    ledger_used: str = ""
+    """Why the ledger was (not) used, for the summary."""
+    notes: list[str] = field(default_factory=list)
+
+
+def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
+              until: date | None = None, status: str = "") -> list[dict[str, Any]]:
+    """Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
+    when none are given), newest first, every page; only those in ``status`` if given."""
+    created = f">={since.isoformat()}" if until is None else \
+        f"{since.isoformat()}..{until.isoformat()}"
+    query = f"created={quote(created, safe='')}"
+    if status:
+        query += f"&status={quote(status, safe='')}"
+    runs: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    paths = ([f"/repos/{repo}/actions/workflows/{quote(w, safe='')}/runs" for w in workflows]
+             or [f"/repos/{repo}/actions/runs"])
+    for path in paths:
+        for run in rest.get_pages(f"{path}?{query}", key="workflow_runs", limit=100000):
+            if run["id"] not in seen:
+                seen.add(run["id"])
+                runs.append(run)
+    return runs
+
+
+def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
+    """Jobs of every attempt of a run (``filter=all``): re-runs count what they used."""
+    return rest.get_pages(f"/repos/{repo}/actions/runs/{run_id}/jobs?filter=all", key="jobs")
+
+
+def trusted_ledger(rest: Rest, repo: str, name: str,
+                   default_branch: str) -> tuple[budget.Ledger | None, str]:
+    """The newest unexpired artifact ``name`` made by a run on the default branch of this
+    repository itself (not a fork, not a pull request's branch), and its ledger.
+
+    Pull request runs can upload artifacts of any name; their ``workflow_run.head_branch`` is
+    the pull request's branch and a fork's ``head_repository_id`` differs, so they are
+    skipped: a ledger a pull request wrote could claim a lower spend."""
+    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}"
+                       "&per_page=30")
+    candidates = []
+    for art in listing.get("artifacts") or []:
+        wr = art.get("workflow_run") or {}
+        if art.get("expired") or art.get("name") != name:
+            continue
+        if wr.get("head_branch") != default_branch:
+            continue
+        if wr.get("head_repository_id") != wr.get("repository_id"):
+            continue
+        candidates.append(art)
+    if not candidates:
+        return None, f"no artifact '{name}' from the default branch ({default_branch})"
+    art = max(candidates, key=lambda a: (str(a.get("created_at") or ""), int(a["id"])))
+    blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip",
+                         MAX_LEDGER_BYTES)
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            info = archive.getinfo(LEDGER_FILE)
+            if info.file_size > MAX_LEDGER_BYTES:
+                return None, f"artifact '{name}' holds an oversized ledger"
+            data = json.loads(archive.read(info))
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        return None, f"artifact '{name}' #{art['id']} holds no readable {LEDGER_FILE} ({exc})"
+    ledger = budget.Ledger.from_json(data) if isinstance(data, dict) else None
+    if ledger is None:
+        return None, f"artifact '{name}' #{art['id']} is not a ledger of this version"
+    return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
+
+
+def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.GpuMatcher,
+            price: Price | None, table: PriceTable, reserve_minutes: int,
+            month: budget.Month, now: datetime, ledger: budget.Ledger | None = None,
+            skip: tuple[int, int] | None = None,
+            progress: Callable[[str], None] | None = None) -> Collected:
+    """Every GPU job of the month. Runs already in a usable ledger are not fetched again;
+    ``skip`` = (run id, attempt) of the gate's own run, whose GPU job is the one being
+    decided (its reservation is added by the caller)."""
+    since = month.first - timedelta(days=1)  # a run created on the last day may run into it
+    use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
+    reason = "no ledger: every run of the month counted" if ledger is None else (
+        "ledger for another month, repository, workflows or GPU jobs: not used" if not use else "")
+    if use and ledger is not None:
+        through = budget.parse_time(ledger.through)
+        if through is not None:
+            since = max(since, through.date())
+    runs = list_runs(rest, repo, workflows, since, month.last)
+    costs: list[budget.JobCost] = []
+    counted_runs: set[str] = set()
+    if use and ledger is not None:
+        listed = {str(r["id"]): r for r in runs}
+        for run_id in ledger.runs:
+            run = listed.get(run_id)
+            if run is None or ledger.counted(run):
+                counted_runs.add(run_id)
+        costs.extend(c for c in ledger.jobs if str(c.run_id) in counted_runs)
+        reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
+    fetched = 0
+    for run in runs:
+        if str(run["id"]) in counted_runs:
+            continue
+        jobs = run_jobs(rest, repo, int(run["id"]))
+        fetched += 1
+        if skip is not None and int(run["id"]) == skip[0]:
+            jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
+        costs.extend(budget.job_costs(run, jobs, matcher, price, table, reserve_minutes,
+                                      month, now))
+    if progress:
+        progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
+    return Collected(costs, runs, reason)
+
+
+def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:
+    """The organisation's billing usage report for the month (enhanced billing platform)."""
+    answer = rest.get(f"/organizations/{quote(org, safe='')}/settings/billing/usage"
+                      f"?year={month.year}&month={month.month}")
+    items = answer.get("usageItems")
+    if not isinstance(items, list):
+        raise GpuCiError("the billing usage API answered without usageItems.")
+    return items
+
+
+def billing_error(status: int, org: str) -> str:
+    """What a 403/404 from the billing usage API means, and the fix."""
+    if status == 404:
+        return (f"the billing usage API has no report for '{org}': it exists for "
+                "organizations only (a personal account's usage is not available to the "
+                "API), or the token cannot see the organization. Use an organization's "
+                "billing-token, or leave billing-token empty to count the workflow's runs.")
+    return (f"the billing-token may not read the billing of '{org}': it must belong to an "
+            "administrator of the organization and, as a fine-grained token, have the "
+            "organization permission 'Administration: read'. Leave billing-token empty to "
+            "count the workflow's runs with actions: read instead.")
+
+
+class BillingAccessError(GpuCiError):
+    """The billing usage API refused the billing-token (403) or has no such report (404):
+    a configuration to fix, not an outage to ride out."""
+
+
+def billing_spend(billing_rest: Rest, repo: str, month: budget.Month, skus: Sequence[str],
+                  per_repository: bool) -> budget.Spend:
+    from github import GithubException
+
+    org = repo.split("/")[0]
+    try:
+        items = billing_items(billing_rest, org, month)
+    except GithubException as exc:
+        if exc.status in (403, 404):
+            raise BillingAccessError(billing_error(exc.status, org),
+                                     title="billing usage API") from None
+        raise
+    return budget.billing_spend(items, skus, repo if per_repository else None, month)
+
+
+def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: budget.GpuMatcher,
+                table: PriceTable, now: datetime, *, default_branch: str,
+                skip: tuple[int, int] | None, billing_rest: Rest | None = None,
+                ) -> tuple[budget.Spend, str]:
+    """This month's GPU spend before the run being decided, and a note on how it was read."""
+    month = budget.Month.of(now.date())
+    if billing_rest is not None:
+        skus = [cfg.price.sku] if cfg.price is not None and cfg.price.sku else list(table.skus)
+        spent = billing_spend(billing_rest, repo, month, skus, cfg.scope == "repository")
+        # The report trails usage by hours and never shows a job before it ends: add what
+        # this repository's GPU jobs running now reserve.
+        running: list[budget.JobCost] = []
+        for run in list_runs(rest, repo, cfg.workflows, month.first - timedelta(days=1),
+                             month.last, status="in_progress"):
+            jobs = run_jobs(rest, repo, int(run["id"]))
+            if skip is not None and int(run["id"]) == skip[0]:
+                jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
+            running += [c for c in budget.job_costs(run, jobs, matcher, cfg.price, table,
+                                                    cfg.reserve_minutes, month, now)
+                        if c.state == "reserved"]
+        extra = budget.total(running, "")
+        spent = budget.Spend(spent.minutes + extra.minutes, spent.usd + extra.usd,
+                             "billing usage report + GPU jobs running now", tuple(running),
+                             extra.minutes, extra.usd)
+        return spent, (f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
+                       f"{len(running)} GPU jobs running now")
+    ledger, note = None, "ledger not configured (budget-ledger is empty)"
+    if cfg.ledger_artifact:
+        if default_branch:
+            ledger, note = trusted_ledger(rest, repo, cfg.ledger_artifact, default_branch)
+        else:
+            note = "the event names no default branch: ledger not used"
+    got = collect(rest, repo, cfg.workflows, matcher, cfg.price, table, cfg.reserve_minutes,
+                  month, now, ledger, skip)
+    source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
+    return budget.total(got.costs, source), (f"{note}; {got.ledger_used}" if ledger else note)
+
+
+@dataclass(frozen=True)
+class GateBudget:
+    """The budget's say in a gate decision, ready for outputs and the summary."""
+
+    ok: bool
+    reason: str
+    """Why the run is refused ('' when ok)."""
+    rows: tuple[tuple[str, str], ...]
+    spent: str = ""
+    left: str = ""
+    warning: str = ""
+
+
+def _amount(value: Any, unit: str) -> str:
+    return f"{value:.2f}" if unit == "usd" else str(int(value))
+
+
+def _price_row(price: Price | None, day: date, table: PriceTable) -> str:
+    if price is None:
+        return "(minutes budget)"
+    rate = price.on(day, table)
+    return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
+
+
+def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
+                matcher: budget.GpuMatcher, table: PriceTable, now: datetime, repo: str,
+                default_branch: str, skip: tuple[int, int] | None) -> GateBudget:
+    """Read the month's spend and check this run's reservation against the budget. A
+    billing-token the API refuses raises :class:`BillingAccessError`; any other failure to
+    read the spend follows ``budget-on-unknown`` and names the number it could not get."""
+    from gpu_ci.github.client import describe_api_failure
+
+    what = ("the organization's billing usage report" if billing_rest is not None else
+            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
+            "(actions: read)")
+    rows = [("budget", cfg.budget.describe()),
+            ("price", _price_row(cfg.price, now.date(), table)),
+            ("reservation", f"{cfg.reserve_minutes} min"),
+            ("GPU jobs", matcher.describe())]
+    try:
+        try:
+            spent, note = month_spend(rest, repo, cfg, matcher, table, now,
+                                      default_branch=default_branch, skip=skip,
+                                      billing_rest=billing_rest)
+        except GpuCiError:
+            raise
+        except Exception as exc:  # PyGithub / requests / urllib3: after retries
+            raise describe_api_failure(exc, what) from None
+    except BillingAccessError:
+        raise
+    except GpuCiError as exc:
+        rows.append(("spend", f"unknown: {exc.message}"))
+        if cfg.on_unknown == "run":
+            rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
+            return GateBudget(True, "", tuple(rows), warning=(
+                f"could not read {what}; budget-on-unknown is run: {exc.message}"))
+        rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
+        return GateBudget(False, (
+            f"the GPU budget could not be checked: {what} could not be read "
+            f"({exc.message}); budget-on-unknown is refuse."), tuple(rows))
+    price_now = cfg.price.on(now.date(), table) if cfg.price else None
+    verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
+    rows += [("spent this month", cfg.budget.describe(verdict.spent)),
+             ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
+             ("this run reserves", cfg.budget.describe(verdict.reservation)),
+             ("left before this run", cfg.budget.describe(verdict.left)),
+             ("source", spent.source), ("ledger", note),
+             ("budget verdict", "within" if verdict.ok else "**over: refused**")]
+    unit = cfg.budget.unit
+    return GateBudget(verdict.ok, "" if verdict.ok else verdict.reason, tuple(rows),
+                      _amount(verdict.spent, unit), _amount(verdict.left, unit))
