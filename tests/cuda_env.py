@@ -113,3 +113,15 @@ def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str)
                        {"torch/version.py": TORCH_VERSION_PY.format(version=version,
                                                                     cuda=cuda_literal),
                         "torch/__init__.py": NO_IMPORT})
+
+
+WHEELS = HERE / "fixtures" / "wheels"
+
+
+def fixture(name: str) -> str:
+    """Text of a file cut from a real wheel (tests/fixtures/wheels; sources in the README)."""
+    return (WHEELS / name).read_text(encoding="utf-8")
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (WHEELS / name).read_bytes()
