@@ -18,10 +18,11 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml" / "fake_nvml.c"
+CUDA_SOURCE = HERE / "fake_nvml" / "fake_cuda.c"
 OBSERVED = HERE / "fixtures" / "reference" / "observed-gpu-machines.yaml"
 
 
-def build_fake_nvml(out_dir: Path) -> Path:
+def build_fake_nvml(out_dir: Path, with_libcuda: bool = True) -> Path:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise RuntimeError("gcc is needed to build the fake libnvidia-ml.so.1 for the tests")
@@ -29,7 +30,24 @@ def build_fake_nvml(out_dir: Path) -> Path:
     lib = out_dir / "libnvidia-ml.so.1"
     subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(SOURCE)],
                    check=True)
+    if with_libcuda:
+        build_fake_libcuda(out_dir)
     return out_dir
+
+
+def build_fake_libcuda(out_dir: Path, version: str = "") -> Path:
+    """A loadable libcuda.so.1 (as ``libcuda.so.<version>`` with the soname link, the way
+    the driver and the cuda-compat package install it, when a version is given)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise RuntimeError("gcc is needed to build the fake libcuda.so.1 for the tests")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / (f"libcuda.so.{version}" if version else "libcuda.so.1")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libcuda.so.1",
+                    "-o", str(target), str(CUDA_SOURCE)], check=True)
+    if version:
+        (out_dir / "libcuda.so.1").symlink_to(target.name)
+    return target
 
 
 def gpu_config(index: int, *, name: str = "NVIDIA H200", cc: str = "9.0",
