@@ -143,3 +143,18 @@ def fixture(name: str) -> str:
 
 def fixture_bytes(name: str) -> bytes:
     return (WHEELS / name).read_bytes()
+
+
+def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
+    """A venv holding torch ``version`` as its real wheel laid it out, as far as the fast path
+    reads it: ``torch/version.py`` and the bytes of ``torch/lib/libtorch_python.so`` around
+    the arch list, both cut from the real wheel; ``import torch`` raises."""
+    python = make_target(root, {"torch": version, **extra_dists},
+                         {"torch/version.py": fixture(f"torch-{version}.version.py"),
+                          "torch/__init__.py": NO_IMPORT})
+    site = next((root / "lib").glob("python3*/site-packages"))
+    lib = site / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libtorch_python.so").write_bytes(
+        fixture_bytes(f"torch-{version}.libtorch_python.so.cut"))
+    return python

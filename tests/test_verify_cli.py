@@ -323,3 +323,34 @@ def test_numba_and_tensorflow_trees(verify, tmp_path):
     assert found == {"numba-cuda": "12.9", "tensorflow": "12.5",
                      "nvidia-cuda-runtime-cu12": "12.9"}
     assert result.returncode == 0 and result.codes == []
+
+
+def test_requirements_apply_to_the_selected_mig_slice(verify):
+    slice_uuid = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
+    config = nvml_config(gpu_config(0, name="NVIDIA A100-SXM4-80GB", cc="8.0",
+                                    memory_mib=81920, mig=1, mig__count=1,
+                                    mig__0__uuid=slice_uuid,
+                                    mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                                    mig__0__memory_mib=9984))
+    whole = verify("--require", "memory>=40GiB", config=config)
+    assert whole.codes == ["mig-enabled"] and whole.returncode == 0
+    chosen = verify("--require", "memory>=40GiB", config=config,
+                    env={"CUDA_VISIBLE_DEVICES": slice_uuid})
+    assert chosen.codes == ["require-unmet"] and chosen.returncode == 1
+    assert "MIG 1g.10gb (arch 8.0, 10 GiB" in chosen.errors[0]
+    (gpu,) = json.loads(chosen.outputs["gpus"])
+    assert gpu["memory_mib"] == 9984 and gpu["mig_selected"] == slice_uuid
+    assert verify("--require", "memory>=8GiB,name=1g.10gb", config=config,
+                  env={"CUDA_VISIBLE_DEVICES": slice_uuid}).codes == []
+
+
+def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_path):
+    from tests.cuda_env import real_torch_target
+
+    python = real_torch_target(tmp_path / "env", "2.14.1+cu130")
+    config = nvml_config(gpu_config(0, name="Tesla V100-SXM2-32GB", cc="7.0", memory_mib=32768))
+    result = verify(config=config, python=python)
+    (torch,) = json.loads(result.outputs["frameworks"])
+    assert torch["arch"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    assert result.codes == ["no-kernel-image"] and result.returncode == 1
+    assert "must not import torch" not in result.stdout + result.stderr

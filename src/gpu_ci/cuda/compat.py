@@ -106,18 +106,18 @@ def driver_fix(ctx: Context, major: int) -> str:
         if eol and int(eol.branch) < branch:
             return (f"no driver runs CUDA {major} on GPU {gpu.index} ({gpu.name}, {eol.name}): "
                     f"R{eol.branch} is the last driver branch for {eol.name}")
+    for gpu in ctx.gpus:
+        eol = ctx.builds.last_branch(gpu.compute_capability)
+        if eol:
+            return (f"upgrade the driver to {floor} or newer within the R{eol.branch} branch "
+                    f"(CUDA {major}.x's minimum; R{eol.branch} is the last branch for "
+                    f"{eol.name}, GPU {gpu.index})")
     newest = [(t, d) for t, d in ctx.table.toolkit_driver.items()
               if t.split(".")[0] == str(major)]
     text = f"upgrade the driver to {floor} or newer (CUDA {major}.x's minimum)"
     if newest:
         toolkit, bundled = max(newest, key=lambda td: tuple(int(p) for p in td[0].split(".")))
         text += f"; the newest, bundled with CUDA {toolkit}, is {bundled}"
-    for gpu in ctx.gpus:
-        eol = ctx.builds.last_branch(gpu.compute_capability)
-        if eol:
-            text += (f" (R{eol.branch} is the last branch for {eol.name}: stay on it for "
-                     f"GPU {gpu.index})")
-            break
     return text
 
 
@@ -127,7 +127,7 @@ def _build_fix(ctx: Context, consumers: Sequence[CudaConsumer], need_native: boo
     for family in dict.fromkeys(c.family for c in consumers):
         line = suggest(ctx, family, need_native)
         if line:
-            parts.append(f"{family}: {line}")
+            parts.append(f"for {family}, {line}")
     return "; ".join(parts)
 
 
