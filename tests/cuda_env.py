@@ -150,7 +150,7 @@ def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
     reads it: ``torch/version.py`` and the bytes of ``torch/lib/libtorch_python.so`` around
     the arch list, both cut from the real wheel; ``import torch`` raises."""
     python = make_target(root, {"torch": version, **extra_dists},
-                         {"torch/version.py": fixture(f"torch-{version}.version.py"),
+                         {"torch/version.py": fixture(f"torch-{version}.version.py.txt"),
                           "torch/__init__.py": NO_IMPORT})
     site = next((root / "lib").glob("python3*/site-packages"))
     lib = site / "torch" / "lib"

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.cuda import arch
+from gpu_ci.cuda import arch, frameworks
 from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import frameworks
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import load_builds, load_table
 from gpu_ci.cuda.visibility import visible_gpus
@@ -62,14 +61,14 @@ def test_unreadable_binary_is_an_error_not_a_crash(tmp_path):
 def test_real_torch_version_py_and_arch_make_one_consumer():
     (torch,) = frameworks.consumers(frameworks.ProbeFacts(
         dists={"torch": "2.14.1+cu130"},
-        files={"torch/version.py": fixture("torch-2.14.1+cu130.version.py")},
+        files={"torch/version.py": fixture("torch-2.14.1+cu130.version.py.txt")},
         arch_lists={"torch/lib/libtorch_python.so": TORCH_CUTS["2.14.1+cu130"]}))
     assert (torch.cuda, torch.tag, torch.arch) == ("13.0", "cu130",
                                                    tuple(TORCH_CUTS["2.14.1+cu130"]))
 
 
 def test_real_tensorflow_build_info():
-    text = fixture("tensorflow-2.21.0.build_info.py")
+    text = fixture("tensorflow-2.21.0.build_info.py.txt")
     assert "collections.OrderedDict([(" in text           # the real generated shape
     assert arch.tensorflow_arch_list(text) == ["sm_60", "sm_70", "sm_80", "sm_89",
                                                "compute_90"]
@@ -83,8 +82,8 @@ def test_real_onnxruntime_and_paddle_records():
     found = {c.name: c for c in frameworks.consumers(frameworks.ProbeFacts(
         dists={"onnxruntime-gpu": "1.31.1", "paddlepaddle-gpu": "2.6.2"},
         files={"onnxruntime/capi/build_and_package_info.py":
-               fixture("onnxruntime_gpu-1.31.1.build_and_package_info.py"),
-               "paddle/version/__init__.py": fixture("paddlepaddle_gpu-2.6.2.version.py")}))}
+               fixture("onnxruntime_gpu-1.31.1.build_and_package_info.py.txt"),
+               "paddle/version/__init__.py": fixture("paddlepaddle_gpu-2.6.2.version.py.txt")}))}
     assert found["onnxruntime-gpu"].cuda == "13.0"
     assert found["onnxruntime-gpu"].family == "onnxruntime"
     assert found["paddlepaddle-gpu"].cuda == "11.8"
@@ -115,7 +114,7 @@ def test_cupy_and_jax_take_the_exact_minor_from_the_runtime_wheel():
 
 
 def test_rocm_torch_is_named_as_such():
-    text = fixture("torch-2.14.1+cu130.version.py").replace(
+    text = fixture("torch-2.14.1+cu130.version.py.txt").replace(
         "cuda: Optional[str] = '13.0'", "cuda: Optional[str] = None").replace(
         "hip: Optional[str] = None", "hip: Optional[str] = '6.4.43482-0f2d60242'")
     (torch,) = frameworks.consumers(frameworks.ProbeFacts(

@@ -178,7 +178,8 @@ def test_cupy_jax_numba_tensorflow_conda_nvcc():
         {"cupy-cuda12x": "13.6.0", "cupy-cuda13x": "14.2.0", "jax": "0.11.2",
          "jax-cuda13-plugin": "0.11.2", "numba-cuda": "0.20.0",
          "nvidia-cuda-runtime": "13.0.96", "tensorflow": "2.21.0", "cuda-toolkit": "13.0.2"},
-        {"tensorflow/python/platform/build_info.py": fixture("tensorflow-2.21.0.build_info.py")},
+        {"tensorflow/python/platform/build_info.py":
+            fixture("tensorflow-2.21.0.build_info.py.txt")},
         ["cuda-version-12.4-h3060b56_3.json", "python-3.12.1-h_cpython.json",
          "cudatoolkit-11.8.0-h6a678d5_0.json"],
         {"path": "/opt/cuda/bin/nvcc",

@@ -96,7 +96,7 @@ def target_for(build: str, root: Path) -> Path:
     if name == "tensorflow":
         return make_target(root, {"tensorflow": version}, {
             "tensorflow/python/platform/build_info.py":
-                fixture("tensorflow-2.21.0.build_info.py")})
+                fixture("tensorflow-2.21.0.build_info.py.txt")})
     return make_target(root, {"cupy-cuda12x": "14.2.0", "nvidia-cuda-runtime-cu12": "12.9.79"})
 
 

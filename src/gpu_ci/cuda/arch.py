@@ -72,7 +72,7 @@ def reach(targets: Sequence[Target], cc: tuple[int, int]) -> str | None:
 
 
 def _lists_in(data: bytes | mmap.mmap, start: int, end: int) -> list[tuple[int, str]]:
-    out = []
+    out: list[tuple[int, str]] = []
     pos = start
     while True:
         hits = [i for i in (data.find(b"sm_", pos, end), data.find(b"compute_", pos, end))
