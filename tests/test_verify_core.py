@@ -372,3 +372,39 @@ def test_observed_fixture_is_what_the_tests_use():
     data = yaml.safe_load((FIXTURES / "reference" / "observed-gpu-machines.yaml").read_text())
     assert data[0]["gpus"][0]["name"] == "NVIDIA H200"
     assert data[0]["cuda_driver_version"] == 13000
+
+
+# -- options -----------------------------------------------------------------------------------
+
+def test_options_are_validated_once():
+    from gpu_ci.cuda.options import VerifyOptions, parse_options
+
+    opts = parse_options(require=["cuda>=12.4"], fail_on="Warning", frameworks_text="torch, cupy",
+                         health="warn", python=" /env/bin/python ")
+    assert isinstance(opts, VerifyOptions)
+    assert (opts.fail_on, opts.health, opts.frameworks, opts.python) == (
+        "warning", "warning", ("torch", "cupy"), "/env/bin/python")
+    assert [r.text for r in opts.requirements] == ["cuda>=12.4"]
+    assert parse_options().frameworks is None and parse_options().health == "error"
+    with pytest.raises(UsageError, match="'fail-on' must be one of error, warning"):
+        parse_options(fail_on="always")
+    with pytest.raises(UsageError, match="'health' must be error or warn"):
+        parse_options(health="ignore")
+    with pytest.raises(UsageError, match="'frameworks' names pytorch"):
+        parse_options(frameworks_text="pytorch")
+    with pytest.raises(UsageError, match="require line 1"):
+        parse_options(require=["vram>=1GiB"])
+    with pytest.raises(AttributeError):
+        opts.deep = True  # frozen
+
+
+def test_python_and_selection_findings_live_in_the_wing():
+    from gpu_ci.cuda.findings import python_findings, selection_findings
+
+    assert [f.level for f in python_findings("/no/python", None, "")] == ["error"]
+    assert [f.level for f in python_findings("", None, "")] == ["info"]
+    assert [f.code for f in python_findings("", "/usr/bin/python3", "exited 1")] == [
+        "python-probe-failed"]
+    assert python_findings("", "/usr/bin/python3", "") == []
+    (missing,) = selection_findings(("torch", "cupy"), ["cupy"], "/env/bin/python")
+    assert missing.code == "framework-not-found" and "torch" in missing.message
