@@ -202,7 +202,7 @@ def test_the_arch_list_not_the_version_decides():
 def test_volta_on_an_old_driver_with_cuda13_gets_r580_as_its_last_branch():
     found = check(snapshot(V100, driver="535.104.05", cuda=12020),
                   [torch("2.14.1+cu130", "13.0", TORCH_CUTS["2.14.1+cu130"])])
-    assert [f.code for f in found] == ["driver-too-old-for-cuda", "no-kernel-image"]
+    assert [f.code for f in found] == ["driver-too-old-for-cuda", "arch-dropped-by-cuda13"]
     assert "R580 is the last branch for Volta" in found[0].fix
     assert "610.43.02" not in found[0].fix       # the newest driver no longer runs Volta
 

@@ -352,5 +352,6 @@ def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_pat
     result = verify(config=config, python=python)
     (torch,) = json.loads(result.outputs["frameworks"])
     assert torch["arch"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
-    assert result.codes == ["no-kernel-image"] and result.returncode == 1
+    assert result.codes == ["arch-dropped-by-cuda13"] and result.returncode == 1
+    assert "sm_75 sm_80" in result.errors[0] and "no kernel image" in result.errors[0]
     assert "must not import torch" not in result.stdout + result.stderr

@@ -56,7 +56,7 @@ SCENARIOS = [
     Scenario("rtx5090-cu124", RTX5090, "570.124.06", "torch 2.6.0+cu124", 1,
              ("no-kernel-image",), ("whl/cu128", "sm_120")),
     Scenario("v100-cu130-no-sm70", V100, "580.95.05", "torch 2.14.1+cu130", 1,
-             ("no-kernel-image",), ("whl/cu126", "ships sm_70")),
+             ("arch-dropped-by-cuda13",), ("whl/cu126", "ships sm_70")),
     Scenario("v100-cu128-with-sm70", V100, "580.95.05", "torch 2.10.0+cu128", 0, ()),
     Scenario("b200-sm90a-only", B200, "580.95.05", "build for sm_90a only", 1,
              ("no-kernel-image",), ("sm_100",)),

@@ -200,7 +200,10 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
             oldest = ctx.builds.min_cc_by_major.get(need[0])
             if targets:
                 got = reach(targets, cc)
-                if got is None:
+                if got is None and oldest and cc < oldest:  # same root cause as below
+                    groups.setdefault((f"arch-dropped-by-cuda{need[0]}", gpu.index, ""),
+                                      []).append(c)
+                elif got is None:
                     groups.setdefault(("no-kernel-image", gpu.index, ""), []).append(c)
                 elif got == "ptx":
                     late = driver_runs(ctx, need) == "minor-compat"
@@ -226,7 +229,9 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
             major = code.rsplit("cuda", 1)[1]
             oldest = ctx.builds.min_cc_by_major[int(major)]
             msg = (f"{_names(group)}: CUDA {major} does not support {who}: it needs compute "
-                   f"capability {_mm(oldest)} or newer.")
+                   f"capability {_mm(oldest)} or newer"
+                   + (f" ({lists}); CUDA would fail with 'no kernel image is available for "
+                      "execution on the device'." if lists else "."))
             fix = _join(fix and f"install builds that still ship {sm}: {fix}",
                         "run on a newer GPU")
         elif why == "new-arch":
