@@ -298,6 +298,9 @@ def ones(n, device=None):
     (["sm_80", "compute_80"], "", ["arch-ptx-only"]),
     (["sm_90"], "raise RuntimeError('CUDA error: an illegal memory access')",
      ["gpu-computation-failed"]),
+    # a build problem, not a sick GPU: named as such, no "out of service" advice
+    (["sm_90"], "raise RuntimeError('CUDA error: no kernel image is available for execution "
+     "on the device')", ["no-kernel-image"]),
 ])
 def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     # a stand-in for torch's API surface, imported for real by the deep probe subprocess
@@ -308,6 +311,9 @@ def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     assert result.codes == codes, result.stdout
     if "gpu-computation-failed" in codes:
         assert "illegal memory access" in result.errors[0]
+        assert "take this GPU out of service" in result.errors[0]
+    if codes == ["no-kernel-image"]:
+        assert "out of service" not in result.errors[0] and "drain" not in result.errors[0]
 
 
 def test_numba_and_tensorflow_trees(verify, tmp_path):
