@@ -260,3 +260,14 @@ def test_fixes_never_name_the_bundled_driver_as_the_minimum():
                        [torch("2.16.0+cu132", "13.2")])
     assert "needs driver 580 or newer" in finding.message
     assert "595.45.04" not in finding.message + finding.fix
+
+
+def test_cpu_and_rocm_torch_libraries_are_not_scanned():
+    cpu = fixture("torch-2.14.1+cu130.version.py.txt").replace(
+        "cuda: Optional[str] = '13.0'", "cuda: Optional[str] = None")
+    lib = "torch/lib/libtorch_python.so"
+    assert frameworks.wants_arch_list(lib, {"torch/version.py":
+                                            fixture("torch-2.14.1+cu130.version.py.txt")})
+    assert not frameworks.wants_arch_list(lib, {"torch/version.py": cpu})
+    rocm = cpu.replace("hip: Optional[str] = None", "hip: Optional[str] = '6.4.43482'")
+    assert not frameworks.wants_arch_list(lib, {"torch/version.py": rocm})

@@ -72,22 +72,25 @@ def reach(targets: Sequence[Target], cc: tuple[int, int]) -> str | None:
 
 
 def _lists_in(data: bytes | mmap.mmap, start: int, end: int) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    pos = start
-    while True:
-        hits = [i for i in (data.find(b"sm_", pos, end), data.find(b"compute_", pos, end))
-                if i >= 0]
-        if not hits:
-            return out
-        i = min(hits)
-        if i == 0 or data[i - 1:i] in (b"\x00", b'"'):
-            stop = data.find(b"\x00", i, min(end + 256, len(data)))
-            chunk = bytes(data[i:stop if stop >= 0 else end])
-            if LIST.fullmatch(chunk):
-                out.append((i, chunk.decode("ascii")))
-                pos = i + len(chunk)
-                continue
-        pos = i + 3
+    """NUL-terminated strings made only of arch targets, in one literal search per target
+    kind (``sm_``, then ``compute_`` for PTX-only lists): linear in the size of ``data``."""
+    found: dict[int, str] = {}
+    for literal in (b"sm_", b"compute_"):
+        pos = start
+        while True:
+            i = data.find(literal, pos, end)
+            if i < 0:
+                break
+            head = data.rfind(b"\x00", max(0, i - 512), i) + 1 if i > 0 else 0
+            stop = data.find(b"\x00", i, min(i + 512, len(data)))
+            if stop < 0:
+                stop = min(i + 512, len(data))
+            if head not in found:
+                chunk = bytes(data[head:stop])
+                if LIST.fullmatch(chunk):
+                    found[head] = chunk.decode("ascii")
+            pos = max(stop, i + len(literal))
+    return sorted(found.items())
 
 
 def find_arch_list(data: bytes | mmap.mmap) -> list[str] | None:

@@ -85,6 +85,18 @@ class ProbeFacts:
                 object.__setattr__(self, name, {})
 
 
+def wants_arch_list(binary: str, files: Mapping[str, str]) -> bool:
+    """Is the arch list in ``binary`` worth reading? Not for a CPU or ROCm torch, whose
+    ``version.py`` says so (their library has no list: reading it is the slow case)."""
+    if binary == "torch/lib/libtorch_python.so":
+        text = files.get("torch/version.py", "")
+        if re.search(r"^cuda\s*(?::[^=]+)?=\s*None", text, re.MULTILINE):
+            return False
+        if re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]", text, re.MULTILINE):
+            return False
+    return True
+
+
 def _cu_label(version: str) -> str | None:
     """'2.11.0+cu130' -> '13.0', '+cu118' -> '11.8', '+cu92' -> '9.2'."""
     match = re.search(r"\+cu(\d+)", version)
