@@ -1,12 +1,16 @@
 """verify-cuda-env vs importing torch, measured side by side in one run.
 
-Goal (issue: verify-cuda-env): the whole check takes at most 0.1x the time of
+Goal (issues: verify-cuda-env; arch reading in the fast path): the whole check, including
+reading torch's arch list out of ``libtorch_python.so``, takes at most 0.1x the time of
 ``python -c "import torch; torch.cuda.is_available()"`` in the same environment.
 
-    python benchmarks/verify_cuda_env.py [--runs 7]
+    python benchmarks/verify_cuda_env.py [--runs 7] [--torch torch==2.14.1]
 
-Creates benchmarks/.cache/torch-venv with the CPU build of torch 2.13.0 on first use, and
-runs verify-cuda-env against a fake libnvidia-ml.so.1 reporting the observed H200.
+Creates benchmarks/.cache/<spec>-venv on first use with that torch from PyPI (the default,
+torch 2.14.1, is PyPI's CUDA 13.0 build with its nvidia-* dependencies, a few GB; pass
+``--torch torch==2.13.0+cpu`` for the small CPU build, whose library has no arch list, so the
+reader scans the whole file: its slowest case), and runs verify-cuda-env against a fake
+libnvidia-ml.so.1 reporting the observed H200.
 """
 
 from __future__ import annotations
@@ -27,14 +31,30 @@ from tests.cuda_env import build_fake_nvml, observed_h200, write_config  # noqa:
 CACHE = ROOT / "benchmarks" / ".cache"
 
 
-def torch_venv() -> Path:
-    venv = CACHE / "torch-venv"
+def torch_venv(spec: str) -> Path:
+    venv = CACHE / (spec.replace("=", "-").replace("+", "-") + "-venv")
     python = venv / "bin" / "python"
     if not (venv / ".ready").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", spec], check=True)
         (venv / ".ready").write_text("")
     return python
+
+
+def arch_read_ms(python: Path, runs: int) -> tuple[float, str]:
+    """Median time of reading the arch list alone (memory map + search), in ms."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from gpu_ci.cuda.arch import read_torch_arch_list
+
+    lib = next(python.parent.parent.glob("lib/python3*/site-packages/torch/lib/"
+                                         "libtorch_python.so"))
+    times = []
+    found: list[str] | None = None
+    for _ in range(runs):
+        start = time.perf_counter()
+        found, _error = read_torch_arch_list(lib)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000, " ".join(found or ["(none: CPU build)"])
 
 
 def timed(cmd: list[str], env: dict[str, str], runs: int) -> list[float]:
@@ -51,8 +71,9 @@ def timed(cmd: list[str], env: dict[str, str], runs: int) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--torch", default="torch==2.14.1")
     args = parser.parse_args()
-    python = torch_venv()
+    python = torch_venv(args.torch)
     lib = build_fake_nvml(CACHE / "fake-nvml")
     config = write_config(CACHE / "nvml.cfg", observed_h200()[1])
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
@@ -70,7 +91,11 @@ def main() -> int:
         v_times += timed(verify, env, 1)
         t_times += timed(torch_cmd, env, 1)
     v, t = statistics.median(v_times), statistics.median(t_times)
-    print(f"runs: {args.runs} each, interleaved; medians")
+    version = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    arch_ms, arch_list = arch_read_ms(python, args.runs)
+    print(f"torch {version} ({args.torch}); runs: {args.runs} each, interleaved; medians")
+    print(f"  arch list read from libtorch_python.so: {arch_ms:8.1f} ms  [{arch_list}]")
     print(f"  gpu-ci verify-cuda-env (fake NVML, torch env): {v * 1000:8.1f} ms")
     print(f"  python -c 'import torch; torch.cuda.is_available()': {t * 1000:8.1f} ms")
     print(f"  ratio verify / torch import: {v / t:.3f}  (goal <= 0.1)")

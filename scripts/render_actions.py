@@ -222,12 +222,21 @@ def driver_table_json() -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
+def data_json(stem: str) -> str:
+    """A YAML data file of the package as JSON (read at run time without PyYAML)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "src" / "gpu_ci" / "data" / f"{stem}.yaml").read_text())
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
 def targets() -> dict[Path, str]:
     files = {ROOT / "actions" / name / "action.yml": render_action(spec)
              for name, spec in ACTIONS.items()}
     files[ROOT / "action.yml"] = render_root()
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
         driver_table_json())
+    files[ROOT / "src" / "gpu_ci" / "data" / "cuda-builds.json"] = data_json("cuda-builds")
     readme = ROOT / "README.md"
     files[readme] = embed_examples(render_root_readme(readme.read_text(encoding="utf-8")))
     for name in ACTIONS:

@@ -18,10 +18,11 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml" / "fake_nvml.c"
+CUDA_SOURCE = HERE / "fake_nvml" / "fake_cuda.c"
 OBSERVED = HERE / "fixtures" / "reference" / "observed-gpu-machines.yaml"
 
 
-def build_fake_nvml(out_dir: Path) -> Path:
+def build_fake_nvml(out_dir: Path, with_libcuda: bool = True) -> Path:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise RuntimeError("gcc is needed to build the fake libnvidia-ml.so.1 for the tests")
@@ -29,7 +30,24 @@ def build_fake_nvml(out_dir: Path) -> Path:
     lib = out_dir / "libnvidia-ml.so.1"
     subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(SOURCE)],
                    check=True)
+    if with_libcuda:
+        build_fake_libcuda(out_dir)
     return out_dir
+
+
+def build_fake_libcuda(out_dir: Path, version: str = "") -> Path:
+    """A loadable libcuda.so.1 (as ``libcuda.so.<version>`` with the soname link, the way
+    the driver and the cuda-compat package install it, when a version is given)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise RuntimeError("gcc is needed to build the fake libcuda.so.1 for the tests")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / (f"libcuda.so.{version}" if version else "libcuda.so.1")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libcuda.so.1",
+                    "-o", str(target), str(CUDA_SOURCE)], check=True)
+    if version:
+        (out_dir / "libcuda.so.1").symlink_to(target.name)
+    return target
 
 
 def gpu_config(index: int, *, name: str = "NVIDIA H200", cc: str = "9.0",
@@ -113,3 +131,30 @@ def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str)
                        {"torch/version.py": TORCH_VERSION_PY.format(version=version,
                                                                     cuda=cuda_literal),
                         "torch/__init__.py": NO_IMPORT})
+
+
+WHEELS = HERE / "fixtures" / "wheels"
+
+
+def fixture(name: str) -> str:
+    """Text of a file cut from a real wheel (tests/fixtures/wheels; sources in the README)."""
+    return (WHEELS / name).read_text(encoding="utf-8")
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (WHEELS / name).read_bytes()
+
+
+def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
+    """A venv holding torch ``version`` as its real wheel laid it out, as far as the fast path
+    reads it: ``torch/version.py`` and the bytes of ``torch/lib/libtorch_python.so`` around
+    the arch list, both cut from the real wheel; ``import torch`` raises."""
+    python = make_target(root, {"torch": version, **extra_dists},
+                         {"torch/version.py": fixture(f"torch-{version}.version.py.txt"),
+                          "torch/__init__.py": NO_IMPORT})
+    site = next((root / "lib").glob("python3*/site-packages"))
+    lib = site / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libtorch_python.so").write_bytes(
+        fixture_bytes(f"torch-{version}.libtorch_python.so.cut"))
+    return python

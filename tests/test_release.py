@@ -175,6 +175,7 @@ def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok=true" in proc.stdout
     data = subprocess.run([str(python), "-c", "import gpu_ci.cuda.table as t; "
-                           "print(t.load_table().min_driver(13, 0))"],
+                           "print(t.load_table().bundled_driver(13, 0), "
+                           "t.load_builds().builds_of('torch')[0].tag)"],
                           capture_output=True, text=True)
-    assert data.stdout.strip() == "580.65.06"  # package data made it into the wheel
+    assert data.stdout.strip() == "580.65.06 cu118"  # package data made it into the wheel

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.cuda_env import (
+    build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
     make_target,
@@ -146,7 +147,7 @@ def test_driver_not_loaded_and_version_mismatch_messages(verify, tmp_path):
 def test_error_after_init_names_the_failure(verify):
     result = verify(config=nvml_config(gpu_config(0), fail={"nvmlDeviceGetCount_v2": 15}))
     assert result.codes == ["nvml-gpu-is-lost"]
-    assert "drain this runner" in result.errors[0]
+    assert "take this GPU out of service" in result.errors[0]
 
 
 def test_unsupported_health_queries_are_silent_other_failures_noted(verify):
@@ -174,7 +175,8 @@ def two_gpus():
     ({"NVIDIA_VISIBLE_DEVICES": "none"}, 0, ["no-visible-gpu"]),
     ({"CUDA_VISIBLE_DEVICES": "0"}, 1, []),
     ({"CUDA_VISIBLE_DEVICES": "GPU-4090aaaa"}, 1, ["mig-enabled"]),
-    ({"CUDA_VISIBLE_DEVICES": "MIG-66666666-2222-3333-4444-555555555555"}, 1, ["mig-enabled"]),
+    # a correctly selected MIG instance is fine: no notice
+    ({"CUDA_VISIBLE_DEVICES": "MIG-66666666-2222-3333-4444-555555555555"}, 1, []),
     ({"CUDA_VISIBLE_DEVICES": "0,5"}, 1, ["visible-devices-unresolved"]),
 ])
 def test_visible_devices(verify, env, count, codes):
@@ -192,9 +194,8 @@ def test_mig_instances_are_reported(verify):
 
 
 def test_forward_compat_with_fake_nvml_reachable(verify, tmp_path, fake_nvml_dir):
-    compat = tmp_path / "cuda-13.0" / "compat"
-    compat.mkdir(parents=True)
-    (compat / "libcuda.so.1").write_text("")
+    compat = tmp_path / "cuda-13.2" / "compat"
+    build_fake_libcuda(compat, "595.45.04")
     geforce = nvml_config(gpu_config(0, name="NVIDIA GeForce RTX 4090", cc="8.9", brand=5))
     result = verify(config=geforce, env={"LD_LIBRARY_PATH": f"{compat}:{fake_nvml_dir}"})
     assert result.codes == ["forward-compat-unsupported"]
@@ -227,14 +228,19 @@ def test_unreadable_require_is_exit_2(verify):
     assert "require line 2: cannot read 'vram>=8GiB'" in result.errors[0]
 
 
-def test_health_warnings_from_nvml(verify):
+def test_health_faults_from_nvml_fail_unless_health_warn(verify):
     config = nvml_config(gpu_config(0, persistence=0, ecc_uncorrected=2, retired_pending=1,
                                     remap_failure=1, processes=3))
     result = verify(config=config)
-    assert result.returncode == 0
+    assert result.returncode == 1
     assert result.codes == ["ecc-uncorrected-errors", "retired-pages-pending",
                             "remapped-rows-failure", "gpu-busy", "persistence-mode-off"]
-    assert verify("--fail-on", "warning", config=config).returncode == 1
+    assert len(result.errors) == 3
+    warned = verify("--health", "warn", config=config)
+    assert warned.returncode == 0 and warned.codes == result.codes
+    assert verify("--health", "warn", "--fail-on", "warning", config=config).returncode == 1
+    bad = verify("--health", "maybe", config=config)
+    assert bad.returncode == 2 and "input 'health' must be error or warn" in bad.errors[0]
 
 
 def test_frameworks_input(verify, tmp_path):
@@ -292,6 +298,9 @@ def ones(n, device=None):
     (["sm_80", "compute_80"], "", ["arch-ptx-only"]),
     (["sm_90"], "raise RuntimeError('CUDA error: an illegal memory access')",
      ["gpu-computation-failed"]),
+    # a build problem, not a sick GPU: named as such, no "out of service" advice
+    (["sm_90"], "raise RuntimeError('CUDA error: no kernel image is available for execution "
+     "on the device')", ["no-kernel-image"]),
 ])
 def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     # a stand-in for torch's API surface, imported for real by the deep probe subprocess
@@ -302,6 +311,9 @@ def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     assert result.codes == codes, result.stdout
     if "gpu-computation-failed" in codes:
         assert "illegal memory access" in result.errors[0]
+        assert "take this GPU out of service" in result.errors[0]
+    if codes == ["no-kernel-image"]:
+        assert "out of service" not in result.errors[0] and "drain" not in result.errors[0]
 
 
 def test_numba_and_tensorflow_trees(verify, tmp_path):
@@ -317,3 +329,35 @@ def test_numba_and_tensorflow_trees(verify, tmp_path):
     assert found == {"numba-cuda": "12.9", "tensorflow": "12.5",
                      "nvidia-cuda-runtime-cu12": "12.9"}
     assert result.returncode == 0 and result.codes == []
+
+
+def test_requirements_apply_to_the_selected_mig_slice(verify):
+    slice_uuid = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
+    config = nvml_config(gpu_config(0, name="NVIDIA A100-SXM4-80GB", cc="8.0",
+                                    memory_mib=81920, mig=1, mig__count=1,
+                                    mig__0__uuid=slice_uuid,
+                                    mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                                    mig__0__memory_mib=9984))
+    whole = verify("--require", "memory>=40GiB", config=config)
+    assert whole.codes == ["mig-enabled"] and whole.returncode == 0
+    chosen = verify("--require", "memory>=40GiB", config=config,
+                    env={"CUDA_VISIBLE_DEVICES": slice_uuid})
+    assert chosen.codes == ["require-unmet"] and chosen.returncode == 1
+    assert "MIG 1g.10gb (arch 8.0, 10 GiB" in chosen.errors[0]
+    (gpu,) = json.loads(chosen.outputs["gpus"])
+    assert gpu["memory_mib"] == 9984 and gpu["mig_selected"] == slice_uuid
+    assert verify("--require", "memory>=8GiB,name=1g.10gb", config=config,
+                  env={"CUDA_VISIBLE_DEVICES": slice_uuid}).codes == []
+
+
+def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_path):
+    from tests.cuda_env import real_torch_target
+
+    python = real_torch_target(tmp_path / "env", "2.14.1+cu130")
+    config = nvml_config(gpu_config(0, name="Tesla V100-SXM2-32GB", cc="7.0", memory_mib=32768))
+    result = verify(config=config, python=python)
+    (torch,) = json.loads(result.outputs["frameworks"])
+    assert torch["arch"] == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    assert result.codes == ["arch-dropped-by-cuda13"] and result.returncode == 1
+    assert "sm_75 sm_80" in result.errors[0] and "no kernel image" in result.errors[0]
+    assert "must not import torch" not in result.stdout + result.stderr

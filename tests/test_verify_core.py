@@ -13,6 +13,7 @@ from gpu_ci.cuda.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
 from tests.conftest import FIXTURES, SHARED
+from tests.cuda_env import fixture
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 * 2**20, brand="tesla",
            mig_enabled=False, persistence_mode=True)
@@ -45,9 +46,17 @@ def test_json_rendering_equals_the_yaml_table():
 
 def test_table_lookups():
     table = load_table()
-    assert table.min_driver(13, 0) == "580.65.06"
-    assert table.min_driver(12, 6) == "560.28.03"      # first release of 12.6
+    # the minimum is the branch floor (minor-version compatibility), not Table 3's driver
+    assert table.min_driver(13, 0) == table.min_driver(13, 2) == "580"
+    assert table.min_driver(12, 6) == "525.60.13"
+    assert table.min_driver(11, 8) == "450.80.02"
     assert table.min_driver(9, 9) is None
+    # Table 3 is the driver bundled with a toolkit's first release
+    assert table.bundled_driver(13, 0) == "580.65.06"
+    assert table.bundled_driver(12, 6) == "560.28.03"
+    # every row is read, the one under `secondary:` too
+    assert table.bundled_driver(13, 3) == "610.43.02"
+    assert table.newest() == (13, 3)
     assert table.compat_floor == {11: "450.80.02", 12: "525.60.13", 13: "580"}
     assert driver_at_least("570.124.06", "570.26")
     assert not driver_at_least("450.51.06", "450.80.02")
@@ -147,13 +156,14 @@ def consumers(dists=None, files=None, conda_meta=(), nvcc=None):
     ("2.9.0+cu126", "cuda: Optional[str] = '12.6'\n", "12.6", False),
     ("2.11.0+cu130", "cuda = '13.0'\n", "13.0", False),
     ("2.13.0+cpu", "cuda: Optional[str] = None\n", None, True),
-    ("2.13.0", "cuda: Optional[str] = None\nhip: Optional[str] = '6.4.1'\n", None, True),
+    ("2.13.0", "cuda: Optional[str] = None\nhip: Optional[str] = '6.4.1'\n", None, False),
     ("2.9.0+cu128", "", "12.8", False),                          # label when no version.py
 ])
 def test_torch_builds(version, version_py, cuda, cpu):
     files = {"torch/version.py": version_py} if version_py else {}
     (torch,) = consumers({"torch": version}, files)
     assert (torch.cuda, torch.cpu_only) == (cuda, cpu)
+    assert torch.rocm == ("hip" in version_py)
 
 
 def test_torch_from_pypi_without_label_uses_the_runtime_wheel_pin():
@@ -167,18 +177,21 @@ def test_cupy_jax_numba_tensorflow_conda_nvcc():
     found = {c.name: c for c in consumers(
         {"cupy-cuda12x": "13.6.0", "cupy-cuda13x": "14.2.0", "jax": "0.11.2",
          "jax-cuda13-plugin": "0.11.2", "numba-cuda": "0.20.0",
-         "nvidia-cuda-runtime": "13.0.96", "tensorflow": "2.20.0", "cuda-toolkit": "13.0.2"},
+         "nvidia-cuda-runtime": "13.0.96", "tensorflow": "2.21.0", "cuda-toolkit": "13.0.2"},
         {"tensorflow/python/platform/build_info.py":
-            "build_info = {'cuda_version': '12.5.1', 'is_cuda_build': True}\n"},
+            fixture("tensorflow-2.21.0.build_info.py.txt")},
         ["cuda-version-12.4-h3060b56_3.json", "python-3.12.1-h_cpython.json",
          "cudatoolkit-11.8.0-h6a678d5_0.json"],
         {"path": "/opt/cuda/bin/nvcc",
          "version_json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}'})}
-    assert found["cupy-cuda12x"].cuda == "12.0" and "any CUDA 12.x" in found["cupy-cuda12x"].source
+    # no CUDA 12 runtime wheel next to it: any 12.x from the system, the minor is unknown
+    assert found["cupy-cuda12x"].cuda == "12.x" and "any CUDA 12.x" in found["cupy-cuda12x"].source
+    assert found["cupy-cuda12x"].cuda_tuple == (12, 0) and not found["cupy-cuda12x"].exact_minor
     assert found["cupy-cuda13x"].cuda == "13.0"
     assert found["jax-cuda13-plugin"].cuda == "13.0"
     assert found["numba-cuda"].cuda == "13.0"
-    assert found["tensorflow"].cuda == "12.5"
+    assert found["tensorflow"].cuda == "12.5"    # the real generated OrderedDict format
+    assert found["tensorflow"].arch == ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90")
     assert found["cuda-toolkit"].cuda == "13.0"
     assert found["conda cuda-version"].cuda == "12.4"
     assert found["conda cudatoolkit"].cuda == "11.8"
@@ -212,8 +225,9 @@ def codes(findings):
     return [f.code for f in findings]
 
 
-def consumer(name, cuda, version="1.0"):
-    return frameworks.CudaConsumer(name, version, cuda, "test")
+def consumer(name, cuda, version="1.0", family=None, arch=None):
+    return frameworks.CudaConsumer(name, version, cuda, "test", family=family or name,
+                                   arch=arch)
 
 
 def test_h200_with_matching_torch_is_clean():
@@ -224,11 +238,14 @@ def test_newer_major_than_the_driver_is_an_error_with_the_minimum_driver():
     (finding,) = check(snapshot(H200, driver="570.124.06", cuda=12080),
                        [consumer("torch", "13.0", "2.11.0+cu130")])
     assert finding.level == "error" and finding.code == "driver-too-old-for-cuda"
-    assert "torch 2.11.0+cu130 was built for CUDA 13.0" in finding.message
+    assert "torch 2.11.0+cu130 (CUDA 13.0" in finding.message
     assert "supports CUDA 12.8 at most" in finding.message
-    assert "needs driver 580.65.06 or newer" in finding.message
-    assert "upgrade the driver to 580.65.06" in finding.fix
-    assert "build for CUDA 12.8 or older" in finding.fix
+    assert "needs driver 580 or newer" in finding.message
+    assert "upgrade the driver to 580 or newer" in finding.fix
+    # Table 3's driver is named only as the newest
+    assert "the newest, bundled with CUDA 13.3.0, is 610.43.02" in finding.fix
+    # a torch build that exists, runs on 570 (CUDA 12.8) and ships sm_90
+    assert "https://download.pytorch.org/whl/cu128" in finding.fix and "sm_90" in finding.fix
 
 
 def test_same_major_newer_minor_above_floor_is_a_warning():
@@ -257,7 +274,9 @@ def test_cpu_only_build_is_a_warning():
 def test_cuda13_needs_compute_capability_7_5():
     found = check(snapshot(V100), [consumer("torch", "13.0")])
     assert codes(found) == ["arch-dropped-by-cuda13"]
-    assert "CUDA 13 needs 7.5 or newer" in found[0].message
+    assert "needs compute capability 7.5 or newer" in found[0].message
+    # the fix names a build that still ships sm_70 (cu126), not the cu128/cu130 ones
+    assert "whl/cu126" in found[0].fix and "ships sm_70" in found[0].fix
 
 
 @pytest.mark.parametrize(("arch_list", "expected"), [
@@ -284,7 +303,7 @@ def test_deep_failures():
 
 
 def test_forward_compat_on_consumer_gpu_is_error_804():
-    env = cuda_checks.EnvFacts(libcuda_dir="/usr/local/cuda-13.0/compat")
+    env = cuda_checks.EnvFacts(libcuda_path="/usr/local/cuda-13.0/compat/libcuda.so.1")
     found = check(snapshot(H200, RTX), env=env)
     assert codes(found) == ["forward-compat-unsupported"]
     assert "804" in found[0].message and "GPU 1" in found[0].message
@@ -305,18 +324,31 @@ def test_require_lines_must_all_hold():
     assert "'gpu-count>=2'" in found[0].message
 
 
-def test_health_warnings():
-    sick = Gpu(0, "NVIDIA H200", "GPU-1", (9, 0), 1, brand="tesla", mig_enabled=True,
-               mig_uuids=("MIG-1", "MIG-2"), persistence_mode=False,
-               ecc_uncorrected_volatile=3, retired_pages_pending=True,
-               remapped_rows_pending=True, remapped_rows_failure=False, other_processes=2,
-               unreadable=("brand: UNKNOWN",))
-    found = check(snapshot(sick))
+SICK = Gpu(0, "NVIDIA H200", "GPU-1", (9, 0), 1, brand="tesla", mig_enabled=True,
+           mig_uuids=("MIG-1", "MIG-2"), persistence_mode=False,
+           ecc_uncorrected_volatile=3, retired_pages_pending=True,
+           remapped_rows_pending=True, remapped_rows_failure=False, other_processes=2,
+           unreadable=("brand: UNKNOWN",))
+
+
+def test_hardware_faults_are_errors_by_default():
+    found = check(snapshot(SICK))
     assert codes(found) == ["ecc-uncorrected-errors", "retired-pages-pending",
                             "remapped-rows-pending", "gpu-busy", "mig-enabled",
                             "persistence-mode-off", "health-unreadable"]
-    assert all(f.level in ("warning", "info") for f in found)
+    levels = {f.code: f.level for f in found}
+    assert [c for c, lv in levels.items() if lv == "error"] == [
+        "ecc-uncorrected-errors", "retired-pages-pending", "remapped-rows-pending"]
     assert "MIG-1, MIG-2" in found[4].message
+    # "out of service" only for hardware faults, not for a pending remap or a busy GPU
+    assert "take this GPU out of service" in found[0].fix
+    assert "out of service" not in found[2].fix + found[3].fix
+
+
+def test_health_warn_downgrades_hardware_faults():
+    found = cuda_checks.run_checks(cuda_checks.CheckInput(
+        snapshot=snapshot(SICK), visibility=visible_gpus((SICK,), {}), consumers=(),
+        table=load_table(), health="warning"))
     assert cuda_checks.failing(found, "error") == []
     assert len(cuda_checks.failing(found, "warning")) == 6
 
@@ -340,3 +372,39 @@ def test_observed_fixture_is_what_the_tests_use():
     data = yaml.safe_load((FIXTURES / "reference" / "observed-gpu-machines.yaml").read_text())
     assert data[0]["gpus"][0]["name"] == "NVIDIA H200"
     assert data[0]["cuda_driver_version"] == 13000
+
+
+# -- options -----------------------------------------------------------------------------------
+
+def test_options_are_validated_once():
+    from gpu_ci.cuda.options import VerifyOptions, parse_options
+
+    opts = parse_options(require=["cuda>=12.4"], fail_on="Warning", frameworks_text="torch, cupy",
+                         health="warn", python=" /env/bin/python ")
+    assert isinstance(opts, VerifyOptions)
+    assert (opts.fail_on, opts.health, opts.frameworks, opts.python) == (
+        "warning", "warning", ("torch", "cupy"), "/env/bin/python")
+    assert [r.text for r in opts.requirements] == ["cuda>=12.4"]
+    assert parse_options().frameworks is None and parse_options().health == "error"
+    with pytest.raises(UsageError, match="'fail-on' must be one of error, warning"):
+        parse_options(fail_on="always")
+    with pytest.raises(UsageError, match="'health' must be error or warn"):
+        parse_options(health="ignore")
+    with pytest.raises(UsageError, match="'frameworks' names pytorch"):
+        parse_options(frameworks_text="pytorch")
+    with pytest.raises(UsageError, match="require line 1"):
+        parse_options(require=["vram>=1GiB"])
+    with pytest.raises(AttributeError):
+        opts.deep = True  # frozen
+
+
+def test_python_and_selection_findings_live_in_the_wing():
+    from gpu_ci.cuda.findings import python_findings, selection_findings
+
+    assert [f.level for f in python_findings("/no/python", None, "")] == ["error"]
+    assert [f.level for f in python_findings("", None, "")] == ["info"]
+    assert [f.code for f in python_findings("", "/usr/bin/python3", "exited 1")] == [
+        "python-probe-failed"]
+    assert python_findings("", "/usr/bin/python3", "") == []
+    (missing,) = selection_findings(("torch", "cupy"), ["cupy"], "/env/bin/python")
+    assert missing.code == "framework-not-found" and "torch" in missing.message

@@ -205,6 +205,8 @@ VERIFY_CUDA_ENV = ActionSpec(
         InputSpec("fail-on", "Lowest finding level that fails the step: error or warning.",
                   "error"),
         InputSpec("report-file", "Write the full report as JSON to this path.", ""),
+        InputSpec("health", "Level of GPU hardware faults (uncorrectable ECC, failed or "
+                  "pending row remapping): error, or warn to only report them.", "error"),
     ),
     outputs=(
         OutputSpec("ok", "'true' when no finding reached the fail-on level."),

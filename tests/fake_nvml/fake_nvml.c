@@ -12,6 +12,7 @@
  *   gpu.0.memory_mib=143771
  *   gpu.0.brand=2            (nvmlBrandType_t)
  *   gpu.0.mig=1              gpu.0.mig.count=2   gpu.0.mig.0.uuid=MIG-...
+ *   gpu.0.mig.0.name=...     gpu.0.mig.0.memory_mib=9984   (the MIG device's own readings)
  *   gpu.0.persistence=1      gpu.0.ecc_uncorrected=0   gpu.0.retired_pending=0
  *   gpu.0.remap_pending=0    gpu.0.remap_failure=0     gpu.0.processes=0
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
@@ -48,6 +49,8 @@ typedef struct {
     unsigned long long ecc_uncorrected;
     unsigned int processes;
     char mig_uuid[MAX_MIG][96];
+    char mig_name[MAX_MIG][96];
+    unsigned long long mig_memory_mib[MAX_MIG];
 } gpu_t;
 
 static struct {
@@ -85,8 +88,11 @@ static void set_key(const char *key, const char *value) {
         snprintf(cfg.fail_name[cfg.fails], 64, "%.63s", key + 5);
         cfg.fail_code[cfg.fails++] = atoi(value);
     } else if (sscanf(key, "gpu.%u.mig.%u.%127s", &i, &m, rest) == 3 && i < MAX_GPUS &&
-               m < MAX_MIG && !strcmp(rest, "uuid")) {
-        snprintf(cfg.gpus[i].mig_uuid[m], 96, "%s", value);
+               m < MAX_MIG) {
+        if (!strcmp(rest, "uuid")) snprintf(cfg.gpus[i].mig_uuid[m], 96, "%s", value);
+        else if (!strcmp(rest, "name")) snprintf(cfg.gpus[i].mig_name[m], 96, "%s", value);
+        else if (!strcmp(rest, "memory_mib"))
+            cfg.gpus[i].mig_memory_mib[m] = strtoull(value, NULL, 10);
     } else if (sscanf(key, "gpu.%u.%127s", &i, rest) == 2 && i < MAX_GPUS) {
         gpu_t *g = &cfg.gpus[i];
         if (!strcmp(rest, "name")) snprintf(g->name, 96, "%s", value);
@@ -243,6 +249,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length) {
     ENTER("nvmlDeviceGetName");
     DEVICE(g, dev);
+    if (mig_ >= 0 && g->mig_name[mig_][0]) return copy_str(name, length, g->mig_name[mig_]);
     return copy_str(name, length, g->name);
 }
 
@@ -264,6 +271,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     ENTER("nvmlDeviceGetMemoryInfo");
     DEVICE(g, dev);
     mem->total = g->memory_mib * 1024ULL * 1024ULL;
+    if (mig_ >= 0 && g->mig_memory_mib[mig_]) mem->total = g->mig_memory_mib[mig_] * 1048576ULL;
     mem->used = 0;
     mem->free = mem->total;
     return 0;

@@ -3,49 +3,34 @@
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from gpu_ci import __version__
 from gpu_ci.cuda import checks as cuda_checks
+from gpu_ci.cuda import findings as cuda_findings
 from gpu_ci.cuda import frameworks
 from gpu_ci.cuda import probe as framework_probe
-from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.loader import locate_libcuda
+from gpu_ci.cuda.options import VerifyOptions, parse_options
 from gpu_ci.cuda.table import load_table
 from gpu_ci.cuda.visibility import visible_gpus
-from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.errors import GpuCiError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 
 
-def libcuda_dir(environ: Mapping[str, str]) -> str:
-    """The directory of the first libcuda.so.1 the dynamic loader would take from
-    LD_LIBRARY_PATH (where a forward-compatibility package is put)."""
-    for entry in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
-        if entry and (Path(entry) / "libcuda.so.1").exists():
-            return entry
-    return ""
-
-
-def selection(inputs: Inputs) -> tuple[str, ...] | None:
-    chosen = frameworks.parse_selection(inputs["frameworks"])
-    if chosen:
-        unknown = [n for n in chosen if n not in frameworks.KNOWN]
-        if unknown:
-            raise UsageError(f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
-                             f"of {', '.join(frameworks.KNOWN)}.")
-    return chosen
+def options_from(inputs: Inputs) -> VerifyOptions:
+    return parse_options(
+        require=inputs.lines("require"), fail_on=inputs["fail-on"],
+        deep=inputs.boolean("deep"), require_gpu=inputs.boolean("require-gpu"),
+        frameworks_text=inputs["frameworks"], python=inputs["python"],
+        report_file=inputs["report-file"], health=inputs["health"])
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     started = time.monotonic()
-    requirements = require_spec.parse_lines(inputs.lines("require"))
-    fail_on = inputs.choice("fail-on", ("error", "warning"))
-    deep = inputs.boolean("deep")
-    require_gpu = inputs.boolean("require-gpu")
-    chosen = selection(inputs)
+    opts = options_from(inputs)
     environ = rt.environ
 
     from gpu_ci.cuda.nvml import read_snapshot
@@ -53,50 +38,37 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     snapshot = read_snapshot()
     nvml_s = time.monotonic() - started
     vis = visible_gpus(snapshot.gpus, environ) if snapshot.ok else None
+    libcuda, libcuda_error = locate_libcuda() if snapshot.ok else (None, "")
 
-    python = framework_probe.resolve_python(inputs["python"], environ)
+    python = framework_probe.resolve_python(opts.python, environ)
     facts, probe_error = framework_probe.collect(python, environ)
     found = frameworks.consumers(facts)
-    extra: list[cuda_checks.Finding] = []
-    if inputs["python"] and python is None:
-        extra.append(cuda_checks.Finding(
-            "error", "python-not-found", f"input 'python' is {inputs['python']!r}, which is "
-            "not an executable on PATH.", "point it at the environment's interpreter, e.g. "
-            "the 'python' output of setup-conda-from-lock."))
-    elif python is None:
-        extra.append(cuda_checks.Finding(
-            "info", "python-not-found", "no python on PATH: installed frameworks were not "
-            "checked.", "set the 'python' input."))
-    elif probe_error:
-        extra.append(cuda_checks.Finding("error", "python-probe-failed", probe_error,
-                                         "check that the interpreter runs."))
-    if chosen:
-        found = [c for c in found if c.family in chosen]
-        for family in chosen:
-            if not any(c.family == family for c in found):
-                extra.append(cuda_checks.Finding(
-                    "error", "framework-not-found",
-                    f"frameworks names {family}, but it is not installed for "
-                    f"{facts.python or 'the target interpreter'}.",
-                    "install it, or drop it from 'frameworks'."))
+    extra = cuda_findings.python_findings(opts.python, python, probe_error)
+    if opts.frameworks:
+        found = [c for c in found if c.family in opts.frameworks]
+        extra += cuda_findings.selection_findings(opts.frameworks, [c.family for c in found],
+                                                  facts.python)
 
     deep_results: list[dict] = []
-    if deep and python and snapshot.ok and vis is not None:
+    if opts.deep and python and snapshot.ok and vis is not None:
         families = sorted({c.family for c in found} & {"torch", "cupy", "jax"})
         if families:
             deep_results, deep_error = framework_probe.deep_probe(
                 python, families, len(vis.gpus), environ)
             if deep_error:
-                extra.append(cuda_checks.Finding("error", "deep-check-failed", deep_error))
+                extra.append(cuda_findings.Finding("error", "deep-check-failed", deep_error))
 
     findings = extra + cuda_checks.run_checks(cuda_checks.CheckInput(
         snapshot=snapshot, visibility=vis, consumers=found, table=load_table(),
         env=cuda_checks.EnvFacts(
-            libcuda_dir=libcuda_dir(environ),
+            libcuda_path=libcuda, libcuda_error=libcuda_error,
             nvidia_require_cuda=environ.get("NVIDIA_REQUIRE_CUDA", ""),
             nvidia_disable_require=environ.get("NVIDIA_DISABLE_REQUIRE", "").lower()
-            in ("1", "true", "yes")),
-        requirements=requirements, deep=deep_results, require_gpu=require_gpu))
+            in ("1", "true", "yes"),
+            driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES")),
+        requirements=opts.requirements, deep=deep_results, require_gpu=opts.require_gpu,
+        health=opts.health, installed=frozenset(facts.dists)))
+    fail_on = opts.fail_on
     bad = cuda_checks.failing(findings, fail_on)
     elapsed = time.monotonic() - started
 
@@ -123,18 +95,18 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.info(f"verify-cuda-env: {verdict} ({len(findings)} finding(s), {elapsed * 1000:.0f} ms)")
     rt.summary(summarize(snapshot, gpus, found, findings, verdict))
 
-    if inputs["report-file"]:
+    if opts.report_file:
         report = {"gpu_ci_version": __version__, "ok": not bad, "fail_on": fail_on,
                   "snapshot": snapshot.as_json(), "visible_gpus": gpus,
                   "python": facts.python, "frameworks": [c.as_json() for c in found],
                   "deep": deep_results, "findings": [f.as_json() for f in findings],
                   "timing_s": {"nvml": round(nvml_s, 4), "total": round(elapsed, 4)}}
         try:
-            path = Path(inputs["report-file"])
+            path = Path(opts.report_file)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
-            raise GpuCiError(f"cannot write report-file {inputs['report-file']}: "
+            raise GpuCiError(f"cannot write report-file {opts.report_file}: "
                              f"{exc.strerror}.") from None
     return 1 if bad else 0
 

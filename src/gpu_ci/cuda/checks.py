@@ -2,23 +2,30 @@
 
 Pure functions: an NVML snapshot, the CUDA consumers found, optional deep-probe results,
 ``require`` lines and a few environment facts go in; a list of :class:`Finding` comes out.
-Each finding has a stable ``code`` for people who grep logs and for tests.
+Each finding has a stable ``code`` for people who grep logs and for tests. The consumer and
+architecture rules live in :mod:`.compat`; this module adds the driver, loader, visibility,
+MIG, requirement and health rules.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.arch import parse_targets, reach, sm_name
+from gpu_ci.cuda.compat import Context, consumer_findings
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.findings import LEVELS, Finding, failing
 from gpu_ci.cuda.frameworks import CudaConsumer
-from gpu_ci.cuda.table import DriverTable, driver_at_least
+from gpu_ci.cuda.table import BuildFacts, DriverTable, driver_branch, load_builds
 from gpu_ci.cuda.visibility import Visibility
 
-LEVELS = ("info", "warning", "error")
+__all__ = ["LEVELS", "CheckInput", "EnvFacts", "Finding", "failing", "run_checks"]
+
+OUT_OF_SERVICE = "take this GPU out of service"
 
 NO_DRIVER = ("no NVIDIA driver visible to this job (CPU runner, or a container started "
              "without the NVIDIA runtime / --gpus)")
@@ -31,8 +38,7 @@ NVML_ERRORS: dict[str, tuple[str, str]] = {
     "DRIVER_NOT_LOADED": ("the NVIDIA kernel module is not loaded (typical after a kernel "
                           "update without a DKMS rebuild).",
                           "rebuild and load the module (dkms autoinstall; modprobe nvidia) or "
-                          "reboot into the kernel the driver was built for; drain this runner "
-                          "meanwhile."),
+                          "reboot into the kernel the driver was built for."),
     "LIB_RM_VERSION_MISMATCH": ("the user-space driver library and the loaded kernel module "
                                 "are different versions (driver upgraded without a reboot).",
                                 "reboot the runner, or unload and reload the nvidia kernel "
@@ -40,45 +46,40 @@ NVML_ERRORS: dict[str, tuple[str, str]] = {
     "NO_PERMISSION": ("this user may not open the NVIDIA device files (/dev/nvidia*).",
                       "add the runner user to the group owning /dev/nvidia* (often 'video') "
                       "or fix the container's device cgroup rules."),
-    "GPU_IS_LOST": ("a GPU fell off the bus or stopped responding.",
-                    "drain this runner and reset or replace the GPU."),
+    "GPU_IS_LOST": ("a GPU fell off the bus or stopped responding (a hardware fault).",
+                    f"{OUT_OF_SERVICE}, then reset or replace it."),
     "RESET_REQUIRED": ("a GPU needs a reset before it can be used.",
-                       "drain this runner and reset the GPU (nvidia-smi -r) or reboot."),
-    "CORRUPTED_INFOROM": ("a GPU's infoROM is corrupted.",
-                          "drain this runner; the board needs service."),
-    "INSUFFICIENT_POWER": ("a GPU reports insufficient power.",
-                           "check the power cables and supply; drain this runner."),
-    "IRQ_ISSUE": ("the driver reports an interrupt problem with a GPU.",
-                  "drain this runner and check the kernel log (dmesg)."),
+                       "reset the GPU (nvidia-smi -r) or reboot the runner."),
+    "CORRUPTED_INFOROM": ("a GPU's infoROM is corrupted (a hardware fault).",
+                          f"{OUT_OF_SERVICE}: the board needs service."),
+    "INSUFFICIENT_POWER": ("a GPU reports insufficient power (a hardware fault).",
+                           f"{OUT_OF_SERVICE} and check its power cables and supply."),
+    "IRQ_ISSUE": ("the driver reports an interrupt problem with a GPU (a hardware fault).",
+                  f"{OUT_OF_SERVICE} and check the kernel log (dmesg)."),
     "OPERATING_SYSTEM": ("the operating system blocked the NVML request.",
                          "check container/security policies for device access."),
     "FUNCTION_NOT_FOUND": ("the driver's NVML library is older than nvidia-ml-py expects.",
                            "upgrade the NVIDIA driver."),
-    "TIMEOUT": ("the driver did not answer in time.", "retry; if it persists, drain the runner."),
-    "MEMORY": ("NVML ran out of memory.", "retry; if it persists, drain the runner."),
+    "TIMEOUT": ("the driver did not answer in time.",
+                "retry; if it persists, check the kernel log (dmesg)."),
+    "MEMORY": ("NVML ran out of memory.", "retry; if it persists, check the runner's memory."),
     "UNINITIALIZED": ("NVML was not initialised.", "report this as a bug in gpu-ci."),
 }
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str
-    code: str
-    message: str
-    fix: str = ""
-
-    def as_json(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
 class EnvFacts:
     """What the environment says about how CUDA will be loaded."""
 
-    libcuda_dir: str = ""
-    """Directory of the first libcuda.so.1 on LD_LIBRARY_PATH, if any."""
+    libcuda_path: str | None = None
+    """The file the dynamic loader takes for libcuda.so.1 (LD_LIBRARY_PATH, then the
+    ldconfig cache), symlinks resolved; '' when it cannot be loaded; None when not looked."""
+    libcuda_error: str = ""
     nvidia_require_cuda: str = ""
     nvidia_disable_require: bool = False
+    driver_capabilities: str | None = None
+    """NVIDIA_DRIVER_CAPABILITIES, when set (the container runtime mounts libcuda only with
+    'compute' or 'all')."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ class CheckInput:
     requirements: Sequence[require_spec.Requirement] = ()
     deep: Sequence[dict[str, Any]] = ()
     require_gpu: bool = True
+    builds: BuildFacts = field(default_factory=load_builds)
+    health: str = "error"
+    """Level of hardware-health faults: 'error', or 'warning' (the ``health: warn`` input)."""
+    installed: frozenset[str] = frozenset()
+    """Distribution names in the target interpreter (for helper packages such as
+    pynvjitlink)."""
 
 
 DATA_CENTER = re.compile(
@@ -137,65 +144,84 @@ def visibility_findings(snapshot: NvmlSnapshot, vis: Visibility,
     return out
 
 
-def consumer_findings(inp: CheckInput) -> list[Finding]:
-    snap = inp.snapshot
+def loader_findings(inp: CheckInput) -> list[Finding]:
+    """NVML answered, but can CUDA load its driver library, and is it the right one?"""
+    env = inp.env
+    if env.libcuda_path is None:
+        return []
+    if not env.libcuda_path:
+        caps = env.driver_capabilities
+        hint = ""
+        if caps is not None and not ({"compute", "all"} & {c.strip().lower()
+                                                           for c in caps.split(",")}):
+            hint = (f" NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'compute', so the container "
+                    "runtime mounted NVML but not libcuda.")
+        level = "error" if inp.require_gpu else "info"
+        return [Finding(level, "libcuda-missing",
+                        "NVML works (driver " + inp.snapshot.driver_version + "), but the CUDA "
+                        "driver library libcuda.so.1 cannot be loaded"
+                        + (f" ({env.libcuda_error})" if env.libcuda_error else "") + ": CUDA "
+                        "programs will find no device." + hint,
+                        "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility "
+                        "(or all), e.g. `options: --gpus all -e NVIDIA_DRIVER_CAPABILITIES="
+                        "compute,utility`; on a bare runner, install the driver's CUDA library "
+                        "(libnvidia-compute / nvidia-driver-libs).")]
+    return forward_compat_findings(inp)
+
+
+def _compat_version(path: str) -> str:
+    match = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", path)
+    return match.group(1) if match else ""
+
+
+def forward_compat_findings(inp: CheckInput) -> list[Finding]:
+    env = inp.env
     out: list[Finding] = []
-    driver_cuda = snap.cuda
-    for c in inp.consumers:
-        label = f"{c.name} {c.version}"
-        if c.cpu_only:
-            out.append(Finding("warning", "cpu-only-build",
-                               f"{label} is a CPU-only build ({c.source}): it will not use the "
-                               "GPU.",
-                               f"install the CUDA build of {c.name} for CUDA "
-                               f"{snap.cuda_text} or older."))
-            continue
-        need = c.cuda_tuple
-        if need is None:
-            continue
-        need_text = f"{need[0]}.{need[1]}"
-        floor = inp.table.compat_floor.get(need[0])
-        minimum = inp.table.min_driver(*need)
-        if need[0] > driver_cuda[0] or (
-                need[0] == driver_cuda[0] and need[1] > driver_cuda[1]
-                and not (floor and driver_at_least(snap.driver_version, floor))):
-            why = (f"{label} was built for CUDA {need_text}, but driver {snap.driver_version} "
-                   f"supports CUDA {snap.cuda_text} at most")
-            if need[0] == driver_cuda[0] and floor:
-                why += f" and is below CUDA {need[0]}'s minor-version compatibility floor {floor}"
-            fix = (f"upgrade the driver to {minimum} or newer" if minimum else
-                   "upgrade the driver")
-            fix += (f", or install the {c.name} build for CUDA {snap.cuda_text} or older "
-                    f"(learned from {c.source}).")
-            out.append(Finding("error", "driver-too-old-for-cuda",
-                               why + (f"; CUDA {need_text} needs driver {minimum} or newer."
-                                      if minimum else "."), fix))
-        elif need[0] == driver_cuda[0] and need[1] > driver_cuda[1]:
-            out.append(Finding("warning", "minor-version-compatibility",
-                               f"{label} was built for CUDA {need_text}; driver "
-                               f"{snap.driver_version} (CUDA {snap.cuda_text}) runs it through "
-                               "minor-version compatibility: PTX JIT of newer PTX is "
-                               "unavailable and newer APIs may fail "
-                               "(cudaErrorCallRequiresNewerDriver).",
-                               f"upgrade the driver to {minimum or 'a newer release'}, or use "
-                               f"the {c.name} build for CUDA {snap.cuda_text}."))
-        if need[0] >= 13:
-            for gpu in inp.visibility.gpus if inp.visibility else ():
-                if gpu.compute_capability < (7, 5):
-                    out.append(Finding("error", "arch-dropped-by-cuda13",
-                                       f"{label} is built with CUDA {need_text}, which does not "
-                                       f"support GPU {gpu.index} ({gpu.name}, compute "
-                                       f"capability {gpu.cc}): CUDA 13 needs 7.5 or newer.",
-                                       f"install the {c.name} build for CUDA 12, or run on a "
-                                       "newer GPU."))
+    path = (env.libcuda_path or "").replace("\\", "/")
+    if "/compat/" in path and inp.visibility:
+        for gpu in inp.visibility.gpus:
+            if is_data_center(gpu):
+                continue
+            level = "warning" if gpu.brand in ("quadro", "quadrortx", "nvidiartx") else "error"
+            out.append(Finding(level, "forward-compat-unsupported",
+                               f"libcuda is loaded from {env.libcuda_path} (forward "
+                               f"compatibility) but GPU {gpu.index} ({gpu.name}, brand "
+                               f"{gpu.brand}) is not a data-center GPU: CUDA fails with 804 "
+                               "'forward compatibility was attempted on non supported HW'.",
+                               "remove the compat directory from LD_LIBRARY_PATH (or from "
+                               "/etc/ld.so.conf.d, then run ldconfig) and upgrade the driver "
+                               "instead."))
+        compat = _compat_version(path)
+        kernel = inp.snapshot.driver_version
+        branch = driver_branch(kernel)
+        if compat and kernel and _older(compat, kernel):
+            out.append(Finding("error", "forward-compat-mismatch",
+                               f"libcuda {compat} from {env.libcuda_path} (forward "
+                               f"compatibility) is older than the installed driver {kernel}: "
+                               "CUDA fails with 803 'system has unsupported display driver / "
+                               "cuda driver combination'.",
+                               "drop the compat directory: the installed driver is newer and "
+                               "runs this CUDA itself."))
+        elif compat and branch is not None and branch not in inp.builds.compat_branches:
+            out.append(Finding("error", "forward-compat-mismatch",
+                               f"libcuda {compat} from {env.libcuda_path} (forward "
+                               f"compatibility) needs the kernel driver on a supported branch "
+                               f"(R{', R'.join(str(b) for b in inp.builds.compat_branches)}); "
+                               f"driver {kernel} is R{branch}: CUDA fails with 803.",
+                               "move the runner to a long-term or production branch driver, or "
+                               "drop the compat package and upgrade the driver."))
+    if env.nvidia_disable_require:
+        out.append(Finding("warning", "nvidia-disable-require",
+                           "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "
+                           "CUDA version check.",
+                           "unset NVIDIA_DISABLE_REQUIRE unless the driver is known to fit."))
     return out
 
 
-def _arch(entry: str) -> tuple[str, tuple[int, int]] | None:
-    match = re.fullmatch(r"(sm|compute)_(\d+)(\d)[af]?", entry.strip())
-    if not match:
-        return None
-    return match.group(1), (int(match.group(2)), int(match.group(3)))
+def _older(a: str, b: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".") if p.isdigit())
+    return key(a) < key(b)
 
 
 def deep_findings(inp: CheckInput) -> list[Finding]:
@@ -204,65 +230,47 @@ def deep_findings(inp: CheckInput) -> list[Finding]:
     for result in inp.deep:
         name = result.get("name", "?")
         arch_list = result.get("arch_list")
+        no_image = False
         if arch_list:
-            parsed = [a for a in (_arch(e) for e in arch_list) if a]
+            targets = parse_targets(arch_list)
             for gpu in gpus:
-                cc = gpu.compute_capability
-                sass = [v for kind, v in parsed if kind == "sm" and v[0] == cc[0] and v <= cc]
-                ptx = [v for kind, v in parsed if kind == "compute" and v <= cc]
-                if sass:
-                    continue
-                if ptx:
+                got = reach(targets, gpu.compute_capability)
+                sm = sm_name(gpu.compute_capability)
+                if got == "ptx":
                     out.append(Finding("warning", "arch-ptx-only",
-                                       f"{name} has no binary (sm_{cc[0]}x) for GPU {gpu.index} "
-                                       f"({gpu.name}, {gpu.cc}); it will JIT-compile PTX "
-                                       f"{'/'.join(f'compute_{a}{b}' for a, b in ptx)} at "
+                                       f"{name} has no binary ({sm}) for GPU {gpu.index} "
+                                       f"({gpu.name}, {gpu.cc}); it will JIT-compile PTX at "
                                        "start-up (slow, and fails if the PTX is newer than the "
                                        "driver).",
-                                       f"install a {name} build whose arch list includes "
-                                       f"sm_{cc[0]}{cc[1]}."))
-                else:
+                                       f"install a {name} build whose arch list includes {sm}."))
+                elif got is None:
+                    no_image = True
                     out.append(Finding("error", "no-kernel-image",
                                        f"{name} is built for {', '.join(arch_list)}, none of "
                                        f"which runs on GPU {gpu.index} ({gpu.name}, compute "
                                        f"capability {gpu.cc}): CUDA would fail with 'no kernel "
                                        "image is available for execution on the device'.",
-                                       f"install a {name} build that includes "
-                                       f"sm_{cc[0]}{cc[1]}."))
+                                       f"install a {name} build that includes {sm}; the GPU "
+                                       "is fine."))
         if not result.get("ok", False):
             out.append(Finding("error", "deep-check-failed",
                                f"{name} could not use the GPU: {result.get('error', '')}",
                                "see the message; run with deep: true locally to reproduce."))
         for comp in result.get("computations", []):
-            if not comp.get("ok"):
-                out.append(Finding("error", "gpu-computation-failed",
-                                   f"{name}: a tiny computation on GPU {comp.get('gpu')} failed: "
-                                   f"{comp.get('error') or 'wrong result'}",
-                                   "drain this runner if other jobs fail the same way."))
-    return out
-
-
-def forward_compat_findings(inp: CheckInput) -> list[Finding]:
-    env = inp.env
-    out: list[Finding] = []
-    compat = bool(env.libcuda_dir) and "/compat" in env.libcuda_dir.replace("\\", "/")
-    if compat and inp.visibility:
-        for gpu in inp.visibility.gpus:
-            if is_data_center(gpu):
+            error = str(comp.get("error") or "")
+            if comp.get("ok") or (no_image and "no kernel image" in error):
                 continue
-            level = "warning" if gpu.brand in ("quadro", "quadrortx", "nvidiartx") else "error"
-            out.append(Finding(level, "forward-compat-unsupported",
-                               f"libcuda is loaded from {env.libcuda_dir} (forward "
-                               f"compatibility) but GPU {gpu.index} ({gpu.name}, brand "
-                               f"{gpu.brand}) is not a data-center GPU: CUDA fails with 804 "
-                               "'forward compatibility was attempted on non supported HW'.",
-                               "remove the compat directory from LD_LIBRARY_PATH and upgrade "
-                               "the driver instead."))
-    if env.nvidia_disable_require:
-        out.append(Finding("warning", "nvidia-disable-require",
-                           "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "
-                           "CUDA version check.",
-                           "unset NVIDIA_DISABLE_REQUIRE unless the driver is known to fit."))
+            if "no kernel image" in error:
+                out.append(Finding("error", "no-kernel-image",
+                                   f"{name}: GPU {comp.get('gpu')}: {error}",
+                                   f"install a {name} build that includes this GPU's "
+                                   "architecture; the GPU is fine."))
+                continue
+            out.append(Finding("error", "gpu-computation-failed",
+                               f"{name}: a tiny computation on GPU {comp.get('gpu')} failed: "
+                               f"{error or 'wrong result'}",
+                               "if other jobs on this GPU fail the same way, "
+                               f"{OUT_OF_SERVICE} and check the kernel log (dmesg, Xid)."))
     return out
 
 
@@ -279,8 +287,8 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
         except Exception as exc:  # a broken image variable is a finding, not a crash
             out.append(Finding("warning", "nvidia-require-cuda-unreadable", str(exc)))
     for req in reqs:
-        failing = require_spec.unmet(req, facts)
-        if failing is None:
+        failing_conditions = require_spec.unmet(req, facts)
+        if failing_conditions is None:
             continue
         code = "require-unmet"
         source = "require"
@@ -288,46 +296,59 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
             code, source = "nvidia-require-cuda-unmet", "NVIDIA_REQUIRE_CUDA"
         out.append(Finding("error", code,
                            f"{source} '{req.text}' does not hold: "
-                           f"{', '.join(str(c) for c in failing)} fails for "
+                           f"{', '.join(str(c) for c in failing_conditions)} fails for "
                            f"{require_spec.describe(facts)}.",
                            "run the job on a runner that satisfies it, or change the "
                            "requirement."))
     return out
 
 
-def health_findings(vis: Visibility) -> list[Finding]:
+def health_findings(vis: Visibility, health: str = "error") -> list[Finding]:
+    """Hardware faults (uncorrectable ECC, failed or pending row remapping, pending page
+    retirement) fail the step by default: the next test on that board can return wrong
+    numbers. ``health: warn`` downgrades them."""
     out = []
     for g in vis.gpus:
         who = f"GPU {g.index} ({g.name})"
         if g.ecc_uncorrected_volatile:
-            out.append(Finding("warning", "ecc-uncorrected-errors",
+            out.append(Finding(health, "ecc-uncorrected-errors",
                                f"{who} has {g.ecc_uncorrected_volatile} volatile uncorrected "
-                               "ECC errors since the last driver load.",
-                               "drain this runner and reset the GPU."))
+                               "ECC errors since the last driver load (a hardware fault).",
+                               f"{OUT_OF_SERVICE}; reset it (nvidia-smi -r) and run a memory "
+                               "diagnostic (dcgmi diag -r 3) before using it again."))
         if g.retired_pages_pending:
-            out.append(Finding("warning", "retired-pages-pending",
+            out.append(Finding(health, "retired-pages-pending",
                                f"{who} has retired pages pending a reboot.",
-                               "drain this runner and reboot it."))
+                               "reboot the runner (or reset the GPU) to apply the retirement."))
         if g.remapped_rows_failure:
-            out.append(Finding("warning", "remapped-rows-failure",
-                               f"{who} reports a row-remapping failure.",
-                               "drain this runner: the board needs service."))
+            out.append(Finding(health, "remapped-rows-failure",
+                               f"{who} reports a row-remapping failure (a hardware fault).",
+                               f"{OUT_OF_SERVICE}: the board needs service."))
         elif g.remapped_rows_pending:
-            out.append(Finding("warning", "remapped-rows-pending",
+            out.append(Finding(health, "remapped-rows-pending",
                                f"{who} has remapped rows pending a GPU reset.",
-                               "drain this runner and reset the GPU."))
+                               "reset the GPU (nvidia-smi -r) or reboot the runner to apply "
+                               "the remapping."))
         if g.other_processes:
             out.append(Finding("warning", "gpu-busy",
                                f"{who} is already used by {g.other_processes} other "
                                "process(es); tests may run out of memory or be slow.",
                                "make sure earlier jobs cleaned up, or give this job its own GPU."))
-        if g.mig_enabled:
-            out.append(Finding("warning", "mig-enabled",
-                               f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
-                               f"({', '.join(g.mig_uuids) or 'none created'}): CUDA sees "
-                               "instances, not the whole GPU.",
-                               "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
-                               "disable MIG on this runner."))
+        if g.mig_enabled and not g.mig_selected:
+            if not g.mig_uuids:
+                out.append(Finding("error", "mig-no-instances",
+                                   f"{who} is in MIG mode with no MIG instances created: CUDA "
+                                   "sees no device on it.",
+                                   "create instances (nvidia-smi mig -cgi ... -C) and select "
+                                   "one with CUDA_VISIBLE_DEVICES=MIG-..., or disable MIG "
+                                   "(nvidia-smi -mig 0)."))
+            else:
+                out.append(Finding("warning", "mig-enabled",
+                                   f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
+                                   f"({', '.join(g.mig_uuids)}): CUDA sees instances, not the "
+                                   "whole GPU.",
+                                   "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
+                                   "disable MIG on this runner."))
         if g.persistence_mode is False:
             out.append(Finding("warning", "persistence-mode-off",
                                f"{who} has persistence mode off: each CUDA start re-initialises "
@@ -344,14 +365,12 @@ def run_checks(inp: CheckInput) -> list[Finding]:
     if not inp.snapshot.ok or inp.visibility is None:
         return findings
     findings += visibility_findings(inp.snapshot, inp.visibility, inp.require_gpu)
-    findings += consumer_findings(inp)
+    findings += loader_findings(inp)
+    ctx = Context(inp.snapshot, inp.visibility.gpus, inp.table, inp.builds, inp.installed)
+    findings += consumer_findings(ctx, inp.consumers)
     findings += deep_findings(inp)
-    findings += forward_compat_findings(inp)
+    if inp.env.libcuda_path is None:
+        findings += forward_compat_findings(inp)
     findings += requirement_findings(inp)
-    findings += health_findings(inp.visibility)
+    findings += health_findings(inp.visibility, inp.health)
     return findings
-
-
-def failing(findings: Sequence[Finding], fail_on: str) -> list[Finding]:
-    threshold = LEVELS.index(fail_on)
-    return [f for f in findings if LEVELS.index(f.level) >= threshold]

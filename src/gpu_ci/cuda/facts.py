@@ -17,6 +17,15 @@ BRANDS = {0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforc
 
 
 @dataclass(frozen=True)
+class MigInstance:
+    """A MIG device: what CUDA sees when CUDA_VISIBLE_DEVICES selects it."""
+
+    uuid: str
+    name: str = ""
+    memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
@@ -34,6 +43,10 @@ class Gpu:
     other_processes: int | None = None
     unreadable: tuple[str, ...] = ()
     """Optional queries that failed with something other than 'not supported'."""
+    mig_instances: tuple[MigInstance, ...] = ()
+    """Name and memory of each MIG device (same order as ``mig_uuids``), when readable."""
+    mig_selected: str = ""
+    """The MIG device UUID CUDA_VISIBLE_DEVICES selected: this Gpu then describes the slice."""
 
     @property
     def cc(self) -> str:
@@ -45,7 +58,8 @@ class Gpu:
                 "memory_mib": self.memory_total_bytes // (1024 * 1024),
                 "mig": "enabled" if self.mig_enabled else
                        ("disabled" if self.mig_enabled is False else "n/a"),
-                "mig_instances": list(self.mig_uuids), "brand": self.brand}
+                "mig_instances": list(self.mig_uuids), "brand": self.brand,
+                **({"mig_selected": self.mig_selected} if self.mig_selected else {})}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-KNOWN = ("torch", "cupy", "jax", "numba", "tensorflow", "cuda-runtime", "conda", "nvcc")
+from gpu_ci.cuda.arch import tensorflow_arch_list
+
+KNOWN = ("torch", "cupy", "jax", "numba", "tensorflow", "cuda-runtime", "conda", "nvcc",
+         "onnxruntime", "paddle")
+
+#: Files the probe reads (text) from the target's site-packages.
+FILES = ("torch/version.py", "tensorflow/python/platform/build_info.py",
+         "onnxruntime/capi/build_and_package_info.py", "paddle/version/__init__.py")
+#: Binary files whose path the probe reports (the shell memory-maps them).
+BINARIES = ("torch/lib/libtorch_python.so",)
 
 
 @dataclass(frozen=True)
@@ -29,13 +38,25 @@ class CudaConsumer:
     cpu_only: bool = False
     family: str = ""
     """Which `frameworks` input name selects it."""
+    rocm: bool = False
+    """A ROCm (HIP) build: it can only use AMD GPUs."""
+    arch: tuple[str, ...] | None = None
+    """Compiled GPU targets ('sm_90', 'compute_90'), when the build records them."""
+    tag: str = ""
+    """The build's name in the builds table (torch 'cu128', 'cupy-cuda12x', jax 'cuda12')."""
 
     @property
     def cuda_tuple(self) -> tuple[int, int] | None:
         if not self.cuda:
             return None
         parts = self.cuda.split(".")
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        minor = parts[1] if len(parts) > 1 and parts[1].isdigit() else "0"
+        return int(parts[0]), int(minor)
+
+    @property
+    def exact_minor(self) -> bool:
+        """False for '12.x': any minor of the major (the runtime comes from the system)."""
+        return bool(self.cuda) and not str(self.cuda).endswith(".x")
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -55,11 +76,25 @@ class ProbeFacts:
     """File names under <prefix>/conda-meta (name-version-build.json)."""
     nvcc: Mapping[str, str] = None  # type: ignore[assignment]
     """{'path': ..., 'version_json': ..., 'nvcc_output': ...}"""
+    arch_lists: Mapping[str, Sequence[str]] = None  # type: ignore[assignment]
+    """Arch lists read from binaries by the shell, by BINARIES path."""
 
     def __post_init__(self) -> None:
-        for name in ("dists", "files", "nvcc"):
+        for name in ("dists", "files", "nvcc", "arch_lists"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, {})
+
+
+def wants_arch_list(binary: str, files: Mapping[str, str]) -> bool:
+    """Is the arch list in ``binary`` worth reading? Not for a CPU or ROCm torch, whose
+    ``version.py`` says so (their library has no list: reading it is the slow case)."""
+    if binary == "torch/lib/libtorch_python.so":
+        text = files.get("torch/version.py", "")
+        if re.search(r"^cuda\s*(?::[^=]+)?=\s*None", text, re.MULTILINE):
+            return False
+        if re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]", text, re.MULTILINE):
+            return False
+    return True
 
 
 def _cu_label(version: str) -> str | None:
@@ -89,24 +124,42 @@ def _torch(facts: ProbeFacts) -> CudaConsumer | None:
     if version is None:
         return None
     text = facts.files.get("torch/version.py", "")
-    if re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]", text, re.MULTILINE):
-        return CudaConsumer("torch", version, None, "torch/version.py (ROCm build)", True)
+    hip = re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+    if hip or re.search(r"\+rocm[\d.]+$", version):
+        rocm = hip.group(1) if hip else version.rsplit("+rocm", 1)[1]
+        return CudaConsumer("torch", version, None, f"torch/version.py: hip = {rocm!r}"
+                            if hip else "version label", rocm=True)
+    arch = facts.arch_lists.get("torch/lib/libtorch_python.so")
     match = re.search(r"^cuda\s*(?::[^=]+)?=\s*(None|['\"]([\d.]+)['\"])", text, re.MULTILINE)
     if match:
         if match.group(1) == "None":
             return CudaConsumer("torch", version, None, "torch/version.py: cuda = None", True)
-        return CudaConsumer("torch", version, _major_minor(match.group(2)),
-                            "torch/version.py")
+        cuda = _major_minor(match.group(2))
+        return CudaConsumer("torch", version, cuda, "torch/version.py",
+                            arch=tuple(arch) if arch is not None else None,
+                            tag="cu" + (cuda or "").replace(".", ""))
     if version.endswith("+cpu"):
         return CudaConsumer("torch", version, None, "version label +cpu", True)
     label = _cu_label(version)
     if label:
-        return CudaConsumer("torch", version, label, "version label")
+        return CudaConsumer("torch", version, label, "version label",
+                            arch=tuple(arch) if arch is not None else None,
+                            tag="cu" + label.replace(".", ""))
     runtime = _runtime_wheel(facts.dists)
     if runtime:
         return CudaConsumer("torch", version, _major_minor(runtime[1]),
                             f"wheel pin {runtime[0]}=={runtime[1]}")
     return CudaConsumer("torch", version, None, "no CUDA record found")
+
+
+def _runtime_minor(facts: ProbeFacts, major: str, name: str) -> tuple[str, str]:
+    """(cuda, how) for a wheel that takes any CUDA ``major``.x runtime: the exact minor from
+    the CUDA runtime wheel installed next to it, else the major alone ('12.x')."""
+    runtime = _runtime_wheel(facts.dists)
+    if runtime and runtime[1].split(".")[0] == major:
+        return (_major_minor(runtime[1]) or f"{major}.x",
+                f"wheel name {name}; runtime {runtime[0]}=={runtime[1]}")
+    return f"{major}.x", f"wheel name {name} (any CUDA {major}.x; runtime from the system)"
 
 
 def _cupy(facts: ProbeFacts) -> list[CudaConsumer]:
@@ -115,9 +168,11 @@ def _cupy(facts: ProbeFacts) -> list[CudaConsumer]:
         match = re.fullmatch(r"cupy-cuda(\d+)(x?)", name)
         if match:
             digits, floating = match.groups()
-            cuda = f"{digits}.0" if floating else f"{digits[:-1]}.{digits[-1]}"
-            how = f"wheel name {name} (any CUDA {digits}.x)" if floating else f"wheel name {name}"
-            out.append(CudaConsumer(name, version, cuda, how))
+            if floating:
+                cuda, how = _runtime_minor(facts, digits, name)
+            else:
+                cuda, how = f"{digits[:-1]}.{digits[-1]}", f"wheel name {name}"
+            out.append(CudaConsumer(name, version, cuda, how, tag=name))
         elif name == "cupy":
             out.append(CudaConsumer("cupy", version, None, "built from source: CUDA unknown"))
     return out
@@ -128,12 +183,14 @@ def _jax(facts: ProbeFacts) -> list[CudaConsumer]:
     for name, version in facts.dists.items():
         match = re.fullmatch(r"jax-cuda(\d+)-plugin", name)
         if match:
-            out.append(CudaConsumer(name, version, f"{match.group(1)}.0", f"wheel name {name}"))
+            cuda, how = _runtime_minor(facts, match.group(1), name)
+            out.append(CudaConsumer(name, version, cuda, how, tag=f"cuda{match.group(1)}"))
     if not out and "jaxlib" in facts.dists:
         version = facts.dists["jaxlib"]
         match = re.search(r"\+cuda(\d+)", version)
         if match:
-            out.append(CudaConsumer("jaxlib", version, f"{match.group(1)}.0", "version label"))
+            out.append(CudaConsumer("jaxlib", version, f"{match.group(1)}.x", "version label",
+                                    tag=f"cuda{match.group(1)}"))
         elif "jax" in facts.dists:
             out.append(CudaConsumer("jax", facts.dists["jax"], None,
                                     "no jax-cuda plugin installed", True))
@@ -162,12 +219,45 @@ def _tensorflow(facts: ProbeFacts) -> CudaConsumer | None:
     if name == "tensorflow-cpu":
         return CudaConsumer(name, version, None, "tensorflow-cpu", True)
     text = facts.files.get("tensorflow/python/platform/build_info.py", "")
-    match = re.search(r"['\"]cuda_version['\"]\s*:\s*['\"]([\d.]+)['\"]", text)
+    # generated as collections.OrderedDict([('cuda_version', '12.5.1'), ...]) (older: a dict)
+    if re.search(r"['\"]is_rocm_build['\"]\s*[,:]\s*True", text):
+        return CudaConsumer(name, version, None, "build_info.py: is_rocm_build", rocm=True)
+    match = re.search(r"['\"]cuda_version['\"]\s*[,:]\s*['\"]([\d.]+)['\"]", text)
     if match:
-        return CudaConsumer(name, version, _major_minor(match.group(1)), "build_info.py")
-    if re.search(r"['\"]is_cuda_build['\"]\s*:\s*False", text):
+        arch = tensorflow_arch_list(text)
+        return CudaConsumer(name, version, _major_minor(match.group(1)), "build_info.py",
+                            arch=tuple(arch) if arch else None)
+    if re.search(r"['\"]is_cuda_build['\"]\s*[,:]\s*False", text):
         return CudaConsumer(name, version, None, "build_info.py: not a CUDA build", True)
     return CudaConsumer(name, version, None, "no CUDA record found")
+
+
+def _assigned(text: str, name: str) -> str | None:
+    match = re.search(rf"^{name}\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _onnxruntime(facts: ProbeFacts) -> CudaConsumer | None:
+    version = facts.dists.get("onnxruntime-gpu")
+    if version is None:
+        return None
+    cuda = _assigned(facts.files.get("onnxruntime/capi/build_and_package_info.py", ""),
+                     "cuda_version")
+    if cuda:
+        return CudaConsumer("onnxruntime-gpu", version, _major_minor(cuda),
+                            "onnxruntime/capi/build_and_package_info.py")
+    return CudaConsumer("onnxruntime-gpu", version, None, "no CUDA record found")
+
+
+def _paddle(facts: ProbeFacts) -> CudaConsumer | None:
+    version = facts.dists.get("paddlepaddle-gpu")
+    if version is None:
+        return None
+    cuda = _assigned(facts.files.get("paddle/version/__init__.py", ""), "cuda_version")
+    if cuda and cuda != "False":
+        return CudaConsumer("paddlepaddle-gpu", version, _major_minor(cuda),
+                            "paddle/version/__init__.py")
+    return CudaConsumer("paddlepaddle-gpu", version, None, "no CUDA record found")
 
 
 def _runtime_wheels(facts: ProbeFacts) -> list[CudaConsumer]:
@@ -222,6 +312,7 @@ def consumers(facts: ProbeFacts) -> list[CudaConsumer]:
     found += [("cuda-runtime", c) for c in _runtime_wheels(facts)]
     found += [("conda", c) for c in _conda(facts)]
     found.append(("nvcc", _nvcc(facts)))
+    found += [("onnxruntime", _onnxruntime(facts)), ("paddle", _paddle(facts))]
     out = []
     for family, consumer in found:
         if consumer is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpu_ci.cuda.facts import BRANDS, Gpu, NvmlSnapshot
+from gpu_ci.cuda.facts import BRANDS, Gpu, MigInstance, NvmlSnapshot
 
 T = TypeVar("T")
 
@@ -98,6 +98,7 @@ def read_snapshot() -> NvmlSnapshot:
             mig = optional(errors, "MIG mode", pynvml.nvmlDeviceGetMigMode, handle)
             mig_enabled = None if mig is None else bool(mig[0])
             mig_uuids: list[str] = []
+            instances: list[MigInstance] = []
             if mig_enabled:
                 slots = optional(errors, "MIG devices", pynvml.nvmlDeviceGetMaxMigDeviceCount,
                                  handle) or 0
@@ -106,7 +107,14 @@ def read_snapshot() -> NvmlSnapshot:
                                           pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
                                           handle, slot)
                     if mig_handle is not None:
-                        mig_uuids.append(_text(pynvml.nvmlDeviceGetUUID(mig_handle)))
+                        mig_uuid = _text(pynvml.nvmlDeviceGetUUID(mig_handle))
+                        mig_uuids.append(mig_uuid)
+                        mig_name = optional([], "MIG name", pynvml.nvmlDeviceGetName, mig_handle)
+                        mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo,
+                                           mig_handle)
+                        instances.append(MigInstance(
+                            mig_uuid, _text(mig_name) if mig_name is not None else "",
+                            int(mig_mem.total) if mig_mem is not None else None))
             persistence = optional(errors, "persistence mode",
                                    pynvml.nvmlDeviceGetPersistenceMode, handle)
             ecc = optional(errors, "ECC errors", pynvml.nvmlDeviceGetTotalEccErrors, handle,
@@ -134,6 +142,7 @@ def read_snapshot() -> NvmlSnapshot:
                 remapped_rows_failure=None if remap is None else bool(remap[3]),
                 other_processes=None if procs is None else len(procs),
                 unreadable=tuple(errors),
+                mig_instances=tuple(instances),
             ))
     except _Failed as failed:
         return failure(failed)

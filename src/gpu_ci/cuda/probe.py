@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda.frameworks import ProbeFacts
+from gpu_ci.cuda.arch import read_torch_arch_list
+from gpu_ci.cuda.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
 # the frameworks themselves.
@@ -40,15 +41,22 @@ for entry in sys.path:
                 if project and version:
                     dists.setdefault(re.sub(r"[-_.]+", "-", project).lower(), version)
 files = {}
-for rel in ("torch/version.py", "tensorflow/python/platform/build_info.py"):
+for rel in json.loads(sys.argv[1]):
     for entry in sys.path:
         path = os.path.join(entry or ".", rel)
         if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as handle:
                 files[rel] = handle.read(65536)
             break
+binaries = {}
+for rel in json.loads(sys.argv[2]):
+    for entry in sys.path:
+        path = os.path.join(entry or ".", rel)
+        if os.path.isfile(path):
+            binaries[rel] = os.path.abspath(path)
+            break
 print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "dists": dists,
-                  "files": files}))
+                  "files": files, "binaries": binaries}))
 """
 
 DEEP = r"""
@@ -131,7 +139,8 @@ def probe_python(python: str, environ: Mapping[str, str], timeout: float = 20.0
                  ) -> tuple[dict[str, Any] | None, str]:
     """(facts, error) from one subprocess in the target interpreter."""
     try:
-        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True,
+        proc = subprocess.run([python, "-c", PROBE, json.dumps(FILES), json.dumps(BINARIES)],
+                              capture_output=True, text=True,
                               timeout=timeout, env=_clean_env(environ))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{python} could not be run ({exc})"
@@ -185,10 +194,17 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
         got, error = probe_python(python, environ)
         raw = got or {}
     prefix = str(raw.get("prefix") or environ.get("CONDA_PREFIX") or "")
+    arch_lists: dict[str, list[str]] = {}
+    for rel, path in (raw.get("binaries") or {}).items():
+        if not wants_arch_list(rel, raw.get("files") or {}):
+            continue
+        found, _why = read_torch_arch_list(path)
+        if found is not None:  # unreadable: the build's arch stays unknown, as before
+            arch_lists[rel] = found
     facts = ProbeFacts(python=str(raw.get("python") or python or ""), prefix=prefix,
                        dists=raw.get("dists") or {}, files=raw.get("files") or {},
                        conda_meta=conda_meta(prefix) if prefix else [],
-                       nvcc=find_nvcc(environ))
+                       nvcc=find_nvcc(environ), arch_lists=arch_lists)
     return facts, error
 
 

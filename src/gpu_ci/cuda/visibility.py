@@ -9,7 +9,7 @@ hide everything. CUDA stops at the first entry it cannot resolve.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpu_ci.cuda.facts import Gpu
 
@@ -25,13 +25,29 @@ class Visibility:
     """An entry that matched no GPU (CUDA ignores it and everything after it)."""
 
 
+def slice_of(gpu: Gpu, uuid: str) -> Gpu:
+    """The GPU as CUDA sees it when one MIG device is selected: the slice's name and memory
+    (a 1g.10gb slice of an 80 GB A100 has 10 GB), so requirements apply to what runs."""
+    inst = next((m for m in gpu.mig_instances if m.uuid == uuid), None)
+    if inst is None:
+        return replace(gpu, mig_selected=uuid)
+    return replace(gpu, name=inst.name or gpu.name, mig_selected=uuid,
+                   memory_total_bytes=(inst.memory_total_bytes
+                                       if inst.memory_total_bytes is not None
+                                       else gpu.memory_total_bytes))
+
+
 def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
     if entry.isdigit():
         index = int(entry)
         return gpus[index] if index < len(gpus) else None
     lowered = entry.lower()
     if lowered.startswith("mig-"):
-        return next((g for g in gpus if any(u.lower() == lowered for u in g.mig_uuids)), None)
+        for gpu in gpus:
+            for uuid in gpu.mig_uuids:
+                if uuid.lower() == lowered:
+                    return slice_of(gpu, uuid)
+        return None
     if lowered.startswith("gpu-"):
         matches = [g for g in gpus if g.uuid.lower().startswith(lowered)]
         return matches[0] if len(matches) == 1 else None

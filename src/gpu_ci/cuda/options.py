@@ -1,0 +1,53 @@
+"""verify-cuda-env's options, validated once from the action's inputs.
+
+The command layer reads the raw inputs and hands them here; everything after works on this
+frozen object, so a typo in an input is one usage error (exit 2) before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpu_ci.cuda import frameworks
+from gpu_ci.cuda import require as require_spec
+from gpu_ci.errors import UsageError
+
+FAIL_ON = ("error", "warning")
+HEALTH = {"error": "error", "fail": "error", "warn": "warning", "warning": "warning"}
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    requirements: tuple[require_spec.Requirement, ...] = ()
+    fail_on: str = "error"
+    deep: bool = False
+    require_gpu: bool = True
+    frameworks: tuple[str, ...] | None = None
+    """None: every framework found ('auto')."""
+    python: str = ""
+    report_file: str = ""
+    health: str = "error"
+    """Level of hardware-health faults: 'error' (default) or 'warning' (``health: warn``)."""
+
+
+def parse_options(*, require: Sequence[str] = (), fail_on: str = "error", deep: bool = False,
+                  require_gpu: bool = True, frameworks_text: str = "auto", python: str = "",
+                  report_file: str = "", health: str = "error") -> VerifyOptions:
+    requirements = tuple(require_spec.parse_lines(list(require)))
+    fail = fail_on.strip().lower()
+    if fail not in FAIL_ON:
+        raise UsageError(f"input 'fail-on' must be one of {', '.join(FAIL_ON)}; got "
+                         f"{fail_on!r}.")
+    level = HEALTH.get(health.strip().lower())
+    if level is None:
+        raise UsageError(f"input 'health' must be error or warn; got {health!r}.")
+    chosen = frameworks.parse_selection(frameworks_text)
+    if chosen:
+        unknown = [n for n in chosen if n not in frameworks.KNOWN]
+        if unknown:
+            raise UsageError(f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
+                             f"of {', '.join(frameworks.KNOWN)}.")
+    return VerifyOptions(requirements=requirements, fail_on=fail, deep=deep,
+                         require_gpu=require_gpu, frameworks=chosen, python=python.strip(),
+                         report_file=report_file.strip(), health=level)
