@@ -370,7 +370,9 @@ def _clock(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = max(0, int(round(seconds)))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    if s >= 3600:
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
 
 
 def findings(report: Report, limits: Limits) -> list[Finding]:
