@@ -1,7 +1,7 @@
 """Push one job's GPU usage to a Prometheus Pushgateway (prometheus-client).
 
 A fleet's dashboards already hold DCGM-exporter metrics; these gauges sit beside them, one
-group per job (``repository``, ``workflow``, ``job``, ``run_id``, ``run_attempt``,
+group per job (``repository``, ``workflow``, ``github_job``, ``run_id``, ``run_attempt``,
 ``runner``), per-GPU series labelled with the GPU's UUID, so usage and idle cost can be
 summed per repository and workflow. Base units (seconds, bytes, joules, ratios) as
 Prometheus' naming guide asks.
@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from gpu_ci.cuda.monitor_report import Report
 
 PUSH_JOB = "gpu_ci_monitor"
+"""The Pushgateway's own ``job`` label; the workflow's job is ``github_job``."""
 
 
 def grouping_key(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         "repository": environ.get("GITHUB_REPOSITORY", "") or "unknown",
         "workflow": environ.get("GITHUB_WORKFLOW", "") or "unknown",
-        "job": environ.get("GITHUB_JOB", "") or "unknown",
+        "github_job": environ.get("GITHUB_JOB", "") or "unknown",
         "run_id": environ.get("GITHUB_RUN_ID", "") or "0",
         "run_attempt": environ.get("GITHUB_RUN_ATTEMPT", "") or "1",
         "runner": environ.get("RUNNER_NAME", "") or "unknown",
