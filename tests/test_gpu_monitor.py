@@ -163,7 +163,10 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
     github.add_repo("octo-org/octo-repo")
     job = Job(7001, "tests (3.12)", ["self-hosted", "gpu"], status="in_progress",
               started_at=iso(EPOCH - 20), runner_name="gpu-runner-1", steps=[
-                  Step("Set up job", 1, started_at=iso(EPOCH - 20), completed_at=iso(EPOCH)),
+                  Step("Set up job", 1, started_at=iso(EPOCH - 20),
+                       completed_at=iso(EPOCH - 2)),
+                  Step("gpu-monitor start", 1, started_at=iso(EPOCH - 2),
+                       completed_at=iso(EPOCH)),
                   Step("Install", 2, started_at=iso(EPOCH), completed_at=iso(EPOCH + 29)),
                   Step("GPU tests", 3, started_at=iso(EPOCH + 29),
                        completed_at=iso(EPOCH + 89)),
@@ -183,7 +186,9 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     assert report["phases_from"] == "steps"
     phases = {p["name"]: p for p in report["phases"]}
-    assert list(phases) == ["Install", "GPU tests", "gpu-monitor report"]
+    assert list(phases) == ["Set up job (before gpu-monitor started)", "gpu-monitor start",
+                            "Install", "GPU tests", "gpu-monitor report"]
+    assert phases["Set up job (before gpu-monitor started)"]["samples"] == 0
     assert phases["Install"]["busy_s"] == 0 and phases["Install"]["samples"] == 29
     assert phases["GPU tests"]["busy_s"] == 60 and phases["GPU tests"]["samples"] == 60
     assert phases["GPU tests"]["peak_memory_bytes"] == 30720 * MiB

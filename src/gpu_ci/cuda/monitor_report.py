@@ -344,8 +344,11 @@ def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
     pricing = pricing or Pricing(None, "")
     gpus = tuple(_usage(g, rec) for g in rec.gpus)
     if steps:
-        phases = tuple(_phase(p, rec) for p in steps
-                       if p.end > rec.started and p.start < end)
+        # Steps before the start step were paid too: listed, with nothing measured.
+        phases = tuple(_phase(p if p.end > rec.started else
+                              Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
+                              rec)
+                       for p in steps if p.start < end)
         phases_from = "steps"
     else:
         phases = (_phase(Phase("start → report", rec.started - 1e-6, end), rec),)
