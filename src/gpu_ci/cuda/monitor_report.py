@@ -345,7 +345,7 @@ def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
     gpus = tuple(_usage(g, rec) for g in rec.gpus)
     if steps:
         # Steps before the start step were paid too: listed, with nothing measured.
-        phases = tuple(_phase(p if p.end > rec.started else
+        phases = tuple(_phase(p if p.end >= rec.started else
                               Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
                               rec)
                        for p in steps if p.start < end)
