@@ -76,3 +76,40 @@ def wait_for_stop_line(env: dict[str, str], timeout: float = 60) -> list[dict]:
                 return lines
         time.sleep(0.05)
     raise AssertionError(f"the sampler did not finish: {path}")
+
+
+def example_report():
+    """The README's example summary, from a recording built here (no process, no clock):
+    a 3-minute job whose tests used the GPU for 55 s, with an Xid 13 near the end."""
+    from decimal import Decimal
+
+    from gpu_ci.cuda import monitor_report as mr
+
+    lines = [json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0,
+                         "pid": 4100, "gpus": [{"index": 0, "name": "NVIDIA H200",
+                                                "uuid": UUID0,
+                                                "memory_total": 143771 * 2**20}]})]
+    for i in range(150):
+        busy = 70 <= i < 125
+        procs = [[4242, (30000 if i >= 100 else 10000) * 2**20, "python"]] if busy else []
+        lines.append(json.dumps({"kind": "sample", "ts": EPOCH + i, "gpus": [{
+            "index": 0, "util": (96 if i < 100 else 48) if busy else 0,
+            "mem_util": 35 if busy else 0,
+            "mem_used": (30720 if i >= 100 else 10240) * 2**20 if busy else 0,
+            "power_mw": 410000 if busy else 68000, "temp": 81 if 105 <= i < 115 else 45,
+            "sm_mhz": 1980, "throttle": 0x20 if 105 <= i < 115 else 0, "procs": procs}]}))
+    lines.append(json.dumps({"kind": "event", "ts": EPOCH + 131, "gpu": 0, "type": "xid",
+                             "data": 13}))
+    lines.append(json.dumps({"kind": "stop", "ts": EPOCH + 150, "reason": "signal",
+                             "samples": 150}))
+    steps = [mr.Phase("Set up job", EPOCH - 25, EPOCH - 21),
+             mr.Phase("Run actions/checkout", EPOCH - 21, EPOCH - 2),
+             mr.Phase("Run gpu-monitor (start)", EPOCH - 2, EPOCH),
+             mr.Phase("Run setup-conda-from-lock", EPOCH, EPOCH + 62),
+             mr.Phase("Run verify-cuda-env", EPOCH + 62, EPOCH + 66),
+             mr.Phase("Run python -m pytest -x", EPOCH + 66, EPOCH + 148),
+             mr.Phase("Run gpu-monitor (report)", EPOCH + 148, EPOCH + 150)]
+    return mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 150, steps=steps,
+                      job_started=EPOCH - 25,
+                      pricing=mr.Pricing(Decimal("0.052"), "linux_4_core_gpu on 2026-11-30"),
+                      limits=mr.Limits(expect_gpu_use=True))

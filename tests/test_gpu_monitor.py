@@ -316,3 +316,24 @@ def test_mermaid_check_rejects_a_malformed_chart():
     assert not results[2].ok
     with pytest.raises(AssertionError, match="mermaid rejected the chart"):
         assert_charts_parse(f"```mermaid\n{broken}```\n")
+
+
+def readme_example() -> str:
+    text = (ROOT / "actions" / "gpu-monitor" / "README.md").read_text()
+    body = text.split("<!-- BEGIN gpu-monitor example summary -->\n````markdown\n", 1)[1]
+    return body.split("````\n<!-- END gpu-monitor example summary -->", 1)[0]
+
+
+def test_readme_example_summary_is_what_the_code_writes():
+    from tests.gpu_monitor_env import example_report
+
+    report = example_report()
+    assert readme_example() == mr.markdown(report)
+    jsonschema.validate(mr.as_json(report), SCHEMA)
+    # 175 s -> 3 paid minutes, $0.156; 55 busy seconds of 180 -> idle cost 0.156 * 125/180
+    assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1083")
+
+
+def test_readme_example_chart_parses():
+    require_mermaid()
+    assert_charts_parse(readme_example(), expect=1)

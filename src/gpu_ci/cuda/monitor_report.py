@@ -519,7 +519,8 @@ def markdown(report: Report) -> str:
     parts.append(_table(
         [what, "start", "duration", "busy GPU time", "mean utilisation", "peak memory",
          "energy"],
-        [(p.name, f"+{_clock(p.start_s)}", _clock(p.duration_s), _clock(p.busy_s),
+        [(p.name, ("-" if p.start_s < -0.5 else "+") + _clock(abs(p.start_s)),
+          _clock(p.duration_s), _clock(p.busy_s),
           _pct(p.util_mean), _mib(p.peak_memory), f"{p.energy_wh:.2f} Wh")
          for p in report.phases]))
     parts.extend(charts(report))
