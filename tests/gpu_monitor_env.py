@@ -33,6 +33,12 @@ BUSY_SCRIPT = """\
 
 IDLE_SCRIPT = "0 gpu.0.util=0 gpu.0.mem_used_mib=0 gpu.0.power_mw=60000 gpu.0.procs=-\n"
 
+#: The act job (and `make demo`): 45 samples, 15 idle, then 30 at 100 % with python at 8 GiB.
+E2E_SCRIPT = """\
+0 gpu.0.util=0 gpu.0.mem_used_mib=0 gpu.0.power_mw=60000 gpu.0.procs=-
+15 gpu.0.util=100 gpu.0.mem_used_mib=8192 gpu.0.power_mw=400000 gpu.0.procs=777:8000:python
+"""
+
 LOST_SCRIPT = """\
 0 gpu.0.util=30 gpu.0.mem_used_mib=2048 gpu.0.procs=4242:2000:python
 5 gpu.0.xid=79

@@ -7,22 +7,17 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tests.gpu_monitor_env import fake_gpu_env
+from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
 from tests.mermaid_check import assert_charts_parse, unavailable
 
 pytestmark = pytest.mark.e2e
 
 WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "monitor.yml"
 
-#: 45 samples: 15 idle, then 30 at 100 % with a python process holding 8 GiB.
-SCRIPT = """\
-0 gpu.0.util=0 gpu.0.mem_used_mib=0 gpu.0.power_mw=60000 gpu.0.procs=-
-15 gpu.0.util=100 gpu.0.mem_used_mib=8192 gpu.0.power_mw=400000 gpu.0.procs=777:8000:python
-"""
 
 
 def test_start_step_report_under_act(act, tmp_path):
-    env = fake_gpu_env(tmp_path, SCRIPT, samples=45)
+    env = fake_gpu_env(tmp_path, E2E_SCRIPT, samples=45)
     env.pop("RUNNER_TEMP")  # act's runner sets its own
     env.pop("INPUT_INTERVAL")
     result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}},

@@ -337,3 +337,35 @@ def test_readme_example_summary_is_what_the_code_writes():
 def test_readme_example_chart_parses():
     require_mermaid()
     assert_charts_parse(readme_example(), expect=1)
+
+
+def test_sample_file_stops_growing_at_its_limit(run_cli, tmp_path):
+    env = {**fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=500),
+           "GPU_CI_MONITOR_MAX_BYTES": "4000"}
+    start_and_finish(run_cli, env)
+    path = monitor_dir(env) / "samples.jsonl"
+    assert path.stat().st_size <= 4000 + 200  # the stop line may pass the limit
+    result = run_cli(["gpu-monitor", "--mode", "report"], env)
+    assert result.returncode == 0, result.stdout
+    assert "sample-file-full" in result.outputs["findings"]
+    report = json.loads(Path(result.outputs["report-file"]).read_text())
+    assert 0 < report["samples"] < 500
+
+
+def test_start_imports_neither_the_github_client_nor_prometheus(tmp_path):
+    import subprocess
+    import sys
+
+    env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=3)
+    code = ("import atexit, json, sys\n"
+            "atexit.register(lambda: print(json.dumps(sorted(sys.modules))))\n"
+            "from gpu_ci.cli import main\n"
+            "sys.exit(main(['gpu-monitor', '--mode', 'start']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
+                               **env})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "pynvml" in modules
+    assert not {"github", "prometheus_client", "gpu_ci.github.client", "requests"} & modules
+    wait_for_stop_line(env)

@@ -73,8 +73,9 @@ class SamplerConfig:
                      environ: Mapping[str, str]) -> SamplerConfig:
         fake = environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
         limit = environ.get("GPU_CI_MONITOR_MAX_SAMPLES", "").strip()
+        size = environ.get("GPU_CI_MONITOR_MAX_BYTES", "").strip()  # tests: a tiny disk
         return cls(directory, interval, float(fake) if fake else None,
-                   int(limit) if limit else 0)
+                   int(limit) if limit else 0, int(size) if size else MAX_BYTES)
 
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
