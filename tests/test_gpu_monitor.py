@@ -369,3 +369,17 @@ def test_start_imports_neither_the_github_client_nor_prometheus(tmp_path):
     assert "pynvml" in modules
     assert not {"github", "prometheus_client", "gpu_ci.github.client", "requests"} & modules
     wait_for_stop_line(env)
+
+
+def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, tmp_path):
+    # A MIG-enabled GPU answers NOT_SUPPORTED for utilisation: memory and processes remain.
+    env = fake_gpu_env(tmp_path, LOST_SCRIPT.split("5 ")[0], samples=4)
+    config = tmp_path / "nvml.cfg"
+    config.write_text(config.read_text() + "fail.nvmlDeviceGetUtilizationRates=3\n")
+    start_and_finish(run_cli, env)
+    result = run_cli(["gpu-monitor", "--mode", "report", "--expect-gpu-use", "true"], env)
+    assert result.returncode == 0, result.stdout
+    report = json.loads(Path(result.outputs["report-file"]).read_text())
+    gpu = report["gpus"][0]
+    assert gpu["samples"] == 4 and gpu["busy_s"] == 0 and gpu["lost_at_s"] is None
+    assert gpu["peak_memory_bytes"] == 2048 * MiB and report["gpu_used"] is True

@@ -494,8 +494,8 @@ typedef struct {
 } nvmlUtilization_t;
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *util) {
+    if ((uintptr_t)dev == 1) scr.now++; /* GPU 0 opens a sample (even when it fails) */
     ENTER("nvmlDeviceGetUtilizationRates");
-    if ((uintptr_t)dev == 1) scr.now++; /* GPU 0 opens a sample */
     {
         SCRIPTED(g, dev);
         util->gpu = (unsigned)script_num(gpu_number(g), "util", 0);

@@ -187,15 +187,23 @@ class _Nvml:
 
     def read(self, index: int, handle: Any) -> dict[str, Any]:
         n = self.nvml
-        util = n.nvmlDeviceGetUtilizationRates(handle)  # first: it raises when lost
+        gpu_util: int | None
+        mem_util: int | None
+        try:  # first: it raises when the GPU is lost
+            util = n.nvmlDeviceGetUtilizationRates(handle)
+            gpu_util, mem_util = int(util.gpu), int(util.memory)
+        except n.NVMLError as exc:
+            if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
+                raise
+            gpu_util = mem_util = None
         mem = n.nvmlDeviceGetMemoryInfo(handle)
         reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             n.nvmlDeviceGetCurrentClocksThrottleReasons
         procs = self.optional(n.nvmlDeviceGetComputeRunningProcesses, handle) or []
         return {
             "index": index,
-            "util": int(util.gpu),
-            "mem_util": int(util.memory),
+            "util": gpu_util,
+            "mem_util": mem_util,
             "mem_used": int(mem.used),
             "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
             "temp": self.optional(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),

@@ -76,8 +76,9 @@ class GpuInfo:
 class GpuSample:
     ts: float
     index: int
-    util: int
-    mem_util: int
+    util: int | None
+    """None where NVML has no utilisation (a MIG-enabled GPU): memory and processes only."""
+    mem_util: int | None
     mem_used: int
     power_mw: int | None = None
     temp: int | None = None
@@ -128,8 +129,8 @@ def parse_recording(text: str) -> Recording:
                 times.append(float(record["ts"]))
                 for g in record["gpus"]:
                     samples.append(GpuSample(
-                        float(record["ts"]), int(g["index"]), int(g["util"]),
-                        int(g["mem_util"]), int(g["mem_used"]), _int(g.get("power_mw")),
+                        float(record["ts"]), int(g["index"]), _int(g.get("util")),
+                        _int(g.get("mem_util")), int(g["mem_used"]), _int(g.get("power_mw")),
                         _int(g.get("temp")), _int(g.get("sm_mhz")), _int(g.get("throttle")),
                         tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ()))))
             elif kind == "event":
@@ -288,7 +289,7 @@ def _money(value: Decimal) -> Decimal:
 def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
     mine = [s for s in rec.samples if s.index == gpu.index]
     dt = rec.interval
-    utils = [float(s.util) for s in mine]
+    utils = [float(s.util) for s in mine if s.util is not None]
     peak = max(mine, key=lambda s: s.mem_used, default=None)
     peak_process = ""
     if peak is not None and peak.procs:
@@ -312,9 +313,9 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
     temps = [s.temp for s in mine if s.temp is not None]
     lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)
     return GpuUsage(
-        gpu=gpu, samples=len(mine), busy_s=sum(dt for s in mine if s.util > 0),
+        gpu=gpu, samples=len(mine), busy_s=sum(dt for s in mine if (s.util or 0) > 0),
         util_mean=_mean(utils), util_p95=p95(utils), util_max=max(utils, default=0.0),
-        mem_util_mean=_mean([float(s.mem_util) for s in mine]),
+        mem_util_mean=_mean([float(s.mem_util) for s in mine if s.mem_util is not None]),
         peak_memory=peak.mem_used if peak else 0, peak_process=peak_process,
         peak_at_s=(peak.ts - rec.started) if peak else None,
         energy_wh=sum(p * dt for p in powers) / 3600,
@@ -331,8 +332,9 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     power = [s.power_mw / 1000 for s in inside if s.power_mw is not None]
     return PhaseUsage(
         phase.name, phase.start - rec.started, max(0.0, phase.end - phase.start),
-        len({s.ts for s in inside}), sum(rec.interval for s in inside if s.util > 0),
-        _mean([float(s.util) for s in inside]), max((s.mem_used for s in inside), default=0),
+        len({s.ts for s in inside}), sum(rec.interval for s in inside if (s.util or 0) > 0),
+        _mean([float(s.util) for s in inside if s.util is not None]),
+        max((s.mem_used for s in inside), default=0),
         sum(p * rec.interval for p in power) / 3600)
 
 
@@ -474,7 +476,7 @@ def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str
         mine = [s for s in rec.samples if s.index == gpu.index]
         if not mine:
             continue
-        util = downsample([float(s.util) for s in mine], max_points)
+        util = downsample([float(s.util or 0) for s in mine], max_points)
         mem = downsample([round(100.0 * s.mem_used / gpu.memory_total, 1)
                           if gpu.memory_total else 0.0 for s in mine], max_points)
         n = len(util)
@@ -591,7 +593,8 @@ def samples_csv(rec: Recording) -> str:
     for s in rec.samples:
         writer.writerow([
             f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.index, ""),
-            s.util, s.mem_util, f"{s.mem_used / MIB:.1f}",
+            "" if s.util is None else s.util, "" if s.mem_util is None else s.mem_util,
+            f"{s.mem_used / MIB:.1f}",
             "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
             "" if s.temp is None else s.temp, "" if s.sm_mhz is None else s.sm_mhz,
             "" if s.throttle is None else f"0x{s.throttle:x}",
