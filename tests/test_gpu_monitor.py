@@ -249,7 +249,9 @@ def test_unusable_inputs_exit_2(run_cli, tmp_path, args, needle):
 
 def test_two_starts_one_sampler_and_report_stops_it(run_cli, tmp_path):
     # A real clock here (no fake): the sampler runs until the report signals it.
-    env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05")
+    env = {**fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05"),
+           "INPUT_GITHUB_TOKEN": "t0k-secret", "GITHUB_TOKEN": "t0k-secret",
+           "ACTIONS_RUNTIME_TOKEN": "t0k-secret"}
     first = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert first.returncode == 0, first.stdout + first.stderr
     directory = monitor_dir(env)
@@ -259,6 +261,9 @@ def test_two_starts_one_sampler_and_report_stops_it(run_cli, tmp_path):
     assert f"a sampler already runs for this job (pid {pid})" in second.stdout
     assert monitor.read_state(directory)["pid"] == pid
     assert monitor.lock_held(directory) and monitor.is_our_sampler(pid, directory)
+    # The sampler outlives the step into untrusted code's steps: no token in its environment.
+    environ = (Path(f"/proc/{pid}") / "environ").read_bytes()
+    assert b"t0k-secret" not in environ and b"INPUT_" not in environ
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not monitor.lock_held(directory)

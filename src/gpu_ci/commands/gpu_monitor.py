@@ -96,6 +96,15 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
     return 0
 
 
+def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The sampler outlives this step, into steps that run a pull request's code as the same
+    user (who can read /proc/<pid>/environ): it gets no inputs and nothing named like a
+    token or secret. RUNNER_TRACKING_ID stays, so the runner's clean-up still ends it."""
+    return {k: v for k, v in environ.items()
+            if not k.startswith(("INPUT_", "ACTIONS_"))
+            and not any(word in k.upper() for word in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
+
+
 def spawn(directory: Path, interval: float, indices: list[int],
           environ: Mapping[str, str]) -> int:
     """Start the detached sampler and wait until it holds its lock and wrote its header."""
@@ -105,7 +114,7 @@ def spawn(directory: Path, interval: float, indices: list[int],
             [sys.executable, "-m", monitor.MARKER, str(directory), f"{interval:g}",
              ",".join(str(i) for i in indices)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(directory),
-            env=dict(environ), start_new_session=True, close_fds=True)
+            env=sampler_environment(environ), start_new_session=True, close_fds=True)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         state = monitor.read_state(directory) or {}
