@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpu_ci import __version__, release
+from gpu_ci.specs import ACTIONS
 from tests.conftest import ROOT
 
 CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
@@ -99,7 +100,7 @@ def test_root_action_is_marketplace_ready():
     icons, colors = schema_enums()
     assert doc["name"] == "GPU CI Actions"
     subs = {yaml.safe_load(p.read_text())["name"] for p in (ROOT / "actions").glob("*/action.yml")}
-    assert doc["name"] not in subs and len(subs) == 4
+    assert doc["name"] not in subs and len(subs) == len(ACTIONS)
     assert 0 < len(doc["description"]) <= 125
     assert doc["author"]
     assert doc["branding"]["icon"] in icons
