@@ -388,3 +388,16 @@ def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, 
     gpu = report["gpus"][0]
     assert gpu["samples"] == 4 and gpu["busy_s"] == 0 and gpu["lost_at_s"] is None
     assert gpu["peak_memory_bytes"] == 2048 * MiB and report["gpu_used"] is True
+
+
+def test_a_torn_last_line_is_counted_not_fatal():
+    head = json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1,
+                       "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}]})
+    sample = json.dumps({"kind": "sample", "ts": EPOCH, "gpus": [
+        {"index": 0, "util": 40, "mem_util": 1, "mem_used": MiB}]})
+    rec = mr.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
+    assert rec.bad_lines == 1 and len(rec.samples) == 1
+    report = mr.compute(rec, end=EPOCH + 1)
+    assert [f.code for f in report.findings] == ["sampler-ended-early", "unreadable-lines"]
+    with pytest.raises(mr.RecordingError, match="no start line"):
+        mr.parse_recording(sample)
