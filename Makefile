@@ -34,3 +34,4 @@ lock: $(VENV)/.installed
 	  requirements/github.in -o requirements/github.txt
 	$(UV_COMPILE) requirements/nvml.in -o requirements/nvml.txt
 	$(UV_COMPILE) requirements/conda.in -o requirements/conda.txt
+	$(UV_COMPILE) requirements/monitor.in -o requirements/monitor.txt

@@ -36,7 +36,7 @@ def show(title: str, result, keys: list[str]) -> bool:
         text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
         if text.strip("| ") and text.startswith(
                 ("gpu-gate:", "remove-label:", "verify-cuda-env:", "setup-conda-from-lock:",
-                 "gpu-status:", "gpu-watchdog:", "gpu-spend:", "| ", "### ")):
+                 "gpu-status:", "gpu-watchdog:", "gpu-spend:", "gpu-monitor:", "| ", "### ")):
             print("   ", text)
     for key in keys:
         print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
@@ -108,6 +108,18 @@ def main() -> int:
                          tool_cache=cache, env=budget_env, repository=REPO, job="spend")
         ok &= show("gpu-spend: the month by workflow, pull request, approver and runner",
                    result, ["minutes", "cost", "ledger"])
+        # gpu-monitor on a fake H200: the tests' fake libnvidia-ml plays a scripted series.
+        from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
+
+        (work / "monitor").mkdir()
+        gpu_env = fake_gpu_env(work / "monitor", E2E_SCRIPT, samples=45)
+        gpu_env.pop("RUNNER_TEMP")
+        gpu_env.pop("INPUT_INTERVAL")
+        result = run_act(work / "monitor-job", ROOT / "tests" / "e2e" / "workflows" / "monitor.yml",
+                         "workflow_dispatch", {"inputs": {}}, tool_cache=cache,
+                         env={**env_base, **gpu_env})
+        ok &= show("gpu-monitor: start, a step on the (fake) GPU, report with if: always()",
+                   result, ["busy-seconds", "paid-minutes", "idle-fraction", "idle-cost-usd"])
         print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
         # The watchdog: a GPU job queued for 95 minutes, no runner took it.
         from datetime import datetime, timedelta, timezone

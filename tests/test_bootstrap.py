@@ -13,6 +13,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from gpu_ci import __version__
+from gpu_ci.specs import GROUPS
 from tests.conftest import ROOT, tree_digest
 
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
@@ -55,7 +56,7 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     frozen = subprocess.run([python, "-c", listing], capture_output=True,
                             text=True, check=True).stdout.lower()
     lock_text = "".join((ROOT / "requirements" / f"{g}.txt").read_text()
-                        for g in ("base", "github", "nvml", "conda"))
+                        for g in GROUPS)
     pins = {(canonicalize_name(m[0]), m[1]) for m in re.findall(
         r"^([A-Za-z0-9_.-]+)==([^\s;]+)", lock_text, re.MULTILINE)}
     installed = {(canonicalize_name(n), v) for n, v in

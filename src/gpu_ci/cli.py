@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 ALIASES = {"spend": "gpu-spend"}
 
 #: third-party module -> the extra of gpu-ci-actions that provides it
-EXTRAS = {"rattler": "conda", "yaml": "conda"}
+EXTRAS = {"rattler": "conda", "yaml": "conda", "prometheus_client": "monitor"}
 
 
 def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:

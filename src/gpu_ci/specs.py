@@ -39,7 +39,7 @@ class OutputSpec:
 
 
 #: Every dependency group, in install order: ``requirements/<group>.txt`` (hash-pinned).
-GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda")
+GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda", "monitor")
 
 
 @dataclass(frozen=True)
@@ -323,9 +323,55 @@ GPU_SPEND = ActionSpec(
     ),
 )
 
+GPU_MONITOR = ActionSpec(
+    name="gpu-monitor",
+    summary="Watch the job's GPUs: utilisation, memory, power, idle cost, per step, charted.",
+    groups=("base", "nvml", "github", "monitor"),
+    runs_on="GPU runner",
+    inputs=(
+        InputSpec("mode", "start (early in the job: starts the sampler) or report (a later "
+                  "step with if: always(): stops it and reports).", required=True),
+        InputSpec("interval", "Seconds between samples.", "1"),
+        InputSpec("price-per-hour", "What the runner costs: an amount per hour (3.12), per "
+                  "minute (0.052/min), or a GitHub-hosted GPU SKU (linux_4_core_gpu).", ""),
+        InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),
+        InputSpec("max-memory", "Fail the report when a GPU's peak memory is above this "
+                  "(e.g. 40GiB).", ""),
+        InputSpec("min-utilisation", "Fail the report when a GPU's mean utilisation is below "
+                  "this percentage.", ""),
+        InputSpec("report-file", "Where the JSON report goes (default: under RUNNER_TEMP).",
+                  ""),
+        InputSpec("samples-csv", "Where the CSV samples go (default: beside report-file).",
+                  ""),
+        InputSpec("pushgateway-url", "Push the job's metrics to this Prometheus Pushgateway.",
+                  ""),
+        InputSpec("github-token", "Token that reads the job's steps (actions: read) for the "
+                  "per-step breakdown; without it, one phase from start to report.", "",
+                  action_default="${{ github.token }}"),
+    ),
+    outputs=(
+        OutputSpec("ok", "'true' unless an assertion (expect-gpu-use, max-memory, "
+                   "min-utilisation) failed."),
+        OutputSpec("gpu-count", "Number of GPUs watched."),
+        OutputSpec("gpu-used", "'true' when a process used a GPU or a GPU was busy."),
+        OutputSpec("busy-seconds", "Seconds with a kernel running, summed over GPUs."),
+        OutputSpec("utilisation-mean", "Mean GPU utilisation in percent, over GPUs."),
+        OutputSpec("peak-memory-mib", "Highest memory used on one GPU, MiB."),
+        OutputSpec("energy-wh", "Energy drawn by the GPUs, Wh."),
+        OutputSpec("paid-minutes", "Billed minutes of the job (whole minutes)."),
+        OutputSpec("gpu-minutes-used", "Busy GPU-minutes."),
+        OutputSpec("idle-fraction", "Share of paid GPU-minutes without a kernel (0-1)."),
+        OutputSpec("idle-cost-usd", "Cost of the idle share (empty without a price)."),
+        OutputSpec("report-file", "Path of the JSON report."),
+        OutputSpec("samples-csv", "Path of the CSV samples."),
+        OutputSpec("samples-file", "Path of the sampler's JSON Lines file (start)."),
+        OutputSpec("findings", "JSON list of {level, code, message}."),
+    ),
+)
+
 ACTIONS: dict[str, ActionSpec] = {
     spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV,
-                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND)
+                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND, GPU_MONITOR)
 }
 
 

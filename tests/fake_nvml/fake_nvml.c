@@ -17,6 +17,9 @@
  *   gpu.0.remap_pending=0    gpu.0.remap_failure=0     gpu.0.processes=0
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
  * Every call is appended to FAKE_NVML_LOG when set, so tests can assert what ran.
+ *
+ * Time series (gpu-monitor): FAKE_NVML_SCRIPT names a file of `<step> key=value ...` lines;
+ * see the "scripted time series" section at the end of this file.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -148,6 +151,11 @@ static int enter(const char *name) {
         if (rc_) return rc_;        \
     } while (0)
 
+/* Scripted time series (defined at the end of the file). */
+static int fake_script_memory(gpu_t *g, nvmlMemory_t *mem);
+static int fake_script_processes(gpu_t *g, unsigned int *count, nvmlProcessInfo_t *infos,
+                                 unsigned int *rc);
+
 /* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
 static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
     uintptr_t h = (uintptr_t)dev;
@@ -274,7 +282,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     if (mig_ >= 0 && g->mig_memory_mib[mig_]) mem->total = g->mig_memory_mib[mig_] * 1048576ULL;
     mem->used = 0;
     mem->free = mem->total;
-    return 0;
+    return fake_script_memory(g, mem); /* scripted time series, if any */
 }
 
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, int *brand) {
@@ -348,6 +356,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
     unsigned int k;
     ENTER("nvmlDeviceGetComputeRunningProcesses_v3");
     DEVICE(g, dev);
+    if (fake_script_processes(g, count, infos, &k)) return (nvmlReturn_t)k;
     if (g->processes == 0) {
         *count = 0;
         return 0;
@@ -363,5 +372,277 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
         infos[k].computeInstanceId = 0xFFFFFFFF;
     }
     *count = g->processes;
+    return 0;
+}
+
+/* ---- scripted time series (gpu-monitor) ------------------------------------------------
+ * FAKE_NVML_SCRIPT names a file of lines `<step> key=value key=value ...` (`#` comments).
+ * A key keeps its value until a later step sets it again. The step is the number of the
+ * sample: it advances each time nvmlDeviceGetUtilizationRates is called for GPU 0 (a
+ * sampler reads GPU 0's utilisation first in each sample), so tests control time by
+ * counting samples, never by the wall clock. Keys, per GPU N:
+ *   gpu.N.util, gpu.N.mem_util     percent              gpu.N.mem_used_mib   MiB
+ *   gpu.N.power_mw  milliwatts     gpu.N.temp  deg C    gpu.N.sm_mhz  SM clock
+ *   gpu.N.throttle  clocks-event reason bits (0x.. or decimal)
+ *   gpu.N.procs     pid:MiB:name,pid:MiB:name  (or `-` for none)
+ *   gpu.N.xid       an Xid critical-error event delivered once at this step
+ *   gpu.N.lost=1    from this step on, every call for GPU N returns NVML_ERROR_GPU_IS_LOST
+ */
+#include <time.h>
+
+#define MAX_ROWS 4096
+
+static struct {
+    int loaded;
+    int rows;
+    unsigned int step[MAX_ROWS];
+    unsigned int gpu[MAX_ROWS];
+    char key[MAX_ROWS][16];
+    char value[MAX_ROWS][160];
+    int delivered[MAX_ROWS];
+    long long now; /* current step; -1 before the first sample */
+} scr = {0, 0, {0}, {0}, {{0}}, {{0}}, {0}, -1};
+
+static void script_load(void) {
+    char line[2048];
+    const char *path;
+    FILE *f;
+    load();
+    if (scr.loaded) return;
+    scr.loaded = 1;
+    path = getenv("FAKE_NVML_SCRIPT");
+    if (!path || !*path || !(f = fopen(path, "r"))) return;
+    while (fgets(line, sizeof line, f)) {
+        char *tok, *save = NULL;
+        unsigned int step;
+        if (line[0] == '#' || sscanf(line, "%u", &step) != 1) continue;
+        tok = strtok_r(line, " \t\r\n", &save); /* the step itself */
+        while ((tok = strtok_r(NULL, " \t\r\n", &save)) && scr.rows < MAX_ROWS) {
+            unsigned int n;
+            char k[16];
+            char *eq = strchr(tok, '=');
+            if (!eq || sscanf(tok, "gpu.%u.%15[a-z_]", &n, k) != 2) continue;
+            scr.step[scr.rows] = step;
+            scr.gpu[scr.rows] = n;
+            snprintf(scr.key[scr.rows], 16, "%s", k);
+            snprintf(scr.value[scr.rows], 160, "%s", eq + 1);
+            scr.rows++;
+        }
+    }
+    fclose(f);
+}
+
+static int gpu_number(gpu_t *g) { return (int)(g - cfg.gpus); }
+
+/* The latest value of `key` for GPU `n` at the current step, or NULL. */
+static const char *script_get(int n, const char *key) {
+    const char *found = NULL;
+    int r;
+    script_load();
+    for (r = 0; r < scr.rows; r++)
+        if ((long long)scr.step[r] <= scr.now && (int)scr.gpu[r] == n && !strcmp(scr.key[r], key))
+            found = scr.value[r];
+    return found;
+}
+
+static unsigned long long script_num(int n, const char *key, unsigned long long dflt) {
+    const char *v = script_get(n, key);
+    return v ? strtoull(v, NULL, 0) : dflt;
+}
+
+static int script_lost(gpu_t *g) { return script_num(gpu_number(g), "lost", 0) != 0; }
+
+#define SCRIPTED(var, dev)              \
+    DEVICE(var, dev);                   \
+    script_load();                      \
+    if (script_lost(var)) return 15
+
+static int fake_script_memory(gpu_t *g, nvmlMemory_t *mem) {
+    const char *v;
+    script_load();
+    if (script_lost(g)) return 15;
+    v = script_get(gpu_number(g), "mem_used_mib");
+    if (v) {
+        mem->used = strtoull(v, NULL, 10) * 1024ULL * 1024ULL;
+        mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
+    }
+    return 0;
+}
+
+/* Fills infos from `procs` when the script sets it (returns 1, *rc = the NVML code). */
+static int fake_script_processes(gpu_t *g, unsigned int *count, nvmlProcessInfo_t *infos,
+                                 unsigned int *rc) {
+    char buf[160], *tok, *save = NULL;
+    unsigned int n = 0, cap = *count;
+    const char *v;
+    script_load();
+    if (script_lost(g)) { *rc = 15; return 1; }
+    v = script_get(gpu_number(g), "procs");
+    if (!v) return 0;
+    snprintf(buf, sizeof buf, "%s", v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        unsigned int pid;
+        unsigned long long mib;
+        if (sscanf(tok, "%u:%llu", &pid, &mib) != 2) continue;
+        if (infos && n < cap) {
+            infos[n].pid = pid;
+            infos[n].usedGpuMemory = mib * 1024ULL * 1024ULL;
+            infos[n].gpuInstanceId = 0xFFFFFFFF;
+            infos[n].computeInstanceId = 0xFFFFFFFF;
+        }
+        n++;
+    }
+    *rc = (n > 0 && (!infos || cap < n)) ? 7 : 0;
+    *count = n;
+    return 1;
+}
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *util) {
+    if ((uintptr_t)dev == 1) scr.now++; /* GPU 0 opens a sample (even when it fails) */
+    ENTER("nvmlDeviceGetUtilizationRates");
+    {
+        SCRIPTED(g, dev);
+        util->gpu = (unsigned)script_num(gpu_number(g), "util", 0);
+        util->memory = (unsigned)script_num(gpu_number(g), "mem_util", 0);
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
+    ENTER("nvmlDeviceGetPowerUsage");
+    {
+        SCRIPTED(g, dev);
+        *mw = (unsigned)script_num(gpu_number(g), "power_mw", 70000);
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned int *temp) {
+    ENTER("nvmlDeviceGetTemperature");
+    (void)sensor;
+    {
+        SCRIPTED(g, dev);
+        *temp = (unsigned)script_num(gpu_number(g), "temp", 35);
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *mhz) {
+    ENTER("nvmlDeviceGetClockInfo");
+    (void)type;
+    {
+        SCRIPTED(g, dev);
+        *mhz = (unsigned)script_num(gpu_number(g), "sm_mhz", 1980);
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
+                                                    unsigned long long *reasons) {
+    ENTER("nvmlDeviceGetCurrentClocksEventReasons");
+    {
+        SCRIPTED(g, dev);
+        *reasons = script_num(gpu_number(g), "throttle", 0);
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
+                                                       unsigned long long *reasons) {
+    return nvmlDeviceGetCurrentClocksEventReasons(dev, reasons);
+}
+
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    unsigned int n;
+    ENTER("nvmlSystemGetProcessName");
+    script_load();
+    for (n = 0; n < cfg.gpu_count; n++) {
+        char buf[160], *tok, *save = NULL;
+        const char *v = script_get((int)n, "procs");
+        if (!v) continue;
+        snprintf(buf, sizeof buf, "%s", v);
+        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            unsigned int p;
+            char pname[96];
+            if (sscanf(tok, "%u:%*u:%95s", &p, pname) == 2 && p == pid)
+                return copy_str(name, length, pname);
+        }
+    }
+    return 6; /* NVML_ERROR_NOT_FOUND */
+}
+
+/* Events: one set; Xid critical errors from the script, delivered once each. */
+typedef void *nvmlEventSet_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    ENTER("nvmlEventSetCreate");
+    *set = (nvmlEventSet_t)(uintptr_t)1;
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long *types) {
+    ENTER("nvmlDeviceGetSupportedEventTypes");
+    {
+        DEVICE(g, dev);
+        (void)g;
+        *types = 0x1 | 0x2 | 0x8; /* single/double-bit ECC, Xid critical error */
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    ENTER("nvmlDeviceRegisterEvents");
+    (void)types;
+    (void)set;
+    {
+        DEVICE(g, dev);
+        (void)g;
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                 unsigned int timeout_ms) {
+    int r;
+    ENTER("nvmlEventSetWait_v2");
+    (void)set;
+    script_load();
+    for (r = 0; r < scr.rows; r++) {
+        if (scr.delivered[r] || (long long)scr.step[r] > scr.now || strcmp(scr.key[r], "xid"))
+            continue;
+        scr.delivered[r] = 1;
+        data->device = (nvmlDevice_t)(uintptr_t)(scr.gpu[r] + 1);
+        data->eventType = 0x8;
+        data->eventData = strtoull(scr.value[r], NULL, 10);
+        data->gpuInstanceId = 0xFFFFFFFF;
+        data->computeInstanceId = 0xFFFFFFFF;
+        return 0;
+    }
+    if (timeout_ms) {
+        struct timespec ts;
+        ts.tv_sec = timeout_ms / 1000;
+        ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+        nanosleep(&ts, NULL); /* a signal ends the wait early, as in the real library */
+    }
+    return 10; /* NVML_ERROR_TIMEOUT */
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int ms) {
+    return nvmlEventSetWait_v2(set, data, ms);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    ENTER("nvmlEventSetFree");
+    (void)set;
     return 0;
 }

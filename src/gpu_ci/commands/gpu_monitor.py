@@ -1,0 +1,321 @@
+"""``gpu-ci gpu-monitor``: ``mode: start`` launches the sampler; ``mode: report`` stops it and
+reports what each GPU did, what it cost, and which steps used it.
+
+Wiring only: the sampler and the file format are :mod:`gpu_ci.cuda.monitor`, the numbers and
+views :mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price
+table :mod:`gpu_ci.pricing`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpu_ci.cuda import monitor
+from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.inputs import Inputs
+from gpu_ci.runtime import Runtime
+
+NO_GPU_NAME = "no-gpu"
+"""Left by a start that found no GPU: the report then says so instead of failing."""
+READY_TIMEOUT_S = 30.0
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    mode = inputs.choice("mode", ("start", "report"))
+    interval = parse_interval(inputs["interval"])
+    if not sys.platform.startswith("linux"):
+        rt.notice(f"gpu-monitor runs on Linux runners; this is {sys.platform}: nothing "
+                  "watched.", title="gpu-monitor")
+        return 0
+    directory = monitor.job_directory(
+        rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir(), rt.environ)
+    if mode == "start":
+        return start(directory, interval, rt)
+    return report(inputs, directory, rt)
+
+
+def parse_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.05 <= value <= 3600:
+        raise UsageError(f"input 'interval' of gpu-monitor must be seconds between 0.05 and "
+                         f"3600 (e.g. 1 or 0.5); got {text!r}.")
+    return value
+
+
+# -- start ------------------------------------------------------------------------------
+
+
+def start(directory: Path, interval: float, rt: Runtime) -> int:
+    from gpu_ci.cuda.nvml import read_snapshot
+    from gpu_ci.cuda.visibility import visible_gpus
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
+                         "RUNNER_TEMP must be writable.") from None
+    snapshot = read_snapshot()
+    visible = visible_gpus(snapshot.gpus, rt.environ).gpus if snapshot.ok else ()
+    if not visible:
+        why = (f"NVML is not available ({snapshot.error_name})" if not snapshot.ok
+               else "no GPU is visible to this job")
+        (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
+        rt.notice(f"gpu-monitor: {why}; nothing to watch (a CPU runner?). The report step "
+                  "will say so and succeed.", title="gpu-monitor: no GPU")
+        rt.set_output("gpu-count", "0")
+        return 0
+    with open(directory / "start.lock", "a+") as guard:
+        fcntl.flock(guard.fileno(), fcntl.LOCK_EX)  # two starts at once: one sampler
+        if monitor.lock_held(directory):
+            state = monitor.read_state(directory) or {}
+            rt.notice(f"gpu-monitor: a sampler already runs for this job (pid "
+                      f"{state.get('pid', '?')}); this start changes nothing.",
+                      title="gpu-monitor")
+            rt.set_output("samples-file", str(directory / monitor.SAMPLES_NAME))
+            return 0
+        pid = spawn(directory, interval, [g.index for g in visible], rt.environ)
+    names = ", ".join(f"{g.index} {g.name}" for g in visible)
+    rt.info(f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
+            f"(pid {pid}) into {directory / monitor.SAMPLES_NAME}")
+    rt.set_output("gpu-count", str(len(visible)))
+    rt.set_output("samples-file", str(directory / monitor.SAMPLES_NAME))
+    return 0
+
+
+def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The sampler outlives this step, into steps that run a pull request's code as the same
+    user (who can read /proc/<pid>/environ): it gets no inputs and nothing named like a
+    token or secret. RUNNER_TRACKING_ID stays, so the runner's clean-up still ends it."""
+    return {k: v for k, v in environ.items()
+            if not k.startswith(("INPUT_", "ACTIONS_"))
+            and not any(word in k.upper() for word in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
+
+
+def spawn(directory: Path, interval: float, indices: list[int],
+          environ: Mapping[str, str]) -> int:
+    """Start the detached sampler and wait until it holds its lock and wrote its header."""
+    log = open(directory / monitor.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
+    with log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", monitor.MARKER, str(directory), f"{interval:g}",
+             ",".join(str(i) for i in indices)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(directory),
+            env=sampler_environment(environ), start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = monitor.read_state(directory) or {}
+        if state.get("pid") == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
+                return proc.pid  # it already finished (a test's max-samples)
+            raise GpuCiError(f"the gpu-monitor sampler exited at once (status "
+                             f"{proc.returncode}): {log_tail(directory)}")
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, 15)
+    raise GpuCiError(f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
+                     f"{log_tail(directory)}")
+
+
+def log_tail(directory: Path) -> str:
+    try:
+        text = (directory / monitor.LOG_NAME).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return text.strip()[-800:] or "(empty log)"
+
+
+# -- report -----------------------------------------------------------------------------
+
+
+def parse_limits(inputs: Inputs) -> mr.Limits:
+    from gpu_ci.cuda.require import parse_bytes
+
+    max_memory = None
+    if inputs["max-memory"]:
+        try:
+            max_memory = parse_bytes(inputs["max-memory"])
+        except ValueError:
+            raise UsageError(f"input 'max-memory' must be a size such as 40GiB, 512MiB or "
+                             f"80GB; got {inputs['max-memory']!r}.") from None
+    min_util = None
+    if inputs["min-utilisation"]:
+        try:
+            min_util = float(inputs["min-utilisation"].rstrip("% "))
+        except ValueError:
+            min_util = -1.0
+        if not 0 <= min_util <= 100:
+            raise UsageError(f"input 'min-utilisation' must be a percentage from 0 to 100 "
+                             f"(e.g. 50); got {inputs['min-utilisation']!r}.")
+    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util)
+
+
+def parse_pricing(text: str, day: datetime) -> mr.Pricing:
+    from gpu_ci.pricing import PriceError, load_table, parse_price
+
+    if not text.strip():
+        return mr.Pricing(None, "")
+    table = load_table()
+    try:
+        price = parse_price(text, table, per="hour")
+    except PriceError as exc:
+        raise UsageError(f"input 'price-per-hour': {exc}") from None
+    amount = price.on(day.date(), table)
+    if amount is None:
+        raise UsageError(f"input 'price-per-hour' names {price.sku}, which has no price on "
+                         f"{day.date()} in the table (checked {table.checked}); write an "
+                         "amount instead, e.g. 3.12.")
+    source = (f"price-per-hour {text.strip()}" if price.sku is None else
+              f"{price.sku} on {day.date()}, price table checked {table.checked}")
+    return mr.Pricing(amount, source)
+
+
+def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
+    limits = parse_limits(inputs)
+    now = time.time()
+    pricing = parse_pricing(inputs["price-per-hour"], datetime.fromtimestamp(now, timezone.utc))
+    samples = directory / monitor.SAMPLES_NAME
+    if not samples.exists():
+        if (directory / NO_GPU_NAME).exists():
+            return report_no_gpu(directory, limits, rt)
+        raise GpuCiError(
+            "gpu-monitor mode: report found no samples for this job: add a step with "
+            "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
+            f"early in the job (looked in {directory}).", title="gpu-monitor: no start")
+    stopped = monitor.stop_sampler(directory)
+    if stopped == "killed":
+        rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
+    try:
+        recording = mr.parse_recording(samples.read_text(encoding="utf-8", errors="replace"))
+    except mr.RecordingError as exc:
+        raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
+    except OSError as exc:
+        raise GpuCiError(f"gpu-monitor: cannot read {samples}: {exc.strerror}.") from None
+    fake = rt.environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
+    if fake:  # tests: the report's "now" is the sampler's fake clock at its end
+        now = float(recording.stop["ts"]) if recording.stop else (
+            (recording.sample_times[-1] if recording.sample_times else recording.started)
+            + recording.interval)
+    job = fetch_job(inputs, rt)
+    steps = None
+    if job is not None and job.steps:
+        steps = [mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
+                 for s in job.steps if s.started is not None]
+    result = mr.compute(recording, end=now, steps=steps,
+                        job_started=job.started if job else None,
+                        pricing=pricing, limits=limits)
+    report_path, csv_path = write_files(inputs, directory, result, rt)
+    set_outputs(rt, result, report_path, csv_path)
+    for f in result.findings:
+        {"error": rt.error, "warning": rt.warning}.get(f.level, rt.notice)(
+            f"[{f.code}] {f.message}", title=f"gpu-monitor: {f.code}")
+    c = result.cost
+    rt.info(f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
+            f"{c.gpu_minutes_used:.2f} of {c.gpu_minutes_paid:.0f} GPU-minutes used, "
+            f"idle {100 * c.idle_fraction:.0f} %"
+            + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""))
+    rt.summary(mr.markdown(result))
+    if inputs["pushgateway-url"]:
+        from gpu_ci.cuda.monitor_push import push
+
+        try:
+            push(inputs["pushgateway-url"], result, rt.environ)
+            rt.info(f"gpu-monitor: pushed the job's metrics to {inputs['pushgateway-url']}")
+        except Exception as exc:  # the gateway is optional: never fail the job for it
+            rt.warning(f"gpu-monitor: could not push to {inputs['pushgateway-url']}: "
+                       f"{type(exc).__name__}: {exc}", title="gpu-monitor: pushgateway")
+    return 0 if result.ok else 1
+
+
+def fetch_job(inputs: Inputs, rt: Runtime):  # -> JobTimes | None
+    """The job's steps from the jobs API, or None (no token, no permission, no answer)."""
+    env = rt.environ
+    token = inputs["github-token"] or env.get("GITHUB_TOKEN", "")
+    repository, run_id = env.get("GITHUB_REPOSITORY", ""), env.get("GITHUB_RUN_ID", "")
+    if not (token and repository and run_id and env.get("RUNNER_NAME")):
+        return None
+    try:
+        from gpu_ci.github.client import ClientSettings, RestClient
+        from gpu_ci.github.steps import current_job_times
+
+        client = RestClient(token, ClientSettings.from_environ(env))
+        job = current_job_times(client, repository, run_id, env.get("GITHUB_RUN_ATTEMPT", ""),
+                                env["RUNNER_NAME"])
+    except Exception as exc:  # steps are a bonus: fall back to the monitor's window
+        rt.notice(f"gpu-monitor: no per-step breakdown (the jobs API did not answer: "
+                  f"{type(exc).__name__}); give the job 'actions: read' for it.",
+                  title="gpu-monitor")
+        return None
+    if job is None:
+        rt.notice("gpu-monitor: no per-step breakdown (this runner's job is not in the jobs "
+                  "API's list).", title="gpu-monitor")
+    return job
+
+
+def write_files(inputs: Inputs, directory: Path, result: mr.Report,
+                rt: Runtime) -> tuple[str, str]:
+    report_path = Path(inputs["report-file"] or directory / "report.json")
+    csv_path = Path(inputs["samples-csv"] or report_path.with_name("samples.csv"))
+    try:
+        for path, text in ((report_path, json.dumps(mr.as_json(result), indent=2) + "\n"),
+                           (csv_path, mr.samples_csv(result.recording))):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    except OSError as exc:
+        rt.warning(f"gpu-monitor: cannot write {exc.filename}: {exc.strerror}; the summary "
+                   "and outputs still hold the numbers.", title="gpu-monitor")
+        return "", ""
+    return str(report_path), str(csv_path)
+
+
+def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str) -> None:
+    c = result.cost
+    gpus = result.gpus
+    rt.set_output("ok", "true" if result.ok else "false")
+    rt.set_output("gpu-count", str(len(gpus)))
+    rt.set_output("gpu-used", "true" if result.gpu_used else "false")
+    rt.set_output("busy-seconds", f"{sum(g.busy_s for g in gpus):g}")
+    rt.set_output("utilisation-mean",
+                  f"{(sum(g.util_mean for g in gpus) / len(gpus)) if gpus else 0:.1f}")
+    rt.set_output("peak-memory-mib", str(max((g.peak_memory for g in gpus), default=0)
+                                         // mr.MIB))
+    rt.set_output("energy-wh", f"{sum(g.energy_wh for g in gpus):.3f}")
+    rt.set_output("paid-minutes", str(c.paid_minutes))
+    rt.set_output("gpu-minutes-used", f"{c.gpu_minutes_used:.2f}")
+    rt.set_output("idle-fraction", f"{c.idle_fraction:.4f}")
+    rt.set_output("idle-cost-usd", "" if c.idle_cost_usd is None else str(c.idle_cost_usd))
+    rt.set_output("report-file", report_path)
+    rt.set_output("samples-csv", csv_path)
+    rt.set_output("findings", json.dumps([{"level": f.level, "code": f.code,
+                                           "message": f.message} for f in result.findings]))
+
+
+def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
+    why = (directory / NO_GPU_NAME).read_text(encoding="utf-8").strip()
+    rt.set_output("ok", "false" if limits.expect_gpu_use else "true")
+    rt.set_output("gpu-count", "0")
+    rt.set_output("gpu-used", "false")
+    rt.summary(f"### gpu-monitor: no GPU in this job\n\n{why}: nothing was watched.\n")
+    if limits.expect_gpu_use:
+        rt.error(f"[gpu-not-used] expect-gpu-use is true, but {why}.",
+                 title="gpu-monitor: gpu-not-used")
+        return 1
+    rt.notice(f"gpu-monitor: {why}; nothing was watched.", title="gpu-monitor: no GPU")
+    return 0

@@ -1,0 +1,385 @@
+"""gpu-monitor's sampler: a detached process that reads NVML every ``interval`` seconds and
+appends one JSON line per sample to a file under ``RUNNER_TEMP``.
+
+Composite actions have no post step, so ``mode: start`` launches this process and returns;
+``mode: report`` stops it and reads the file (:mod:`gpu_ci.cuda.monitor_report`). The file
+is the only channel between the two, so it is plain JSON Lines that a user can upload and
+read without us:
+
+* ``{"kind": "start", "version": 1, "ts": <epoch s>, "interval": s, "pid": n, "gpus": [...]}``
+* ``{"kind": "sample", "ts": ..., "gpus": [{"index", "util", "mem_util", "mem_used",
+  "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...]}]}``
+  (a field the GPU does not support is ``null``; a lost GPU is absent)
+* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n}``
+* ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST"}``
+* ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
+  "size-limit" | "all-gpus-lost", "samples": n}``
+
+Memory is bounded: nothing accumulates in the process but a small cache of process names.
+The file is bounded too (``MAX_BYTES``); a sampler killed with ``kill -9`` leaves a file
+without a ``stop`` line, which the report says. One sampler per job: it holds an exclusive
+``flock`` on ``sampler.lock`` for its whole life, so a second ``start`` sees it and leaves it
+alone. Time comes from one clock function, which tests replace through the environment
+(``GPU_CI_MONITOR_FAKE_CLOCK=<epoch>``: sample *i* is at ``epoch + i * interval`` and the
+sampler does not sleep), so that the tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+FORMAT_VERSION = 1
+LOCK_NAME = "sampler.lock"
+STATE_NAME = "sampler.json"
+SAMPLES_NAME = "samples.jsonl"
+LOG_NAME = "sampler.log"
+MAX_BYTES = 64 * 2**20
+"""The sample file stops growing here (about 2 days of one GPU at 1 s)."""
+MAX_DURATION_S = 5 * 24 * 3600.0
+"""GitHub's longest job (self-hosted, 5 days): a sampler nobody stopped ends by itself."""
+MARKER = "gpu_ci.cuda.monitor"
+"""In the sampler's command line: the report signals a pid only when it finds this there."""
+
+GPU_IS_LOST = 15
+NOT_SUPPORTED = 3
+TIMEOUT = 10
+
+#: nvmlEventType* bits we ask for, and how the file names them.
+EVENT_TYPES = {0x8: "xid", 0x1: "ecc-sbe", 0x2: "ecc-dbe"}
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    directory: Path
+    interval: float = 1.0
+    fake_epoch: float | None = None
+    """Tests: the clock reads ``fake_epoch + i * interval`` and the sampler never sleeps."""
+    max_samples: int = 0
+    """Tests and benchmarks: stop after this many samples (0: until signalled)."""
+    max_bytes: int = MAX_BYTES
+
+    @classmethod
+    def from_environ(cls, directory: Path, interval: float,
+                     environ: Mapping[str, str]) -> SamplerConfig:
+        fake = environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
+        limit = environ.get("GPU_CI_MONITOR_MAX_SAMPLES", "").strip()
+        size = environ.get("GPU_CI_MONITOR_MAX_BYTES", "").strip()  # tests: a tiny disk
+        return cls(directory, interval, float(fake) if fake else None,
+                   int(limit) if limit else 0, int(size) if size else MAX_BYTES)
+
+
+def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
+    """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
+    the key keeps two jobs that share a RUNNER_TEMP apart)."""
+    key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
+                                     environ.get("GITHUB_RUN_ATTEMPT", ""),
+                                     environ.get("GITHUB_JOB", "")) if part) or "local"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    return Path(runner_temp) / "gpu-ci-monitor" / safe
+
+
+# -- the lock: who owns the job's sampler ----------------------------------------------
+
+
+def lock_held(directory: Path) -> bool:
+    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it)."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / STATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_our_sampler(pid: int, directory: Path) -> bool:
+    """The pid runs our sampler for this directory (never signal a recycled pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    text = [a.decode(errors="replace") for a in argv]
+    return any(MARKER in a for a in text) and str(directory) in text
+
+
+def stop_sampler(directory: Path, wait_s: float = 15.0,
+                 sleep: Callable[[float], None] = time.sleep) -> str:
+    """Signal the job's sampler and wait for it to write its last line.
+
+    Returns ``stopped``, ``not-running`` (it had ended: killed, or finished), or ``killed``
+    (it ignored SIGTERM for ``wait_s``)."""
+    if not lock_held(directory):
+        return "not-running"
+    state = read_state(directory) or {}
+    pid = int(state.get("pid") or 0)
+    if pid <= 0 or not is_our_sampler(pid, directory):
+        return "not-running"
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not lock_held(directory):
+            return "stopped"
+        sleep(0.05)
+    if is_our_sampler(pid, directory):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return "killed"
+    return "stopped"
+
+
+# -- reading NVML -----------------------------------------------------------------------
+
+
+class _Nvml:
+    """The NVML calls of one sample, with errors as values."""
+
+    def __init__(self) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        self.names = {getattr(pynvml, n): n[len("NVML_ERROR_"):] for n in dir(pynvml)
+                      if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)}
+        self.process_names: dict[int, str] = {}
+
+    def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """The value, or None when the GPU does not support the query (lost → raises)."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if int(exc.value) == GPU_IS_LOST:
+                raise
+            return None
+
+    def process_name(self, pid: int) -> str:
+        if pid not in self.process_names:
+            if len(self.process_names) > 1024:
+                self.process_names.clear()
+            name = ""
+            with contextlib.suppress(self.nvml.NVMLError):
+                raw = self.nvml.nvmlSystemGetProcessName(pid)
+                name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            self.process_names[pid] = os.path.basename(name) or f"pid {pid}"
+        return self.process_names[pid]
+
+    def read(self, index: int, handle: Any) -> dict[str, Any]:
+        n = self.nvml
+        gpu_util: int | None
+        mem_util: int | None
+        try:  # first: it raises when the GPU is lost
+            util = n.nvmlDeviceGetUtilizationRates(handle)
+            gpu_util, mem_util = int(util.gpu), int(util.memory)
+        except n.NVMLError as exc:
+            if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
+                raise
+            gpu_util = mem_util = None
+        mem = n.nvmlDeviceGetMemoryInfo(handle)
+        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            n.nvmlDeviceGetCurrentClocksThrottleReasons
+        procs = self.optional(n.nvmlDeviceGetComputeRunningProcesses, handle) or []
+        return {
+            "index": index,
+            "util": gpu_util,
+            "mem_util": mem_util,
+            "mem_used": int(mem.used),
+            "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
+            "temp": self.optional(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
+            "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
+            "throttle": self.optional(reasons_fn, handle),
+            "procs": [[int(p.pid), int(p.usedGpuMemory or 0), self.process_name(int(p.pid))]
+                      for p in procs],
+        }
+
+
+def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+    def text(value: Any) -> str:
+        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+    mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+    mig: bool | None = None
+    with contextlib.suppress(nvml.NVMLError):
+        mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
+    return {"index": index, "name": text(nvml.nvmlDeviceGetName(handle)),
+            "uuid": text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": int(mem.total),
+            "mig": mig}
+
+
+class _Writer:
+    def __init__(self, handle: TextIO, max_bytes: int) -> None:
+        self.handle = handle
+        self.max_bytes = max_bytes
+        self.written = handle.tell()
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append one line; False once the file reached its limit."""
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        if self.written + len(line) > self.max_bytes and record["kind"] != "stop":
+            return False
+        self.handle.write(line)
+        self.handle.flush()
+        self.written += len(line)
+        return True
+
+
+def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
+    """The sampler's main loop (in the detached process). Returns its exit status."""
+    directory = config.directory
+    lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("gpu-monitor: another sampler already runs for this job", file=sys.stderr)
+        return 3
+    stop: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.append("signal")
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    import pynvml
+
+    reader = _Nvml()
+    pynvml.nvmlInit()
+    count = pynvml.nvmlDeviceGetCount()
+    indices = [i for i in range(count) if visible is None or i in visible]
+    handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+    by_address = {_address(h): i for i, h in handles.items()}
+    events: Any = None
+    with contextlib.suppress(pynvml.NVMLError):
+        events = pynvml.nvmlEventSetCreate()
+        registered = 0
+        for handle in handles.values():
+            with contextlib.suppress(pynvml.NVMLError):
+                wanted = pynvml.nvmlDeviceGetSupportedEventTypes(handle) & sum(EVENT_TYPES)
+                if wanted:
+                    pynvml.nvmlDeviceRegisterEvents(handle, wanted, events)
+                    registered += 1
+        if not registered:
+            pynvml.nvmlEventSetFree(events)
+            events = None
+
+    fake = config.fake_epoch
+    started = fake if fake is not None else time.time()
+    step = [0]
+
+    def clock() -> float:
+        return (started + step[0] * config.interval) if fake is not None else time.time()
+
+    samples_path = directory / SAMPLES_NAME
+    with open(samples_path, "a", encoding="utf-8") as handle:
+        out = _Writer(handle, config.max_bytes)
+        out.write({"kind": "start", "version": FORMAT_VERSION, "ts": started,
+                   "interval": config.interval, "pid": os.getpid(),
+                   "gpus": [_gpu_header(pynvml, i, h) for i, h in handles.items()]})
+        (directory / STATE_NAME).write_text(json.dumps(
+            {"pid": os.getpid(), "started": started, "samples": str(samples_path)}) + "\n")
+        lost: set[int] = set()
+        reason = ""
+        while not stop:
+            began = time.monotonic()
+            now = clock()
+            gpus = []
+            for i, h in handles.items():
+                if i in lost:
+                    continue
+                try:
+                    gpus.append(reader.read(i, h))
+                except pynvml.NVMLError as exc:
+                    code = int(exc.value)
+                    lost.add(i)
+                    out.write({"kind": "error", "ts": now, "gpu": i,
+                               "call": "sample", "code": code,
+                               "name": reader.names.get(code, "UNKNOWN")})
+            if not gpus and len(lost) == len(handles):
+                reason = "all-gpus-lost"
+                break
+            if not out.write({"kind": "sample", "ts": now, "gpus": gpus}):
+                reason = "size-limit"
+                break
+            step[0] += 1
+            if config.max_samples and step[0] >= config.max_samples:
+                reason = "max-samples"
+            elif now - started >= MAX_DURATION_S:
+                reason = "max-duration"
+            if reason:
+                break
+            # Wait out the rest of the interval on the event set: Xid and ECC events
+            # arrive during the wait and are stamped with the current clock.
+            budget = 0.0 if fake is not None else max(0.0, config.interval
+                                                       - (time.monotonic() - began))
+            deadline = time.monotonic() + budget
+            while not stop:
+                left = deadline - time.monotonic()
+                if events is None:
+                    if left > 0:
+                        time.sleep(left)
+                    break
+                try:
+                    data = pynvml.nvmlEventSetWait(events, max(0, int(left * 1000)))
+                except pynvml.NVMLError as exc:
+                    if int(exc.value) != TIMEOUT:
+                        events = None  # the event set broke: keep sampling without it
+                    break
+                out.write({"kind": "event", "ts": clock(),
+                           "gpu": by_address.get(_address(data.device), -1),
+                           "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
+                           "data": int(data.eventData)})
+                if left <= 0:
+                    break
+        out.write({"kind": "stop", "ts": clock(), "reason": reason or (stop[0] if stop
+                                                                         else "signal"),
+                   "samples": step[0]})
+    with contextlib.suppress(pynvml.NVMLError):
+        if events is not None:
+            pynvml.nvmlEventSetFree(events)
+        pynvml.nvmlShutdown()
+    os.close(lock_fd)
+    return 0
+
+
+def _address(handle: Any) -> int:
+    """A device handle's pointer value (event data carries the handle, not the index)."""
+    import ctypes
+
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m gpu_ci.cuda.monitor <directory> <interval> [visible indices]``."""
+    directory = Path(argv[0])
+    visible = [int(x) for x in argv[2].split(",") if x] if len(argv) > 2 else None
+    config = SamplerConfig.from_environ(directory, float(argv[1]), os.environ)
+    try:
+        return run_sampler(config, visible)
+    except Exception as exc:  # the log is all a detached process has
+        print(f"gpu-monitor sampler failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover - the detached process
+    raise SystemExit(main(sys.argv[1:]))

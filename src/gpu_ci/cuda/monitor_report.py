@@ -1,0 +1,602 @@
+"""gpu-monitor's report: pure functions from the sampler's file (plus the job's steps and a
+price) to numbers, findings, a Markdown summary, a chart, JSON and CSV.
+
+Nothing here touches NVML, the network or the clock: the command passes the text of the
+sample file, the steps it fetched and "now", so every number is checked in tests against a
+scripted time series. Rules, stated once:
+
+* each sample stands for one ``interval`` (NVML's utilisation is the share of the past
+  sample period in which a kernel ran); a sample is **busy** when utilisation is above 0;
+* energy is the sum of power × interval; p95 is the nearest-rank percentile;
+* a GPU is **throttled** in a sample when a clocks-event reason other than idle,
+  application clocks, sync boost or display clock is set;
+* **paid** minutes follow GitHub's rule (the job's time, rounded up to whole minutes, at
+  least one); GPU-minutes paid = paid minutes × GPUs watched; **used** = busy time;
+  idle fraction = 1 − used / paid; idle cost = cost × idle fraction.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from gpu_ci.charts import Series, downsample, xychart
+from gpu_ci.pricing import billed_minutes
+
+SCHEMA_VERSION = 1
+MIB = 2**20
+
+#: nvmlClocksEventReason bits that mean "slowed down" (not idle or configured clocks).
+THROTTLE_REASONS = {
+    0x4: "power cap (software)",
+    0x8: "hardware slowdown",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake (hardware)",
+    0x200: "board limit",
+    0x400: "reliability",
+}
+
+#: Xid codes that mean the GPU is gone or needs a reset (NVIDIA's Xid catalogue).
+XID_MEANING = {
+    79: "GPU has fallen off the bus",
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failure",
+    74: "NVLink error",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+}
+
+
+# -- the recording --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+    memory_total: int
+    mig: bool | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    ts: float
+    index: int
+    util: int | None
+    """None where NVML has no utilisation (a MIG-enabled GPU): memory and processes only."""
+    mem_util: int | None
+    mem_used: int
+    power_mw: int | None = None
+    temp: int | None = None
+    sm_mhz: int | None = None
+    throttle: int | None = None
+    procs: tuple[tuple[int, int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Recording:
+    started: float
+    interval: float
+    gpus: tuple[GpuInfo, ...]
+    samples: tuple[GpuSample, ...]
+    sample_times: tuple[float, ...]
+    events: tuple[dict[str, Any], ...] = ()
+    errors: tuple[dict[str, Any], ...] = ()
+    stop: dict[str, Any] | None = None
+    bad_lines: int = 0
+
+
+class RecordingError(ValueError):
+    """The sample file cannot be read at all (no start line)."""
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def parse_recording(text: str) -> Recording:
+    """The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal."""
+    header: dict[str, Any] | None = None
+    samples: list[GpuSample] = []
+    times: list[float] = []
+    events: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    stop: dict[str, Any] | None = None
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            kind = record["kind"]
+            if kind == "start":
+                header = header or record
+            elif kind == "sample":
+                times.append(float(record["ts"]))
+                for g in record["gpus"]:
+                    samples.append(GpuSample(
+                        float(record["ts"]), int(g["index"]), _int(g.get("util")),
+                        _int(g.get("mem_util")), int(g["mem_used"]), _int(g.get("power_mw")),
+                        _int(g.get("temp")), _int(g.get("sm_mhz")), _int(g.get("throttle")),
+                        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ()))))
+            elif kind == "event":
+                events.append(record)
+            elif kind == "error":
+                errors.append(record)
+            elif kind == "stop":
+                stop = record
+        except (ValueError, KeyError, TypeError, IndexError):
+            bad += 1
+    if header is None:
+        raise RecordingError("the sample file has no start line: the sampler did not start.")
+    gpus = tuple(GpuInfo(int(g["index"]), str(g["name"]), str(g["uuid"]),
+                         int(g["memory_total"]), g.get("mig")) for g in header["gpus"])
+    return Recording(float(header["ts"]), float(header["interval"]), gpus, tuple(samples),
+                     tuple(times), tuple(events), tuple(errors), stop, bad)
+
+
+# -- inputs besides the recording -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A span of the job: a step from the jobs API, or the monitor's own window."""
+
+    name: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Pricing:
+    usd_per_minute: Decimal | None
+    source: str
+    """How the price was chosen, e.g. ``price-per-hour: 3.12`` or the SKU and its date."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    expect_gpu_use: bool = False
+    max_memory: int | None = None
+    """Bytes; fails when any GPU's peak memory is above it."""
+    min_utilisation: float | None = None
+    """Percent; fails when any GPU's mean utilisation is below it."""
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessUse:
+    pid: int
+    name: str
+    peak_memory: int
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    gpu: GpuInfo
+    samples: int
+    busy_s: float
+    util_mean: float
+    util_p95: float
+    util_max: float
+    mem_util_mean: float
+    peak_memory: int
+    peak_process: str
+    peak_at_s: float | None
+    energy_wh: float
+    power_max_w: float | None
+    temp_max: int | None
+    throttled_s: float
+    throttle_reasons: dict[str, float]
+    processes: tuple[ProcessUse, ...]
+    lost_at_s: float | None
+
+
+@dataclass(frozen=True)
+class PhaseUsage:
+    name: str
+    start_s: float
+    duration_s: float
+    samples: int
+    busy_s: float
+    util_mean: float
+    peak_memory: int
+    energy_wh: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    window_s: float
+    window_from: str
+    """``job`` (the jobs API's started_at) or ``monitor`` (the start step)."""
+    paid_minutes: int
+    gpu_minutes_paid: float
+    gpu_minutes_used: float
+    idle_fraction: float
+    usd_per_minute: Decimal | None
+    price_source: str
+    cost_usd: Decimal | None
+    idle_cost_usd: Decimal | None
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str
+    """``error`` fails the step (an assertion); ``warning`` and ``notice`` report."""
+    code: str
+    message: str
+    at_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    recording: Recording
+    end: float
+    gpus: tuple[GpuUsage, ...]
+    phases: tuple[PhaseUsage, ...]
+    phases_from: str
+    cost: Cost
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == "error" for f in self.findings)
+
+    @property
+    def gpu_used(self) -> bool:
+        return any(g.processes or g.busy_s > 0 for g in self.gpus)
+
+
+# -- the computation --------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def p95(values: Sequence[float]) -> float:
+    """Nearest-rank 95th percentile (a value that occurred, never an interpolation)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)])
+
+
+def throttle_names(bits: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
+
+
+def _money(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+
+
+def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
+    mine = [s for s in rec.samples if s.index == gpu.index]
+    dt = rec.interval
+    utils = [float(s.util) for s in mine if s.util is not None]
+    peak = max(mine, key=lambda s: s.mem_used, default=None)
+    peak_process = ""
+    if peak is not None and peak.procs:
+        pid, used, name = max(peak.procs, key=lambda p: p[1])
+        peak_process = f"{name} (pid {pid}, {used / MIB:.0f} MiB)"
+    procs: dict[int, ProcessUse] = {}
+    for s in mine:
+        for pid, used, name in s.procs:
+            old = procs.get(pid)
+            if old is None or used > old.peak_memory:
+                procs[pid] = ProcessUse(pid, name, used)
+    reasons: dict[str, float] = {}
+    throttled = 0.0
+    for s in mine:
+        names = throttle_names(s.throttle or 0)
+        if names:
+            throttled += dt
+        for name in names:
+            reasons[name] = reasons.get(name, 0.0) + dt
+    powers = [s.power_mw / 1000 for s in mine if s.power_mw is not None]
+    temps = [s.temp for s in mine if s.temp is not None]
+    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)
+    return GpuUsage(
+        gpu=gpu, samples=len(mine), busy_s=sum(dt for s in mine if (s.util or 0) > 0),
+        util_mean=_mean(utils), util_p95=p95(utils), util_max=max(utils, default=0.0),
+        mem_util_mean=_mean([float(s.mem_util) for s in mine if s.mem_util is not None]),
+        peak_memory=peak.mem_used if peak else 0, peak_process=peak_process,
+        peak_at_s=(peak.ts - rec.started) if peak else None,
+        energy_wh=sum(p * dt for p in powers) / 3600,
+        power_max_w=max(powers) if powers else None,
+        temp_max=max(temps) if temps else None,
+        throttled_s=throttled, throttle_reasons=reasons,
+        processes=tuple(sorted(procs.values(), key=lambda p: -p.peak_memory)),
+        lost_at_s=(float(lost["ts"]) - rec.started) if lost else None)
+
+
+def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
+    # A sample at ts covers (ts - interval, ts]: it belongs to the phase holding its end.
+    inside = [s for s in rec.samples if phase.start < s.ts <= phase.end]
+    power = [s.power_mw / 1000 for s in inside if s.power_mw is not None]
+    return PhaseUsage(
+        phase.name, phase.start - rec.started, max(0.0, phase.end - phase.start),
+        len({s.ts for s in inside}), sum(rec.interval for s in inside if (s.util or 0) > 0),
+        _mean([float(s.util) for s in inside if s.util is not None]),
+        max((s.mem_used for s in inside), default=0),
+        sum(p * rec.interval for p in power) / 3600)
+
+
+def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
+            job_started: float | None = None, pricing: Pricing | None = None,
+            limits: Limits | None = None) -> Report:
+    """Everything the summary, outputs, JSON and push say, from plain data."""
+    limits = limits or Limits()
+    pricing = pricing or Pricing(None, "")
+    gpus = tuple(_usage(g, rec) for g in rec.gpus)
+    if steps:
+        # Steps before the start step were paid too: listed, with nothing measured.
+        phases = tuple(_phase(p if p.end >= rec.started else
+                              Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
+                              rec)
+                       for p in steps if p.start < end)
+        phases_from = "steps"
+    else:
+        phases = (_phase(Phase("start → report", rec.started - 1e-6, end), rec),)
+        phases_from = "monitor"
+    window_start = job_started if job_started is not None else rec.started
+    window = max(0.0, end - window_start)
+    paid = billed_minutes(window)
+    gpu_paid = float(paid * len(rec.gpus))
+    used = sum(g.busy_s for g in gpus) / 60
+    idle = max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0
+    price = pricing.usd_per_minute
+    cost = _money(price * paid) if price is not None else None
+    idle_cost = _money(cost * Decimal(str(round(idle, 6)))) if cost is not None else None
+    report_cost = Cost(window, "job" if job_started is not None else "monitor", paid, gpu_paid,
+                       round(used, 4), round(idle, 4), price, pricing.source, cost, idle_cost)
+    report = Report(rec, end, gpus, phases, phases_from, report_cost)
+    return Report(rec, end, gpus, phases, phases_from, report_cost,
+                  tuple(findings(report, limits)))
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(0, int(round(seconds)))
+    if s >= 3600:
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def findings(report: Report, limits: Limits) -> list[Finding]:
+    rec = report.recording
+    out: list[Finding] = []
+    for e in rec.errors:
+        at = float(e["ts"]) - rec.started
+        lost = e.get("code") == 15
+        out.append(Finding(
+            "warning", "gpu-lost" if lost else "nvml-failed",
+            f"GPU {e.get('gpu')}: NVML answered {e.get('name')} ({e.get('code')}) at "
+            f"+{_clock(at)}" + (": the GPU fell off the bus (Xid 79 in the kernel log); no "
+                                "samples after that. Drain this runner and reset the GPU."
+                                if lost else "; no samples from this GPU after that."), at))
+    for e in rec.events:
+        at = float(e["ts"]) - rec.started
+        if e.get("type") == "xid":
+            code = int(e.get("data", 0))
+            meaning = XID_MEANING.get(code, "see NVIDIA's Xid catalogue")
+            out.append(Finding("warning", f"xid-{code}",
+                               f"GPU {e.get('gpu')}: Xid {code} ({meaning}) at +{_clock(at)}.",
+                               at))
+        else:
+            out.append(Finding("warning", str(e.get("type")),
+                               f"GPU {e.get('gpu')}: {e.get('type')} event at +{_clock(at)}.",
+                               at))
+    if rec.stop is None:
+        last = (rec.sample_times[-1] - rec.started) if rec.sample_times else None
+        out.append(Finding("warning", "sampler-ended-early",
+                           "the sampler ended without its last line (killed, or the disk "
+                           f"filled); samples end at +{_clock(last)}.", last))
+    elif rec.stop.get("reason") == "size-limit":
+        out.append(Finding("warning", "sample-file-full", "the sample file reached its size "
+                           "limit; later samples were not recorded."))
+    if rec.bad_lines:
+        out.append(Finding("warning", "unreadable-lines",
+                           f"{rec.bad_lines} line(s) of the sample file were unreadable."))
+    for g in report.gpus:
+        label = f"GPU {g.gpu.index} ({g.gpu.name})"
+        if limits.max_memory is not None and g.peak_memory > limits.max_memory:
+            out.append(Finding(
+                "error", "max-memory-exceeded",
+                f"{label} peaked at {g.peak_memory / MIB:.0f} MiB"
+                + (f" ({g.peak_process})" if g.peak_process else "")
+                + f", above max-memory ({limits.max_memory / MIB:.0f} MiB).", g.peak_at_s))
+        if limits.min_utilisation is not None and g.util_mean < limits.min_utilisation:
+            out.append(Finding(
+                "error", "min-utilisation-unmet",
+                f"{label} averaged {g.util_mean:.1f} % utilisation, below min-utilisation "
+                f"({limits.min_utilisation:g} %)."))
+    if limits.expect_gpu_use and not report.gpu_used:
+        out.append(Finding(
+            "error", "gpu-not-used",
+            "expect-gpu-use: no process used a GPU and no GPU was busy while the monitor ran: "
+            "the GPU tests ran on the CPU (a framework built without CUDA, or one that cannot "
+            "see the device) or were skipped."))
+    return sorted(out, key=lambda f: (f.level != "error", f.at_s is None, f.at_s or 0.0))
+
+
+# -- views ------------------------------------------------------------------------------
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f} %" if value >= 10 or value == 0 else f"{value:.1f} %"
+
+
+def _mib(value: int) -> str:
+    return f"{value / MIB:,.0f} MiB"
+
+
+def _usd(value: Decimal | None) -> str:
+    return "-" if value is None else f"${value.quantize(Decimal('0.01'), ROUND_HALF_UP)}"
+
+
+def _trim(value: Decimal) -> str:
+    """A per-minute price as written in the table (0.052, not 0.05 or 0.0520000)."""
+    text = f"{value.quantize(Decimal('0.0001'), ROUND_HALF_UP):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str]:
+    """One ``xychart-beta`` per GPU: utilisation % and memory used % of total over time."""
+    rec = report.recording
+    out = []
+    for usage in report.gpus[:max_gpus]:
+        gpu = usage.gpu
+        mine = [s for s in rec.samples if s.index == gpu.index]
+        if not mine:
+            continue
+        util = downsample([float(s.util or 0) for s in mine], max_points)
+        mem = downsample([round(100.0 * s.mem_used / gpu.memory_total, 1)
+                          if gpu.memory_total else 0.0 for s in mine], max_points)
+        n = len(util)
+        times = [mine[(i * len(mine)) // n].ts - rec.started for i in range(n)]
+        out.append(xychart(
+            f"GPU {gpu.index} {gpu.name}: utilisation and memory used, % (line 1: util, "
+            f"line 2: memory)",
+            [_clock(t) for t in times],
+            [Series("utilisation %", tuple(util)), Series("memory %", tuple(mem))],
+            y_title="%", y_range=(0, 100), x_title="time since start"))
+    return out
+
+
+def markdown(report: Report) -> str:
+    c = report.cost
+    n = len(report.gpus)
+    head = (f"### gpu-monitor: {n} GPU(s), {c.gpu_minutes_used:.1f} of "
+            f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(100 * c.idle_fraction)} "
+            "idle" + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None
+                      else "") + ")\n")
+    parts = [head]
+    parts.append(_table(
+        ["GPU", "busy", "utilisation mean / p95 / max", "peak memory", "by", "energy",
+         "throttled"],
+        [(f"{g.gpu.index} {g.gpu.name}", _clock(g.busy_s),
+          f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}",
+          f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}", g.peak_process or "-",
+          f"{g.energy_wh:.2f} Wh",
+          _clock(g.throttled_s) + (" (" + ", ".join(
+              f"{k} {_clock(v)}" for k, v in g.throttle_reasons.items()) + ")"
+              if g.throttle_reasons else ""))
+         for g in report.gpus]))
+    price = (f"${_trim(c.usd_per_minute)}/min ({c.price_source})" if c.usd_per_minute is not None
+             else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)")
+    parts.append(_table(
+        ["paid minutes", "GPU-minutes paid", "GPU-minutes used", "idle", "price", "cost",
+         "idle cost"],
+        [(f"{c.paid_minutes} ({_clock(c.window_s)} from the {c.window_from} start, rounded "
+          "up)", f"{c.gpu_minutes_paid:.0f}", f"{c.gpu_minutes_used:.2f}",
+          _pct(100 * c.idle_fraction), price, _usd(c.cost_usd), _usd(c.idle_cost_usd))]))
+    what = "step (jobs API)" if report.phases_from == "steps" else "phase"
+    parts.append(_table(
+        [what, "start", "duration", "busy GPU time", "mean utilisation", "peak memory",
+         "energy"],
+        [(p.name, ("-" if p.start_s < -0.5 else "+") + _clock(abs(p.start_s)),
+          _clock(p.duration_s), _clock(p.busy_s),
+          _pct(p.util_mean), _mib(p.peak_memory), f"{p.energy_wh:.2f} Wh")
+         for p in report.phases]))
+    parts.extend(charts(report))
+    if report.findings:
+        parts.append(_table(["level", "code", "at", "finding"],
+                            [(f.level, f.code, f"+{_clock(f.at_s)}" if f.at_s is not None
+                              else "-", f.message) for f in report.findings]))
+    return "\n".join(parts)
+
+
+def as_json(report: Report) -> dict[str, Any]:
+    """The report file (schema: actions/gpu-monitor/report.schema.json)."""
+    c = report.cost
+    rec = report.recording
+
+    def money(v: Decimal | None) -> float | None:
+        return None if v is None else float(v)
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ok": report.ok,
+        "started": rec.started,
+        "ended": report.end,
+        "interval_s": rec.interval,
+        "samples": len(rec.sample_times),
+        "gpu_used": report.gpu_used,
+        "gpus": [{
+            "index": g.gpu.index, "name": g.gpu.name, "uuid": g.gpu.uuid,
+            "memory_total_bytes": g.gpu.memory_total, "samples": g.samples,
+            "busy_s": g.busy_s, "utilisation": {"mean": round(g.util_mean, 3),
+                                                "p95": g.util_p95, "max": g.util_max},
+            "memory_utilisation_mean": round(g.mem_util_mean, 3),
+            "peak_memory_bytes": g.peak_memory, "peak_process": g.peak_process,
+            "peak_at_s": g.peak_at_s, "energy_wh": round(g.energy_wh, 6),
+            "power_max_w": g.power_max_w, "temperature_max_c": g.temp_max,
+            "throttled_s": g.throttled_s, "throttle_reasons_s": g.throttle_reasons,
+            "processes": [{"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
+                          for p in g.processes],
+            "lost_at_s": g.lost_at_s,
+        } for g in report.gpus],
+        "phases_from": report.phases_from,
+        "phases": [{"name": p.name, "start_s": p.start_s, "duration_s": p.duration_s,
+                    "samples": p.samples, "busy_s": p.busy_s,
+                    "utilisation_mean": round(p.util_mean, 3),
+                    "peak_memory_bytes": p.peak_memory, "energy_wh": round(p.energy_wh, 6)}
+                   for p in report.phases],
+        "cost": {"window_s": c.window_s, "window_from": c.window_from,
+                 "paid_minutes": c.paid_minutes, "gpu_minutes_paid": c.gpu_minutes_paid,
+                 "gpu_minutes_used": c.gpu_minutes_used, "idle_fraction": c.idle_fraction,
+                 "usd_per_minute": money(c.usd_per_minute), "price_source": c.price_source,
+                 "cost_usd": money(c.cost_usd), "idle_cost_usd": money(c.idle_cost_usd)},
+        "findings": [{"level": f.level, "code": f.code, "message": f.message, "at_s": f.at_s}
+                     for f in report.findings],
+    }
+
+
+CSV_COLUMNS = ("ts", "elapsed_s", "gpu", "uuid", "utilisation", "memory_utilisation",
+               "memory_used_mib", "power_w", "temperature_c", "sm_clock_mhz",
+               "throttle_reasons", "processes")
+
+
+def samples_csv(rec: Recording) -> str:
+    """One row per GPU per sample; processes as ``name:pid:MiB`` joined by spaces."""
+    uuids = {g.index: g.uuid for g in rec.gpus}
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for s in rec.samples:
+        writer.writerow([
+            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.index, ""),
+            "" if s.util is None else s.util, "" if s.mem_util is None else s.mem_util,
+            f"{s.mem_used / MIB:.1f}",
+            "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
+            "" if s.temp is None else s.temp, "" if s.sm_mhz is None else s.sm_mhz,
+            "" if s.throttle is None else f"0x{s.throttle:x}",
+            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs)])
+    return buf.getvalue()
