@@ -13,10 +13,7 @@ import pytest
 
 from tests.test_budget_api import REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
 
-try:
-    from tests.mermaid_check import parse_ok
-except ImportError:  # helper 15's module; the lead merges both
-    parse_ok = None
+from tests.mermaid_check import assert_charts_parse, require_mermaid
 
 
 @pytest.fixture
@@ -70,10 +67,8 @@ def test_chart_of_cumulative_spend_against_the_budget(run_cli, month, tmp_path):
     assert len(lines) == 2 and lines[1] == "line [" + ", ".join(["50"] * 30) + "]"
     spendline = [float(x) for x in lines[0][6:-1].split(", ")]
     assert spendline == sorted(spendline) and spendline[-1] == pytest.approx(14.04)
-    if parse_ok is None:
-        pytest.skip("tests/mermaid_check.py (mermaid's own parser, from the gpu-monitor "
-                    "work) is not in this tree; the chart text was checked above")
-    parse_ok(block.group(0) + "\n")  # the fenced block, as charts.xychart emits it
+    require_mermaid()  # skips with a reason where node or the npm packages are missing
+    assert_charts_parse(block.group(0) + "\n", expect=1)  # mermaid's own parser
 
 
 def test_past_month_writes_no_ledger_and_minutes_only_without_price(run_cli, month, tmp_path):
