@@ -14,9 +14,10 @@ import signal
 PHASES = ("download", "extract", "link", "pip", "swap")
 
 
-def crash_point(phase: str) -> None:
+def crash_point(phase: str, *, parent: bool = False) -> None:
+    """Die here when the test asks for it; ``parent``: a worker takes its job down first."""
     if os.environ.get("GPU_CI_TEST_KILL_AT") != phase or "PYTEST_CURRENT_TEST" not in os.environ:
         return
-    if os.environ.get("GPU_CI_TEST_KILL_PARENT") == "1":
-        os.kill(os.getppid(), signal.SIGKILL)  # a worker kills the job it works for
+    if parent:
+        os.kill(os.getppid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

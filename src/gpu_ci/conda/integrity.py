@@ -1,0 +1,52 @@
+"""Is an environment still what its ``conda-meta`` says? Is a cache entry its archive?
+
+``reused: true`` is a promise that the prefix holds the lock's packages, so it is given only
+after every file each ``conda-meta/<pkg>.json`` lists is found with its recorded size: a
+deleted or truncated file, or a missing record, means the environment is installed again.
+Sizes only (one ``lstat`` per file, measured in ``benchmarks/``): hashing every file of a
+multi-gigabyte CUDA environment on each reuse would cost more than reinstalling it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+MARKER_NAME = "gpu-ci-lock.json"
+
+
+def environment_problems(prefix: Path, expected_records: int | None = None,
+                         limit: int = 5) -> list[str]:
+    """Up to ``limit`` differences between the prefix and its conda-meta records."""
+    problems: list[str] = []
+    meta = prefix / "conda-meta"
+    try:
+        records = [p for p in meta.iterdir()
+                   if p.suffix == ".json" and p.name != MARKER_NAME]
+    except OSError:
+        return [f"{meta} cannot be read"]
+    if expected_records is not None and len(records) != expected_records:
+        problems.append(f"conda-meta has {len(records)} package records, the lock "
+                        f"{expected_records}")
+    for record in records:
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            problems.append(f"{record} cannot be read")
+            continue
+        for entry in (data.get("paths_data") or {}).get("paths") or ():
+            rel = str(entry.get("_path") or "")
+            try:
+                info = os.lstat(prefix / rel)
+            except OSError:
+                problems.append(f"{rel} (of {record.stem}) is missing")
+            else:
+                size = entry.get("size_in_bytes")
+                if stat.S_ISREG(info.st_mode) and size is not None and info.st_size != size:
+                    problems.append(f"{rel} (of {record.stem}) has {info.st_size} bytes, "
+                                    f"its record {size}")
+            if len(problems) >= limit:
+                return problems
+    return problems
