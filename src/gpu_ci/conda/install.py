@@ -242,7 +242,7 @@ def _restore_urls(staging: Path, entries: Sequence[CondaEntry]) -> None:
         if entry is None:
             continue
         data["url"] = mask_url(entry.url)
-        data["channel"] = mask_url(entry.channel)
+        data["channel"] = mask_url(entry.channel.rstrip("/") + "/")  # as rattler writes it
         path.write_text(json.dumps(data, indent=2))
 
 
@@ -400,6 +400,7 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
         raise (as_disk_error(exc, target.parent, f"creating {target.parent}") or exc) from None
     with transaction.exclusive(paths.lock, f"the lock on {target}", log):
         report.recovered = transaction.recover(paths, log)
+        transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
         if marker_matches(target, plan):
             problems = environment_problems(target, len(plan.conda))
             if not problems:
@@ -414,7 +415,6 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
         try:
             preflight(paths, pkgs_dir)
             with transaction.registered(pkgs_dir):
-                transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
                 transaction.begin(paths)
                 _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report)
         except BaseException as exc:
