@@ -445,12 +445,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["libhello", "hello", "hello-data"]
 
 
-def spawn(lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "") -> subprocess.Popen:
+def spawn(lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "",
+          toolcache: Path | None = None) -> subprocess.Popen:
     """One job, as a runner starts it: its own process, our CLI, no activation."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
     full.update({"PYTHONPATH": str(ROOT / "src"), "GPU_CI_HTTP_BACKOFF": "0.01",
                  "GPU_CI_HTTP_RETRIES": "2", "GPU_CI_TEST_JOB": tag or uuid.uuid4().hex,
-                 "RUNNER_TOOL_CACHE": str(pkgs.parent / "toolcache")})
+                 "RUNNER_TOOL_CACHE": str(toolcache or pkgs.parent / "toolcache")})
     full.update(env or {})
     return subprocess.Popen([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock",
                              "--lock-file", str(lock), "--miniforge", "false", "--activate",
@@ -636,7 +637,7 @@ def small_fs(tmp_path):
 def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(channel, locks, small_fs,
                                                                   free_kib):
     filler = small_fs / "filler"
-    with open(filler, "wb") as out, contextlib.suppress(OSError):
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
         while True:
             out.write(b"\0" * 4096)
             out.flush()
@@ -665,7 +666,7 @@ def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp
         before = len(channel.server.log)
         prefix = ro / "env" if where == "prefix" else tmp_path / "env"
         pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
-        rc, out = job(locks["small"], prefix, pkgs)
+        rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
         assert rc == 1, out
         assert "read-only file system" in out and str(ro) in out
         assert "internal error" not in out

@@ -32,7 +32,8 @@ def free_bytes(path: Path) -> int:
 
 
 def mb(n: float) -> str:
-    return f"{n / 1e6:.1f} MB"
+    """Bytes for people: kB below a megabyte, so that 12 kB is not '0.0 MB'."""
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 def as_disk_error(exc: BaseException, path: Path | str, what: str,

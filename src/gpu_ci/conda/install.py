@@ -105,7 +105,7 @@ def _noop(_: int) -> None:
 
 def _named_from_message(exc: BaseException, path: Path, what: str) -> GpuCiError | None:
     """rattler reports I/O errors as text ('... (os error 28)'): name the disk ones."""
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) and exc.errno is not None:
         return as_disk_error(exc, path, what)
     match = re.search(r"os error (\d+)", str(exc))
     if match:
@@ -392,12 +392,21 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
             engine: str = "rattler", conda: Path | None = None,
             policy: RetryPolicy | None = None, log: Log = print) -> InstallReport:
+    try:
+        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log)
+    except OSError as exc:  # anywhere, the lock file and the journal included
+        named = as_disk_error(exc, target.parent, f"installing {target}")
+        if named is not None:
+            raise named from None
+        raise
+
+
+def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str],
+             engine: str, conda: Path | None, policy: RetryPolicy | None,
+             log: Log) -> InstallReport:
     report = InstallReport()
     paths = transaction.Paths(target)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise (as_disk_error(exc, target.parent, f"creating {target.parent}") or exc) from None
+    target.parent.mkdir(parents=True, exist_ok=True)
     with transaction.exclusive(paths.lock, f"the lock on {target}", log):
         report.recovered = transaction.recover(paths, log)
         transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
@@ -417,13 +426,9 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
             with transaction.registered(pkgs_dir):
                 transaction.begin(paths)
                 _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report)
-        except BaseException as exc:
+        except BaseException:
             with contextlib.suppress(Exception):
                 transaction.recover(paths, lambda _: None)
-            if isinstance(exc, OSError):
-                named = as_disk_error(exc, target.parent, f"installing {target}")
-                if named is not None:
-                    raise named from None
             raise
     return report
 

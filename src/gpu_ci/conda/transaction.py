@@ -53,8 +53,9 @@ def exclusive(path: Path, what: str, log: Log) -> Iterator[None]:
             started = time.monotonic()
             fcntl.flock(fd, fcntl.LOCK_EX)
             log(f"got {what} after {time.monotonic() - started:.1f} s")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # who holds it: for the log of a waiting job
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
