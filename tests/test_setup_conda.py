@@ -553,11 +553,11 @@ def test_home_workspace_and_roots_are_refused(setup, channel, tmp_path, which):
 
 
 def test_concurrent_jobs_sharing_one_cache(channel, locks, tmp_path):
-    """24 trials of 2-4 jobs started together on one empty package cache, half of them on
+    """20 trials of 2-4 jobs started together on one empty package cache, half of them on
     one prefix: every job succeeds, every environment is complete, the cache is valid and
     holds no temporary file; jobs on one prefix take turns and say that they wait."""
     waited = 0
-    for trial in range(24):
+    for trial in range(20):
         base = tmp_path / f"t{trial}"
         pkgs = base / "pkgs"
         n = 2 + trial % 3

@@ -30,23 +30,31 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
     if expected_records is not None and len(records) != expected_records:
         problems.append(f"conda-meta has {len(records)} package records, the lock "
                         f"{expected_records}")
-    for record in records:
-        try:
-            data = json.loads(record.read_text())
-        except (OSError, ValueError):
-            problems.append(f"{record} cannot be read")
-            continue
-        for entry in (data.get("paths_data") or {}).get("paths") or ():
-            rel = str(entry.get("_path") or "")
+    # lstat relative to an open directory: no Path objects, no walk of the prefix's own
+    # components for each of tens of thousands of files (3x faster, see benchmarks/).
+    fd = os.open(prefix, os.O_RDONLY)
+    try:
+        for record in records:
             try:
-                info = os.lstat(prefix / rel)
-            except OSError:
-                problems.append(f"{rel} (of {record.stem}) is missing")
-            else:
-                size = entry.get("size_in_bytes")
-                if stat.S_ISREG(info.st_mode) and size is not None and info.st_size != size:
-                    problems.append(f"{rel} (of {record.stem}) has {info.st_size} bytes, "
-                                    f"its record {size}")
-            if len(problems) >= limit:
-                return problems
+                data = json.loads(record.read_bytes())
+            except (OSError, ValueError):
+                problems.append(f"{record} cannot be read")
+                continue
+            for entry in (data.get("paths_data") or {}).get("paths") or ():
+                rel = entry.get("_path") or ""
+                try:
+                    info = os.lstat(rel, dir_fd=fd)
+                except OSError:
+                    problems.append(f"{rel} (of {record.stem}) is missing")
+                else:
+                    size = entry.get("size_in_bytes")
+                    if size is not None and info.st_size != size and \
+                            stat.S_ISREG(info.st_mode):
+                        problems.append(f"{rel} (of {record.stem}) has {info.st_size} bytes, "
+                                        f"its record {size}")
+                if len(problems) >= limit:
+                    return problems
+    finally:
+        os.close(fd)
+    return problems
     return problems
