@@ -608,6 +608,19 @@ def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_pat
     assert run.stdout.strip() == "42"
 
 
+def test_pip_entries_are_installed_before_the_swap_and_point_at_the_prefix(channel, locks,
+                                                                          tmp_path):
+    prefix = tmp_path / "env"
+    rc, out = job(locks["pip"], prefix, tmp_path / "pkgs")
+    assert rc == 0, out
+    script = prefix / "bin" / "gpuci-demo"
+    assert script.read_text().splitlines()[0] == f"#!{prefix / 'bin' / 'python'}"
+    assert ".gpu-ci-new-" not in script.read_text()
+    # nothing compiled with the staging path in it: Python compiles on first import
+    assert not list(prefix.rglob("gpuci_demo/__pycache__/*.pyc"))
+    assert subprocess.run([str(script)], capture_output=True, text=True).stdout == "42\n"
+
+
 def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(channel, locks,
                                                                           tmp_path):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
