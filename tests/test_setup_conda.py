@@ -528,12 +528,13 @@ def test_a_directory_that_is_not_an_environment_is_refused_and_kept(setup, chann
     (checkout / ".git").mkdir()
     (checkout / "src" / "important.py").write_text("keep me\n")
     before = tree_digest(checkout)
+    requests = len(channel.server.log)
     result = setup(channel.explicit_lock(["libhello"]), "--prefix", str(checkout))
     assert result.returncode == 1
     assert f"prefix {checkout} exists, is not empty and is not a conda environment" in \
         result.errors[0]
     assert tree_digest(checkout) == before
-    assert not channel.server.requests("libhello")  # refused before any download
+    assert len(channel.server.log) == requests  # refused before any download
 
 
 @pytest.mark.parametrize("which", ["home", "workspace", "root", "above-root", "slash"])
@@ -571,8 +572,7 @@ def test_concurrent_jobs_sharing_one_cache(channel, locks, tmp_path):
         assert_cache_valid(pkgs, channel)
         assert our_temporaries(base) == []
         if same:
-            assert sum("reused" in o.split("setup-conda-from-lock: ")[-1][:8] for o in outs) \
-                == n - 1
+            assert sum("setup-conda-from-lock: reused " in o for o in outs) == n - 1
             waited += sum("waiting for the lock on" in o for o in outs)
     assert waited > 0
 

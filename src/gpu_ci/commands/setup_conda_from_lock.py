@@ -78,6 +78,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                          "root elsewhere (the vendor conda is never written).")
     sub_env = conda_isolation.isolated_env(environ, vendor, opts.condarc, pkgs_dir,
                                            opts.envs_dir)
+    # Before anything is downloaded (Miniforge included): can the result be put in place?
+    env_install.check_writable(prefix, pkgs_dir)
     phases: dict[str, float] = {}
     mf = None
     if opts.miniforge:

@@ -9,8 +9,9 @@ The order is what makes it safe (see ``transaction`` for the locks and the journ
 4. download and verify every archive (threads) and extract each into the shared cache
    (worker processes that die with us), entries appearing by atomic rename only;
 5. link with py-rattler into a staging sibling, the final path written into prefix
-   placeholders, each ``conda-meta`` record built from the package's own ``index.json``;
-   rattler validates every cache entry against its ``paths.json`` first;
+   placeholders, each ``conda-meta`` record built from the package's own ``index.json``
+   (a cache entry an earlier job extracted is first checked against its ``paths.json``,
+   sizes and sha256, and extracted again if it differs);
 6. install the pip entries into staging with its own interpreter, then rewrite the staging
    path in the scripts pip wrote; write the marker;
 7. swap staging into place (two renames, journalled); drop the old environment.
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.conda import transaction
-from gpu_ci.conda.integrity import environment_problems
+from gpu_ci.conda.integrity import cache_entry_problem, environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
-from gpu_ci.conda.options import MARKER
+from gpu_ci.conda.options import MARKER, is_environment
 from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
 from gpu_ci.downloads import TOKEN, Download, Fetched, fetch_all
 from gpu_ci.errors import GpuCiError
@@ -129,7 +130,7 @@ def _extract(archive: str, dest: str, digest: str, token: str) -> bool:
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
         stamp = target / SHA_MARKER
         with contextlib.suppress(OSError):
-            if stamp.read_text() == digest:
+            if stamp.read_text() == digest and not cache_entry_problem(target):
                 return False
         tmp = target.with_name(f".{target.name}.tmp-{token}")
         try:
@@ -274,10 +275,10 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
     entries = list(plan.conda)
     require_space(target.parent, _copied_bytes(entries, cache, target.parent),
                   f"linking {len(entries)} packages into {target}")
-    # Every cache entry is checked against its paths.json (sizes and sha256) before it is
-    # linked; an entry changed since extraction is extracted again from the verified archive.
+    # Every entry is either extracted just now from a verified archive or was checked against
+    # its paths.json (sizes and sha256) by _extract; rattler need only see that it is there.
     package_cache = rattler.PackageCache.new_layered(
-        [str(cache)], validation_mode=rattler.ValidationMode.full())
+        [str(cache)], validation_mode=rattler.ValidationMode.fast())
     try:
         asyncio.run(rattler.install(
             _records(entries, fetched, cache), target_prefix=str(staging),
@@ -376,17 +377,33 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
                          "rename. Pass a directory inside it as prefix, e.g. "
                          f"{target / 'env'}.", title="unsafe prefix")
     # The swap is a rename: prove that this directory allows one.
-    probe = paths.work
-    probe.mkdir()
+    probe = paths.work.with_name(paths.work.name + "-probe")
+    renamed = probe.with_name(probe.name + "-renamed")
     try:
-        renamed = probe.with_name(probe.name + "-rename")
+        probe.mkdir()
         os.rename(probe, renamed)
-        os.rename(renamed, probe)
+        renamed.rmdir()
     except OSError as exc:
-        shutil.rmtree(probe, ignore_errors=True)
+        for left in (probe, renamed):
+            with contextlib.suppress(OSError):
+                left.rmdir()
         named = as_disk_error(exc, target.parent, f"renaming in {target.parent}")
         raise (named or GpuCiError(f"cannot rename directories in {target.parent} "
                                    f"({exc.strerror}); choose another prefix.")) from None
+
+
+def check_writable(target: Path, pkgs_dir: Path) -> None:
+    """``preflight`` for callers that do not hold the prefix lock (it only makes probes)."""
+    preflight(transaction.Paths(target), pkgs_dir)
+
+
+def refuse_foreign(target: Path) -> None:
+    """The last line of "never delete what we did not create", under the prefix lock."""
+    if target.is_dir() and not target.is_symlink() and not is_environment(target) and \
+            any(target.iterdir()):
+        raise GpuCiError(f"prefix {target} exists, is not empty and is not a conda environment "
+                         "(no conda-meta/history, no gpu-ci marker); it is left untouched. Pass "
+                         "a new or empty directory as prefix.", title="unsafe prefix")
 
 
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
@@ -417,6 +434,7 @@ def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, 
                 return report
             log(f"setup-conda-from-lock: {target} holds this lock, but "
                 f"{'; '.join(problems)}: installing it again.")
+        refuse_foreign(target)
         if engine == "rattler":
             require_rattler()
         if engine == "conda" and conda is None:
@@ -437,6 +455,7 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
                     env: Mapping[str, str], engine: str, conda: Path | None,
                     policy: RetryPolicy | None, report: InstallReport) -> None:
     staging, target, work = paths.staging, paths.target, paths.work
+    work.mkdir(exist_ok=True)
     started = time.monotonic()
     cache = pkgs_dir / "rattler"
     if engine == "conda":
@@ -471,4 +490,5 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
     shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["DiskError", "InstallReport", "install", "marker", "marker_matches"]
+__all__ = ["DiskError", "InstallReport", "check_writable", "install", "marker",
+           "marker_matches"]

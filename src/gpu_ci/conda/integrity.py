@@ -58,3 +58,39 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
         os.close(fd)
     return problems
     return problems
+
+
+def cache_entry_problem(entry: Path) -> str:
+    """'' when every file of an extracted package matches its ``info/paths.json`` (size and
+    sha256), else the first difference. Run on entries extracted by an earlier job before
+    they are linked again: a file changed in the shared cache (or through a hard link from
+    an environment) must not reach a new environment."""
+    import hashlib
+
+    try:
+        paths = json.loads((entry / "info" / "paths.json").read_bytes()).get("paths") or ()
+    except FileNotFoundError:
+        return "" if (entry / "info" / "index.json").is_file() else "info/ is missing"
+    except (OSError, ValueError):
+        return "info/paths.json cannot be read"
+    for item in paths:
+        rel = str(item.get("_path") or "")
+        path = entry / rel
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return f"{rel} is missing"
+        if item.get("path_type") == "softlink" or not stat.S_ISREG(info.st_mode):
+            continue
+        size = item.get("size_in_bytes")
+        if size is not None and info.st_size != size:
+            return f"{rel} has {info.st_size} bytes, paths.json says {size}"
+        want = item.get("sha256")
+        if want:
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() != want:
+                return f"{rel} does not match its sha256 in paths.json"
+    return ""
