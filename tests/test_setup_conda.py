@@ -779,3 +779,44 @@ def test_http_retry_typo_is_a_usage_error(setup, channel):
     result = setup(channel.explicit_lock(["libhello"]), env={"GPU_CI_HTTP_RETRIES": "3x"})
     assert result.returncode == 2
     assert "GPU_CI_HTTP_RETRIES='3x' is not a whole number" in result.errors[0]
+
+
+# -- the options object ----------------------------------------------------------------------
+
+
+def _options(**changes):
+    from gpu_ci.conda import options
+
+    base = dict(lock_file="lock.txt", platform="linux-64", categories=["main"],
+                engine="rattler", miniforge=False, miniforge_version="26.3.2-3",
+                installer_url="", installer_sha256="", activate=True, dry_run=True, root="",
+                pkgs_dir="", prefix="", environment_name="ci",
+                environ={"RUNNER_TOOL_CACHE": "/opt/tc"})
+    base.update(changes)
+    return options.build(**base)
+
+
+def test_options_lay_out_root_prefix_and_cache_once():
+    opts = _options()
+    root = Path("/opt/tc/miniforge3/26.3.2-3")
+    assert (opts.root, opts.prefix, opts.pkgs_dir) == (root, root / "envs" / "ci", root / "pkgs")
+    assert opts.categories == ("main",) and opts.retry.backoff == 1.0
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.prefix = Path("/elsewhere")  # frozen: read everywhere, changed nowhere
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"prefix": "envs/ci"}, "input 'prefix' must be an absolute path"),
+    ({"pkgs_dir": "pkgs"}, "input 'pkgs-dir' must be an absolute path"),
+    ({"environment_name": "../x"}, "input 'environment-name' must be a plain name"),
+    ({"engine": "mamba"}, "input 'engine' must be one of rattler, conda"),
+    ({"engine": "conda"}, "engine: conda needs miniforge: true"),
+    ({"environ": {"GPU_CI_HTTP_BACKOFF": "1s"}}, "GPU_CI_HTTP_BACKOFF='1s' is not a number"),
+])
+def test_options_refuse_unusable_inputs_with_a_usage_error(changes, message):
+    from gpu_ci.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        _options(**changes)
