@@ -633,6 +633,27 @@ def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(chann
     assert tree_digest(prefix) == old
 
 
+def test_an_interrupted_1_0_0_backup_is_restored(channel, locks, tmp_path):
+    """gpu-ci 1.0.0 renamed the old environment to .<name>.gpu-ci-old-<pid>-<ns> and, when
+    killed, left it there: the next run puts it back."""
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["small"], prefix, pkgs)[0] == 0
+    old = tree_digest(prefix)
+    os.rename(prefix, tmp_path / ".env.gpu-ci-old-4242-123456789")
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0 and "interrupted gpu-ci 1.0.0" in out and "reused" in out, out
+    assert tree_digest(prefix) == old
+
+
+def test_an_environment_made_by_rattler_alone_is_replaced(channel, locks, tmp_path):
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["old"], prefix, pkgs)[0] == 0
+    (prefix / "conda-meta" / "gpu-ci-lock.json").unlink()  # conda-meta/*.json records only
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0, out
+    assert_environment(prefix, SMALL)
+
+
 @pytest.fixture
 def small_fs(tmp_path):
     """A 1 MiB tmpfs, mounted for the test (needs root and mount; skipped otherwise)."""

@@ -402,8 +402,9 @@ def refuse_foreign(target: Path) -> None:
     if target.is_dir() and not target.is_symlink() and not is_environment(target) and \
             any(target.iterdir()):
         raise GpuCiError(f"prefix {target} exists, is not empty and is not a conda environment "
-                         "(no conda-meta/history, no gpu-ci marker); it is left untouched. Pass "
-                         "a new or empty directory as prefix.", title="unsafe prefix")
+                         "(no conda-meta with history or package records); it is left "
+                         "untouched. Pass a new or empty directory as prefix.",
+                         title="unsafe prefix")
 
 
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,

@@ -118,9 +118,15 @@ def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: s
 
 
 def is_environment(path: Path) -> bool:
-    """A conda environment that this action or conda (mamba, micromamba) created."""
+    """A conda environment: made by this action (its marker), by conda, mamba or micromamba
+    (``conda-meta/history``) or by rattler/pixi (package records in ``conda-meta``)."""
     meta = path / "conda-meta"
-    return (path / MARKER).is_file() or (meta / "history").is_file()
+    if (path / MARKER).is_file() or (meta / "history").is_file():
+        return True
+    try:
+        return any(p.suffix == ".json" for p in meta.iterdir())
+    except OSError:
+        return False
 
 
 def refuse_prefix(prefix: Path, root: Path, environ: Mapping[str, str]) -> None:
@@ -152,6 +158,6 @@ def refuse_prefix(prefix: Path, root: Path, environ: Mapping[str, str]) -> None:
     if target.is_dir() and any(target.iterdir()) and not is_environment(target):
         raise GpuCiError(
             f"prefix {target} exists, is not empty and is not a conda environment (no "
-            "conda-meta/history, no gpu-ci marker); it is left untouched. Pass a new or "
+            "conda-meta with history or package records); it is left untouched. Pass a new or "
             "empty directory as prefix, or remove that one yourself if it is really "
             "disposable.", title="unsafe prefix")

@@ -211,6 +211,13 @@ def recover(paths: Paths, log: Log) -> str:
             else:
                 os.rename(backup, paths.target)
                 done = "rolled back an interrupted swap (restored the old environment)"
+    if not paths.target.exists() and not paths.target.is_symlink():
+        legacy = sorted(paths.target.parent.glob(f".{paths.target.name}.gpu-ci-old-*"),
+                        key=lambda p: p.stat().st_mtime)
+        if legacy and (legacy[-1] / "conda-meta").is_dir():
+            # gpu-ci 1.0.0 kept no journal: its backup, alone, is the environment to restore
+            os.rename(legacy[-1], paths.target)
+            done = done or f"restored {legacy[-1].name}, left by an interrupted gpu-ci 1.0.0"
     for left in paths.leftovers():
         if left.is_dir() and not left.is_symlink():
             shutil.rmtree(left)
