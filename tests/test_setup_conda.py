@@ -667,7 +667,7 @@ def small_fs(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-@pytest.mark.parametrize("free_kib", [0, 8, 24, 40])
+@pytest.mark.parametrize("free_kib", [0, 8, 24, 56, 96, 128])
 def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(channel, locks, small_fs,
                                                                   free_kib):
     filler = small_fs / "filler"

@@ -33,7 +33,9 @@ def free_bytes(path: Path) -> int:
 
 def mb(n: float) -> str:
     """Bytes for people: kB below a megabyte, so that 12 kB is not '0.0 MB'."""
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e3:.0f} kB" if n >= 1e4 else f"{int(n)} bytes"
 
 
 def as_disk_error(exc: BaseException, path: Path | str, what: str,
@@ -43,8 +45,8 @@ def as_disk_error(exc: BaseException, path: Path | str, what: str,
         return None
     where = getattr(exc, "filename", None) or path
     if exc.errno in SPACE:
-        needed = f" {mb(need)} needed," if need else ""
-        return DiskError(f"{what}: no space left on the device of {where} ({needed} "
+        needed = f"{mb(need)} needed, " if need else ""
+        return DiskError(f"{what}: no space left on the device of {where} ({needed}"
                          f"{mb(free_bytes(Path(str(where))))} free). Free space there or "
                          "point pkgs-dir/prefix at a larger disk; nothing was left half-done.",
                          title="disk full")

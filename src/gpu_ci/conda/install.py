@@ -108,9 +108,15 @@ def _named_from_message(exc: BaseException, path: Path, what: str) -> GpuCiError
     """rattler reports I/O errors as text ('... (os error 28)'): name the disk ones."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return as_disk_error(exc, path, what)
-    match = re.search(r"os error (\d+)", str(exc))
+    return _named_from_text(str(exc), path, what)
+
+
+def _named_from_text(text: str, path: Path, what: str) -> GpuCiError | None:
+    """A disk error reported by a subprocess or rattler as text ('[Errno 28]', 'os error
+    28'), named as ours would be."""
+    match = re.search(r"(?:os error |\[Errno )(\d+)", text)
     if match:
-        return as_disk_error(OSError(int(match.group(1)), str(exc)), path, what)
+        return as_disk_error(OSError(int(match.group(1)), text), path, what)
     return None
 
 
@@ -302,7 +308,8 @@ def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[
                           preexec_fn=_child_dies_with_us)
     if proc.returncode != 0:
         tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
-        raise GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
+        named = _named_from_text(tail, staging, "conda create")
+        raise named or GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
 
 
 # -- pip ----------------------------------------------------------------------------------
@@ -344,8 +351,9 @@ def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str],
     out, err = proc.communicate()
     if proc.returncode != 0:
         tail = mask_url((err or out).strip()[-2000:])
-        raise GpuCiError(f"installing the lock's pip entries failed (exit {proc.returncode}): "
-                         f"{tail}")
+        named = _named_from_text(tail, staging, "installing the lock's pip entries")
+        raise named or GpuCiError(f"installing the lock's pip entries failed (exit "
+                                  f"{proc.returncode}): {tail}")
     old, new = str(staging).encode(), str(target).encode()
     for name in sorted(set(os.listdir(bin_dir)) - before):
         script = bin_dir / name
