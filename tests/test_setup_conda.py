@@ -628,9 +628,11 @@ def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(chann
     old = tree_digest(prefix)
     rc, _ = job(locks["old"], prefix, pkgs, env={"GPU_CI_TEST_KILL_AT": "swap"})
     assert rc == -signal.SIGKILL
-    rc, out = job(locks["small"], prefix, pkgs)
+    rc, out = job(locks["small"], prefix, pkgs,
+                  env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
     assert rc == 0 and "rolled back an interrupted swap" in out and "reused" in out, out
     assert tree_digest(prefix) == old
+    assert "| recovered | rolled back an interrupted swap" in (tmp_path / "summary.md").read_text()
 
 
 def test_an_interrupted_1_0_0_backup_is_restored(channel, locks, tmp_path):

@@ -135,6 +135,8 @@ def _summary(plan, path, mf, vendor, report, phases, dry_run: bool = False) -> s
                      if vendor.root else "none found"))
     if report is not None:
         rows.append(("reused", "yes" if report.reused else "no"))
+        if report.recovered:
+            rows.append(("recovered", report.recovered))
         rows.append(("downloaded", f"{report.downloaded_bytes / 1e6:.1f} MB "
                      f"({report.cached_archives} archives from cache)"))
         for phase, seconds in (phases or {}).items():
