@@ -169,10 +169,13 @@ def _assemble(out: Path, work: Path, name: str, version: str, build: str, subdir
 
 
 def build_wheel(out: Path) -> Path:
-    """A tiny real wheel, for the lock's pip entries."""
+    """A tiny real wheel, for the lock's pip entries, with a console script (pip writes its
+    shebang with the interpreter that installs it)."""
     wheel = out / "gpuci_demo-1.0-py3-none-any.whl"
     files = {
-        "gpuci_demo/__init__.py": "VALUE = 42\n",
+        "gpuci_demo/__init__.py": "VALUE = 42\n\n\ndef main():\n    print(VALUE)\n",
+        "gpuci_demo-1.0.dist-info/entry_points.txt":
+            "[console_scripts]\ngpuci-demo = gpuci_demo:main\n",
         "gpuci_demo-1.0.dist-info/METADATA":
             "Metadata-Version: 2.1\nName: gpuci-demo\nVersion: 1.0\n",
         "gpuci_demo-1.0.dist-info/WHEEL":

@@ -33,21 +33,109 @@ def test_every_real_lock_parses_and_plans(path):
     assert plan.lock_sha256 == lockfile.lock_sha256(text)
 
 
+def _conda_lock_model(path: Path):
+    """conda-lock's own model of a lock (v1 files are upgraded as conda-lock does; a file
+    without ``version`` -- older conda-lock wrote none -- is read as version 1)."""
+    import yaml
+
+    models = pytest.importorskip("conda_lock.lockfile", reason="conda-lock (Python>=3.10)")
+    from conda_lock.lockfile.v1.models import Lockfile as LockfileV1
+    from conda_lock.lockfile.v2prelim.models import Lockfile as LockfileV2
+
+    content = yaml.safe_load(path.read_text())
+    version = content.pop("version", 1)
+    if version == 2:
+        return LockfileV2.model_validate(content)
+    return models.lockfile_v1_to_v2(LockfileV1.model_validate(content))
+
+
+def _conda_lock_install_selection(path: Path, platform: str, cats: tuple[str, ...]):
+    """What ``conda-lock install [--dev] [-e X]`` renders for conda to install."""
+    from conda_lock.conda_lock import render_lockfile_for_platform
+
+    lines = render_lockfile_for_platform(
+        lockfile=_conda_lock_model(path), include_dev_dependencies="dev" in cats,
+        extras=set(cats) - {"main", "dev"}, kind="explicit", platform=platform,
+        suppress_warning_for_pip_and_explicit=True)
+    conda = [line.rsplit("#", 1)[0] for line in lines if line.startswith(("http", "file"))]
+    pip = [line.split(" @ ", 1)[1].rsplit("#sha256=", 1)[0] for line in lines
+           if line.startswith("# pip ")]
+    return conda, pip
+
+
+def _subsets(categories: tuple[str, ...]):
+    import itertools
+
+    others = [c for c in categories if c != "main"]
+    for n in range(len(others) + 1):
+        yield from itertools.combinations(others, n)
+
+
 @pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)
-def test_unified_plans_agree_with_conda_lock_itself(path):
-    conda_lock = pytest.importorskip("conda_lock.lockfile", reason="conda-lock (Python>=3.10)")
+def test_selection_is_conda_lock_installs_for_every_platform_and_category_set(path):
+    """Every platform x every set of categories: the same packages as conda-lock install,
+    each once, whether or not 'main' is named."""
     text = path.read_text()
     lock = lockfile.parse(text, path.name)
-    reference = conda_lock.parse_conda_lock_file(path)
+    checked = 0
     for platform in lock.platforms:
-        for cats in (["main"], ["main", "dev"]):
-            mine = lockfile.plan(lock, text, platform, cats)
-            theirs = [d for d in reference.package if d.platform == platform
-                      and set(d.categories) & set(cats) and not d.name.startswith("__")]
-            assert sorted(e.url for e in mine.conda) == sorted(
-                d.url for d in theirs if d.manager == "conda")
-            assert sorted(e.url for e in mine.pip) == sorted(
-                d.url for d in theirs if d.manager == "pip")
+        for extra in _subsets(lockfile.lock_categories(lock)):
+            theirs_conda, theirs_pip = _conda_lock_install_selection(
+                path, platform, ("main", *extra))
+            for asked in (list(extra), ["main", *extra]):
+                mine = lockfile.plan(lock, text, platform, asked)
+                urls_ = [e.url for e in mine.conda]
+                assert len(urls_) == len(set(urls_)), "a package planned twice"
+                assert sorted(urls_) == sorted(theirs_conda), (platform, asked)
+                assert sorted(p.url for p in mine.pip) == sorted(theirs_pip), (platform, asked)
+                assert mine.categories[0] == "main"
+                checked += 1
+    assert checked >= len(lock.platforms)
+
+
+def test_multiple_categories_lock_plans_each_package_once():
+    """conda-lock 2 lists a package once per category (libblas in dev and in test)."""
+    lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
+    assert lockfile.lock_categories(lock) == ("main", "dev", "test")
+    plan = lockfile.plan(lock, text, "linux-64", ["main", "dev", "test"])
+    names = [e.name for e in plan.conda]
+    assert len(names) == len(set(names)) == 12
+    assert names.count("libblas") == 1
+    dev_only = lockfile.plan(lock, text, "linux-64", ["dev"])
+    assert {"python", "tzdata", "astropy", "libblas"} <= {e.name for e in dev_only.conda}
+    assert dev_only.categories == ("main", "dev")
+
+
+def test_unknown_category_lists_the_locks_categories():
+    lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
+    with pytest.raises(GpuCiError, match=r"no category 'tests'; it has main, dev, test"):
+        lockfile.plan(lock, text, "linux-64", ["main", "tests"])
+    explicit, etext = load("conda-lock.zlib.conda-linux-64.lock")
+    with pytest.raises(GpuCiError, match="an explicit lock has no categories"):
+        lockfile.plan(explicit, etext, "linux-64", ["dev"])
+
+
+def test_explicit_archive_of_another_subdir_is_refused():
+    lock, text = load("conda-lock.zlib.conda-linux-64.lock")
+    bad = text.replace("/linux-64/libzlib-", "/osx-arm64/libzlib-")
+    with pytest.raises(GpuCiError, match=r"libzlib-.* comes from osx-arm64 subdir .* neither "
+                                         r"linux-64 nor noarch"):
+        lockfile.plan(lockfile.parse(bad), bad, "linux-64", [])
+
+
+@pytest.mark.parametrize("version", ["1", "2", 2])
+def test_lock_version_as_string_or_two_is_accepted(version):
+    lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
+    changed = text.replace("\nversion: 1\n", f"\nversion: {version!r}\n")
+    assert changed != text
+    assert lockfile.plan(lockfile.parse(changed), changed, "linux-64", []).count == 4
+
+
+def test_unsupported_lock_version_names_the_supported_ones():
+    lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
+    changed = text.replace("\nversion: 1\n", "\nversion: 3\n")
+    with pytest.raises(GpuCiError, match=r"version 3 is not supported \(versions 1 and 2"):
+        lockfile.parse(changed)
 
 
 def test_plan_keeps_the_lock_order():
@@ -194,4 +282,5 @@ def test_all_shared_lock_fixtures_are_copied():
     shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lockfiles"
     if not shared.exists():
         pytest.skip("../shared is absent (fresh clone elsewhere)")
-    assert sorted(p.name for p in shared.iterdir()) == [p.name for p in LOCKS]
+    for path in shared.iterdir():
+        assert (FIXTURES / "lockfiles" / path.name).read_bytes() == path.read_bytes()

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -431,3 +437,409 @@ def test_stale_cache_entry_from_another_archive_is_extracted_again(setup, channe
     prefix = Path(result.outputs["prefix"])
     assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
     assert (cache_entry / ".gpu-ci-archive-sha256").read_text() == libhello.md5
+
+
+# -- never lose a file, never leave a half environment, safe when jobs run at once ----------
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["libhello", "hello", "hello-data"]
+
+
+def spawn(lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "",
+          toolcache: Path | None = None) -> subprocess.Popen:
+    """One job, as a runner starts it: its own process, our CLI, no activation."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
+    full.update({"PYTHONPATH": str(ROOT / "src"), "GPU_CI_HTTP_BACKOFF": "0.01",
+                 "GPU_CI_HTTP_RETRIES": "2", "GPU_CI_TEST_JOB": tag or uuid.uuid4().hex,
+                 "RUNNER_TOOL_CACHE": str(toolcache or pkgs.parent / "toolcache")})
+    full.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock",
+                             "--lock-file", str(lock), "--miniforge", "false", "--activate",
+                             "false", "--prefix", str(prefix), "--pkgs-dir", str(pkgs)],
+                            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=str(ROOT))
+
+
+def job(lock: Path, prefix: Path, pkgs: Path, **kw) -> tuple[int, str]:
+    proc = spawn(lock, prefix, pkgs, **kw)
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
+def processes_tagged(tag: str) -> list[int]:
+    """Live processes whose environment carries GPU_CI_TEST_JOB=<tag> (workers included)."""
+    found = []
+    needle = f"GPU_CI_TEST_JOB={tag}".encode()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                continue
+            if needle in environ.split(b"\0") and state != "Z":
+                found.append(int(pid))
+    return found
+
+
+def our_temporaries(*folders: Path) -> list[Path]:
+    """Every temporary name this action uses, anywhere under the given folders."""
+    patterns = (".*.gpu-ci-new-*", ".*.gpu-ci-old-*", ".*.gpu-ci-work-*", "*.part-*",
+                ".*.tmp-*", ".*.gpu-ci-journal.json*", "*.part")
+    return sorted({p for folder in folders if folder.exists() for pattern in patterns
+                   for p in folder.rglob(pattern)})
+
+
+def assert_environment(prefix: Path, names: list[str]) -> None:
+    """Complete: every package's record, every recorded file with its size, and ours."""
+    from gpu_ci.conda.integrity import environment_problems
+
+    records = sorted(p.name.rsplit("-", 2)[0] for p in (prefix / "conda-meta").glob("*.json")
+                     if p.name != "gpu-ci-lock.json")
+    assert records == sorted(names)
+    assert environment_problems(prefix, len(names)) == []
+    assert (prefix / "conda-meta" / "gpu-ci-lock.json").exists()
+
+
+def assert_cache_valid(pkgs: Path, channel) -> None:
+    for archive in channel.archives:
+        path = pkgs / "archives" / archive.filename
+        if path.exists():
+            assert hashlib.md5(path.read_bytes()).hexdigest() == archive.md5
+            entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
+            assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.md5
+
+
+@pytest.fixture
+def locks(tmp_path, channel):
+    channel.server.faults.clear()
+    out = {}
+    for key, names, pip in (("old", ["libhello"], False), ("small", SMALL, False),
+                            ("pip", ["libhello", "hello", "python"], True)):
+        path = tmp_path / f"{key}.lock"
+        path.write_text(channel.explicit_lock(names, pip=pip))
+        out[key] = path
+    return out
+
+
+def test_a_directory_that_is_not_an_environment_is_refused_and_kept(setup, channel, tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "src").mkdir(parents=True)
+    (checkout / ".git").mkdir()
+    (checkout / "src" / "important.py").write_text("keep me\n")
+    before = tree_digest(checkout)
+    requests = len(channel.server.log)
+    result = setup(channel.explicit_lock(["libhello"]), "--prefix", str(checkout))
+    assert result.returncode == 1
+    assert f"prefix {checkout} exists, is not empty and is not a conda environment" in \
+        result.errors[0]
+    assert tree_digest(checkout) == before
+    assert len(channel.server.log) == requests  # refused before any download
+
+
+@pytest.mark.parametrize("which", ["home", "workspace", "root", "above-root", "slash"])
+def test_home_workspace_and_roots_are_refused(setup, channel, tmp_path, which):
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    workspace.mkdir()
+    root = tmp_path / "mf"
+    prefix = {"home": home, "workspace": workspace, "root": root, "above-root": tmp_path,
+              "slash": Path("/")}[which]
+    result = setup(channel.explicit_lock(["libhello"]), "--prefix", str(prefix), "--root",
+                   str(root), env={"HOME": str(home), "GITHUB_WORKSPACE": str(workspace)})
+    assert result.returncode == 1, result.stdout
+    assert f"prefix {prefix}" in result.errors[0] and "pass a dedicated directory" in \
+        result.errors[0].lower()
+    assert "unsafe prefix" in result.stdout
+
+
+def test_concurrent_jobs_sharing_one_cache(channel, locks, tmp_path):
+    """20 trials of 2-4 jobs started together on one empty package cache, half of them on
+    one prefix: every job succeeds, every environment is complete, the cache is valid and
+    holds no temporary file; jobs on one prefix take turns and say that they wait."""
+    waited = 0
+    for trial in range(20):
+        base = tmp_path / f"t{trial}"
+        pkgs = base / "pkgs"
+        n = 2 + trial % 3
+        same = trial % 2 == 0
+        prefixes = [base / ("env" if same else f"env{i}") for i in range(n)]
+        procs = [spawn(locks["small"], p, pkgs) for p in prefixes]
+        outs = [proc.communicate(timeout=120)[0] for proc in procs]
+        assert [proc.returncode for proc in procs] == [0] * n, "\n".join(outs)
+        for prefix in set(prefixes):
+            assert_environment(prefix, SMALL)
+        assert_cache_valid(pkgs, channel)
+        assert our_temporaries(base) == []
+        if same:
+            assert sum("setup-conda-from-lock: reused " in o for o in outs) == n - 1
+            waited += sum("waiting for the lock on" in o for o in outs)
+    assert waited > 0
+
+
+@pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
+def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_path, phase):
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    rc, out = job(locks["old"], prefix, pkgs)
+    assert rc == 0, out
+    old = tree_digest(prefix)
+    tag = uuid.uuid4().hex
+    rc, out = job(locks["pip"], prefix, pkgs, tag=tag, env={"GPU_CI_TEST_KILL_AT": phase})
+    assert rc == -signal.SIGKILL, out
+    assert processes_tagged(tag) == []  # no worker or pip outlived the job
+    if phase != "swap":
+        assert tree_digest(prefix) == old  # the old environment was never touched
+    else:
+        assert not prefix.exists()  # cut between the two renames
+    # the next run with the old lock finds the old environment, complete
+    rc, out = job(locks["old"], prefix, pkgs)
+    assert rc == 0, out
+    assert "reused" in out and tree_digest(prefix) == old
+    assert our_temporaries(tmp_path) == []
+    # and the new lock installs cleanly over it
+    rc, out = job(locks["pip"], prefix, pkgs)
+    assert rc == 0, out
+    assert_environment(prefix, ["libhello", "hello", "python"])
+    assert our_temporaries(tmp_path) == []
+    assert_cache_valid(pkgs, channel)
+    run = subprocess.run([str(prefix / "bin" / "python"), "-c",
+                          "import gpuci_demo; print(gpuci_demo.VALUE)"],
+                         capture_output=True, text=True)
+    assert run.stdout.strip() == "42"
+
+
+def test_pip_entries_are_installed_before_the_swap_and_point_at_the_prefix(channel, locks,
+                                                                          tmp_path):
+    prefix = tmp_path / "env"
+    rc, out = job(locks["pip"], prefix, tmp_path / "pkgs")
+    assert rc == 0, out
+    script = prefix / "bin" / "gpuci-demo"
+    assert script.read_text().splitlines()[0] == f"#!{prefix / 'bin' / 'python'}"
+    assert ".gpu-ci-new-" not in script.read_text()
+    # nothing compiled with the staging path in it: Python compiles on first import
+    assert not list(prefix.rglob("gpuci_demo/__pycache__/*.pyc"))
+    assert subprocess.run([str(script)], capture_output=True, text=True).stdout == "42\n"
+
+
+def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(channel, locks,
+                                                                          tmp_path):
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["small"], prefix, pkgs)[0] == 0
+    old = tree_digest(prefix)
+    rc, _ = job(locks["old"], prefix, pkgs, env={"GPU_CI_TEST_KILL_AT": "swap"})
+    assert rc == -signal.SIGKILL
+    rc, out = job(locks["small"], prefix, pkgs,
+                  env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    assert rc == 0 and "rolled back an interrupted swap" in out and "reused" in out, out
+    assert tree_digest(prefix) == old
+    assert "| recovered | rolled back an interrupted swap" in (tmp_path / "summary.md").read_text()
+
+
+def test_an_interrupted_1_0_0_backup_is_restored(channel, locks, tmp_path):
+    """gpu-ci 1.0.0 renamed the old environment to .<name>.gpu-ci-old-<pid>-<ns> and, when
+    killed, left it there: the next run puts it back."""
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["small"], prefix, pkgs)[0] == 0
+    old = tree_digest(prefix)
+    os.rename(prefix, tmp_path / ".env.gpu-ci-old-4242-123456789")
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0 and "interrupted gpu-ci 1.0.0" in out and "reused" in out, out
+    assert tree_digest(prefix) == old
+
+
+def test_an_environment_made_by_rattler_alone_is_replaced(channel, locks, tmp_path):
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["old"], prefix, pkgs)[0] == 0
+    (prefix / "conda-meta" / "gpu-ci-lock.json").unlink()  # conda-meta/*.json records only
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0, out
+    assert_environment(prefix, SMALL)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MiB tmpfs, mounted for the test (needs root and mount; skipped otherwise)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("free_kib", [0, 8, 24, 56, 96, 128])
+def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(channel, locks, small_fs,
+                                                                  free_kib):
+    filler = small_fs / "filler"
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 4096)
+            out.flush()
+    size = filler.stat().st_size
+    os.truncate(filler, max(0, size - free_kib * 1024))
+    before = len(channel.server.log)
+    rc, out = job(locks["pip"], small_fs / "env", small_fs / "pkgs")
+    assert rc == 1, out
+    assert "no space left" in out or "needs" in out and "free" in out, out
+    assert "disk full" in out
+    assert "attempts" not in out  # never retried as a network error
+    assert our_temporaries(small_fs) == []
+    assert not (small_fs / "env").exists()
+    assert len(channel.server.log) - before <= 6  # one request per archive at most
+
+
+@pytest.mark.parametrize("where", ["pkgs", "prefix"])
+def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp_path, where):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+            capture_output=True).returncode != 0:
+        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
+    try:
+        before = len(channel.server.log)
+        prefix = ro / "env" if where == "prefix" else tmp_path / "env"
+        pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
+        rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
+        assert rc == 1, out
+        assert "read-only file system" in out and str(ro) in out
+        assert "internal error" not in out
+        assert len(channel.server.log) == before
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root and mount(8)")
+    try:
+        before = len(channel.server.log)
+        rc, out = job(locks["small"], mnt, tmp_path / "pkgs")
+        assert rc == 1 and f"prefix {mnt} is a mount point" in out, out
+        assert len(channel.server.log) == before
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_path):
+    """The same packages installed by rattler.install() from the channel's repodata (as
+    conda or pixi would): every field of every conda-meta record agrees, except where the
+    package sits on this disk and the repodata-only indexed_timestamp."""
+    import asyncio
+
+    import rattler
+
+    prefix = tmp_path / "ours"
+    rc, out = job(locks["small"], prefix, tmp_path / "pkgs")
+    assert rc == 0, out
+    records = []
+    for archive in channel.archives:
+        if archive.name in SMALL:
+            repo = rattler.SparseRepoData(rattler.Channel(channel.url("channel")),
+                                          archive.subdir,
+                                          channel.root / archive.subdir / "repodata.json")
+            records += repo.load_records(rattler.PackageName(archive.name))
+    reference = tmp_path / "reference"
+    asyncio.run(rattler.install(records, target_prefix=str(reference),
+                                cache_dir=tmp_path / "refcache", show_progress=False,
+                                execute_link_scripts=False))
+    local = {"extracted_package_dir", "link", "indexed_timestamp"}
+    compared = 0
+    for theirs_path in sorted((reference / "conda-meta").glob("*.json")):
+        theirs = json.loads(theirs_path.read_text())
+        mine = json.loads((prefix / "conda-meta" / theirs_path.name).read_text())
+        assert set(mine) - local == set(theirs) - local
+        for key in set(theirs) - local - {"paths_data"}:
+            assert mine[key] == theirs[key], (theirs_path.name, key)
+            compared += 1
+        for a, b in zip(mine["paths_data"]["paths"], theirs["paths_data"]["paths"]):
+            if "prefix_placeholder" in b:  # the prefix is written into it: differs by path
+                a, b = ({k: v for k, v in d.items()
+                         if k not in ("sha256_in_prefix", "size_in_bytes")} for d in (a, b))
+            assert a == b
+    assert compared > 30
+    hello = json.loads((prefix / "conda-meta" / "hello-2.1-h1_3.json").read_text())
+    assert hello["depends"] == ["libhello >=1.0"]  # from index.json: the lock has none
+
+
+def test_a_file_changed_in_the_package_cache_is_not_linked(channel, locks, tmp_path):
+    pkgs = tmp_path / "pkgs"
+    assert job(locks["small"], tmp_path / "a", pkgs)[0] == 0
+    cached = pkgs / "rattler" / "hello-data-0.3-pyh0_0" / "share" / "hello" / "data.txt"
+    original = cached.read_bytes()
+    cached.unlink()  # break the hard link to a's copy, then change the cache's
+    cached.write_bytes(b"evil\n")
+    assert len(original) == len(b"evil\n")  # same size: only a hash can tell
+    rc, out = job(locks["small"], tmp_path / "b", pkgs)
+    assert rc == 0, out
+    assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_bytes() == original
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "record"])
+def test_reused_only_when_the_files_match_their_records(channel, locks, tmp_path, damage):
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["small"], prefix, pkgs)[0] == 0
+    target = prefix / "share" / "libhello" / "prefix.txt"
+    if damage == "delete":
+        target.unlink()
+    elif damage == "truncate":
+        target.write_text("")
+    else:
+        (prefix / "conda-meta" / "hello-2.1-h1_3.json").unlink()
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0 and "installing it again" in out and "created" in out, out
+    assert_environment(prefix, SMALL)
+    assert target.read_text() == f"installed at {prefix}\n"
+
+
+def test_http_retry_typo_is_a_usage_error(setup, channel):
+    result = setup(channel.explicit_lock(["libhello"]), env={"GPU_CI_HTTP_RETRIES": "3x"})
+    assert result.returncode == 2
+    assert "GPU_CI_HTTP_RETRIES='3x' is not a whole number" in result.errors[0]
+
+
+# -- the options object ----------------------------------------------------------------------
+
+
+def _options(**changes):
+    from gpu_ci.conda import options
+
+    base = dict(lock_file="lock.txt", platform="linux-64", categories=["main"],
+                engine="rattler", miniforge=False, miniforge_version="26.3.2-3",
+                installer_url="", installer_sha256="", activate=True, dry_run=True, root="",
+                pkgs_dir="", prefix="", environment_name="ci",
+                environ={"RUNNER_TOOL_CACHE": "/opt/tc"})
+    base.update(changes)
+    return options.build(**base)
+
+
+def test_options_lay_out_root_prefix_and_cache_once():
+    opts = _options()
+    root = Path("/opt/tc/miniforge3/26.3.2-3")
+    assert (opts.root, opts.prefix, opts.pkgs_dir) == (root, root / "envs" / "ci", root / "pkgs")
+    assert opts.categories == ("main",) and opts.retry.backoff == 1.0
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.prefix = Path("/elsewhere")  # frozen: read everywhere, changed nowhere
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"prefix": "envs/ci"}, "input 'prefix' must be an absolute path"),
+    ({"pkgs_dir": "pkgs"}, "input 'pkgs-dir' must be an absolute path"),
+    ({"environment_name": "../x"}, "input 'environment-name' must be a plain name"),
+    ({"engine": "mamba"}, "input 'engine' must be one of rattler, conda"),
+    ({"engine": "conda"}, "engine: conda needs miniforge: true"),
+    ({"environ": {"GPU_CI_HTTP_BACKOFF": "1s"}}, "GPU_CI_HTTP_BACKOFF='1s' is not a number"),
+])
+def test_options_refuse_unusable_inputs_with_a_usage_error(changes, message):
+    from gpu_ci.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        _options(**changes)

@@ -164,7 +164,8 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         InputSpec("prefix", "Absolute path of the environment (wins over environment-name).",
                   ""),
         InputSpec("platform", "conda subdir to install (default: the runner's).", ""),
-        InputSpec("categories", "Comma-separated categories of a unified lock.", "main"),
+        InputSpec("categories", "Comma-separated categories of a unified lock (main is always "
+                  "included).", "main"),
         InputSpec("miniforge", "Install Miniforge so that conda is available afterwards.",
                   "true"),
         InputSpec("miniforge-version", "Miniforge release to install.", "26.3.2-3"),

@@ -3,89 +3,59 @@
 from __future__ import annotations
 
 import os
-import platform as _platform
 import time
 from pathlib import Path
 
 from gpu_ci import urls
 from gpu_ci.conda import lockfile
-from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.conda import options as conda_options
+from gpu_ci.errors import GpuCiError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 
 
-def runner_subdir() -> str:
-    system, machine = _platform.system(), _platform.machine().lower()
-    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
-            "ppc64le": "ppc64le"}.get(machine, machine)
-    if system == "Linux":
-        return f"linux-{'aarch64' if arch == 'arm64' else arch}"
-    if system == "Darwin":
-        return f"osx-{'arm64' if arch in ('arm64', 'aarch64') else '64'}"
-    if system == "Windows":
-        return "win-64"
-    raise UsageError(f"cannot tell the conda platform of {system}/{machine}: set 'platform'.")
+def options_from(inputs: Inputs, environ) -> conda_options.SetupOptions:
+    return conda_options.build(
+        lock_file=inputs["lock-file"], platform=inputs["platform"],
+        categories=inputs.items("categories"),
+        engine=inputs.choice("engine", conda_options.ENGINES),
+        miniforge=inputs.boolean("miniforge"), miniforge_version=inputs["miniforge-version"],
+        installer_url=inputs["installer-url"], installer_sha256=inputs["installer-sha256"],
+        activate=inputs.boolean("activate"), dry_run=inputs.boolean("dry-run"),
+        root=inputs["root"], pkgs_dir=inputs["pkgs-dir"], prefix=inputs["prefix"],
+        environment_name=inputs["environment-name"], environ=environ)
 
 
-def default_root(environ, version: str) -> Path:
-    base = environ.get("RUNNER_TOOL_CACHE") or environ.get("RUNNER_TEMP")
-    if not base:
-        base = str(Path.home() / ".cache" / "gpu-ci")
-    return Path(base) / "miniforge3" / version
-
-
-def checked_root(value: str) -> Path:
-    if " " in value:
-        raise UsageError(f"input 'root' must not contain spaces (conda packages break): "
-                         f"{value!r}.")
-    root = Path(value)
-    if not root.is_absolute():
-        raise UsageError(f"input 'root' must be an absolute path: {value!r}.")
-    probe = root
-    while not probe.exists():
-        probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        raise GpuCiError(f"root {root} is not writable by this user (nearest existing "
-                         f"directory {probe}); choose a writable root, e.g. under "
-                         "$RUNNER_TOOL_CACHE.")
-    return root
-
-
-def run(inputs: Inputs, rt: Runtime) -> int:
-    environ = rt.environ
-    path = inputs["lock-file"]
-    miniforge_on = inputs.boolean("miniforge")
-    activate = inputs.boolean("activate")
-    dry_run = inputs.boolean("dry-run")
-    engine = inputs.choice("engine", ("rattler", "conda"))
-    if engine == "conda" and not miniforge_on:
-        raise UsageError("engine: conda needs miniforge: true (it runs the installed "
-                         "Miniforge's conda); use engine: rattler with miniforge: false.")
-    version = inputs["miniforge-version"].strip()
-    platform = inputs["platform"].strip() or runner_subdir()
-    categories = inputs.items("categories")
+def read_lock(path: str) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GpuCiError(f"lock-file {path} does not exist (relative paths are read from "
                          f"{os.getcwd()}).") from None
     except OSError as exc:
         raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    environ = rt.environ
+    opts = options_from(inputs, environ)
+    path = opts.lock_file
+    text = read_lock(path)
     lock = lockfile.parse(text, path)
     for channel in lock.channels:
         for secret in urls.secrets_in(channel):
             rt.mask(secret)
-    plan = lockfile.plan(lock, text, platform, categories, path)
+    plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
     for url in [*(e.url for e in plan.conda), *(e.url for e in plan.pip)]:
         for secret in urls.secrets_in(url):
             rt.mask(secret)
-    cache_key = (f"gpu-ci-conda-{plan.platform}-{engine}-mf{version}-"
+    cache_key = (f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}-"
                  f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}")
     rt.set_output("lock-sha256", plan.lock_sha256)
     rt.set_output("packages", str(plan.count))
     rt.set_output("cache-key", cache_key)
 
-    if dry_run:
+    if opts.dry_run:
         rt.info(f"setup-conda-from-lock (dry run): {lock.kind} lock {path}, platform "
                 f"{plan.platform}, categories {','.join(plan.categories)}")
         rt.info(f"channels: {', '.join(urls.mask_url(c) for c in plan.channels)}")
@@ -99,42 +69,38 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
     from gpu_ci.conda import install as env_install
     from gpu_ci.conda import isolation as conda_isolation
-    from gpu_ci.downloads import RetryPolicy
 
-    root = checked_root(inputs["root"] or str(default_root(environ, version)))
-    pkgs_dir = Path(inputs["pkgs-dir"]) if inputs["pkgs-dir"] else root / "pkgs"
-    prefix = Path(inputs["prefix"]) if inputs["prefix"] else root / "envs" / (
-        inputs["environment-name"] or "ci")
-    if not prefix.is_absolute():
-        raise UsageError(f"input 'prefix' must be an absolute path: {inputs['prefix']!r}.")
+    root, prefix, pkgs_dir = opts.root, opts.prefix, opts.pkgs_dir
+    conda_options.refuse_prefix(prefix, root, environ)
     vendor = conda_isolation.detect(environ)
     if vendor.root and Path(vendor.root).resolve() in (root.resolve(), *root.resolve().parents):
         raise GpuCiError(f"root {root} is inside the vendor conda at {vendor.root}; choose a "
                          "root elsewhere (the vendor conda is never written).")
-    condarc = root / ".condarc"
-    sub_env = conda_isolation.isolated_env(environ, vendor, condarc, pkgs_dir, root / "envs")
-    policy = RetryPolicy(retries=int(environ.get("GPU_CI_HTTP_RETRIES") or 4),
-                         backoff=float(environ.get("GPU_CI_HTTP_BACKOFF") or 0.5))
+    sub_env = conda_isolation.isolated_env(environ, vendor, opts.condarc, pkgs_dir,
+                                           opts.envs_dir)
+    # Before anything is downloaded (Miniforge included): can the result be put in place?
+    env_install.check_writable(prefix, pkgs_dir)
     phases: dict[str, float] = {}
     mf = None
-    if miniforge_on:
+    if opts.miniforge:
         from gpu_ci.conda import miniforge
 
         started = time.monotonic()
-        miniforge.write_condarc(condarc, pkgs_dir, root / "envs")
-        mf = miniforge.ensure(version, root, root.parent / ".installers", sub_env,
-                              url=inputs["installer-url"], sha256=inputs["installer-sha256"],
-                              policy=policy)
+        miniforge.write_condarc(opts.condarc, pkgs_dir, opts.envs_dir)
+        mf = miniforge.ensure(opts.miniforge_version, root, root.parent / ".installers",
+                              sub_env, url=opts.installer_url, sha256=opts.installer_sha256,
+                              policy=opts.retry)
         phases["miniforge"] = time.monotonic() - started
-    report = env_install.install(plan, prefix, pkgs_dir, sub_env, engine=engine,
-                                 conda=mf.conda if mf else None, policy=policy)
+    report = env_install.install(plan, prefix, pkgs_dir, sub_env, engine=opts.engine,
+                                 conda=mf.conda if mf else None, policy=opts.retry,
+                                 log=rt.info)
     phases.update(report.phases)
     python = prefix / "bin" / "python"
     rt.set_output("prefix", str(prefix))
     rt.set_output("python", str(python) if python.exists() else "")
     rt.set_output("conda", str(mf.conda) if mf else "")
     rt.set_output("reused", "true" if report.reused else "false")
-    if activate:
+    if opts.activate:
         from gpu_ci.conda import activation
 
         for name, value in sorted(activation.capture(prefix, sub_env).items()):
@@ -169,6 +135,8 @@ def _summary(plan, path, mf, vendor, report, phases, dry_run: bool = False) -> s
                      if vendor.root else "none found"))
     if report is not None:
         rows.append(("reused", "yes" if report.reused else "no"))
+        if report.recovered:
+            rows.append(("recovered", report.recovered))
         rows.append(("downloaded", f"{report.downloaded_bytes / 1e6:.1f} MB "
                      f"({report.cached_archives} archives from cache)"))
         for phase, seconds in (phases or {}).items():

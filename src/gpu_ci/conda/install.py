@@ -1,32 +1,53 @@
-"""Create a conda environment from an install plan, atomically.
+"""Create a conda environment from an install plan: all or nothing, one job per prefix.
 
-The conda packages are linked by py-rattler into a staging sibling of the target prefix,
-with the *target* path written into their prefix placeholders; the staging directory then
-replaces the target by rename. Pip entries are installed into the result with its own
-interpreter (``--no-deps``, exact URLs, hashes required). Any failure restores the target
-exactly as it was. A marker records which lock the prefix holds, so that the same lock a
-second time is a no-op (``reused``).
+The order is what makes it safe (see ``transaction`` for the locks and the journal):
+
+1. lock the prefix; finish or roll back what a killed run left; sweep dead writers' files;
+2. if the prefix already holds this lock *and* its files match its records: ``reused``;
+3. check, before any download, that the prefix's directory and the package cache are
+   writable and that the prefix can be renamed (not a mount point);
+4. download and verify every archive (threads) and extract each into the shared cache
+   (worker processes that die with us), entries appearing by atomic rename only;
+5. link with py-rattler into a staging sibling, the final path written into prefix
+   placeholders, each ``conda-meta`` record built from the package's own ``index.json``
+   (a cache entry an earlier job extracted is first checked against its ``paths.json``,
+   sizes and sha256, and extracted again if it differs);
+6. install the pip entries into staging with its own interpreter, then rewrite the staging
+   path in the scripts pip wrote; write the marker;
+7. swap staging into place (two renames, journalled); drop the old environment.
+
+Any failure, and the next run after a ``kill -9``, leaves the old environment or the new
+one, complete, and none of our temporary files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpu_ci.conda import transaction
+from gpu_ci.conda.integrity import cache_entry_problem, environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
-from gpu_ci.downloads import Download, Fetched, RetryPolicy, fetch_all
+from gpu_ci.conda.options import MARKER, is_environment
+from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
+from gpu_ci.downloads import TOKEN, Download, Fetched, fetch_all
 from gpu_ci.errors import GpuCiError
+from gpu_ci.faults import crash_point
+from gpu_ci.retry import RetryPolicy
 from gpu_ci.urls import mask_url
 
-MARKER = "conda-meta/gpu-ci-lock.json"
+SHA_MARKER = ".gpu-ci-archive-sha256"
+Log = Callable[[str], None]
 
 
 @dataclass
@@ -34,7 +55,14 @@ class InstallReport:
     reused: bool = False
     downloaded_bytes: int = 0
     cached_archives: int = 0
+    recovered: str = ""
+    """What was finished or rolled back from an interrupted earlier run ('' if nothing)."""
     phases: dict[str, float] = field(default_factory=dict)
+
+
+def marker(plan: InstallPlan) -> dict[str, object]:
+    return {"lock_sha256": plan.lock_sha256, "platform": plan.platform,
+            "categories": list(plan.categories), "conda_records": len(plan.conda)}
 
 
 def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
@@ -45,43 +73,86 @@ def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
     return bool(data == marker(plan))
 
 
-def marker(plan: InstallPlan) -> dict[str, object]:
-    return {"lock_sha256": plan.lock_sha256, "platform": plan.platform,
-            "categories": list(plan.categories)}
-
-
 def _downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
     return [Download(e.url, pkgs_dir / "archives" / e.filename,
                      f"{e.name} {e.version} ({e.build})", e.sha256, e.md5)
             for e in plan.conda]
 
 
-SHA_MARKER = ".gpu-ci-archive-sha256"
+def _entry_dir(cache: Path, entry: CondaEntry) -> Path:
+    return cache / f"{entry.name}-{entry.version}-{entry.build}"
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Worker initializer: the kernel kills this worker when the job that forked it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    parent = os.environ.get("GPU_CI_PARENT_PID")
+    if parent and os.getppid() != int(parent):  # it died before prctl took effect
+        os._exit(1)
 
 
 def _noop(_: int) -> None:
     return None
 
 
-def _extract(archive: str, dest: str, digest: str) -> None:
-    """Extract one verified archive into rattler's cache layout, atomically.
+def _named_from_message(exc: BaseException, path: Path, what: str) -> GpuCiError | None:
+    """rattler reports I/O errors as text ('... (os error 28)'): name the disk ones."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return as_disk_error(exc, path, what)
+    return _named_from_text(str(exc), path, what)
+
+
+def _named_from_text(text: str, path: Path, what: str) -> GpuCiError | None:
+    """A disk error reported by a subprocess or rattler as text ('[Errno 28]', 'os error
+    28'), named as ours would be."""
+    match = re.search(r"(?:os error |\[Errno )(\d+)", text)
+    if match:
+        return as_disk_error(OSError(int(match.group(1)), text), path, what)
+    return None
+
+
+def _extract(archive: str, dest: str, digest: str, token: str) -> bool:
+    """Extract one verified archive into the cache, atomically; True if it was extracted.
 
     Runs in a worker process: rattler's extractor holds the GIL, so threads would not
-    extract in parallel. The directory appears under its final name only when complete, and
-    records the archive's digest, so a cache entry from another archive is never reused.
+    extract in parallel. Jobs sharing the cache take a per-entry lock, so one extracts and
+    the others find the entry present and valid. The entry appears under its final name
+    only when complete and records the archive's digest, so an entry from another archive
+    is never reused.
     """
     from rattler.package_streaming import extract
 
     target = Path(dest)
-    marker = target / SHA_MARKER
-    if marker.exists() and marker.read_text() == digest:
-        return
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    extract(Path(archive), tmp)
-    (tmp / SHA_MARKER).write_text(digest)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    lock = target.with_name(f".{target.name}.gpu-ci.lock")
+    with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
+        stamp = target / SHA_MARKER
+        with contextlib.suppress(OSError):
+            if stamp.read_text() == digest and not cache_entry_problem(target):
+                return False
+        tmp = target.with_name(f".{target.name}.tmp-{token}")
+        try:
+            extract(Path(archive), tmp)
+            (tmp / SHA_MARKER).write_text(digest)
+            crash_point("extract", parent=True)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            named = _named_from_message(exc, tmp, f"extracting {Path(archive).name}")
+            if named is not None:
+                raise named from None
+            raise
+    return True
 
 
 def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
@@ -103,7 +174,9 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux")
                                           else "spawn")
     policy = policy or RetryPolicy()
-    with ProcessPoolExecutor(workers, mp_context=context) as procs:
+    os.environ["GPU_CI_PARENT_PID"] = str(os.getpid())
+    with ProcessPoolExecutor(workers, mp_context=context,
+                             initializer=_die_with_parent) as procs:
         # Start every worker now, before any download thread exists: forking a process
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
@@ -128,11 +201,13 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                 entry = plan.conda[index]
                 digest = entry.sha256 or entry.md5
                 extractions.append((entry, procs.submit(
-                    _extract, str(got.download.dest),
-                    str(cache / f"{entry.name}-{entry.version}-{entry.build}"), digest)))
+                    _extract, str(got.download.dest), str(_entry_dir(cache, entry)), digest,
+                    TOKEN)))
         for entry, job in extractions:
             try:
                 job.result()
+            except GpuCiError as exc:
+                error = error or exc
             except Exception as exc:
                 error = error or GpuCiError(
                     f"extracting {entry.filename} failed although its hash matched the lock "
@@ -142,23 +217,30 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
     return [results[i] for i in range(len(items))]
 
 
-def _records(entries: list[CondaEntry], fetched: list[Fetched]) -> list[Any]:
+# -- linking ------------------------------------------------------------------------------
+
+
+def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], cache: Path) -> list[Any]:
+    """Repodata records from each package's own ``info/index.json`` (not from the lock:
+    an explicit lock has no dependencies, and a build string does not give the build
+    number), with the archive's size and both digests, as a channel's repodata has them."""
     import rattler
 
     records = []
     for entry, got in zip(entries, fetched):
-        record = rattler.PackageRecord(
-            entry.name, entry.version, rattler.BuildString(entry.build), entry.build_number,
-            entry.subdir or "noarch", depends=list(entry.depends),
-            sha256=bytes.fromhex(entry.sha256) if entry.sha256 else None,
-            md5=bytes.fromhex(entry.md5) if entry.md5 else None, size=got.size)
+        index = _entry_dir(cache, entry) / "info" / "index.json"
+        record = rattler.PackageRecord.from_index_json(
+            index, size=got.size, sha256=got.sha256 or None, md5=got.md5 or None)
+        if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
+            raise GpuCiError(f"{entry.filename} says it is for {record.subdir} in its "
+                             f"index.json, but the lock has it under {entry.subdir}.")
         records.append(rattler.RepoDataRecord(record, entry.filename,
                                               got.download.dest.resolve().as_uri(),
                                               entry.channel))
     return records
 
 
-def _restore_urls(staging: Path, entries: list[CondaEntry]) -> None:
+def _restore_urls(staging: Path, entries: Sequence[CondaEntry]) -> None:
     """conda-meta should name where a package came from, not our local cache file."""
     by_file = {e.filename: e for e in entries}
     for path in (staging / "conda-meta").glob("*.json"):
@@ -167,8 +249,27 @@ def _restore_urls(staging: Path, entries: list[CondaEntry]) -> None:
         if entry is None:
             continue
         data["url"] = mask_url(entry.url)
-        data["channel"] = mask_url(entry.channel)
+        data["channel"] = mask_url(entry.channel.rstrip("/") + "/")  # as rattler writes it
         path.write_text(json.dumps(data, indent=2))
+
+
+def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path) -> int:
+    """What linking writes as new data: files with a prefix placeholder (always copied),
+    and every file when the cache is on another device (no hard links across devices)."""
+    try:
+        same_device = os.stat(cache).st_dev == os.stat(target_dir).st_dev
+    except OSError:
+        same_device = False
+    total = 0
+    for entry in entries:
+        try:
+            paths = json.loads((_entry_dir(cache, entry) / "info" / "paths.json").read_text())
+        except (OSError, ValueError):
+            continue
+        for item in paths.get("paths") or ():
+            if not same_device or item.get("prefix_placeholder"):
+                total += int(item.get("size_in_bytes") or 0)
+    return total
 
 
 def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
@@ -178,16 +279,23 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
     import rattler
 
     entries = list(plan.conda)
-    # The cache already holds every package, extracted by fetch_and_extract; rattler checks
-    # the files are there ("fast") and links them.
+    require_space(target.parent, _copied_bytes(entries, cache, target.parent),
+                  f"linking {len(entries)} packages into {target}")
+    # Every entry is either extracted just now from a verified archive or was checked against
+    # its paths.json (sizes and sha256) by _extract; rattler need only see that it is there.
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.fast())
     try:
         asyncio.run(rattler.install(
-            _records(entries, fetched), target_prefix=str(staging),
+            _records(entries, fetched, cache), target_prefix=str(staging),
             alternative_target_prefix=str(target), package_cache=package_cache,
             show_progress=False, execute_link_scripts=False))
+    except GpuCiError:
+        raise
     except Exception as exc:
+        named = _named_from_message(exc, staging, "linking the environment")
+        if named is not None:
+            raise named from None
         raise GpuCiError(f"linking the environment failed: {exc}") from None
     _restore_urls(staging, entries)
 
@@ -196,14 +304,34 @@ def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[
                     explicit_file: Path) -> None:
     proc = subprocess.run([str(conda), "create", "--yes", "--quiet", "--offline",
                            "--prefix", str(staging), "--file", str(explicit_file)],
-                          env=dict(env), capture_output=True, text=True)
+                          env=dict(env), capture_output=True, text=True,
+                          preexec_fn=_child_dies_with_us)
     if proc.returncode != 0:
         tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
-        raise GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
+        named = _named_from_text(tail, staging, "conda create")
+        raise named or GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
 
 
-def _pip(plan: InstallPlan, prefix: Path, env: Mapping[str, str], work: Path) -> None:
-    python = prefix / "bin" / "python"
+# -- pip ----------------------------------------------------------------------------------
+
+
+def _child_dies_with_us() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
+def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str],
+         work: Path) -> None:
+    """pip entries into the staged environment, then make what pip wrote point at target.
+
+    ``--no-compile``: byte code compiled now would record the staging path in every code
+    object; Python compiles it on first import instead. Console scripts get a shebang with
+    the staging interpreter, which is rewritten to the final one.
+    """
+    python = staging / "bin" / "python"
     if not python.exists():
         raise GpuCiError(f"the lock has {len(plan.pip)} pip entries but the environment has no "
                          "python to install them with: add python (and pip) to the lock.")
@@ -212,13 +340,30 @@ def _pip(plan: InstallPlan, prefix: Path, env: Mapping[str, str], work: Path) ->
                                     for p in plan.pip))
     pip_env = {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                "PIP_NO_INPUT": "1"}
-    proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index",
-                           "--require-hashes", "--no-cache-dir", "-r", str(requirements)],
-                          env=pip_env, capture_output=True, text=True)
+    bin_dir = staging / "bin"
+    before = set(os.listdir(bin_dir))
+    proc = subprocess.Popen([str(python), "-m", "pip", "install", "--no-deps", "--no-index",
+                             "--require-hashes", "--no-cache-dir", "--no-compile", "-r",
+                             str(requirements)],
+                            env=pip_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=_child_dies_with_us)
+    crash_point("pip")
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
-        raise GpuCiError(f"installing the lock's pip entries failed (exit {proc.returncode}): "
-                         f"{tail}")
+        tail = mask_url((err or out).strip()[-2000:])
+        named = _named_from_text(tail, staging, "installing the lock's pip entries")
+        raise named or GpuCiError(f"installing the lock's pip entries failed (exit "
+                                  f"{proc.returncode}): {tail}")
+    old, new = str(staging).encode(), str(target).encode()
+    for name in sorted(set(os.listdir(bin_dir)) - before):
+        script = bin_dir / name
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if old in data[:4096]:
+                script.write_bytes(data.replace(old, new))
+
+
+# -- the whole transaction ----------------------------------------------------------------
 
 
 def require_rattler() -> None:
@@ -230,67 +375,129 @@ def require_rattler() -> None:
                          "use engine: conda.") from None
 
 
+def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
+    """Fail before any download when the result could not be put in place."""
+    target = paths.target
+    probe_writable(target.parent, f"creating the environment {target}")
+    probe_writable(pkgs_dir, f"the package cache {pkgs_dir}")
+    if target.exists() and os.path.ismount(target):
+        raise GpuCiError(f"prefix {target} is a mount point: it cannot be replaced by a "
+                         "rename. Pass a directory inside it as prefix, e.g. "
+                         f"{target / 'env'}.", title="unsafe prefix")
+    # The swap is a rename: prove that this directory allows one.
+    probe = paths.work.with_name(paths.work.name + "-probe")
+    renamed = probe.with_name(probe.name + "-renamed")
+    try:
+        probe.mkdir()
+        os.rename(probe, renamed)
+        renamed.rmdir()
+    except OSError as exc:
+        for left in (probe, renamed):
+            with contextlib.suppress(OSError):
+                left.rmdir()
+        named = as_disk_error(exc, target.parent, f"renaming in {target.parent}")
+        raise (named or GpuCiError(f"cannot rename directories in {target.parent} "
+                                   f"({exc.strerror}); choose another prefix.")) from None
+
+
+def check_writable(target: Path, pkgs_dir: Path) -> None:
+    """``preflight`` for callers that do not hold the prefix lock (it only makes probes)."""
+    preflight(transaction.Paths(target), pkgs_dir)
+
+
+def refuse_foreign(target: Path) -> None:
+    """The last line of "never delete what we did not create", under the prefix lock."""
+    if target.is_dir() and not target.is_symlink() and not is_environment(target) and \
+            any(target.iterdir()):
+        raise GpuCiError(f"prefix {target} exists, is not empty and is not a conda environment "
+                         "(no conda-meta with history or package records); it is left "
+                         "untouched. Pass a new or empty directory as prefix.",
+                         title="unsafe prefix")
+
+
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
             engine: str = "rattler", conda: Path | None = None,
-            policy: RetryPolicy | None = None) -> InstallReport:
-    report = InstallReport()
-    if marker_matches(target, plan):
-        report.reused = True
-        return report
-    if engine == "rattler":
-        require_rattler()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    pkgs_dir.mkdir(parents=True, exist_ok=True)
-    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
-    staging = target.with_name(f".{target.name}.gpu-ci-new-{stamp}")
-    backup = target.with_name(f".{target.name}.gpu-ci-old-{stamp}")
-    work = pkgs_dir / f".work-{stamp}"
-    work.mkdir()
-    moved_old = placed = False
+            policy: RetryPolicy | None = None, log: Log = print) -> InstallReport:
     try:
-        started = time.monotonic()
-        cache = pkgs_dir / "rattler"
-        if engine == "conda":
-            fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
-            report.phases["download+verify"] = time.monotonic() - started
-        else:
-            fetched = fetch_and_extract(plan, pkgs_dir, cache, policy)
-            report.phases["download+verify+extract"] = time.monotonic() - started
-        report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
-        report.cached_archives = sum(1 for f in fetched if f.cached)
-        started = time.monotonic()
-        if engine == "conda":
-            if conda is None:
-                raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
-            from gpu_ci.conda.lockfile import render_explicit
-
-            explicit = work / "explicit.txt"
-            explicit.write_text(render_explicit(plan))
-            link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)},
-                            explicit)
-            report.phases["link"] = time.monotonic() - started
-        else:
-            link_with_rattler(plan, fetched, staging, target, cache)
-            report.phases["link"] = time.monotonic() - started
-        if target.exists():
-            os.rename(target, backup)
-            moved_old = True
-        os.rename(staging, target)
-        placed = True
-        if plan.pip:
-            started = time.monotonic()
-            _pip(plan, target, env, work)
-            report.phases["pip"] = time.monotonic() - started
-        (target / MARKER).write_text(json.dumps(marker(plan)))
-    except BaseException:
-        if placed:  # the new environment is incomplete: take it away again
-            shutil.rmtree(target, ignore_errors=True)
-        if moved_old:  # and put the old one back exactly as it was
-            os.rename(backup, target)
+        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log)
+    except OSError as exc:  # anywhere, the lock file and the journal included
+        named = as_disk_error(exc, target.parent, f"installing {target}")
+        if named is not None:
+            raise named from None
         raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
-        if backup.exists() and target.exists() and marker_matches(target, plan):
-            shutil.rmtree(backup, ignore_errors=True)
+
+
+def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str],
+             engine: str, conda: Path | None, policy: RetryPolicy | None,
+             log: Log) -> InstallReport:
+    report = InstallReport()
+    paths = transaction.Paths(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with transaction.exclusive(paths.lock, f"the lock on {target}", log):
+        report.recovered = transaction.recover(paths, log)
+        transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
+        if marker_matches(target, plan):
+            problems = environment_problems(target, len(plan.conda))
+            if not problems:
+                report.reused = True
+                return report
+            log(f"setup-conda-from-lock: {target} holds this lock, but "
+                f"{'; '.join(problems)}: installing it again.")
+        refuse_foreign(target)
+        if engine == "rattler":
+            require_rattler()
+        if engine == "conda" and conda is None:
+            raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
+        try:
+            preflight(paths, pkgs_dir)
+            with transaction.registered(pkgs_dir):
+                transaction.begin(paths)
+                _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                transaction.recover(paths, lambda _: None)
+            raise
     return report
+
+
+def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
+                    env: Mapping[str, str], engine: str, conda: Path | None,
+                    policy: RetryPolicy | None, report: InstallReport) -> None:
+    staging, target, work = paths.staging, paths.target, paths.work
+    work.mkdir(exist_ok=True)
+    started = time.monotonic()
+    cache = pkgs_dir / "rattler"
+    if engine == "conda":
+        fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
+        report.phases["download+verify"] = time.monotonic() - started
+    else:
+        fetched = fetch_and_extract(plan, pkgs_dir, cache, policy)
+        report.phases["download+verify+extract"] = time.monotonic() - started
+    report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
+    report.cached_archives = sum(1 for f in fetched if f.cached)
+    started = time.monotonic()
+    if engine == "conda":
+        assert conda is not None
+        from gpu_ci.conda.lockfile import render_explicit
+
+        explicit = work / "explicit.txt"
+        explicit.write_text(render_explicit(plan))
+        link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)},
+                        explicit)
+    else:
+        link_with_rattler(plan, fetched, staging, target, cache)
+    report.phases["link"] = time.monotonic() - started
+    crash_point("link")
+    if plan.pip:
+        started = time.monotonic()
+        _pip(plan, staging, target, env, work)
+        report.phases["pip"] = time.monotonic() - started
+    (staging / "conda-meta").mkdir(exist_ok=True)
+    (staging / MARKER).write_text(json.dumps(marker(plan)))
+    transaction.swap(paths, lambda: crash_point("swap"))
+    transaction.finish(paths)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+__all__ = ["DiskError", "InstallReport", "check_writable", "install", "marker",
+           "marker_matches"]

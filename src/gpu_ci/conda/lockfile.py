@@ -4,8 +4,13 @@ Two formats are accepted, detected from content rather than the file name:
 
 * explicit: ``@EXPLICIT`` followed by ``<url>#<md5>`` (or ``#sha256:<hex>``) lines, with an
   optional ``# platform:`` header and ``# pip <name> @ <url>#sha256=<hex>`` lines;
-* unified: conda-lock's ``conda-lock.yml`` (format version 1, with or without the
+* unified: conda-lock's ``conda-lock.yml`` (format version 1 or 2, with or without the
   ``version`` key; ``category`` or ``categories`` per package).
+
+The selection is ``conda-lock install``'s: the platform's entries whose categories meet
+``main`` plus the categories asked for (``main`` is always included), each package once
+(conda-lock 2 writes a package once per category it belongs to). A category the lock does
+not have is an error that lists those it has, not an empty environment.
 
 An ``environment.yml`` needs a solver and is refused with instructions to lock it.
 """
@@ -201,9 +206,9 @@ def _parse_unified(text: str, path: str) -> LockFile:
     if not isinstance(doc, dict) or not isinstance(doc.get("package"), list):
         raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
     version = doc.get("version", 1)
-    if version != 1:
-        raise GpuCiError(f"{path}: conda-lock format version {version} is not supported "
-                         "(version 1 is).")
+    if str(version).strip() not in ("1", "2") or isinstance(version, bool):
+        raise GpuCiError(f"{path}: conda-lock format version {version!r} is not supported "
+                         "(versions 1 and 2 are); re-lock it with conda-lock >= 1.")
     meta = doc.get("metadata") or {}
     platforms = tuple(str(p) for p in meta.get("platforms") or ())
     channels = tuple(str(c.get("url") if isinstance(c, dict) else c)
@@ -217,10 +222,41 @@ def _categories_of(pkg: dict[str, Any]) -> set[str]:
     return {str(pkg.get("category") or "main")}
 
 
+def lock_categories(lock: LockFile) -> tuple[str, ...]:
+    """Every category the lock's packages belong to, ``main`` first."""
+    if lock.kind == "explicit":
+        return ("main",)
+    found = {c for pkg in lock.packages for c in _categories_of(pkg)}
+    return ("main", *sorted(found - {"main"}))
+
+
+def selected_categories(lock: LockFile, categories: Sequence[str],
+                        path: str = "lock-file") -> tuple[str, ...]:
+    """``main`` plus those asked for, as ``conda-lock install`` does; unknown ones refused."""
+    have = lock_categories(lock)
+    unknown = [c for c in categories if c not in have]
+    if unknown:
+        hint = ("an explicit lock has no categories: leave 'categories' empty"
+                if lock.kind == "explicit" else
+                f"it has {', '.join(have)}")
+        raise GpuCiError(f"{path} has no categor{'ies' if len(unknown) > 1 else 'y'} "
+                         f"{', '.join(repr(c) for c in unknown)}; {hint}.",
+                         title="unknown category")
+    return tuple(dict.fromkeys(("main", *categories)))
+
+
+def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
+    if entry.subdir not in (platform, "noarch"):
+        raise GpuCiError(f"{where}: {entry.filename} comes from {entry.subdir or 'no'} subdir "
+                         f"({mask_url(entry.url)}), which is neither {platform} nor noarch: "
+                         "the lock is for another platform. Use the lock for this platform.",
+                         title="wrong platform")
+
+
 def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
          path: str = "lock-file") -> InstallPlan:
-    """Pick the platform's entries (and categories) in the lock's own order."""
-    cats = tuple(categories) or ("main",)
+    """Pick the platform's entries (and categories) in the lock's own order, each once."""
+    cats = selected_categories(lock, categories, path)
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []
     if lock.kind == "explicit":
@@ -230,6 +266,7 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
                              f"platform: {lock.platforms[0]} if that is really meant.")
         for item in lock.packages:
             if item["manager"] == "conda":
+                _check_subdir(item["entry"], platform, path)
                 conda.append(item["entry"])
             else:
                 pip.append(PipEntry(item["name"], "", item["url"], item["sha256"]))
@@ -238,6 +275,7 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
             raise GpuCiError(f"{path} has no packages for {platform}; it locks "
                              f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
                              f"when locking (conda-lock -p {platform}) or set 'platform'.")
+        seen: dict[tuple[str, str], str] = {}
         for index, pkg in enumerate(lock.packages):
             if pkg.get("platform") != platform or not (_categories_of(pkg) & set(cats)):
                 continue
@@ -249,7 +287,16 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
             url = str(pkg.get("url") or "")
             if not url:
                 raise GpuCiError(f"{where} has no url.")
-            if pkg.get("manager", "conda") == "pip":
+            manager = str(pkg.get("manager") or "conda")
+            key = (manager, name)
+            if key in seen:  # the same package listed once per category
+                if seen[key] != url:
+                    raise GpuCiError(f"{where}: {name} is locked twice for {platform} with "
+                                     f"different files ({mask_url(seen[key])} and "
+                                     f"{mask_url(url)}). Re-lock it.")
+                continue
+            seen[key] = url
+            if manager == "pip":
                 sha = str(hashes.get("sha256") or "")
                 if not sha:
                     raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
@@ -257,8 +304,10 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
             else:
                 depends = [f"{dep} {spec}".strip()
                            for dep, spec in (pkg.get("dependencies") or {}).items()]
-                conda.append(_conda_entry(url, str(hashes.get("md5") or ""),
-                                          str(hashes.get("sha256") or ""), depends, where))
+                entry = _conda_entry(url, str(hashes.get("md5") or ""),
+                                     str(hashes.get("sha256") or ""), depends, where)
+                _check_subdir(entry, platform, where)
+                conda.append(entry)
     for entry in conda:
         if not (entry.md5 or entry.sha256):
             raise GpuCiError(f"{path}: {entry.filename} has no md5 or sha256; a lock without "

@@ -1,0 +1,163 @@
+"""setup-conda-from-lock's options, validated once, and the layout rules of root and prefix.
+
+The command turns its inputs into one frozen :class:`SetupOptions` (as gpu-gate's
+``GateConfig``); everything after that reads plain values. The layout rules live here:
+where Miniforge's root goes by default, which roots are usable, and which prefixes we must
+refuse because replacing them would delete what we did not create.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.retry import RetryPolicy
+
+ENGINES = ("rattler", "conda")
+MARKER = "conda-meta/gpu-ci-lock.json"
+"""Written into every environment this action creates (and the lock it holds)."""
+
+
+@dataclass(frozen=True)
+class SetupOptions:
+    lock_file: str
+    platform: str
+    categories: tuple[str, ...]
+    engine: str
+    miniforge: bool
+    miniforge_version: str
+    installer_url: str
+    installer_sha256: str
+    activate: bool
+    dry_run: bool
+    root: Path
+    pkgs_dir: Path
+    prefix: Path
+    retry: RetryPolicy
+
+    @property
+    def condarc(self) -> Path:
+        return self.root / ".condarc"
+
+    @property
+    def envs_dir(self) -> Path:
+        return self.root / "envs"
+
+
+def runner_subdir() -> str:
+    system, machine = _platform.system(), _platform.machine().lower()
+    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
+            "ppc64le": "ppc64le"}.get(machine, machine)
+    if system == "Linux":
+        return f"linux-{'aarch64' if arch == 'arm64' else arch}"
+    if system == "Darwin":
+        return f"osx-{'arm64' if arch in ('arm64', 'aarch64') else '64'}"
+    if system == "Windows":
+        return "win-64"
+    raise UsageError(f"cannot tell the conda platform of {system}/{machine}: set 'platform'.")
+
+
+def default_root(environ: Mapping[str, str], version: str) -> Path:
+    base = environ.get("RUNNER_TOOL_CACHE") or environ.get("RUNNER_TEMP")
+    if not base:
+        base = str(Path.home() / ".cache" / "gpu-ci")
+    return Path(base) / "miniforge3" / version
+
+
+def checked_root(value: str) -> Path:
+    if " " in value:
+        raise UsageError(f"input 'root' must not contain spaces (conda packages break): "
+                         f"{value!r}.")
+    root = Path(value)
+    if not root.is_absolute():
+        raise UsageError(f"input 'root' must be an absolute path: {value!r}.")
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise GpuCiError(f"root {root} is not writable by this user (nearest existing "
+                         f"directory {probe}); choose a writable root, e.g. under "
+                         "$RUNNER_TOOL_CACHE.")
+    return root
+
+
+def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: str,
+          miniforge: bool, miniforge_version: str, installer_url: str, installer_sha256: str,
+          activate: bool, dry_run: bool, root: str, pkgs_dir: str, prefix: str,
+          environment_name: str, environ: Mapping[str, str]) -> SetupOptions:
+    """Validate the inputs together; every refusal names the input and how to fix it."""
+    if engine not in ENGINES:
+        raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
+    if engine == "conda" and not miniforge:
+        raise UsageError("engine: conda needs miniforge: true (it runs the installed "
+                         "Miniforge's conda); use engine: rattler with miniforge: false.")
+    version = miniforge_version.strip()
+    root_path = Path(root) if root else default_root(environ, version)
+    if not dry_run:
+        root_path = checked_root(str(root_path))
+    if prefix and not Path(prefix).is_absolute():
+        raise UsageError(f"input 'prefix' must be an absolute path: {prefix!r}.")
+    name = environment_name or "ci"
+    if not prefix and (os.sep in name or name in (".", "..")):
+        raise UsageError(f"input 'environment-name' must be a plain name, got {name!r}: "
+                         "use 'prefix' for a path.")
+    if pkgs_dir and not Path(pkgs_dir).is_absolute():
+        raise UsageError(f"input 'pkgs-dir' must be an absolute path: {pkgs_dir!r}.")
+    return SetupOptions(
+        lock_file=lock_file, platform=platform.strip() or runner_subdir(),
+        categories=tuple(categories), engine=engine, miniforge=miniforge,
+        miniforge_version=version, installer_url=installer_url,
+        installer_sha256=installer_sha256, activate=activate, dry_run=dry_run,
+        root=root_path, pkgs_dir=Path(pkgs_dir) if pkgs_dir else root_path / "pkgs",
+        prefix=Path(prefix) if prefix else root_path / "envs" / name,
+        retry=RetryPolicy.from_environ(environ))
+
+
+def is_environment(path: Path) -> bool:
+    """A conda environment: made by this action (its marker), by conda, mamba or micromamba
+    (``conda-meta/history``) or by rattler/pixi (package records in ``conda-meta``)."""
+    meta = path / "conda-meta"
+    if (path / MARKER).is_file() or (meta / "history").is_file():
+        return True
+    try:
+        return any(p.suffix == ".json" for p in meta.iterdir())
+    except OSError:
+        return False
+
+
+def refuse_prefix(prefix: Path, root: Path, environ: Mapping[str, str]) -> None:
+    """Refuse, never delete: a prefix is replaced only if it is a conda environment.
+
+    Replacing a prefix renames the old one aside and removes it once the new one is in
+    place; that is only right for an environment. A directory with anything else in it (a
+    checkout, a home directory) is refused, and so are the places whose loss would be a
+    disaster even when they happen to hold a ``conda-meta``: ``/``, ``$HOME``, the
+    workspace and the Miniforge root itself (or anything above them).
+    """
+    target = Path(os.path.abspath(prefix))
+    guarded = [("the file system root", Path("/")), ("the Miniforge root", root)]
+    for label, var in (("$HOME", "HOME"), ("the workspace ($GITHUB_WORKSPACE)",
+                                           "GITHUB_WORKSPACE")):
+        if environ.get(var):
+            guarded.append((label, Path(environ[var])))
+    for label, place in guarded:
+        place = Path(os.path.abspath(place))
+        if target == place or target in place.parents:
+            raise GpuCiError(
+                f"prefix {target} is {label}{'' if target == place else f' or above it ({place})'}"
+                f": an environment there would replace it. Pass a dedicated directory, e.g. "
+                f"prefix: {root / 'envs' / 'ci'} (or leave prefix empty).",
+                title="unsafe prefix")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise GpuCiError(f"prefix {target} exists and is not a directory; pass a path for a "
+                         "new environment.", title="unsafe prefix")
+    if target.is_dir() and any(target.iterdir()) and not is_environment(target):
+        raise GpuCiError(
+            f"prefix {target} exists, is not empty and is not a conda environment (no "
+            "conda-meta with history or package records); it is left untouched. Pass a new or "
+            "empty directory as prefix, or remove that one yourself if it is really "
+            "disposable.", title="unsafe prefix")
