@@ -11,9 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.test_budget_api import REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
-
 from tests.mermaid_check import assert_charts_parse, require_mermaid
+from tests.test_budget_api import REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
 
 
 @pytest.fixture
