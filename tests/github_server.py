@@ -35,6 +35,8 @@ class PullRequest:
     user: str = "contributor"
     labels: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    reviews: list[tuple[str, str, str]] = field(default_factory=list)
+    """(login, state, commit_id) in submission order: APPROVED, CHANGES_REQUESTED, ..."""
 
 
 @dataclass
@@ -186,6 +188,18 @@ class FakeGitHub:
             "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}",
         }
 
+    def review_json(self, repo: Repo, pr: PullRequest, index: int,
+                    review: tuple[str, str, str]) -> dict[str, Any]:
+        """A pull request review as ``GET /repos/{o}/{r}/pulls/{n}/reviews`` lists it."""
+        login, state, commit_id = review
+        return {"id": 80 + index, "node_id": f"PRR_{index}", "user": self.user_json(login),
+                "body": "", "state": state, "commit_id": commit_id,
+                "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}"
+                            f"#pullrequestreview-{80 + index}",
+                "pull_request_url": f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}",
+                "author_association": "COLLABORATOR",
+                "submitted_at": f"2026-01-0{1 + index % 9}T00:00:00Z"}
+
 
 def _file_json(name: str) -> dict[str, Any]:
     return {"sha": "f" * 40, "filename": name, "status": "modified", "additions": 1,
@@ -309,6 +323,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, gh.pull_json(repo, pr), {}
             if method == "GET" and rest[2:] == ["files"]:
                 return self._paginate(path, query, [_file_json(f) for f in pr.files])
+            if method == "GET" and rest[2:] == ["reviews"]:
+                return self._paginate(path, query, [
+                    gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)])
         if method == "GET" and rest[:1] == ["compare"] and len(rest) >= 2:
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:

@@ -89,10 +89,14 @@ GPU_GATE = ActionSpec(
                   "Newline-separated glob patterns (! excludes): run only if the change "
                   "touches a matching file.", ""),
         InputSpec("skip-draft", "Do not run for draft pull requests.", "false"),
-        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON).",
-                  '["self-hosted","gpu"]'),
+        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON): your GPU "
+                  "runners' labels or group. No default: empty leaves the runs-on output empty "
+                  "when run is true.", ""),
         InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.",
                   "ubuntu-latest"),
+        InputSpec("require-approved-review",
+                  "Also require an APPROVED review of the commit that runs, by someone with "
+                  "min-permission or higher.", "false"),
     ),
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
