@@ -85,13 +85,32 @@ def _request(url: str) -> urllib.request.Request:
     return request
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+class _DropCredentialsAcrossOrigins(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header to the redirected request, ``Authorization`` included:
+    a channel that answers 302 with another host would receive the lock's credentials."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_DropCredentialsAcrossOrigins)
+
+
 def _attempt(item: Download, policy: RetryPolicy) -> int:
     algorithm, want = expected(item)
     part = item.dest.with_name(item.dest.name + ".part")
     digest = hashlib.new(algorithm)
     size = 0
     try:
-        with urllib.request.urlopen(_request(item.url), timeout=policy.timeout) as response, \
+        with _OPENER.open(_request(item.url), timeout=policy.timeout) as response, \
                 open(part, "wb") as out:
             announced = response.headers.get("Content-Length")
             for chunk in iter(lambda: response.read(CHUNK), b""):
