@@ -90,7 +90,8 @@ def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> flo
     if proc.returncode != 0:
         raise SystemExit(f"bootstrap failed: {proc.stdout}{proc.stderr}")
     exported = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
-    proc = subprocess.run([exported["GPU_CI_PYTHON"], "-m", "gpu_ci", action, *args],
+    proc = subprocess.run([exported["GPU_CI_PYTHON"], str(ROOT / "scripts" / "run.py"),
+                           action, *args],
                           env={**base, **extra}, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0 or not out_file.read_text():
@@ -101,6 +102,7 @@ def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> flo
 
 def distributions(state: Path) -> int:
     pythons = list((state / "toolcache").glob("gpu-ci-actions/*/*/bin/python"))
+    pythons = [p for p in pythons if ".tmp-" not in str(p) and ".trash-" not in str(p)]
     listing = "import importlib.metadata as m; print(len(list(m.distributions())))"
     out = subprocess.run([str(pythons[0]), "-c", listing], capture_output=True, text=True)
     return int(out.stdout.strip())
