@@ -126,6 +126,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                               url=inputs["installer-url"], sha256=inputs["installer-sha256"],
                               policy=policy)
         phases["miniforge"] = time.monotonic() - started
+        if mf.checksum_from == "release":
+            rt.warning(f"Miniforge {version}: this package ships no sha256 for it, so the "
+                       "installer was checked against the .sha256 file beside it (same origin); "
+                       "set installer-sha256 to pin it.", title="setup-conda-from-lock")
     report = env_install.install(plan, prefix, pkgs_dir, sub_env, engine=engine,
                                  conda=mf.conda if mf else None, policy=policy)
     phases.update(report.phases)
