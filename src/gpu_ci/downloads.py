@@ -94,7 +94,7 @@ class _DropCredentialsAcrossOrigins(urllib.request.HTTPRedirectHandler):
     """urllib copies every header to the redirected request, ``Authorization`` included:
     a channel that answers 302 with another host would receive the lock's credentials."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and _origin(newurl) != _origin(req.full_url):
             new.remove_header("Authorization")
