@@ -130,3 +130,12 @@ def test_release_tools_are_installed_with_hashes():
     for tool_name in ("build==", "setuptools=="):
         assert tool_name in pins
     assert pins.count("--hash=sha256:") == pins.count("==")
+
+
+def test_gpu_example_concurrency_group_includes_the_label():
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "examples" / "cuda-ci.yml").read_text(encoding="utf-8"))
+    assert "github.event.label.name" in doc["concurrency"]["group"]
+    gate = next(s for s in doc["jobs"]["gate"]["steps"] if "gpu-gate" in s.get("uses", ""))
+    assert "self-hosted" not in gate["with"]["gpu-runs-on"]
