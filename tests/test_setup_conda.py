@@ -406,12 +406,12 @@ mkdir -p "$prefix/conda-meta" "$prefix/bin"
 def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer, tmp_path):
     url, _ = installer
     first = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                  "--installer-url", url, "--dry-run", "false")
+                  "--installer-url", url, "--dry-run", "false", "--miniforge-version", FAKE_MF)
     conda = Path(first.outputs["conda"])
     log = tmp_path / "conda-call"
     conda.write_text(FAKE_CONDA.format(log=log))
     result = setup(channel.explicit_lock(["libhello", "hello"]), "--miniforge", "true",
-                   "--installer-url", url, "--engine", "conda",
+                   "--installer-url", url, "--engine", "conda", "--miniforge-version", FAKE_MF,
                    env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"})
     assert result.returncode == 0, result.stdout + result.stderr
     argv = (tmp_path / "conda-call.argv").read_text().split("\n")
