@@ -252,18 +252,22 @@ def build(venv: Path, groups: list[str]) -> Installer:
     """Build ``venv`` aside, verify it, write its manifest, then rename it into place."""
     installer = Installer(venv.parent.parent / "uv-cache")
     tmp = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
-    installer.create(tmp)
-    for group in groups:
-        installer.install(tmp, LOCKS / f"{group}.txt")
-        (tmp / f".gpu-ci-group-{group}").write_text("")
-    problems = record_problems(site_packages(venv_python(tmp)))
-    if problems:
-        raise fail(f"the freshly installed dependencies failed verification "
-                   f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
-                   f"tampered with; nothing was used. Delete {installer.uv_env['UV_CACHE_DIR']}"
-                   " (uv) or the pip cache, then rerun.")
-    manifest = {"version": 1, "groups": groups, "files": tree(tmp)}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
+    try:
+        installer.create(tmp)
+        for group in groups:
+            installer.install(tmp, LOCKS / f"{group}.txt")
+            (tmp / f".gpu-ci-group-{group}").write_text("")
+        problems = record_problems(site_packages(venv_python(tmp)))
+        if problems:
+            raise fail(f"the freshly installed dependencies failed verification "
+                       f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
+                       f"tampered with; nothing was used. Delete "
+                       f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun.")
+        manifest = {"version": 1, "groups": groups, "files": tree(tmp)}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
+    except BaseException:  # a failed build (a full disk, a bad cache) leaves nothing behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if venv.exists():  # failed verification: move it aside (a running job may still use it)
         os.replace(venv, venv.with_name(f"{venv.name}.trash-{os.getpid()}"))
     os.replace(tmp, venv)
@@ -307,11 +311,12 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     groups = wanted_groups(argv[0] if argv else "")
     venv = venv_dir(groups)
-    python = venv_python(venv)
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
         lock_handle = open(venv.parent / (venv.name + ".lock"), "w")  # noqa: SIM115 (with below)
     except OSError as exc:
+        if venv.exists() and not verify(venv):  # a read-only cache prepared by the admin
+            return finish(venv, groups, "reused (read-only cache)", start)
         raise fail(f"cannot create {venv.parent} ({exc.strerror}): set GPU_CI_CACHE_DIR to a "
                    "writable directory.") from None
     how = "reused"
@@ -330,8 +335,12 @@ def main(argv: list[str]) -> int:
             installer = build(venv, groups)
             how = f"installed {', '.join(groups)} with {installer.name}"
             sweep(venv)
+    return finish(venv, groups, how, start)
+
+
+def finish(venv: Path, groups: list[str], how: str, start: float) -> int:
     compile_source()
-    export("GPU_CI_PYTHON", str(python))
+    export("GPU_CI_PYTHON", str(venv_python(venv)))
     export("GPU_CI_ROOT", str(ROOT))
     export("GPU_CI_GROUPS", " ".join(groups))
     print(f"gpu-ci {package_version()}: {how}: {venv} ({time.monotonic() - start:.1f}s)")

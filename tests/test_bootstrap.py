@@ -359,3 +359,18 @@ def test_startup_hooks_outside_any_record_are_reported(tmp_path):
     assert boot.record_problems(site) == [
         "other.pth runs at start-up and belongs to no distribution",
         "usercustomize.py runs at start-up and belongs to no distribution"]
+
+
+def test_a_failed_build_leaves_nothing_behind(tmp_path):
+    root = checkout(tmp_path, "A")
+    lock = root / "requirements" / "github.txt"
+    text = lock.read_text()
+    first = re.search(r"--hash=sha256:([0-9a-f]{64})", text).group(1)
+    lock.write_text(text.replace(first, "0" * 64))  # a lock the index cannot satisfy
+    cache = tmp_path / "cache"
+    proc, exported = run_bootstrap(cache, tmp_path, "gpu-gate", root=root, **fast())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "::error title=gpu-ci bootstrap::" in proc.stdout + proc.stderr
+    assert exported == {}
+    venvs = [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()]
+    assert venvs == []  # neither a venv nor a half-built one
