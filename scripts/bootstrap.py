@@ -18,6 +18,8 @@ Safe on persistent, shared runners:
 * **Verified, not trusted.** Before a venv is reused, every file in it is checked against the
   manifest written when it was built (sha256 of each file; no file missing, changed or
   added: a planted ``.pth``, ``sitecustomize`` or ``.pyc`` means a rebuild, with a notice).
+  A file whose size, inode, mtime and ctime are those recorded is not read again: the
+  kernel moves ctime on every change and no unprivileged process can set it back.
   When built, each distribution's ``RECORD`` hashes are checked and no ``.pth``/
   ``sitecustomize``/``usercustomize`` outside a ``RECORD`` is accepted.
 * **One builder at a time** per key: an exclusive ``flock`` on ``<key>.lock``.
@@ -177,17 +179,35 @@ def _digest(path: Path) -> str:
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def tree(venv: Path) -> dict[str, str]:
-    """Every file under ``venv`` (relative POSIX path -> sha256, or a symlink's target)."""
-    out: dict[str, str] = {}
+def _stat_key(st: os.stat_result) -> list[int]:
+    """What changes whenever a file's content or identity does. ``st_ctime_ns`` is set by
+    the kernel on every change and cannot be set back by an unprivileged process (unlike
+    the mtime), so an unchanged key means unchanged content."""
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def tree(venv: Path, known: dict[str, str] | None = None,
+         stats: dict[str, list[int]] | None = None) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """Every file under ``venv``: (relative POSIX path -> sha256 or a symlink's target,
+    path -> stat key). A file whose stat key equals ``stats[path]`` keeps ``known[path]``
+    without being read again; any other file is hashed."""
+    digests: dict[str, str] = {}
+    keys: dict[str, list[int]] = {}
     for dirpath, dirnames, filenames in os.walk(venv):
         base = Path(dirpath)
         for name in filenames + [d for d in dirnames if (base / d).is_symlink()]:
             path = base / name
             rel = path.relative_to(venv).as_posix()
-            if rel != MANIFEST:
-                out[rel] = _digest(path)
-    return out
+            if rel == MANIFEST:
+                continue
+            key = _stat_key(path.lstat())
+            keys[rel] = key
+            if known is not None and stats is not None and stats.get(rel) == key \
+                    and rel in known:
+                digests[rel] = known[rel]
+            else:
+                digests[rel] = _digest(path)
+    return digests, keys
 
 
 def record_problems(site: Path) -> list[str]:
@@ -230,10 +250,11 @@ def verify(venv: Path) -> str:
     except (OSError, ValueError):
         return "it has no readable manifest"
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict):
+    stats = manifest.get("stats") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not isinstance(stats, dict):
         return "its manifest is malformed"
     try:
-        now = tree(venv)
+        now, _ = tree(venv, files, stats)
     except OSError as exc:
         return f"it cannot be read ({exc})"
     added = sorted(set(now) - set(files))
@@ -263,7 +284,8 @@ def build(venv: Path, groups: list[str]) -> Installer:
                        f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
                        f"tampered with; nothing was used. Delete "
                        f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun.")
-        manifest = {"version": 1, "groups": groups, "files": tree(tmp)}
+        files, stats = tree(tmp)
+        manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
         (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
     except BaseException:  # a failed build (a full disk, a bad cache) leaves nothing behind
         shutil.rmtree(tmp, ignore_errors=True)

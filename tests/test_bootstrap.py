@@ -238,7 +238,8 @@ def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
     assert leftovers == []
 
 
-@pytest.mark.parametrize("plant", ["pth", "sitecustomize", "pyc", "changed", "extra-dist"])
+@pytest.mark.parametrize("plant", ["pth", "sitecustomize", "pyc", "changed", "same-size-mtime",
+                                   "extra-dist"])
 def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plant):
     cache = shared_cache
     proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
@@ -260,6 +261,14 @@ def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plan
         subprocess.run([python, "-m", "py_compile", str(evil)], check=True)
         pyc = next((evil.parent / "__pycache__").glob("__init__.*.pyc"))
         shutil.copy(pyc, next((site / "github" / "__pycache__").glob("__init__.*.pyc")))
+    elif plant == "same-size-mtime":  # same size, mtime set back: only ctime tells
+        target = site / "github" / "__init__.py"
+        before = target.stat()
+        text = target.read_text()
+        evil = payload.replace("\n", ";")
+        target.write_text(evil + text[len(evil):])
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert target.stat().st_size == before.st_size
     elif plant == "changed":
         target = site / "github" / "__init__.py"
         target.write_text(payload + target.read_text())
@@ -274,6 +283,8 @@ def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plan
     proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "::notice title=gpu-ci bootstrap::not reusing" in proc.stdout
+    if plant == "same-size-mtime":  # found by its content, not by a missing .pyc
+        assert "changed files:" in proc.stdout and "github/__init__.py" in proc.stdout
     assert again["GPU_CI_PYTHON"] == python
     out = subprocess.run([python, str(LAUNCHER), "gpu-gate", "--help"], capture_output=True,
                          text=True)
