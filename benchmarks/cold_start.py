@@ -6,6 +6,8 @@ For each action and installer (pip; uv when available), measured side by side, m
 * cold: empty tool cache, empty pip/uv cache, no venv: ``bootstrap.sh <action>`` + the
   command, until it exits with its outputs written;
 * warm: the venv exists (a later job on a persistent runner): same two steps;
+* boot: the warm bootstrap step alone (``bootstrap.sh``: verifying the venv against its
+  manifest before reusing it), the part of "warm" that the action adds before its command;
 * bytes a cold install downloads (the wheels of the action's group locks) and the
   distributions installed.
 
@@ -65,7 +67,8 @@ def command(action: str, work: Path, github: FakeGitHub) -> tuple[list[str], dic
     return ["--lock-file", str(LOCK), "--dry-run", "true"], {}
 
 
-def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> float:
+def one_run(action: str, installer: str, state: Path,
+            github: FakeGitHub) -> tuple[float, float]:
     work = Path(tempfile.mkdtemp(prefix="cold-"))
     env_file = work / "github_env"
     out_file = work / "github_output"
@@ -89,18 +92,21 @@ def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> flo
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bootstrap failed: {proc.stdout}{proc.stderr}")
+    booted = time.perf_counter() - start
     exported = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
-    proc = subprocess.run([exported["GPU_CI_PYTHON"], "-m", "gpu_ci", action, *args],
+    proc = subprocess.run([exported["GPU_CI_PYTHON"], str(ROOT / "scripts" / "run.py"),
+                           action, *args],
                           env={**base, **extra}, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0 or not out_file.read_text():
         raise SystemExit(f"{action} failed: {proc.stdout}{proc.stderr}")
     shutil.rmtree(work)
-    return elapsed
+    return elapsed, booted
 
 
 def distributions(state: Path) -> int:
     pythons = list((state / "toolcache").glob("gpu-ci-actions/*/*/bin/python"))
+    pythons = [p for p in pythons if ".tmp-" not in str(p) and ".trash-" not in str(p)]
     listing = "import importlib.metadata as m; print(len(list(m.distributions())))"
     out = subprocess.run([str(pythons[0]), "-c", listing], capture_output=True, text=True)
     return int(out.stdout.strip())
@@ -127,11 +133,13 @@ def main() -> int:
                 for installer in installers:
                     github.add_pull("octo/repo", PullRequest(2, "a" * 40, labels=["CUDA CI"]))
                     state = Path(tempfile.mkdtemp(prefix="state-"))
-                    cold = one_run(action, installer, state, github)
-                    warm = one_run(action, installer, state, github)
-                    entry = results.setdefault((action, installer), {"cold": [], "warm": []})
+                    cold, _ = one_run(action, installer, state, github)
+                    warm, boot = one_run(action, installer, state, github)
+                    entry = results.setdefault((action, installer),
+                                               {"cold": [], "warm": [], "boot": []})
                     entry["cold"].append(cold)
                     entry["warm"].append(warm)
+                    entry["boot"].append(boot)
                     sizes[(action, installer)] = (0, distributions(state))
                     shutil.rmtree(state)
     downloads = {action: wheel_bytes(action) for action in actions}
@@ -139,16 +147,17 @@ def main() -> int:
     print(f"medians of {args.runs} runs; python3 -c pass = {base * 1000:.0f} ms; "
           f"{os.cpu_count()} cores")
     print(f"{'action':24} {'installer':9} {'cold s':>7} {'x pass':>7} {'warm s':>7} "
-          f"{'x pass':>7} {'MB wheels':>9} {'dists':>5}")
+          f"{'x pass':>7} {'boot s':>7} {'MB wheels':>9} {'dists':>5}")
     report = {}
     for (action, installer), entry in results.items():
         cold, warm = statistics.median(entry["cold"]), statistics.median(entry["warm"])
+        boot = statistics.median(entry["boot"])
         _, dists = sizes[(action, installer)]
         mb = downloads[action]
         print(f"{action:24} {installer:9} {cold:7.2f} {cold / base:7.0f} {warm:7.2f} "
-              f"{warm / base:7.0f} {mb / 1e6:9.1f} {dists:5d}")
-        report[f"{action}/{installer}"] = {"cold_s": cold, "warm_s": warm, "bytes": mb,
-                                           "distributions": dists}
+              f"{warm / base:7.0f} {boot:7.2f} {mb / 1e6:9.1f} {dists:5d}")
+        report[f"{action}/{installer}"] = {"cold_s": cold, "warm_s": warm, "boot_s": boot,
+                                           "bytes": mb, "distributions": dists}
     out = ROOT / "benchmarks" / ".cache" / "cold_start.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"python_pass_s": base, "results": report}, indent=1))

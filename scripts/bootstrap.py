@@ -2,19 +2,39 @@
 
 Usage: ``bootstrap.py <action>``. Each action installs only the dependency groups it needs
 (``requirements/<group>.txt``, hash-pinned): the GPU-side actions never install the GitHub
-client, and the gate never installs NVML or conda code. Groups are added incrementally to
-one shared environment, keyed by package version + Python version + the hash of all group
-locks, under ``$GPU_CI_CACHE_DIR``, ``$RUNNER_TOOL_CACHE`` or ``$RUNNER_TEMP``; later actions
-in the job and later jobs on a persistent self-hosted runner reuse it.
+client, and the gate never installs NVML or conda code.
 
-The package itself is *not* installed from an index: a ``.pth`` file points at this
-checkout's ``src/``, so ``@v1``, ``@v1.2.3`` and ``@<sha>`` each run exactly the code they
-name. ``uv`` installs when it is on PATH (trying its cache offline first); pip otherwise.
+The venv holds third-party dependencies only. The package itself is never installed into
+it: ``scripts/run.py`` of the action's own checkout puts that checkout's ``src/`` first on
+``sys.path``, so ``@v1``, ``@v1.2.3``, ``@<sha>`` and two checkouts of one version each run
+exactly the code they name, in sequence or at the same time.
+
+Safe on persistent, shared runners:
+
+* **Immutable venvs.** A venv is keyed by Python version, the hash of every group lock and
+  the set of groups it holds. It is built aside (``<key>.tmp-<pid>``) and renamed into place
+  only when complete and verified, and never modified afterwards; a job that needs another
+  group gets another venv. A half-built venv (``kill -9``) is never used.
+* **Verified, not trusted.** Before a venv is reused, every file in it is checked against the
+  manifest written when it was built (sha256 of each file; no file missing, changed or
+  added: a planted ``.pth``, ``sitecustomize`` or ``.pyc`` means a rebuild, with a notice).
+  A file whose size, inode, mtime and ctime are those recorded is not read again: the
+  kernel moves ctime on every change and no unprivileged process can set it back.
+  When built, each distribution's ``RECORD`` hashes are checked and no ``.pth``/
+  ``sitecustomize``/``usercustomize`` outside a ``RECORD`` is accepted.
+* **One builder at a time** per key: an exclusive ``flock`` on ``<key>.lock``.
+* **Per job on self-hosted runners**: with ``RUNNER_ENVIRONMENT=self-hosted`` and no
+  ``GPU_CI_CACHE_DIR``, the venv lives in ``RUNNER_TEMP`` (deleted after the job); setting
+  ``GPU_CI_CACHE_DIR`` is the runner admin's opt-in to share one across jobs.
+* **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one)
+  and copies files (no hard links into its cache), and the RECORD check above runs after
+  it; pip verifies every wheel against the lock's hashes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,7 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "requirements"
-COMPLETE = ".gpu-ci-complete"
+MANIFEST = ".gpu-ci-manifest.json"
+#: Files in site-packages that run code at start-up without being imported.
+STARTUP_HOOKS = re.compile(r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|\.[^/]*\.so$))")
 
 # The action -> groups table lives in the specs (standard library only, so importable
 # before any dependency is installed), loaded from this checkout's own src/.
@@ -33,9 +55,15 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpu_ci.specs import GROUPS as ALL  # noqa: E402
 from gpu_ci.specs import groups_for  # noqa: E402
 
+del sys.path[0]
+
 
 def fail(message: str) -> SystemExit:
     return SystemExit(f"::error title=gpu-ci bootstrap::{message}")
+
+
+def notice(message: str) -> None:
+    print(f"::notice title=gpu-ci bootstrap::{message}", flush=True)
 
 
 def package_version() -> str:
@@ -46,11 +74,17 @@ def package_version() -> str:
     return match.group(1)
 
 
-def cache_base() -> Path:
-    # GPU_CI_CACHE_DIR: an explicit home for the venv (e.g. a persistent disk on a
-    # self-hosted runner); otherwise the tool cache, then the job's temp directory.
-    for name in ("GPU_CI_CACHE_DIR", "RUNNER_TOOL_CACHE", "RUNNER_TEMP"):
-        value = os.environ.get(name)
+def cache_base(environ: dict[str, str] | None = None) -> Path:
+    """Where venvs live: GPU_CI_CACHE_DIR (an explicit, shared home), else per job on a
+    self-hosted runner (its tool cache is shared by every runner process and repository on
+    the host), else the tool cache (a fresh VM per job on GitHub-hosted runners)."""
+    env = os.environ if environ is None else environ
+    names = ["GPU_CI_CACHE_DIR"]
+    if env.get("RUNNER_ENVIRONMENT") == "self-hosted":
+        names += ["RUNNER_TEMP"]
+    names += ["RUNNER_TOOL_CACHE", "RUNNER_TEMP"]
+    for name in names:
+        value = env.get(name)
         if value:
             return Path(value)
     return Path.home() / ".cache"
@@ -63,9 +97,10 @@ def locks_hash() -> str:
     return digest.hexdigest()[:12]
 
 
-def venv_dir() -> Path:
+def venv_dir(groups: list[str]) -> Path:
     py = f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return cache_base() / "gpu-ci-actions" / package_version() / f"{py}-{locks_hash()}"
+    key = f"{py}-{locks_hash()}-{'+'.join(groups)}"
+    return cache_base() / "gpu-ci-actions" / package_version() / key
 
 
 def venv_python(venv: Path) -> Path:
@@ -93,18 +128,16 @@ def host_pip_supports_python_flag() -> bool:
 class Installer:
     """uv when on PATH, else pip: the same hash-pinned files either way."""
 
-    def __init__(self) -> None:
+    def __init__(self, uv_cache: Path) -> None:
         self.uv = shutil.which("uv")
         self.host_pip = not self.uv and host_pip_supports_python_flag()
         self.name = "uv" if self.uv else "pip"
+        self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache)}
 
     def create(self, venv: Path) -> None:
-        if venv.exists():  # an earlier attempt died half-way: start again
-            shutil.rmtree(venv)
-        venv.parent.mkdir(parents=True, exist_ok=True)
         if self.uv:
-            check(run([self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)]),
-                  "uv venv")
+            check(run([self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
+                      self.uv_env), "uv venv")
         elif self.host_pip:  # no pip inside: the host's pip installs into it (faster)
             check(run([sys.executable, "-m", "venv", "--without-pip", str(venv)]), "venv")
         else:
@@ -113,14 +146,15 @@ class Installer:
     def install(self, venv: Path, lock: Path) -> None:
         python = str(venv_python(venv))
         if self.uv:
-            # --compile-bytecode: like pip, so that no later run pays for compiling (and
-            # runners with PYTHONDONTWRITEBYTECODE would pay on every run).
+            # A private cache (UV_CACHE_DIR) and copies, not links: a shared or tampered uv
+            # cache cannot put files into the venv. --compile-bytecode: like pip, so that no
+            # run writes .pyc files into the venv (they would fail its verification).
             base = [self.uv, "pip", "install", "--quiet", "--python", python,
                     "--require-hashes", "--no-deps", "--only-binary", ":all:",
-                    "--compile-bytecode", "-r", str(lock)]
-            if run(base + ["--offline"]).returncode == 0:  # everything cached: no network
+                    "--link-mode", "copy", "--compile-bytecode", "-r", str(lock)]
+            if run(base + ["--offline"], self.uv_env).returncode == 0:  # cached: no network
                 return
-            check(run(base), f"uv pip install -r {lock.name}")
+            check(run(base, self.uv_env), f"uv pip install -r {lock.name}")
             return
         pip = ([sys.executable, "-m", "pip", "--python", python] if self.host_pip
                else [python, "-m", "pip"])
@@ -131,20 +165,149 @@ class Installer:
 
 def site_packages(python: Path) -> Path:
     out = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True)
     return Path(out.stdout.strip())
 
 
-def link_source(python: Path) -> None:
-    """Point the venv at this checkout's ``src/`` (rewritten atomically on every bootstrap),
-    and compile it once, so that no run recompiles it (PYTHONDONTWRITEBYTECODE or not)."""
-    pth = site_packages(python) / "gpu_ci_checkout.pth"
-    tmp = pth.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(str(ROOT / "src") + "\n", encoding="utf-8")
-    os.replace(tmp, pth)
+# -- verification --------------------------------------------------------------------------
+
+def _digest(path: Path) -> str:
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    """What changes whenever a file's content or identity does. ``st_ctime_ns`` is set by
+    the kernel on every change and cannot be set back by an unprivileged process (unlike
+    the mtime), so an unchanged key means unchanged content."""
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def tree(venv: Path, known: dict[str, str] | None = None,
+         stats: dict[str, list[int]] | None = None) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """Every file under ``venv``: (relative POSIX path -> sha256 or a symlink's target,
+    path -> stat key). A file whose stat key equals ``stats[path]`` keeps ``known[path]``
+    without being read again; any other file is hashed."""
+    digests: dict[str, str] = {}
+    keys: dict[str, list[int]] = {}
+    for dirpath, dirnames, filenames in os.walk(venv):
+        base = Path(dirpath)
+        for name in filenames + [d for d in dirnames if (base / d).is_symlink()]:
+            path = base / name
+            rel = path.relative_to(venv).as_posix()
+            if rel == MANIFEST:
+                continue
+            key = _stat_key(path.lstat())
+            keys[rel] = key
+            if known is not None and stats is not None and stats.get(rel) == key \
+                    and rel in known:
+                digests[rel] = known[rel]
+            else:
+                digests[rel] = _digest(path)
+    return digests, keys
+
+
+def record_problems(site: Path) -> list[str]:
+    """Check each installed distribution's RECORD; list start-up hooks outside any RECORD."""
+    import base64
+    import csv
+
+    problems: list[str] = []
+    recorded: set[str] = set()
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        with open(record, newline="", encoding="utf-8") as handle:
+            for row in csv.reader(handle):
+                if not row:
+                    continue
+                rel, spec = row[0], (row[1] if len(row) > 1 else "")
+                recorded.add(os.path.normpath(rel).replace(os.sep, "/"))
+                if not spec or "=" not in spec:
+                    continue
+                algorithm, _, want = spec.partition("=")
+                path = site / rel
+                if not path.is_file():
+                    problems.append(f"{rel} is in {record.parent.name}/RECORD but missing")
+                    continue
+                got = base64.urlsafe_b64encode(
+                    hashlib.new(algorithm, path.read_bytes()).digest()).rstrip(b"=").decode()
+                if got != want:
+                    problems.append(f"{rel} does not match its hash in "
+                                    f"{record.parent.name}/RECORD")
+    for path in sorted(site.rglob("*")):
+        rel = path.relative_to(site).as_posix()
+        if STARTUP_HOOKS.match(rel) and rel not in recorded:
+            problems.append(f"{rel} runs at start-up and belongs to no distribution")
+    return problems
+
+
+def verify(venv: Path) -> str:
+    """'' when ``venv`` holds exactly the files recorded when it was built, else why not."""
+    try:
+        manifest = json.loads((venv / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "it has no readable manifest"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    stats = manifest.get("stats") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not isinstance(stats, dict):
+        return "its manifest is malformed"
+    try:
+        now, _ = tree(venv, files, stats)
+    except OSError as exc:
+        return f"it cannot be read ({exc})"
+    added = sorted(set(now) - set(files))
+    missing = sorted(set(files) - set(now))
+    changed = sorted(p for p in set(now) & set(files) if now[p] != files[p])
+    for what, paths in (("unexpected", added), ("missing", missing), ("changed", changed)):
+        if paths:
+            more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+            return f"{what} files: {', '.join(paths[:3])}{more}"
+    return ""
+
+
+# -- build ---------------------------------------------------------------------------------
+
+def build(venv: Path, groups: list[str]) -> Installer:
+    """Build ``venv`` aside, verify it, write its manifest, then rename it into place."""
+    installer = Installer(venv.parent.parent / "uv-cache")
+    tmp = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
+    try:
+        installer.create(tmp)
+        for group in groups:
+            installer.install(tmp, LOCKS / f"{group}.txt")
+            (tmp / f".gpu-ci-group-{group}").write_text("")
+        problems = record_problems(site_packages(venv_python(tmp)))
+        if problems:
+            raise fail(f"the freshly installed dependencies failed verification "
+                       f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
+                       f"tampered with; nothing was used. Delete "
+                       f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun.")
+        files, stats = tree(tmp)
+        manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
+    except BaseException:  # a failed build (a full disk, a bad cache) leaves nothing behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if venv.exists():  # failed verification: move it aside (a running job may still use it)
+        os.replace(venv, venv.with_name(f"{venv.name}.trash-{os.getpid()}"))
+    os.replace(tmp, venv)
+    return installer
+
+
+def sweep(venv: Path) -> None:
+    """Remove our own leftovers for this key: half-built (``.tmp-``) and replaced
+    (``.trash-``) venvs of earlier, dead bootstraps. Called with the key's lock held."""
+    for stale in venv.parent.glob(f"{venv.name}.*-*"):
+        if stale.is_dir() and re.fullmatch(r"\.(tmp|trash)-\d+", stale.name[len(venv.name):]):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def compile_source() -> None:
+    """Compile this checkout's ``src/`` once, so that no run recompiles it."""
     if not list((ROOT / "src" / "gpu_ci").glob("__pycache__/cli.*.pyc")):
-        run([str(python), "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")])
+        run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")])
 
 
 def export(name: str, value: str) -> None:
@@ -156,37 +319,52 @@ def export(name: str, value: str) -> None:
         print(f"{name}={value}")
 
 
+def wanted_groups(action: str) -> list[str]:
+    """The action's groups plus those the job's current venv holds (``GPU_CI_GROUPS``), so
+    that actions taking turns in one job do not switch venvs back and forth."""
+    have = set(os.environ.get("GPU_CI_GROUPS", "").split()) & set(ALL)
+    if os.environ.get("GPU_CI_ROOT") != str(ROOT):
+        have = set()
+    need = set(groups_for(action)) | have
+    return [g for g in ALL if g in need]
+
+
 def main(argv: list[str]) -> int:
     start = time.monotonic()
-    groups = groups_for(argv[0] if argv else "")
-    venv = venv_dir()
-    python = venv_python(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    added: list[str] = []
-    installer = None
-    with open(venv.parent / (venv.name + ".lock"), "w") as lock_handle:
-        try:  # serialise concurrent bootstraps on one machine
+    groups = wanted_groups(argv[0] if argv else "")
+    venv = venv_dir(groups)
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        lock_handle = open(venv.parent / (venv.name + ".lock"), "w")  # noqa: SIM115 (with below)
+    except OSError as exc:
+        if venv.exists() and not verify(venv):  # a read-only cache prepared by the admin
+            return finish(venv, groups, "reused (read-only cache)", start)
+        raise fail(f"cannot create {venv.parent} ({exc.strerror}): set GPU_CI_CACHE_DIR to a "
+                   "writable directory.") from None
+    how = "reused"
+    with lock_handle:
+        try:  # serialise bootstraps of one key on this machine
             import fcntl
 
             fcntl.flock(lock_handle, fcntl.LOCK_EX)
         except ImportError:  # Windows: best effort
             pass
-        if not (venv / COMPLETE).exists():
-            installer = Installer()
-            installer.create(venv)
-            (venv / COMPLETE).write_text(package_version() + "\n", encoding="utf-8")
-        for group in groups:
-            marker = venv / f".gpu-ci-group-{group}"
-            if marker.exists():
-                continue
-            installer = installer or Installer()
-            installer.install(venv, LOCKS / f"{group}.txt")
-            marker.write_text("")
-            added.append(group)
-        link_source(python)
-    export("GPU_CI_PYTHON", str(python))
+        sweep(venv)
+        problem = verify(venv) if venv.exists() else "new"
+        if problem:
+            if problem != "new":
+                notice(f"not reusing {venv}: {problem}. Rebuilding it.")
+            installer = build(venv, groups)
+            how = f"installed {', '.join(groups)} with {installer.name}"
+            sweep(venv)
+    return finish(venv, groups, how, start)
+
+
+def finish(venv: Path, groups: list[str], how: str, start: float) -> int:
+    compile_source()
+    export("GPU_CI_PYTHON", str(venv_python(venv)))
     export("GPU_CI_ROOT", str(ROOT))
-    how = f"installed {', '.join(added)} with {installer.name}" if added else "reused"
+    export("GPU_CI_GROUPS", " ".join(groups))
     print(f"gpu-ci {package_version()}: {how}: {venv} ({time.monotonic() - start:.1f}s)")
     return 0
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Bootstrap gpu-ci for a composite action: find a Python >= 3.9 that is not a (possibly
-# read-only) vendor conda, then let bootstrap.py create or reuse the shared virtual
-# environment with the dependency groups that <action> needs. Later actions in the job see
-# GPU_CI_PYTHON for this checkout and skip the work when their groups are already there.
+# read-only) vendor conda, then let bootstrap.py create, or verify and reuse, a virtual
+# environment with the dependency groups that <action> needs (dependencies only: the action
+# runs this checkout's src/ through scripts/run.py). Later actions of this checkout in the
+# job see GPU_CI_PYTHON and skip the work when their groups are already there.
 # Usage: bootstrap.sh <action>
 set -euo pipefail
 

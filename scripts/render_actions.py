@@ -81,7 +81,8 @@ def render_action(spec: ActionSpec) -> str:
     out.append(BOOTSTRAP_STEP.format(rel="../../", action=spec.name))
     out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
     out.append(_env_lines(list(spec.inputs)))
-    out.append(f"      run: '\"$GPU_CI_PYTHON\" -m gpu_ci {spec.name}'\n")
+    out.append(f"      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/../../scripts/run.py\" "
+               f"{spec.name}'\n")
     return "".join(out)
 
 
@@ -131,7 +132,8 @@ def render_root() -> str:
     out.append("    - name: gpu-ci\n      id: run\n      shell: bash\n      env:\n")
     out.append("        GPU_CI_COMMAND: ${{ inputs.command }}\n")
     out.append(_env_lines(root_inputs()))
-    out.append("      run: '\"$GPU_CI_PYTHON\" -m gpu_ci \"$GPU_CI_COMMAND\"'\n")
+    out.append("      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/scripts/run.py\" "
+               "\"$GPU_CI_COMMAND\"'\n")
     return "".join(out)
 
 

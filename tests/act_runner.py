@@ -86,6 +86,10 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
            "--env", f"RUNNER_TEMP={workdir / 'runner_temp'}",
            "--action-cache-path", str(workdir / "act-cache"),
            "--local-repository", f"{ACTIONS_REPO}@v1={repo}"]
+    # an example that pins our action by release SHA runs this checkout under that ref too
+    for ref in sorted(set(re.findall(rf"{re.escape(ACTIONS_REPO)}/[\w/-]+@([0-9a-f]{{40}})",
+                                     workflow.read_text(encoding="utf-8")))):
+        cmd += ["--local-repository", f"{ACTIONS_REPO}@{ref}={repo}"]
     for key, value in {**FAST_HTTP_ENV, **(env or {})}.items():
         cmd += ["--env", f"{key}={value}"]
     for key, value in (secrets or {"GITHUB_TOKEN": "e2e-token"}).items():

@@ -40,6 +40,8 @@ class PullRequest:
     user: str = "contributor"
     labels: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    reviews: list[tuple[str, str, str]] = field(default_factory=list)
+    """(login, state, commit_id) in submission order: APPROVED, CHANGES_REQUESTED, ..."""
 
 
 @dataclass
@@ -346,6 +348,18 @@ class FakeGitHub:
             "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}",
         }
 
+    def review_json(self, repo: Repo, pr: PullRequest, index: int,
+                    review: tuple[str, str, str]) -> dict[str, Any]:
+        """A pull request review as ``GET /repos/{o}/{r}/pulls/{n}/reviews`` lists it."""
+        login, state, commit_id = review
+        return {"id": 80 + index, "node_id": f"PRR_{index}", "user": self.user_json(login),
+                "body": "", "state": state, "commit_id": commit_id,
+                "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}"
+                            f"#pullrequestreview-{80 + index}",
+                "pull_request_url": f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}",
+                "author_association": "COLLABORATOR",
+                "submitted_at": f"2026-01-0{1 + index % 9}T00:00:00Z"}
+
 
     def run_json(self, repo: Repo, run: WorkflowRun) -> dict[str, Any]:
         base = f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}"
@@ -579,6 +593,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, gh.pull_json(repo, pr), {}
             if method == "GET" and rest[2:] == ["files"]:
                 return self._paginate(path, query, [_file_json(f) for f in pr.files])
+            if method == "GET" and rest[2:] == ["reviews"]:
+                return self._paginate(path, query, [
+                    gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)])
         if method == "GET" and rest[:1] == ["compare"] and len(rest) >= 2:
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:

@@ -1,12 +1,16 @@
-"""The composite actions' bootstrap: one hash-pinned venv, reused, never the vendor conda."""
+"""The composite actions' bootstrap: hash-pinned venvs, verified before reuse, shared safely
+by checkouts and concurrent jobs, never the vendor conda."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,19 +21,67 @@ from gpu_ci.specs import GROUPS
 from tests.conftest import ROOT, tree_digest
 
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
+LAUNCHER = ROOT / "scripts" / "run.py"
 
 
-def run_bootstrap(tool_cache: Path, tmp_path: Path, action: str = "all", **env: str):
-    github_env = tmp_path / "github_env"
+def run_bootstrap(tool_cache: Path, tmp_path: Path, action: str = "all", *,
+                  root: Path = ROOT, **env: str):
+    github_env = tmp_path / f"github_env-{os.getpid()}-{root.name}-{action}"
     github_env.write_text("")
     full = {k: v for k, v in os.environ.items()
             if not k.startswith(("GPU_CI_", "RUNNER_", "GITHUB_", "pythonLocation"))}
     full.update({"RUNNER_TOOL_CACHE": str(tool_cache), "GITHUB_ENV": str(github_env)})
     full.update(env)
-    proc = subprocess.run(["/bin/bash", str(BOOTSTRAP), action], env=full, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(["/bin/bash", str(root / "scripts" / "bootstrap.sh"), action],
+                          env=full, capture_output=True, text=True, timeout=600)
     exported = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
     return proc, exported
+
+
+UV_BIN = ROOT / ".venv" / "bin"
+
+
+def fast(**env: str) -> dict[str, str]:
+    """Environment for bootstraps whose installer is not under test: uv when installed."""
+    if (UV_BIN / "uv").exists():
+        env.setdefault("PATH", f"{UV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        env.setdefault("GPU_CI_BOOTSTRAP_PYTHON", sys.executable)
+    return env
+
+
+def launch(python: str, root: Path, *args: str) -> subprocess.CompletedProcess:
+    """What an action's run step does: the venv's python, the checkout's own launcher."""
+    return subprocess.run([python, str(root / "scripts" / "run.py"), *args],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+
+
+def site_packages(python: str) -> Path:
+    out = subprocess.run([python, "-I", "-c", "import sysconfig; "
+                          "print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def checkout(tmp_path: Path, name: str) -> Path:
+    """A second copy of this checkout, same version and locks, whose --version says ``name``."""
+    root = tmp_path / name
+    ignore = shutil.ignore_patterns("__pycache__")
+    for part in ("src", "scripts", "requirements"):
+        shutil.copytree(ROOT / part, root / part, ignore=ignore)
+    cli = root / "src" / "gpu_ci" / "cli.py"
+    text = cli.read_text()
+    assert 'version=f"gpu-ci {__version__}"' in text
+    cli.write_text(text.replace('version=f"gpu-ci {__version__}"',
+                                f'version=f"gpu-ci {{__version__}} from {name}"'))
+    return root
+
+
+def bootstrap_module():
+    spec = importlib.util.spec_from_file_location("gpu_ci_bootstrap", ROOT / "scripts" /
+                                                  "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +95,13 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     python = bootstrapped["GPU_CI_PYTHON"]
     assert python.startswith(str(tool_cache / "gpu-ci-actions" / __version__))
     assert bootstrapped["GPU_CI_ROOT"] == str(ROOT)
-    out = subprocess.run([python, "-m", "gpu_ci", "--version"], capture_output=True,
-                         text=True, check=True, env={"PATH": "/usr/bin:/bin"})
-    assert out.stdout.strip() == f"gpu-ci {__version__}"
-    where = subprocess.run([python, "-c", "import gpu_ci; print(gpu_ci.__file__)"],
-                           capture_output=True, text=True, check=True,
-                           env={"PATH": "/usr/bin:/bin"})
-    assert where.stdout.strip() == str(ROOT / "src" / "gpu_ci" / "__init__.py")
+    out = launch(python, ROOT, "--version")
+    assert out.stdout.strip() == f"gpu-ci {__version__}", out.stderr
+    # the venv holds dependencies only: the package comes from the action's own checkout
+    where = subprocess.run([python, "-c", "import gpu_ci"], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    assert "No module named 'gpu_ci'" in where.stderr
+    assert not list(site_packages(python).glob("*.pth"))
     # exactly the pinned versions from the lock
     listing = ("import importlib.metadata as m\n"
                "for d in m.distributions(): print(d.metadata['Name'] + '==' + d.version)")
@@ -66,9 +118,9 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     assert installed <= pins, installed - pins
 
 
-def test_actions_install_only_their_groups_incrementally(tmp_path):
+def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
     cache = tmp_path / "cache"
-    proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env")
+    proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env", **fast())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "installed base, nvml" in proc.stdout
     python = exported["GPU_CI_PYTHON"]
@@ -76,14 +128,19 @@ def test_actions_install_only_their_groups_incrementally(tmp_path):
             "'cryptography') if u.find_spec(m)])"
     have = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
     assert have.stdout.strip() == "['pynvml']"
-    # the gate, later in the same job, adds only the GitHub group to the same venv
-    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **exported)
-    assert proc.returncode == 0 and "installed github" in proc.stdout
-    assert again["GPU_CI_PYTHON"] == python
-    have = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    before = tree_digest(Path(python).parent.parent)
+    # the gate, later in the same job, gets a venv with both groups; the first is untouched
+    # (a concurrent job may be running from it)
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **fast(**exported))
+    assert proc.returncode == 0 and "installed base, github, nvml" in proc.stdout
+    assert again["GPU_CI_PYTHON"] != python
+    assert tree_digest(Path(python).parent.parent) == before
+    have = subprocess.run([again["GPU_CI_PYTHON"], "-c", probe], capture_output=True,
+                          text=True, check=True)
     assert have.stdout.strip() == "['pynvml', 'github']"  # never cryptography
+    exported = again
     # and a third action whose groups are all there skips the work in bash
-    proc, _ = run_bootstrap(cache, tmp_path, "remove-label", **exported)
+    proc, _ = run_bootstrap(cache, tmp_path, "remove-label", **fast(**exported))
     assert "bootstrapped earlier in this job" in proc.stdout
 
 
@@ -133,3 +190,199 @@ def test_no_usable_python_names_setup_python(tmp_path, tool_cache):
     assert proc.returncode == 1
     assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
     assert "actions/setup-python" in proc.stdout
+
+
+# -- persistent, shared runners (issue 11) --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    """One GPU_CI_CACHE_DIR for the tests that tamper with a venv and watch it be rebuilt."""
+    return tmp_path_factory.mktemp("shared-cache")
+
+
+def test_two_checkouts_in_sequence_each_run_their_own_code(tmp_path):
+    cache = tmp_path / "cache"
+    a, b = checkout(tmp_path, "A"), checkout(tmp_path, "B")
+    proc, env_a = run_bootstrap(cache, tmp_path, "gpu-gate", root=a, **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc, env_b = run_bootstrap(cache, tmp_path, "gpu-gate", root=b, **fast())
+    assert proc.returncode == 0 and ": reused: " in proc.stdout
+    assert env_a["GPU_CI_PYTHON"] == env_b["GPU_CI_PYTHON"]  # one venv, shared
+    # A's next step, after B bootstrapped last (1.0.0 ran B's code here, with A's token)
+    assert launch(env_a["GPU_CI_PYTHON"], a, "--version").stdout.strip().endswith("from A")
+    assert launch(env_b["GPU_CI_PYTHON"], b, "--version").stdout.strip().endswith("from B")
+    # and A's later action in the same job takes the fast path, still its own code
+    proc, _ = run_bootstrap(cache, tmp_path, "remove-label", root=a, **fast(**env_a))
+    assert "bootstrapped earlier in this job" in proc.stdout
+    assert launch(env_a["GPU_CI_PYTHON"], a, "--version").stdout.strip().endswith("from A")
+
+
+def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
+    cache = tmp_path / "cache"
+    roots = [checkout(tmp_path, name) for name in ("A", "B", "C")]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda r: run_bootstrap(cache, tmp_path, "gpu-gate", root=r,
+                                                          **fast()),
+                                roots))
+    for proc, _ in results:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    outs = [proc.stdout for proc, _ in results]
+    assert sum("installed base, github" in out for out in outs) == 1  # one builder, by lock
+    assert sum(": reused: " in out for out in outs) == 2
+    pythons = {env["GPU_CI_PYTHON"] for _, env in results}
+    assert len(pythons) == 1
+    versions = list(ThreadPoolExecutor(3).map(
+        lambda r: launch(pythons.copy().pop(), r, "--version").stdout.strip(), roots))
+    assert versions == [f"gpu-ci {__version__} from {n}" for n in ("A", "B", "C")]
+    leftovers = [p.name for p in Path(next(iter(pythons))).parents[2].iterdir()
+                 if ".tmp-" in p.name or ".trash-" in p.name]
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("plant", ["pth", "sitecustomize", "pyc", "changed", "same-size-mtime",
+                                   "extra-dist"])
+def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plant):
+    cache = shared_cache
+    proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    python = env["GPU_CI_PYTHON"]
+    site = site_packages(python)
+    ran = tmp_path / "ran"
+    payload = f"import pathlib; pathlib.Path({str(ran)!r}).write_text('pwned')\n"
+    if plant == "pth":
+        (site / "zz-evil.pth").write_text("import os; " + payload.replace("\n", "; ") + "\n")
+    elif plant == "sitecustomize":
+        (site / "sitecustomize.py").write_text(payload)
+    elif plant == "pyc":  # a .pyc that Python would load instead of its source
+        init = site / "github" / "__init__.py"
+        evil = tmp_path / "evil" / "github" / "__init__.py"
+        evil.parent.mkdir(parents=True)
+        evil.write_text(payload + init.read_text())
+        shutil.copystat(init, evil)
+        subprocess.run([python, "-m", "py_compile", str(evil)], check=True)
+        pyc = next((evil.parent / "__pycache__").glob("__init__.*.pyc"))
+        shutil.copy(pyc, next((site / "github" / "__pycache__").glob("__init__.*.pyc")))
+    elif plant == "same-size-mtime":  # same size, mtime set back: only ctime tells
+        target = site / "github" / "__init__.py"
+        before = target.stat()
+        text = target.read_text()
+        evil = payload.replace("\n", ";")
+        target.write_text(evil + text[len(evil):])
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert target.stat().st_size == before.st_size
+    elif plant == "changed":
+        target = site / "github" / "__init__.py"
+        target.write_text(payload + target.read_text())
+        for pyc in (site / "github" / "__pycache__").glob("__init__.*.pyc"):
+            pyc.unlink()
+    else:
+        dist = site / "evil-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n")
+        (site / "evil.py").write_text(payload)
+    # a later job on the same runner
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "::notice title=gpu-ci bootstrap::not reusing" in proc.stdout
+    if plant == "same-size-mtime":  # found by its content, not by a missing .pyc
+        assert "changed files:" in proc.stdout and "github/__init__.py" in proc.stdout
+    assert again["GPU_CI_PYTHON"] == python
+    out = subprocess.run([python, str(LAUNCHER), "gpu-gate", "--help"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0
+    subprocess.run([python, "-c", "import github, pynvml"], capture_output=True)
+    assert not ran.exists()
+    # and the rebuilt venv is reused again without a notice
+    proc, _ = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
+
+
+def test_running_the_actions_leaves_the_venv_verifiable(bootstrapped, tool_cache, tmp_path):
+    python = bootstrapped["GPU_CI_PYTHON"]
+    for args in (["--version"], ["verify-cuda-env", "--require-gpu", "false"]):
+        launch(python, ROOT, *args)
+    proc, _ = run_bootstrap(tool_cache, tmp_path)
+    assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
+
+
+def test_a_half_built_venv_is_never_used(shared_cache, tmp_path):
+    boot = bootstrap_module()
+    cache = shared_cache
+    proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    venv_path = Path(env["GPU_CI_PYTHON"]).parents[1]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # kill -9 during a rebuild: the aside copy is left; during 1.0.0's in-place build: a venv
+    # without its manifest
+    stale = venv_path.with_name(venv_path.name + ".tmp-999999")
+    shutil.copytree(venv_path, stale, symlinks=True)
+    (venv_path / boot.MANIFEST).unlink()
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not reusing" in proc.stdout and "no readable manifest" in proc.stdout
+    assert not stale.exists()
+    assert boot.verify(venv_path) == ""
+
+
+def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
+    uv = ROOT / ".venv" / "bin" / "uv"
+    if not uv.exists():
+        pytest.skip("uv is not installed in .venv")
+    path = f"{uv.parent}:/usr/bin:/bin"
+    cache = tmp_path / "cache"
+    proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", PATH=path,
+                              GPU_CI_BOOTSTRAP_PYTHON=sys.executable)
+    assert proc.returncode == 0 and "with uv" in proc.stdout, proc.stdout + proc.stderr
+    uv_cache = cache / "gpu-ci-actions" / "uv-cache"
+    assert uv_cache.is_dir()
+    venv_path = Path(env["GPU_CI_PYTHON"]).parents[1]
+    site = site_packages(env["GPU_CI_PYTHON"])
+    assert (site / "github" / "__init__.py").stat().st_nlink == 1  # copies, not cache links
+    cached = [p for p in uv_cache.rglob("github/__init__.py") if "dist-info" not in str(p)]
+    assert cached
+    for target in cached:
+        target.write_text("raise SystemExit('pwned')\n" + target.read_text())
+    shutil.rmtree(venv_path)  # a later job needs a fresh venv (e.g. another key)
+    proc, _ = run_bootstrap(cache, tmp_path, "gpu-gate", PATH=path,
+                            GPU_CI_BOOTSTRAP_PYTHON=sys.executable)
+    assert proc.returncode == 1
+    assert "failed verification" in proc.stderr and "github/__init__.py" in proc.stderr
+    assert not venv_path.exists()
+
+
+def test_self_hosted_runners_keep_the_venv_per_job_unless_the_admin_opts_in(tmp_path):
+    boot = bootstrap_module()
+    env = {"RUNNER_ENVIRONMENT": "self-hosted", "RUNNER_TOOL_CACHE": "/opt/hostedtoolcache",
+           "RUNNER_TEMP": "/runner/_work/_temp"}
+    assert boot.cache_base(env) == Path("/runner/_work/_temp")
+    assert boot.cache_base({**env, "GPU_CI_CACHE_DIR": "/srv/gpu-ci"}) == Path("/srv/gpu-ci")
+    hosted = {**env, "RUNNER_ENVIRONMENT": "github-hosted"}
+    assert boot.cache_base(hosted) == Path("/opt/hostedtoolcache")
+
+
+def test_startup_hooks_outside_any_record_are_reported(tmp_path):
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    (site / "pkg-1.0.dist-info").mkdir(parents=True)
+    (site / "pkg.pth").write_text("/somewhere\n")
+    (site / "pkg-1.0.dist-info" / "RECORD").write_text("pkg.pth,,\npkg-1.0.dist-info/RECORD,,\n")
+    assert boot.record_problems(site) == []
+    (site / "usercustomize.py").write_text("")
+    (site / "other.pth").write_text("")
+    assert boot.record_problems(site) == [
+        "other.pth runs at start-up and belongs to no distribution",
+        "usercustomize.py runs at start-up and belongs to no distribution"]
+
+
+def test_a_failed_build_leaves_nothing_behind(tmp_path):
+    root = checkout(tmp_path, "A")
+    lock = root / "requirements" / "github.txt"
+    text = lock.read_text()
+    first = re.search(r"--hash=sha256:([0-9a-f]{64})", text).group(1)
+    lock.write_text(text.replace(first, "0" * 64))  # a lock the index cannot satisfy
+    cache = tmp_path / "cache"
+    proc, exported = run_bootstrap(cache, tmp_path, "gpu-gate", root=root, **fast())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "::error title=gpu-ci bootstrap::" in proc.stdout + proc.stderr
+    assert exported == {}
+    venvs = [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()]
+    assert venvs == []  # neither a venv nor a half-built one

@@ -29,7 +29,8 @@ def test_labelled_pull_request_runs_on_gpu(act, server):
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "true"
     assert result.outputs["sha"] == HEAD
-    assert result.outputs["runs-on"] == '["self-hosted","gpu"]'
+    # the example names its runner group (there is no default)
+    assert result.outputs["runs-on"] == '{"group":"gpu-ephemeral","labels":["linux","gpu"]}'
     assert [r.path for r in server.log][-2:] == [
         f"/repos/{REPO}/collaborators/Codertocat/permission", f"/repos/{REPO}/pulls/2"]
     assert server.log[-1].headers["Authorization"] == "token e2e-token"

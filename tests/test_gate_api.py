@@ -35,7 +35,7 @@ def gate(run_cli, server, *, sender="Codertocat", label="CUDA CI", args=(), payl
 
 
 def test_maintainer_label_runs_exactly_the_labelled_commit(run_cli, server):
-    result = gate(run_cli, server)
+    result = gate(run_cli, server, env={"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'})
     assert result.returncode == 0, result.stdout
     out = result.outputs
     assert out["run"] == "true"

@@ -237,29 +237,35 @@ echo "installed into $prefix"
 """
 
 
+#: A version the package ships no installer hash for: the fake installer below is checked
+#: against its same-origin .sha256 (the shipped hashes would, rightly, refuse it).
+FAKE_MF = "0.0.1-0"
+
+
 @pytest.fixture
 def installer(channel):
     from gpu_ci.conda.miniforge import installer_name
 
-    name = installer_name("26.3.2-3")
-    folder = channel.root.parent / "miniforge" / "26.3.2-3"
+    name = installer_name(FAKE_MF)
+    folder = channel.root.parent / "miniforge" / FAKE_MF
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / name
     script.write_text(FAKE_INSTALLER)
     sha = hashlib.sha256(script.read_bytes()).hexdigest()
     (folder / (name + ".sha256")).write_text(f"{sha}  {name}\n")
-    return channel.url(f"miniforge/26.3.2-3/{name}"), sha
+    return channel.url(f"miniforge/{FAKE_MF}/{name}"), sha
 
 
 def test_miniforge_installed_from_verified_installer_then_reused(setup, channel, installer,
                                                                  tmp_path):
     url, sha = installer
-    args = ("--miniforge", "true", "--installer-url", url)
+    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
     first = setup(channel.explicit_lock(["libhello"]), *args)
     assert first.returncode == 0, first.stdout + first.stderr
     conda = Path(first.outputs["conda"])
     assert conda.name == "conda" and conda.exists()
     assert f"sha256 {sha[:16]}" in first.summary
+    assert "ships no sha256 for it" in first.stdout  # same-origin fallback: a warning
     assert str(conda.parent.parent / "condabin") in first.github_path
     condarc = conda.parent.parent / ".condarc"
     assert "pkgs_dirs" in condarc.read_text()
@@ -274,20 +280,21 @@ def test_miniforge_installed_from_verified_installer_then_reused(setup, channel,
 def test_miniforge_wrong_checksum_installs_nothing(setup, channel, installer):
     url, _ = installer
     result = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                   "--installer-url", url, "--installer-sha256", "0" * 64)
+                   "--installer-url", url, "--installer-sha256", "0" * 64,
+                   "--miniforge-version", FAKE_MF)
     assert result.returncode == 1
-    assert "sha256 mismatch for Miniforge 26.3.2-3" in result.errors[0]
-    assert not (setup.default_prefix.parent.parent / "bin" / "conda").exists()
+    assert f"sha256 mismatch for Miniforge {FAKE_MF}" in result.errors[0]
+    assert not (setup.default_prefix.parents[2] / FAKE_MF / "bin" / "conda").exists()
 
 
 def test_miniforge_without_any_checksum_is_refused(setup, channel, installer):
     url, _ = installer
     channel.server.fail(url.split("/", 3)[3] + ".sha256", "404")
     result = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                   "--installer-url", url)
+                   "--installer-url", url, "--miniforge-version", FAKE_MF)
     assert result.returncode == 1
     assert "no checksum for the Miniforge installer" in result.errors[0]
-    assert not setup.default_prefix.exists()
+    assert not (setup.default_prefix.parents[2] / FAKE_MF / "envs" / "ci").exists()
 
 
 # -- the vendor's read-only conda, as an unprivileged user ------------------------------------
@@ -365,7 +372,7 @@ def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, cha
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            "/usr/bin/python3", "-m", "gpu_ci", "setup-conda-from-lock",
                            "--lock-file", str(lock), "--installer-url", url,
-                           "--activate", "false"],
+                           "--miniforge-version", FAKE_MF, "--activate", "false"],
                           env=env, capture_output=True, text=True, cwd=str(work))
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -405,12 +412,12 @@ mkdir -p "$prefix/conda-meta" "$prefix/bin"
 def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer, tmp_path):
     url, _ = installer
     first = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                  "--installer-url", url, "--dry-run", "false")
+                  "--installer-url", url, "--dry-run", "false", "--miniforge-version", FAKE_MF)
     conda = Path(first.outputs["conda"])
     log = tmp_path / "conda-call"
     conda.write_text(FAKE_CONDA.format(log=log))
     result = setup(channel.explicit_lock(["libhello", "hello"]), "--miniforge", "true",
-                   "--installer-url", url, "--engine", "conda",
+                   "--installer-url", url, "--engine", "conda", "--miniforge-version", FAKE_MF,
                    env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"})
     assert result.returncode == 0, result.stdout + result.stderr
     argv = (tmp_path / "conda-call.argv").read_text().split("\n")

@@ -33,7 +33,8 @@ def test_each_action_yml_matches_its_spec():
         steps = doc["runs"]["steps"]
         assert "scripts/bootstrap.sh" in steps[0]["run"]
         run_step = steps[-1]
-        assert run_step["run"] == f'"$GPU_CI_PYTHON" -m gpu_ci {name}'
+        assert run_step["run"] == (
+            f'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {name}')
         assert run_step["env"] == {i.env_name: f"${{{{ inputs.{i.name} }}}}"
                                    for i in spec.inputs}
 

@@ -14,6 +14,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from actions_toolkit.command import issue_command
+
 from gpu_ci import __version__
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
@@ -26,7 +28,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        sys.stdout.write(f"::error title=unusable arguments::{self.prog}: {message}\n")
+        # the message quotes the arguments: escaped, so that none becomes a workflow command
+        issue_command("error", {"title": "unusable arguments"}, f"{self.prog}: {message}")
         sys.exit(2)
 
 

@@ -108,12 +108,31 @@ def _request(url: str) -> urllib.request.Request:
     return request
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+class _DropCredentialsAcrossOrigins(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header to the redirected request, ``Authorization`` included:
+    a channel that answers 302 with another host would receive the lock's credentials."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_DropCredentialsAcrossOrigins)
+
+
 def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     algorithm, want = expected(item)
     part = part_path(item.dest)
     sha, md5 = hashlib.sha256(), hashlib.md5()
     try:
-        with urllib.request.urlopen(_request(item.url), timeout=policy.timeout) as response:
+        with _OPENER.open(_request(item.url), timeout=policy.timeout) as response:
             announced = response.headers.get("Content-Length")
             if announced is not None and announced.isdigit():
                 require_space(item.dest.parent, int(announced), f"downloading {item.label}")

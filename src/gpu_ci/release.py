@@ -5,6 +5,9 @@
 it prints ``tag=``/``version=`` lines for ``$GITHUB_OUTPUT``. ``notes`` prints that
 section (the GitHub release body); ``moving-tags`` prints the major and minor tags that
 must follow the release (``v1``, ``v1.2``), so that ``@v1`` always means the newest 1.x.
+``pin-examples --version 1.2.3 --sha <commit>`` rewrites the privileged examples' ``uses:``
+of our own actions to that release commit's full SHA with a ``# v1.2.3`` comment (run after a
+release; ``--check`` exits 1 when an example is not pinned that way).
 """
 
 from __future__ import annotations
@@ -73,6 +76,34 @@ def moving_tags(version: str) -> list[str]:
     return [f"v{major}", f"v{major}.{minor}"]
 
 
+#: Examples that run with a write token (``pull_request_target``): our own actions in them
+#: are pinned to a release commit, not a moving tag.
+PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml",)
+OWN_USES = re.compile(
+    r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+)@(?P<ref>[\w./-]+)"
+    r"(?P<comment>[ \t]+#[^\n]*)?")
+SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def pin_uses(text: str, version: str, sha: str) -> str:
+    """Every ``uses:`` of our actions in ``text`` pinned to ``sha`` with a version comment."""
+    if not SHA.match(sha):
+        raise ValueError(f"not a full commit SHA: {sha!r}")
+    if not TAG.match(f"v{version}"):
+        raise ValueError(f"not a MAJOR.MINOR.PATCH version: {version!r}")
+    return OWN_USES.sub(lambda m: f"{m.group('head')}@{sha}  # v{version}", text)
+
+
+def unpinned_uses(text: str) -> list[str]:
+    """``uses:`` of our actions that are not a full SHA with a ``# vX.Y.Z`` comment."""
+    bad = []
+    for match in OWN_USES.finditer(text):
+        comment = (match.group("comment") or "").strip()
+        if not SHA.match(match.group("ref")) or not TAG.match(comment.lstrip("# ")):
+            bad.append(match.group(0))
+    return bad
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_ci.release")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -84,7 +115,24 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--changelog", default="CHANGELOG.md")
     m = sub.add_parser("moving-tags")
     m.add_argument("--version", required=True)
+    p = sub.add_parser("pin-examples")
+    p.add_argument("--version")
+    p.add_argument("--sha")
+    p.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
+    if args.cmd == "pin-examples":
+        status = 0
+        for name in PRIVILEGED_EXAMPLES:
+            path = Path(name)
+            text = path.read_text(encoding="utf-8")
+            if args.check:
+                for use in unpinned_uses(text):
+                    print(f"::error title=release pin::{name}: '{use}' is not pinned to a "
+                          "release commit: run python -m gpu_ci.release pin-examples.")
+                    status = 1
+            else:
+                path.write_text(pin_uses(text, args.version, args.sha), encoding="utf-8")
+        return status
     if args.cmd == "moving-tags":
         print("\n".join(moving_tags(args.version)))
         return 0

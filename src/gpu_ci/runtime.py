@@ -20,6 +20,35 @@ from actions_toolkit.command import issue_command
 from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
 
 
+def escape_line(text: str) -> str:
+    """One log line that no runner reads as a workflow command, whatever ``text`` holds.
+
+    The runner treats a line whose trimmed text starts with ``::`` (or the legacy ``##[``) as
+    a command. Text from an event or an API answer (a label name, a login, an error
+    message) can hold line breaks and such prefixes, so ``%``, CR and LF are percent-encoded
+    (as in a command's data) and a leading ``::`` or ``##[`` is encoded too.
+    """
+    out = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    stripped = out.lstrip()
+    if stripped.startswith(("::", "##[")):
+        lead = len(out) - len(stripped)
+        out = out[:lead] + stripped[:2].replace(":", "%3A").replace("#", "%23") + stripped[2:]
+    return out
+
+
+#: Shorter "secrets" are no credential (a test's "t"): redacting them would garble every
+#: message while protecting nothing.
+MIN_SECRET = 4
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced by ``***`` (longest first, so no piece survives)."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= MIN_SECRET:
+            text = text.replace(secret, "***")
+    return text
+
+
 def _escape_cell(value: object) -> str:
     text = "" if value is None else str(value)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
@@ -43,6 +72,7 @@ class Runtime:
         self.environ = os.environ if environ is None else environ
         self.stdout = stdout or sys.stdout
         self._summary: list[str] = []
+        self._secrets: list[str] = []
 
     @property
     def in_actions(self) -> bool:
@@ -50,11 +80,11 @@ class Runtime:
 
     # -- outputs ----------------------------------------------------------------------
     def set_output(self, name: str, value: object) -> None:
-        text = value if isinstance(value, str) else str(value)
+        text = self.redact(value if isinstance(value, str) else str(value))
         if self.environ.get("GITHUB_OUTPUT"):
             issue_file_command("OUTPUT", prepare_key_value_message(name, text))
         else:
-            self.stdout.write(f"{name}={text}\n")
+            self.stdout.write(f"{name}={escape_line(text)}\n")
             self.stdout.flush()
 
     def export_variable(self, name: str, value: str) -> None:
@@ -71,18 +101,27 @@ class Runtime:
 
     # -- logging ----------------------------------------------------------------------
     def mask(self, secret: str) -> None:
-        if secret and self.in_actions:
+        """Hide ``secret`` in the runner's log and redact it from everything we write."""
+        if not secret:
+            return
+        self._secrets.append(secret)
+        if self.in_actions:
             issue_command("add-mask", {}, secret)
 
+    def redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
     def info(self, message: str) -> None:
-        self.stdout.write(message + "\n")
+        """One log line, redacted and escaped (it may quote an event or an API answer)."""
+        self.stdout.write(escape_line(self.redact(message)) + "\n")
         self.stdout.flush()
 
     def _annotate(self, kind: str, message: str, title: str | None) -> None:
         # core.error() always emits empty file=/line= properties; issue the same workflow
         # command with only the properties we have (escaping is the toolkit's).
         sys.stdout.flush()
-        issue_command(kind, {"title": title} if title else {}, message)
+        title = self.redact(title) if title else title
+        issue_command(kind, {"title": title} if title else {}, self.redact(message))
         sys.stdout.flush()
 
     def error(self, message: str, title: str | None = None) -> None:
@@ -97,7 +136,7 @@ class Runtime:
     # -- job summary ------------------------------------------------------------------
     def summary(self, markdown: str) -> None:
         """Queue Markdown for the job summary; written once by :meth:`flush_summary`."""
-        self._summary.append(markdown.rstrip("\n") + "\n")
+        self._summary.append(self.redact(markdown).rstrip("\n") + "\n")
 
     def flush_summary(self) -> None:
         if not self._summary:

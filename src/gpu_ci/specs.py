@@ -89,8 +89,9 @@ GPU_GATE = ActionSpec(
                   "Newline-separated glob patterns (! excludes): run only if the change "
                   "touches a matching file.", ""),
         InputSpec("skip-draft", "Do not run for draft pull requests.", "false"),
-        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON).",
-                  '["self-hosted","gpu"]'),
+        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON): your GPU "
+                  "runners' labels or group. No default: empty leaves the runs-on output empty "
+                  "when run is true.", ""),
         InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.",
                   "ubuntu-latest"),
         InputSpec("monthly-budget",
@@ -118,6 +119,9 @@ GPU_GATE = ActionSpec(
                   "Name of the ledger artifact gpu-spend writes on the default branch, "
                   "which keeps a decision to a few API calls; empty: count every run.",
                   "gpu-spend-ledger"),
+        InputSpec("require-approved-review",
+                  "Also require an APPROVED review of the commit that runs, by someone with "
+                  "min-permission or higher.", "false"),
     ),
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
@@ -300,7 +304,7 @@ GPU_SPEND = ActionSpec(
         InputSpec("gpu-runs-on",
                   "Which jobs are GPU jobs: the runs-on labels they ask for (plain label or "
                   "JSON list), or a JSON object with group for a runner group.",
-                  '["self-hosted","gpu"]'),
+                  ""),
         InputSpec("gpu-workflows",
                   "Workflow files with GPU jobs, newline- or comma-separated (default: "
                   "every workflow).", ""),

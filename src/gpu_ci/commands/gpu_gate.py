@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from gpu_ci.errors import GpuCiError
+from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
@@ -17,18 +17,14 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         run_on=inputs.items("run-on"), require_fresh_head=inputs.boolean("require-fresh-head"),
         paths=inputs.lines("paths"), skip_draft=inputs.boolean("skip-draft"),
         gpu_runs_on=inputs["gpu-runs-on"], cpu_runs_on=inputs["cpu-runs-on"],
+        require_approved_review=inputs.boolean("require-approved-review"),
     )
 
 
 def _rest(inputs: Inputs, rt: Runtime):
-    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+    from gpu_ci.github.client import connect
 
-    token = resolve_token(inputs["github-token"], rt.environ)
-    if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
-                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
-    rt.mask(token)
-    return RestClient(token, ClientSettings.from_environ(rt.environ))
+    return connect(inputs["github-token"], rt.environ, rt.mask)
 
 
 def _call(what: str, fn):
@@ -77,7 +73,24 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         files = [f["filename"] for f in _call(
             f"the files of pull request #{step.number}",
             lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"))]
-    return gate.decide_pull(step, config, answer, pull, files), config, rest.calls
+    decision = gate.decide_pull(step, config, answer, pull, files)
+    if decision.run and config.require_approved_review:
+        decision = _review_pinning(rest, ctx.repository, step, config, answer, decision)
+    return decision, config, rest.calls
+
+
+def _review_pinning(rest, repo: str, step: gate.PullCheck, config: gate.GateConfig,
+                    answer: dict, decision: gate.Decision) -> gate.Decision:
+    """One page of reviews (per 100), then one role lookup per approver until one qualifies."""
+    reviews = _call(f"the reviews of pull request #{step.number}",
+                    lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"))
+    for login in gate.approvers_of(reviews, decision.sha):
+        role_answer = answer if login == step.labeller else _call(
+            f"the role of {login}", lambda login=login: _permission(rest, repo, login))
+        role, _ = gate.role_of(role_answer)
+        if gate.ROLE_RANK[role] >= gate.ROLE_RANK[config.min_permission]:
+            return gate.decide_review(decision, config, login, role)
+    return gate.decide_review(decision, config, None, "")
 
 
 def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
@@ -91,6 +104,7 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
         ("current head", decision.current_head),
         ("fork?", fork),
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
+        ("approved review", "required" if config.require_approved_review else "not required"),
         ("decision", "**run**" if decision.run else "skip"),
         ("reason", decision.reason),
     ]
@@ -119,6 +133,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("runs-on", decision.runs_on(config))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
+    if decision.run and not config.gpu_runs_on:
+        rt.notice("gpu-runs-on is not set, so the runs-on output is empty: set it to your GPU "
+                  "runners' labels or group to use that output.", title="gpu-gate")
     if decision.fork:
         rt.notice(f"pull request #{decision.pr_number} comes from a fork.", title="gpu-gate")
     summary = summarize(decision, config)
@@ -134,6 +151,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def budget_config(inputs: Inputs, rt: Runtime):
     if not inputs["monthly-budget"].strip():
         return None
+    if not inputs["gpu-runs-on"].strip():
+        raise UsageError("input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
+                         "jobs that ran on your GPU runners, so name their labels or group.")
     from gpu_ci.github.budget import make_budget_config, now_utc
     from gpu_ci.pricing import load_table
 

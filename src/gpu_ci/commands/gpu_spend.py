@@ -85,6 +85,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise UsageError("input 'monthly-budget' is money, so 'gpu-price' is needed (an "
                          "amount such as 0.052, or a SKU such as linux_4_core_gpu).")
     reserve = budget.parse_reserve(inputs["reserve-minutes"])
+    if not inputs["gpu-runs-on"].strip():
+        raise UsageError("input 'gpu-runs-on' is empty: name your GPU runners' labels (a label "
+                         "or a JSON list) or group ({\"group\": \"gpu-pool\"}), as gpu-gate's "
+                         "gpu-runs-on does.")
     matcher = budget.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
     workflows = inputs.items("gpu-workflows")
     repo = inputs["repository"] or rt.environ.get("GITHUB_REPOSITORY", "")

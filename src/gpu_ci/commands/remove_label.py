@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github import labels
-from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+from gpu_ci.github.client import RestClient, connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
@@ -51,12 +51,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     names = labels.parse_labels(inputs.items("labels"))
     fail = inputs.boolean("fail-on-error")
     repository, number = target(inputs, rt)
-    token = resolve_token(inputs["github-token"], rt.environ)
-    if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
-                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
-    rt.mask(token)
-    rest = RestClient(token, ClientSettings.from_environ(rt.environ))
+    rest = connect(inputs["github-token"], rt.environ, rt.mask)
 
     outcomes: list[labels.Outcome] = []
     for name in names:

@@ -91,6 +91,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                               sub_env, url=opts.installer_url, sha256=opts.installer_sha256,
                               policy=opts.retry)
         phases["miniforge"] = time.monotonic() - started
+        if mf.checksum_from == "release":
+            rt.warning(f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
+                       "it, so the installer was checked against the .sha256 file beside it "
+                       "(same origin); set installer-sha256 to pin it.",
+                       title="setup-conda-from-lock")
     report = env_install.install(plan, prefix, pkgs_dir, sub_env, engine=opts.engine,
                                  conda=mf.conda if mf else None, policy=opts.retry,
                                  log=rt.info)

@@ -1,8 +1,12 @@
 """Install Miniforge into a writable root, from a verified, cached installer.
 
-The installer's sha256 comes from the ``installer-sha256`` input or the release's
-``<installer>.sha256`` file (first field); without one nothing is installed. Installers are
-cached per version and architecture; a root that already holds the version is reused.
+The installer's sha256 comes from the ``installer-sha256`` input, else from
+:data:`INSTALLER_SHA256` shipped with this package (every version it knows: the default one),
+and only for other versions from the release's ``<installer>.sha256`` file (first field),
+with a warning: a file on the same origin as the installer proves only that the download
+was not truncated, not that the origin is honest. Without any nothing is installed.
+Installers are cached per version and architecture; a root that already holds the version
+is reused.
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ from gpu_ci.urls import mask_url
 RELEASES = "https://github.com/conda-forge/miniforge/releases/download"
 MARKER = ".gpu-ci-miniforge"
 
+#: sha256 of each installer of the versions we ship a default for, from the release's
+#: ``<installer>.sha256`` assets (github.com/conda-forge/miniforge/releases/tag/<version>),
+#: cross-checked against independent pins of the same files. A version bump updates both.
+INSTALLER_SHA256: dict[str, dict[str, str]] = {
+    "26.3.2-3": {
+        "Miniforge3-26.3.2-3-Linux-x86_64.sh":
+            "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c",
+        "Miniforge3-26.3.2-3-Linux-aarch64.sh":
+            "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29",
+        "Miniforge3-26.3.2-3-MacOSX-x86_64.sh":
+            "39273e4c89a0a1af4538010615d44ae8f44e1af41007e02def593d20f316b003",
+        "Miniforge3-26.3.2-3-MacOSX-arm64.sh":
+            "59168f1e24d0a4ad9932021170809fca836cd240e183eeeb331d5bcfc0098168",
+    },
+}
+
 
 @dataclass(frozen=True)
 class Miniforge:
@@ -31,6 +51,9 @@ class Miniforge:
     sha256: str
     installer_cached: bool
     reused: bool
+    checksum_from: str = ""
+    """Where the sha256 came from: 'input', 'shipped' or 'release' (the same-origin
+    ``.sha256``, for versions this package ships no hash for: worth a warning)."""
 
 
 def installer_name(version: str, system: str | None = None, machine: str | None = None) -> str:
@@ -71,7 +94,11 @@ def ensure(version: str, root: Path, cache_dir: Path, env: Mapping[str, str], *,
                          True, True)
     name = installer_name(version)
     url = url or f"{RELEASES}/{version}/{name}"
-    want = sha256.strip().lower() or _checksum_from_release(url, policy)
+    want, source = sha256.strip().lower(), "input"
+    if not want and name in INSTALLER_SHA256.get(version, {}):
+        want, source = INSTALLER_SHA256[version][name], "shipped"
+    if not want:
+        want, source = _checksum_from_release(url, policy), "release"
     got = fetch(Download(url, cache_dir / version / name, f"Miniforge {version} ({name})",
                          sha256=want), policy)
     proc = subprocess.run(["bash", str(got.download.dest), "-b", "-u", "-p", str(root)],
@@ -80,7 +107,7 @@ def ensure(version: str, root: Path, cache_dir: Path, env: Mapping[str, str], *,
         tail = (proc.stderr or proc.stdout).strip()[-1500:]
         raise GpuCiError(f"the Miniforge installer failed (exit {proc.returncode}): {tail}")
     marker.write_text(f"{version} {want}\n")
-    return Miniforge(root, conda, version, want, got.cached, False)
+    return Miniforge(root, conda, version, want, got.cached, False, source)
 
 
 def write_condarc(path: Path, pkgs_dir: Path, envs_dir: Path) -> None:

@@ -9,11 +9,12 @@ waits without new action inputs.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
-from gpu_ci.errors import GpuCiError
+from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github.event import api_url
 
 
@@ -73,8 +74,39 @@ def make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
 
 
 def resolve_token(value: str, environ: Mapping[str, str] | None = None) -> str:
+    """The token from the input, else ``GITHUB_TOKEN``; surrounding whitespace stripped.
+
+    A token that still holds whitespace is refused: requests would put it verbatim into an
+    ``Authorization`` header and quote the whole header (token included) in its error.
+    """
     environ = os.environ if environ is None else environ
-    return value or environ.get("GITHUB_TOKEN", "")
+    token = (value or environ.get("GITHUB_TOKEN", "")).strip()
+    if any(ch.isspace() for ch in token):
+        raise UsageError("the GitHub token contains whitespace inside it (a pasted secret "
+                         "with a line break?): store the token alone in the secret.",
+                         title="unusable token")
+    return token
+
+
+def connect(token_input: str, environ: Mapping[str, str],
+            mask: Callable[[str], None]) -> RestClient:
+    """The REST client every command uses: token looked up, masked, then the client built.
+
+    ``mask`` hides a secret from the log and from everything the command writes; it sees
+    the token (and, when the token is refused, each whitespace-separated part of it) before
+    any message could quote it (parts shorter than 8 characters are no token and would
+    only garble the log).
+    """
+    raw = token_input or environ.get("GITHUB_TOKEN", "")
+    mask(raw.strip())
+    for part in raw.split():
+        if len(part) >= 8 and part != raw.strip():
+            mask(part)
+    token = resolve_token(token_input, environ)
+    if not token:
+        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
+                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
+    return RestClient(token, ClientSettings.from_environ(environ))
 
 
 def describe_api_failure(exc: BaseException, what: str) -> GpuCiError:
@@ -147,7 +179,29 @@ class RestClient:
                 raise GpuCiError(f"GitHub API answered GET {path} with unexpected JSON.")
             items.extend(page)
             url = _next_link(headers.get("link") or headers.get("Link") or "")
+            if url is not None:
+                url = self._same_origin(url, path)
         return items
+
+    def _same_origin(self, url: str, path: str) -> str:
+        """A next-page URL, refused unless it is on the API's own origin.
+
+        The token goes with every request; PyGithub's own host check is an ``assert``, gone
+        under ``python -O``. So the check is ours, and it also compares scheme and port.
+        """
+        base = urlsplit(self.settings.api_url)
+        target = urlsplit(urljoin(self.settings.api_url + "/", url))
+
+        def origin(parts: Any) -> tuple[str, str, int | None]:
+            default = {"http": 80, "https": 443}.get(parts.scheme)
+            return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+        if origin(target) != origin(base):
+            raise GpuCiError(
+                f"GitHub API answered GET {path} with a next-page link to another origin "
+                f"({target.scheme}://{target.hostname}, not {base.scheme}://{base.hostname}); "
+                "refusing to send the token there.", title="GitHub API error")
+        return target.geturl()
 
     def delete(self, path: str) -> object:
         _headers, data = self._request("DELETE", path)

@@ -78,3 +78,46 @@ def load_event(environ: Mapping[str, str], *, need_repository: bool = True) -> E
         api_url=api_url(environ),
         sha=environ.get("GITHUB_SHA", "").strip(),
     )
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an event is about, as far as its payload says: the one parser of these fields.
+
+    ``number`` is the pull request or issue number (``pull_request.number``, else the
+    payload's ``number``; ``issue.number``; ``workflow_run.pull_requests[0].number``).
+    ``head_sha`` and ``fork`` come only from a ``pull_request`` object: ``fork`` is true
+    when the head repository differs from the base or was deleted.
+    """
+
+    number: int | None
+    pull_request: bool = False
+    head_sha: str = ""
+    fork: bool = False
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def subject_of(payload: Mapping[str, Any]) -> Subject:
+    pr = payload.get("pull_request")
+    if isinstance(pr, dict):
+        head_value = pr.get("head")
+        head: dict[str, Any] = head_value if isinstance(head_value, dict) else {}
+        sha = head.get("sha")
+        base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
+        head_repo = (head.get("repo") or {}).get("full_name")  # None: the fork was deleted
+        return Subject(
+            number=_int(pr.get("number")) or _int(payload.get("number")), pull_request=True,
+            head_sha=sha if isinstance(sha, str) else "",
+            fork=head_repo is None or head_repo != base_repo)
+    issue = payload.get("issue")
+    if isinstance(issue, dict) and _int(issue.get("number")) is not None:
+        return Subject(number=_int(issue.get("number")))
+    run = payload.get("workflow_run")
+    if isinstance(run, dict):
+        pulls = run.get("pull_requests") or []
+        if pulls and isinstance(pulls[0], dict) and _int(pulls[0].get("number")) is not None:
+            return Subject(number=_int(pulls[0].get("number")))
+    return Subject(number=_int(payload.get("number")))

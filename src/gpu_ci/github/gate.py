@@ -14,12 +14,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github.event import subject_of
 from gpu_ci.github.paths import match_paths
 
 #: Repository roles in increasing order of trust.
 ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
 MIN_PERMISSIONS = ("triage", "write", "maintain", "admin")
 PR_EVENTS = ("pull_request", "pull_request_target")
+#: Events that may run without a label: their commit is one the repository already holds
+#: (a push, the default branch, a merge queue's merge group). Any other event (a review, a
+#: comment, ...) can be triggered by anyone who can see the repository.
+RUN_ON_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
 NULL_SHA = "0" * 40
 
 
@@ -32,8 +37,9 @@ class GateConfig:
     paths: tuple[str, ...]
     skip_draft: bool
     gpu_runs_on: str
-    """Compact JSON."""
+    """Compact JSON; empty when the workflow names its GPU runners itself."""
     cpu_runs_on: str
+    require_approved_review: bool = False
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -55,9 +61,27 @@ def runs_on_json(name: str, value: str) -> str:
     return json.dumps(text)
 
 
+def parse_run_on(items: Sequence[str]) -> frozenset[str]:
+    """``run-on``: only events whose commit needs no approval; anything else is refused."""
+    events = {item.strip().lower() for item in items if item.strip()}
+    label_path = sorted(events & set(PR_EVENTS))
+    if label_path:
+        raise UsageError(
+            f"input 'run-on' lists {', '.join(label_path)}: pull requests always take the "
+            "label path (a maintainer applies the gate label); remove it from run-on.")
+    unknown = sorted(events - set(RUN_ON_EVENTS))
+    if unknown:
+        raise UsageError(
+            f"input 'run-on' lists {', '.join(repr(e) for e in unknown)}: only "
+            f"{', '.join(RUN_ON_EVENTS)} may run without a label (other events, such as "
+            "reviews or comments, can be triggered by anyone).")
+    return frozenset(events)
+
+
 def make_config(label: str, min_permission: str, run_on: Sequence[str],
                 require_fresh_head: bool, paths: Sequence[str], skip_draft: bool,
-                gpu_runs_on: str, cpu_runs_on: str) -> GateConfig:
+                gpu_runs_on: str, cpu_runs_on: str,
+                require_approved_review: bool = False) -> GateConfig:
     perm = min_permission.strip().lower()
     if perm not in MIN_PERMISSIONS:
         raise UsageError(
@@ -67,10 +91,13 @@ def make_config(label: str, min_permission: str, run_on: Sequence[str],
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     return GateConfig(
-        label=label.strip(), min_permission=perm, run_on=frozenset(run_on),
+        label=label.strip(), min_permission=perm, run_on=parse_run_on(run_on),
         require_fresh_head=require_fresh_head, paths=tuple(paths), skip_draft=skip_draft,
-        gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on),
+        # no default: a default naming self-hosted labels would send jobs to whatever
+        # runner happens to carry them
+        gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
         cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
+        require_approved_review=require_approved_review,
     )
 
 
@@ -122,19 +149,12 @@ def _event_error(what: str) -> GpuCiError:
 
 
 def _pull_fields(payload: Mapping[str, Any]) -> tuple[int, str, bool]:
-    pr = payload.get("pull_request")
-    if not isinstance(pr, dict):
+    subject = subject_of(payload)
+    if not subject.pull_request:
         raise _event_error("has no pull_request object")
-    number = pr.get("number") or payload.get("number")
-    head_value = pr.get("head")
-    head: dict[str, Any] = head_value if isinstance(head_value, dict) else {}
-    sha = head.get("sha")
-    if not isinstance(number, int) or not isinstance(sha, str) or len(sha) != 40:
+    if subject.number is None or len(subject.head_sha) != 40:
         raise _event_error("lacks pull_request.number or pull_request.head.sha")
-    base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
-    head_repo = (head.get("repo") or {}).get("full_name")  # None: the fork was deleted
-    fork = head_repo is None or head_repo != base_repo
-    return number, sha, fork
+    return subject.number, subject.head_sha, subject.fork
 
 
 def triage(event_name: str, payload: Mapping[str, Any], config: GateConfig,
@@ -240,6 +260,40 @@ def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping
     return replace(base, run=True, reason=(
         f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
         f"{check.head_sha[:12]}."))
+
+
+def approvers_of(reviews: Sequence[Mapping[str, Any]], head_sha: str) -> list[str]:
+    """Logins whose latest deciding review approves exactly ``head_sha``, in review order.
+
+    ``GET /pulls/{n}/reviews`` lists reviews oldest first. A reviewer's latest APPROVED,
+    CHANGES_REQUESTED or DISMISSED review is their verdict (COMMENTED and PENDING change
+    nothing); an approval counts only for the commit it was given on.
+    """
+    latest: dict[str, Mapping[str, Any]] = {}
+    for review in reviews:
+        state = str(review.get("state") or "").upper()
+        login = str((review.get("user") or {}).get("login") or "")
+        if login and state in ("APPROVED", "CHANGES_REQUESTED", "DISMISSED"):
+            latest.pop(login, None)
+            latest[login] = review
+    return [login for login, review in latest.items()
+            if str(review.get("state")).upper() == "APPROVED"
+            and review.get("commit_id") == head_sha]
+
+
+def decide_review(decision: Decision, config: GateConfig, approver: str | None,
+                  role: str) -> Decision:
+    """``require-approved-review``: a run also needs an approval of the head it runs."""
+    if not decision.run or not config.require_approved_review:
+        return decision
+    head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
+    if approver is None:
+        return replace(decision, run=False, reason=(
+            f"require-approved-review is true and no review by someone with the "
+            f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
+            f"approve that commit, then apply '{config.label}' again."))
+    return replace(decision, reason=(
+        f"{decision.reason[:-1]}; {approver} ({role}) approved that commit."))
 
 
 def decide_push(check: PushCheck, config: GateConfig, changed_files: Sequence[str]) -> Decision:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.event import subject_of
 
 
 def parse_labels(items: Sequence[str]) -> list[str]:
@@ -31,18 +32,7 @@ def parse_labels(items: Sequence[str]) -> list[str]:
 
 def number_from_event(event_name: str, payload: Mapping[str, Any]) -> int | None:
     """The pull request or issue number of ``pull_request*``, ``issue*`` and ``workflow_run``."""
-    for key in ("pull_request", "issue"):
-        obj = payload.get(key)
-        if isinstance(obj, dict) and isinstance(obj.get("number"), int):
-            return int(obj["number"])
-    run = payload.get("workflow_run")
-    if isinstance(run, dict):
-        pulls = run.get("pull_requests") or []
-        if pulls and isinstance(pulls[0], dict) and isinstance(pulls[0].get("number"), int):
-            return int(pulls[0]["number"])
-    if isinstance(payload.get("number"), int):
-        return int(payload["number"])
-    return None
+    return subject_of(payload).number
 
 
 def parse_number(text: str) -> int:
