@@ -114,23 +114,36 @@ def test_every_inline_zizmor_ignore_gives_a_reason():
         assert len(reason) >= 10, f"{path.name}: ignore without a reason: {line.strip()}"
 
 
-def test_the_privileged_remover_must_pin_our_action_by_sha(tmp_path):
+def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
+    import yaml
+
     from gpu_ci.release import PRIVILEGED_EXAMPLES, pin_uses, unpinned_uses
 
+    # Every example whose jobs may write (other than contents: read) is in the list.
+    for path in sorted((ROOT / "examples").glob("*.yml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        triggers = doc.get(True) or doc.get("on") or {}
+        writes = any(v == "write" for job in doc["jobs"].values()
+                     for v in (job.get("permissions") or {}).values())
+        privileged = "pull_request_target" in triggers or "workflow_run" in triggers
+        if writes or privileged:
+            assert f"examples/{path.name}" in PRIVILEGED_EXAMPLES, path.name
     for name in PRIVILEGED_EXAMPLES:
         text = (ROOT / name).read_text(encoding="utf-8")
-        assert "remove-label@" in text and unpinned_uses(text) == []
-        # zizmor's policy (.github/zizmor.yml) refuses the moving tag there
-        moved = tmp_path / "remover.yml"
-        moved.write_text(re.sub(r"remove-label@\S+ +# v\S+", "remove-label@v1", text))
-        assert "remove-label@v1" in moved.read_text()
+        assert "gpu-ci-actions/actions/" in text and unpinned_uses(text) == []
+        # zizmor's policy (.github/zizmor.yml) refuses a moving tag for the actions that
+        # only privileged workflows use
+        moved = tmp_path / "privileged.yml"
+        moved.write_text(re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# v\S+",
+                                r"\1@v1", text))
+        assert "@v1\n" in moved.read_text()
         proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", "--config",
                                str(ROOT / ".github" / "zizmor.yml"), str(moved)],
                               capture_output=True, text=True)
         assert proc.returncode != 0 and "unpinned-uses" in proc.stdout + proc.stderr
         assert unpinned_uses(moved.read_text()) != []
         repinned = pin_uses(moved.read_text(), "1.2.3", "a" * 40)
-        assert f"remove-label@{'a' * 40}  # v1.2.3" in repinned
+        assert f"@{'a' * 40}  # v1.2.3" in repinned
         assert unpinned_uses(repinned) == []
 
 

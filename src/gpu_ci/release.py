@@ -78,7 +78,11 @@ def moving_tags(version: str) -> list[str]:
 
 #: Examples that run with a write token (``pull_request_target``): our own actions in them
 #: are pinned to a release commit, not a moving tag.
-PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml",)
+#: Workflows whose tokens can write (pull_request_target, workflow_run, a cancelling schedule):
+#: our actions there are pinned to a release commit, so that moving a tag cannot change what
+#: runs with a write token.
+PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml", "examples/cuda-ci-status.yml",
+                       "examples/cuda-ci-watchdog.yml")
 OWN_USES = re.compile(
     r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+)@(?P<ref>[\w./-]+)"
     r"(?P<comment>[ \t]+#[^\n]*)?")
