@@ -45,3 +45,16 @@ def test_a_typo_names_the_variable(name, value, wanted):
 def test_a_policy_with_no_attempt_is_refused():
     with pytest.raises(UsageError, match="at least 1"):
         RetryPolicy(attempts=0)
+
+
+def test_the_api_client_reads_the_same_validated_policy():
+    # One policy (issue 19): a typo in GPU_CI_HTTP_* is the same usage error for the GitHub
+    # client as for downloads, not an internal error, and the backoff default is shared.
+    from gpu_ci.errors import UsageError
+    from gpu_ci.github.client import ClientSettings
+    from gpu_ci.retry import RetryPolicy
+
+    settings = ClientSettings.from_environ({"GPU_CI_HTTP_RETRIES": "2"})
+    assert (settings.retries, settings.backoff) == (2, RetryPolicy().backoff)
+    with pytest.raises(UsageError, match="GPU_CI_HTTP_TIMEOUT"):
+        ClientSettings.from_environ({"GPU_CI_HTTP_TIMEOUT": "soon"})

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.errors import GpuCiError
 from gpu_ci.github.event import api_url
+from gpu_ci.retry import RetryPolicy, UsageError
 
 
 @dataclass(frozen=True)
@@ -30,22 +31,17 @@ class ClientSettings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ClientSettings:
-        def number(name: str, default: float) -> float:
-            raw = environ.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                return float(raw)
-            except ValueError:
-                raise GpuCiError(f"{name}={raw!r} is not a number.") from None
+        """The API client's side of the one retry policy (``gpu_ci.retry``): the same
+        ``GPU_CI_HTTP_*`` variables and validation as downloads, with the API's own defaults
+        (a shorter timeout, a longer wait allowed for rate limits)."""
+        policy = RetryPolicy.from_environ(environ, API_DEFAULTS)
+        return cls(api_url=api_url(environ), timeout=policy.timeout, retries=policy.retries,
+                   backoff=policy.backoff, max_wait=policy.max_wait)
 
-        return cls(
-            api_url=api_url(environ),
-            timeout=number("GPU_CI_HTTP_TIMEOUT", cls.timeout),
-            retries=int(number("GPU_CI_HTTP_RETRIES", cls.retries)),
-            backoff=number("GPU_CI_HTTP_BACKOFF", cls.backoff),
-            max_wait=number("GPU_CI_HTTP_MAX_WAIT", cls.max_wait),
-        )
+
+#: The API client's defaults: 4 retries, 1 s backoff (GitHub asks for ≥ 1 s after secondary
+#: limits), up to 120 s on a Retry-After or rate limit, 15 s without an answer.
+API_DEFAULTS = RetryPolicy(attempts=5, backoff=1.0, max_wait=120.0, timeout=15.0)
 
 
 def make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
