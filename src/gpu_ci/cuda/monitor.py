@@ -80,10 +80,12 @@ class SamplerConfig:
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
-    the key keeps two jobs that share a RUNNER_TEMP apart)."""
+    the key keeps two jobs that share a RUNNER_TEMP apart: matrix legs share run id, attempt
+    and job id, so the runner's name is part of it)."""
     key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
                                      environ.get("GITHUB_RUN_ATTEMPT", ""),
-                                     environ.get("GITHUB_JOB", "")) if part) or "local"
+                                     environ.get("GITHUB_JOB", ""),
+                                     environ.get("RUNNER_NAME", "")) if part) or "local"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return Path(runner_temp) / "gpu-ci-monitor" / safe
 
