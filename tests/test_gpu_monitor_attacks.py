@@ -205,3 +205,66 @@ def test_two_jobs_with_one_run_id_sharing_runner_temp_keep_apart(tmp_path):
            "RUNNER_NAME": "host-1"}
     two = {**one, "RUNNER_NAME": "host-2"}
     assert monitor.job_directory("/t", one) != monitor.job_directory("/t", two)
+
+
+def test_a_job_directory_another_user_made_is_refused(run_cli, tmp_path):
+    # Without RUNNER_TEMP the directory is in the shared /tmp: another user may have made it.
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=5)
+    directory = monitor_dir(env)
+    directory.mkdir(parents=True)
+    os.chown(directory.parent, 65534, 65534)
+    result = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert result.returncode == 1 and "belongs to uid 65534" in result.stdout, result.stdout
+    assert not (directory / monitor.SAMPLES_NAME).exists()
+    os.chown(directory.parent, 0, 0)
+    directory.rmdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    directory.symlink_to(victim)
+    result = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert result.returncode == 1 and "not a directory" in result.stdout, result.stdout
+    assert list(victim.iterdir()) == []
+
+
+def test_report_files_are_never_written_through_a_planted_link(run_cli, tmp_path):
+    env = base_env(tmp_path)
+    plant(env, recording())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    directory = monitor_dir(env)
+    for pid in range(os.getpid(), os.getpid() + 2000):  # the report's pid is one of these
+        (directory / f".report.json.{pid}.tmp").symlink_to(victim)
+    result = run_cli(["gpu-monitor", "--mode", "report"], env)
+    assert result.returncode == 0, result.stdout
+    assert victim.read_text() == "mine\n"
+    assert json.loads((directory / "report.json").read_text())["samples"] == 5
+
+
+def test_report_signals_only_this_jobs_sampler(run_cli, tmp_path):
+    # A later step holds the lock and points sampler.json at processes that merely look alike.
+    env = base_env(tmp_path)
+    plant(env, recording())
+    directory = monitor_dir(env)
+    lookalikes = [
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(60)",
+                          str(directory)]),  # the directory, not the marker
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", monitor.MARKER,
+                          str(directory) + "x"]),  # the marker, another directory
+    ]
+    lock = os.open(directory / monitor.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    import fcntl
+
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        for proc in lookalikes:
+            (directory / monitor.STATE_NAME).write_text(json.dumps({"pid": proc.pid}))
+            result = run_cli(["gpu-monitor", "--mode", "report"], env)
+            assert result.returncode == 0, result.stdout
+            assert proc.poll() is None
+    finally:
+        os.close(lock)
+        for proc in lookalikes:
+            proc.kill()
+            proc.wait()

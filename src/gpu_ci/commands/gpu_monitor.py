@@ -82,6 +82,7 @@ def _start(directory: Path, interval: float, rt: Runtime) -> int:
     except OSError as exc:
         raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
                          "RUNNER_TEMP must be writable.") from None
+    require_private(directory)
     snapshot = read_snapshot()
     visible = visible_gpus(snapshot.gpus, rt.environ).gpus if snapshot.ok else ()
     if not visible:
@@ -117,6 +118,14 @@ SAMPLER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG
                           "TMPDIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
                           "RUNNER_TRACKING_ID", "RUNNER_TEMP"})
 SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
+
+
+def require_private(directory: Path) -> None:
+    why = monitor.make_private(directory)
+    if why:
+        raise GpuCiError(f"gpu-monitor will not use {directory}: {why}. Another user may have "
+                         "made it; set RUNNER_TEMP to a directory of this user (the runner "
+                         "does) or remove it.", title="gpu-monitor: unsafe directory")
 
 
 def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -231,6 +240,7 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             "gpu-monitor mode: report found no samples for this job: add a step with "
             "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
             f"early in the job (looked in {directory}).", title="gpu-monitor: no start")
+    require_private(directory)
     stopped = monitor.stop_sampler(directory)
     if stopped == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
@@ -314,9 +324,16 @@ def write_files(inputs: Inputs, directory: Path, result: mr.Report,
         for path, text in ((report_path, json.dumps(mr.as_json(result), indent=2) + "\n"),
                            (csv_path, mr.samples_csv(result.recording))):
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            try:  # a fresh name (O_EXCL): never written through a link planted at a fixed one
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
     except OSError as exc:
         rt.warning(f"gpu-monitor: cannot write {exc.filename}: {exc.strerror}; the summary "
                    "and outputs still hold the numbers.", title="gpu-monitor")
