@@ -155,3 +155,54 @@ def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
     rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs")
     assert (home / ".bashrc").read_text() == "mine\n", out
     assert rc == 1 and "points outside the prefix" in out, out
+
+
+# -- kill -9, then a different lock; a prefix that is a link ---------------------------------
+
+from tests.conftest import tree_digest  # noqa: E402
+from tests.test_setup_conda import (  # noqa: E402
+    SMALL,
+    assert_environment,
+    locks,  # noqa: F401 - fixture
+    our_temporaries,
+)
+
+
+@pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
+def test_kill_9_then_a_third_lock_installs_cleanly(channel, locks, tmp_path, phase):  # noqa: F811
+    # A has an environment; B is killed in `phase`; C (neither A nor B) comes next.
+    prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
+    assert job(locks["old"], prefix, pkgs)[0] == 0
+    rc, out = job(locks["pip"], prefix, pkgs, env={"GPU_CI_TEST_KILL_AT": phase})
+    assert rc == -9, out
+    rc, out = job(locks["small"], prefix, pkgs)
+    assert rc == 0, out
+    assert_environment(prefix, SMALL)
+    assert not (prefix / "bin" / "python").exists()  # nothing of B in C's environment
+    assert our_temporaries(tmp_path) == []
+    for archive in channel.archives:  # B's archives may stay; what is there is whole
+        path = pkgs / "archives" / archive.filename
+        if path.exists():
+            assert hashlib.md5(path.read_bytes()).hexdigest() == archive.md5
+        entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
+        if entry.exists():
+            assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.md5
+
+
+@pytest.mark.parametrize("target", ["user-dir", "empty-dir", "environment"])
+def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp_path,  # noqa: F811
+                                                              target):
+    real = tmp_path / "real"
+    if target == "environment":
+        assert job(locks["old"], real, tmp_path / "pkgs")[0] == 0
+    else:
+        real.mkdir()
+        if target == "user-dir":
+            (real / "thesis.tex").write_text("keep me\n")
+    before = tree_digest(real)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    for prefix in (link, Path(f"{link}/"), Path(f"{link}/.")):
+        rc, out = job(locks["small"], prefix, tmp_path / "pkgs")
+        assert rc == 1 and "is not a directory" in out, out
+        assert link.is_symlink() and tree_digest(real) == before
