@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -206,3 +208,31 @@ def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp
         rc, out = job(locks["small"], prefix, tmp_path / "pkgs")
         assert rc == 1 and "is not a directory" in out, out
         assert link.is_symlink() and tree_digest(real) == before
+
+
+def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel, tmp_path):  # noqa: F811,E501
+    """The README: 'A download that announces its size is checked against the free space
+    first' (without the check the same run fails later, as 'no space left' mid-write)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+            capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    try:
+        blob = os.urandom(400_000)  # incompressible: the archive is about this big
+        archive = crafted_archive(channel.root.parent / "big-channel" / SUBDIR, [
+            {"_path": "share/blob", "path_type": "hardlink", "size_in_bytes": len(blob),
+             "sha256": hashlib.sha256(blob).hexdigest()}], {"share/blob": blob})
+        md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+        lock = tmp_path / "lock.txt"
+        lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
+                        f"{channel.url(f'big-channel/{SUBDIR}/{archive.name}')}#{md5}\n")
+        with open(small / "filler", "wb") as out:  # leave 200 kB: less than the archive
+            out.write(b"\0" * (1024 * 1024 - 200 * 1024))
+        rc, out = job(lock, tmp_path / "env", small / "pkgs")
+        assert rc == 1, out
+        assert f"downloading {EVIL_NAME} 1.0 (0) needs" in out and "is free" in out, out
+        assert list((small / "pkgs" / "archives").glob("*")) == []
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
