@@ -268,3 +268,21 @@ def test_report_signals_only_this_jobs_sampler(run_cli, tmp_path):
         for proc in lookalikes:
             proc.kill()
             proc.wait()
+
+
+def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path):
+    # A GPU raising an ECC event many times a second for a long job: 100 000 events.
+    env = base_env(tmp_path)
+    lines = recording()
+    storm = [json.dumps({"kind": "event", "ts": EPOCH + 1, "gpu": 0, "type": "ecc-sbe",
+                         "data": 1})] * 100_000
+    plant(env, lines[:-1] + storm + lines[-1:])
+    result = run_cli(["gpu-monitor", "--mode", "report", "--max-memory", "1MiB"], env)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert len(result.summary.encode()) < 2**20  # GitHub drops a larger step summary whole
+    assert "99951 more findings" in result.summary
+    findings = json.loads(result.outputs["findings"])
+    assert len(findings) == mr.MAX_FINDINGS_SHOWN and findings[0]["level"] == "error"
+    report = json.loads(Path(result.outputs["report-file"]).read_text())
+    assert len(report["findings"]) == 100_001
+    assert result.stdout.count("::warning") <= mr.MAX_FINDINGS_SHOWN

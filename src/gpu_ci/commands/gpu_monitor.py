@@ -270,9 +270,12 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
                         pricing=pricing, limits=limits)
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
-    for f in result.findings:
+    for f in result.findings[:mr.MAX_FINDINGS_SHOWN]:
         {"error": rt.error, "warning": rt.warning}.get(f.level, rt.notice)(
             f"[{f.code}] {f.message}", title=f"gpu-monitor: {f.code}")
+    if len(result.findings) > mr.MAX_FINDINGS_SHOWN:
+        rt.notice(f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
+                  f"in {report_path or 'the JSON report'}.", title="gpu-monitor")
     c = result.cost
     rt.info(f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
             f"{c.gpu_minutes_used:.2f} of {c.gpu_minutes_paid:.0f} GPU-minutes used, "
@@ -360,7 +363,8 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
     rt.set_output("report-file", report_path)
     rt.set_output("samples-csv", csv_path)
     rt.set_output("findings", json.dumps([{"level": f.level, "code": f.code,
-                                           "message": f.message} for f in result.findings]))
+                                           "message": f.message}
+                                          for f in result.findings[:mr.MAX_FINDINGS_SHOWN]]))
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:

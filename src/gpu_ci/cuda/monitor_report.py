@@ -30,6 +30,10 @@ from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.pricing import billed_minutes
 
 SCHEMA_VERSION = 1
+MAX_FINDINGS_SHOWN = 50
+"""Findings in the summary, the log's annotations and the ``findings`` output: a GPU that
+raises an ECC event every second must not push the summary past GitHub's 1 MiB per step
+(a larger one is dropped whole). Errors sort first, so none is cut before a warning."""
 MIB = 2**20
 
 #: nvmlClocksEventReason bits that mean "slowed down" (not idle or configured clocks).
@@ -582,9 +586,13 @@ def markdown(report: Report) -> str:
          for p in report.phases]))
     parts.extend(charts(report))
     if report.findings:
+        shown = report.findings[:MAX_FINDINGS_SHOWN]
         parts.append(_table(["level", "code", "at", "finding"],
                             [(f.level, f.code, f"+{_clock(f.at_s)}" if f.at_s is not None
-                              else "-", f.message) for f in report.findings]))
+                              else "-", f.message) for f in shown]))
+        if len(report.findings) > len(shown):
+            parts.append(f"… and {len(report.findings) - len(shown)} more findings (all of them "
+                         "are in the JSON report).\n")
     return "\n".join(parts)
 
 
