@@ -236,3 +236,23 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
         assert list((small / "pkgs" / "archives").glob("*")) == []
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):  # noqa: F811
+    # Three jobs, three locks, one prefix and one cache, started together (5 trials): each
+    # succeeds in turn, and the prefix ends as exactly one of the locks' environments.
+    from tests.test_setup_conda import spawn
+
+    wanted = {"old": ["libhello"], "small": SMALL, "pip": ["libhello", "hello", "python"]}
+    for trial in range(5):
+        base = tmp_path / f"t{trial}"
+        prefix, pkgs = base / "env", base / "pkgs"
+        procs = {key: spawn(locks[key], prefix, pkgs) for key in wanted}
+        outs = {key: p.communicate(timeout=180)[0] for key, p in procs.items()}
+        assert all(p.returncode == 0 for p in procs.values()), outs
+        names = sorted(p.name.rsplit("-", 2)[0] for p in (prefix / "conda-meta").glob("*.json")
+                       if p.name != "gpu-ci-lock.json")
+        matches = [key for key, want in wanted.items() if sorted(want) == names]
+        assert len(matches) == 1, names
+        assert_environment(prefix, wanted[matches[0]])
+        assert our_temporaries(base) == []
