@@ -77,6 +77,10 @@ def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_
             assert line.endswith("|") and "\r" not in line and "\x85" not in line, repr(line)
     rows = [x for x in result.summary.splitlines() if x.startswith("| 0 H200")]
     assert len(rows) == 1 and "\x1b" not in rows[0]
+    from tests.mermaid_check import assert_charts_parse, unavailable
+
+    if unavailable() is None:  # the chart's title carries the GPU name
+        assert_charts_parse(result.summary, expect=1)
 
 
 def test_start_prints_gpu_names_as_plain_text():
