@@ -370,7 +370,8 @@ GPU_MONITOR = ActionSpec(
         OutputSpec("report-file", "Path of the JSON report."),
         OutputSpec("samples-csv", "Path of the CSV samples."),
         OutputSpec("samples-file", "Path of the sampler's JSON Lines file (start)."),
-        OutputSpec("findings", "JSON list of {level, code, message}."),
+        OutputSpec("findings", "JSON list of {level, code, message}: the first 50 (errors "
+                   "first); the JSON report has all."),
     ),
 )
 

@@ -9,6 +9,7 @@ table :mod:`gpu_ci.pricing`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,6 +30,10 @@ from gpu_ci.runtime import Runtime
 NO_GPU_NAME = "no-gpu"
 """Left by a start that found no GPU: the report then says so instead of failing."""
 READY_TIMEOUT_S = 30.0
+READ_SLACK = 2**20
+LOW_SPACE = 2**20
+"""Below this much free space a start that fails names the full disk."""
+"""Read this much past the sampler's size limit (its stop line and events may pass it)."""
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -60,6 +65,15 @@ def parse_interval(text: str) -> float:
 
 
 def start(directory: Path, interval: float, rt: Runtime) -> int:
+    try:
+        return _start(directory, interval, rt)
+    except OSError as exc:  # a full or read-only RUNNER_TEMP, after the directory exists
+        raise GpuCiError(f"gpu-monitor: cannot write {exc.filename or directory}: "
+                         f"{exc.strerror or exc}. RUNNER_TEMP must be writable and have "
+                         "space; nothing is watched.", title="gpu-monitor: start") from None
+
+
+def _start(directory: Path, interval: float, rt: Runtime) -> int:
     from gpu_ci.cuda.nvml import read_snapshot
     from gpu_ci.cuda.visibility import visible_gpus
 
@@ -68,6 +82,7 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
     except OSError as exc:
         raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
                          "RUNNER_TEMP must be writable.") from None
+    require_private(directory)
     snapshot = read_snapshot()
     visible = visible_gpus(snapshot.gpus, rt.environ).gpus if snapshot.ok else ()
     if not visible:
@@ -88,7 +103,7 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
             rt.set_output("samples-file", str(directory / monitor.SAMPLES_NAME))
             return 0
         pid = spawn(directory, interval, [g.index for g in visible], rt.environ)
-    names = ", ".join(f"{g.index} {g.name}" for g in visible)
+    names = ", ".join(f"{g.index} {mr.printable(g.name)}" for g in visible)
     rt.info(f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
             f"(pid {pid}) into {directory / monitor.SAMPLES_NAME}")
     rt.set_output("gpu-count", str(len(visible)))
@@ -96,13 +111,29 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
     return 0
 
 
+#: What the sampler needs from the step's environment, and nothing else: the loader's and
+#: Python's paths, locale, the runner's tracking id (so the runner's clean-up still ends it),
+#: and the test knobs (``GPU_CI_MONITOR_*``, ``FAKE_NVML_*``: the fake libnvidia-ml's files).
+SAMPLER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
+                          "TMPDIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                          "RUNNER_TRACKING_ID", "RUNNER_TEMP"})
+SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
+
+
+def require_private(directory: Path) -> None:
+    why = monitor.make_private(directory)
+    if why:
+        raise GpuCiError(f"gpu-monitor will not use {directory}: {why}. Another user may have "
+                         "made it; set RUNNER_TEMP to a directory of this user (the runner "
+                         "does) or remove it.", title="gpu-monitor: unsafe directory")
+
+
 def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The sampler outlives this step, into steps that run a pull request's code as the same
-    user (who can read /proc/<pid>/environ): it gets no inputs and nothing named like a
-    token or secret. RUNNER_TRACKING_ID stays, so the runner's clean-up still ends it."""
+    user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
+    (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
     return {k: v for k, v in environ.items()
-            if not k.startswith(("INPUT_", "ACTIONS_"))
-            and not any(word in k.upper() for word in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
+            if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
 
 
 def spawn(directory: Path, interval: float, indices: list[int],
@@ -124,12 +155,24 @@ def spawn(directory: Path, interval: float, indices: list[int],
             if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
                 return proc.pid  # it already finished (a test's max-samples)
             raise GpuCiError(f"the gpu-monitor sampler exited at once (status "
-                             f"{proc.returncode}): {log_tail(directory)}")
+                             f"{proc.returncode}): {log_tail(directory)}{space_note(directory)}")
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, 15)
     raise GpuCiError(f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
                      f"{log_tail(directory)}")
+
+
+def space_note(directory: Path) -> str:
+    """Why a sampler may die without a word: its log is on the same full disk."""
+    from gpu_ci.disk import free_bytes, mb
+
+    try:
+        free = free_bytes(directory)
+    except OSError:
+        return ""
+    return (f" ({directory} has {mb(free)} free: no space left on RUNNER_TEMP's disk for the "
+            "samples)" if free < LOW_SPACE else "")
 
 
 def log_tail(directory: Path) -> str:
@@ -197,15 +240,21 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             "gpu-monitor mode: report found no samples for this job: add a step with "
             "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
             f"early in the job (looked in {directory}).", title="gpu-monitor: no start")
+    require_private(directory)
     stopped = monitor.stop_sampler(directory)
     if stopped == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
+    limit = monitor.SamplerConfig.from_environ(directory, 1.0, rt.environ).max_bytes
     try:
-        recording = mr.parse_recording(samples.read_text(encoding="utf-8", errors="replace"))
+        with open(samples, "rb") as handle:  # never more than the sampler writes, plus slack
+            data = handle.read(limit + READ_SLACK + 1)
+        recording = mr.parse_recording(data[:limit + READ_SLACK].decode("utf-8", "replace"))
     except mr.RecordingError as exc:
         raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
     except OSError as exc:
         raise GpuCiError(f"gpu-monitor: cannot read {samples}: {exc.strerror}.") from None
+    if len(data) > limit + READ_SLACK:  # something else wrote to it: a finding says so
+        recording = dataclasses.replace(recording, truncated_at=limit + READ_SLACK)
     fake = rt.environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
     if fake:  # tests: the report's "now" is the sampler's fake clock at its end
         now = float(recording.stop["ts"]) if recording.stop else (
@@ -221,9 +270,12 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
                         pricing=pricing, limits=limits)
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
-    for f in result.findings:
+    for f in result.findings[:mr.MAX_FINDINGS_SHOWN]:
         {"error": rt.error, "warning": rt.warning}.get(f.level, rt.notice)(
             f"[{f.code}] {f.message}", title=f"gpu-monitor: {f.code}")
+    if len(result.findings) > mr.MAX_FINDINGS_SHOWN:
+        rt.notice(f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
+                  f"in {report_path or 'the JSON report'}.", title="gpu-monitor")
     c = result.cost
     rt.info(f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
             f"{c.gpu_minutes_used:.2f} of {c.gpu_minutes_paid:.0f} GPU-minutes used, "
@@ -275,9 +327,16 @@ def write_files(inputs: Inputs, directory: Path, result: mr.Report,
         for path, text in ((report_path, json.dumps(mr.as_json(result), indent=2) + "\n"),
                            (csv_path, mr.samples_csv(result.recording))):
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            try:  # a fresh name (O_EXCL): never written through a link planted at a fixed one
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
     except OSError as exc:
         rt.warning(f"gpu-monitor: cannot write {exc.filename}: {exc.strerror}; the summary "
                    "and outputs still hold the numbers.", title="gpu-monitor")
@@ -304,7 +363,8 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
     rt.set_output("report-file", report_path)
     rt.set_output("samples-csv", csv_path)
     rt.set_output("findings", json.dumps([{"level": f.level, "code": f.code,
-                                           "message": f.message} for f in result.findings]))
+                                           "message": f.message}
+                                          for f in result.findings[:mr.MAX_FINDINGS_SHOWN]]))
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:

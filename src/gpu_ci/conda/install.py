@@ -279,6 +279,13 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
     import rattler
 
     entries = list(plan.conda)
+    from gpu_ci.conda.integrity import link_path_problem
+
+    escape = link_path_problem([_entry_dir(cache, e) for e in entries])
+    if escape:
+        raise GpuCiError(f"refusing to link: {escape}. A conda package never needs that; the "
+                         "lock names a package that is broken or hostile.",
+                         title="package path outside the prefix")
     require_space(target.parent, _copied_bytes(entries, cache, target.parent),
                   f"linking {len(entries)} packages into {target}")
     # Every entry is either extracted just now from a verified archive or was checked against

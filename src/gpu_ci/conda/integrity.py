@@ -94,3 +94,59 @@ def cache_entry_problem(entry: Path) -> str:
             if digest.hexdigest() != want:
                 return f"{rel} does not match its sha256 in paths.json"
     return ""
+
+
+def _escapes(rel: str) -> bool:
+    """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
+    or one no file system takes)."""
+    if not rel or rel.startswith("/") or "\0" in rel:
+        return True
+    return os.path.normpath(rel).split("/")[0] == ".."
+
+
+def link_path_problem(entries: list[Path]) -> str:
+    """'' when every path the extracted packages would link stays inside the prefix, else the
+    first that would not.
+
+    A package's ``paths.json`` (or ``info/files``) is the archive author's text, and the
+    linker joins each path to the prefix as it is: ``../x`` or ``/x`` would write outside
+    it, and so would a file under a symbolic link of the package that points out of the
+    prefix. A lock from a pull request can name any archive, so this is checked before
+    anything is linked (verified hashes say the archive is the one locked, not that it is
+    harmless)."""
+    escaping_links: set[str] = set()
+    listed: list[tuple[str, str]] = []
+    for entry in entries:
+        try:
+            items = [(str(i.get("_path") or ""), i.get("path_type"))
+                     for i in json.loads((entry / "info" / "paths.json").read_bytes())
+                     .get("paths") or ()]
+        except FileNotFoundError:
+            try:
+                items = [(line, None) for line in (entry / "info" / "files").read_text(
+                    encoding="utf-8", errors="replace").splitlines() if line]
+            except OSError:
+                items = []
+        except (OSError, ValueError, AttributeError, TypeError):
+            return f"{entry.name}: info/paths.json cannot be read"
+        for rel, kind in items:
+            if _escapes(rel):
+                return f"{entry.name} lists {rel!r}, which is outside the prefix"
+            listed.append((entry.name, rel))
+            if kind == "softlink" or os.path.islink(entry / rel):
+                try:
+                    target = os.readlink(entry / rel)
+                except OSError:
+                    continue
+                parent = os.path.dirname(rel)
+                if target.startswith("/") or _escapes(os.path.join(parent, target)):
+                    escaping_links.add(os.path.normpath(rel))
+    if escaping_links:
+        for name, rel in listed:
+            parts = os.path.normpath(rel).split("/")
+            for i in range(1, len(parts)):
+                above = "/".join(parts[:i])
+                if above in escaping_links:
+                    return (f"{name} lists {rel!r} under the symbolic link {above!r}, which "
+                            "points outside the prefix")
+    return ""

@@ -100,9 +100,35 @@ def split_archive_name(filename: str) -> tuple[str, str, str]:
     raise ValueError(filename)
 
 
+_PIP_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+"""A distribution name (PEP 508): it is written into pip's requirements file, where a newline
+or a leading ``-`` would be a line or an option of the lock author's choosing (``-r
+/etc/passwd`` puts a local file in the public log)."""
+
+
+def _check_url(url: str, where: str) -> str:
+    """A URL from the lock is one token: whitespace or a control character in it would end
+    a requirement line (and start an option such as ``--trusted-host``) or break the
+    download."""
+    if any(c.isspace() or c < " " or c == "\x7f" for c in url):
+        raise GpuCiError(f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
+                         "character; a lock's URLs are single tokens. Re-lock it.")
+    return url
+
+
+def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
+    if not _PIP_NAME.fullmatch(name):
+        raise GpuCiError(f"{where}: pip package name {name!r} is not a distribution name "
+                         "(letters, digits, '.', '_', '-'; PEP 508). Re-lock it.")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise GpuCiError(f"{where}: the sha256 of pip package {name} is not 64 hex digits "
+                         f"({sha256[:80]!r}). Re-lock it.")
+    return PipEntry(name, version, _check_url(url, where), sha256)
+
+
 def _conda_entry(url: str, md5: str = "", sha256: str = "",
                  depends: Iterable[str] = (), where: str = "") -> CondaEntry:
-    path = urlsplit(url).path
+    path = urlsplit(_check_url(url, where)).path
     segments = path.rstrip("/").split("/")
     filename = segments[-1]
     try:
@@ -269,7 +295,8 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
                 _check_subdir(item["entry"], platform, path)
                 conda.append(item["entry"])
             else:
-                pip.append(PipEntry(item["name"], "", item["url"], item["sha256"]))
+                pip.append(_pip_entry(item["name"], "", item["url"], item["sha256"],
+                                      f"{path} pip entry {item['name']!r}"))
     else:
         if platform not in lock.platforms:
             raise GpuCiError(f"{path} has no packages for {platform}; it locks "
@@ -300,7 +327,8 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
                 sha = str(hashes.get("sha256") or "")
                 if not sha:
                     raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
-                pip.append(PipEntry(name, str(pkg.get("version") or ""), url, sha.lower()))
+                pip.append(_pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(),
+                                      where))
             else:
                 depends = [f"{dep} {spec}".strip()
                            for dep, spec in (pkg.get("dependencies") or {}).items()]

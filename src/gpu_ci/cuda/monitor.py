@@ -31,6 +31,7 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -80,12 +81,33 @@ class SamplerConfig:
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
-    the key keeps two jobs that share a RUNNER_TEMP apart)."""
+    the key keeps two jobs that share a RUNNER_TEMP apart: matrix legs share run id, attempt
+    and job id, so the runner's name is part of it)."""
     key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
                                      environ.get("GITHUB_RUN_ATTEMPT", ""),
-                                     environ.get("GITHUB_JOB", "")) if part) or "local"
+                                     environ.get("GITHUB_JOB", ""),
+                                     environ.get("RUNNER_NAME", "")) if part) or "local"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return Path(runner_temp) / "gpu-ci-monitor" / safe
+
+
+def make_private(directory: Path) -> str:
+    """'' when the job's directory and the ``gpu-ci-monitor`` directory above it are real
+    directories of this user that no one else may write (made so when they are ours), else
+    why not. Without ``RUNNER_TEMP`` they live in the shared temporary directory, where
+    another user could have made them first and planted links or samples in them."""
+    for path in (directory.parent, directory):
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode):
+                return f"{path} is not a directory (a symbolic link?)"
+            if info.st_uid != os.geteuid():
+                return f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
+            if info.st_mode & 0o022:
+                os.chmod(path, 0o700)
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+    return ""
 
 
 # -- the lock: who owns the job's sampler ----------------------------------------------

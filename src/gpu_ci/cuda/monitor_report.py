@@ -30,6 +30,10 @@ from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.pricing import billed_minutes
 
 SCHEMA_VERSION = 1
+MAX_FINDINGS_SHOWN = 50
+"""Findings in the summary, the log's annotations and the ``findings`` output: a GPU that
+raises an ECC event every second must not push the summary past GitHub's 1 MiB per step
+(a larger one is dropped whole). Errors sort first, so none is cut before a warning."""
 MIB = 2**20
 
 #: nvmlClocksEventReason bits that mean "slowed down" (not idle or configured clocks).
@@ -98,6 +102,8 @@ class Recording:
     errors: tuple[dict[str, Any], ...] = ()
     stop: dict[str, Any] | None = None
     bad_lines: int = 0
+    truncated_at: int | None = None
+    """Set when the file was larger than the sampler writes and only this much was read."""
 
 
 class RecordingError(ValueError):
@@ -108,8 +114,43 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _time(value: Any) -> float:
+    """A timestamp or duration: a finite number (``nan`` or ``1e999`` make the line bad)."""
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"not a finite number: {value!r}")
+    return out
+
+
+#: What a damaged or forged line can raise while it is read: it is counted, never a crash.
+_BAD_LINE = (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError,
+             RecursionError)
+
+
+def printable(text: str) -> str:
+    """One line of plain text: control characters and Unicode line breaks (which end a
+    Markdown table row or a log line) become spaces. Process names are chosen by the code
+    the job runs, and land in the summary and in log lines."""
+    return "".join(" " if (c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029") else c
+                   for c in text)
+
+
+def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
+    return GpuSample(
+        ts, int(g["index"]), _int(g.get("util")), _int(g.get("mem_util")), int(g["mem_used"]),
+        _int(g.get("power_mw")), _int(g.get("temp")), _int(g.get("sm_mhz")),
+        _int(g.get("throttle")),
+        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ())))
+
+
 def parse_recording(text: str) -> Recording:
-    """The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal."""
+    """The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal.
+
+    Every field is checked as it is read (a line that fails counts as unreadable), so what
+    reaches the numbers has its types. The **last** start line opens the recording: the
+    sampler appends, so anything before its own start line (a file another job or an
+    earlier step planted at the path, a sampler killed before a second start) is not this
+    sampler's window."""
     header: dict[str, Any] | None = None
     samples: list[GpuSample] = []
     times: list[float] = []
@@ -124,28 +165,41 @@ def parse_recording(text: str) -> Recording:
             record = json.loads(line)
             kind = record["kind"]
             if kind == "start":
-                header = header or record
+                header = {"ts": _time(record["ts"]), "interval": _time(record["interval"]),
+                          "gpus": [GpuInfo(int(g["index"]), str(g["name"]), str(g["uuid"]),
+                                           int(g["memory_total"]), g.get("mig"))
+                                   for g in record["gpus"]]}
+                if header["interval"] <= 0:
+                    raise ValueError("interval")
+                samples, times, events, errors, stop = [], [], [], [], None
             elif kind == "sample":
-                times.append(float(record["ts"]))
-                for g in record["gpus"]:
-                    samples.append(GpuSample(
-                        float(record["ts"]), int(g["index"]), _int(g.get("util")),
-                        _int(g.get("mem_util")), int(g["mem_used"]), _int(g.get("power_mw")),
-                        _int(g.get("temp")), _int(g.get("sm_mhz")), _int(g.get("throttle")),
-                        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ()))))
+                ts = _time(record["ts"])
+                got = [_sample(ts, g) for g in record["gpus"]]
+                times.append(ts)
+                samples.extend(got)
             elif kind == "event":
-                events.append(record)
+                events.append({"kind": "event", "ts": _time(record["ts"]),
+                               "gpu": int(record.get("gpu", -1)),
+                               "type": str(record.get("type")),
+                               "data": int(record.get("data", 0))})
             elif kind == "error":
-                errors.append(record)
+                errors.append({"kind": "error", "ts": _time(record["ts"]),
+                               "gpu": int(record.get("gpu", -1)),
+                               "call": str(record.get("call", "")),
+                               "code": int(record.get("code", 0)),
+                               "name": str(record.get("name", "UNKNOWN"))})
             elif kind == "stop":
-                stop = record
-        except (ValueError, KeyError, TypeError, IndexError):
+                stop = {"kind": "stop", "ts": _time(record["ts"]),
+                        "reason": str(record.get("reason", "")),
+                        "samples": int(record.get("samples", 0))}
+            else:
+                raise ValueError(kind)
+        except _BAD_LINE:
             bad += 1
     if header is None:
-        raise RecordingError("the sample file has no start line: the sampler did not start.")
-    gpus = tuple(GpuInfo(int(g["index"]), str(g["name"]), str(g["uuid"]),
-                         int(g["memory_total"]), g.get("mig")) for g in header["gpus"])
-    return Recording(float(header["ts"]), float(header["interval"]), gpus, tuple(samples),
+        raise RecordingError("the sample file has no start line (none, or none readable): "
+                             "the sampler did not start.")
+    return Recording(header["ts"], header["interval"], tuple(header["gpus"]), tuple(samples),
                      tuple(times), tuple(events), tuple(errors), stop, bad)
 
 
@@ -412,6 +466,11 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
     elif rec.stop.get("reason") == "size-limit":
         out.append(Finding("warning", "sample-file-full", "the sample file reached its size "
                            "limit; later samples were not recorded."))
+    if rec.truncated_at is not None:
+        out.append(Finding("warning", "sample-file-too-large",
+                           "the sample file is larger than the sampler ever writes: something "
+                           f"else wrote to it; only its first {rec.truncated_at} bytes were "
+                           "read."))
     if rec.bad_lines:
         out.append(Finding("warning", "unreadable-lines",
                            f"{rec.bad_lines} line(s) of the sample file were unreadable."))
@@ -460,7 +519,7 @@ def _trim(value: Decimal) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def cell(v: object) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return printable(str(v)).replace("|", "\\|")
 
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
@@ -527,9 +586,13 @@ def markdown(report: Report) -> str:
          for p in report.phases]))
     parts.extend(charts(report))
     if report.findings:
+        shown = report.findings[:MAX_FINDINGS_SHOWN]
         parts.append(_table(["level", "code", "at", "finding"],
                             [(f.level, f.code, f"+{_clock(f.at_s)}" if f.at_s is not None
-                              else "-", f.message) for f in report.findings]))
+                              else "-", f.message) for f in shown]))
+        if len(report.findings) > len(shown):
+            parts.append(f"… and {len(report.findings) - len(shown)} more findings (all of them "
+                         "are in the JSON report).\n")
     return "\n".join(parts)
 
 
