@@ -58,6 +58,9 @@ def server(github):
     return github
 
 
+#: The GPU runners' labels (gpu-runs-on has no default: the user names their runners).
+GPU_RUNS_ON = '["self-hosted", "gpu"]'
+
 BUDGET = ["--monthly-budget", "$500", "--gpu-price", "linux_4_core_gpu",
           "--reserve-minutes", "60", "--gpu-workflows", "cuda-ci.yml"]
 
@@ -66,14 +69,16 @@ def gate(run_cli, server, args=(), env=None):
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
     full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
-                "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "d" * 40, "GPU_CI_NOW": NOW}
+                "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "d" * 40, "GPU_CI_NOW": NOW,
+                "INPUT_GPU_RUNS_ON": GPU_RUNS_ON}
     full_env.update(env or {})
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name="pull_request")
 
 
 def spend(run_cli, server, tmp_path, args=(), env=None):
     full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
-                "INPUT_GITHUB_TOKEN": "ghs_secret", "GPU_CI_NOW": "2026-11-30T12:00:00Z"}
+                "INPUT_GITHUB_TOKEN": "ghs_secret", "GPU_CI_NOW": "2026-11-30T12:00:00Z",
+                "INPUT_GPU_RUNS_ON": GPU_RUNS_ON}
     full_env.update(env or {})
     return run_cli(["gpu-spend", "--output-dir", str(tmp_path / "out"),
                     "--gpu-price", "linux_4_core_gpu", "--gpu-workflows", "cuda-ci.yml",
@@ -279,3 +284,13 @@ def test_no_budget_no_extra_call(run_cli, server):
     result = gate(run_cli, server)
     assert result.outputs["run"] == "true" and "budget-spent" not in result.outputs
     assert len(server.log) == GATE_CALLS
+
+
+def test_a_budget_without_gpu_runs_on_is_a_usage_error_before_any_call(run_cli, server,
+                                                                      tmp_path):
+    before = len(server.log)
+    result = gate(run_cli, server, BUDGET, env={"INPUT_GPU_RUNS_ON": ""})
+    assert result.returncode == 2 and "needs 'gpu-runs-on'" in result.stdout
+    assert len(server.log) == before
+    out = spend(run_cli, server, tmp_path, env={"INPUT_GPU_RUNS_ON": ""})
+    assert out.returncode == 2 and "'gpu-runs-on' is empty" in out.stdout

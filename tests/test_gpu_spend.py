@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from tests.mermaid_check import assert_charts_parse, require_mermaid
-from tests.test_budget_api import REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
+from tests.test_budget_api import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def test_past_month_writes_no_ledger_and_minutes_only_without_price(run_cli, mon
     result = run_cli(["gpu-spend", "--output-dir", str(tmp_path / "oct"), "--month",
                       "2026-10", "--gpu-workflows", "cuda-ci.yml"],
                      {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                      "GITHUB_TOKEN": "t", "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
+                      "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON,
+                      "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
     assert result.returncode == 0, result.stdout
     assert result.outputs["minutes"] == "20" and result.outputs["cost"] == ""
     assert result.outputs["ledger"] == ""
@@ -105,7 +106,7 @@ def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, mon
     blocked.write_text("")
     result = run_cli(["gpu-spend", "--output-dir", str(blocked / "sub")],
                      {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                      "GITHUB_TOKEN": "t"})
+                      "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON})
     assert result.returncode == 1 and "cannot be created" in "".join(result.errors)
 
 
@@ -120,6 +121,7 @@ def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_pat
 def test_gpu_ci_spend_is_the_same_command(run_cli, month, tmp_path):
     result = run_cli(["spend", "--output-dir", str(tmp_path / "o"), "--gpu-workflows",
                       "cuda-ci.yml"], {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                                       "GITHUB_TOKEN": "t", "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
+                                       "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON,
+                      "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
     assert result.returncode == 0, result.stdout
     assert result.outputs["minutes"] == "270"
