@@ -256,3 +256,22 @@ def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_pat
         assert len(matches) == 1, names
         assert_environment(prefix, wanted[matches[0]])
         assert our_temporaries(base) == []
+
+
+def test_a_live_rename_probe_is_never_swept_as_a_leftover(tmp_path):
+    # check_writable probes before the prefix lock; the lock holder's recovery must not take
+    # that probe for an interrupted run's work directory (a concurrent job then failed with
+    # "cannot rename directories ... (No such file or directory)").
+    import os
+    import time as _time
+
+    from gpu_ci.conda import transaction
+
+    paths = transaction.Paths(tmp_path / "env")
+    paths.probe.mkdir()
+    transaction.recover(paths, lambda _m: None)
+    assert paths.probe.is_dir() and paths.probe not in paths.leftovers()
+    old = _time.time() - 7200  # an hour-old empty probe is a killed run's: swept
+    os.utime(paths.probe, (old, old))
+    transaction.recover(paths, lambda _m: None)
+    assert not paths.probe.exists()

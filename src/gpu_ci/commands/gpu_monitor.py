@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+import gpu_ci
 from gpu_ci.cuda import monitor
 from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.errors import GpuCiError, UsageError
@@ -132,8 +133,14 @@ def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The sampler outlives this step, into steps that run a pull request's code as the same
     user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
     (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
-    return {k: v for k, v in environ.items()
-            if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    env = {k: v for k, v in environ.items()
+           if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    # The bootstrapped venv holds dependencies only (scripts/run.py loads this checkout's
+    # src/): the sampler must load the same checkout's code, never another copy.
+    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
 def spawn(directory: Path, interval: float, indices: list[int],

@@ -392,7 +392,9 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
                          "rename. Pass a directory inside it as prefix, e.g. "
                          f"{target / 'env'}.", title="unsafe prefix")
     # The swap is a rename: prove that this directory allows one.
-    probe = paths.work.with_name(paths.work.name + "-probe")
+    # Not a ``gpu-ci-work-*`` name: this runs before the prefix lock too (check_writable),
+    # and the lock holder sweeps work directories as an interrupted run's leftovers.
+    probe = paths.probe
     renamed = probe.with_name(probe.name + "-renamed")
     try:
         probe.mkdir()

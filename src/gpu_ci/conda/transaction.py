@@ -172,6 +172,27 @@ class Paths:
     def work(self) -> Path:
         return self.target.with_name(f".{self.target.name}.gpu-ci-work-{TOKEN}")
 
+    @property
+    def probe(self) -> Path:
+        """The rename probe's directory: made and removed by one process, with or without
+        the lock (so never swept as another run's leftover while it may be live)."""
+        return self.target.with_name(f".{self.target.name}.gpu-ci-probe-{TOKEN}")
+
+    def stale_probes(self, older_than: float = 3600.0) -> list[Path]:
+        """Empty probe directories a run killed inside its three-syscall probe left: a live
+        probe exists for milliseconds, so an hour-old one is nobody's."""
+        parent = self.target.parent
+        if not parent.is_dir():
+            return []
+        now = time.time()
+        out = []
+        for p in parent.glob(f".{self.target.name}.gpu-ci-probe-*"):
+            with contextlib.suppress(OSError):
+                if now - p.lstat().st_mtime > older_than and p.is_dir() \
+                        and not p.is_symlink() and not any(p.iterdir()):
+                    out.append(p)
+        return sorted(out)
+
     def leftovers(self) -> list[Path]:
         """Staging and work directories of earlier runs (only the lock holder makes them)."""
         name = self.target.name
@@ -218,6 +239,9 @@ def recover(paths: Paths, log: Log) -> str:
             # gpu-ci 1.0.0 kept no journal: its backup, alone, is the environment to restore
             os.rename(legacy[-1], paths.target)
             done = done or f"restored {legacy[-1].name}, left by an interrupted gpu-ci 1.0.0"
+    for probe in paths.stale_probes():
+        with contextlib.suppress(OSError):
+            probe.rmdir()
     for left in paths.leftovers():
         if left.is_dir() and not left.is_symlink():
             shutil.rmtree(left)
