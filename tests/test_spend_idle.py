@@ -80,7 +80,7 @@ def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch
 
 def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server,  # noqa: F811
                                                                  monkeypatch, tmp_path):
-    runs = [gpu_run(server, T0 + timedelta(days=d), 3) for d in range(5)]
+    runs = [gpu_run(server, T0 + timedelta(days=d), 3) for d in range(7)]
     good = monitor_report(monkeypatch, T0)
     wrong = dict(good, schema_version=2)                                 # not the schema
     forged = json.loads(json.dumps(good))
@@ -96,6 +96,10 @@ def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server
                         created_at=runs[3].created_at)
     server.add_artifact(REPO, "gpu-monitor-tests", {"report.json": os.urandom(3 << 20)},
                         run_id=runs[4].id, created_at=runs[4].created_at)  # 3 MiB: not fetched
+    torn = upload(server, runs[5], good)
+    torn.data = torn.data[:40]                                          # a truncated zip
+    server.add_artifact(REPO, "gpu-monitor-tests", {"report.json": b"[" * 200_000},
+                        run_id=runs[6].id, created_at=runs[6].created_at)  # nesting bomb
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     assert "Traceback" not in result.stdout
@@ -103,14 +107,15 @@ def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server
     assert "not a gpu-monitor report" in out and "schema_version" in out
     assert "no report.json" in out and "over 2097152 bytes" in out
     assert "no counted GPU job of run" in out                           # the duplicate
+    assert out.count("not a readable zip of JSON") == 2
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())
-    assert doc["minutes"] == 15 and doc["usd"] == "0.780"               # spend unchanged
+    assert doc["minutes"] == 21 and doc["usd"] == "1.092"               # spend unchanged
     assert doc["idle"]["jobs_with_report"] == 2
     per_job = {j["run_id"]: j for j in doc["jobs"]}
     assert Decimal(per_job[runs[2].id]["idle_usd"]) == Decimal("0.156")  # ≤ its own cost
     assert per_job[runs[1].id]["idle_usd"] == ""
     downloads = [r.path for r in api_calls(server) if r.path.endswith("/zip")]
-    assert len(downloads) == 5                                          # not the 3 MiB one
+    assert len(downloads) == 7                                          # not the 3 MiB one
 
 
 def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,  # noqa: F811

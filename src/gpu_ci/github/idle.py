@@ -15,9 +15,11 @@ forged can neither lower nor exceed the job's counted spend.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,6 +52,7 @@ _KNOWN = {"$schema", "$id", "title", "description", "type", "required", "propert
           "exclusiveMinimum"}
 
 
+@functools.lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
     from importlib.resources import files
 
@@ -146,7 +149,8 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
             if info.file_size > MAX_REPORT_BYTES:
                 return None, f"{label}: {info.filename} is over {MAX_REPORT_BYTES} bytes"
             data = json.loads(archive.read(info))
-    except (zipfile.BadZipFile, ValueError, OSError, RuntimeError) as exc:
+    except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError,
+            zlib.error) as exc:  # RuntimeError: RecursionError, unsupported compression
         return None, f"{label}: not a readable zip of JSON ({exc})"
     errors = schema_errors(data, _schema())
     if errors:
