@@ -180,3 +180,54 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
     assert schema_errors(good, schema) == []
     with pytest.raises(ValueError, match="not supported"):
         schema_errors({}, {"pattern": "x"})
+
+
+def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch,  # noqa: F811
+                                                tmp_path):
+    from tests.test_budget_api import month_of_runs
+
+    month_of_runs(server)                                   # 300 GPU runs of 12 min
+    for run in list(server.repos[REPO].runs):
+        start = datetime.fromisoformat(run.created_at.replace("Z", "+00:00"))
+        upload(server, run, monitor_report(monkeypatch, start))
+    result = spend(run_cli, server, tmp_path)
+    assert result.returncode == 0, result.stdout
+    calls = [r.path for r in api_calls(server)]
+    assert len(calls) == 303 + 3 + 100 == 406               # the README's number
+    assert sum(p.split("?")[0].endswith("/actions/artifacts") for p in calls) == 3
+    assert "200 older gpu-monitor reports not read (max-monitor-reports is 100)" \
+        in result.stdout
+    doc = json.loads((tmp_path / "out" / "spend.json").read_text())
+    assert doc["idle"]["jobs_with_report"] == 100 and doc["idle"]["api_calls"] == 103
+    assert doc["usd"] == "187.200"                          # spend as without reports
+    assert {j["day"] for j in doc["jobs"] if j["idle_usd"]} == {
+        f"2026-11-{d}" for d in range(21, 31)}              # the newest 100: days 21-30
+
+
+def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server,  # noqa: F811
+                                                            monkeypatch, tmp_path):
+    run = gpu_run(server, T0, 3)
+    upload(server, run, monitor_report(monkeypatch, T0))    # created on Nov 10
+    for i in range(150):
+        server.add_artifact(REPO, f"build-{i}", {"a.txt": b"x"}, run_id=1,
+                            created_at="2026-11-20T10:00:00Z")
+    for i in range(100):
+        server.add_artifact(REPO, f"old-{i}", {"a.txt": b"x"}, run_id=1,
+                            created_at="2026-09-20T10:00:00Z")
+    result = spend(run_cli, server, tmp_path)
+    listings = [r for r in api_calls(server) if r.path.split("?")[0].endswith("/artifacts")]
+    assert len(listings) == 2                               # page 2 reaches September
+    assert json.loads((tmp_path / "out" / "spend.json").read_text())["idle"][
+        "jobs_with_report"] == 1
+    for i in range(900):
+        server.add_artifact(REPO, f"more-{i}", {"a.txt": b"x"}, run_id=1,
+                            created_at="2026-11-21T10:00:00Z")
+    before = len(server.log)
+    result = spend(run_cli, server, tmp_path / "again")
+    assert result.returncode == 0, result.stdout
+    listings = [r for r in api_calls(server, before)
+                if r.path.split("?")[0].endswith("/artifacts")]
+    assert len(listings) == 10
+    assert "artifact listing stopped after 10 pages" in result.stdout
+    assert json.loads((tmp_path / "again" / "out" / "spend.json").read_text())["idle"][
+        "jobs_with_report"] == 0                            # its report was on page 11

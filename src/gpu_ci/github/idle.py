@@ -179,7 +179,9 @@ def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
             if (str(art.get("name") or "").startswith(prefix) and not art.get("expired")
                     and isinstance(wr.get("id"), int) and wr["id"] in wanted):
                 matched.append(art)
-        done = len(arts) < 100 or any(str(a.get("created_at") or "") < oldest for a in arts)
+        total = got.get("total_count")
+        done = (len(arts) < 100 or (isinstance(total, int) and page * 100 >= total)
+                or any(str(a.get("created_at") or "") < oldest for a in arts))
         if done:
             break
     else:
