@@ -58,11 +58,11 @@ def server(github):
     return github
 
 
-#: The GPU runners' labels (gpu-runs-on has no default: the user names their runners).
-GPU_RUNS_ON = '["self-hosted", "gpu"]'
-
 BUDGET = ["--monthly-budget", "$500", "--gpu-price", "linux_4_core_gpu",
           "--reserve-minutes", "60", "--gpu-workflows", "cuda-ci.yml"]
+
+#: gpu-runs-on has no default since issue 11: the GPU runners these runs use.
+GPU_RUNS_ON = {"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'}
 
 
 def gate(run_cli, server, args=(), env=None):
@@ -70,7 +70,7 @@ def gate(run_cli, server, args=(), env=None):
     event["label"]["name"] = "CUDA CI"
     full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
                 "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "d" * 40, "GPU_CI_NOW": NOW,
-                "INPUT_GPU_RUNS_ON": GPU_RUNS_ON}
+                **GPU_RUNS_ON}
     full_env.update(env or {})
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name="pull_request")
 
@@ -78,7 +78,7 @@ def gate(run_cli, server, args=(), env=None):
 def spend(run_cli, server, tmp_path, args=(), env=None):
     full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
                 "INPUT_GITHUB_TOKEN": "ghs_secret", "GPU_CI_NOW": "2026-11-30T12:00:00Z",
-                "INPUT_GPU_RUNS_ON": GPU_RUNS_ON}
+                **GPU_RUNS_ON}
     full_env.update(env or {})
     return run_cli(["gpu-spend", "--output-dir", str(tmp_path / "out"),
                     "--gpu-price", "linux_4_core_gpu", "--gpu-workflows", "cuda-ci.yml",
@@ -154,7 +154,7 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     assert report.returncode == 0, report.stdout
     assert report.outputs["minutes"] == "3600" and report.outputs["cost"] == "187.20"
     full_scan = len(api_calls(server))
-    assert full_scan == 303  # 3 pages of runs + the jobs of each
+    assert full_scan == 303 + 1  # 3 pages of runs + the jobs of each + gpu-monitor artifacts
     ledger = (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()
     server.add_artifact(REPO, "gpu-spend-ledger", {"gpu-spend-ledger.json": ledger},
                         head_branch="master", created_at="2026-11-30T12:01:00Z")
@@ -288,6 +288,7 @@ def test_no_budget_no_extra_call(run_cli, server):
 
 def test_a_budget_without_gpu_runs_on_is_a_usage_error_before_any_call(run_cli, server,
                                                                       tmp_path):
+    # gpu-runs-on has no default (no self-hosted runner is assumed): the budget needs it.
     before = len(server.log)
     result = gate(run_cli, server, BUDGET, env={"INPUT_GPU_RUNS_ON": ""})
     assert result.returncode == 2 and "needs 'gpu-runs-on'" in result.stdout

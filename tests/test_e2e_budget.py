@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
 import pytest
@@ -41,7 +42,14 @@ def test_gate_refuses_over_budget_with_summary(act, server):
     assert any(r.path.endswith("/actions/workflows/cuda-ci.yml/runs") for r in server.log)
 
 
-def test_spend_report(act, server):
+def test_spend_report(act, server, monkeypatch):
+    from tests.test_budget_api import iso
+    from tests.test_spend_idle import monitor_report, upload
+
+    first = server.repos[REPO].runs[0]                  # a gpu-monitor report for one job
+    start = datetime.fromisoformat(first.created_at.replace("Z", "+00:00"))
+    assert iso(start) == first.created_at
+    upload(server, first, monitor_report(monkeypatch, start))
     result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, job="spend", repository=REPO,
                  env=env(server))
     assert result.returncode == 0, result.log
@@ -50,3 +58,6 @@ def test_spend_report(act, server):
     assert Decimal(out["doc"]["budget"]["left"]) == Decimal("2.52")
     assert out["ledger"].endswith("gpu-spend-ledger.json")
     assert "#### By approver" in result.log and "xychart-beta" in result.log
+    idle = out["doc"]["idle"]
+    assert idle["jobs_with_report"] == 1 and idle["completed_jobs"] == 20
+    assert Decimal(idle["usd"]) > 0 and "idle (jobs with a report)" in result.log

@@ -74,9 +74,8 @@ def test_past_month_writes_no_ledger_and_minutes_only_without_price(run_cli, mon
     gpu_run(month, datetime(2026, 10, 5, 9, tzinfo=timezone.utc), 20)
     result = run_cli(["gpu-spend", "--output-dir", str(tmp_path / "oct"), "--month",
                       "2026-10", "--gpu-workflows", "cuda-ci.yml"],
-                     {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                      "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON,
-                      "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
+                     {**GPU_RUNS_ON, "GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
+                      "GITHUB_TOKEN": "t", "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
     assert result.returncode == 0, result.stdout
     assert result.outputs["minutes"] == "20" and result.outputs["cost"] == ""
     assert result.outputs["ledger"] == ""
@@ -105,8 +104,8 @@ def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, mon
     blocked = tmp_path / "file"
     blocked.write_text("")
     result = run_cli(["gpu-spend", "--output-dir", str(blocked / "sub")],
-                     {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                      "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON})
+                     {**GPU_RUNS_ON, "GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
+                      "GITHUB_TOKEN": "t"})
     assert result.returncode == 1 and "cannot be created" in "".join(result.errors)
 
 
@@ -120,8 +119,8 @@ def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_pat
 
 def test_gpu_ci_spend_is_the_same_command(run_cli, month, tmp_path):
     result = run_cli(["spend", "--output-dir", str(tmp_path / "o"), "--gpu-workflows",
-                      "cuda-ci.yml"], {"GITHUB_API_URL": month.url, "GITHUB_REPOSITORY": REPO,
-                                       "GITHUB_TOKEN": "t", "INPUT_GPU_RUNS_ON": GPU_RUNS_ON,
-                      "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
+                      "cuda-ci.yml"], {**GPU_RUNS_ON, "GITHUB_API_URL": month.url,
+                                       "GITHUB_REPOSITORY": REPO,
+                                       "GITHUB_TOKEN": "t", "GPU_CI_NOW": "2026-11-30T12:00:00Z"})
     assert result.returncode == 0, result.stdout
     assert result.outputs["minutes"] == "270"

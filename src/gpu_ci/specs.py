@@ -316,6 +316,12 @@ GPU_SPEND = ActionSpec(
         InputSpec("output-dir",
                   "Directory for spend.json, spend.csv and the ledger (gpu-spend-ledger.json) "
                   "to upload as artifacts.", "gpu-spend"),
+        InputSpec("monitor-artifacts",
+                  "Name prefix of the gpu-monitor report artifacts whose idle cost is added "
+                  "(empty: no idle column, no extra API call).", "gpu-monitor-"),
+        InputSpec("max-monitor-reports",
+                  "At most this many gpu-monitor reports are downloaded (one API call each, "
+                  "the newest first).", "100"),
     ),
     outputs=(
         OutputSpec("minutes", "GPU minutes this month (reservations of running jobs "

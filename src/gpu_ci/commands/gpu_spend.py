@@ -40,19 +40,41 @@ def chart(points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit:
                    y_range=(0, top * 1.1 if top > 0 else 1), x_title="day (UTC)")
 
 
-def csv_text(jobs: list[Any]) -> str:
+def csv_text(jobs: list[Any], idle: dict[int, Any] | None = None) -> str:
+    """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
+    the end, empty for a job without a report."""
     out = io.StringIO()
     fields = ["day", "workflow", "run_id", "attempt", "job_id", "job", "event", "pull_request",
               "approver", "runner", "minutes", "usd", "state"]
+    if idle is not None:
+        fields += ["idle_fraction", "idle_minutes", "idle_usd", "monitor_artifact"]
     writer = csv.DictWriter(out, fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for job in jobs:
         row = job.to_json()
+        if idle is not None:
+            row.update(_idle_json(idle.get(job.job_id)))
         for key in ("job", "approver", "runner", "workflow"):  # no formulas in spreadsheets
             if str(row[key])[:1] in ("=", "+", "-", "@"):
                 row[key] = "'" + str(row[key])
         writer.writerow(row)
     return out.getvalue()
+
+
+def _idle_json(got: Any) -> dict[str, Any]:
+    if got is None:
+        return {"idle_fraction": "", "idle_minutes": "", "idle_usd": "",
+                "monitor_artifact": ""}
+    return {"idle_fraction": str(got.fraction), "idle_minutes": str(got.minutes),
+            "idle_usd": str(got.usd), "monitor_artifact": got.artifact_id}
+
+
+def _max_reports(text: str) -> int:
+    value = (text or "").strip()
+    if not value.isdigit():
+        raise UsageError(f"input 'max-monitor-reports' is {text!r}: write a whole number "
+                         "(0 reads no gpu-monitor report).")
+    return int(value)
 
 
 def _write(path: Path, text: str) -> None:
@@ -95,6 +117,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     if repo.count("/") != 1:
         raise UsageError("no repository: pass 'repository' (owner/name) or set "
                          "GITHUB_REPOSITORY.")
+    prefix = inputs["monitor-artifacts"].strip()
+    max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
     out_dir = Path(inputs["output-dir"] or "gpu-spend")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +153,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
             raise describe_api_failure(exc, "the billing usage report") from None
 
     costs = sorted(got.costs, key=lambda c: (c.day, c.run_id, c.job_id))
+    idle_of, idle_doc = _idle(rest, repo, prefix, max_reports, month, costs, got.windows, rt)
     tot = budget.total(costs, "GPU jobs")
     unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
     last_day = min(now.date(), month.last) if now.date() >= month.first else month.first
@@ -153,9 +178,21 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         "days": [{"day": d.isoformat(), "cumulative": str(v)} for d, v in points],
         "jobs": [c.to_json() for c in costs],
     }
+    if idle_of is not None:
+        from gpu_ci.github.idle import idle_breakdown
+
+        doc["idle"] = idle_doc
+        for title, name in budget.BREAKDOWNS.items():
+            extra = idle_breakdown(costs, idle_of, name)
+            for row in doc["by"][title]:
+                got_idle = extra[row["key"]]
+                row.update(idle_minutes=str(got_idle.minutes), idle_usd=str(got_idle.usd),
+                           idle_reports=got_idle.reports)
+        for job in doc["jobs"]:
+            job.update(_idle_json(idle_of.get(job["job_id"])))
     json_path, csv_path = out_dir / "spend.json", out_dir / "spend.csv"
     _write(json_path, json.dumps(doc, indent=2) + "\n")
-    _write(csv_path, csv_text(costs))
+    _write(csv_path, csv_text(costs, idle_of))
     ledger_path = out_dir / spend.LEDGER_FILE
     if month == budget.Month.of(now.date()):  # the gate reads this month's ledger only
         ledger = budget.build_ledger(repo, month, matcher, workflows, now, got.runs, costs)
@@ -175,6 +212,36 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     return 0
 
 
+def _idle(rest: Any, repo: str, prefix: str, max_reports: int, month: Any, costs: list[Any],
+          windows: dict[int, tuple[float, float]],
+          rt: Runtime) -> tuple[dict[int, Any] | None, dict[str, Any]]:
+    """Idle share per job id from gpu-monitor report artifacts (``None``: not looked for, or
+    the artifacts could not be listed: the spend report goes on without the idle column).
+    Every report skipped is a notice that says why."""
+    from gpu_ci.github import idle
+
+    if not prefix or max_reports == 0:
+        return None, {}
+    runs = {c.run_id for c in costs if c.state == "completed"}
+    before = rest.calls
+    try:
+        found = idle.find_reports(rest, repo, prefix, runs, month, max_reports)
+    except Exception as exc:  # listing refused or failed after retries: no idle column
+        rt.warning(f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
+                   "the report has no idle column.", title="gpu-spend idle cost")
+        return None, {}
+    matched, notes = idle.match(found.reports, costs, windows)
+    for note in (*found.notes, *notes):
+        rt.notice(note, title="gpu-spend idle cost")
+    completed = sum(1 for c in costs if c.state == "completed")
+    return matched, {
+        "artifact_prefix": prefix, "reports_read": len(found.reports),
+        "jobs_with_report": len(matched), "completed_jobs": completed,
+        "minutes": str(sum((i.minutes for i in matched.values()), Decimal(0))),
+        "usd": str(sum((i.usd for i in matched.values()), Decimal(0))),
+        "api_calls": rest.calls - before, "skipped": list(found.notes) + notes}
+
+
 def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
             points: list[tuple[date, Decimal]], plan: Any, unit: str, tot: Any, billed: Any,
             priced: bool) -> str:
@@ -187,6 +254,13 @@ def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
         rows.append(("budget", plan.describe()))
         rows.append(("left", plan.describe(plan.amount - (tot.usd if unit == "usd"
                                                            else Decimal(tot.minutes)))))
+    idle_doc = doc.get("idle")
+    if idle_doc:
+        rows.append(("idle (gpu-monitor reports; information, not subtracted)",
+                     f"{idle_doc['minutes']} min"
+                     + (f", {_money(Decimal(idle_doc['usd']))}" if priced else "")
+                     + f" in {idle_doc['jobs_with_report']} of {idle_doc['completed_jobs']} "
+                       f"completed GPU jobs with a report"))
     if billed is not None:
         rows.append(("GitHub billed (billing usage API)",
                      f"{billed.minutes} min, {_money(billed.usd)}"))
@@ -196,8 +270,23 @@ def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
                            doc["month"]))
     for title, table_rows in breakdowns.items():
         parts.append(f"#### By {title}\n")
+        if idle_doc:
+            extra = {r["key"]: r for r in doc["by"][title]}
+            parts.append(markdown_table(
+                [title, "GPU minutes", "cost", "jobs", "idle (jobs with a report)"],
+                [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs,
+                  _idle_cell(extra[r.key], priced)) for r in table_rows[:20]]
+                or [("(no GPU jobs)", 0, "", 0, "")]))
+            continue
         parts.append(markdown_table(
             [title, "GPU minutes", "cost", "jobs"],
             [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs)
              for r in table_rows[:20]] or [("(no GPU jobs)", 0, "", 0)]))
     return "\n".join(parts)
+
+
+def _idle_cell(row: dict[str, Any], priced: bool) -> str:
+    if not row["idle_reports"]:
+        return "(no report)"
+    money = f", {_money(Decimal(row['idle_usd']))}" if priced else ""
+    return f"{row['idle_minutes']} min{money} ({row['idle_reports']})"

@@ -45,6 +45,9 @@ class Collected:
     ledger_used: str = ""
     """Why the ledger was (not) used, for the summary."""
     notes: list[str] = field(default_factory=list)
+    windows: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Job id -> (started, completed) in epoch seconds, for the jobs fetched (not those
+    reused from a ledger): what :mod:`gpu_ci.github.idle` matches gpu-monitor reports to."""
 
 
 def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
@@ -140,6 +143,7 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
         costs.extend(c for c in ledger.jobs if str(c.run_id) in counted_runs)
         reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
     fetched = 0
+    windows: dict[int, tuple[float, float]] = {}
     for run in runs:
         if str(run["id"]) in counted_runs:
             continue
@@ -149,9 +153,14 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
             jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
         costs.extend(budget.job_costs(run, jobs, matcher, price, table, reserve_minutes,
                                       month, now))
+        for job in jobs:
+            start = budget.parse_time(job.get("started_at"))
+            end = budget.parse_time(job.get("completed_at"))
+            if start is not None and end is not None:
+                windows[int(job["id"])] = (start.timestamp(), end.timestamp())
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
-    return Collected(costs, runs, reason)
+    return Collected(costs, runs, reason, windows=windows)
 
 
 def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:

@@ -1,0 +1,283 @@
+"""Idle cost for the spend report, from the JSON reports ``gpu-monitor`` leaves as artifacts.
+
+How they are found: one listing of the repository's artifacts per page (newest first, at
+most ``MAX_LISTING_PAGES`` pages, stopping at the first artifact made before the month);
+an artifact counts when its name starts with the prefix (``gpu-monitor-`` by default, as in
+``examples/cuda-ci.yml``) and its ``workflow_run.id`` is a run the report counted. Each such
+artifact is downloaded once (at most ``max_reports``, the newest first), its report checked
+against ``report.schema.json`` and matched to the GPU job of that run whose start..end holds
+the monitor's window (the run's jobs come from the jobs API, not from the artifact).
+
+Idle cost is information, never a discount: it is the report's ``idle_fraction`` (0..1 by the
+schema) times what the spend report itself counted for that job, so a report a pull request
+forged can neither lower nor exceed the job's counted spend.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import zipfile
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Protocol
+
+from gpu_ci.github import budget
+
+DEFAULT_PREFIX = "gpu-monitor-"
+MAX_LISTING_PAGES = 10
+"""Artifact listing pages of 100 read at most (1,000 artifacts)."""
+MAX_REPORT_BYTES = 2 * 1024 * 1024
+"""A gpu-monitor report is a few kB per GPU; a larger artifact or member is skipped."""
+SLACK_S = 120.0
+"""Runner clock vs GitHub's job times: the monitor's window may stick out this much."""
+
+
+class Rest(Protocol):
+    calls: int
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def download(self, path: str, limit: int) -> bytes: ...
+
+
+# -- the report's schema (a copy of actions/gpu-monitor/report.schema.json, tested equal) --
+
+_KNOWN = {"$schema", "$id", "title", "description", "type", "required", "properties",
+          "additionalProperties", "items", "const", "enum", "minimum", "maximum",
+          "exclusiveMinimum"}
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict[str, Any]:
+    from importlib.resources import files
+
+    text = files("gpu_ci").joinpath("data/monitor-report.schema.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _type_ok(value: Any, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    kinds: dict[str, Any] = {"string": str, "boolean": bool, "object": dict, "array": list,
+                             "null": type(None)}
+    return isinstance(value, kinds[name])
+
+
+def schema_errors(value: Any, schema: Mapping[str, Any], where: str = "$") -> list[str]:
+    """Where ``value`` breaks ``schema``: the JSON Schema keywords report.schema.json uses
+    (see ``_KNOWN``; any other keyword raises, so a schema change cannot pass unchecked).
+    Hand-written because jsonschema would add five packages, one compiled, to every
+    github-group action (the gate included) for eleven keywords; the tests check it agrees
+    with jsonschema on good and broken reports."""
+    unknown = set(schema) - _KNOWN
+    if unknown:
+        raise ValueError(f"report schema keyword(s) not supported: {sorted(unknown)}")
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_type_ok(value, n) for n in names):
+            return [f"{where}: not {' or '.join(names)}"]
+    if "const" in schema and value != schema["const"]:
+        return [f"{where}: must be {schema['const']!r}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{where}: must be one of {schema['enum']}"]
+    errors: list[str] = []
+    if _type_ok(value, "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{where}: below {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(f"{where}: above {schema['maximum']}")
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            errors.append(f"{where}: not above {schema['exclusiveMinimum']}")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        errors += [f"{where}: {k} missing" for k in schema.get("required") or []
+                   if k not in value]
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in props:
+                errors += schema_errors(item, props[key], f"{where}.{key}")
+            elif extra is False:
+                errors.append(f"{where}: unexpected {key}")
+            elif isinstance(extra, dict):
+                errors += schema_errors(item, extra, f"{where}.{key}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            errors += schema_errors(item, schema["items"], f"{where}[{i}]")
+    return errors
+
+
+# -- finding and reading the artifacts -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MonitorReport:
+    artifact_id: int
+    artifact: str
+    run_id: int
+    started: float
+    ended: float
+    idle_fraction: Decimal
+
+
+@dataclass(frozen=True)
+class Found:
+    reports: tuple[MonitorReport, ...]
+    notes: tuple[str, ...]
+    listing_calls: int
+    downloads: int
+
+
+def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | None, str]:
+    """The report in one artifact's zip, or ``None`` and why it was skipped."""
+    label = f"artifact '{art.get('name')}' #{art.get('id')}"
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            members = [i for i in archive.infolist() if i.filename.endswith(".json")]
+            pick = [i for i in members if i.filename.rsplit("/", 1)[-1] == "report.json"]
+            if len(pick) != 1 and len(members) != 1:
+                return None, f"{label}: no report.json (nor a single .json file) in it"
+            info = (pick or members)[0]
+            if info.file_size > MAX_REPORT_BYTES:
+                return None, f"{label}: {info.filename} is over {MAX_REPORT_BYTES} bytes"
+            data = json.loads(archive.read(info))
+    except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError,
+            zlib.error) as exc:  # RuntimeError: RecursionError, unsupported compression
+        return None, f"{label}: not a readable zip of JSON ({exc})"
+    errors = schema_errors(data, _schema())
+    if errors:
+        return None, (f"{label}: not a gpu-monitor report (schema_version 1): "
+                      + "; ".join(errors[:3]))
+    return MonitorReport(int(art["id"]), str(art.get("name")),
+                         int((art.get("workflow_run") or {})["id"]), float(data["started"]),
+                         float(data["ended"]),
+                         Decimal(str(data["cost"]["idle_fraction"]))), ""
+
+
+def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
+                 month: budget.Month, max_reports: int) -> Found:
+    """The gpu-monitor reports of the counted runs (see the module's docstring)."""
+    wanted = {int(r) for r in run_ids}
+    oldest = (month.first - timedelta(days=1)).isoformat()
+    matched: list[Mapping[str, Any]] = []
+    notes: list[str] = []
+    calls = 0
+    for page in range(1, MAX_LISTING_PAGES + 1):
+        got = rest.get(f"/repos/{repo}/actions/artifacts?per_page=100&page={page}")
+        calls += 1
+        arts = got.get("artifacts") or []
+        for art in arts:
+            wr = art.get("workflow_run") or {}
+            if (str(art.get("name") or "").startswith(prefix) and not art.get("expired")
+                    and isinstance(wr.get("id"), int) and wr["id"] in wanted):
+                matched.append(art)
+        total = got.get("total_count")
+        done = (len(arts) < 100 or (isinstance(total, int) and page * 100 >= total)
+                or any(str(a.get("created_at") or "") < oldest for a in arts))
+        if done:
+            break
+    else:
+        notes.append(f"artifact listing stopped after {MAX_LISTING_PAGES} pages "
+                     f"({MAX_LISTING_PAGES * 100} artifacts): older reports not read")
+    matched.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
+    if len(matched) > max_reports:
+        notes.append(f"{len(matched) - max_reports} older gpu-monitor reports not read "
+                     f"(max-monitor-reports is {max_reports})")
+        matched = matched[:max_reports]
+    reports: list[MonitorReport] = []
+    downloads = 0
+    for art in matched:
+        if int(art.get("size_in_bytes") or 0) > MAX_REPORT_BYTES:
+            notes.append(f"artifact '{art.get('name')}' #{art['id']}: over "
+                         f"{MAX_REPORT_BYTES} bytes, skipped (upload the report alone)")
+            continue
+        downloads += 1
+        try:
+            blob = rest.download(f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip",
+                                 MAX_REPORT_BYTES)
+        except Exception as exc:  # expired since listed, too large, API failure: skip it
+            notes.append(f"artifact '{art.get('name')}' #{art['id']}: not downloaded "
+                         f"({str(exc)[:120]})")
+            continue
+        report, why = read_report(blob, art)
+        if report is None:
+            notes.append(why)
+        else:
+            reports.append(report)
+    return Found(tuple(reports), tuple(notes), calls, downloads)
+
+
+# -- matching a report to a counted GPU job (pure) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Idle:
+    """A job's idle share, as the spend report shows it."""
+
+    fraction: Decimal
+    minutes: Decimal
+    usd: Decimal
+    artifact_id: int
+
+
+def match(reports: Sequence[MonitorReport], costs: Sequence[budget.JobCost],
+          windows: Mapping[int, tuple[float, float]]) -> tuple[dict[int, Idle], list[str]]:
+    """Job id -> its idle share. A report goes to the completed GPU job of its run whose
+    start..end (``windows``, epoch seconds from the jobs API) overlaps the monitor's window
+    most, allowing ``SLACK_S`` of clock skew; each job takes one report (the newest)."""
+    by_run: dict[int, list[budget.JobCost]] = {}
+    for c in costs:
+        if c.state == "completed" and c.job_id in windows:
+            by_run.setdefault(c.run_id, []).append(c)
+    out: dict[int, Idle] = {}
+    notes: list[str] = []
+    for rep in sorted(reports, key=lambda r: -r.artifact_id):
+        best, best_overlap = None, 0.0
+        for c in by_run.get(rep.run_id, []):
+            if c.job_id in out:
+                continue
+            start, end = windows[c.job_id]
+            overlap = min(end + SLACK_S, rep.ended) - max(start - SLACK_S, rep.started)
+            if overlap > best_overlap:
+                best, best_overlap = c, overlap
+        if best is None:
+            notes.append(f"artifact '{rep.artifact}' #{rep.artifact_id}: no counted GPU job "
+                         f"of run {rep.run_id} ran when it was recorded")
+            continue
+        fraction = min(max(rep.idle_fraction, Decimal(0)), Decimal(1))
+        out[best.job_id] = Idle(fraction, (fraction * best.minutes).quantize(Decimal("0.01")),
+                                (fraction * best.cost).quantize(Decimal("0.0001")),
+                                rep.artifact_id)
+    return out, notes
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    minutes: Decimal
+    usd: Decimal
+    reports: int
+
+
+def idle_breakdown(costs: Iterable[budget.JobCost], idle: Mapping[int, Idle],
+                   field_name: str) -> dict[str, IdleRow]:
+    """Idle minutes, cost and report count per key of :func:`budget.breakdown`."""
+    acc: dict[str, list[Any]] = {}
+    for c in costs:
+        key = str(getattr(c, field_name)) or "(none)"
+        if field_name == "pull_request" and not c.pull_request:
+            key = f"({c.event or 'no pull request'})"
+        row = acc.setdefault(key, [Decimal(0), Decimal(0), 0])
+        got = idle.get(c.job_id)
+        if got is not None:
+            row[0] += got.minutes
+            row[1] += got.usd
+            row[2] += 1
+    return {k: IdleRow(v[0], v[1], v[2]) for k, v in acc.items()}
