@@ -3,21 +3,27 @@
 Each file is streamed to ``<dest>.part`` while hashing, checked against the expected
 sha256 (else md5) and the announced length, and only then renamed into place: a file at
 ``dest`` is always complete and verified. 5xx, 429 and network errors are retried with
-exponential backoff, honouring ``Retry-After``; a short body is fetched again.
+exponential backoff, honouring ``Retry-After``; a cut connection resumes where it stopped
+(HTTP ``Range``), the hash then covering the whole file. A ``Router`` (mirrors and
+credentials, see ``gpu_ci.conda.channels``) decides where each URL is really fetched from;
+``Progress`` reports bytes and rate every few seconds for long downloads.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
@@ -75,49 +81,170 @@ def verified(item: Download, path: Path) -> bool:
     return bool(want) and file_digest(path, algorithm) == want
 
 
-def _request(url: str) -> urllib.request.Request:
+@dataclass(frozen=True)
+class Route:
+    """Where one URL is really fetched from, and how (built by ``gpu_ci.conda.channels``)."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    mirror: str = ""
+    """The mirror URL when a mirror replaced the original, for messages."""
+    hint: str = ""
+    """What to do when the server answers 401 or 403."""
+
+
+class Router(Protocol):
+    def route(self, url: str) -> Route: ...
+
+    def authorize(self, url: str) -> tuple[str, dict[str, str]]: ...
+
+
+class Progress:
+    """Bytes and rate of all downloads together, reported at most every ``interval`` s."""
+
+    def __init__(self, report: Callable[[str], None], interval: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._report, self._interval, self._clock = report, interval, clock
+        self._lock = threading.Lock()
+        self._start = self._last = clock()
+        self._total = self._since = 0
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            self._total += count
+            self._since += count
+            now = self._clock()
+            if now - self._last < self._interval:
+                return
+            rate = self._since / max(now - self._last, 1e-9)
+            self._last, self._since = now, 0
+            total, elapsed = self._total, now - self._start
+        self._report(f"downloading: {total / 1e6:.1f} MB in {elapsed:.0f} s "
+                     f"({rate / 1e6:.1f} MB/s now)")
+
+
+_ROUTER: Router | None = None
+_PROGRESS: Progress | None = None
+
+
+def configure(router: Router | None = None, progress: Progress | None = None) -> None:
+    """Set the mirrors/credentials and the progress reporter of every later download (one
+    command per process: the command sets them once, before downloading)."""
+    global _ROUTER, _PROGRESS
+    _ROUTER, _PROGRESS = router, progress
+
+
+def route(url: str) -> Route:
+    if _ROUTER is not None:
+        return _ROUTER.route(url)
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    return Route(url, hint=f"{host} asks for credentials: add a line for it to "
+                           "'channel-credentials'")
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Credentials never follow a redirect to another origin: they are attached as
+    unredirected headers, and the new URL gets only the credentials of its own origin."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _ROUTER is not None:
+            url, extra = _ROUTER.authorize(new.full_url)
+            new.full_url = url
+            for key, value in extra.items():
+                new.add_unredirected_header(key, value)
+        return new
+
+
+_OPENER = urllib.request.build_opener(_Redirects)
+
+
+def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
     parts = urlsplit(url)
     request = urllib.request.Request(strip_credentials(url),
                                      headers={"User-Agent": "gpu-ci-actions"})
     if parts.username:
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    for key, value in (headers or {}).items():
+        request.add_unredirected_header(key, value)
     return request
 
 
+def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
+    """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
+    to = route(url)
+    with _OPENER.open(_request(to.url, to.headers), timeout=timeout) as response:
+        return bytes(response.read(limit))
+
+
+def _where(item: Download, to: Route) -> str:
+    """The URL to name in a message: the mirror's when a mirror served it."""
+    if to.mirror:
+        return f"mirror {mask_url(to.mirror)} (channel-mirrors, for {mask_url(item.url)})"
+    return mask_url(item.url)
+
+
 def _attempt(item: Download, policy: RetryPolicy) -> int:
+    """One request. A ``.part`` left by a cut connection is resumed with ``Range``; the hash
+    then covers the old bytes and the new ones. A server that ignores ``Range`` (200) or a
+    resumed file that fails the hash starts over from byte 0."""
     algorithm, want = expected(item)
     part = item.dest.with_name(item.dest.name + ".part")
+    to = route(item.url)
+    offset = part.stat().st_size if part.exists() else 0
+    request = _request(to.url, to.headers)
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
     digest = hashlib.new(algorithm)
     size = 0
+    announced: int | None = None
     try:
-        with urllib.request.urlopen(_request(item.url), timeout=policy.timeout) as response, \
-                open(part, "wb") as out:
-            announced = response.headers.get("Content-Length")
-            for chunk in iter(lambda: response.read(CHUNK), b""):
-                out.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
+        with _OPENER.open(request, timeout=policy.timeout) as response:
+            length = response.headers.get("Content-Length")
+            resumed = offset and response.status == 206 and str(
+                response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
+            if resumed:
+                with open(part, "rb") as old:
+                    for chunk in iter(lambda: old.read(CHUNK), b""):
+                        digest.update(chunk)
+                size = offset
+            announced = size + int(length) if length is not None else None
+            with open(part, "ab" if resumed else "wb") as out:
+                for chunk in iter(lambda: response.read(CHUNK), b""):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                    if _PROGRESS is not None:
+                        _PROGRESS.add(len(chunk))
     except urllib.error.HTTPError as exc:
-        part.unlink(missing_ok=True)
-        if exc.code in (429,) or exc.code >= 500:
+        if exc.code == 416 and offset:
+            part.unlink(missing_ok=True)
+            raise _Retryable("HTTP 416 for a resumed download: starting over") from None
+        if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
             wait = exc.headers.get("Retry-After") if exc.headers else None
             raise _Retryable(f"HTTP {exc.code}", float(wait) if wait else None) from None
+        part.unlink(missing_ok=True)
+        hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
         raise GpuCiError(f"downloading {item.label} failed: HTTP {exc.code} for "
-                         f"{mask_url(item.url)}.") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        part.unlink(missing_ok=True)
+                         f"{_where(item, to)}.{hint}") from None
+    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+        # keep the .part: the next attempt resumes from it
         raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
-    if announced is not None and size != int(announced):
-        part.unlink(missing_ok=True)
-        raise _Retryable(f"truncated: {size} of {announced} bytes")
+    if announced is not None and size != announced:
+        if size > announced:
+            part.unlink(missing_ok=True)
+        raise _Retryable(f"truncated: {size} of {announced} bytes (resuming)")
     got = digest.hexdigest()
     if got != want:
         part.unlink(missing_ok=True)
+        if offset:
+            raise _Retryable("the resumed file fails the hash check: starting over")
         raise GpuCiError(
-            f"{algorithm} mismatch for {item.label} ({mask_url(item.url)}): the lock says "
-            f"{want}, the download has {got}. The file changed on the server or the lock is "
-            "wrong; nothing was installed.", title="hash mismatch")
+            f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
+            f"{want}, the download has {got}. The file changed on the server"
+            f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
+            "the lock is wrong; nothing was installed.", title="hash mismatch")
     os.replace(part, item.dest)
     return size
 
@@ -138,8 +265,8 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
                 break
             wait = exc.wait if exc.wait is not None else policy.backoff * 2 ** (attempt - 1)
             time.sleep(min(wait, policy.max_wait))
-    raise GpuCiError(f"downloading {item.label} from {mask_url(item.url)} failed after "
-                     f"{policy.retries + 1} attempts ({last}).")
+    raise GpuCiError(f"downloading {item.label} from {_where(item, route(item.url))} failed "
+                     f"after {policy.retries + 1} attempts ({last}).")
 
 
 def fetch_all(items: Sequence[Download], policy: RetryPolicy | None = None,
