@@ -148,6 +148,15 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         InputSpec("pkgs-dir", "Package cache directory (default: under root).", ""),
         InputSpec("activate", "Export the environment's activation to later steps.", "true"),
         InputSpec("dry-run", "Print the install plan without downloading anything.", "false"),
+        InputSpec("channel-mirrors", "Lines '<channel URL prefix> => <mirror URL prefix>': "
+                  "fetch packages (and the installer) from a mirror.", ""),
+        InputSpec("channel-credentials", "Lines '<host> = bearer <token>', '<host> = basic "
+                  "<user>:<password>' or '<host> = token <anaconda.org token>'; sent to that "
+                  "host only, masked. Pass them from the secrets context.", ""),
+        InputSpec("cache", "Restore and save the package cache with actions/cache, keyed by "
+                  "lock sha256, platform, engine and version.", "false"),
+        InputSpec("cache-write", "Save the package cache after a miss (false: only restore, "
+                  "e.g. on pull requests).", "true"),
     ),
     outputs=(
         OutputSpec("prefix", "Path of the environment."),

@@ -64,6 +64,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     version = inputs["miniforge-version"].strip()
     platform = inputs["platform"].strip() or runner_subdir()
     categories = inputs.items("categories")
+    from gpu_ci.conda.channels import Network
+
+    network = Network.parse(inputs["channel-mirrors"], inputs["channel-credentials"])
+    for secret in network.secrets():
+        rt.mask(secret)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -116,6 +121,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     policy = RetryPolicy(retries=int(environ.get("GPU_CI_HTTP_RETRIES") or 4),
                          backoff=float(environ.get("GPU_CI_HTTP_BACKOFF") or 0.5))
     phases: dict[str, float] = {}
+    from gpu_ci import downloads
+
+    downloads.configure(network, downloads.Progress(rt.info))
     mf = None
     if miniforge_on:
         from gpu_ci.conda import miniforge
