@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import io
 import os
 import threading
 import time
@@ -171,6 +172,109 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     return request
 
 
+_LOCAL = threading.local()
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def _direct(url: str) -> bool:
+    """Whether ``url`` may go over a reused connection: http(s) and no proxy applies
+    (requests through a proxy take urllib's path, which honours *_PROXY and NO_PROXY)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
+        return False
+    proxies = urllib.request.getproxies()
+    return parts.scheme not in proxies or bool(urllib.request.proxy_bypass(parts.hostname))
+
+
+def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
+    """This thread's kept-alive connection to ``url``'s origin (one per origin)."""
+    parts = urlsplit(url)
+    key = (parts.scheme, parts.hostname, parts.port)
+    pool: dict[object, http.client.HTTPConnection] = _LOCAL.__dict__.setdefault("pool", {})
+    conn = pool.get(key)
+    if conn is not None and fresh:
+        conn.close()
+        conn = None
+    if conn is None:
+        host = parts.hostname or ""
+        if parts.scheme == "https":
+            import ssl
+
+            conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(host, parts.port, timeout=timeout)
+        pool[key] = conn
+    return conn
+
+
+def _drop(url: str) -> None:
+    parts = urlsplit(url)
+    pool = _LOCAL.__dict__.get("pool", {})
+    conn = pool.pop((parts.scheme, parts.hostname, parts.port), None)
+    if conn is not None:
+        conn.close()
+
+
+class _Response:
+    """What ``_attempt`` reads: a kept-alive response, or urllib's (redirects, proxies)."""
+
+    def __init__(self, status: int, headers: object, body: object, done: Callable[[], None]):
+        self.status, self.headers, self._body, self._done = status, headers, body, done
+
+    def read(self, size: int) -> bytes:
+        return bytes(self._body.read(size))  # type: ignore[attr-defined]
+
+    def __enter__(self) -> _Response:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done()
+
+
+def _open(request: urllib.request.Request, timeout: float) -> _Response:
+    """Send ``request``, reusing this thread's connection to its origin when it can: one TCP
+    (and TLS) handshake per origin and thread instead of per file. A connection the server
+    closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
+    per-origin credential rules of ``_Redirects``). 4xx/5xx raise ``HTTPError`` as urllib."""
+    url = request.full_url
+    if not _direct(url):
+        response = _OPENER.open(request, timeout=timeout)
+        return _Response(response.status, response.headers, response, response.close)
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**request.headers, **request.unredirected_hdrs, "Host": parts.netloc}
+    for fresh in (False, True):
+        conn = _connection(url, timeout, fresh)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            break
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            _drop(url)
+            if fresh:
+                raise
+        except BaseException:
+            _drop(url)
+            raise
+
+    def done() -> None:
+        if response.will_close or not response.isclosed():
+            _drop(url)  # not read to the end, or the server closes: never reuse it
+
+    if response.status in _REDIRECTS:
+        response.read()
+        done()
+        followed = _OPENER.open(request, timeout=timeout)
+        return _Response(followed.status, followed.headers, followed, followed.close)
+    if response.status >= 400:
+        body = response.read()
+        done()
+        raise urllib.error.HTTPError(url, response.status, response.reason, response.headers,
+                                     io.BytesIO(body))
+    return _Response(response.status, response.headers, response, done)
+
+
 def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
     """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
     to = route(url)
@@ -200,7 +304,7 @@ def _attempt(item: Download, policy: RetryPolicy) -> int:
     size = 0
     announced: int | None = None
     try:
-        with _OPENER.open(request, timeout=policy.timeout) as response:
+        with _open(request, policy.timeout) as response:
             length = response.headers.get("Content-Length")
             resumed = offset and response.status == 206 and str(
                 response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
