@@ -261,6 +261,7 @@ class ChannelServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = owner.protocol
+            disable_nagle_algorithm = True  # as production servers do (nginx tcp_nodelay)
 
             def log_message(self, *args: Any) -> None:
                 pass
