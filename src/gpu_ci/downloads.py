@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -219,7 +220,8 @@ def _drop(url: str) -> None:
 class _Response:
     """What ``_attempt`` reads: a kept-alive response, or urllib's (redirects, proxies)."""
 
-    def __init__(self, status: int, headers: object, body: object, done: Callable[[], None]):
+    def __init__(self, status: int, headers: Message, body: object,
+                 done: Callable[[], None]) -> None:
         self.status, self.headers, self._body, self._done = status, headers, body, done
 
     def read(self, size: int) -> bytes:
