@@ -76,6 +76,8 @@ def test_a_connection_cut_mid_archive_resumes_with_range(setup, channel):
     result = setup(channel.explicit_lock(["libhello", "hello"]))
     assert result.returncode == 0, result.stdout + result.stderr
     assert [s for _, s in channel.server.requests(hello.filename)] == [200, 206]
+    libhello = channel.archives[0]  # fetched once: rattler links from our cache, never fetches
+    assert [s for _, s in channel.server.requests(libhello.filename)] == [200]
     ranges = [h.get("Range") for h in channel.server.seen if hello.filename in h["path"]]
     assert ranges == [None, f"bytes={len(hello.data) // 2}-"]  # only the missing half
     # the resumed archive was verified as a whole and installed
