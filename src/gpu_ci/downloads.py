@@ -12,24 +12,26 @@ credentials, see ``gpu_ci.conda.channels``) decides where each URL is really fet
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
-import http.client
 import io
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from email.message import Message
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url, strip_credentials
+
+if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
+    import http.client
+    import urllib.request
+    from email.message import Message
 
 CHUNK = 1 << 20
 
@@ -144,24 +146,29 @@ def route(url: str) -> Route:
                            "'channel-credentials'")
 
 
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Credentials never follow a redirect to another origin: they are attached as
-    unredirected headers, and the new URL gets only the credentials of its own origin."""
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    import urllib.request
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _ROUTER is not None:
-            url, extra = _ROUTER.authorize(new.full_url)
-            new.full_url = url
-            for key, value in extra.items():
-                new.add_unredirected_header(key, value)
-        return new
+    class _Redirects(urllib.request.HTTPRedirectHandler):
+        """Credentials never follow a redirect to another origin: they are attached as
+        unredirected headers, and the new URL gets only the credentials of its own origin."""
 
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and _ROUTER is not None:
+                url, extra = _ROUTER.authorize(new.full_url)
+                new.full_url = url
+                for key, value in extra.items():
+                    new.add_unredirected_header(key, value)
+            return new
 
-_OPENER = urllib.request.build_opener(_Redirects)
+    return urllib.request.build_opener(_Redirects)
 
 
 def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+    import urllib.request
+
     parts = urlsplit(url)
     request = urllib.request.Request(strip_credentials(url),
                                      headers={"User-Agent": "gpu-ci-actions"})
@@ -183,12 +190,16 @@ def _direct(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
         return False
+    import urllib.request
+
     proxies = urllib.request.getproxies()
     return parts.scheme not in proxies or bool(urllib.request.proxy_bypass(parts.hostname))
 
 
 def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
     """This thread's kept-alive connection to ``url``'s origin (one per origin)."""
+    import http.client
+
     parts = urlsplit(url)
     key = (parts.scheme, parts.hostname, parts.port)
     pool: dict[object, http.client.HTTPConnection] = _LOCAL.__dict__.setdefault("pool", {})
@@ -239,9 +250,12 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
     (and TLS) handshake per origin and thread instead of per file. A connection the server
     closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
     per-origin credential rules of ``_Redirects``). 4xx/5xx raise ``HTTPError`` as urllib."""
+    import http.client
+    import urllib.error
+
     url = request.full_url
     if not _direct(url):
-        response = _OPENER.open(request, timeout=timeout)
+        response = _opener().open(request, timeout=timeout)
         return _Response(response.status, response.headers, response, response.close)
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -267,7 +281,7 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
     if response.status in _REDIRECTS:
         response.read()
         done()
-        followed = _OPENER.open(request, timeout=timeout)
+        followed = _opener().open(request, timeout=timeout)
         return _Response(followed.status, followed.headers, followed, followed.close)
     if response.status >= 400:
         body = response.read()
@@ -280,7 +294,7 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
 def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
     """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
     to = route(url)
-    with _OPENER.open(_request(to.url, to.headers), timeout=timeout) as response:
+    with _opener().open(_request(to.url, to.headers), timeout=timeout) as response:
         return bytes(response.read(limit))
 
 
@@ -295,6 +309,9 @@ def _attempt(item: Download, policy: RetryPolicy) -> int:
     """One request. A ``.part`` left by a cut connection is resumed with ``Range``; the hash
     then covers the old bytes and the new ones. A server that ignores ``Range`` (200) or a
     resumed file that fails the hash starts over from byte 0."""
+    import http.client
+    import urllib.error
+
     algorithm, want = expected(item)
     part = item.dest.with_name(item.dest.name + ".part")
     to = route(item.url)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from gpu_ci.downloads import Route
 from gpu_ci.errors import UsageError
 from gpu_ci.urls import mask_url
+
+if TYPE_CHECKING:
+    from gpu_ci.downloads import Route
 
 MIRRORS_INPUT = "channel-mirrors"
 CREDENTIALS_INPUT = "channel-credentials"
@@ -160,6 +163,8 @@ class Network:
         return url, {"Authorization": f"Basic {token}"}
 
     def route(self, url: str) -> Route:
+        from gpu_ci.downloads import Route
+
         target = self.mirrored(url)
         fetch_url, headers = self.authorize(target)
         credential = self.credential(target)
