@@ -72,7 +72,8 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
 def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any], *,
             tool_cache: Path, env: dict[str, str] | None = None,
             secrets: dict[str, str] | None = None, repository: str = "octo-org/octo-repo",
-            job: str | None = None, timeout: float = 300, stream: bool = False) -> ActResult:
+            job: str | None = None, timeout: float = 300, stream: bool = False,
+            act_args: list[str] | None = None) -> ActResult:
     repo = workdir / "repo"
     prepare_repo(repo, [workflow], repository)
     event_path = workdir / "event.json"
@@ -92,6 +93,7 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
         cmd += ["-s", f"{key}={value}"]
     if job:
         cmd += ["-j", job]
+    cmd += act_args or []
     act_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
     act_env["HOME"] = str(workdir / "home")
