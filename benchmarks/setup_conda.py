@@ -273,6 +273,50 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
     return rows
 
 
+def cache_case(label: str, channel: Channel, runs: int) -> None:
+    """cache: true on an ephemeral runner: restoring the package cache the way actions/cache
+    does (a ``tar`` of the directory through ``zstd -T0 --long=30``; its ``archives/`` are
+    excluded) and installing from it, vs installing with an empty cache. The blob's transfer
+    is not measured here (loopback): its size is printed, to weigh against the archives'."""
+    channel.server = ChannelServer(channel.root.parent).start()
+    work = Path(tempfile.mkdtemp(prefix="bench-cache-", dir=SCRATCH))
+    lock = work / "lock.txt"
+    lock.write_text(channel.explicit_lock())
+    pkgs = work / "seed" / "miniforge3" / "26.3.2-3" / "pkgs"
+    fresh, restore, warm = [], [], []
+    try:
+        run_cli(lock, work / "seed")
+        blob = work / "cache.tzst"
+        subprocess.run(f"tar --posix --exclude=archives -cf - -C {pkgs} . | zstd -q -T0 "
+                       f"--long=30 -o {blob}", shell=True, check=True)
+        for _ in range(runs):
+            os.sync()
+            fresh.append(run_cli(lock, work / "fresh"))
+            shutil.rmtree(work / "fresh")
+            target = work / "restored" / "miniforge3" / "26.3.2-3" / "pkgs"
+            target.mkdir(parents=True)
+            os.sync()
+            start = time.perf_counter()
+            subprocess.run(["tar", "-xf", str(blob), "-P", "-C", str(target),
+                            "--use-compress-program", "zstd -d --long=30"], check=True)
+            restore.append(time.perf_counter() - start)
+            warm.append(run_cli(lock, work / "restored"))
+            shutil.rmtree(work / "restored")
+        archives = sum(a.path.stat().st_size for a in channel.archives)
+        size = blob.stat().st_size
+    finally:
+        channel.server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    f, r, w = (statistics.median(x) for x in (fresh, restore, warm))
+    print(f"\ncache: true, {label} (medians of {runs}): archives {archives / 1e6:.0f} MB, cache "
+          f"blob {size / 1e6:.0f} MB")
+    print(f"  empty cache, download from the (loopback) channel: {f:.2f} s")
+    print(f"  restore (untar + zstd -d) {r:.2f} s + install from it {w:.2f} s = {r + w:.2f} s "
+          "+ the blob's transfer")
+    print(f"  break-even: the cache pays when its blob ({size / 1e6:.0f} MB) arrives "
+          f"{max(f - r - w, 0):.2f} s faster than the archives ({archives / 1e6:.0f} MB)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--packages", type=int, nargs="*", default=[150, 600])
@@ -282,6 +326,8 @@ def main() -> int:
     parser.add_argument("--large-mb", type=int, default=200)
     parser.add_argument("--http10", action="store_true",
                         help="also 150 packages from a server that closes every connection")
+    parser.add_argument("--cache", action="store_true",
+                        help="also cache: true (restore + install) vs an empty cache")
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
     args = parser.parse_args()
     global SCRATCH
@@ -302,6 +348,12 @@ def main() -> int:
         for case, ours, theirs in compare("HTTP/1.0, 150 packages", make_channel(150), 1,
                                           workers, protocol="HTTP/1.0", floor_too=False):
             table.append(("150, HTTP/1.0 server", case, ours, theirs))
+    if args.cache:
+        for count in args.packages:
+            cache_case(f"{count} packages", make_channel(count), args.runs)
+        if args.large:
+            cache_case(f"large ({args.large_mb} MB x 3)", make_large(3, args.large_mb),
+                       max(1, args.runs // 2))
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import gpu_ci.cli"], check=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
