@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_explicit_lock_creates_a_working_environment(setup, channel):
     assert result.github_env["HELLO_ACTIVATED"] == "yes"
     assert result.github_path == [str(prefix / "bin")]
     assert "| reused | no |" in result.summary
-    assert "time: download+verify+extract" in result.summary and "time: link" in result.summary
+    assert "time: download+verify" in result.summary and "time: extract+link" in result.summary
 
 
 def test_unified_lock_with_pip_entry_and_a_real_interpreter(setup, channel):
@@ -421,13 +422,34 @@ def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer
 
 def test_stale_cache_entry_from_another_archive_is_extracted_again(setup, channel):
     libhello = channel.archives[0]
-    cache_entry = (setup.default_prefix.parent.parent / "pkgs" / "rattler" /
-                   "libhello-1.0-h0_0")
+    cache = setup.default_prefix.parent.parent / "pkgs" / "rattler"
+    cache_entry = cache / "libhello-1.0-h0_0"
     (cache_entry / "share" / "libhello").mkdir(parents=True)
     (cache_entry / "share" / "libhello" / "prefix.txt").write_text("stale\n")
-    (cache_entry / ".gpu-ci-archive-sha256").write_text("0" * 32)
+    # rattler's lock file: revision, then the sha256 of the archive it extracted (another)
+    (cache / "libhello-1.0-h0_0.lock").write_bytes(bytes(8) + bytes.fromhex("ab" * 32))
+    (cache / "libhello-1.0-h0_0.gpu-ci-md5").write_text(f"{libhello.md5} {'ab' * 32}\n")
+    before = len(channel.server.requests(libhello.filename))
     result = setup(channel.explicit_lock(["libhello"]))
     assert result.returncode == 0, result.stdout
     prefix = Path(result.outputs["prefix"])
     assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
-    assert (cache_entry / ".gpu-ci-archive-sha256").read_text() == libhello.md5
+    assert len(channel.server.requests(libhello.filename)) == before + 1  # fetched again
+    assert (cache / "libhello-1.0-h0_0.gpu-ci-md5").read_text() == (
+        f"{libhello.md5} {libhello.sha256}\n")
+
+
+def test_valid_cache_entry_is_trusted_without_its_archive(setup, channel):
+    libhello = channel.archives[0]
+    before = len(channel.server.requests(libhello.filename))
+    first = setup(channel.explicit_lock(["libhello"]))  # md5-only lock
+    assert first.returncode == 0, first.stdout
+    pkgs = setup.default_prefix.parent.parent / "pkgs"
+    shutil.rmtree(pkgs / "archives")  # as restored by cache: true (archives excluded)
+    shutil.rmtree(setup.default_prefix)
+    second = setup(channel.explicit_lock(["libhello"]))
+    assert second.returncode == 0, second.stdout
+    assert len(channel.server.requests(libhello.filename)) == before + 1  # once, then trusted
+    assert "(1 archives from cache)" in second.summary
+    meta = json.loads((setup.default_prefix / "conda-meta/libhello-1.0-h0_0.json").read_text())
+    assert meta["url"] == channel.archive_url(libhello)
