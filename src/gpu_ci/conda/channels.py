@@ -111,9 +111,11 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
         if not origin[1] or urlsplit(url).path.strip("/"):
             raise UsageError(f"{where}: {host!r} is not a host (write 'host', 'host:port' or "
                              "'https://host:port', without a path).")
+        credential = Credential(origin, kind, secret)
         if any(c.origin == origin for c in credentials):
-            raise UsageError(f"{where}: a second line for {host}; give one line per host.")
-        credentials.append(Credential(origin, kind, secret))
+            raise UsageError(f"{where}: a second line for {credential.host}; give one line per "
+                             "host.")
+        credentials.append(credential)
     return tuple(credentials)
 
 
