@@ -250,7 +250,8 @@ class ChannelServer:
         return f"http://{host}:{port}"
 
     def fail(self, rel: str, *actions: str) -> None:
-        """Actions: '500', '503', '404', 'truncate', 'corrupt' (one per request)."""
+        """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>' (one per
+        request)."""
         self.faults.setdefault("/" + rel.lstrip("/"), []).extend(actions)
 
     def requests(self, contains: str = "") -> list[tuple[str, int]]:
@@ -279,6 +280,13 @@ class ChannelServer:
                     return
                 queue = owner.faults.get(path) or []
                 action = queue.pop(0) if queue else ""
+                if action.startswith("redirect:"):  # 302 to another URL
+                    owner.log.append((path, 302))
+                    self.send_response(302)
+                    self.send_header("Location", action[len("redirect:"):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 file = (owner.root / path.lstrip("/")).resolve()
                 if action in ("500", "503", "404") or not file.is_file() or \
                         owner.root.resolve() not in file.parents:

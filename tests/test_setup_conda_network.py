@@ -206,3 +206,19 @@ def test_bad_mirror_line_is_a_usage_error(setup, channel):
                    "https://conda.anaconda.org/conda-forge mirror.example.com")
     assert result.returncode == 2
     assert "input 'channel-mirrors' line 1" in result.errors[0]
+
+
+def test_a_redirect_to_another_origin_carries_no_credentials(setup, channel, mirror):
+    libhello = channel.archives[0]
+    server = mirror(f"Bearer {TOKEN}")
+    host = server.url.split("//")[1]
+    # the mirror sends the client on to the original channel (another origin)
+    server.fail(f"channel/linux-64/{libhello.filename}",
+                f"redirect:{channel.archive_url(libhello)}")
+    result = setup(channel.explicit_lock(["libhello"]),
+                   "--channel-mirrors", _mirrored(channel, server),
+                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [s for _, s in server.log] == [302]
+    assert [s for _, s in channel.server.requests(libhello.filename)] == [200]
+    assert all("Authorization" not in h for h in channel.server.seen)

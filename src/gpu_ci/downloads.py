@@ -278,10 +278,15 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
         if response.will_close or not response.isclosed():
             _drop(url)  # not read to the end, or the server closes: never reuse it
 
-    if response.status in _REDIRECTS:
+    if response.status in _REDIRECTS and response.headers.get("Location"):
+        from urllib.parse import urljoin
+
         response.read()
         done()
-        followed = _opener().open(request, timeout=timeout)
+        # the new origin gets its own credentials, if any, never this request's
+        new_url = urljoin(url, str(response.headers["Location"]))
+        new_url, extra = _ROUTER.authorize(new_url) if _ROUTER else (new_url, {})
+        followed = _opener().open(_request(new_url, extra), timeout=timeout)
         return _Response(followed.status, followed.headers, followed, followed.close)
     if response.status >= 400:
         body = response.read()
