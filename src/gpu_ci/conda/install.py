@@ -172,11 +172,11 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
     except Exception as exc:
         raise GpuCiError(f"extracting or linking the environment failed: {exc}") from None
     if phases is not None:
-        phases["of which rattler.install"] = time.monotonic() - started
+        phases["extract+link: rattler.install"] = time.monotonic() - started
     started = time.monotonic()
     _restore_urls(staging, entries, records)
     if phases is not None:
-        phases["of which conda-meta URLs"] = time.monotonic() - started
+        phases["extract+link: conda-meta URLs"] = time.monotonic() - started
     for entry, got, sha in zip(entries, fetched, shas):
         if not entry.sha256 and not got.cached:
             sidecar = cache / f"{_dirname(entry)}{MD5_SIDECAR}"
