@@ -7,6 +7,7 @@ servers over the same files that demand credentials.
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 
@@ -222,3 +223,31 @@ def test_a_redirect_to_another_origin_carries_no_credentials(setup, channel, mir
     assert [s for _, s in server.log] == [302]
     assert [s for _, s in channel.server.requests(libhello.filename)] == [200]
     assert all("Authorization" not in h for h in channel.server.seen)
+
+
+def test_installer_url_behind_credentials(setup, channel, mirror):
+    """The Miniforge installer and its .sha256 come through channel-credentials too."""
+    import hashlib
+
+    from gpu_ci.conda.miniforge import installer_name
+    from tests.test_setup_conda import FAKE_INSTALLER
+
+    server = mirror(f"Bearer {TOKEN}")
+    host = server.url.split("//")[1]
+    folder = channel.root.parent / "mf-private"
+    folder.mkdir(exist_ok=True)
+    script = folder / installer_name("26.3.2-3")
+    script.write_text(FAKE_INSTALLER)
+    (folder / (script.name + ".sha256")).write_text(
+        f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n")
+    url = f"{server.url}/mf-private/{script.name}"
+    args = ("--miniforge", "true", "--installer-url", url)
+    refused = setup(channel.explicit_lock(["libhello"]), *args)
+    assert refused.returncode == 1
+    assert f"HTTP 401 for {url}.sha256" in refused.errors[0]
+    assert f"{host} asks for credentials" in refused.errors[0]
+    result = setup(channel.explicit_lock(["libhello"]), *args,
+                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert Path(result.outputs["conda"]).exists()
+    assert TOKEN not in _everything(result)
