@@ -177,12 +177,19 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
     _restore_urls(staging, entries, records)
     if phases is not None:
         phases["extract+link: conda-meta URLs"] = time.monotonic() - started
-    for entry, got, sha in zip(entries, fetched, shas):
-        if not entry.sha256 and not got.cached:
-            sidecar = cache / f"{_dirname(entry)}{MD5_SIDECAR}"
-            part = sidecar.with_name(f"{sidecar.name}.{os.getpid()}")
-            part.write_text(f"{entry.md5} {sha}\n")
-            os.replace(part, sidecar)
+    for entry, sha in zip(entries, shas):
+        if entry.sha256:
+            continue
+        sidecar = cache / f"{_dirname(entry)}{MD5_SIDECAR}"
+        line = f"{entry.md5} {sha}\n"
+        try:
+            if sidecar.read_text() == line:
+                continue
+        except OSError:
+            pass
+        part = sidecar.with_name(f"{sidecar.name}.{os.getpid()}")
+        part.write_text(line)
+        os.replace(part, sidecar)
 
 
 def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[str, str],
