@@ -52,6 +52,8 @@ class Fetched:
     size: int
     cached: bool
     attempts: int
+    sha256: str = ""
+    """The file's sha256 when computed on the way (every download does), else ''."""
 
 
 @dataclass(frozen=True)
@@ -310,7 +312,7 @@ def _where(item: Download, to: Route) -> str:
     return mask_url(item.url)
 
 
-def _attempt(item: Download, policy: RetryPolicy) -> int:
+def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str]:
     """One request. A ``.part`` left by a cut connection is resumed with ``Range``; the hash
     then covers the old bytes and the new ones. A server that ignores ``Range`` (200) or a
     resumed file that fails the hash starts over from byte 0."""
@@ -325,6 +327,8 @@ def _attempt(item: Download, policy: RetryPolicy) -> int:
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     digest = hashlib.new(algorithm)
+    # sha256 on the way too (rattler keys its cache by it): no second pass over the file
+    sha256 = digest if algorithm == "sha256" else hashlib.sha256()
     size = 0
     announced: int | None = None
     try:
@@ -336,12 +340,16 @@ def _attempt(item: Download, policy: RetryPolicy) -> int:
                 with open(part, "rb") as old:
                     for chunk in iter(lambda: old.read(CHUNK), b""):
                         digest.update(chunk)
+                        if sha256 is not digest:
+                            sha256.update(chunk)
                 size = offset
             announced = size + int(length) if length is not None else None
             with open(part, "ab" if resumed else "wb") as out:
                 for chunk in iter(lambda: response.read(CHUNK), b""):
                     out.write(chunk)
                     digest.update(chunk)
+                    if sha256 is not digest:
+                        sha256.update(chunk)
                     size += len(chunk)
                     if _PROGRESS is not None:
                         _PROGRESS.add(len(chunk))
@@ -374,7 +382,7 @@ def _attempt(item: Download, policy: RetryPolicy) -> int:
             f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
             "the lock is wrong; nothing was installed.", title="hash mismatch")
     os.replace(part, item.dest)
-    return size
+    return size, sha256.hexdigest()
 
 
 def fetch(item: Download, policy: RetryPolicy) -> Fetched:
@@ -386,7 +394,8 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
     last = ""
     for attempt in range(1, policy.retries + 2):
         try:
-            return Fetched(item, _attempt(item, policy), False, attempt)
+            size, sha256 = _attempt(item, policy)
+            return Fetched(item, size, False, attempt, sha256)
         except _Retryable as exc:
             last = str(exc)
             if attempt > policy.retries:

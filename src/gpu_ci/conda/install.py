@@ -108,7 +108,8 @@ def fetch_missing(plan: InstallPlan, pkgs_dir: Path, cache: Path, policy: RetryP
     fetched = [Fetched(item, 0, True, 0) if sha else next(got) for item, sha in zip(items, shas)]
     for i, entry in enumerate(plan.conda):
         if not shas[i]:  # rattler checks its cache by sha256: give it one for md5-only locks
-            shas[i] = entry.sha256 or file_digest(fetched[i].download.dest, "sha256")
+            shas[i] = entry.sha256 or fetched[i].sha256 or file_digest(
+                fetched[i].download.dest, "sha256")
     return fetched, shas
 
 
