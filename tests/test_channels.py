@@ -73,10 +73,12 @@ def test_bad_mirror_lines(line):
 
 
 def test_progress_reports_bytes_and_rate_every_interval_not_per_chunk():
-    now = [0.0]
+    now = [100.0]  # set up long before the first bytes (e.g. while Miniforge installs)
     lines: list[str] = []
     progress = Progress(lines.append, interval=5.0, clock=lambda: now[0])
-    for _ in range(40):  # 40 MB over 8 s, in 1 MB chunks
-        now[0] += 0.2
+    now[0] = 200.0
+    for _ in range(56):  # 56 MB over 14 s, in 1 MB chunks
         progress.add(1_000_000)
-    assert lines == ["downloading: 25.0 MB in 5 s (5.0 MB/s now)"]
+        now[0] += 0.25
+    assert lines == ["downloading: 21.0 MB in 5 s (4.2 MB/s now)",
+                     "downloading: 41.0 MB in 10 s (4.0 MB/s now)"]

@@ -112,14 +112,16 @@ class Progress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._report, self._interval, self._clock = report, interval, clock
         self._lock = threading.Lock()
-        self._start = self._last = clock()
+        self._start = self._last = -1.0
         self._total = self._since = 0
 
     def add(self, count: int) -> None:
         with self._lock:
+            now = self._clock()
+            if self._start < 0:  # the clock starts with the first bytes, not at set-up
+                self._start = self._last = now
             self._total += count
             self._since += count
-            now = self._clock()
             if now - self._last < self._interval:
                 return
             rate = self._since / max(now - self._last, 1e-9)
@@ -192,10 +194,16 @@ def _direct(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
         return False
+    return _unproxied(parts.scheme, parts.hostname)
+
+
+@functools.lru_cache(maxsize=256)
+def _unproxied(scheme: str, host: str) -> bool:
+    """Once per origin: reading the proxy settings scans the whole environment."""
     import urllib.request
 
     proxies = urllib.request.getproxies()
-    return parts.scheme not in proxies or bool(urllib.request.proxy_bypass(parts.hostname))
+    return scheme not in proxies or bool(urllib.request.proxy_bypass(host))
 
 
 def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
