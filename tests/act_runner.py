@@ -93,7 +93,16 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
         cmd += ["-s", f"{key}={value}"]
     if job:
         cmd += ["-j", job]
-    cmd += act_args or []
+    act_args = act_args or []
+    if not any(arg.startswith("actions/cache@") for arg in act_args):
+        # The runner fetches every action a composite action names, even in a step whose
+        # `if:` is false; tests cannot reach github.com: map actions/cache to its stand-in
+        # (never run unless a test installs its npm packages, see tests/e2e/actions-cache).
+        from gpu_ci.specs import ACTIONS_CACHE_SHA
+
+        act_args = [*act_args, "--local-repository",
+                    f"actions/cache@{ACTIONS_CACHE_SHA}={ROOT / 'tests' / 'e2e' / 'actions-cache'}"]
+    cmd += act_args
     act_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
     act_env["HOME"] = str(workdir / "home")
