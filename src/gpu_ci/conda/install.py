@@ -102,9 +102,11 @@ def fetch_missing(plan: InstallPlan, pkgs_dir: Path, cache: Path, policy: RetryP
     items = _downloads(plan, pkgs_dir)
     shas = [trusted_sha256(entry, cache) if trust else "" for entry in plan.conda]
     todo = [item for item, sha in zip(items, shas) if not sha]
-    # Four threads per core at most 8: measured on 2 cores with kept-alive connections,
-    # 4 threads fetched 150 packages in 0.13 s, 8 in 0.11 s.
-    got = iter(fetch_all(todo, policy, workers=min(8, 4 * (os.cpu_count() or 2))))
+    # Two threads per core, at most 8: measured on 2 cores, 4 threads fetch as fast as 8
+    # over kept-alive connections (150 packages: 0.13 s and 0.11 s), but from a server that
+    # closes every connection 8 threads took 1.05 s against 0.24 s (they overflow a small
+    # listen backlog, and each refused connection waits a second for its retry).
+    got = iter(fetch_all(todo, policy, workers=min(8, 2 * (os.cpu_count() or 2))))
     fetched = [Fetched(item, 0, True, 0) if sha else next(got) for item, sha in zip(items, shas)]
     for i, entry in enumerate(plan.conda):
         if not shas[i]:  # rattler checks its cache by sha256: give it one for md5-only locks
