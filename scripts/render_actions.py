@@ -79,10 +79,12 @@ def render_action(spec: ActionSpec) -> str:
         )
     out.append("runs:\n  using: composite\n  steps:\n")
     out.append(BOOTSTRAP_STEP.format(rel="../../", action=spec.name))
+    out.append(spec.steps_before)
     out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
     out.append(_env_lines(list(spec.inputs)))
     out.append(f"      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/../../scripts/run.py\" "
                f"{spec.name}'\n")
+    out.append(spec.steps_after)
     return "".join(out)
 
 

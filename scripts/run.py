@@ -13,6 +13,8 @@ sys.dont_write_bytecode = True
 # sys.path[0] is this script's directory: replace it with the checkout's src/
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "src")
 
-from gpu_ci.cli import main  # noqa: E402
+# The same entry as ``python -m gpu_ci`` (which leaves without finalizing once py-rattler
+# ran: its threads can crash the interpreter at exit after a complete install).
+import runpy  # noqa: E402
 
-raise SystemExit(main())
+runpy.run_module("gpu_ci", run_name="__main__", alter_sys=True)

@@ -72,7 +72,8 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
 def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any], *,
             tool_cache: Path, env: dict[str, str] | None = None,
             secrets: dict[str, str] | None = None, repository: str = "octo-org/octo-repo",
-            job: str | None = None, timeout: float = 300, stream: bool = False) -> ActResult:
+            job: str | None = None, timeout: float = 300, stream: bool = False,
+            act_args: list[str] | None = None) -> ActResult:
     repo = workdir / "repo"
     prepare_repo(repo, [workflow], repository)
     event_path = workdir / "event.json"
@@ -96,6 +97,16 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
         cmd += ["-s", f"{key}={value}"]
     if job:
         cmd += ["-j", job]
+    act_args = act_args or []
+    if not any(arg.startswith("actions/cache@") for arg in act_args):
+        # The runner fetches every action a composite action names, even in a step whose
+        # `if:` is false; tests cannot reach github.com: map actions/cache to its stand-in
+        # (never run unless a test installs its npm packages, see tests/e2e/actions-cache).
+        from gpu_ci.specs import ACTIONS_CACHE_SHA
+
+        act_args = [*act_args, "--local-repository",
+                    f"actions/cache@{ACTIONS_CACHE_SHA}={ROOT / 'tests' / 'e2e' / 'actions-cache'}"]
+    cmd += act_args
     act_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
     act_env["HOME"] = str(workdir / "home")

@@ -239,6 +239,12 @@ class ChannelServer:
     faults: dict[str, list[str]] = field(default_factory=dict)
     log: list[tuple[str, int]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
+    authorization: str = ""
+    """When set, every request without exactly this Authorization header gets 401."""
+    protocol: str = "HTTP/1.1"
+    """'HTTP/1.0' closes every connection after one response (as some proxies do)."""
+    seen: list[dict[str, str]] = field(default_factory=list)
+    """Each request's path and headers, for checks on what was (not) sent."""
 
     @property
     def url(self) -> str:
@@ -247,7 +253,8 @@ class ChannelServer:
         return f"http://{host}:{port}"
 
     def fail(self, rel: str, *actions: str) -> None:
-        """Actions: '500', '503', '404', 'truncate', 'corrupt' (one per request)."""
+        """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>' (one per
+        request)."""
         self.faults.setdefault("/" + rel.lstrip("/"), []).extend(actions)
 
     def requests(self, contains: str = "") -> list[tuple[str, int]]:
@@ -257,15 +264,32 @@ class ChannelServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+            protocol_version = owner.protocol
+            disable_nagle_algorithm = True  # as production servers do (nginx tcp_nodelay)
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
+                owner.seen.append({"path": self.path, **dict(self.headers.items())})
+                if owner.authorization and self.headers.get("Authorization") != \
+                        owner.authorization:
+                    owner.log.append((path, 401))
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Bearer realm="channel"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 queue = owner.faults.get(path) or []
                 action = queue.pop(0) if queue else ""
+                if action.startswith("redirect:"):  # 302 to another URL
+                    owner.log.append((path, 302))
+                    self.send_response(302)
+                    self.send_header("Location", action[len("redirect:"):])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 file = (owner.root / path.lstrip("/")).resolve()
                 if action in ("500", "503", "404") or not file.is_file() or \
                         owner.root.resolve() not in file.parents:
@@ -280,10 +304,18 @@ class ChannelServer:
                     self.wfile.write(body)
                     return
                 data = file.read_bytes()
-                owner.log.append((path, 200))
                 if action == "corrupt":
                     data = data[:-1] + bytes([data[-1] ^ 0xFF])
-                self.send_response(200)
+                ranged = self.headers.get("Range", "")
+                start = int(ranged[len("bytes="):].split("-")[0]) if ranged.startswith(
+                    "bytes=") else 0
+                owner.log.append((path, 206 if start else 200))
+                self.send_response(206 if start else 200)
+                if start:
+                    self.send_header("Content-Range",
+                                     f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    data = data[start:]
+                self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if action == "truncate":

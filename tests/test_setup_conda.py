@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def test_truncated_download_is_fetched_again(setup, channel):
     channel.server.fail(f"channel/linux-64/{hello.filename}", "truncate")
     result = setup(channel.explicit_lock(["libhello", "hello"]))
     assert result.returncode == 0, result.stdout
-    assert [s for _, s in channel.server.requests(hello.filename)][-2:] == [200, 200]
+    assert [s for _, s in channel.server.requests(hello.filename)][-2:] == [200, 206]
 
 
 def test_server_error_then_retry(setup, channel):
@@ -444,6 +445,25 @@ def test_stale_cache_entry_from_another_archive_is_extracted_again(setup, channe
     prefix = Path(result.outputs["prefix"])
     assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
     assert (cache_entry / ".gpu-ci-archive-sha256").read_text() == libhello.md5
+
+
+def test_stale_rattler_cache_entry_from_another_archive_is_extracted_again(setup, channel):
+    libhello = channel.archives[0]
+    cache = setup.default_prefix.parent.parent / "pkgs" / "rattler"
+    cache_entry = cache / "libhello-1.0-h0_0"
+    (cache_entry / "share" / "libhello").mkdir(parents=True)
+    (cache_entry / "share" / "libhello" / "prefix.txt").write_text("stale\n")
+    # rattler's lock file: revision, then the sha256 of the archive it extracted (another)
+    (cache / "libhello-1.0-h0_0.lock").write_bytes(bytes(8) + bytes.fromhex("ab" * 32))
+    (cache / "libhello-1.0-h0_0.gpu-ci-md5").write_text(f"{libhello.md5} {'ab' * 32}\n")
+    before = len(channel.server.requests(libhello.filename))
+    result = setup(channel.explicit_lock(["libhello"]))
+    assert result.returncode == 0, result.stdout
+    prefix = Path(result.outputs["prefix"])
+    assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
+    assert len(channel.server.requests(libhello.filename)) == before + 1  # fetched again
+    assert (cache / "libhello-1.0-h0_0.gpu-ci-md5").read_text() == (
+        f"{libhello.md5} {libhello.sha256}\n")
 
 
 # -- never lose a file, never leave a half environment, safe when jobs run at once ----------
@@ -850,3 +870,50 @@ def test_options_refuse_unusable_inputs_with_a_usage_error(changes, message):
 
     with pytest.raises(UsageError, match=message):
         _options(**changes)
+
+
+def test_valid_cache_entry_is_trusted_without_its_archive(setup, channel):
+    libhello = channel.archives[0]
+    before = len(channel.server.requests(libhello.filename))
+    first = setup(channel.explicit_lock(["libhello"]))  # md5-only lock
+    assert first.returncode == 0, first.stdout
+    pkgs = setup.default_prefix.parent.parent / "pkgs"
+    shutil.rmtree(pkgs / "archives")  # as restored by cache: true (archives excluded)
+    shutil.rmtree(setup.default_prefix)
+    second = setup(channel.explicit_lock(["libhello"]))
+    assert second.returncode == 0, second.stdout
+    assert len(channel.server.requests(libhello.filename)) == before + 1  # once, then trusted
+    assert "(1 archives from cache)" in second.summary
+    meta = json.loads((setup.default_prefix / "conda-meta/libhello-1.0-h0_0.json").read_text())
+    assert meta["url"] == channel.archive_url(libhello)
+
+
+def test_a_trusted_entry_rattler_cannot_use_is_fetched_and_linked_again(
+        setup, channel, tmp_path, monkeypatch):
+    """The fallback of the trust: rattler refusing a trusted entry (here: made to refuse once)
+    costs a full fetch and verification, never a failed job or an unverified link."""
+    from gpu_ci.conda import install, lockfile
+    from gpu_ci.errors import GpuCiError
+
+    libhello = channel.archives[0]
+    text = channel.explicit_lock(["libhello"])
+    assert setup(text).returncode == 0
+    pkgs = setup.default_prefix.parent.parent / "pkgs"
+    shutil.rmtree(pkgs / "archives")
+    plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+    real, calls = install.link_with_rattler, []
+
+    def refuses_a_trusted_entry(plan, fetched, *args):
+        calls.append([f.cached for f in fetched])
+        if len(calls) == 1:
+            raise GpuCiError("rattler: the cache entry cannot be used")
+        return real(plan, fetched, *args)
+
+    monkeypatch.setattr(install, "link_with_rattler", refuses_a_trusted_entry)
+    before = len(channel.server.requests(libhello.filename))
+    target = tmp_path / "other-env"
+    report = install.install(plan, target, pkgs, dict(os.environ), log=lambda _: None)
+    assert calls == [[True], [False]]  # trusted first, then fetched and verified
+    assert len(channel.server.requests(libhello.filename)) == before + 1
+    assert report.downloaded_bytes > 0 and not report.reused
+    assert (target / "share/libhello/prefix.txt").read_text() == f"installed at {target}\n"

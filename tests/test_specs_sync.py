@@ -32,7 +32,7 @@ def test_each_action_yml_matches_its_spec():
         assert list(doc["outputs"]) == [o.name for o in spec.outputs]
         steps = doc["runs"]["steps"]
         assert "scripts/bootstrap.sh" in steps[0]["run"]
-        run_step = steps[-1]
+        run_step = next(step for step in steps if step.get("id") == "run")
         assert run_step["run"] == (
             f'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {name}')
         assert run_step["env"] == {i.env_name: f"${{{{ inputs.{i.name} }}}}"
@@ -120,3 +120,15 @@ def test_specs_module_needs_only_the_standard_library():
             "{'yaml', 'github', 'pynvml', 'rattler', 'packaging', 'actions'}); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-I", "-c", code], cwd=ROOT, check=True)
+
+
+def test_extra_steps_use_actions_pinned_by_full_commit_sha():
+    """Steps an action adds around its command (e.g. actions/cache) pin what they use."""
+    import re
+
+    for name in ACTIONS:
+        doc = load(ROOT / "actions" / name / "action.yml")
+        for step in doc["runs"]["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step
+            assert "${{" not in step.get("run", ""), step  # inputs reach run: via env only

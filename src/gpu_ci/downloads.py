@@ -5,24 +5,28 @@ share a package cache download side by side) while hashing, checked against the 
 sha256 (else md5) and the announced length, and only then renamed into place: a file at
 ``dest`` is always complete and verified, and a second job finding it there is done. 5xx,
 429 and network errors are retried as :class:`gpu_ci.retry.RetryPolicy` says, honouring
-``Retry-After``; a short body is fetched again. A full or read-only disk is a
-:class:`gpu_ci.disk.DiskError` at once, never retried, and leaves no partial file.
+``Retry-After``; a cut connection resumes where it stopped (HTTP ``Range`` on this process's
+own ``.part-<token>``, the hash then covering the whole file). A full or read-only disk is a
+:class:`gpu_ci.disk.DiskError` at once, never retried, and leaves no partial file. A
+``Router`` (mirrors and credentials, see ``gpu_ci.conda.channels``) decides where each URL is
+really fetched from; ``Progress`` reports bytes and rate every few seconds for long downloads.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import io
 import os
+import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from gpu_ci.disk import as_disk_error, require_space
@@ -31,8 +35,14 @@ from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
 from gpu_ci.urls import mask_url, strip_credentials
 
-__all__ = ["CHUNK", "Download", "Fetched", "RetryPolicy", "TOKEN", "fetch", "fetch_all",
-           "file_digest", "part_path", "verified"]
+__all__ = ["CHUNK", "Download", "Fetched", "Progress", "RetryPolicy", "Route", "Router",
+           "TOKEN", "configure", "fetch", "fetch_all", "file_digest", "part_path", "read_small",
+           "route", "verified"]
+
+if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
+    import http.client
+    import urllib.request
+    from email.message import Message
 
 CHUNK = 1 << 20
 
@@ -58,7 +68,8 @@ class Fetched:
     attempts: int
     sha256: str = ""
     md5: str = ""
-    """Both digests of the verified file (conda-meta records carry both)."""
+    """Both digests of the verified file, computed on the way (conda-meta records carry both);
+    '' for an entry trusted without its archive."""
 
 
 class _Retryable(Exception):
@@ -98,68 +109,303 @@ def part_path(dest: Path) -> Path:
     return dest.with_name(f"{dest.name}.part-{TOKEN}")
 
 
-def _request(url: str) -> urllib.request.Request:
+@dataclass(frozen=True)
+class Route:
+    """Where one URL is really fetched from, and how (built by ``gpu_ci.conda.channels``)."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    mirror: str = ""
+    """The mirror URL when a mirror replaced the original, for messages."""
+    hint: str = ""
+    """What to do when the server answers 401 or 403."""
+
+
+class Router(Protocol):
+    def route(self, url: str) -> Route: ...
+
+    def authorize(self, url: str) -> tuple[str, dict[str, str]]: ...
+
+
+class Progress:
+    """Bytes and rate of all downloads together, reported at most every ``interval`` s."""
+
+    def __init__(self, report: Callable[[str], None], interval: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._report, self._interval, self._clock = report, interval, clock
+        self._lock = threading.Lock()
+        self._start = self._last = -1.0
+        self._total = self._since = 0
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._start < 0:  # the clock starts with the first bytes, not at set-up
+                self._start = self._last = now
+            self._total += count
+            self._since += count
+            if now - self._last < self._interval:
+                return
+            rate = self._since / max(now - self._last, 1e-9)
+            self._last, self._since = now, 0
+            total, elapsed = self._total, now - self._start
+        self._report(f"downloading: {total / 1e6:.1f} MB in {elapsed:.0f} s "
+                     f"({rate / 1e6:.1f} MB/s now)")
+
+
+_ROUTER: Router | None = None
+_PROGRESS: Progress | None = None
+
+
+def configure(router: Router | None = None, progress: Progress | None = None) -> None:
+    """Set the mirrors/credentials and the progress reporter of every later download (one
+    command per process: the command sets them once, before downloading)."""
+    global _ROUTER, _PROGRESS
+    _ROUTER, _PROGRESS = router, progress
+
+
+def route(url: str) -> Route:
+    if _ROUTER is not None:
+        return _ROUTER.route(url)
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    return Route(url, hint=f"{host} asks for credentials: add a line for it to "
+                           "'channel-credentials'")
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    import urllib.request
+
+    class _Redirects(urllib.request.HTTPRedirectHandler):
+        """Credentials never follow a redirect to another origin: they are attached as
+        unredirected headers, and the new URL gets only the credentials of its own origin."""
+
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and _ROUTER is not None:
+                url, extra = _ROUTER.authorize(new.full_url)
+                new.full_url = url
+                for key, value in extra.items():
+                    new.add_unredirected_header(key, value)
+            return new
+
+    return urllib.request.build_opener(_Redirects)
+
+
+def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+    import urllib.request
+
     parts = urlsplit(url)
     request = urllib.request.Request(strip_credentials(url),
                                      headers={"User-Agent": "gpu-ci-actions"})
     if parts.username:
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    for key, value in (headers or {}).items():
+        request.add_unredirected_header(key, value)
     return request
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
+_LOCAL = threading.local()
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def _direct(url: str) -> bool:
+    """Whether ``url`` may go over a reused connection: http(s) and no proxy applies
+    (requests through a proxy take urllib's path, which honours *_PROXY and NO_PROXY)."""
     parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port
+    if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
+        return False
+    return _unproxied(parts.scheme, parts.hostname)
 
 
-class _DropCredentialsAcrossOrigins(urllib.request.HTTPRedirectHandler):
-    """urllib copies every header to the redirected request, ``Authorization`` included:
-    a channel that answers 302 with another host would receive the lock's credentials."""
+@functools.lru_cache(maxsize=256)
+def _unproxied(scheme: str, host: str) -> bool:
+    """Once per origin: reading the proxy settings scans the whole environment."""
+    import urllib.request
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
-            new.remove_header("Authorization")
-        return new
+    proxies = urllib.request.getproxies()
+    return scheme not in proxies or bool(urllib.request.proxy_bypass(host))
 
 
-_OPENER = urllib.request.build_opener(_DropCredentialsAcrossOrigins)
+def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
+    """This thread's kept-alive connection to ``url``'s origin (one per origin)."""
+    import http.client
+
+    parts = urlsplit(url)
+    key = (parts.scheme, parts.hostname, parts.port)
+    pool: dict[object, http.client.HTTPConnection] = _LOCAL.__dict__.setdefault("pool", {})
+    conn = pool.get(key)
+    if conn is not None and fresh:
+        conn.close()
+        conn = None
+    if conn is None:
+        host = parts.hostname or ""
+        if parts.scheme == "https":
+            import ssl
+
+            conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(host, parts.port, timeout=timeout)
+        pool[key] = conn
+    return conn
+
+
+def _drop(url: str) -> None:
+    parts = urlsplit(url)
+    pool = _LOCAL.__dict__.get("pool", {})
+    conn = pool.pop((parts.scheme, parts.hostname, parts.port), None)
+    if conn is not None:
+        conn.close()
+
+
+class _Response:
+    """What ``_attempt`` reads: a kept-alive response, or urllib's (redirects, proxies)."""
+
+    def __init__(self, status: int, headers: Message, body: object,
+                 done: Callable[[], None]) -> None:
+        self.status, self.headers, self._body, self._done = status, headers, body, done
+
+    def read(self, size: int) -> bytes:
+        return bytes(self._body.read(size))  # type: ignore[attr-defined]
+
+    def __enter__(self) -> _Response:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done()
+
+
+def _open(request: urllib.request.Request, timeout: float) -> _Response:
+    """Send ``request``, reusing this thread's connection to its origin when it can: one TCP
+    (and TLS) handshake per origin and thread instead of per file. A connection the server
+    closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
+    per-origin credential rules of ``_Redirects``). 4xx/5xx raise ``HTTPError`` as urllib."""
+    import http.client
+    import urllib.error
+
+    url = request.full_url
+    if not _direct(url):
+        response = _opener().open(request, timeout=timeout)
+        return _Response(response.status, response.headers, response, response.close)
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {**request.headers, **request.unredirected_hdrs, "Host": parts.netloc}
+    for fresh in (False, True):
+        conn = _connection(url, timeout, fresh)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            break
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            _drop(url)
+            if fresh:
+                raise
+        except BaseException:
+            _drop(url)
+            raise
+
+    def done() -> None:
+        if response.will_close or not response.isclosed():
+            _drop(url)  # not read to the end, or the server closes: never reuse it
+
+    if response.status in _REDIRECTS and response.headers.get("Location"):
+        from urllib.parse import urljoin
+
+        response.read()
+        done()
+        # the new origin gets its own credentials, if any, never this request's
+        new_url = urljoin(url, str(response.headers["Location"]))
+        new_url, extra = _ROUTER.authorize(new_url) if _ROUTER else (new_url, {})
+        followed = _opener().open(_request(new_url, extra), timeout=timeout)
+        return _Response(followed.status, followed.headers, followed, followed.close)
+    if response.status >= 400:
+        body = response.read()
+        done()
+        raise urllib.error.HTTPError(url, response.status, response.reason, response.headers,
+                                     io.BytesIO(body))
+    return _Response(response.status, response.headers, response, done)
+
+
+def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
+    """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
+    to = route(url)
+    with _opener().open(_request(to.url, to.headers), timeout=timeout) as response:
+        return bytes(response.read(limit))
+
+
+def _where(item: Download, to: Route) -> str:
+    """The URL to name in a message: the mirror's when a mirror served it."""
+    if to.mirror:
+        return f"mirror {mask_url(to.mirror)} (channel-mirrors, for {mask_url(item.url)})"
+    return mask_url(item.url)
 
 
 def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
+    """One request. A ``.part-<token>`` left by this process's cut connection is resumed with
+    ``Range``; the hash then covers the old bytes and the new ones. A server that ignores
+    ``Range`` (200) or a resumed file that fails the hash starts over from byte 0. The part
+    carries this process's token, so jobs sharing a cache never write one file together."""
+    import http.client
+    import urllib.error
+
     algorithm, want = expected(item)
     part = part_path(item.dest)
+    to = route(item.url)
+    offset = part.stat().st_size if part.exists() else 0
+    request = _request(to.url, to.headers)
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
     sha, md5 = hashlib.sha256(), hashlib.md5()
+    size = 0
+    announced: int | None = None
     try:
-        with _OPENER.open(_request(item.url), timeout=policy.timeout) as response:
-            announced = response.headers.get("Content-Length")
-            if announced is not None and announced.isdigit():
-                require_space(item.dest.parent, int(announced), f"downloading {item.label}")
-            size = _stream(response, part, item, sha, md5)
+        with _open(request, policy.timeout) as response:
+            length = response.headers.get("Content-Length")
+            resumed = bool(offset) and response.status == 206 and str(
+                response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
+            if resumed:
+                with open(part, "rb") as old:
+                    for chunk in iter(lambda: old.read(CHUNK), b""):
+                        sha.update(chunk)
+                        md5.update(chunk)
+                size = offset
+            if length is not None and str(length).isdigit():
+                require_space(item.dest.parent, int(length), f"downloading {item.label}")
+                announced = size + int(length)
+            size = _stream(response, part, item, sha, md5, size, resumed)
     except urllib.error.HTTPError as exc:
-        part.unlink(missing_ok=True)
-        if exc.code in (429,) or exc.code >= 500:
+        if exc.code == 416 and offset:
+            part.unlink(missing_ok=True)
+            raise _Retryable("HTTP 416 for a resumed download: starting over") from None
+        if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
             wait = exc.headers.get("Retry-After") if exc.headers else None
             raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
+        part.unlink(missing_ok=True)
+        hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
         raise GpuCiError(f"downloading {item.label} failed: HTTP {exc.code} for "
-                         f"{mask_url(item.url)}.") from None
+                         f"{_where(item, to)}.{hint}") from None
     except GpuCiError:
         part.unlink(missing_ok=True)
         raise
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        part.unlink(missing_ok=True)
+    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+        # keep the .part: the next attempt (this process, same token) resumes from it
         raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
-    if announced is not None and announced.isdigit() and size != int(announced):
-        part.unlink(missing_ok=True)
-        raise _Retryable(f"truncated: {size} of {announced} bytes")
+    if announced is not None and size != announced:
+        if size > announced:
+            part.unlink(missing_ok=True)
+        raise _Retryable(f"truncated: {size} of {announced} bytes (resuming)")
     got = sha.hexdigest() if algorithm == "sha256" else md5.hexdigest()
     if got != want:
         part.unlink(missing_ok=True)
+        if offset:
+            raise _Retryable("the resumed file fails the hash check: starting over")
         raise GpuCiError(
-            f"{algorithm} mismatch for {item.label} ({mask_url(item.url)}): the lock says "
-            f"{want}, the download has {got}. The file changed on the server or the lock is "
-            "wrong; nothing was installed.", title="hash mismatch")
+            f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
+            f"{want}, the download has {got}. The file changed on the server"
+            f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
+            "the lock is wrong; nothing was installed.", title="hash mismatch")
     try:
         os.replace(part, item.dest)
     except OSError as exc:
@@ -168,17 +414,20 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     return size, sha.hexdigest(), md5.hexdigest()
 
 
-def _stream(response: object, part: Path, item: Download, sha: Any, md5: Any) -> int:
-    """Copy the body to ``part``; a failure to write is the disk's, not the network's."""
-    size = 0
+def _stream(response: object, part: Path, item: Download, sha: Any, md5: Any, size: int,
+            append: bool) -> int:
+    """Copy the body to ``part`` (appending to a resumed one); a failure to write is the
+    disk's, not the network's."""
     read = response.read  # type: ignore[attr-defined]
     try:
-        with open(part, "wb") as out:
+        with open(part, "ab" if append else "wb") as out:
             for chunk in iter(lambda: read(CHUNK), b""):
                 out.write(chunk)
                 sha.update(chunk)
                 md5.update(chunk)
                 size += len(chunk)
+                if _PROGRESS is not None:
+                    _PROGRESS.add(len(chunk))
                 crash_point("download")
     except OSError as exc:
         named = as_disk_error(exc, part, f"downloading {item.label}")
@@ -224,8 +473,9 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
             if attempt >= policy.attempts:
                 break
             time.sleep(policy.wait(attempt, exc.wait))
-    raise GpuCiError(f"downloading {item.label} from {mask_url(item.url)} failed after "
-                     f"{policy.attempts} attempts ({last}).")
+    part_path(item.dest).unlink(missing_ok=True)  # nothing of ours is left behind
+    raise GpuCiError(f"downloading {item.label} from {_where(item, route(item.url))} failed "
+                     f"after {policy.attempts} attempts ({last}).")
 
 
 def fetch_all(items: Sequence[Download], policy: RetryPolicy | None = None,

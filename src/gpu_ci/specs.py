@@ -54,6 +54,11 @@ class ActionSpec:
     """The dependency groups the bootstrap installs for this action (see ``GROUPS``)."""
     runs_on: str = ""
     """Where the action belongs, for the README's overview (e.g. ``GPU runner``)."""
+    steps_before: str = ""
+    """Composite steps (YAML, indented as under ``runs.steps``) between the bootstrap and the
+    command, e.g. restoring a cache with a pinned action; they read inputs via ``env:``."""
+    steps_after: str = ""
+    """Composite steps after the command (the command's step has ``id: run``)."""
 
     @property
     def command_module(self) -> str:
@@ -156,6 +161,64 @@ REMOVE_LABEL = ActionSpec(
     ),
 )
 
+#: actions/cache, pinned by commit (v4.2.3); restore and save are its sub-actions.
+ACTIONS_CACHE_SHA = "5a3ec84eff668545956fd18022155c47e93e2684"
+
+_CONDA_CACHE_BEFORE = f"""\
+    - name: Cache key and path of the package cache
+      id: cache-plan
+      if: inputs.cache == 'true'
+      shell: bash
+      env:
+        LOCK: ${{{{ inputs.lock-file }}}}
+        PLATFORM: ${{{{ inputs.platform }}}}
+        ENGINE: ${{{{ inputs.engine }}}}
+        VERSION: ${{{{ inputs.miniforge-version }}}}
+        CATEGORIES: ${{{{ inputs.categories }}}}
+        ROOT: ${{{{ inputs.root }}}}
+        PKGS: ${{{{ inputs.pkgs-dir }}}}
+      run: |
+        sha=$("$GPU_CI_PYTHON" -c 'import hashlib, sys
+        print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$LOCK") || exit 1
+        base="${{RUNNER_TOOL_CACHE:-${{RUNNER_TEMP:-$HOME/.cache/gpu-ci}}}}"
+        pkgs="${{PKGS:-${{ROOT:-$base/miniforge3/$VERSION}}/pkgs}}"
+        prefix="gpu-ci-conda-v1-$RUNNER_OS-$RUNNER_ARCH-${{PLATFORM:-auto}}-$ENGINE-mf$VERSION-"
+        # Restore only into an absent or empty package cache: never over one in use (a
+        # persistent self-hosted runner keeps its own cache and needs none).
+        fresh=true
+        [ -d "$pkgs" ] && [ -n "$(ls -A "$pkgs")" ] && fresh=false
+        {{ echo "key=$prefix${{CATEGORIES//[^A-Za-z0-9_.-]/+}}-$sha"
+          echo "restore-prefix=$prefix"
+          echo "path=$pkgs"
+          echo "fresh=$fresh"; }} >> "$GITHUB_OUTPUT"
+    - name: Restore the package cache
+      id: cache-restore
+      if: inputs.cache == 'true' && steps.cache-plan.outputs.fresh == 'true'
+      uses: actions/cache/restore@{ACTIONS_CACHE_SHA}  # v4.2.3
+      with:
+        path: |
+          ${{{{ steps.cache-plan.outputs.path }}}}
+          !${{{{ steps.cache-plan.outputs.path }}}}/archives
+          !${{{{ steps.cache-plan.outputs.path }}}}/.work-*
+        key: ${{{{ steps.cache-plan.outputs.key }}}}
+        restore-keys: ${{{{ steps.cache-plan.outputs.restore-prefix }}}}
+"""
+
+_CONDA_CACHE_AFTER = f"""\
+    - name: Save the package cache
+      if: >-
+        inputs.cache == 'true' && inputs.cache-write == 'true' &&
+        steps.cache-plan.outputs.fresh == 'true' &&
+        steps.cache-restore.outputs.cache-hit != 'true'
+      uses: actions/cache/save@{ACTIONS_CACHE_SHA}  # v4.2.3
+      with:
+        path: |
+          ${{{{ steps.cache-plan.outputs.path }}}}
+          !${{{{ steps.cache-plan.outputs.path }}}}/archives
+          !${{{{ steps.cache-plan.outputs.path }}}}/.work-*
+        key: ${{{{ steps.cache-plan.outputs.key }}}}
+"""
+
 SETUP_CONDA_FROM_LOCK = ActionSpec(
     name="setup-conda-from-lock",
     summary="Install Miniforge and create a conda environment from a lock file, no solver.",
@@ -181,6 +244,15 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         InputSpec("pkgs-dir", "Package cache directory (default: under root).", ""),
         InputSpec("activate", "Export the environment's activation to later steps.", "true"),
         InputSpec("dry-run", "Print the install plan without downloading anything.", "false"),
+        InputSpec("channel-mirrors", "Lines '<channel URL prefix> => <mirror URL prefix>': "
+                  "fetch packages (and the installer) from a mirror.", ""),
+        InputSpec("channel-credentials", "Lines '<host> = bearer <token>', '<host> = basic "
+                  "<user>:<password>' or '<host> = token <anaconda.org token>'; sent to that "
+                  "host only, masked. Pass them from the secrets context.", ""),
+        InputSpec("cache", "Restore and save the package cache with actions/cache, keyed by "
+                  "lock sha256, platform, engine and version.", "false"),
+        InputSpec("cache-write", "Save the package cache after a miss (false: only restore, "
+                  "e.g. on pull requests).", "true"),
     ),
     outputs=(
         OutputSpec("prefix", "Path of the environment."),
@@ -191,6 +263,8 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         OutputSpec("packages", "Number of conda and pip entries installed."),
         OutputSpec("reused", "'true' when the prefix already held exactly this lock."),
     ),
+    steps_before=_CONDA_CACHE_BEFORE,
+    steps_after=_CONDA_CACHE_AFTER,
 )
 
 VERIFY_CUDA_ENV = ActionSpec(

@@ -39,6 +39,11 @@ def read_lock(path: str) -> str:
 def run(inputs: Inputs, rt: Runtime) -> int:
     environ = rt.environ
     opts = options_from(inputs, environ)
+    from gpu_ci.conda.channels import Network
+
+    network = Network.parse(inputs["channel-mirrors"], inputs["channel-credentials"])
+    for secret in network.secrets():  # before anything is printed
+        rt.mask(secret)
     path = opts.lock_file
     text = read_lock(path)
     lock = lockfile.parse(text, path)
@@ -81,6 +86,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     # Before anything is downloaded (Miniforge included): can the result be put in place?
     env_install.check_writable(prefix, pkgs_dir)
     phases: dict[str, float] = {}
+    from gpu_ci import downloads
+
+    downloads.configure(network, downloads.Progress(rt.info))
     mf = None
     if opts.miniforge:
         from gpu_ci.conda import miniforge

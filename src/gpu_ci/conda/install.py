@@ -6,8 +6,12 @@ The order is what makes it safe (see ``transaction`` for the locks and the journ
 2. if the prefix already holds this lock *and* its files match its records: ``reused``;
 3. check, before any download, that the prefix's directory and the package cache are
    writable and that the prefix can be renamed (not a mount point);
-4. download and verify every archive (threads) and extract each into the shared cache
-   (worker processes that die with us), entries appearing by atomic rename only;
+4. trust a cache entry without its archive when an earlier job extracted it from an archive
+   with the lock's digest (our stamp inside it, rattler's recorded sha256 beside it) *and*
+   its files match its ``paths.json`` (sizes and sha256, checked in the workers); download
+   (kept-alive connections, ``Range`` resume, mirrors and credentials) and verify every
+   other archive (threads) and extract each into the shared cache (worker processes that
+   die with us, one per-entry lock), entries appearing by atomic rename only;
 5. link with py-rattler into a staging sibling, the final path written into prefix
    placeholders, each ``conda-meta`` record built from the package's own ``index.json``
    (a cache entry an earlier job extracted is first checked against its ``paths.json``,
@@ -47,6 +51,10 @@ from gpu_ci.retry import RetryPolicy
 from gpu_ci.urls import mask_url
 
 SHA_MARKER = ".gpu-ci-archive-sha256"
+MD5_SIDECAR = ".gpu-ci-md5"
+"""Next to rattler's ``<name>-<version>-<build>.lock``: ``<md5> <sha256>`` of the archive we
+verified against an md5-only lock entry, so that the next run can give rattler the sha256 of
+a cache entry it trusts without the archive."""
 Log = Callable[[str], None]
 
 
@@ -104,6 +112,56 @@ def _noop(_: int) -> None:
     return None
 
 
+def rattler_cache_sha256(cache: Path, dirname: str) -> str:
+    """The archive sha256 rattler's package cache recorded for an extracted package, '' when
+    none: its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
+    archive it extracted. (A future layout reads as '': we then fetch, never trust.)"""
+    try:
+        raw = (cache / f"{dirname}.lock").read_bytes()
+    except OSError:
+        return ""
+    return raw[8:40].hex() if len(raw) >= 40 and (cache / dirname).is_dir() else ""
+
+
+def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
+    """The archive sha256 to give rattler for a cache entry that may be used without its
+    archive, '' when it may not: the lock's sha256, or for an md5-only lock the one our
+    sidecar recorded for that md5; and rattler's own record, when it wrote one (it leaves its
+    ``.lock`` empty for entries we extracted), must agree. Only a candidate: ``_valid_entry``
+    must still find our stamp (the lock's digest, written by ``_extract`` with the entry) and
+    every file as ``paths.json`` records it."""
+    dirname = _entry_dir(cache, entry).name
+    sha = entry.sha256
+    if not sha:
+        try:
+            md5, sha = (cache / f"{dirname}{MD5_SIDECAR}").read_text().split()
+        except (OSError, ValueError):
+            return ""
+        if md5 != entry.md5:
+            return ""
+    have = rattler_cache_sha256(cache, dirname)
+    return sha if not have or have == sha else ""
+
+
+def _valid_entry(dest: str, digest: str) -> bool:
+    """In a worker: the entry was extracted from an archive with ``digest`` and every file
+    matches its ``paths.json``. Under the per-entry lock, so never half-replaced."""
+    target = Path(dest)
+    lock = target.with_name(f".{target.name}.gpu-ci.lock")
+    with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
+        return _entry_ok(target, digest)
+
+
+def _entry_ok(target: Path, digest: str) -> bool:
+    """Extracted from the archive with ``digest``, every file as ``paths.json`` records it,
+    and the ``index.json`` its conda-meta record is built from is there."""
+    try:
+        return (target / SHA_MARKER).read_text() == digest and \
+            (target / "info" / "index.json").is_file() and not cache_entry_problem(target)
+    except OSError:
+        return False
+
+
 def _named_from_message(exc: BaseException, path: Path, what: str) -> GpuCiError | None:
     """rattler reports I/O errors as text ('... (os error 28)'): name the disk ones."""
     if isinstance(exc, OSError) and exc.errno is not None:
@@ -134,10 +192,8 @@ def _extract(archive: str, dest: str, digest: str, token: str) -> bool:
     target = Path(dest)
     lock = target.with_name(f".{target.name}.gpu-ci.lock")
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        stamp = target / SHA_MARKER
-        with contextlib.suppress(OSError):
-            if stamp.read_text() == digest and not cache_entry_problem(target):
-                return False
+        if _entry_ok(target, digest):
+            return False
         tmp = target.with_name(f".{target.name}.tmp-{token}")
         try:
             extract(Path(archive), tmp)
@@ -156,9 +212,14 @@ def _extract(archive: str, dest: str, digest: str, token: str) -> bool:
 
 
 def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
-                      policy: RetryPolicy | None) -> list[Fetched]:
+                      policy: RetryPolicy | None,
+                      trust: bool = True) -> tuple[list[Fetched], list[str]]:
     """Download and verify on threads; extract each verified archive at once, in worker
-    processes, while the others are still downloading. Nothing is extracted unverified."""
+    processes, while the others are still downloading. Nothing is extracted unverified.
+
+    A cache entry that passes ``trusted_sha256`` and ``_valid_entry`` is used without its
+    archive (neither fetched nor hashed: the warm case used to spend most of its time
+    re-hashing archives). Returns each entry's Fetched and archive sha256."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 
@@ -166,7 +227,7 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
 
     items = _downloads(plan, pkgs_dir)
     if not items:
-        return []
+        return [], []
     cache.mkdir(parents=True, exist_ok=True)
     workers = max(1, min(os.cpu_count() or 2, len(items)))
     # fork is cheap and safe on Linux (workers start before any thread exists); macOS and
@@ -181,13 +242,23 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
         results: dict[int, Fetched] = {}
+        shas = [trusted_sha256(entry, cache) if trust else "" for entry in plan.conda]
+        candidates = [i for i, sha in enumerate(shas) if sha]
+        valid = procs.map(_valid_entry, [str(_entry_dir(cache, plan.conda[i])) for i in candidates],
+                          [plan.conda[i].sha256 or plan.conda[i].md5 for i in candidates])
+        for i, ok in zip(candidates, list(valid)):
+            if ok:
+                results[i] = Fetched(items[i], 0, True, 0, shas[i], plan.conda[i].md5)
+            else:
+                shas[i] = ""
+        todo = [i for i in range(len(items)) if i not in results]
         extractions = []
         error: BaseException | None = None
         # Two download threads per core, at most 8: more threads than that on a small
         # runner convoy on the GIL with the extraction feeders (measured on 2 cores: 8
         # threads 0.47-1.43 s for 150 packages, 4 threads a steady 0.44 s).
-        with ThreadPoolExecutor(min(8, 2 * (os.cpu_count() or 2), len(items))) as threads:
-            futures = {threads.submit(fetch, item, policy): i for i, item in enumerate(items)}
+        with ThreadPoolExecutor(max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))) as threads:
+            futures = {threads.submit(fetch, items[i], policy): i for i in todo}
             for future in as_completed(futures):
                 try:
                     got = future.result()
@@ -214,23 +285,26 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                     f"({type(exc).__name__}: {exc}).")
     if error is not None:
         raise error
-    return [results[i] for i in range(len(items))]
+    fetched = [results[i] for i in range(len(items))]
+    return fetched, [sha or got.sha256 for sha, got in zip(shas, fetched)]
 
 
 # -- linking ------------------------------------------------------------------------------
 
 
-def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], cache: Path) -> list[Any]:
+def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Sequence[str],
+             cache: Path) -> list[Any]:
     """Repodata records from each package's own ``info/index.json`` (not from the lock:
     an explicit lock has no dependencies, and a build string does not give the build
-    number), with the archive's size and both digests, as a channel's repodata has them."""
+    number), with the archive's size and both digests, as a channel's repodata has them (an
+    entry trusted without its archive has no size, and an md5 only when the lock has one)."""
     import rattler
 
     records = []
-    for entry, got in zip(entries, fetched):
+    for entry, got, sha in zip(entries, fetched, shas):
         index = _entry_dir(cache, entry) / "info" / "index.json"
         record = rattler.PackageRecord.from_index_json(
-            index, size=got.size, sha256=got.sha256 or None, md5=got.md5 or None)
+            index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None)
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
             raise GpuCiError(f"{entry.filename} says it is for {record.subdir} in its "
                              f"index.json, but the lock has it under {entry.subdir}.")
@@ -240,17 +314,27 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], cache: P
     return records
 
 
-def _restore_urls(staging: Path, entries: Sequence[CondaEntry]) -> None:
-    """conda-meta should name where a package came from, not our local cache file."""
-    by_file = {e.filename: e for e in entries}
-    for path in (staging / "conda-meta").glob("*.json"):
-        data = json.loads(path.read_text())
-        entry = by_file.get(str(data.get("fn") or ""))
-        if entry is None:
-            continue
-        data["url"] = mask_url(entry.url)
-        data["channel"] = mask_url(entry.channel.rstrip("/") + "/")  # as rattler writes it
-        path.write_text(json.dumps(data, indent=2))
+def _restore_urls(staging: Path, entries: Sequence[CondaEntry], records: Sequence[Any]) -> None:
+    """conda-meta names where a package came from, not our local archive: a plain string
+    replacement of the JSON-encoded URL and channel, on threads (re-encoding every file with
+    indent took 0.3 s at 150 packages); a file written some other way is decoded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def restore(pair: tuple[CondaEntry, Any]) -> None:
+        entry, record = pair
+        path = staging / "conda-meta" / f"{_entry_dir(staging, entry).name}.json"
+        text = path.read_text()
+        url, channel = mask_url(entry.url), mask_url(entry.channel.rstrip("/") + "/")
+        new = text.replace(json.dumps(str(record.url)), json.dumps(url), 1)
+        if new == text or json.loads(new).get("channel") != channel:
+            data = json.loads(text)
+            data["url"] = url
+            data["channel"] = channel  # as rattler writes it
+            new = json.dumps(data, indent=2)
+        path.write_text(new)
+
+    with ThreadPoolExecutor(min(8, 2 * (os.cpu_count() or 2))) as pool:
+        list(pool.map(restore, zip(entries, records)))
 
 
 def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path) -> int:
@@ -272,8 +356,8 @@ def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path) 
     return total
 
 
-def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
-                      target: Path, cache: Path) -> None:
+def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str],
+                      staging: Path, target: Path, cache: Path) -> None:
     import asyncio
 
     import rattler
@@ -289,12 +373,14 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
     require_space(target.parent, _copied_bytes(entries, cache, target.parent),
                   f"linking {len(entries)} packages into {target}")
     # Every entry is either extracted just now from a verified archive or was checked against
-    # its paths.json (sizes and sha256) by _extract; rattler need only see that it is there.
+    # its paths.json (sizes and sha256) by _extract or _valid_entry; rattler need only see
+    # that it is there.
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.fast())
+    records = _records(entries, fetched, shas, cache)
     try:
         asyncio.run(rattler.install(
-            _records(entries, fetched, cache), target_prefix=str(staging),
+            records, target_prefix=str(staging),
             alternative_target_prefix=str(target), package_cache=package_cache,
             show_progress=False, execute_link_scripts=False))
     except GpuCiError:
@@ -304,7 +390,22 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], staging: Path,
         if named is not None:
             raise named from None
         raise GpuCiError(f"linking the environment failed: {exc}") from None
-    _restore_urls(staging, entries)
+    _restore_urls(staging, entries, records)
+    for entry, sha in zip(entries, shas):
+        if entry.sha256 or not sha:
+            continue
+        sidecar = cache / f"{_entry_dir(cache, entry).name}{MD5_SIDECAR}"
+        line = f"{entry.md5} {sha}\n"
+        with contextlib.suppress(OSError):
+            if sidecar.read_text() == line:
+                continue
+        part = sidecar.with_name(f".{sidecar.name}.tmp-{TOKEN}")  # swept if we die
+        try:
+            part.write_text(line)
+            os.replace(part, sidecar)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            raise as_disk_error(exc, cache, "recording the archive sha256") or exc from None
 
 
 def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[str, str],
@@ -480,7 +581,7 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
         fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
         report.phases["download+verify"] = time.monotonic() - started
     else:
-        fetched = fetch_and_extract(plan, pkgs_dir, cache, policy)
+        fetched, shas = fetch_and_extract(plan, pkgs_dir, cache, policy)
         report.phases["download+verify+extract"] = time.monotonic() - started
     report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
     report.cached_archives = sum(1 for f in fetched if f.cached)
@@ -494,7 +595,20 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
         link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)},
                         explicit)
     else:
-        link_with_rattler(plan, fetched, staging, target, cache)
+        try:
+            link_with_rattler(plan, fetched, shas, staging, target, cache)
+        except DiskError:
+            raise
+        except GpuCiError:
+            if all(not f.cached for f in fetched):
+                raise
+            # A trusted entry was not usable after all: fetch and verify every archive,
+            # extract them again, and link once more.
+            shutil.rmtree(staging, ignore_errors=True)
+            fetched, shas = fetch_and_extract(plan, pkgs_dir, cache, policy, trust=False)
+            link_with_rattler(plan, fetched, shas, staging, target, cache)
+            report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
+            report.cached_archives = sum(1 for f in fetched if f.cached)
     report.phases["link"] = time.monotonic() - started
     crash_point("link")
     if plan.pip:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import platform as _platform
 import subprocess
 import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_ci.downloads import Download, RetryPolicy, fetch
+from gpu_ci.downloads import Download, RetryPolicy, fetch, read_small, route
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
 
@@ -70,8 +69,14 @@ def installer_name(version: str, system: str | None = None, machine: str | None 
 
 def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
     try:
-        with urllib.request.urlopen(url + ".sha256", timeout=policy.timeout) as response:
-            text = response.read(4096).decode("utf-8", "replace")
+        text = read_small(url + ".sha256", policy.timeout).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise GpuCiError(f"HTTP {exc.code} for {mask_url(url)}.sha256: "
+                             f"{route(url).hint}.", title="unverified installer") from None
+        raise GpuCiError(f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
+                         f"not be read (HTTP {exc.code}). Set installer-sha256; nothing was "
+                         "installed.", title="unverified installer") from None
     except (urllib.error.URLError, OSError) as exc:
         raise GpuCiError(f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
                          f"not be read ({getattr(exc, 'reason', exc)}). Set installer-sha256; "

@@ -1,0 +1,68 @@
+"""cache: true under act: the first job restores (a miss) and saves the package cache, a
+second job on a fresh disk restores it and downloads nothing.
+
+act cannot fetch actions/cache from github.com here; actions/cache@<pinned commit> is mapped
+to a stand-in over the same npm library (tests/e2e/actions-cache/README.md), talking to act's
+own cache server.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
+
+from gpu_ci.specs import ACTIONS_CACHE_SHA  # noqa: E402
+from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+#: The @actions/cache release actions/cache v4.2.3 is built on (v1 cache API, act's server).
+NPM_PACKAGES = ["@actions/cache@4.0.3", "@actions/core@1.11.1"]
+
+
+@pytest.fixture(scope="session")
+def cache_standin(tmp_path_factory):
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is needed to install @actions/cache for the actions/cache stand-in")
+    folder = tmp_path_factory.mktemp("actions-cache")
+    shutil.copytree(ROOT / "tests" / "e2e" / "actions-cache", folder, dirs_exist_ok=True)
+    proc = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--no-save",
+                           *NPM_PACKAGES], cwd=folder, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return folder
+
+
+def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cache_standin):
+    channel = build_channel(tmp_path / "chan", with_python=False)
+    channel.server = ChannelServer(tmp_path / "chan").start()
+    lock = tmp_path / "conda-linux-64.lock"
+    lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
+    try:
+        result = act(ROOT / "tests" / "e2e" / "workflows" / "setup-conda-cache.yml",
+                     "workflow_dispatch", {"inputs": {}},
+                     env={"E2E_LOCK": str(lock), "E2E_ROOT": str(tmp_path / "mf")},
+                     act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
+                               "--cache-server-path", str(tmp_path / "actcache"),
+                               "--local-repository",
+                               f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
+                     timeout=600)
+    finally:
+        channel.server.stop()
+    assert result.returncode == 0, result.log
+    out = result.outputs
+    assert out["first_reused"] == "false" and int(out["first_pkgs"]) >= 3
+    assert "Cache not found for input keys: gpu-ci-conda-v1-" in result.log  # job 1: a miss
+    assert "Cache saved with key: gpu-ci-conda-v1-" in result.log  # ... then saved
+    assert "Cache restored from key: gpu-ci-conda-v1-" in result.log  # job 2 restored
+    assert result.log.count("Cache saved with key") == 1  # a hit (and cache-write) saves none
+    assert out["second_hello"] == f"hello from {out['second_prefix']}"
+    # every archive was fetched by the first job only: the second linked from the cache
+    for archive in channel.archives[:3]:
+        assert [s for _, s in channel.server.requests(archive.filename)] == [200], archive
