@@ -230,18 +230,19 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     import hashlib
 
     from gpu_ci.conda.miniforge import installer_name
-    from tests.test_setup_conda import FAKE_INSTALLER
+    from tests.test_setup_conda import FAKE_INSTALLER, FAKE_MF
 
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
     folder = channel.root.parent / "mf-private"
     folder.mkdir(exist_ok=True)
-    script = folder / installer_name("26.3.2-3")
+    # a version without a shipped hash, so that its .sha256 is fetched (through the mirror)
+    script = folder / installer_name(FAKE_MF)
     script.write_text(FAKE_INSTALLER)
     (folder / (script.name + ".sha256")).write_text(
         f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n")
     url = f"{server.url}/mf-private/{script.name}"
-    args = ("--miniforge", "true", "--installer-url", url)
+    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
     refused = setup(channel.explicit_lock(["libhello"]), *args)
     assert refused.returncode == 1
     assert f"HTTP 401 for {url}.sha256" in refused.errors[0]

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,9 +182,12 @@ def _opener() -> urllib.request.OpenerDirector:
 
         def redirect_request(self, req, fp, code, msg, headers, newurl):
             new = super().redirect_request(req, fp, code, msg, headers, newurl)
-            if new is not None and _ROUTER is not None:
-                url, extra = _ROUTER.authorize(new.full_url)
-                new.full_url = url
+            if new is not None:
+                extra = _same_origin_auth(req.full_url, new.full_url, req.unredirected_hdrs)
+                if _ROUTER is not None:
+                    url, routed = _ROUTER.authorize(new.full_url)
+                    new.full_url = url
+                    extra.update(routed)
                 for key, value in extra.items():
                     new.add_unredirected_header(key, value)
             return new
@@ -204,6 +207,21 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     for key, value in (headers or {}).items():
         request.add_unredirected_header(key, value)
     return request
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def _same_origin_auth(old_url: str, new_url: str,
+                      unredirected: Mapping[str, str]) -> dict[str, str]:
+    """A redirect within one origin keeps the request's ``Authorization`` (e.g. from
+    ``user:password@`` in a lock URL); to another origin it is never sent."""
+    value = unredirected.get("Authorization")
+    if value and _origin(old_url) == _origin(new_url):
+        return {"Authorization": value}
+    return {}
 
 
 _LOCAL = threading.local()
@@ -317,7 +335,9 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
         done()
         # the new origin gets its own credentials, if any, never this request's
         new_url = urljoin(url, str(response.headers["Location"]))
+        kept = _same_origin_auth(url, new_url, request.unredirected_hdrs)
         new_url, extra = _ROUTER.authorize(new_url) if _ROUTER else (new_url, {})
+        extra = {**kept, **extra}
         followed = _opener().open(_request(new_url, extra), timeout=timeout)
         return _Response(followed.status, followed.headers, followed, followed.close)
     if response.status >= 400:
