@@ -288,3 +288,30 @@ def test_cli_a_read_only_token_explains_the_three_workflows(run_cli, github, env
     assert result.returncode == 1
     assert "HTTP 403" in result.errors[0] and "pull_request_target" in result.errors[0]
     assert github.repos[REPO].statuses == {}
+
+
+# -- review (attacks on the merged status) ----------------------------------------------------
+
+def test_the_contributors_own_run_ending_after_the_approval_posts_nothing():
+    """Fork pushes X; its own run of X (the fork's workflow file, triggered by the fork's
+    author) is still going when a maintainer approves X; it ends with a passing 'tests' job:
+    only the run the approval started may turn the status green."""
+    out = run_outcome("completed", wf_run(actor="contributor"), [job()], APPROVED)
+    assert out.status is None and "not by the approver" in out.note
+    failed = run_outcome("completed", wf_run(actor="contributor"), [job("failure")], APPROVED)
+    assert failed.status is None
+
+
+def test_pushing_an_approved_commit_again_revokes_its_approval():
+    """Approve X, push Y, force-push X back: X shows 'waiting' again, and the old approval
+    (still listed below it) no longer lets a run post a result for X."""
+    again = statuses.waiting(CONFIG, HEAD, "synchronize", "a" * 40)
+    listed = [ours(again.description), *APPROVED]
+    assert statuses.approval_of(listed, "GPU CI") == ""
+    assert run_outcome("completed", wf_run(), [job()], listed).status is None
+    reopened = statuses.waiting(CONFIG, HEAD, "reopened")
+    assert statuses.approval_of([ours(reopened.description), *APPROVED], "GPU CI") == ""
+    plain = statuses.waiting(CONFIG, HEAD, "synchronize")
+    assert statuses.approval_of([ours(plain.description), *APPROVED], "GPU CI") == ""
+    # approving again after the push counts
+    assert statuses.approval_of([*APPROVED, ours(again.description)], "GPU CI") == "maintainer"

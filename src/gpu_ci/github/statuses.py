@@ -44,6 +44,8 @@ FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
 WATCHDOG_PREFIX = "No GPU runner picked this up"
+#: The wordings of :func:`waiting`: posted after a push, they revoke older approvals.
+_REVOKED = ("Waiting for approval", "New push (was ")
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,8 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
         if status.get("context") != context:
             continue
         text = str(status.get("description") or "")
+        if text.startswith(_REVOKED):
+            return ""  # a newer push (or reopening) of this very commit asks again
         # Anchored to our own wordings, so that a refusal quoting text cannot read as one.
         match = _APPROVER.match(text) if text.startswith("Approved") else (
             _APPROVER.search(text) if text.startswith(("GPU tests ", "GPU run ")) else None)
@@ -275,6 +279,11 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         return Outcome(None, f"'{action}' does not change the status.")
     gpu = gpu_jobs_of(jobs or [], config.gpu_jobs)
     ran = [j for j in gpu if j.get("conclusion") not in (None, "skipped")]
+    if ran and not trusted and actor != approver:
+        # e.g. the contributor's own run of this commit, started before the approval and
+        # ending after it: only the run the approval started speaks for the commit.
+        return Outcome(None, f"run triggered by @{actor}, not by the approver @{approver}: "
+                       "its result is not posted.")
     if not ran:
         if trusted or actor != approver:
             return Outcome(None, "the GPU job did not run in this run.")
