@@ -315,3 +315,12 @@ def test_pushing_an_approved_commit_again_revokes_its_approval():
     assert statuses.approval_of([ours(plain.description), *APPROVED], "GPU CI") == ""
     # approving again after the push counts
     assert statuses.approval_of([*APPROVED, ours(again.description)], "GPU CI") == "maintainer"
+
+
+@pytest.mark.parametrize("head_repo", ["", REPO])
+def test_a_pull_request_run_needs_an_approval_even_without_a_fork(head_repo):
+    """A pull request's run is never 'trusted', even when its head repository is this one (a
+    branch pushed here) or unknown (the fork was deleted: head_repository is null)."""
+    out = run_outcome("completed", wf_run(actor="contributor", head_repo=head_repo), [job()],
+                      [])
+    assert out.status is None and "carries no approval" in out.note
