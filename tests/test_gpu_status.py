@@ -190,7 +190,9 @@ def test_cli_posts_the_waiting_status(run_cli, github, env):
     result = run_cli(["gpu-status"], env, event=webhook("pull_request.opened"),
                      event_name="pull_request_target")
     assert result.returncode == 0, result.stdout
-    assert [(r.method, r.path) for r in github.log] == [("POST", f"/repos/{REPO}/statuses/{HEAD}")]
+    assert [(r.method, r.path) for r in github.log] == [
+        ("GET", f"/repos/{REPO}/commits/{HEAD}/statuses"),
+        ("POST", f"/repos/{REPO}/statuses/{HEAD}")]
     (posted,) = github.repos[REPO].statuses[HEAD]
     assert posted["context"] == "GPU CI" and posted["state"] == "pending"
     assert result.outputs["state"] == "pending"
@@ -324,3 +326,21 @@ def test_a_pull_request_run_needs_an_approval_even_without_a_fork(head_repo):
     out = run_outcome("completed", wf_run(actor="contributor", head_repo=head_repo), [job()],
                       [])
     assert out.status is None and "carries no approval" in out.note
+
+
+@pytest.mark.parametrize("action", ["opened", "reopened", "synchronize"])
+def test_a_new_pull_request_at_a_tested_commit_does_not_reset_its_result(action):
+    """Anyone can open a pull request from a fork at another pull request's head: 'waiting'
+    posted on that commit would turn its passed GPU CI pending again (a denial of service
+    repeatable at will). A final result of exactly this commit stays."""
+    payload = {"action": action, "before": "b" * 40, "pull_request": {
+        "number": 9, "state": "open", "head": {"sha": HEAD}}}
+    passed = [ours(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success"),
+              *APPROVED]
+    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO,
+                                  passed)
+    assert out.status is None and "already has a final" in out.note
+    # still running: the new head waits (and revokes the approval of the unfinished run)
+    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO,
+                                  APPROVED)
+    assert out.status is not None and out.status.description.startswith(("Waiting", "New"))

@@ -44,6 +44,8 @@ FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
 WATCHDOG_PREFIX = "No GPU runner picked this up"
+NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
+FINAL = ("success", "failure", "error")
 #: The wordings of :func:`waiting`: posted after a push, they revoke older approvals.
 _REVOKED = ("Waiting for approval", "New push (was ")
 
@@ -148,7 +150,9 @@ def after_gate(config: StatusConfig, sha: str, run: bool, reason: str, labeled_b
 
 def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any],
                    gate_run: bool | None, gate_reason: str, labeled_by: str,
-                   server_url: str, repository: str) -> Outcome:
+                   server_url: str, repository: str,
+                   listed: Sequence[Mapping[str, Any]] = ()) -> Outcome:
+    """``listed``: the head's statuses, newest first (for opened, reopened, synchronize)."""
     pr = payload.get("pull_request")
     if not isinstance(pr, dict):
         return Outcome(None, "the event has no pull_request object.")
@@ -159,6 +163,13 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
     link = f"{server_url}/{repository}/pull/{number}/checks"
     if pr.get("state") == "closed":
         return Outcome(None, f"pull request #{number} is closed.")
+    if action in NEW_HEAD:
+        latest = latest_of(listed, config.context)
+        if latest is not None and latest.get("state") in FINAL:
+            # A result is about the commit, not the pull request: another pull request
+            # (anyone's) opened at this commit, or a push back to it, must not reset it.
+            return Outcome(None, f"{short(sha)} already has a final '{config.context}' "
+                           f"result ({latest.get('state')}).")
     if action in ("opened", "reopened", "ready_for_review"):
         return Outcome(waiting(config, sha, action, target_url=link), "new pull request head.")
     if action == "synchronize":
