@@ -58,7 +58,7 @@ def test_a_mirror_cannot_vouch_for_its_own_installer(mirror, tmp_path):
     root = tmp_path / "root"
     with pytest.raises(GpuCiError, match=f"sha256 mismatch for Miniforge {version}"):
         miniforge.ensure(version, root, tmp_path / "installers", {}, url=url,
-                         policy=RetryPolicy(retries=0))
+                         policy=RetryPolicy(attempts=1))
     assert not root.exists()
     assert not any(path.endswith(".sha256") for path in seen)  # never asked
 
@@ -67,5 +67,5 @@ def test_an_explicit_hash_still_wins(mirror, tmp_path):
     version, url, _ = mirror
     mf = miniforge.ensure(version, tmp_path / "root", tmp_path / "installers", {}, url=url,
                           sha256=hashlib.sha256(FAKE).hexdigest(),
-                          policy=RetryPolicy(retries=0))
+                          policy=RetryPolicy(attempts=1))
     assert mf.checksum_from == "input"

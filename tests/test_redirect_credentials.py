@@ -57,7 +57,7 @@ def servers() -> Iterator[tuple[Server, Server]]:
 
 def get(url: str, tmp_path) -> None:
     item = Download(url, tmp_path / "pkg.conda", "pkg", sha256=hashlib.sha256(BODY).hexdigest())
-    fetch(item, RetryPolicy(retries=0))
+    fetch(item, RetryPolicy(attempts=1))
     assert (tmp_path / "pkg.conda").read_bytes() == BODY
 
 
