@@ -132,8 +132,13 @@ def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The sampler outlives this step, into steps that run a pull request's code as the same
     user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
     (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
-    return {k: v for k, v in environ.items()
-            if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    env = {k: v for k, v in environ.items()
+           if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    # The bootstrapped venv holds dependencies only (scripts/run.py puts this checkout's
+    # src/ on sys.path): the sampler, a new interpreter, must find this same checkout's code.
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def spawn(directory: Path, interval: float, indices: list[int],
