@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -243,8 +244,48 @@ def record_problems(site: Path) -> list[str]:
     return problems
 
 
+def _foreign(st: os.stat_result) -> str:
+    """Why another user could have written this entry ('' when only we or root could)."""
+    if st.st_uid not in (os.getuid(), 0):
+        return f"owned by uid {st.st_uid}"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+        return "writable by group or others"
+    return ""
+
+
+def foreign_entries(venv: Path) -> str:
+    """The first entry of ``venv`` that another user could have planted or changed: the
+    manifest is stored in the venv, so it vouches only for a venv no one else can write."""
+    for dirpath, dirnames, filenames in os.walk(venv):
+        for name in ["", *dirnames, *filenames]:
+            path = Path(dirpath) / name if name else Path(dirpath)
+            why = _foreign(path.lstat())
+            if why:
+                return f"{path.relative_to(venv).as_posix() or '.'} is {why}"
+    return ""
+
+
+def shared_with_others(venv: Path) -> str:
+    """Why a directory that holds the venvs lets another user swap them ('' when not)."""
+    for directory in (venv.parent.parent, venv.parent):
+        try:
+            st = directory.lstat()
+        except OSError:
+            continue
+        why = _foreign(st) if not stat.S_ISLNK(st.st_mode) else "a symbolic link"
+        if why:
+            return f"{directory} is {why}"
+    return ""
+
+
 def verify(venv: Path) -> str:
     """'' when ``venv`` holds exactly the files recorded when it was built, else why not."""
+    try:
+        foreign = foreign_entries(venv)
+    except OSError as exc:
+        return f"it cannot be read ({exc})"
+    if foreign:
+        return f"{foreign}: another user could have planted it"
     try:
         manifest = json.loads((venv / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -269,6 +310,16 @@ def verify(venv: Path) -> str:
 
 # -- build ---------------------------------------------------------------------------------
 
+def restrict(venv: Path) -> None:
+    """Writable by us alone (uv creates its ``.lock`` with mode 0666 whatever the umask)."""
+    for dirpath, dirnames, filenames in os.walk(venv):
+        for name in ["", *dirnames, *filenames]:
+            path = Path(dirpath) / name if name else Path(dirpath)
+            st = path.lstat()
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                path.chmod(stat.S_IMODE(st.st_mode) & ~0o022)
+
+
 def build(venv: Path, groups: list[str]) -> Installer:
     """Build ``venv`` aside, verify it, write its manifest, then rename it into place."""
     installer = Installer(venv.parent.parent / "uv-cache")
@@ -284,6 +335,7 @@ def build(venv: Path, groups: list[str]) -> Installer:
                        f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
                        f"tampered with; nothing was used. Delete "
                        f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun.")
+        restrict(tmp)
         files, stats = tree(tmp)
         manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
         (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
@@ -333,8 +385,14 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     groups = wanted_groups(argv[0] if argv else "")
     venv = venv_dir(groups)
+    os.umask(0o022)  # our venvs must pass the check below: writable by us alone
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
+        shared = shared_with_others(venv)
+        if shared:
+            raise fail(f"{shared}: another user could swap the venvs kept there. Give each "
+                       "runner user its own GPU_CI_CACHE_DIR (a directory only that user can "
+                       "write).")
         lock_handle = open(venv.parent / (venv.name + ".lock"), "w")  # noqa: SIM115 (with below)
     except OSError as exc:
         if venv.exists() and not verify(venv):  # a read-only cache prepared by the admin

@@ -386,3 +386,44 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path):
     assert exported == {}
     venvs = [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()]
     assert venvs == []  # neither a venv nor a half-built one
+
+
+# -- review: a venv or cache directory that another user can write ---------------------------
+
+@pytest.mark.parametrize("how", ["other-writable", "other-owner"])
+def test_a_venv_another_user_could_write_is_never_reused(shared_cache, tmp_path, how):
+    """The manifest lives in the venv: it vouches only for files no one else could write (a
+    user sharing GPU_CI_CACHE_DIR could plant files and a matching manifest)."""
+    if how == "other-owner" and os.getuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    proc, env = run_bootstrap(shared_cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    venv_path = Path(env["GPU_CI_PYTHON"]).parents[1]
+    boot = bootstrap_module()
+    assert boot.verify(venv_path) == ""
+    target = site_packages(env["GPU_CI_PYTHON"]) / "github" / "__init__.py"
+    if how == "other-writable":
+        target.chmod(0o666)
+        why = "writable by group or others"
+    else:
+        os.chown(target, 4242, -1)
+        why = "owned by uid 4242"
+    assert why in boot.verify(venv_path)
+    proc, again = run_bootstrap(shared_cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not reusing" in proc.stdout and why in proc.stdout
+    assert again["GPU_CI_PYTHON"] == env["GPU_CI_PYTHON"]
+    assert boot.verify(venv_path) == ""
+
+
+def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    shared = cache / "gpu-ci-actions" / __version__
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
+    assert proc.returncode != 0 and "GPU_CI_PYTHON" not in env
+    assert "writable by group or others" in proc.stdout + proc.stderr
+    assert "own GPU_CI_CACHE_DIR" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert [p.name for p in shared.iterdir()] == []  # nothing built where others can swap it

@@ -245,3 +245,13 @@ def test_labels_and_gate_read_the_event_through_one_parser():
                                                   subject.fork)
     assert subject_of(webhook("issue_comment.created")).number is not None
     assert subject_of(webhook("workflow_run.completed.with-pull-requests")).number is not None
+
+
+def test_a_github_token_variable_with_a_trailing_newline_is_stripped_too(run_cli, server):
+    """The CLI's fallback (no input, GITHUB_TOKEN from a file or a secret) is not an action
+    input, which the runner trims: the client strips it itself."""
+    server.valid_tokens = {"ghs_secret"}
+    result = gate_cli(run_cli, server, env={"INPUT_GITHUB_TOKEN": "",
+                                            "GITHUB_TOKEN": "ghs_secret\n"})
+    assert result.returncode == 0, result.stdout
+    assert {r.headers.get("Authorization") for r in server.log} == {"token ghs_secret"}

@@ -190,7 +190,9 @@ def test_cli_posts_the_waiting_status(run_cli, github, env):
     result = run_cli(["gpu-status"], env, event=webhook("pull_request.opened"),
                      event_name="pull_request_target")
     assert result.returncode == 0, result.stdout
-    assert [(r.method, r.path) for r in github.log] == [("POST", f"/repos/{REPO}/statuses/{HEAD}")]
+    assert [(r.method, r.path) for r in github.log] == [
+        ("GET", f"/repos/{REPO}/commits/{HEAD}/statuses"),
+        ("POST", f"/repos/{REPO}/statuses/{HEAD}")]
     (posted,) = github.repos[REPO].statuses[HEAD]
     assert posted["context"] == "GPU CI" and posted["state"] == "pending"
     assert result.outputs["state"] == "pending"
@@ -288,3 +290,57 @@ def test_cli_a_read_only_token_explains_the_three_workflows(run_cli, github, env
     assert result.returncode == 1
     assert "HTTP 403" in result.errors[0] and "pull_request_target" in result.errors[0]
     assert github.repos[REPO].statuses == {}
+
+
+# -- review (attacks on the merged status) ----------------------------------------------------
+
+def test_the_contributors_own_run_ending_after_the_approval_posts_nothing():
+    """Fork pushes X; its own run of X (the fork's workflow file, triggered by the fork's
+    author) is still going when a maintainer approves X; it ends with a passing 'tests' job:
+    only the run the approval started may turn the status green."""
+    out = run_outcome("completed", wf_run(actor="contributor"), [job()], APPROVED)
+    assert out.status is None and "not by the approver" in out.note
+    failed = run_outcome("completed", wf_run(actor="contributor"), [job("failure")], APPROVED)
+    assert failed.status is None
+
+
+def test_pushing_an_approved_commit_again_revokes_its_approval():
+    """Approve X, push Y, force-push X back: X shows 'waiting' again, and the old approval
+    (still listed below it) no longer lets a run post a result for X."""
+    again = statuses.waiting(CONFIG, HEAD, "synchronize", "a" * 40)
+    listed = [ours(again.description), *APPROVED]
+    assert statuses.approval_of(listed, "GPU CI") == ""
+    assert run_outcome("completed", wf_run(), [job()], listed).status is None
+    reopened = statuses.waiting(CONFIG, HEAD, "reopened")
+    assert statuses.approval_of([ours(reopened.description), *APPROVED], "GPU CI") == ""
+    plain = statuses.waiting(CONFIG, HEAD, "synchronize")
+    assert statuses.approval_of([ours(plain.description), *APPROVED], "GPU CI") == ""
+    # approving again after the push counts
+    assert statuses.approval_of([*APPROVED, ours(again.description)], "GPU CI") == "maintainer"
+
+
+@pytest.mark.parametrize("head_repo", ["", REPO])
+def test_a_pull_request_run_needs_an_approval_even_without_a_fork(head_repo):
+    """A pull request's run is never 'trusted', even when its head repository is this one (a
+    branch pushed here) or unknown (the fork was deleted: head_repository is null)."""
+    out = run_outcome("completed", wf_run(actor="contributor", head_repo=head_repo), [job()],
+                      [])
+    assert out.status is None and "carries no approval" in out.note
+
+
+@pytest.mark.parametrize("action", ["opened", "reopened", "synchronize"])
+def test_a_new_pull_request_at_a_tested_commit_does_not_reset_its_result(action):
+    """Anyone can open a pull request from a fork at another pull request's head: 'waiting'
+    posted on that commit would turn its passed GPU CI pending again (a denial of service
+    repeatable at will). A final result of exactly this commit stays."""
+    payload = {"action": action, "before": "b" * 40, "pull_request": {
+        "number": 9, "state": "open", "head": {"sha": HEAD}}}
+    passed = [ours(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success"),
+              *APPROVED]
+    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO,
+                                  passed)
+    assert out.status is None and "already has a final" in out.note
+    # still running: the new head waits (and revokes the approval of the unfinished run)
+    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO,
+                                  APPROVED)
+    assert out.status is not None and out.status.description.startswith(("Waiting", "New"))

@@ -48,3 +48,9 @@ def test_summary_is_appended_once(tmp_path):
     text = path.read_text()
     assert text.count("## one") == 1
     assert "| x\\|y | multi<br>line |" in text
+
+
+def test_table_cells_cannot_plant_html():
+    text = markdown_table(["a"], [['<img src="https://evil/pixel"><a href="x">click</a>']])
+    assert "<img" not in text and "<a " not in text
+    assert "&lt;img src=\"https://evil/pixel\"&gt;" in text

@@ -252,3 +252,27 @@ def test_without_workflows_every_workflow_is_watched(run_cli, github, env):
     assert stale.conclusion == "cancelled"
     assert [r.path for r in github.log[:2]] == [f"/repos/{REPO}/actions/runs"] * 2
     assert {r.query["status"][0] for r in github.log[:2]} == {"queued", "in_progress"}
+
+
+def test_a_label_that_merely_contains_a_gpu_label_is_not_watched():
+    """Labels match whole (case-folded): 'nogpu', 'gpu-large' or 'cpu,gpu' are other runners,
+    and their queued jobs are never cancelled as GPU jobs."""
+    run = {"id": 8, "event": "push", "head_sha": "b" * 40}
+    jobs = [{"id": n, "name": f"j{n}", "labels": [label], "status": "queued",
+             "created_at": ago(600, NOW)}
+            for n, label in enumerate(["nogpu", "gpu-large", "cpu,gpu", " gpu", "GPU"])]
+    seen, stale = watchdog.stale_jobs(run, jobs, config(), NOW)
+    assert [j.job_id for j in stale] == [j.job_id for j in seen] == [4]
+
+
+def test_a_job_name_cannot_plant_a_link_in_the_summary():
+    from gpu_ci.commands.gpu_watchdog import summarize
+
+    name = "tests](https://evil.example/approve) [x"
+    record = watchdog.JobRecord(1, 2, name, "cuda-ci.yml", "pull_request", "a" * 40, ("gpu",),
+                                "queued", ago(90, NOW), None, 5400.0,
+                                "https://github.com/o/r/actions/runs/1/job/2")
+    sweep = watchdog.Sweep(REPO, config(), NOW, jobs=[record])
+    text = summarize(sweep, "")
+    assert "](https://evil.example" not in text
+    assert "[tests&#93;(https://evil.example/approve) &#91;x](https://github.com/" in text

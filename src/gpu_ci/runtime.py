@@ -51,7 +51,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 def _escape_cell(value: object) -> str:
     text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+    # < and > as entities: a cell may quote a job name or an API answer (no planted HTML)
+    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("\n", "<br>"))
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -1,8 +1,9 @@
 """``gpu-ci gpu-status``: post the GPU CI commit status for this event (privileged, inert).
 
-Runs in the ``pull_request_target`` workflow (opened, reopened, synchronize, labeled: no API
-call besides the POST) and in a ``workflow_run`` workflow (requested: the commit's statuses;
-completed: also the run's jobs). It never checks out or runs code of the pull request.
+Runs in the ``pull_request_target`` workflow (labeled: no API call besides the POST; opened,
+reopened, synchronize: the head's statuses first, a final result stays) and in a
+``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs).
+It never checks out or runs code of the pull request.
 """
 
 from __future__ import annotations
@@ -72,10 +73,18 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     calls_note = ""
     queued = ""
     if ctx.name in statuses.PR_EVENTS:
+        rest = None
+        listed: list = []
+        head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
+        if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
+            rest = _rest(inputs, rt)
+            listed = _call(f"the statuses of {head[:12]}", lambda: rest.get_pages(
+                f"/repos/{ctx.repository}/commits/{quote(head, safe='')}/statuses", limit=100))
         outcome = statuses.for_pull_event(config, action, ctx.payload, gate_run,
                                           inputs["gate-reason"], inputs["labeled-by"],
-                                          server, ctx.repository)
-        rest = _rest(inputs, rt) if outcome.status else None
+                                          server, ctx.repository, listed)
+        if outcome.status and rest is None:
+            rest = _rest(inputs, rt)
     elif ctx.name == "workflow_run":
         wf_run = ctx.payload.get("workflow_run")
         if not isinstance(wf_run, dict) or len(str(wf_run.get("head_sha") or "")) != 40:

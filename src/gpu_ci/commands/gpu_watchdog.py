@@ -41,12 +41,19 @@ def _write(path: str, doc: dict) -> None:
         raise GpuCiError(f"cannot write report-file {path}: {exc.strerror}.") from None
 
 
+def _link_text(text: str) -> str:
+    return text.replace("[", "&#91;").replace("]", "&#93;")
+
+
 def summarize(result: watchdog.Sweep, warning: str) -> str:
     config = result.config
     head = (f"### gpu-watchdog\n\nGPU labels {', '.join(sorted(config.labels))}; limit "
             f"{config.max_queue_minutes:g} min in the queue; {result.calls} REST calls "
             f"(budget {config.max_calls}).\n\n")
-    rows = [(f"[{j.name}]({j.html_url})" if j.html_url else j.name, j.run_id, j.status,
+    # a job name comes from the workflow file (a fork's, for its pull requests): its
+    # brackets as entities, so that it cannot end the link text and plant a link of its own
+    rows = [(f"[{_link_text(j.name)}]({j.html_url})" if j.html_url else j.name, j.run_id,
+             j.status,
              "" if j.queued_seconds is None else watchdog_minutes(j.queued_seconds),
              j.action, j.detail) for j in result.jobs]
     body = markdown_table(["GPU job", "run", "status", "queued", "action", "detail"], rows) \

@@ -44,6 +44,10 @@ FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
 WATCHDOG_PREFIX = "No GPU runner picked this up"
+NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
+FINAL = ("success", "failure", "error")
+#: The wordings of :func:`waiting`: posted after a push, they revoke older approvals.
+_REVOKED = ("Waiting for approval", "New push (was ")
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,9 @@ def after_gate(config: StatusConfig, sha: str, run: bool, reason: str, labeled_b
 
 def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any],
                    gate_run: bool | None, gate_reason: str, labeled_by: str,
-                   server_url: str, repository: str) -> Outcome:
+                   server_url: str, repository: str,
+                   listed: Sequence[Mapping[str, Any]] = ()) -> Outcome:
+    """``listed``: the head's statuses, newest first (for opened, reopened, synchronize)."""
     pr = payload.get("pull_request")
     if not isinstance(pr, dict):
         return Outcome(None, "the event has no pull_request object.")
@@ -157,6 +163,13 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
     link = f"{server_url}/{repository}/pull/{number}/checks"
     if pr.get("state") == "closed":
         return Outcome(None, f"pull request #{number} is closed.")
+    if action in NEW_HEAD:
+        latest = latest_of(listed, config.context)
+        if latest is not None and latest.get("state") in FINAL:
+            # A result is about the commit, not the pull request: another pull request
+            # (anyone's) opened at this commit, or a push back to it, must not reset it.
+            return Outcome(None, f"{short(sha)} already has a final '{config.context}' "
+                           f"result ({latest.get('state')}).")
     if action in ("opened", "reopened", "ready_for_review"):
         return Outcome(waiting(config, sha, action, target_url=link), "new pull request head.")
     if action == "synchronize":
@@ -223,6 +236,8 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
         if status.get("context") != context:
             continue
         text = str(status.get("description") or "")
+        if text.startswith(_REVOKED):
+            return ""  # a newer push (or reopening) of this very commit asks again
         # Anchored to our own wordings, so that a refusal quoting text cannot read as one.
         match = _APPROVER.match(text) if text.startswith("Approved") else (
             _APPROVER.search(text) if text.startswith(("GPU tests ", "GPU run ")) else None)
@@ -275,6 +290,11 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         return Outcome(None, f"'{action}' does not change the status.")
     gpu = gpu_jobs_of(jobs or [], config.gpu_jobs)
     ran = [j for j in gpu if j.get("conclusion") not in (None, "skipped")]
+    if ran and not trusted and actor != approver:
+        # e.g. the contributor's own run of this commit, started before the approval and
+        # ending after it: only the run the approval started speaks for the commit.
+        return Outcome(None, f"run triggered by @{actor}, not by the approver @{approver}: "
+                       "its result is not posted.")
     if not ran:
         if trusted or actor != approver:
             return Outcome(None, "the GPU job did not run in this run.")
