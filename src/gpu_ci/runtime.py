@@ -25,10 +25,11 @@ def escape_line(text: str) -> str:
 
     The runner treats a line whose trimmed text starts with ``::`` (or the legacy ``##[``) as
     a command. Text from an event or an API answer (a label name, a login, an error
-    message) can hold line breaks and such prefixes, so ``%``, CR and LF are percent-encoded
-    (as in a command's data) and a leading ``::`` or ``##[`` is encoded too.
+    message) can hold line breaks and such prefixes, so CR and LF are shown as ``%0D`` and
+    ``%0A`` (the line stays one line) and a leading ``::`` or ``##[`` is encoded. A plain
+    line is never decoded by the runner, so ``%`` itself stays as written ("50 % idle").
     """
-    out = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    out = text.replace("\r", "%0D").replace("\n", "%0A")
     stripped = out.lstrip()
     if stripped.startswith(("::", "##[")):
         lead = len(out) - len(stripped)
