@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate
+from gpu_ci.github.client import call_api
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
@@ -26,16 +28,6 @@ def _rest(inputs: Inputs, rt: Runtime):
 
     return connect(inputs["github-token"], rt.environ, rt.mask)
 
-
-def _call(what: str, fn):
-    from gpu_ci.github.client import describe_api_failure
-
-    try:
-        return fn()
-    except GpuCiError:
-        raise
-    except Exception as exc:  # PyGithub / requests / urllib3: after retries
-        raise describe_api_failure(exc, what) from None
 
 
 def _permission(rest, repo: str, login: str) -> dict:
@@ -58,19 +50,19 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         return step, config, 0
     rest = _rest(inputs, rt)
     if isinstance(step, gate.PushCheck):
-        files = _call("the push's changed files", lambda: rest.get_pages(
+        files = call_api("the push's changed files", lambda: rest.get_pages(
             f"/repos/{ctx.repository}/compare/{step.before}...{step.after}", key="files"))
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
-    answer = _call(f"the role of {step.labeller}",
+    answer = call_api(f"the role of {step.labeller}",
                    lambda: _permission(rest, ctx.repository, step.labeller))
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
         return refused, config, rest.calls
-    pull = _call(f"pull request #{step.number}",
+    pull = call_api(f"pull request #{step.number}",
                  lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"))
     files = None
     if config.paths:
-        files = [f["filename"] for f in _call(
+        files = [f["filename"] for f in call_api(
             f"the files of pull request #{step.number}",
             lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"))]
     decision = gate.decide_pull(step, config, answer, pull, files)
@@ -82,11 +74,11 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
 def _review_pinning(rest, repo: str, step: gate.PullCheck, config: gate.GateConfig,
                     answer: dict, decision: gate.Decision) -> gate.Decision:
     """One page of reviews (per 100), then one role lookup per approver until one qualifies."""
-    reviews = _call(f"the reviews of pull request #{step.number}",
+    reviews = call_api(f"the reviews of pull request #{step.number}",
                     lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"))
     for login in gate.approvers_of(reviews, decision.sha):
-        role_answer = answer if login == step.labeller else _call(
-            f"the role of {login}", lambda login=login: _permission(rest, repo, login))
+        role_answer = answer if login == step.labeller else call_api(
+            f"the role of {login}", functools.partial(_permission, rest, repo, login))
         role, _ = gate.role_of(role_answer)
         if gate.ROLE_RANK[role] >= gate.ROLE_RANK[config.min_permission]:
             return gate.decide_review(decision, config, login, role)

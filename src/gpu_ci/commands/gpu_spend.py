@@ -92,7 +92,7 @@ def _write(path: Path, text: str) -> None:
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     from gpu_ci.github import budget, spend
-    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+    from gpu_ci.github.client import ClientSettings, RestClient, connect
     from gpu_ci.github.gate import runs_on_json
     from gpu_ci.pricing import load_table
 
@@ -124,12 +124,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GpuCiError(f"output-dir {out_dir} cannot be created ({exc.strerror}).") from None
-    token = resolve_token(inputs["github-token"], rt.environ)
-    if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (actions: read) or set "
-                         "GITHUB_TOKEN for the CLI.")
-    rt.mask(token)
-    rest = RestClient(token, ClientSettings.from_environ(rt.environ))
+    rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
     from gpu_ci.github.client import describe_api_failure
 
     try:

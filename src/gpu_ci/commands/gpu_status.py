@@ -13,31 +13,17 @@ from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import statuses
+from gpu_ci.github.client import call_api
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 
 
 def _rest(inputs: Inputs, rt: Runtime):
-    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+    from gpu_ci.github.client import connect
 
-    token = resolve_token(inputs["github-token"], rt.environ)
-    if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
-                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
-    rt.mask(token)
-    return RestClient(token, ClientSettings.from_environ(rt.environ))
+    return connect(inputs["github-token"], rt.environ, rt.mask, needs="statuses: write")
 
-
-def _call(what: str, fn):
-    from gpu_ci.github.client import describe_api_failure
-
-    try:
-        return fn()
-    except GpuCiError:
-        raise
-    except Exception as exc:  # PyGithub / requests / urllib3: after retries
-        raise describe_api_failure(exc, what) from None
 
 
 def _gate_run(inputs: Inputs) -> bool | None:
@@ -77,8 +63,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         listed: list = []
         head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
         if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
-            rest = _rest(inputs, rt)
-            listed = _call(f"the statuses of {head[:12]}", lambda: rest.get_pages(
+            rest = client = _rest(inputs, rt)
+            listed = call_api(f"the statuses of {head[:12]}", lambda: client.get_pages(
                 f"/repos/{ctx.repository}/commits/{quote(head, safe='')}/statuses", limit=100))
         outcome = statuses.for_pull_event(config, action, ctx.payload, gate_run,
                                           inputs["gate-reason"], inputs["labeled-by"],
@@ -92,12 +78,12 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                              title="malformed event")
         rest = _rest(inputs, rt)
         sha = str(wf_run["head_sha"])
-        listed = _call(f"the statuses of {sha[:12]}", lambda: rest.get_pages(
+        listed = call_api(f"the statuses of {sha[:12]}", lambda: rest.get_pages(
             f"/repos/{ctx.repository}/commits/{sha}/statuses", limit=100))
         jobs = None
         if action == "completed":
             attempt = int(wf_run.get("run_attempt") or 1)
-            jobs = _call(f"the jobs of run {wf_run.get('id')}", lambda: rest.get(
+            jobs = call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get(
                 f"/repos/{ctx.repository}/actions/runs/{int(wf_run['id'])}/attempts/"
                 f"{attempt}/jobs?per_page=100")).get("jobs") or []
         from gpu_ci.github.watchdog import utcnow
@@ -106,7 +92,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         outcome = statuses.for_workflow_run(config, action, wf_run, jobs, listed,
                                             ctx.repository, now)
         if outcome.need_siblings:
-            siblings = _call(f"the runs for {sha[:12]}", lambda: rest.get(
+            siblings = call_api(f"the runs for {sha[:12]}", lambda: rest.get(
                 f"/repos/{ctx.repository}/actions/runs?head_sha={sha}&per_page=100"))
             outcome = statuses.for_workflow_run(
                 config, action, wf_run, jobs, listed, ctx.repository, now,
@@ -126,7 +112,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     if status is not None and rest is not None:
         body = status.body(config.context)
         try:
-            _call(f"setting the '{config.context}' status of {status.sha[:12]}",
+            call_api(f"setting the '{config.context}' status of {status.sha[:12]}",
                   lambda: rest.post(
                       f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
         except GpuCiError as exc:

@@ -74,7 +74,7 @@ def watchdog_minutes(seconds: float) -> str:
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    from gpu_ci.github.client import ClientSettings, RestClient, resolve_token
+    from gpu_ci.github.client import connect
 
     config = watchdog.make_config(
         inputs.items("workflows"), inputs.items("gpu-labels"), inputs["max-queue-minutes"],
@@ -87,12 +87,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     repository = rt.environ.get("GITHUB_REPOSITORY", "").strip()
     if repository.count("/") != 1:
         raise UsageError("GITHUB_REPOSITORY is not set to owner/name: set it for the CLI.")
-    token = resolve_token(inputs["github-token"], rt.environ)
-    if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
-                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
-    rt.mask(token)
-    rest = RestClient(token, ClientSettings.from_environ(rt.environ))
+    rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: write")
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
     result = watchdog.sweep(rest, repository, config, watchdog.utcnow(), server)
 

@@ -85,13 +85,13 @@ def resolve_token(value: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def connect(token_input: str, environ: Mapping[str, str],
-            mask: Callable[[str], None]) -> RestClient:
+            mask: Callable[[str], None], needs: str = "") -> RestClient:
     """The REST client every command uses: token looked up, masked, then the client built.
 
     ``mask`` hides a secret from the log and from everything the command writes; it sees
     the token (and, when the token is refused, each whitespace-separated part of it) before
     any message could quote it (parts shorter than 8 characters are no token and would
-    only garble the log).
+    only garble the log). ``needs`` names the permission the command needs, for the error.
     """
     raw = token_input or environ.get("GITHUB_TOKEN", "")
     mask(raw.strip())
@@ -100,9 +100,21 @@ def connect(token_input: str, environ: Mapping[str, str],
             mask(part)
     token = resolve_token(token_input, environ)
     if not token:
-        raise GpuCiError("no GitHub token: pass 'github-token' (the default is "
+        scope = f" with {needs}" if needs else ""
+        raise GpuCiError(f"no GitHub token: pass 'github-token'{scope} (the default is "
                          "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
     return RestClient(token, ClientSettings.from_environ(environ))
+
+
+def call_api(what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, with PyGithub/requests failures (after retries) turned into one error that
+    says what could not be read; our own errors pass through."""
+    try:
+        return fn()
+    except GpuCiError:
+        raise
+    except Exception as exc:  # PyGithub / requests / urllib3: after retries
+        raise describe_api_failure(exc, what) from None
 
 
 def describe_api_failure(exc: BaseException, what: str) -> GpuCiError:
