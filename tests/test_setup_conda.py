@@ -509,6 +509,26 @@ def processes_tagged(tag: str) -> list[int]:
     return found
 
 
+def survivors(tag: str) -> list[int]:
+    """Tagged processes that outlive the job: alive and without a pending SIGKILL. The
+    parent-death signal is sent while the parent exits, so by the time the parent is reaped
+    a worker or pip either is gone or has SIGKILL pending (it may not have run yet to die)."""
+    doomed = 1 << (signal.SIGKILL - 1)
+    out = []
+    for pid in processes_tagged(tag):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        pending = 0
+        for line in status.splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+        if not pending & doomed:
+            out.append(pid)
+    return out
+
+
 def our_temporaries(*folders: Path) -> list[Path]:
     """Every temporary name this action uses, anywhere under the given folders."""
     patterns = (".*.gpu-ci-new-*", ".*.gpu-ci-old-*", ".*.gpu-ci-work-*", "*.part-*",
@@ -613,7 +633,7 @@ def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_pat
     tag = uuid.uuid4().hex
     rc, out = job(locks["pip"], prefix, pkgs, tag=tag, env={"GPU_CI_TEST_KILL_AT": phase})
     assert rc == -signal.SIGKILL, out
-    assert processes_tagged(tag) == []  # no worker or pip outlived the job
+    assert survivors(tag) == []  # no worker or pip outlived the job
     if phase != "swap":
         assert tree_digest(prefix) == old  # the old environment was never touched
     else:
