@@ -828,6 +828,67 @@ def test_a_file_changed_in_the_package_cache_is_not_linked(channel, locks, tmp_p
     assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_bytes() == original
 
 
+def _hash_spy(monkeypatch, tmp_path):
+    """Records (in a file: the workers are forked processes) each cache entry hashed in full."""
+    from gpu_ci.conda import install
+
+    log, real = tmp_path / "hashed.txt", install.cache_entry_problem
+
+    def spy(entry):
+        with open(log, "a") as out:
+            out.write(f"{entry.name}\n")
+        return real(entry)
+
+    monkeypatch.setattr(install, "cache_entry_problem", spy)
+    log.touch()
+    return lambda: sorted(log.read_text().split())
+
+
+def test_a_verified_entry_is_hashed_again_only_when_a_file_changed(channel, tmp_path,
+                                                                    monkeypatch):
+    """The stamp (verified.py) replaces re-hashing on every job: an entry is hashed again when
+    one of its files was written (here: through the hard link from an environment, same
+    size, same inode), and the changed file never reaches a new environment."""
+    from gpu_ci.conda import install, lockfile
+
+    text = channel.explicit_lock(["libhello", "hello", "hello-data"])
+    plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)
+    hashed = _hash_spy(monkeypatch, tmp_path)
+    report = install.install(plan, tmp_path / "b", pkgs, dict(os.environ), log=quiet)
+    assert report.cached_archives == 3 and hashed() == []
+    linked = tmp_path / "b" / "share" / "hello" / "data.txt"
+    original = linked.read_bytes()
+    assert linked.stat().st_nlink > 1  # the cache's file, hard-linked
+    with open(linked, "r+b") as out:
+        out.write(b"x" * len(original))
+    report = install.install(plan, tmp_path / "c", pkgs, dict(os.environ), log=quiet)
+    assert hashed() == ["hello-data-0.3-pyh0_0"]  # once, found changed, extracted again
+    fresh = tmp_path / "c" / "share" / "hello" / "data.txt"
+    assert fresh.read_bytes() == original and fresh.stat().st_ino != linked.stat().st_ino
+
+
+def test_a_restored_cache_is_hashed_once_then_trusted(channel, tmp_path, monkeypatch):
+    """A cache copied with its modification times (as ``actions/cache`` restores one) has new
+    inodes: each entry is hashed against its paths.json once, then stamped for this host."""
+    from gpu_ci.conda import install, lockfile
+
+    text = channel.explicit_lock(["libhello", "hello", "hello-data"])
+    plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+    quiet = lambda _: None  # noqa: E731
+    install.install(plan, tmp_path / "a", tmp_path / "seed", dict(os.environ), log=quiet)
+    subprocess.run(["cp", "-a", str(tmp_path / "seed"), str(tmp_path / "pkgs")], check=True)
+    shutil.rmtree(tmp_path / "pkgs" / "archives")
+    hashed = _hash_spy(monkeypatch, tmp_path)
+    before = len(channel.server.log)
+    install.install(plan, tmp_path / "b", tmp_path / "pkgs", dict(os.environ), log=quiet)
+    assert hashed() == ["hello-2.1-h1_3", "hello-data-0.3-pyh0_0", "libhello-1.0-h0_0"]
+    install.install(plan, tmp_path / "c", tmp_path / "pkgs", dict(os.environ), log=quiet)
+    assert len(hashed()) == 3  # not again
+    assert len(channel.server.log) == before  # nothing downloaded
+
+
 @pytest.mark.parametrize("damage", ["delete", "truncate", "record"])
 def test_reused_only_when_the_files_match_their_records(channel, locks, tmp_path, damage):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.conda import transaction
+from gpu_ci.conda import transaction, verified
 from gpu_ci.conda.integrity import cache_entry_problem, environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.conda.options import MARKER, is_environment
@@ -116,25 +116,28 @@ def rattler_cache_sha256(cache: Path, dirname: str) -> str:
     """The archive sha256 rattler's package cache recorded for an extracted package, '' when
     none: its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
     archive it extracted. (A future layout reads as '': we then fetch, never trust.)"""
+    base = os.path.join(cache, dirname)
     try:
-        raw = (cache / f"{dirname}.lock").read_bytes()
+        with open(base + ".lock", "rb") as handle:
+            raw = handle.read(40)
     except OSError:
         return ""
-    return raw[8:40].hex() if len(raw) >= 40 and (cache / dirname).is_dir() else ""
+    return raw[8:40].hex() if len(raw) >= 40 and os.path.isdir(base) else ""
 
 
 def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     """The archive sha256 to give rattler for a cache entry that may be used without its
     archive, '' when it may not: the lock's sha256, or for an md5-only lock the one our
     sidecar recorded for that md5; and rattler's own record, when it wrote one (it leaves its
-    ``.lock`` empty for entries we extracted), must agree. Only a candidate: ``_valid_entry``
-    must still find our stamp (the lock's digest, written by ``_extract`` with the entry) and
-    every file as ``paths.json`` records it."""
-    dirname = _entry_dir(cache, entry).name
+    ``.lock`` empty for entries we extracted), must agree. Only a candidate: the entry's
+    stamp must show it unchanged since it was verified (``verified.check``), or every file
+    must match its ``paths.json`` (``_valid_entry``)."""
+    dirname = f"{entry.name}-{entry.version}-{entry.build}"
     sha = entry.sha256
     if not sha:
         try:
-            md5, sha = (cache / f"{dirname}{MD5_SIDECAR}").read_text().split()
+            with open(os.path.join(cache, dirname + MD5_SIDECAR)) as handle:
+                md5, sha = handle.read().split()
         except (OSError, ValueError):
             return ""
         if md5 != entry.md5:
@@ -143,13 +146,23 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     return sha if not have or have == sha else ""
 
 
-def _valid_entry(dest: str, digest: str) -> bool:
-    """In a worker: the entry was extracted from an archive with ``digest`` and every file
-    matches its ``paths.json``. Under the per-entry lock, so never half-replaced."""
+def _valid_entry(dest: str, digest: str, token: str) -> verified.Facts | None:
+    """In a worker: the entry's facts when it was extracted from an archive with ``digest``
+    and every file matches its ``paths.json`` (then stamped, so that the next job need not
+    hash it), None otherwise. Under the per-entry lock, so never half-replaced."""
     target = Path(dest)
     lock = target.with_name(f".{target.name}.gpu-ci.lock")
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        return _entry_ok(target, digest)
+        return _entry_facts(target, digest, token)
+
+
+def _entry_facts(target: Path, digest: str, token: str) -> verified.Facts | None:
+    """The facts of a usable entry: from its stamp when no file changed since it was
+    verified, else after hashing every file (and stamping it again); None when unusable."""
+    facts = verified.check(target, digest)
+    if facts is None and _entry_ok(target, digest):
+        facts = verified.write(target, digest, token)
+    return facts
 
 
 def _entry_ok(target: Path, digest: str) -> bool:
@@ -178,79 +191,131 @@ def _named_from_text(text: str, path: Path, what: str) -> GpuCiError | None:
     return None
 
 
-def _extract(archive: str, dest: str, digest: str, token: str) -> bool:
-    """Extract one verified archive into the cache, atomically; True if it was extracted.
+def _extract(archive: str, dest: str, digest: str, token: str, again: bool = False,
+             sha256: str = "") -> verified.Facts | None:
+    """Extract one verified archive into the cache, atomically; its facts (None only when the
+    entry cannot be surveyed: then it is hashed again next time).
 
     Runs in a worker process: rattler's extractor holds the GIL, so threads would not
     extract in parallel. Jobs sharing the cache take a per-entry lock, so one extracts and
     the others find the entry present and valid. The entry appears under its final name
-    only when complete and records the archive's digest, so an entry from another archive
-    is never reused.
+    only when complete, stamped with the archive's digest, so an entry from another archive
+    is never reused. ``again``: extract even a valid entry (rattler refused to use it).
     """
     from rattler.package_streaming import extract
 
     target = Path(dest)
     lock = target.with_name(f".{target.name}.gpu-ci.lock")
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        if _entry_ok(target, digest):
-            return False
+        facts = None if again else _entry_facts(target, digest, token)
+        if facts is not None:
+            return facts
         tmp = target.with_name(f".{target.name}.tmp-{token}")
         try:
             extract(Path(archive), tmp)
             (tmp / SHA_MARKER).write_text(digest)
+            facts = verified.write(tmp, digest, token, target.name)
             crash_point("extract", parent=True)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)
+            _forget_other_archive(target, sha256)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             named = _named_from_message(exc, tmp, f"extracting {Path(archive).name}")
             if named is not None:
                 raise named from None
             raise
-    return True
+    return facts
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Per lock entry, in the lock's order: how its archive was had, the archive's sha256,
+    and the facts of its verified cache entry (None: ask its ``paths.json``)."""
+
+    fetched: list[Fetched]
+    shas: list[str]
+    facts: list[verified.Facts | None]
+
+
+def _forget_other_archive(target: Path, sha256: str) -> None:
+    """rattler's ``<entry>.lock`` names the archive rattler last put there: when that is
+    another archive than the one just extracted, rattler would not use the entry (it would
+    fetch the package itself, which ``_no_downloads`` refuses). Emptied, as rattler leaves it
+    for an entry it did not extract."""
+    have = rattler_cache_sha256(target.parent, target.name)
+    if have and have != sha256:
+        os.truncate(target.with_name(f"{target.name}.lock"), 0)
 
 
 def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
-                      policy: RetryPolicy | None,
-                      trust: bool = True) -> tuple[list[Fetched], list[str]]:
+                      policy: RetryPolicy | None, trust: bool = True) -> Fetch:
     """Download and verify on threads; extract each verified archive at once, in worker
     processes, while the others are still downloading. Nothing is extracted unverified.
 
-    A cache entry that passes ``trusted_sha256`` and ``_valid_entry`` is used without its
-    archive (neither fetched nor hashed: the warm case used to spend most of its time
-    re-hashing archives). Returns each entry's Fetched and archive sha256."""
+    A cache entry that passes ``trusted_sha256`` is used without its archive (neither
+    fetched nor hashed) when its stamp shows no file changed since a job on this host
+    verified it (``verified.check``, in this process: no worker starts for a warm cache);
+    one whose files changed, or that has no stamp (restored by ``actions/cache``), is
+    hashed against its ``paths.json`` in the workers first (``_valid_entry``)."""
+    items = _downloads(plan, pkgs_dir)
+    if not items:
+        return Fetch([], [], [])
+    cache.mkdir(parents=True, exist_ok=True)
+    results: dict[int, Fetched] = {}
+    facts: dict[int, verified.Facts | None] = {}
+    shas = [trusted_sha256(entry, cache) if trust else "" for entry in plan.conda]
+    slow = []
+    for i, sha in enumerate(shas):
+        if sha:
+            entry = plan.conda[i]
+            fact = verified.check(os.path.join(cache, f"{entry.name}-{entry.version}-"
+                                               f"{entry.build}"), entry.sha256 or entry.md5)
+            if fact is None:
+                slow.append(i)
+            else:
+                facts[i] = fact
+                results[i] = Fetched(items[i], 0, True, 0, sha, entry.md5)
+    if len(results) < len(items):
+        _fetch_and_extract(plan, items, cache, policy or RetryPolicy(), shas, slow, results,
+                           facts, again=not trust)
+    fetched = [results[i] for i in range(len(items))]
+    return Fetch(fetched, [sha or got.sha256 for sha, got in zip(shas, fetched)],
+                 [facts.get(i) for i in range(len(items))])
+
+
+def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
+                       policy: RetryPolicy, shas: list[str], slow: list[int],
+                       results: dict[int, Fetched], facts: dict[int, verified.Facts | None],
+                       again: bool) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 
     from gpu_ci.downloads import fetch
 
-    items = _downloads(plan, pkgs_dir)
-    if not items:
-        return [], []
-    cache.mkdir(parents=True, exist_ok=True)
-    workers = max(1, min(os.cpu_count() or 2, len(items)))
+    workers = max(1, min(os.cpu_count() or 2, len(items) - len(results)))
     # fork is cheap and safe on Linux (workers start before any thread exists); macOS and
     # Windows use spawn, as Python does by default there.
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux")
                                           else "spawn")
-    policy = policy or RetryPolicy()
     os.environ["GPU_CI_PARENT_PID"] = str(os.getpid())
     with ProcessPoolExecutor(workers, mp_context=context,
                              initializer=_die_with_parent) as procs:
         # Start every worker now, before any download thread exists: forking a process
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
-        results: dict[int, Fetched] = {}
-        shas = [trusted_sha256(entry, cache) if trust else "" for entry in plan.conda]
-        candidates = [i for i, sha in enumerate(shas) if sha]
-        valid = procs.map(_valid_entry, [str(_entry_dir(cache, plan.conda[i])) for i in candidates],
-                          [plan.conda[i].sha256 or plan.conda[i].md5 for i in candidates])
-        for i, ok in zip(candidates, list(valid)):
-            if ok:
+        valid = procs.map(_valid_entry, [str(_entry_dir(cache, plan.conda[i])) for i in slow],
+                          [plan.conda[i].sha256 or plan.conda[i].md5 for i in slow],
+                          [TOKEN] * len(slow))
+        changed = set()  # hashed just now and found to differ: no need to hash them again
+        for i, fact in zip(slow, list(valid)):
+            if fact is not None:
+                facts[i] = fact
                 results[i] = Fetched(items[i], 0, True, 0, shas[i], plan.conda[i].md5)
             else:
                 shas[i] = ""
+                changed.add(i)
         todo = [i for i in range(len(items)) if i not in results]
         extractions = []
         error: BaseException | None = None
@@ -271,12 +336,12 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                 results[index] = got
                 entry = plan.conda[index]
                 digest = entry.sha256 or entry.md5
-                extractions.append((entry, procs.submit(
+                extractions.append((index, entry, procs.submit(
                     _extract, str(got.download.dest), str(_entry_dir(cache, entry)), digest,
-                    TOKEN)))
-        for entry, job in extractions:
+                    TOKEN, again or index in changed, got.sha256)))
+        for index, entry, job in extractions:
             try:
-                job.result()
+                facts[index] = job.result()
             except GpuCiError as exc:
                 error = error or exc
             except Exception as exc:
@@ -285,8 +350,6 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                     f"({type(exc).__name__}: {exc}).")
     if error is not None:
         raise error
-    fetched = [results[i] for i in range(len(items))]
-    return fetched, [sha or got.sha256 for sha, got in zip(shas, fetched)]
 
 
 # -- linking ------------------------------------------------------------------------------
@@ -297,7 +360,9 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
     """Repodata records from each package's own ``info/index.json`` (not from the lock:
     an explicit lock has no dependencies, and a build string does not give the build
     number), with the archive's size and both digests, as a channel's repodata has them (an
-    entry trusted without its archive has no size, and an md5 only when the lock has one)."""
+    entry trusted without its archive has no size, and an md5 only when the lock has one).
+    URL and channel are the lock's, credentials masked: rattler writes them into conda-meta
+    as they are (it never downloads them, see ``_no_downloads``)."""
     import rattler
 
     records = []
@@ -308,36 +373,20 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
             raise GpuCiError(f"{entry.filename} says it is for {record.subdir} in its "
                              f"index.json, but the lock has it under {entry.subdir}.")
-        records.append(rattler.RepoDataRecord(record, entry.filename,
-                                              got.download.dest.resolve().as_uri(),
-                                              entry.channel))
+        records.append(rattler.RepoDataRecord(record, entry.filename, mask_url(entry.url),
+                                              mask_url(entry.channel.rstrip("/") + "/")))
     return records
 
 
-def _restore_urls(staging: Path, entries: Sequence[CondaEntry], records: Sequence[Any]) -> None:
-    """conda-meta names where a package came from, not our local archive: a plain string
-    replacement of the JSON-encoded URL and channel, on threads (re-encoding every file with
-    indent took 0.3 s at 150 packages); a file written some other way is decoded."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def restore(pair: tuple[CondaEntry, Any]) -> None:
-        entry, record = pair
-        path = staging / "conda-meta" / f"{_entry_dir(staging, entry).name}.json"
-        text = path.read_text()
-        url, channel = mask_url(entry.url), mask_url(entry.channel.rstrip("/") + "/")
-        new = text.replace(json.dumps(str(record.url)), json.dumps(url), 1)
-        if new == text or json.loads(new).get("channel") != channel:
-            data = json.loads(text)
-            data["url"] = url
-            data["channel"] = channel  # as rattler writes it
-            new = json.dumps(data, indent=2)
-        path.write_text(new)
-
-    with ThreadPoolExecutor(min(8, 2 * (os.cpu_count() or 2))) as pool:
-        list(pool.map(restore, zip(entries, records)))
+def _no_downloads(host: str, path: str) -> dict[str, str] | None:
+    """rattler's client for linking: every entry is in the cache, verified by us, so a request
+    means rattler did not accept one: fail (then everything is fetched, verified and
+    extracted again) rather than let it fetch past our mirrors, credentials and checks."""
+    raise RuntimeError(f"rattler asked for {host}{path}, which the package cache should hold")
 
 
-def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path) -> int:
+def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path,
+                  facts: Sequence[verified.Facts | None]) -> int:
     """What linking writes as new data: files with a prefix placeholder (always copied),
     and every file when the cache is on another device (no hard links across devices)."""
     try:
@@ -345,52 +394,75 @@ def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path) 
     except OSError:
         same_device = False
     total = 0
-    for entry in entries:
-        try:
-            paths = json.loads((_entry_dir(cache, entry) / "info" / "paths.json").read_text())
-        except (OSError, ValueError):
+    for entry, fact in zip(entries, facts):
+        if fact is not None:
+            total += fact.placeholder_bytes if same_device else fact.total_bytes
             continue
-        for item in paths.get("paths") or ():
-            if not same_device or item.get("prefix_placeholder"):
-                total += int(item.get("size_in_bytes") or 0)
+        items = verified.listed_paths(_entry_dir(cache, entry))
+        for item in items if not isinstance(items, str) else ():
+            size = item.get("size_in_bytes")
+            if (not same_device or item.get("prefix_placeholder")) and isinstance(size, int):
+                total += size
     return total
 
 
+def _silently_full(staging: Path) -> DiskError | None:
+    """rattler 0.28 does not report a conda-meta record it could not write on a full disk:
+    the record is left empty, and it fails later reading it back ('EOF while parsing').
+    Named as the disk error it is when the device has (almost) nothing free."""
+    import errno
+
+    try:
+        empty = any(p.stat().st_size == 0 for p in (staging / "conda-meta").glob("*.json"))
+        full = shutil.disk_usage(staging).free < (1 << 20)
+    except OSError:
+        return None
+    if not (empty and full):
+        return None
+    return as_disk_error(OSError(errno.ENOSPC, "No space left on device"), staging,
+                         "linking the environment")
+
+
 def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str],
-                      staging: Path, target: Path, cache: Path) -> None:
+                      staging: Path, target: Path, cache: Path,
+                      facts: Sequence[verified.Facts | None] = ()) -> None:
     import asyncio
 
     import rattler
+    from rattler.networking import AddHeadersMiddleware
 
-    entries = list(plan.conda)
     from gpu_ci.conda.integrity import link_path_problem
 
-    escape = link_path_problem([_entry_dir(cache, e) for e in entries])
+    entries = list(plan.conda)
+    facts = list(facts) or [None] * len(entries)
+    dirs = [_entry_dir(cache, e) for e in entries]
+    escape = link_path_problem(dirs, {d: f for d, f in zip(dirs, facts) if f is not None})
     if escape:
         raise GpuCiError(f"refusing to link: {escape}. A conda package never needs that; the "
                          "lock names a package that is broken or hostile.",
                          title="package path outside the prefix")
-    require_space(target.parent, _copied_bytes(entries, cache, target.parent),
+    require_space(target.parent, _copied_bytes(entries, cache, target.parent, facts),
                   f"linking {len(entries)} packages into {target}")
-    # Every entry is either extracted just now from a verified archive or was checked against
-    # its paths.json (sizes and sha256) by _extract or _valid_entry; rattler need only see
-    # that it is there.
+    # Every entry is either extracted just now from a verified archive or was checked
+    # against its stamp or its paths.json (sizes and sha256) by _extract or _valid_entry:
+    # rattler need not validate it again.
     package_cache = rattler.PackageCache.new_layered(
-        [str(cache)], validation_mode=rattler.ValidationMode.fast())
+        [str(cache)], validation_mode=rattler.ValidationMode.skip())
     records = _records(entries, fetched, shas, cache)
     try:
         asyncio.run(rattler.install(
             records, target_prefix=str(staging),
             alternative_target_prefix=str(target), package_cache=package_cache,
+            client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
             show_progress=False, execute_link_scripts=False))
     except GpuCiError:
         raise
     except Exception as exc:
-        named = _named_from_message(exc, staging, "linking the environment")
+        named = _named_from_message(exc, staging, "linking the environment") or \
+            _silently_full(staging)
         if named is not None:
             raise named from None
         raise GpuCiError(f"linking the environment failed: {exc}") from None
-    _restore_urls(staging, entries, records)
     for entry, sha in zip(entries, shas):
         if entry.sha256 or not sha:
             continue
@@ -581,7 +653,8 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
         fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
         report.phases["download+verify"] = time.monotonic() - started
     else:
-        fetched, shas = fetch_and_extract(plan, pkgs_dir, cache, policy)
+        got = fetch_and_extract(plan, pkgs_dir, cache, policy)
+        fetched = got.fetched
         report.phases["download+verify+extract"] = time.monotonic() - started
     report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
     report.cached_archives = sum(1 for f in fetched if f.cached)
@@ -596,17 +669,18 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
                         explicit)
     else:
         try:
-            link_with_rattler(plan, fetched, shas, staging, target, cache)
+            link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
         except DiskError:
             raise
         except GpuCiError:
             if all(not f.cached for f in fetched):
                 raise
             # A trusted entry was not usable after all: fetch and verify every archive,
-            # extract them again, and link once more.
+            # extract each again, and link once more.
             shutil.rmtree(staging, ignore_errors=True)
-            fetched, shas = fetch_and_extract(plan, pkgs_dir, cache, policy, trust=False)
-            link_with_rattler(plan, fetched, shas, staging, target, cache)
+            got = fetch_and_extract(plan, pkgs_dir, cache, policy, trust=False)
+            fetched = got.fetched
+            link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
             report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
             report.cached_archives = sum(1 for f in fetched if f.cached)
     report.phases["link"] = time.monotonic() - started

@@ -14,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from gpu_ci.conda.verified import Facts, listed_paths, survey
+
 MARKER_NAME = "gpu-ci-lock.json"
 
 
@@ -96,15 +98,8 @@ def cache_entry_problem(entry: Path) -> str:
     return ""
 
 
-def _escapes(rel: str) -> bool:
-    """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
-    or one no file system takes)."""
-    if not rel or rel.startswith("/") or "\0" in rel:
-        return True
-    return os.path.normpath(rel).split("/")[0] == ".."
-
-
-def link_path_problem(entries: list[Path]) -> str:
+def link_path_problem(entries: list[Path],
+                      known: dict[Path, Facts] | None = None) -> str:
     """'' when every path the extracted packages would link stays inside the prefix, else the
     first that would not.
 
@@ -113,40 +108,32 @@ def link_path_problem(entries: list[Path]) -> str:
     it, and so would a file under a symbolic link of the package that points out of the
     prefix. A lock from a pull request can name any archive, so this is checked before
     anything is linked (verified hashes say the archive is the one locked, not that it is
-    harmless)."""
-    escaping_links: set[str] = set()
-    listed: list[tuple[str, str]] = []
+    harmless). ``known``: the facts a verified stamp recorded for an entry (see
+    ``verified``), so that its ``paths.json`` is read again only when some entry has a
+    symbolic link out of the prefix."""
+    known = known or {}
+    facts: list[Facts] = []
     for entry in entries:
-        try:
-            items = [(str(i.get("_path") or ""), i.get("path_type"))
-                     for i in json.loads((entry / "info" / "paths.json").read_bytes())
-                     .get("paths") or ()]
-        except FileNotFoundError:
-            try:
-                items = [(line, None) for line in (entry / "info" / "files").read_text(
-                    encoding="utf-8", errors="replace").splitlines() if line]
-            except OSError:
-                items = []
-        except (OSError, ValueError, AttributeError, TypeError):
-            return f"{entry.name}: info/paths.json cannot be read"
-        for rel, kind in items:
-            if _escapes(rel):
-                return f"{entry.name} lists {rel!r}, which is outside the prefix"
-            listed.append((entry.name, rel))
-            if kind == "softlink" or os.path.islink(entry / rel):
-                try:
-                    target = os.readlink(entry / rel)
-                except OSError:
-                    continue
-                parent = os.path.dirname(rel)
-                if target.startswith("/") or _escapes(os.path.join(parent, target)):
-                    escaping_links.add(os.path.normpath(rel))
-    if escaping_links:
-        for name, rel in listed:
+        fact = known.get(entry)
+        if fact is None:
+            items = listed_paths(entry)
+            if isinstance(items, str):
+                return items
+            fact = survey(entry, items)
+        if fact.problem:
+            return fact.problem
+        facts.append(fact)
+    escaping_links = {rel for fact in facts for rel in fact.escaping_links}
+    if not escaping_links:
+        return ""
+    for entry in entries:
+        items = listed_paths(entry)
+        for item in items if not isinstance(items, str) else ():
+            rel = str(item.get("_path") or "")
             parts = os.path.normpath(rel).split("/")
             for i in range(1, len(parts)):
                 above = "/".join(parts[:i])
                 if above in escaping_links:
-                    return (f"{name} lists {rel!r} under the symbolic link {above!r}, which "
-                            "points outside the prefix")
+                    return (f"{entry.name} lists {rel!r} under the symbolic link {above!r}, "
+                            "which points outside the prefix")
     return ""

@@ -1,0 +1,165 @@
+"""What this host verified about a package-cache entry, and how the entry looked then.
+
+Issue 12 made every job hash each file of each reused cache entry against its
+``paths.json`` before linking it: a file changed in the shared cache (or written through a
+hard link from an environment) must not reach a new environment. That check was most of a
+warm install's time (2.5-4x ``rattler.install``). Now the job that extracts an entry, or
+hashes it in full, writes a stamp into it: the archive's digest, what linking needs to know
+(paths that would leave the prefix, bytes a link copies), and each file's identity — device,
+inode, size and modification time in ns. A later job compares ``lstat`` results with the
+stamp and hashes only entries that differ.
+
+Why this guards as much as the hash did: writing to a file changes its mtime (and usually
+its size), replacing it changes its inode, and a restored ``actions/cache`` has new inodes
+(so it is hashed once, then stamped). Only a deliberate ``utime`` can hide a change, and
+whoever can do that to the shared cache can as well rewrite the ``paths.json`` sha256 the
+hash is compared with: the stamp, like ``paths.json``, is as trustworthy as whoever can
+write the cache. ``ctime`` is not used: every hard link into an environment changes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+STAMP = ".gpu-ci-verified"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What linking needs to know about one verified entry."""
+
+    digest: str
+    problem: str
+    """'' or why the entry must not be linked (a path that leaves the prefix)."""
+    escaping_links: tuple[str, ...]
+    """Symbolic links of the entry that point out of the prefix: harmless unless another
+    package lists a path under one (``integrity.link_path_problem`` checks all entries)."""
+    placeholder_bytes: int
+    """Bytes of files with a prefix placeholder: linking always copies these."""
+    total_bytes: int
+
+
+def _escapes(rel: str) -> bool:
+    """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
+    or one no file system takes)."""
+    if not rel or rel.startswith("/") or "\0" in rel:
+        return True
+    return os.path.normpath(rel).split("/")[0] == ".."
+
+
+def listed_paths(entry: Path) -> list[dict[str, object]] | str:
+    """The entry's ``paths.json`` items (or ``info/files`` lines for old packages), or why
+    they cannot be read."""
+    try:
+        items = json.loads((entry / "info" / "paths.json").read_bytes()).get("paths") or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return f"{entry.name}: info/paths.json cannot be read"
+        return items
+    except FileNotFoundError:
+        try:
+            return [{"_path": line} for line in (entry / "info" / "files").read_text(
+                encoding="utf-8", errors="replace").splitlines() if line]
+        except OSError:
+            return []
+    except (OSError, ValueError, AttributeError):
+        return f"{entry.name}: info/paths.json cannot be read"
+
+
+def survey(entry: Path, items: list[dict[str, object]], name: str = "") -> Facts:
+    """The link facts of one entry (its digest left empty); ``name``: the entry's name in
+    messages, when it is still being extracted under a temporary one."""
+    escaping: list[str] = []
+    placeholder = total = 0
+    for item in items:
+        rel = str(item.get("_path") or "")
+        if _escapes(rel):
+            return Facts("", f"{name or entry.name} lists {rel!r}, which is outside the prefix",
+                         (), 0, 0)
+        size = item.get("size_in_bytes")
+        size = size if isinstance(size, int) else 0
+        total += size
+        if item.get("prefix_placeholder"):
+            placeholder += size
+        if item.get("path_type") == "softlink" or os.path.islink(entry / rel):
+            try:
+                target = os.readlink(entry / rel)
+            except OSError:
+                continue
+            if target.startswith("/") or _escapes(os.path.join(os.path.dirname(rel), target)):
+                escaping.append(os.path.normpath(rel))
+    return Facts("", "", tuple(escaping), placeholder, total)
+
+
+def _identities(entry: Path, rels: list[str]) -> list[list[object]] | None:
+    out: list[list[object]] = []
+    for rel in rels:
+        try:
+            info = os.lstat(entry / rel)
+        except OSError:
+            return None
+        out.append([rel, info.st_ino, info.st_size, info.st_mtime_ns])
+    return out
+
+
+def _info_files(entry: Path) -> list[str]:
+    """The top-level files of ``info/``: what the linker reads besides the payload."""
+    try:
+        with os.scandir(entry / "info") as it:
+            return sorted(f"info/{e.name}" for e in it if e.is_file(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
+    """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
+    it lists is missing. A stamp that cannot be written costs the next job a hash, no more."""
+    items = listed_paths(entry)
+    if isinstance(items, str):
+        return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
+    facts = survey(entry, items, name)
+    facts = Facts(digest, facts.problem, facts.escaping_links, facts.placeholder_bytes,
+                  facts.total_bytes)
+    if facts.problem:
+        return facts
+    rels = [str(i.get("_path")) for i in items] + _info_files(entry)
+    files = _identities(entry, rels)
+    if files is None:
+        return None
+    try:
+        device = os.stat(entry).st_dev
+        data = {"version": VERSION, "digest": digest, "device": device,
+                "escaping_links": list(facts.escaping_links),
+                "placeholder_bytes": facts.placeholder_bytes,
+                "total_bytes": facts.total_bytes, "files": files}
+        part = entry / f"{STAMP}.tmp-{token}"
+        part.write_text(json.dumps(data, separators=(",", ":")))
+        os.replace(part, entry / STAMP)
+    except OSError:
+        (entry / f"{STAMP}.tmp-{token}").unlink(missing_ok=True)
+        return facts  # verified all the same; only the next job hashes again
+    return facts
+
+
+def check(entry: Path | str, digest: str) -> Facts | None:
+    """The entry's facts when its stamp names ``digest`` and every stamped file still has
+    the identity it had when verified; None otherwise (hash it, or extract it again)."""
+    base = os.fspath(entry)
+    try:
+        with open(os.path.join(base, STAMP), "rb") as handle:
+            data = json.loads(handle.read())
+        if data.get("version") != VERSION or data.get("digest") != digest or \
+                os.stat(base).st_dev != data.get("device"):
+            return None
+        lstat, join = os.lstat, os.path.join
+        for rel, ino, size, mtime in data["files"]:
+            info = lstat(join(base, rel))
+            if info.st_ino != ino or info.st_size != size or info.st_mtime_ns != mtime:
+                return None
+        return Facts(digest, "", tuple(data["escaping_links"]), int(data["placeholder_bytes"]),
+                     int(data["total_bytes"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
