@@ -135,11 +135,13 @@ def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
                 "escaping_links": list(facts.escaping_links),
                 "placeholder_bytes": facts.placeholder_bytes,
                 "total_bytes": facts.total_bytes, "files": files}
-        part = entry / f"{STAMP}.tmp-{token}"
+        # Beside the entry, not in it: a writer killed here leaves a name the next job's
+        # sweep of the cache removes (``transaction.sweep_cache``).
+        part = entry.with_name(f".{entry.name}{STAMP}.tmp-{token}")
         part.write_text(json.dumps(data, separators=(",", ":")))
         os.replace(part, entry / STAMP)
     except OSError:
-        (entry / f"{STAMP}.tmp-{token}").unlink(missing_ok=True)
+        entry.with_name(f".{entry.name}{STAMP}.tmp-{token}").unlink(missing_ok=True)
         return facts  # verified all the same; only the next job hashes again
     return facts
 
