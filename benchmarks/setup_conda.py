@@ -160,6 +160,8 @@ PHASES: dict[str, list[float]] = {}
 def _clean_env(cache: Path) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RUNNER_TOOL_CACHE": str(cache),
            "GPU_CI_PRINT_SUMMARY": "1"}
+    # as on a runner, where our checkout's byte code is written on the first run
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     for key in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY"):
         env.pop(key, None)
     return env

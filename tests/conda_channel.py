@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import threading
+import time
 import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -253,8 +254,8 @@ class ChannelServer:
         return f"http://{host}:{port}"
 
     def fail(self, rel: str, *actions: str) -> None:
-        """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>' (one per
-        request)."""
+        """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>', 'slow:<s>'
+        (one per request)."""
         self.faults.setdefault("/" + rel.lstrip("/"), []).extend(actions)
 
     def requests(self, contains: str = "") -> list[tuple[str, int]]:
@@ -304,6 +305,8 @@ class ChannelServer:
                     self.wfile.write(body)
                     return
                 data = file.read_bytes()
+                if action.startswith("slow:"):  # a long download: wait before the body
+                    time.sleep(float(action[len("slow:"):]))
                 if action == "corrupt":
                     data = data[:-1] + bytes([data[-1] ^ 0xFF])
                 ranged = self.headers.get("Range", "")

@@ -138,7 +138,7 @@ def test_corrupted_download_names_the_package_and_both_hashes(setup, channel):
 def test_truncated_download_is_fetched_again(setup, channel):
     hello = channel.archives[1]
     channel.server.fail(f"channel/linux-64/{hello.filename}", "truncate")
-    result = setup(channel.explicit_lock(["libhello", "hello"]))
+    result = setup(channel.explicit_lock(["libhello", "hello"]), "--stream-downloads", "false")
     assert result.returncode == 0, result.stdout
     assert [s for _, s in channel.server.requests(hello.filename)][-2:] == [200, 206]
 
@@ -165,7 +165,9 @@ def test_not_found_is_not_retried(setup, channel):
     result = setup(lock)
     assert result.returncode == 1
     assert "HTTP 404" in result.errors[0] and "libhello-9.9-h0_0.tar.bz2" in result.errors[0]
-    assert len(channel.server.requests("libhello-9.9")) == 1
+    # the streamed attempt, then our downloader's one attempt that names the error: a retry
+    # (GPU_CI_HTTP_RETRIES=2) would add more
+    assert len(channel.server.requests("libhello-9.9")) == 2
 
 
 def test_unknown_platform_lists_the_locked_ones(setup, channel):
@@ -777,7 +779,8 @@ def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path
 def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_path):
     """The same packages installed by rattler.install() from the channel's repodata (as
     conda or pixi would): every field of every conda-meta record agrees, except where the
-    package sits on this disk and the repodata-only indexed_timestamp."""
+    package sits on this disk and the repodata-only indexed_timestamp, and the archive's
+    size: rattler's streaming client does not report it (README, "Limits")."""
     import asyncio
 
     import rattler
@@ -796,7 +799,7 @@ def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_
     asyncio.run(rattler.install(records, target_prefix=str(reference),
                                 cache_dir=tmp_path / "refcache", show_progress=False,
                                 execute_link_scripts=False))
-    local = {"extracted_package_dir", "link", "indexed_timestamp"}
+    local = {"extracted_package_dir", "link", "indexed_timestamp", "size"}
     compared = 0
     for theirs_path in sorted((reference / "conda-meta").glob("*.json")):
         theirs = json.loads(theirs_path.read_text())
@@ -879,7 +882,7 @@ def test_a_restored_cache_is_hashed_once_then_trusted(channel, tmp_path, monkeyp
     quiet = lambda _: None  # noqa: E731
     install.install(plan, tmp_path / "a", tmp_path / "seed", dict(os.environ), log=quiet)
     subprocess.run(["cp", "-a", str(tmp_path / "seed"), str(tmp_path / "pkgs")], check=True)
-    shutil.rmtree(tmp_path / "pkgs" / "archives")
+    shutil.rmtree(tmp_path / "pkgs" / "archives", ignore_errors=True)
     hashed = _hash_spy(monkeypatch, tmp_path)
     before = len(channel.server.log)
     install.install(plan, tmp_path / "b", tmp_path / "pkgs", dict(os.environ), log=quiet)
@@ -959,7 +962,7 @@ def test_valid_cache_entry_is_trusted_without_its_archive(setup, channel):
     first = setup(channel.explicit_lock(["libhello"]))  # md5-only lock
     assert first.returncode == 0, first.stdout
     pkgs = setup.default_prefix.parent.parent / "pkgs"
-    shutil.rmtree(pkgs / "archives")  # as restored by cache: true (archives excluded)
+    shutil.rmtree(pkgs / "archives", ignore_errors=True)  # as restored by cache: true
     shutil.rmtree(setup.default_prefix)
     second = setup(channel.explicit_lock(["libhello"]))
     assert second.returncode == 0, second.stdout
@@ -980,7 +983,7 @@ def test_a_trusted_entry_rattler_cannot_use_is_fetched_and_linked_again(
     text = channel.explicit_lock(["libhello"])
     assert setup(text).returncode == 0
     pkgs = setup.default_prefix.parent.parent / "pkgs"
-    shutil.rmtree(pkgs / "archives")
+    shutil.rmtree(pkgs / "archives", ignore_errors=True)
     plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
     real, calls = install.link_with_rattler, []
 

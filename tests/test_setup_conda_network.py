@@ -74,7 +74,7 @@ def _everything(result) -> str:
 def test_a_connection_cut_mid_archive_resumes_with_range(setup, channel):
     hello = channel.archives[1]
     channel.server.fail(f"channel/linux-64/{hello.filename}", "truncate")
-    result = setup(channel.explicit_lock(["libhello", "hello"]))
+    result = setup(channel.explicit_lock(["libhello", "hello"]), "--stream-downloads", "false")
     assert result.returncode == 0, result.stdout + result.stderr
     assert [s for _, s in channel.server.requests(hello.filename)] == [200, 206]
     libhello = channel.archives[0]  # fetched once: rattler links from our cache, never fetches
@@ -89,9 +89,24 @@ def test_a_resumed_file_that_fails_the_hash_starts_over(setup, channel):
     hello = channel.archives[1]
     # first half cut, then the rest "resumed" from a server whose file differs
     channel.server.fail(f"channel/linux-64/{hello.filename}", "truncate", "corrupt")
-    result = setup(channel.explicit_lock(["libhello", "hello"]))
+    result = setup(channel.explicit_lock(["libhello", "hello"]), "--stream-downloads", "false")
     assert result.returncode == 0, result.stdout + result.stderr
     assert [s for _, s in channel.server.requests(hello.filename)] == [200, 206, 200]
+
+
+def test_a_streamed_archive_cut_mid_way_is_fetched_by_our_downloader(setup, channel):
+    """The default: rattler streams each archive into the cache; a cut stream leaves no
+    partial file to resume (README), so our downloader fetches that archive, resuming any
+    further cut with Range, and verifies it."""
+    hello = channel.archives[1]
+    channel.server.fail(f"channel/linux-64/{hello.filename}", "truncate", "truncate")
+    result = setup(channel.explicit_lock(["libhello", "hello"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [s for _, s in channel.server.requests(hello.filename)] == [200, 200, 206]
+    ranges = [h.get("Range") for h in channel.server.seen if hello.filename in h["path"]]
+    assert ranges == [None, None, f"bytes={len(hello.data) // 2}-"]
+    assert "1 archives streamed into the package cache" in result.summary
+    assert (setup.prefix / "bin" / "hello").exists()
 
 
 def _mirrored(channel, server) -> str:
@@ -117,7 +132,8 @@ def test_mirror_with_basic_auth_and_401_without(setup, channel, mirror):
     host = server.url.split("//")[1]
     refused = setup(lock, "--channel-mirrors", _mirrored(channel, server))
     assert refused.returncode == 1
-    assert [s for _, s in server.log] == [401]  # not retried
+    # the streamed attempt, then our downloader's, which names the input; never retried
+    assert [s for _, s in server.log] == [401, 401]
     error = refused.errors[0]
     assert f"HTTP 401 for mirror {server.url}/channel/linux-64/" in error
     assert f"{host} asks for credentials" in error and "'channel-credentials'" in error
@@ -252,3 +268,36 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     assert result.returncode == 0, result.stdout + result.stderr
     assert Path(result.outputs["conda"]).exists()
     assert TOKEN not in _everything(result)
+
+
+def test_streamed_downloads_report_progress_and_stamp_the_entry(channel, tmp_path):
+    """rattler's client reports no bytes: a long streamed download still shows in the log
+    (archives done, time), and the entry it extracts is verified and stamped."""
+    from gpu_ci.conda import install, verified
+
+    hello = channel.archives[1]
+    channel.server.fail(f"channel/linux-64/{hello.filename}", "slow:0.6")
+    entry = tmp_path / "cache" / "hello-2.1-h1_3"
+    entry.parent.mkdir()
+    lines: list[str] = []
+    done = install.stream_and_extract(
+        [(0, channel.archive_url(hello), entry, hello.sha256, hello.md5)], 30,
+        log=lines.append, interval=0.2)
+    assert done[0].sha256 == hello.sha256 and done[0].md5 == hello.md5
+    assert lines and lines[0].startswith("downloading: 0 of 1 archives streamed into the "
+                                         "package cache in ")
+    assert verified.check(entry, hello.sha256) == done[0].facts
+
+
+def test_a_streamed_archive_with_another_digest_is_not_published(channel, tmp_path):
+    """The lock's digest is checked before the entry appears: a mismatch leaves nothing (the
+    careful path then names both URLs)."""
+    from gpu_ci.conda import install
+
+    hello = channel.archives[1]
+    entry = tmp_path / "cache" / "hello-2.1-h1_3"
+    entry.parent.mkdir()
+    done = install.stream_and_extract(
+        [(0, channel.archive_url(hello), entry, "", "0" * 32)], 30)
+    assert done == {} and not entry.exists()
+    assert [p.name for p in entry.parent.iterdir()] == [".hello-2.1-h1_3.gpu-ci.lock"]

@@ -228,7 +228,7 @@ _LOCAL = threading.local()
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
-def _direct(url: str) -> bool:
+def direct(url: str) -> bool:
     """Whether ``url`` may go over a reused connection: http(s) and no proxy applies
     (requests through a proxy take urllib's path, which honours *_PROXY and NO_PROXY)."""
     parts = urlsplit(url)
@@ -304,7 +304,7 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
     import urllib.error
 
     url = request.full_url
-    if not _direct(url):
+    if not direct(url):
         response = _opener().open(request, timeout=timeout)
         return _Response(response.status, response.headers, response, response.close)
     parts = urlsplit(url)

@@ -253,6 +253,11 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
                   "lock sha256, platform, engine and version.", "false"),
         InputSpec("cache-write", "Save the package cache after a miss (false: only restore, "
                   "e.g. on pull requests).", "true"),
+        InputSpec("stream-downloads", "true: rattler's client downloads and extracts each "
+                  "archive in one stream (fastest); false: every archive is downloaded to disk "
+                  "first, so a cut one resumes with HTTP Range and the log shows bytes and "
+                  "rate. Archives behind channel-credentials or a proxy always take the "
+                  "second way.", "true"),
     ),
     outputs=(
         OutputSpec("prefix", "Path of the environment."),

@@ -23,7 +23,8 @@ def options_from(inputs: Inputs, environ) -> conda_options.SetupOptions:
         installer_url=inputs["installer-url"], installer_sha256=inputs["installer-sha256"],
         activate=inputs.boolean("activate"), dry_run=inputs.boolean("dry-run"),
         root=inputs["root"], pkgs_dir=inputs["pkgs-dir"], prefix=inputs["prefix"],
-        environment_name=inputs["environment-name"], environ=environ)
+        environment_name=inputs["environment-name"], environ=environ,
+        stream=inputs.boolean("stream-downloads"))
 
 
 def read_lock(path: str) -> str:
@@ -106,7 +107,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                        title="setup-conda-from-lock")
     report = env_install.install(plan, prefix, pkgs_dir, sub_env, engine=opts.engine,
                                  conda=mf.conda if mf else None, policy=opts.retry,
-                                 log=rt.info)
+                                 log=rt.info, stream=opts.stream)
     phases.update(report.phases)
     python = prefix / "bin" / "python"
     rt.set_output("prefix", str(prefix))
@@ -124,13 +125,20 @@ def run(inputs: Inputs, rt: Runtime) -> int:
             rt.add_path(entry)
     verb = "reused" if report.reused else "created"
     rt.info(f"setup-conda-from-lock: {verb} {prefix} from {path} ({plan.count} packages, "
-            f"{report.downloaded_bytes / 1e6:.1f} MB downloaded, "
+            f"{_downloaded(report)}, "
             f"{sum(phases.values()):.1f} s)")
     if vendor.root:
         rt.info(f"setup-conda-from-lock: vendor conda at {vendor.root} ({vendor.found_by}) was "
                 "left alone.")
     rt.summary(_summary(plan, path, mf, vendor, report, phases))
     return 0
+
+
+def _downloaded(report) -> str:
+    text = f"{report.downloaded_bytes / 1e6:.1f} MB downloaded"
+    if report.streamed_archives:
+        text += f" + {report.streamed_archives} archives streamed into the package cache"
+    return text
 
 
 def _summary(plan, path, mf, vendor, report, phases, dry_run: bool = False) -> str:
@@ -150,7 +158,7 @@ def _summary(plan, path, mf, vendor, report, phases, dry_run: bool = False) -> s
         rows.append(("reused", "yes" if report.reused else "no"))
         if report.recovered:
             rows.append(("recovered", report.recovered))
-        rows.append(("downloaded", f"{report.downloaded_bytes / 1e6:.1f} MB "
+        rows.append(("downloaded", f"{_downloaded(report)} "
                      f"({report.cached_archives} archives from cache)"))
         for phase, seconds in (phases or {}).items():
             rows.append((f"time: {phase}", f"{seconds:.2f} s"))

@@ -44,11 +44,11 @@ from gpu_ci.conda.integrity import cache_entry_problem, environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.conda.options import MARKER, is_environment
 from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
-from gpu_ci.downloads import TOKEN, Download, Fetched, fetch_all
+from gpu_ci.downloads import TOKEN, Download, Fetched, direct, fetch_all, route
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import mask_url
+from gpu_ci.urls import mask_url, secrets_in
 
 SHA_MARKER = ".gpu-ci-archive-sha256"
 MD5_SIDECAR = ".gpu-ci-md5"
@@ -63,6 +63,8 @@ class InstallReport:
     reused: bool = False
     downloaded_bytes: int = 0
     cached_archives: int = 0
+    streamed_archives: int = 0
+    """Fetched by rattler's client straight into the cache: their size is not reported."""
     recovered: str = ""
     """What was finished or rolled back from an interrupted earlier run ('' if nothing)."""
     phases: dict[str, float] = field(default_factory=dict)
@@ -213,13 +215,7 @@ def _extract(archive: str, dest: str, digest: str, token: str, again: bool = Fal
         tmp = target.with_name(f".{target.name}.tmp-{token}")
         try:
             extract(Path(archive), tmp)
-            (tmp / SHA_MARKER).write_text(digest)
-            facts = verified.write(tmp, digest, token, target.name)
-            crash_point("extract", parent=True)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-            _forget_other_archive(target, sha256)
+            facts = _publish(tmp, target, digest, token, sha256, parent=True)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             named = _named_from_message(exc, tmp, f"extracting {Path(archive).name}")
@@ -230,6 +226,104 @@ def _extract(archive: str, dest: str, digest: str, token: str, again: bool = Fal
 
 
 @dataclass(frozen=True)
+class Streamed:
+    sha256: str
+    md5: str
+    facts: verified.Facts | None
+
+
+def streamable(item: Download) -> bool:
+    """Whether rattler's client may fetch ``item`` straight into the cache: no credentials
+    (it would get none of ours: its redirect rules are not ours, and it is told hosts, not
+    origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no archive already
+    here to verify instead."""
+    if item.dest.exists():
+        return False
+    to = route(item.url)
+    return not to.headers and not secrets_in(to.url) and direct(to.url)
+
+
+def _try_lock(target: Path) -> int | None:
+    """The entry's lock, held (an fd), or None when another job holds it: that entry then
+    takes the careful path, which waits for the lock."""
+    if sys.platform == "win32":
+        return None
+    import fcntl
+
+    fd = os.open(target.with_name(f".{target.name}.gpu-ci.lock"), os.O_RDWR | os.O_CREAT,
+                 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout: float,
+                       concurrency: int = 8, log: Log = print,
+                       interval: float = 5.0) -> dict[int, Streamed]:
+    """rattler downloads and extracts each archive in one stream (no archive written, the
+    hash computed on the way) into a temporary entry, on its own threads; we check the
+    digest and publish it under the entry's lock. ``jobs``: (index, url, entry, sha256,
+    md5) with the lock's digests. Only what succeeded is returned: every other job takes
+    the careful path (our downloader: Range resume, named errors, credentials), so a
+    failure here costs time, never correctness. Every ``interval`` s the log says how many
+    archives are done (rattler's client reports no bytes)."""
+    import asyncio
+
+    import rattler
+    from rattler.package_streaming import download_and_extract
+
+    client = rattler.Client(timeout=max(1, int(timeout)))
+    done: dict[int, Streamed] = {}
+
+    async def one(gate: asyncio.Semaphore, index: int, url: str, target: Path, sha256: str,
+                  md5: str) -> None:
+        async with gate:
+            fd = _try_lock(target)
+            if fd is None:
+                return
+            tmp = target.with_name(f".{target.name}.tmp-{TOKEN}")
+            digest = sha256 or md5
+            try:
+                facts = verified.check(target, digest)
+                if facts is not None:  # another job put it there meanwhile
+                    done[index] = Streamed(sha256, md5, facts)
+                    return
+                task = asyncio.ensure_future(download_and_extract(
+                    client, url, tmp, bytes.fromhex(sha256) if sha256 else None))
+                await asyncio.sleep(0)
+                crash_point("download")
+                got_sha, got_md5 = (value.hex() for value in await task)
+                if got_sha != sha256 if sha256 else got_md5 != md5:
+                    raise ValueError("digest mismatch")  # the careful path names it
+                facts = _publish(tmp, target, digest, TOKEN, got_sha)
+                done[index] = Streamed(got_sha, got_md5, facts)
+            except Exception:
+                shutil.rmtree(tmp, ignore_errors=True)
+            finally:
+                os.close(fd)
+
+    async def progress(started: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            log(f"downloading: {len(done)} of {len(jobs)} archives streamed into the package "
+                f"cache in {time.monotonic() - started:.0f} s")
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(concurrency)
+        reporter = asyncio.ensure_future(progress(time.monotonic()))
+        try:
+            await asyncio.gather(*(one(gate, *job) for job in jobs))
+        finally:
+            reporter.cancel()
+
+    asyncio.run(main())
+    return done
+
+
+@dataclass(frozen=True)
 class Fetch:
     """Per lock entry, in the lock's order: how its archive was had, the archive's sha256,
     and the facts of its verified cache entry (None: ask its ``paths.json``)."""
@@ -237,6 +331,21 @@ class Fetch:
     fetched: list[Fetched]
     shas: list[str]
     facts: list[verified.Facts | None]
+
+
+def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
+             parent: bool = False) -> verified.Facts | None:
+    """Put a complete extraction in place, under the entry's lock: stamped with the
+    archive's digest and the files' identities, then renamed over whatever was there."""
+    with open(os.path.join(tmp, SHA_MARKER), "w") as out:
+        out.write(digest)
+    facts = verified.write(tmp, digest, token, target.name)
+    crash_point("extract", parent=parent)
+    if os.path.lexists(target):
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    _forget_other_archive(target, sha256)
+    return facts
 
 
 def _forget_other_archive(target: Path, sha256: str) -> None:
@@ -250,7 +359,8 @@ def _forget_other_archive(target: Path, sha256: str) -> None:
 
 
 def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
-                      policy: RetryPolicy | None, trust: bool = True) -> Fetch:
+                      policy: RetryPolicy | None, trust: bool = True, stream: bool = True,
+                      log: Log = print) -> Fetch:
     """Download and verify on threads; extract each verified archive at once, in worker
     processes, while the others are still downloading. Nothing is extracted unverified.
 
@@ -277,9 +387,26 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
             else:
                 facts[i] = fact
                 results[i] = Fetched(items[i], 0, True, 0, sha, entry.md5)
-    if len(results) < len(items):
-        _fetch_and_extract(plan, items, cache, policy or RetryPolicy(), shas, slow, results,
-                           facts, again=not trust)
+    todo = [i for i in range(len(items)) if i not in results and i not in slow]
+    streamed = [i for i in todo if stream and trust and streamable(items[i])]
+    careful = [i for i in todo if i not in streamed]
+    policy = policy or RetryPolicy()
+    if slow or careful:  # before any of rattler's threads exist: the workers are forked
+        _fetch_and_extract(plan, items, cache, policy, shas, slow, careful, results, facts,
+                           again=not trust)
+    if streamed:
+        jobs = []
+        for i in streamed:
+            entry = plan.conda[i]
+            jobs.append((i, route(items[i].url).url, _entry_dir(cache, entry), entry.sha256,
+                         entry.md5))
+        for i, got in stream_and_extract(jobs, policy.timeout, log=log).items():
+            results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
+            facts[i] = got.facts
+        left = [i for i in streamed if i not in results]
+        if left:  # rattler's threads exist now: spawned workers
+            _fetch_and_extract(plan, items, cache, policy, shas, [], left, results, facts,
+                               again=False, fork=False)
     fetched = [results[i] for i in range(len(items))]
     return Fetch(fetched, [sha or got.sha256 for sha, got in zip(shas, fetched)],
                  [facts.get(i) for i in range(len(items))])
@@ -287,17 +414,21 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
 
 def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
                        policy: RetryPolicy, shas: list[str], slow: list[int],
-                       results: dict[int, Fetched], facts: dict[int, verified.Facts | None],
-                       again: bool) -> None:
+                       careful: list[int], results: dict[int, Fetched],
+                       facts: dict[int, verified.Facts | None], again: bool,
+                       fork: bool = True) -> None:
+    """The careful path: hash the ``slow`` entries in worker processes, then download with
+    our downloader, verify, and extract in the workers what is not usable: the ``careful``
+    items and the slow entries that failed."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 
     from gpu_ci.downloads import fetch
 
-    workers = max(1, min(os.cpu_count() or 2, len(items) - len(results)))
-    # fork is cheap and safe on Linux (workers start before any thread exists); macOS and
+    workers = max(1, min(os.cpu_count() or 2, len(slow) + len(careful)))
+    # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
     # Windows use spawn, as Python does by default there.
-    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux")
+    context = multiprocessing.get_context("fork" if fork and sys.platform.startswith("linux")
                                           else "spawn")
     os.environ["GPU_CI_PARENT_PID"] = str(os.getpid())
     with ProcessPoolExecutor(workers, mp_context=context,
@@ -316,7 +447,7 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
             else:
                 shas[i] = ""
                 changed.add(i)
-        todo = [i for i in range(len(items)) if i not in results]
+        todo = careful + sorted(changed)
         extractions = []
         error: BaseException | None = None
         # Two download threads per core, at most 8: more threads than that on a small
@@ -599,9 +730,10 @@ def refuse_foreign(target: Path) -> None:
 
 def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
             engine: str = "rattler", conda: Path | None = None,
-            policy: RetryPolicy | None = None, log: Log = print) -> InstallReport:
+            policy: RetryPolicy | None = None, log: Log = print,
+            stream: bool = True) -> InstallReport:
     try:
-        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log)
+        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream)
     except OSError as exc:  # anywhere, the lock file and the journal included
         named = as_disk_error(exc, target.parent, f"installing {target}")
         if named is not None:
@@ -611,7 +743,7 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
 
 def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str],
              engine: str, conda: Path | None, policy: RetryPolicy | None,
-             log: Log) -> InstallReport:
+             log: Log, stream: bool = True) -> InstallReport:
     report = InstallReport()
     paths = transaction.Paths(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -634,7 +766,8 @@ def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, 
             preflight(paths, pkgs_dir)
             with transaction.registered(pkgs_dir):
                 transaction.begin(paths)
-                _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report)
+                _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report,
+                                stream, log)
         except BaseException:
             with contextlib.suppress(Exception):
                 transaction.recover(paths, lambda _: None)
@@ -642,9 +775,16 @@ def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, 
     return report
 
 
+def _count(report: InstallReport, fetched: Sequence[Fetched]) -> None:
+    report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
+    report.cached_archives = sum(1 for f in fetched if f.cached)
+    report.streamed_archives = sum(1 for f in fetched if not f.cached and not f.size)
+
+
 def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
                     env: Mapping[str, str], engine: str, conda: Path | None,
-                    policy: RetryPolicy | None, report: InstallReport) -> None:
+                    policy: RetryPolicy | None, report: InstallReport, stream: bool = True,
+                    log: Log = print) -> None:
     staging, target, work = paths.staging, paths.target, paths.work
     work.mkdir(exist_ok=True)
     started = time.monotonic()
@@ -653,11 +793,10 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
         fetched = fetch_all(_downloads(plan, pkgs_dir), policy)
         report.phases["download+verify"] = time.monotonic() - started
     else:
-        got = fetch_and_extract(plan, pkgs_dir, cache, policy)
+        got = fetch_and_extract(plan, pkgs_dir, cache, policy, stream=stream, log=log)
         fetched = got.fetched
         report.phases["download+verify+extract"] = time.monotonic() - started
-    report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
-    report.cached_archives = sum(1 for f in fetched if f.cached)
+    _count(report, fetched)
     started = time.monotonic()
     if engine == "conda":
         assert conda is not None
@@ -681,8 +820,7 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
             got = fetch_and_extract(plan, pkgs_dir, cache, policy, trust=False)
             fetched = got.fetched
             link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
-            report.downloaded_bytes = sum(f.size for f in fetched if not f.cached)
-            report.cached_archives = sum(1 for f in fetched if f.cached)
+            _count(report, fetched)
     report.phases["link"] = time.monotonic() - started
     crash_point("link")
     if plan.pip:

@@ -120,6 +120,7 @@ def link_path_problem(entries: list[Path],
             if isinstance(items, str):
                 return items
             fact = survey(entry, items)
+        assert fact is not None  # only None when asked for identities
         if fact.problem:
             return fact.problem
         facts.append(fact)

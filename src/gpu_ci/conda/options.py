@@ -38,6 +38,8 @@ class SetupOptions:
     pkgs_dir: Path
     prefix: Path
     retry: RetryPolicy
+    stream: bool = True
+    """Archives without credentials are downloaded and extracted in one stream by rattler."""
 
     @property
     def condarc(self) -> Path:
@@ -88,7 +90,8 @@ def checked_root(value: str) -> Path:
 def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: str,
           miniforge: bool, miniforge_version: str, installer_url: str, installer_sha256: str,
           activate: bool, dry_run: bool, root: str, pkgs_dir: str, prefix: str,
-          environment_name: str, environ: Mapping[str, str]) -> SetupOptions:
+          environment_name: str, environ: Mapping[str, str],
+          stream: bool = True) -> SetupOptions:
     """Validate the inputs together; every refusal names the input and how to fix it."""
     if engine not in ENGINES:
         raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
@@ -114,7 +117,7 @@ def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: s
         installer_sha256=installer_sha256, activate=activate, dry_run=dry_run,
         root=root_path, pkgs_dir=Path(pkgs_dir) if pkgs_dir else root_path / "pkgs",
         prefix=Path(prefix) if prefix else root_path / "envs" / name,
-        retry=RetryPolicy.from_environ(environ))
+        retry=RetryPolicy.from_environ(environ), stream=stream)
 
 
 def is_environment(path: Path) -> bool:

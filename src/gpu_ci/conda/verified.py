@@ -19,8 +19,10 @@ write the cache. ``ctime`` is not used: every hard link into an environment chan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +71,12 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
         return f"{entry.name}: info/paths.json cannot be read"
 
 
-def survey(entry: Path, items: list[dict[str, object]], name: str = "") -> Facts:
+def survey(entry: Path, items: list[dict[str, object]], name: str = "",
+           files: list[list[object]] | None = None) -> Facts | None:
     """The link facts of one entry (its digest left empty); ``name``: the entry's name in
-    messages, when it is still being extracted under a temporary one."""
+    messages, when it is still being extracted under a temporary one. ``files``: filled
+    with each listed file's identity; None is returned when one is missing."""
+    base = os.fspath(entry)
     escaping: list[str] = []
     placeholder = total = 0
     for item in items:
@@ -84,34 +89,23 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "") -> Facts
         total += size
         if item.get("prefix_placeholder"):
             placeholder += size
-        if item.get("path_type") == "softlink" or os.path.islink(entry / rel):
+        path = os.path.join(base, rel)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            if files is not None:
+                return None
+            continue
+        if files is not None:
+            files.append([rel, info.st_ino, info.st_size, info.st_mtime_ns])
+        if item.get("path_type") == "softlink" or stat.S_ISLNK(info.st_mode):
             try:
-                target = os.readlink(entry / rel)
+                target = os.readlink(path)
             except OSError:
                 continue
             if target.startswith("/") or _escapes(os.path.join(os.path.dirname(rel), target)):
                 escaping.append(os.path.normpath(rel))
     return Facts("", "", tuple(escaping), placeholder, total)
-
-
-def _identities(entry: Path, rels: list[str]) -> list[list[object]] | None:
-    out: list[list[object]] = []
-    for rel in rels:
-        try:
-            info = os.lstat(entry / rel)
-        except OSError:
-            return None
-        out.append([rel, info.st_ino, info.st_size, info.st_mtime_ns])
-    return out
-
-
-def _info_files(entry: Path) -> list[str]:
-    """The top-level files of ``info/``: what the linker reads besides the payload."""
-    try:
-        with os.scandir(entry / "info") as it:
-            return sorted(f"info/{e.name}" for e in it if e.is_file(follow_symlinks=False))
-    except OSError:
-        return []
 
 
 def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
@@ -120,28 +114,32 @@ def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
     items = listed_paths(entry)
     if isinstance(items, str):
         return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
-    facts = survey(entry, items, name)
-    facts = Facts(digest, facts.problem, facts.escaping_links, facts.placeholder_bytes,
-                  facts.total_bytes)
-    if facts.problem:
-        return facts
-    rels = [str(i.get("_path")) for i in items] + _info_files(entry)
-    files = _identities(entry, rels)
-    if files is None:
-        return None
+    files: list[list[object]] = []
+    facts = survey(entry, items, name, files)
+    if facts is None or facts.problem:
+        return None if facts is None else Facts(digest, facts.problem, (), 0, 0)
+    facts = Facts(digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes)
+    base = os.fspath(entry)
     try:
-        device = os.stat(entry).st_dev
-        data = {"version": VERSION, "digest": digest, "device": device,
+        with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    info = e.stat(follow_symlinks=False)
+                    files.append([f"info/{e.name}", info.st_ino, info.st_size,
+                                  info.st_mtime_ns])
+        data = {"version": VERSION, "digest": digest, "device": os.stat(base).st_dev,
                 "escaping_links": list(facts.escaping_links),
                 "placeholder_bytes": facts.placeholder_bytes,
                 "total_bytes": facts.total_bytes, "files": files}
         # Beside the entry, not in it: a writer killed here leaves a name the next job's
         # sweep of the cache removes (``transaction.sweep_cache``).
-        part = entry.with_name(f".{entry.name}{STAMP}.tmp-{token}")
-        part.write_text(json.dumps(data, separators=(",", ":")))
-        os.replace(part, entry / STAMP)
+        part = os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}")
+        with open(part, "w") as out:
+            out.write(json.dumps(data, separators=(",", ":")))
+        os.replace(part, os.path.join(base, STAMP))
     except OSError:
-        entry.with_name(f".{entry.name}{STAMP}.tmp-{token}").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}"))
         return facts  # verified all the same; only the next job hashes again
     return facts
 
