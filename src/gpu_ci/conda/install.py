@@ -232,15 +232,15 @@ class Streamed:
     facts: verified.Facts | None
 
 
-def streamable(item: Download) -> bool:
-    """Whether rattler's client may fetch ``item`` straight into the cache: no credentials
-    (it would get none of ours: its redirect rules are not ours, and it is told hosts, not
-    origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no archive already
-    here to verify instead."""
+def stream_url(item: Download) -> str:
+    """Where rattler's client may fetch ``item`` straight into the cache ('' when it may
+    not): no credentials (it would get none of ours: its redirect rules are not ours, and it
+    is told hosts, not origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no
+    archive already here to verify instead."""
     if item.dest.exists():
-        return False
+        return ""
     to = route(item.url)
-    return not to.headers and not secrets_in(to.url) and direct(to.url)
+    return to.url if not to.headers and not secrets_in(to.url) and direct(to.url) else ""
 
 
 def _try_lock(target: Path) -> int | None:
@@ -388,8 +388,9 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                 facts[i] = fact
                 results[i] = Fetched(items[i], 0, True, 0, sha, entry.md5)
     todo = [i for i in range(len(items)) if i not in results and i not in slow]
-    streamed = [i for i in todo if stream and trust and streamable(items[i])]
-    careful = [i for i in todo if i not in streamed]
+    urls = {i: stream_url(items[i]) for i in todo} if stream and trust else {}
+    streamed = [i for i in todo if urls.get(i)]
+    careful = [i for i in todo if not urls.get(i)]
     policy = policy or RetryPolicy()
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
         _fetch_and_extract(plan, items, cache, policy, shas, slow, careful, results, facts,
@@ -398,8 +399,7 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
         jobs = []
         for i in streamed:
             entry = plan.conda[i]
-            jobs.append((i, route(items[i].url).url, _entry_dir(cache, entry), entry.sha256,
-                         entry.md5))
+            jobs.append((i, urls[i], _entry_dir(cache, entry), entry.sha256, entry.md5))
         for i, got in stream_and_extract(jobs, policy.timeout, log=log).items():
             results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
             facts[i] = got.facts
