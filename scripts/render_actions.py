@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +109,94 @@ def root_outputs() -> list[str]:
     return names
 
 
+_STEP = "    - "
+_KEY = " " * 6
+
+
+def _split_steps(text: str) -> list[list[str]]:
+    """The lines of each step in ``text`` (YAML indented as under ``runs.steps``)."""
+    steps: list[list[str]] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(_STEP):
+            steps.append([_KEY + line[len(_STEP):]])  # the first key, as indented as the rest
+        elif steps:
+            steps[-1].append(line)
+        elif line.strip():
+            raise SystemExit(f"extra steps must start with '{_STEP.strip()} ': {line!r}")
+    return steps
+
+
+def _is_key(line: str) -> bool:
+    return line.startswith(_KEY) and line[len(_KEY):len(_KEY) + 1] not in (" ", "\n", "")
+
+
+def _guard_expr(guard: str, condition: object) -> str:
+    """``guard``, and ``condition`` (a step's own ``if:``, bare or in ``${{ }}``) if any."""
+    if condition is None:
+        return guard
+    expr = " ".join(str(condition).split("\n")).strip()
+    inner = re.fullmatch(r"\$\{\{(.*)\}\}", expr, re.DOTALL)
+    return f"{guard} && ({(inner.group(1) if inner else expr).strip()})"
+
+
+def _if_lines(expr: str) -> list[str]:
+    """An ``if:`` key, folded (``>-``) so that no quoting is needed, wrapped at spaces."""
+    body = textwrap.wrap(expr, 88, break_long_words=False, break_on_hyphens=False)
+    return [f"{_KEY}if: >-\n", *(f"{_KEY}  {line}\n" for line in body)]
+
+
+def guard_steps(text: str, command: str) -> str:
+    """``text``'s steps for the root action: each runs only for ``command``, on top of its own
+    ``if:``; paths relative to ``actions/<name>/`` are made relative to the root.
+
+    The result is checked against YAML's reading of ``text``: the same steps, every key the
+    same but ``if``, which is the guard and (in parentheses) the step's own condition.
+    """
+    import yaml
+
+    guard = f"inputs.command == '{command}'"
+    text = text.replace("$GITHUB_ACTION_PATH/../../", "$GITHUB_ACTION_PATH/")
+    if "GITHUB_ACTION_PATH" in text.replace("$GITHUB_ACTION_PATH/", ""):
+        raise SystemExit(f"{command}: write extra steps' paths as $GITHUB_ACTION_PATH/../../")
+    originals = yaml.safe_load(text) or []
+    split = _split_steps(text)
+    if len(split) != len(originals):
+        raise SystemExit(f"{command}: extra steps must each start with '{_STEP.strip()} '")
+    out: list[str] = []
+    for lines, step in zip(split, originals):
+        at = next((i for i, line in enumerate(lines) if line.startswith(_KEY + "if:")), None)
+        if at is None:  # after the first key and its value
+            at = end = next((i for i in range(1, len(lines)) if _is_key(lines[i])),
+                            len(lines))
+        else:
+            end = next((i for i in range(at + 1, len(lines)) if _is_key(lines[i])),
+                       len(lines))
+        lines[at:end] = _if_lines(_guard_expr(guard, step.get("if")))
+        out += [_STEP + lines[0][len(_KEY):], *lines[1:]]
+    result = "".join(out)
+    expected = [{**step, "if": _guard_expr(guard, step.get("if"))} for step in originals]
+    if (yaml.safe_load(result) or []) != expected:
+        raise SystemExit(f"{command}: could not add the command guard to its extra steps")
+    return result
+
+
+def root_extra_steps() -> tuple[str, str]:
+    """Every action's extra steps (before and after its command), guarded by ``command``,
+    so that the root action does what ``actions/<name>/action.yml`` does."""
+    import yaml
+
+    before = "".join(guard_steps(spec.steps_before, name) for name, spec in ACTIONS.items())
+    after = "".join(guard_steps(spec.steps_after, name) for name, spec in ACTIONS.items())
+    ids = [step["id"] for step in yaml.safe_load(before + after) or [] if "id" in step]
+    dups = sorted({i for i in ids + ["run"] if (ids + ["run"]).count(i) > 1})
+    if dups:
+        raise SystemExit(f"step ids {dups} are used by two actions' extra steps (or are 'run')")
+    return before, after
+
+
 def render_root() -> str:
     commands = ", ".join(ACTIONS)
+    steps_before, steps_after = root_extra_steps()
     out = [
         "# Generated from src/gpu_ci/specs.py by scripts/render_actions.py; edit the spec.\n",
         "# The Marketplace entry: `command` picks one of the actions under actions/.\n",
@@ -131,11 +218,13 @@ def render_root() -> str:
         )
     out.append("runs:\n  using: composite\n  steps:\n")
     out.append(ROOT_BOOTSTRAP_STEP)
+    out.append(steps_before)
     out.append("    - name: gpu-ci\n      id: run\n      shell: bash\n      env:\n")
     out.append("        GPU_CI_COMMAND: ${{ inputs.command }}\n")
     out.append(_env_lines(root_inputs()))
     out.append("      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/scripts/run.py\" "
                "\"$GPU_CI_COMMAND\"'\n")
+    out.append(steps_after)
     return "".join(out)
 
 

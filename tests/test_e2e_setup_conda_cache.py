@@ -1,5 +1,6 @@
 """cache: true under act: the first job restores (a miss) and saves the package cache, a
-second job on a fresh disk restores it and downloads nothing.
+second job on a fresh disk restores it and downloads nothing; the same through the root
+action.yml (``command: setup-conda-from-lock``), which runs the same cache steps.
 
 act cannot fetch actions/cache from github.com here; actions/cache@<pinned commit> is mapped
 to a stand-in over the same npm library (tests/e2e/actions-cache/README.md), talking to act's
@@ -39,13 +40,16 @@ def cache_standin(tmp_path_factory):
     return folder
 
 
-def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cache_standin):
+@pytest.mark.parametrize("workflow", ["setup-conda-cache.yml", "setup-conda-cache-root.yml"],
+                         ids=["per-action", "root-action"])
+def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cache_standin,
+                                                             workflow):
     channel = build_channel(tmp_path / "chan", with_python=False)
     channel.server = ChannelServer(tmp_path / "chan").start()
     lock = tmp_path / "conda-linux-64.lock"
     lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
     try:
-        result = act(ROOT / "tests" / "e2e" / "workflows" / "setup-conda-cache.yml",
+        result = act(ROOT / "tests" / "e2e" / "workflows" / workflow,
                      "workflow_dispatch", {"inputs": {}},
                      env={"E2E_LOCK": str(lock), "E2E_ROOT": str(tmp_path / "mf")},
                      act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",

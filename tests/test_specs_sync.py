@@ -45,7 +45,7 @@ def test_root_action_passes_every_sub_action_input_through():
     assert set(doc["inputs"]) == sub_inputs | {"command"}
     sub_outputs = {o.name for spec in ACTIONS.values() for o in spec.outputs}
     assert set(doc["outputs"]) == sub_outputs
-    env = doc["runs"]["steps"][-1]["env"]
+    env = next(step for step in doc["runs"]["steps"] if step.get("id") == "run")["env"]
     for spec in ACTIONS.values():
         for item in spec.inputs:
             assert env[item.env_name] == f"${{{{ inputs.{item.name} }}}}"
