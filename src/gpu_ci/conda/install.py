@@ -6,16 +6,18 @@ The order is what makes it safe (see ``transaction`` for the locks and the journ
 2. if the prefix already holds this lock *and* its files match its records: ``reused``;
 3. check, before any download, that the prefix's directory and the package cache are
    writable and that the prefix can be renamed (not a mount point);
-4. trust a cache entry without its archive when an earlier job extracted it from an archive
-   with the lock's digest (our stamp inside it, rattler's recorded sha256 beside it) *and*
-   its files match its ``paths.json`` (sizes and sha256, checked in the workers); download
-   (kept-alive connections, ``Range`` resume, mirrors and credentials) and verify every
-   other archive (threads) and extract each into the shared cache (worker processes that
-   die with us, one per-entry lock), entries appearing by atomic rename only;
+4. use a cache entry without its archive when this host verified it and no file changed
+   since (``verified``: a stamp of the digest and each file's inode, size and mtime; an
+   entry whose files differ, or without a stamp, is hashed against its ``paths.json`` in
+   worker processes first); stream every other credential-free archive through rattler's
+   client into a temporary entry (download, hash and extraction in one pass on its
+   threads) and publish it, digest checked, by atomic rename under the per-entry lock;
+   download the rest (credentials, proxies, failed streams: kept-alive connections,
+   ``Range`` resume, mirrors) with our downloader, verify, and extract in worker processes
+   that die with us;
 5. link with py-rattler into a staging sibling, the final path written into prefix
-   placeholders, each ``conda-meta`` record built from the package's own ``index.json``
-   (a cache entry an earlier job extracted is first checked against its ``paths.json``,
-   sizes and sha256, and extracted again if it differs);
+   placeholders, each ``conda-meta`` record built from the package's own ``index.json``;
+   rattler's client refuses every request, so it links only what we verified;
 6. install the pip entries into staging with its own interpreter, then rewrite the staging
    path in the scripts pip wrote; write the marker;
 7. swap staging into place (two renames, journalled); drop the old environment.
@@ -361,13 +363,15 @@ def _forget_other_archive(target: Path, sha256: str) -> None:
 def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
                       policy: RetryPolicy | None, trust: bool = True, stream: bool = True,
                       log: Log = print) -> Fetch:
-    """Download and verify on threads; extract each verified archive at once, in worker
-    processes, while the others are still downloading. Nothing is extracted unverified.
+    """Every entry of the plan verified in the cache: trusted, streamed or downloaded.
 
-    A cache entry that passes ``trusted_sha256`` is used without its archive (neither
-    fetched nor hashed) when its stamp shows no file changed since a job on this host
-    verified it (``verified.check``, in this process: no worker starts for a warm cache);
-    one whose files changed, or that has no stamp (restored by ``actions/cache``), is
+    Streamed archives (``stream_and_extract``) are extracted into a temporary name while
+    their hash is computed, and published only when it matches; our downloader's archives
+    are verified before a worker extracts them (``_fetch_and_extract``). A cache entry that
+    passes ``trusted_sha256`` is used without its archive (neither fetched nor hashed) when
+    its stamp shows no file changed since a job on this host verified it
+    (``verified.check``, in this process: no worker starts for a warm cache); one whose
+    files changed, or that has no stamp (restored by ``actions/cache``), is
     hashed against its ``paths.json`` in the workers first (``_valid_entry``)."""
     items = _downloads(plan, pkgs_dir)
     if not items:
