@@ -501,8 +501,10 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
     import rattler
 
     records = []
+    base = os.fspath(cache)
     for entry, got, sha in zip(entries, fetched, shas):
-        index = _entry_dir(cache, entry) / "info" / "index.json"
+        index = os.path.join(base, f"{entry.name}-{entry.version}-{entry.build}", "info",
+                             "index.json")
         record = rattler.PackageRecord.from_index_json(
             index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None)
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
@@ -598,8 +600,8 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
         if named is not None:
             raise named from None
         raise GpuCiError(f"linking the environment failed: {exc}") from None
-    for entry, sha in zip(entries, shas):
-        if entry.sha256 or not sha:
+    for entry, sha, got in zip(entries, shas, fetched):
+        if entry.sha256 or not sha or got.cached:  # a cached one's sidecar gave its sha256
             continue
         sidecar = cache / f"{_entry_dir(cache, entry).name}{MD5_SIDECAR}"
         line = f"{entry.md5} {sha}\n"
