@@ -329,3 +329,8 @@ def test_secrets_in_plain_urls_are_none():
     assert urls.secrets_in("https://conda.example.com/c/linux-64/a-1-h0_0.conda") == []
     assert urls.secrets_in("https://u:p@conda.example.com/c/a-1-h0_0.conda") == ["p"]
     assert urls.secrets_in("https://conda.example.com/t/tk/c/a-1-h0_0.conda") == ["tk"]
+
+
+def test_url_urlsplit_refuses_is_a_lock_error():
+    with pytest.raises(GpuCiError, match=r"line 2: https://\[::1/c.* is not a valid URL"):
+        lockfile.parse("@EXPLICIT\nhttps://[::1/c/linux-64/a-1-h0_0.conda#" + "0" * 32 + "\n")

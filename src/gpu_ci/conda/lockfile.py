@@ -144,7 +144,11 @@ def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> Pi
 
 def _conda_entry(url: str, md5: str = "", sha256: str = "",
                  depends: Iterable[str] = (), where: str = "") -> CondaEntry:
-    path = _url_path(_check_url(url, where))
+    try:
+        path = _url_path(_check_url(url, where))
+    except ValueError as exc:  # urlsplit's refusals ('Invalid IPv6 URL', ...)
+        raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
+                         "Re-lock it.") from None
     segments = path.rstrip("/").split("/")
     filename = segments[-1]
     try:
