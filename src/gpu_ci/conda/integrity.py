@@ -75,7 +75,7 @@ def _read(name: str, dir_fd: int) -> bytes:
     fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
     try:
         want = os.fstat(fd).st_size + 1
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, want)
             if not chunk:
