@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 from actions_toolkit.command import issue_command
@@ -98,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug: say so plainly, traceback only when debugging
         if os.environ.get("RUNNER_DEBUG") == "1" or os.environ.get("GPU_CI_DEBUG") == "1":
+            import traceback  # only here: it costs every run a few ms of start-up
+
             traceback.print_exc()
         rt.error(
             f"internal error in gpu-ci {__version__} ({type(exc).__name__}: {exc}). Please "
