@@ -40,7 +40,9 @@ def _flag_help(spec: ActionSpec, name: str) -> str:
     return f"{item.description} [env {item.env_name}; default: {default}]"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand; with ``only``, the flags of that one alone: ``main`` builds those of
+    the subcommand being run (the ~100 flags of all actions cost every run ~10 ms)."""
     parser = _Parser(
         prog="gpu-ci",
         description="Reusable GitHub Actions for GPU CI, as a command line. Each subcommand "
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, spec in ACTIONS.items():
         cmd = sub.add_parser(name, help=spec.summary, description=spec.summary,
                              aliases=[a for a, n in ALIASES.items() if n == name])
+        if only is not None and name != only:
+            continue
         for item in spec.inputs:
             cmd.add_argument(f"--{item.name}", dest=item.name, metavar="VALUE", default=None,
                              help=_flag_help(spec, item.name))
@@ -78,8 +82,15 @@ def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
                          f"pip install 'gpu-ci-actions[{extra}]'.") from None
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand argparse will pick: the first argument that is not an option (the
+    top-level options take no value), aliases resolved; None when there is none."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return None if word is None else ALIASES.get(word, word)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
