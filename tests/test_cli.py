@@ -123,6 +123,14 @@ def test_parser_for_one_subcommand_has_all_its_flags(name):
         return {o for a in sub.choices[action]._actions for o in a.option_strings}
 
     assert flags(build_parser(name), name) == flags(build_parser(), name)
+    assert {i.name for i in ACTIONS[name].inputs} <= {f[2:] for f in flags(build_parser(), name)}
+
+
+def test_unknown_subcommand_lists_every_action(run_cli):
+    result = run_cli(["no-such-action"])
+    assert result.returncode == 2
+    for name in ACTIONS:
+        assert name in result.stdout + result.stderr
 
 
 def test_alias_runs_with_its_actions_flags(run_cli):

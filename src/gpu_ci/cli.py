@@ -41,8 +41,9 @@ def _flag_help(spec: ActionSpec, name: str) -> str:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every subcommand; with ``only``, the flags of that one alone: ``main`` builds those of
-    the subcommand being run (the ~100 flags of all actions cost every run ~10 ms)."""
+    """Every subcommand with its flags; with ``only``, an action's name, that subcommand
+    alone: ``main`` builds the one being run (the 8 subparsers and ~100 flags of every action
+    cost each run several ms). Any other ``only`` builds them all, for argparse's errors."""
     parser = _Parser(
         prog="gpu-ci",
         description="Reusable GitHub Actions for GPU CI, as a command line. Each subcommand "
@@ -51,10 +52,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpu-ci {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=_Parser)
     for name, spec in ACTIONS.items():
+        if only in ACTIONS and name != only:
+            continue
         cmd = sub.add_parser(name, help=spec.summary, description=spec.summary,
                              aliases=[a for a, n in ALIASES.items() if n == name])
-        if only is not None and name != only:
-            continue
         for item in spec.inputs:
             cmd.add_argument(f"--{item.name}", dest=item.name, metavar="VALUE", default=None,
                              help=_flag_help(spec, item.name))
