@@ -136,3 +136,15 @@ def test_unknown_subcommand_lists_every_action(run_cli):
 def test_alias_runs_with_its_actions_flags(run_cli):
     result = run_cli(["spend", "--help"])
     assert result.returncode == 0 and "--" + ACTIONS["gpu-spend"].inputs[0].name in result.stdout
+
+
+def test_python_m_gpu_ci_runs_the_command_with_the_cyclic_collector_on(tmp_path):
+    """``__main__`` pauses the collector while the CLI is imported: not while a command runs
+    (a long-running command, e.g. gpu-monitor, must not accumulate cycles)."""
+    code = ("import gc, runpy, sys, gpu_ci.cli as c\n"
+            "c.main = lambda: print('collector on' if gc.isenabled() else 'off') or 0\n"
+            "sys.modules['gpu_ci.cli'] = c\n"
+            "runpy.run_module('gpu_ci', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"})
+    assert proc.stdout.strip() == "collector on", proc.stdout + proc.stderr
