@@ -95,7 +95,7 @@ def split_archive_name(filename: str) -> tuple[str, str, str]:
         if filename.endswith(suffix):
             stem = filename[: -len(suffix)]
             parts = stem.rsplit("-", 2)
-            if len(parts) == 3 and all(parts):
+            if len(parts) == 3 and parts[0] and parts[1] and parts[2]:
                 return parts[0], parts[1], parts[2]
     raise ValueError(filename)
 
@@ -194,6 +194,8 @@ def parse(text: str, path: str = "lock-file") -> LockFile:
                      title="not a lock file")
 
 
+_MD5 = re.compile(r"[0-9a-fA-F]{32}")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _PIP_LINE = re.compile(r"^#\s*pip\s+(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+?)"
                        r"#sha256=(?P<sha>[0-9a-fA-F]{64})\s*$")
 
@@ -228,9 +230,9 @@ def _parse_explicit(text: str, path: str) -> LockFile:
         md5 = sha256 = ""
         if fragment.startswith("sha256:"):
             sha256 = fragment[len("sha256:"):]
-        elif re.fullmatch(r"[0-9a-fA-F]{32}", fragment):
+        elif _MD5.fullmatch(fragment):
             md5 = fragment
-        elif re.fullmatch(r"[0-9a-fA-F]{64}", fragment):
+        elif _SHA256.fullmatch(fragment):
             sha256 = fragment
         entry = _conda_entry(url, md5, sha256, where=where)
         entries.append({"manager": "conda", "entry": entry})
