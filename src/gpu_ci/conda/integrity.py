@@ -42,28 +42,26 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
         return [f"{meta} cannot be read"]
     try:
         for name in records:
+            if len(problems) >= limit:
+                return problems
             try:
                 data = json.loads(_read(name, meta_fd))
-                paths = (data.get("paths_data") or {}).get("paths") or ()
-                entries = [(str(e.get("_path") or ""), e.get("size_in_bytes")) for e in paths]
-            except (OSError, ValueError, AttributeError, TypeError):
-                problems.append(f"{meta / name} cannot be read")
-                if len(problems) >= limit:
-                    return problems
-                continue
-            for rel, size in entries:
-                try:
-                    info = lstat(rel, dir_fd=fd)
-                except OSError:
-                    problems.append(f"{rel} (of {name[:-5]}) is missing")
-                else:
-                    if size is not None and info.st_size != size and is_regular(info.st_mode):
+                for entry in (data.get("paths_data") or {}).get("paths") or ():
+                    rel = entry.get("_path") or ""
+                    try:
+                        info = lstat(rel, dir_fd=fd)
+                    except OSError:
+                        problems.append(f"{rel} (of {name[:-5]}) is missing")
+                    else:
+                        size = entry.get("size_in_bytes")
+                        if info.st_size == size or size is None or not is_regular(info.st_mode):
+                            continue
                         problems.append(f"{rel} (of {name[:-5]}) has {info.st_size} bytes, "
                                         f"its record {size}")
-                    else:
-                        continue
-                if len(problems) >= limit:
-                    return problems
+                    if len(problems) >= limit:
+                        return problems
+            except (OSError, ValueError, AttributeError, TypeError):  # not a record's shape
+                problems.append(f"{meta / name} cannot be read")
     finally:
         os.close(meta_fd)
         os.close(fd)
