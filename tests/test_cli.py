@@ -109,7 +109,8 @@ def test_internal_error_is_one_annotation_without_traceback(tmp_path):
 @pytest.mark.parametrize(("argv", "command"), [
     (["setup-conda-from-lock", "--lock-file", "x"], "setup-conda-from-lock"),
     (["--", "gpu-gate"], "gpu-gate"), (["spend", "--help"], "gpu-spend"),
-    (["--version"], None), ([], None), (["-h"], None), (["no-such-action"], "no-such-action")])
+    (["--version"], None), ([], None), (["-h", "gpu-gate"], None), (["--x", "gpu-gate"], None),
+    (["no-such-action"], "no-such-action")])
 def test_main_builds_only_the_flags_of_the_subcommand_argparse_picks(argv, command):
     from gpu_ci.cli import _command_in
 

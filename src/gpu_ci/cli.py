@@ -84,10 +84,15 @@ def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
-    """The subcommand argparse will pick: the first argument that is not an option (the
-    top-level options take no value), aliases resolved; None when there is none."""
-    word = next((a for a in argv if not a.startswith("-")), None)
-    return None if word is None else ALIASES.get(word, word)
+    """The subcommand argparse will run: the first argument, aliases resolved. None when
+    there is none or an option comes first (``--help``, ``--version`` or a wrong one: what
+    argparse prints then comes from the parser of every action)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return ALIASES.get(arg, arg)
+        if arg != "--":
+            return None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
