@@ -103,3 +103,49 @@ def test_internal_error_is_one_annotation_without_traceback(tmp_path):
     assert "::error title=gpu-ci gpu-gate internal error::" in proc.stdout
     assert "ZeroDivisionError" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["setup-conda-from-lock", "--lock-file", "x"], "setup-conda-from-lock"),
+    (["--", "gpu-gate"], "gpu-gate"), (["spend", "--help"], "gpu-spend"),
+    (["--version"], None), ([], None), (["-h", "gpu-gate"], None), (["--x", "gpu-gate"], None),
+    (["no-such-action"], "no-such-action")])
+def test_main_builds_only_the_flags_of_the_subcommand_argparse_picks(argv, command):
+    from gpu_ci.cli import _command_in
+
+    assert _command_in(argv) == command
+
+
+@pytest.mark.parametrize("name", sorted(ACTIONS))
+def test_parser_for_one_subcommand_has_all_its_flags(name):
+    def flags(parser, action):
+        sub = next(a for a in parser._actions if a.dest == "command")
+        return {o for a in sub.choices[action]._actions for o in a.option_strings}
+
+    assert flags(build_parser(name), name) == flags(build_parser(), name)
+    assert {i.name for i in ACTIONS[name].inputs} <= {f[2:] for f in flags(build_parser(), name)}
+
+
+def test_unknown_subcommand_lists_every_action(run_cli):
+    result = run_cli(["no-such-action"])
+    assert result.returncode == 2
+    for name in ACTIONS:
+        assert name in result.stdout + result.stderr
+
+
+def test_alias_runs_with_its_actions_flags(run_cli):
+    result = run_cli(["spend", "--help"])
+    assert result.returncode == 0 and "--" + ACTIONS["gpu-spend"].inputs[0].name in result.stdout
+
+
+def test_python_m_gpu_ci_runs_the_command_with_the_cyclic_collector_on(tmp_path):
+    """``__main__`` pauses the collector while the CLI is imported: not while a command runs
+    (a long-running command, e.g. gpu-monitor, must not accumulate cycles)."""
+    code = ("import gc, runpy, sys, gpu_ci.cli as c\n"
+            "c.main = lambda: print('collector on' if gc.isenabled() else 'off') or 0\n"
+            "sys.modules['gpu_ci.cli'] = c\n"
+            "runpy.run_module('gpu_ci', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"})
+    assert proc.stdout.strip() == "collector on", proc.stdout + proc.stderr

@@ -284,3 +284,53 @@ def test_all_shared_lock_fixtures_are_copied():
         pytest.skip("../shared is absent (fresh clone elsewhere)")
     for path in shared.iterdir():
         assert (FIXTURES / "lockfiles" / path.name).read_bytes() == path.read_bytes()
+
+
+URL_SHAPES = [
+    "https://conda.anaconda.org/conda-forge/linux-64/numpy-1.26.4-py311h_0.conda",
+    "http://127.0.0.1:8080/c/noarch/tzdata-2024a-h0c530f3_0.conda",
+    "https://user:pw@host.example/t/tok/c/linux-64/a-1-h_0.tar.bz2?x=1#frag",
+    "https://host.example/c/linux-64/a-1-h_0.conda#sha256:" + "0" * 64,
+    "https://host.example/c/linux-64/a-1-h_0.conda?#", "https://host.example", "https://h/",
+    "https://h?q/x", "https://h#f/x", "file:///srv/c/linux-64/a-1-h_0.conda",
+    "file:/srv/c/linux-64/a-1-h_0.conda", "c/linux-64/a-1-h_0.conda", "/c/a-1-h_0.conda",
+    "//h/c/a-1-h_0.conda", "1http://h/c/a-1-h_0.conda", "ht~tp://h/c/a-1-h_0.conda",
+    "HTTPS://H/C/A-1-H_0.conda", "s3+x.y-z://b/k/a-1-h_0.conda", "https://[::1]:8/c/a-1-h_0.conda",
+    "https://[::1/c/a-1-h_0.conda", "https://::1]/c/a-1-h_0.conda", "https://hé.example/c/a-1-h_0.conda",
+    "https://h/ü/a-1-h_0.conda", "mailto:a@b", "https://h/c//a-1-h_0.conda//", "", ":", "://x/y",
+]
+
+
+@pytest.mark.parametrize("url", URL_SHAPES)
+def test_url_path_is_urlsplits(url):
+    """The lock parser's shortcut for plain URLs gives ``urlsplit``'s path (or its error)."""
+    from urllib.parse import urlsplit
+
+    try:
+        want: object = urlsplit(url).path
+    except ValueError as exc:
+        want = type(exc)
+    try:
+        got: object = lockfile._url_path(url)
+    except ValueError as exc:
+        got = type(exc)
+    assert got == want
+
+
+@pytest.mark.parametrize("char", [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x00", "\x1b",
+                                  "\x1f", "\x7f", "\x85", "\xa0", "\u2028", "\u3000"])
+def test_url_with_whitespace_or_control_character_is_refused(char):
+    url = f"https://x.example/c/linux-64/a-1.0-h0_0.conda{char}--trusted-host"
+    with pytest.raises(GpuCiError, match="contains whitespace or a control character"):
+        lockfile._conda_entry(url, md5="0" * 32, where="lock line 2")
+
+
+def test_secrets_in_plain_urls_are_none():
+    assert urls.secrets_in("https://conda.example.com/c/linux-64/a-1-h0_0.conda") == []
+    assert urls.secrets_in("https://u:p@conda.example.com/c/a-1-h0_0.conda") == ["p"]
+    assert urls.secrets_in("https://conda.example.com/t/tk/c/a-1-h0_0.conda") == ["tk"]
+
+
+def test_url_urlsplit_refuses_is_a_lock_error():
+    with pytest.raises(GpuCiError, match=r"line 2: https://\[::1/c.* is not a valid URL"):
+        lockfile.parse("@EXPLICIT\nhttps://[::1/c/linux-64/a-1-h0_0.conda#" + "0" * 32 + "\n")

@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 from actions_toolkit.command import issue_command
@@ -41,7 +40,10 @@ def _flag_help(spec: ActionSpec, name: str) -> str:
     return f"{item.description} [env {item.env_name}; default: {default}]"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand with its flags; with ``only``, an action's name, that subcommand
+    alone: ``main`` builds the one being run (the 8 subparsers and ~100 flags of every action
+    cost each run several ms). Any other ``only`` builds them all, for argparse's errors."""
     parser = _Parser(
         prog="gpu-ci",
         description="Reusable GitHub Actions for GPU CI, as a command line. Each subcommand "
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpu-ci {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=_Parser)
     for name, spec in ACTIONS.items():
+        if only in ACTIONS and name != only:
+            continue
         cmd = sub.add_parser(name, help=spec.summary, description=spec.summary,
                              aliases=[a for a, n in ALIASES.items() if n == name])
         for item in spec.inputs:
@@ -79,8 +83,20 @@ def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
                          f"pip install 'gpu-ci-actions[{extra}]'.") from None
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand argparse will run: the first argument, aliases resolved. None when
+    there is none or an option comes first (``--help``, ``--version`` or a wrong one: what
+    argparse prints then comes from the parser of every action)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return ALIASES.get(arg, arg)
+        if arg != "--":
+            return None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
@@ -98,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug: say so plainly, traceback only when debugging
         if os.environ.get("RUNNER_DEBUG") == "1" or os.environ.get("GPU_CI_DEBUG") == "1":
+            import traceback  # only here: it costs every run a few ms of start-up
+
             traceback.print_exc()
         rt.error(
             f"internal error in gpu-ci {__version__} ({type(exc).__name__}: {exc}). Please "

@@ -25,41 +25,64 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
     problems: list[str] = []
     meta = prefix / "conda-meta"
     try:
-        records = [p for p in meta.iterdir()
-                   if p.suffix == ".json" and p.name != MARKER_NAME]
+        # names, not Path objects (what Path.suffix calls a .json record; not our marker)
+        records = [name for name in os.listdir(meta)
+                   if name.endswith(".json") and name != ".json" and name != MARKER_NAME]
     except OSError:
         return [f"{meta} cannot be read"]
     if expected_records is not None and len(records) != expected_records:
         problems.append(f"conda-meta has {len(records)} package records, the lock "
                         f"{expected_records}")
-    # lstat relative to an open directory: no Path objects, no walk of the prefix's own
+    # Everything relative to open directories: no Path objects, no walk of the prefix's own
     # components for each of tens of thousands of files (3x faster, see benchmarks/).
+    lstat, is_regular = os.lstat, stat.S_ISREG
     fd = os.open(prefix, os.O_RDONLY)
     try:
-        for record in records:
+        meta_fd = os.open("conda-meta", os.O_RDONLY, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return [f"{meta} cannot be read"]
+    try:
+        for name in records:
+            if len(problems) >= limit:
+                return problems
             try:
-                data = json.loads(record.read_bytes())
-            except (OSError, ValueError):
-                problems.append(f"{record} cannot be read")
-                continue
-            for entry in (data.get("paths_data") or {}).get("paths") or ():
-                rel = entry.get("_path") or ""
-                try:
-                    info = os.lstat(rel, dir_fd=fd)
-                except OSError:
-                    problems.append(f"{rel} (of {record.stem}) is missing")
-                else:
-                    size = entry.get("size_in_bytes")
-                    if size is not None and info.st_size != size and \
-                            stat.S_ISREG(info.st_mode):
-                        problems.append(f"{rel} (of {record.stem}) has {info.st_size} bytes, "
+                data = json.loads(_read(name, meta_fd))
+                for entry in (data.get("paths_data") or {}).get("paths") or ():
+                    rel = entry.get("_path") or ""
+                    try:
+                        info = lstat(rel, dir_fd=fd)
+                    except OSError:
+                        problems.append(f"{rel} (of {name[:-5]}) is missing")
+                    else:
+                        size = entry.get("size_in_bytes")
+                        if info.st_size == size or size is None or not is_regular(info.st_mode):
+                            continue
+                        problems.append(f"{rel} (of {name[:-5]}) has {info.st_size} bytes, "
                                         f"its record {size}")
-                if len(problems) >= limit:
-                    return problems
+                    if len(problems) >= limit:
+                        return problems
+            except (OSError, ValueError, AttributeError, TypeError):  # not a record's shape
+                problems.append(f"{meta / name} cannot be read")
     finally:
+        os.close(meta_fd)
         os.close(fd)
     return problems
-    return problems
+
+
+def _read(name: str, dir_fd: int) -> bytes:
+    """A whole file, opened relative to ``dir_fd``: a third of ``Path.read_bytes``' cost."""
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    try:
+        want = os.fstat(fd).st_size + 1
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, want)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def cache_entry_problem(entry: Path) -> str:

@@ -95,7 +95,7 @@ def split_archive_name(filename: str) -> tuple[str, str, str]:
         if filename.endswith(suffix):
             stem = filename[: -len(suffix)]
             parts = stem.rsplit("-", 2)
-            if len(parts) == 3 and all(parts):
+            if len(parts) == 3 and parts[0] and parts[1] and parts[2]:
                 return parts[0], parts[1], parts[2]
     raise ValueError(filename)
 
@@ -106,11 +106,27 @@ or a leading ``-`` would be a line or an option of the lock author's choosing (`
 /etc/passwd`` puts a local file in the public log)."""
 
 
+_NOT_IN_URL = re.compile(r"[\s\x00-\x1f\x7f]")
+"""Whitespace (``str.isspace``: ``\\s`` of a str pattern is the same set), C0 controls and
+DEL: searched in C, once per lock entry (a Python loop over each character cost more than
+the rest of parsing a 600-package lock)."""
+
+_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\[\]]*(/[^?#]*)?(?:[?#].*)?", re.S)
+"""``scheme://host/path[?query][#fragment]`` without brackets in the host: for these (ASCII)
+URLs, group 1 is what ``urlsplit(url).path`` returns; anything else goes to ``urlsplit``."""
+
+
+def _url_path(url: str) -> str:
+    """``urlsplit(url).path``, without ``urlsplit``'s cost for the plain URLs locks hold."""
+    match = _PLAIN_URL.fullmatch(url) if url.isascii() else None
+    return (match.group(1) or "") if match else urlsplit(url).path
+
+
 def _check_url(url: str, where: str) -> str:
     """A URL from the lock is one token: whitespace or a control character in it would end
     a requirement line (and start an option such as ``--trusted-host``) or break the
     download."""
-    if any(c.isspace() or c < " " or c == "\x7f" for c in url):
+    if _NOT_IN_URL.search(url):
         raise GpuCiError(f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
                          "character; a lock's URLs are single tokens. Re-lock it.")
     return url
@@ -128,7 +144,11 @@ def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> Pi
 
 def _conda_entry(url: str, md5: str = "", sha256: str = "",
                  depends: Iterable[str] = (), where: str = "") -> CondaEntry:
-    path = urlsplit(_check_url(url, where)).path
+    try:
+        path = _url_path(_check_url(url, where))
+    except ValueError as exc:  # urlsplit's refusals ('Invalid IPv6 URL', ...)
+        raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
+                         "Re-lock it.") from None
     segments = path.rstrip("/").split("/")
     filename = segments[-1]
     try:
@@ -174,6 +194,8 @@ def parse(text: str, path: str = "lock-file") -> LockFile:
                      title="not a lock file")
 
 
+_MD5 = re.compile(r"[0-9a-fA-F]{32}")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _PIP_LINE = re.compile(r"^#\s*pip\s+(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+?)"
                        r"#sha256=(?P<sha>[0-9a-fA-F]{64})\s*$")
 
@@ -208,9 +230,9 @@ def _parse_explicit(text: str, path: str) -> LockFile:
         md5 = sha256 = ""
         if fragment.startswith("sha256:"):
             sha256 = fragment[len("sha256:"):]
-        elif re.fullmatch(r"[0-9a-fA-F]{32}", fragment):
+        elif _MD5.fullmatch(fragment):
             md5 = fragment
-        elif re.fullmatch(r"[0-9a-fA-F]{64}", fragment):
+        elif _SHA256.fullmatch(fragment):
             sha256 = fragment
         entry = _conda_entry(url, md5, sha256, where=where)
         entries.append({"manager": "conda", "entry": entry})

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -55,7 +54,7 @@ def exclusive(path: Path, what: str, log: Log) -> Iterator[None]:
             log(f"got {what} after {time.monotonic() - started:.1f} s")
         with contextlib.suppress(OSError):  # who holds it: for the log of a waiting job
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -121,9 +120,15 @@ def sweep_cache(pkgs_dir: Path, cache: Path) -> int:
     creates anything, so a temporary seen here belongs to a registration made earlier.
     """
     candidates: list[Path] = []
-    for folder, pattern in ((pkgs_dir / "archives", "*.part-*"), (cache, ".*.tmp-*")):
-        if folder.is_dir():
-            candidates.extend(folder.glob(pattern))
+    # the names of the glob patterns '*.part-*' (archives) and '.*.tmp-*' (cache entries),
+    # from one listing each: a glob costs more than the rest of a reused run's sweep
+    for folder, dot, mark in ((pkgs_dir / "archives", "", ".part-"), (cache, ".", ".tmp-")):
+        try:
+            names = os.listdir(folder)
+        except OSError:  # absent (or not a directory): nothing of ours to sweep there
+            continue
+        candidates.extend(folder / name for name in names
+                          if name.startswith(dot) and mark in name[len(dot):])
     removed = 0
     verdict: dict[str, bool] = {}
     for path in candidates:
