@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -504,6 +503,8 @@ def fetch_all(items: Sequence[Download], policy: RetryPolicy | None = None,
     policy = policy or RetryPolicy()
     if not items:
         return []
+    from concurrent.futures import ThreadPoolExecutor  # pulls in logging: only when used
+
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         futures = [pool.submit(fetch, item, policy) for item in items]
         results: list[Fetched] = []
