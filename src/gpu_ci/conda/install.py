@@ -339,8 +339,7 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
              parent: bool = False) -> verified.Facts | None:
     """Put a complete extraction in place, under the entry's lock: stamped with the
     archive's digest and the files' identities, then renamed over whatever was there."""
-    with open(os.path.join(tmp, SHA_MARKER), "w") as out:
-        out.write(digest)
+    _write_marker(tmp, digest)
     facts = verified.write(tmp, digest, token, target.name)
     crash_point("extract", parent=parent)
     if os.path.lexists(target):
@@ -348,6 +347,20 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
     os.replace(tmp, target)
     _forget_other_archive(target, sha256)
     return facts
+
+
+def _write_marker(entry: Path, digest: str) -> None:
+    """The digest marker, in a new file: the archive may hold a symbolic link (or anything)
+    at that name, and writing through a link would write outside the cache."""
+    path = os.path.join(entry, SHA_MARKER)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(digest)
 
 
 def _forget_other_archive(target: Path, sha256: str) -> None:
