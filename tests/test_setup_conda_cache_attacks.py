@@ -6,21 +6,23 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conda_channel import SUBDIR
-from tests.test_setup_conda import channel, job  # noqa: F401 - fixtures
+from tests.test_setup_conda import channel, job, spawn  # noqa: F401 - fixtures
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
 
-def _archive_with_links(directory: Path, links: dict[str, str]) -> Path:
+def _archive_with_links(directory: Path, links: dict[str, str],
+                        data: bytes = b"payload\n") -> Path:
     """A real-layout .tar.bz2 conda package whose top level holds symbolic links named like
     the files we write into a cache entry (not listed in its paths.json)."""
-    data = b"payload\n"
     index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
              "subdir": SUBDIR, "depends": [], "license": "MIT"}
     paths = [{"_path": "share/planted.txt", "path_type": "hardlink",
@@ -68,3 +70,98 @@ def test_our_names_planted_as_links_in_an_archive_write_nothing_outside(
         assert not (entry / planted).is_symlink()
         assert (entry / ".gpu-ci-archive-sha256").read_text() == sha
         assert (tmp_path / "env" / "share" / "planted.txt").read_bytes() == b"payload\n"
+
+
+def _blocked_on_a_lock(pid_of: list[int]) -> bool:
+    """Whether one of these processes (or their workers) waits for a ``flock`` now."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return False
+    waiting = {int(line.split()[5]) for line in lines if "->" in line.split()[:2]}
+    for pid in waiting:
+        try:
+            tree = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()
+        except OSError:
+            continue
+        if pid in pid_of or int(tree[1]) in pid_of:  # the job, or a worker it forked
+            return True
+    return False
+
+
+def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
+        channel, tmp_path, monkeypatch):  # noqa: F811
+    """Two locks name two archives with one name-version-build (a pull request's build of a
+    package, and main's): each job extracts its own into the shared cache entry. A job
+    that replaces the entry while another links from it must wait for that link: the
+    linking job gets the files of its own lock's archive, never the other's."""
+    import rattler
+
+    from gpu_ci.conda import install, lockfile
+
+    mine, theirs = b"main's build\n", b"the PR's build\n"
+    locks = []
+    for tag, data in (("main", mine), ("pr", theirs)):
+        archive = _archive_with_links(channel.root.parent / f"race-{tag}" / SUBDIR, {}, data)
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        rel = archive.relative_to(channel.root.parent)
+        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    (tmp_path / "pr.lock").write_text(locks[1])
+    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
+    plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)  # entry: main's
+
+    real, other = rattler.install, []
+
+    async def the_other_job_replaces_the_entry_meanwhile(*args, **kwargs):
+        proc = spawn(tmp_path / "pr.lock", tmp_path / "pr-env", pkgs)
+        other.append(proc)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and \
+                not _blocked_on_a_lock([proc.pid]):
+            time.sleep(0.02)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(rattler, "install", the_other_job_replaces_the_entry_meanwhile)
+    install.install(plan, tmp_path / "b", pkgs, dict(os.environ), log=quiet)
+    monkeypatch.setattr(rattler, "install", real)
+    out, _ = other[0].communicate(timeout=120)
+    assert (tmp_path / "b" / "share" / "planted.txt").read_bytes() == mine
+    assert other[0].returncode == 0, out
+    assert (tmp_path / "pr-env" / "share" / "planted.txt").read_bytes() == theirs
+
+
+def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
+        channel, tmp_path, monkeypatch):  # noqa: F811
+    """The other job replaces the entry after this one trusted it and before it links: the
+    link notices (the entry's digest marker is another archive's), and this job fetches,
+    verifies and extracts its own archive again."""
+    import rattler
+
+    from gpu_ci.conda import install, lockfile
+
+    mine, theirs = b"main's build\n", b"the PR's build\n"
+    locks = []
+    for tag, data in (("main", mine), ("pr", theirs)):
+        archive = _archive_with_links(channel.root.parent / f"toctou-{tag}" / SUBDIR, {}, data)
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        rel = archive.relative_to(channel.root.parent)
+        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    (tmp_path / "pr.lock").write_text(locks[1])
+    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
+    plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)
+
+    real, ran = rattler.PackageCache.new_layered, []
+
+    def the_other_job_runs_first(*args, **kwargs):
+        if not ran:
+            ran.append(job(tmp_path / "pr.lock", tmp_path / "pr-env", pkgs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rattler.PackageCache, "new_layered", the_other_job_runs_first)
+    report = install.install(plan, tmp_path / "b", pkgs, dict(os.environ), log=quiet)
+    assert ran[0][0] == 0, ran[0][1]
+    assert (tmp_path / "pr-env" / "share" / "planted.txt").read_bytes() == theirs
+    assert (tmp_path / "b" / "share" / "planted.txt").read_bytes() == mine
+    assert report.cached_archives == 0  # fetched again, not trusted

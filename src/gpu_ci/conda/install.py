@@ -342,9 +342,13 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
     _write_marker(tmp, digest)
     facts = verified.write(tmp, digest, token, target.name)
     crash_point("extract", parent=parent)
-    if os.path.lexists(target):
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
+        with transaction.exclusive(target.parent / transaction.ENTRIES_LOCK,
+                                   "the package cache", lambda _: None):
+            shutil.rmtree(target)
+            os.replace(tmp, target)
+    else:
+        os.replace(tmp, target)
     _forget_other_archive(target, sha256)
     return facts
 
@@ -571,6 +575,22 @@ def _silently_full(staging: Path) -> DiskError | None:
                          "linking the environment")
 
 
+def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
+    """Under the cache's shared lock: every entry still holds the archive this job verified
+    (another job with another archive of the same name, version and build may have replaced
+    it since; none can while the lock is held)."""
+    for entry in entries:
+        try:
+            with open(_entry_dir(cache, entry) / SHA_MARKER) as handle:
+                same = handle.read() == (entry.sha256 or entry.md5)
+        except OSError:
+            same = False
+        if not same:
+            raise GpuCiError(f"the package cache entry of {entry.filename} was replaced by "
+                             "another job (with another archive of that name, version and "
+                             "build) after this job verified it; run the job again.")
+
+
 def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str],
                       staging: Path, target: Path, cache: Path,
                       facts: Sequence[verified.Facts | None] = ()) -> None:
@@ -597,20 +617,22 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.skip())
     records = _records(entries, fetched, shas, cache)
-    try:
-        asyncio.run(rattler.install(
-            records, target_prefix=str(staging),
-            alternative_target_prefix=str(target), package_cache=package_cache,
-            client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
-            show_progress=False, execute_link_scripts=False))
-    except GpuCiError:
-        raise
-    except Exception as exc:
-        named = _named_from_message(exc, staging, "linking the environment") or \
-            _silently_full(staging)
-        if named is not None:
-            raise named from None
-        raise GpuCiError(f"linking the environment failed: {exc}") from None
+    with transaction.shared(cache / transaction.ENTRIES_LOCK):
+        _not_replaced(entries, cache)
+        try:
+            asyncio.run(rattler.install(
+                records, target_prefix=str(staging),
+                alternative_target_prefix=str(target), package_cache=package_cache,
+                client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
+                show_progress=False, execute_link_scripts=False))
+        except GpuCiError:
+            raise
+        except Exception as exc:
+            named = _named_from_message(exc, staging, "linking the environment") or \
+                _silently_full(staging)
+            if named is not None:
+                raise named from None
+            raise GpuCiError(f"linking the environment failed: {exc}") from None
     for entry, sha in zip(entries, shas):
         if entry.sha256 or not sha:
             continue
