@@ -165,3 +165,35 @@ def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
     assert (tmp_path / "pr-env" / "share" / "planted.txt").read_bytes() == theirs
     assert (tmp_path / "b" / "share" / "planted.txt").read_bytes() == mine
     assert report.cached_archives == 0  # fetched again, not trusted
+
+
+def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later(
+        channel, tmp_path, monkeypatch):  # noqa: F811
+    """An entry is hashed (no valid stamp), and a process writes to one of its files through
+    the hard link from an older environment just after the hash read it: the stamp must
+    not bless that write, or every later job would link the changed file that the hash of
+    each job used to catch."""
+    from gpu_ci.conda import install, lockfile
+
+    text = channel.explicit_lock(["libhello", "hello", "hello-data"])
+    plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])
+    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)
+    linked = tmp_path / "a" / "share" / "hello" / "data.txt"
+    original = linked.read_bytes()
+    assert linked.stat().st_nlink > 1  # the cache's file
+    os.utime(linked, ns=(0, linked.stat().st_mtime_ns + 1))  # the stamp no longer matches
+    real = install.cache_entry_problem
+
+    def then_written(entry):  # runs in a worker: another process writes meanwhile
+        problem = real(entry)
+        if entry.name.startswith("hello-data"):
+            with open(linked, "r+b") as out:
+                out.write(b"X" * len(original))
+        return problem
+
+    monkeypatch.setattr(install, "cache_entry_problem", then_written)
+    install.install(plan, tmp_path / "b", pkgs, dict(os.environ), log=quiet)
+    monkeypatch.setattr(install, "cache_entry_problem", real)
+    install.install(plan, tmp_path / "c", pkgs, dict(os.environ), log=quiet)
+    assert (tmp_path / "c" / "share" / "hello" / "data.txt").read_bytes() == original

@@ -164,8 +164,10 @@ def _entry_facts(target: Path, digest: str, token: str) -> verified.Facts | None
     """The facts of a usable entry: from its stamp when no file changed since it was
     verified, else after hashing every file (and stamping it again); None when unusable."""
     facts = verified.check(target, digest)
-    if facts is None and _entry_ok(target, digest):
-        facts = verified.write(target, digest, token)
+    if facts is None:
+        before = verified.identities(target)  # a write while hashing is not stamped
+        if _entry_ok(target, digest):
+            facts = verified.write(target, digest, token, before=before or [])
     return facts
 
 

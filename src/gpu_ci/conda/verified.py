@@ -108,9 +108,34 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     return Facts("", "", tuple(escaping), placeholder, total)
 
 
-def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
+def identities(entry: Path) -> list[list[object]] | None:
+    """Each stamped file's identity now (None when unreadable): taken before an entry is
+    hashed, so that ``write`` stamps it only if no file changed while it was hashed."""
+    items = listed_paths(entry)
+    files: list[list[object]] = []
+    if isinstance(items, str) or survey(entry, items, "", files) is None:
+        return None
+    try:
+        _info_identities(os.fspath(entry), files)
+    except OSError:
+        return None
+    return files
+
+
+def _info_identities(base: str, files: list[list[object]]) -> None:
+    with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
+        for e in it:
+            if e.is_file(follow_symlinks=False):
+                info = e.stat(follow_symlinks=False)
+                files.append([f"info/{e.name}", info.st_ino, info.st_size, info.st_mtime_ns])
+
+
+def write(entry: Path, digest: str, token: str, name: str = "",
+          before: list[list[object]] | None = None) -> Facts | None:
     """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
-    it lists is missing. A stamp that cannot be written costs the next job a hash, no more."""
+    it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
+    ``before``: the ``identities`` taken before the entry was hashed; a file that differs
+    now was written after the hash read it, and is not stamped (the next job hashes it)."""
     items = listed_paths(entry)
     if isinstance(items, str):
         return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
@@ -121,12 +146,9 @@ def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
     facts = Facts(digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes)
     base = os.fspath(entry)
     try:
-        with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
-            for e in it:
-                if e.is_file(follow_symlinks=False):
-                    info = e.stat(follow_symlinks=False)
-                    files.append([f"info/{e.name}", info.st_ino, info.st_size,
-                                  info.st_mtime_ns])
+        _info_identities(base, files)
+        if before is not None and files != before:
+            return facts
         data = {"version": VERSION, "digest": digest, "device": os.stat(base).st_dev,
                 "escaping_links": list(facts.escaping_links),
                 "placeholder_bytes": facts.placeholder_bytes,
