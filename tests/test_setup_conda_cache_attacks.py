@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """setup-conda-from-lock's package cache under attack: an archive that plants our own names
 (marker, stamp) as links, jobs that replace an entry while another links from it."""
 
@@ -197,3 +198,46 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
     monkeypatch.setattr(install, "cache_entry_problem", real)
     install.install(plan, tmp_path / "c", pkgs, dict(os.environ), log=quiet)
     assert (tmp_path / "c" / "share" / "hello" / "data.txt").read_bytes() == original
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, monkeypatch,
+                                                             stream):  # noqa: F811
+    """``info/paths.json`` as a symbolic link to /dev/zero: reading it would fill the
+    memory of the runner (and of the other jobs on its host) before any check. The entry is
+    refused with a named error, within a memory limit that reading it would exceed."""
+    import resource
+    import subprocess
+
+    archive = channel.root.parent / f"zero-{stream}" / SUBDIR / "planted-1.0-0.tar.bz2"
+    archive.parent.mkdir(parents=True)
+    index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
+             "subdir": SUBDIR, "depends": [], "license": "MIT"}
+    with tarfile.open(archive, "w:bz2") as tar:
+        blob = json.dumps(index).encode()
+        info = tarfile.TarInfo("info/index.json")
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+        link = tarfile.TarInfo("info/paths.json")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/dev/zero"
+        tar.addfile(link)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    lock = tmp_path / "lock.txt"
+    rel = archive.relative_to(channel.root.parent)
+    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    limit = 4 << 30
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    with monkeypatch.context() as patch:  # the job, as spawn starts it, in a memory limit
+        real = subprocess.Popen
+        patch.setattr(subprocess, "Popen",
+                      lambda *a, **kw: real(*a, **kw, preexec_fn=limited))
+        proc = spawn(lock, tmp_path / "env", tmp_path / "pkgs",
+                     env={"INPUT_STREAM_DOWNLOADS": stream})
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out
+    assert "info/paths.json" in out and "internal error" not in out, out
+    assert not (tmp_path / "env").exists()

@@ -341,6 +341,7 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
              parent: bool = False) -> verified.Facts | None:
     """Put a complete extraction in place, under the entry's lock: stamped with the
     archive's digest and the files' identities, then renamed over whatever was there."""
+    _refuse_odd_info(tmp, target.name)
     _write_marker(tmp, digest)
     facts = verified.write(tmp, digest, token, target.name)
     crash_point("extract", parent=parent)
@@ -353,6 +354,28 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
         os.replace(tmp, target)
     _forget_other_archive(target, sha256)
     return facts
+
+
+def _refuse_odd_info(entry: Path, name: str) -> None:
+    """``info/`` holds what we and rattler read in place of the archive: a link or a device
+    there (``info/paths.json`` -> /dev/zero) would be read instead of the package's own
+    file, before any check (and /dev/zero until the host's memory is gone)."""
+    import stat
+
+    odd = ""
+    try:
+        if not stat.S_ISDIR(os.lstat(os.path.join(entry, "info")).st_mode):
+            odd = "info"
+        else:
+            with os.scandir(os.path.join(entry, "info")) as it:
+                odd = next((f"info/{e.name}" for e in it if not e.is_file(follow_symlinks=False)
+                            and not e.is_dir(follow_symlinks=False)), "")
+    except FileNotFoundError:
+        return  # no info/ at all: the entry is refused later (no index.json)
+    if odd:
+        raise GpuCiError(f"{name}: {odd} is a symbolic link or a device, not a file; a conda "
+                         "package never has one there: the lock names a package that is "
+                         "broken or hostile.", title="unsafe package")
 
 
 def _write_marker(entry: Path, digest: str) -> None:
