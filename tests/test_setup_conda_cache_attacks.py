@@ -241,3 +241,24 @@ def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, m
     assert proc.returncode == 1, out
     assert "info/paths.json" in out and "internal error" not in out, out
     assert not (tmp_path / "env").exists()
+
+
+def test_one_package_locked_twice_with_two_archives_is_refused(channel, tmp_path):
+    """An explicit lock that names two archives of one package (they share one archive path
+    and one cache entry): a specific error while reading the lock, nothing fetched."""
+    lines = []
+    for tag, data in (("one", b"one\n"), ("two", b"two\n")):
+        archive = _archive_with_links(channel.root.parent / f"twice-{tag}" / SUBDIR, {}, data)
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        lines.append(f"{channel.url(str(archive.relative_to(channel.root.parent)))}"
+                     f"#sha256:{sha}")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n" + "\n".join(lines) + "\n")
+    before = len(channel.server.log)
+    rc, out = job(lock, tmp_path / "env", tmp_path / "pkgs")
+    assert rc == 1 and "planted is locked twice with different files" in out, out
+    assert "internal error" not in out and len(channel.server.log) == before
+    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{lines[0]}\n{lines[0]}\n")
+    rc, out = job(lock, tmp_path / "env", tmp_path / "pkgs")  # the same line twice: once
+    assert rc == 0, out
+    assert (tmp_path / "env" / "share" / "planted.txt").read_bytes() == b"one\n"
