@@ -262,3 +262,41 @@ def test_one_package_locked_twice_with_two_archives_is_refused(channel, tmp_path
     rc, out = job(lock, tmp_path / "env", tmp_path / "pkgs")  # the same line twice: once
     assert rc == 0, out
     assert (tmp_path / "env" / "share" / "planted.txt").read_bytes() == b"one\n"
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
+        channel, tmp_path, stream):
+    """The archive holds ``lib`` -> the user's home (not listed in its paths.json) and lists
+    ``lib/.bashrc``: linking would hard-link the user's own file into the environment (a
+    write there writes the user's file; a cached or uploaded environment carries it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("mine\n")
+    archive = channel.root.parent / f"unlisted-{stream}" / SUBDIR / "planted-1.0-0.tar.bz2"
+    archive.parent.mkdir(parents=True)
+    index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
+             "subdir": SUBDIR, "depends": [], "license": "MIT"}
+    paths = [{"_path": "lib/.bashrc", "path_type": "hardlink", "size_in_bytes": 5,
+              "sha256": hashlib.sha256(b"mine\n").hexdigest()}]
+    with tarfile.open(archive, "w:bz2") as tar:
+        for name, blob in (("info/index.json", json.dumps(index).encode()),
+                           ("info/paths.json", json.dumps({"paths": paths,
+                                                           "paths_version": 1}).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+        link = tarfile.TarInfo("lib")
+        link.type = tarfile.SYMTYPE
+        link.linkname = str(home)
+        tar.addfile(link)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    lock = tmp_path / "lock.txt"
+    rel = archive.relative_to(channel.root.parent)
+    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs",
+                  env={"INPUT_STREAM_DOWNLOADS": stream})
+    assert (home / ".bashrc").stat().st_nlink == 1, out
+    assert rc == 1 and "lib/.bashrc" in out, out
+    assert "points outside the prefix and the package" in out, out
+    assert "internal error" not in out and not (tmp_path / "envs" / "env").exists()

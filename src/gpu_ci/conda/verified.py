@@ -71,6 +71,23 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
         return f"{entry.name}: info/paths.json cannot be read"
 
 
+def _under_a_link_out(base: str, rel: str, seen: dict[str, bool]) -> str:
+    """The directory above ``rel`` that is a symbolic link out of the entry, '' if none: the
+    listed file would be another file of this host (hard-linked into the environment).
+    ``seen``: each directory's verdict, so that each is looked at once per entry."""
+    parts = os.path.normpath(rel).split("/")
+    for i in range(1, len(parts)):
+        above = "/".join(parts[:i])
+        out = seen.get(above)
+        if out is None:
+            path = os.path.join(base, above)
+            out = seen[above] = os.path.islink(path) and not os.path.realpath(path).startswith(
+                os.path.join(os.path.realpath(base), ""))
+        if out:
+            return above
+    return ""
+
+
 def survey(entry: Path, items: list[dict[str, object]], name: str = "",
            files: list[list[object]] | None = None) -> Facts | None:
     """The link facts of one entry (its digest left empty); ``name``: the entry's name in
@@ -79,10 +96,16 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     base = os.fspath(entry)
     escaping: list[str] = []
     placeholder = total = 0
+    parents: dict[str, bool] = {}
     for item in items:
         rel = str(item.get("_path") or "")
         if _escapes(rel):
             return Facts("", f"{name or entry.name} lists {rel!r}, which is outside the prefix",
+                         (), 0, 0)
+        above = _under_a_link_out(base, rel, parents)
+        if above:
+            return Facts("", f"{name or entry.name} lists {rel!r} under the symbolic link "
+                         f"{above!r}, which points outside the prefix and the package",
                          (), 0, 0)
         size = item.get("size_in_bytes")
         size = size if isinstance(size, int) else 0
