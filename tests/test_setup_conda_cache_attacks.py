@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conda_channel import SUBDIR
-from tests.test_setup_conda import channel, job, spawn  # noqa: F401 - fixtures
+from tests.test_setup_conda import channel, job, setup, spawn  # noqa: F401 - fixtures
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -300,3 +300,11 @@ def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
     assert rc == 1 and "lib/.bashrc" in out, out
     assert "points outside the prefix and the package" in out, out
     assert "internal error" not in out and not (tmp_path / "envs" / "env").exists()
+
+
+def test_a_lock_with_sha256_streams_into_an_empty_cache(setup, channel):  # noqa: F811
+    """conda-lock's unified locks carry sha256: an entry that is not in the cache is no
+    candidate to trust (nothing to hash first), so its archive is streamed like any other."""
+    result = setup(channel.unified_lock(["libhello", "hello"]))
+    assert result.returncode == 0, result.stdout
+    assert "2 archives streamed into the package cache" in result.summary, result.summary

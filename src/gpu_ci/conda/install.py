@@ -137,6 +137,8 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     stamp must show it unchanged since it was verified (``verified.check``), or every file
     must match its ``paths.json`` (``_valid_entry``)."""
     dirname = f"{entry.name}-{entry.version}-{entry.build}"
+    if not os.path.isdir(os.path.join(cache, dirname)):
+        return ""  # nothing to trust: stream or download it
     sha = entry.sha256
     if not sha:
         try:
