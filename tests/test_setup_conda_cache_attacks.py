@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.conda_channel import SUBDIR
-from tests.test_setup_conda import channel, job, setup, spawn  # noqa: F401 - fixtures
+from tests.test_setup_conda import (  # noqa: F401 - fixtures
+    channel,
+    job,
+    our_temporaries,
+    setup,
+    spawn,
+)
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -300,6 +306,56 @@ def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
     assert rc == 1 and "lib/.bashrc" in out, out
     assert "points outside the prefix and the package" in out, out
     assert "internal error" not in out and not (tmp_path / "envs" / "env").exists()
+
+
+@pytest.fixture(scope="module")
+def big(channel):  # noqa: F811
+    """A noarch .conda of 3 MB that compresses little: extraction shows steady progress."""
+    from tests.conda_channel import _assemble
+
+    text = os.urandom(3 << 19).hex()
+    return _assemble(channel.root.parent / "big", channel.root.parent / "big-work", "big",
+                     "1.0", "0", SUBDIR, {"share/big.txt": text}, noarch="generic")
+
+
+def _big_lock(channel, big, tmp_path) -> Path:  # noqa: F811
+    lock = tmp_path / "big.lock"
+    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
+                    f"{channel.url('big/noarch/' + big.filename)}#sha256:{big.sha256}\n")
+    return lock
+
+
+def _asked(channel, big) -> int:  # noqa: F811
+    """Requests for the big archive, counted when they arrive (the log has them answered)."""
+    return sum(big.filename in seen["path"] for seen in channel.server.seen)
+
+
+def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(
+        channel, big, tmp_path):
+    """rattler's client only has a total timeout: an archive that takes longer than
+    GPU_CI_HTTP_TIMEOUT to stream (a large CUDA package, 8 at once on a modest link) was cut
+    at that time and downloaded again from its first byte. A stream is given up only when
+    nothing new arrives for that long."""
+    channel.server.faults.clear()
+    channel.server.fail(f"big/noarch/{big.filename}", "trickle:3")
+    before = _asked(channel, big)
+    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
+                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    assert rc == 0, out
+    assert _asked(channel, big) == before + 1, out
+    assert "1 archives streamed into the package cache" in out, out
+
+
+def test_a_stream_that_stalls_is_given_up_for_our_downloader(channel, big, tmp_path):
+    channel.server.faults.clear()
+    channel.server.fail(f"big/noarch/{big.filename}", "slow:4")
+    before = _asked(channel, big)
+    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
+                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    assert rc == 0, out
+    assert _asked(channel, big) == before + 2, out  # rattler's, given up, then ours
+    assert (tmp_path / "env" / "share" / "big.txt").stat().st_size == 3 << 20
+    assert our_temporaries(tmp_path) == []
 
 
 def test_a_lock_with_sha256_streams_into_an_empty_cache(setup, channel):  # noqa: F811

@@ -281,7 +281,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     import rattler
     from rattler.package_streaming import download_and_extract
 
-    client = rattler.Client(timeout=max(1, int(timeout)))
+    client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
 
     async def one(gate: asyncio.Semaphore, index: int, url: str, target: Path, sha256: str,
@@ -290,7 +290,8 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
             fd = _try_lock(target)
             if fd is None:
                 return
-            tmp = target.with_name(f".{target.name}.tmp-{TOKEN}")
+            # Not _extract's name: a stream given up (_unless_stalled) never writes there.
+            tmp = target.with_name(f".{target.name}.stream.tmp-{TOKEN}")
             digest = sha256 or md5
             try:
                 facts = verified.check(target, digest)
@@ -301,7 +302,8 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                     client, url, tmp, bytes.fromhex(sha256) if sha256 else None))
                 await asyncio.sleep(0)
                 crash_point("download")
-                got_sha, got_md5 = (value.hex() for value in await task)
+                got_sha, got_md5 = (value.hex() for value in
+                                    await _unless_stalled(task, tmp, timeout))
                 if got_sha != sha256 if sha256 else got_md5 != md5:
                     raise ValueError("digest mismatch")  # the careful path names it
                 facts = _publish(tmp, target, digest, TOKEN, got_sha)
@@ -327,6 +329,34 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
 
     asyncio.run(main())
     return done
+
+
+async def _unless_stalled(task: Any, tmp: Path, timeout: float) -> Any:
+    """The stream's result, or TimeoutError once nothing new reached ``tmp`` for ``timeout``
+    seconds (twice in a row). rattler's client has only a total timeout, which cut every
+    archive that takes longer (a large one, or many at once on a modest link), to be
+    fetched again from its first byte. Cancelled, rattler drops the connection."""
+    import asyncio
+
+    seen = -1
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=max(1.0, timeout))
+        if done:
+            return task.result()
+        now = _tree_bytes(tmp)
+        if now == seen:
+            task.cancel()
+            raise TimeoutError(f"no progress in {timeout} s")
+        seen = now
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 @dataclass(frozen=True)
