@@ -255,7 +255,7 @@ class ChannelServer:
 
     def fail(self, rel: str, *actions: str) -> None:
         """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>', 'slow:<s>'
-        (one per request)."""
+        (one per request); 'trickle:<s>': the body in 40 pieces spread over <s> seconds."""
         self.faults.setdefault("/" + rel.lstrip("/"), []).extend(actions)
 
     def requests(self, contains: str = "") -> list[tuple[str, int]]:
@@ -324,6 +324,14 @@ class ChannelServer:
                 if action == "truncate":
                     self.wfile.write(data[: len(data) // 2])
                     self.close_connection = True
+                    return
+                if action.startswith("trickle:"):  # a long download making steady progress
+                    step = max(1, len(data) // 40)
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        for at in range(0, len(data), step):
+                            self.wfile.write(data[at:at + step])
+                            self.wfile.flush()
+                            time.sleep(float(action[len("trickle:"):]) / 40)
                     return
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)

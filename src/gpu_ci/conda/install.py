@@ -137,6 +137,8 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     stamp must show it unchanged since it was verified (``verified.check``), or every file
     must match its ``paths.json`` (``_valid_entry``)."""
     dirname = f"{entry.name}-{entry.version}-{entry.build}"
+    if not os.path.isdir(os.path.join(cache, dirname)):
+        return ""  # nothing to trust: stream or download it
     sha = entry.sha256
     if not sha:
         try:
@@ -164,8 +166,10 @@ def _entry_facts(target: Path, digest: str, token: str) -> verified.Facts | None
     """The facts of a usable entry: from its stamp when no file changed since it was
     verified, else after hashing every file (and stamping it again); None when unusable."""
     facts = verified.check(target, digest)
-    if facts is None and _entry_ok(target, digest):
-        facts = verified.write(target, digest, token)
+    if facts is None:
+        before = verified.identities(target)  # a write while hashing is not stamped
+        if _entry_ok(target, digest):
+            facts = verified.write(target, digest, token, before=before or [])
     return facts
 
 
@@ -277,7 +281,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     import rattler
     from rattler.package_streaming import download_and_extract
 
-    client = rattler.Client(timeout=max(1, int(timeout)))
+    client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
 
     async def one(gate: asyncio.Semaphore, index: int, url: str, target: Path, sha256: str,
@@ -286,7 +290,8 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
             fd = _try_lock(target)
             if fd is None:
                 return
-            tmp = target.with_name(f".{target.name}.tmp-{TOKEN}")
+            # Not _extract's name: a stream given up (_unless_stalled) never writes there.
+            tmp = target.with_name(f".{target.name}.stream.tmp-{TOKEN}")
             digest = sha256 or md5
             try:
                 facts = verified.check(target, digest)
@@ -297,7 +302,8 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                     client, url, tmp, bytes.fromhex(sha256) if sha256 else None))
                 await asyncio.sleep(0)
                 crash_point("download")
-                got_sha, got_md5 = (value.hex() for value in await task)
+                got_sha, got_md5 = (value.hex() for value in
+                                    await _unless_stalled(task, tmp, timeout))
                 if got_sha != sha256 if sha256 else got_md5 != md5:
                     raise ValueError("digest mismatch")  # the careful path names it
                 facts = _publish(tmp, target, digest, TOKEN, got_sha)
@@ -325,6 +331,34 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     return done
 
 
+async def _unless_stalled(task: Any, tmp: Path, timeout: float) -> Any:
+    """The stream's result, or TimeoutError once nothing new reached ``tmp`` for ``timeout``
+    seconds (twice in a row). rattler's client has only a total timeout, which cut every
+    archive that takes longer (a large one, or many at once on a modest link), to be
+    fetched again from its first byte. Cancelled, rattler drops the connection."""
+    import asyncio
+
+    seen = -1
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=max(1.0, timeout))
+        if done:
+            return task.result()
+        now = _tree_bytes(tmp)
+        if now == seen:
+            task.cancel()
+            raise TimeoutError(f"no progress in {timeout} s")
+        seen = now
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
 @dataclass(frozen=True)
 class Fetch:
     """Per lock entry, in the lock's order: how its archive was had, the archive's sha256,
@@ -339,15 +373,55 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
              parent: bool = False) -> verified.Facts | None:
     """Put a complete extraction in place, under the entry's lock: stamped with the
     archive's digest and the files' identities, then renamed over whatever was there."""
-    with open(os.path.join(tmp, SHA_MARKER), "w") as out:
-        out.write(digest)
+    _refuse_odd_info(tmp, target.name)
+    _write_marker(tmp, digest)
     facts = verified.write(tmp, digest, token, target.name)
     crash_point("extract", parent=parent)
-    if os.path.lexists(target):
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
+        with transaction.exclusive(target.parent / transaction.ENTRIES_LOCK,
+                                   "the package cache", lambda _: None):
+            shutil.rmtree(target)
+            os.replace(tmp, target)
+    else:
+        os.replace(tmp, target)
     _forget_other_archive(target, sha256)
     return facts
+
+
+def _refuse_odd_info(entry: Path, name: str) -> None:
+    """``info/`` holds what we and rattler read in place of the archive: a link or a device
+    there (``info/paths.json`` -> /dev/zero) would be read instead of the package's own
+    file, before any check (and /dev/zero until the host's memory is gone)."""
+    import stat
+
+    odd = ""
+    try:
+        if not stat.S_ISDIR(os.lstat(os.path.join(entry, "info")).st_mode):
+            odd = "info"
+        else:
+            with os.scandir(os.path.join(entry, "info")) as it:
+                odd = next((f"info/{e.name}" for e in it if not e.is_file(follow_symlinks=False)
+                            and not e.is_dir(follow_symlinks=False)), "")
+    except FileNotFoundError:
+        return  # no info/ at all: the entry is refused later (no index.json)
+    if odd:
+        raise GpuCiError(f"{name}: {odd} is a symbolic link or a device, not a file; a conda "
+                         "package never has one there: the lock names a package that is "
+                         "broken or hostile.", title="unsafe package")
+
+
+def _write_marker(entry: Path, digest: str) -> None:
+    """The digest marker, in a new file: the archive may hold a symbolic link (or anything)
+    at that name, and writing through a link would write outside the cache."""
+    path = os.path.join(entry, SHA_MARKER)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(digest)
 
 
 def _forget_other_archive(target: Path, sha256: str) -> None:
@@ -503,8 +577,8 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
     records = []
     base = os.fspath(cache)
     for entry, got, sha in zip(entries, fetched, shas):
-        index = os.path.join(base, f"{entry.name}-{entry.version}-{entry.build}", "info",
-                             "index.json")
+        index = Path(os.path.join(base, f"{entry.name}-{entry.version}-{entry.build}", "info",
+                             "index.json"))
         record = rattler.PackageRecord.from_index_json(
             index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None)
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
@@ -560,6 +634,22 @@ def _silently_full(staging: Path) -> DiskError | None:
                          "linking the environment")
 
 
+def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
+    """Under the cache's shared lock: every entry still holds the archive this job verified
+    (another job with another archive of the same name, version and build may have replaced
+    it since; none can while the lock is held)."""
+    for entry in entries:
+        try:
+            with open(_entry_dir(cache, entry) / SHA_MARKER) as handle:
+                same = handle.read() == (entry.sha256 or entry.md5)
+        except OSError:
+            same = False
+        if not same:
+            raise GpuCiError(f"the package cache entry of {entry.filename} was replaced by "
+                             "another job (with another archive of that name, version and "
+                             "build) after this job verified it; run the job again.")
+
+
 def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str],
                       staging: Path, target: Path, cache: Path,
                       facts: Sequence[verified.Facts | None] = ()) -> None:
@@ -586,20 +676,22 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.skip())
     records = _records(entries, fetched, shas, cache)
-    try:
-        asyncio.run(rattler.install(
-            records, target_prefix=str(staging),
-            alternative_target_prefix=str(target), package_cache=package_cache,
-            client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
-            show_progress=False, execute_link_scripts=False))
-    except GpuCiError:
-        raise
-    except Exception as exc:
-        named = _named_from_message(exc, staging, "linking the environment") or \
-            _silently_full(staging)
-        if named is not None:
-            raise named from None
-        raise GpuCiError(f"linking the environment failed: {exc}") from None
+    with transaction.shared(cache / transaction.ENTRIES_LOCK):
+        _not_replaced(entries, cache)
+        try:
+            asyncio.run(rattler.install(
+                records, target_prefix=str(staging),
+                alternative_target_prefix=str(target), package_cache=package_cache,
+                client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
+                show_progress=False, execute_link_scripts=False))
+        except GpuCiError:
+            raise
+        except Exception as exc:
+            named = _named_from_message(exc, staging, "linking the environment") or \
+                _silently_full(staging)
+            if named is not None:
+                raise named from None
+            raise GpuCiError(f"linking the environment failed: {exc}") from None
     for entry, sha, got in zip(entries, shas, fetched):
         if entry.sha256 or not sha or got.cached:  # a cached one's sidecar gave its sha256
             continue

@@ -315,7 +315,13 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
         for item in lock.packages:
             if item["manager"] == "conda":
                 _check_subdir(item["entry"], platform, path)
-                conda.append(item["entry"])
+                twin = next((e for e in conda if e.name == item["entry"].name), None)
+                if twin is not None and twin != item["entry"]:
+                    raise GpuCiError(f"{path}: {twin.name} is locked twice with different "
+                                     f"files ({mask_url(twin.url)} and "
+                                     f"{mask_url(item['entry'].url)}). Re-lock it.")
+                if twin is None:
+                    conda.append(item["entry"])
             else:
                 pip.append(_pip_entry(item["name"], "", item["url"], item["sha256"],
                                       f"{path} pip entry {item['name']!r}"))

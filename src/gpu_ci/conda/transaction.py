@@ -283,3 +283,26 @@ def _write_json(path: Path, data: object) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+ENTRIES_LOCK = ".gpu-ci-entries.lock"
+"""In the package cache: held shared by every job while it links from cache entries, and
+exclusively (briefly) by a job that replaces an entry that exists, so that no job links
+half of one archive's files and half of another's."""
+
+
+@contextlib.contextmanager
+def shared(path: Path) -> Iterator[None]:
+    """Hold a shared lock on ``path`` (created if needed): many holders at once, and none
+    while another job holds it with ``exclusive``."""
+    if sys.platform == "win32":
+        yield
+        return
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)

@@ -71,6 +71,23 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
         return f"{entry.name}: info/paths.json cannot be read"
 
 
+def _under_a_link_out(base: str, rel: str, seen: dict[str, bool]) -> str:
+    """The directory above ``rel`` that is a symbolic link out of the entry, '' if none: the
+    listed file would be another file of this host (hard-linked into the environment).
+    ``seen``: each directory's verdict, so that each is looked at once per entry."""
+    parts = os.path.normpath(rel).split("/")
+    for i in range(1, len(parts)):
+        above = "/".join(parts[:i])
+        out = seen.get(above)
+        if out is None:
+            path = os.path.join(base, above)
+            out = seen[above] = os.path.islink(path) and not os.path.realpath(path).startswith(
+                os.path.join(os.path.realpath(base), ""))
+        if out:
+            return above
+    return ""
+
+
 def survey(entry: Path, items: list[dict[str, object]], name: str = "",
            files: list[list[object]] | None = None) -> Facts | None:
     """The link facts of one entry (its digest left empty); ``name``: the entry's name in
@@ -79,10 +96,16 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     base = os.fspath(entry)
     escaping: list[str] = []
     placeholder = total = 0
+    parents: dict[str, bool] = {}
     for item in items:
         rel = str(item.get("_path") or "")
         if _escapes(rel):
             return Facts("", f"{name or entry.name} lists {rel!r}, which is outside the prefix",
+                         (), 0, 0)
+        above = _under_a_link_out(base, rel, parents)
+        if above:
+            return Facts("", f"{name or entry.name} lists {rel!r} under the symbolic link "
+                         f"{above!r}, which points outside the prefix and the package",
                          (), 0, 0)
         size = item.get("size_in_bytes")
         size = size if isinstance(size, int) else 0
@@ -108,9 +131,34 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     return Facts("", "", tuple(escaping), placeholder, total)
 
 
-def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
+def identities(entry: Path) -> list[list[object]] | None:
+    """Each stamped file's identity now (None when unreadable): taken before an entry is
+    hashed, so that ``write`` stamps it only if no file changed while it was hashed."""
+    items = listed_paths(entry)
+    files: list[list[object]] = []
+    if isinstance(items, str) or survey(entry, items, "", files) is None:
+        return None
+    try:
+        _info_identities(os.fspath(entry), files)
+    except OSError:
+        return None
+    return files
+
+
+def _info_identities(base: str, files: list[list[object]]) -> None:
+    with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
+        for e in it:
+            if e.is_file(follow_symlinks=False):
+                info = e.stat(follow_symlinks=False)
+                files.append([f"info/{e.name}", info.st_ino, info.st_size, info.st_mtime_ns])
+
+
+def write(entry: Path, digest: str, token: str, name: str = "",
+          before: list[list[object]] | None = None) -> Facts | None:
     """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
-    it lists is missing. A stamp that cannot be written costs the next job a hash, no more."""
+    it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
+    ``before``: the ``identities`` taken before the entry was hashed; a file that differs
+    now was written after the hash read it, and is not stamped (the next job hashes it)."""
     items = listed_paths(entry)
     if isinstance(items, str):
         return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
@@ -121,12 +169,9 @@ def write(entry: Path, digest: str, token: str, name: str = "") -> Facts | None:
     facts = Facts(digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes)
     base = os.fspath(entry)
     try:
-        with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
-            for e in it:
-                if e.is_file(follow_symlinks=False):
-                    info = e.stat(follow_symlinks=False)
-                    files.append([f"info/{e.name}", info.st_ino, info.st_size,
-                                  info.st_mtime_ns])
+        _info_identities(base, files)
+        if before is not None and files != before:
+            return facts
         data = {"version": VERSION, "digest": digest, "device": os.stat(base).st_dev,
                 "escaping_links": list(facts.escaping_links),
                 "placeholder_bytes": facts.placeholder_bytes,
