@@ -57,7 +57,8 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
     """The entry's ``paths.json`` items (or ``info/files`` lines for old packages), or why
     they cannot be read."""
     try:
-        items = json.loads((entry / "info" / "paths.json").read_bytes()).get("paths") or []
+        with open(os.path.join(entry, "info", "paths.json"), "rb") as handle:
+            items = json.loads(handle.read()).get("paths") or []
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             return f"{entry.name}: info/paths.json cannot be read"
         return items
@@ -97,12 +98,23 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     escaping: list[str] = []
     placeholder = total = 0
     parents: dict[str, bool] = {}
+    checked: dict[str, str] = {}  # a plain directory part -> its verdict, once per entry
     for item in items:
         rel = str(item.get("_path") or "")
-        if _escapes(rel):
+        # plain: normpath would not change it, so it cannot escape and its directory part
+        # is what _under_a_link_out checks
+        plain = bool(rel) and ".." not in rel and "/./" not in rel and "//" not in rel and \
+            rel[0] not in "/." and rel[-1] not in "/." and "\0" not in rel
+        if not plain and _escapes(rel):
             return Facts("", f"{name or entry.name} lists {rel!r}, which is outside the prefix",
                          (), 0, 0)
-        above = _under_a_link_out(base, rel, parents)
+        folder = rel.rpartition("/")[0]
+        if plain and folder in checked:
+            above = checked[folder]
+        else:
+            above = _under_a_link_out(base, rel, parents)
+            if plain:
+                checked[folder] = above
         if above:
             return Facts("", f"{name or entry.name} lists {rel!r} under the symbolic link "
                          f"{above!r}, which points outside the prefix and the package",
