@@ -165,11 +165,12 @@ REMOVE_LABEL = ActionSpec(
 ACTIONS_CACHE_SHA = "5a3ec84eff668545956fd18022155c47e93e2684"
 
 _CONDA_CACHE_BEFORE = f"""\
-    - name: Cache key and path of the package cache
+    - name: Cache key and path of the package cache or the environment
       id: cache-plan
-      if: inputs.cache == 'true'
+      if: inputs.cache != 'false'
       shell: bash
       env:
+        CACHE: ${{{{ inputs.cache }}}}
         LOCK: ${{{{ inputs.lock-file }}}}
         PLATFORM: ${{{{ inputs.platform }}}}
         ENGINE: ${{{{ inputs.engine }}}}
@@ -177,19 +178,56 @@ _CONDA_CACHE_BEFORE = f"""\
         CATEGORIES: ${{{{ inputs.categories }}}}
         ROOT: ${{{{ inputs.root }}}}
         PKGS: ${{{{ inputs.pkgs-dir }}}}
+        PREFIX: ${{{{ inputs.prefix }}}}
+        NAME: ${{{{ inputs.environment-name }}}}
       run: |
+        # true: the package cache; environment: the finished environment. Anything else fails
+        # here, before a restore is skipped in silence (the command refuses it as well).
+        case "$(printf '%s' "$CACHE" | tr '[:upper:]' '[:lower:]')" in
+          true) mode=packages ;;
+          environment) mode=environment ;;
+          false|"") exit 0 ;;
+          *) got="${{CACHE//%/%25}}"; got="${{got//$'\\r'/%0D}}"; got="${{got//$'\\n'/%0A}}"
+             echo "::error title=setup-conda-from-lock::input 'cache' of setup-conda-from-lock" \\
+                  "must be one of true, false, environment; got '$got'."
+             exit 2 ;;
+        esac
         sha=$("$GPU_CI_PYTHON" -c 'import hashlib, sys
         print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$LOCK") || exit 1
         base="${{RUNNER_TOOL_CACHE:-${{RUNNER_TEMP:-$HOME/.cache/gpu-ci}}}}"
-        pkgs="${{PKGS:-${{ROOT:-$base/miniforge3/$VERSION}}/pkgs}}"
-        prefix="gpu-ci-conda-v1-$RUNNER_OS-$RUNNER_ARCH-${{PLATFORM:-auto}}-$ENGINE-mf$VERSION-"
-        # Restore only into an absent or empty package cache: never over one in use (a
-        # persistent self-hosted runner keeps its own cache and needs none).
+        root="${{ROOT:-$base/miniforge3/$VERSION}}"
+        runner="$RUNNER_OS-$RUNNER_ARCH-${{PLATFORM:-auto}}-$ENGINE-mf$VERSION-"
+        cats="${{CATEGORIES//[^A-Za-z0-9_.-]/+}}"
         fresh=true
-        [ -d "$pkgs" ] && [ -n "$(ls -A "$pkgs")" ] && fresh=false
-        {{ echo "key=$prefix${{CATEGORIES//[^A-Za-z0-9_.-]/+}}-$sha"
-          echo "restore-prefix=$prefix"
-          echo "path=$pkgs"
+        if [ "$mode" = packages ]; then
+          path="${{PKGS:-$root/pkgs}}"
+          restore="gpu-ci-conda-v1-$runner"
+          key="$restore$cats-$sha"
+          # Restore only into an absent or empty package cache: never over one in use (a
+          # persistent self-hosted runner keeps its own cache and needs none).
+          [ -d "$path" ] && [ -n "$(ls -A "$path")" ] && fresh=false
+        else
+          # The prefix the command will use (conda/options.py). An environment is valid only
+          # at its own path (prefix placeholders), so the path's hash is in the key; no
+          # restore-keys (another lock's environment is of no use); restored only into an
+          # absent or empty directory, never through a link.
+          path="${{PREFIX:-$root/envs/${{NAME:-ci}}}}"
+          case "$path" in *$'\\n'*|*$'\\r'*)
+            echo "::error title=setup-conda-from-lock::the environment's path has a line break."
+            exit 2 ;;
+          esac
+          where=$(printf '%s' "$path" | "$GPU_CI_PYTHON" -c 'import hashlib, sys
+        print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])') || exit 1
+          restore=""
+          key="gpu-ci-conda-env-v1-$runner$cats-$where-$sha"
+          [ -L "$path" ] && fresh=false
+          [ -e "$path" ] && [ ! -d "$path" ] && fresh=false
+          [ -d "$path" ] && [ -n "$(ls -A "$path")" ] && fresh=false
+        fi
+        {{ echo "mode=$mode"
+          echo "key=$key"
+          echo "restore-prefix=$restore"
+          echo "path=$path"
           echo "fresh=$fresh"; }} >> "$GITHUB_OUTPUT"
     - name: Restore the package cache
       id: cache-restore
@@ -202,6 +240,13 @@ _CONDA_CACHE_BEFORE = f"""\
           !${{{{ steps.cache-plan.outputs.path }}}}/.work-*
         key: ${{{{ steps.cache-plan.outputs.key }}}}
         restore-keys: ${{{{ steps.cache-plan.outputs.restore-prefix }}}}
+    - name: Restore the environment
+      id: cache-restore-env
+      if: inputs.cache == 'environment' && steps.cache-plan.outputs.fresh == 'true'
+      uses: actions/cache/restore@{ACTIONS_CACHE_SHA}  # v4.2.3
+      with:
+        path: ${{{{ steps.cache-plan.outputs.path }}}}
+        key: ${{{{ steps.cache-plan.outputs.key }}}}
 """
 
 _CONDA_CACHE_AFTER = f"""\
@@ -216,6 +261,18 @@ _CONDA_CACHE_AFTER = f"""\
           ${{{{ steps.cache-plan.outputs.path }}}}
           !${{{{ steps.cache-plan.outputs.path }}}}/archives
           !${{{{ steps.cache-plan.outputs.path }}}}/.work-*
+        key: ${{{{ steps.cache-plan.outputs.key }}}}
+    - name: Save the environment
+      # Only an environment this command created (success, not reused) after a miss: a
+      # composite step's if: implies success() too, but say it where it matters.
+      if: >-
+        inputs.cache == 'environment' && inputs.cache-write == 'true' &&
+        steps.cache-plan.outputs.fresh == 'true' &&
+        steps.cache-restore-env.outputs.cache-hit != 'true' &&
+        steps.run.outcome == 'success' && steps.run.outputs.reused == 'false'
+      uses: actions/cache/save@{ACTIONS_CACHE_SHA}  # v4.2.3
+      with:
+        path: ${{{{ steps.cache-plan.outputs.path }}}}
         key: ${{{{ steps.cache-plan.outputs.key }}}}
 """
 
@@ -249,9 +306,10 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         InputSpec("channel-credentials", "Lines '<host> = bearer <token>', '<host> = basic "
                   "<user>:<password>' or '<host> = token <anaconda.org token>'; sent to that "
                   "host only, masked. Pass them from the secrets context.", ""),
-        InputSpec("cache", "Restore and save the package cache with actions/cache, keyed by "
-                  "lock sha256, platform, engine and version.", "false"),
-        InputSpec("cache-write", "Save the package cache after a miss (false: only restore, "
+        InputSpec("cache", "Restore and save with actions/cache, keyed by lock sha256, "
+                  "platform, engine and version: true (the package cache), environment (the "
+                  "finished environment, at its own path) or false.", "false"),
+        InputSpec("cache-write", "Save the cache after a miss (false: only restore, "
                   "e.g. on pull requests).", "true"),
         InputSpec("stream-downloads", "true: rattler's client downloads and extracts each "
                   "archive in one stream (fastest); false: every archive is downloaded to disk "

@@ -15,6 +15,10 @@ from gpu_ci.runtime import Runtime, markdown_table
 
 
 def options_from(inputs: Inputs, environ) -> conda_options.SetupOptions:
+    # Read by the action's cache steps, not here; refused here too (CLI, and a typo must
+    # never mean "no cache" in silence).
+    inputs.choice("cache", conda_options.CACHE_MODES)
+    inputs.boolean("cache-write")
     return conda_options.build(
         lock_file=inputs["lock-file"], platform=inputs["platform"],
         categories=inputs.items("categories"),

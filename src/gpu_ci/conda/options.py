@@ -18,6 +18,9 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.retry import RetryPolicy
 
 ENGINES = ("rattler", "conda")
+CACHE_MODES = ("true", "false", "environment")
+"""Values of input ``cache``: the package cache, nothing, or the finished environment. The
+action's cache steps run before the command and read the same three (specs.py)."""
 MARKER = "conda-meta/gpu-ci-lock.json"
 """Written into every environment this action creates (and the lock it holds)."""
 
