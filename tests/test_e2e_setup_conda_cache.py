@@ -70,3 +70,40 @@ def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cach
     # every archive was fetched by the first job only: the second linked from the cache
     for archive in channel.archives[:3]:
         assert [s for _, s in channel.server.requests(archive.filename)] == [200], archive
+
+
+def test_environment_mode_restores_the_finished_environment_and_reuses_it(act, tmp_path,
+                                                                          cache_standin):
+    channel = build_channel(tmp_path / "chan", with_python=False)
+    channel.server = ChannelServer(tmp_path / "chan").start()
+    lock = tmp_path / "conda-linux-64.lock"
+    lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
+    root = tmp_path / "mf"
+    try:
+        result = act(ROOT / "tests" / "e2e" / "workflows" / "setup-conda-cache-env.yml",
+                     "workflow_dispatch", {"inputs": {}},
+                     env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
+                     act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
+                               "--cache-server-path", str(tmp_path / "actcache"),
+                               "--local-repository",
+                               f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
+                     timeout=600)
+    finally:
+        channel.server.stop()
+    assert result.returncode == 0, result.log
+    out = result.outputs
+    assert out["first_reused"] == "false"
+    # job 1: a miss on the environment's key (no restore-keys), then saved; job 2: restored
+    assert "Cache not found for input keys: gpu-ci-conda-env-v1-" in result.log
+    assert "Cache saved with key: gpu-ci-conda-env-v1-" in result.log
+    assert "Cache restored from key: gpu-ci-conda-env-v1-" in result.log
+    assert result.log.count("Cache saved with key") == 1  # the package cache is not saved
+    assert "gpu-ci-conda-v1-" not in result.log
+    assert out["second_reused"] == "true"
+    prefix = root / "envs" / "ci"
+    assert out["second_prefix"] == str(prefix)
+    assert out["second_hello"] == f"hello from {prefix}"  # prefix placeholders hold
+    assert out["second_pkgs"] in ("absent", "0")  # reused as it is: nothing extracted
+    # job 2 fetched nothing: every archive was downloaded once, by job 1
+    for archive in channel.archives[:3]:
+        assert [s for _, s in channel.server.requests(archive.filename)] == [200], archive

@@ -47,8 +47,10 @@ def test_root_action_has_each_actions_extra_steps_guarded_by_its_command():
     # setup-conda-from-lock's cache: the plan, restore before the command, save after it
     assert checked >= 3
     uses = [s["uses"].split("@")[0] for s in steps if "uses" in s]
-    assert uses == ["actions/cache/restore", "actions/cache/save"]
+    # (package cache, then environment: cache: true / environment)
+    assert uses == ["actions/cache/restore"] * 2 + ["actions/cache/save"] * 2
     assert ids.index("cache-plan") < ids.index("cache-restore") < run_at
+    assert ids.index("cache-plan") < ids.index("cache-restore-env") < run_at
 
 
 @pytest.mark.parametrize("path", ACTION_FILES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -162,3 +162,26 @@ def test_environment_is_restored_only_into_an_absent_or_empty_prefix(plan, tmp_p
     afile = tmp_path / "file"
     afile.write_text("")
     assert plan(cache="environment", prefix=str(afile)).outputs["fresh"] == "false"
+
+
+@pytest.mark.parametrize("action", ["actions/setup-conda-from-lock/action.yml", "action.yml"])
+def test_environment_is_saved_only_when_the_command_created_it(action):
+    with open(ROOT / action, encoding="utf-8") as handle:
+        steps = yaml.safe_load(handle)["runs"]["steps"]
+    ids = [step.get("id") for step in steps]
+    save = next(step for step in steps if step.get("name") == "Save the environment")
+    restore = next(step for step in steps if step.get("id") == "cache-restore-env")
+    assert steps.index(save) > ids.index("run") > ids.index("cache-restore-env")
+    # after a miss, with cache-write, and only if the command step succeeded and created the
+    # environment (not reused; a dry run sets no `reused`); no status function such as
+    # always() that would let it run after a failure
+    for part in ("inputs.cache == 'environment'", "inputs.cache-write == 'true'",
+                 "steps.cache-plan.outputs.fresh == 'true'",
+                 "steps.cache-restore-env.outputs.cache-hit != 'true'",
+                 "steps.run.outcome == 'success'", "steps.run.outputs.reused == 'false'"):
+        assert part in save["if"], part
+    assert not any(f in save["if"] for f in ("always()", "failure()", "cancelled()"))
+    assert save["with"] == {"path": "${{ steps.cache-plan.outputs.path }}",
+                            "key": "${{ steps.cache-plan.outputs.key }}"}
+    assert "restore-keys" not in restore["with"]
+    assert restore["with"] == save["with"]
