@@ -7,6 +7,7 @@ servers over the same files that demand credentials.
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -301,3 +302,28 @@ def test_a_streamed_archive_with_another_digest_is_not_published(channel, tmp_pa
         [(0, channel.archive_url(hello), entry, "", "0" * 32)], 30)
     assert done == {} and not entry.exists()
     assert [p.name for p in entry.parent.iterdir()] == [".hello-2.1-h1_3.gpu-ci.lock"]
+
+
+def test_rattler_never_downloads_while_linking(channel, tmp_path):
+    """rattler links only what we verified: when it will not use a cache entry (here its own
+    record names another archive) it asks for the archive, and its client refuses before
+    anything is sent (our fallback then fetches and verifies everything itself)."""
+    import hashlib
+
+    from gpu_ci.conda import install, lockfile
+    from gpu_ci.errors import GpuCiError
+
+    libhello = channel.archives[0]
+    text = channel.explicit_lock(["libhello"])
+    plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
+    pkgs = tmp_path / "pkgs"
+    install.install(plan, tmp_path / "env", pkgs, dict(os.environ), log=lambda _: None)
+    cache = pkgs / "rattler"
+    sha = hashlib.sha256(libhello.data).hexdigest()
+    got = install.fetch_and_extract(plan, pkgs, cache, None)
+    (cache / "libhello-1.0-h0_0.lock").write_bytes(bytes(8) + bytes.fromhex("ab" * 32))
+    before = len(channel.server.requests(libhello.filename))
+    with pytest.raises(GpuCiError, match="rattler asked for 127.0.0.1/.*libhello"):
+        install.link_with_rattler(plan, got.fetched, [sha], tmp_path / "staging",
+                                  tmp_path / "env2", cache, got.facts)
+    assert len(channel.server.requests(libhello.filename)) == before
