@@ -274,14 +274,14 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
 def test_streamed_downloads_report_progress_and_stamp_the_entry(channel, tmp_path):
     """rattler's client reports no bytes: a long streamed download still shows in the log
     (archives done, time), and the entry it extracts is verified and stamped."""
-    from gpu_ci.conda import install, verified
+    from gpu_ci.conda import fetch, verified
 
     hello = channel.archives[1]
     channel.server.fail(f"channel/linux-64/{hello.filename}", "slow:0.6")
     entry = tmp_path / "cache" / "hello-2.1-h1_3"
     entry.parent.mkdir()
     lines: list[str] = []
-    done = install.stream_and_extract(
+    done = fetch.stream_and_extract(
         [(0, channel.archive_url(hello), entry, hello.sha256, hello.md5)], 30,
         log=lines.append, interval=0.2)
     assert done[0].sha256 == hello.sha256 and done[0].md5 == hello.md5
@@ -293,12 +293,12 @@ def test_streamed_downloads_report_progress_and_stamp_the_entry(channel, tmp_pat
 def test_a_streamed_archive_with_another_digest_is_not_published(channel, tmp_path):
     """The lock's digest is checked before the entry appears: a mismatch leaves nothing (the
     careful path then names both URLs)."""
-    from gpu_ci.conda import install
+    from gpu_ci.conda import fetch
 
     hello = channel.archives[1]
     entry = tmp_path / "cache" / "hello-2.1-h1_3"
     entry.parent.mkdir()
-    done = install.stream_and_extract(
+    done = fetch.stream_and_extract(
         [(0, channel.archive_url(hello), entry, "", "0" * 32)], 30)
     assert done == {} and not entry.exists()
     assert [p.name for p in entry.parent.iterdir()] == [".hello-2.1-h1_3.gpu-ci.lock"]
@@ -310,7 +310,7 @@ def test_rattler_never_downloads_while_linking(channel, tmp_path):
     anything is sent (our fallback then fetches and verifies everything itself)."""
     import hashlib
 
-    from gpu_ci.conda import install, lockfile
+    from gpu_ci.conda import fetch, install, lockfile
     from gpu_ci.errors import GpuCiError
 
     libhello = channel.archives[0]
@@ -320,7 +320,7 @@ def test_rattler_never_downloads_while_linking(channel, tmp_path):
     install.install(plan, tmp_path / "env", pkgs, dict(os.environ), log=lambda _: None)
     cache = pkgs / "rattler"
     sha = hashlib.sha256(libhello.data).hexdigest()
-    got = install.fetch_and_extract(plan, pkgs, cache, None)
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
     (cache / "libhello-1.0-h0_0.lock").write_bytes(bytes(8) + bytes.fromhex("ab" * 32))
     before = len(channel.server.requests(libhello.filename))
     with pytest.raises(GpuCiError, match="rattler asked for 127.0.0.1/.*libhello"):
