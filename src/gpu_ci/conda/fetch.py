@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_ci import locks
 from gpu_ci.conda import transaction, verified
 from gpu_ci.conda.integrity import cache_entry_problem
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
@@ -209,23 +210,6 @@ def stream_url(item: Download) -> str:
     return to.url if not to.headers and not secrets_in(to.url) and direct(to.url) else ""
 
 
-def _try_lock(target: Path) -> int | None:
-    """The entry's lock, held (an fd), or None when another job holds it: that entry then
-    takes the careful path, which waits for the lock."""
-    if sys.platform == "win32":
-        return None
-    import fcntl
-
-    fd = os.open(target.with_name(f".{target.name}.gpu-ci.lock"), os.O_RDWR | os.O_CREAT,
-                 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def streams() -> int:
     """How many archives to stream at once: 6 on a 2-core runner, up to 16 on bigger ones
     (more streams hide network latency). Measured on 2 cores against a server that closes
@@ -256,7 +240,8 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     async def one(gate: asyncio.Semaphore, index: int, url: str, target: Path, sha256: str,
                   md5: str) -> None:
         async with gate:
-            fd = _try_lock(target)
+            # held by another job: the careful path waits for it instead
+            fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
             if fd is None:
                 return
             # Not _extract's name: a stream given up (_unless_stalled) never writes there.

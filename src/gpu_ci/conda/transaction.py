@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_ci import locks
 from gpu_ci.downloads import TOKEN
 
 Log = Callable[[str], None]
@@ -58,25 +59,6 @@ def exclusive(path: Path, what: str, log: Log) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def _probe_dead(path: Path) -> bool:
-    """True when nobody holds ``path`` locked (its owner is gone); False if held."""
-    if sys.platform == "win32":
-        return False
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 @contextlib.contextmanager
@@ -136,7 +118,7 @@ def sweep_cache(pkgs_dir: Path, cache: Path) -> int:
         if not token or token == TOKEN or not token.isalnum():
             continue
         if token not in verdict:
-            verdict[token] = _probe_dead(pkgs_dir / RUNS / token)
+            verdict[token] = not locks.held(pkgs_dir / RUNS / token)
         if verdict[token]:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpu_ci import locks
+
 FORMAT_VERSION = 1
 LOCK_NAME = "sampler.lock"
 STATE_NAME = "sampler.json"
@@ -115,18 +117,7 @@ def make_private(directory: Path) -> str:
 
 def lock_held(directory: Path) -> bool:
     """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it)."""
-    path = directory / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return locks.held(directory / LOCK_NAME)
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:
