@@ -53,7 +53,7 @@ def plan_downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
 
 
 def entry_dir(cache: Path, entry: CondaEntry) -> Path:
-    return cache / f"{entry.name}-{entry.version}-{entry.build}"
+    return cache / entry.dist_name
 
 
 # -- worker processes ---------------------------------------------------------------------
@@ -97,7 +97,7 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     ``.lock`` empty for entries we extracted), must agree. Only a candidate: the entry's
     stamp must show it unchanged since it was verified (``verified.check``), or every file
     must match its ``paths.json`` (``_valid_entry``)."""
-    dirname = f"{entry.name}-{entry.version}-{entry.build}"
+    dirname = entry.dist_name
     if not os.path.isdir(os.path.join(cache, dirname)):
         return ""  # nothing to trust: stream or download it
     sha = entry.sha256
@@ -412,8 +412,7 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
     for i, sha in enumerate(shas):
         if sha:
             entry = plan.conda[i]
-            fact = verified.check(os.path.join(cache, f"{entry.name}-{entry.version}-"
-                                               f"{entry.build}"), entry.sha256 or entry.md5)
+            fact = verified.check(os.path.join(cache, entry.dist_name), entry.digest)
             if fact is None:
                 slow.append(i)
             else:
@@ -469,7 +468,7 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
         valid = procs.map(_valid_entry, [str(entry_dir(cache, plan.conda[i])) for i in slow],
-                          [plan.conda[i].sha256 or plan.conda[i].md5 for i in slow],
+                          [plan.conda[i].digest for i in slow],
                           [TOKEN] * len(slow))
         changed = set()  # hashed just now and found to differ: no need to hash them again
         for i, fact in zip(slow, list(valid)):
@@ -498,10 +497,9 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
                 index = futures[future]
                 results[index] = got
                 entry = plan.conda[index]
-                digest = entry.sha256 or entry.md5
                 extractions.append((index, entry, procs.submit(
-                    _extract, str(got.download.dest), str(entry_dir(cache, entry)), digest,
-                    TOKEN, again or index in changed, got.sha256)))
+                    _extract, str(got.download.dest), str(entry_dir(cache, entry)),
+                    entry.digest, TOKEN, again or index in changed, got.sha256)))
         for index, entry, job in extractions:
             try:
                 facts[index] = job.result()

@@ -97,8 +97,7 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
     records = []
     base = os.fspath(cache)
     for entry, got, sha in zip(entries, fetched, shas):
-        index = Path(os.path.join(base, f"{entry.name}-{entry.version}-{entry.build}", "info",
-                             "index.json"))
+        index = Path(os.path.join(base, entry.dist_name, "info", "index.json"))
         record = rattler.PackageRecord.from_index_json(
             index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None)
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
@@ -161,7 +160,7 @@ def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
     for entry in entries:
         try:
             with open(entry_dir(cache, entry) / SHA_MARKER) as handle:
-                same = handle.read() == (entry.sha256 or entry.md5)
+                same = handle.read() == entry.digest
         except OSError:
             same = False
         if not same:

@@ -43,6 +43,16 @@ class CondaEntry:
     depends: tuple[str, ...] = ()
 
     @property
+    def digest(self) -> str:
+        """What the archive is checked against: the lock's sha256, else its md5."""
+        return self.sha256 or self.md5
+
+    @property
+    def dist_name(self) -> str:
+        """``<name>-<version>-<build>``: its directory in a package cache."""
+        return f"{self.name}-{self.version}-{self.build}"
+
+    @property
     def build_number(self) -> int:
         match = re.search(r"_(\d+)$", self.build)
         return int(match.group(1)) if match else 0
