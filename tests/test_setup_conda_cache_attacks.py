@@ -96,6 +96,26 @@ def _blocked_on_a_lock(pid_of: list[int]) -> bool:
     return False
 
 
+def _two_builds_installed(channel, tmp_path, name):
+    """Two archives with one name-version-build (main's and a pull request's), an explicit
+    lock for each (the PR's in tmp_path/pr.lock), and main's installed into tmp_path/a, so
+    that the shared cache entry holds main's build."""
+    from gpu_ci.conda import install, lockfile
+
+    mine, theirs = b"main's build\n", b"the PR's build\n"
+    locks = []
+    for tag, data in (("main", mine), ("pr", theirs)):
+        archive = _archive_with_links(channel.root.parent / f"{name}-{tag}" / SUBDIR, {}, data)
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        rel = archive.relative_to(channel.root.parent)
+        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    (tmp_path / "pr.lock").write_text(locks[1])
+    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
+    plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)
+    return mine, theirs, plan, pkgs, quiet
+
+
 def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
         channel, tmp_path, monkeypatch):  # noqa: F811
     """Two locks name two archives with one name-version-build (a pull request's build of a
@@ -104,19 +124,9 @@ def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
     linking job gets the files of its own lock's archive, never the other's."""
     import rattler
 
-    from gpu_ci.conda import install, lockfile
+    from gpu_ci.conda import install
 
-    mine, theirs = b"main's build\n", b"the PR's build\n"
-    locks = []
-    for tag, data in (("main", mine), ("pr", theirs)):
-        archive = _archive_with_links(channel.root.parent / f"race-{tag}" / SUBDIR, {}, data)
-        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        rel = archive.relative_to(channel.root.parent)
-        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
-    (tmp_path / "pr.lock").write_text(locks[1])
-    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
-    plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
-    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)  # entry: main's
+    mine, theirs, plan, pkgs, quiet = _two_builds_installed(channel, tmp_path, "race")
 
     real, other = rattler.install, []
 
@@ -145,19 +155,9 @@ def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
     verifies and extracts its own archive again."""
     import rattler
 
-    from gpu_ci.conda import install, lockfile
+    from gpu_ci.conda import install
 
-    mine, theirs = b"main's build\n", b"the PR's build\n"
-    locks = []
-    for tag, data in (("main", mine), ("pr", theirs)):
-        archive = _archive_with_links(channel.root.parent / f"toctou-{tag}" / SUBDIR, {}, data)
-        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        rel = archive.relative_to(channel.root.parent)
-        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
-    (tmp_path / "pr.lock").write_text(locks[1])
-    pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
-    plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
-    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=quiet)
+    mine, theirs, plan, pkgs, quiet = _two_builds_installed(channel, tmp_path, "toctou")
 
     real, ran = rattler.PackageCache.new_layered, []
 
