@@ -83,8 +83,7 @@ def rattler_cache_sha256(cache: Path, dirname: str) -> str:
     archive it extracted. (A future layout reads as '': we then fetch, never trust.)"""
     base = os.path.join(cache, dirname)
     try:
-        with open(base + ".lock", "rb") as handle:
-            raw = handle.read(40)
+        raw = verified.read_bytes(base + ".lock", 40)
     except OSError:
         return ""
     return raw[8:40].hex() if len(raw) >= 40 and os.path.isdir(base) else ""
@@ -103,8 +102,8 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     sha = entry.sha256
     if not sha:
         try:
-            with open(os.path.join(cache, dirname + MD5_SIDECAR)) as handle:
-                md5, sha = handle.read().split()
+            md5, sha = verified.read_bytes(os.path.join(cache, dirname + MD5_SIDECAR),
+                                           200).decode().split()
         except (OSError, ValueError):
             return ""
         if md5 != entry.md5:
@@ -138,8 +137,8 @@ def _entry_ok(target: Path, digest: str) -> bool:
     """Extracted from the archive with ``digest``, every file as ``paths.json`` records it,
     and the ``index.json`` its conda-meta record is built from is there."""
     try:
-        return (target / SHA_MARKER).read_text() == digest and \
-            (target / "info" / "index.json").is_file() and not cache_entry_problem(target)
+        return verified.read_bytes(os.path.join(target, SHA_MARKER), 200) == digest.encode() \
+            and (target / "info" / "index.json").is_file() and not cache_entry_problem(target)
     except OSError:
         return False
 
@@ -327,9 +326,9 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
              parent: bool = False) -> verified.Facts | None:
     """Put a complete extraction in place, under the entry's lock: stamped with the
     archive's digest and the files' identities, then renamed over whatever was there."""
-    _refuse_odd_info(tmp, target.name)
+    info = _refuse_odd_info(tmp, target.name)
     _write_marker(tmp, digest)
-    facts = verified.write(tmp, digest, token, target.name)
+    facts = verified.write(tmp, digest, token, target.name, info=info)
     crash_point("extract", parent=parent)
     if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
         with transaction.exclusive(target.parent / transaction.ENTRIES_LOCK,
@@ -342,38 +341,32 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
     return facts
 
 
-def _refuse_odd_info(entry: Path, name: str) -> None:
+def _refuse_odd_info(entry: Path, name: str) -> verified.Info:
     """``info/`` holds what we and rattler read in place of the archive: a link or a device
     there (``info/paths.json`` -> /dev/zero) would be read instead of the package's own
-    file, before any check (and /dev/zero until the host's memory is gone)."""
-    import stat
-
-    odd = ""
-    try:
-        if not stat.S_ISDIR(os.lstat(os.path.join(entry, "info")).st_mode):
-            odd = "info"
-        else:
-            with os.scandir(os.path.join(entry, "info")) as it:
-                odd = next((f"info/{e.name}" for e in it if not e.is_file(follow_symlinks=False)
-                            and not e.is_dir(follow_symlinks=False)), "")
-    except FileNotFoundError:
-        return  # no info/ at all: the entry is refused later (no index.json)
-    if odd:
-        raise GpuCiError(f"{name}: {odd} is a symbolic link or a device, not a file; a conda "
-                         "package never has one there: the lock names a package that is "
-                         "broken or hostile.", title="unsafe package")
+    file, before any check (and /dev/zero until the host's memory is gone). No ``info/`` at
+    all passes here: the entry is refused later (no index.json)."""
+    info = verified.scan_info(entry)
+    if info.odd:
+        raise GpuCiError(f"{name}: {info.odd} is a symbolic link or a device, not a file; a "
+                         "conda package never has one there: the lock names a package that "
+                         "is broken or hostile.", title="unsafe package")
+    return info
 
 
 def _write_marker(entry: Path, digest: str) -> None:
     """The digest marker, in a new file: the archive may hold a symbolic link (or anything)
     at that name, and writing through a link would write outside the cache."""
     path = os.path.join(entry, SHA_MARKER)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:  # the archive has something there (a link, a directory)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        fd = os.open(path, flags, 0o644)
     with os.fdopen(fd, "w") as out:
         out.write(digest)
 

@@ -157,10 +157,11 @@ def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
     """Under the cache's shared lock: every entry still holds the archive this job verified
     (another job with another archive of the same name, version and build may have replaced
     it since; none can while the lock is held)."""
+    base = os.fspath(cache)
     for entry in entries:
         try:
-            with open(entry_dir(cache, entry) / SHA_MARKER) as handle:
-                same = handle.read() == entry.digest
+            same = verified.read_bytes(os.path.join(base, entry.dist_name, SHA_MARKER), 200) \
+                == entry.digest.encode()
         except OSError:
             same = False
         if not same:

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from gpu_ci.conda.verified import Facts, listed_paths, survey
+from gpu_ci.conda.verified import Facts, listed_paths, read_bytes, survey
 
 MARKER_NAME = "gpu-ci-lock.json"
 
@@ -47,7 +47,7 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
             if len(problems) >= limit:
                 return problems
             try:
-                data = json.loads(_read(name, meta_fd))
+                data = json.loads(read_bytes(name, dir_fd=meta_fd))
                 for entry in (data.get("paths_data") or {}).get("paths") or ():
                     rel = entry.get("_path") or ""
                     try:
@@ -70,21 +70,6 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
     return problems
 
 
-def _read(name: str, dir_fd: int) -> bytes:
-    """A whole file, opened relative to ``dir_fd``: a third of ``Path.read_bytes``' cost."""
-    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
-    try:
-        want = os.fstat(fd).st_size + 1
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, want)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
 def cache_entry_problem(entry: Path) -> str:
     """'' when every file of an extracted package matches its ``info/paths.json`` (size and
     sha256), else the first difference. Run on entries extracted by an earlier job before
@@ -93,10 +78,11 @@ def cache_entry_problem(entry: Path) -> str:
     import hashlib
 
     try:
-        paths = json.loads((entry / "info" / "paths.json").read_bytes()).get("paths") or ()
+        paths = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get(
+            "paths") or ()
     except FileNotFoundError:
         return "" if (entry / "info" / "index.json").is_file() else "info/ is missing"
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return "info/paths.json cannot be read"
     for item in paths:
         rel = str(item.get("_path") or "")
@@ -105,8 +91,11 @@ def cache_entry_problem(entry: Path) -> str:
             info = os.lstat(path)
         except OSError:
             return f"{rel} is missing"
-        if item.get("path_type") == "softlink" or not stat.S_ISREG(info.st_mode):
+        kind = item.get("path_type") or "hardlink"
+        if kind == "softlink" or (kind == "directory" and stat.S_ISDIR(info.st_mode)):
             continue
+        if not stat.S_ISREG(info.st_mode):  # a link, a FIFO, a device where a file was
+            return f"{rel} is not a regular file, as paths.json says it is"
         size = item.get("size_in_bytes")
         if size is not None and info.st_size != size:
             return f"{rel} has {info.st_size} bytes, paths.json says {size}"

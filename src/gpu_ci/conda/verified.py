@@ -45,6 +45,30 @@ class Facts:
     total_bytes: int
 
 
+def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> bytes:
+    """A small regular file's bytes (at most ``limit``) through the raw system calls: a warm
+    install reads a stamp, a marker and rattler's lock per entry, and ``open()``'s buffered
+    file object cost more than the reads (15 ms against 2 ms for 600 markers). Not through
+    a link, and never a FIFO or a device (an archive may hold anything at a name we read
+    later): OSError, as for a missing file. ``dir_fd``: ``path`` is relative to it."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                 dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        chunks, left = [], min(limit, info.st_size + 1)
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _escapes(rel: str) -> bool:
     """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
     or one no file system takes)."""
@@ -57,15 +81,15 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
     """The entry's ``paths.json`` items (or ``info/files`` lines for old packages), or why
     they cannot be read."""
     try:
-        with open(os.path.join(entry, "info", "paths.json"), "rb") as handle:
-            items = json.loads(handle.read()).get("paths") or []
+        items = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get(
+            "paths") or []
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             return f"{entry.name}: info/paths.json cannot be read"
         return items
     except FileNotFoundError:
         try:
-            return [{"_path": line} for line in (entry / "info" / "files").read_text(
-                encoding="utf-8", errors="replace").splitlines() if line]
+            return [{"_path": line} for line in read_bytes(os.path.join(
+                entry, "info", "files")).decode("utf-8", errors="replace").splitlines() if line]
         except OSError:
             return []
     except (OSError, ValueError, AttributeError):
@@ -95,6 +119,7 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
     messages, when it is still being extracted under a temporary one. ``files``: filled
     with each listed file's identity; None is returned when one is missing."""
     base = os.fspath(entry)
+    prefix = base + os.sep  # not os.path.join: ~5000 calls for 600 small packages
     escaping: list[str] = []
     placeholder = total = 0
     parents: dict[str, bool] = {}
@@ -124,7 +149,7 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
         total += size
         if item.get("prefix_placeholder"):
             placeholder += size
-        path = os.path.join(base, rel)
+        path = prefix + rel
         try:
             info = os.lstat(path)
         except OSError:
@@ -151,26 +176,53 @@ def identities(entry: Path) -> list[list[object]] | None:
     if isinstance(items, str) or survey(entry, items, "", files) is None:
         return None
     try:
-        _info_identities(os.fspath(entry), files)
+        files.extend(list(f) for f in scan_info(entry).files)
     except OSError:
         return None
     return files
 
 
-def _info_identities(base: str, files: list[list[object]]) -> None:
-    with os.scandir(os.path.join(base, "info")) as it:  # what the linker reads besides
-        for e in it:
-            if e.is_file(follow_symlinks=False):
-                info = e.stat(follow_symlinks=False)
-                files.append([f"info/{e.name}", info.st_ino, info.st_size, info.st_mtime_ns])
+@dataclass(frozen=True)
+class Info:
+    """One look at a new entry's ``info/``: the first thing there that is neither a file nor
+    a directory ('info' itself when it is not a directory; '' when all is well, None when
+    there is no ``info/``), and each regular file's identity, for the stamp."""
+
+    odd: str | None
+    files: tuple[tuple[str, int, int, int], ...]
+
+
+def scan_info(entry: Path | str) -> Info:
+    """``info/`` holds what we and rattler read in place of the archive (``paths.json``,
+    ``index.json``): looked at once, without following a link, before anything reads it."""
+    path = os.path.join(entry, "info")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return Info(None, ())
+    except OSError:  # a link (ELOOP) or not a directory (ENOTDIR)
+        return Info("info", ())
+    odd, files = "", []
+    try:
+        with os.scandir(fd) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    files.append((f"info/{e.name}", st.st_ino, st.st_size, st.st_mtime_ns))
+                elif not odd and not e.is_dir(follow_symlinks=False):
+                    odd = f"info/{e.name}"
+    finally:
+        os.close(fd)
+    return Info(odd, tuple(files))
 
 
 def write(entry: Path, digest: str, token: str, name: str = "",
-          before: list[list[object]] | None = None) -> Facts | None:
+          before: list[list[object]] | None = None, info: Info | None = None) -> Facts | None:
     """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
     it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
     ``before``: the ``identities`` taken before the entry was hashed; a file that differs
-    now was written after the hash read it, and is not stamped (the next job hashes it)."""
+    now was written after the hash read it, and is not stamped (the next job hashes it).
+    ``info``: the ``scan_info`` of a new entry nobody else writes to (saves a second look)."""
     items = listed_paths(entry)
     if isinstance(items, str):
         return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
@@ -181,7 +233,7 @@ def write(entry: Path, digest: str, token: str, name: str = "",
     facts = Facts(digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes)
     base = os.fspath(entry)
     try:
-        _info_identities(base, files)
+        files.extend(list(f) for f in (info or scan_info(base)).files)
         if before is not None and files != before:
             return facts
         data = {"version": VERSION, "digest": digest, "device": os.stat(base).st_dev,
@@ -206,14 +258,13 @@ def check(entry: Path | str, digest: str) -> Facts | None:
     the identity it had when verified; None otherwise (hash it, or extract it again)."""
     base = os.fspath(entry)
     try:
-        with open(os.path.join(base, STAMP), "rb") as handle:
-            data = json.loads(handle.read())
+        data = json.loads(read_bytes(os.path.join(base, STAMP)))
         if data.get("version") != VERSION or data.get("digest") != digest or \
                 os.stat(base).st_dev != data.get("device"):
             return None
-        lstat, join = os.lstat, os.path.join
+        lstat, prefix = os.lstat, base + os.sep
         for rel, ino, size, mtime in data["files"]:
-            info = lstat(join(base, rel))
+            info = lstat(prefix + rel)
             if info.st_ino != ino or info.st_size != size or info.st_mtime_ns != mtime:
                 return None
         return Facts(digest, "", tuple(data["escaping_links"]), int(data["placeholder_bytes"]),
