@@ -32,6 +32,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -167,14 +168,28 @@ def _clean_env(cache: Path) -> dict[str, str]:
     return env
 
 
+#: CPU seconds (user + system) of the last run_cli / run_rattler child: on a runner with
+#: few cores the wall-clock ratio follows this one; with idle cores, overlap decides.
+LAST_CPU = [0.0]
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, Any]:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_CPU[0] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, proc
+
+
 def run_cli(lock: Path, cache: Path, phases: bool = False) -> float:
     """Ours, whole process: ``gpu-ci setup-conda-from-lock`` into the tool cache ``cache``."""
-    start = time.perf_counter()
-    proc = subprocess.run(
+    elapsed, proc = _run(
         [sys.executable, "-m", "gpu_ci", "setup-conda-from-lock", "--lock-file", str(lock),
-         "--miniforge", "false", "--activate", "false"],
-        env=_clean_env(cache), capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+         "--miniforge", "false", "--activate", "false"], _clean_env(cache))
     if proc.returncode != 0:
         raise SystemExit(f"ours failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
     for line in proc.stderr.splitlines() if phases else ():  # the job summary's phase rows
@@ -206,10 +221,7 @@ os._exit(0)
 
 def run_rattler(records: Path, prefix: Path, cache: Path) -> float:
     """The yardstick, whole process: ``rattler.install()`` of the same records and URLs."""
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RATTLER, str(records), str(prefix), str(cache)],
-                          capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+    elapsed, proc = _run([sys.executable, "-c", RATTLER, str(records), str(prefix), str(cache)])
     if proc.returncode != 0:
         raise SystemExit(f"rattler.install failed (exit {proc.returncode}):\n"
                          f"{proc.stdout}{proc.stderr}")
@@ -235,6 +247,7 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
     lock.write_text(channel.explicit_lock())
     write_records(channel, records)
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     floors: list[float] = []
     PHASES.clear()
     try:
@@ -250,9 +263,11 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
                 os.sync()
                 times.setdefault(f"{case} ours", []).append(
                     run_cli(lock, ours, phases=case == "cold"))
+                cpu.setdefault(f"{case} ours", []).append(LAST_CPU[0])
                 os.sync()
                 times.setdefault(f"{case} rattler", []).append(
                     run_rattler(records, theirs / "prefix", theirs / "pkgs"))
+                cpu.setdefault(f"{case} rattler", []).append(LAST_CPU[0])
             shutil.rmtree(ours)
             shutil.rmtree(theirs)
     finally:
@@ -272,6 +287,10 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
               f"floor {statistics.median(ratios):.2f} (range {ratios[0]:.2f}-{ratios[-1]:.2f})")
     for name, values in PHASES.items():
         print(f"  of which {name} (ours, cold): {statistics.median(values):.2f} s")
+    print("  CPU (user + system, medians): " + "; ".join(
+        f"{case} {statistics.median(cpu[f'{case} ours']):.2f} vs "
+        f"{statistics.median(cpu[f'{case} rattler']):.2f} s"
+        for case in ("cold", "warm", "reused")))
     return rows
 
 
