@@ -345,3 +345,49 @@ class ChannelServer:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+
+
+def hostile_archive(directory: Path, name: str, paths: list[dict[str, Any]] | None,
+                    members: dict[str, bytes] | None = None,
+                    links: dict[str, str] | None = None) -> Path:
+    """``directory/<name>-1.0-0.tar.bz2``: a conda package in the real layout
+    (info/index.json, info/paths.json, the files) whose contents an attacker chose.
+
+    Written by hand with :mod:`tarfile`, because rattler-build refuses to assemble what the
+    attack tests need: ``paths`` is paths.json's list as given (``None``: no paths.json at
+    all), ``members`` the files, and ``links`` symbolic links (member name -> target, e.g.
+    into the user's home or /dev/zero), added last and listed in paths.json only where
+    ``paths`` lists them."""
+    import io
+    import tarfile
+
+    index = {"name": name, "version": "1.0", "build": "0", "build_number": 0,
+             "subdir": SUBDIR, "depends": [], "license": "MIT"}
+    files = {"info/index.json": json.dumps(index).encode()}
+    if paths is not None:
+        files["info/paths.json"] = json.dumps({"paths": paths, "paths_version": 1}).encode()
+    files.update(members or {})
+    out = directory / f"{name}-1.0-0.tar.bz2"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:bz2") as tar:
+        for member, data in files.items():
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for member, target in (links or {}).items():
+            link = tarfile.TarInfo(member)
+            link.type = tarfile.SYMTYPE
+            link.linkname = target
+            tar.addfile(link)
+    return out
+
+
+def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> str:
+    """An explicit lock of the one ``archive`` (a file under ``channel.root.parent``, which
+    the channel's server serves), pinned by ``md5`` (``#<hex>``) or ``sha256``
+    (``#sha256:<hex>``): the two forms a lock from a pull request can take."""
+    data = archive.read_bytes()
+    digest = (hashlib.md5(data).hexdigest() if pin == "md5"
+              else f"sha256:{hashlib.sha256(data).hexdigest()}")
+    rel = archive.relative_to(channel.root.parent)
+    return f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#{digest}\n"

@@ -401,3 +401,22 @@ def test_a_torn_last_line_is_counted_not_fatal():
     assert [f.code for f in report.findings] == ["sampler-ended-early", "unreadable-lines"]
     with pytest.raises(mr.RecordingError, match="no start line"):
         mr.parse_recording(sample)
+
+
+def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
+    """The GPU table and the phase table count busy time, mean utilisation, peak memory and
+    energy by one rule: with one GPU and no steps, its row and the one phase agree."""
+    head = json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 0.5, "pid": 1,
+                       "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}]})
+    gpus = [{"index": 0, "util": 30, "mem_util": 1, "mem_used": 5 * MiB, "power_mw": 70_500},
+            {"index": 0, "util": 0, "mem_util": 1, "mem_used": 9 * MiB},
+            {"index": 0, "mem_util": 2, "mem_used": 9 * MiB, "power_mw": 123_000},
+            {"index": 0, "util": 85, "mem_util": 3, "mem_used": 2 * MiB, "power_mw": 300}]
+    lines = [head] + [json.dumps({"kind": "sample", "ts": EPOCH + 0.5 * (i + 1), "gpus": [g]})
+                      for i, g in enumerate(gpus)]
+    report = mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 2)
+    (gpu,), (phase,) = report.gpus, report.phases
+    assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == \
+        (gpu.busy_s, gpu.util_mean, gpu.peak_memory, gpu.energy_wh)
+    assert (gpu.busy_s, gpu.peak_memory, gpu.util_mean) == (1.0, 9 * MiB, 115 / 3)
+    assert gpu.energy_wh == pytest.approx((70.5 + 123 + 0.3) * 0.5 / 3600)

@@ -4,38 +4,17 @@ leave the prefix, the cache or the requirements file they belong in."""
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conda_channel import SUBDIR
+from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 from tests.test_setup_conda import channel, job, setup  # noqa: F401 - fixtures
 
 EVIL_NAME = "evil"
-
-
-def crafted_archive(directory: Path, paths: list[dict], members: dict[str, bytes]) -> Path:
-    """A .tar.bz2 conda package in the real layout, with whatever paths.json the attacker
-    wants (conda's own format: info/index.json, info/paths.json, the files)."""
-    index = {"name": EVIL_NAME, "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
-    files = {"info/index.json": json.dumps(index).encode(),
-             "info/paths.json": json.dumps({"paths": paths, "paths_version": 1}).encode(),
-             **members}
-    out = directory / f"{EVIL_NAME}-1.0-0.tar.bz2"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:bz2") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out
 
 
 def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):  # noqa: F811
@@ -43,12 +22,10 @@ def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):  # noqa: 
     entry = {"_path": "../escaped.txt", "path_type": "hardlink",
              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
     # The file the link would take sits where ../ from the cache entry points.
-    archive = crafted_archive(channel.root.parent / "evil-channel" / SUBDIR, [entry],
-                              {"share/x.txt": data})
-    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME,
+                              [entry], {"share/x.txt": data})
     lock = tmp_path / "lock.txt"
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
-                    f"{channel.url(f'evil-channel/{SUBDIR}/{archive.name}')}#{md5}\n")
+    lock.write_text(explicit_lock_of(channel, archive, "md5"))
     pkgs = tmp_path / "pkgs"
     (pkgs / "rattler").mkdir(parents=True)
     (pkgs / "rattler" / "escaped.txt").write_bytes(data)  # <cache>/<entry>/../escaped.txt
@@ -114,12 +91,10 @@ def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):  # no
     data = b"planted\n"
     entry = {"_path": rel, "path_type": "hardlink",
              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
-    archive = crafted_archive(channel.root.parent / "evil-channel" / SUBDIR, [entry],
-                              {"share/x.txt": data})
-    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME,
+                              [entry], {"share/x.txt": data})
     lock = tmp_path / "lock.txt"
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
-                    f"{channel.url(f'evil-channel/{SUBDIR}/{archive.name}')}#{md5}\n")
+    lock.write_text(explicit_lock_of(channel, archive, "md5"))
     rc, out = job(lock, tmp_path / "home" / "env", tmp_path / "pkgs")
     assert rc == 1 and "outside the prefix" in out, out
     assert not Path("/abs-escaped.txt").exists()
@@ -132,28 +107,13 @@ def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
     home.mkdir()
     (home / ".bashrc").write_text("mine\n")
     data = b"echo pwned\n"
-    archive = channel.root.parent / "evil-channel" / SUBDIR / f"{EVIL_NAME}-1.0-0.tar.bz2"
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    index = {"name": EVIL_NAME, "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
     paths = [{"_path": "lib", "path_type": "softlink", "sha256": "0" * 64, "size_in_bytes": 0},
              {"_path": "lib/.bashrc", "path_type": "hardlink",
               "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}]
-    with tarfile.open(archive, "w:bz2") as tar:
-        for name, blob in (("info/index.json", json.dumps(index).encode()),
-                           ("info/paths.json", json.dumps({"paths": paths,
-                                                           "paths_version": 1}).encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
-        link = tarfile.TarInfo("lib")
-        link.type = tarfile.SYMTYPE
-        link.linkname = str(home)
-        tar.addfile(link)
-    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
+    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, paths,
+                              links={"lib": str(home)})
     lock = tmp_path / "lock.txt"
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
-                    f"{channel.url(f'evil-channel/{SUBDIR}/{archive.name}')}#{md5}\n")
+    lock.write_text(explicit_lock_of(channel, archive, "md5"))
     rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs")
     assert (home / ".bashrc").read_text() == "mine\n", out
     assert rc == 1 and "points outside the prefix" in out, out
@@ -221,13 +181,11 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
     try:
         blob = os.urandom(400_000)  # incompressible: the archive is about this big
-        archive = crafted_archive(channel.root.parent / "big-channel" / SUBDIR, [
+        archive = hostile_archive(channel.root.parent / "big-channel" / SUBDIR, EVIL_NAME, [
             {"_path": "share/blob", "path_type": "hardlink", "size_in_bytes": len(blob),
              "sha256": hashlib.sha256(blob).hexdigest()}], {"share/blob": blob})
-        md5 = hashlib.md5(archive.read_bytes()).hexdigest()
         lock = tmp_path / "lock.txt"
-        lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
-                        f"{channel.url(f'big-channel/{SUBDIR}/{archive.name}')}#{md5}\n")
+        lock.write_text(explicit_lock_of(channel, archive, "md5"))
         with open(small / "filler", "wb") as out:  # leave 200 kB: less than the archive
             out.write(b"\0" * (1024 * 1024 - 200 * 1024))
         rc, out = job(lock, tmp_path / "env", small / "pkgs")

@@ -5,16 +5,13 @@
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import os
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conda_channel import SUBDIR
+from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 from tests.test_setup_conda import (  # noqa: F401 - fixtures
     channel,
     job,
@@ -30,26 +27,9 @@ def _archive_with_links(directory: Path, links: dict[str, str],
                         data: bytes = b"payload\n") -> Path:
     """A real-layout .tar.bz2 conda package whose top level holds symbolic links named like
     the files we write into a cache entry (not listed in its paths.json)."""
-    index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
     paths = [{"_path": "share/planted.txt", "path_type": "hardlink",
               "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}]
-    out = directory / "planted-1.0-0.tar.bz2"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:bz2") as tar:
-        for name, blob in (("info/index.json", json.dumps(index).encode()),
-                           ("info/paths.json", json.dumps({"paths": paths,
-                                                           "paths_version": 1}).encode()),
-                           ("share/planted.txt", data)):
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
-        for name, target in links.items():
-            link = tarfile.TarInfo(name)
-            link.type = tarfile.SYMTYPE
-            link.linkname = target
-            tar.addfile(link)
-    return out
+    return hostile_archive(directory, "planted", paths, {"share/planted.txt": data}, links)
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
@@ -66,8 +46,7 @@ def test_our_names_planted_as_links_in_an_archive_write_nothing_outside(
                                   {planted: str(victim)})
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     lock = tmp_path / "lock.txt"
-    rel = archive.relative_to(channel.root.parent)
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    lock.write_text(explicit_lock_of(channel, archive))
     pkgs = tmp_path / "pkgs"
     for run in range(2):  # extracted, then trusted from its stamp
         rc, out = job(lock, tmp_path / "env", pkgs, env={"INPUT_STREAM_DOWNLOADS": stream})
@@ -106,9 +85,7 @@ def _two_builds_installed(channel, tmp_path, name):
     locks = []
     for tag, data in (("main", mine), ("pr", theirs)):
         archive = _archive_with_links(channel.root.parent / f"{name}-{tag}" / SUBDIR, {}, data)
-        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        rel = archive.relative_to(channel.root.parent)
-        locks.append(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+        locks.append(explicit_lock_of(channel, archive))
     (tmp_path / "pr.lock").write_text(locks[1])
     pkgs, quiet = tmp_path / "pkgs", (lambda _: None)
     plan = lockfile.plan(lockfile.parse(locks[0]), locks[0], SUBDIR, ["main"])
@@ -215,23 +192,10 @@ def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, m
     import resource
     import subprocess
 
-    archive = channel.root.parent / f"zero-{stream}" / SUBDIR / "planted-1.0-0.tar.bz2"
-    archive.parent.mkdir(parents=True)
-    index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
-    with tarfile.open(archive, "w:bz2") as tar:
-        blob = json.dumps(index).encode()
-        info = tarfile.TarInfo("info/index.json")
-        info.size = len(blob)
-        tar.addfile(info, io.BytesIO(blob))
-        link = tarfile.TarInfo("info/paths.json")
-        link.type = tarfile.SYMTYPE
-        link.linkname = "/dev/zero"
-        tar.addfile(link)
-    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    archive = hostile_archive(channel.root.parent / f"zero-{stream}" / SUBDIR, "planted", None,
+                              links={"info/paths.json": "/dev/zero"})
     lock = tmp_path / "lock.txt"
-    rel = archive.relative_to(channel.root.parent)
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    lock.write_text(explicit_lock_of(channel, archive))
     limit = 4 << 30
 
     def limited() -> None:
@@ -279,27 +243,12 @@ def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
     home = tmp_path / "home"
     home.mkdir()
     (home / ".bashrc").write_text("mine\n")
-    archive = channel.root.parent / f"unlisted-{stream}" / SUBDIR / "planted-1.0-0.tar.bz2"
-    archive.parent.mkdir(parents=True)
-    index = {"name": "planted", "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
     paths = [{"_path": "lib/.bashrc", "path_type": "hardlink", "size_in_bytes": 5,
               "sha256": hashlib.sha256(b"mine\n").hexdigest()}]
-    with tarfile.open(archive, "w:bz2") as tar:
-        for name, blob in (("info/index.json", json.dumps(index).encode()),
-                           ("info/paths.json", json.dumps({"paths": paths,
-                                                           "paths_version": 1}).encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
-        link = tarfile.TarInfo("lib")
-        link.type = tarfile.SYMTYPE
-        link.linkname = str(home)
-        tar.addfile(link)
-    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    archive = hostile_archive(channel.root.parent / f"unlisted-{stream}" / SUBDIR, "planted",
+                              paths, links={"lib": str(home)})
     lock = tmp_path / "lock.txt"
-    rel = archive.relative_to(channel.root.parent)
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#sha256:{sha}\n")
+    lock.write_text(explicit_lock_of(channel, archive))
     rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs",
                   env={"INPUT_STREAM_DOWNLOADS": stream})
     assert (home / ".bashrc").stat().st_nlink == 1, out

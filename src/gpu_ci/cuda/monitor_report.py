@@ -340,11 +340,44 @@ def _money(value: Decimal) -> Decimal:
     return value.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
 
 
+@dataclass(frozen=True)
+class _Span:
+    """Busy time, utilisation, peak memory and energy of a set of samples, each standing
+    for one ``interval``: one GPU's whole recording (the GPU table) or every GPU's samples
+    within a step (the phase table). Both tables state the rules of this module's docstring
+    (busy = utilisation above 0, energy = power × interval); computing them in one place
+    keeps the two tables from drifting apart."""
+
+    busy_s: float
+    utils: tuple[float, ...]
+    """The utilisation of each sample that has one (a MIG-enabled GPU has none)."""
+    peak: GpuSample | None
+    """The first sample with the most memory used; None when there are no samples."""
+    powers_w: tuple[float, ...]
+    energy_wh: float
+
+    @classmethod
+    def of(cls, samples: Sequence[GpuSample], interval: float) -> _Span:
+        powers = tuple(s.power_mw / 1000 for s in samples if s.power_mw is not None)
+        return cls(busy_s=sum(interval for s in samples if (s.util or 0) > 0),
+                   utils=tuple(float(s.util) for s in samples if s.util is not None),
+                   peak=max(samples, key=lambda s: s.mem_used, default=None),
+                   powers_w=powers, energy_wh=sum(p * interval for p in powers) / 3600)
+
+    @property
+    def util_mean(self) -> float:
+        return _mean(self.utils)
+
+    @property
+    def peak_memory(self) -> int:
+        return self.peak.mem_used if self.peak else 0
+
+
 def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
     mine = [s for s in rec.samples if s.index == gpu.index]
     dt = rec.interval
-    utils = [float(s.util) for s in mine if s.util is not None]
-    peak = max(mine, key=lambda s: s.mem_used, default=None)
+    span = _Span.of(mine, dt)
+    peak = span.peak
     peak_process = ""
     if peak is not None and peak.procs:
         pid, used, name = max(peak.procs, key=lambda p: p[1])
@@ -363,17 +396,17 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
             throttled += dt
         for name in names:
             reasons[name] = reasons.get(name, 0.0) + dt
-    powers = [s.power_mw / 1000 for s in mine if s.power_mw is not None]
     temps = [s.temp for s in mine if s.temp is not None]
     lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)
     return GpuUsage(
-        gpu=gpu, samples=len(mine), busy_s=sum(dt for s in mine if (s.util or 0) > 0),
-        util_mean=_mean(utils), util_p95=p95(utils), util_max=max(utils, default=0.0),
+        gpu=gpu, samples=len(mine), busy_s=span.busy_s,
+        util_mean=span.util_mean, util_p95=p95(span.utils),
+        util_max=max(span.utils, default=0.0),
         mem_util_mean=_mean([float(s.mem_util) for s in mine if s.mem_util is not None]),
-        peak_memory=peak.mem_used if peak else 0, peak_process=peak_process,
+        peak_memory=span.peak_memory, peak_process=peak_process,
         peak_at_s=(peak.ts - rec.started) if peak else None,
-        energy_wh=sum(p * dt for p in powers) / 3600,
-        power_max_w=max(powers) if powers else None,
+        energy_wh=span.energy_wh,
+        power_max_w=max(span.powers_w) if span.powers_w else None,
         temp_max=max(temps) if temps else None,
         throttled_s=throttled, throttle_reasons=reasons,
         processes=tuple(sorted(procs.values(), key=lambda p: -p.peak_memory)),
@@ -383,13 +416,11 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
 def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     # A sample at ts covers (ts - interval, ts]: it belongs to the phase holding its end.
     inside = [s for s in rec.samples if phase.start < s.ts <= phase.end]
-    power = [s.power_mw / 1000 for s in inside if s.power_mw is not None]
+    span = _Span.of(inside, rec.interval)
     return PhaseUsage(
         phase.name, phase.start - rec.started, max(0.0, phase.end - phase.start),
-        len({s.ts for s in inside}), sum(rec.interval for s in inside if (s.util or 0) > 0),
-        _mean([float(s.util) for s in inside if s.util is not None]),
-        max((s.mem_used for s in inside), default=0),
-        sum(p * rec.interval for p in power) / 3600)
+        len({s.ts for s in inside}), span.busy_s, span.util_mean, span.peak_memory,
+        span.energy_wh)
 
 
 def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
