@@ -239,9 +239,10 @@ def write_records(channel: Channel, path: Path) -> None:
 
 
 def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: str = "HTTP/1.1",
-            floor_too: bool = True) -> list[tuple[str, float, float]]:
+            floor_too: bool = True, latency: float = 0.0) -> list[tuple[str, float, float]]:
     """Rows (case, ours, rattler) of medians, interleaved runs; phases of our cold runs."""
-    channel.server = ChannelServer(channel.root.parent, protocol=protocol).start()
+    channel.server = ChannelServer(channel.root.parent, protocol=protocol,
+                                   latency=latency).start()
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
     lock, records = work / "lock.txt", work / "records.json"
     lock.write_text(channel.explicit_lock())
@@ -371,6 +372,9 @@ def main() -> int:
     parser.add_argument("--cache", action="store_true",
                         help="also cache: true (restore + install) vs an empty cache")
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="MS",
+                        help="also 600 packages from a server that answers each request "
+                        "after MS milliseconds (a distant CDN; loopback has none)")
     args = parser.parse_args()
     global SCRATCH
     if args.disk:
@@ -390,6 +394,11 @@ def main() -> int:
         for case, ours, theirs in compare("HTTP/1.0, 150 packages", make_channel(150), 1,
                                           workers, protocol="HTTP/1.0", floor_too=False):
             table.append(("150, HTTP/1.0 server", case, ours, theirs))
+    if args.latency:
+        for case, ours, theirs in compare(f"{args.latency:g} ms latency, 600 packages",
+                                          make_channel(600), max(1, args.runs // 2), workers,
+                                          floor_too=False, latency=args.latency / 1000):
+            table.append((f"600, {args.latency:g} ms latency", case, ours, theirs))
     if args.cache:
         for count in args.packages:
             cache_case(f"{count} packages", make_channel(count), args.runs)

@@ -246,6 +246,15 @@ class ChannelServer:
     """'HTTP/1.0' closes every connection after one response (as some proxies do)."""
     seen: list[dict[str, str]] = field(default_factory=list)
     """Each request's path and headers, for checks on what was (not) sent."""
+    heads: list[dict[str, str]] = field(default_factory=list)
+    """Each HEAD request's path and headers."""
+    most_at_once: int = 0
+    """The most GET requests it answered at the same time."""
+    _at_once: int = 0
+    _count_lock: threading.Lock = field(default_factory=threading.Lock)
+    latency: float = 0.0
+    """Seconds each request waits before its answer, in its own thread: a distant server
+    (a CDN's round trip), where how many downloads run at once decides the time."""
 
     @property
     def url(self) -> str:
@@ -271,7 +280,33 @@ class ChannelServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_HEAD(self) -> None:
+                """What a client asks before it decides how many downloads to run at once;
+                logged in ``heads`` only (``log`` and ``seen`` count the downloads)."""
+                if owner.latency:
+                    time.sleep(owner.latency)
+                owner.heads.append({"path": self.path, **dict(self.headers.items())})
+                file = (owner.root / self.path.split("?")[0].lstrip("/")).resolve()
+                denied = bool(owner.authorization) and \
+                    self.headers.get("Authorization") != owner.authorization
+                found = not denied and file.is_file() and owner.root.resolve() in file.parents
+                self.send_response(401 if denied else 200 if found else 404)
+                self.send_header("Content-Length", str(file.stat().st_size if found else 0))
+                self.end_headers()
+
             def do_GET(self) -> None:
+                with owner._count_lock:
+                    owner._at_once += 1
+                    owner.most_at_once = max(owner.most_at_once, owner._at_once)
+                try:
+                    self._get()
+                finally:
+                    with owner._count_lock:
+                        owner._at_once -= 1
+
+            def _get(self) -> None:
+                if owner.latency:
+                    time.sleep(owner.latency)
                 path = self.path.split("?")[0]
                 owner.seen.append({"path": self.path, **dict(self.headers.items())})
                 if owner.authorization and self.headers.get("Authorization") != \

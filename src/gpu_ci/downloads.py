@@ -36,7 +36,7 @@ from gpu_ci.urls import mask_url, strip_credentials
 
 __all__ = ["CHUNK", "Download", "Fetched", "Progress", "RetryPolicy", "Route", "Router",
            "TOKEN", "configure", "fetch", "fetch_all", "file_digest", "part_path", "read_small",
-           "route", "verified"]
+           "round_trip", "route", "verified"]
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
     import http.client
@@ -247,7 +247,6 @@ def _unproxied(scheme: str, host: str) -> bool:
 
 def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
     """This thread's kept-alive connection to ``url``'s origin (one per origin)."""
-    import http.client
 
     parts = urlsplit(url)
     key = (parts.scheme, parts.hostname, parts.port)
@@ -257,16 +256,52 @@ def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnec
         conn.close()
         conn = None
     if conn is None:
-        host = parts.hostname or ""
-        if parts.scheme == "https":
-            import ssl
-
-            conn = http.client.HTTPSConnection(host, parts.port, timeout=timeout,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(host, parts.port, timeout=timeout)
-        pool[key] = conn
+        conn = pool[key] = _new_connection(url, timeout)
     return conn
+
+
+def _new_connection(url: str, timeout: float) -> http.client.HTTPConnection:
+    import http.client
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https":
+        import ssl
+
+        return http.client.HTTPSConnection(host, parts.port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    return http.client.HTTPConnection(host, parts.port, timeout=timeout)
+
+
+def round_trip(url: str, timeout: float, tries: int = 3) -> float | None:
+    """Seconds from a HEAD request to ``url`` to its answer (the least of ``tries``), on a
+    connection of its own and without any header of ours, when the server keeps
+    connections open (HTTP/1.1 without ``Connection: close``, whatever the status: a 401
+    says as much); None when it closes them or cannot tell. How many downloads to run at
+    once depends on both: each small archive costs a round trip, and a server that closes
+    every connection takes a new one per archive (many at once overflow a small listen
+    backlog: 1 s SYN retransmits)."""
+    import http.client
+
+    parts = urlsplit(url)
+    conn = _new_connection(url, timeout)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.connect()  # the handshakes are not the round trip of a kept-alive request
+        best = float("inf")
+        for _ in range(tries):  # the least of a few: a busy host delays one now and then
+            start = time.monotonic()
+            conn.request("HEAD", path)
+            response = conn.getresponse()
+            response.read()
+            best = min(best, time.monotonic() - start)
+            if response.version != 11 or response.will_close:
+                return None
+        return best
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
 
 
 def _drop(url: str) -> None:

@@ -1,0 +1,109 @@
+# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
+"""How many downloads run at once: few against a server on this host or one that closes
+every connection, many (``fetch.WIDE``) against a distant server that keeps connections
+open, where each small archive costs a round trip. The server counts the requests it
+answers at once; no timing is asserted."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gpu_ci.conda import fetch
+from gpu_ci.downloads import Download, round_trip
+from gpu_ci.retry import RetryPolicy
+from tests.conda_channel import ChannelServer
+from tests.test_setup_conda import channel  # noqa: F401 - fixture
+
+pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
+
+COPIES = 60
+LATENCY = 0.05  # a CDN in another region; on loopback there is none
+
+
+@pytest.fixture
+def copies(channel, tmp_path):
+    """One real archive of the test channel served under COPIES names (each a download of
+    its own), with its digests."""
+    archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
+    root = tmp_path / "served"
+    folder = root / "channel" / archive.subdir
+    folder.mkdir(parents=True)
+    names = [f"copy{i:02d}-{archive.filename}" for i in range(COPIES)]
+    for name in names:
+        shutil.copyfile(archive.path, folder / name)
+    return root, archive, [f"channel/{archive.subdir}/{n}" for n in names]
+
+
+def _server(root: Path, **kw) -> ChannelServer:
+    return ChannelServer(root, **kw).start()
+
+
+def _stream(server: ChannelServer, archive, rels: list[str], cache: Path) -> int:
+    cache.mkdir()
+    jobs = [(i, f"{server.url}/{rel}", cache / f"entry{i:02d}", archive.sha256, archive.md5)
+            for i, rel in enumerate(rels)]
+    done = fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)
+    return len(done)
+
+
+@pytest.mark.parametrize(("protocol", "latency", "widens"), [
+    ("HTTP/1.1", LATENCY, True),   # distant and kept alive: many at once
+    ("HTTP/1.0", LATENCY, False),  # a new connection per archive: a small backlog overflows
+    ("HTTP/1.1", 0.0, False),      # near: the CPU sets the pace, more would convoy
+])
+def test_streams_widen_only_for_a_distant_server_that_keeps_connections(
+        copies, tmp_path, protocol, latency, widens):
+    root, archive, rels = copies
+    server = _server(root, protocol=protocol, latency=latency)
+    try:
+        assert _stream(server, archive, rels, tmp_path / "cache") == COPIES
+    finally:
+        server.stop()
+    # one probe per origin: three round trips on one connection, or one answer that closes
+    assert len(server.heads) == (1 if protocol == "HTTP/1.0" else 3)
+    assert all("Authorization" not in h for h in server.heads)
+    if widens:
+        assert server.most_at_once > fetch.streams()
+    else:
+        assert server.most_at_once <= fetch.streams()
+
+
+def test_our_downloader_widens_per_origin_for_a_distant_server(copies, tmp_path):
+    """The careful path (credentials, proxies, ``stream-downloads: false``): its threads
+    take a per-origin permit, and a distant origin that keeps connections gets WIDE."""
+    from gpu_ci.downloads import fetch as download
+
+    root, archive, rels = copies
+    server = _server(root, latency=LATENCY)
+    items = [Download(f"{server.url}/{rel}", tmp_path / "archives" / f"a{i:02d}.conda",
+                      rel, archive.sha256, archive.md5) for i, rel in enumerate(rels)]
+    (tmp_path / "archives").mkdir()
+    narrow = 2
+    permits = fetch._Permits(narrow, fetch.WIDE, 30.0)
+    try:
+        with ThreadPoolExecutor(permits.wide) as threads:
+            got = list(threads.map(lambda item: permits.run(item, download, RetryPolicy()),
+                                   items))
+    finally:
+        server.stop()
+    assert all(g.size == archive.path.stat().st_size for g in got)
+    assert narrow < server.most_at_once <= fetch.WIDE
+
+
+def test_the_probe_tells_kept_alive_from_closed_and_says_nothing_of_ours(copies):
+    root, _, rels = copies
+    kept = _server(root, authorization="Bearer secret")
+    closed = _server(root, protocol="HTTP/1.0")
+    try:
+        rtt = round_trip(f"{kept.url}/{rels[0]}", 5.0)  # a 401 still keeps the connection
+        assert rtt is not None and rtt >= 0
+        assert round_trip(f"{closed.url}/{rels[0]}", 5.0) is None
+        assert round_trip("http://127.0.0.1:9/nothing-listens-here", 5.0) is None
+    finally:
+        kept.stop()
+        closed.stop()
+    assert [h.get("Authorization") for h in kept.heads] == [None] * 3
