@@ -239,8 +239,9 @@ def write_records(channel: Channel, path: Path) -> None:
 
 
 def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: str = "HTTP/1.1",
-            floor_too: bool = True, latency: float = 0.0) -> list[tuple[str, float, float]]:
-    """Rows (case, ours, rattler) of medians, interleaved runs; phases of our cold runs."""
+            floor_too: bool = True, latency: float = 0.0) -> list[tuple[Any, ...]]:
+    """Rows (case, ours, rattler, CPU ours, CPU rattler) of medians, interleaved runs;
+    phases of our cold runs."""
     channel.server = ChannelServer(channel.root.parent, protocol=protocol,
                                    latency=latency).start()
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
@@ -280,7 +281,9 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
     rows = []
     for case in ("cold", "warm", "reused"):
         ours, theirs = times[f"{case} ours"], times[f"{case} rattler"]
-        rows.append((case, statistics.median(ours), statistics.median(theirs)))
+        rows.append((case, statistics.median(ours), statistics.median(theirs),
+                     statistics.median(cpu[f"{case} ours"]),
+                     statistics.median(cpu[f"{case} rattler"])))
     if floors:
         f = statistics.median(floors)
         ratios = sorted(o / x for o, x in zip(times["cold ours"], floors))
@@ -380,25 +383,25 @@ def main() -> int:
     if args.disk:
         SCRATCH = None
     workers = os.cpu_count() or 2
-    table: list[tuple[str, str, float, float]] = []
+    table: list[tuple[Any, ...]] = []
     for count in args.packages:
-        for case, ours, theirs in compare(f"{count} packages", make_channel(count), args.runs,
+        for case, *row in compare(f"{count} packages", make_channel(count), args.runs,
                                           workers):
-            table.append((f"{count} packages", case, ours, theirs))
+            table.append((f"{count} packages", case, *row))
     if args.large:
-        for case, ours, theirs in compare(f"large ({args.large_mb} MB x 3)",
+        for case, *row in compare(f"large ({args.large_mb} MB x 3)",
                                           make_large(3, args.large_mb), max(1, args.runs // 2),
                                           workers):
-            table.append((f"large {args.large_mb} MB x 3", case, ours, theirs))
+            table.append((f"large {args.large_mb} MB x 3", case, *row))
     if args.http10:
-        for case, ours, theirs in compare("HTTP/1.0, 150 packages", make_channel(150), 1,
+        for case, *row in compare("HTTP/1.0, 150 packages", make_channel(150), 1,
                                           workers, protocol="HTTP/1.0", floor_too=False):
-            table.append(("150, HTTP/1.0 server", case, ours, theirs))
+            table.append(("150, HTTP/1.0 server", case, *row))
     if args.latency:
-        for case, ours, theirs in compare(f"{args.latency:g} ms latency, 600 packages",
+        for case, *row in compare(f"{args.latency:g} ms latency, 600 packages",
                                           make_channel(600), max(1, args.runs // 2), workers,
                                           floor_too=False, latency=args.latency / 1000):
-            table.append((f"600, {args.latency:g} ms latency", case, ours, theirs))
+            table.append((f"600, {args.latency:g} ms latency", case, *row))
     if args.cache:
         for count in args.packages:
             cache_case(f"{count} packages", make_channel(count), args.runs)
@@ -410,10 +413,12 @@ def main() -> int:
                    env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     print(f"\nCLI start-up (python + gpu_ci.cli imports): {time.perf_counter() - start:.2f} s; "
           f"{workers} cores")
-    print("\n| profile | case | setup-conda-from-lock | rattler.install | ratio |")
-    print("|---|---|---|---|---|")
-    for profile, case, ours, theirs in table:
-        print(f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x |")
+    print("\n| profile | case | setup-conda-from-lock | rattler.install | ratio | CPU s, ours "
+          "vs rattler |")
+    print("|---|---|---|---|---|---|")
+    for profile, case, ours, theirs, cpu_ours, cpu_theirs in table:
+        print(f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
+              f"{cpu_ours:.2f} vs {cpu_theirs:.2f} |")
     return 0
 
 
