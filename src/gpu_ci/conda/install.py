@@ -217,8 +217,8 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
             continue
         sidecar = cache / f"{entry_dir(cache, entry).name}{MD5_SIDECAR}"
         line = f"{entry.md5} {sha}\n"
-        with contextlib.suppress(OSError):
-            if sidecar.read_text() == line:
+        with contextlib.suppress(OSError):  # raw: a FIFO planted there must not stop us
+            if verified.read_bytes(os.fspath(sidecar), 200) == line.encode():
                 continue
         part = sidecar.with_name(f".{sidecar.name}.tmp-{TOKEN}")  # swept if we die
         try:
