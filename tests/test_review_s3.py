@@ -36,3 +36,30 @@ def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, 
     assert code == 0, out
     assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_text() == "data\n"
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)  # recorded again, in a file
+
+
+@pytest.mark.parametrize("port", ["99999", "abc"])
+def test_a_lock_url_with_a_port_no_server_has_is_a_lock_error(channel, tmp_path, port):
+    """The lock's author writes the port: one out of range or not a number was an internal
+    error (ValueError from ``urlsplit(url).port``, deep in a download or the probe's origin
+    key), not the lock line to fix."""
+    import re
+
+    lock = tmp_path / "bad.lock"
+    lock.write_text(re.sub(r"(//127\.0\.0\.1):\d+", rf"\1:{port}",
+                           channel.explicit_lock(["libhello"]), count=1))
+    code, out = _finish(spawn(lock, tmp_path / "env", tmp_path / "pkgs"))
+    assert code == 1, out
+    assert "internal error" not in out
+    assert f"127.0.0.1:{port}/" in out and "is not a valid URL (Port" in out
+    assert "Re-lock it." in out
+
+
+def test_lock_urls_with_valid_ports_still_parse():
+    from gpu_ci.conda import lockfile
+
+    digest = "#" + "0" * 32
+    for url in ("https://u:p@h.example:8443/c/linux-64/a-1-h0_0.conda",
+                "https://[::1]:8443/c/linux-64/a-1-h0_0.conda",
+                "https://h.example/c/linux-64/a-1-h0_0.conda"):
+        assert lockfile.parse(f"@EXPLICIT\n{url}{digest}\n").packages[0]["entry"].url == url
