@@ -63,3 +63,58 @@ def test_lock_urls_with_valid_ports_still_parse():
                 "https://[::1]:8443/c/linux-64/a-1-h0_0.conda",
                 "https://h.example/c/linux-64/a-1-h0_0.conda"):
         assert lockfile.parse(f"@EXPLICIT\n{url}{digest}\n").packages[0]["entry"].url == url
+
+
+_STREAM_CHILD = """
+import sys
+from pathlib import Path
+from gpu_ci.conda import fetch
+url, sha, md5, count, cache = sys.argv[1:6]
+cache = Path(cache)
+cache.mkdir()
+jobs = [(i, f"{url}/{i:02d}.conda", cache / f"entry{i:02d}", sha, md5)
+        for i in range(int(count))]
+print("streamed", len(fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)))
+"""
+
+
+def test_out_of_file_descriptors_streams_are_left_to_the_careful_path(channel, tmp_path):
+    """Widened to ``WIDE`` streams per distant origin, a job holds ~3x the descriptors (a
+    lock, a socket, a file being extracted per stream): where a runner's limit is low
+    (macOS: 256, several origins) the per-entry lock's open() failed with EMFILE outside the
+    stream's ``try`` and took the whole job down, although a stream that fails is only left
+    to our downloader."""
+    import resource
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conda_channel import ChannelServer
+    from tests.test_setup_conda import ROOT
+
+    archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
+    root = tmp_path / "served"
+    (root / "c").mkdir(parents=True)
+    for i in range(60):
+        shutil.copyfile(archive.path, root / "c" / f"{i:02d}.conda")
+    server = ChannelServer(root, latency=0.05).start()  # distant, kept alive: widened
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _STREAM_CHILD, f"{server.url}/c", archive.sha256,
+             archive.md5, "60", str(tmp_path / "cache")], capture_output=True, text=True,
+            timeout=120, preexec_fn=few_descriptors, cwd=str(ROOT),
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    streamed = int(proc.stdout.split()[1])
+    from gpu_ci.conda import verified
+
+    published = [e for e in (tmp_path / "cache").iterdir() if e.name.startswith("entry")
+                 and e.suffix != ".lock"]
+    assert len(published) >= streamed
+    assert all(verified.check(e, archive.sha256) is not None for e in published)

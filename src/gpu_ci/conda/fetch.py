@@ -269,7 +269,10 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     async def one(index: int, url: str, target: Path, sha256: str, md5: str) -> None:
         async with gate_of(url):
             # held by another job: the careful path waits for it instead
-            fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
+            try:
+                fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
+            except OSError:  # out of descriptors (many streams), a full disk: it names it
+                return
             if fd is None:
                 return
             # Not _extract's name: a stream given up (_unless_stalled) never writes there.
