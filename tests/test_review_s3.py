@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 import pytest
 
@@ -118,3 +117,76 @@ def test_out_of_file_descriptors_streams_are_left_to_the_careful_path(channel, t
                  and e.suffix != ".lock"]
     assert len(published) >= streamed
     assert all(verified.check(e, archive.sha256) is not None for e in published)
+
+
+# Eight spellings of this host's loopback address: eight origins to a client that keys its
+# gates by host name, one server to count what they ask of it at once.
+LOOPBACK_SPELLINGS = ("127.0.0.1", "127.1", "127.0.1", "2130706433", "0x7f000001",
+                      "localhost", "0177.0.0.1", "127.0.0.01")
+
+
+def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path):
+    """The gate was one for all streams (``streams()``, measured against a small listen
+    backlog and the CPU); per origin now, each widening on its own. A lock names its
+    origins, so many of them (or several mirrors) multiplied the streams at once without
+    bound: 8 origins near this host (none widens), 6 each, up to 48 at once."""
+    import shutil
+
+    from gpu_ci.conda import fetch
+    from tests.conda_channel import ChannelServer
+
+    archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
+    root = tmp_path / "served"
+    (root / "c").mkdir(parents=True)
+    per_origin = 8
+    for i in range(per_origin):
+        shutil.copyfile(archive.path, root / "c" / f"{i:02d}.conda")
+    # closes every connection: never widened; each answer waits, so the streams overlap
+    server = ChannelServer(root, protocol="HTTP/1.0", latency=0.3).start()
+    port = server.url.rsplit(":", 1)[1]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    jobs = [(o * per_origin + i, f"http://{host}:{port}/c/{i:02d}.conda",
+             cache / f"entry{o}-{i}", archive.sha256, archive.md5)
+            for o, host in enumerate(LOOPBACK_SPELLINGS) for i in range(per_origin)]
+    try:
+        done = fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)
+    finally:
+        server.stop()
+    assert len(done) == len(jobs)
+    assert len(server.heads) == len(LOOPBACK_SPELLINGS)  # each origin asked, none widened
+    assert server.most_at_once <= fetch.streams()
+
+
+def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_path):
+    """The same for our downloader's threads (credentials, proxies, ``stream-downloads:
+    false``): ``narrow`` at once in all, not per origin (2 here, 8 origins: up to 16)."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpu_ci.conda import fetch
+    from gpu_ci.downloads import Download
+    from gpu_ci.downloads import fetch as download
+    from gpu_ci.retry import RetryPolicy
+    from tests.conda_channel import ChannelServer
+
+    archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
+    root = tmp_path / "served"
+    (root / "c").mkdir(parents=True)
+    shutil.copyfile(archive.path, root / "c" / "a.conda")
+    server = ChannelServer(root, protocol="HTTP/1.0", latency=0.3).start()
+    port = server.url.rsplit(":", 1)[1]
+    (tmp_path / "archives").mkdir()
+    items = [Download(f"http://{host}:{port}/c/a.conda",
+                      tmp_path / "archives" / f"{o}-{i}.conda", host, archive.sha256)
+             for o, host in enumerate(LOOPBACK_SPELLINGS) for i in range(2)]
+    narrow = 2
+    permits = fetch._Permits(narrow, fetch.WIDE, 30.0)
+    try:
+        with ThreadPoolExecutor(permits.wide) as threads:
+            got = list(threads.map(lambda item: permits.run(item, download, RetryPolicy()),
+                                   items))
+    finally:
+        server.stop()
+    assert all(g.size == archive.path.stat().st_size for g in got)
+    assert server.most_at_once <= narrow

@@ -267,7 +267,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     done: dict[int, Streamed] = {}
 
     async def one(index: int, url: str, target: Path, sha256: str, md5: str) -> None:
-        async with gate_of(url):
+        async with gate_of(url), total[0]:  # the origin's, then all origins' together
             # held by another job: the careful path waits for it instead
             try:
                 fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
@@ -306,6 +306,9 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
 
     narrow = concurrency or streams()
     gates: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+    total: list[asyncio.Semaphore] = []
+    """All origins together: ``narrow``, ``WIDE`` once one proves distant (a lock names
+    its origins: many of them must not multiply the streams at once)."""
 
     def gate_of(url: str) -> asyncio.Semaphore:
         """The origin's gate: ``narrow`` streams at once, ``WIDE`` once its server proves
@@ -320,6 +323,10 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                 def widen() -> None:
                     for _ in range(WIDE - narrow):
                         gate.release()
+                    if not widened:
+                        widened.append(url)
+                        for _ in range(WIDE - narrow):
+                            total[0].release()
 
                 def from_the_probe() -> None:
                     with contextlib.suppress(RuntimeError):  # the streams are over
@@ -328,7 +335,10 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                 widen_when_distant(url, timeout, from_the_probe)
         return gate
 
+    widened: list[str] = []
+
     async def main() -> None:
+        total.append(asyncio.Semaphore(narrow))  # in the loop: Python 3.9 binds it there
         reporter = asyncio.ensure_future(progress(time.monotonic()))
         try:
             await asyncio.gather(*(one(*job) for job in jobs))
@@ -500,6 +510,9 @@ class _Permits:
         self.narrow, self.wide, self.timeout = narrow, wide, timeout
         self._lock = threading.Lock()
         self._origins: dict[tuple[str, str, int | None], threading.Semaphore] = {}
+        self._total = threading.Semaphore(narrow)
+        """All origins together: ``narrow``, ``wide`` once one proves distant."""
+        self._widened = False
 
     def _of(self, url: str) -> threading.Semaphore:
         key = _origin(url)
@@ -508,13 +521,19 @@ class _Permits:
             if permits is None:
                 permits = self._origins[key] = threading.Semaphore(self.narrow)
                 if self.narrow < self.wide and direct(url):
-                    widen_when_distant(url, self.timeout,
-                                       lambda: permits.release(self.wide - self.narrow))
+                    widen_when_distant(url, self.timeout, lambda: self._widen(permits))
         return permits
+
+    def _widen(self, permits: threading.Semaphore) -> None:
+        permits.release(self.wide - self.narrow)
+        with self._lock:
+            first, self._widened = not self._widened, True
+        if first:
+            self._total.release(self.wide - self.narrow)
 
     def run(self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched],
             policy: RetryPolicy) -> Fetched:
-        with self._of(route(item.url).url):
+        with self._of(route(item.url).url), self._total:
             return fetch(item, policy)
 
 

@@ -142,7 +142,7 @@ def _check_url(url: str, where: str) -> str:
     host = url.partition("://")[2].split("/", 1)[0].rpartition("@")[2].rpartition("]")[2]
     if ":" in host:  # a port: one that is not a number in range fails the download, untold
         try:
-            urlsplit(url).port
+            _ = urlsplit(url).port
         except ValueError as exc:
             raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
                              "Re-lock it.") from None
