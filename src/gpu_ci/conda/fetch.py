@@ -222,6 +222,11 @@ DISTANT = 0.005
 another region, not this host or its LAN, where the CPU, not the wait, sets the pace."""
 
 
+PROBES = 4
+"""Origins probed per call, at most: a lock names its origins, and a probe is a thread and
+a connection at once, before any download (a lock with 600 origins: 600 of each)."""
+
+
 def widen_when_distant(url: str, timeout: float, widen: Callable[[], None]) -> None:
     """On a daemon thread of its own (it never holds up a download, and is never waited
     for): ask ``url``'s server for one round trip; call ``widen`` when it is distant and
@@ -317,7 +322,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
         gate = gates.get(key)
         if gate is None:
             gate = gates[key] = asyncio.Semaphore(narrow)
-            if narrow < WIDE and not concurrency:
+            if narrow < WIDE and not concurrency and len(gates) <= PROBES:
                 loop = asyncio.get_running_loop()
 
                 def widen() -> None:
@@ -520,7 +525,7 @@ class _Permits:
             permits = self._origins.get(key)
             if permits is None:
                 permits = self._origins[key] = threading.Semaphore(self.narrow)
-                if self.narrow < self.wide and direct(url):
+                if self.narrow < self.wide and direct(url) and len(self._origins) <= PROBES:
                     widen_when_distant(url, self.timeout, lambda: self._widen(permits))
         return permits
 
