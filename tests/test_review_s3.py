@@ -155,7 +155,7 @@ def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path):
         server.stop()
     assert len(done) == len(jobs)
     # a probe is a thread and a connection before any download: a few origins, not each
-    assert len(server.heads) == fetch.PROBES < len(LOOPBACK_SPELLINGS)
+    assert len(server.heads) <= fetch.PROBES < len(LOOPBACK_SPELLINGS)
     assert server.most_at_once <= fetch.streams()
 
 
@@ -191,4 +191,4 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
         server.stop()
     assert all(g.size == archive.path.stat().st_size for g in got)
     assert server.most_at_once <= narrow
-    assert len(server.heads) == fetch.PROBES
+    assert len(server.heads) <= fetch.PROBES
