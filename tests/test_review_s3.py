@@ -192,3 +192,45 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     assert all(g.size == archive.path.stat().st_size for g in got)
     assert server.most_at_once <= narrow
     assert len(server.heads) <= fetch.PROBES
+
+
+_PROBE_CHILD = """
+import sys
+from gpu_ci.downloads import round_trip
+print(round_trip(sys.argv[1], 5.0))
+"""
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_the_probe_does_not_go_around_all_proxy(channel, tmp_path, bypass):
+    """With only ALL_PROXY set, ``direct`` says yes (urllib knows no 'all' scheme), so the
+    archives are streamed, and rattler's client takes them through that proxy; the probe
+    went straight to the server, the one connection of the job around the proxy. NO_PROXY
+    still lets it ask a server the proxy is bypassed for."""
+    import subprocess
+    import sys
+
+    from tests.conda_channel import ChannelServer
+    from tests.test_setup_conda import ROOT
+
+    server = ChannelServer(channel.root).start()
+    proxy = ChannelServer(tmp_path).start()  # answers 404 to whatever it is asked
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update({"PYTHONPATH": str(ROOT / "src"), "ALL_PROXY": proxy.url})
+    if bypass:
+        env["NO_PROXY"] = "127.0.0.1"
+    archive = channel.archives[0]
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE_CHILD,
+                               channel.archive_url(archive).replace(channel.server.url,
+                                                                    server.url)],
+                              capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        server.stop()
+        proxy.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert proxy.heads == [] and proxy.seen == []
+    if bypass:
+        assert len(server.heads) == 3 and proc.stdout.strip() != "None"
+    else:
+        assert server.heads == [] and proc.stdout.strip() == "None"
