@@ -37,6 +37,28 @@ def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, 
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)  # recorded again, in a file
 
 
+def test_a_directory_at_the_md5_sidecar_costs_the_record_not_the_job(channel, locks, tmp_path):
+    """The sidecar is a shortcut for the next job: a directory where it goes (left by
+    another job on a self-hosted host) made its rename fail with EISDIR, raised as an
+    internal error after the environment was linked."""
+    pkgs = tmp_path / "pkgs"
+    off = {"INPUT_STREAM_DOWNLOADS": "false"}
+    code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
+    assert code == 0, out
+    entry = _entry(pkgs, "hello-data")
+    sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
+    sidecar.unlink()
+    (sidecar / "kept").mkdir(parents=True)
+    for archive in (pkgs / "archives").iterdir():
+        archive.unlink()
+
+    code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
+    assert code == 0, out
+    assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_text() == "data\n"
+    assert (sidecar / "kept").is_dir()  # not ours: left as it is
+    assert not list(pkgs.glob("rattler/.*.tmp-*"))
+
+
 @pytest.mark.parametrize("port", ["99999", "abc"])
 def test_a_lock_url_with_a_port_no_server_has_is_a_lock_error(channel, tmp_path, port):
     """The lock's author writes the port: one out of range or not a number was an internal
