@@ -284,6 +284,8 @@ def round_trip(url: str, timeout: float, tries: int = 3) -> float | None:
     import http.client
 
     parts = urlsplit(url)
+    if not _unproxied("all", parts.hostname or ""):  # rattler's client honours ALL_PROXY
+        return None  # (``direct`` and urllib do not): never go around the proxy it uses
     conn = _new_connection(url, timeout)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:

@@ -222,6 +222,11 @@ DISTANT = 0.005
 another region, not this host or its LAN, where the CPU, not the wait, sets the pace."""
 
 
+PROBES = 4
+"""Origins probed per call, at most: a lock names its origins, and a probe is a thread and
+a connection at once, before any download (a lock with 600 origins: 600 of each)."""
+
+
 def widen_when_distant(url: str, timeout: float, widen: Callable[[], None]) -> None:
     """On a daemon thread of its own (it never holds up a download, and is never waited
     for): ask ``url``'s server for one round trip; call ``widen`` when it is distant and
@@ -267,9 +272,12 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     done: dict[int, Streamed] = {}
 
     async def one(index: int, url: str, target: Path, sha256: str, md5: str) -> None:
-        async with gate_of(url):
+        async with gate_of(url), total[0]:  # the origin's, then all origins' together
             # held by another job: the careful path waits for it instead
-            fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
+            try:
+                fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
+            except OSError:  # out of descriptors (many streams), a full disk: it names it
+                return
             if fd is None:
                 return
             # Not _extract's name: a stream given up (_unless_stalled) never writes there.
@@ -303,6 +311,9 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
 
     narrow = concurrency or streams()
     gates: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+    total: list[asyncio.Semaphore] = []
+    """All origins together: ``narrow``, ``WIDE`` once one proves distant (a lock names
+    its origins: many of them must not multiply the streams at once)."""
 
     def gate_of(url: str) -> asyncio.Semaphore:
         """The origin's gate: ``narrow`` streams at once, ``WIDE`` once its server proves
@@ -311,12 +322,16 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
         gate = gates.get(key)
         if gate is None:
             gate = gates[key] = asyncio.Semaphore(narrow)
-            if narrow < WIDE and not concurrency:
+            if narrow < WIDE and not concurrency and len(gates) <= PROBES:
                 loop = asyncio.get_running_loop()
 
                 def widen() -> None:
                     for _ in range(WIDE - narrow):
                         gate.release()
+                    if not widened:
+                        widened.append(url)
+                        for _ in range(WIDE - narrow):
+                            total[0].release()
 
                 def from_the_probe() -> None:
                     with contextlib.suppress(RuntimeError):  # the streams are over
@@ -325,7 +340,10 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                 widen_when_distant(url, timeout, from_the_probe)
         return gate
 
+    widened: list[str] = []
+
     async def main() -> None:
+        total.append(asyncio.Semaphore(narrow))  # in the loop: Python 3.9 binds it there
         reporter = asyncio.ensure_future(progress(time.monotonic()))
         try:
             await asyncio.gather(*(one(*job) for job in jobs))
@@ -497,6 +515,9 @@ class _Permits:
         self.narrow, self.wide, self.timeout = narrow, wide, timeout
         self._lock = threading.Lock()
         self._origins: dict[tuple[str, str, int | None], threading.Semaphore] = {}
+        self._total = threading.Semaphore(narrow)
+        """All origins together: ``narrow``, ``wide`` once one proves distant."""
+        self._widened = False
 
     def _of(self, url: str) -> threading.Semaphore:
         key = _origin(url)
@@ -504,14 +525,20 @@ class _Permits:
             permits = self._origins.get(key)
             if permits is None:
                 permits = self._origins[key] = threading.Semaphore(self.narrow)
-                if self.narrow < self.wide and direct(url):
-                    widen_when_distant(url, self.timeout,
-                                       lambda: permits.release(self.wide - self.narrow))
+                if self.narrow < self.wide and direct(url) and len(self._origins) <= PROBES:
+                    widen_when_distant(url, self.timeout, lambda: self._widen(permits))
         return permits
+
+    def _widen(self, permits: threading.Semaphore) -> None:
+        permits.release(self.wide - self.narrow)
+        with self._lock:
+            first, self._widened = not self._widened, True
+        if first:
+            self._total.release(self.wide - self.narrow)
 
     def run(self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched],
             policy: RetryPolicy) -> Fetched:
-        with self._of(route(item.url).url):
+        with self._of(route(item.url).url), self._total:
             return fetch(item, policy)
 
 

@@ -217,8 +217,8 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
             continue
         sidecar = cache / f"{entry_dir(cache, entry).name}{MD5_SIDECAR}"
         line = f"{entry.md5} {sha}\n"
-        with contextlib.suppress(OSError):
-            if sidecar.read_text() == line:
+        with contextlib.suppress(OSError):  # raw: a FIFO planted there must not stop us
+            if verified.read_bytes(os.fspath(sidecar), 200) == line.encode():
                 continue
         part = sidecar.with_name(f".{sidecar.name}.tmp-{TOKEN}")  # swept if we die
         try:
@@ -226,7 +226,10 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
             os.replace(part, sidecar)
         except OSError as exc:
             part.unlink(missing_ok=True)
-            raise as_disk_error(exc, cache, "recording the archive sha256") or exc from None
+            named = as_disk_error(exc, cache, "recording the archive sha256")
+            if named is not None:
+                raise named from None
+            # something else at its name (a directory): the next job fetches the archive
 
 
 def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[str, str],

@@ -139,6 +139,13 @@ def _check_url(url: str, where: str) -> str:
     if _NOT_IN_URL.search(url):
         raise GpuCiError(f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
                          "character; a lock's URLs are single tokens. Re-lock it.")
+    host = url.partition("://")[2].split("/", 1)[0].rpartition("@")[2].rpartition("]")[2]
+    if ":" in host:  # a port: one that is not a number in range fails the download, untold
+        try:
+            _ = urlsplit(url).port
+        except ValueError as exc:
+            raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
+                             "Re-lock it.") from None
     return url
 
 
