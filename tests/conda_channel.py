@@ -246,10 +246,15 @@ class ChannelServer:
     """'HTTP/1.0' closes every connection after one response (as some proxies do)."""
     seen: list[dict[str, str]] = field(default_factory=list)
     """Each request's path and headers, for checks on what was (not) sent."""
+    backlog: int = 5
+    """The listen queue: http.server's 5 (some proxies' too), where many connections at
+    once are dropped and retried a second later."""
     heads: list[dict[str, str]] = field(default_factory=list)
     """Each HEAD request's path and headers."""
     most_at_once: int = 0
     """The most GET requests it answered at the same time."""
+    peers: set[int] = field(default_factory=set)
+    """The client ports of the connections GET requests came on."""
     _at_once: int = 0
     _count_lock: threading.Lock = field(default_factory=threading.Lock)
     latency: float = 0.0
@@ -296,6 +301,7 @@ class ChannelServer:
 
             def do_GET(self) -> None:
                 with owner._count_lock:
+                    owner.peers.add(self.client_address[1])
                     owner._at_once += 1
                     owner.most_at_once = max(owner.most_at_once, owner._at_once)
                 try:
@@ -371,7 +377,8 @@ class ChannelServer:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = type("Server", (ThreadingHTTPServer,), {"request_queue_size": self.backlog})
+        self._server = server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -185,11 +185,9 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     """The same for our downloader's threads (credentials, proxies, ``stream-downloads:
     false``): ``narrow`` at once in all, not per origin (2 here, 8 origins: up to 16)."""
     import shutil
-    from concurrent.futures import ThreadPoolExecutor
 
     from gpu_ci.conda import fetch
     from gpu_ci.downloads import Download
-    from gpu_ci.downloads import fetch as download
     from gpu_ci.retry import RetryPolicy
     from tests.conda_channel import ChannelServer
 
@@ -204,14 +202,12 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
                       tmp_path / "archives" / f"{o}-{i}.conda", host, archive.sha256)
              for o, host in enumerate(LOOPBACK_SPELLINGS) for i in range(2)]
     narrow = 2
-    permits = fetch._Permits(narrow, fetch.WIDE, 30.0)
     try:
-        with ThreadPoolExecutor(permits.wide) as threads:
-            got = list(threads.map(lambda item: permits.run(item, download, RetryPolicy()),
-                                   items))
+        got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
     finally:
         server.stop()
-    assert all(g.size == archive.path.stat().st_size for g in got)
+    assert all(not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
+               for g in got.values()), got
     assert server.most_at_once <= narrow
     assert len(server.heads) <= fetch.PROBES
 

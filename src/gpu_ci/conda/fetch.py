@@ -15,6 +15,7 @@ downloaded, never one this host did not verify.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -22,7 +23,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -507,17 +508,16 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
 
 
 class _Permits:
-    """Our downloader's threads per origin: ``narrow`` at once, ``wide`` once the origin
+    """Our downloader's downloads per origin: ``narrow`` at once, ``wide`` once the origin
     proves distant (``widen_when_distant``, asked of the routed URL when it goes there
-    without a proxy, as the download itself does)."""
+    without a proxy, as the download itself does; at most ``PROBES`` origins)."""
 
     def __init__(self, narrow: int, wide: int, timeout: float) -> None:
         self.narrow, self.wide, self.timeout = narrow, wide, timeout
         self._lock = threading.Lock()
         self._origins: dict[tuple[str, str, int | None], threading.Semaphore] = {}
-        self._total = threading.Semaphore(narrow)
-        """All origins together: ``narrow``, ``wide`` once one proves distant."""
-        self._widened = False
+        self.widened = False
+        """An origin proved distant: ``wide`` downloads in all from now on."""
 
     def _of(self, url: str) -> threading.Semaphore:
         key = _origin(url)
@@ -532,14 +532,64 @@ class _Permits:
     def _widen(self, permits: threading.Semaphore) -> None:
         permits.release(self.wide - self.narrow)
         with self._lock:
-            first, self._widened = not self._widened, True
-        if first:
-            self._total.release(self.wide - self.narrow)
+            self.widened = True
 
     def run(self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched],
             policy: RetryPolicy) -> Fetched:
-        with self._of(route(item.url).url), self._total:
+        with self._of(route(item.url).url):
             return fetch(item, policy)
+
+
+def _downloaded(items: list[Download], todo: list[int], policy: RetryPolicy, narrow: int = 0
+                ) -> Iterator[tuple[int, Fetched | BaseException]]:
+    """Each of ``todo`` fetched by our downloader, as it completes (or its error).
+
+    Two threads per core, at most 8: more on a small runner convoy on the GIL with the
+    extraction feeders (measured on 2 cores: 8 threads 0.47-1.43 s for 150 packages, 4 a
+    steady 0.44 s). ``WIDE`` in all once an origin proves distant: then threads wait, they
+    do not convoy. Threads are added only then, each with its own kept-alive connection,
+    so that a near mirror sees a few connections, not WIDE handshakes. After an error no
+    other download starts. ``narrow``: that default, or fewer."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    from gpu_ci.downloads import fetch
+
+    narrow = narrow or max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))
+    permits = _Permits(narrow, max(narrow, min(WIDE, len(todo))), policy.timeout)
+    queue = collections.deque(todo)
+    pools: list[ThreadPoolExecutor] = []
+    load: list[int] = []
+    pending: dict[Future[Fetched], tuple[int, int]] = {}
+    failed = False
+    with contextlib.ExitStack() as stack:
+
+        def pool_with_room() -> int | None:
+            sizes = [narrow] + ([permits.wide - narrow] if permits.widened else [])
+            for k, size in enumerate(sizes):
+                if k == len(pools):
+                    pools.append(stack.enter_context(ThreadPoolExecutor(size)))
+                    load.append(0)
+                if load[k] < size:
+                    return k
+            return None
+
+        while queue or pending:
+            while queue and not failed and (k := pool_with_room()) is not None:
+                index = queue.popleft()
+                pending[pools[k].submit(permits.run, items[index], fetch, policy)] = (index, k)
+                load[k] += 1
+            if not pending:
+                break
+            # a timeout, to start more downloads as soon as an origin proves distant
+            done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            for future in done:
+                index, k = pending.pop(future)
+                load[k] -= 1
+                try:
+                    yield index, future.result()
+                except BaseException as exc:  # the caller reports it
+                    failed = True
+                    yield index, exc
 
 
 def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
@@ -551,9 +601,7 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
     our downloader, verify, and extract in the workers what is not usable: the ``careful``
     items and the slow entries that failed."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-
-    from gpu_ci.downloads import fetch
+    from concurrent.futures import ProcessPoolExecutor
 
     workers = max(1, min(os.cpu_count() or 2, len(slow) + len(careful)))
     # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
@@ -580,28 +628,17 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
         todo = careful + sorted(changed)
         extractions = []
         error: BaseException | None = None
-        # Two download threads per core, at most 8: more threads than that on a small
-        # runner convoy on the GIL with the extraction feeders (measured on 2 cores: 8
-        # threads 0.47-1.43 s for 150 packages, 4 threads a steady 0.44 s). WIDE for an
-        # origin that proves distant: then the threads wait, they do not convoy.
-        narrow = max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))
-        permits = _Permits(narrow, max(narrow, min(WIDE, len(todo))), policy.timeout)
-        with ThreadPoolExecutor(permits.wide) as threads:
-            futures = {threads.submit(permits.run, items[i], fetch, policy): i for i in todo}
-            for future in as_completed(futures):
-                try:
-                    got = future.result()
-                except BaseException as exc:  # stop extracting; report the first error
-                    error = error or exc
-                    continue
-                if error is not None:
-                    continue
-                index = futures[future]
-                results[index] = got
-                entry = plan.conda[index]
-                extractions.append((index, entry, procs.submit(
-                    _extract, str(got.download.dest), str(entry_dir(cache, entry)),
-                    entry.digest, TOKEN, again or index in changed, got.sha256)))
+        for index, got in _downloaded(items, todo, policy):
+            if isinstance(got, BaseException):  # stop extracting; report the first error
+                error = error or got
+                continue
+            if error is not None:
+                continue
+            results[index] = got
+            entry = plan.conda[index]
+            extractions.append((index, entry, procs.submit(
+                _extract, str(got.download.dest), str(entry_dir(cache, entry)),
+                entry.digest, TOKEN, again or index in changed, got.sha256)))
         for index, entry, job in extractions:
             try:
                 facts[index] = job.result()
