@@ -20,6 +20,7 @@ write the cache. ``ctime`` is not used: every hard link into an environment chan
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -197,11 +198,14 @@ def scan_info(entry: Path | str) -> Info:
     ``index.json``): looked at once, without following a link, before anything reads it."""
     path = os.path.join(entry, "info")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) |
+                     getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return Info(None, ())
-    except OSError:  # a link (ELOOP) or not a directory (ENOTDIR)
-        return Info("info", ())
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link, or not a directory
+            return Info("info", ())
+        raise  # EACCES, EMFILE, EIO: not the package's doing, and not to be named so
     odd, files = "", []
     try:
         with os.scandir(fd) as it:
