@@ -15,10 +15,11 @@ from tests.test_setup_conda_cache_files import _entry, _finish
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
 
-def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, tmp_path):
-    """With ``stream-downloads: false`` (or credentials, a proxy) the archive is fetched by
-    our downloader and its sha256 recorded in the md5 sidecar after linking: the sidecar is
-    compared first, and a FIFO planted there made that read wait for a writer forever."""
+def _sidecar_of_a_job(locks, tmp_path):
+    """A job whose archives our downloader fetched (``stream-downloads: false``, as with
+    credentials or a proxy): its package cache, the md5 sidecar of one entry (removed, for
+    the test to plant something there) and the job's inputs. The archives are removed, so
+    that the next job fetches them again and records the sidecar after linking."""
     pkgs = tmp_path / "pkgs"
     off = {"INPUT_STREAM_DOWNLOADS": "false"}
     code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
@@ -27,9 +28,17 @@ def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, 
     sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)
     sidecar.unlink()
-    os.mkfifo(sidecar)
-    for archive in (pkgs / "archives").iterdir():  # fetched again, not found here
+    for archive in (pkgs / "archives").iterdir():
         archive.unlink()
+    return pkgs, sidecar, off
+
+
+def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, tmp_path):
+    """With ``stream-downloads: false`` (or credentials, a proxy) the archive is fetched by
+    our downloader and its sha256 recorded in the md5 sidecar after linking: the sidecar is
+    compared first, and a FIFO planted there made that read wait for a writer forever."""
+    pkgs, sidecar, off = _sidecar_of_a_job(locks, tmp_path)
+    os.mkfifo(sidecar)
 
     code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
     assert code == 0, out
@@ -41,16 +50,8 @@ def test_a_directory_at_the_md5_sidecar_costs_the_record_not_the_job(channel, lo
     """The sidecar is a shortcut for the next job: a directory where it goes (left by
     another job on a self-hosted host) made its rename fail with EISDIR, raised as an
     internal error after the environment was linked."""
-    pkgs = tmp_path / "pkgs"
-    off = {"INPUT_STREAM_DOWNLOADS": "false"}
-    code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
-    assert code == 0, out
-    entry = _entry(pkgs, "hello-data")
-    sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
-    sidecar.unlink()
+    pkgs, sidecar, off = _sidecar_of_a_job(locks, tmp_path)
     (sidecar / "kept").mkdir(parents=True)
-    for archive in (pkgs / "archives").iterdir():
-        archive.unlink()
 
     code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
     assert code == 0, out
