@@ -433,3 +433,68 @@ def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> st
               else f"sha256:{hashlib.sha256(data).hexdigest()}")
     rel = archive.relative_to(channel.root.parent)
     return f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#{digest}\n"
+
+
+@dataclass
+class ForwardProxy:
+    """An HTTP forward proxy on 127.0.0.1 (what ``HTTP_PROXY``/``ALL_PROXY`` point at in a
+    corporate network): it is sent absolute URLs, fetches each from its origin without any
+    proxy, and relays status, length and body. ``seen``: each URL asked for."""
+
+    seen: list[str] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> ForwardProxy:
+        import urllib.error
+        import urllib.request
+
+        owner = self
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _relay(self, method: str) -> None:
+                owner.seen.append(self.path)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() in ("authorization", "range", "user-agent")}
+                request = urllib.request.Request(self.path, headers=headers, method=method)
+                try:
+                    with direct.open(request, timeout=30) as answer:
+                        status, body = answer.status, answer.read()
+                        kept = [(k, v) for k, v in answer.headers.items()
+                                if k.lower() in ("content-range", "accept-ranges")]
+                except urllib.error.HTTPError as exc:
+                    status, body, kept = exc.code, exc.read(), []
+                self.send_response(status)
+                for key, value in kept:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if method == "GET":
+                    self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._relay("GET")
+
+            def do_HEAD(self) -> None:
+                self._relay("HEAD")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()

@@ -191,7 +191,22 @@ def _opener() -> urllib.request.OpenerDirector:
                     new.add_unredirected_header(key, value)
             return new
 
-    return urllib.request.build_opener(_Redirects)
+    return urllib.request.build_opener(_Redirects, urllib.request.ProxyHandler(proxies()))
+
+
+def proxies() -> dict[str, str]:
+    """urllib's proxies from the environment, with ``ALL_PROXY`` (an http or https proxy)
+    for http and https where no ``HTTP_PROXY``/``HTTPS_PROXY`` is set: curl and rattler's
+    client take it so, and urllib does not (the archives it streams would go through the
+    proxy and ours around it). ``NO_PROXY`` applies as urllib reads it."""
+    import urllib.request
+
+    found = dict(urllib.request.getproxies())
+    every = found.get("all", "")
+    if urlsplit(every).scheme in ("http", "https"):
+        for scheme in ("http", "https"):
+            found.setdefault(scheme, every)
+    return found
 
 
 def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
@@ -229,7 +244,7 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 
 def direct(url: str) -> bool:
     """Whether ``url`` may go over a reused connection: http(s) and no proxy applies
-    (requests through a proxy take urllib's path, which honours *_PROXY and NO_PROXY)."""
+    (requests through a proxy take urllib's path: *_PROXY, ALL_PROXY, NO_PROXY; ``proxies``)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
         return False
@@ -241,8 +256,7 @@ def _unproxied(scheme: str, host: str) -> bool:
     """Once per origin: reading the proxy settings scans the whole environment."""
     import urllib.request
 
-    proxies = urllib.request.getproxies()
-    return scheme not in proxies or bool(urllib.request.proxy_bypass(host))
+    return scheme not in proxies() or bool(urllib.request.proxy_bypass(host))
 
 
 def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
@@ -284,8 +298,8 @@ def round_trip(url: str, timeout: float, tries: int = 3) -> float | None:
     import http.client
 
     parts = urlsplit(url)
-    if not _unproxied("all", parts.hostname or ""):  # rattler's client honours ALL_PROXY
-        return None  # (``direct`` and urllib do not): never go around the proxy it uses
+    if not direct(url):  # through a proxy (ALL_PROXY too): never go around it
+        return None
     conn = _new_connection(url, timeout)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
