@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,7 +35,7 @@ from gpu_ci.retry import RetryPolicy
 from gpu_ci.urls import mask_url, strip_credentials
 
 __all__ = ["CHUNK", "Download", "Fetched", "Progress", "RetryPolicy", "Route", "Router",
-           "TOKEN", "configure", "fetch", "fetch_all", "file_digest", "part_path", "read_small",
+           "TOKEN", "configure", "fetch", "file_digest", "part_path", "read_small",
            "round_trip", "route", "verified"]
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
@@ -546,25 +546,3 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
     part_path(item.dest).unlink(missing_ok=True)  # nothing of ours is left behind
     raise GpuCiError(f"downloading {item.label} from {_where(item, route(item.url))} failed "
                      f"after {policy.attempts} attempts ({last}).")
-
-
-def fetch_all(items: Sequence[Download], policy: RetryPolicy | None = None,
-              workers: int = 8) -> list[Fetched]:
-    """Fetch everything in parallel; the first error is raised after all have stopped."""
-    policy = policy or RetryPolicy()
-    if not items:
-        return []
-    from concurrent.futures import ThreadPoolExecutor  # pulls in logging: only when used
-
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        futures = [pool.submit(fetch, item, policy) for item in items]
-        results: list[Fetched] = []
-        error: BaseException | None = None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except BaseException as exc:  # keep collecting so no thread outlives us
-                error = error or exc
-    if error is not None:
-        raise error
-    return results

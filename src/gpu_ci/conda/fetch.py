@@ -592,6 +592,21 @@ def _downloaded(items: list[Download], todo: list[int], policy: RetryPolicy, nar
                     yield index, exc
 
 
+def download_all(items: list[Download], policy: RetryPolicy) -> list[Fetched]:
+    """Every archive downloaded and verified by our downloader (``engine: conda``, which
+    extracts them itself), in ``items``' order; the first error once none is running."""
+    results: dict[int, Fetched] = {}
+    error: BaseException | None = None
+    for index, got in _downloaded(items, list(range(len(items))), policy):
+        if isinstance(got, BaseException):
+            error = error or got
+        else:
+            results[index] = got
+    if error is not None:
+        raise error
+    return [results[i] for i in range(len(items))]
+
+
 def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
                        policy: RetryPolicy, shas: list[str], slow: list[int],
                        careful: list[int], results: dict[int, Fetched],

@@ -39,6 +39,7 @@ from gpu_ci.conda.fetch import (
     MD5_SIDECAR,
     SHA_MARKER,
     Log,
+    download_all,
     entry_dir,
     fetch_and_extract,
     named_disk_error,
@@ -49,7 +50,7 @@ from gpu_ci.conda.integrity import environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.conda.options import MARKER, is_environment
 from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
-from gpu_ci.downloads import TOKEN, Fetched, fetch_all
+from gpu_ci.downloads import TOKEN, Fetched
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
@@ -411,7 +412,7 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
     started = time.monotonic()
     cache = pkgs_dir / "rattler"
     if engine == "conda":
-        fetched = fetch_all(plan_downloads(plan, pkgs_dir), policy)
+        fetched = download_all(plan_downloads(plan, pkgs_dir), policy or RetryPolicy())
         report.phases["download+verify"] = time.monotonic() - started
     else:
         got = fetch_and_extract(plan, pkgs_dir, cache, policy, stream=stream, log=log)
