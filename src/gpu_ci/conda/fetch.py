@@ -216,8 +216,9 @@ WIDE = 32
 """Downloads at once from one distant server that keeps connections open: each small
 archive costs a round trip, so such a server is as fast as the number of downloads in
 flight. Measured on 2 cores, 600 packages, a server answering after 20 ms: 6 streams
-2.67 s, 32 streams 1.22 s (rattler.install 0.83 s); our downloader (credentials, proxies)
-3.6 s with 4 threads. On loopback (no round trip) more were no faster."""
+2.67 s, 32 streams 1.04-1.36 s (rattler.install 0.69-0.96 s in the same runs; 64 streams
+gave the same ratio); our downloader (credentials, proxies) 3.6 s with 4 threads, 1.1-1.4
+s with 32. On loopback (no round trip) more were no faster."""
 DISTANT = 0.005
 """A round trip (``downloads.round_trip``) from which more downloads at once pay: a CDN or
 another region, not this host or its LAN, where the CPU, not the wait, sets the pace."""
