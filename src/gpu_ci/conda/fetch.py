@@ -587,10 +587,12 @@ def _downloaded(items: list[Download], todo: list[int], policy: RetryPolicy, nar
                 index, k = pending.pop(future)
                 load[k] -= 1
                 try:
-                    yield index, future.result()
+                    got: Fetched | BaseException = future.result()
                 except BaseException as exc:  # the caller reports it
                     failed = True
-                    yield index, exc
+                    got = exc
+                # outside the try: a consumer that stops (GeneratorExit here) closes the pools
+                yield index, got
 
 
 def download_all(items: list[Download], policy: RetryPolicy) -> list[Fetched]:

@@ -1,0 +1,59 @@
+# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
+"""Review 2, s3: ``fetch._downloaded`` when its consumer stops early (a ``for`` body that
+raises: KeyboardInterrupt, a broken extraction pool; Python then closes the generator),
+and ``ALL_PROXY`` written as curl accepts it (``host:port``, no scheme)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from gpu_ci.conda import fetch
+from gpu_ci.downloads import Download, part_path
+from gpu_ci.retry import RetryPolicy
+from tests.test_setup_conda import channel  # noqa: F401 - fixture
+
+pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
+
+
+def _items(channel, folder):
+    folder.mkdir()
+    archives = [a for a in channel.archives if a.subdir != "noarch"][:3] or channel.archives[:3]
+    rels = [a.path.relative_to(channel.server.root).as_posix() for a in archives]
+    return archives, rels, [Download(f"{channel.server.url}/{rel}", folder / a.filename,
+                                     a.filename, a.sha256, a.md5)
+                            for a, rel in zip(archives, rels)]
+
+
+def test_a_consumer_that_stops_early_closes_the_downloads(channel, tmp_path):
+    """Closing the generator (what a ``for`` loop does when its body raises) must not be
+    answered by another ``yield`` (RuntimeError: generator ignored GeneratorExit, the thread
+    pools never shut down); once it returns, no download of it is still running."""
+    channel.server.faults.clear()
+    archives, rels, items = _items(channel, tmp_path / "archives")
+    channel.server.fail(rels[1], "slow:1")  # still in flight when the consumer stops
+    downloads = fetch._downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3)
+    index, got = next(downloads)
+    assert not isinstance(got, BaseException), got
+    downloads.close()  # raised RuntimeError before the fix
+    for item, archive in zip(items, archives):  # each finished: complete, or not there
+        assert not part_path(item.dest).exists()
+        assert not item.dest.exists() or item.dest.read_bytes() == archive.data
+
+
+def test_a_consumer_raising_keyboard_interrupt_leaves_no_download_running(channel, tmp_path):
+    channel.server.faults.clear()
+    archives, rels, items = _items(channel, tmp_path / "archives")
+    channel.server.fail(rels[1], "slow:1")
+    unraisable = []
+
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in fetch._downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3):
+                raise KeyboardInterrupt
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []  # "Exception ignored in: <generator ...>" before the fix
+    assert items[1].dest.read_bytes() == archives[1].data  # waited for, not left running
