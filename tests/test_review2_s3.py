@@ -12,7 +12,7 @@ import pytest
 from gpu_ci.conda import fetch
 from gpu_ci.downloads import Download, part_path
 from gpu_ci.retry import RetryPolicy
-from tests.test_setup_conda import channel  # noqa: F401 - fixture
+from tests.test_setup_conda import channel, locks  # noqa: F401 - fixtures
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -57,3 +57,32 @@ def test_a_consumer_raising_keyboard_interrupt_leaves_no_download_running(channe
         sys.unraisablehook = hook
     assert unraisable == []  # "Exception ignored in: <generator ...>" before the fix
     assert items[1].dest.read_bytes() == archives[1].data  # waited for, not left running
+
+
+@pytest.fixture
+def proxy():
+    from tests.conda_channel import ForwardProxy
+
+    started = ForwardProxy().start()
+    yield started
+    started.stop()
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_all_proxy_without_a_scheme_is_an_http_proxy(channel, locks, tmp_path, proxy,
+                                                     monkeypatch, stream):
+    """curl reads ``ALL_PROXY=host:port`` as an HTTP proxy (rattler's client too); urllib's
+    ``HTTP_PROXY=host:port`` as well. Our downloader went around it (and said 'direct', so
+    the streams went to rattler's client, which took the proxy)."""
+    from tests.test_setup_conda import SMALL, spawn
+    from tests.test_setup_conda_cache_files import _finish
+    from tests.test_setup_conda_proxy import PROXY_VARIABLES
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    env = {"ALL_PROXY": proxy.url.removeprefix("http://"), "INPUT_STREAM_DOWNLOADS": stream}
+    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    assert code == 0, out
+    for filename in [a.filename for a in channel.archives if a.name in SMALL]:
+        assert any(url.endswith(filename) for url in proxy.seen), (filename, proxy.seen, out)

@@ -203,6 +203,8 @@ def proxies() -> dict[str, str]:
 
     found = dict(urllib.request.getproxies())
     every = found.get("all", "")
+    if every and "://" not in every:  # 'host:port': curl and rattler take it as http://
+        every = f"http://{every}"
     if urlsplit(every).scheme in ("http", "https"):
         for scheme in ("http", "https"):
             found.setdefault(scheme, every)
