@@ -86,3 +86,27 @@ def test_all_proxy_without_a_scheme_is_an_http_proxy(channel, locks, tmp_path, p
     assert code == 0, out
     for filename in [a.filename for a in channel.archives if a.name in SMALL]:
         assert any(url.endswith(filename) for url in proxy.seen), (filename, proxy.seen, out)
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, monkeypatch,
+                                                    stream):
+    """``ALL_PROXY=socks5://...`` (curl takes it; urllib cannot speak SOCKS): the job
+    connected straight to the server, around the proxy the runner names. Now a specific
+    error, nothing downloaded, the proxy's password masked."""
+    from tests.test_setup_conda import spawn
+    from tests.test_setup_conda_cache_files import _finish
+    from tests.test_setup_conda_proxy import PROXY_VARIABLES
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    channel.server.log.clear()
+    env = {"ALL_PROXY": "socks5://user:s3cret@127.0.0.1:9", "INPUT_STREAM_DOWNLOADS": stream}
+    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    assert code == 1, out
+    assert "ALL_PROXY" in out and "HTTPS_PROXY" in out, out
+    assert "s3cret" not in out and "Traceback" not in out, out
+    names = [a.filename for a in channel.archives]
+    assert [r for r in channel.server.log if r[0].rpartition("/")[2] in names] == []
+    assert not (tmp_path / "env").exists()

@@ -208,6 +208,12 @@ def proxies() -> dict[str, str]:
     if urlsplit(every).scheme in ("http", "https"):
         for scheme in ("http", "https"):
             found.setdefault(scheme, every)
+    elif every and not {"http", "https"} <= found.keys() and found.get("no") != "*":
+        # e.g. socks5://: curl takes it, urllib cannot; never go around the proxy named
+        raise GpuCiError(
+            f"ALL_PROXY is {mask_url(every)}, a proxy our downloader cannot use (HTTP proxies "
+            "only). Set HTTPS_PROXY and HTTP_PROXY to an HTTP proxy (they take precedence), "
+            "or NO_PROXY='*' to connect directly.", title="unsupported proxy")
     return found
 
 
