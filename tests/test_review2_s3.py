@@ -110,3 +110,42 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
     names = [a.filename for a in channel.archives]
     assert [r for r in channel.server.log if r[0].rpartition("/")[2] in names] == []
     assert not (tmp_path / "env").exists()
+
+
+def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
+        channel, tmp_path, monkeypatch):
+    """Two origins, one distant (widened: the second pool's threads take the queue) and one
+    near (one download at a time). Downloads handed to a thread before the first error but
+    still waiting for their near origin's permit started after it, against "after an error
+    no other download starts". The near origin's log says which were requested."""
+    import shutil
+
+    from tests.conda_channel import ChannelServer
+    from tests.test_setup_conda_proxy import PROXY_VARIABLES
+
+    for name in PROXY_VARIABLES:  # the probe goes only where no proxy applies
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
+    root = tmp_path / "served"
+    (root / "c").mkdir(parents=True)
+    names = ["a0", "b0", "a1", "b1", "b2", "b3"]
+    for name in names:
+        shutil.copyfile(archive.path, root / "c" / f"{name}.conda")
+    distant = ChannelServer(root, backlog=128, latency=0.05).start()
+    near = ChannelServer(root, backlog=128).start()
+    distant.fail("c/a0.conda", "slow:1.5")  # holds the one narrow thread until it widened
+    near.fail("c/b0.conda", "slow:1.5")  # holds the near origin's one permit
+    distant.fail("c/a1.conda", "404")  # the first error, while b1-b3 wait for that permit
+    (tmp_path / "out").mkdir()
+    items = [Download(f"{(distant if n[0] == 'a' else near).url}/c/{n}.conda",
+                      tmp_path / "out" / f"{n}.conda", n, archive.sha256, archive.md5)
+             for n in names]
+    try:
+        got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), 1))
+    finally:
+        distant.stop()
+        near.stop()
+    assert "HTTP 404" in str(got[2]), got
+    assert [p for p, _ in near.log if p.rpartition("/")[2] in ("b1.conda", "b2.conda",
+                                                                "b3.conda")] == []

@@ -519,6 +519,8 @@ class _Permits:
         self._origins: dict[tuple[str, str, int | None], threading.Semaphore] = {}
         self.widened = False
         """An origin proved distant: ``wide`` downloads in all from now on."""
+        self.stopped = False
+        """A download failed: one still waiting for its origin's permit never starts."""
 
     def _of(self, url: str) -> threading.Semaphore:
         key = _origin(url)
@@ -538,6 +540,10 @@ class _Permits:
     def run(self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched],
             policy: RetryPolicy) -> Fetched:
         with self._of(route(item.url).url):
+            if self.stopped:
+                from concurrent.futures import CancelledError
+
+                raise CancelledError(f"{item.label}: not started, an earlier download failed")
             return fetch(item, policy)
 
 
@@ -589,7 +595,7 @@ def _downloaded(items: list[Download], todo: list[int], policy: RetryPolicy, nar
                 try:
                     got: Fetched | BaseException = future.result()
                 except BaseException as exc:  # the caller reports it
-                    failed = True
+                    failed = permits.stopped = True
                     got = exc
                 # outside the try: a consumer that stops (GeneratorExit here) closes the pools
                 yield index, got
