@@ -12,7 +12,7 @@ import pytest
 from gpu_ci.conda import fetch
 from gpu_ci.downloads import Download, part_path
 from gpu_ci.retry import RetryPolicy
-from tests.test_setup_conda import channel, locks  # noqa: F401 - fixtures
+from tests.test_setup_conda import channel, locks, setup  # noqa: F401 - fixtures
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -149,3 +149,20 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     assert "HTTP 404" in str(got[2]), got
     assert [p for p, _ in near.log if p.rpartition("/")[2] in ("b1.conda", "b2.conda",
                                                                 "b3.conda")] == []
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+def test_a_redirect_to_a_malformed_url_is_named_not_an_internal_error(setup, channel, stream):
+    """A hostile or broken mirror answering ``Location: http://[::1/x`` (urlsplit's
+    ValueError) was an 'internal error in gpu-ci': now the archive and the server are
+    named, nothing is installed, and it is not retried."""
+    hello = channel.archives[1]
+    rel = f"channel/linux-64/{hello.filename}"
+    channel.server.fail(rel, *["redirect:http://[::1/x"] * 6)
+    result = setup(channel.explicit_lock(["libhello", "hello"]),
+                   env={"INPUT_STREAM_DOWNLOADS": stream})
+    assert result.returncode == 1, result.stdout
+    assert "internal error" not in result.stdout + result.stderr
+    assert "hello 2.1" in result.errors[0] and "redirect" in result.errors[0], result.errors
+    assert not setup.default_prefix.exists()
+    channel.server.faults.clear()

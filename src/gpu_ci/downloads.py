@@ -470,6 +470,10 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
         # keep the .part: the next attempt (this process, same token) resumes from it
         raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
+    except ValueError as exc:  # e.g. 'Location: http://[::1/x' (urlsplit): the server's doing
+        part.unlink(missing_ok=True)
+        raise GpuCiError(f"downloading {item.label} failed: {_where(item, to)} answered with "
+                         f"an unusable redirect or header ({exc}).") from None
     if announced is not None and size != announced:
         if size > announced:
             part.unlink(missing_ok=True)
