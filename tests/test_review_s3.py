@@ -87,7 +87,10 @@ def test_lock_urls_with_valid_ports_still_parse():
         assert lockfile.parse(f"@EXPLICIT\n{url}{digest}\n").packages[0]["entry"].url == url
 
 
+# Ends as ``python -m gpu_ci`` does once py-rattler ran: without finalizing the interpreter,
+# which rattler's runtime threads can crash (seen here: SIGSEGV after "streamed 18").
 _STREAM_CHILD = """
+import os
 import sys
 from pathlib import Path
 from gpu_ci.conda import fetch
@@ -96,7 +99,8 @@ cache = Path(cache)
 cache.mkdir()
 jobs = [(i, f"{url}/{i:02d}.conda", cache / f"entry{i:02d}", sha, md5)
         for i in range(int(count))]
-print("streamed", len(fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)))
+print("streamed", len(fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)), flush=True)
+os._exit(0)
 """
 
 
