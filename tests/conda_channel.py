@@ -232,8 +232,32 @@ def build_channel(root: Path, *, with_python: bool = True) -> Channel:
     return Channel(channel_dir, archives, build_wheel(wheels))
 
 
+class _Served:
+    """What ChannelServer and ForwardProxy share: a threaded HTTP server on a free loopback
+    port, its URL, and its stop."""
+
+    _server: ThreadingHTTPServer | None
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler], backlog: int = 5) -> None:
+        server = type("Server", (ThreadingHTTPServer,), {"request_queue_size": backlog})
+        self._server = server(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+
 @dataclass
-class ChannelServer:
+class ChannelServer(_Served):
     """Serves ``root`` over HTTP on 127.0.0.1; ``faults[path]`` lists actions to take."""
 
     root: Path
@@ -260,12 +284,6 @@ class ChannelServer:
     latency: float = 0.0
     """Seconds each request waits before its answer, in its own thread: a distant server
     (a CDN's round trip), where how many downloads run at once decides the time."""
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     def fail(self, rel: str, *actions: str) -> None:
         """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>', 'slow:<s>'
@@ -377,16 +395,8 @@ class ChannelServer:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
-        server = type("Server", (ThreadingHTTPServer,), {"request_queue_size": self.backlog})
-        self._server = server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serve(Handler, self.backlog)
         return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
 
 
 def hostile_archive(directory: Path, name: str, paths: list[dict[str, Any]] | None,
@@ -436,19 +446,13 @@ def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> st
 
 
 @dataclass
-class ForwardProxy:
+class ForwardProxy(_Served):
     """An HTTP forward proxy on 127.0.0.1 (what ``HTTP_PROXY``/``ALL_PROXY`` point at in a
     corporate network): it is sent absolute URLs, fetches each from its origin without any
     proxy, and relays status, length and body. ``seen``: each URL asked for."""
 
     seen: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     def start(self) -> ForwardProxy:
         import urllib.error
@@ -489,12 +493,5 @@ class ForwardProxy:
             def do_HEAD(self) -> None:
                 self._relay("HEAD")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
