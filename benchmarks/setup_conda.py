@@ -298,6 +298,14 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
     return rows
 
 
+def _untar(blob: Path, into: Path) -> float:
+    """Seconds to restore ``blob`` into ``into`` as actions/cache does (tar + zstd -d)."""
+    start = time.perf_counter()
+    subprocess.run(["tar", "-xf", str(blob), "-P", "-C", str(into),
+                    "--use-compress-program", "zstd -d --long=30"], check=True)
+    return time.perf_counter() - start
+
+
 def cache_case(label: str, channel: Channel, runs: int) -> None:
     """cache: true on an ephemeral runner: restoring the package cache the way actions/cache
     does (a ``tar`` of the directory through ``zstd -T0 --long=30``; its ``archives/`` are
@@ -325,10 +333,7 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
             shutil.rmtree(envs)
             envs.mkdir()
             os.sync()
-            start = time.perf_counter()
-            subprocess.run(["tar", "-xf", str(env_blob), "-P", "-C", str(envs),
-                            "--use-compress-program", "zstd -d --long=30"], check=True)
-            env_restore.append(time.perf_counter() - start)
+            env_restore.append(_untar(env_blob, envs))
             env_reused.append(run_cli(lock, work / "seed"))
         env_size = env_blob.stat().st_size
         for _ in range(runs):
@@ -338,10 +343,7 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
             target = work / "restored" / "miniforge3" / "26.3.2-3" / "pkgs"
             target.mkdir(parents=True)
             os.sync()
-            start = time.perf_counter()
-            subprocess.run(["tar", "-xf", str(blob), "-P", "-C", str(target),
-                            "--use-compress-program", "zstd -d --long=30"], check=True)
-            restore.append(time.perf_counter() - start)
+            restore.append(_untar(blob, target))
             warm.append(run_cli(lock, work / "restored"))
             shutil.rmtree(work / "restored")
         archives = sum(a.path.stat().st_size for a in channel.archives)

@@ -40,6 +40,18 @@ def cache_standin(tmp_path_factory):
     return folder
 
 
+def _run(act, workflow: str, lock, root, tmp_path, cache_standin):
+    """The e2e workflow under act, with act's own cache server and actions/cache at its
+    pinned commit mapped to the stand-in."""
+    return act(ROOT / "tests" / "e2e" / "workflows" / workflow, "workflow_dispatch",
+               {"inputs": {}}, env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
+               act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
+                         "--cache-server-path", str(tmp_path / "actcache"),
+                         "--local-repository",
+                         f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
+               timeout=600)
+
+
 @pytest.mark.parametrize("workflow", ["setup-conda-cache.yml", "setup-conda-cache-root.yml"],
                          ids=["per-action", "root-action"])
 def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cache_standin,
@@ -49,14 +61,7 @@ def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cach
     lock = tmp_path / "conda-linux-64.lock"
     lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
     try:
-        result = act(ROOT / "tests" / "e2e" / "workflows" / workflow,
-                     "workflow_dispatch", {"inputs": {}},
-                     env={"E2E_LOCK": str(lock), "E2E_ROOT": str(tmp_path / "mf")},
-                     act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
-                               "--cache-server-path", str(tmp_path / "actcache"),
-                               "--local-repository",
-                               f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
-                     timeout=600)
+        result = _run(act, workflow, lock, tmp_path / "mf", tmp_path, cache_standin)
     finally:
         channel.server.stop()
     assert result.returncode == 0, result.log
@@ -80,14 +85,7 @@ def test_environment_mode_restores_the_finished_environment_and_reuses_it(act, t
     lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
     root = tmp_path / "mf"
     try:
-        result = act(ROOT / "tests" / "e2e" / "workflows" / "setup-conda-cache-env.yml",
-                     "workflow_dispatch", {"inputs": {}},
-                     env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
-                     act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
-                               "--cache-server-path", str(tmp_path / "actcache"),
-                               "--local-repository",
-                               f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
-                     timeout=600)
+        result = _run(act, "setup-conda-cache-env.yml", lock, root, tmp_path, cache_standin)
     finally:
         channel.server.stop()
     assert result.returncode == 0, result.log

@@ -279,30 +279,34 @@ def _asked(channel, big) -> int:  # noqa: F811
     return sum(big.filename in seen["path"] for seen in channel.server.seen)
 
 
+def _big_job(channel, big, tmp_path, fault: str) -> tuple[int, str, int]:
+    """A job installing the big package, whose archive the server serves with ``fault``,
+    with GPU_CI_HTTP_TIMEOUT=1: its exit code, log, and how many times the archive was
+    asked for."""
+    channel.server.faults.clear()
+    channel.server.fail(f"big/noarch/{big.filename}", fault)
+    before = _asked(channel, big)
+    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
+                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    return rc, out, _asked(channel, big) - before
+
+
 def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(
         channel, big, tmp_path):
     """rattler's client only has a total timeout: an archive that takes longer than
     GPU_CI_HTTP_TIMEOUT to stream (a large CUDA package, 8 at once on a modest link) was cut
     at that time and downloaded again from its first byte. A stream is given up only when
     nothing new arrives for that long."""
-    channel.server.faults.clear()
-    channel.server.fail(f"big/noarch/{big.filename}", "trickle:3")
-    before = _asked(channel, big)
-    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
-                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    rc, out, asked = _big_job(channel, big, tmp_path, "trickle:3")
     assert rc == 0, out
-    assert _asked(channel, big) == before + 1, out
+    assert asked == 1, out
     assert "1 archives streamed into the package cache" in out, out
 
 
 def test_a_stream_that_stalls_is_given_up_for_our_downloader(channel, big, tmp_path):
-    channel.server.faults.clear()
-    channel.server.fail(f"big/noarch/{big.filename}", "slow:4")
-    before = _asked(channel, big)
-    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
-                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    rc, out, asked = _big_job(channel, big, tmp_path, "slow:4")
     assert rc == 0, out
-    assert _asked(channel, big) == before + 2, out  # rattler's, given up, then ours
+    assert asked == 2, out  # rattler's, given up, then ours
     assert (tmp_path / "env" / "share" / "big.txt").stat().st_size == 3 << 20
     assert our_temporaries(tmp_path) == []
 
