@@ -273,8 +273,9 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
 
-    async def one(index: int, url: str, target: Path, sha256: str, md5: str) -> None:
-        async with gate_of(url), total[0]:  # the origin's, then all origins' together
+    async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str,
+                  md5: str) -> None:
+        async with gates.of(url), gates.total:  # the origin's, then all together
             # held by another job: the careful path waits for it instead
             try:
                 fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
@@ -311,49 +312,56 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
             log(f"downloading: {len(done)} of {len(jobs)} archives streamed into the package "
                 f"cache in {time.monotonic() - started:.0f} s")
 
-    narrow = concurrency or streams()
-    gates: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
-    total: list[asyncio.Semaphore] = []
-    """All origins together: ``narrow``, ``WIDE`` once one proves distant (a lock names
-    its origins: many of them must not multiply the streams at once)."""
-
-    def gate_of(url: str) -> asyncio.Semaphore:
-        """The origin's gate: ``narrow`` streams at once, ``WIDE`` once its server proves
-        distant and keeps connections open (``widen_when_distant``)."""
-        key = _origin(url)
-        gate = gates.get(key)
-        if gate is None:
-            gate = gates[key] = asyncio.Semaphore(narrow)
-            if narrow < WIDE and not concurrency and len(gates) <= PROBES:
-                loop = asyncio.get_running_loop()
-
-                def widen() -> None:
-                    for _ in range(WIDE - narrow):
-                        gate.release()
-                    if not widened:
-                        widened.append(url)
-                        for _ in range(WIDE - narrow):
-                            total[0].release()
-
-                def from_the_probe() -> None:
-                    with contextlib.suppress(RuntimeError):  # the streams are over
-                        loop.call_soon_threadsafe(widen)
-
-                widen_when_distant(url, timeout, from_the_probe)
-        return gate
-
-    widened: list[str] = []
-
     async def main() -> None:
-        total.append(asyncio.Semaphore(narrow))  # in the loop: Python 3.9 binds it there
+        gates = _Gates(concurrency or streams(), WIDE if not concurrency else 0, timeout)
         reporter = asyncio.ensure_future(progress(time.monotonic()))
         try:
-            await asyncio.gather(*(one(*job) for job in jobs))
+            await asyncio.gather(*(one(gates, *job) for job in jobs))
         finally:
             reporter.cancel()
-
     asyncio.run(main())
     return done
+
+
+class _Gates:
+    """Streams at once, per origin and in all: ``narrow`` until an origin proves distant
+    (``widen_when_distant``, at most ``PROBES`` origins asked), then ``wide`` for it and in
+    all. A lock names its origins: many must not multiply the streams. Made in the event
+    loop (Python 3.9 binds a semaphore to the loop it is made in). ``_Permits`` is the same
+    rule for our downloader's threads."""
+
+    def __init__(self, narrow: int, wide: int, timeout: float) -> None:
+        import asyncio
+
+        self.narrow, self.wide, self.timeout = narrow, wide, timeout
+        self.total = asyncio.Semaphore(narrow)
+        self._origins: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+        self._widened = False
+        self._loop = asyncio.get_running_loop()
+
+    def of(self, url: str) -> Any:
+        import asyncio
+
+        key = _origin(url)
+        gate = self._origins.get(key)
+        if gate is None:
+            gate = self._origins[key] = asyncio.Semaphore(self.narrow)
+            if self.narrow < self.wide and len(self._origins) <= PROBES:
+                widen_when_distant(url, self.timeout, lambda: self._from_the_probe(gate))
+        return gate
+
+    def _from_the_probe(self, gate: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the streams are over, the loop closed
+            self._loop.call_soon_threadsafe(self._widen, gate)
+
+    def _widen(self, gate: Any) -> None:
+        extra = self.wide - self.narrow
+        for _ in range(extra):
+            gate.release()
+        if not self._widened:
+            self._widened = True
+            for _ in range(extra):
+                self.total.release()
 
 
 async def _unless_stalled(task: Any, tmp: Path, timeout: float) -> Any:
