@@ -54,3 +54,68 @@ def test_table_cells_cannot_plant_html():
     text = markdown_table(["a"], [['<img src="https://evil/pixel"><a href="x">click</a>']])
     assert "<img" not in text and "<a " not in text
     assert "&lt;img src=\"https://evil/pixel\"&gt;" in text
+
+
+# -- the one report writer, the findings annotator, the repository input ----------------
+
+
+def test_write_report_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
+    from gpu_ci.runtime import write_report
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    report.symlink_to(victim)
+    write_report(report, "{}\n")
+    assert victim.read_text() == "keep me\n"
+    assert not report.is_symlink() and report.read_text() == "{}\n"
+    assert [p.name for p in report.parent.iterdir()] == ["report.json"]
+
+
+def test_write_report_on_an_unwritable_directory_names_the_input_and_leaves_nothing(tmp_path):
+    import pytest
+
+    from gpu_ci.errors import GpuCiError
+    from gpu_ci.runtime import write_report
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(GpuCiError, match=r"cannot write report-file .*not-a-dir/r\.json"):
+        write_report(blocker / "r.json", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-dir"]
+
+
+def test_annotate_findings_dispatches_by_level_with_the_fix(capsys):
+    from dataclasses import dataclass
+
+    from gpu_ci.runtime import Runtime, annotate_findings
+
+    @dataclass(frozen=True)
+    class F:
+        level: str
+        code: str
+        message: str
+        fix: str = ""
+
+    annotate_findings(Runtime({}), "verify-cuda-env",
+                      [F("error", "a", "bad.", "do x"), F("warning", "b", "hm."),
+                       F("info", "c", "ok.")])
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["::error title=verify-cuda-env%3A a::[a] bad. Fix: do x",
+                   "::warning title=verify-cuda-env%3A b::[b] hm.",
+                   "::notice title=verify-cuda-env%3A c::[c] ok."]
+
+
+def test_repository_from_input_then_environment_else_a_usage_error():
+    import pytest
+
+    from gpu_ci.errors import UsageError
+    from gpu_ci.runtime import repository
+
+    assert repository(" o/r ", {"GITHUB_REPOSITORY": "x/y"}) == "o/r"
+    assert repository("", {"GITHUB_REPOSITORY": "x/y"}) == "x/y"
+    cases = (("", {}), ("o", {}), ("o/r/s", {}), ("/r", {}), ("", {"GITHUB_REPOSITORY": "x"}))
+    for bad, env in cases:
+        with pytest.raises(UsageError, match="owner/name"):
+            repository(bad, env)

@@ -11,13 +11,18 @@ token it means to hide), and a Markdown job summary.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TextIO
+from pathlib import Path
+from typing import Protocol, TextIO
 
 from actions_toolkit.command import issue_command
 from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
+
+from gpu_ci.errors import GpuCiError, UsageError
 
 
 def escape_line(text: str) -> str:
@@ -153,3 +158,76 @@ class Runtime:
         if not path or self.environ.get("GPU_CI_PRINT_SUMMARY") == "1":
             # Outside Actions (or when asked, e.g. by the local demo) show it in the log.
             sys.stderr.write(text + "\n")
+
+
+def write_report(path: str | os.PathLike[str], text: str, *, what: str = "report-file") -> Path:
+    """Write ``text`` to ``path`` atomically, never through a link planted at ``path``.
+
+    Every command's report (JSON, CSV, Markdown) goes through here. The text goes to a fresh
+    temporary name in the same directory (``mkstemp``: ``O_EXCL``, so no link planted at a
+    predictable name is followed), then one ``rename`` puts it in place: a reader (the upload
+    step) never sees half a file, and a link planted at ``path`` itself is replaced, not written
+    through (rename acts on the name, not on what a link points to). A full or read-only disk
+    leaves no temporary file and raises a :class:`GpuCiError` naming the input and the file.
+    """
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise GpuCiError(f"cannot write {what} {target} ({exc.strerror or exc}): choose a "
+                         f"writable path for '{what}', e.g. under ${{{{ runner.temp }}}}.",
+                         title=what) from None
+    return target
+
+
+class Finding(Protocol):
+    """What :func:`annotate_findings` needs of a wing's finding (cuda's and the monitor's)."""
+
+    @property
+    def level(self) -> str: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def annotate_findings(rt: Runtime, action: str, findings: Iterable[Finding]) -> None:
+    """One annotation per finding: ``error``/``warning`` as such, anything else a notice.
+
+    The message is ``[code] message`` (and `` Fix: ...`` where the finding has a ``fix``);
+    the title is ``<action>: <code>``, so a reader of the checks page sees which action and
+    which rule spoke.
+    """
+    for f in findings:
+        fix = getattr(f, "fix", "")
+        text = f"[{f.code}] {f.message}" + (f" Fix: {fix}" if fix else "")
+        kind = f.level if f.level in ("error", "warning") else "notice"
+        rt._annotate(kind, text, f"{action}: {f.code}")
+
+
+def repository(value: str, environ: Mapping[str, str], *, input_name: str = "repository") -> str:
+    """``owner/name`` from an input, else from ``GITHUB_REPOSITORY`` (one rule for every action).
+
+    Surrounding blanks are ignored; anything that is not exactly one ``/`` between two
+    non-empty parts is a :class:`UsageError` naming where the value came from.
+    """
+    text = value.strip()
+    source = f"input '{input_name}'"
+    if not text:
+        text, source = environ.get("GITHUB_REPOSITORY", "").strip(), "GITHUB_REPOSITORY"
+    owner, _, name = text.partition("/")
+    if not owner or not name or "/" in name:
+        where = "is empty" if not text else f"is {text!r}"
+        raise UsageError(f"no repository: {source} {where}; pass '{input_name}' as owner/name "
+                         "or set GITHUB_REPOSITORY.")
+    return text
