@@ -198,7 +198,7 @@ def test_mig_instances_are_reported(verify):
 
 def test_forward_compat_with_fake_nvml_reachable(verify, tmp_path, fake_nvml_dir):
     compat = tmp_path / "cuda-13.2" / "compat"
-    build_fake_libcuda(compat, "595.45.04")
+    build_fake_libcuda(compat, "595.45.04", cuda=13020)  # the compat library's own CUDA
     geforce = nvml_config(gpu_config(0, name="NVIDIA GeForce RTX 4090", cc="8.9", brand=5))
     result = verify(config=geforce, env={"LD_LIBRARY_PATH": f"{compat}:{fake_nvml_dir}"})
     assert result.codes == ["forward-compat-unsupported"]
