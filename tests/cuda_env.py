@@ -1,19 +1,24 @@
 """Building blocks for verify-cuda-env tests: the fake NVML library and fake environments.
 
 The fake ``libnvidia-ml.so.1`` is compiled from ``tests/fake_nvml/fake_nvml.c`` with gcc
-and loaded by the real nvidia-ml-py through LD_LIBRARY_PATH in a subprocess. Target
+against NVIDIA's ``nvml.h`` (the nvidia-nvml-dev wheel of the test extra) and loaded by the
+real nvidia-ml-py through LD_LIBRARY_PATH in a subprocess. One machine is one config: the
+driver's CUDA version (``cuda_driver_version``) is answered by the fake libcuda, which the
+fake NVML's ``nvmlSystemGetCudaDriverVersion_v2`` calls, as the real one does. Target
 interpreters are real virtual environments whose site-packages hold the metadata (and the
 few files) that pip or conda would have written for torch, cupy, jax and friends.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import venv
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -22,29 +27,65 @@ CUDA_SOURCE = HERE / "fake_nvml" / "fake_cuda.c"
 OBSERVED = HERE / "fixtures" / "reference" / "observed-gpu-machines.yaml"
 
 
-def build_fake_nvml(out_dir: Path, with_libcuda: bool = True) -> Path:
+def nvml_include_dir() -> Path | None:
+    """The directory holding NVIDIA's nvml.h, from the nvidia-nvml-dev wheel (the test extra
+    installs it: nvidia/cu13/include/nvml.h, or another nvidia/*/include in other releases)."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for header in sorted(Path(root).glob("*/include/nvml.h")):
+            return header.parent
+    return None
+
+
+def require_nvml_header() -> Path:
+    """nvml.h's directory; skips the test when the header is absent (``make test`` installs
+    nvidia-nvml-dev through the test extra, so there it is present)."""
+    include = nvml_include_dir()
+    if include is None:
+        pytest.skip("nvidia-nvml-dev (NVIDIA's nvml.h) is not installed: the fake "
+                    "libnvidia-ml.so.1 is compiled against it (pip install nvidia-nvml-dev)")
+    return include
+
+
+def _gcc() -> str:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise RuntimeError("gcc is needed to build the fake libnvidia-ml.so.1 for the tests")
+    return gcc
+
+
+#: Driver generations that are a link-time fact (a missing symbol): the build flag for each.
+GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3"]}
+
+
+def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current"
+                    ) -> Path:
+    """The fake libnvidia-ml.so.1 in ``out_dir``, compiled against nvml.h with -Werror (a
+    signature that differs from NVIDIA's is a build error). ``generation="r470"`` builds a
+    driver before R510, which exports no ``nvmlDeviceGetComputeRunningProcesses_v3``."""
+    include = require_nvml_header()
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / "libnvidia-ml.so.1"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(SOURCE)],
-                   check=True)
+    subprocess.run([_gcc(), "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
+                    "-I", str(include), *GENERATIONS[generation], "-o", str(lib), str(SOURCE),
+                    "-ldl"], check=True)
     if with_libcuda:
         build_fake_libcuda(out_dir)
     return out_dir
 
 
-def build_fake_libcuda(out_dir: Path, version: str = "") -> Path:
+def build_fake_libcuda(out_dir: Path, version: str = "", cuda: int | None = None) -> Path:
     """A loadable libcuda.so.1 (as ``libcuda.so.<version>`` with the soname link, the way
-    the driver and the cuda-compat package install it, when a version is given)."""
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise RuntimeError("gcc is needed to build the fake libcuda.so.1 for the tests")
+    the driver and the cuda-compat package install it, when a version is given). Its
+    ``cuDriverGetVersion`` answers ``cuda`` when given (a forward-compatibility library has
+    its own CUDA version), else the driver's ``cuda_driver_version`` from the fake NVML's
+    config."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (f"libcuda.so.{version}" if version else "libcuda.so.1")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libcuda.so.1",
-                    "-o", str(target), str(CUDA_SOURCE)], check=True)
+    fixed = [f"-DFAKE_CUDA_VERSION={cuda}"] if cuda is not None else []
+    subprocess.run([_gcc(), "-shared", "-fPIC", "-O1", "-Wall", "-Werror", *fixed,
+                    "-Wl,-soname,libcuda.so.1", "-o", str(target), str(CUDA_SOURCE)],
+                   check=True)
     if version:
         (out_dir / "libcuda.so.1").symlink_to(target.name)
     return target
@@ -61,9 +102,12 @@ def gpu_config(index: int, *, name: str = "NVIDIA H200", cc: str = "9.0",
 
 
 def nvml_config(*gpus: dict[str, str], driver: str = "580.159.04", cuda: int = 13000,
-                fail: dict[str, int] | None = None) -> dict[str, str]:
+                fail: dict[str, int] | None = None, **machine: Any) -> dict[str, str]:
+    """A fake-NVML config; ``machine`` adds top-level keys (``driver__generation="r535early"``,
+    ``privileged=1``, ``container=1``; ``__`` stands for ``.``)."""
     cfg = {"driver_version": driver, "cuda_driver_version": str(cuda),
            "gpu.count": str(len(gpus))}
+    cfg.update({k.replace("__", "."): str(v) for k, v in machine.items()})
     for gpu in gpus:
         cfg.update(gpu)
     for fn, code in (fail or {}).items():

@@ -128,10 +128,14 @@ GPUS = (H200, RTX)
     ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, ["NVIDIA H200"]),      # unique prefix
     ({"CUDA_VISIBLE_DEVICES": "MIG-cccc3333"}, ["NVIDIA GeForce RTX 4090"]),
     ({"CUDA_VISIBLE_DEVICES": "0,7,1"}, ["NVIDIA H200"]),          # stops at 7
-    ({"NVIDIA_VISIBLE_DEVICES": "none"}, []),
-    ({"NVIDIA_VISIBLE_DEVICES": "void"}, []),
+    # the container runtime's variable (host indices, read at container start) filters
+    # nothing inside: NVML lists the injected GPUs, numbered from 0
+    ({"NVIDIA_VISIBLE_DEVICES": "none"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "void"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
     ({"NVIDIA_VISIBLE_DEVICES": "all"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "GPU-bbbb2222"}, ["NVIDIA GeForce RTX 4090"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "GPU-bbbb2222"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "1"},
+     ["NVIDIA GeForce RTX 4090"]),
 ])
 def test_visible_devices(env, names):
     assert [g.name for g in visible_gpus(GPUS, env).gpus] == names

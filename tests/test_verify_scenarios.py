@@ -34,7 +34,7 @@ A100 = {"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0", "memory_mib": 81920, "bran
 H200 = {"name": "NVIDIA H200", "cc": "9.0", "memory_mib": 143771, "brand": 2}
 B200 = {"name": "NVIDIA B200", "cc": "10.0", "memory_mib": 183359, "brand": 2}
 
-DRIVERS = {"535.104.05": 12020, "570.124.06": 12080, "580.95.05": 13000}
+DRIVERS = {"470.256.02": 11040, "535.104.05": 12020, "570.124.06": 12080, "580.95.05": 13000}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Scenario:
     gpu_extra: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     libcuda: bool = True
+    generation: str = "current"
+    """The fake driver's build: "r470" exports no _v3 process call (drivers before R510)."""
 
 
 SCENARIOS = [
@@ -70,6 +72,18 @@ SCENARIOS = [
     Scenario("nvml-without-libcuda", H200, "580.95.05", "torch 2.14.1+cu130", 1,
              ("libcuda-missing",), ("NVIDIA_DRIVER_CAPABILITIES=compute,utility",),
              env={"NVIDIA_DRIVER_CAPABILITIES": "utility"}, libcuda=False),
+    # a driver before R510: no nvmlDeviceGetComputeRunningProcesses_v3 (two processes run)
+    Scenario("a100-r470-cu126", A100, "470.256.02", "torch 2.7.1+cu126", 1,
+             ("driver-too-old-for-cuda", "gpu-busy"), ("525.60.13", "whl/cu118"),
+             gpu_extra={"processes": 2},
+             generation="r470"),
+    # MIG mode, an unprivileged job: the parent's aggregate queries answer NO_PERMISSION
+    Scenario("a100-mig-unprivileged", A100, "580.95.05", "torch 2.14.1+cu130", 0,
+             ("gpu-busy", "mig-enabled"), ("give this job its own GPU",),
+             gpu_extra={"mig": 1, "mig__count": 1,
+                        "mig__0__uuid": "MIG-aaaaaaaa-2222-3333-4444-555555555555",
+                        "mig__0__name": "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+                        "mig__0__memory_mib": 9984, "mig__0__processes": 1}),
     Scenario("rtx5090-tensorflow-2.21", RTX5090, "580.95.05", "tensorflow 2.21.0", 0,
              ("arch-ptx-only",)),
     Scenario("a100-535-cupy-cuda12x-12.9", A100, "535.104.05",
@@ -102,8 +116,10 @@ def target_for(build: str, root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def nvml_dirs(tmp_path_factory):
-    return {True: build_fake_nvml(tmp_path_factory.mktemp("with-libcuda")),
-            False: build_fake_nvml(tmp_path_factory.mktemp("nvml-only"), with_libcuda=False)}
+    return {(True, "current"): build_fake_nvml(tmp_path_factory.mktemp("with-libcuda")),
+            (False, "current"): build_fake_nvml(tmp_path_factory.mktemp("nvml-only"),
+                                                with_libcuda=False),
+            (True, "r470"): build_fake_nvml(tmp_path_factory.mktemp("r470"), generation="r470")}
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.id for s in SCENARIOS])
@@ -113,7 +129,7 @@ def test_scenario(sc, run_cli, tmp_path, nvml_dirs):
     config = write_config(tmp_path / "nvml.cfg",
                           nvml_config(gpu, driver=sc.driver, cuda=DRIVERS[sc.driver]))
     python = target_for(sc.build, tmp_path / "env")
-    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(nvml_dirs[sc.libcuda]),
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(nvml_dirs[sc.libcuda, sc.generation]),
            "FAKE_NVML_CONFIG": str(config), "INPUT_PYTHON": str(python), **sc.env}
     result = run_cli(["verify-cuda-env"], env)
     findings = json.loads(result.outputs.get("findings", "[]"))

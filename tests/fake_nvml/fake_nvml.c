@@ -2,17 +2,30 @@
  * A fake libnvidia-ml.so.1 for tests: the real nvidia-ml-py loads it through ctypes
  * (dlopen honours LD_LIBRARY_PATH), so the code path of a GPU runner runs without a GPU.
  *
+ * It is compiled with NVIDIA's own nvml.h (the nvidia-nvml-dev wheel; tests/cuda_env.py
+ * finds it) and NVML_NO_UNVERSIONED_FUNC_DEFS, so every entry point below is checked against
+ * the header's prototype for its exported (versioned) name, and every struct is the
+ * header's. Behaviour follows the header's documentation comments; each case cites them as
+ * `nvml.h: "..."` (nvidia-nvml-dev 13.5.37).
+ *
  * Configuration: FAKE_NVML_CONFIG names a file of `key=value` lines, e.g.
  *   driver_version=580.159.04
- *   cuda_driver_version=13000
- *   gpu.count=1
+ *   cuda_driver_version=13000  the CUDA version built into this driver: the driver's
+ *                              libcuda (fake_cuda.c) answers it, and so does
+ *                              nvmlSystemGetCudaDriverVersion when no libcuda loads
+ *   driver.generation=r535early  _v3 process entries written 32 bytes apart (early R535);
+ *                              R470 (no _v3 symbol at all) is a build: -DFAKE_NVML_NO_V3
+ *   privileged=1               the caller may read MIG parents' aggregate information
+ *                              (default 0: a CI job is not root)
+ *   container=1                processes are reported with host PIDs (another PID namespace)
+ *   gpu.count=1                in a container: the injected GPUs only, numbered from 0
  *   gpu.0.name=NVIDIA H200
  *   gpu.0.uuid=GPU-...
  *   gpu.0.cc=9.0
  *   gpu.0.memory_mib=143771
  *   gpu.0.brand=2            (nvmlBrandType_t)
  *   gpu.0.mig=1              gpu.0.mig.count=2   gpu.0.mig.0.uuid=MIG-...
- *   gpu.0.mig.0.name=...     gpu.0.mig.0.memory_mib=9984   (the MIG device's own readings)
+ *   gpu.0.mig.0.name=...     gpu.0.mig.0.memory_mib=9984   gpu.0.mig.0.processes=1
  *   gpu.0.persistence=1      gpu.0.ecc_uncorrected=0   gpu.0.retired_pending=0
  *   gpu.0.remap_pending=0    gpu.0.remap_failure=0     gpu.0.processes=0
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
@@ -21,6 +34,10 @@
  * Time series (gpu-monitor): FAKE_NVML_SCRIPT names a file of `<step> key=value ...` lines;
  * see the "scripted time series" section at the end of this file.
  */
+#define NVML_NO_UNVERSIONED_FUNC_DEFS /* declare v1/_v2 too: each exported name is checked */
+#include <nvml.h>
+
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +46,7 @@
 #define MAX_GPUS 16
 #define MAX_MIG 8
 #define MAX_FAILS 64
-
-typedef int nvmlReturn_t;
-typedef void *nvmlDevice_t;
-
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-
-typedef struct {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId, computeInstanceId;
-} nvmlProcessInfo_t;
+#define HOST_PID_BASE 3000000u /* container=1: PIDs of the host's namespace */
 
 typedef struct {
     char name[96];
@@ -54,6 +59,7 @@ typedef struct {
     char mig_uuid[MAX_MIG][96];
     char mig_name[MAX_MIG][96];
     unsigned long long mig_memory_mib[MAX_MIG];
+    unsigned int mig_processes[MAX_MIG];
 } gpu_t;
 
 static struct {
@@ -61,6 +67,9 @@ static struct {
     int initialized;
     char driver_version[80];
     int cuda_driver_version;
+    int stride32; /* driver.generation=r535early */
+    int privileged;
+    int container;
     unsigned int gpu_count;
     gpu_t gpus[MAX_GPUS];
     char fail_name[MAX_FAILS][64];
@@ -84,6 +93,12 @@ static void set_key(const char *key, const char *value) {
         snprintf(cfg.driver_version, sizeof cfg.driver_version, "%s", value);
     } else if (!strcmp(key, "cuda_driver_version")) {
         cfg.cuda_driver_version = atoi(value);
+    } else if (!strcmp(key, "driver.generation")) {
+        cfg.stride32 = !strcmp(value, "r535early");
+    } else if (!strcmp(key, "privileged")) {
+        cfg.privileged = atoi(value);
+    } else if (!strcmp(key, "container")) {
+        cfg.container = atoi(value);
     } else if (!strcmp(key, "gpu.count")) {
         cfg.gpu_count = (unsigned)atoi(value);
         if (cfg.gpu_count > MAX_GPUS) cfg.gpu_count = MAX_GPUS;
@@ -96,6 +111,8 @@ static void set_key(const char *key, const char *value) {
         else if (!strcmp(rest, "name")) snprintf(cfg.gpus[i].mig_name[m], 96, "%s", value);
         else if (!strcmp(rest, "memory_mib"))
             cfg.gpus[i].mig_memory_mib[m] = strtoull(value, NULL, 10);
+        else if (!strcmp(rest, "processes"))
+            cfg.gpus[i].mig_processes[m] = (unsigned)atoi(value);
     } else if (sscanf(key, "gpu.%u.%127s", &i, rest) == 2 && i < MAX_GPUS) {
         gpu_t *g = &cfg.gpus[i];
         if (!strcmp(rest, "name")) snprintf(g->name, 96, "%s", value);
@@ -136,25 +153,29 @@ static void load(void) {
 }
 
 /* Log the call, then return the injected error for it, or 0. */
-static int enter(const char *name) {
+static nvmlReturn_t enter(const char *name) {
     int k;
     load();
     log_call(name);
     for (k = 0; k < cfg.fails; k++)
-        if (!strcmp(cfg.fail_name[k], name)) return cfg.fail_code[k];
-    return 0;
+        if (!strcmp(cfg.fail_name[k], name)) return (nvmlReturn_t)cfg.fail_code[k];
+    return NVML_SUCCESS;
 }
 
-#define ENTER(name)                 \
-    do {                            \
-        int rc_ = enter(name);      \
-        if (rc_) return rc_;        \
+#define ENTER(name)                          \
+    do {                                     \
+        nvmlReturn_t rc_ = enter(name);      \
+        if (rc_ != NVML_SUCCESS) return rc_; \
     } while (0)
 
 /* Scripted time series (defined at the end of the file). */
-static int fake_script_memory(gpu_t *g, nvmlMemory_t *mem);
-static int fake_script_processes(gpu_t *g, unsigned int *count, nvmlProcessInfo_t *infos,
-                                 unsigned int *rc);
+typedef struct {
+    unsigned int pid;
+    unsigned long long used;
+} proc_t;
+static nvmlReturn_t fake_script_memory(gpu_t *g, nvmlMemory_t *mem);
+static int fake_script_processes(gpu_t *g, proc_t *out, unsigned int cap, unsigned int *n,
+                                 nvmlReturn_t *rc);
 
 /* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
 static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
@@ -169,24 +190,32 @@ static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
     return &cfg.gpus[h - 1];
 }
 
-#define DEVICE(var, dev)                            \
-    int mig_ = -1;                                  \
-    gpu_t *var = gpu_of(dev, &mig_);                \
-    (void)mig_;                                     \
-    if (!cfg.initialized) return 1;                 \
-    if (!var) return 2
+#define DEVICE(var, dev)                                            \
+    int mig_ = -1;                                                  \
+    gpu_t *var = gpu_of(dev, &mig_);                                \
+    (void)mig_;                                                     \
+    if (!cfg.initialized) return NVML_ERROR_UNINITIALIZED;          \
+    if (!var) return NVML_ERROR_INVALID_ARGUMENT
 
-static int copy_str(char *dst, unsigned int len, const char *src) {
-    if (strlen(src) + 1 > len) return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+/* nvml.h (nvmlDeviceGetMemoryInfo, nvmlDeviceGetComputeRunningProcesses_v3): "In MIG mode,
+ * if device handle is provided, the API returns aggregate information, only if the caller
+ * has appropriate privileges. Per-instance information can be queried by using specific MIG
+ * device handles." and "NVML_ERROR_NO_PERMISSION if the user doesn't have permission to
+ * perform this operation". */
+#define MIG_PARENT_NEEDS_PRIVILEGES(g)                                                 \
+    if (mig_ < 0 && (g)->mig && !cfg.privileged) return NVML_ERROR_NO_PERMISSION
+
+static nvmlReturn_t copy_str(char *dst, unsigned int len, const char *src) {
+    if (strlen(src) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
     strcpy(dst, src);
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     ENTER("nvmlInitWithFlags");
     cfg.initialized = 1;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
@@ -194,66 +223,93 @@ nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlShutdown(void) {
     ENTER("nvmlShutdown");
     cfg.initialized = 0;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
-    case 0: return "Success";
-    case 1: return "Uninitialized";
-    case 2: return "Invalid Argument";
-    case 3: return "Not Supported";
-    case 4: return "Insufficient Permissions";
-    case 6: return "Not Found";
-    case 7: return "Insufficient Size";
-    case 9: return "Driver Not Loaded";
-    case 10: return "Timeout";
-    case 12: return "NVML Shared Library Not Found";
-    case 13: return "Function Not Found";
-    case 14: return "Corrupted infoROM";
-    case 15: return "GPU is lost";
-    case 16: return "GPU requires restart";
-    case 17: return "The operating system has blocked the request.";
-    case 18: return "RM has detected an NVML/RM version mismatch.";
-    case 20: return "Insufficient Memory";
-    case 999: return "Unknown Error";
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
     default: return "Unknown Error";
     }
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     ENTER("nvmlSystemGetDriverVersion");
-    if (!cfg.initialized) return 1;
+    if (!cfg.initialized) return NVML_ERROR_UNINITIALIZED;
     return copy_str(version, length, cfg.driver_version);
 }
 
-nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
-    ENTER("nvmlSystemGetCudaDriverVersion_v2");
-    *v = cfg.cuda_driver_version;
-    return 0;
+/* cuDriverGetVersion of the libcuda.so.1 the loader finds (the fake libcuda holds the CUDA
+ * version), the way the real NVML reaches it. */
+static nvmlReturn_t libcuda_version(int *v) {
+    typedef int (*get_version_t)(int *);
+    get_version_t fn;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return NVML_ERROR_LIBRARY_NOT_FOUND;
+    fn = (get_version_t)(uintptr_t)dlsym(lib, "cuDriverGetVersion");
+    if (!fn) {
+        dlclose(lib);
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    if (fn(v) != 0) *v = 0;
+    dlclose(lib);
+    return NVML_SUCCESS;
 }
 
+/* nvml.h: "The returned CUDA driver version by calling cuDriverGetVersion()" ...
+ * "NVML_ERROR_LIBRARY_NOT_FOUND if libcuda.so.1 or libcuda.dll is not found" ...
+ * "NVML_ERROR_FUNCTION_NOT_FOUND if cuDriverGetVersion() is not found in the shared
+ * library". So a container without libcuda (capabilities=utility) fails here, and with a
+ * forward-compatibility libcuda first on the path this is the compat library's version. */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
+    ENTER("nvmlSystemGetCudaDriverVersion_v2");
+    if (!v) return NVML_ERROR_INVALID_ARGUMENT;
+    return libcuda_version(v);
+}
+
+/* nvml.h: "The CUDA driver version returned will be retrieved from the currently installed
+ * version of CUDA. If the cuda library is not found, this function will return a known
+ * supported version number." (the driver's own, from the config). */
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) {
     ENTER("nvmlSystemGetCudaDriverVersion");
-    *v = cfg.cuda_driver_version;
-    return 0;
+    if (!v) return NVML_ERROR_INVALID_ARGUMENT;
+    if (libcuda_version(v) != NVML_SUCCESS) *v = cfg.cuda_driver_version;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     ENTER("nvmlDeviceGetCount_v2");
-    if (!cfg.initialized) return 1;
+    if (!cfg.initialized) return NVML_ERROR_UNINITIALIZED;
     *count = cfg.gpu_count;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev) {
     ENTER("nvmlDeviceGetHandleByIndex_v2");
-    if (!cfg.initialized) return 1;
-    if (index >= cfg.gpu_count) return 2;
+    if (!cfg.initialized) return NVML_ERROR_UNINITIALIZED;
+    if (index >= cfg.gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
     *dev = (nvmlDevice_t)(uintptr_t)(index + 1);
-    return 0;
+    return NVML_SUCCESS;
 }
 
+/* nvml.h: "When used with MIG device handles the API returns MIG device names" */
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length) {
     ENTER("nvmlDeviceGetName");
     DEVICE(g, dev);
@@ -261,6 +317,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int length
     return copy_str(name, length, g->name);
 }
 
+/* nvml.h: "When used with MIG device handles the API returns globally unique UUIDs" */
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length) {
     ENTER("nvmlDeviceGetUUID");
     DEVICE(g, dev);
@@ -272,12 +329,13 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t dev, int *major, in
     DEVICE(g, dev);
     *major = g->cc_major;
     *minor = g->cc_minor;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     ENTER("nvmlDeviceGetMemoryInfo");
     DEVICE(g, dev);
+    MIG_PARENT_NEEDS_PRIVILEGES(g);
     mem->total = g->memory_mib * 1024ULL * 1024ULL;
     if (mig_ >= 0 && g->mig_memory_mib[mig_]) mem->total = g->mig_memory_mib[mig_] * 1048576ULL;
     mem->used = 0;
@@ -285,11 +343,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     return fake_script_memory(g, mem); /* scripted time series, if any */
 }
 
-nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, int *brand) {
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, nvmlBrandType_t *brand) {
     ENTER("nvmlDeviceGetBrand");
     DEVICE(g, dev);
-    *brand = g->brand;
-    return 0;
+    *brand = (nvmlBrandType_t)g->brand;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsigned int *pending) {
@@ -297,47 +355,52 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *current, unsig
     DEVICE(g, dev);
     *current = (unsigned)g->mig;
     *pending = (unsigned)g->mig;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count) {
     ENTER("nvmlDeviceGetMaxMigDeviceCount");
     DEVICE(g, dev);
     *count = (unsigned)g->mig_count;
-    return 0;
+    return NVML_SUCCESS;
 }
 
+/* nvml.h: "NVML_ERROR_NOT_SUPPORTED if this query is not supported by the device" ...
+ * "NVML_ERROR_NOT_FOUND if no valid MIG device was found at index" */
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index,
                                                  nvmlDevice_t *mig) {
     ENTER("nvmlDeviceGetMigDeviceHandleByIndex");
     DEVICE(g, dev);
-    if (!g->mig) return 3;
-    if ((int)index >= g->mig_count) return 6;
+    if (!g->mig) return NVML_ERROR_NOT_SUPPORTED;
+    if ((int)index >= g->mig_count) return NVML_ERROR_NOT_FOUND;
     *mig = (nvmlDevice_t)(uintptr_t)(0x1000 + ((uintptr_t)dev - 1) * 64 + index);
-    return 0;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t dev, int *mode) {
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t dev, nvmlEnableState_t *mode) {
     ENTER("nvmlDeviceGetPersistenceMode");
     DEVICE(g, dev);
-    *mode = g->persistence;
-    return 0;
+    *mode = g->persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int error_type, int counter_type,
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, nvmlMemoryErrorType_t error_type,
+                                         nvmlEccCounterType_t counter_type,
                                          unsigned long long *count) {
     ENTER("nvmlDeviceGetTotalEccErrors");
     DEVICE(g, dev);
-    /* uncorrected (1) volatile (0) only; everything else reads zero */
-    *count = (error_type == 1 && counter_type == 0) ? g->ecc_uncorrected : 0;
-    return 0;
+    /* uncorrected volatile only; everything else reads zero */
+    *count = (error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED &&
+              counter_type == NVML_VOLATILE_ECC) ? g->ecc_uncorrected : 0;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev, int *pending) {
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev,
+                                                    nvmlEnableState_t *pending) {
     ENTER("nvmlDeviceGetRetiredPagesPendingStatus");
     DEVICE(g, dev);
-    *pending = g->retired_pending;
-    return 0;
+    *pending = g->retired_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, unsigned int *unc,
@@ -348,32 +411,106 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, uns
     *unc = 0;
     *pending = (unsigned)g->remap_pending;
     *failure = (unsigned)g->remap_failure;
-    return 0;
+    return NVML_SUCCESS;
 }
 
+/* ---- running compute processes, per driver generation ---------------------------------
+ * The exported names and their entry structs (nvml.h, NVML_NO_UNVERSIONED_FUNC_DEFS):
+ *   nvmlDeviceGetComputeRunningProcesses     nvmlProcessInfo_v1_t (pid, usedGpuMemory)
+ *   nvmlDeviceGetComputeRunningProcesses_v2  nvmlProcessInfo_v2_t (+ GPU/compute instance)
+ *   nvmlDeviceGetComputeRunningProcesses_v3  nvmlProcessInfo_t (= _v2_t, 24 bytes)
+ * Drivers before R510 (R470) export no _v3 (built with -DFAKE_NVML_NO_V3); early R535
+ * drivers wrote _v3 entries 32 bytes apart (a usedGpuCcProtectedMemory field the header
+ * never shipped; driver.generation=r535early), so readers of the 24-byte struct see the
+ * second and later entries misaligned. */
+
+static unsigned int list_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
+                                   nvmlReturn_t *rc) {
+    unsigned int n = 0, k, wanted = mig >= 0 ? g->mig_processes[mig] : g->processes;
+    *rc = NVML_SUCCESS;
+    if (mig < 0 && fake_script_processes(g, out, cap, &n, rc)) return n;
+    for (k = 0; k < wanted; k++, n++) {
+        if (n >= cap) continue;
+        /* container=1: NVML reports the host's PIDs, not this namespace's */
+        out[n].pid = (cfg.container ? HOST_PID_BASE : 4242u) + (unsigned)(mig + 1) * 100 + k;
+        out[n].used = 512ULL * 1024 * 1024;
+    }
+    return n;
+}
+
+/* nvml.h: "To query the current number of running compute processes, call this function
+ * with *infoCount = 0. The return code will be NVML_ERROR_INSUFFICIENT_SIZE, or
+ * NVML_SUCCESS if none are running. For this call infos is allowed to be NULL." and
+ * "NVML_ERROR_INSUFFICIENT_SIZE if infoCount indicates that the infos array is too small;
+ * infoCount will contain minimal amount of space necessary". Writes `stride`-byte entries of
+ * `size` bytes (pid, usedGpuMemory, then the instance ids when size > 16). */
+static nvmlReturn_t running_processes(const char *name, nvmlDevice_t dev, unsigned int *count,
+                                      void *infos, size_t stride, size_t size) {
+    proc_t procs[64];
+    unsigned int n, k, room;
+    nvmlReturn_t rc;
+    ENTER(name);
+    {
+        DEVICE(g, dev);
+        MIG_PARENT_NEEDS_PRIVILEGES(g);
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+        n = list_processes(g, mig_, procs, 64, &rc);
+        if (rc != NVML_SUCCESS) return rc;
+        if (n == 0) {
+            *count = 0;
+            return NVML_SUCCESS;
+        }
+        if (!infos || *count < n) {
+            *count = n;
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        /* the caller's array holds *count entries of its struct; write no byte past it */
+        room = (unsigned int)(((size_t)*count * size) / stride);
+        for (k = 0; k < n && k < room && k < 64; k++) {
+            unsigned char *at = (unsigned char *)infos + k * stride;
+            nvmlProcessInfo_v2_t e;
+            memset(&e, 0, sizeof e);
+            e.pid = procs[k].pid;
+            e.usedGpuMemory = procs[k].used;
+            e.gpuInstanceId = mig_ >= 0 ? (unsigned)mig_ : 0xFFFFFFFFu;
+            e.computeInstanceId = mig_ >= 0 ? 0u : 0xFFFFFFFFu;
+            memset(at, 0, stride); /* early R535: the 8 bytes past the struct are 0 */
+            if (size == sizeof(nvmlProcessInfo_v1_t)) {
+                nvmlProcessInfo_v1_t v1;
+                memset(&v1, 0, sizeof v1);
+                v1.pid = e.pid;
+                v1.usedGpuMemory = e.usedGpuMemory;
+                memcpy(at, &v1, sizeof v1);
+            } else {
+                memcpy(at, &e, sizeof e);
+            }
+        }
+        *count = n;
+        return NVML_SUCCESS;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned int *count,
+                                                  nvmlProcessInfo_v1_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses", dev, count, infos,
+                             sizeof(nvmlProcessInfo_v1_t), sizeof(nvmlProcessInfo_v1_t));
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned int *count,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v2", dev, count, infos,
+                             sizeof(nvmlProcessInfo_v2_t), sizeof(nvmlProcessInfo_v2_t));
+}
+
+#ifndef FAKE_NVML_NO_V3
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
-    unsigned int k;
-    ENTER("nvmlDeviceGetComputeRunningProcesses_v3");
-    DEVICE(g, dev);
-    if (fake_script_processes(g, count, infos, &k)) return (nvmlReturn_t)k;
-    if (g->processes == 0) {
-        *count = 0;
-        return 0;
-    }
-    if (!infos || *count < g->processes) {
-        *count = g->processes;
-        return 7;
-    }
-    for (k = 0; k < g->processes; k++) {
-        infos[k].pid = 4242 + k;
-        infos[k].usedGpuMemory = 512ULL * 1024 * 1024;
-        infos[k].gpuInstanceId = 0xFFFFFFFF;
-        infos[k].computeInstanceId = 0xFFFFFFFF;
-    }
-    *count = g->processes;
-    return 0;
+    load();
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v3", dev, count, infos,
+                             cfg.stride32 ? 32 : sizeof(nvmlProcessInfo_t),
+                             sizeof(nvmlProcessInfo_t));
 }
+#endif
 
 /* ---- scripted time series (gpu-monitor) ------------------------------------------------
  * FAKE_NVML_SCRIPT names a file of lines `<step> key=value key=value ...` (`#` comments).
@@ -455,28 +592,28 @@ static int script_lost(gpu_t *g) { return script_num(gpu_number(g), "lost", 0) !
 #define SCRIPTED(var, dev)              \
     DEVICE(var, dev);                   \
     script_load();                      \
-    if (script_lost(var)) return 15
+    if (script_lost(var)) return NVML_ERROR_GPU_IS_LOST
 
-static int fake_script_memory(gpu_t *g, nvmlMemory_t *mem) {
+static nvmlReturn_t fake_script_memory(gpu_t *g, nvmlMemory_t *mem) {
     const char *v;
     script_load();
-    if (script_lost(g)) return 15;
+    if (script_lost(g)) return NVML_ERROR_GPU_IS_LOST;
     v = script_get(gpu_number(g), "mem_used_mib");
     if (v) {
         mem->used = strtoull(v, NULL, 10) * 1024ULL * 1024ULL;
         mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
-/* Fills infos from `procs` when the script sets it (returns 1, *rc = the NVML code). */
-static int fake_script_processes(gpu_t *g, unsigned int *count, nvmlProcessInfo_t *infos,
-                                 unsigned int *rc) {
+/* Lists `procs` when the script sets it (returns 1, *rc = the NVML code). */
+static int fake_script_processes(gpu_t *g, proc_t *out, unsigned int cap, unsigned int *n,
+                                 nvmlReturn_t *rc) {
     char buf[160], *tok, *save = NULL;
-    unsigned int n = 0, cap = *count;
     const char *v;
     script_load();
-    if (script_lost(g)) { *rc = 15; return 1; }
+    *n = 0;
+    if (script_lost(g)) { *rc = NVML_ERROR_GPU_IS_LOST; return 1; }
     v = script_get(gpu_number(g), "procs");
     if (!v) return 0;
     snprintf(buf, sizeof buf, "%s", v);
@@ -484,32 +621,29 @@ static int fake_script_processes(gpu_t *g, unsigned int *count, nvmlProcessInfo_
         unsigned int pid;
         unsigned long long mib;
         if (sscanf(tok, "%u:%llu", &pid, &mib) != 2) continue;
-        if (infos && n < cap) {
-            infos[n].pid = pid;
-            infos[n].usedGpuMemory = mib * 1024ULL * 1024ULL;
-            infos[n].gpuInstanceId = 0xFFFFFFFF;
-            infos[n].computeInstanceId = 0xFFFFFFFF;
+        if (*n < cap) {
+            out[*n].pid = pid;
+            out[*n].used = mib * 1024ULL * 1024ULL;
         }
-        n++;
+        (*n)++;
     }
-    *rc = (n > 0 && (!infos || cap < n)) ? 7 : 0;
-    *count = n;
+    *rc = NVML_SUCCESS;
     return 1;
 }
 
-typedef struct {
-    unsigned int gpu, memory;
-} nvmlUtilization_t;
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *util) {
     if ((uintptr_t)dev == 1) scr.now++; /* GPU 0 opens a sample (even when it fails) */
     ENTER("nvmlDeviceGetUtilizationRates");
     {
         SCRIPTED(g, dev);
+        /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
+         * supported." */
+        if (g->mig) return NVML_ERROR_NOT_SUPPORTED;
         util->gpu = (unsigned)script_num(gpu_number(g), "util", 0);
         util->memory = (unsigned)script_num(gpu_number(g), "mem_util", 0);
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
@@ -518,27 +652,30 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
         SCRIPTED(g, dev);
         *mw = (unsigned)script_num(gpu_number(g), "power_mw", 70000);
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned int *temp) {
+/* nvml.h: DEPRECATED(13.0) "Use nvmlDeviceGetTemperatureV instead" (drivers still export
+ * it; nvidia-ml-py's nvmlDeviceGetTemperature calls it). */
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, nvmlTemperatureSensors_t sensor,
+                                      unsigned int *temp) {
     ENTER("nvmlDeviceGetTemperature");
     (void)sensor;
     {
         SCRIPTED(g, dev);
         *temp = (unsigned)script_num(gpu_number(g), "temp", 35);
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *mhz) {
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, nvmlClockType_t type, unsigned int *mhz) {
     ENTER("nvmlDeviceGetClockInfo");
     (void)type;
     {
         SCRIPTED(g, dev);
         *mhz = (unsigned)script_num(gpu_number(g), "sm_mhz", 1980);
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
@@ -548,9 +685,10 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
         SCRIPTED(g, dev);
         *reasons = script_num(gpu_number(g), "throttle", 0);
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
+/* nvml.h: DEPRECATED(13.0); the same bits as nvmlDeviceGetCurrentClocksEventReasons. */
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
                                                        unsigned long long *reasons) {
     return nvmlDeviceGetCurrentClocksEventReasons(dev, reasons);
@@ -572,21 +710,17 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
                 return copy_str(name, length, pname);
         }
     }
-    return 6; /* NVML_ERROR_NOT_FOUND */
+    /* nvml.h: "NVML_ERROR_NOT_FOUND if process doesn't exists" (container=1: a host PID is
+     * not in this namespace's /proc) */
+    return NVML_ERROR_NOT_FOUND;
 }
 
 /* Events: one set; Xid critical errors from the script, delivered once each. */
-typedef void *nvmlEventSet_t;
-typedef struct {
-    nvmlDevice_t device;
-    unsigned long long eventType, eventData;
-    unsigned int gpuInstanceId, computeInstanceId;
-} nvmlEventData_t;
 
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     ENTER("nvmlEventSetCreate");
     *set = (nvmlEventSet_t)(uintptr_t)1;
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long *types) {
@@ -594,9 +728,10 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long lo
     {
         DEVICE(g, dev);
         (void)g;
-        *types = 0x1 | 0x2 | 0x8; /* single/double-bit ECC, Xid critical error */
+        *types = nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError |
+                 nvmlEventTypeXidCriticalError;
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
@@ -608,7 +743,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types
         DEVICE(g, dev);
         (void)g;
     }
-    return 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
@@ -622,11 +757,11 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
             continue;
         scr.delivered[r] = 1;
         data->device = (nvmlDevice_t)(uintptr_t)(scr.gpu[r] + 1);
-        data->eventType = 0x8;
+        data->eventType = nvmlEventTypeXidCriticalError;
         data->eventData = strtoull(scr.value[r], NULL, 10);
         data->gpuInstanceId = 0xFFFFFFFF;
         data->computeInstanceId = 0xFFFFFFFF;
-        return 0;
+        return NVML_SUCCESS;
     }
     if (timeout_ms) {
         struct timespec ts;
@@ -634,7 +769,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
         ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
         nanosleep(&ts, NULL); /* a signal ends the wait early, as in the real library */
     }
-    return 10; /* NVML_ERROR_TIMEOUT */
+    return NVML_ERROR_TIMEOUT;
 }
 
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int ms) {
@@ -644,5 +779,5 @@ nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     ENTER("nvmlEventSetFree");
     (void)set;
-    return 0;
+    return NVML_SUCCESS;
 }

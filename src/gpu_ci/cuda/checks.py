@@ -138,6 +138,13 @@ def visibility_findings(snapshot: NvmlSnapshot, vis: Visibility,
                                f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} "
                                "hides all of them.",
                                "fix or unset that variable for this job."))
+        elif vis.runtime_devices:
+            out.append(Finding(level, "no-visible-gpu",
+                               f"the driver reports no GPU; the container was started with "
+                               f"{vis.runtime_devices}, which the container runtime reads "
+                               "on the host to choose the GPUs it injects.",
+                               "start the container with the GPUs it needs (--gpus, or "
+                               "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs)."))
         else:
             out.append(Finding(level, "no-visible-gpu", "the driver reports no GPU.",
                                "check that the runner has a GPU attached (nvidia-smi -L)."))
@@ -147,7 +154,10 @@ def visibility_findings(snapshot: NvmlSnapshot, vis: Visibility,
 def loader_findings(inp: CheckInput) -> list[Finding]:
     """NVML answered, but can CUDA load its driver library, and is it the right one?"""
     env = inp.env
-    if env.libcuda_path is None:
+    # NVML's _v2 CUDA version is libcuda's own answer: LIBRARY_NOT_FOUND there means no
+    # libcuda.so.1, even where the loader was not asked
+    unloadable = inp.snapshot.extra.get("libcuda") == "LIBRARY_NOT_FOUND"
+    if env.libcuda_path is None and not unloadable:
         return []
     if not env.libcuda_path:
         caps = env.driver_capabilities

@@ -23,6 +23,8 @@ class MigInstance:
     uuid: str
     name: str = ""
     memory_total_bytes: int | None = None
+    other_processes: int | None = None
+    """Compute processes on this instance (read through its own MIG device handle)."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpu_ci import locks
+from gpu_ci.cuda.nvml import memory_info, running_processes
 
 FORMAT_VERSION = 1
 LOCK_NAME = "sampler.lock"
@@ -209,21 +210,23 @@ class _Nvml:
             if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
                 raise
             gpu_util = mem_util = None
-        mem = n.nvmlDeviceGetMemoryInfo(handle)
+        _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
         reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             n.nvmlDeviceGetCurrentClocksThrottleReasons
-        procs = self.optional(n.nvmlDeviceGetComputeRunningProcesses, handle) or []
+        # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
+        # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
+        procs = [p for p in self.optional(running_processes, n, handle) or []
+                 if p.pid is not None]
         return {
             "index": index,
             "util": gpu_util,
             "mem_util": mem_util,
-            "mem_used": int(mem.used),
+            "mem_used": mem_used,
             "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
             "temp": self.optional(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
             "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
             "throttle": self.optional(reasons_fn, handle),
-            "procs": [[int(p.pid), int(p.usedGpuMemory or 0), self.process_name(int(p.pid))]
-                      for p in procs],
+            "procs": [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs],
         }
 
 
@@ -231,12 +234,12 @@ def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     def text(value: Any) -> str:
         return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
-    mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+    total, _used = memory_info(nvml, handle)
     mig: bool | None = None
     with contextlib.suppress(nvml.NVMLError):
         mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
     return {"index": index, "name": text(nvml.nvmlDeviceGetName(handle)),
-            "uuid": text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": int(mem.total),
+            "uuid": text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
             "mig": mig}
 
 

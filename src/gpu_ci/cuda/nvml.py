@@ -8,9 +8,12 @@ boards have no ECC or row remapping) read as ``None``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
+import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,7 +22,13 @@ from gpu_ci.cuda.facts import BRANDS, Gpu, MigInstance, NvmlSnapshot
 T = TypeVar("T")
 
 PROC_VERSION = Path("/proc/driver/nvidia/version")
+#: nvmlReturn_t values (nvml.h).
+SUCCESS = 0
 NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+INSUFFICIENT_SIZE = 7
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
 
 
 def error_names() -> dict[int, str]:
@@ -52,26 +61,132 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def nvml_errors(pynvml: Any) -> tuple[type[BaseException], ...]:
+    """What an NVML call through nvidia-ml-py raises for a driver answer: ``NVMLError``, and
+    ``NVMLLibraryMismatchError`` (not an NVMLError) where an unversioned wrapper finds its
+    versioned symbol missing (a driver older than the binding, e.g. R470 without _v3)."""
+    mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)
+    return (pynvml.NVMLError, mismatch) if isinstance(mismatch, type) else (pynvml.NVMLError,)
+
+
+def error_code(pynvml: Any, exc: BaseException) -> int:
+    """The nvmlReturn_t of a caught error (a library mismatch is FUNCTION_NOT_FOUND)."""
+    return int(exc.value) if isinstance(exc, pynvml.NVMLError) else FUNCTION_NOT_FOUND
+
+
+@dataclass(frozen=True)
+class Process:
+    """One running compute process as the driver lists it."""
+
+    pid: int | None
+    """None where the entry was unreadable (a driver that wrote another struct size)."""
+    used_bytes: int | None = None
+
+
+#: The exported names nvidia-ml-py's wrappers reach, newest first, with nvml.h's entry size
+#: (nvmlProcessInfo_t = _v2_t: pid, usedGpuMemory, GPU and compute instance ids; _v1_t: the
+#: first two). R470 exports no _v3 (nvidia-ml-py's unversioned wrapper then raises
+#: NVMLLibraryMismatchError); nvidia-ml-py has no wrapper for the v1 symbol at all.
+PROCESS_CALLS = (("nvmlDeviceGetComputeRunningProcesses_v3", 24),
+                 ("nvmlDeviceGetComputeRunningProcesses_v2", 24),
+                 ("nvmlDeviceGetComputeRunningProcesses", 16))
+#: Early R535 drivers wrote _v3 entries 32 bytes apart (an 8-byte field the header never
+#: shipped): read with the header's 24 bytes, the second entry starts inside the first.
+WIDE_STRIDE = 32
+_BAD_PIDS = (0, 0xFFFFFFFF)
+_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
+
+
+def _decode(buf: Any, count: int, stride: int) -> list[Process]:
+    out = []
+    for k in range(count):
+        pid, used = struct.unpack_from("<I4xQ", buf, k * stride)
+        out.append(Process(pid, None if used == _NOT_AVAILABLE else used))
+    return out
+
+
+def running_processes(pynvml: Any, handle: Any) -> list[Process]:
+    """The compute processes on ``handle`` (a GPU or a MIG device), read safely on every
+    driver generation: the newest exported call the driver has (_v3, then _v2, then v1), into
+    a buffer wide enough for any entry size a driver wrote, decoded with the header's entry
+    size unless that gives impossible PIDs (0 or 2**32-1) where 32 bytes does not (early R535).
+    Raises ``pynvml.NVMLError`` for the driver's answer (NO_PERMISSION, GPU_IS_LOST, ...)."""
+    for name, size in PROCESS_CALLS:
+        try:
+            fn = pynvml._nvmlGetFunctionPointer(name)  # the binding's own symbol lookup
+        except pynvml.NVMLError as exc:
+            if int(exc.value) == FUNCTION_NOT_FOUND:
+                continue
+            raise
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)  # nvml.h: "call ... with *infoCount = 0"
+        if ret == SUCCESS:
+            return []
+        if ret != INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        room = count.value * 2 + 5  # processes may start between the two calls
+        buf = (ctypes.c_ubyte * (room * max(size, WIDE_STRIDE)))()
+        count = ctypes.c_uint(room)
+        ret = fn(handle, ctypes.byref(count), buf)
+        if ret != SUCCESS:
+            raise pynvml.NVMLError(ret)
+        n = min(count.value, room)
+        procs = _decode(buf, n, size)  # v1's 16 bytes: the same pid and usedGpuMemory
+        if size > 16 and any(p.pid in _BAD_PIDS for p in procs):
+            wide = _decode(buf, n, WIDE_STRIDE)
+            procs = wide if not any(p.pid in _BAD_PIDS for p in wide) else [
+                p if p.pid not in _BAD_PIDS else Process(None) for p in procs]
+        return procs
+    raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
+
+
+def memory_info(pynvml: Any, handle: Any) -> tuple[int, int]:
+    """(total, used) bytes of a GPU. nvml.h: in MIG mode a parent's aggregate memory comes
+    "only if the caller has appropriate privileges. Per-instance information can be queried
+    by using specific MIG device handles": without privileges (NO_PERMISSION) this is the
+    sum over the GPU's MIG devices, the memory CUDA can reach. Raises ``pynvml.NVMLError``."""
+    try:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(mem.total), int(mem.used)
+    except pynvml.NVMLError as exc:
+        if int(exc.value) != NO_PERMISSION or not pynvml.nvmlDeviceGetMigMode(handle)[0]:
+            raise
+    total = used = 0
+    for slot in range(int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError:  # NOT_FOUND: no MIG device in this slot
+            continue
+        mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
+        total += int(mem.total)
+        used += int(mem.used)
+    return total, used
+
+
 def read_snapshot() -> NvmlSnapshot:
+    """Read the driver. Every NVML call goes through ``call`` (a failure ends the reading)
+    or ``optional`` (a failure is noted on the GPU, NOT_SUPPORTED silently)."""
     try:
         import pynvml
     except ImportError:  # pragma: no cover - a dependency of the package
         return NvmlSnapshot(ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND",
                             failed_call="import pynvml")
     names = error_names()
+    caught = nvml_errors(pynvml)
 
     def call(name: str, fn: Callable[..., T], *args: Any) -> T:
         try:
             return fn(*args)
-        except pynvml.NVMLError as exc:
-            raise _Failed(name, int(exc.value)) from None
+        except caught as exc:
+            raise _Failed(name, error_code(pynvml, exc)) from None
 
     def optional(gpu_errors: list[str], name: str, fn: Callable[..., T], *args: Any) -> T | None:
         try:
             return fn(*args)
-        except pynvml.NVMLError as exc:
-            if int(exc.value) != NOT_SUPPORTED:
-                gpu_errors.append(f"{name}: {names.get(int(exc.value), exc.value)}")
+        except caught as exc:
+            code = error_code(pynvml, exc)
+            if code != NOT_SUPPORTED:
+                gpu_errors.append(f"{name}: {names.get(code, code)}")
             return None
 
     def failure(failed: _Failed) -> NvmlSnapshot:
@@ -80,41 +195,64 @@ def read_snapshot() -> NvmlSnapshot:
                             failed_call=failed.call,
                             kernel_module_version=kernel_module_version())
 
+    def cuda_version(extra: dict[str, Any]) -> int:
+        # nvml.h: _v2 is libcuda's cuDriverGetVersion(), LIBRARY_NOT_FOUND without libcuda.so.1
+        # (a container with NVIDIA_DRIVER_CAPABILITIES=utility), FUNCTION_NOT_FOUND where
+        # the driver or libcuda lacks it; v1 then answers "a known supported version number".
+        try:
+            return int(call("nvmlSystemGetCudaDriverVersion_v2",
+                            pynvml.nvmlSystemGetCudaDriverVersion_v2))
+        except _Failed as failed:
+            if failed.code not in (LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND):
+                raise
+            extra["cuda_driver_version_v2"] = names.get(failed.code, str(failed.code))
+            if failed.code == LIBRARY_NOT_FOUND:
+                extra["libcuda"] = "LIBRARY_NOT_FOUND"
+        return int(call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion))
+
+    def processes(errors: list[str], name: str, handle: Any) -> int | None:
+        found = optional(errors, name, running_processes, pynvml, handle)
+        return None if found is None else len(found)
+
     try:
         call("nvmlInit", pynvml.nvmlInit)
     except _Failed as failed:
         return failure(failed)
+    extra: dict[str, Any] = {}
     try:
         driver = _text(call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
-        cuda = int(call("nvmlSystemGetCudaDriverVersion_v2",
-                        pynvml.nvmlSystemGetCudaDriverVersion_v2))
+        cuda = cuda_version(extra)
         count = int(call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
         gpus = []
         for index in range(count):
             handle = call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
             errors: list[str] = []
-            memory = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
             brand = optional(errors, "brand", pynvml.nvmlDeviceGetBrand, handle)
             mig = optional(errors, "MIG mode", pynvml.nvmlDeviceGetMigMode, handle)
             mig_enabled = None if mig is None else bool(mig[0])
-            mig_uuids: list[str] = []
             instances: list[MigInstance] = []
             if mig_enabled:
+                # nvml.h: a MIG parent's aggregate information comes "only if the caller has
+                # appropriate privileges. Per-instance information can be queried by using
+                # specific MIG device handles" -- so each instance is read through its own.
                 slots = optional(errors, "MIG devices", pynvml.nvmlDeviceGetMaxMigDeviceCount,
                                  handle) or 0
                 for slot in range(slots):
                     mig_handle = optional([], "MIG device",
                                           pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
                                           handle, slot)
-                    if mig_handle is not None:
-                        mig_uuid = _text(pynvml.nvmlDeviceGetUUID(mig_handle))
-                        mig_uuids.append(mig_uuid)
-                        mig_name = optional([], "MIG name", pynvml.nvmlDeviceGetName, mig_handle)
-                        mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo,
-                                           mig_handle)
-                        instances.append(MigInstance(
-                            mig_uuid, _text(mig_name) if mig_name is not None else "",
-                            int(mig_mem.total) if mig_mem is not None else None))
+                    mig_uuid = None if mig_handle is None else optional(
+                        errors, "MIG device UUID", pynvml.nvmlDeviceGetUUID, mig_handle)
+                    if mig_uuid is None:
+                        continue
+                    mig_name = optional([], "MIG name", pynvml.nvmlDeviceGetName, mig_handle)
+                    mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo,
+                                       mig_handle)
+                    instances.append(MigInstance(
+                        _text(mig_uuid), _text(mig_name) if mig_name is not None else "",
+                        int(mig_mem.total) if mig_mem is not None else None,
+                        processes(errors, "MIG processes", mig_handle)))
+            memory_total, _used = call("nvmlDeviceGetMemoryInfo", memory_info, pynvml, handle)
             persistence = optional(errors, "persistence mode",
                                    pynvml.nvmlDeviceGetPersistenceMode, handle)
             ecc = optional(errors, "ECC errors", pynvml.nvmlDeviceGetTotalEccErrors, handle,
@@ -122,8 +260,11 @@ def read_snapshot() -> NvmlSnapshot:
             retired = optional(errors, "retired pages",
                                pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
             remap = optional(errors, "remapped rows", pynvml.nvmlDeviceGetRemappedRows, handle)
-            procs = optional(errors, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses,
-                             handle)
+            if mig_enabled:
+                counts = [m.other_processes for m in instances]
+                procs = None if None in counts else sum(c or 0 for c in counts)
+            else:
+                procs = processes(errors, "processes", handle)
             gpus.append(Gpu(
                 index=index,
                 name=_text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
@@ -131,23 +272,24 @@ def read_snapshot() -> NvmlSnapshot:
                 compute_capability=tuple(call("nvmlDeviceGetCudaComputeCapability",
                                               pynvml.nvmlDeviceGetCudaComputeCapability,
                                               handle)),
-                memory_total_bytes=int(memory.total),
+                memory_total_bytes=memory_total,
                 brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
                 mig_enabled=mig_enabled,
-                mig_uuids=tuple(mig_uuids),
+                mig_uuids=tuple(m.uuid for m in instances),
                 persistence_mode=None if persistence is None else bool(persistence),
                 ecc_uncorrected_volatile=None if ecc is None else int(ecc),
                 retired_pages_pending=None if retired is None else bool(retired),
                 remapped_rows_pending=None if remap is None else bool(remap[2]),
                 remapped_rows_failure=None if remap is None else bool(remap[3]),
-                other_processes=None if procs is None else len(procs),
+                other_processes=procs,
                 unreadable=tuple(errors),
                 mig_instances=tuple(instances),
             ))
     except _Failed as failed:
         return failure(failed)
     finally:
-        with contextlib.suppress(pynvml.NVMLError):
+        with contextlib.suppress(*caught):
             pynvml.nvmlShutdown()
     return NvmlSnapshot(ok=True, driver_version=driver, cuda_driver_version=cuda,
-                        gpus=tuple(gpus), kernel_module_version=kernel_module_version())
+                        gpus=tuple(gpus), kernel_module_version=kernel_module_version(),
+                        extra=extra)

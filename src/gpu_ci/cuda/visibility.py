@@ -1,9 +1,14 @@
 """Which GPUs a CUDA program in this job will see, from the environment.
 
-NVML lists every GPU the driver exposes; CUDA narrows that with ``CUDA_VISIBLE_DEVICES``
-(and a container runtime with ``NVIDIA_VISIBLE_DEVICES``). Both take indices, ``GPU-``
-UUIDs (a unique prefix is enough) or ``MIG-`` UUIDs; ``none``/``void`` or an empty value
-hide everything. CUDA stops at the first entry it cannot resolve.
+NVML lists every GPU the driver exposes; CUDA narrows that with ``CUDA_VISIBLE_DEVICES``:
+indices, ``GPU-`` UUIDs (a unique prefix is enough) or ``MIG-`` UUIDs; an empty value hides
+everything. CUDA stops at the first entry it cannot resolve.
+
+``NVIDIA_VISIBLE_DEVICES`` is no filter here: the container runtime reads it once, on the
+host, when it starts the container, and injects those GPUs (by *host* index or UUID);
+inside, NVML numbers the injected GPUs from 0 and CUDA never reads the variable. So a
+1-GPU container with ``NVIDIA_VISIBLE_DEVICES=3`` has GPU 0. Its value only explains, in
+messages, why a container sees fewer GPUs (or none).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass, replace
 
 from gpu_ci.cuda.facts import Gpu
 
-VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+VARIABLES = ("CUDA_VISIBLE_DEVICES",)
+RUNTIME_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,9 @@ class Visibility:
     """The variable (and its value) that hid GPUs, for messages."""
     unresolved: str = ""
     """An entry that matched no GPU (CUDA ignores it and everything after it)."""
+    runtime_devices: str = ""
+    """``NVIDIA_VISIBLE_DEVICES=...`` when set: what the container runtime was asked to
+    inject at container start (host indices), for messages only."""
 
 
 def slice_of(gpu: Gpu, uuid: str) -> Gpu:
@@ -32,6 +41,7 @@ def slice_of(gpu: Gpu, uuid: str) -> Gpu:
     if inst is None:
         return replace(gpu, mig_selected=uuid)
     return replace(gpu, name=inst.name or gpu.name, mig_selected=uuid,
+                   other_processes=inst.other_processes,
                    memory_total_bytes=(inst.memory_total_bytes
                                        if inst.memory_total_bytes is not None
                                        else gpu.memory_total_bytes))
@@ -56,8 +66,6 @@ def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
 
 def _apply(name: str, value: str, gpus: tuple[Gpu, ...]) -> tuple[tuple[Gpu, ...], str]:
     text = value.strip()
-    if name == "NVIDIA_VISIBLE_DEVICES" and text.lower() == "all":
-        return gpus, ""
     if text.lower() in ("", "none", "void", "nodevfiles"):
         return (), ""
     chosen: list[Gpu] = []
@@ -83,4 +91,6 @@ def visible_gpus(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> Visibility:
         if bad and not unresolved:
             unresolved = f"{name} entry {bad!r}"
         current = narrowed
-    return Visibility(current, hidden_by, unresolved)
+    runtime = (f"{RUNTIME_VARIABLE}={environ[RUNTIME_VARIABLE]!r}"
+               if RUNTIME_VARIABLE in environ else "")
+    return Visibility(current, hidden_by, unresolved, runtime)
