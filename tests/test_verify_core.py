@@ -187,7 +187,7 @@ def test_cupy_jax_numba_tensorflow_conda_nvcc():
     # no CUDA 12 runtime wheel next to it: any 12.x from the system, the minor is unknown
     assert found["cupy-cuda12x"].cuda == "12.x" and "any CUDA 12.x" in found["cupy-cuda12x"].source
     assert found["cupy-cuda12x"].cuda_tuple == (12, 0) and not found["cupy-cuda12x"].exact_minor
-    assert found["cupy-cuda13x"].cuda == "13.0"
+    assert found["cupy-cuda13x"].cuda == "13.x"    # static cudart: not the runtime wheel's
     assert found["jax-cuda13-plugin"].cuda == "13.0"
     assert found["numba-cuda"].cuda == "13.0"
     assert found["tensorflow"].cuda == "12.5"    # the real generated OrderedDict format

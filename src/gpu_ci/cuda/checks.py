@@ -16,7 +16,7 @@ from typing import Any
 
 from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.arch import parse_targets, reach, sm_name
-from gpu_ci.cuda.compat import Context, consumer_findings
+from gpu_ci.cuda.compat import Context, consumer_findings, forward_compat_branch_findings
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.findings import LEVELS, Finding, failing
 from gpu_ci.cuda.frameworks import CudaConsumer
@@ -210,6 +210,8 @@ def forward_compat_findings(inp: CheckInput) -> list[Finding]:
                                f"driver {kernel} is R{branch}: CUDA fails with 803.",
                                "move the runner to a long-term or production branch driver, or "
                                "drop the compat package and upgrade the driver."))
+        elif compat and kernel:
+            out += forward_compat_branch_findings(inp.builds, kernel, env.libcuda_path or "")
     if env.nvidia_disable_require:
         out.append(Finding("warning", "nvidia-disable-require",
                            "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "
