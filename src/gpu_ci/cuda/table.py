@@ -1,7 +1,8 @@
 """NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
 
-``cuda-toolkit-driver-table.yaml`` is a verbatim copy of
-``shared/reference/cuda-toolkit-driver-table.yaml`` (a test compares them); ``cuda-builds.yaml``
+``cuda-toolkit-driver-table.yaml`` extends ``shared/reference/cuda-toolkit-driver-table.yaml``
+(a test keeps the reference's rows a subset of it; rows past it are under ``unconfirmed``,
+each with its source); ``cuda-builds.yaml``
 holds what the rules need beyond it (architecture floors, driver branch end-of-life, the
 framework builds that exist), each fact with its source. Both are data, refreshed when NVIDIA
 or a framework publishes a release; code only reads them, through the JSON renderings next to
@@ -39,7 +40,8 @@ def _mm(text: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class DriverTable:
     toolkit_driver: dict[str, str]
-    """'12.6.0' -> the Linux driver bundled with that toolkit (every row, ``secondary`` too)."""
+    """'12.6.0' -> the Linux driver bundled with that toolkit (every row, ``secondary`` and
+    ``unconfirmed`` too, less those whose driver is not known)."""
     compat_floor: dict[int, str]
     """CUDA major -> minimum Linux driver for minor-version compatibility."""
 
@@ -64,7 +66,8 @@ class DriverTable:
 def load_table(path: Path = TABLE_JSON) -> DriverTable:
     with open(path, encoding="utf-8") as handle:
         doc = json.load(handle)
-    rows: dict[str, Any] = {**doc["toolkit_min_driver"], **(doc.get("secondary") or {})}
+    rows: dict[str, Any] = {**doc["toolkit_min_driver"], **(doc.get("secondary") or {}),
+                            **(doc.get("unconfirmed") or {})}
     toolkits = {str(k): str(v[0]) for k, v in rows.items() if v and v[0]}
     floors = {int(k): str(v["linux_min"])
               for k, v in doc["minor_version_compatibility"].items() if v.get("linux_min")}
