@@ -292,9 +292,12 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
                       "compatibility)" if why == "ptx" else "")
                    + ": CUDA would fail with 'no kernel image is available for execution on "
                    "the device'.")
+            how = (f"with TORCH_CUDA_ARCH_LIST={gpu.cc}" if {c.family for c in group} ==
+                   {"torch"} else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES="
+                   f"{sm.split('_')[1]})")
             fix = _join(fix and f"install builds that include {sm}: {fix}",
                         "" if fix else f"no published build includes {sm}: build from source "
-                        f"with TORCH_CUDA_ARCH_LIST={gpu.cc}")
+                        + how)
         else:
             msg = (f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
                    "(slow, and fails if the PTX is newer than the driver).")
