@@ -108,6 +108,9 @@ def test_an_ended_branch_is_no_longer_supported_not_803():
 def test_a_new_feature_branch_still_fails_with_803():
     (finding,) = check(snapshot(H200, driver="560.35.03", cuda=12060), env=compat_env())
     assert finding.code == "forward-compat-mismatch" and "803" in finding.message
+    # it names the branches still supported, with their kind, never an ended one
+    assert "R580 (long-term support)" in finding.message
+    assert "R470" not in finding.message and "R570" not in finding.message
 
 
 # -- onnxruntime-gpu's fatbin: sm_90a / sm_120a and no PTX do not reach B200 or GB10 ----------

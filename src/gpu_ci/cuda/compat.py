@@ -206,6 +206,12 @@ def numba_findings(ctx: Context, numba: Sequence[CudaConsumer], need: tuple[int,
     return out
 
 
+def supported_branches(builds: BuildFacts, today: str | None = None) -> str:
+    """'R580 (long-term support), R595 (production), ...': the listed branches not ended."""
+    today = today or datetime.date.today().isoformat()
+    return ", ".join(f"R{b.branch} ({b.kind})" for b in builds.branches if not b.ended(today))
+
+
 def forward_compat_branch_findings(builds: BuildFacts, kernel: str, compat_path: str,
                                    today: str | None = None) -> list[Finding]:
     """A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life:
@@ -217,14 +223,14 @@ def forward_compat_branch_findings(builds: BuildFacts, kernel: str, compat_path:
     if entry is None or not entry.ended(today):
         return []
     when = ("" if entry.end_of_life == "ended" else f" in {entry.end_of_life}")
-    current = [f"R{b.branch} ({b.kind})" for b in builds.branches if not b.ended(today)]
+    current = supported_branches(builds, today)
     return [Finding("warning", "forward-compat-branch-ended",
                     f"libcuda from {compat_path} (forward compatibility) runs on driver "
                     f"{kernel}, on the R{entry.branch} {entry.kind} branch, which reached its "
                     f"end of life{when}: forward compatibility on it is no longer supported "
                     "(no fixes; it may still work).",
                     "move the runner to a supported data-center branch"
-                    + (f" ({', '.join(current)})" if current else "")
+                    + (f" ({current})" if current else "")
                     + ", or drop the compat package and upgrade the driver.")]
 
 
