@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import fatbin_build
 from tests.conftest import ROOT
 from tests.cuda_env import (
+    build_fake_libcuda,
     build_fake_nvml,
     fixture,
     gpu_config,
@@ -34,7 +36,8 @@ A100 = {"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0", "memory_mib": 81920, "bran
 H200 = {"name": "NVIDIA H200", "cc": "9.0", "memory_mib": 143771, "brand": 2}
 B200 = {"name": "NVIDIA B200", "cc": "10.0", "memory_mib": 183359, "brand": 2}
 
-DRIVERS = {"470.256.02": 11040, "535.104.05": 12020, "570.124.06": 12080, "580.95.05": 13000}
+DRIVERS = {"470.256.02": 11040, "535.104.05": 12020, "570.124.06": 12080, "580.95.05": 13000,
+           "595.58.03": 13020}
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,18 @@ class Scenario:
     libcuda: bool = True
     generation: str = "current"
     """The fake driver's build: "r470" exports no _v3 process call (drivers before R510)."""
+    absent: tuple[str, ...] = ()
+    """Substrings no finding may contain."""
+    compat: str = ""
+    """'13.3/610.57.04': a cuda-compat libcuda first on LD_LIBRARY_PATH (its own CUDA
+    version, 13.3, as a real forward-compatibility library has)."""
 
+
+NUMBA_CUDA_BUILD = ("numba-cuda 0.30.4 + cuda-bindings 12.9.4 + nvidia-nvjitlink-cu12 12.9.86 "
+                    "+ nvidia-cuda-runtime-cu12 12.9.79")
+CUPY_BUILD = "cupy-cuda13x 14.2.0 + nvidia-cuda-runtime 13.5.37"
+#: onnxruntime-gpu 1.31.1's libonnxruntime_providers_cuda.so targets (tests/fixtures/README.md)
+ORT_TARGETS = [["sm_75", "sm_80", "sm_86", "sm_89"], ["sm_90a"], ["sm_120a"]]
 
 SCENARIOS = [
     Scenario("rtx5090-cu124", RTX5090, "570.124.06", "torch 2.6.0+cu124", 1,
@@ -89,11 +103,33 @@ SCENARIOS = [
     Scenario("a100-535-cupy-cuda12x-12.9", A100, "535.104.05",
              "cupy-cuda12x 14.2.0 + nvidia-cuda-runtime-cu12 12.9.79", 0,
              ("minor-version-compatibility",)),
+    Scenario("a100-570-numba-cuda-12.9", A100, "570.124.06", NUMBA_CUDA_BUILD, 0,
+             ("minor-version-compatibility",), absent=("pynvjitlink",)),
+    Scenario("h200-595-forward-compat", H200, "595.58.03", "torch 2.14.1+cu130 + cuda-compat 13.3",
+             0, (), compat="13.3/610.57.04"),
+    Scenario("b200-onnxruntime-gpu-1.31.1", B200, "580.95.05", "onnxruntime-gpu 1.31.1", 1,
+             ("no-kernel-image",), ("sm_100",)),
+    Scenario("h200-595-cupy-cuda13x-static", H200, "595.58.03", CUPY_BUILD, 0,
+             ("minor-version-compatibility",), absent=("cupy-cuda13x",)),
 ]
 
 
 def target_for(build: str, root: Path) -> Path:
     name, _, version = build.partition(" ")
+    if build == NUMBA_CUDA_BUILD:  # numba-cuda[cu12]: its MVC helpers are installed
+        return make_target(root, dict(p.rsplit(" ", 1) for p in build.split(" + ")))
+    if build == CUPY_BUILD:
+        return make_target(root, dict(p.rsplit(" ", 1) for p in build.split(" + ")))
+    if build.endswith(" + cuda-compat 13.3"):
+        return real_torch_target(root, "2.14.1+cu130")
+    if name == "onnxruntime-gpu":
+        python = make_target(root, {name: version}, {
+            "onnxruntime/capi/build_and_package_info.py":
+                fixture("onnxruntime_gpu-1.31.1.build_and_package_info.py.txt")})
+        site = next(root.glob("lib/python3*/site-packages"))
+        fatbin_build.build_library(site / "onnxruntime/capi/libonnxruntime_providers_cuda.so",
+                                   fatbin_build.section_for(ORT_TARGETS))
+        return python
     if build == "build for sm_90a only":
         # an in-house build: only the arch list differs from a real torch record
         python = real_torch_target(root, "2.14.1+cu130")
@@ -129,7 +165,14 @@ def test_scenario(sc, run_cli, tmp_path, nvml_dirs):
     config = write_config(tmp_path / "nvml.cfg",
                           nvml_config(gpu, driver=sc.driver, cuda=DRIVERS[sc.driver]))
     python = target_for(sc.build, tmp_path / "env")
-    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(nvml_dirs[sc.libcuda, sc.generation]),
+    libs = str(nvml_dirs[sc.libcuda, sc.generation])
+    if sc.compat:
+        cuda, version = sc.compat.split("/")
+        major, minor = cuda.split(".")
+        compat = tmp_path / f"cuda-{cuda}" / "compat"
+        build_fake_libcuda(compat, version, cuda=int(major) * 1000 + int(minor) * 10)
+        libs = f"{compat}:{libs}"
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": libs,
            "FAKE_NVML_CONFIG": str(config), "INPUT_PYTHON": str(python), **sc.env}
     result = run_cli(["verify-cuda-env"], env)
     findings = json.loads(result.outputs.get("findings", "[]"))
@@ -137,6 +180,8 @@ def test_scenario(sc, run_cli, tmp_path, nvml_dirs):
         result.stdout + result.stderr
     for text in sc.fix:
         assert text in findings[0]["fix"], findings[0]
+    for text in sc.absent:
+        assert not [f for f in findings if text in f["message"] + f["fix"]], findings
     assert "Traceback" not in result.stdout + result.stderr
 
 

@@ -16,7 +16,12 @@ from typing import Any
 
 from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.arch import parse_targets, reach, sm_name
-from gpu_ci.cuda.compat import Context, consumer_findings
+from gpu_ci.cuda.compat import (
+    Context,
+    consumer_findings,
+    forward_compat_branch_findings,
+    supported_branches,
+)
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.findings import LEVELS, Finding, failing
 from gpu_ci.cuda.frameworks import CudaConsumer
@@ -216,10 +221,12 @@ def forward_compat_findings(inp: CheckInput) -> list[Finding]:
             out.append(Finding("error", "forward-compat-mismatch",
                                f"libcuda {compat} from {env.libcuda_path} (forward "
                                f"compatibility) needs the kernel driver on a supported branch "
-                               f"(R{', R'.join(str(b) for b in inp.builds.compat_branches)}); "
+                               f"({supported_branches(inp.builds)}); "
                                f"driver {kernel} is R{branch}: CUDA fails with 803.",
                                "move the runner to a long-term or production branch driver, or "
                                "drop the compat package and upgrade the driver."))
+        elif compat and kernel:
+            out += forward_compat_branch_findings(inp.builds, kernel, env.libcuda_path or "")
     if env.nvidia_disable_require:
         out.append(Finding("warning", "nvidia-disable-require",
                            "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "

@@ -17,6 +17,7 @@ driver, or say that none does.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,6 +77,8 @@ def suggest(ctx: Context, family: str, need_native: bool = False) -> str:
     visible GPU, as an install line; or a sentence saying that none exists."""
     candidates = []
     for build in ctx.builds.builds_of(family):
+        if build.tag in ctx.installed:  # never "install" what is installed (cupy-cuda13x)
+            continue
         mode = driver_runs(ctx, build.cuda)
         if mode is None or (need_native and mode != "native"):
             continue
@@ -164,16 +167,7 @@ def driver_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Fin
     for _major, group in sorted(minor.items()):
         need = max(c.cuda_tuple or (0, 0) for c in group)
         bundled = ctx.table.bundled_driver(*need)
-        numba = [c for c in group if c.family == "numba"]
-        if numba and not ctx.installed & set(ctx.builds.numba_helpers):
-            out.append(Finding("error", "numba-minor-version-compatibility",
-                               f"{_names(numba)}: driver {snap.driver_version} (CUDA "
-                               f"{snap.cuda_text}) runs CUDA {_mm(need)} only through "
-                               "minor-version compatibility, which numba supports only with "
-                               "pynvjitlink installed: kernels that need linking fail.",
-                               _join("pip install pynvjitlink-cu12 (CUDA 12) and set "
-                                     "NUMBA_CUDA_ENABLE_PYNVJITLINK=1",
-                                     f"use a driver whose CUDA is {_mm(need)} or newer")))
+        out += numba_findings(ctx, [c for c in group if c.family == "numba"], need)
         out.append(Finding("warning", "minor-version-compatibility",
                            f"{_names(group)}: driver {snap.driver_version} (CUDA "
                            f"{snap.cuda_text}) runs CUDA {_mm(need)} through minor-version "
@@ -185,6 +179,59 @@ def driver_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Fin
                                     if bundled else ""),
                                  _build_fix(ctx, group, need_native=True))))
     return out
+
+
+def numba_findings(ctx: Context, numba: Sequence[CudaConsumer], need: tuple[int, int]
+                   ) -> list[Finding]:
+    """numba under minor-version compatibility links through nvJitLink: numba-cuda through
+    cuda-bindings with an nvidia-nvjitlink wheel, the target built into numba through
+    pynvjitlink. Each flavour is told only what it needs."""
+    out = []
+    snap = ctx.snapshot
+    for consumer in numba:
+        helpers = ctx.builds.numba.get(consumer.name) or ctx.builds.numba.get("numba")
+        if helpers is None:
+            continue
+        missing = helpers.missing(ctx.installed)
+        if not missing:
+            continue
+        wanted = " and ".join(" or ".join(g) for g in missing)
+        out.append(Finding("error", "numba-minor-version-compatibility",
+                           f"{_names([consumer])}: driver {snap.driver_version} (CUDA "
+                           f"{snap.cuda_text}) runs CUDA {_mm(need)} only through "
+                           f"minor-version compatibility, for which {consumer.name} needs "
+                           f"{wanted} installed: kernels that need linking fail.",
+                           _join(helpers.install.format(major=need[0]),
+                                 f"use a driver whose CUDA is {_mm(need)} or newer")))
+    return out
+
+
+def supported_branches(builds: BuildFacts, today: str | None = None) -> str:
+    """'R580 (long-term support), R595 (production), ...': the listed branches not ended."""
+    today = today or datetime.date.today().isoformat()
+    return ", ".join(f"R{b.branch} ({b.kind})" for b in builds.branches if not b.ended(today))
+
+
+def forward_compat_branch_findings(builds: BuildFacts, kernel: str, compat_path: str,
+                                   today: str | None = None) -> list[Finding]:
+    """A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life:
+    no longer supported (still listed branches are fine; unlisted ones fail with 803, which
+    the caller reports)."""
+    number = driver_branch(kernel)
+    entry = builds.branch(number) if number is not None else None
+    today = today or datetime.date.today().isoformat()
+    if entry is None or not entry.ended(today):
+        return []
+    when = ("" if entry.end_of_life == "ended" else f" in {entry.end_of_life}")
+    current = supported_branches(builds, today)
+    return [Finding("warning", "forward-compat-branch-ended",
+                    f"libcuda from {compat_path} (forward compatibility) runs on driver "
+                    f"{kernel}, on the R{entry.branch} {entry.kind} branch, which reached its "
+                    f"end of life{when}: forward compatibility on it is no longer supported "
+                    "(no fixes; it may still work).",
+                    "move the runner to a supported data-center branch"
+                    + (f" ({current})" if current else "")
+                    + ", or drop the compat package and upgrade the driver.")]
 
 
 def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:
@@ -251,9 +298,12 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
                       "compatibility)" if why == "ptx" else "")
                    + ": CUDA would fail with 'no kernel image is available for execution on "
                    "the device'.")
+            how = (f"with TORCH_CUDA_ARCH_LIST={gpu.cc}" if {c.family for c in group} ==
+                   {"torch"} else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES="
+                   f"{sm.split('_')[1]})")
             fix = _join(fix and f"install builds that include {sm}: {fix}",
                         "" if fix else f"no published build includes {sm}: build from source "
-                        f"with TORCH_CUDA_ARCH_LIST={gpu.cc}")
+                        + how)
         else:
             msg = (f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
                    "(slow, and fails if the PTX is newer than the driver).")

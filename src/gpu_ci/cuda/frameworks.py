@@ -16,13 +16,20 @@ from typing import Any
 from gpu_ci.cuda.arch import tensorflow_arch_list
 
 KNOWN = ("torch", "cupy", "jax", "numba", "tensorflow", "cuda-runtime", "conda", "nvcc",
-         "onnxruntime", "paddle")
+         "onnxruntime", "paddle", "cuda-bindings", "tensorrt", "triton")
 
-#: Files the probe reads (text) from the target's site-packages.
+#: Files the probe reads (text) from the target's site-packages. Triton's bundled ``cuda.h``
+#: says which CUDA its ptxas and headers are (``#define CUDA_VERSION 12080``, near the top).
 FILES = ("torch/version.py", "tensorflow/python/platform/build_info.py",
-         "onnxruntime/capi/build_and_package_info.py", "paddle/version/__init__.py")
-#: Binary files whose path the probe reports (the shell memory-maps them).
-BINARIES = ("torch/lib/libtorch_python.so",)
+         "onnxruntime/capi/build_and_package_info.py", "paddle/version/__init__.py",
+         "triton/backends/nvidia/include/cuda.h")
+#: Binary files whose path the probe reports (the shell memory-maps them and reads their
+#: arch list: torch's literal, everyone else's ``.nv_fatbin`` entry headers, see .arch).
+BINARIES = ("torch/lib/libtorch_python.so",
+            "onnxruntime/capi/libonnxruntime_providers_cuda.so",
+            "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+            "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+            "paddle/base/libpaddle.so")
 
 
 @dataclass(frozen=True)
@@ -78,9 +85,13 @@ class ProbeFacts:
     """{'path': ..., 'version_json': ..., 'nvcc_output': ...}"""
     arch_lists: Mapping[str, Sequence[str]] = None  # type: ignore[assignment]
     """Arch lists read from binaries by the shell, by BINARIES path."""
+    runtime_versions: Mapping[str, int] = None  # type: ignore[assignment]
+    """``cudaRuntimeGetVersion()`` of a runtime linked into a framework (CuPy links cudart
+    statically: ``cupy_backends.cuda.api.runtime.runtimeGetVersion()``, no GPU needed), by
+    distribution name: {'cupy-cuda13x': 13020}."""
 
     def __post_init__(self) -> None:
-        for name in ("dists", "files", "nvcc", "arch_lists"):
+        for name in ("dists", "files", "nvcc", "arch_lists", "runtime_versions"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, {})
 
@@ -162,14 +173,26 @@ def _runtime_minor(facts: ProbeFacts, major: str, name: str) -> tuple[str, str]:
     return f"{major}.x", f"wheel name {name} (any CUDA {major}.x; runtime from the system)"
 
 
+def _runtime_version(value: int) -> str:
+    """cudaRuntimeGetVersion's integer: 13020 -> '13.2'."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
 def _cupy(facts: ProbeFacts) -> list[CudaConsumer]:
+    """CuPy links cudart statically (CuPy installation guide): its CUDA minor is its own,
+    never that of an ``nvidia-cuda-runtime`` wheel installed next to it."""
     out = []
     for name, version in facts.dists.items():
         match = re.fullmatch(r"cupy-cuda(\d+)(x?)", name)
         if match:
             digits, floating = match.groups()
-            if floating:
-                cuda, how = _runtime_minor(facts, digits, name)
+            runtime = facts.runtime_versions.get(name)
+            if runtime:
+                cuda, how = (_runtime_version(runtime),
+                             f"{name}'s static cudart: runtimeGetVersion() = {runtime}")
+            elif floating:
+                cuda, how = (f"{digits}.x", f"wheel name {name} (any CUDA {digits}.x; "
+                             "cudart linked statically, its minor not read)")
             else:
                 cuda, how = f"{digits[:-1]}.{digits[-1]}", f"wheel name {name}"
             out.append(CudaConsumer(name, version, cuda, how, tag=name))
@@ -184,7 +207,10 @@ def _jax(facts: ProbeFacts) -> list[CudaConsumer]:
         match = re.fullmatch(r"jax-cuda(\d+)-plugin", name)
         if match:
             cuda, how = _runtime_minor(facts, match.group(1), name)
-            out.append(CudaConsumer(name, version, cuda, how, tag=f"cuda{match.group(1)}"))
+            arch = facts.arch_lists.get(f"jax_plugins/xla_cuda{match.group(1)}/"
+                                        "xla_cuda_plugin.so")
+            out.append(CudaConsumer(name, version, cuda, how, tag=f"cuda{match.group(1)}",
+                                    arch=tuple(arch) if arch else None))
     if not out and "jaxlib" in facts.dists:
         version = facts.dists["jaxlib"]
         match = re.search(r"\+cuda(\d+)", version)
@@ -243,9 +269,11 @@ def _onnxruntime(facts: ProbeFacts) -> CudaConsumer | None:
         return None
     cuda = _assigned(facts.files.get("onnxruntime/capi/build_and_package_info.py", ""),
                      "cuda_version")
+    arch = facts.arch_lists.get("onnxruntime/capi/libonnxruntime_providers_cuda.so")
     if cuda:
         return CudaConsumer("onnxruntime-gpu", version, _major_minor(cuda),
-                            "onnxruntime/capi/build_and_package_info.py")
+                            "onnxruntime/capi/build_and_package_info.py",
+                            arch=tuple(arch) if arch else None)
     return CudaConsumer("onnxruntime-gpu", version, None, "no CUDA record found")
 
 
@@ -254,10 +282,50 @@ def _paddle(facts: ProbeFacts) -> CudaConsumer | None:
     if version is None:
         return None
     cuda = _assigned(facts.files.get("paddle/version/__init__.py", ""), "cuda_version")
+    arch = facts.arch_lists.get("paddle/base/libpaddle.so")
     if cuda and cuda != "False":
         return CudaConsumer("paddlepaddle-gpu", version, _major_minor(cuda),
-                            "paddle/version/__init__.py")
+                            "paddle/version/__init__.py", arch=tuple(arch) if arch else None)
     return CudaConsumer("paddlepaddle-gpu", version, None, "no CUDA record found")
+
+
+def _cuda_bindings(facts: ProbeFacts) -> CudaConsumer | None:
+    """cuda-bindings X.Y.* is generated from CUDA X.Y's headers and loads the driver's
+    libcuda at run time (cuda-python docs): it needs a driver of CUDA X, and X.Y for the
+    newest APIs. ``cuda-python`` is its meta package."""
+    for name in ("cuda-bindings", "cuda-python"):
+        version = facts.dists.get(name)
+        if version:
+            return CudaConsumer(name, version, _major_minor(version), "wheel version")
+    return None
+
+
+def _tensorrt(facts: ProbeFacts) -> CudaConsumer | None:
+    """tensorrt-cu12 / tensorrt-cu13 (the ``tensorrt`` meta package pulls one in): built for
+    one CUDA major, running on its minor-version compatibility."""
+    for name, version in facts.dists.items():
+        match = re.fullmatch(r"tensorrt-cu(\d+)", name)
+        if match:
+            return CudaConsumer(name, version, f"{match.group(1)}.x", f"wheel name {name}")
+    if "tensorrt" in facts.dists:
+        return CudaConsumer("tensorrt", facts.dists["tensorrt"], None,
+                            "no tensorrt-cuNN wheel found")
+    return None
+
+
+def _triton(facts: ProbeFacts) -> CudaConsumer | None:
+    """Triton compiles kernels at run time with the ptxas it bundles; its ``cuda.h`` says
+    which CUDA that is: the driver must run that CUDA (natively, or its major through
+    minor-version compatibility, as for any build)."""
+    version = facts.dists.get("triton")
+    if version is None:
+        return None
+    text = facts.files.get("triton/backends/nvidia/include/cuda.h", "")
+    match = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", text, re.MULTILINE)
+    if match:
+        return CudaConsumer("triton", version, _runtime_version(int(match.group(1))),
+                            "triton/backends/nvidia/include/cuda.h: CUDA_VERSION")
+    return CudaConsumer("triton", version, None, "no bundled cuda.h found")
 
 
 def _runtime_wheels(facts: ProbeFacts) -> list[CudaConsumer]:
@@ -313,6 +381,8 @@ def consumers(facts: ProbeFacts) -> list[CudaConsumer]:
     found += [("conda", c) for c in _conda(facts)]
     found.append(("nvcc", _nvcc(facts)))
     found += [("onnxruntime", _onnxruntime(facts)), ("paddle", _paddle(facts))]
+    found += [("cuda-bindings", _cuda_bindings(facts)), ("tensorrt", _tensorrt(facts)),
+              ("triton", _triton(facts))]
     out = []
     for family, consumer in found:
         if consumer is not None:

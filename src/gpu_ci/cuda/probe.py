@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda.arch import read_torch_arch_list
+from gpu_ci.cuda.arch import read_arch_list
 from gpu_ci.cuda.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
@@ -198,7 +198,7 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
     for rel, path in (raw.get("binaries") or {}).items():
         if not wants_arch_list(rel, raw.get("files") or {}):
             continue
-        found, _why = read_torch_arch_list(path)
+        found, _why = read_arch_list(path)
         if found is not None:  # unreadable: the build's arch stays unknown, as before
             arch_lists[rel] = found
     facts = ProbeFacts(python=str(raw.get("python") or python or ""), prefix=prefix,

@@ -1,7 +1,8 @@
 """NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
 
-``cuda-toolkit-driver-table.yaml`` is a verbatim copy of
-``shared/reference/cuda-toolkit-driver-table.yaml`` (a test compares them); ``cuda-builds.yaml``
+``cuda-toolkit-driver-table.yaml`` extends ``shared/reference/cuda-toolkit-driver-table.yaml``
+(a test keeps the reference's rows a subset of it; rows past it are under ``unconfirmed``,
+each with its source); ``cuda-builds.yaml``
 holds what the rules need beyond it (architecture floors, driver branch end-of-life, the
 framework builds that exist), each fact with its source. Both are data, refreshed when NVIDIA
 or a framework publishes a release; code only reads them, through the JSON renderings next to
@@ -17,7 +18,7 @@ floor (580 for 13.x, 525.60.13 for 12.x, 450.80.02 for 11.x). So the minimum dri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ def _mm(text: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class DriverTable:
     toolkit_driver: dict[str, str]
-    """'12.6.0' -> the Linux driver bundled with that toolkit (every row, ``secondary`` too)."""
+    """'12.6.0' -> the Linux driver bundled with that toolkit (every row, ``secondary`` and
+    ``unconfirmed`` too, less those whose driver is not known)."""
     compat_floor: dict[int, str]
     """CUDA major -> minimum Linux driver for minor-version compatibility."""
 
@@ -64,7 +66,8 @@ class DriverTable:
 def load_table(path: Path = TABLE_JSON) -> DriverTable:
     with open(path, encoding="utf-8") as handle:
         doc = json.load(handle)
-    rows: dict[str, Any] = {**doc["toolkit_min_driver"], **(doc.get("secondary") or {})}
+    rows: dict[str, Any] = {**doc["toolkit_min_driver"], **(doc.get("secondary") or {}),
+                            **(doc.get("unconfirmed") or {})}
     toolkits = {str(k): str(v[0]) for k, v in rows.items() if v and v[0]}
     floors = {int(k): str(v["linux_min"])
               for k, v in doc["minor_version_compatibility"].items() if v.get("linux_min")}
@@ -98,6 +101,39 @@ class ArchEol:
 
 
 @dataclass(frozen=True)
+class NumbaHelpers:
+    """What a numba flavour needs installed for minor-version compatibility: one package
+    out of each group."""
+
+    groups: tuple[tuple[str, ...], ...]
+    install: str
+    """The fix, with ``{major}`` for the CUDA major."""
+
+    def missing(self, installed: frozenset[str]) -> list[tuple[str, ...]]:
+        return [g for g in self.groups
+                if not any(n in installed or (n.endswith("*") and any(
+                    i.startswith(n[:-1]) for i in installed)) for n in g)]
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A data-center driver branch in NVIDIA's support matrix."""
+
+    branch: int
+    kind: str
+    """'long-term support' or 'production'."""
+    end_of_life: str
+    """'2028-08'; 'ended' (on a date not captured); '' when not published."""
+    confirmed: bool = True
+
+    def ended(self, today: str) -> bool:
+        """Has it reached end of life by ``today`` ('2026-12-01')?"""
+        if self.end_of_life == "ended":
+            return True
+        return bool(self.end_of_life) and self.end_of_life < today[:7]
+
+
+@dataclass(frozen=True)
 class BuildFacts:
     min_cc_by_major: dict[int, tuple[int, int]]
     new_arch_cc: tuple[int, int]
@@ -107,6 +143,14 @@ class BuildFacts:
     builds: tuple[Build, ...]
     compat_branches: tuple[int, ...] = ()
     """Kernel driver branches forward compatibility is supported from."""
+    branches: tuple[Branch, ...] = ()
+    """Data-center branches with their kind and end of life (forward compatibility runs
+    only on a long-term or production branch that has not ended)."""
+    numba: dict[str, NumbaHelpers] = field(default_factory=dict)
+    """'numba-cuda' / 'numba' -> what minor-version compatibility needs."""
+
+    def branch(self, number: int) -> Branch | None:
+        return next((b for b in self.branches if b.branch == number), None)
 
     def last_branch(self, cc: tuple[int, int]) -> ArchEol | None:
         return next((e for e in self.eol if e.low <= cc <= e.high), None)
@@ -136,8 +180,13 @@ def load_builds(path: Path = BUILDS_JSON) -> BuildFacts:
                   for e in doc["driver_branch_last"]["by_architecture"]),
         numba_helpers=tuple(doc["numba_minor_version_compatibility"]["helpers"]),
         builds=tuple(builds),
-        compat_branches=tuple(int(b) for b in
-                              doc["forward_compatibility"]["kernel_branches"]))
+        compat_branches=tuple(int(b["branch"]) for b in
+                              doc["forward_compatibility"]["branches"]),
+        branches=tuple(Branch(int(b["branch"]), str(b["kind"]), str(b.get("end_of_life") or ""),
+                              not str(b.get("source", "")).startswith("unconfirmed"))
+                       for b in doc["forward_compatibility"]["branches"]),
+        numba={name: NumbaHelpers(tuple(tuple(g) for g in entry["needs"]), entry["install"])
+               for name, entry in doc["numba_minor_version_compatibility"]["by_package"].items()})
 
 
 def driver_at_least(driver: str, minimum: str) -> bool:
