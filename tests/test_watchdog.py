@@ -182,13 +182,13 @@ def test_api_errors_while_cancelling_are_reported_and_the_sweep_goes_on(run_cli,
     assert result.returncode == 1
     assert first.status == "in_progress"
     assert second.conclusion == "cancelled"
-    assert any(f"cancelling run {first.id}: no answer after retries" in e and "500" in e
+    assert any(f"did not answer cancelling run {first.id} after retries" in e and "500" in e
                for e in result.errors), result.stdout
     report = json.loads((tmp_path / "queue.json").read_text())
     assert report["complete"] is False
     assert {j["run_id"]: j["action"] for j in report["jobs"]} == {
         first.id: "cancel-failed", second.id: "cancelled"}
-    assert "error: cancelling run" in result.summary
+    assert "error: GitHub API did not answer cancelling run" in result.summary
 
 
 def test_a_read_only_token_explains_the_permission(run_cli, github, env):
