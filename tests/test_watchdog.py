@@ -276,3 +276,16 @@ def test_a_job_name_cannot_plant_a_link_in_the_summary():
     text = summarize(sweep, "")
     assert "](https://evil.example" not in text
     assert "[tests&#93;(https://evil.example/approve) &#91;x](https://github.com/" in text
+
+
+def test_a_link_planted_at_report_file_is_replaced_not_written_through(run_cli, github, env,
+                                                                      tmp_path):
+    add_run(github, minutes=75)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "queue.json").symlink_to(victim)
+    result = run_cli(["gpu-watchdog"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert victim.read_text() == "keep me\n"
+    assert not (tmp_path / "queue.json").is_symlink()
+    assert json.loads((tmp_path / "queue.json").read_text())["schema"] == "gpu-ci/queue-times/v1"

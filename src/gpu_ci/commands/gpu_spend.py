@@ -16,7 +16,7 @@ from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import budget, idle, jobs, spend
 from gpu_ci.github import spend_report as sr
-from gpu_ci.github.client import ApiError, Rest, connect, describe_api_failure
+from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.gate import runs_on_json
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
@@ -100,7 +100,9 @@ def _billed(inputs: Inputs, rt: Runtime, p: _Plan) -> budget.Spend | None:
     skus = [p.price.sku] if p.price is not None and p.price.sku else list(p.table.skus)
     try:
         return spend.billing_spend(billing, p.repo, p.month, skus, True)
-    except ApiError as exc:
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
         raise describe_api_failure(exc, "the billing usage report") from None
 
 
@@ -114,7 +116,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     try:
         got = spend.collect(rest, p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve,
                             p.month, p.now, progress=rt.info)
-    except ApiError as exc:
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
         raise describe_api_failure(exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs "
                                    "permissions: actions: read)") from None
     billed = _billed(inputs, rt, p)
@@ -163,7 +167,7 @@ def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFou
     before = rest.calls
     try:
         found = idle.find_reports(rest, p.repo, p.prefix, runs, p.month, p.max_reports)
-    except (ApiError, GpuCiError) as exc:  # listing refused or failed after retries
+    except Exception as exc:  # listing refused, failed after retries, or not understood
         rt.warning(f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
                    "the report has no idle column.", title="gpu-spend idle cost")
         return None

@@ -180,11 +180,13 @@ def connect(token_input: str, environ: Mapping[str, str],
 
 
 def call_api(what: str, fn: Callable[[], Any]) -> Any:
-    """``fn()``, with an :class:`ApiError` turned into one error that says what could not be
-    read; our own errors pass through."""
+    """``fn()``, with an :class:`ApiError` (or an answer ``fn`` could not use) turned into one
+    error that says what could not be read; our own errors pass through."""
     try:
         return fn()
-    except ApiError as exc:
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError; a malformed answer reads as no usable answer
         raise describe_api_failure(exc, what) from None
 
 

@@ -275,7 +275,9 @@ def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
             spent, note = month_spend(rest, repo, cfg, matcher, table, now,
                                       default_branch=default_branch, skip=skip,
                                       billing_rest=billing_rest)
-        except ApiError as exc:
+        except GpuCiError:
+            raise
+        except Exception as exc:  # ApiError, or an answer that is not what was asked
             raise describe_api_failure(exc, what) from None
     except BillingAccessError:
         raise
