@@ -90,3 +90,42 @@ def test_not_found_is_not_retried(github):
         client(github).get("/repos/octo/repo/pulls/99")
     assert "HTTP 404" in describe_api_failure(info.value, "GET pulls/99").message
     assert len(github.requests("GET", "/pulls/99")) == 1
+
+
+def test_a_refusal_is_the_clients_own_error_with_githubs_answer(github):
+    from gpu_ci.github.client import ApiError
+    from tests.github_server import DOCS
+
+    make_repo(github)
+    with pytest.raises(ApiError) as info:
+        client(github).get("/repos/octo/repo/pulls/99")
+    assert info.value.status == 404 and info.value.message == "Not Found"
+    assert info.value.documentation_url == DOCS
+    assert info.value.request == "GET /repos/octo/repo/pulls/99"
+    assert "HTTP 404: Not Found" in str(info.value)
+
+
+def test_no_answer_is_the_clients_own_error_with_the_reason(github):
+    from gpu_ci.github.client import ApiError
+
+    make_repo(github)
+    github.inject("GET", r"/pulls/7$", 500, times=100)
+    with pytest.raises(ApiError) as info:
+        client(github).get("/repos/octo/repo/pulls/7")
+    assert info.value.status is None and info.value.kind and "500" in info.value.reason
+
+
+def test_parse_time_reads_z_offsets_and_fractions_as_utc():
+    from datetime import datetime, timezone
+
+    from gpu_ci.github.jobs import parse_time, queue_seconds
+
+    utc = datetime(2026, 11, 2, 10, 0, tzinfo=timezone.utc)
+    assert parse_time("2026-11-02T10:00:00Z") == utc
+    assert parse_time("2026-11-02T12:00:00+02:00") == utc  # issue 25: offsets were refused
+    assert parse_time("2026-11-02T10:00:00.000Z") == utc
+    assert parse_time("2026-11-02T10:00:00") == utc  # no zone: GitHub's times are UTC
+    assert parse_time(None) is None and parse_time("") is None and parse_time("soon") is None
+    job = {"status": "completed", "runner_name": "r", "created_at": "2026-11-02T10:00:00Z",
+           "started_at": "2026-11-02T12:05:00+02:00"}
+    assert queue_seconds(job, utc) == 300.0

@@ -99,7 +99,7 @@ def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, mon
     out = tmp_path / "out"
     (out / "spend.json").mkdir(parents=True)   # what a file cannot replace, even as root
     result = spend(run_cli, month, tmp_path)
-    assert result.returncode == 1 and "writable output-dir" in "".join(result.errors)
+    assert result.returncode == 1 and "writable path for 'output-dir'" in "".join(result.errors)
     assert sorted(p.name for p in out.iterdir()) == ["spend.json"]
     blocked = tmp_path / "file"
     blocked.write_text("")

@@ -124,3 +124,19 @@ def test_the_import_rule_detects_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from gpu_ci.cuda import table\n    import gpu_ci.runtime\n")
     assert {"gpu_ci.cuda", "gpu_ci.cuda.table", "gpu_ci.runtime"} <= _imports(bad)
+
+
+def test_only_the_client_imports_pygithub():
+    """One GitHub seam: everything above ``github/client.py`` sees its ``ApiError``."""
+    src = ROOT / "src" / "gpu_ci"
+    import ast
+
+    problems = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     else [])
+            if any(n == "github" or n.startswith("github.") for n in names):
+                problems.append(str(path.relative_to(src)))
+    assert sorted(set(problems)) == ["github/client.py"]

@@ -182,13 +182,13 @@ def test_api_errors_while_cancelling_are_reported_and_the_sweep_goes_on(run_cli,
     assert result.returncode == 1
     assert first.status == "in_progress"
     assert second.conclusion == "cancelled"
-    assert any(f"cancelling run {first.id}: no answer after retries" in e and "500" in e
+    assert any(f"did not answer cancelling run {first.id} after retries" in e and "500" in e
                for e in result.errors), result.stdout
     report = json.loads((tmp_path / "queue.json").read_text())
     assert report["complete"] is False
     assert {j["run_id"]: j["action"] for j in report["jobs"]} == {
         first.id: "cancel-failed", second.id: "cancelled"}
-    assert "error: cancelling run" in result.summary
+    assert "error: GitHub API did not answer cancelling run" in result.summary
 
 
 def test_a_read_only_token_explains_the_permission(run_cli, github, env):
@@ -276,3 +276,16 @@ def test_a_job_name_cannot_plant_a_link_in_the_summary():
     text = summarize(sweep, "")
     assert "](https://evil.example" not in text
     assert "[tests&#93;(https://evil.example/approve) &#91;x](https://github.com/" in text
+
+
+def test_a_link_planted_at_report_file_is_replaced_not_written_through(run_cli, github, env,
+                                                                      tmp_path):
+    add_run(github, minutes=75)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "queue.json").symlink_to(victim)
+    result = run_cli(["gpu-watchdog"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert victim.read_text() == "keep me\n"
+    assert not (tmp_path / "queue.json").is_symlink()
+    assert json.loads((tmp_path / "queue.json").read_text())["schema"] == "gpu-ci/queue-times/v1"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
+from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import gate
-from gpu_ci.github.client import call_api
+from gpu_ci.github import budget, gate, jobs, spend
+from gpu_ci.github.client import ApiError, Rest, call_api, connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
+from gpu_ci.pricing import load_table
 from gpu_ci.runtime import Runtime, markdown_table
 
 
@@ -23,20 +26,11 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
     )
 
 
-def _rest(inputs: Inputs, rt: Runtime):
-    from gpu_ci.github.client import connect
-
-    return connect(inputs["github-token"], rt.environ, rt.mask)
-
-
-
-def _permission(rest, repo: str, login: str) -> dict:
-    from github import GithubException
-
+def _permission(rest: Rest, repo: str, login: str) -> dict[str, Any]:
     path = f"/repos/{repo}/collaborators/{quote(login, safe='')}/permission"
     try:
         return rest.get(path)
-    except GithubException as exc:
+    except ApiError as exc:
         if exc.status == 404:  # not a collaborator / not a user (e.g. an app's bot account)
             return {"permission": "none", "role_name": "none"}
         raise
@@ -48,7 +42,7 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
     step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
     if isinstance(step, gate.Decision):
         return step, config, 0
-    rest = _rest(inputs, rt)
+    rest = connect(inputs["github-token"], rt.environ, rt.mask)
     if isinstance(step, gate.PushCheck):
         files = call_api("the push's changed files", lambda: rest.get_pages(
             f"/repos/{ctx.repository}/compare/{step.before}...{step.after}", key="files"))
@@ -71,8 +65,8 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
     return decision, config, rest.calls
 
 
-def _review_pinning(rest, repo: str, step: gate.PullCheck, config: gate.GateConfig,
-                    answer: dict, decision: gate.Decision) -> gate.Decision:
+def _review_pinning(rest: Rest, repo: str, step: gate.PullCheck, config: gate.GateConfig,
+                    answer: dict[str, Any], decision: gate.Decision) -> gate.Decision:
     """One page of reviews (per 100), then one role lookup per approver until one qualifies."""
     reviews = call_api(f"the reviews of pull request #{step.number}",
                     lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"))
@@ -140,20 +134,17 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 # -- budget (logic in gpu_ci.github.budget / .spend) -----------------------------------------
 
 
-def budget_config(inputs: Inputs, rt: Runtime):
+def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     if not inputs["monthly-budget"].strip():
         return None
     if not inputs["gpu-runs-on"].strip():
         raise UsageError("input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
                          "jobs that ran on your GPU runners, so name their labels or group.")
-    from gpu_ci.github.budget import make_budget_config, now_utc
-    from gpu_ci.pricing import load_table
-
-    return make_budget_config(
+    return budget.make_budget_config(
         inputs["monthly-budget"], inputs["gpu-price"], inputs["reserve-minutes"],
         inputs["budget-on-unknown"], inputs["budget-scope"], inputs.items("gpu-workflows")
         or _this_workflow(rt), inputs["budget-ledger"], load_table(),
-        now_utc(rt.environ).date())
+        jobs.now(rt.environ).date())
 
 
 def _this_workflow(rt: Runtime) -> list[str]:
@@ -162,27 +153,19 @@ def _this_workflow(rt: Runtime) -> list[str]:
     return [ref.rsplit("/", 1)[-1]] if "/.github/workflows/" in ref else []
 
 
-def apply_budget(cfg, decision: gate.Decision, config: gate.GateConfig, inputs: Inputs,
-                 rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
+def apply_budget(cfg: budget.BudgetConfig, decision: gate.Decision, config: gate.GateConfig,
+                 inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
     """Refuse a run that would take the month's GPU spend over the budget."""
-    from dataclasses import replace
-
-    from gpu_ci.github import budget, spend
-    from gpu_ci.github.client import ClientSettings, RestClient
-    from gpu_ci.pricing import load_table
-
     ctx = load_event(rt.environ)
-    rest = _rest(inputs, rt)
-    billing = None
-    if inputs["billing-token"]:
-        rt.mask(inputs["billing-token"])
-        billing = RestClient(inputs["billing-token"], ClientSettings.from_environ(rt.environ))
+    rest = connect(inputs["github-token"], rt.environ, rt.mask)
+    billing = (connect(inputs["billing-token"], rt.environ, rt.mask)
+               if inputs["billing-token"] else None)
     run_id = rt.environ.get("GITHUB_RUN_ID", "")
     attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
     skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
     result = spend.gate_budget(
-        rest, billing, cfg, budget.GpuMatcher.from_runs_on(config.gpu_runs_on), load_table(),
-        budget.now_utc(rt.environ), ctx.repository,
+        rest, billing, cfg, jobs.GpuMatcher.from_runs_on(config.gpu_runs_on), load_table(),
+        jobs.now(rt.environ), ctx.repository,
         str((ctx.payload.get("repository") or {}).get("default_branch") or ""), skip)
     calls = rest.calls + (billing.calls if billing else 0)
     if result.spent:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gpu_ci
 from gpu_ci.cuda import monitor
@@ -27,6 +28,9 @@ from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime
+
+if TYPE_CHECKING:
+    from gpu_ci.github.steps import JobTimes
 
 NO_GPU_NAME = "no-gpu"
 """Left by a start that found no GPU: the report then says so instead of failing."""
@@ -301,18 +305,18 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     return 0 if result.ok else 1
 
 
-def fetch_job(inputs: Inputs, rt: Runtime):  # -> JobTimes | None
+def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
     """The job's steps from the jobs API, or None (no token, no permission, no answer)."""
     env = rt.environ
     token = inputs["github-token"] or env.get("GITHUB_TOKEN", "")
     repository, run_id = env.get("GITHUB_REPOSITORY", ""), env.get("GITHUB_RUN_ID", "")
     if not (token and repository and run_id and env.get("RUNNER_NAME")):
         return None
-    try:
-        from gpu_ci.github.client import ClientSettings, RestClient
+    try:  # imported here: a start, and a runner without the github extra, never load them
+        from gpu_ci.github.client import connect
         from gpu_ci.github.steps import current_job_times
 
-        client = RestClient(token, ClientSettings.from_environ(env))
+        client = connect(inputs["github-token"], env, rt.mask)
         job = current_job_times(client, repository, run_id, env.get("GITHUB_RUN_ATTEMPT", ""),
                                 env["RUNNER_NAME"])
     except Exception as exc:  # steps are a bonus: fall back to the monitor's window

@@ -1,22 +1,26 @@
 """``gpu-ci gpu-spend``: the month's GPU minutes and cost, who and what spent them, against
 the budget; JSON/CSV for dashboards and the ledger that keeps ``gpu-gate``'s budget check to
-a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.budget`."""
+a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.budget`,
+the report's documents :mod:`gpu_ci.github.spend_report`."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import os
-from datetime import date
+from dataclasses import dataclass
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.charts import Series, xychart
+from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github import budget, idle, jobs, spend
+from gpu_ci.github import spend_report as sr
+from gpu_ci.github.client import Rest, connect, describe_api_failure
+from gpu_ci.github.gate import runs_on_json
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime, markdown_table
+from gpu_ci.pricing import Price, PriceTable, load_table
+from gpu_ci.runtime import Runtime, markdown_table, repository, write_report
 
 
 def _money(value: Decimal) -> str:
@@ -26,8 +30,6 @@ def _money(value: Decimal) -> str:
 def chart(points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit: str,
           month: str) -> str:
     """Cumulative spend per day (line) against the budget (a flat line)."""
-    from gpu_ci.charts import downsample
-
     labels = [str(d.day) for d, _ in points]
     values = tuple(downsample([float(v) for _, v in points], len(points)))
     series = [Series("spend", values)]
@@ -40,35 +42,6 @@ def chart(points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit:
                    y_range=(0, top * 1.1 if top > 0 else 1), x_title="day (UTC)")
 
 
-def csv_text(jobs: list[Any], idle: dict[int, Any] | None = None) -> str:
-    """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
-    the end, empty for a job without a report."""
-    out = io.StringIO()
-    fields = ["day", "workflow", "run_id", "attempt", "job_id", "job", "event", "pull_request",
-              "approver", "runner", "minutes", "usd", "state"]
-    if idle is not None:
-        fields += ["idle_fraction", "idle_minutes", "idle_usd", "monitor_artifact"]
-    writer = csv.DictWriter(out, fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for job in jobs:
-        row = job.to_json()
-        if idle is not None:
-            row.update(_idle_json(idle.get(job.job_id)))
-        for key in ("job", "approver", "runner", "workflow"):  # no formulas in spreadsheets
-            if str(row[key])[:1] in ("=", "+", "-", "@"):
-                row[key] = "'" + str(row[key])
-        writer.writerow(row)
-    return out.getvalue()
-
-
-def _idle_json(got: Any) -> dict[str, Any]:
-    if got is None:
-        return {"idle_fraction": "", "idle_minutes": "", "idle_usd": "",
-                "monitor_artifact": ""}
-    return {"idle_fraction": str(got.fraction), "idle_minutes": str(got.minutes),
-            "idle_usd": str(got.usd), "monitor_artifact": got.artifact_id}
-
-
 def _max_reports(text: str) -> int:
     value = (text or "").strip()
     if not value.isdigit():
@@ -77,27 +50,27 @@ def _max_reports(text: str) -> int:
     return int(value)
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomic: a reader (the upload step) never sees half a file; a full or read-only disk
-    leaves no temporary file behind and says which file it could not write."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise GpuCiError(f"cannot write {path} ({exc.strerror}): choose a writable "
-                         "output-dir, e.g. ${{ runner.temp }}/gpu-spend.") from None
+@dataclass(frozen=True)
+class _Plan:
+    """The validated inputs: what to count, how to price it, where to write."""
+
+    now: datetime
+    table: PriceTable
+    month: budget.Month
+    plan: budget.Budget | None
+    price: Price | None
+    reserve: int
+    matcher: jobs.GpuMatcher
+    workflows: list[str]
+    repo: str
+    prefix: str
+    max_reports: int
+    out_dir: Path
 
 
-def run(inputs: Inputs, rt: Runtime) -> int:
-    from gpu_ci.github import budget, spend
-    from gpu_ci.github.client import ClientSettings, RestClient, connect
-    from gpu_ci.github.gate import runs_on_json
-    from gpu_ci.pricing import load_table
-
-    now = budget.now_utc(rt.environ)
-    table = load_table()
+def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
+    """Every input checked before any API call (a bad one: exit 2)."""
+    now, table = jobs.now(rt.environ), load_table()
     month = budget.Month.parse(inputs["month"]) if inputs["month"] else budget.Month.of(
         now.date())
     plan = budget.parse_budget(inputs["monthly-budget"]) if inputs["monthly-budget"] else None
@@ -111,135 +84,104 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise UsageError("input 'gpu-runs-on' is empty: name your GPU runners' labels (a label "
                          "or a JSON list) or group ({\"group\": \"gpu-pool\"}), as gpu-gate's "
                          "gpu-runs-on does.")
-    matcher = budget.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
-    workflows = inputs.items("gpu-workflows")
-    repo = inputs["repository"] or rt.environ.get("GITHUB_REPOSITORY", "")
-    if repo.count("/") != 1:
-        raise UsageError("no repository: pass 'repository' (owner/name) or set "
-                         "GITHUB_REPOSITORY.")
+    matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
+    repo = repository(inputs["repository"], rt.environ)
     prefix = inputs["monitor-artifacts"].strip()
     max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
-    out_dir = Path(inputs["output-dir"] or "gpu-spend")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GpuCiError(f"output-dir {out_dir} cannot be created ({exc.strerror}).") from None
-    rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
-    from gpu_ci.github.client import describe_api_failure
+    return _Plan(now, table, month, plan, price, reserve, matcher, inputs.items("gpu-workflows"),
+                 repo, prefix, max_reports, Path(inputs["output-dir"] or "gpu-spend"))
 
+
+def _billed(inputs: Inputs, rt: Runtime, p: _Plan) -> budget.Spend | None:
+    """The billing usage report's GPU spend, when a billing-token is given."""
+    if not inputs["billing-token"]:
+        return None
+    billing = connect(inputs["billing-token"], rt.environ, rt.mask)
+    skus = [p.price.sku] if p.price is not None and p.price.sku else list(p.table.skus)
     try:
-        got = spend.collect(rest, repo, workflows, matcher, price, table, reserve, month, now,
-                            progress=rt.info)
+        return spend.billing_spend(billing, p.repo, p.month, skus, True)
     except GpuCiError:
         raise
-    except Exception as exc:
-        raise describe_api_failure(exc, f"the GPU jobs of {repo} in {month} (the job needs "
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
+        raise describe_api_failure(exc, "the billing usage report") from None
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    p = _plan(inputs, rt)
+    try:
+        p.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuCiError(f"output-dir {p.out_dir} cannot be created ({exc.strerror}).") from None
+    rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
+    try:
+        got = spend.collect(rest, p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve,
+                            p.month, p.now, progress=rt.info)
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
+        raise describe_api_failure(exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs "
                                    "permissions: actions: read)") from None
-    billed = None
-    if inputs["billing-token"]:
-        rt.mask(inputs["billing-token"])
-        billing = RestClient(inputs["billing-token"], ClientSettings.from_environ(rt.environ))
-        skus = [price.sku] if price is not None and price.sku else list(table.skus)
-        try:
-            billed = spend.billing_spend(billing, repo, month, skus, True)
-        except GpuCiError:
-            raise
-        except Exception as exc:
-            raise describe_api_failure(exc, "the billing usage report") from None
-
-    costs = sorted(got.costs, key=lambda c: (c.day, c.run_id, c.job_id))
-    idle_of, idle_doc = _idle(rest, repo, prefix, max_reports, month, costs, got.windows, rt)
-    tot = budget.total(costs, "GPU jobs")
-    unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
-    last_day = min(now.date(), month.last) if now.date() >= month.first else month.first
-    points = budget.cumulative(costs, month, last_day, unit)
-    spent_value = tot.usd if unit == "usd" else Decimal(tot.minutes)
-    left = plan.amount - spent_value if plan is not None else None
-    breakdowns = {title: budget.breakdown(costs, name)
-                  for title, name in budget.BREAKDOWNS.items()}
-
-    doc: dict[str, Any] = {
-        "repository": repo, "month": str(month), "generated": now.isoformat(),
-        "gpu_jobs": matcher.describe(), "workflows": workflows or ["(every workflow)"],
-        "price": price.describe() if price else None,
-        "minutes": tot.minutes, "usd": str(tot.usd) if price else None,
-        "reserved_minutes": tot.reserved_minutes,
-        "budget": None if plan is None else {"amount": str(plan.amount), "unit": plan.unit,
-                                             "left": str(left)},
-        "billing": None if billed is None else {"minutes": billed.minutes,
-                                                "usd": str(billed.usd)},
-        "by": {title: [{"key": r.key, "minutes": r.minutes, "usd": str(r.usd), "jobs": r.jobs}
-                       for r in rows] for title, rows in breakdowns.items()},
-        "days": [{"day": d.isoformat(), "cumulative": str(v)} for d, v in points],
-        "jobs": [c.to_json() for c in costs],
-    }
-    if idle_of is not None:
-        from gpu_ci.github.idle import idle_breakdown
-
-        doc["idle"] = idle_doc
-        for title, name in budget.BREAKDOWNS.items():
-            extra = idle_breakdown(costs, idle_of, name)
-            for row in doc["by"][title]:
-                got_idle = extra[row["key"]]
-                row.update(idle_minutes=str(got_idle.minutes), idle_usd=str(got_idle.usd),
-                           idle_reports=got_idle.reports)
-        for job in doc["jobs"]:
-            job.update(_idle_json(idle_of.get(job["job_id"])))
-    json_path, csv_path = out_dir / "spend.json", out_dir / "spend.csv"
-    _write(json_path, json.dumps(doc, indent=2) + "\n")
-    _write(csv_path, csv_text(costs, idle_of))
-    ledger_path = out_dir / spend.LEDGER_FILE
-    if month == budget.Month.of(now.date()):  # the gate reads this month's ledger only
-        ledger = budget.build_ledger(repo, month, matcher, workflows, now, got.runs, costs)
-        _write(ledger_path, json.dumps(ledger.to_json()) + "\n")
-
+    billed = _billed(inputs, rt, p)
+    found = _idle(rest, p, got, rt)
+    report = sr.build(p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan,
+                      got.costs, billed, found)
+    paths = _write_files(p, got, report)
+    tot, left = report.total, report.left
     rt.set_output("minutes", str(tot.minutes))
-    rt.set_output("cost", f"{tot.usd:.2f}" if price else "")
+    rt.set_output("cost", f"{tot.usd:.2f}" if p.price else "")
     rt.set_output("budget-left", "" if left is None else (
-        f"{left:.2f}" if unit == "usd" else str(int(left))))
-    rt.set_output("json", str(json_path))
-    rt.set_output("csv", str(csv_path))
-    rt.set_output("ledger", str(ledger_path) if ledger_path.exists() else "")
-    rt.info(f"gpu-spend: {repo} {month}: {tot.minutes} GPU minutes"
-            f"{', ' + _money(tot.usd) if price else ''} in {len(costs)} GPU jobs "
+        f"{left:.2f}" if report.unit == "usd" else str(int(left))))
+    rt.set_output("json", paths[0])
+    rt.set_output("csv", paths[1])
+    rt.set_output("ledger", paths[2])
+    rt.info(f"gpu-spend: {p.repo} {p.month}: {tot.minutes} GPU minutes"
+            f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
             f"({rest.calls} API calls)")
-    rt.summary(summary(doc, breakdowns, points, plan, unit, tot, billed, price is not None))
+    rt.summary(summary(report, p.plan, billed, p.price is not None))
     return 0
 
 
-def _idle(rest: Any, repo: str, prefix: str, max_reports: int, month: Any, costs: list[Any],
-          windows: dict[int, tuple[float, float]],
-          rt: Runtime) -> tuple[dict[int, Any] | None, dict[str, Any]]:
+def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str, str, str]:
+    """spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
+    ledger not written this time and not there from before)."""
+    json_path, csv_path = p.out_dir / "spend.json", p.out_dir / "spend.csv"
+    write_report(json_path, json.dumps(report.doc, indent=2) + "\n", what="output-dir")
+    write_report(csv_path, sr.csv_text(report.costs, report.idle.by_job if report.idle
+                                       else None), what="output-dir")
+    ledger_path = p.out_dir / spend.LEDGER_FILE
+    if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
+        ledger = budget.build_ledger(p.repo, p.month, p.matcher, p.workflows, p.now, got.runs,
+                                     report.costs)
+        write_report(ledger_path, json.dumps(ledger.to_json()) + "\n", what="output-dir")
+    return str(json_path), str(csv_path), str(ledger_path) if ledger_path.exists() else ""
+
+
+def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFound | None:
     """Idle share per job id from gpu-monitor report artifacts (``None``: not looked for, or
     the artifacts could not be listed: the spend report goes on without the idle column).
     Every report skipped is a notice that says why."""
-    from gpu_ci.github import idle
-
-    if not prefix or max_reports == 0:
-        return None, {}
+    if not p.prefix or p.max_reports == 0:
+        return None
+    costs = sorted(got.costs, key=lambda c: (c.day, c.run_id, c.job_id))
     runs = {c.run_id for c in costs if c.state == "completed"}
     before = rest.calls
     try:
-        found = idle.find_reports(rest, repo, prefix, runs, month, max_reports)
-    except Exception as exc:  # listing refused or failed after retries: no idle column
+        found = idle.find_reports(rest, p.repo, p.prefix, runs, p.month, p.max_reports)
+    except Exception as exc:  # listing refused, failed after retries, or not understood
         rt.warning(f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
                    "the report has no idle column.", title="gpu-spend idle cost")
-        return None, {}
-    matched, notes = idle.match(found.reports, costs, windows)
+        return None
+    matched, notes = idle.match(found.reports, costs, got.windows)
     for note in (*found.notes, *notes):
         rt.notice(note, title="gpu-spend idle cost")
-    completed = sum(1 for c in costs if c.state == "completed")
-    return matched, {
-        "artifact_prefix": prefix, "reports_read": len(found.reports),
-        "jobs_with_report": len(matched), "completed_jobs": completed,
-        "minutes": str(sum((i.minutes for i in matched.values()), Decimal(0))),
-        "usd": str(sum((i.usd for i in matched.values()), Decimal(0))),
-        "api_calls": rest.calls - before, "skipped": list(found.notes) + notes}
+    return sr.IdleFound(matched, sr.idle_section(
+        p.prefix, len(found.reports), matched, costs, rest.calls - before,
+        [*found.notes, *notes]))
 
 
-def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
-            points: list[tuple[date, Decimal]], plan: Any, unit: str, tot: Any, billed: Any,
+def summary(report: sr.Report, plan: budget.Budget | None, billed: budget.Spend | None,
             priced: bool) -> str:
+    doc, tot = report.doc, report.total
     parts = [f"### gpu-spend: {doc['repository']}, {doc['month']}\n"]
     rows = [("GPU jobs", doc["gpu_jobs"]), ("workflows", ", ".join(doc["workflows"])),
             ("GPU minutes", f"{tot.minutes} (of which reserved for running jobs: "
@@ -247,7 +189,7 @@ def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
             ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)")]
     if plan is not None:
         rows.append(("budget", plan.describe()))
-        rows.append(("left", plan.describe(plan.amount - (tot.usd if unit == "usd"
+        rows.append(("left", plan.describe(plan.amount - (tot.usd if report.unit == "usd"
                                                            else Decimal(tot.minutes)))))
     idle_doc = doc.get("idle")
     if idle_doc:
@@ -260,13 +202,19 @@ def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
         rows.append(("GitHub billed (billing usage API)",
                      f"{billed.minutes} min, {_money(billed.usd)}"))
     parts.append(markdown_table(["", ""], rows))
-    if points:
-        parts.append(chart(points, plan.amount if plan is not None else None, unit,
-                           doc["month"]))
-    for title, table_rows in breakdowns.items():
+    if report.points:
+        parts.append(chart(report.points, plan.amount if plan is not None else None,
+                           report.unit, doc["month"]))
+    parts += _breakdown_tables(report, bool(idle_doc), priced)
+    return "\n".join(parts)
+
+
+def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[str]:
+    parts = []
+    for title, table_rows in report.breakdowns.items():
         parts.append(f"#### By {title}\n")
-        if idle_doc:
-            extra = {r["key"]: r for r in doc["by"][title]}
+        if with_idle:
+            extra = {r["key"]: r for r in report.doc["by"][title]}
             parts.append(markdown_table(
                 [title, "GPU minutes", "cost", "jobs", "idle (jobs with a report)"],
                 [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs,
@@ -277,7 +225,7 @@ def summary(doc: dict[str, Any], breakdowns: dict[str, list[Any]],
             [title, "GPU minutes", "cost", "jobs"],
             [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs)
              for r in table_rows[:20]] or [("(no GPU jobs)", 0, "", 0)]))
-    return "\n".join(parts)
+    return parts
 
 
 def _idle_cell(row: dict[str, Any], priced: bool) -> str:

@@ -9,21 +9,31 @@ It never checks out or runs code of the pull request.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import statuses
-from gpu_ci.github.client import call_api
-from gpu_ci.github.event import load_event
+from gpu_ci.github import jobs, statuses, watchdog
+from gpu_ci.github.client import RestClient, call_api, connect
+from gpu_ci.github.event import EventContext, load_event
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime, markdown_table
+from gpu_ci.runtime import Runtime, markdown_table, write_report
 
 
-def _rest(inputs: Inputs, rt: Runtime):
-    from gpu_ci.github.client import connect
+@dataclass
+class _Result:
+    """What one event led to: the decision, the client that read for it (None: no call yet)
+    and the longest GPU queue time of a completed run ('' when not known)."""
 
+    outcome: statuses.Outcome
+    rest: RestClient | None
+    queued: str = ""
+
+
+def _connect(inputs: Inputs, rt: Runtime) -> RestClient:
     return connect(inputs["github-token"], rt.environ, rt.mask, needs="statuses: write")
-
 
 
 def _gate_run(inputs: Inputs) -> bool | None:
@@ -32,111 +42,118 @@ def _gate_run(inputs: Inputs) -> bool | None:
     return inputs.boolean("gate-run")
 
 
-def _write_report(path: str, repository: str, run: dict, gpu_jobs: list, now) -> None:
-    from gpu_ci.github.watchdog import SCHEMA, record_of
+def _listed(rest: RestClient, repository: str, sha: str) -> list[Any]:
+    """The commit's statuses, newest first (one page of 100)."""
+    return list(call_api(f"the statuses of {sha[:12]}", lambda: rest.get_pages(
+        f"/repos/{repository}/commits/{quote(sha, safe='')}/statuses", limit=100)))
 
-    records = [record_of(run, job, now) for job in gpu_jobs]
-    waits = [r.queued_seconds for r in records if r.queued_seconds is not None]
-    doc = {"schema": SCHEMA, "source": "gpu-status", "repository": repository,
-           "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "max_queued_seconds": max(waits) if waits else None, "complete": True,
-           "jobs": [dict(r.__dict__, labels=list(r.labels)) for r in records], "errors": []}
+
+def _pull_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConfig,
+                ctx: EventContext, action: str) -> _Result:
+    rest = None
+    listed: list[Any] = []
+    head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
+    if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
+        rest = _connect(inputs, rt)
+        listed = _listed(rest, ctx.repository, head)
+    server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
+    outcome = statuses.for_pull_event(config, action, ctx.payload, _gate_run(inputs),
+                                      inputs["gate-reason"], inputs["labeled-by"],
+                                      server, ctx.repository, listed)
+    if outcome.status and rest is None:
+        rest = _connect(inputs, rt)
+    return _Result(outcome, rest)
+
+
+def _workflow_run_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConfig,
+                        ctx: EventContext, action: str) -> _Result:
+    wf_run = ctx.payload.get("workflow_run")
+    if not isinstance(wf_run, dict) or len(str(wf_run.get("head_sha") or "")) != 40:
+        raise GpuCiError("the workflow_run event has no workflow_run.head_sha.",
+                         title="malformed event")
+    rest = _connect(inputs, rt)
+    sha, repo = str(wf_run["head_sha"]), ctx.repository
+    listed = _listed(rest, repo, sha)
+    run_jobs = _run_jobs(rest, repo, wf_run) if action == "completed" else None
+    now = jobs.now(rt.environ).replace(microsecond=0)
+    outcome = statuses.for_workflow_run(config, action, wf_run, run_jobs, listed, repo, now)
+    if outcome.need_siblings:
+        siblings = call_api(f"the runs for {sha[:12]}", lambda: rest.get(
+            f"/repos/{repo}/actions/runs?head_sha={sha}&per_page=100"))
+        outcome = statuses.for_workflow_run(config, action, wf_run, run_jobs, listed, repo,
+                                            now, siblings=siblings.get("workflow_runs") or [])
+    if run_jobs is None:
+        return _Result(outcome, rest)
+    gpu = jobs.named_gpu_jobs(run_jobs, config.gpu_jobs)
+    waits = [w for w in (jobs.queue_seconds(j, now) for j in gpu) if w is not None]
+    if inputs["report-file"]:
+        doc = watchdog.queue_times(repo, wf_run, gpu, now)
+        write_report(inputs["report-file"], json.dumps(doc, indent=2) + "\n")
+    return _Result(outcome, rest, f"{max(waits):.0f}" if waits else "")
+
+
+def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:
+    attempt = int(wf_run.get("run_attempt") or 1)
+    answer = call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get(
+        f"/repos/{repository}/actions/runs/{int(wf_run['id'])}/attempts/{attempt}/jobs"
+        "?per_page=100"))
+    return list(answer.get("jobs") or [])
+
+
+def _post(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
+          status: statuses.Status) -> None:
+    body = status.body(config.context)
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2)
-            handle.write("\n")
-    except OSError as exc:
-        raise GpuCiError(f"cannot write report-file {path}: {exc.strerror}.") from None
+        call_api(f"setting the '{config.context}' status of {status.sha[:12]}",
+                 lambda: rest.post(
+                     f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
+    except GpuCiError as exc:
+        if ctx.name == "pull_request" and "HTTP 403" in exc.message:
+            raise GpuCiError(exc.message + " A pull_request run from a fork always has a "
+                             "read-only token: post statuses from pull_request_target and "
+                             "workflow_run (examples/cuda-ci-remove-label.yml, "
+                             "examples/cuda-ci-status.yml).", title=exc.title) from None
+        raise
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     config = statuses.make_config(inputs["context"], inputs["label"], inputs["min-permission"],
                                   inputs.items("gpu-jobs"))
-    gate_run = _gate_run(inputs)
+    _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
     ctx = load_event(rt.environ)
-    server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
     action = str(ctx.payload.get("action") or "")
-    calls_note = ""
-    queued = ""
     if ctx.name in statuses.PR_EVENTS:
-        rest = None
-        listed: list = []
-        head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
-        if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
-            rest = client = _rest(inputs, rt)
-            listed = call_api(f"the statuses of {head[:12]}", lambda: client.get_pages(
-                f"/repos/{ctx.repository}/commits/{quote(head, safe='')}/statuses", limit=100))
-        outcome = statuses.for_pull_event(config, action, ctx.payload, gate_run,
-                                          inputs["gate-reason"], inputs["labeled-by"],
-                                          server, ctx.repository, listed)
-        if outcome.status and rest is None:
-            rest = _rest(inputs, rt)
+        result = _pull_event(inputs, rt, config, ctx, action)
     elif ctx.name == "workflow_run":
-        wf_run = ctx.payload.get("workflow_run")
-        if not isinstance(wf_run, dict) or len(str(wf_run.get("head_sha") or "")) != 40:
-            raise GpuCiError("the workflow_run event has no workflow_run.head_sha.",
-                             title="malformed event")
-        rest = _rest(inputs, rt)
-        sha = str(wf_run["head_sha"])
-        listed = call_api(f"the statuses of {sha[:12]}", lambda: rest.get_pages(
-            f"/repos/{ctx.repository}/commits/{sha}/statuses", limit=100))
-        jobs = None
-        if action == "completed":
-            attempt = int(wf_run.get("run_attempt") or 1)
-            jobs = call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get(
-                f"/repos/{ctx.repository}/actions/runs/{int(wf_run['id'])}/attempts/"
-                f"{attempt}/jobs?per_page=100")).get("jobs") or []
-        from gpu_ci.github.watchdog import utcnow
-
-        now = utcnow()
-        outcome = statuses.for_workflow_run(config, action, wf_run, jobs, listed,
-                                            ctx.repository, now)
-        if outcome.need_siblings:
-            siblings = call_api(f"the runs for {sha[:12]}", lambda: rest.get(
-                f"/repos/{ctx.repository}/actions/runs?head_sha={sha}&per_page=100"))
-            outcome = statuses.for_workflow_run(
-                config, action, wf_run, jobs, listed, ctx.repository, now,
-                siblings=siblings.get("workflow_runs") or [])
-        if jobs is not None:
-            gpu = statuses.gpu_jobs_of(jobs, config.gpu_jobs)
-            waits = [w for w in (statuses.queue_seconds(j, now) for j in gpu) if w is not None]
-            queued = f"{max(waits):.0f}" if waits else ""
-            if inputs["report-file"]:
-                _write_report(inputs["report-file"], ctx.repository, wf_run, list(gpu), now)
+        result = _workflow_run_event(inputs, rt, config, ctx, action)
     else:
         raise UsageError(
             f"gpu-status handles pull_request_target (or pull_request) and workflow_run "
             f"events; this is '{ctx.name}'. See actions/gpu-status/README.md for the "
             "three-workflow setup.")
-    status = outcome.status
-    if status is not None and rest is not None:
-        body = status.body(config.context)
-        try:
-            call_api(f"setting the '{config.context}' status of {status.sha[:12]}",
-                  lambda: rest.post(
-                      f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
-        except GpuCiError as exc:
-            if ctx.name == "pull_request" and "HTTP 403" in exc.message:
-                raise GpuCiError(exc.message + " A pull_request run from a fork always has a "
-                                 "read-only token: post statuses from pull_request_target and "
-                                 "workflow_run (examples/cuda-ci-remove-label.yml, "
-                                 "examples/cuda-ci-status.yml).", title=exc.title) from None
-            raise
-        calls_note = f" ({rest.calls} API calls)"
+    status, note = result.outcome.status, result.outcome.note
+    if status is not None and result.rest is not None:
+        _post(result.rest, ctx, config, status)
         rt.info(f"gpu-status: {config.context} = {status.state}: {status.description}"
-                f"{calls_note}")
+                f" ({result.rest.calls} API calls)")
     else:
-        rt.info(f"gpu-status: no status posted: {outcome.note}")
+        rt.info(f"gpu-status: no status posted: {note}")
     rt.set_output("state", status.state if status else "")
-    rt.set_output("description", status.description if status else outcome.note)
+    rt.set_output("description", status.description if status else note)
     rt.set_output("sha", status.sha if status else "")
-    rt.set_output("queued-seconds", queued)
+    rt.set_output("queued-seconds", result.queued)
+    rt.summary(_summary(ctx, action, config, result))
+    return 0
+
+
+def _summary(ctx: EventContext, action: str, config: statuses.StatusConfig,
+             result: _Result) -> str:
+    status, note = result.outcome.status, result.outcome.note
     rows = [("event", f"{ctx.name}.{action}"), ("context", config.context),
             ("commit", status.sha if status else ""),
             ("state", status.state if status else "(not posted)"),
-            ("description", status.description if status else outcome.note),
-            ("link", status.target_url if status else ""), ("why", outcome.note)]
-    if queued:
-        rows.append(("GPU queue time", f"{queued} s"))
-    rt.summary("### gpu-status\n\n" + markdown_table(["", ""], rows))
-    return 0
+            ("description", status.description if status else note),
+            ("link", status.target_url if status else ""), ("why", note)]
+    if result.queued:
+        rows.append(("GPU queue time", f"{result.queued} s"))
+    return "### gpu-status\n\n" + markdown_table(["", ""], rows)

@@ -7,13 +7,13 @@ and the JSON report say what was done and what failed, and the step fails (exit 
 from __future__ import annotations
 
 import json
-import os
 
-from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import watchdog
+from gpu_ci.errors import UsageError
+from gpu_ci.github import jobs, watchdog
+from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime, markdown_table
+from gpu_ci.runtime import Runtime, markdown_table, write_report
 
 
 def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
@@ -28,17 +28,6 @@ def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
         cron = str(load_event(rt.environ).payload.get("schedule") or "")
         return watchdog.cron_interval_minutes(cron), f"the schedule '{cron}'"
     return None, ""
-
-
-def _write(path: str, doc: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise GpuCiError(f"cannot write report-file {path}: {exc.strerror}.") from None
 
 
 def _link_text(text: str) -> str:
@@ -74,8 +63,6 @@ def watchdog_minutes(seconds: float) -> str:
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    from gpu_ci.github.client import connect
-
     config = watchdog.make_config(
         inputs.items("workflows"), inputs.items("gpu-labels"), inputs["max-queue-minutes"],
         inputs.boolean("cancel"), inputs["context"], inputs["max-calls"],
@@ -89,16 +76,27 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise UsageError("GITHUB_REPOSITORY is not set to owner/name: set it for the CLI.")
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: write")
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
-    result = watchdog.sweep(rest, repository, config, watchdog.utcnow(), server)
+    now = jobs.now(rt.environ).replace(microsecond=0)
+    result = watchdog.sweep(rest, repository, config, now, server)
 
     doc = result.as_json()
-    stale = result.stale
-    rt.set_output("stale", str(len(stale)))
+    rt.set_output("stale", str(len(result.stale)))
     rt.set_output("cancelled", json.dumps(result.cancelled))
     top = doc["max_queued_seconds"]
     rt.set_output("max-queued-seconds", "" if top is None else f"{top:.0f}")
     rt.set_output("rest-calls", str(result.calls))
     rt.summary(summarize(result, warning))
+    _log(result, rt)
+    if inputs["report-file"]:
+        write_report(inputs["report-file"], json.dumps(doc, indent=2) + "\n")
+    for error in result.errors:
+        rt.error(error, title="gpu-watchdog")
+    return 1 if result.errors else 0
+
+
+def _log(result: watchdog.Sweep, rt: Runtime) -> None:
+    """A line (or a warning, for what needs a look) per stale job, then the totals."""
+    stale = result.stale
     for record in stale:
         message = (f"{record.name} (run {record.run_id}) queued "
                    f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
@@ -111,8 +109,3 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         rt.warning(f"stopped early: {result.stopped}.", title="gpu-watchdog")
     rt.info(f"gpu-watchdog: {len(result.jobs)} GPU jobs seen, {len(stale)} stale, "
             f"{len(result.cancelled)} runs cancelled, {result.calls} REST calls.")
-    if inputs["report-file"]:
-        _write(inputs["report-file"], doc)
-    for error in result.errors:
-        rt.error(error, title="gpu-watchdog")
-    return 1 if result.errors else 0

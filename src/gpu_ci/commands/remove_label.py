@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github import labels
-from gpu_ci.github.client import RestClient, connect
+from gpu_ci.github.client import ApiError, Rest, connect, unanswered
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
@@ -30,20 +30,15 @@ def target(inputs: Inputs, rt: Runtime) -> tuple[str, int]:
     return repository, number
 
 
-def delete(rest: RestClient, repository: str, number: int, label: str) -> labels.Outcome:
-    from github import GithubException
-
+def delete(rest: Rest, repository: str, number: int, label: str) -> labels.Outcome:
     path = f"/repos/{repository}/issues/{number}/labels/{quote(label, safe='')}"
     try:
         rest.delete(path)
-    except GithubException as exc:
-        message = str(exc.data.get("message") or "") if isinstance(exc.data, dict) else ""
-        return labels.outcome_of(label, exc.status, message, number, repository)
-    except Exception as exc:  # network failure after retries
-        reason = getattr(exc, "reason", None) or exc
-        return labels.Outcome(label, labels.Result.FAILED, (
-            f"removing '{label}' from #{number}: GitHub API did not answer after retries "
-            f"({type(exc).__name__}: {reason})."))
+    except ApiError as exc:
+        if exc.status is None:  # no answer after retries
+            return labels.Outcome(label, labels.Result.FAILED, unanswered(
+                f"removing '{label}' from #{number}", exc.kind, exc.reason))
+        return labels.outcome_of(label, exc.status, exc.message, number, repository)
     return labels.outcome_of(label, 200, "", number, repository)
 
 

@@ -1,5 +1,6 @@
-"""The GPU budget, as pure functions of plain data: what a budget is, which jobs are GPU jobs,
-what each one cost, the ledger of runs already counted, and the gate's verdict.
+"""The GPU budget, as pure functions of plain data: what a budget is, what each GPU job (see
+:class:`gpu_ci.github.jobs.GpuMatcher`) cost, the ledger of runs already counted, and the
+gate's verdict.
 
 Everything here is computed from GitHub's documented JSON (workflow runs, jobs, the billing
 usage report) and the dated price table (:mod:`gpu_ci.pricing`); the fetch layer is
@@ -8,15 +9,15 @@ usage report) and the dated price table (:mod:`gpu_ci.pricing`); the fetch layer
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
 
 #: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
@@ -93,53 +94,7 @@ def parse_reserve(text: str) -> int:
     return int(value)
 
 
-# -- which jobs are GPU jobs --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuMatcher:
-    """A job is a GPU job when its ``labels`` include all of ``labels`` (a ``runs-on`` label
-    list), or when it ran in the runner group ``group``."""
-
-    labels: frozenset[str] = frozenset()
-    group: str = ""
-
-    @classmethod
-    def from_runs_on(cls, runs_on_json: str) -> GpuMatcher:
-        """From the gate's compact ``gpu-runs-on`` JSON: a label, a list, or
-        ``{"group": ..., "labels": ...}``."""
-        value = json.loads(runs_on_json)
-        if isinstance(value, str):
-            return cls(frozenset({value.lower()}))
-        if isinstance(value, list):
-            return cls(frozenset(str(v).lower() for v in value))
-        labels = value.get("labels") or []
-        if isinstance(labels, str):
-            labels = [labels]
-        return cls(frozenset(str(v).lower() for v in labels), str(value.get("group") or ""))
-
-    def matches(self, job: Mapping[str, Any]) -> bool:
-        if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
-            return True
-        labels = {str(x).lower() for x in job.get("labels") or []}
-        return bool(self.labels) and self.labels <= labels
-
-    def describe(self) -> str:
-        parts = []
-        if self.labels:
-            parts.append("labels " + ", ".join(sorted(self.labels)))
-        if self.group:
-            parts.append(f"runner group {self.group}")
-        return " or ".join(parts)
-
-
 # -- what each job cost -------------------------------------------------------------------
-
-
-def parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -498,19 +453,3 @@ def cumulative(costs: Iterable[JobCost], month: Month, last_day: date,
         out.append((day, running))
         day += timedelta(days=1)
     return out
-
-
-def now_utc(environ: Mapping[str, str]) -> datetime:
-    """The time a decision or report is made: now, or ``GPU_CI_NOW`` (ISO 8601) to reproduce
-    a decision or a report as of a past moment."""
-    raw = environ.get("GPU_CI_NOW", "").strip()
-    if not raw:
-        return datetime.now(timezone.utc)
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as "
-                         "2026-11-30T12:00:00Z.") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)

@@ -1,9 +1,14 @@
-"""PyGithub, configured for CI: GHES base URL, timeouts, and retries that honour GitHub.
+"""The one GitHub seam: PyGithub, configured for CI (GHES base URL, timeouts, retries that
+honour GitHub), behind a small REST client that raises its own :class:`ApiError`.
 
 Retries use PyGithub's :class:`github.GithubRetry` (urllib3 underneath), which waits for
 ``Retry-After`` and recognises secondary rate limits in 403 responses; we add 429 and the
 5xx family. Knobs are environment variables so that tests and impatient users can shorten
 waits without new action inputs.
+
+Nothing else in the package imports PyGithub: wings and commands see :class:`Rest` (what a
+REST client offers), :class:`ApiError` (what a failed call was, and GitHub's answer) and
+:func:`connect` (the only way to a client, for every token).
 """
 
 from __future__ import annotations
@@ -11,12 +16,80 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github.event import api_url
 from gpu_ci.retry import RetryPolicy, UsageError
+
+
+class ApiError(Exception):
+    """A REST call that failed: what was asked and GitHub's answer, or no answer at all.
+
+    ``status`` is the HTTP status GitHub answered with (``None`` when no answer came after
+    retries: then ``kind`` and ``reason`` say what went wrong on the way); ``message`` and
+    ``documentation_url`` are GitHub's own fields of the error body. Raised by
+    :class:`RestClient` instead of PyGithub's or requests' exceptions, so that no module
+    above the client needs to know them.
+    """
+
+    def __init__(self, request: str, status: int | None, message: str = "",
+                 documentation_url: str = "", *, kind: str = "", reason: str = "") -> None:
+        self.request = request
+        self.status = status
+        self.message = message
+        self.documentation_url = documentation_url
+        self.kind = kind
+        self.reason = reason
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.status is None:
+            return f"{self.request}: no answer ({self.kind}: {self.reason})"
+        return f"{self.request}: HTTP {self.status}{': ' + self.message if self.message else ''}"
+
+    @classmethod
+    def of_answer(cls, request: str, status: int, data: object) -> ApiError:
+        """From an error answer's status and JSON body (GitHub's ``message`` and
+        ``documentation_url``, when the body has them)."""
+        body = data if isinstance(data, dict) else {}
+        return cls(request, status, str(body.get("message") or ""),
+                   str(body.get("documentation_url") or ""))
+
+    @classmethod
+    def of_failure(cls, request: str, exc: BaseException) -> ApiError:
+        """From an exception raised on the way (PyGithub, requests, urllib3), after retries."""
+        from github import GithubException
+
+        if isinstance(exc, GithubException):
+            return cls.of_answer(request, exc.status, exc.data)
+        inner = getattr(exc, "reason", None)
+        return cls(request, None, kind=type(exc).__name__,
+                   reason=str(inner if inner is not None else exc))
+
+
+def unanswered(what: str, kind: str, reason: str) -> str:
+    """The one wording of an API call that got no answer after retries."""
+    return f"GitHub API did not answer {what} after retries ({kind}: {reason})."
+
+
+class Rest(Protocol):
+    """What the wings need of a REST client (:class:`RestClient`, or a test's fake)."""
+
+    calls: int
+    rate_remaining: int | None
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def get_pages(self, path: str, *, key: str | None = None,
+                  limit: int = 3000) -> list[Any]: ...
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> object: ...
+
+    def delete(self, path: str) -> object: ...
+
+    def download(self, path: str, limit: int) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +117,7 @@ class ClientSettings:
 API_DEFAULTS = RetryPolicy(attempts=5, backoff=1.0, max_wait=120.0, timeout=15.0)
 
 
-def make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
+def _make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
     """A PyGithub client; imported lazily so that GPU-side commands never load PyGithub."""
     import github
     from github import Auth, GithubRetry
@@ -107,40 +180,31 @@ def connect(token_input: str, environ: Mapping[str, str],
 
 
 def call_api(what: str, fn: Callable[[], Any]) -> Any:
-    """``fn()``, with PyGithub/requests failures (after retries) turned into one error that
-    says what could not be read; our own errors pass through."""
+    """``fn()``, with an :class:`ApiError` (or an answer ``fn`` could not use) turned into one
+    error that says what could not be read; our own errors pass through."""
     try:
         return fn()
     except GpuCiError:
         raise
-    except Exception as exc:  # PyGithub / requests / urllib3: after retries
+    except Exception as exc:  # ApiError; a malformed answer reads as no usable answer
         raise describe_api_failure(exc, what) from None
 
 
 def describe_api_failure(exc: BaseException, what: str) -> GpuCiError:
-    """Turn a PyGithub/requests exception into a user-facing error about ``what``."""
-    from github import GithubException
-
-    if isinstance(exc, GithubException):
-        message = ""
-        if isinstance(exc.data, dict):
-            message = str(exc.data.get("message") or "")
-        status = exc.status
+    """A failed call (an :class:`ApiError`) as a user-facing error about ``what``."""
+    if isinstance(exc, ApiError) and exc.status is not None:
         hint = ""
-        if status in (401, 403):
+        if exc.status in (401, 403):
             hint = " Check that the token is valid and that the job grants the permission needed."
-        return GpuCiError(
-            f"GitHub API refused {what}: HTTP {status}{': ' + message if message else ''}.{hint}",
-            title="GitHub API error",
-        )
-    reason = str(exc)
-    inner = getattr(exc, "reason", None)
-    if inner is not None:
-        reason = str(inner)
-    return GpuCiError(
-        f"GitHub API did not answer {what} after retries ({type(exc).__name__}: {reason}).",
-        title="GitHub API unavailable",
-    )
+        message = f": {exc.message}" if exc.message else ""
+        return GpuCiError(f"GitHub API refused {what}: HTTP {exc.status}{message}.{hint}",
+                          title="GitHub API error")
+    if isinstance(exc, ApiError):
+        kind, reason = exc.kind, exc.reason
+    else:
+        inner = getattr(exc, "reason", None)
+        kind, reason = type(exc).__name__, str(inner if inner is not None else exc)
+    return GpuCiError(unanswered(what, kind, reason), title="GitHub API unavailable")
 
 
 class RestClient:
@@ -152,7 +216,7 @@ class RestClient:
 
     def __init__(self, token: str, settings: ClientSettings) -> None:
         self.settings = settings
-        self._github = make_github(token, settings)
+        self._github = _make_github(token, settings)
         self._token = token
         self.calls = 0
         self.rate_remaining: int | None = None
@@ -161,8 +225,11 @@ class RestClient:
     def _request(self, method: str, url: str,
                  body: dict[str, Any] | None = None) -> tuple[dict[str, str], object]:
         self.calls += 1
-        headers, data = self._github.requester.requestJsonAndCheck(method, url, input=body)
-        headers = dict(headers)
+        try:
+            raw, data = self._github.requester.requestJsonAndCheck(method, url, input=body)
+        except Exception as exc:  # PyGithub / requests / urllib3, after retries
+            raise ApiError.of_failure(f"{method} {url}", exc) from None
+        headers = dict(raw)
         remaining = headers.get("x-ratelimit-remaining") or headers.get("X-RateLimit-Remaining")
         if remaining is not None and str(remaining).isdigit():
             self.rate_remaining = int(remaining)
@@ -224,27 +291,29 @@ class RestClient:
         redirect to storage; at most ``limit`` bytes. One REST call (the redirect target is
         storage, not the API, and gets no token: requests drops it on another host)."""
         import requests
-        from github import GithubException
 
         self.calls += 1
         url = self.settings.api_url + path
         headers = {"Authorization": f"token {self._token}", "User-Agent": "gpu-ci-actions",
                    "Accept": "application/vnd.github+json"}
-        with requests.get(url, headers=headers, timeout=self.settings.timeout,
-                          stream=True) as resp:
-            if resp.status_code >= 400:
-                try:
-                    data = resp.json()
-                except ValueError:
-                    data = {"message": resp.text[:200]}
-                raise GithubException(resp.status_code, data, dict(resp.headers))
-            chunks, size = [], 0
-            for chunk in resp.iter_content(65536):
-                size += len(chunk)
-                if size > limit:
-                    raise GpuCiError(f"GET {path} is larger than {limit} bytes.")
-                chunks.append(chunk)
-            return b"".join(chunks)
+        try:
+            with requests.get(url, headers=headers, timeout=self.settings.timeout,
+                              stream=True) as resp:
+                if resp.status_code >= 400:
+                    try:
+                        data = resp.json()
+                    except ValueError:
+                        data = {"message": resp.text[:200]}
+                    raise ApiError.of_answer(f"GET {path}", resp.status_code, data)
+                chunks, size = [], 0
+                for chunk in resp.iter_content(65536):
+                    size += len(chunk)
+                    if size > limit:
+                        raise GpuCiError(f"GET {path} is larger than {limit} bytes.")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+        except requests.RequestException as exc:
+            raise ApiError.of_failure(f"GET {path}", exc) from None
 
 
 def _next_link(header: str) -> str | None:

@@ -20,11 +20,6 @@ class EventContext:
     api_url: str
     sha: str
 
-    @property
-    def owner_repo(self) -> tuple[str, str]:
-        owner, _, repo = self.repository.partition("/")
-        return owner, repo
-
 
 def api_url(environ: Mapping[str, str]) -> str:
     return (environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")

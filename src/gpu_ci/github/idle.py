@@ -24,25 +24,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
+from gpu_ci.errors import GpuCiError
 from gpu_ci.github import budget
+from gpu_ci.github.client import ApiError, Rest
 
-DEFAULT_PREFIX = "gpu-monitor-"
 MAX_LISTING_PAGES = 10
 """Artifact listing pages of 100 read at most (1,000 artifacts)."""
 MAX_REPORT_BYTES = 2 * 1024 * 1024
 """A gpu-monitor report is a few kB per GPU; a larger artifact or member is skipped."""
 SLACK_S = 120.0
 """Runner clock vs GitHub's job times: the monitor's window may stick out this much."""
-
-
-class Rest(Protocol):
-    calls: int
-
-    def get(self, path: str) -> dict[str, Any]: ...
-
-    def download(self, path: str, limit: int) -> bytes: ...
 
 
 # -- the report's schema (a copy of actions/gpu-monitor/report.schema.json, tested equal) --
@@ -203,7 +196,7 @@ def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
         try:
             blob = rest.download(f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip",
                                  MAX_REPORT_BYTES)
-        except Exception as exc:  # expired since listed, too large, API failure: skip it
+        except (ApiError, GpuCiError) as exc:  # expired since listed, too large: skip it
             notes.append(f"artifact '{art.get('name')}' #{art['id']}: not downloaded "
                          f"({str(exc)[:120]})")
             continue

@@ -16,26 +16,17 @@ import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github import budget
+from gpu_ci.github.client import ApiError, Rest, describe_api_failure
+from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.pricing import Price, PriceTable
 
 LEDGER_FILE = "gpu-spend-ledger.json"
 MAX_LEDGER_BYTES = 32 * 1024 * 1024
-
-
-class Rest(Protocol):
-    calls: int
-
-    def get(self, path: str) -> dict[str, Any]: ...
-
-    def get_pages(self, path: str, *, key: str | None = None,
-                  limit: int = 3000) -> list[Any]: ...
-
-    def download(self, path: str, limit: int) -> bytes: ...
 
 
 @dataclass
@@ -115,7 +106,7 @@ def trusted_ledger(rest: Rest, repo: str, name: str,
     return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
 
 
-def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.GpuMatcher,
+def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: GpuMatcher,
             price: Price | None, table: PriceTable, reserve_minutes: int,
             month: budget.Month, now: datetime, ledger: budget.Ledger | None = None,
             skip: tuple[int, int] | None = None,
@@ -128,7 +119,7 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
     reason = "no ledger: every run of the month counted" if ledger is None else (
         "ledger for another month, repository, workflows or GPU jobs: not used" if not use else "")
     if use and ledger is not None:
-        through = budget.parse_time(ledger.through)
+        through = parse_time(ledger.through)
         if through is not None:
             since = max(since, through.date())
     runs = list_runs(rest, repo, workflows, since, month.last)
@@ -154,8 +145,8 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: budget.Gpu
         costs.extend(budget.job_costs(run, jobs, matcher, price, table, reserve_minutes,
                                       month, now))
         for job in jobs:
-            start = budget.parse_time(job.get("started_at"))
-            end = budget.parse_time(job.get("completed_at"))
+            start = parse_time(job.get("started_at"))
+            end = parse_time(job.get("completed_at"))
             if start is not None and end is not None:
                 windows[int(job["id"])] = (start.timestamp(), end.timestamp())
     if progress:
@@ -193,12 +184,10 @@ class BillingAccessError(GpuCiError):
 
 def billing_spend(billing_rest: Rest, repo: str, month: budget.Month, skus: Sequence[str],
                   per_repository: bool) -> budget.Spend:
-    from github import GithubException
-
     org = repo.split("/")[0]
     try:
         items = billing_items(billing_rest, org, month)
-    except GithubException as exc:
+    except ApiError as exc:
         if exc.status in (403, 404):
             raise BillingAccessError(billing_error(exc.status, org),
                                      title="billing usage API") from None
@@ -206,7 +195,7 @@ def billing_spend(billing_rest: Rest, repo: str, month: budget.Month, skus: Sequ
     return budget.billing_spend(items, skus, repo if per_repository else None, month)
 
 
-def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: budget.GpuMatcher,
+def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: GpuMatcher,
                 table: PriceTable, now: datetime, *, default_branch: str,
                 skip: tuple[int, int] | None, billing_rest: Rest | None = None,
                 ) -> tuple[budget.Spend, str]:
@@ -269,13 +258,11 @@ def _price_row(price: Price | None, day: date, table: PriceTable) -> str:
 
 
 def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
-                matcher: budget.GpuMatcher, table: PriceTable, now: datetime, repo: str,
+                matcher: GpuMatcher, table: PriceTable, now: datetime, repo: str,
                 default_branch: str, skip: tuple[int, int] | None) -> GateBudget:
     """Read the month's spend and check this run's reservation against the budget. A
     billing-token the API refuses raises :class:`BillingAccessError`; any other failure to
     read the spend follows ``budget-on-unknown`` and names the number it could not get."""
-    from gpu_ci.github.client import describe_api_failure
-
     what = ("the organization's billing usage report" if billing_rest is not None else
             f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
             "(actions: read)")
@@ -290,7 +277,7 @@ def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
                                       billing_rest=billing_rest)
         except GpuCiError:
             raise
-        except Exception as exc:  # PyGithub / requests / urllib3: after retries
+        except Exception as exc:  # ApiError, or an answer that is not what was asked
             raise describe_api_failure(exc, what) from None
     except BillingAccessError:
         raise

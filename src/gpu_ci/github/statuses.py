@@ -26,10 +26,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.jobs import named_gpu_jobs, queue_seconds
 
 #: GitHub rejects longer descriptions with 422 "description is too long (maximum is 140
 #: characters)".
@@ -38,7 +39,6 @@ DESCRIPTION_LIMIT = 140
 #: GitHub's other short name fields, and refuse longer ones up front rather than fail at
 #: the POST after the decision (an assumption, stated in the README).
 CONTEXT_LIMIT = 255
-STATES = ("error", "failure", "pending", "success")
 PR_EVENTS = ("pull_request", "pull_request_target")
 FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
@@ -191,43 +191,8 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
 # -- workflow_run: requested, completed -------------------------------------------------------
 
 
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-
-
-def queue_seconds(job: Mapping[str, Any], now: datetime) -> float | None:
-    """How long a job waited for a runner: created → started, or → now while queued."""
-    created = parse_time(job.get("created_at"))
-    if created is None:
-        return None
-    if job.get("status") in ("queued", "waiting", "pending", "requested"):
-        return max(0.0, (now - created).total_seconds())
-    started = parse_time(job.get("started_at"))
-    if started is None or job.get("runner_name") is None and job.get("conclusion") in (
-            "cancelled", "skipped"):
-        return None  # never picked up: no queue time to report
-    return max(0.0, (started - created).total_seconds())
-
-
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
-def gpu_jobs_of(jobs: Sequence[Mapping[str, Any]],
-                names: Sequence[str]) -> list[Mapping[str, Any]]:
-    """Jobs named like one of ``names``; ``tests`` also matches matrix jobs ``tests (3.12)``."""
-    wanted = [n.casefold() for n in names]
-    out = []
-    for job in jobs:
-        name = str(job.get("name") or "").casefold()
-        if any(name == n or name.startswith(n + " (") for n in wanted):
-            out.append(job)
-    return out
 
 
 def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
@@ -288,7 +253,7 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         return Outcome(Status(sha, "pending", clip(text), link), "run started.")
     if action != "completed":
         return Outcome(None, f"'{action}' does not change the status.")
-    gpu = gpu_jobs_of(jobs or [], config.gpu_jobs)
+    gpu = named_gpu_jobs(jobs or [], config.gpu_jobs)
     ran = [j for j in gpu if j.get("conclusion") not in (None, "skipped")]
     if ran and not trusted and actor != approver:
         # e.g. the contributor's own run of this commit, started before the approval and

@@ -11,10 +11,10 @@ much GPU; it needs ``actions: read``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from gpu_ci.github.client import RestClient
+from gpu_ci.github.client import Rest
+from gpu_ci.github.jobs import parse_time
 
 
 @dataclass(frozen=True)
@@ -34,14 +34,10 @@ class JobTimes:
     steps: tuple[StepTimes, ...]
 
 
-def parse_time(value: Any) -> float | None:
-    """GitHub's ISO 8601 timestamps (``2026-11-02T10:00:00Z``) as epoch seconds."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def _epoch(value: object) -> float | None:
+    """A timestamp of the answer as epoch seconds (``None``: no time, or not one)."""
+    parsed = parse_time(value)
+    return None if parsed is None else parsed.timestamp()
 
 
 def find_current_job(jobs: list[dict[str, Any]], runner_name: str) -> dict[str, Any] | None:
@@ -53,13 +49,13 @@ def find_current_job(jobs: list[dict[str, Any]], runner_name: str) -> dict[str, 
 
 def job_times(job: dict[str, Any]) -> JobTimes:
     steps = tuple(StepTimes(str(s.get("name", "")), int(s.get("number", 0)),
-                            parse_time(s.get("started_at")), parse_time(s.get("completed_at")))
+                            _epoch(s.get("started_at")), _epoch(s.get("completed_at")))
                   for s in job.get("steps") or [])
-    return JobTimes(int(job["id"]), str(job.get("name", "")), parse_time(job.get("started_at")),
+    return JobTimes(int(job["id"]), str(job.get("name", "")), _epoch(job.get("started_at")),
                     steps)
 
 
-def current_job_times(client: RestClient, repository: str, run_id: str, attempt: str,
+def current_job_times(client: Rest, repository: str, run_id: str, attempt: str,
                       runner_name: str) -> JobTimes | None:
     """The running job's steps, or None when this runner's job is not (uniquely) listed."""
     path = f"/repos/{repository}/actions/runs/{run_id}"

@@ -22,17 +22,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from gpu_ci.errors import UsageError
-from gpu_ci.github.statuses import Status, no_runner, parse_time, queue_seconds
+from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github.client import ApiError, Rest, unanswered
+from gpu_ci.github.jobs import QUEUED, has_gpu_label, parse_time, queue_seconds
+from gpu_ci.github.statuses import Status, no_runner
 
 #: The JSON file's schema name; bump the suffix on an incompatible change.
 SCHEMA = "gpu-ci/queue-times/v1"
-QUEUED = ("queued", "waiting", "pending", "requested")
 
 
 @dataclass(frozen=True)
@@ -157,10 +158,6 @@ class JobRecord:
     detail: str = ""
 
 
-def is_gpu_job(job: Mapping[str, Any], labels: frozenset[str]) -> bool:
-    return any(str(label).casefold() in labels for label in job.get("labels") or [])
-
-
 def record_of(run: Mapping[str, Any], job: Mapping[str, Any], now: datetime) -> JobRecord:
     queued = str(job.get("status")) in QUEUED
     return JobRecord(
@@ -173,13 +170,25 @@ def record_of(run: Mapping[str, Any], job: Mapping[str, Any], now: datetime) -> 
         queued_seconds=queue_seconds(job, now), html_url=str(job.get("html_url") or ""))
 
 
+def queue_times(repository: str, run: Mapping[str, Any], gpu_jobs: Sequence[Mapping[str, Any]],
+                now: datetime) -> dict[str, Any]:
+    """The ``queue-times/v1`` document of one completed workflow run's GPU jobs (gpu-status's
+    ``report-file``): the same schema as the watchdog's sweep (:meth:`Sweep.as_json`)."""
+    records = [record_of(run, job, now) for job in gpu_jobs]
+    waits = [r.queued_seconds for r in records if r.queued_seconds is not None]
+    return {"schema": SCHEMA, "source": "gpu-status", "repository": repository,
+            "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "max_queued_seconds": max(waits) if waits else None, "complete": True,
+            "jobs": [asdict(r) for r in records], "errors": []}
+
+
 def stale_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
                config: WatchdogConfig, now: datetime) -> tuple[list[JobRecord], list[JobRecord]]:
     """(every GPU job of the run, those still queued longer than max-queue-minutes)."""
     cutoff = now - timedelta(minutes=config.max_queue_minutes)
     seen, stale = [], []
     for job in jobs:
-        if not is_gpu_job(job, config.labels):
+        if not has_gpu_label(job, config.labels):
             continue
         record = record_of(run, job, now)
         seen.append(record)
@@ -235,7 +244,7 @@ class Sweep:
 class _Caller:
     """Counts calls against the budget and the rate-limit reserve before making each one."""
 
-    def __init__(self, rest: Any, sweep: Sweep) -> None:
+    def __init__(self, rest: Rest, sweep: Sweep) -> None:
         self.rest, self.sweep = rest, sweep
 
     def __call__(self, fn: Callable[[], Any]) -> Any:
@@ -250,26 +259,28 @@ class _Caller:
         return fn()
 
 
-def _http_status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status", None)
-    return status if isinstance(status, int) else None
+#: What a failed call can raise: the client's :class:`ApiError`, or its own
+#: :class:`GpuCiError` for an answer that is not the JSON asked for.
+_FAILED = (ApiError, GpuCiError)
 
 
-def _describe(exc: BaseException, what: str) -> str:
-    status = _http_status(exc)
-    if status is None:
-        reason = getattr(exc, "reason", None) or exc
-        return f"{what}: no answer after retries ({type(exc).__name__}: {reason})"
-    data = getattr(exc, "data", None)
-    message = str(data.get("message") or "") if isinstance(data, dict) else ""
+def _http_status(exc: Exception) -> int | None:
+    return exc.status if isinstance(exc, ApiError) else None
+
+
+def _describe(exc: Exception, what: str) -> str:
+    if not isinstance(exc, ApiError):
+        return f"{what}: {exc}"
+    if exc.status is None:
+        return unanswered(what, exc.kind, exc.reason)
     hint = ""
-    if status in (401, 403):
+    if exc.status in (401, 403):
         hint = (" — the job needs 'permissions: actions: write' to cancel (actions: read to "
                 "list) and 'statuses: write' for the status")
-    return f"{what}: HTTP {status}{': ' + message if message else ''}{hint}"
+    return f"{what}: HTTP {exc.status}{': ' + exc.message if exc.message else ''}{hint}"
 
 
-def sweep(rest: Any, repository: str, config: WatchdogConfig, now: datetime,
+def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
           server_url: str = "https://github.com") -> Sweep:
     """One pass; never raises for API errors: each lands in ``Sweep.errors``."""
     result = Sweep(repository, config, now)
@@ -288,7 +299,7 @@ def sweep(rest: Any, repository: str, config: WatchdogConfig, now: datetime,
                     page = call(partial(rest.get, url))
                 except BudgetExhausted:
                     raise
-                except Exception as exc:
+                except _FAILED as exc:
                     result.errors.append(_describe(exc, f"listing {state} runs ({source})"))
                     continue
                 listed = page.get("workflow_runs") or []
@@ -308,7 +319,7 @@ def sweep(rest: Any, repository: str, config: WatchdogConfig, now: datetime,
     return result
 
 
-def _sweep_run(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
+def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
                server_url: str) -> None:
     config, repository = result.config, result.repository
     run_id = int(run["id"])
@@ -317,7 +328,7 @@ def _sweep_run(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
             rest.get, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest&per_page=100"))
     except BudgetExhausted:
         raise
-    except Exception as exc:
+    except _FAILED as exc:
         result.errors.append(_describe(exc, f"listing the jobs of run {run_id}"))
         return
     jobs = page.get("jobs") or []
@@ -331,7 +342,7 @@ def _sweep_run(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
                     rest.get, f"/repos/{repository}/actions/jobs/{record.job_id}"))
             except BudgetExhausted:
                 raise
-            except Exception as exc:
+            except _FAILED as exc:
                 by_id[record.job_id] = _with(record, "cancel-failed",
                                             _describe(exc, f"re-reading job {record.job_id}"))
                 result.errors.append(by_id[record.job_id].detail)
@@ -364,7 +375,7 @@ def _with(record: JobRecord, action: str, detail: str) -> JobRecord:
     return replace(record, action=action, detail=detail)
 
 
-def _cancel(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
+def _cancel(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
             still: list[JobRecord], by_id: dict[int, JobRecord], server_url: str) -> None:
     repository, config = result.repository, result.config
     run_id = int(run["id"])
@@ -373,7 +384,7 @@ def _cancel(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
         call(partial(rest.post, f"/repos/{repository}/actions/runs/{run_id}/cancel"))
     except BudgetExhausted:
         raise
-    except Exception as exc:
+    except _FAILED as exc:
         action = "already-completed" if _http_status(exc) == 409 else "cancel-failed"
         detail = _describe(exc, f"cancelling run {run_id}")
         for record in still:
@@ -395,9 +406,6 @@ def _cancel(rest: Any, call: _Caller, result: Sweep, run: Mapping[str, Any],
         result.statuses.append(status)
     except BudgetExhausted:
         raise
-    except Exception as exc:
+    except _FAILED as exc:
         result.errors.append(_describe(exc, f"setting the status of {status.sha[:12]}"))
 
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)

@@ -1,0 +1,137 @@
+"""Jobs as GitHub's REST API lists them: their times, the clock, and what a GPU job is.
+
+One ``parse_time`` for every timestamp of an API answer, one clock for every decision and
+report (``GPU_CI_NOW`` reproduces one as of a past moment), and the rules that say which
+jobs are GPU jobs, side by side, so that gate, budget, spend, status and watchdog read
+them from one place.
+
+Which jobs are GPU jobs: every action names the same jobs, the ones that run on your GPU
+runners, through the input that fits what it looks at:
+
+* :class:`GpuMatcher` (``gpu-runs-on`` of gpu-gate's budget and gpu-spend): the job's
+  ``labels`` include *all* of the GPU ``runs-on`` labels, or it ran in the GPU runner group;
+  the same value the gate's ``runs-on`` output gives the GPU job, so the budget counts
+  exactly the jobs the gate sends there.
+* :func:`has_gpu_label` (``gpu-labels`` of gpu-watchdog): the job asks for *any* of the GPU
+  labels; a queued job has no runner group yet, and a GPU label alone (``gpu``) is what no
+  CPU runner carries.
+* :func:`named_gpu_jobs` (``gpu-jobs`` of gpu-status): the job's name (``tests``, or a
+  matrix job ``tests (3.12)``): the status speaks for named jobs of one workflow run, whose
+  labels a fork's workflow file could change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gpu_ci.errors import UsageError
+
+#: Job statuses of a job that no runner has taken yet.
+QUEUED = ("queued", "waiting", "pending", "requested")
+
+
+def parse_time(value: object) -> datetime | None:
+    """An ISO 8601 time (``2026-11-02T10:00:00Z``, or with an offset such as ``+02:00``) as
+    an aware UTC datetime; ``None`` for no time (``null``, empty) or one that is not ISO 8601.
+    A time without a zone is read as UTC, as GitHub's times are."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def now(environ: Mapping[str, str]) -> datetime:
+    """The time a decision or report is made: now (UTC), or ``GPU_CI_NOW`` (ISO 8601) to
+    reproduce a decision or a report as of a past moment."""
+    raw = environ.get("GPU_CI_NOW", "").strip()
+    if not raw:
+        return datetime.now(timezone.utc)
+    parsed = parse_time(raw)
+    if parsed is None:
+        raise UsageError(f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as "
+                         "2026-11-30T12:00:00Z.")
+    return parsed
+
+
+def queue_seconds(job: Mapping[str, Any], at: datetime) -> float | None:
+    """How long a job waited for a runner: created → started, or → ``at`` while queued."""
+    created = parse_time(job.get("created_at"))
+    if created is None:
+        return None
+    if job.get("status") in QUEUED:
+        return max(0.0, (at - created).total_seconds())
+    started = parse_time(job.get("started_at"))
+    if started is None or job.get("runner_name") is None and job.get("conclusion") in (
+            "cancelled", "skipped"):
+        return None  # never picked up: no queue time to report
+    return max(0.0, (started - created).total_seconds())
+
+
+# -- which jobs are GPU jobs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuMatcher:
+    """``gpu-runs-on``: a job is a GPU job when its ``labels`` include all of ``labels`` (a
+    ``runs-on`` label list), or when it ran in the runner group ``group``."""
+
+    labels: frozenset[str] = frozenset()
+    group: str = ""
+
+    @classmethod
+    def from_runs_on(cls, runs_on_json: str) -> GpuMatcher:
+        """From the gate's compact ``gpu-runs-on`` JSON: a label, a list, or
+        ``{"group": ..., "labels": ...}``."""
+        value = json.loads(runs_on_json)
+        if isinstance(value, str):
+            return cls(frozenset({value.lower()}))
+        if isinstance(value, list):
+            return cls(frozenset(str(v).lower() for v in value))
+        labels = value.get("labels") or []
+        if isinstance(labels, str):
+            labels = [labels]
+        return cls(frozenset(str(v).lower() for v in labels), str(value.get("group") or ""))
+
+    def matches(self, job: Mapping[str, Any]) -> bool:
+        if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
+            return True
+        labels = {str(x).lower() for x in job.get("labels") or []}
+        return bool(self.labels) and self.labels <= labels
+
+    def describe(self) -> str:
+        parts = []
+        if self.labels:
+            parts.append("labels " + ", ".join(sorted(self.labels)))
+        if self.group:
+            parts.append(f"runner group {self.group}")
+        return " or ".join(parts)
+
+
+def has_gpu_label(job: Mapping[str, Any], labels: frozenset[str]) -> bool:
+    """``gpu-labels``: the job asks for any of ``labels`` (case-folded)."""
+    return any(str(label).casefold() in labels for label in job.get("labels") or [])
+
+
+def named_gpu_jobs(jobs: Sequence[Mapping[str, Any]],
+                   names: Sequence[str]) -> list[Mapping[str, Any]]:
+    """``gpu-jobs``: jobs named like one of ``names``; ``tests`` also matches matrix jobs
+    ``tests (3.12)``."""
+    wanted = [n.casefold() for n in names]
+    out = []
+    for job in jobs:
+        name = str(job.get("name") or "").casefold()
+        if any(name == n or name.startswith(n + " (") for n in wanted):
+            out.append(job)
+    return out

@@ -1,0 +1,136 @@
+"""The gpu-spend report as data: the ``spend.json`` document, the CSV rows, the ledger to keep.
+
+Pure functions of what :mod:`gpu_ci.github.spend` collected (the month's GPU jobs, their
+costs, the billing report, the idle shares of :mod:`gpu_ci.github.idle`): the command writes
+the files, the outputs and the Markdown summary from a :class:`Report`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from gpu_ci.github import budget
+from gpu_ci.github.idle import Idle, idle_breakdown
+from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.pricing import Price
+
+
+@dataclass(frozen=True)
+class IdleFound:
+    """The idle shares read from gpu-monitor reports, and how they were found."""
+
+    by_job: dict[int, Idle]
+    """Job id -> its idle share."""
+    doc: dict[str, Any]
+    """The ``idle`` section of ``spend.json``."""
+
+
+def idle_section(prefix: str, reports_read: int, matched: Mapping[int, Idle],
+                 costs: Sequence[budget.JobCost], api_calls: int,
+                 skipped: Sequence[str]) -> dict[str, Any]:
+    """The ``idle`` section of ``spend.json``."""
+    return {
+        "artifact_prefix": prefix, "reports_read": reports_read,
+        "jobs_with_report": len(matched),
+        "completed_jobs": sum(1 for c in costs if c.state == "completed"),
+        "minutes": str(sum((i.minutes for i in matched.values()), Decimal(0))),
+        "usd": str(sum((i.usd for i in matched.values()), Decimal(0))),
+        "api_calls": api_calls, "skipped": list(skipped)}
+
+
+@dataclass(frozen=True)
+class Report:
+    """One month's report: the numbers the outputs and the summary show, and ``doc``, the
+    ``spend.json`` document."""
+
+    doc: dict[str, Any]
+    costs: list[budget.JobCost]
+    total: budget.Spend
+    unit: str
+    """``usd`` or ``minutes``: the budget's unit, else USD when a price is known."""
+    points: list[tuple[date, Decimal]]
+    """Cumulative spend per day, up to today (or the month's end)."""
+    left: Decimal | None
+    breakdowns: dict[str, list[budget.Row]]
+    idle: IdleFound | None
+
+
+def build(repo: str, month: budget.Month, now: datetime, matcher: GpuMatcher,
+          workflows: Sequence[str], price: Price | None, plan: budget.Budget | None,
+          costs: Sequence[budget.JobCost], billed: budget.Spend | None,
+          idle: IdleFound | None) -> Report:
+    ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
+    tot = budget.total(ordered, "GPU jobs")
+    unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
+    last_day = min(now.date(), month.last) if now.date() >= month.first else month.first
+    points = budget.cumulative(ordered, month, last_day, unit)
+    spent_value = tot.usd if unit == "usd" else Decimal(tot.minutes)
+    left = plan.amount - spent_value if plan is not None else None
+    breakdowns = {title: budget.breakdown(ordered, name)
+                  for title, name in budget.BREAKDOWNS.items()}
+    doc: dict[str, Any] = {
+        "repository": repo, "month": str(month), "generated": now.isoformat(),
+        "gpu_jobs": matcher.describe(), "workflows": list(workflows) or ["(every workflow)"],
+        "price": price.describe() if price else None,
+        "minutes": tot.minutes, "usd": str(tot.usd) if price else None,
+        "reserved_minutes": tot.reserved_minutes,
+        "budget": None if plan is None else {"amount": str(plan.amount), "unit": plan.unit,
+                                             "left": str(left)},
+        "billing": None if billed is None else {"minutes": billed.minutes,
+                                                "usd": str(billed.usd)},
+        "by": {title: [{"key": r.key, "minutes": r.minutes, "usd": str(r.usd), "jobs": r.jobs}
+                       for r in rows] for title, rows in breakdowns.items()},
+        "days": [{"day": d.isoformat(), "cumulative": str(v)} for d, v in points],
+        "jobs": [c.to_json() for c in ordered],
+    }
+    if idle is not None:
+        _add_idle(doc, ordered, idle)
+    return Report(doc, ordered, tot, unit, points, left, breakdowns, idle)
+
+
+def _add_idle(doc: dict[str, Any], costs: Sequence[budget.JobCost], idle: IdleFound) -> None:
+    doc["idle"] = idle.doc
+    for title, name in budget.BREAKDOWNS.items():
+        extra = idle_breakdown(costs, idle.by_job, name)
+        for row in doc["by"][title]:
+            got_idle = extra[row["key"]]
+            row.update(idle_minutes=str(got_idle.minutes), idle_usd=str(got_idle.usd),
+                       idle_reports=got_idle.reports)
+    for job in doc["jobs"]:
+        job.update(idle_columns(idle.by_job.get(job["job_id"])))
+
+
+def idle_columns(got: Idle | None) -> dict[str, Any]:
+    """A job's four idle columns (empty for a job without a report)."""
+    if got is None:
+        return {"idle_fraction": "", "idle_minutes": "", "idle_usd": "",
+                "monitor_artifact": ""}
+    return {"idle_fraction": str(got.fraction), "idle_minutes": str(got.minutes),
+            "idle_usd": str(got.usd), "monitor_artifact": got.artifact_id}
+
+
+def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = None) -> str:
+    """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
+    the end, empty for a job without a report."""
+    out = io.StringIO()
+    fields = ["day", "workflow", "run_id", "attempt", "job_id", "job", "event", "pull_request",
+              "approver", "runner", "minutes", "usd", "state"]
+    if idle is not None:
+        fields += ["idle_fraction", "idle_minutes", "idle_usd", "monitor_artifact"]
+    writer = csv.DictWriter(out, fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for job in jobs:
+        row = job.to_json()
+        if idle is not None:
+            row.update(idle_columns(idle.get(job.job_id)))
+        for key in ("job", "approver", "runner", "workflow"):  # no formulas in spreadsheets
+            if str(row[key])[:1] in ("=", "+", "-", "@"):
+                row[key] = "'" + str(row[key])
+        writer.writerow(row)
+    return out.getvalue()
