@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
 
 from gpu_ci.cuda import verify
-from gpu_ci.cuda.facts import NvmlSnapshot
-from gpu_ci.cuda.findings import Finding
-from gpu_ci.cuda.frameworks import CudaConsumer
 from gpu_ci.cuda.options import VerifyOptions, parse_options
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, markdown_table, write_report
@@ -38,7 +33,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     verdict = "failed" if result.failed else "ok"
     rt.info(f"verify-cuda-env: {verdict} ({len(findings)} finding(s), "
             f"{result.elapsed_s * 1000:.0f} ms)")
-    rt.summary(summarize(snapshot, gpus, found, findings, verdict))
+    rt.summary(summarize(result, verdict))
     if opts.report_file:
         write_report(opts.report_file, json.dumps(result.report(), indent=2) + "\n")
     return 1 if result.failed else 0
@@ -55,8 +50,8 @@ def set_outputs(rt: Runtime, result: verify.Verification) -> None:
     rt.set_output("findings", json.dumps([f.as_json() for f in result.findings]))
 
 
-def summarize(snapshot: NvmlSnapshot, gpus: Sequence[dict[str, Any]],
-              found: Sequence[CudaConsumer], findings: Sequence[Finding], verdict: str) -> str:
+def summarize(result: verify.Verification, verdict: str) -> str:
+    snapshot, gpus, found, findings = result.snapshot, result.gpus, result.found, result.findings
     parts = [f"### verify-cuda-env: {verdict}\n"]
     if snapshot.ok:
         parts.append(f"Driver **{snapshot.driver_version}**, CUDA **{snapshot.cuda_text}**\n")
