@@ -52,7 +52,7 @@ def test_credentials_apply_to_the_mirror_not_the_original():
 @pytest.mark.parametrize("line", ["host = bearer", "host bearer zq9", "host = ntlm zq9",
                                   "= bearer zq9", "host = basic zq9",
                                   "host = bearer zq9 words", "host = token zq9/b",
-                                  "https://host/path = bearer zq9"])
+                                  "https://host/path = bearer zq9", "host:abc = bearer zq9"])
 def test_bad_credentials_lines(line):
     with pytest.raises(UsageError) as info:
         Network.parse("", f"# comment\n{line}\n")

@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpu_ci.downloads import Download, RetryPolicy, fetch
+from gpu_ci.downloads import Download, RetryPolicy, _same_origin_auth, fetch
+from gpu_ci.urls import origin
 
 BODY = b"conda package bytes\n"
 
@@ -74,3 +75,30 @@ def test_a_redirect_within_the_origin_keeps_them(servers, tmp_path):
     port = a.httpd.server_address[1]
     get(f"http://user:s3cret@127.0.0.1:{port}/to?{a.url}/pkg.conda", tmp_path)
     assert [auth is not None for _, auth in a.seen] == [True, True]
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("https://h/x", "https://h:443/y"), ("http://h", "http://h:80/"),
+    ("HTTPS://H.Example/", "https://h.example:443"), ("https://u:p@h/", "https://h/"),
+])
+def test_one_origin_with_or_without_the_default_port(a, b):
+    # The four helpers this replaced disagreed: two kept a missing port as None, so
+    # https://h and https://h:443 were two origins for a redirect's Authorization.
+    assert origin(a) == origin(b)
+    assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {"Authorization": "Basic x"}
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("http://h/", "https://h/"), ("https://h/", "https://h:8443/"), ("https://h/", "https://g/"),
+    ("https://h:abc/", "https://h/"), ("https://h:99999/", "https://h:443/"),
+])
+def test_other_origins_never_get_the_credentials(a, b):
+    assert origin(a) != origin(b)
+    assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {}
+
+
+def test_origin_fills_in_the_documented_default_ports():
+    assert origin("https://H.example/p") == ("https", "h.example", 443)
+    assert origin("http://h.example/p") == ("http", "h.example", 80)
+    assert origin("file:///tmp/x") == ("file", "", 0)
+    assert origin("https://h:abc/")[2] == -1  # no port: equals no readable URL's origin

@@ -82,6 +82,33 @@ def test_observed_h200_reading(verify, tmp_path):
     assert "| 0 | NVIDIA H200 | 9.0 | 143771 |" in result.summary
 
 
+def test_report_file_replaces_a_link_planted_at_its_path(verify, tmp_path):
+    # The report is written to a fresh name and renamed into place (runtime.write_report):
+    # a link planted at the path is replaced, the file it points to is left as it was.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    report.symlink_to(victim)
+    result = verify("--report-file", str(report), "--require-gpu", "false")
+    assert result.returncode == 0, result.stdout
+    assert victim.read_text() == "keep\n"
+    assert not report.is_symlink()
+    data = json.loads(report.read_text())
+    assert list(data) == ["gpu_ci_version", "ok", "fail_on", "snapshot", "visible_gpus",
+                          "python", "frameworks", "deep", "findings", "timing_s"]
+    assert data["findings"] == result.findings
+    assert sorted(p.name for p in report.parent.iterdir()) == ["report.json"]
+
+
+def test_an_unwritable_report_file_is_named(verify, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = verify("--report-file", str(blocker / "r.json"), "--require-gpu", "false")
+    assert result.returncode == 1
+    assert "cannot write report-file" in result.stdout and "not-a-dir/r.json" in result.stdout
+
+
 def test_fast_path_never_imports_frameworks(verify, tmp_path):
     # torch/__init__.py of the fake install raises: only metadata may be read
     python = torch_target(tmp_path / "env", "2.9.0+cu126", "12.6")

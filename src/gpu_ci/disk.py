@@ -17,7 +17,6 @@ from pathlib import Path
 from gpu_ci.errors import GpuCiError
 
 SPACE = (errno.ENOSPC, errno.EDQUOT)
-DENIED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class DiskError(GpuCiError):

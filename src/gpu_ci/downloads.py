@@ -32,7 +32,7 @@ from gpu_ci.disk import as_disk_error, require_space
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import mask_url, strip_credentials
+from gpu_ci.urls import mask_url, origin, strip_credentials
 
 __all__ = ["CHUNK", "Download", "Fetched", "Progress", "RetryPolicy", "Route", "Router",
            "TOKEN", "configure", "fetch", "file_digest", "part_path", "read_small",
@@ -231,17 +231,12 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     return request
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
-
-
 def _same_origin_auth(old_url: str, new_url: str,
                       unredirected: Mapping[str, str]) -> dict[str, str]:
     """A redirect within one origin keeps the request's ``Authorization`` (e.g. from
     ``user:password@`` in a lock URL); to another origin it is never sent."""
     value = unredirected.get("Authorization")
-    if value and _origin(old_url) == _origin(new_url):
+    if value and origin(old_url) == origin(new_url):
         return {"Authorization": value}
     return {}
 

@@ -31,6 +31,28 @@ def secrets_in(url: str) -> list[str]:
     return out
 
 
+#: The ports a URL without one means (RFC 3986 section 6.2.3): ``https://h`` is ``https://h:443``.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of ``url``: what decides whether a credential may go there.
+
+    Scheme and host in lower case, the port written in the URL or else the scheme's default
+    (:data:`DEFAULT_PORTS`; 0 for a scheme without one), so ``https://H`` and ``https://h:443``
+    are one origin and ``http://h`` and ``https://h`` are two. A port that is no port
+    (``h:abc``, ``h:99999``) is -1: it equals no readable URL's origin, so nothing is sent there
+    on the strength of a match. One rule for every credential (the token's next-page check,
+    a redirect's ``Authorization``, channel credentials) and every per-origin limit.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme, 0)
+
 
 def strip_credentials(url: str) -> str:
     parts = urlsplit(url)

@@ -1,44 +1,31 @@
 """``gpu-ci gpu-monitor``: ``mode: start`` launches the sampler; ``mode: report`` stops it and
 reports what each GPU did, what it cost, and which steps used it.
 
-Wiring only: the sampler and the file format are :mod:`gpu_ci.cuda.monitor`, the numbers and
-views :mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price
-table :mod:`gpu_ci.pricing`.
+Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor_control`,
+the sampler and the file format :mod:`gpu_ci.cuda.monitor`, the numbers and views
+:mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
+:mod:`gpu_ci.pricing`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fcntl
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import gpu_ci
 from gpu_ci.cuda import monitor
+from gpu_ci.cuda import monitor_control as control
 from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime
+from gpu_ci.runtime import Runtime, annotate_findings, write_report
 
 if TYPE_CHECKING:
     from gpu_ci.github.steps import JobTimes
-
-NO_GPU_NAME = "no-gpu"
-"""Left by a start that found no GPU: the report then says so instead of failing."""
-READY_TIMEOUT_S = 30.0
-READ_SLACK = 2**20
-LOW_SPACE = 2**20
-"""Below this much free space a start that fails names the full disk."""
-"""Read this much past the sampler's size limit (its stop line and events may pass it)."""
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -79,119 +66,25 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
 
 
 def _start(directory: Path, interval: float, rt: Runtime) -> int:
-    from gpu_ci.cuda.nvml import read_snapshot
-    from gpu_ci.cuda.visibility import visible_gpus
-
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
-                         "RUNNER_TEMP must be writable.") from None
-    require_private(directory)
-    snapshot = read_snapshot()
-    visible = visible_gpus(snapshot.gpus, rt.environ).gpus if snapshot.ok else ()
-    if not visible:
-        why = (f"NVML is not available ({snapshot.error_name})" if not snapshot.ok
-               else "no GPU is visible to this job")
-        (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
-        rt.notice(f"gpu-monitor: {why}; nothing to watch (a CPU runner?). The report step "
-                  "will say so and succeed.", title="gpu-monitor: no GPU")
+    started = control.start(directory, interval, rt.environ)
+    samples = str(directory / monitor.SAMPLES_NAME)
+    if started.no_gpu:
+        rt.notice(f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
+                  "report step will say so and succeed.", title="gpu-monitor: no GPU")
         rt.set_output("gpu-count", "0")
         return 0
-    with open(directory / "start.lock", "a+") as guard:
-        fcntl.flock(guard.fileno(), fcntl.LOCK_EX)  # two starts at once: one sampler
-        if monitor.lock_held(directory):
-            state = monitor.read_state(directory) or {}
-            rt.notice(f"gpu-monitor: a sampler already runs for this job (pid "
-                      f"{state.get('pid', '?')}); this start changes nothing.",
-                      title="gpu-monitor")
-            rt.set_output("samples-file", str(directory / monitor.SAMPLES_NAME))
-            return 0
-        pid = spawn(directory, interval, [g.index for g in visible], rt.environ)
+    if started.running:
+        rt.notice(f"gpu-monitor: a sampler already runs for this job (pid {started.running}); "
+                  "this start changes nothing.", title="gpu-monitor")
+        rt.set_output("samples-file", samples)
+        return 0
+    visible = started.gpus
     names = ", ".join(f"{g.index} {mr.printable(g.name)}" for g in visible)
     rt.info(f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
-            f"(pid {pid}) into {directory / monitor.SAMPLES_NAME}")
+            f"(pid {started.pid}) into {samples}")
     rt.set_output("gpu-count", str(len(visible)))
-    rt.set_output("samples-file", str(directory / monitor.SAMPLES_NAME))
+    rt.set_output("samples-file", samples)
     return 0
-
-
-#: What the sampler needs from the step's environment, and nothing else: the loader's and
-#: Python's paths, locale, the runner's tracking id (so the runner's clean-up still ends it),
-#: and the test knobs (``GPU_CI_MONITOR_*``, ``FAKE_NVML_*``: the fake libnvidia-ml's files).
-SAMPLER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
-                          "TMPDIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-                          "RUNNER_TRACKING_ID", "RUNNER_TEMP"})
-SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
-
-
-def require_private(directory: Path) -> None:
-    why = monitor.make_private(directory)
-    if why:
-        raise GpuCiError(f"gpu-monitor will not use {directory}: {why}. Another user may have "
-                         "made it; set RUNNER_TEMP to a directory of this user (the runner "
-                         "does) or remove it.", title="gpu-monitor: unsafe directory")
-
-
-def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The sampler outlives this step, into steps that run a pull request's code as the same
-    user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
-    (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
-    env = {k: v for k, v in environ.items()
-           if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
-    # The bootstrapped venv holds dependencies only (scripts/run.py loads this checkout's
-    # src/): the sampler must load the same checkout's code, never another copy.
-    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def spawn(directory: Path, interval: float, indices: list[int],
-          environ: Mapping[str, str]) -> int:
-    """Start the detached sampler and wait until it holds its lock and wrote its header."""
-    log = open(directory / monitor.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
-    with log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", monitor.MARKER, str(directory), f"{interval:g}",
-             ",".join(str(i) for i in indices)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(directory),
-            env=sampler_environment(environ), start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        state = monitor.read_state(directory) or {}
-        if state.get("pid") == proc.pid:
-            return proc.pid
-        if proc.poll() is not None:
-            if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
-                return proc.pid  # it already finished (a test's max-samples)
-            raise GpuCiError(f"the gpu-monitor sampler exited at once (status "
-                             f"{proc.returncode}): {log_tail(directory)}{space_note(directory)}")
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, 15)
-    raise GpuCiError(f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
-                     f"{log_tail(directory)}")
-
-
-def space_note(directory: Path) -> str:
-    """Why a sampler may die without a word: its log is on the same full disk."""
-    from gpu_ci.disk import free_bytes, mb
-
-    try:
-        free = free_bytes(directory)
-    except OSError:
-        return ""
-    return (f" ({directory} has {mb(free)} free: no space left on RUNNER_TEMP's disk for the "
-            "samples)" if free < LOW_SPACE else "")
-
-
-def log_tail(directory: Path) -> str:
-    try:
-        text = (directory / monitor.LOG_NAME).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return text.strip()[-800:] or "(empty log)"
 
 
 # -- report -----------------------------------------------------------------------------
@@ -243,34 +136,18 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     limits = parse_limits(inputs)
     now = time.time()
     pricing = parse_pricing(inputs["price-per-hour"], datetime.fromtimestamp(now, timezone.utc))
-    samples = directory / monitor.SAMPLES_NAME
-    if not samples.exists():
-        if (directory / NO_GPU_NAME).exists():
+    if not (directory / monitor.SAMPLES_NAME).exists():
+        if (directory / control.NO_GPU_NAME).exists():
             return report_no_gpu(directory, limits, rt)
         raise GpuCiError(
             "gpu-monitor mode: report found no samples for this job: add a step with "
             "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
             f"early in the job (looked in {directory}).", title="gpu-monitor: no start")
-    require_private(directory)
-    stopped = monitor.stop_sampler(directory)
-    if stopped == "killed":
+    control.require_private(directory)
+    if monitor.stop_sampler(directory) == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
-    limit = monitor.SamplerConfig.from_environ(directory, 1.0, rt.environ).max_bytes
-    try:
-        with open(samples, "rb") as handle:  # never more than the sampler writes, plus slack
-            data = handle.read(limit + READ_SLACK + 1)
-        recording = mr.parse_recording(data[:limit + READ_SLACK].decode("utf-8", "replace"))
-    except mr.RecordingError as exc:
-        raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
-    except OSError as exc:
-        raise GpuCiError(f"gpu-monitor: cannot read {samples}: {exc.strerror}.") from None
-    if len(data) > limit + READ_SLACK:  # something else wrote to it: a finding says so
-        recording = dataclasses.replace(recording, truncated_at=limit + READ_SLACK)
-    fake = rt.environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
-    if fake:  # tests: the report's "now" is the sampler's fake clock at its end
-        now = float(recording.stop["ts"]) if recording.stop else (
-            (recording.sample_times[-1] if recording.sample_times else recording.started)
-            + recording.interval)
+    recording = control.read_recording(directory, rt.environ)
+    now = control.report_time(recording, rt.environ, now)
     job = fetch_job(inputs, rt)
     steps = None
     if job is not None and job.steps:
@@ -281,9 +158,7 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
                         pricing=pricing, limits=limits)
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
-    for f in result.findings[:mr.MAX_FINDINGS_SHOWN]:
-        {"error": rt.error, "warning": rt.warning}.get(f.level, rt.notice)(
-            f"[{f.code}] {f.message}", title=f"gpu-monitor: {f.code}")
+    annotate_findings(rt, "gpu-monitor", result.findings[:mr.MAX_FINDINGS_SHOWN])
     if len(result.findings) > mr.MAX_FINDINGS_SHOWN:
         rt.notice(f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
                   f"in {report_path or 'the JSON report'}.", title="gpu-monitor")
@@ -294,15 +169,20 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""))
     rt.summary(mr.markdown(result))
     if inputs["pushgateway-url"]:
-        from gpu_ci.cuda.monitor_push import push
-
-        try:
-            push(inputs["pushgateway-url"], result, rt.environ)
-            rt.info(f"gpu-monitor: pushed the job's metrics to {inputs['pushgateway-url']}")
-        except Exception as exc:  # the gateway is optional: never fail the job for it
-            rt.warning(f"gpu-monitor: could not push to {inputs['pushgateway-url']}: "
-                       f"{type(exc).__name__}: {exc}", title="gpu-monitor: pushgateway")
+        push(inputs["pushgateway-url"], result, rt)
     return 0 if result.ok else 1
+
+
+def push(url: str, result: mr.Report, rt: Runtime) -> None:
+    """Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it."""
+    from gpu_ci.cuda.monitor_push import push as push_metrics
+
+    try:
+        push_metrics(url, result, rt.environ)
+        rt.info(f"gpu-monitor: pushed the job's metrics to {url}")
+    except Exception as exc:
+        rt.warning(f"gpu-monitor: could not push to {url}: {type(exc).__name__}: {exc}",
+                   title="gpu-monitor: pushgateway")
 
 
 def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
@@ -335,22 +215,11 @@ def write_files(inputs: Inputs, directory: Path, result: mr.Report,
     report_path = Path(inputs["report-file"] or directory / "report.json")
     csv_path = Path(inputs["samples-csv"] or report_path.with_name("samples.csv"))
     try:
-        for path, text in ((report_path, json.dumps(mr.as_json(result), indent=2) + "\n"),
-                           (csv_path, mr.samples_csv(result.recording))):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            try:  # a fresh name (O_EXCL): never written through a link planted at a fixed one
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    out.write(text)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-    except OSError as exc:
-        rt.warning(f"gpu-monitor: cannot write {exc.filename}: {exc.strerror}; the summary "
-                   "and outputs still hold the numbers.", title="gpu-monitor")
+        write_report(report_path, json.dumps(mr.as_json(result), indent=2) + "\n")
+        write_report(csv_path, mr.samples_csv(result.recording), what="samples-csv")
+    except GpuCiError as exc:  # the files are extras: the summary and outputs hold it all
+        rt.warning(f"gpu-monitor: {exc.message} The summary and outputs still hold the "
+                   "numbers.", title="gpu-monitor")
         return "", ""
     return str(report_path), str(csv_path)
 
@@ -379,7 +248,7 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
-    why = (directory / NO_GPU_NAME).read_text(encoding="utf-8").strip()
+    why = (directory / control.NO_GPU_NAME).read_text(encoding="utf-8").strip()
     rt.set_output("ok", "false" if limits.expect_gpu_use else "true")
     rt.set_output("gpu-count", "0")
     rt.set_output("gpu-used", "false")

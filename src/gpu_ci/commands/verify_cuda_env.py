@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
-from gpu_ci import __version__
-from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import findings as cuda_findings
-from gpu_ci.cuda import frameworks
-from gpu_ci.cuda import probe as framework_probe
-from gpu_ci.cuda.loader import locate_libcuda
+from gpu_ci.cuda import verify
 from gpu_ci.cuda.options import VerifyOptions, parse_options
-from gpu_ci.cuda.table import load_table
-from gpu_ci.cuda.visibility import visible_gpus
-from gpu_ci.errors import GpuCiError
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime, markdown_table
+from gpu_ci.runtime import Runtime, annotate_findings, markdown_table, write_report
 
 
 def options_from(inputs: Inputs) -> VerifyOptions:
@@ -29,89 +19,39 @@ def options_from(inputs: Inputs) -> VerifyOptions:
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    started = time.monotonic()
     opts = options_from(inputs)
-    environ = rt.environ
-
-    from gpu_ci.cuda.nvml import read_snapshot
-
-    snapshot = read_snapshot()
-    nvml_s = time.monotonic() - started
-    vis = visible_gpus(snapshot.gpus, environ) if snapshot.ok else None
-    libcuda, libcuda_error = locate_libcuda() if snapshot.ok else (None, "")
-
-    python = framework_probe.resolve_python(opts.python, environ)
-    facts, probe_error = framework_probe.collect(python, environ)
-    found = frameworks.consumers(facts)
-    extra = cuda_findings.python_findings(opts.python, python, probe_error)
-    if opts.frameworks:
-        found = [c for c in found if c.family in opts.frameworks]
-        extra += cuda_findings.selection_findings(opts.frameworks, [c.family for c in found],
-                                                  facts.python)
-
-    deep_results: list[dict] = []
-    if opts.deep and python and snapshot.ok and vis is not None:
-        families = sorted({c.family for c in found} & {"torch", "cupy", "jax"})
-        if families:
-            deep_results, deep_error = framework_probe.deep_probe(
-                python, families, len(vis.gpus), environ)
-            if deep_error:
-                extra.append(cuda_findings.Finding("error", "deep-check-failed", deep_error))
-
-    findings = extra + cuda_checks.run_checks(cuda_checks.CheckInput(
-        snapshot=snapshot, visibility=vis, consumers=found, table=load_table(),
-        env=cuda_checks.EnvFacts(
-            libcuda_path=libcuda, libcuda_error=libcuda_error,
-            nvidia_require_cuda=environ.get("NVIDIA_REQUIRE_CUDA", ""),
-            nvidia_disable_require=environ.get("NVIDIA_DISABLE_REQUIRE", "").lower()
-            in ("1", "true", "yes"),
-            driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES")),
-        requirements=opts.requirements, deep=deep_results, require_gpu=opts.require_gpu,
-        health=opts.health, installed=frozenset(facts.dists)))
-    fail_on = opts.fail_on
-    bad = cuda_checks.failing(findings, fail_on)
-    elapsed = time.monotonic() - started
-
-    gpus = [g.as_json() for g in (vis.gpus if vis else ())]
-    rt.set_output("ok", "false" if bad else "true")
-    rt.set_output("driver-version", snapshot.driver_version)
-    rt.set_output("cuda-driver-version", snapshot.cuda_text)
-    rt.set_output("gpu-count", str(len(gpus)))
-    rt.set_output("gpus", json.dumps(gpus))
-    rt.set_output("frameworks", json.dumps([c.as_json() for c in found]))
-    rt.set_output("findings", json.dumps([f.as_json() for f in findings]))
-
+    result = verify.verify(opts, rt.environ)
+    snapshot, gpus, found, findings = result.snapshot, result.gpus, result.found, result.findings
+    set_outputs(rt, result)
     if snapshot.ok:
         rt.info(f"verify-cuda-env: driver {snapshot.driver_version} (CUDA {snapshot.cuda_text}), "
                 f"{len(gpus)} visible GPU(s): "
                 + (", ".join(f"{g['name']} ({g['compute_capability']})" for g in gpus) or "none"))
     for c in found:
         rt.info(f"verify-cuda-env: {c.name} {c.version}: CUDA {c.cuda or '-'} ({c.source})")
-    for f in findings:
-        text = f"[{f.code}] {f.message}" + (f" Fix: {f.fix}" if f.fix else "")
-        {"error": rt.error, "warning": rt.warning, "info": rt.notice}[f.level](
-            text, title=f"verify-cuda-env: {f.code}")
-    verdict = "failed" if bad else "ok"
-    rt.info(f"verify-cuda-env: {verdict} ({len(findings)} finding(s), {elapsed * 1000:.0f} ms)")
-    rt.summary(summarize(snapshot, gpus, found, findings, verdict))
-
+    annotate_findings(rt, "verify-cuda-env", findings)
+    verdict = "failed" if result.failed else "ok"
+    rt.info(f"verify-cuda-env: {verdict} ({len(findings)} finding(s), "
+            f"{result.elapsed_s * 1000:.0f} ms)")
+    rt.summary(summarize(result, verdict))
     if opts.report_file:
-        report = {"gpu_ci_version": __version__, "ok": not bad, "fail_on": fail_on,
-                  "snapshot": snapshot.as_json(), "visible_gpus": gpus,
-                  "python": facts.python, "frameworks": [c.as_json() for c in found],
-                  "deep": deep_results, "findings": [f.as_json() for f in findings],
-                  "timing_s": {"nvml": round(nvml_s, 4), "total": round(elapsed, 4)}}
-        try:
-            path = Path(opts.report_file)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise GpuCiError(f"cannot write report-file {opts.report_file}: "
-                             f"{exc.strerror}.") from None
-    return 1 if bad else 0
+        write_report(opts.report_file, json.dumps(result.report(), indent=2) + "\n")
+    return 1 if result.failed else 0
 
 
-def summarize(snapshot, gpus, found, findings, verdict: str) -> str:
+def set_outputs(rt: Runtime, result: verify.Verification) -> None:
+    gpus = result.gpus
+    rt.set_output("ok", "false" if result.failed else "true")
+    rt.set_output("driver-version", result.snapshot.driver_version)
+    rt.set_output("cuda-driver-version", result.snapshot.cuda_text)
+    rt.set_output("gpu-count", str(len(gpus)))
+    rt.set_output("gpus", json.dumps(gpus))
+    rt.set_output("frameworks", json.dumps([c.as_json() for c in result.found]))
+    rt.set_output("findings", json.dumps([f.as_json() for f in result.findings]))
+
+
+def summarize(result: verify.Verification, verdict: str) -> str:
+    snapshot, gpus, found, findings = result.snapshot, result.gpus, result.found, result.findings
     parts = [f"### verify-cuda-env: {verdict}\n"]
     if snapshot.ok:
         parts.append(f"Driver **{snapshot.driver_version}**, CUDA **{snapshot.cuda_text}**\n")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from gpu_ci.errors import UsageError
-from gpu_ci.urls import mask_url
+from gpu_ci.urls import DEFAULT_PORTS, mask_url, origin
 
 if TYPE_CHECKING:
     from gpu_ci.downloads import Route
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 MIRRORS_INPUT = "channel-mirrors"
 CREDENTIALS_INPUT = "channel-credentials"
 KINDS = ("bearer", "basic", "token")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -51,17 +50,7 @@ class Credential:
     @property
     def host(self) -> str:
         scheme, host, port = self.origin
-        return host if port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
-
-
-def origin_of(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme, 0)
+        return host if port == DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
@@ -107,12 +96,12 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
             raise UsageError(f"{where}: the {kind} secret must be one word without spaces"
                              f"{' or slashes' if kind == 'token' else ''}.")
         url = host if "://" in host else f"https://{host}"
-        origin = origin_of(url)
-        if not origin[1] or urlsplit(url).path.strip("/"):
+        where_to = origin(url)
+        if not where_to[1] or where_to[2] < 0 or urlsplit(url).path.strip("/"):
             raise UsageError(f"{where}: {host!r} is not a host (write 'host', 'host:port' or "
                              "'https://host:port', without a path).")
-        credential = Credential(origin, kind, secret)
-        if any(c.origin == origin for c in credentials):
+        credential = Credential(where_to, kind, secret)
+        if any(c.origin == where_to for c in credentials):
             raise UsageError(f"{where}: a second line for {credential.host}; give one line per "
                              "host.")
         credentials.append(credential)
@@ -141,8 +130,8 @@ class Network:
         return [s for s in out if s]
 
     def credential(self, url: str) -> Credential | None:
-        origin = origin_of(url)
-        return next((c for c in self.credentials if c.origin == origin), None)
+        where_to = origin(url)
+        return next((c for c in self.credentials if c.origin == where_to), None)
 
     def mirrored(self, url: str) -> str:
         best = max((m for m in self.mirrors if url.startswith(m.original)),
@@ -181,5 +170,5 @@ class Network:
 
 
 def _host(url: str) -> str:
-    scheme, host, port = origin_of(url)
-    return host if port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+    scheme, host, port = origin(url)
+    return host if port == DEFAULT_PORTS.get(scheme) else f"{host}:{port}"

@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from gpu_ci import locks
 from gpu_ci.conda import transaction, verified
@@ -38,7 +37,7 @@ from gpu_ci.downloads import TOKEN, Download, Fetched, direct, round_trip, route
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import secrets_in
+from gpu_ci.urls import origin, secrets_in
 
 SHA_MARKER = ".gpu-ci-archive-sha256"
 MD5_SIDECAR = ".gpu-ci-md5"
@@ -241,11 +240,6 @@ def widen_when_distant(url: str, timeout: float, widen: Callable[[], None]) -> N
     threading.Thread(target=probe, name="gpu-ci-probe", daemon=True).start()
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme, parts.hostname or "", parts.port
-
-
 def streams() -> int:
     """How many archives to stream at once: 6 on a 2-core runner, up to 16 on bigger ones
     (more streams hide network latency). Measured on 2 cores against a server that closes
@@ -335,14 +329,14 @@ class _Gates:
 
         self.narrow, self.wide, self.timeout = narrow, wide, timeout
         self.total = asyncio.Semaphore(narrow)
-        self._origins: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+        self._origins: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._widened = False
         self._loop = asyncio.get_running_loop()
 
     def of(self, url: str) -> Any:
         import asyncio
 
-        key = _origin(url)
+        key = origin(url)
         gate = self._origins.get(key)
         if gate is None:
             gate = self._origins[key] = asyncio.Semaphore(self.narrow)
@@ -524,14 +518,14 @@ class _Permits:
     def __init__(self, narrow: int, wide: int, timeout: float) -> None:
         self.narrow, self.wide, self.timeout = narrow, wide, timeout
         self._lock = threading.Lock()
-        self._origins: dict[tuple[str, str, int | None], threading.Semaphore] = {}
+        self._origins: dict[tuple[str, str, int], threading.Semaphore] = {}
         self.widened = False
         """An origin proved distant: ``wide`` downloads in all from now on."""
         self.stopped = False
         """A download failed: one still waiting for its origin's permit never starts."""
 
     def _of(self, url: str) -> threading.Semaphore:
-        key = _origin(url)
+        key = origin(url)
         with self._lock:
             permits = self._origins.get(key)
             if permits is None:

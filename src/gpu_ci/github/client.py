@@ -22,6 +22,7 @@ from urllib.parse import urljoin, urlsplit
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github.event import api_url
 from gpu_ci.retry import RetryPolicy, UsageError
+from gpu_ci.urls import origin
 
 
 class ApiError(Exception):
@@ -266,12 +267,7 @@ class RestClient:
         """
         base = urlsplit(self.settings.api_url)
         target = urlsplit(urljoin(self.settings.api_url + "/", url))
-
-        def origin(parts: Any) -> tuple[str, str, int | None]:
-            default = {"http": 80, "https": 443}.get(parts.scheme)
-            return parts.scheme, (parts.hostname or "").lower(), parts.port or default
-
-        if origin(target) != origin(base):
+        if origin(target.geturl()) != origin(base.geturl()):
             raise GpuCiError(
                 f"GitHub API answered GET {path} with a next-page link to another origin "
                 f"({target.scheme}://{target.hostname}, not {base.scheme}://{base.hostname}); "

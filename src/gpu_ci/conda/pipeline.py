@@ -1,0 +1,106 @@
+"""setup-conda-from-lock's pipeline: a lock's plan, then a prefix isolated from any vendor
+conda, with a Miniforge of its own when asked.
+
+The command reads the inputs, masks secrets, writes outputs, the environment and the summary;
+the steps between, and their order, are here. Each step is its own function because the
+command speaks between them: secrets are masked as soon as they are known (before anything
+is printed), a dry run stops after the plan, and a Miniforge checked only against the
+release's own checksum is a warning before the install's log starts. Nothing that a dry run
+does not need is imported until the install.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpu_ci import urls
+from gpu_ci.conda import lockfile
+from gpu_ci.conda.options import SetupOptions, refuse_prefix
+from gpu_ci.errors import GpuCiError
+
+if TYPE_CHECKING:
+    from gpu_ci.conda.isolation import VendorConda
+    from gpu_ci.conda.miniforge import Miniforge
+
+
+def read_lock(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GpuCiError(f"lock-file {path} does not exist (relative paths are read from "
+                         f"{os.getcwd()}).") from None
+    except OSError as exc:
+        raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The lock file as read and the plan for this platform and these categories."""
+
+    lock: lockfile.LockFile
+    plan: lockfile.InstallPlan
+
+
+def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
+    """Read, parse and plan ``opts.lock_file``; ``mask`` gets every secret in a channel or
+    package URL as soon as it is read (an error about the plan may quote a URL)."""
+    path = opts.lock_file
+    text = read_lock(path)
+    lock = lockfile.parse(text, path)
+    for channel in lock.channels:
+        for secret in urls.secrets_in(channel):
+            mask(secret)
+    plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
+    for url in [*(e.url for e in plan.conda), *(e.url for e in plan.pip)]:
+        for secret in urls.secrets_in(url):
+            mask(secret)
+    return Locked(lock, plan)
+
+
+def cache_key(plan: lockfile.InstallPlan, opts: SetupOptions) -> str:
+    """The action's cache key: everything that changes what the prefix holds."""
+    return (f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}-"
+            f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The vendor conda found (left alone) and the environment every child process gets."""
+
+    vendor: VendorConda
+    env: dict[str, str]
+
+
+def isolate(opts: SetupOptions, environ: Mapping[str, str]) -> Isolation:
+    """Refuse a prefix or root that is not ours to write; find the vendor conda and hide it
+    from the children; check, before anything is downloaded (Miniforge included), that the
+    result can be put in place."""
+    from gpu_ci.conda import install as env_install
+    from gpu_ci.conda import isolation as conda_isolation
+
+    root, prefix, pkgs_dir = opts.root, opts.prefix, opts.pkgs_dir
+    refuse_prefix(prefix, root, environ)
+    vendor = conda_isolation.detect(environ)
+    if vendor.root and Path(vendor.root).resolve() in (root.resolve(), *root.resolve().parents):
+        raise GpuCiError(f"root {root} is inside the vendor conda at {vendor.root}; choose a "
+                         "root elsewhere (the vendor conda is never written).")
+    env = conda_isolation.isolated_env(environ, vendor, opts.condarc, pkgs_dir, opts.envs_dir)
+    env_install.check_writable(prefix, pkgs_dir)
+    return Isolation(vendor, env)
+
+
+def ensure_miniforge(opts: SetupOptions, env: Mapping[str, str]) -> tuple[Miniforge, float]:
+    """Miniforge in ``opts.root`` (reused when there), and the seconds it took."""
+    from gpu_ci.conda import miniforge
+
+    started = time.monotonic()
+    miniforge.write_condarc(opts.condarc, opts.pkgs_dir, opts.envs_dir)
+    mf = miniforge.ensure(opts.miniforge_version, opts.root, opts.root.parent / ".installers",
+                          env, url=opts.installer_url, sha256=opts.installer_sha256,
+                          policy=opts.retry)
+    return mf, time.monotonic() - started

@@ -1,0 +1,183 @@
+"""gpu-monitor's hold on its sampler: start it detached (``mode: start``) and read back what it
+wrote (``mode: report``).
+
+The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor`; the numbers made from
+the file are :mod:`gpu_ci.cuda.monitor_report`. Here is what lies between the command and
+those two: the job's private directory, the one-sampler-per-job lock, the sampler's
+environment (an allow-list: it outlives the step), waiting for it to be ready, and reading
+its file within the size the sampler may write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import gpu_ci
+from gpu_ci.cuda import monitor
+from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.facts import Gpu
+from gpu_ci.errors import GpuCiError
+
+NO_GPU_NAME = "no-gpu"
+"""Left by a start that found no GPU: the report then says so instead of failing."""
+READY_TIMEOUT_S = 30.0
+"""How long a start waits for the sampler to hold its lock and write its header."""
+READ_SLACK = 2**20
+"""Read this much past the sampler's size limit (its stop line and events may pass it)."""
+LOW_SPACE = 2**20
+"""Below this much free space a start that fails names the full disk."""
+
+#: What the sampler needs from the step's environment, and nothing else: the loader's and
+#: Python's paths, locale, the runner's tracking id (so the runner's clean-up still ends it),
+#: and the test knobs (``GPU_CI_MONITOR_*``, ``FAKE_NVML_*``: the fake libnvidia-ml's files).
+SAMPLER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
+                          "TMPDIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                          "RUNNER_TRACKING_ID", "RUNNER_TEMP"})
+SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a start did: found no GPU (``no_gpu`` says why), found a sampler already running
+    for this job (``running``: its pid, or ``?``), or started one (``pid``) for ``gpus``."""
+
+    gpus: tuple[Gpu, ...] = ()
+    no_gpu: str = ""
+    running: str = ""
+    pid: int = 0
+
+
+def require_private(directory: Path) -> None:
+    why = monitor.make_private(directory)
+    if why:
+        raise GpuCiError(f"gpu-monitor will not use {directory}: {why}. Another user may have "
+                         "made it; set RUNNER_TEMP to a directory of this user (the runner "
+                         "does) or remove it.", title="gpu-monitor: unsafe directory")
+
+
+def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start:
+    """Start the sampler for the GPUs visible to this job, unless one already runs. An
+    ``OSError`` after the directory exists (a full or read-only disk) is the caller's to name:
+    it also covers what the caller writes next (the runner's files are on the same disk)."""
+    from gpu_ci.cuda.nvml import read_snapshot
+    from gpu_ci.cuda.visibility import visible_gpus
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
+                         "RUNNER_TEMP must be writable.") from None
+    require_private(directory)
+    snapshot = read_snapshot()
+    visible = visible_gpus(snapshot.gpus, environ).gpus if snapshot.ok else ()
+    if not visible:
+        why = (f"NVML is not available ({snapshot.error_name})" if not snapshot.ok
+               else "no GPU is visible to this job")
+        (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
+        return Start(no_gpu=why)
+    with open(directory / "start.lock", "a+") as guard:
+        fcntl.flock(guard.fileno(), fcntl.LOCK_EX)  # two starts at once: one sampler
+        if monitor.lock_held(directory):
+            state = monitor.read_state(directory) or {}
+            return Start(visible, running=str(state.get("pid", "?")))
+        pid = spawn(directory, interval, [g.index for g in visible], environ)
+    return Start(visible, pid=pid)
+
+
+def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The sampler outlives this step, into steps that run a pull request's code as the same
+    user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
+    (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
+    env = {k: v for k, v in environ.items()
+           if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    # The bootstrapped venv holds dependencies only (scripts/run.py loads this checkout's
+    # src/): the sampler must load the same checkout's code, never another copy.
+    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def spawn(directory: Path, interval: float, indices: list[int],
+          environ: Mapping[str, str]) -> int:
+    """Start the detached sampler and wait until it holds its lock and wrote its header."""
+    log = open(directory / monitor.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
+    with log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", monitor.MARKER, str(directory), f"{interval:g}",
+             ",".join(str(i) for i in indices)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(directory),
+            env=sampler_environment(environ), start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = monitor.read_state(directory) or {}
+        if state.get("pid") == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
+                return proc.pid  # it already finished (a test's max-samples)
+            raise GpuCiError(f"the gpu-monitor sampler exited at once (status "
+                             f"{proc.returncode}): {log_tail(directory)}{space_note(directory)}")
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, 15)
+    raise GpuCiError(f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
+                     f"{log_tail(directory)}")
+
+
+def space_note(directory: Path) -> str:
+    """Why a sampler may die without a word: its log is on the same full disk."""
+    from gpu_ci.disk import free_bytes, mb
+
+    try:
+        free = free_bytes(directory)
+    except OSError:
+        return ""
+    return (f" ({directory} has {mb(free)} free: no space left on RUNNER_TEMP's disk for the "
+            "samples)" if free < LOW_SPACE else "")
+
+
+def log_tail(directory: Path) -> str:
+    try:
+        text = (directory / monitor.LOG_NAME).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return text.strip()[-800:] or "(empty log)"
+
+
+def read_recording(directory: Path, environ: Mapping[str, str]) -> mr.Recording:
+    """The sampler's file, parsed; never more than the sampler writes, plus slack (more
+    means something else wrote to it: the recording says where it was cut, a finding)."""
+    samples = directory / monitor.SAMPLES_NAME
+    limit = monitor.SamplerConfig.from_environ(directory, 1.0, environ).max_bytes
+    try:
+        with open(samples, "rb") as handle:
+            data = handle.read(limit + READ_SLACK + 1)
+        recording = mr.parse_recording(data[:limit + READ_SLACK].decode("utf-8", "replace"))
+    except mr.RecordingError as exc:
+        raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
+    except OSError as exc:
+        raise GpuCiError(f"gpu-monitor: cannot read {samples}: {exc.strerror}.") from None
+    if len(data) > limit + READ_SLACK:
+        recording = dataclasses.replace(recording, truncated_at=limit + READ_SLACK)
+    return recording
+
+
+def report_time(recording: mr.Recording, environ: Mapping[str, str], now: float) -> float:
+    """The report's "now": ``now``, except under the tests' fake clock
+    (``GPU_CI_MONITOR_FAKE_CLOCK``), where it is the sampler's clock at its end."""
+    if not environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip():
+        return now
+    if recording.stop:
+        return float(recording.stop["ts"])
+    return ((recording.sample_times[-1] if recording.sample_times else recording.started)
+            + recording.interval)
