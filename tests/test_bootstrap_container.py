@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_ci.cuda.checks import EnvFacts, in_container, nvml_findings
+from gpu_ci.cuda.facts import NvmlSnapshot
 from tests.conftest import ROOT, parse_output_file
 from tests.cuda_env import build_fake_nvml, observed_h200, write_config
 
@@ -336,6 +338,7 @@ r="$work/root"
 mount --rbind /dev "$r/dev"
 mount -t proc proc "$r/proc"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
+: > "$r/.dockerenv"   # what Docker writes into every container
 [ ! -f "$work/ca.crt" ] || cp "$work/ca.crt" "$r/etc/gpu-ci-tests-ca.crt"
 mkdir -p "$r/opt/gpu-ci" "$r/job"
 mount --bind "$work/checkout" "$r/opt/gpu-ci"
@@ -376,6 +379,9 @@ step second
 rm -f /usr/lib/*/libcuda.so.1 && /sbin/ldconfig
 unset GPU_CI_PYTHON GPU_CI_ROOT GPU_CI_GROUPS
 NVIDIA_DRIVER_CAPABILITIES=utility step nocompute
+# An image without NVIDIA_VISIBLE_DEVICES: the runtime mounts nothing, not even NVML.
+rm -f /usr/lib/*/libnvidia-ml.so.1 && /sbin/ldconfig
+(unset NVIDIA_VISIBLE_DEVICES GPU_CI_PYTHON GPU_CI_ROOT GPU_CI_GROUPS; step novisible)
 """
 
 
@@ -465,3 +471,54 @@ def test_debian_container_without_compute_capability_is_named(debian_job):
     assert "NVIDIA_DRIVER_CAPABILITIES='utility' lacks 'compute'" in \
         codes["libcuda-missing"]["message"]
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in codes["libcuda-missing"]["fix"]
+
+
+@needs_root
+def test_debian_container_without_visible_devices_is_named(debian_job):
+    job = debian_job
+    assert (job / "novisible.rc").read_text().strip() == "1"
+    findings = json.loads(parse_output_file((job / "novisible.out").read_text())["findings"])
+    assert [f["code"] for f in findings] == ["no-driver"], findings
+    assert "NVIDIA_VISIBLE_DEVICES is not set in this container" in findings[0]["message"]
+    assert "--gpus all" in findings[0]["fix"]
+    assert "NVIDIA_VISIBLE_DEVICES: all" in findings[0]["fix"]
+
+
+# -- verify-cuda-env's container findings, one by one ------------------------------------
+
+NO_NVML = NvmlSnapshot(ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND")
+
+
+@pytest.mark.parametrize(("env", "says", "fix"), [
+    (EnvFacts(in_container=True), "NVIDIA_VISIBLE_DEVICES is not set in this container",
+     "NVIDIA_VISIBLE_DEVICES: all"),
+    (EnvFacts(in_container=True, visible_devices="void"), "NVIDIA_VISIBLE_DEVICES='void'",
+     "--gpus all"),
+    (EnvFacts(visible_devices="all", driver_capabilities="compute"),
+     "NVIDIA_DRIVER_CAPABILITIES='compute' lacks 'utility'",
+     "NVIDIA_DRIVER_CAPABILITIES=compute,utility"),
+    (EnvFacts(in_container=True, visible_devices="all", driver_capabilities="compute,utility"),
+     "it was not started with the NVIDIA runtime", "--gpus all"),
+])
+def test_each_container_failure_is_named_with_its_fix(env, says, fix):
+    (finding,) = nvml_findings(NO_NVML, True, env)
+    assert finding.code == "no-driver"
+    assert finding.message.startswith("No NVIDIA driver visible to this job: ")
+    assert says in finding.message
+    assert fix in finding.fix
+
+
+def test_outside_a_container_no_driver_says_cpu_runner():
+    (finding,) = nvml_findings(NO_NVML, True, EnvFacts())
+    assert "CPU runner" in finding.message
+
+
+def test_in_container_reads_what_docker_and_podman_write(tmp_path):
+    assert not in_container({}, tmp_path)
+    assert in_container({"container": "podman"}, tmp_path)
+    (tmp_path / ".dockerenv").write_text("")
+    assert in_container({}, tmp_path)
+    (tmp_path / ".dockerenv").unlink()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").write_text("")
+    assert in_container({}, tmp_path)

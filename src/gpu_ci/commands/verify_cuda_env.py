@@ -65,7 +65,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
             nvidia_require_cuda=environ.get("NVIDIA_REQUIRE_CUDA", ""),
             nvidia_disable_require=environ.get("NVIDIA_DISABLE_REQUIRE", "").lower()
             in ("1", "true", "yes"),
-            driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES")),
+            driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES"),
+            visible_devices=environ.get("NVIDIA_VISIBLE_DEVICES"),
+            in_container=cuda_checks.in_container(environ)),
         requirements=opts.requirements, deep=deep_results, require_gpu=opts.require_gpu,
         health=opts.health, installed=frozenset(facts.dists)))
     fail_on = opts.fail_on
