@@ -44,14 +44,11 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the bootstrap's
                                 "provisioning is Linux only")
 
 
-def test_cache() -> Path:
+def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     path = Path(base) / "gpu-ci-tests"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-test_cache.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
 @contextlib.contextmanager
@@ -79,13 +76,15 @@ def debian_mirror() -> str:
 
 def debian_root() -> Path:
     """The cached minimal Debian root: no Python in it (checked)."""
-    final = test_cache() / f"debian-{SUITE}-minbase"
+    final = cache_dir() / f"debian-{SUITE}-minbase"
     if (final / "etc" / "debian_version").is_file():
         return final
-    with locked(test_cache() / f"debian-{SUITE}-minbase.lock"):
+    with locked(cache_dir() / f"debian-{SUITE}-minbase.lock"):
         if (final / "etc" / "debian_version").is_file():
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".debian-{SUITE}-", dir=test_cache()))
+        for stale in cache_dir().glob(f".debian-{SUITE}-*"):  # a killed build's, lock held
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".debian-{SUITE}-", dir=cache_dir()))
         try:
             proc = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(tmp),
                                    debian_mirror()], capture_output=True, text=True)
@@ -117,7 +116,7 @@ def uv_wheel() -> bytes:
     """PyPI's uv wheel that the bootstrap pins, downloaded once with pip and kept."""
     pin = uv_pin()
     name = pin["url"].rsplit("/", 1)[1]
-    path = test_cache() / "uv-wheels" / name
+    path = cache_dir() / "uv-wheels" / name
     if not path.is_file() or sha256(path.read_bytes()) != pin["wheel_sha256"]:
         path.parent.mkdir(parents=True, exist_ok=True)
         with locked(path.parent / ".lock"), tempfile.TemporaryDirectory() as tmp:
