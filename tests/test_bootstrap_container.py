@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import hashlib
 import http.server
+import io
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,7 +211,9 @@ def shared_tmp() -> Path:
 
 
 def bootstrap_bare(work: Path, downloader: str, **env: str) -> subprocess.CompletedProcess:
-    bin_dir = tools_dir(work / "tools", downloader)
+    """bootstrap.sh with only the tools of :func:`tools_dir` (made here unless ``downloader``
+    is empty: then the test made them)."""
+    bin_dir = tools_dir(work / "tools", downloader) if downloader else work / "tools" / "bin"
     full = {"PATH": str(bin_dir), "HOME": str(work / "home"), "GPU_CI_CACHE_DIR":
             str(work / "cache"), "GPU_CI_BOOTSTRAP_FALLBACKS": "",
             "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
@@ -242,6 +246,30 @@ def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel,
         assert "uv could not install Python 3.12" in proc.stdout
         assert "UV_PYTHON_INSTALL_MIRROR" in proc.stdout
         assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_a_uv_on_path_is_used_without_downloading_one(uv_wheel, serve):
+    pin = uv_pin()
+    server = serve({"/uv.whl": uv_wheel})
+    work = shared_tmp()
+    try:
+        mine = work / "uv-bin"
+        mine.mkdir()
+        with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
+            (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
+        (mine / "uv").chmod(0o755)
+        tools = tools_dir(work / "tools", "curl")
+        os.symlink(mine / "uv", tools / "uv")
+        proc = bootstrap_bare(work, "", GPU_CI_UV_URL=server.url("/uv.whl"),
+                              UV_PYTHON_INSTALL_MIRROR=server.url("/python"))
+        out = proc.stdout + proc.stderr
+        assert "/uv.whl" not in server.asked, out
+        assert f"installing a uv-managed Python 3.12 with {tools / 'uv'}" in out
+        assert any(path.startswith("/python/") for path in server.asked), server.asked
+        assert proc.returncode == 1 and "uv could not install Python 3.12" in proc.stdout
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
