@@ -179,11 +179,11 @@ prov_package_manager() {  # as root: the image's own Python; returns 1 when it c
 }
 
 provision_python() {
-  local mode="${GPU_CI_INSTALL_PYTHON:-auto}" t0 ms version
-  mode="${mode,,}"
+  local raw="${GPU_CI_INSTALL_PYTHON:-auto}" mode t0 ms version
+  mode="${raw,,}"
   case "$mode" in
     auto|system|managed) ;;
-    *) prov_fail "input install-python must be auto, system or managed; got '$mode'." ;;
+    *) prov_fail "input install-python must be auto, system or managed; got '$raw'." ;;
   esac
   [ "$(uname -s 2>/dev/null)" = Linux ] || return 0
   t0="${EPOCHREALTIME:-$SECONDS}"; t0="${t0/[.,]/}"

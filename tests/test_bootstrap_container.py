@@ -314,7 +314,7 @@ def test_an_unknown_mode_is_refused():
     try:
         proc = bootstrap_bare(work, "curl", GPU_CI_INSTALL_PYTHON="Conda")
         assert proc.returncode == 1
-        assert "input install-python must be auto, system or managed; got 'conda'" \
+        assert "input install-python must be auto, system or managed; got 'Conda'" \
             in proc.stdout
     finally:
         shutil.rmtree(work, ignore_errors=True)
