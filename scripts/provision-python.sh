@@ -135,15 +135,18 @@ prov_fetch_uv() {
   uv="$dir/uv"
 }
 
-prov_uv_python() {  # a uv-managed Python with $uv, in a directory of our own
+prov_uv_python() {  # a uv-managed Python with $uv, in a directory of our own; 1 when it fails
   local home
   home="$(prov_home)"
   export UV_PYTHON_INSTALL_DIR="$home/managed" UV_CACHE_DIR="$home/uv-cache"
   prov_note "installing a uv-managed Python $UV_PYTHON with $uv"
-  "$uv" python install --quiet --no-bin "$UV_PYTHON" >&2 \
-    || prov_fail "uv could not install Python $UV_PYTHON (output above). Its downloads come from GitHub (python-build-standalone); UV_PYTHON_INSTALL_MIRROR names a mirror."
-  python="$("$uv" python find --managed-python "$UV_PYTHON")" \
-    || prov_fail "uv installed Python $UV_PYTHON but cannot find it."
+  if ! "$uv" python install --quiet --no-bin "$UV_PYTHON" >&2; then
+    prov_why="uv could not install Python $UV_PYTHON (output above). Its downloads come from GitHub (python-build-standalone); UV_PYTHON_INSTALL_MIRROR names a mirror"
+    return 1
+  fi
+  if ! python="$("$uv" python find --managed-python "$UV_PYTHON")"; then
+    python=""; prov_why="uv installed Python $UV_PYTHON but cannot find it"; return 1
+  fi
   provision_how="a uv-managed Python (uv $("$uv" --version | cut -d' ' -f2))"
 }
 
@@ -188,17 +191,22 @@ provision_python() {
   [ "$(uname -s 2>/dev/null)" = Linux ] || return 0
   t0="${EPOCHREALTIME:-$SECONDS}"; t0="${t0/[.,]/}"
   python=""; provision_how=""; prov_why=""; uv=""
-  if [ "$mode" != system ] && uv="$(command -v uv 2>/dev/null)"; then
-    prov_uv_python
-  elif [ "$mode" = managed ]; then
-    prov_fetch_uv; prov_uv_python
-  elif prov_package_manager; then
-    :
-  elif [ "$mode" = system ]; then
-    prov_fail "no Python >= 3.9, and install-python: system cannot install one ($prov_why). Run the job as root in an image with apt-get, dnf, microdnf or apk, use install-python: managed, or install Python 3.9+ in the image."
-  else
-    prov_note "the image's package manager cannot install Python ($prov_why): using uv"
-    prov_fetch_uv; prov_uv_python
+  local why_uv=""
+  if [ "$mode" != system ] && uv="$(command -v uv 2>/dev/null)"; then  # (a) uv is here
+    prov_uv_python || { why_uv="$prov_why"; prov_note "$why_uv"; }
+  fi
+  if [ -z "$python" ] && [ "$mode" != managed ]; then  # (b) root: the package manager
+    if ! prov_package_manager; then
+      if [ "$mode" = system ]; then
+        prov_fail "no Python >= 3.9, and install-python: system cannot install one ($prov_why). Run the job as root in an image with apt-get, dnf, microdnf or apk, use install-python: managed, or install Python 3.9+ in the image."
+      fi
+      prov_note "the image's package manager cannot install Python ($prov_why)"
+    fi
+  fi
+  if [ -z "$python" ]; then  # (c) the pinned uv (a uv that failed here would fail the same)
+    [ -z "$why_uv" ] || prov_fail "$why_uv."
+    prov_fetch_uv
+    prov_uv_python || prov_fail "$prov_why."
   fi
   [ -n "$python" ] || return 0
   if [ -n "${EPOCHREALTIME:-}" ]; then
