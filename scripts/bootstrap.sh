@@ -48,17 +48,32 @@ candidates+=(python3 python)
 read -r -a fallbacks <<< "${GPU_CI_BOOTSTRAP_FALLBACKS-/usr/bin/python3 /usr/local/bin/python3}"
 candidates+=("${fallbacks[@]}")
 
-python=""
-for cand in "${candidates[@]}"; do
-  path="$(command -v "$cand" 2>/dev/null)" || continue
-  if usable "$path"; then python="$path"; break; fi
-done
+find_python() {
+  local cand path
+  for cand in "${candidates[@]}"; do
+    path="$(command -v "$cand" 2>/dev/null)" || continue
+    if usable "$path"; then echo "$path"; return 0; fi
+  done
+}
+
+python="$(find_python)"
+
+no_python() {
+  echo "::error title=gpu-ci bootstrap::No Python >= 3.9 found outside a conda installation" \
+       "(tried: ${candidates[*]}).${provision_error:+ Installing one failed: $provision_error}" \
+       "Add 'uses: actions/setup-python@v5' with 'python-version: \"3.12\"' before this" \
+       "action, or, in a Linux container job, choose how the bootstrap installs one (input" \
+       "install-python: auto, system or managed; see the README's container section)."
+  exit 1
+}
 
 if [ -z "$python" ]; then
-  echo "::error title=gpu-ci bootstrap::No Python >= 3.9 found outside a conda installation" \
-       "(tried: ${candidates[*]}). Add 'uses: actions/setup-python@v5' with" \
-       "'python-version: \"3.12\"' before this action."
-  exit 1
+  # No Python (a `container:` image such as nvidia/cuda:*-base): bring one as the
+  # `install-python` input says (scripts/provision-python.sh; Linux only).
+  # shellcheck source=provision-python.sh
+  . "$root/scripts/provision-python.sh"
+  provision_python
 fi
+[ -n "$python" ] || no_python
 
 exec "$python" "$root/scripts/bootstrap.py" "$action"

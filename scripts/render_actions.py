@@ -22,6 +22,8 @@ from gpu_ci.specs import ACTIONS, GROUPS, ActionSpec, InputSpec  # noqa: E402
 BOOTSTRAP_STEP = """\
     - name: Bootstrap gpu-ci (once per job)
       shell: bash
+      env:
+        GPU_CI_INSTALL_PYTHON: ${{{{ inputs.install-python }}}}
       run: bash "$GITHUB_ACTION_PATH/{rel}scripts/bootstrap.sh" {action}
 """
 
@@ -30,6 +32,7 @@ ROOT_BOOTSTRAP_STEP = """\
       shell: bash
       env:
         GPU_CI_COMMAND: ${{ inputs.command }}
+        GPU_CI_INSTALL_PYTHON: ${{ inputs.install-python }}
       run: bash "$GITHUB_ACTION_PATH/scripts/bootstrap.sh" "$GPU_CI_COMMAND"
 """
 

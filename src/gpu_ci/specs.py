@@ -71,6 +71,17 @@ class ActionSpec:
         raise KeyError(name)
 
 
+#: Inputs of the shared bootstrap step, which every action runs first (their commands ignore
+#: them). ``install-python``, not ``python``: verify-cuda-env's ``python`` names the
+#: interpreter it checks.
+BOOTSTRAP_INPUTS: tuple[InputSpec, ...] = (
+    InputSpec("install-python",
+              "When the job has no Python >= 3.9 (e.g. a container: image): auto (uv when on "
+              "PATH, else as root the image's package manager, else a pinned, sha256-checked "
+              "uv installs a managed Python), system (the package manager only) or managed "
+              "(uv only). Linux only; nothing is installed where a Python exists.", "auto"),
+)
+
 _TOKEN_HELP = (
     "Token for the GitHub REST API. The CLI falls back to the GITHUB_TOKEN environment variable."
 )
@@ -127,7 +138,7 @@ GPU_GATE = ActionSpec(
         InputSpec("require-approved-review",
                   "Also require an APPROVED review of the commit that runs, by someone with "
                   "min-permission or higher.", "false"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
         OutputSpec("reason", "One sentence explaining the decision."),
@@ -154,7 +165,7 @@ REMOVE_LABEL = ActionSpec(
                   "Issue or pull request number (default: taken from the event).", ""),
         InputSpec("repository", "owner/name (default: GITHUB_REPOSITORY).", ""),
         InputSpec("fail-on-error", "Fail the step when a label cannot be removed.", "true"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("removed", "JSON array of the labels that were removed."),
         OutputSpec("absent", "JSON array of the labels that were not on the pull request."),
@@ -316,7 +327,7 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
                   "first, so a cut one resumes with HTTP Range and the log shows bytes and "
                   "rate. Archives behind channel-credentials or a proxy always take the "
                   "second way.", "true"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("prefix", "Path of the environment."),
         OutputSpec("python", "Path of the environment's interpreter, empty if none."),
@@ -349,7 +360,7 @@ VERIFY_CUDA_ENV = ActionSpec(
         InputSpec("report-file", "Write the full report as JSON to this path.", ""),
         InputSpec("health", "Level of GPU hardware faults (uncorrectable ECC, failed or "
                   "pending row remapping): error, or warn to only report them.", "error"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("ok", "'true' when no finding reached the fail-on level."),
         OutputSpec("driver-version", "NVIDIA driver version."),
@@ -382,7 +393,7 @@ GPU_STATUS = ActionSpec(
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
         InputSpec("report-file", "On a completed run: write the GPU jobs' queue times as "
                   "JSON to this path.", ""),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("state", "The state posted (pending, success, failure, error), empty if "
                    "none."),
@@ -415,7 +426,7 @@ GPU_WATCHDOG = ActionSpec(
                   "limit.", "100"),
         InputSpec("report-file", "Write the queue times as JSON to this path.", ""),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("stale", "Number of GPU jobs queued longer than max-queue-minutes."),
         OutputSpec("cancelled", "JSON array of the ids of the runs cancelled."),
@@ -459,7 +470,7 @@ GPU_SPEND = ActionSpec(
         InputSpec("max-monitor-reports",
                   "At most this many gpu-monitor reports are downloaded (one API call each, "
                   "the newest first).", "100"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("minutes", "GPU minutes this month (reservations of running jobs "
                    "included)."),
@@ -496,7 +507,7 @@ GPU_MONITOR = ActionSpec(
         InputSpec("github-token", "Token that reads the job's steps (actions: read) for the "
                   "per-step breakdown; without it, one phase from start to report.", "",
                   action_default="${{ github.token }}"),
-    ),
+    ) + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("ok", "'true' unless an assertion (expect-gpu-use, max-memory, "
                    "min-utilisation) failed."),

@@ -10,8 +10,9 @@ MIG, requirement and health rules.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpu_ci.cuda import require as require_spec
@@ -85,6 +86,53 @@ class EnvFacts:
     driver_capabilities: str | None = None
     """NVIDIA_DRIVER_CAPABILITIES, when set (the container runtime mounts libcuda only with
     'compute' or 'all')."""
+    visible_devices: str | None = None
+    """NVIDIA_VISIBLE_DEVICES, when set: the GPUs the NVIDIA container runtime mounts (with
+    the driver's libraries and nvidia-smi) into a container; unset or void, none."""
+    in_container: bool = False
+    """The job runs in a container (see :func:`in_container`)."""
+
+
+def in_container(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
+    """Docker writes /.dockerenv, Podman /run/.containerenv, systemd-nspawn and others set
+    ``container``: a job container of GitHub Actions is one of the first two."""
+    return bool(environ.get("container")) or (root / ".dockerenv").exists() \
+        or (root / "run" / ".containerenv").exists()
+
+
+def _capabilities(caps: str) -> set[str]:
+    return {c.strip().lower() for c in caps.split(",")}
+
+
+CONTAINER_FIX = ("start the job container with the NVIDIA runtime and every GPU: `container: "
+                 "options: --gpus all` with `env: NVIDIA_VISIBLE_DEVICES: all` and "
+                 "`NVIDIA_DRIVER_CAPABILITIES: compute,utility` (see the README's container "
+                 "section).")
+
+
+def container_no_driver(env: EnvFacts) -> tuple[str, str] | None:
+    """Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
+    container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container)."""
+    if not (env.in_container or env.visible_devices is not None
+            or env.driver_capabilities is not None):
+        return None
+    head = "no NVIDIA driver visible to this job: "
+    visible = env.visible_devices
+    caps = env.driver_capabilities
+    if visible is None:
+        return (head + "NVIDIA_VISIBLE_DEVICES is not set in this container, so the NVIDIA "
+                "container runtime mounted no GPU, no driver library and no nvidia-smi "
+                "(nvidia/cuda images set it; most other images do not).", CONTAINER_FIX)
+    if visible.strip().lower() in ("", "void", "none"):
+        return (head + f"NVIDIA_VISIBLE_DEVICES={visible!r} in this container, so the NVIDIA "
+                "container runtime mounted no GPU and no driver library.", CONTAINER_FIX)
+    if caps is not None and not ({"utility", "all"} & _capabilities(caps)):
+        return (head + f"NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'utility', so the NVIDIA "
+                "container runtime mounted no NVML (libnvidia-ml.so.1) and no nvidia-smi.",
+                "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or "
+                "all), e.g. `env: NVIDIA_DRIVER_CAPABILITIES: compute,utility`.")
+    return (head + f"NVIDIA_VISIBLE_DEVICES={visible!r}, but no driver library was mounted "
+            "into this container: it was not started with the NVIDIA runtime.", CONTAINER_FIX)
 
 
 @dataclass(frozen=True)
@@ -114,13 +162,16 @@ def is_data_center(gpu: Gpu) -> bool:
     return gpu.brand == "tesla" or bool(DATA_CENTER.search(gpu.name))
 
 
-def nvml_findings(snapshot: NvmlSnapshot, require_gpu: bool) -> list[Finding]:
+def nvml_findings(snapshot: NvmlSnapshot, require_gpu: bool,
+                  env: EnvFacts | None = None) -> list[Finding]:
     if snapshot.ok:
         return []
     name = snapshot.error_name or "UNKNOWN"
     message, fix = NVML_ERRORS.get(name, (
         f"NVML call {snapshot.failed_call} failed with {name} (code {snapshot.error_code}).",
         "check the driver installation (nvidia-smi) and the kernel log (dmesg)."))
+    if name == "LIBRARY_NOT_FOUND" and env is not None:
+        message, fix = container_no_driver(env) or (message, fix)
     if name == "LIB_RM_VERSION_MISMATCH" and snapshot.kernel_module_version:
         message += f" The loaded kernel module is {snapshot.kernel_module_version}."
     code = "no-driver" if name == "LIBRARY_NOT_FOUND" else f"nvml-{name.lower().replace('_', '-')}"
@@ -167,8 +218,7 @@ def loader_findings(inp: CheckInput) -> list[Finding]:
     if not env.libcuda_path:
         caps = env.driver_capabilities
         hint = ""
-        if caps is not None and not ({"compute", "all"} & {c.strip().lower()
-                                                           for c in caps.split(",")}):
+        if caps is not None and not ({"compute", "all"} & _capabilities(caps)):
             hint = (f" NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'compute', so the container "
                     "runtime mounted NVML but not libcuda.")
         level = "error" if inp.require_gpu else "info"
@@ -378,7 +428,7 @@ def health_findings(vis: Visibility, health: str = "error") -> list[Finding]:
 
 
 def run_checks(inp: CheckInput) -> list[Finding]:
-    findings = nvml_findings(inp.snapshot, inp.require_gpu)
+    findings = nvml_findings(inp.snapshot, inp.require_gpu, inp.env)
     if not inp.snapshot.ok or inp.visibility is None:
         return findings
     findings += visibility_findings(inp.snapshot, inp.visibility, inp.require_gpu)

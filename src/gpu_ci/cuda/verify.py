@@ -68,7 +68,9 @@ def env_facts(libcuda: str | None, libcuda_error: str,
         nvidia_require_cuda=environ.get("NVIDIA_REQUIRE_CUDA", ""),
         nvidia_disable_require=environ.get("NVIDIA_DISABLE_REQUIRE", "").lower()
         in ("1", "true", "yes"),
-        driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES"))
+        driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES"),
+        visible_devices=environ.get("NVIDIA_VISIBLE_DEVICES"),
+        in_container=cuda_checks.in_container(environ))
 
 
 def verify(opts: VerifyOptions, environ: Mapping[str, str],

@@ -1,0 +1,551 @@
+"""The bootstrap in jobs without Python (issue 30): a real Debian userland with no Python,
+where the bootstrap installs one and verify-cuda-env reports the (fake) GPU the way the
+NVIDIA container runtime shows it; and the no-root, no-package-manager path, which downloads
+the pinned uv (from a loopback server holding PyPI's wheel) and checks its sha256.
+
+The Debian root (``debootstrap --variant=minbase``, Debian's own tool and mirror) is built
+once and kept under ``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into
+place, one builder at a time. Each test runs in an overlay of it (a copy where overlayfs is
+missing), in a private mount namespace, so the cached root is never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import http.server
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_ci.cuda.checks import EnvFacts, in_container, nvml_findings
+from gpu_ci.cuda.facts import NvmlSnapshot
+from tests.conftest import ROOT, parse_output_file
+from tests.cuda_env import build_fake_nvml, observed_h200, write_config
+
+PROVISION = ROOT / "scripts" / "provision-python.sh"
+BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
+SUITE = "bookworm"
+MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+WHEEL_PLATFORM = {"x86_64": "musllinux_1_1_x86_64", "aarch64": "musllinux_1_1_aarch64"}
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the bootstrap's Python "
+                                "provisioning is Linux only")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = Path(base) / "gpu-ci-tests"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One builder at a time per cached thing (CI runs on one machine may overlap)."""
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt uses (GPU_CI_TEST_DEBIAN_MIRROR overrides)."""
+    if os.environ.get("GPU_CI_TEST_DEBIAN_MIRROR"):
+        return os.environ["GPU_CI_TEST_DEBIAN_MIRROR"]
+    texts = []
+    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
+        if path.suffix in ("", ".list", ".sources") and path.is_file():
+            texts.append(path.read_text(errors="replace"))
+    for text in texts:
+        for match in re.finditer(r"(?m)^(?:URIs:|deb)\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s",
+                                 text):
+            return match.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def debian_root() -> Path:
+    """The cached minimal Debian root: no Python in it (checked)."""
+    final = cache_dir() / f"debian-{SUITE}-minbase"
+    if (final / "etc" / "debian_version").is_file():
+        return final
+    with locked(cache_dir() / f"debian-{SUITE}-minbase.lock"):
+        if (final / "etc" / "debian_version").is_file():
+            return final
+        for stale in cache_dir().glob(f".debian-{SUITE}-*"):  # a killed build's, lock held
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".debian-{SUITE}-", dir=cache_dir()))
+        try:
+            proc = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(tmp),
+                                   debian_mirror()], capture_output=True, text=True)
+            if proc.returncode != 0:
+                pytest.fail(f"debootstrap failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def uv_pin() -> dict[str, str]:
+    """The bootstrap's own pin for this machine (one source of truth: provision-python.sh)."""
+    proc = subprocess.run(["bash", "-c", f'. "{PROVISION}"; echo "$UV_VERSION"; '
+                           'uv_pin "$(uname -m)"'], capture_output=True, text=True, check=True)
+    version, pin = proc.stdout.split("\n")[:2]
+    url, wheel, offset, csize, crc, size, binary = pin.split()
+    return {"version": version, "url": url, "wheel_sha256": wheel, "binary_sha256": binary,
+            "offset": offset, "compressed": csize, "crc": crc, "size": size}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def uv_wheel() -> bytes:
+    """PyPI's uv wheel that the bootstrap pins, downloaded once with pip and kept."""
+    pin = uv_pin()
+    name = pin["url"].rsplit("/", 1)[1]
+    path = cache_dir() / "uv-wheels" / name
+    if not path.is_file() or sha256(path.read_bytes()) != pin["wheel_sha256"]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with locked(path.parent / ".lock"), tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                 "--platform", WHEEL_PLATFORM[platform.machine()], "--python-version", "3.12",
+                 "-d", tmp, f"uv=={pin['version']}"], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            got = Path(tmp) / name
+            assert sha256(got.read_bytes()) == pin["wheel_sha256"], "PyPI's wheel changed?"
+            os.replace(got, path)
+    data = path.read_bytes()
+    assert sha256(data) == pin["wheel_sha256"]
+    return data
+
+
+class Files(http.server.ThreadingHTTPServer):
+    """A loopback server of fixed files; records every path asked for."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.asked: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N805
+                self.asked.append(handler.path)
+                body = self.files.get(handler.path)
+                handler.send_response(200 if body is not None else 404)
+                handler.send_header("Content-Length", str(len(body or b"")))
+                handler.end_headers()
+                handler.wfile.write(body or b"")
+
+            def log_message(handler, *args: object) -> None:  # noqa: N805
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+@pytest.fixture
+def serve() -> Iterator[object]:
+    servers: list[Files] = []
+
+    def start(files: dict[str, bytes]) -> Files:
+        servers.append(Files(files))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+# -- no root, no package manager: the pinned uv --------------------------------------------
+
+def tools_dir(where: Path, downloader: str) -> Path:
+    """A PATH with what a bare image has (bash, coreutils, gzip) and one downloader: no
+    Python, no package manager, no uv."""
+    bin_dir = where / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("bash", "dirname", "uname", "id", "mktemp", "mkdir", "rm", "mv", "chmod",
+                 "cat", "cut", "head", "tail", "gzip", "sha256sum", downloader):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} is not installed on this machine")
+        os.symlink(found, bin_dir / tool)
+    return bin_dir
+
+
+def as_unprivileged() -> list[str]:
+    """Run as nobody when we are root (the path under test is the no-root one)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is needed to run the bootstrap as nobody")
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def shared_tmp() -> Path:
+    """A directory nobody (uid 65534) can use too (pytest's tmp_path is private to us)."""
+    path = Path(tempfile.mkdtemp(prefix="gpu-ci-container-"))
+    path.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+    return path
+
+
+def bootstrap_bare(work: Path, downloader: str, **env: str) -> subprocess.CompletedProcess:
+    """bootstrap.sh with only the tools of :func:`tools_dir` (made here unless ``downloader``
+    is empty: then the test made them)."""
+    bin_dir = tools_dir(work / "tools", downloader) if downloader else work / "tools" / "bin"
+    full = {"PATH": str(bin_dir), "HOME": str(work / "home"), "GPU_CI_CACHE_DIR":
+            str(work / "cache"), "GPU_CI_BOOTSTRAP_FALLBACKS": "",
+            "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
+            "GITHUB_ENV": str(work / "github_env"), **env}
+    return subprocess.run([*as_unprivileged(), str(bin_dir / "bash"), str(BOOTSTRAP),
+                           "verify-cuda-env"], env=full, capture_output=True, text=True,
+                          timeout=300)
+
+
+@linux_only
+@pytest.mark.parametrize("downloader", ["curl", "wget", "node"])
+def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel, serve,
+                                                                       downloader):
+    pin = uv_pin()
+    server = serve({"/uv.whl": uv_wheel})
+    work = shared_tmp()
+    try:
+        proc = bootstrap_bare(work, downloader, GPU_CI_UV_URL=server.url("/uv.whl"),
+                              UV_PYTHON_INSTALL_MIRROR=server.url("/python"))
+        out = proc.stdout + proc.stderr
+        assert server.asked[0] == "/uv.whl", out
+        assert f"uv {pin['version']} verified (sha256 {pin['binary_sha256']})" in out
+        binary = work / "cache" / "gpu-ci-actions" / "python" / \
+            f"uv-{pin['version']}-{platform.machine()}" / "uv"
+        assert sha256(binary.read_bytes()) == pin["binary_sha256"]
+        assert os.access(binary, os.X_OK)
+        # uv then asks the (loopback) Python mirror, which has nothing: a clear failure.
+        assert any(path.startswith("/python/") for path in server.asked[1:]), server.asked
+        assert proc.returncode == 1
+        assert "uv could not install Python 3.12" in proc.stdout
+        assert "UV_PYTHON_INSTALL_MIRROR" in proc.stdout
+        assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_a_uv_on_path_is_used_without_downloading_one(uv_wheel, serve):
+    pin = uv_pin()
+    server = serve({"/uv.whl": uv_wheel})
+    work = shared_tmp()
+    try:
+        mine = work / "uv-bin"
+        mine.mkdir()
+        with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
+            (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
+        (mine / "uv").chmod(0o755)
+        tools = tools_dir(work / "tools", "curl")
+        os.symlink(mine / "uv", tools / "uv")
+        proc = bootstrap_bare(work, "", GPU_CI_UV_URL=server.url("/uv.whl"),
+                              UV_PYTHON_INSTALL_MIRROR=server.url("/python"))
+        out = proc.stdout + proc.stderr
+        assert "/uv.whl" not in server.asked, out
+        assert f"installing a uv-managed Python 3.12 with {tools / 'uv'}" in out
+        assert any(path.startswith("/python/") for path in server.asked), server.asked
+        assert proc.returncode == 1 and "uv could not install Python 3.12" in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_a_uv_download_with_another_sha256_is_refused(uv_wheel, serve):
+    pin = uv_pin()
+    tampered = bytearray(uv_wheel)
+    tampered[int(pin["offset"]) + 1000] ^= 0xFF  # one byte of the uv binary's stream
+    server = serve({"/uv.whl": bytes(tampered)})
+    work = shared_tmp()
+    try:
+        proc = bootstrap_bare(work, "curl", GPU_CI_UV_URL=server.url("/uv.whl"))
+        assert proc.returncode == 1
+        assert server.asked == ["/uv.whl"]  # nothing after the refusal
+        assert f"not the pinned {pin['wheel_sha256']}: refused" in proc.stdout
+        assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
+        cache = work / "cache" / "gpu-ci-actions" / "python"
+        assert not [p for p in cache.rglob("*") if p.is_file()], "nothing kept"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_system_mode_without_root_names_the_fix(serve):
+    server = serve({})
+    work = shared_tmp()
+    try:
+        proc = bootstrap_bare(work, "curl", GPU_CI_INSTALL_PYTHON="system",
+                              GPU_CI_UV_URL=server.url("/uv.whl"))
+        assert proc.returncode == 1
+        assert server.asked == []
+        assert "install-python: system cannot install one (not root)" in proc.stdout
+        assert "install-python: managed" in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_an_unknown_mode_is_refused():
+    work = shared_tmp()
+    try:
+        proc = bootstrap_bare(work, "curl", GPU_CI_INSTALL_PYTHON="Conda")
+        assert proc.returncode == 1
+        assert "input install-python must be auto, system or managed; got 'Conda'" \
+            in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_nothing_is_installed_where_a_python_exists(serve, tmp_path):
+    server = serve({})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CI_", "GITHUB_"))}
+    env.update({"GPU_CI_INSTALL_PYTHON": "managed", "GPU_CI_UV_URL": server.url("/uv.whl"),
+                "GPU_CI_CACHE_DIR": str(tmp_path / "cache"),
+                "GPU_CI_BOOTSTRAP_PYTHON": sys.executable,
+                "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+                "GITHUB_ENV": str(tmp_path / "github_env"),
+                "PATH": f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"})
+    proc = subprocess.run(["bash", str(BOOTSTRAP), "verify-cuda-env"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert server.asked == []
+    assert "No Python >= 3.9 in this job" not in proc.stdout
+    assert not (tmp_path / "summary.md").exists()
+    assert not (tmp_path / "cache" / "gpu-ci-actions" / "python").exists()
+
+
+# -- a real Debian userland without Python, as root --------------------------------------
+
+needs_root = pytest.mark.skipif(
+    sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("debootstrap")
+    or not shutil.which("unshare") or not shutil.which("chroot"),
+    reason="needs Linux, root, debootstrap (apt-get install debootstrap), unshare and chroot: "
+           "the test builds a Debian root and runs the bootstrap in it with chroot")
+
+#: Copied into the job's checkout: what the actions run (no tests, no .venv, no .git).
+CHECKOUT = ("scripts", "src", "requirements", "pyproject.toml")
+
+#: Runs on the host, as root: an overlay of the cached root in a private mount namespace,
+#: the driver files the NVIDIA container toolkit injects, then the job inside it (chroot).
+ENTER = r"""
+set -euo pipefail
+lower="$1" work="$2" lib="$3"
+mount -t tmpfs tmpfs "$work/ovl"
+mkdir "$work/ovl/upper" "$work/ovl/work"
+if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$work/ovl/upper,workdir=$work/ovl/work" \
+     "$work/root" 2>/dev/null; then
+  cp -a "$lower/." "$work/root/"   # no overlayfs: a private copy
+fi
+r="$work/root"
+mount --rbind /dev "$r/dev"
+mount -t proc proc "$r/proc"
+cp /etc/resolv.conf "$r/etc/resolv.conf"
+: > "$r/.dockerenv"   # what Docker writes into every container
+[ ! -f "$work/ca.crt" ] || cp "$work/ca.crt" "$r/etc/gpu-ci-tests-ca.crt"
+mkdir -p "$r/opt/gpu-ci" "$r/job"
+mount --bind "$work/checkout" "$r/opt/gpu-ci"
+mount --bind "$work/job" "$r/job"
+# What `--gpus all` with NVIDIA_DRIVER_CAPABILITIES=compute,utility mounts: NVML (utility)
+# and libcuda (compute), then the toolkit's ldconfig hook.
+cp "$work/nvml/libnvidia-ml.so.1" "$work/nvml/libcuda.so.1" "$r/usr/lib/$lib/"
+cp "$work/nvml.cfg" "$r/etc/fake-nvml.cfg"
+chroot "$r" /sbin/ldconfig
+exec chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  HOME=/root LANG=C.UTF-8 /bin/bash /job/job.sh
+"""
+
+#: The job's steps inside the root, as the runner runs a composite action's steps.
+JOB = r"""
+set -u
+export RUNNER_TEMP=/job/runner-temp RUNNER_TOOL_CACHE=/job/tool-cache
+export GITHUB_STEP_SUMMARY=/job/summary.md FAKE_NVML_CONFIG=/etc/fake-nvml.cfg
+export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+mkdir -p "$RUNNER_TEMP" "$RUNNER_TOOL_CACHE"
+if [ -f /etc/gpu-ci-tests-ca.crt ]; then  # this machine's pip trusts these CAs
+  export PIP_CERT=/etc/gpu-ci-tests-ca.crt SSL_CERT_FILE=/etc/gpu-ci-tests-ca.crt
+fi
+[ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
+command -v python3 python >/dev/null && { echo "the root has a Python"; exit 3; }
+step() {  # <name>: the bootstrap, then verify-cuda-env, with this step's files
+  : > "/job/$1.env"; : > "/job/$1.out"
+  GITHUB_ENV="/job/$1.env" bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
+    > "/job/$1.bootstrap.log" 2>&1 || { echo "bootstrap failed: $?"; return 1; }
+  set -a; . "/job/$1.env"; set +a
+  GITHUB_OUTPUT="/job/$1.out" INPUT_REQUIRE_GPU=true \
+    "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > "/job/$1.verify.log" 2>&1
+  echo "$?" > "/job/$1.rc"
+}
+step first
+step second
+# The same container started with NVIDIA_DRIVER_CAPABILITIES=utility: NVML, no libcuda.
+rm -f /usr/lib/*/libcuda.so.1 && /sbin/ldconfig
+unset GPU_CI_PYTHON GPU_CI_ROOT GPU_CI_GROUPS
+NVIDIA_DRIVER_CAPABILITIES=utility step nocompute
+# An image without NVIDIA_VISIBLE_DEVICES: the runtime mounts nothing, not even NVML.
+rm -f /usr/lib/*/libnvidia-ml.so.1 && /sbin/ldconfig
+(unset NVIDIA_VISIBLE_DEVICES GPU_CI_PYTHON GPU_CI_ROOT GPU_CI_GROUPS; step novisible)
+"""
+
+
+def pip_config_into(work: Path) -> None:
+    """This machine's way to PyPI, for pip inside the root: the CA bundle pip trusts here (a
+    proxy's CA) and an index URL set in the environment (paths on this machine do not
+    exist in the root and are left out)."""
+    cert = os.environ.get("PIP_CERT") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.cert"],
+        capture_output=True, text=True).stdout.strip()
+    if cert and Path(cert).is_file():
+        shutil.copy(cert, work / "ca.crt")
+    lines = [f"{name}={os.environ[name]}" for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+             if os.environ.get(name, "").startswith(("http://", "https://"))]
+    (work / "job" / "pip.env").write_text("".join(line + "\n" for line in lines))
+
+
+@pytest.fixture(scope="module")
+def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job in a fresh overlay of the Debian root: its steps' logs, env and output files."""
+    if platform.machine() not in MULTIARCH:
+        pytest.skip("x86_64 and aarch64 only")
+    work = tmp_path_factory.mktemp("debian-job")
+    for name in ("ovl", "root", "job", "checkout"):
+        (work / name).mkdir()
+    for name in CHECKOUT:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, work / "checkout" / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, work / "checkout" / name)
+    build_fake_nvml(work / "nvml")
+    write_config(work / "nvml.cfg", observed_h200()[1])
+    (work / "job" / "job.sh").write_text(JOB)
+    pip_config_into(work)
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-c", ENTER, "enter",
+         str(debian_root()), str(work), MULTIARCH[platform.machine()]],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, capture_output=True, text=True,
+        timeout=900)
+    logs = "".join(f"--- {p.name}\n{p.read_text(errors='replace')}"
+                   for p in sorted((work / "job").glob("*.log")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    return work / "job"
+
+
+@needs_root
+def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debian_job):
+    job = debian_job
+    first = (job / "first.bootstrap.log").read_text()
+    assert (job / "first.rc").read_text().strip() == "0", (job / "first.verify.log").read_text()
+    # (b): root, apt-get, no Python: Debian's python3 from Debian's mirror.
+    match = re.search(r"installed Python (3\.\d+\.\d+), the distribution's Python, installed "
+                      r"with apt-get \(python3 python3-venv\), in (\d+\.\d) s "
+                      r"\(install-python: auto\)", first)
+    assert match, first
+    summary = (job / "summary.md").read_text()
+    assert match.group(0) in summary
+    assert summary.count("### gpu-ci bootstrap") == 1  # later steps installed nothing
+    env = dict(line.split("=", 1) for line in (job / "first.env").read_text().splitlines())
+    assert env["GPU_CI_BOOTSTRAP_PYTHON"] == "/usr/bin/python3"
+    assert env["GPU_CI_PYTHON"].startswith("/job/tool-cache/gpu-ci-actions/")
+    outputs = parse_output_file((job / "first.out").read_text())
+    assert outputs["ok"] == "true", outputs
+    assert outputs["driver-version"] == "580.159.04"
+    gpus = json.loads(outputs["gpus"])
+    assert gpus and gpus[0]["name"] == "NVIDIA H200"
+    # A later action of the job: the Python and the venv are there now.
+    second = (job / "second.bootstrap.log").read_text()
+    assert "bootstrapped earlier in this job" in second
+    assert "No Python >= 3.9 in this job" not in second
+    assert (job / "second.rc").read_text().strip() == "0"
+    assert parse_output_file((job / "second.out").read_text())["ok"] == "true"
+
+
+@needs_root
+def test_debian_container_without_compute_capability_is_named(debian_job):
+    job = debian_job
+    bootstrap = (job / "nocompute.bootstrap.log").read_text()
+    assert "No Python >= 3.9 in this job" not in bootstrap  # Debian's python3, found
+    assert "reused" in bootstrap
+    assert (job / "nocompute.rc").read_text().strip() == "1"
+    findings = json.loads(parse_output_file((job / "nocompute.out").read_text())["findings"])
+    codes = {f["code"]: f for f in findings}
+    assert "libcuda-missing" in codes, findings
+    assert "NVIDIA_DRIVER_CAPABILITIES='utility' lacks 'compute'" in \
+        codes["libcuda-missing"]["message"]
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in codes["libcuda-missing"]["fix"]
+
+
+@needs_root
+def test_debian_container_without_visible_devices_is_named(debian_job):
+    job = debian_job
+    assert (job / "novisible.rc").read_text().strip() == "1"
+    findings = json.loads(parse_output_file((job / "novisible.out").read_text())["findings"])
+    assert [f["code"] for f in findings] == ["no-driver"], findings
+    assert "NVIDIA_VISIBLE_DEVICES is not set in this container" in findings[0]["message"]
+    assert "--gpus all" in findings[0]["fix"]
+    assert "NVIDIA_VISIBLE_DEVICES: all" in findings[0]["fix"]
+
+
+# -- verify-cuda-env's container findings, one by one ------------------------------------
+
+NO_NVML = NvmlSnapshot(ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND")
+
+
+@pytest.mark.parametrize(("env", "says", "fix"), [
+    (EnvFacts(in_container=True), "NVIDIA_VISIBLE_DEVICES is not set in this container",
+     "NVIDIA_VISIBLE_DEVICES: all"),
+    (EnvFacts(in_container=True, visible_devices="void"), "NVIDIA_VISIBLE_DEVICES='void'",
+     "--gpus all"),
+    (EnvFacts(visible_devices="all", driver_capabilities="compute"),
+     "NVIDIA_DRIVER_CAPABILITIES='compute' lacks 'utility'",
+     "NVIDIA_DRIVER_CAPABILITIES=compute,utility"),
+    (EnvFacts(in_container=True, visible_devices="all", driver_capabilities="compute,utility"),
+     "it was not started with the NVIDIA runtime", "--gpus all"),
+])
+def test_each_container_failure_is_named_with_its_fix(env, says, fix):
+    (finding,) = nvml_findings(NO_NVML, True, env)
+    assert finding.code == "no-driver"
+    assert finding.message.startswith("No NVIDIA driver visible to this job: ")
+    assert says in finding.message
+    assert fix in finding.fix
+
+
+def test_outside_a_container_no_driver_says_cpu_runner():
+    (finding,) = nvml_findings(NO_NVML, True, EnvFacts())
+    assert "CPU runner" in finding.message
+
+
+def test_in_container_reads_what_docker_and_podman_write(tmp_path):
+    assert not in_container({}, tmp_path)
+    assert in_container({"container": "podman"}, tmp_path)
+    (tmp_path / ".dockerenv").write_text("")
+    assert in_container({}, tmp_path)
+    (tmp_path / ".dockerenv").unlink()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".containerenv").write_text("")
+    assert in_container({}, tmp_path)
