@@ -175,6 +175,9 @@ RUN_SEARCH_PARAMETERS = ("actor", "branch", "check_suite_id", "created", "event"
 COMPARE_FILES_MAX = 300
 #: "Responses include a maximum of 3000 files." (pulls/list-files)
 PULL_FILES_MAX = 3000
+#: A route's header (never sent) marking an answer GitHub.com's description does not cover on
+#: purpose (an older GHES's shape); recorded in ``FakeGitHub.outside_contract``.
+OUTSIDE_CONTRACT = "X-Test-Outside-Contract"
 SECONDARY_RATE_LIMIT_DOCS = ("https://docs.github.com/free-pro-team@latest/rest/overview/"
                              "rate-limits-for-the-rest-api#about-secondary-rate-limits")
 
@@ -213,6 +216,8 @@ class FakeGitHub:
         self.contract = _load_contract() if contract else None
         self.contract_violations: list[str] = []
         """Every way a request or a response broke GitHub's contract; ``stop()`` raises."""
+        self.outside_contract: list[str] = []
+        """Answers deliberately outside GitHub.com's description (older GHES shapes)."""
         self.storage = BlobStorage(self)
         self._ids = 1000
         self.hooks: list[tuple[str, re.Pattern[str], Any]] = []
@@ -790,10 +795,14 @@ class _Handler(BaseHTTPRequestHandler):
         """The answer, or a 500 naming what broke GitHub's contract (also recorded, so the
         test fails at ``stop()`` even where the product copes with a 500)."""
         contract = self.gh.contract
+        outside = headers.pop(OUTSIDE_CONTRACT, None)
         if contract is None:
             return status, body, headers
         problems = contract.check_request(method, path, query)
-        if not problems:
+        if outside is not None and not problems:
+            with self.gh._lock:
+                self.gh.outside_contract.append(f"{method} {path}: {outside}")
+        elif not problems:
             problems = contract.check_response(method, path, status, body)
         if not problems:
             return status, body, headers
@@ -836,9 +845,13 @@ class _Handler(BaseHTTPRequestHandler):
                 and parts[2:] == ["settings", "billing", "usage"]:
             return self._billing_usage(parts[1], query, token)
         if parts == ["rate_limit"]:
-            core = {"limit": gh.rate_limit, "remaining": gh.rate_remaining, "used": 0,
-                    "reset": int(time.time()) + 3600}
-            return 200, {"resources": {"core": core}, "rate": core}, {}
+            reset = int(time.time()) + 3600
+            core = {"limit": gh.rate_limit, "remaining": max(gh.rate_remaining, 0),
+                    "used": gh.rate_limit - max(gh.rate_remaining, 0), "reset": reset,
+                    "resource": "core"}
+            search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset,
+                      "resource": "search"}
+            return 200, {"resources": {"core": core, "search": search}, "rate": core}, {}
         if len(parts) < 3 or parts[0] != "repos":
             return self._not_found()
         repo = gh.repos.get(f"{parts[1]}/{parts[2]}")
@@ -857,8 +870,9 @@ class _Handler(BaseHTTPRequestHandler):
                         "admin", "maintain"), "push": legacy in ("admin", "write"),
                         "triage": role != "read", "pull": True}}
             body: dict[str, Any] = {"permission": legacy, "role_name": role, "user": user}
-            if login in repo.legacy_only:  # older GHES: no role_name (outside the contract)
+            if login in repo.legacy_only:  # older GHES: no role_name, outside the contract
                 del body["role_name"], user["role_name"]
+                return 200, body, {OUTSIDE_CONTRACT: "an older GHES omits role_name"}
             return 200, body, {}
         if rest[:1] == ["pulls"] and len(rest) >= 2 and rest[1].isdigit():
             pr = repo.pulls.get(int(rest[1]))

@@ -32,6 +32,15 @@ HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "tra
 #: Parameters every request may carry though no operation lists them (none today: GitHub's
 #: description lists ``per_page``/``page`` on every paginated operation).
 ALWAYS_ALLOWED_QUERY: frozenset[str] = frozenset()
+#: Path parameters whose values may contain ``/`` (git refs).
+SLASHED_PARAMETERS = frozenset({"{basehead}", "{ref}", "{branch}", "{path}"})
+#: Where GitHub's answers are known to differ from its description, each with its report:
+#: (schema, property) made nullable before validating.
+KNOWN_INACCURACIES = {
+    # "[Schema Inaccuracy] 'head_repository' on workflow run might also be null" -- once the
+    # fork is deleted (github/rest-api-description#1586).
+    ("workflow-run", "head_repository"),
+}
 
 
 def missing_reason() -> str | None:
@@ -97,7 +106,10 @@ class Contract:
         from referencing.jsonschema import DRAFT4
 
         self._document = document
-        components = _nullable_to_union(document.get("components", {}))
+        components = json.loads(json.dumps(document.get("components", {})))
+        for schema, prop in KNOWN_INACCURACIES:
+            components["schemas"][schema]["properties"][prop]["nullable"] = True
+        components = _nullable_to_union(components)
         self._registry = Registry().with_resource(
             BASE_URI, DRAFT4.create_resource({"components": components}))
         self._validator_class = Draft4Validator
@@ -107,10 +119,12 @@ class Contract:
         for template, item in document["paths"].items():
             segments = template.strip("/").split("/")
             strict = "/".join("[^/]+" if s.startswith("{") else re.escape(s) for s in segments)
-            # A last parameter may hold slashes (compare's ``base...head`` with branch names).
+            # A last parameter that names refs may hold slashes (compare's ``base...head``
+            # with branch names); no other parameter may.
             loose = "/".join([("[^/]+" if s.startswith("{") else re.escape(s))
                                for s in segments[:-1]]
-                              + [(".+" if segments[-1].startswith("{")
+                              + [(".+" if segments[-1] in SLASHED_PARAMETERS
+                                  else "[^/]+" if segments[-1].startswith("{")
                                   else re.escape(segments[-1]))])
             self._templates.append((re.compile(f"/{strict}"), re.compile(f"/{loose}"),
                                     template, item))
