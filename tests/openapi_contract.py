@@ -234,6 +234,7 @@ class _Compiler:
         self._root = root
         self._compiled: dict[int, Check] = {}
         self._keep: list[Any] = []  # the schemas whose id() keys _compiled stay alive
+        self._lock = threading.RLock()  # the server's threads compile refs lazily
 
     def _resolve(self, ref: str) -> Any:
         node: Any = self._root
@@ -242,6 +243,10 @@ class _Compiler:
         return node
 
     def compile(self, schema: Any) -> Check:
+        with self._lock:
+            return self._compile(schema)
+
+    def _compile(self, schema: Any) -> Check:
         key = id(schema)
         if key in self._compiled:
             return self._compiled[key]
