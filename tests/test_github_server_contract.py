@@ -126,6 +126,14 @@ def test_without_the_description_validation_is_off_with_a_reason(monkeypatch, tm
     monkeypatch.setattr(openapi_contract, "DESCRIPTION", tmp_path / "absent.json")
     reason = openapi_contract.missing_reason()
     assert reason is not None and "npm ci --prefix tests/openapi" in reason
+    monkeypatch.setattr(openapi_contract, "_LOADED", False)
+    monkeypatch.setattr(openapi_contract, "_CONTRACT", None)
+    with pytest.warns(UserWarning, match="not validated against GitHub's REST contract"):
+        assert openapi_contract.contract() is None
+    with FakeGitHub() as server:  # still serves, unvalidated
+        server.add_repo(REPO)
+        assert server.contract is None
+        assert call(f"{server.url}/repos/{REPO}/actions/runz")[0] == 404
 
 
 @needs_description
