@@ -9,6 +9,15 @@ Actions state (``WorkflowRun`` / ``Job``): runs with their jobs (labels, runner 
 attempts, steps, timestamps), moved through queued → in_progress → completed by the test
 (``FakeGitHub.start_job`` / ``complete_job``) or cancelled over the API; commit statuses per
 SHA; and the enhanced billing platform's usage report per organization.
+
+GitHub's contract: every request must name an operation of GitHub's OpenAPI description and
+every answer is validated against that operation's response schema (tests/openapi_contract.py;
+a violation answers 500 naming the field and fails the test at ``stop()``). GitHub's documented
+limits are served: 1,000 results for a filtered run listing, compare's 300 files on page 1 only,
+``per_page`` at most 100, ``created`` bounds to the second, every job state, ``head_repository:
+null`` for a deleted fork and no ``pull_requests`` for a fork's run, the artifact zip behind a
+302 to a second host (``BlobStorage`` on 127.0.0.2, no token), and secondary rate limits (on
+demand: ``secondary_rate_limit``; automatic: 100 concurrent requests, 80 writes a minute).
 """
 
 from __future__ import annotations
