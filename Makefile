@@ -18,7 +18,14 @@ $(MERMAID): tests/mermaid/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix tests/mermaid --no-audit --no-fund --loglevel=error; fi
 
-test: $(VENV)/.installed $(MERMAID)
+# GitHub's OpenAPI description (npm @octokit/openapi): every answer of the test GitHub server
+# is validated against it (tests/openapi_contract.py); without npm, validation is off (warned).
+OPENAPI := tests/openapi/node_modules/.package-lock.json
+$(OPENAPI): tests/openapi/package-lock.json
+	if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix tests/openapi --no-audit --no-fund --loglevel=error; fi
+
+test: $(VENV)/.installed $(MERMAID) $(OPENAPI)
 	$(PY) -m ruff check src tests scripts benchmarks deploy
 	$(PY) -m mypy
 	$(PY) -m pytest

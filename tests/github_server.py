@@ -9,6 +9,15 @@ Actions state (``WorkflowRun`` / ``Job``): runs with their jobs (labels, runner 
 attempts, steps, timestamps), moved through queued → in_progress → completed by the test
 (``FakeGitHub.start_job`` / ``complete_job``) or cancelled over the API; commit statuses per
 SHA; and the enhanced billing platform's usage report per organization.
+
+GitHub's contract: every request must name an operation of GitHub's OpenAPI description and
+every answer is validated against that operation's response schema (tests/openapi_contract.py;
+a violation answers 500 naming the field and fails the test at ``stop()``). GitHub's documented
+limits are served: 1,000 results for a filtered run listing, compare's 300 files on page 1 only,
+``per_page`` at most 100, ``created`` bounds to the second, every job state, ``head_repository:
+null`` for a deleted fork and no ``pull_requests`` for a fork's run, the artifact zip behind a
+302 to a second host (``BlobStorage`` on 127.0.0.2, no token), and secondary rate limits (on
+demand: ``secondary_rate_limit``; automatic: 100 concurrent requests, 80 writes a minute).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -93,7 +103,8 @@ class Job:
     name: str
     labels: list[str]
     status: str = "queued"
-    """queued, waiting, in_progress or completed."""
+    """queued, waiting, pending, requested, in_progress or completed (the ``job`` schema's
+    enum)."""
     conclusion: str | None = None
     created_at: str = "2026-11-02T10:00:00Z"
     started_at: str | None = None
@@ -125,8 +136,14 @@ class WorkflowRun:
     actor: str = "contributor"
     triggering_actor: str | None = None
     pull_requests: list[int] = field(default_factory=list)
+    """Numbers of the open pull requests whose head this is; served only for a head in the
+    base repository (GitHub lists none for a fork's run)."""
     jobs: list[Job] = field(default_factory=list)
     workflow_id: int = 161335
+    head_repo: str | None = None
+    """full_name of the head repository; None means the base repository (not a fork)."""
+    fork_deleted: bool = False
+    """The head repository was a fork that is gone: ``head_repository`` is served as null."""
 
 
 @dataclass
@@ -160,6 +177,20 @@ class LoggedRequest:
     at: float
 
 
+#: The list-runs parameters that make a listing a search, capped at 1,000 results.
+RUN_SEARCH_PARAMETERS = ("actor", "branch", "check_suite_id", "created", "event", "head_sha",
+                         "status")
+#: "it includes up to 300 changed files for the entire comparison" (repos/compare-commits).
+COMPARE_FILES_MAX = 300
+#: "Responses include a maximum of 3000 files." (pulls/list-files)
+PULL_FILES_MAX = 3000
+#: A route's header (never sent) marking an answer GitHub.com's description does not cover on
+#: purpose (an older GHES's shape); recorded in ``FakeGitHub.outside_contract``.
+OUTSIDE_CONTRACT = "X-Test-Outside-Contract"
+SECONDARY_RATE_LIMIT_DOCS = ("https://docs.github.com/free-pro-team@latest/rest/overview/"
+                             "rate-limits-for-the-rest-api#about-secondary-rate-limits")
+
+
 #: GitHub's legacy ``permission`` field for each role (maintain→write, triage→read).
 LEGACY_PERMISSION = {"admin": "admin", "maintain": "write", "write": "write",
                      "triage": "read", "read": "read", "none": "none"}
@@ -168,7 +199,15 @@ LEGACY_PERMISSION = {"admin": "admin", "maintain": "write", "write": "write",
 class FakeGitHub:
     """State plus an HTTP server. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, *, per_page_max: int = 100) -> None:
+    def __init__(self, *, per_page_max: int = 100, run_search_cap: int | None = 1000,
+                 contract: bool = True, max_concurrent: int | None = 100,
+                 writes_per_minute: int | None = 80) -> None:
+        """``run_search_cap``: GitHub's 1,000-result limit of filtered run listings (None:
+        off). ``contract``: validate every request and response against GitHub's OpenAPI
+        description (tests/openapi_contract.py). ``max_concurrent`` / ``writes_per_minute``:
+        GitHub's documented secondary rate limits ("No more than 100 concurrent requests",
+        "no more than 80 content-generating requests per minute"), answered as 403 with
+        ``retry-after``; None: off."""
         self.repos: dict[str, Repo] = {}
         self.log: list[LoggedRequest] = []
         self.faults: list[Fault] = []
@@ -178,6 +217,17 @@ class FakeGitHub:
         self.rate_remaining = 5000
         self.per_page_max = per_page_max
         self.orgs: dict[str, Organization] = {}
+        self.run_search_cap = run_search_cap
+        self.max_concurrent = max_concurrent
+        self.writes_per_minute = writes_per_minute
+        self._in_flight = 0
+        self._writes: list[float] = []
+        self.contract = _load_contract() if contract else None
+        self.contract_violations: list[str] = []
+        """Every way a request or a response broke GitHub's contract; ``stop()`` raises."""
+        self.outside_contract: list[str] = []
+        """Answers deliberately outside GitHub.com's description (older GHES shapes)."""
+        self.storage = BlobStorage(self)
         self._ids = 1000
         self.hooks: list[tuple[str, re.Pattern[str], Any]] = []
         """(method, path regex, callback(path)) run before a matching request is answered."""
@@ -221,7 +271,7 @@ class FakeGitHub:
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
             for member, data in files.items():
                 archive.writestr(member, data)
-        repo_id = abs(hash(full_name)) % 10**8
+        repo_id = self.repo_id(full_name)
         art = Artifact(self.next_id(), name, buf.getvalue(), {
             "id": run_id or self.next_id(), "repository_id": repo_id,
             "head_repository_id": repo_id + 1 if fork else repo_id,
@@ -276,6 +326,16 @@ class FakeGitHub:
         between two calls of a client (a runner picks a job up between list and re-read)."""
         self.hooks.append((method.upper(), re.compile(path_regex), callback))
 
+    def secondary_rate_limit(self, method: str = "*", path_regex: str = "", *, times: int = 1,
+                             retry_after: int = 60, status: int = 403) -> None:
+        """Answer the next ``times`` matching requests as GitHub's secondary rate limit does:
+        "you will receive a 403 or 429 response and an error message that indicates that you
+        exceeded a secondary rate limit. If the retry-after response header is present, you
+        should not retry your request until after that many seconds has elapsed."
+        (docs.github.com, Rate limits for the REST API)."""
+        self.inject(method, path_regex, status, times=times, retry_after=retry_after,
+                    body=_secondary_body(len(self.log)))
+
     def requests(self, method: str | None = None, path_contains: str = "") -> list[LoggedRequest]:
         return [r for r in self.log
                 if (method is None or r.method == method) and path_contains in r.path]
@@ -293,12 +353,20 @@ class FakeGitHub:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+        self.storage.start()
         return self
 
     def stop(self) -> None:
+        """Stop both servers; a test whose requests or answers broke GitHub's contract fails
+        here even when the product swallowed the 500 it got for it."""
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+        self.storage.stop()
+        if self.contract_violations:
+            listed = "\n  ".join(self.contract_violations[:20])
+            raise AssertionError(f"the test GitHub server broke GitHub's REST contract "
+                                 f"({len(self.contract_violations)} violation(s)):\n  {listed}")
 
     def __enter__(self) -> FakeGitHub:
         return self.start()
@@ -307,85 +375,222 @@ class FakeGitHub:
         self.stop()
 
     # -- JSON shapes ------------------------------------------------------------------------
+    # Complete objects, as GitHub's OpenAPI description requires them (every response is
+    # validated against it: tests/openapi_contract.py): a field the product reads but GitHub
+    # never sends, or one GitHub always sends that is missing here, fails the test.
     def user_json(self, login: str) -> dict[str, Any]:
-        return {"login": login, "id": abs(hash(login)) % 10**7, "type": "User",
-                "url": f"{self.url}/users/{login}",
-                "html_url": f"https://github.com/{login}", "site_admin": False}
+        """A ``simple-user``."""
+        uid = _stable_id(login, 10**7)
+        api = f"{self.url}/users/{quote(login)}"
+        return {"login": login, "id": uid, "node_id": f"U_kgDO{uid}",
+                "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
+                "gravatar_id": "", "url": api, "html_url": f"https://github.com/{login}",
+                "followers_url": f"{api}/followers",
+                "following_url": f"{api}/following{{/other_user}}",
+                "gists_url": f"{api}/gists{{/gist_id}}",
+                "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+                "subscriptions_url": f"{api}/subscriptions",
+                "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos",
+                "events_url": f"{api}/events{{/privacy}}",
+                "received_events_url": f"{api}/received_events",
+                "type": "Bot" if login.endswith("[bot]") else "User",
+                "user_view_type": "public", "site_admin": False}
 
-    def repo_json(self, repo: Repo) -> dict[str, Any]:
+    def repo_id(self, full_name: str) -> int:
+        return _stable_id(full_name, 10**8)
+
+    def repo_json(self, repo: Repo, *, fork: bool = False) -> dict[str, Any]:
+        """A ``repository`` (a superset of ``minimal-repository``, and of ``full-repository``
+        once ``has_discussions``, ``network_count`` and ``subscribers_count`` are added)."""
         owner, name = repo.full_name.split("/")
-        return {
-            "id": abs(hash(repo.full_name)) % 10**8, "name": name,
-            "full_name": repo.full_name, "private": repo.private,
-            "owner": self.user_json(owner), "fork": False,
-            "html_url": f"https://github.com/{repo.full_name}",
-            "url": f"{self.url}/repos/{repo.full_name}",
-            "default_branch": repo.default_branch,
+        api = f"{self.url}/repos/{repo.full_name}"
+        out: dict[str, Any] = {
+            "id": self.repo_id(repo.full_name), "node_id": f"R_kgDO{self.repo_id(repo.full_name)}",
+            "name": name, "full_name": repo.full_name, "private": repo.private,
+            "owner": self.user_json(owner), "html_url": f"https://github.com/{repo.full_name}",
+            "description": None, "fork": fork, "url": api,
+            "visibility": "private" if repo.private else "public",
+            "default_branch": repo.default_branch, "homepage": None, "language": "Python",
+            "license": None, "mirror_url": None, "archived": False, "disabled": False,
+            "is_template": False, "topics": [],
+            "forks": 0, "forks_count": 0, "open_issues": len(repo.pulls),
+            "open_issues_count": len(repo.pulls), "size": 108, "stargazers_count": 0,
+            "watchers": 0, "watchers_count": 0,
+            "has_downloads": True, "has_issues": True, "has_projects": True, "has_wiki": True,
+            "has_pages": False, "allow_forking": True, "web_commit_signoff_required": False,
+            "pushed_at": "2026-11-02T09:00:00Z", "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-11-02T09:00:00Z",
+            "git_url": f"git://github.com/{repo.full_name}.git",
+            "ssh_url": f"git@github.com:{repo.full_name}.git",
+            "clone_url": f"https://github.com/{repo.full_name}.git",
+            "svn_url": f"https://github.com/{repo.full_name}",
         }
+        for key, tail in _REPO_URLS.items():
+            out[key] = f"{api}{tail}"
+        return out
+
+    def full_repo_json(self, repo: Repo) -> dict[str, Any]:
+        """A ``full-repository`` (``GET /repos/{owner}/{repo}``)."""
+        return {**self.repo_json(repo), "has_discussions": False, "network_count": 0,
+                "subscribers_count": 1}
 
     def label_json(self, repo: Repo, name: str) -> dict[str, Any]:
-        return {"id": abs(hash(name)) % 10**7, "name": name, "color": "ededed",
+        lid = _stable_id(name, 10**7)
+        return {"id": lid, "node_id": f"LA_kwDO{lid}", "name": name, "color": "ededed",
                 "default": False, "description": None,
                 "url": f"{self.url}/repos/{repo.full_name}/labels/{quote(name, safe='')}"}
 
     def pull_json(self, repo: Repo, pr: PullRequest) -> dict[str, Any]:
-        head_repo = self.repos.get(pr.head_repo or repo.full_name) or Repo(pr.head_repo or "")
-        head_repo_json = self.repo_json(head_repo)
-        head_repo_json["fork"] = pr.head_repo not in (None, repo.full_name)
-        owner = (pr.head_repo or repo.full_name).split("/")[0]
+        """A ``pull-request``: ``head`` and ``base`` carry whole ``repository`` objects."""
+        head_name = pr.head_repo or repo.full_name
+        head_repo = self.repos.get(head_name) or Repo(head_name)
+        head_repo_json = self.repo_json(head_repo, fork=head_name != repo.full_name)
+        owner = head_name.split("/")[0]
+        base_owner = repo.full_name.split("/")[0]
+        api = f"{self.url}/repos/{repo.full_name}"
+        html = f"https://github.com/{repo.full_name}/pull/{pr.number}"
+        closed = None if pr.state == "open" else "2026-11-03T10:00:00Z"
         return {
-            "url": f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}",
-            "id": 1000 + pr.number, "number": pr.number, "state": pr.state,
-            "locked": False, "title": f"PR {pr.number}", "draft": pr.draft,
+            "url": f"{api}/pulls/{pr.number}", "id": 1000 + pr.number,
+            "node_id": f"PR_kwDO{1000 + pr.number}", "number": pr.number, "state": pr.state,
+            "locked": False, "title": f"PR {pr.number}", "body": None, "draft": pr.draft,
             "merged": pr.merged, "user": self.user_json(pr.user),
             "labels": [self.label_json(repo, n) for n in pr.labels],
             "head": {"label": f"{owner}:{pr.head_ref}", "ref": pr.head_ref, "sha": pr.head_sha,
                      "user": self.user_json(owner), "repo": head_repo_json},
-            "base": {"label": f"{repo.full_name.split('/')[0]}:{pr.base_ref}",
+            "base": {"label": f"{base_owner}:{pr.base_ref}",
                      "ref": pr.base_ref, "sha": "b" * 40,
-                     "user": self.user_json(repo.full_name.split("/")[0]),
-                     "repo": self.repo_json(repo)},
-            "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}",
+                     "user": self.user_json(base_owner), "repo": self.repo_json(repo)},
+            "html_url": html, "diff_url": f"{html}.diff", "patch_url": f"{html}.patch",
+            "issue_url": f"{api}/issues/{pr.number}",
+            "commits_url": f"{api}/pulls/{pr.number}/commits",
+            "review_comments_url": f"{api}/pulls/{pr.number}/comments",
+            "review_comment_url": f"{api}/pulls/comments{{/number}}",
+            "comments_url": f"{api}/issues/{pr.number}/comments",
+            "statuses_url": f"{api}/statuses/{pr.head_sha}",
+            "_links": {key: {"href": href} for key, href in (
+                ("self", f"{api}/pulls/{pr.number}"), ("html", html),
+                ("issue", f"{api}/issues/{pr.number}"),
+                ("comments", f"{api}/issues/{pr.number}/comments"),
+                ("review_comments", f"{api}/pulls/{pr.number}/comments"),
+                ("review_comment", f"{api}/pulls/comments{{/number}}"),
+                ("commits", f"{api}/pulls/{pr.number}/commits"),
+                ("statuses", f"{api}/statuses/{pr.head_sha}"))},
+            "created_at": "2026-11-01T10:00:00Z", "updated_at": "2026-11-02T10:00:00Z",
+            "closed_at": closed, "merged_at": closed if pr.merged else None,
+            "merge_commit_sha": None, "assignee": None, "assignees": [],
+            "requested_reviewers": [], "requested_teams": [], "milestone": None,
+            "author_association": "CONTRIBUTOR", "auto_merge": None, "active_lock_reason": None,
+            "mergeable": None, "rebaseable": None, "mergeable_state": "unknown",
+            "merged_by": None, "comments": 0, "review_comments": 0,
+            "maintainer_can_modify": False, "commits": 1, "additions": len(pr.files),
+            "deletions": 0, "changed_files": len(pr.files),
         }
 
     def review_json(self, repo: Repo, pr: PullRequest, index: int,
                     review: tuple[str, str, str]) -> dict[str, Any]:
         """A pull request review as ``GET /repos/{o}/{r}/pulls/{n}/reviews`` lists it."""
         login, state, commit_id = review
+        html = (f"https://github.com/{repo.full_name}/pull/{pr.number}"
+                f"#pullrequestreview-{80 + index}")
+        pull_url = f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}"
         return {"id": 80 + index, "node_id": f"PRR_{index}", "user": self.user_json(login),
                 "body": "", "state": state, "commit_id": commit_id,
-                "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}"
-                            f"#pullrequestreview-{80 + index}",
-                "pull_request_url": f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}",
+                "html_url": html, "pull_request_url": pull_url,
+                "_links": {"html": {"href": html}, "pull_request": {"href": pull_url}},
                 "author_association": "COLLABORATOR",
                 "submitted_at": f"2026-01-0{1 + index % 9}T00:00:00Z"}
 
+    def file_json(self, repo: Repo, name: str, ref: str) -> dict[str, Any]:
+        """A ``diff-entry`` (pull request files, compare files)."""
+        path = quote(name)
+        return {"sha": "f" * 40, "filename": name, "status": "modified", "additions": 1,
+                "deletions": 0, "changes": 1, "patch": "@@ -1 +1 @@\n-a\n+b",
+                "blob_url": f"https://github.com/{repo.full_name}/blob/{ref}/{path}",
+                "raw_url": f"https://github.com/{repo.full_name}/raw/{ref}/{path}",
+                "contents_url": f"{self.url}/repos/{repo.full_name}/contents/{path}?ref={ref}"}
+
+    def commit_json(self, repo: Repo, sha: str) -> dict[str, Any]:
+        """A ``commit`` (compare's commits and base commits)."""
+        api = f"{self.url}/repos/{repo.full_name}"
+        person = {"name": "contributor", "email": "contributor@example.com",
+                  "date": "2026-11-02T09:00:00Z"}
+        return {"url": f"{api}/commits/{sha}", "sha": sha, "node_id": f"C_kwDO{sha[:12]}",
+                "html_url": f"https://github.com/{repo.full_name}/commit/{sha}",
+                "comments_url": f"{api}/commits/{sha}/comments",
+                "commit": {"url": f"{api}/git/commits/{sha}", "author": person,
+                           "committer": person, "message": "A change", "comment_count": 0,
+                           "tree": {"sha": "e" * 40, "url": f"{api}/git/trees/{'e' * 40}"}},
+                "author": self.user_json("contributor"),
+                "committer": self.user_json("contributor"), "parents": []}
 
     def run_json(self, repo: Repo, run: WorkflowRun) -> dict[str, Any]:
-        base = f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}"
+        """A ``workflow-run``. A run from a fork lists no ``pull_requests`` (GitHub fills them
+        only for heads in the base repository), and a run whose fork was deleted has
+        ``head_repository: null`` (github/rest-api-description#1586)."""
+        api = f"{self.url}/repos/{repo.full_name}"
+        base = f"{api}/actions/runs/{run.id}"
+        fork = run.fork_deleted or run.head_repo not in (None, repo.full_name)
+        head: dict[str, Any] | None = None
+        if not run.fork_deleted:
+            head_name = run.head_repo or repo.full_name
+            head = self.minimal_repo_json(self.repos.get(head_name) or Repo(head_name),
+                                          fork=head_name != repo.full_name)
+        pulls = [] if fork else [self.pull_minimal_json(repo, run, n)
+                                 for n in run.pull_requests]
         return {
-            "id": run.id, "name": run.name, "node_id": f"WFR_{run.id}",
+            "id": run.id, "name": run.name, "node_id": f"WFR_kwLO{run.id}",
+            "check_suite_id": run.id + 1, "check_suite_node_id": f"CS_kwDO{run.id + 1}",
             "head_branch": run.head_branch, "head_sha": run.head_sha, "path": run.path,
             "display_title": run.name, "run_number": run.id % 1000, "event": run.event,
             "status": run.status, "conclusion": run.conclusion,
             "workflow_id": run.workflow_id, "url": base,
             "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run.id}",
-            "pull_requests": [{"number": n, "url": f"{self.url}/repos/{repo.full_name}/pulls/{n}"}
-                              for n in run.pull_requests],
+            "pull_requests": pulls, "referenced_workflows": [],
             "created_at": run.created_at, "updated_at": run.updated_at or run.created_at,
             "actor": self.user_json(run.actor),
             "triggering_actor": self.user_json(run.triggering_actor or run.actor),
             "run_attempt": run.run_attempt,
             "run_started_at": run.run_started_at or run.created_at,
-            "jobs_url": f"{base}/jobs", "cancel_url": f"{base}/cancel",
-            "workflow_url": f"{self.url}/repos/{repo.full_name}/actions/workflows/"
-                            f"{run.workflow_id}",
-            "repository": self.repo_json(repo), "head_repository": self.repo_json(repo),
+            "jobs_url": f"{base}/jobs", "logs_url": f"{base}/logs",
+            "check_suite_url": f"{api}/check-suites/{run.id + 1}",
+            "artifacts_url": f"{base}/artifacts", "cancel_url": f"{base}/cancel",
+            "rerun_url": f"{base}/rerun",
+            "previous_attempt_url": (f"{base}/attempts/{run.run_attempt - 1}"
+                                     if run.run_attempt > 1 else None),
+            "workflow_url": f"{api}/actions/workflows/{run.workflow_id}",
+            "head_commit": {"id": run.head_sha, "tree_id": "e" * 40, "message": "A change",
+                            "timestamp": run.created_at,
+                            "author": {"name": run.actor, "email": f"{run.actor}@example.com"},
+                            "committer": {"name": "GitHub", "email": "noreply@github.com"}},
+            "repository": self.minimal_repo_json(repo), "head_repository": head,
         }
 
+    def minimal_repo_json(self, repo: Repo, *, fork: bool = False) -> dict[str, Any]:
+        """A ``minimal-repository`` (runs): the hypermedia URLs, no counts or dates."""
+        full = self.repo_json(repo, fork=fork)
+        keep = set(_REPO_URLS) | {"id", "node_id", "name", "full_name", "private", "owner",
+                                  "html_url", "description", "fork", "url"}
+        return {k: v for k, v in full.items() if k in keep}
+
+    def pull_minimal_json(self, repo: Repo, run: WorkflowRun, number: int) -> dict[str, Any]:
+        """A ``pull-request-minimal`` (a run's ``pull_requests``)."""
+        pr = repo.pulls.get(number)
+        rid = self.repo_id(repo.full_name)
+        ref = {"id": rid, "url": f"{self.url}/repos/{repo.full_name}",
+               "name": repo.full_name.split("/")[1]}
+        return {"id": 1000 + number, "number": number,
+                "url": f"{self.url}/repos/{repo.full_name}/pulls/{number}",
+                "head": {"ref": pr.head_ref if pr else run.head_branch,
+                         "sha": pr.head_sha if pr else run.head_sha, "repo": ref},
+                "base": {"ref": pr.base_ref if pr else repo.default_branch,
+                         "sha": "b" * 40, "repo": ref}}
+
     def job_json(self, repo: Repo, run: WorkflowRun, job: Job) -> dict[str, Any]:
+        """A ``job``. ``started_at`` is required and not nullable: GitHub fills it with the
+        creation time while the job waits."""
         return {
-            "id": job.id, "run_id": run.id, "node_id": f"CR_{job.id}",
+            "id": job.id, "run_id": run.id, "node_id": f"CR_kwDO{job.id}",
             "run_url": f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}",
             "run_attempt": job.run_attempt, "head_sha": run.head_sha,
             "head_branch": run.head_branch, "workflow_name": run.name,
@@ -426,9 +631,39 @@ class FakeGitHub:
         }
 
 
+def _instant(text: str, *, end: bool) -> str:
+    """A ``created`` bound as a comparable UTC ``YYYY-MM-DDTHH:MM:SSZ``: a bare date is the
+    whole day (its first second as a lower bound, its last as an upper one); a time part
+    (``2026-11-01T10:00:00Z``, ``+00:00`` or no zone) is kept to the second."""
+    from datetime import datetime, timezone
+
+    text = text.strip()
+    if len(text) == 10:
+        return text + ("T23:59:59Z" if end else "T00:00:00Z")
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def created_matches(created: str, value: str) -> bool:
+    """GitHub's search date syntax for ``created``: ``>=X``, ``>X``, ``<=X``, ``<X``,
+    ``X..Y`` (``*`` open), or ``X`` (that day, or that second when it has a time part)."""
+    at = _instant(created, end=False)
+    for op in (">=", "<=", ">", "<"):
+        if value.startswith(op):
+            bound = _instant(value[len(op):], end=op in ("<=", ">"))
+            return {">=": at >= bound, "<=": at <= bound, ">": at > bound, "<": at < bound}[op]
+    if ".." in value:
+        lo, hi = value.split("..", 1)
+        return ((lo == "*" or at >= _instant(lo, end=False))
+                and (hi == "*" or at <= _instant(hi, end=True)))
+    return _instant(value, end=False) <= at <= _instant(value, end=True)
+
+
 def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[WorkflowRun]:
     """The ``status``, ``event``, ``head_sha`` and ``created`` filters of the list-runs API
-    (``created``: ``>=YYYY-MM-DD``, ``<=…``, ``A..B``, or a date), newest first."""
+    (``created`` as GitHub's search syntax: ``created_matches``), newest first."""
 
     def one(name: str) -> str | None:
         return (query.get(name) or [None])[0]
@@ -443,23 +678,37 @@ def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[W
             out = [r for r in out if getattr(r, name) == value]
     created = one("created")
     if created:
-        day = [r.created_at[:10] for r in out]
-        if created.startswith(">="):
-            keep = [d >= created[2:12] for d in day]
-        elif created.startswith("<="):
-            keep = [d <= created[2:12] for d in day]
-        elif ".." in created:
-            lo, hi = created.split("..", 1)
-            keep = [lo[:10] <= d <= hi[:10] for d in day]
-        else:
-            keep = [d == created[:10] for d in day]
-        out = [r for r, k in zip(out, keep) if k]
+        out = [r for r in out if created_matches(r.created_at, created)]
     return sorted(out, key=lambda r: (r.created_at, r.id), reverse=True)
 
 
-def _file_json(name: str) -> dict[str, Any]:
-    return {"sha": "f" * 40, "filename": name, "status": "modified", "additions": 1,
-            "deletions": 0, "changes": 1}
+def _stable_id(text: str, modulo: int) -> int:
+    """An id that is the same in every process (``hash()`` of a str is salted per process)."""
+    return zlib.crc32(text.encode()) % modulo + 1
+
+
+#: A repository's hypermedia URLs, after ``{api}/repos/{owner}/{repo}``, as GitHub lists them.
+_REPO_URLS = {
+    "forks_url": "/forks", "keys_url": "/keys{/key_id}",
+    "collaborators_url": "/collaborators{/collaborator}", "teams_url": "/teams",
+    "hooks_url": "/hooks", "issue_events_url": "/issues/events{/number}",
+    "events_url": "/events", "assignees_url": "/assignees{/user}",
+    "branches_url": "/branches{/branch}", "tags_url": "/tags",
+    "blobs_url": "/git/blobs{/sha}", "git_tags_url": "/git/tags{/sha}",
+    "git_refs_url": "/git/refs{/sha}", "trees_url": "/git/trees{/sha}",
+    "statuses_url": "/statuses/{sha}", "languages_url": "/languages",
+    "stargazers_url": "/stargazers", "contributors_url": "/contributors",
+    "subscribers_url": "/subscribers", "subscription_url": "/subscription",
+    "commits_url": "/commits{/sha}", "git_commits_url": "/git/commits{/sha}",
+    "comments_url": "/comments{/number}", "issue_comment_url": "/issues/comments{/number}",
+    "contents_url": "/contents/{+path}", "compare_url": "/compare/{base}...{head}",
+    "merges_url": "/merges", "archive_url": "/{archive_format}{/ref}",
+    "downloads_url": "/downloads", "issues_url": "/issues{/number}",
+    "pulls_url": "/pulls{/number}", "milestones_url": "/milestones{/number}",
+    "notifications_url": "/notifications{?since,all,participating}",
+    "labels_url": "/labels{/name}", "releases_url": "/releases{/id}",
+    "deployments_url": "/deployments",
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -473,7 +722,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------------
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         gh = self.gh
-        data = b"" if status == 204 else (
+        data = b"" if status == 204 or body is None else (
             body if isinstance(body, bytes) else json.dumps(body).encode())
         self.send_response(status)
         if "Content-Type" not in (headers or {}):
@@ -515,15 +764,61 @@ class _Handler(BaseHTTPRequestHandler):
                 callback(split.path)
         if fault and fault.delay:
             time.sleep(fault.delay)
-        if fault and fault.status:
-            status, body, headers = fault.status, fault.body, dict(fault.headers)
-            if body is None:
-                body = _fault_body(fault.status)
-        else:
-            status, body, headers = self._route(method, split.path, query, raw_body)
+        limited = self._secondary_limited(method)
+        try:
+            if fault and fault.status:
+                status, body, headers = fault.status, fault.body, dict(fault.headers)
+                if body is None:
+                    body = _fault_body(fault.status, len(gh.log))
+            elif limited is not None:
+                status, body, headers = limited
+            else:
+                status, body, headers = self._route(method, split.path, query, raw_body)
+            status, body, headers = self._checked(method, split.path, query, status, body,
+                                                  headers)
+        finally:
+            with gh._lock:
+                gh._in_flight -= 1
         entry.status = status
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # client gave up
             self._send(status, body, headers)
+
+    def _secondary_limited(self, method: str) -> tuple[int, Any, dict[str, str]] | None:
+        """GitHub's documented secondary rate limits (when switched on): "No more than 100
+        concurrent requests are allowed", "no more than 80 content-generating requests per
+        minute" (POST, PATCH, PUT, DELETE)."""
+        gh = self.gh
+        now = time.monotonic()
+        with gh._lock:
+            gh._in_flight += 1
+            over = gh.max_concurrent is not None and gh._in_flight > gh.max_concurrent
+            if method in ("POST", "PATCH", "PUT", "DELETE") and gh.writes_per_minute is not None:
+                gh._writes = [t for t in gh._writes if now - t < 60] + [now]
+                over = over or len(gh._writes) > gh.writes_per_minute
+        if not over:
+            return None
+        return 403, _secondary_body(len(gh.log)), {"Retry-After": "60"}
+
+    def _checked(self, method: str, path: str, query: dict[str, list[str]], status: int,
+                 body: Any, headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+        """The answer, or a 500 naming what broke GitHub's contract (also recorded, so the
+        test fails at ``stop()`` even where the product copes with a 500)."""
+        contract = self.gh.contract
+        outside = headers.pop(OUTSIDE_CONTRACT, None)
+        if contract is None:
+            return status, body, headers
+        problems = contract.check_request(method, path, query)
+        if outside is not None and not problems:
+            with self.gh._lock:
+                self.gh.outside_contract.append(f"{method} {path}: {outside}")
+        elif not problems:
+            problems = contract.check_response(method, path, status, body)
+        if not problems:
+            return status, body, headers
+        with self.gh._lock:
+            self.gh.contract_violations.extend(problems)
+        return 500, {"message": "The test GitHub server broke GitHub's REST contract: "
+                     + "; ".join(problems), "documentation_url": DOCS, "status": "500"}, {}
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -555,19 +850,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/v3/"):  # GitHub Enterprise Server's prefix
             path = path[len("/api/v3"):]
         parts = [unquote(p) for p in path.strip("/").split("/")]
-        if method == "GET" and len(parts) == 3 and parts[0] == "_blobs":  # storage, not API
-            for repo_ in gh.repos.values():
-                for art in repo_.artifacts:
-                    if f"{art.id}.zip" == parts[2]:
-                        return 200, art.data, {"Content-Type": "application/zip"}
-            return self._not_found()
         if method == "GET" and len(parts) == 5 and parts[0] == "organizations" \
                 and parts[2:] == ["settings", "billing", "usage"]:
             return self._billing_usage(parts[1], query, token)
         if parts == ["rate_limit"]:
-            core = {"limit": gh.rate_limit, "remaining": gh.rate_remaining, "used": 0,
-                    "reset": int(time.time()) + 3600}
-            return 200, {"resources": {"core": core}, "rate": core}, {}
+            reset = int(time.time()) + 3600
+            core = {"limit": gh.rate_limit, "remaining": max(gh.rate_remaining, 0),
+                    "used": gh.rate_limit - max(gh.rate_remaining, 0), "reset": reset,
+                    "resource": "core"}
+            search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset,
+                      "resource": "search"}
+            return 200, {"resources": {"core": core, "search": search}, "rate": core}, {}
         if len(parts) < 3 or parts[0] != "repos":
             return self._not_found()
         repo = gh.repos.get(f"{parts[1]}/{parts[2]}")
@@ -575,15 +868,20 @@ class _Handler(BaseHTTPRequestHandler):
             return self._not_found()
         rest = parts[3:]
         if method == "GET" and not rest:
-            return 200, gh.repo_json(repo), {}
+            return 200, gh.full_repo_json(repo), {}
         if method == "GET" and len(rest) == 3 and rest[0] == "collaborators" \
                 and rest[2] == "permission":
             login = rest[1]
             role = repo.roles.get(login, "read")
-            body: dict[str, Any] = {"permission": LEGACY_PERMISSION.get(role, "read"),
-                                    "user": gh.user_json(login)}
-            if login not in repo.legacy_only:
-                body["role_name"] = role
+            legacy = LEGACY_PERMISSION.get(role, "read")
+            user = {**gh.user_json(login), "role_name": role,
+                    "permissions": {"admin": legacy == "admin", "maintain": role in (
+                        "admin", "maintain"), "push": legacy in ("admin", "write"),
+                        "triage": role != "read", "pull": True}}
+            body: dict[str, Any] = {"permission": legacy, "role_name": role, "user": user}
+            if login in repo.legacy_only:  # older GHES: no role_name, outside the contract
+                del body["role_name"], user["role_name"]
+                return 200, body, {OUTSIDE_CONTRACT: "an older GHES omits role_name"}
             return 200, body, {}
         if rest[:1] == ["pulls"] and len(rest) >= 2 and rest[1].isdigit():
             pr = repo.pulls.get(int(rest[1]))
@@ -592,7 +890,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and len(rest) == 2:
                 return 200, gh.pull_json(repo, pr), {}
             if method == "GET" and rest[2:] == ["files"]:
-                return self._paginate(path, query, [_file_json(f) for f in pr.files])
+                return self._paginate(path, query, pr.files[:PULL_FILES_MAX],
+                                      render=lambda f: gh.file_json(repo, f, pr.head_sha))
             if method == "GET" and rest[2:] == ["reviews"]:
                 return self._paginate(path, query, [
                     gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)])
@@ -600,10 +899,7 @@ class _Handler(BaseHTTPRequestHandler):
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:
                 return self._not_found()
-            files = [_file_json(f) for f in repo.compares[basehead]]
-            status, page, headers = self._paginate(path, query, files)
-            return status, {"status": "ahead", "ahead_by": 1, "behind_by": 0,
-                            "total_commits": 1, "commits": [], "files": page}, headers
+            return self._compare(path, query, repo, basehead)
         if rest[:1] == ["issues"] and len(rest) >= 3 and rest[1].isdigit() \
                 and rest[2] == "labels":
             pr = repo.pulls.get(int(rest[1]))
@@ -659,28 +955,39 @@ class _Handler(BaseHTTPRequestHandler):
                 states = {s["state"] for s in latest.values()}
                 state = ("failure" if states & {"failure", "error"} else
                          "pending" if "pending" in states or not states else "success")
+                api = f"{gh.url}/repos/{repo.full_name}"
                 return 200, {"state": state, "sha": rest[1],
                              "total_count": len(latest), "statuses": list(latest.values()),
-                             "repository": gh.repo_json(repo)}, {}
+                             "repository": gh.minimal_repo_json(repo),
+                             "commit_url": f"{api}/commits/{rest[1]}",
+                             "url": f"{api}/commits/{rest[1]}/status"}, {}
         return self._not_found()
 
     def _actions(self, method: str, path: str, query: dict[str, list[str]], repo: Repo,
                  rest: list[str], token: str) -> tuple[int, Any, dict[str, str]]:
         gh = self.gh
 
-        def wrap(key: str, items: list[Any]) -> tuple[int, Any, dict[str, str]]:
-            status, page, headers = self._paginate(path, query, items)
+        def wrap(key: str, items: list[Any], cap: int | None = None, render: Any = None
+                 ) -> tuple[int, Any, dict[str, str]]:
+            status, page, headers = self._paginate(path, query, items, cap=cap, render=render)
             return status, {"total_count": len(items), key: page}, headers
 
+        def runs_page(runs: list[WorkflowRun]) -> tuple[int, Any, dict[str, str]]:
+            # "This endpoint will return up to 1,000 results for each search when using the
+            # following parameters: actor, branch, check_suite_id, created, event, head_sha,
+            # status." (actions/list-workflow-runs[-for-repo]); total_count stays the count.
+            filtered = gh.run_search_cap is not None and any(
+                query.get(name) for name in RUN_SEARCH_PARAMETERS)
+            runs = _runs_filter(runs, query)
+            return wrap("workflow_runs", runs, gh.run_search_cap if filtered else None,
+                        lambda run: gh.run_json(repo, run))
+
         if method == "GET" and rest == ["runs"]:
-            runs = _runs_filter(repo.runs, query)
-            return wrap("workflow_runs", [gh.run_json(repo, r) for r in runs])
+            return runs_page(repo.runs)
         if method == "GET" and len(rest) == 3 and rest[0] == "workflows" and rest[2] == "runs":
             wanted = rest[1]
-            runs = [r for r in repo.runs
-                    if wanted in (str(r.workflow_id), r.path.rsplit("/", 1)[-1])]
-            return wrap("workflow_runs", [gh.run_json(repo, r) for r in
-                                          _runs_filter(runs, query)])
+            return runs_page([r for r in repo.runs
+                              if wanted in (str(r.workflow_id), r.path.rsplit("/", 1)[-1])])
         if len(rest) >= 2 and rest[0] == "runs" and rest[1].isdigit():
             run = next((r for r in repo.runs if r.id == int(rest[1])), None)
             if run is None:
@@ -725,7 +1032,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if art.expired:
                     return 410, {"message": "Artifact has expired", "documentation_url": DOCS,
                                  "status": "410"}, {}
-                return 302, {}, {"Location": f"{gh.url}/_blobs/artifacts/{art.id}.zip"}
+                # The zip lives on another host (blob storage), behind a signed URL that
+                # needs no token: "Look for Location: in the response header to find the URL
+                # for the download. The :archive_format must be zip." (actions/download-artifact)
+                return 302, None, {"Location": gh.storage.signed_url(art)}
         if method == "GET" and len(rest) == 2 and rest[0] == "jobs" and rest[1].isdigit():
             try:
                 found_repo, run, job = gh.find_job(int(rest[1]))
@@ -753,12 +1063,41 @@ class _Handler(BaseHTTPRequestHandler):
                          if i["date"][pos[0]:pos[1]] == value.zfill(width)]
         return 200, {"usageItems": items}, {}
 
-    def _paginate(self, path: str, query: dict[str, list[str]],
-                  items: list[Any]) -> tuple[int, Any, dict[str, str]]:
-        per_page = min(int((query.get("per_page") or ["30"])[0]), self.gh.per_page_max)
-        page = int((query.get("page") or ["1"])[0])
-        last = max(1, -(-len(items) // per_page))
-        chunk = items[(page - 1) * per_page: page * per_page]
+    def _compare(self, path: str, query: dict[str, list[str]], repo: Repo,
+                 basehead: str) -> tuple[int, Any, dict[str, str]]:
+        """A ``commit-comparison``: the commits are what pages; "The list of changed files is
+        only shown on the first page of results, and it includes up to 300 changed files for
+        the entire comparison." (repos/compare-commits-with-basehead)."""
+        gh = self.gh
+        base_sha, _, head_sha = basehead.partition("...")
+        commits = [gh.commit_json(repo, head_sha)]
+        status, page, headers = self._paginate(path, query, commits)
+        api = f"{gh.url}/repos/{repo.full_name}"
+        html = f"https://github.com/{repo.full_name}/compare/{basehead}"
+        body: dict[str, Any] = {
+            "url": f"{api}/compare/{basehead}", "html_url": html, "permalink_url": html,
+            "diff_url": f"{html}.diff", "patch_url": f"{html}.patch",
+            "base_commit": gh.commit_json(repo, base_sha),
+            "merge_base_commit": gh.commit_json(repo, base_sha),
+            "status": "ahead", "ahead_by": len(commits), "behind_by": 0,
+            "total_commits": len(commits), "commits": page}
+        if int((query.get("page") or ["1"])[0]) <= 1:
+            body["files"] = [gh.file_json(repo, f, head_sha)
+                             for f in repo.compares[basehead][:COMPARE_FILES_MAX]]
+        return status, body, headers
+
+    def _paginate(self, path: str, query: dict[str, list[str]], items: list[Any], *,
+                  cap: int | None = None, render: Any = None) -> tuple[int, Any, dict[str, str]]:
+        """One page, and GitHub's ``Link`` header. ``per_page`` above 100 is served as 100
+        ("The number of results per page (max 100)"); ``cap``: a search's result limit
+        (pages past it are empty, and the last link stops at it)."""
+        per_page = max(1, min(int((query.get("per_page") or ["30"])[0]), self.gh.per_page_max))
+        page = max(1, int((query.get("page") or ["1"])[0]))
+        reachable = items if cap is None else items[:cap]
+        last = max(1, -(-len(reachable) // per_page))
+        chunk = reachable[(page - 1) * per_page: page * per_page]
+        if render is not None:  # only the page served is rendered (thousands of runs)
+            chunk = [render(item) for item in chunk]
         links = []
         base = f"{self.gh.url}{path}"
 
@@ -776,10 +1115,98 @@ class _Handler(BaseHTTPRequestHandler):
         return 200, chunk, ({"Link": ", ".join(links)} if links else {})
 
 
-def _fault_body(status: int) -> dict[str, Any]:
+def _secondary_body(request_number: int) -> dict[str, Any]:
+    """GitHub's secondary rate limit answer (its message and documentation link)."""
+    return {"message": "You have exceeded a secondary rate limit. Please wait a few minutes "
+            "before you try again. If you reach out to GitHub Support for help, please "
+            f"include the request ID TEST:{request_number}.",
+            "documentation_url": SECONDARY_RATE_LIMIT_DOCS}
+
+
+def _fault_body(status: int, request_number: int = 0) -> dict[str, Any]:
     if status == 403:
-        return {"message": "You have exceeded a secondary rate limit. Please wait a few "
-                "minutes before you try again.", "documentation_url": DOCS}
+        return _secondary_body(request_number)
     if status == 429:
         return {"message": "Too Many Requests", "documentation_url": DOCS}
     return {"message": "Server Error"} if status >= 500 else {"message": "Error"}
+
+
+def _load_contract() -> Any:
+    from tests.openapi_contract import contract
+
+    return contract()
+
+
+class BlobStorage:
+    """The artifact storage GitHub's ``/zip`` redirects to: another host (127.0.0.2, still
+    loopback), a signed URL, no token. A request that carries an ``Authorization`` header is
+    refused as blob stores refuse a second authentication (400), so a client that forwards
+    the API token across the redirect fails here as it would against GitHub."""
+
+    HOST = "127.0.0.2"
+
+    def __init__(self, gh: FakeGitHub) -> None:
+        self.gh = gh
+        self.log: list[LoggedRequest] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._signatures: dict[str, Artifact] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the storage server is not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def signed_url(self, art: Artifact) -> str:
+        import secrets
+
+        sig = secrets.token_urlsafe(16)
+        with self._lock:
+            self._signatures[sig] = art
+        return (f"{self.url}/actions-results/{art.id}/{quote(art.name)}.zip"
+                f"?se=2026-12-01T00%3A00%3A00Z&sp=r&sv=2021-12-02&sig={sig}")
+
+    def start(self) -> None:
+        storage = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                split = urlsplit(self.path)
+                query = parse_qs(split.query)
+                entry = LoggedRequest("GET", split.path, query, dict(self.headers.items()), 0,
+                                      time.monotonic())
+                with storage._lock:
+                    storage.log.append(entry)
+                    art = storage._signatures.get((query.get("sig") or [""])[0])
+                if self.headers.get("Authorization"):
+                    status, data, kind = 400, (b"<Error><Code>InvalidAuthenticationInfo</Code>"
+                                               b"<Message>Only one auth mechanism allowed"
+                                               b"</Message></Error>"), "application/xml"
+                elif art is None or not split.path.startswith(f"/actions-results/{art.id}/"):
+                    status, data, kind = 403, (b"<Error><Code>AuthenticationFailed</Code>"
+                                               b"</Error>"), "application/xml"
+                else:
+                    status, data, kind = 200, art.data, "application/zip"
+                entry.status = status
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer((self.HOST, 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

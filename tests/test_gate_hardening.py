@@ -152,7 +152,8 @@ def test_next_page_link_to_another_origin_is_refused(run_cli, server, optimize):
     with FakeGitHub() as evil:
         evil.add_repo(REPO)
         link = f'<{evil.url}/repos/{REPO}/pulls/2/files?page=2>; rel="next"'
-        server.inject("GET", r"/pulls/2/files", 200, body=[{"filename": "README.md"}],
+        readme = server.file_json(server.repos[REPO], "README.md", "a" * 40)
+        server.inject("GET", r"/pulls/2/files", 200, body=[readme],
                       headers={"Link": link})
         result = gate_cli(run_cli, server, env={"INPUT_PATHS": "**/*.cu",
                                                 "PYTHONOPTIMIZE": optimize})

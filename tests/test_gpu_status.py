@@ -221,9 +221,10 @@ def test_cli_other_events_are_refused(run_cli, env):
 
 def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github, env, tmp_path):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [{"context": "GPU CI", "state": "pending",
-                            "description": f"Approved by @maintainer for {HEAD[:12]}: GPU "
-                                           "run queued."}]
+    repo.statuses[HEAD] = [github.status_json(repo, HEAD, {
+        "context": "GPU CI", "state": "pending",
+        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
+        "github-actions[bot]")]
     run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
                       pull_requests=[], actor="maintainer")
     run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(40)),
@@ -254,9 +255,10 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
 
 def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [{"context": "GPU CI", "state": "pending",
-                            "description": f"Approved by @maintainer for {HEAD[:12]}: GPU "
-                                           "run queued."}]
+    repo.statuses[HEAD] = [github.status_json(repo, HEAD, {
+        "context": "GPU CI", "state": "pending",
+        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
+        "github-actions[bot]")]
     skipped = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
                           actor="maintainer")
     skipped.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(3)),
