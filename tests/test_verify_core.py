@@ -152,6 +152,9 @@ GPUS = (H200, RTX)
      ["NVIDIA GeForce RTX 4090"]),
 ])
 def test_visible_devices(env, names):
+    # NVML's order (PCI bus): the default order on this 2-model host is in
+    # tests/test_cuda_leftovers_device_order.py
+    env = {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert [g.name for g in visible_gpus(GPUS, env).gpus] == names
 
 
@@ -322,7 +325,7 @@ def test_deep_failures():
 
 def test_forward_compat_on_consumer_gpu_is_error_804():
     env = cuda_checks.EnvFacts(libcuda_path="/usr/local/cuda-13.0/compat/libcuda.so.1")
-    found = check(snapshot(H200, RTX), env=env)
+    found = check(snapshot(H200, RTX), env=env, environ={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert codes(found) == ["forward-compat-unsupported"]
     assert "804" in found[0].message and "GPU 1" in found[0].message
 
