@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from gpu_ci.cuda.cudart import read_static_cudart_version
 from gpu_ci.cuda.probe import collect
 from tests.cuda_env import build_fake_nvml, gpu_config, make_target, nvml_config, write_config
+from tests.cudart_build import add_cupy_runtime, static_cudart_library
 from tests.fatbin_build import have_compiler
 
 pytestmark = [
@@ -26,23 +26,7 @@ pytestmark = [
                        reason="the static cudart's store is read in its x86-64 encoding"),
 ]
 
-RUNTIME_SO = "cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so"
 CUPY = {"cupy-cuda13x": "14.2.0", "nvidia-cuda-runtime": "13.5.37"}
-
-
-def static_cudart_library(path: Path, *versions: int) -> Path:
-    """A library shaped like CuPy's runtime module: cudart's entry point plus the internal
-    function (one per version given) that stores CUDART_VERSION and returns cudaSuccess."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source = path.with_suffix(".c")
-    stores = "".join(
-        f"__attribute__((noinline, used)) int cudart_store_{i}(int *v) {{ *v = {v}; return 0; }}\n"
-        for i, v in enumerate(versions))
-    source.write_text(stores + "int cudaRuntimeGetVersion(int *v) { return "
-                      + ("cudart_store_0(v)" if versions else "0") + "; }\n")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(path), str(source)],
-                   check=True, capture_output=True)
-    return path
 
 
 def test_reads_cudart_version_13020(tmp_path):
@@ -63,8 +47,7 @@ def test_ambiguous_or_absent_store_claims_nothing(tmp_path):
 
 def cupy_target(root: Path, dists: dict[str, str] = CUPY) -> Path:
     python = make_target(root, dists)
-    site = next(root.glob("lib/python3*/site-packages"))
-    static_cudart_library(site / RUNTIME_SO, 13020)
+    add_cupy_runtime(next(root.glob("lib/python3*/site-packages")))
     return python
 
 
