@@ -55,7 +55,7 @@ def _gcc() -> str:
 
 
 #: Driver generations that are a link-time fact (a missing symbol): the build flag for each.
-GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3"]}
+GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3", "-DFAKE_NVML_NO_NVML13_NAMES"]}
 
 
 def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current"

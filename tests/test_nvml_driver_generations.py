@@ -73,6 +73,10 @@ def test_forward_compat_libcuda_is_the_cuda_version_nvml_reports(verify, tmp_pat
                     env={"LD_LIBRARY_PATH": f"{compat}:{lib}"})
     assert result.outputs["cuda-driver-version"] == "13.2"
     assert result.outputs["driver-version"] == "580.159.04"
+    # a guard (passes on the code before issue 27's fix too): the _v2 answer is taken as is,
+    # the v1 fallback (the driver's own 13.0) is not reached
+    assert "nvmlSystemGetCudaDriverVersion_v2" in result.calls
+    assert "nvmlSystemGetCudaDriverVersion" not in result.calls
 
 
 def test_gpu_monitor_starts_in_a_utility_only_container(run_cli, tmp_path):
@@ -120,6 +124,8 @@ def test_early_r535_process_entries_are_read_at_their_stride(run_cli, tmp_path):
 
 
 def test_early_r535_process_count_in_verify(verify):
+    # a guard (passes on the code before the fix too: verify reports only a count, which the
+    # stride does not change): the stride detection must neither drop nor add entries
     result = verify(nvml_config(gpu_config(0, processes=3), driver="535.54.03", cuda=12020,
                                 driver__generation="r535early"))
     assert result.codes == ["gpu-busy"]
@@ -142,6 +148,8 @@ def test_mig_without_privileges_reads_the_mig_devices(verify):
 
 
 def test_mig_privileged_reads_the_parent(verify):
+    # a guard (passes on the code before the fix too): a privileged job keeps the parent's
+    # own memory, not the sum of its MIG devices
     result = verify(nvml_config(a100_mig(), privileged=1))
     (gpu,) = json.loads(result.outputs["gpus"])
     assert gpu["memory_mib"] == 81920 and result.codes == ["mig-enabled"]
@@ -174,5 +182,6 @@ def test_container_without_gpus_names_the_runtime_variable(verify):
 
 
 def test_container_host_pids_are_counted(verify):
+    # a guard (passes on the code before the fix too): host-namespace PIDs still count
     result = verify(nvml_config(gpu_config(0, processes=1), container=1))
     assert result.codes == ["gpu-busy"]

@@ -210,7 +210,9 @@ def two_gpus():
     ({"CUDA_VISIBLE_DEVICES": "0,5"}, 1, ["visible-devices-unresolved"]),
 ])
 def test_visible_devices(verify, env, count, codes):
-    result = verify(config=two_gpus(), env=env)
+    # NVML's order (PCI bus): the default order on this 2-model host is in
+    # tests/test_cuda_leftovers_device_order.py
+    result = verify(config=two_gpus(), env={**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert result.outputs["gpu-count"] == str(count)
     assert result.codes == codes
     if count == 0:

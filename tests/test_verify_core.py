@@ -26,7 +26,8 @@ V100 = Gpu(0, "Tesla V100-SXM2-32GB", "GPU-dddd", (7, 0), 32768 * 2**20, brand="
 
 def _extends(package: dict, reference: dict) -> None:
     """Every row and value of the reference is in the package table unchanged; the package
-    may add rows (issue 27: 13.3 Update 1 .. 13.5, under ``unconfirmed``)."""
+    may add rows (issue 27: 13.3 Update 1 under ``secondary``, 13.4 .. 13.5 under
+    ``unconfirmed``)."""
     for section, rows in reference.items():
         if isinstance(rows, dict):
             for key, value in rows.items():
@@ -47,7 +48,11 @@ def test_packaged_table_extends_the_in_repo_fixture_copy():
     _extends(yaml.safe_load(TABLE_PATH.read_text()), yaml.safe_load(fixture_copy.read_text()))
     # the added rows are named as such
     package = yaml.safe_load(TABLE_PATH.read_text())
-    assert {"13.3.1", "13.4.1", "13.4.2", "13.5.0"} <= set(package["unconfirmed"])
+    assert {"13.4.1", "13.4.2", "13.5.0"} <= set(package["unconfirmed"])
+    # 13.3 Update 1's driver has a (secondary) source: its runfile's name
+    assert package["secondary"]["13.3.1"] == ["610.43.02", None]
+    assert "13.3.1" not in package["unconfirmed"]
+    assert load_table().toolkit_driver["13.3.1"] == "610.43.02"
 
 
 def test_json_rendering_equals_the_yaml_table():
@@ -152,6 +157,9 @@ GPUS = (H200, RTX)
      ["NVIDIA GeForce RTX 4090"]),
 ])
 def test_visible_devices(env, names):
+    # NVML's order (PCI bus): the default order on this 2-model host is in
+    # tests/test_cuda_leftovers_device_order.py
+    env = {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert [g.name for g in visible_gpus(GPUS, env).gpus] == names
 
 
@@ -261,7 +269,7 @@ def test_newer_major_than_the_driver_is_an_error_with_the_minimum_driver():
     assert "needs driver 580 or newer" in finding.message
     assert "upgrade the driver to 580 or newer" in finding.fix
     # Table 3's driver is named only as the newest
-    assert "the newest, bundled with CUDA 13.3.0, is 610.43.02" in finding.fix
+    assert "the newest, bundled with CUDA 13.3.1, is 610.43.02" in finding.fix
     # a torch build that exists, runs on 570 (CUDA 12.8) and ships sm_90
     assert "https://download.pytorch.org/whl/cu128" in finding.fix and "sm_90" in finding.fix
 
@@ -322,7 +330,7 @@ def test_deep_failures():
 
 def test_forward_compat_on_consumer_gpu_is_error_804():
     env = cuda_checks.EnvFacts(libcuda_path="/usr/local/cuda-13.0/compat/libcuda.so.1")
-    found = check(snapshot(H200, RTX), env=env)
+    found = check(snapshot(H200, RTX), env=env, environ={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert codes(found) == ["forward-compat-unsupported"]
     assert "804" in found[0].message and "GPU 1" in found[0].message
 

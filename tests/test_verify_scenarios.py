@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import fatbin_build
+from tests import cudart_build, fatbin_build
 from tests.conftest import ROOT
 from tests.cuda_env import (
     build_fake_libcuda,
@@ -118,8 +118,10 @@ def target_for(build: str, root: Path) -> Path:
     name, _, version = build.partition(" ")
     if build == NUMBA_CUDA_BUILD:  # numba-cuda[cu12]: its MVC helpers are installed
         return make_target(root, dict(p.rsplit(" ", 1) for p in build.split(" + ")))
-    if build == CUPY_BUILD:
-        return make_target(root, dict(p.rsplit(" ", 1) for p in build.split(" + ")))
+    if build == CUPY_BUILD:  # with its runtime module: the static cudart's 13020 is read
+        python = make_target(root, dict(p.rsplit(" ", 1) for p in build.split(" + ")))
+        cudart_build.add_cupy_runtime(next(root.glob("lib/python3*/site-packages")))
+        return python
     if build.endswith(" + cuda-compat 13.3"):
         return real_torch_target(root, "2.14.1+cu130")
     if name == "onnxruntime-gpu":

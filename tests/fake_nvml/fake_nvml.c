@@ -668,6 +668,22 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, nvmlTemperatureSensors_t
     return NVML_SUCCESS;
 }
 
+#ifndef FAKE_NVML_NO_NVML13_NAMES
+/* nvml.h: nvmlDeviceGetTemperatureV, the replacement of the DEPRECATED(13.0)
+ * nvmlDeviceGetTemperature: a versioned nvmlTemperature_t in, its temperature out. A driver
+ * of the r470 generation predates it (built with -DFAKE_NVML_NO_NVML13_NAMES). */
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t dev, nvmlTemperature_t *temperature) {
+    ENTER("nvmlDeviceGetTemperatureV");
+    if (temperature == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    {
+        SCRIPTED(g, dev);
+        temperature->temperature = (int)script_num(gpu_number(g), "temp", 35);
+    }
+    return NVML_SUCCESS;
+}
+#endif
+
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, nvmlClockType_t type, unsigned int *mhz) {
     ENTER("nvmlDeviceGetClockInfo");
     (void)type;
@@ -678,6 +694,9 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, nvmlClockType_t type, unsi
     return NVML_SUCCESS;
 }
 
+#ifndef FAKE_NVML_NO_NVML13_NAMES
+/* nvml.h: the replacement of the DEPRECATED(13.0) ...ClocksThrottleReasons (same bits);
+ * absent from the r470 generation, whose nvml.h has only the throttle name. */
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
                                                     unsigned long long *reasons) {
     ENTER("nvmlDeviceGetCurrentClocksEventReasons");
@@ -687,11 +706,17 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
     }
     return NVML_SUCCESS;
 }
+#endif
 
 /* nvml.h: DEPRECATED(13.0); the same bits as nvmlDeviceGetCurrentClocksEventReasons. */
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
                                                        unsigned long long *reasons) {
-    return nvmlDeviceGetCurrentClocksEventReasons(dev, reasons);
+    ENTER("nvmlDeviceGetCurrentClocksThrottleReasons");
+    {
+        SCRIPTED(g, dev);
+        *reasons = script_num(gpu_number(g), "throttle", 0);
+    }
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {

@@ -187,6 +187,20 @@ def visibility_findings(snapshot: NvmlSnapshot, vis: Visibility,
                            f"{vis.unresolved} matches no GPU; CUDA ignores it and every "
                            "entry after it.",
                            "use indices, GPU-/MIG- UUIDs that nvidia-smi -L lists."))
+    if vis.order_uncertain:
+        fix = ("set CUDA_DEVICE_ORDER=PCI_BUS_ID for the job (CUDA then numbers GPUs as "
+               "nvidia-smi does), or select GPUs by UUID in CUDA_VISIBLE_DEVICES "
+               "(nvidia-smi -L lists them).")
+        if vis.by_index:
+            out.append(Finding("warning", "device-order-not-pci",
+                               f"{vis.by_index} selects by index, but {vis.order_uncertain}: "
+                               "CUDA's index N need not be nvidia-smi's (NVML's) GPU N, so "
+                               "which GPU it selects is unknown; every GPU it may be is "
+                               "checked.", fix))
+        else:
+            out.append(Finding("info", "device-order-not-pci",
+                               f"{vis.order_uncertain}: CUDA's index N need not be the GPU "
+                               "N reported here (NVML's PCI order).", fix))
     if not vis.gpus:
         level = "error" if require_gpu else "info"
         if snapshot.gpus and vis.hidden_by:

@@ -87,8 +87,8 @@ class ProbeFacts:
     """Arch lists read from binaries by the shell, by BINARIES path."""
     runtime_versions: Mapping[str, int] = None  # type: ignore[assignment]
     """``cudaRuntimeGetVersion()`` of a runtime linked into a framework (CuPy links cudart
-    statically: ``cupy_backends.cuda.api.runtime.runtimeGetVersion()``, no GPU needed), by
-    distribution name: {'cupy-cuda13x': 13020}."""
+    statically: the shell reads its CUDART_VERSION out of ``cupy_backends/cuda/api/
+    runtime*.so``, see :mod:`.cudart`), by distribution name: {'cupy-cuda13x': 13020}."""
 
     def __post_init__(self) -> None:
         for name in ("dists", "files", "nvcc", "arch_lists", "runtime_versions"):

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpu_ci import locks
-from gpu_ci.cuda.nvml import memory_info, running_processes
+from gpu_ci.cuda.nvml import clocks_event_reasons, memory_info, running_processes, temperature
 
 FORMAT_VERSION = 1
 LOCK_NAME = "sampler.lock"
@@ -211,8 +211,6 @@ class _Nvml:
                 raise
             gpu_util = mem_util = None
         _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
-        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            n.nvmlDeviceGetCurrentClocksThrottleReasons
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
         procs = [p for p in self.optional(running_processes, n, handle) or []
@@ -223,9 +221,9 @@ class _Nvml:
             "mem_util": mem_util,
             "mem_used": mem_used,
             "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
-            "temp": self.optional(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
+            "temp": self.optional(temperature, n, handle),  # NVML 13's names, else the old
             "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
-            "throttle": self.optional(reasons_fn, handle),
+            "throttle": self.optional(clocks_event_reasons, n, handle),
             "procs": [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs],
         }
 

@@ -140,6 +140,37 @@ def running_processes(pynvml: Any, handle: Any) -> list[Process]:
     raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
 
 
+def _newer_or_older(pynvml: Any, newer: str, older: str, *args: Any) -> Any:
+    """``newer(*args)`` where the binding and the driver have it, else ``older(*args)``:
+    an older driver lacks the symbol (FUNCTION_NOT_FOUND, or NVMLLibraryMismatchError from
+    a versioned wrapper), an older nvidia-ml-py the wrapper."""
+    fn = getattr(pynvml, newer, None)
+    if fn is not None:
+        try:
+            return fn(*args)
+        except nvml_errors(pynvml) as exc:
+            if error_code(pynvml, exc) != FUNCTION_NOT_FOUND:
+                raise
+    return getattr(pynvml, older)(*args)
+
+
+def temperature(pynvml: Any, handle: Any) -> int:
+    """The GPU sensor's temperature in °C. nvml.h (NVML 13): nvmlDeviceGetTemperature is
+    DEPRECATED(13.0), "Use nvmlDeviceGetTemperatureV instead"; older drivers have only it."""
+    sensor = pynvml.NVML_TEMPERATURE_GPU
+    return int(_newer_or_older(pynvml, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature",
+                               handle, sensor))
+
+
+def clocks_event_reasons(pynvml: Any, handle: Any) -> int:
+    """The active clocks event (throttle) reason bits. nvml.h (NVML 13):
+    nvmlDeviceGetCurrentClocksThrottleReasons is DEPRECATED(13.0), "Use
+    nvmlDeviceGetCurrentClocksEventReasons instead" (the same bits); older drivers have only
+    the throttle name."""
+    return int(_newer_or_older(pynvml, "nvmlDeviceGetCurrentClocksEventReasons",
+                               "nvmlDeviceGetCurrentClocksThrottleReasons", handle))
+
+
 def memory_info(pynvml: Any, handle: Any) -> tuple[int, int]:
     """(total, used) bytes of a GPU. nvml.h: in MIG mode a parent's aggregate memory comes
     "only if the caller has appropriate privileges. Per-instance information can be queried

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.cuda.arch import read_arch_list
+from gpu_ci.cuda.cudart import read_static_cudart_version
 from gpu_ci.cuda.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
@@ -55,8 +57,21 @@ for rel in json.loads(sys.argv[2]):
         if os.path.isfile(path):
             binaries[rel] = os.path.abspath(path)
             break
+# CuPy's runtime module (its name carries the ABI tag) holds its statically linked cudart.
+static_cudart = {}
+for entry in sys.path:
+    folder = os.path.join(entry or ".", "cupy_backends", "cuda", "api")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        continue
+    for name in names:
+        if name.startswith("runtime.") and name.endswith(".so"):
+            static_cudart["cupy"] = os.path.abspath(os.path.join(folder, name))
+            break
+    break
 print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "dists": dists,
-                  "files": files, "binaries": binaries}))
+                  "files": files, "binaries": binaries, "static_cudart": static_cudart}))
 """
 
 DEEP = r"""
@@ -201,11 +216,24 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
         found, _why = read_arch_list(path)
         if found is not None:  # unreadable: the build's arch stays unknown, as before
             arch_lists[rel] = found
+    dists = raw.get("dists") or {}
     facts = ProbeFacts(python=str(raw.get("python") or python or ""), prefix=prefix,
-                       dists=raw.get("dists") or {}, files=raw.get("files") or {},
+                       dists=dists, files=raw.get("files") or {},
                        conda_meta=conda_meta(prefix) if prefix else [],
-                       nvcc=find_nvcc(environ), arch_lists=arch_lists)
+                       nvcc=find_nvcc(environ), arch_lists=arch_lists,
+                       runtime_versions=static_runtimes(raw.get("static_cudart") or {}, dists))
     return facts, error
+
+
+def static_runtimes(paths: Mapping[str, str], dists: Mapping[str, str]) -> dict[str, int]:
+    """CuPy's statically linked CUDART_VERSION, by the one ``cupy-cuda*`` distribution that
+    installed ``cupy_backends`` (two of them share that folder: then nothing is claimed)."""
+    cupies = [name for name in dists if re.fullmatch(r"cupy-cuda\d+x?", name)]
+    path = paths.get("cupy")
+    if not path or len(cupies) != 1:
+        return {}
+    version, _why = read_static_cudart_version(path)
+    return {cupies[0]: version} if version else {}
 
 
 def deep_probe(python: str, families: list[str], gpu_count: int,

@@ -9,6 +9,13 @@ host, when it starts the container, and injects those GPUs (by *host* index or U
 inside, NVML numbers the injected GPUs from 0 and CUDA never reads the variable. So a
 1-GPU container with ``NVIDIA_VISIBLE_DEVICES=3`` has GPU 0. Its value only explains, in
 messages, why a container sees fewer GPUs (or none).
+
+CUDA numbers GPUs by ``CUDA_DEVICE_ORDER``: ``FASTEST_FIRST`` (the default) makes the
+device it guesses fastest 0 and leaves "the order of the rest unspecified" (CUDA C
+Programming Guide, CUDA Environment Variables); only ``PCI_BUS_ID`` is NVML's order. GPUs of
+one model tie, so the orders agree; on a host with two models they need not, and an index in
+``CUDA_VISIBLE_DEVICES`` may select any of them. The index is then not resolved to NVML's
+GPU of that number: every GPU it may select stays in the checks (see ``order_uncertain``).
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ class Visibility:
     runtime_devices: str = ""
     """``NVIDIA_VISIBLE_DEVICES=...`` when set: what the container runtime was asked to
     inject at container start (host indices), for messages only."""
+    order_uncertain: str = ""
+    """Why CUDA's index N need not be NVML's (CUDA_DEVICE_ORDER and the models), when so."""
+    by_index: str = ""
+    """``CUDA_VISIBLE_DEVICES=...`` when it selects by index under an uncertain order: its
+    GPUs are then every GPU the indices may name."""
 
 
 def slice_of(gpu: Gpu, uuid: str) -> Gpu:
@@ -64,33 +76,59 @@ def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
     return None
 
 
-def _apply(name: str, value: str, gpus: tuple[Gpu, ...]) -> tuple[tuple[Gpu, ...], str]:
+def order_uncertainty(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> str:
+    """'' when CUDA numbers these GPUs as NVML does, else why not (for messages)."""
+    order = environ.get("CUDA_DEVICE_ORDER", "").strip()
+    models = sorted({f"{g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})"
+                     for g in gpus})
+    if order.upper() == "PCI_BUS_ID" or len(models) < 2:
+        return ""
+    setting = f"CUDA_DEVICE_ORDER={order!r}" if order else "CUDA_DEVICE_ORDER is unset"
+    return (f"{setting} (FASTEST_FIRST) and the GPUs are of {len(models)} models: "
+            + ", ".join(models))
+
+
+def _apply(name: str, value: str, gpus: tuple[Gpu, ...], uncertain: bool = False
+           ) -> tuple[tuple[Gpu, ...], str, bool]:
+    """(GPUs selected, first unresolved entry, whether an index named them uncertainly)."""
     text = value.strip()
     if text.lower() in ("", "none", "void", "nodevfiles"):
-        return (), ""
+        return (), "", False
     chosen: list[Gpu] = []
+    by_index = False
+    bad = ""
     for entry in (e.strip() for e in text.split(",")):
         gpu = _resolve(entry, gpus)
         if gpu is None:
-            return tuple(chosen), entry
+            bad = entry
+            break
+        by_index = by_index or (uncertain and entry.isdigit())
         if gpu not in chosen:
             chosen.append(gpu)
-    return tuple(chosen), ""
+    if by_index:  # CUDA's index N may be any of them: check every GPU it may select
+        chosen += [g for g in gpus if g not in chosen]
+    return tuple(chosen), bad, by_index
 
 
 def visible_gpus(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> Visibility:
     current = tuple(gpus)
     hidden_by = ""
     unresolved = ""
+    uncertain = order_uncertainty(current, environ)
+    by_index = ""
     for name in VARIABLES:
         if name not in environ:
             continue
-        narrowed, bad = _apply(name, environ[name], current)
+        narrowed, bad, indexed = _apply(name, environ[name], current, bool(uncertain))
         if len(narrowed) < len(current):
             hidden_by = f"{name}={environ[name]!r}"
         if bad and not unresolved:
             unresolved = f"{name} entry {bad!r}"
+        if indexed:
+            by_index = f"{name}={environ[name]!r}"
         current = narrowed
     runtime = (f"{RUNTIME_VARIABLE}={environ[RUNTIME_VARIABLE]!r}"
                if RUNTIME_VARIABLE in environ else "")
-    return Visibility(current, hidden_by, unresolved, runtime)
+    # GPUs selected by UUID are unambiguous; CUDA's numbering of what remains may still differ
+    return Visibility(current, hidden_by, unresolved, runtime,
+                      order_uncertainty(current, environ), by_index)
