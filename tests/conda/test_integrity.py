@@ -7,10 +7,10 @@ import json
 import os
 
 from gpu_ci.conda.integrity import environment_problems
-from tests.test_setup_conda import SMALL, channel, job, locks  # noqa: F401 (fixtures)
+from tests.conda.jobs import SMALL, job
 
 
-def test_environment_problems_name_each_damage(channel, locks, tmp_path):  # noqa: F811
+def test_environment_problems_name_each_damage(channel, locks, tmp_path):
     prefix = tmp_path / "env"
     assert job(locks["small"], prefix, tmp_path / "pkgs")[0] == 0
     assert environment_problems(prefix, len(SMALL)) == []

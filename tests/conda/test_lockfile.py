@@ -1,4 +1,5 @@
-"""Lock text → install plan, over the real lock files in tests/fixtures/lockfiles."""
+"""Lock text → install plan, over the real lock files in ../shared/fixtures/lockfiles
+(conda-lock's and setup-micromamba's own test locks; skipped where ../shared is absent)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import pytest
 from gpu_ci import urls
 from gpu_ci.conda import lockfile
 from gpu_ci.errors import GpuCiError
-from tests.conftest import FIXTURES
+from tests.shared import lock_file, shared_params
 
-LOCKS = sorted((FIXTURES / "lockfiles").iterdir())
-UNIFIED = [p for p in LOCKS if p.name.endswith(".yml")]
+LOCKS = shared_params("fixtures/lockfiles")
+UNIFIED = shared_params("fixtures/lockfiles", "*.yml")
 
 
 def load(name: str) -> tuple[lockfile.LockFile, str]:
-    text = (FIXTURES / "lockfiles" / name).read_text()
+    text = lock_file(name).read_text()
     return lockfile.parse(text, name), text
 
 
@@ -94,12 +95,14 @@ def test_selection_is_conda_lock_installs_for_every_platform_and_category_set(pa
 
 
 def test_multiple_categories_lock_plans_each_package_once():
-    """conda-lock 2 lists a package once per category (libblas in dev and in test)."""
+    """conda-lock 2 lists a package once per category (libblas in dev and in test). The
+    whole lock of conda-lock's tests (115 entries, 101 packages on linux-64) is read from
+    ../shared, no longer a 16-entry excerpt of it (12 packages)."""
     lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
     assert lockfile.lock_categories(lock) == ("main", "dev", "test")
     plan = lockfile.plan(lock, text, "linux-64", ["main", "dev", "test"])
     names = [e.name for e in plan.conda]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 101
     assert names.count("libblas") == 1
     dev_only = lockfile.plan(lock, text, "linux-64", ["dev"])
     assert {"python", "tzdata", "astropy", "libblas"} <= {e.name for e in dev_only.conda}
@@ -128,7 +131,8 @@ def test_lock_version_as_string_or_two_is_accepted(version):
     lock, text = load("conda-lock.test-multiple-categories.conda-lock.yml")
     changed = text.replace("\nversion: 1\n", f"\nversion: {version!r}\n")
     assert changed != text
-    assert lockfile.plan(lockfile.parse(changed), changed, "linux-64", []).count == 4
+    # the main category of the whole lock: 20 packages (4 in the former excerpt)
+    assert lockfile.plan(lockfile.parse(changed), changed, "linux-64", []).count == 20
 
 
 def test_unsupported_lock_version_names_the_supported_ones():
@@ -246,7 +250,7 @@ def test_render_explicit_roundtrip():
 
 
 def test_dry_run_over_a_real_lock_prints_every_package(run_cli):
-    path = FIXTURES / "lockfiles" / "conda-lock.test-install-with-pip-deps.conda-lock.yml"
+    path = lock_file("conda-lock.test-install-with-pip-deps.conda-lock.yml")
     result = run_cli(["setup-conda-from-lock", "--lock-file", str(path), "--dry-run", "true",
                       "--platform", "linux-aarch64"])
     assert result.returncode == 0, result.stdout
@@ -278,12 +282,15 @@ def test_environment_yml_through_the_cli(run_cli, tmp_path):
     assert result.returncode == 1 and "needs a solver" in result.errors[0]
 
 
-def test_all_shared_lock_fixtures_are_copied():
-    shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "lockfiles"
-    if not shared.exists():
-        pytest.skip("../shared is absent (fresh clone elsewhere)")
-    for path in shared.iterdir():
-        assert (FIXTURES / "lockfiles" / path.name).read_bytes() == path.read_bytes()
+def test_the_locks_the_tests_name_are_in_shared():
+    """The tests above load these by name; ../shared must hold each (else they skip)."""
+    folder = lock_file(".")
+    named = {"conda-lock.test-multiple-categories.conda-lock.yml",
+             "conda-lock.zlib.conda-linux-64.lock",
+             "conda-lock.test-install-with-pip-deps.conda-lock.yml",
+             "conda-lock.test-explicit-toposorted.conda-lock.yml",
+             "setup-micromamba.test.conda-lock.yml"}
+    assert named <= {p.name for p in folder.iterdir()}
 
 
 URL_SHAPES = [

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """Review 2, s3: ``fetch._downloaded`` when its consumer stops early (a ``for`` body that
 raises: KeyboardInterrupt, a broken extraction pool; Python then closes the generator),
 and ``ALL_PROXY`` written as curl accepts it (``host:port``, no scheme)."""
@@ -12,7 +11,6 @@ import pytest
 from gpu_ci.conda import fetch
 from gpu_ci.downloads import Download, part_path
 from gpu_ci.retry import RetryPolicy
-from tests.test_setup_conda import channel, locks, setup  # noqa: F401 - fixtures
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -74,15 +72,13 @@ def test_all_proxy_without_a_scheme_is_an_http_proxy(channel, locks, tmp_path, p
     """curl reads ``ALL_PROXY=host:port`` as an HTTP proxy (rattler's client too); urllib's
     ``HTTP_PROXY=host:port`` as well. Our downloader went around it (and said 'direct', so
     the streams went to rattler's client, which took the proxy)."""
-    from tests.test_setup_conda import SMALL, spawn
-    from tests.test_setup_conda_cache_files import _finish
-    from tests.test_setup_conda_proxy import PROXY_VARIABLES
+    from tests.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
     env = {"ALL_PROXY": proxy.url.removeprefix("http://"), "INPUT_STREAM_DOWNLOADS": stream}
-    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 0, out
     for filename in [a.filename for a in channel.archives if a.name in SMALL]:
         assert any(url.endswith(filename) for url in proxy.seen), (filename, proxy.seen, out)
@@ -94,16 +90,14 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
     """``ALL_PROXY=socks5://...`` (curl takes it; urllib cannot speak SOCKS): the job
     connected straight to the server, around the proxy the runner names. Now a specific
     error, nothing downloaded, the proxy's password masked."""
-    from tests.test_setup_conda import spawn
-    from tests.test_setup_conda_cache_files import _finish
-    from tests.test_setup_conda_proxy import PROXY_VARIABLES
+    from tests.conda.jobs import PROXY_VARIABLES, finish, spawn
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
     channel.server.log.clear()
     env = {"ALL_PROXY": "socks5://user:s3cret@127.0.0.1:9", "INPUT_STREAM_DOWNLOADS": stream}
-    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 1, out
     assert "ALL_PROXY" in out and "HTTPS_PROXY" in out, out
     assert "s3cret" not in out and "Traceback" not in out, out
@@ -120,8 +114,8 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     no other download starts". The near origin's log says which were requested."""
     import shutil
 
+    from tests.conda.jobs import PROXY_VARIABLES
     from tests.conda_channel import ChannelServer
-    from tests.test_setup_conda_proxy import PROXY_VARIABLES
 
     for name in PROXY_VARIABLES:  # the probe goes only where no proxy applies
         monkeypatch.delenv(name, raising=False)

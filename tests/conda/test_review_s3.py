@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """Review of the raw cache reads (f954f97) and the distant-server probe (d58f13a): what a
 planted FIFO, a concurrent job or a hostile package could still do."""
 
@@ -9,8 +8,7 @@ import stat
 
 import pytest
 
-from tests.test_setup_conda import channel, locks, spawn  # noqa: F401 - fixtures
-from tests.test_setup_conda_cache_files import _entry, _finish
+from tests.conda.jobs import finish, rattler_entry, spawn
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -22,9 +20,9 @@ def _sidecar_of_a_job(locks, tmp_path):
     that the next job fetches them again and records the sidecar after linking."""
     pkgs = tmp_path / "pkgs"
     off = {"INPUT_STREAM_DOWNLOADS": "false"}
-    code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
+    code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
     assert code == 0, out
-    entry = _entry(pkgs, "hello-data")
+    entry = rattler_entry(pkgs, "hello-data")
     sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)
     sidecar.unlink()
@@ -40,7 +38,7 @@ def test_a_fifo_at_the_md5_sidecar_does_not_stop_our_downloader(channel, locks, 
     pkgs, sidecar, off = _sidecar_of_a_job(locks, tmp_path)
     os.mkfifo(sidecar)
 
-    code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
+    code, out = finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
     assert code == 0, out
     assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_text() == "data\n"
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)  # recorded again, in a file
@@ -53,7 +51,7 @@ def test_a_directory_at_the_md5_sidecar_costs_the_record_not_the_job(channel, lo
     pkgs, sidecar, off = _sidecar_of_a_job(locks, tmp_path)
     (sidecar / "kept").mkdir(parents=True)
 
-    code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
+    code, out = finish(spawn(locks["small"], tmp_path / "b", pkgs, env=off))
     assert code == 0, out
     assert (tmp_path / "b" / "share" / "hello" / "data.txt").read_text() == "data\n"
     assert (sidecar / "kept").is_dir()  # not ours: left as it is
@@ -70,7 +68,7 @@ def test_a_lock_url_with_a_port_no_server_has_is_a_lock_error(channel, tmp_path,
     lock = tmp_path / "bad.lock"
     lock.write_text(re.sub(r"(//127\.0\.0\.1):\d+", rf"\1:{port}",
                            channel.explicit_lock(["libhello"]), count=1))
-    code, out = _finish(spawn(lock, tmp_path / "env", tmp_path / "pkgs"))
+    code, out = finish(spawn(lock, tmp_path / "env", tmp_path / "pkgs"))
     assert code == 1, out
     assert "internal error" not in out
     assert f"127.0.0.1:{port}/" in out and "is not a valid URL (Port" in out
@@ -115,8 +113,8 @@ def test_out_of_file_descriptors_streams_are_left_to_the_careful_path(channel, t
     import subprocess
     import sys
 
+    from tests.conda.jobs import ROOT
     from tests.conda_channel import ChannelServer
-    from tests.test_setup_conda import ROOT
 
     archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
     root = tmp_path / "served"
@@ -233,8 +231,8 @@ def test_the_probe_does_not_go_around_all_proxy(channel, tmp_path, bypass):
     import subprocess
     import sys
 
+    from tests.conda.jobs import ROOT
     from tests.conda_channel import ChannelServer
-    from tests.test_setup_conda import ROOT
 
     server = ChannelServer(channel.root).start()
     proxy = ChannelServer(tmp_path).start()  # answers 404 to whatever it is asked

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -18,42 +17,18 @@ import pytest
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
+from tests.conda.jobs import (  # noqa: E402
+    FAKE_MF,
+    ROOT,
+    SMALL,
+    assert_cache_valid,
+    assert_environment,
+    job,
+    our_temporaries,
+    spawn,
+    survivors,
+)
 from tests.conftest import parse_output_file, tree_digest  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def channel(tmp_path_factory):
-    root = tmp_path_factory.mktemp("channel")
-    built = build_channel(root)
-    built.server = ChannelServer(root).start()
-    yield built
-    built.server.stop()
-
-
-@pytest.fixture
-def setup(run_cli, tmp_path, channel):
-    """Run setup-conda-from-lock with a lock text; returns the result with handy paths."""
-    channel.server.faults.clear()
-    cache = tmp_path / "toolcache"
-
-    def run(lock_text: str, *args: str, env=None, name="lock.txt"):
-        lock = tmp_path / name
-        lock.write_text(lock_text)
-        for f in ("github_env", "github_path"):
-            (tmp_path / f).touch()
-        full = {"RUNNER_TOOL_CACHE": str(cache), "GITHUB_ENV": str(tmp_path / "github_env"),
-                "GITHUB_PATH": str(tmp_path / "github_path"), "GPU_CI_HTTP_BACKOFF": "0.01",
-                "GPU_CI_HTTP_RETRIES": "2"}
-        full.update(env or {})
-        result = run_cli(["setup-conda-from-lock", "--lock-file", str(lock),
-                          "--miniforge", "false", *args], full)
-        result.github_env = parse_output_file((tmp_path / "github_env").read_text())
-        result.github_path = (tmp_path / "github_path").read_text().split()
-        return result
-
-    run.default_prefix = cache / "miniforge3" / "26.3.2-3" / "envs" / "ci"
-    return run
 
 
 def test_explicit_lock_creates_a_working_environment(setup, channel):
@@ -225,40 +200,6 @@ def test_engine_conda_needs_miniforge(setup, channel):
 
 # -- Miniforge -------------------------------------------------------------------------------
 
-FAKE_INSTALLER = """#!/bin/bash
-# Installer-shaped stand-in for Miniforge3-*.sh: same flags, lays down bin/conda.
-set -e
-prefix=""
-while getopts "bup:" opt; do
-  case $opt in b) ;; u) ;; p) prefix="$OPTARG" ;; *) exit 2 ;; esac
-done
-[ -n "$prefix" ] || exit 2
-mkdir -p "$prefix/bin" "$prefix/condabin"
-printf '#!/bin/sh\\necho "conda 26.3.2"\\n' > "$prefix/bin/conda"
-chmod +x "$prefix/bin/conda"
-echo "installed into $prefix"
-"""
-
-
-#: A version the package ships no installer hash for: the fake installer below is checked
-#: against its same-origin .sha256 (the shipped hashes would, rightly, refuse it).
-FAKE_MF = "0.0.1-0"
-
-
-@pytest.fixture
-def installer(channel):
-    from gpu_ci.conda.miniforge import installer_name
-
-    name = installer_name(FAKE_MF)
-    folder = channel.root.parent / "miniforge" / FAKE_MF
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / name
-    script.write_text(FAKE_INSTALLER)
-    sha = hashlib.sha256(script.read_bytes()).hexdigest()
-    (folder / (name + ".sha256")).write_text(f"{sha}  {name}\n")
-    return channel.url(f"miniforge/{FAKE_MF}/{name}"), sha
-
-
 def test_miniforge_installed_from_verified_installer_then_reused(setup, channel, installer,
                                                                  tmp_path):
     url, sha = installer
@@ -333,7 +274,7 @@ def unprivileged_python(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(site), "pyyaml", "packaging", "py-rattler", "actions-toolkit"],
                    check=True, capture_output=True)
-    shutil.copytree(Path(__file__).resolve().parents[1] / "src" / "gpu_ci",
+    shutil.copytree(ROOT / "src" / "gpu_ci",
                     base / "src" / "gpu_ci")
     subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
     yield base, f"{site}:{base / 'src'}"
@@ -469,107 +410,6 @@ def test_stale_rattler_cache_entry_from_another_archive_is_extracted_again(setup
 
 
 # -- never lose a file, never leave a half environment, safe when jobs run at once ----------
-
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["libhello", "hello", "hello-data"]
-
-
-def spawn(lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "",
-          toolcache: Path | None = None) -> subprocess.Popen:
-    """One job, as a runner starts it: its own process, our CLI, no activation."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
-    full.update({"PYTHONPATH": str(ROOT / "src"), "GPU_CI_HTTP_BACKOFF": "0.01",
-                 "GPU_CI_HTTP_RETRIES": "2", "GPU_CI_TEST_JOB": tag or uuid.uuid4().hex,
-                 "RUNNER_TOOL_CACHE": str(toolcache or pkgs.parent / "toolcache")})
-    full.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock",
-                             "--lock-file", str(lock), "--miniforge", "false", "--activate",
-                             "false", "--prefix", str(prefix), "--pkgs-dir", str(pkgs)],
-                            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=str(ROOT))
-
-
-def job(lock: Path, prefix: Path, pkgs: Path, **kw) -> tuple[int, str]:
-    proc = spawn(lock, prefix, pkgs, **kw)
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out
-
-
-def processes_tagged(tag: str) -> list[int]:
-    """Live processes whose environment carries GPU_CI_TEST_JOB=<tag> (workers included)."""
-    found = []
-    needle = f"GPU_CI_TEST_JOB={tag}".encode()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-                state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-            except OSError:
-                continue
-            if needle in environ.split(b"\0") and state != "Z":
-                found.append(int(pid))
-    return found
-
-
-def survivors(tag: str) -> list[int]:
-    """Tagged processes that outlive the job: alive and without a pending SIGKILL. The
-    parent-death signal is sent while the parent exits, so by the time the parent is reaped
-    a worker or pip either is gone or has SIGKILL pending (it may not have run yet to die)."""
-    doomed = 1 << (signal.SIGKILL - 1)
-    out = []
-    for pid in processes_tagged(tag):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        pending = 0
-        for line in status.splitlines():
-            if line.startswith(("SigPnd:", "ShdPnd:")):
-                pending |= int(line.split()[1], 16)
-        if not pending & doomed:
-            out.append(pid)
-    return out
-
-
-def our_temporaries(*folders: Path) -> list[Path]:
-    """Every temporary name this action uses, anywhere under the given folders."""
-    patterns = (".*.gpu-ci-new-*", ".*.gpu-ci-old-*", ".*.gpu-ci-work-*", "*.part-*",
-                ".*.tmp-*", ".*.gpu-ci-journal.json*", "*.part")
-    return sorted({p for folder in folders if folder.exists() for pattern in patterns
-                   for p in folder.rglob(pattern)})
-
-
-def assert_environment(prefix: Path, names: list[str]) -> None:
-    """Complete: every package's record, every recorded file with its size, and ours."""
-    from gpu_ci.conda.integrity import environment_problems
-
-    records = sorted(p.name.rsplit("-", 2)[0] for p in (prefix / "conda-meta").glob("*.json")
-                     if p.name != "gpu-ci-lock.json")
-    assert records == sorted(names)
-    assert environment_problems(prefix, len(names)) == []
-    assert (prefix / "conda-meta" / "gpu-ci-lock.json").exists()
-
-
-def assert_cache_valid(pkgs: Path, channel) -> None:
-    for archive in channel.archives:
-        path = pkgs / "archives" / archive.filename
-        if path.exists():
-            assert hashlib.md5(path.read_bytes()).hexdigest() == archive.md5
-            entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
-            assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.md5
-
-
-@pytest.fixture
-def locks(tmp_path, channel):
-    channel.server.faults.clear()
-    out = {}
-    for key, names, pip in (("old", ["libhello"], False), ("small", SMALL, False),
-                            ("pip", ["libhello", "hello", "python"], True)):
-        path = tmp_path / f"{key}.lock"
-        path.write_text(channel.explicit_lock(names, pip=pip))
-        out[key] = path
-    return out
-
 
 def test_a_directory_that_is_not_an_environment_is_refused_and_kept(setup, channel, tmp_path):
     checkout = tmp_path / "checkout"

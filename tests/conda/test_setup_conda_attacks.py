@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conda.jobs import job
 from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
-from tests.test_setup_conda import channel, job, setup  # noqa: F401 - fixtures
 
 EVIL_NAME = "evil"
 
 
-def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):  # noqa: F811
+def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
     data = b"planted\n"
     entry = {"_path": "../escaped.txt", "path_type": "hardlink",
              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
@@ -42,7 +42,7 @@ def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):  # noqa: 
     "gpuci-demo @ http://127.0.0.1:9/x.whl\n-r /etc/passwd\n#",
     "../../gpuci-demo",
 ])
-def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):  # noqa: F811
+def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):
     doc = yaml.safe_load(channel.unified_lock(pip=True))
     pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
     pip["name"] = name
@@ -58,7 +58,7 @@ def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):  # noq
     "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl\n-r /etc/passwd",
     "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl --trusted-host evil",
 ])
-def test_pip_urls_cannot_inject_requirement_options(setup, channel, url):  # noqa: F811
+def test_pip_urls_cannot_inject_requirement_options(setup, channel, url):
     doc = yaml.safe_load(channel.unified_lock(pip=True))
     pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
     pip["url"] = url.format(base=channel.url("").rstrip("/"))
@@ -69,7 +69,7 @@ def test_pip_urls_cannot_inject_requirement_options(setup, channel, url):  # noq
     assert len(channel.server.log) == before
 
 
-def test_pip_hashes_cannot_inject_requirement_options(setup, channel):  # noqa: F811
+def test_pip_hashes_cannot_inject_requirement_options(setup, channel):
     doc = yaml.safe_load(channel.unified_lock(pip=True))
     pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
     pip["hash"]["sha256"] += "\n-r /etc/passwd"
@@ -78,7 +78,7 @@ def test_pip_hashes_cannot_inject_requirement_options(setup, channel):  # noqa: 
     assert "64 hex digits" in result.stdout and "root:" not in result.stdout
 
 
-def test_conda_urls_with_control_characters_are_refused(setup, channel):  # noqa: F811
+def test_conda_urls_with_control_characters_are_refused(setup, channel):
     doc = yaml.safe_load(channel.unified_lock())
     doc["package"][0]["url"] = doc["package"][0]["url"].replace("/channel/", "/chan\x00nel/")
     result = setup(yaml.safe_dump(doc))
@@ -87,7 +87,7 @@ def test_conda_urls_with_control_characters_are_refused(setup, channel):  # noqa
 
 
 @pytest.mark.parametrize("rel", ["/abs-escaped.txt", "share/../../escaped.txt"])
-def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):  # noqa: F811
+def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):
     data = b"planted\n"
     entry = {"_path": rel, "path_type": "hardlink",
              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
@@ -101,7 +101,7 @@ def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):  # no
     assert [p.name for p in tmp_path.rglob("*escaped*")] == []
 
 
-def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):  # noqa: F811
+def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
     # "lib" -> the user's home, then "lib/.bashrc": linking would write through the link.
     home = tmp_path / "home"
     home.mkdir()
@@ -121,17 +121,12 @@ def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
 
 # -- kill -9, then a different lock; a prefix that is a link ---------------------------------
 
+from tests.conda.jobs import SMALL, assert_environment, our_temporaries  # noqa: E402
 from tests.conftest import tree_digest  # noqa: E402
-from tests.test_setup_conda import (  # noqa: E402
-    SMALL,
-    assert_environment,
-    locks,  # noqa: F401 - fixture
-    our_temporaries,
-)
 
 
 @pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
-def test_kill_9_then_a_third_lock_installs_cleanly(channel, locks, tmp_path, phase):  # noqa: F811
+def test_kill_9_then_a_third_lock_installs_cleanly(channel, locks, tmp_path, phase):
     # A has an environment; B is killed in `phase`; C (neither A nor B) comes next.
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
     assert job(locks["old"], prefix, pkgs)[0] == 0
@@ -152,7 +147,7 @@ def test_kill_9_then_a_third_lock_installs_cleanly(channel, locks, tmp_path, pha
 
 
 @pytest.mark.parametrize("target", ["user-dir", "empty-dir", "environment"])
-def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp_path,  # noqa: F811
+def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp_path,
                                                               target):
     real = tmp_path / "real"
     if target == "environment":
@@ -170,7 +165,7 @@ def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp
         assert link.is_symlink() and tree_digest(real) == before
 
 
-def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel, tmp_path):  # noqa: F811,E501
+def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel, tmp_path):
     """The README: 'A download that announces its size is checked against the free space
     first' (without the check the same run fails later, as 'no space left' mid-write)."""
     small = tmp_path / "small"
@@ -196,10 +191,10 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
         subprocess.run(["umount", "-l", str(small)], check=False)
 
 
-def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):  # noqa: F811
+def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):
     # Three jobs, three locks, one prefix and one cache, started together (5 trials): each
     # succeeds in turn, and the prefix ends as exactly one of the locks' environments.
-    from tests.test_setup_conda import spawn
+    from tests.conda.jobs import spawn
 
     wanted = {"old": ["libhello"], "small": SMALL, "pip": ["libhello", "hello", "python"]}
     for trial in range(5):

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """setup-conda-from-lock's package cache under attack: an archive that plants our own names
 (marker, stamp) as links, jobs that replace an entry while another links from it."""
 
@@ -11,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conda.jobs import job, our_temporaries, spawn
 from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
-from tests.test_setup_conda import (  # noqa: F401 - fixtures
-    channel,
-    job,
-    our_temporaries,
-    setup,
-    spawn,
-)
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -35,7 +28,7 @@ def _archive_with_links(directory: Path, links: dict[str, str],
 @pytest.mark.parametrize("stream", ["true", "false"])
 @pytest.mark.parametrize("planted", [".gpu-ci-archive-sha256", ".gpu-ci-verified"])
 def test_our_names_planted_as_links_in_an_archive_write_nothing_outside(
-        channel, tmp_path, planted, stream):  # noqa: F811
+        channel, tmp_path, planted, stream):
     """A lock from a pull request names an archive whose top level has a symbolic link where
     we write the entry's digest marker or stamp: we replace the link, never write through it
     (a file of the user's, outside cache and prefix, stays as it was)."""
@@ -94,7 +87,7 @@ def _two_builds_installed(channel, tmp_path, name):
 
 
 def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
-        channel, tmp_path, monkeypatch):  # noqa: F811
+        channel, tmp_path, monkeypatch):
     """Two locks name two archives with one name-version-build (a pull request's build of a
     package, and main's): each job extracts its own into the shared cache entry. A job
     that replaces the entry while another links from it must wait for that link: the
@@ -126,7 +119,7 @@ def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
 
 
 def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
-        channel, tmp_path, monkeypatch):  # noqa: F811
+        channel, tmp_path, monkeypatch):
     """The other job replaces the entry after this one trusted it and before it links: the
     link notices (the entry's digest marker is another archive's), and this job fetches,
     verifies and extracts its own archive again."""
@@ -152,7 +145,7 @@ def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
 
 
 def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later(
-        channel, tmp_path, monkeypatch):  # noqa: F811
+        channel, tmp_path, monkeypatch):
     """An entry is hashed (no valid stamp), and a process writes to one of its files through
     the hard link from an older environment just after the hash read it: the stamp must
     not bless that write, or every later job would link the changed file that the hash of
@@ -185,7 +178,7 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
 
 @pytest.mark.parametrize("stream", ["true", "false"])
 def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, monkeypatch,
-                                                             stream):  # noqa: F811
+                                                             stream):
     """``info/paths.json`` as a symbolic link to /dev/zero: reading it would fill the
     memory of the runner (and of the other jobs on its host) before any check. The entry is
     refused with a named error, within a memory limit that reading it would exceed."""
@@ -258,7 +251,7 @@ def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
 
 
 @pytest.fixture(scope="module")
-def big(channel):  # noqa: F811
+def big(channel):
     """A noarch .conda of 3 MB that compresses little: extraction shows steady progress."""
     from tests.conda_channel import _assemble
 
@@ -267,14 +260,14 @@ def big(channel):  # noqa: F811
                      "1.0", "0", SUBDIR, {"share/big.txt": text}, noarch="generic")
 
 
-def _big_lock(channel, big, tmp_path) -> Path:  # noqa: F811
+def _big_lock(channel, big, tmp_path) -> Path:
     lock = tmp_path / "big.lock"
     lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
                     f"{channel.url('big/noarch/' + big.filename)}#sha256:{big.sha256}\n")
     return lock
 
 
-def _asked(channel, big) -> int:  # noqa: F811
+def _asked(channel, big) -> int:
     """Requests for the big archive, counted when they arrive (the log has them answered)."""
     return sum(big.filename in seen["path"] for seen in channel.server.seen)
 
@@ -311,7 +304,7 @@ def test_a_stream_that_stalls_is_given_up_for_our_downloader(channel, big, tmp_p
     assert our_temporaries(tmp_path) == []
 
 
-def test_a_lock_with_sha256_streams_into_an_empty_cache(setup, channel):  # noqa: F811
+def test_a_lock_with_sha256_streams_into_an_empty_cache(setup, channel):
     """conda-lock's unified locks carry sha256: an entry that is not in the cache is no
     candidate to trust (nothing to hash first), so its archive is streamed like any other."""
     result = setup(channel.unified_lock(["libhello", "hello"]))

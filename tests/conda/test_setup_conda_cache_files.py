@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """What the next job reads in a shared package cache — our stamp, digest marker and md5
 sidecar, and each package's ``info/`` — is read as a regular file or not at all: a FIFO
 planted there must not stop the job (an open() of a FIFO waits for a writer forever), and a
@@ -10,29 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.test_setup_conda import channel, locks, spawn  # noqa: F401 - fixtures
+from tests.conda.jobs import finish, rattler_entry, spawn
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # its workers die with it (prctl)
-        out, _ = proc.communicate()
-        pytest.fail(f"the job did not finish in {timeout} s (waiting on a FIFO?):\n{out}")
-    return proc.returncode, out
-
-
-def _entry(pkgs: Path, name: str) -> Path:
-    return next(e for e in (pkgs / "rattler").iterdir() if e.is_dir() and
-                e.name.startswith(name + "-"))
 
 
 @pytest.mark.parametrize("planted", [".gpu-ci-verified", ".gpu-ci-archive-sha256",
@@ -40,16 +22,16 @@ def _entry(pkgs: Path, name: str) -> Path:
 def test_a_fifo_where_the_next_job_reads_neither_stops_it_nor_is_trusted(
         channel, locks, tmp_path, planted):
     pkgs = tmp_path / "pkgs"
-    code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs))
+    code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs))
     assert code == 0, out
-    entry = _entry(pkgs, "hello-data")
+    entry = rattler_entry(pkgs, "hello-data")
     # the md5 sidecar lies beside the entry (the lock has md5 digests only)
     path = entry.with_name(entry.name + planted) if planted == ".gpu-ci-md5" else entry / planted
     assert stat.S_ISREG(os.lstat(path).st_mode)
     path.unlink()
     os.mkfifo(path)
 
-    code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs))
+    code, out = finish(spawn(locks["small"], tmp_path / "b", pkgs))
     assert code == 0, out
     data = tmp_path / "b" / "share" / "hello" / "data.txt"
     assert data.read_text() == "data\n"
@@ -63,15 +45,15 @@ def test_a_listed_file_that_became_a_link_in_the_cache_is_not_linked(channel, lo
     package lists, so the entry is extracted again and the environment gets a file, not a
     link to a path of someone's choosing."""
     pkgs = tmp_path / "pkgs"
-    code, out = _finish(spawn(locks["small"], tmp_path / "a", pkgs))
+    code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs))
     assert code == 0, out
-    cached = _entry(pkgs, "hello-data") / "share" / "hello" / "data.txt"
+    cached = rattler_entry(pkgs, "hello-data") / "share" / "hello" / "data.txt"
     elsewhere = tmp_path / "elsewhere.txt"
     shutil.copyfile(cached, elsewhere)
     cached.unlink()
     cached.symlink_to(elsewhere)
 
-    code, out = _finish(spawn(locks["small"], tmp_path / "b", pkgs))
+    code, out = finish(spawn(locks["small"], tmp_path / "b", pkgs))
     assert code == 0, out
     data = tmp_path / "b" / "share" / "hello" / "data.txt"
     assert stat.S_ISREG(os.lstat(data).st_mode), os.readlink(data)

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """How many downloads run at once: few against a server on this host or one that closes
 every connection, many (``fetch.WIDE``) against a distant server that keeps connections
 open, where each small archive costs a round trip. The server counts the requests it
@@ -15,7 +14,6 @@ from gpu_ci.conda import fetch
 from gpu_ci.downloads import Download, round_trip
 from gpu_ci.retry import RetryPolicy
 from tests.conda_channel import ChannelServer
-from tests.test_setup_conda import channel  # noqa: F401 - fixture
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 

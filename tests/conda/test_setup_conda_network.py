@@ -247,7 +247,7 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     import hashlib
 
     from gpu_ci.conda.miniforge import installer_name
-    from tests.test_setup_conda import FAKE_INSTALLER, FAKE_MF
+    from tests.conda.jobs import FAKE_INSTALLER, FAKE_MF
 
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]

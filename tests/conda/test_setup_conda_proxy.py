@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - pytest fixtures imported from test_setup_conda
 """setup-conda-from-lock behind a forward proxy (a corporate network's ``HTTP_PROXY``): every
 archive goes through it, by our downloader (rattler's client never streams around it), also
 when only ``ALL_PROXY`` names it (as curl and rattler's client take it; urllib does not);
@@ -8,13 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
 from tests.conda_channel import ForwardProxy
-from tests.test_setup_conda import SMALL, channel, locks, spawn  # noqa: F401 - fixtures
-from tests.test_setup_conda_cache_files import _finish
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
-
-PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"]
 
 
 @pytest.fixture
@@ -42,7 +38,7 @@ def _archives(channel) -> list[str]:
 def test_every_archive_goes_through_the_proxy(channel, locks, tmp_path, proxy, variable,
                                               stream):
     env = {variable: proxy.url, "INPUT_STREAM_DOWNLOADS": stream}
-    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 0, out
     assert (tmp_path / "env" / "share" / "hello" / "data.txt").read_text() == "data\n"
     for filename in _archives(channel):
@@ -52,6 +48,6 @@ def test_every_archive_goes_through_the_proxy(channel, locks, tmp_path, proxy, v
 
 def test_no_proxy_reaches_the_server_directly(channel, locks, tmp_path, proxy):
     env = {"HTTP_PROXY": proxy.url, "NO_PROXY": "127.0.0.1"}
-    code, out = _finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
+    code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 0, out
     assert proxy.seen == []

@@ -1,8 +1,9 @@
 """verify-cuda-env's architecture rules and the readers of real build records.
 
-The fixtures are cut from real wheels (tests/fixtures/README.md names each wheel and its
-sha256): the bytes around the arch list of ``torch/lib/libtorch_python.so``, TensorFlow's
-generated ``build_info.py``, onnxruntime-gpu's ``build_and_package_info.py``, paddle's
+The inputs are written at test time from the facts of real wheels (tests/cuda/wheelfacts.py
+and tests/fixtures/README.md name each wheel and its sha256): ``torch/lib/libtorch_python.so``
+(an ELF built by gcc with the wheel's arch-list literal), TensorFlow's generated
+``build_info.py``, onnxruntime-gpu's ``build_and_package_info.py``, paddle's
 ``version/__init__.py``, and METADATA of cupy-cuda12x, jax-cuda12-plugin and
 nvidia-cuda-runtime-cu12.
 """
@@ -16,7 +17,7 @@ from gpu_ci.cuda import checks as cuda_checks
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import load_builds, load_table
 from gpu_ci.cuda.visibility import visible_gpus
-from tests.cuda_env import WHEELS, fixture, fixture_bytes
+from tests.cuda import wheelfacts
 
 GIB = 2**30
 H200 = Gpu(0, "NVIDIA H200", "GPU-h200", (9, 0), 141 * GIB, brand="tesla")
@@ -37,7 +38,7 @@ TORCH_CUTS = {
 
 @pytest.mark.parametrize("version", sorted(TORCH_CUTS))
 def test_arch_list_from_real_libtorch_python_bytes(version, tmp_path):
-    data = fixture_bytes(f"torch-{version}.libtorch_python.so.cut")
+    data = wheelfacts.libtorch_python(version)
     assert arch.find_arch_list(data) == TORCH_CUTS[version]
     # and through the memory-mapped reader the shell uses
     path = tmp_path / "libtorch_python.so"
@@ -46,7 +47,7 @@ def test_arch_list_from_real_libtorch_python_bytes(version, tmp_path):
 
 
 def test_arch_list_without_the_module_anchor_is_still_found():
-    data = fixture_bytes("torch-2.14.1+cu130.libtorch_python.so.cut")
+    data = wheelfacts.libtorch_python("2.14.1+cu130")
     cut = data.replace(arch.ANCHOR, b"x" * len(arch.ANCHOR))
     assert arch.find_arch_list(cut) == TORCH_CUTS["2.14.1+cu130"]
 
@@ -61,14 +62,14 @@ def test_unreadable_binary_is_an_error_not_a_crash(tmp_path):
 def test_real_torch_version_py_and_arch_make_one_consumer():
     (torch,) = frameworks.consumers(frameworks.ProbeFacts(
         dists={"torch": "2.14.1+cu130"},
-        files={"torch/version.py": fixture("torch-2.14.1+cu130.version.py.txt")},
+        files={"torch/version.py": wheelfacts.torch_version_py("2.14.1+cu130")},
         arch_lists={"torch/lib/libtorch_python.so": TORCH_CUTS["2.14.1+cu130"]}))
     assert (torch.cuda, torch.tag, torch.arch) == ("13.0", "cu130",
                                                    tuple(TORCH_CUTS["2.14.1+cu130"]))
 
 
 def test_real_tensorflow_build_info():
-    text = fixture("tensorflow-2.21.0.build_info.py.txt")
+    text = wheelfacts.tensorflow_build_info()
     assert "collections.OrderedDict([(" in text           # the real generated shape
     assert arch.tensorflow_arch_list(text) == ["sm_60", "sm_70", "sm_80", "sm_89",
                                                "compute_90"]
@@ -82,8 +83,8 @@ def test_real_onnxruntime_and_paddle_records():
     found = {c.name: c for c in frameworks.consumers(frameworks.ProbeFacts(
         dists={"onnxruntime-gpu": "1.31.1", "paddlepaddle-gpu": "2.6.2"},
         files={"onnxruntime/capi/build_and_package_info.py":
-               fixture("onnxruntime_gpu-1.31.1.build_and_package_info.py.txt"),
-               "paddle/version/__init__.py": fixture("paddlepaddle_gpu-2.6.2.version.py.txt")}))}
+               wheelfacts.onnxruntime_build_info(),
+               "paddle/version/__init__.py": wheelfacts.paddle_version_py()}))}
     assert found["onnxruntime-gpu"].cuda == "13.0"
     assert found["onnxruntime-gpu"].family == "onnxruntime"
     assert found["paddlepaddle-gpu"].cuda == "11.8"
@@ -91,7 +92,7 @@ def test_real_onnxruntime_and_paddle_records():
 
 
 def _metadata(dist_info: str) -> tuple[str, str]:
-    text = (WHEELS / dist_info / "METADATA").read_text()
+    text = wheelfacts.metadata(dist_info)
     fields = dict(line.split(": ", 1) for line in text.splitlines()[:4] if ": " in line)
     return fields["Name"], fields["Version"]
 
@@ -107,14 +108,14 @@ def test_cupy_and_jax_take_the_exact_minor_from_the_runtime_wheel():
     assert "nvidia-cuda-runtime-cu12==12.9.79" in found["cupy-cuda12x"].source
     assert found["jax-cuda12-plugin"].cuda == "12.9"
     # cupy's own wheel record only says "12.x": without a runtime wheel the minor is unknown
-    assert '"cuda": "12.x"' in fixture("cupy_cuda12x-14.2.0._wheel.json")
+    assert '"cuda": "12.x"' in wheelfacts.cupy_wheel_json()
     del dists["nvidia-cuda-runtime-cu12"]
     found = {c.name: c for c in frameworks.consumers(frameworks.ProbeFacts(dists=dists))}
     assert found["cupy-cuda12x"].cuda == "12.x" and found["jax-cuda12-plugin"].cuda == "12.x"
 
 
 def test_rocm_torch_is_named_as_such():
-    text = fixture("torch-2.14.1+cu130.version.py.txt").replace(
+    text = wheelfacts.torch_version_py("2.14.1+cu130").replace(
         "cuda: Optional[str] = '13.0'", "cuda: Optional[str] = None").replace(
         "hip: Optional[str] = None", "hip: Optional[str] = '6.4.43482-0f2d60242'")
     (torch,) = frameworks.consumers(frameworks.ProbeFacts(
@@ -263,11 +264,11 @@ def test_fixes_never_name_the_bundled_driver_as_the_minimum():
 
 
 def test_cpu_and_rocm_torch_libraries_are_not_scanned():
-    cpu = fixture("torch-2.14.1+cu130.version.py.txt").replace(
+    cpu = wheelfacts.torch_version_py("2.14.1+cu130").replace(
         "cuda: Optional[str] = '13.0'", "cuda: Optional[str] = None")
     lib = "torch/lib/libtorch_python.so"
     assert frameworks.wants_arch_list(lib, {"torch/version.py":
-                                            fixture("torch-2.14.1+cu130.version.py.txt")})
+                                            wheelfacts.torch_version_py("2.14.1+cu130")})
     assert not frameworks.wants_arch_list(lib, {"torch/version.py": cpu})
     rocm = cpu.replace("hip: Optional[str] = None", "hip: Optional[str] = '6.4.43482'")
     assert not frameworks.wants_arch_list(lib, {"torch/version.py": rocm})

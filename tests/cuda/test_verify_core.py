@@ -12,8 +12,8 @@ from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
-from tests.conftest import FIXTURES, SHARED
-from tests.cuda_env import fixture
+from tests.conftest import ROOT, SHARED, shared_path
+from tests.cuda import wheelfacts
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 * 2**20, brand="tesla",
            mig_enabled=False, persistence_mode=True)
@@ -31,9 +31,14 @@ def test_packaged_table_is_a_copy_of_the_shared_reference():
     assert TABLE_PATH.read_bytes() == shared.read_bytes()
 
 
-def test_packaged_table_matches_the_in_repo_fixture_copy():
-    assert TABLE_PATH.read_bytes() == (
-        FIXTURES / "reference" / "cuda-toolkit-driver-table.yaml").read_bytes()
+def test_the_packaged_table_is_the_projects_only_copy():
+    """The code reads the copy in the package; no second copy sits in tests/ or elsewhere
+    (the tests compare with ../shared itself)."""
+    data = TABLE_PATH.read_bytes()
+    skip = {".git", ".venv", "node_modules", "build", "dist", ".mypy_cache", ".ruff_cache"}
+    copies = [p for p in ROOT.rglob("*.yaml")
+              if not skip & set(p.relative_to(ROOT).parts) and p.read_bytes() == data]
+    assert copies == [TABLE_PATH]
 
 
 def test_json_rendering_equals_the_yaml_table():
@@ -179,7 +184,7 @@ def test_cupy_jax_numba_tensorflow_conda_nvcc():
          "jax-cuda13-plugin": "0.11.2", "numba-cuda": "0.20.0",
          "nvidia-cuda-runtime": "13.0.96", "tensorflow": "2.21.0", "cuda-toolkit": "13.0.2"},
         {"tensorflow/python/platform/build_info.py":
-            fixture("tensorflow-2.21.0.build_info.py.txt")},
+            wheelfacts.tensorflow_build_info()},
         ["cuda-version-12.4-h3060b56_3.json", "python-3.12.1-h_cpython.json",
          "cudatoolkit-11.8.0-h6a678d5_0.json"],
         {"path": "/opt/cuda/bin/nvcc",
@@ -369,7 +374,7 @@ def test_hidden_gpus_name_the_variable():
 
 
 def test_observed_fixture_is_what_the_tests_use():
-    data = yaml.safe_load((FIXTURES / "reference" / "observed-gpu-machines.yaml").read_text())
+    data = yaml.safe_load(shared_path("reference", "observed-gpu-machines.yaml").read_text())
     assert data[0]["gpus"][0]["name"] == "NVIDIA H200"
     assert data[0]["cuda_driver_version"] == 13000
 

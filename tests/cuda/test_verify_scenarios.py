@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.cuda import wheelfacts
 from tests.cuda_env import (
     build_fake_nvml,
-    fixture,
     gpu_config,
     make_target,
     nvml_config,
@@ -96,7 +96,7 @@ def target_for(build: str, root: Path) -> Path:
     if name == "tensorflow":
         return make_target(root, {"tensorflow": version}, {
             "tensorflow/python/platform/build_info.py":
-                fixture("tensorflow-2.21.0.build_info.py.txt")})
+                wheelfacts.tensorflow_build_info()})
     return make_target(root, {"cupy-cuda12x": "14.2.0", "nvidia-cuda-runtime-cu12": "12.9.79"})
 
 

@@ -13,7 +13,7 @@ from gpu_ci.errors import UsageError
 from gpu_ci.github import gate, labels
 from gpu_ci.github.event import subject_of
 from gpu_ci.runtime import escape_line
-from tests.conftest import FIXTURES, webhook
+from tests.conftest import shared_path, webhook
 from tests.github_server import FakeGitHub, PullRequest
 
 REPO = "Codertocat/Hello-World"
@@ -236,7 +236,7 @@ def test_gpu_runs_on_has_no_default(run_cli, server):
 # -- one parser of the event's subject ---------------------------------------------------
 
 def test_labels_and_gate_read_the_event_through_one_parser():
-    for path in sorted((FIXTURES / "webhooks").glob("*.json")):
+    for path in sorted(shared_path("fixtures", "webhooks").glob("*.json")):
         payload = webhook(path.stem)
         subject = subject_of(payload)
         assert labels.number_from_event("", payload) == subject.number, path.name

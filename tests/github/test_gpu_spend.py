@@ -11,12 +11,12 @@ from decimal import Decimal
 
 import pytest
 
+from tests.github.runs import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, spend
 from tests.mermaid_check import assert_charts_parse, require_mermaid
-from tests.test_budget_api import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, server, spend  # noqa: F401
 
 
 @pytest.fixture
-def month(server):  # noqa: F811
+def month(server):
     month_of_runs(server, per_day=3, days=5)                      # 15 × 12 min, alice/bob
     gpu_run(server, datetime(2026, 11, 7, 9, tzinfo=timezone.utc), 30, event="push", pr=None,
             who="carol", labels=("self-hosted", "gpu", "a100"))
@@ -88,7 +88,7 @@ def test_past_month_writes_no_ledger_and_minutes_only_without_price(run_cli, mon
     (["--monthly-budget", "$50", "--gpu-price", ""], "'gpu-price' is needed"),
     (["--monthly-budget", "50"], "no unit"),
 ])
-def test_bad_inputs(run_cli, server, tmp_path, args, words):  # noqa: F811
+def test_bad_inputs(run_cli, server, tmp_path, args, words):
     result = spend(run_cli, server, tmp_path, args)
     assert result.returncode == 2 and words in "".join(result.errors), result.stdout
     assert server.log == []

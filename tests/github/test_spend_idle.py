@@ -9,32 +9,16 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
-from tests.test_budget_api import REPO, api_calls, gpu_run, server, spend  # noqa: F401
+from tests.github.runs import REPO, api_calls, gpu_run, monitor_report, spend, upload
+from tests.shared import ROOT
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 
 
-def monitor_report(monkeypatch, job_start: datetime) -> dict:
-    """A real gpu-monitor JSON report (``gpu_ci.cuda.monitor_report.as_json`` of the README's
-    example recording: a 175 s job, sampler from +25 s, 55 s busy), recorded by a job that
-    started at ``job_start``."""
-    import tests.gpu_monitor_env as env
-    from gpu_ci.cuda import monitor_report as mr
-
-    monkeypatch.setattr(env, "EPOCH", job_start.timestamp() + 25)
-    return mr.as_json(env.example_report())
-
-
-def upload(gh, run, report, name="gpu-monitor-tests", **kw):
-    return gh.add_artifact(REPO, name, {"report.json": json.dumps(report).encode()},
-                           run_id=run.id, created_at=run.created_at, **kw)
-
-
-def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch,  # noqa: F811
+def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch,
                                                     tmp_path):
     with_report = gpu_run(server, T0, 3)                               # 3 min, PR #2
     report = monitor_report(monkeypatch, T0)
@@ -78,7 +62,7 @@ def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch
     assert "idle" not in json.loads((tmp_path / "off" / "out" / "spend.json").read_text())
 
 
-def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server,  # noqa: F811
+def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server,
                                                                  monkeypatch, tmp_path):
     runs = [gpu_run(server, T0 + timedelta(days=d), 3) for d in range(7)]
     good = monitor_report(monkeypatch, T0)
@@ -118,7 +102,7 @@ def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server
     assert len(downloads) == 7                                          # not the 3 MiB one
 
 
-def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,  # noqa: F811
+def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,
                                                 tmp_path):
     for d in range(3):
         upload(server, gpu_run(server, T0 + timedelta(days=d), 3),
@@ -132,7 +116,7 @@ def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,  #
     assert [j["idle_minutes"] != "" for j in doc["jobs"]] == [False, True, True]  # newest
 
 
-def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server,  # noqa: F811
+def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server,
                                                               tmp_path):
     gpu_run(server, T0, 3)
     server.inject("GET", r"/actions/artifacts$", 403, times=20, body={
@@ -143,7 +127,7 @@ def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server,  
     assert "idle" not in json.loads((tmp_path / "out" / "spend.json").read_text())
 
 
-def test_unusable_cap_is_exit_2_before_any_call(run_cli, server, tmp_path):  # noqa: F811
+def test_unusable_cap_is_exit_2_before_any_call(run_cli, server, tmp_path):
     result = spend(run_cli, server, tmp_path, ["--max-monitor-reports", "ten"])
     assert result.returncode == 2 and "max-monitor-reports" in "".join(result.errors)
     assert server.log == []
@@ -154,7 +138,7 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
 
     from gpu_ci.github.idle import schema_errors
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     shipped = root / "actions" / "gpu-monitor" / "report.schema.json"
     packaged = root / "src" / "gpu_ci" / "data" / "monitor-report.schema.json"
     assert packaged.read_bytes() == shipped.read_bytes()   # one schema, packaged for the CLI
@@ -182,9 +166,9 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
         schema_errors({}, {"pattern": "x"})
 
 
-def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch,  # noqa: F811
+def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch,
                                                 tmp_path):
-    from tests.test_budget_api import month_of_runs
+    from tests.github.runs import month_of_runs
 
     month_of_runs(server)                                   # 300 GPU runs of 12 min
     for run in list(server.repos[REPO].runs):
@@ -204,7 +188,7 @@ def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch,  #
         f"2026-11-{d}" for d in range(21, 31)}              # the newest 100: days 21-30
 
 
-def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server,  # noqa: F811
+def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server,
                                                             monkeypatch, tmp_path):
     run = gpu_run(server, T0, 3)
     upload(server, run, monitor_report(monkeypatch, T0))    # created on Nov 10
