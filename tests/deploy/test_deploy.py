@@ -2,11 +2,12 @@
 
 Each variant's Helm values are rendered into the AutoscalingRunnerSet the chart (0.14.2)
 would create and validated against the CRD's openAPIV3Schema (strict: unknown fields are
-errors), their keys against what the chart's template reads, and the result against the GPU
-rules of deploy/check.py. Core objects go through kubernetes-validate. For every mistake
-users report there is a broken copy here that must be rejected. No helm binary is assumed:
-deploy/check.py renders the template's spec part itself (the reference files are in
-tests/fixtures/reference/arc-0.14.2).
+errors), their keys against the values the chart's values.yaml documents, and the result
+against the GPU rules of deploy/check.py. Core objects go through kubernetes-validate. For
+every mistake users report there is a broken copy here that must be rejected. No helm binary
+is assumed: deploy/check.py models the template's spec part itself. ARC's values.yaml and
+CRD are read from ../shared/reference/arc-0.14.2 (the tests that need them skip where it is
+absent).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ import yaml
 
 from gpu_ci.cuda import require
 from gpu_ci.cuda.facts import Gpu
-from tests.conftest import FIXTURES, ROOT, SHARED
+from tests.conftest import ROOT, shared_path
 
 DEPLOY = ROOT / "deploy"
 ARC = DEPLOY / "arc"
 OPERATOR = DEPLOY / "gpu-operator"
-REFERENCE = FIXTURES / "reference" / "arc-0.14.2"
 VARIANTS = sorted(ARC.glob("values-*.yaml"))
 KUBERNETES_VERSION = "1.32.0"
 
@@ -52,17 +52,24 @@ def load(path: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def crd() -> Any:
-    return check.load_yaml(REFERENCE / "actions.github.com_autoscalingrunnersets.yaml")
+def reference() -> Path:
+    """ARC 0.14.2's chart values.yaml and CRD, in ../shared (skips where absent)."""
+    return shared_path("reference", "arc-0.14.2")
 
 
 @pytest.fixture(scope="module")
-def template() -> str:
-    return (REFERENCE / "autoscalingrunnerset.yaml").read_text(encoding="utf-8")
+def crd(reference) -> Any:
+    return check.load_yaml(reference / check.CRD_NAME)
 
 
-def problems_of(values: dict[str, Any], crd: Any, template: str) -> list[Any]:
-    found = check.check_values(values, crd, template)
+@pytest.fixture(scope="module")
+def chart(reference) -> str:
+    """The text of the chart's values.yaml: the keys it sets and documents in comments."""
+    return (reference / check.CHART_VALUES_NAME).read_text(encoding="utf-8")
+
+
+def problems_of(values: dict[str, Any], crd: Any, chart: str) -> list[Any]:
+    found = check.check_values(values, crd, chart)
     if not found:
         ars = check.render_autoscaling_runner_set(values)
         found = check.operator_problems(ars, load(OPERATOR / "device-plugin-config.yaml"),
@@ -72,12 +79,14 @@ def problems_of(values: dict[str, Any], crd: Any, template: str) -> list[Any]:
 
 # -- the reference files ------------------------------------------------------------------------
 
-def test_reference_copies_match_shared():
-    source = SHARED / "reference" / "arc-0.14.2"
-    if not source.is_dir():
-        pytest.skip("../shared/reference/arc-0.14.2 is absent (fresh clone): nothing to compare")
-    for path in source.iterdir():
-        assert (REFERENCE / path.name).read_bytes() == path.read_bytes(), path.name
+def test_the_reference_is_read_from_shared_not_copied(reference, tmp_path):
+    assert check.REFERENCE.resolve() == reference.resolve()
+    assert not list((ROOT / "deploy").rglob(check.CRD_NAME))
+    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--reference",
+                           str(tmp_path), str(ARC / "values-whole-gpu.yaml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "does not exist" in proc.stderr and "--reference" in proc.stderr
 
 
 def test_the_crd_is_the_autoscaling_runner_set_crd(crd):
@@ -87,8 +96,8 @@ def test_the_crd_is_the_autoscaling_runner_set_crd(crd):
     assert {"minRunners", "maxRunners", "template", "githubConfigUrl"} <= set(spec)
 
 
-def test_template_paths_are_read_from_the_template(template):
-    paths = check.template_value_paths(template)
+def test_documented_paths_are_read_from_the_chart_values(chart):
+    paths = check.documented_value_paths(chart)
     assert {("minRunners",), ("maxRunners",), ("containerMode", "type"), ("template", "spec"),
             ("githubServerTLS", "runnerMountPath"), ("resourceMeta", "ephemeralRunner")} <= paths
     assert ("maxRunner",) not in paths
@@ -102,9 +111,9 @@ def test_there_are_three_variants():
 
 
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
-def test_variant_passes_every_check(path, crd, template):
+def test_variant_passes_every_check(path, crd, chart):
     values = load(path)
-    assert [str(p) for p in problems_of(values, crd, template)] == []
+    assert [str(p) for p in problems_of(values, crd, chart)] == []
     ars = check.render_autoscaling_runner_set(values)
     assert ars["spec"]["minRunners"] == 0
     assert 1 <= ars["spec"]["maxRunners"] <= check.MAX_RUNNERS_CAP
@@ -114,14 +123,14 @@ def test_variant_passes_every_check(path, crd, template):
 
 
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
-def test_check_cli_accepts_the_variant(path):
+def test_check_cli_accepts_the_variant(path, reference):
     proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
 
-def test_check_cli_rejects_a_broken_copy_and_says_how_to_fix(tmp_path):
+def test_check_cli_rejects_a_broken_copy_and_says_how_to_fix(tmp_path, reference):
     values = load(ARC / "values-whole-gpu.yaml")
     del values["template"]["spec"]["runtimeClassName"]
     bad = tmp_path / "values.yaml"
@@ -263,7 +272,7 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 @pytest.mark.parametrize("mutate,expected", [(m, e) for _, m, e in BROKEN],
                          ids=[name for name, _, _ in BROKEN])
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
-def test_broken_copy_is_rejected(path, mutate, expected, crd, template):
+def test_broken_copy_is_rejected(path, mutate, expected, crd, chart):
     values = load(path)
     if mutate in (gpu_on_sidecar, gpu_on_init_container, gpu_in_requests_only):
         # the same mistake with the variant's own resource name
@@ -271,15 +280,15 @@ def test_broken_copy_is_rejected(path, mutate, expected, crd, template):
         name = next(k for k in limits if k.startswith("nvidia.com/"))
         limits["nvidia.com/gpu"] = limits.pop(name)
     mutate(values)
-    found = [str(p) for p in problems_of(values, crd, template)]
+    found = [str(p) for p in problems_of(values, crd, chart)]
     assert any(expected in p for p in found), found
     assert all(" Fix: " in p for p in found)
 
 
-def test_broken_copy_of_a_shared_gpu_without_jax_preallocation_off(crd, template):
+def test_broken_copy_of_a_shared_gpu_without_jax_preallocation_off(crd, chart):
     values = load(ARC / "values-time-sliced.yaml")
     runner(values)["env"] = []
-    found = [str(p) for p in problems_of(values, crd, template)]
+    found = [str(p) for p in problems_of(values, crd, chart)]
     assert any("XLA_PYTHON_CLIENT_PREALLOCATE=false" in p for p in found), found
 
 
@@ -319,19 +328,19 @@ def test_mig_variant_asks_for_a_profile_its_layout_creates():
     ("values-whole-gpu.yaml", "nvidia.com/mig-1g.18gb", "selects no time-sliced or MIG pool"),
 ])
 def test_resource_the_pool_does_not_advertise_is_rejected(variant, resource, expected, crd,
-                                                          template):
+                                                          chart):
     values = load(ARC / variant)
     limits = runner(values)["resources"]["limits"]
     limits.pop(next(k for k in limits if k.startswith("nvidia.com/")))
     limits[resource] = 1
-    found = [str(p) for p in problems_of(values, crd, template)]
+    found = [str(p) for p in problems_of(values, crd, chart)]
     assert any(expected in p for p in found), found
 
 
-def test_selecting_a_layout_that_does_not_exist_is_rejected(crd, template):
+def test_selecting_a_layout_that_does_not_exist_is_rejected(crd, chart):
     values = load(ARC / "values-mig.yaml")
     values["template"]["spec"]["nodeSelector"]["nvidia.com/mig.config"] = "all-1g.18gb"
-    found = [str(p) for p in problems_of(values, crd, template)]
+    found = [str(p) for p in problems_of(values, crd, chart)]
     assert any("which the mig-parted config lacks" in p for p in found), found
 
 
@@ -440,7 +449,7 @@ H200_MIG_MEMORY = {"1g.18gb": 1 / 8, "1g.35gb": 2 / 8, "2g.35gb": 2 / 8, "3g.71g
 
 
 def observed_h200() -> dict[str, Any]:
-    machines = load(FIXTURES / "reference" / "observed-gpu-machines.yaml")
+    machines = load(shared_path("reference", "observed-gpu-machines.yaml"))
     return next(m for m in machines if m["gpus"][0]["name"] == "NVIDIA H200")
 
 
