@@ -134,6 +134,7 @@ def assert_cache_valid(pkgs: Path, channel) -> None:
 
 
 def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
+    """(exit status, output) of a spawned job; a job that hangs (a FIFO read) fails the test."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -144,5 +145,6 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
 
 
 def rattler_entry(pkgs: Path, name: str) -> Path:
+    """The extracted cache entry of package ``name`` in the package cache ``pkgs``."""
     return next(e for e in (pkgs / "rattler").iterdir() if e.is_dir() and
                 e.name.startswith(name + "-"))
