@@ -35,10 +35,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpu_ci.specs import groups_for  # noqa: E402
+from tests.events import workflow_dispatch  # noqa: E402
 from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
 
-LOCK = ROOT / "tests" / "fixtures" / "lockfiles" / "conda-lock.zlib.conda-linux-64.lock"
-WEBHOOKS = ROOT / "tests" / "fixtures" / "webhooks"
+LOCK = ROOT / "tests" / "fixtures" / "self-test.linux-64.lock"
+"""The project's own explicit lock (six packages): a dry run plans it, downloads nothing."""
 
 
 def wheel_bytes(action: str) -> int:
@@ -56,8 +57,10 @@ def wheel_bytes(action: str) -> int:
 
 def command(action: str, work: Path, github: FakeGitHub) -> tuple[list[str], dict[str, str]]:
     if action == "gpu-gate":
+        event = work / "workflow_dispatch.json"
+        event.write_text(json.dumps(workflow_dispatch(repository="octo-org/octo-repo")))
         return [], {"GITHUB_EVENT_NAME": "workflow_dispatch",
-                    "GITHUB_EVENT_PATH": str(WEBHOOKS / "workflow_dispatch.json"),
+                    "GITHUB_EVENT_PATH": str(event),
                     "GITHUB_REPOSITORY": "octo-org/octo-repo", "GITHUB_SHA": "a" * 40}
     if action == "remove-label":
         return ["--number", "2", "--repository", "octo/repo"], {

@@ -5,8 +5,9 @@ queued for ever, without a GPU, or sharing one they should not.
 
 Each values file (gha-runner-scale-set 0.14.2) is
 
-1. checked against the keys the chart's template reads (a misspelt ``maxRunner`` is
-   silently ignored by Helm, leaving the scale set unbounded);
+1. checked against the values the chart documents in its ``values.yaml`` (set or shown
+   commented out there; a misspelt ``maxRunner`` is silently ignored by Helm, leaving the
+   scale set unbounded);
 2. rendered into the AutoscalingRunnerSet the chart would create (the part of the template
    that builds ``spec``, re-implemented here because no ``helm`` binary is assumed), and that
    object validated against the CRD's openAPIV3Schema, made strict: an unknown field is an
@@ -18,11 +19,16 @@ Each values file (gha-runner-scale-set 0.14.2) is
 
 Cross-file rules tie a values file to the GPU operator's configuration
 (:func:`operator_problems`). Only PyYAML and jsonschema are needed.
+
+The chart's ``values.yaml`` and the CRD are ARC's files, not ours: they are read from a
+reference directory, ``../shared/reference/arc-0.14.2`` beside the project by default
+(``--reference DIR`` or ``GPU_CI_ARC_REFERENCE`` name another), never copied here.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,9 +39,11 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-REFERENCE = HERE.parent / "tests" / "fixtures" / "reference" / "arc-0.14.2"
-CRD_PATH = REFERENCE / "actions.github.com_autoscalingrunnersets.yaml"
-TEMPLATE_PATH = REFERENCE / "autoscalingrunnerset.yaml"
+REFERENCE = Path(os.environ.get("GPU_CI_ARC_REFERENCE")
+                 or HERE.parent.parent / "shared" / "reference" / "arc-0.14.2")
+"""ARC 0.14.2's chart values.yaml and AutoscalingRunnerSet CRD (../shared beside the clone)."""
+CRD_NAME = "actions.github.com_autoscalingrunnersets.yaml"
+CHART_VALUES_NAME = "values.yaml"
 
 GPU_RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\+me)?)$")
 RUNTIME_CLASS = "nvidia"
@@ -71,26 +79,56 @@ def load_yaml(path: Path) -> Any:
         return yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
 
 
-# -- 1. values keys against the template ------------------------------------------------------
+# -- 1. values keys against the chart's documented values -------------------------------------
 
-_VALUES_PATH = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
-_ALIAS = re.compile(r"\$([A-Za-z_]\w*)\s*:=\s*\(?\s*(?:default\s+\(dict\)\s+)?\.Values"
-                    r"((?:\.[A-Za-z_]\w*)+)")
-_INDEX = re.compile(r"index\s+\$([A-Za-z_]\w*)\s+\"([^\"]+)\"")
+_KEY_LINE = re.compile(r"^(?P<indent>[ ]*)(?P<comment>#[ ]?)?(?P<inner>[ ]*)"
+                       r"(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?:[ ]|$)")
+
+FREE_FORM: frozenset[tuple[str, ...]] = frozenset({
+    ("template",), ("listenerTemplate",), ("listenerMetrics",), ("githubConfigSecret",),
+    ("labels",), ("annotations",), ("proxy",), ("githubServerTLS", "certificateFrom"),
+    ("containerMode", "kubernetesModeWorkVolumeClaim"),
+    ("containerMode", "kubernetesModeAdditionalRoleRules"), ("keyVault",),
+    ("controllerServiceAccount",),
+})
+"""Our model of the chart: values it passes on whole (a PodSpec, a secret's fields, label
+maps, a claim spec), so keys below them are not the chart's to document; what they hold is
+checked after rendering, against the CRD."""
+
+_RESOURCE_META_ENTRIES = ("labels", "annotations")
+"""``resourceMeta.<resource>`` holds labels and annotations: free-form maps."""
 
 
-def template_value_paths(template: str) -> set[tuple[str, ...]]:
-    """Every ``.Values`` path the template reads, also through ``$x := .Values.y`` aliases
-    (``$containerMode.type``) and ``index $resourceMeta "key"``."""
-    paths = {tuple(m.group(1).strip(".").split(".")) for m in _VALUES_PATH.finditer(template)}
-    for alias in _ALIAS.finditer(template):
-        name, base = alias.group(1), tuple(alias.group(2).strip(".").split("."))
-        for use in re.finditer(r"\$" + name + r"((?:\.[A-Za-z_]\w*)+)", template):
-            paths.add(base + tuple(use.group(1).strip(".").split(".")))
-        for use in _INDEX.finditer(template):
-            if use.group(1) == name:
-                paths.add((*base, use.group(2)))
+def documented_value_paths(chart_values: str) -> set[tuple[str, ...]]:
+    """Every key path ``values.yaml`` documents: the keys it sets and the ones it shows
+    commented out (``# maxRunners: 5``, ``#   type: "dind"``). Prose lines (``##``) and list
+    items are skipped; a commented key's indentation is counted from after ``# ``."""
+    paths: set[tuple[str, ...]] = set()
+    stack: list[tuple[int, str]] = []
+    for line in chart_values.splitlines():
+        if line.lstrip().startswith("##"):
+            continue
+        match = _KEY_LINE.match(line)
+        if not match:
+            continue
+        indent = len(match.group("indent")) + len(match.group("inner"))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group("key")))
+        paths.add(tuple(key for _, key in stack))
     return paths
+
+
+def _documented(leaf: tuple[str, ...], documented: set[tuple[str, ...]]) -> bool:
+    if leaf in documented:
+        return True
+    if any(leaf[:len(free)] == free for free in FREE_FORM):
+        return leaf[:1] in documented
+    if len(leaf) > 3 and leaf[0] == "resourceMeta" and leaf[2] in _RESOURCE_META_ENTRIES:
+        return leaf[:3] in documented
+    # a documented key whose value we set to a mapping or list deeper than the example shows
+    return any(leaf[:len(path)] == path for path in documented
+               if not any(other[:len(path)] == path and other != path for other in documented))
 
 
 def _leaves(value: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -101,16 +139,18 @@ def _leaves(value: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...
         yield prefix
 
 
-def unread_values(values: Mapping[str, Any], read: set[tuple[str, ...]]) -> list[Problem]:
-    """Values the template never reads: Helm ignores them without a word."""
+def unread_values(values: Mapping[str, Any], documented: set[tuple[str, ...]]) -> list[Problem]:
+    """Values the chart does not document: its template never reads them, and Helm ignores
+    them without a word."""
     problems = []
     for leaf in _leaves(values):
-        if not any(leaf[:len(path)] == path for path in read):
+        if not _documented(leaf, documented):
             dotted = ".".join(leaf)
-            known = sorted({p[0] for p in read})
+            known = sorted({p[0] for p in documented})
             problems.append(Problem(
-                dotted, "the chart's template never reads this value, so Helm ignores it.",
-                f"check the spelling; top-level keys the template reads: {', '.join(known)}."))
+                dotted, "the chart's template never reads this value (the chart's values.yaml "
+                "does not document it), so Helm ignores it.",
+                f"check the spelling; top-level keys the chart documents: {', '.join(known)}."))
     return problems
 
 
@@ -495,9 +535,11 @@ def operator_problems(ars: Mapping[str, Any], device_plugin: Mapping[str, Any],
 
 # -- all together -------------------------------------------------------------------------------
 
-def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], template: str,
+def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], chart_values: str,
                  where: str = "values") -> list[Problem]:
-    problems = unread_values(values, template_value_paths(template))
+    """Every problem of one values file; ``chart_values`` is the text of the chart's
+    values.yaml (its comments document most keys, so it is read as text)."""
+    problems = unread_values(values, documented_value_paths(chart_values))
     try:
         ars = render_autoscaling_runner_set(values)
     except RenderError as exc:
@@ -511,20 +553,32 @@ def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], template: st
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("values", nargs="+", type=Path)
-    parser.add_argument("--crd", type=Path, default=CRD_PATH)
-    parser.add_argument("--template", type=Path, default=TEMPLATE_PATH)
+    parser.add_argument("--reference", type=Path, default=REFERENCE,
+                        help="folder with ARC 0.14.2's chart values.yaml and the "
+                             "AutoscalingRunnerSet CRD (default: ../shared/reference/"
+                             "arc-0.14.2 beside the project, or $GPU_CI_ARC_REFERENCE)")
+    parser.add_argument("--crd", type=Path, help="the CRD (default: in --reference)")
+    parser.add_argument("--chart-values", type=Path,
+                        help="the chart's values.yaml (default: in --reference)")
     parser.add_argument("--device-plugin-config", type=Path,
                         default=HERE / "gpu-operator" / "device-plugin-config.yaml")
     parser.add_argument("--mig-parted-config", type=Path,
                         default=HERE / "gpu-operator" / "mig-parted-config.yaml")
     args = parser.parse_args(argv)
-    for path in (args.crd, args.template, args.device_plugin_config, args.mig_parted_config,
-                 *args.values):
+    crd_path = args.crd or args.reference / CRD_NAME
+    chart_path = args.chart_values or args.reference / CHART_VALUES_NAME
+    for path in (crd_path, chart_path):
+        if not path.is_file():
+            print(f"check: {path} does not exist: ARC's chart values.yaml and CRD are read "
+                  "from ../shared/reference/arc-0.14.2 beside the project; name another "
+                  "folder with --reference (or GPU_CI_ARC_REFERENCE).", file=sys.stderr)
+            return 2
+    for path in (args.device_plugin_config, args.mig_parted_config, *args.values):
         if not path.is_file():
             print(f"check: {path} does not exist.", file=sys.stderr)
             return 2
-    crd = load_yaml(args.crd)
-    template = args.template.read_text(encoding="utf-8")
+    crd = load_yaml(crd_path)
+    chart_values = chart_path.read_text(encoding="utf-8")
     plugin, mig = load_yaml(args.device_plugin_config), load_yaml(args.mig_parted_config)
     failed = 0
     for path in args.values:
@@ -533,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: not a mapping of Helm values.")
             failed += 1
             continue
-        problems = check_values(values, crd, template, str(path))
+        problems = check_values(values, crd, chart_values, str(path))
         if not problems:
             problems = operator_problems(render_autoscaling_runner_set(values), plugin, mig)
         for problem in problems:

@@ -7,7 +7,6 @@ tree. Each scenario prints the action's decision and its job summary.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -16,18 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.act_runner import run_act  # noqa: E402
+from tests.events import HEAD, REPO  # noqa: E402
+from tests.events import pull_request_labeled as labeled_event  # noqa: E402
 from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
-
-REPO = "Codertocat/Hello-World"
-HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-WEBHOOKS = ROOT / "tests" / "fixtures" / "webhooks"
-
-
-def labeled_event(label: str, sender: str) -> dict:
-    event = json.loads((WEBHOOKS / "pull_request.labeled.json").read_text())
-    event["label"]["name"] = label
-    event["sender"]["login"] = sender
-    return event
 
 
 def show(title: str, result, keys: list[str]) -> bool:
@@ -94,7 +84,7 @@ def main() -> int:
             print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
         # The budget: a month of GPU runs ($12.48 of a $15 budget), a gate that refuses the
         # next one (its 60-minute reservation would pass the budget), and the spend report.
-        from tests.test_budget_api import month_of_runs
+        from tests.github.runs import month_of_runs
 
         month_of_runs(github, per_day=2, days=10)
         budget_env = {**env, "GPU_CI_NOW": "2026-11-30T14:00:00Z"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -16,11 +15,9 @@ import pytest
 
 from tests.act_runner import FAST_HTTP_ENV, ActResult, run_act
 from tests.github_server import FakeGitHub
+from tests.shared import ROOT, SHARED, shared_path, webhook
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHARED = ROOT.parent / "shared"
-
+__all__ = ["ROOT", "SHARED", "shared_path", "webhook", "tree_digest", "parse_output_file"]
 
 
 def tree_digest(root: Path) -> str:
@@ -33,12 +30,6 @@ def tree_digest(root: Path) -> str:
         if path.is_file() and not path.is_symlink():
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def webhook(name: str) -> dict[str, Any]:
-    """A real webhook payload from tests/fixtures/webhooks (a deep copy, safe to edit)."""
-    with open(FIXTURES / "webhooks" / f"{name}.json", encoding="utf-8") as handle:
-        return copy.deepcopy(json.load(handle))
 
 
 @pytest.fixture

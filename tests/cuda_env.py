@@ -24,7 +24,6 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml" / "fake_nvml.c"
 CUDA_SOURCE = HERE / "fake_nvml" / "fake_cuda.c"
-OBSERVED = HERE / "fixtures" / "reference" / "observed-gpu-machines.yaml"
 
 
 def nvml_include_dir() -> Path | None:
@@ -116,8 +115,12 @@ def nvml_config(*gpus: dict[str, str], driver: str = "580.159.04", cuda: int = 1
 
 
 def observed_h200() -> tuple[dict[str, Any], dict[str, str]]:
-    """The first H200 reading of observed-gpu-machines.yaml, and a fake-NVML config of it."""
-    machine = yaml.safe_load(OBSERVED.read_text())[0]
+    """The first H200 reading of ../shared/reference/observed-gpu-machines.yaml, and a
+    fake-NVML config of it (the caller is skipped where ../shared is absent)."""
+    from tests.shared import shared_path
+
+    observed = shared_path("reference", "observed-gpu-machines.yaml")
+    machine = yaml.safe_load(observed.read_text())[0]
     gpus = [gpu_config(i, name=g["name"], cc="{}.{}".format(*g["compute_capability"]),
                        memory_mib=g["memory_total_mib"])
             for i, g in enumerate(machine["gpus"])]
@@ -177,28 +180,18 @@ def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str)
                         "torch/__init__.py": NO_IMPORT})
 
 
-WHEELS = HERE / "fixtures" / "wheels"
-
-
-def fixture(name: str) -> str:
-    """Text of a file cut from a real wheel (tests/fixtures/wheels; sources in the README)."""
-    return (WHEELS / name).read_text(encoding="utf-8")
-
-
-def fixture_bytes(name: str) -> bytes:
-    return (WHEELS / name).read_bytes()
-
-
 def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
     """A venv holding torch ``version`` as its real wheel laid it out, as far as the fast path
-    reads it: ``torch/version.py`` and the bytes of ``torch/lib/libtorch_python.so`` around
-    the arch list, both cut from the real wheel; ``import torch`` raises."""
+    reads it: ``torch/version.py`` and ``torch/lib/libtorch_python.so`` (an ELF built by gcc
+    holding the wheel's arch-list literal), both written from the wheel's facts
+    (tests/cuda/wheelfacts.py); ``import torch`` raises."""
+    from tests.cuda import wheelfacts
+
     python = make_target(root, {"torch": version, **extra_dists},
-                         {"torch/version.py": fixture(f"torch-{version}.version.py.txt"),
+                         {"torch/version.py": wheelfacts.torch_version_py(version),
                           "torch/__init__.py": NO_IMPORT})
     site = next((root / "lib").glob("python3*/site-packages"))
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)
-    (lib / "libtorch_python.so").write_bytes(
-        fixture_bytes(f"torch-{version}.libtorch_python.so.cut"))
+    (lib / "libtorch_python.so").write_bytes(wheelfacts.libtorch_python(version))
     return python

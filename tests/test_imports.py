@@ -8,6 +8,7 @@ import sys
 
 from tests.conftest import ROOT, webhook
 from tests.github_server import PullRequest
+from tests.shared import lock_file
 
 RUNNER = """
 import atexit, json, sys
@@ -60,7 +61,7 @@ def test_missing_extra_is_explained(tmp_path):
     blocker.mkdir()
     (blocker / "yaml.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n")
-    lock = ROOT / "tests" / "fixtures" / "lockfiles" / "setup-micromamba.test.conda-lock.yml"
+    lock = lock_file("setup-micromamba.test.conda-lock.yml")
     proc = subprocess.run(
         [sys.executable, "-m", "gpu_ci", "setup-conda-from-lock", "--lock-file", str(lock),
          "--dry-run", "true"],
