@@ -267,8 +267,31 @@ def render_action_readme(name: str, text: str) -> str:
                     f"actions/{name}/README.md")
 
 
+#: Said of a group beside what its lock file names.
+GROUP_NOTES = {"github": " (without the `cryptography` it only needs for GitHub App auth)"}
+
+
+def group_packages(group: str) -> list[str]:
+    """The packages ``requirements/<group>.in`` names (its one source), markers dropped."""
+    lines = (ROOT / "requirements" / f"{group}.in").read_text(encoding="utf-8").splitlines()
+    return [line.split(";")[0].split("#")[0].strip() for line in lines
+            if line.split("#")[0].strip()]
+
+
+def groups_table() -> str:
+    """The root README's table of dependency groups and the actions that install each."""
+    rows = ["| group | holds | installed for |", "|---|---|---|"]
+    for group in GROUPS:
+        users = [f"`{name}`" for name, spec in ACTIONS.items() if group in spec.groups]
+        holds = ", ".join(group_packages(group)) + GROUP_NOTES.get(group, "")
+        rows.append(f"| `{group}` | {holds} | "
+                    f"{'every action' if len(users) == len(ACTIONS) else ', '.join(users)} |")
+    return "\n".join(rows) + "\n"
+
+
 def render_root_readme(text: str) -> str:
-    return _between(text, "actions table", actions_overview(), "README.md")
+    text = _between(text, "actions table", actions_overview(), "README.md")
+    return _between(text, "groups table", groups_table(), "README.md")
 
 
 def bootstrap_case() -> str:
