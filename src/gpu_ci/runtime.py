@@ -215,8 +215,10 @@ def annotate_findings(rt: Runtime, action: str, findings: Iterable[Finding]) -> 
         rt._annotate(kind, text, f"{action}: {f.code}")
 
 
-def repository(value: str, environ: Mapping[str, str], *, input_name: str = "repository") -> str:
-    """``owner/name`` from an input, else from ``GITHUB_REPOSITORY`` (one rule for every action).
+def repository(value: str, environ: Mapping[str, str], *,
+               input_name: str | None = "repository") -> str:
+    """``owner/name`` from an input, else from ``GITHUB_REPOSITORY`` (one rule for every action;
+    ``input_name=None`` for an action that has no such input).
 
     Surrounding blanks are ignored; anything that is not exactly one ``/`` between two
     non-empty parts is a :class:`UsageError` naming where the value came from.
@@ -228,6 +230,7 @@ def repository(value: str, environ: Mapping[str, str], *, input_name: str = "rep
     owner, _, name = text.partition("/")
     if not owner or not name or "/" in name:
         where = "is empty" if not text else f"is {text!r}"
-        raise UsageError(f"no repository: {source} {where}; pass '{input_name}' as owner/name "
-                         "or set GITHUB_REPOSITORY.")
+        fix = (f"pass '{input_name}' as owner/name or set GITHUB_REPOSITORY" if input_name
+               else "set GITHUB_REPOSITORY to owner/name (the runner does)")
+        raise UsageError(f"no repository: {source} {where}; {fix}.")
     return text

@@ -159,7 +159,7 @@ def test_ghes_api_url(run_cli, server):
 
 @pytest.mark.parametrize(("flag", "value", "match"), [
     ("--number", "abc", "'number' must be a positive integer"),
-    ("--repository", "just-a-name", "'repository' must be owner/name"),
+    ("--repository", "just-a-name", "pass 'repository' as owner/name"),
     ("--fail-on-error", "maybe", "'fail-on-error' of remove-label must be true or false"),
     ("--labels", " , ", "'labels' is empty"),
 ])

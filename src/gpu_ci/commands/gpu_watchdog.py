@@ -14,6 +14,7 @@ from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table, write_report
+from gpu_ci.runtime import repository as repository_of
 
 
 def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
@@ -71,9 +72,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     warning = watchdog.schedule_warning(config.max_queue_minutes, interval)
     if warning:
         rt.warning(f"{warning} (interval from {source})", title="gpu-watchdog")
-    repository = rt.environ.get("GITHUB_REPOSITORY", "").strip()
-    if repository.count("/") != 1:
-        raise UsageError("GITHUB_REPOSITORY is not set to owner/name: set it for the CLI.")
+    repository = repository_of("", rt.environ, input_name=None)
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: write")
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
     now = jobs.now(rt.environ).replace(microsecond=0)

@@ -11,11 +11,13 @@ from gpu_ci.github.client import ApiError, Rest, connect, unanswered
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
+from gpu_ci.runtime import repository as repository_of
 
 
 def target(inputs: Inputs, rt: Runtime) -> tuple[str, int]:
     """(repository, number) from the inputs, else from the event."""
-    repository = inputs["repository"] and labels.parse_repository(inputs["repository"])
+    # the input when given (one rule: runtime.repository), else the event's repository
+    repository = inputs["repository"].strip() and repository_of(inputs["repository"], {})
     number = labels.parse_number(inputs["number"]) if inputs["number"] else None
     if number is None or not repository:
         ctx = load_event(rt.environ, need_repository=not repository)

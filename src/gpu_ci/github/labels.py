@@ -42,14 +42,6 @@ def parse_number(text: str) -> int:
     return int(value)
 
 
-def parse_repository(text: str) -> str:
-    value = text.strip()
-    owner, _, name = value.partition("/")
-    if not owner or not name or "/" in name:
-        raise UsageError(f"input 'repository' must be owner/name, got {text!r}.")
-    return value
-
-
 class Result(enum.Enum):
     REMOVED = "removed"
     ABSENT = "absent"
