@@ -51,7 +51,7 @@ def _write_report(path: str, repository: str, run: dict, gpu_jobs: list, now) ->
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     config = statuses.make_config(inputs["context"], inputs["label"], inputs["min-permission"],
-                                  inputs.items("gpu-jobs"))
+                                  inputs.items("gpu-jobs"), inputs["workflow"])
     gate_run = _gate_run(inputs)
     ctx = load_event(rt.environ)
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
@@ -62,7 +62,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         rest = None
         listed: list = []
         head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
-        if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
+        # a final result, an approval of another pull request or one in flight stays
+        if (action in statuses.NEW_HEAD or action == "labeled" and gate_run is False) \
+                and len(head) == 40:
             rest = client = _rest(inputs, rt)
             listed = call_api(f"the statuses of {head[:12]}", lambda: client.get_pages(
                 f"/repos/{ctx.repository}/commits/{quote(head, safe='')}/statuses", limit=100))
@@ -111,10 +113,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     status = outcome.status
     if status is not None and rest is not None:
         body = status.body(config.context)
+        post_to = f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}"
         try:
             call_api(f"setting the '{config.context}' status of {status.sha[:12]}",
-                  lambda: rest.post(
-                      f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
+                  lambda: rest.post(post_to, body))
         except GpuCiError as exc:
             if ctx.name == "pull_request" and "HTTP 403" in exc.message:
                 raise GpuCiError(exc.message + " A pull_request run from a fork always has a "
@@ -122,6 +124,17 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                                  "workflow_run (examples/cuda-ci-remove-label.yml, "
                                  "examples/cuda-ci-status.yml).", title=exc.title) from None
             raise
+        if ctx.name == "workflow_run" and status.state == "pending":
+            # requested and completed of one run may be handled at once: read again, and
+            # put the run's own result back on top if it landed below our "in progress"
+            again = call_api(f"the statuses of {status.sha[:12]}", lambda: rest.get_pages(
+                f"/repos/{ctx.repository}/commits/{quote(sha, safe='')}/statuses", limit=100))
+            fixed = statuses.settle(config, ctx.payload["workflow_run"], again)
+            if fixed is not None:
+                restore = fixed.body(config.context)
+                call_api(f"restoring the '{config.context}' result of {fixed.sha[:12]}",
+                         lambda: rest.post(post_to, restore))
+                status = fixed
         calls_note = f" ({rest.calls} API calls)"
         rt.info(f"gpu-status: {config.context} = {status.state}: {status.description}"
                 f"{calls_note}")
