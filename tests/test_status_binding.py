@@ -239,3 +239,63 @@ def test_in_progress_landing_on_top_of_the_result_is_undone():
     # another run's result below is not ours to restore
     other = {**passed, "target_url": f"{RUNS}/4/attempts/1"}
     assert statuses.settle(CONFIG, run(5), [in_progress(), other]) is None
+
+
+# -- the reusable workflow --------------------------------------------------------------------
+
+
+def test_gpu_jobs_of_a_reusable_call_match_only_the_named_called_job():
+    """`gpu-jobs: gpu` matched every job of a reusable call with a matrix (`gpu (pool) /
+    GPU CI results` too, which passes when the gate refused): a skipped test read as passed.
+    A name matches segment by segment; `gpu / Test on GPU` names the test job only."""
+    names = ["gpu (gpu-ci-whole-gpu, cuda>=12.4) / Approval (gpu-gate)",
+             "gpu (gpu-ci-whole-gpu, cuda>=12.4) / Test on GPU",
+             "gpu (gpu-ci-whole-gpu, cuda>=12.4) / GPU CI results", "gpu / Test on GPU",
+             "other / Test on GPU"]
+    jobs = [{"name": n} for n in names]
+    assert statuses.gpu_jobs_of(jobs, ["gpu"]) == []
+    assert [j["name"] for j in statuses.gpu_jobs_of(jobs, ["gpu / Test on GPU"])] == [
+        names[1], names[3]]
+    # plain jobs as before, matrix rows included
+    plain = [{"name": "tests"}, {"name": "tests (3.12)"}, {"name": "tests-lint"}]
+    assert [j["name"] for j in statuses.gpu_jobs_of(plain, ["tests"])] == [
+        "tests", "tests (3.12)"]
+
+
+def results(tmp_path, **env: str) -> tuple[int, str]:
+    import os
+    import subprocess
+
+    import yaml
+
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "gpu-ci.yml").read_text("utf-8"))
+    script = doc["jobs"]["results"]["steps"][0]["run"]
+    full = {"PATH": os.environ["PATH"], "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md"),
+            "GATE": "success", "BUILD": "success", "TEST": "success", **env}
+    proc = subprocess.run(["bash", "-e", "-c", script], env=full, capture_output=True,
+                          text=True)
+    return proc.returncode, proc.stdout
+
+
+def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
+    """The header said to require "GPU CI results"; it passed when the gate refused."""
+    code, out = results(tmp_path, RUN="false", REASON="@x has triage access",
+                        BUILD="skipped", TEST="skipped", GATE_ATTEMPT="1",
+                        GITHUB_RUN_ATTEMPT="1")
+    assert code == 1 and "did not run" in out
+
+
+def test_a_rerun_of_failed_jobs_does_not_reuse_the_gates_decision(tmp_path):
+    """'Re-run failed jobs' reuses the gate's outputs of attempt 1 (head, budget unchecked):
+    the build and test jobs skip, and the results check fails, naming the fix."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "gpu-ci.yml").read_text("utf-8"))
+    assert doc["jobs"]["gate"]["outputs"]["attempt"] == "${{ github.run_attempt }}"
+    for job in ("build", "test"):
+        assert "needs.gate.outputs.attempt == github.run_attempt" in doc["jobs"][job]["if"]
+    code, out = results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="1",
+                        GITHUB_RUN_ATTEMPT="2", BUILD="skipped", TEST="skipped")
+    assert code == 1 and "Re-run all jobs" in out
+    assert results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2",
+                   GITHUB_RUN_ATTEMPT="2")[0] == 0

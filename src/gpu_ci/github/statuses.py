@@ -297,12 +297,18 @@ def minutes(seconds: float) -> str:
 
 def gpu_jobs_of(jobs: Sequence[Mapping[str, Any]],
                 names: Sequence[str]) -> list[Mapping[str, Any]]:
-    """Jobs named like one of ``names``; ``tests`` also matches matrix jobs ``tests (3.12)``."""
-    wanted = [n.casefold() for n in names]
+    """Jobs named like one of ``names``; ``tests`` also matches matrix jobs ``tests (3.12)``.
+
+    Segment by segment: a reusable workflow's jobs are ``<caller job> / <its job>``, so
+    ``gpu / Test on GPU`` matches ``gpu (pool-a) / Test on GPU`` and nothing else of the
+    call, and ``gpu`` matches none of them (it used to match the call's every job, its
+    results job included, which passes when the gate refused)."""
+    wanted = [n.casefold().split(" / ") for n in names]
     out = []
     for job in jobs:
-        name = str(job.get("name") or "").casefold()
-        if any(name == n or name.startswith(n + " (") for n in wanted):
+        parts = str(job.get("name") or "").casefold().split(" / ")
+        if any(len(parts) == len(w) and all(p == n or p.startswith(n + " (")
+                                            for p, n in zip(parts, w)) for w in wanted):
             out.append(job)
     return out
 
