@@ -299,3 +299,20 @@ def test_a_rerun_of_failed_jobs_does_not_reuse_the_gates_decision(tmp_path):
     assert code == 1 and "Re-run all jobs" in out
     assert results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2",
                    GITHUB_RUN_ATTEMPT="2")[0] == 0
+
+
+@pytest.mark.parametrize("value, path", [
+    ("cuda-ci.yml", ".github/workflows/cuda-ci.yml"),
+    (".github/workflows/gpu.yaml", ".github/workflows/gpu.yaml")])
+def test_the_workflow_input_names_a_file_under_github_workflows(value, path):
+    assert statuses.workflow_path(value) == path
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("", "is empty"), ("  ", "is empty"), ("CUDA CI", "file name"),
+    ("src/cuda-ci.yml", "file name")])
+def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
+    from gpu_ci.errors import UsageError
+
+    with pytest.raises(UsageError, match=fragment):
+        statuses.workflow_path(value)

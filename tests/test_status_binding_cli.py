@@ -115,3 +115,26 @@ def test_cli_another_pull_request_at_the_approved_head_keeps_the_approval(run_cl
     assert result.returncode == 0, result.stdout
     assert github.requests("POST") == []
     assert "#2" in result.outputs["description"]
+
+
+def test_cli_a_later_run_of_the_approver_does_not_overwrite_a_failure(run_cli, github, env):
+    """Approved, the GPU tests failed; a later label by the maintainer runs the fork's own
+    "CUDA CI" as the maintainer, and its `tests` job passes."""
+    repo = github.repos[REPO]
+    failed = status(f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: "
+                    "failure.", "failure", f"{RUNS}/5/attempts/1", ago=60)
+    repo.statuses[HEAD] = [failed, status("Approved by @maintainer: GPU run in progress.",
+                                          url=f"{RUNS}/5/attempts/1", ago=100), approval()]
+    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
+                      actor="maintainer")
+    run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=stamp(30))]
+    github.add_run(REPO, run)
+    github.start_job(run.jobs[0].id, stamp(29))
+    github.complete_job(run.jobs[0].id, stamp(1))
+    for action in ("requested", "completed"):
+        event = workflow_run(action, id=run.id, html_url=f"{RUNS}/{run.id}",
+                             created_at=stamp(30))
+        result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+        assert result.returncode == 0, result.stdout
+    assert github.requests("POST") == []
+    assert repo.statuses[HEAD][0] == failed

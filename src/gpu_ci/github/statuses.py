@@ -10,8 +10,9 @@ The states, on the head commit::
     opened / reopened / synchronize        -> pending  "Waiting for approval: ..."
     labeled, the gate approves             -> pending  "Approved by @x for abc123: GPU run queued"
     labeled, the gate refuses              -> pending  "Not approved: <the gate's reason>"
-    workflow_run requested (approved sha)  -> pending  "Approved by @x: GPU run in progress" + link
-    workflow_run completed (approved sha)  -> success / failure / error, with the run's link
+    workflow_run requested (approval's run) -> pending "Approved by @x: GPU run in progress",
+                                              linking <run>/attempts/<n> (the record)
+    workflow_run completed (that run)      -> success / failure / error, with the same link
     gpu-watchdog cancelled the run         -> error    "No GPU runner picked this up in N min"
 
 Trust: the ``pull_request`` workflow of a fork runs the fork's copy of the workflow file, so
@@ -393,7 +394,7 @@ def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str) -
     actor = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
     if run.get("event") != "pull_request":
         return f"a '{run.get('event')}' run of a pull request is not the approval's run."
-    if actor != approver:
+    if not approver or actor != approver:
         return f"run triggered by @{actor}, not by the approver @{approver}."
     if _attempt(run) != 1:
         return ("a re-run reuses the gate's old decision (head, budget): approve again to "
@@ -451,8 +452,8 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
                 f"'{run.get('event')}' run "
                 f"{'from ' + _head_repo(run) if _head_repo(run) else 'of a deleted fork'} "
                 "is only posted for the run a maintainer's approval started."))
-        approver = (_APPROVAL.fullmatch(str(approval.get("description") or "")) or
-                    _never()).group(1)
+        match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
+        approver = match.group(1) if match else ""
         why = _binds(run, approval, approver)
         if why:
             return Outcome(None, why + " Its result is not posted.")
@@ -502,10 +503,6 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
     suffix = f"; {waited}" if waited else ""
     return Outcome(Status(sha, "success", clip(
         f"GPU tests passed on {short(sha)}{by}{suffix}."), link), "GPU job passed.")
-
-
-def _never() -> re.Match[str]:
-    raise AssertionError("approval_status returns only descriptions _APPROVAL matches")
 
 
 def _head_repo(run: Mapping[str, Any]) -> str:
