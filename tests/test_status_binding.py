@@ -316,3 +316,16 @@ def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
 
     with pytest.raises(UsageError, match=fragment):
         statuses.workflow_path(value)
+
+
+def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examples():
+    """`uses: .../gpu-ci.yml@<sha>` ran nested `@v1` actions: whatever v1 points at."""
+    from gpu_ci.release import PINNED_WORKFLOWS, pin_uses, unpinned_uses
+
+    assert ".github/workflows/gpu-ci.yml" in PINNED_WORKFLOWS
+    text = (ROOT / ".github" / "workflows" / "gpu-ci.yml").read_text(encoding="utf-8")
+    assert text.count("uses: gpu-ci-actions/gpu-ci-actions/actions/") >= 6
+    assert unpinned_uses(text) == []
+    repinned = pin_uses(text, "1.2.3", "b" * 40)
+    assert repinned.count(f"@{'b' * 40}  # v1.2.3") == text.count(
+        "uses: gpu-ci-actions/gpu-ci-actions/actions/")
