@@ -6,8 +6,10 @@ it prints ``tag=``/``version=`` lines for ``$GITHUB_OUTPUT``. ``notes`` prints t
 section (the GitHub release body); ``moving-tags`` prints the major and minor tags that
 must follow the release (``v1``, ``v1.2``), so that ``@v1`` always means the newest 1.x.
 ``pin-examples --version 1.2.3 --sha <commit>`` rewrites the privileged examples' ``uses:``
-of our own actions to that release commit's full SHA with a ``# v1.2.3`` comment (run after a
-release; ``--check`` exits 1 when an example is not pinned that way).
+of our own actions, and the reusable workflow's nested ones, to that release commit's full
+SHA with a ``# v1.2.3`` comment (run after a release; ``--check`` exits 1 when a file is not
+pinned that way). The reusable workflow is pinned too: a caller who pins ``gpu-ci.yml`` by
+SHA must not run whatever ``v1`` points at, gate included.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def moving_tags(version: str) -> list[str]:
 #: runs with a write token.
 PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml", "examples/cuda-ci-status.yml",
                        "examples/cuda-ci-watchdog.yml")
+#: Workflows of this repository that others call: their nested ``uses:`` are pinned alike.
+PINNED_WORKFLOWS = (".github/workflows/gpu-ci.yml",)
 OWN_USES = re.compile(
     r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+)@(?P<ref>[\w./-]+)"
     r"(?P<comment>[ \t]+#[^\n]*)?")
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "pin-examples":
         status = 0
-        for name in PRIVILEGED_EXAMPLES:
+        for name in PRIVILEGED_EXAMPLES + PINNED_WORKFLOWS:
             path = Path(name)
             text = path.read_text(encoding="utf-8")
             if args.check:

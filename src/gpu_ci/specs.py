@@ -385,7 +385,11 @@ GPU_STATUS = ActionSpec(
         InputSpec("min-permission", "Least role that may approve, named in the waiting "
                   "message.", "write"),
         InputSpec("gpu-jobs", "Names of the GPU workflow's GPU jobs, comma-separated "
-                  "(`tests` also matches matrix jobs `tests (...)`).", "tests"),
+                  "(`tests` also matches matrix jobs `tests (...)`; a reusable workflow's "
+                  "job: `gpu / Test on GPU`).", "tests"),
+        InputSpec("workflow", "The GPU workflow's file (`cuda-ci.yml` or "
+                  "`.github/workflows/cuda-ci.yml`): only its runs count (names can be "
+                  "claimed by any fork's workflow, file paths cannot).", "cuda-ci.yml"),
         InputSpec("gate-run", "On a label event: the `run` output of gpu-gate run in the "
                   "same job.", ""),
         InputSpec("gate-reason", "On a label event: the `reason` output of gpu-gate.", ""),

@@ -60,7 +60,8 @@ def test_jobs_run_gate_then_build_on_cpu_then_test_on_gpu_then_results(workflow)
         assert jobs[job]["runs-on"] == "${{ inputs.cpu-runs-on }}"
     assert jobs["test"]["runs-on"] == "${{ fromJSON(needs.gate.outputs.runs-on) }}"
     for job in ("build", "test"):
-        assert jobs[job]["if"] == "needs.gate.outputs.run == 'true'"
+        assert jobs[job]["if"] == ("needs.gate.outputs.run == 'true' && "
+                                   "needs.gate.outputs.attempt == github.run_attempt")
     gate = steps(workflow, "gate")[0]
     assert uses(gate).startswith(OWN + "gpu-gate@")
     assert gate["with"]["gpu-runs-on"] == "${{ inputs.gpu-runs-on }}"
@@ -132,16 +133,18 @@ def run_results(tmp_path: Path, **env: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, summary.read_text() if summary.exists() else ""
 
 
-def test_results_pass_when_the_gate_skips(tmp_path):
+def test_results_fail_when_the_gate_skips(tmp_path):
+    """Issue 26: a required check must not pass for GPU tests that did not run."""
     code, out, summary = run_results(tmp_path, RUN="false", REASON="no label", GATE="success",
                                      BUILD="skipped", TEST="skipped")
-    assert code == 0 and "no label" in out
+    assert code == 1 and "did not run: no label" in out
     assert "| test (GPU) | skipped |" in summary
 
 
 def test_results_pass_when_build_and_tests_pass(tmp_path):
     code, _, summary = run_results(tmp_path, RUN="true", REASON="approved", GATE="success",
-                                   BUILD="success", TEST="success")
+                                   BUILD="success", TEST="success", GATE_ATTEMPT="1",
+                                   GITHUB_RUN_ATTEMPT="1")
     assert code == 0 and "| build (CPU) | success |" in summary
 
 
@@ -149,7 +152,7 @@ def test_results_pass_when_build_and_tests_pass(tmp_path):
                                         ("success", "cancelled")])
 def test_results_fail_when_build_or_tests_fail(tmp_path, build, test):
     code, out, _ = run_results(tmp_path, RUN="true", REASON="approved", GATE="success",
-                               BUILD=build, TEST=test)
+                               BUILD=build, TEST=test, GATE_ATTEMPT="1", GITHUB_RUN_ATTEMPT="1")
     assert code == 1 and "::error title=GPU CI::" in out
 
 

@@ -93,8 +93,10 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     github.complete_job(run.jobs[1].id, ago(2))
     done = webhook("workflow_run.completed.with-pull-requests")
     done["repository"]["full_name"] = REPO
+    approved_at = github.repos[REPO].statuses[HEAD][0]["created_at"]  # the label created the run
     done["workflow_run"].update(
         id=run.id, head_sha=HEAD, event="pull_request", run_attempt=1, pull_requests=[],
+        path=run.path, created_at=approved_at, run_started_at=approved_at,
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
         triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK},
         workflow_id=run.workflow_id)
@@ -106,7 +108,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     latest = github.repos[REPO].statuses[HEAD][0]
     assert (latest["state"], latest["description"], latest["target_url"]) == (
         "pending", "Approved by @maintainer: GPU run in progress.",
-        f"https://github.com/{REPO}/actions/runs/{run.id}")
+        f"https://github.com/{REPO}/actions/runs/{run.id}/attempts/1")
     result = act(STATUS, "workflow_run", done, repository=REPO, env=env)
     assert result.returncode == 0, result.log
     state, description = gpu_ci(github, HEAD)[-1]
@@ -128,6 +130,39 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     # Every write went to statuses or the label; nothing touched the pull request's code.
     writes = {(r.method, r.path.split("/")[4]) for r in github.log if r.method != "GET"}
     assert writes == {("POST", "statuses"), ("DELETE", "issues")}
+
+
+def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, github):
+    """Issue 26, forged success: a fork adds a workflow `name: CUDA CI` on
+    pull_request_review whose job `tests` sleeps on ubuntu-latest, reviews its own pull
+    request and deletes the fork while it runs (head_repository null). The unmodified
+    cuda-ci-status.yml posts nothing, with or without an approval of the head."""
+    github.add_repo(REPO, roles={"maintainer": "write"})
+    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/fake.yml", HEAD,
+                      event="pull_request_review", actor="contributor")
+    run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=ago(30))]
+    github.add_run(REPO, run)
+    github.start_job(run.jobs[0].id, ago(29))
+    github.complete_job(run.jobs[0].id, ago(1))
+    forged = webhook("workflow_run.completed.with-pull-requests")
+    forged["repository"]["full_name"] = REPO
+    forged["workflow_run"].update(
+        id=run.id, head_sha=HEAD, event="pull_request_review", run_attempt=1,
+        pull_requests=[], path=run.path, head_repository=None, created_at=ago(30),
+        html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
+        triggering_actor={"login": "contributor"}, actor={"login": "contributor"},
+        workflow_id=run.workflow_id)
+    env = {"GITHUB_API_URL": github.url}
+    for approved in ([], [{"context": "GPU CI", "state": "pending", "created_at": ago(31),
+                           "target_url": f"https://github.com/{REPO}/pull/2/checks",
+                           "description": f"Approved by @maintainer for {HEAD[:12]}: GPU "
+                                          "run queued."}]):
+        github.repos[REPO].statuses[HEAD] = list(approved)
+        result = act_steps(STATUS, "workflow_run", forged, repository=REPO, env=env)
+        assert result.returncode == 0, result.log
+        assert github.repos[REPO].statuses[HEAD] == approved
+        assert "fake.yml" in result.log and "not of the GPU workflow" in result.log
+    assert github.requests("POST") == []
 
 
 def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):

@@ -23,12 +23,14 @@ def ts(minutes_ago: float) -> str:
 
 
 def ours(description: str, state: str = "pending", context: str = "GPU CI") -> dict:
-    return {"context": context, "state": state, "description": description}
+    return {"context": context, "state": state, "description": description,
+            "created_at": ts(35)}
 
 
 def wf_run(event="pull_request", actor="maintainer", head_repo="contributor/Hello-World"):
-    return {"id": 5, "head_sha": HEAD, "event": event, "html_url": "https://x/runs/5",
-            "triggering_actor": {"login": actor}, "head_repository": {"full_name": head_repo}}
+    return {"id": 5, "head_sha": HEAD, "event": event, "html_url": "https://x/actions/runs/5",
+            "triggering_actor": {"login": actor}, "head_repository": {"full_name": head_repo},
+            "path": ".github/workflows/cuda-ci.yml", "created_at": ts(36), "run_attempt": 1}
 
 
 def job(conclusion="success", name="tests", created=30, started=20):
@@ -113,7 +115,7 @@ def test_the_approved_run_links_then_passes_with_its_queue_time():
     started = run_outcome("requested", wf_run(), None, APPROVED).status
     assert started is not None and started.state == "pending"
     assert started.description == "Approved by @maintainer: GPU run in progress."
-    assert started.target_url == "https://x/runs/5"
+    assert started.target_url == "https://x/actions/runs/5/attempts/1"
     done = run_outcome("completed", wf_run(), [job(created=30, started=20)], APPROVED).status
     assert done is not None and done.state == "success"
     assert done.description == (f"GPU tests passed on {HEAD[:12]} (approved by @maintainer); "
@@ -221,10 +223,10 @@ def test_cli_other_events_are_refused(run_cli, env):
 
 def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github, env, tmp_path):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [github.status_json(repo, HEAD, {
+    repo.statuses[HEAD] = [dict(github.status_json(repo, HEAD, {
         "context": "GPU CI", "state": "pending",
         "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
-        "github-actions[bot]")]
+        "github-actions[bot]"), created_at=ts(39))]
     run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
                       pull_requests=[], actor="maintainer")
     run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(40)),
@@ -236,6 +238,7 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
     github.complete_job(run.jobs[1].id, ts(5))
     event = webhook("workflow_run.completed.with-pull-requests")
     event["workflow_run"].update(id=run.id, head_sha=HEAD, event="pull_request",
+                                 path=run.path, created_at=ts(40),
                                  triggering_actor={"login": "maintainer"},
                                  head_repository={"full_name": "contributor/Hello-World"})
     report = tmp_path / "q.json"
@@ -255,10 +258,10 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
 
 def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [github.status_json(repo, HEAD, {
+    repo.statuses[HEAD] = [dict(github.status_json(repo, HEAD, {
         "context": "GPU CI", "state": "pending",
         "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
-        "github-actions[bot]")]
+        "github-actions[bot]"), created_at=ts(39))]
     skipped = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
                           actor="maintainer")
     skipped.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(3)),
@@ -272,7 +275,8 @@ def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, e
     github.complete_job(skipped.jobs[0].id, ts(2))
     event = webhook("workflow_run.completed.with-pull-requests")
     event["workflow_run"].update(id=skipped.id, head_sha=HEAD, event="pull_request",
-                                 workflow_id=skipped.workflow_id,
+                                 workflow_id=skipped.workflow_id, path=skipped.path,
+                                 created_at=ts(40),
                                  triggering_actor={"login": "maintainer"},
                                  head_repository={"full_name": "contributor/Hello-World"})
     result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")

@@ -53,7 +53,9 @@ def _pull_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConfig,
     rest = None
     listed: list[Any] = []
     head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
-    if action in statuses.NEW_HEAD and len(head) == 40:  # a final result stays
+    # a final result, an approval of another pull request or one in flight stays
+    if (action in statuses.NEW_HEAD or action == "labeled" and _gate_run(inputs) is False) \
+            and len(head) == 40:
         rest = _connect(inputs, rt)
         listed = _listed(rest, ctx.repository, head)
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
@@ -100,6 +102,18 @@ def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> l
     return list(answer.get("jobs") or [])
 
 
+def _settle(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
+            status: statuses.Status) -> statuses.Status:
+    """``requested`` and ``completed`` of one run may be handled at once: read again, and put
+    the run's own result back on top if it landed below our "in progress"."""
+    again = _listed(rest, ctx.repository, status.sha)
+    fixed = statuses.settle(config, ctx.payload["workflow_run"], again)
+    if fixed is None:
+        return status
+    _post(rest, ctx, config, fixed)
+    return fixed
+
+
 def _post(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
           status: statuses.Status) -> None:
     body = status.body(config.context)
@@ -118,7 +132,7 @@ def _post(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     config = statuses.make_config(inputs["context"], inputs["label"], inputs["min-permission"],
-                                  inputs.items("gpu-jobs"))
+                                  inputs.items("gpu-jobs"), inputs["workflow"])
     _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
     ctx = load_event(rt.environ)
     action = str(ctx.payload.get("action") or "")
@@ -134,6 +148,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     status, note = result.outcome.status, result.outcome.note
     if status is not None and result.rest is not None:
         _post(result.rest, ctx, config, status)
+        if ctx.name == "workflow_run" and status.state == "pending":
+            status = _settle(result.rest, ctx, config, status)
         rt.info(f"gpu-status: {config.context} = {status.state}: {status.description}"
                 f" ({result.rest.calls} API calls)")
     else:

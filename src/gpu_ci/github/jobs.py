@@ -127,11 +127,17 @@ def has_gpu_label(job: Mapping[str, Any], labels: frozenset[str]) -> bool:
 def named_gpu_jobs(jobs: Sequence[Mapping[str, Any]],
                    names: Sequence[str]) -> list[Mapping[str, Any]]:
     """``gpu-jobs``: jobs named like one of ``names``; ``tests`` also matches matrix jobs
-    ``tests (3.12)``."""
-    wanted = [n.casefold() for n in names]
+    ``tests (3.12)``.
+
+    Segment by segment: a reusable workflow's jobs are ``<caller job> / <its job>``, so
+    ``gpu / Test on GPU`` matches ``gpu (pool-a) / Test on GPU`` and nothing else of the
+    call, and ``gpu`` matches none of them (it used to match the call's every job, its
+    results job included, which passes when the gate refused)."""
+    wanted = [n.casefold().split(" / ") for n in names]
     out = []
     for job in jobs:
-        name = str(job.get("name") or "").casefold()
-        if any(name == n or name.startswith(n + " (") for n in wanted):
+        parts = str(job.get("name") or "").casefold().split(" / ")
+        if any(len(parts) == len(w) and all(p == n or p.startswith(n + " (")
+                                            for p, n in zip(parts, w)) for w in wanted):
             out.append(job)
     return out

@@ -10,15 +10,45 @@ The states, on the head commit::
     opened / reopened / synchronize        -> pending  "Waiting for approval: ..."
     labeled, the gate approves             -> pending  "Approved by @x for abc123: GPU run queued"
     labeled, the gate refuses              -> pending  "Not approved: <the gate's reason>"
-    workflow_run requested (approved sha)  -> pending  "Approved by @x: GPU run in progress" + link
-    workflow_run completed (approved sha)  -> success / failure / error, with the run's link
+    workflow_run requested (approval's run) -> pending "Approved by @x: GPU run in progress",
+                                              linking <run>/attempts/<n> (the record)
+    workflow_run completed (that run)      -> success / failure / error, with the same link
     gpu-watchdog cancelled the run         -> error    "No GPU runner picked this up in N min"
 
 Trust: the ``pull_request`` workflow of a fork runs the fork's copy of the workflow file, so
-its jobs, names and conclusions are controlled by the pull request's author. A result of
-such a run is therefore only posted for a commit that carries an approval status, which only
-the privileged ``pull_request_target`` workflow (the base branch's file) writes. The status
-then means: a maintainer approved exactly this commit, and a GPU run of it passed.
+its jobs, names and conclusions are controlled by the pull request's author, and so is the
+workflow's *name* (``workflow_run: workflows: [CUDA CI]`` matches names, any fork can declare
+one). A result is therefore posted only under these rules (issue 26); the status then means:
+a maintainer approved exactly this commit, and the GPU run that approval started passed.
+
+1. **The file.** Only runs whose ``path`` is the configured GPU workflow file count
+   (``workflow`` input); a run of any other file posts nothing, whatever its name.
+2. **Trusted runs** are runs of an allowed event (``push``, ``schedule``,
+   ``workflow_dispatch``, ``merge_group``) whose ``head_repository`` is this repository; a
+   null ``head_repository`` (a deleted fork) is *not* this repository.
+3. **A pull request's run is bound to the approval.** The approval is the newest
+   "Approved by @x for <sha>: GPU run queued." status of the head not revoked by a newer
+   "waiting" (its ``target_url`` names the pull request, its ``created_at`` the time). A
+   run is that approval's run when its event is ``pull_request``, its attempt is 1 (a re-run
+   reuses the gate's old outputs: approve again), its triggering actor is the approver, it
+   was created in the window ``[approval - APPROVAL_LAG, approval + CLOCK_SLACK]`` (the label
+   event creates the run first; the privileged job posts the approval after it) and, when
+   GitHub lists its pull requests, the approved one is among them.
+4. **Recorded when requested, accepted only for that run.** ``requested`` posts "in
+   progress" with ``target_url`` = ``<run>/attempts/<n>`` only when the newest status is the
+   approval itself (the first bound run claims it). ``completed`` posts a result only when
+   the newest status is the approval (the ``requested`` event came before the approval was
+   posted) or an "in progress" written above it for a bound run; a run whose GPU job was
+   skipped only over the approval or its own record. A final result (or anything else on
+   top) is never replaced, except by the run of a newer approval, which is posted above it.
+5. **Order by ids, not arrival.** Trusted runs never overwrite a status written for a newer
+   run (greater id, attempt). ``requested`` and ``completed`` of one run may be handled at
+   once: after posting "in progress", the command reads the statuses again and
+   :func:`settle` restores the run's own result if it lies just below.
+6. **Only the head's own approval state changes it** (pull_request_target events): an
+   ``opened``/``reopened``/``synchronize`` of *another* pull request at an approved head
+   posts nothing (the approval names its pull request), a final result stays, and a refused
+   label posts "Not approved" only when there is no approval, run or result to overwrite.
 """
 
 from __future__ import annotations
@@ -26,11 +56,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github.jobs import named_gpu_jobs, queue_seconds
+from gpu_ci.github.jobs import named_gpu_jobs, parse_time, queue_seconds
 
 #: GitHub rejects longer descriptions with 422 "description is too long (maximum is 140
 #: characters)".
@@ -40,9 +70,24 @@ DESCRIPTION_LIMIT = 140
 #: the POST after the decision (an assumption, stated in the README).
 CONTEXT_LIMIT = 255
 PR_EVENTS = ("pull_request", "pull_request_target")
+#: Events whose commit is already in the repository (the gate's own list): their runs of
+#: this repository need no approval.
+TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
+#: How long before the approval status its run may have been created: the label event
+#: creates the run, then the privileged job (queued, bootstrapped) posts the approval.
+APPROVAL_LAG = timedelta(minutes=30)
+#: Tolerance for a run created just after the approval status (one GitHub event, two clocks).
+CLOCK_SLACK = timedelta(seconds=60)
+DEFAULT_WORKFLOW = ".github/workflows/cuda-ci.yml"
 FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
+#: The approval itself, as :func:`after_gate` writes it.
+_APPROVAL = re.compile(r"Approved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?) for "
+                       r"[0-9a-f]{12}: GPU run queued\.")
+_RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
+_PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
+IN_PROGRESS = "GPU run in progress"
 WATCHDOG_PREFIX = "No GPU runner picked this up"
 NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
 FINAL = ("success", "failure", "error")
@@ -72,6 +117,8 @@ class StatusConfig:
     label: str
     min_permission: str
     gpu_jobs: tuple[str, ...]
+    workflow: str = DEFAULT_WORKFLOW
+    """The GPU workflow's file, ``.github/workflows/<name>`` (``workflow_run.path``)."""
 
 
 @dataclass(frozen=True)
@@ -97,15 +144,31 @@ def validate_context(value: str) -> str:
     return context
 
 
+def workflow_path(value: str) -> str:
+    """``cuda-ci.yml`` or ``.github/workflows/cuda-ci.yml`` → the path GitHub reports."""
+    name = value.strip()
+    if not name:
+        raise UsageError("input 'workflow' is empty: name the GPU workflow's file, e.g. "
+                         "'cuda-ci.yml' (workflow_run matches names, which any fork can "
+                         "declare; the file path it cannot).")
+    if "/" not in name:
+        name = f".github/workflows/{name}"
+    if not name.startswith(".github/workflows/") or not name.endswith((".yml", ".yaml")):
+        raise UsageError(f"input 'workflow' is '{value}': give the GPU workflow's file name "
+                         "(e.g. 'cuda-ci.yml') or its path under .github/workflows/.")
+    return name
+
+
 def make_config(context: str, label: str, min_permission: str,
-                gpu_jobs: Sequence[str]) -> StatusConfig:
+                gpu_jobs: Sequence[str], workflow: str = DEFAULT_WORKFLOW) -> StatusConfig:
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     if not gpu_jobs:
         raise UsageError("input 'gpu-jobs' is empty: name the GPU job(s) of the GPU workflow "
                          "(the job's name as the Actions page shows it, e.g. 'tests').")
     return StatusConfig(validate_context(context), label.strip(),
-                        min_permission.strip() or "write", tuple(gpu_jobs))
+                        min_permission.strip() or "write", tuple(gpu_jobs),
+                        workflow_path(workflow))
 
 
 def clip(text: str, limit: int = DESCRIPTION_LIMIT) -> str:
@@ -152,7 +215,8 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
                    gate_run: bool | None, gate_reason: str, labeled_by: str,
                    server_url: str, repository: str,
                    listed: Sequence[Mapping[str, Any]] = ()) -> Outcome:
-    """``listed``: the head's statuses, newest first (for opened, reopened, synchronize)."""
+    """``listed``: the head's statuses, newest first (for opened, reopened, synchronize and a
+    refused label)."""
     pr = payload.get("pull_request")
     if not isinstance(pr, dict):
         return Outcome(None, "the event has no pull_request object.")
@@ -163,13 +227,20 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
     link = f"{server_url}/{repository}/pull/{number}/checks"
     if pr.get("state") == "closed":
         return Outcome(None, f"pull request #{number} is closed.")
+    latest = latest_of(listed, config.context)
     if action in NEW_HEAD:
-        latest = latest_of(listed, config.context)
         if latest is not None and latest.get("state") in FINAL:
             # A result is about the commit, not the pull request: another pull request
             # (anyone's) opened at this commit, or a push back to it, must not reset it.
             return Outcome(None, f"{short(sha)} already has a final '{config.context}' "
                            f"result ({latest.get('state')}).")
+        approved = approval_status(listed, config.context)
+        other = pull_of(approved) if approved is not None else None
+        if other is not None and other != number:
+            # Anyone can open a pull request at a commit: only the approved pull request's
+            # own new head (a push back to it, reopening it) revokes its approval.
+            return Outcome(None, f"{short(sha)} carries an approval of #{other}; an event of "
+                           f"#{number} does not revoke it.")
     if action in ("opened", "reopened", "ready_for_review"):
         return Outcome(waiting(config, sha, action, target_url=link), "new pull request head.")
     if action == "synchronize":
@@ -183,6 +254,13 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
             raise UsageError("a gate-label event needs the gate's decision: run gpu-gate in "
                              "the same job and pass its run, reason and labeled-by outputs "
                              "as gate-run, gate-reason and labeled-by.")
+        if not gate_run and latest is not None and (
+                latest.get("state") in FINAL
+                or approval_status(listed, config.context) is not None):
+            # A refused label (a triage user's, say) must not reset a passed head or void
+            # an approval whose run is in flight.
+            return Outcome(None, f"the gate refused ({gate_reason or 'no reason given'}); "
+                           f"{short(sha)}'s approval or result in '{config.context}' stays.")
         return Outcome(after_gate(config, sha, gate_run, gate_reason, labeled_by, link),
                        "the gate decided on the label.")
     return Outcome(None, f"'{action}' does not change the status.")
@@ -216,10 +294,82 @@ def latest_of(statuses: Sequence[Mapping[str, Any]],
     return next((s for s in statuses if s.get("context") == context), None)
 
 
+def approval_status(statuses: Sequence[Mapping[str, Any]],
+                    context: str) -> Mapping[str, Any] | None:
+    """The current approval of this commit (newest first): the newest "Approved by @x for
+    <sha>: GPU run queued." not revoked by a newer "waiting" of the commit."""
+    for status in statuses:
+        if status.get("context") != context:
+            continue
+        text = str(status.get("description") or "")
+        if text.startswith(_REVOKED):
+            return None
+        if _APPROVAL.fullmatch(text):
+            return status
+    return None
+
+
+def pull_of(status: Mapping[str, Any]) -> int | None:
+    """The pull request an approval (or waiting) status links to, None when it names none."""
+    match = _PULL_URL.search(str(status.get("target_url") or ""))
+    return int(match.group(1)) if match else None
+
+
+def run_key(target_url: str) -> tuple[int, int] | None:
+    """(run id, attempt) of a status written for a run (its link), None for other links."""
+    match = _RUN_URL.search(target_url)
+    return (int(match.group(1)), int(match.group(2) or 1)) if match else None
+
+
+def run_link(run: Mapping[str, Any]) -> str:
+    """The link every status written for a run carries: it records the run id and attempt."""
+    url = str(run.get("html_url") or "").rstrip("/")
+    return f"{url}/attempts/{_attempt(run)}" if url else ""
+
+
+def _attempt(run: Mapping[str, Any]) -> int:
+    try:
+        return int(run.get("run_attempt") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _key_of(run: Mapping[str, Any]) -> tuple[int, int] | None:
+    try:
+        return int(run.get("id") or 0), _attempt(run)
+    except (TypeError, ValueError):
+        return None
+
+
 def _trusted(run: Mapping[str, Any], repository: str) -> bool:
-    """A run whose workflow file and code come from the base repository itself."""
+    """A run whose workflow file and code come from the base repository itself: an allowed
+    event, and a head repository that *is* this one (null, a deleted fork, is not)."""
     head_repo = str((run.get("head_repository") or {}).get("full_name") or "")
-    return run.get("event") not in PR_EVENTS and head_repo in ("", repository)
+    return run.get("event") in TRUSTED_EVENTS and head_repo == repository
+
+
+def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str) -> str:
+    """Empty when ``run`` is the run ``approval`` started (rule 3), else why not."""
+    actor = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
+    if run.get("event") != "pull_request":
+        return f"a '{run.get('event')}' run of a pull request is not the approval's run."
+    if not approver or actor != approver:
+        return f"run triggered by @{actor}, not by the approver @{approver}."
+    if _attempt(run) != 1:
+        return ("a re-run reuses the gate's old decision (head, budget): approve again to "
+                "run the GPU tests again.")
+    created = parse_time(run.get("created_at"))
+    approved = parse_time(approval.get("created_at"))
+    if created is None or approved is None:
+        return "the run or the approval has no creation time: cannot bind them."
+    if not approved - APPROVAL_LAG <= created <= approved + CLOCK_SLACK:
+        return (f"run created at {run.get('created_at')}, not by the approval posted at "
+                f"{approval.get('created_at')}.")
+    number = pull_of(approval)
+    listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
+    if number is not None and listed and number not in listed:
+        return f"the run is for pull request {listed}, the approval for #{number}."
+    return ""
 
 
 def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
@@ -228,43 +378,64 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
                      now: datetime,
                      siblings: Sequence[Mapping[str, Any]] | None = None) -> Outcome:
     """``siblings``: runs listed for ``head_sha`` (asked for only when the approver's run
-    skipped the GPU job: a run for another label may end before the approved one)."""
+    skipped the GPU job: a run for another label may end before the approved one).
+
+    The rules are the module docstring's 1-5."""
     sha = str(run.get("head_sha") or "")
-    link = str(run.get("html_url") or "")
+    link = run_link(run)
     if len(sha) != 40:
         return Outcome(None, "the workflow_run event has no head_sha.")
-    approver = approval_of(statuses, config.context)
-    trusted = _trusted(run, repository)
-    actor = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
-    if not trusted and not approver:
-        return Outcome(None, (
-            f"{short(sha)} carries no approval in '{config.context}': the result of a "
-            f"'{run.get('event')}' run is only posted for a commit a maintainer approved."))
-    by = f" (approved by @{approver})" if approver else ""
-    latest = latest_of(statuses, config.context)
-    latest_text = str((latest or {}).get("description") or "")
-    if action == "requested" or action == "in_progress":
-        if not trusted and actor != approver:
-            return Outcome(None, f"run triggered by @{actor}, not by the approver @{approver}.")
-        if latest is not None and latest.get("state") != "pending":
-            return Outcome(None, "the commit already has a final result.")
-        text = (f"Approved by @{approver}: GPU run in progress." if approver
-                else f"GPU run in progress on {short(sha)}.")
-        return Outcome(Status(sha, "pending", clip(text), link), "run started.")
-    if action != "completed":
+    path = str(run.get("path") or "")
+    if path != config.workflow:
+        return Outcome(None, f"a run of '{path or '(no path)'}', not of the GPU workflow "
+                       f"'{config.workflow}' (names can be claimed by any fork; files not).")
+    if action not in ("requested", "in_progress", "completed"):
         return Outcome(None, f"'{action}' does not change the status.")
+    trusted = _trusted(run, repository)
+    latest = latest_of(statuses, config.context)
+    mine = _key_of(run)
+    latest_key = run_key(str((latest or {}).get("target_url") or ""))
+    approver = ""
+    if trusted:
+        if latest_key is not None and mine is not None and latest_key > mine:
+            return Outcome(None, f"run {latest_key[0]} (attempt {latest_key[1]}) is newer: "
+                           "its status stays.")
+        if action != "completed" and latest is not None and latest.get("state") in FINAL \
+                and latest_key == mine:
+            return Outcome(None, "this run's result is already posted.")
+    else:
+        approval = approval_status(statuses, config.context)
+        if approval is None:
+            return Outcome(None, (
+                f"{short(sha)} carries no approval in '{config.context}': the result of a "
+                f"'{run.get('event')}' run "
+                f"{'from ' + _head_repo(run) if _head_repo(run) else 'of a deleted fork'} "
+                "is only posted for the run a maintainer's approval started."))
+        match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
+        approver = match.group(1) if match else ""
+        why = _binds(run, approval, approver)
+        if why:
+            return Outcome(None, why + " Its result is not posted.")
+        recorded = _recorded_above(statuses, config.context, approval)
+        if latest is not approval and (action != "completed" or recorded is None):
+            return Outcome(None, "the head's newest status is not this approval's: "
+                           f"'{(latest or {}).get('description')}' stays.")
+    by = f" (approved by @{approver})" if approver else ""
+    if action in ("requested", "in_progress"):
+        text = (f"Approved by @{approver}: {IN_PROGRESS}." if approver
+                else f"{IN_PROGRESS} on {short(sha)}.")
+        return Outcome(Status(sha, "pending", clip(text), link), "run started.")
     gpu = named_gpu_jobs(jobs or [], config.gpu_jobs)
     ran = [j for j in gpu if j.get("conclusion") not in (None, "skipped")]
-    if ran and not trusted and actor != approver:
-        # e.g. the contributor's own run of this commit, started before the approval and
-        # ending after it: only the run the approval started speaks for the commit.
-        return Outcome(None, f"run triggered by @{actor}, not by the approver @{approver}: "
-                       "its result is not posted.")
+    latest_text = str((latest or {}).get("description") or "")
     if not ran:
-        if trusted or actor != approver:
+        if trusted:
             return Outcome(None, "the GPU job did not run in this run.")
         if latest is not None and latest.get("state") != "pending":
             return Outcome(None, "the commit already has a final result.")
+        if latest is not None and latest_key not in (None, mine):
+            return Outcome(None, f"run {latest_key[0]} holds the approval's record; this "
+                           "run skipped the GPU job.")
         deferred = _defer_to_siblings(run, siblings)
         if deferred is not None:
             return deferred
@@ -291,6 +462,46 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
     suffix = f"; {waited}" if waited else ""
     return Outcome(Status(sha, "success", clip(
         f"GPU tests passed on {short(sha)}{by}{suffix}."), link), "GPU job passed.")
+
+
+def _head_repo(run: Mapping[str, Any]) -> str:
+    return str((run.get("head_repository") or {}).get("full_name") or "")
+
+
+def _recorded_above(statuses: Sequence[Mapping[str, Any]], context: str,
+                    approval: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The newest status of ``context`` when it is an "in progress" record of a run written
+    above ``approval`` (so for a run bound to it), else None."""
+    for status in statuses:
+        if status.get("context") != context:
+            continue
+        if status is approval:
+            return None
+        url = str(status.get("target_url") or "")
+        text = str(status.get("description") or "")
+        if status.get("state") == "pending" and run_key(url) and IN_PROGRESS in text:
+            return status
+        return None
+    return None
+
+
+def settle(config: StatusConfig, run: Mapping[str, Any],
+           statuses: Sequence[Mapping[str, Any]]) -> Status | None:
+    """After posting "in progress" for ``run``: ``statuses`` read again (newest first). When
+    this run's own final result lies just below our record (``completed`` was handled
+    first), the result to post again on top; else None (rule 5)."""
+    mine = _key_of(run)
+    ours = [s for s in statuses if s.get("context") == config.context]
+    for upper, lower in zip(ours, ours[1:]):
+        if run_key(str(upper.get("target_url") or "")) != mine \
+                or upper.get("state") != "pending":
+            continue
+        if lower.get("state") in FINAL and run_key(str(lower.get("target_url") or "")) == mine:
+            return Status(str(run.get("head_sha") or ""), str(lower["state"]),
+                          str(lower.get("description") or ""),
+                          str(lower.get("target_url") or ""))
+        return None
+    return None
 
 
 def _defer_to_siblings(run: Mapping[str, Any],
