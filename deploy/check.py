@@ -623,7 +623,6 @@ def workflow_pod(ars: Mapping[str, Any], config_maps: Sequence[Mapping[str, Any]
     runner_pod = ars["spec"]["template"]["spec"]
     job: dict[str, Any] = {"name": "job", "image": "the-job-container-image:tag"}
     pod: dict[str, Any] = {"containers": [job], "restartPolicy": "Never",
-                           "securityContext": {"fsGroup": 1001},
                            "volumes": [{"name": "work", "persistentVolumeClaim":
                                         {"claimName": "runner-pod-work"}}]}
     spec = template.get("spec") or {}
@@ -643,7 +642,9 @@ def workflow_pod(ars: Mapping[str, Any], config_maps: Sequence[Mapping[str, Any]
             pod["volumes"] = [*pod["volumes"], *(value or [])]
         else:
             pod[key] = value
-    hooks = _env_of(runner_pod["containers"][0]).get("ACTIONS_RUNNER_CONTAINER_HOOKS") or {}
+    runner: Mapping[str, Any] = next(
+        (c for c in runner_pod.get("containers") or [] if c.get("name") == "runner"), {})
+    hooks = _env_of(runner).get("ACTIONS_RUNNER_CONTAINER_HOOKS") or {}
     if "k8s-novolume" not in str(hooks.get("value", "")):
         pod.setdefault("nodeName", "the-runner-pods-node")
     return pod
