@@ -3,7 +3,9 @@
 Each variant's Helm values are rendered into the AutoscalingRunnerSet the chart (0.14.2)
 would create and validated against the CRD's openAPIV3Schema (strict: unknown fields are
 errors), their keys against the values the chart's values.yaml documents, and the result
-against the GPU rules of deploy/check.py. Core objects go through kubernetes-validate. For
+against the GPU rules of deploy/check.py (in kubernetes container mode, against the workflow
+pod the container hook builds from deploy/arc/hook-template-gpu.yaml; every variant keeps
+the job-started admission hook wired). Core objects go through kubernetes-validate. For
 every mistake users report there is a broken copy here that must be rejected. No helm binary
 is assumed: deploy/check.py models the template's spec part itself. ARC's values.yaml and
 CRD are read from ../shared/reference/arc-0.14.2 (the tests that need them skip where it is
@@ -832,3 +834,11 @@ def test_broken_kubernetes_mode_copy_is_rejected(mutate, expected, crd, chart):
 def test_kubernetes_mode_without_the_hook_template_manifest_is_rejected(crd, chart):
     found = [str(p) for p in problems_of(load(KUBE_MODE), crd, chart, config_maps=[])]
     assert any("gpu-ci-hook-template" in p and "--hook-template" in p for p in found), found
+
+
+def test_check_cli_missing_hook_template_is_a_usage_error(tmp_path, reference):
+    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--hook-template",
+                           str(tmp_path / "none.yaml"), str(KUBE_MODE)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "none.yaml does not exist" in proc.stderr
