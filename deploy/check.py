@@ -13,9 +13,14 @@ Each values file (gha-runner-scale-set 0.14.2) is
    object validated against the CRD's openAPIV3Schema, made strict: an unknown field is an
    error, as with ``kubectl --validate=strict`` (a misspelt ``runtimeClassname`` would
    otherwise be pruned and the pod would run without the NVIDIA runtime);
-3. held to the GPU rules (:func:`gpu_problems`): GPU limits on the runner container, the
-   NVIDIA RuntimeClass, a node selector and a toleration for the GPU nodes, scale to zero with
-   a bound, no Docker-in-Docker or Kubernetes container mode, no privileged container.
+3. held to the GPU rules (:func:`gpu_problems`): GPU limits on the container the job's
+   steps run in, the NVIDIA RuntimeClass, a node selector and a toleration for the GPU nodes,
+   scale to zero with a bound, no Docker-in-Docker, no privileged container, the job-started
+   admission hook wired (:func:`admission_problems`). In ``kubernetes`` container mode the
+   steps run in a workflow pod the container hook creates, so those pod rules apply to the
+   hook's pod template (``ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE``, read from the ConfigMap the
+   runner mounts: ``--hook-template``), and the runner pod must hold no GPU but sit on a GPU
+   node (:func:`kubernetes_mode_problems`).
 
 Cross-file rules tie a values file to the GPU operator's configuration
 (:func:`operator_problems`). Only PyYAML and jsonschema are needed.
@@ -53,6 +58,13 @@ LATE_LABELS = frozenset({"nvidia.com/gpu.present", "nvidia.com/gpu.product",
                          "nvidia.com/gpu.family", "nvidia.com/cuda.driver.major",
                          "nvidia.com/mig.capable"})
 """Labels GPU feature discovery puts on a node once it runs (not known before it exists)."""
+ADMISSION_HOOK = "/opt/gpu-ci/gpu-admission.sh"
+"""Where deploy/arc/runner-image/Dockerfile installs the job-started admission hook (its
+``ENV ACTIONS_RUNNER_HOOK_JOB_STARTED``; a test ties the two)."""
+HOOK_TEMPLATE_ENV = "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE"
+"""runner-container-hooks: the pod template file merged into the workflow pod
+(packages/k8s/src/k8s/utils.ts, ENV_HOOK_TEMPLATE_PATH; docs/adrs/0134-hook-extensions.md)."""
+HOOK_TEMPLATE = HERE / "arc" / "hook-template-gpu.yaml"
 MAX_RUNNERS_CAP = 64
 """Above this a scale set is not a bound on spend but a typo; raise it knowingly."""
 
@@ -77,6 +89,12 @@ def load_yaml(path: Path) -> Any:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with path.open(encoding="utf-8") as handle:
         return yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
+
+
+def load_all_yaml(path: Path) -> list[Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open(encoding="utf-8") as handle:
+        return list(yaml.load_all(handle, Loader=loader))  # noqa: S506 - a safe loader
 
 
 # -- 1. values keys against the chart's documented values -------------------------------------
@@ -259,14 +277,11 @@ def render_autoscaling_runner_set(values: Mapping[str, Any], release: str = "gpu
                      or [{"name": "work", "emptyDir": {}}]),
                    *[v for v in volumes if v.get("name") != "work"]]
     elif kube_mode:
-        runner["env"] = [*runner.get("env", []),
-                         {"name": "ACTIONS_RUNNER_CONTAINER_HOOKS",
-                          "value": "/home/runner/k8s/index.js"},
-                         {"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "true"}]
+        runner, volumes = _kubernetes_mode_runner(runner, volumes, mode, values)
     if init:
         pod["initContainers"] = init
     pod["containers"] = ([runner] if runner else []) + others
-    if volumes:
+    if volumes or mode == "kubernetes-novolume":
         pod["volumes"] = volumes
     template: dict[str, Any] = {"spec": pod}
     meta = tmpl.get("metadata") or {}
@@ -279,6 +294,38 @@ def render_autoscaling_runner_set(values: Mapping[str, Any], release: str = "gpu
                                     "actions.github.com/scale-set-name": name,
                                     "actions.github.com/scale-set-namespace": namespace}},
             "spec": spec}
+
+
+def _kubernetes_mode_runner(runner: dict[str, Any], volumes: list[Any], mode: str,
+                            values: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """What the chart adds in ``kubernetes`` and ``kubernetes-novolume`` mode (0.14.2,
+    templates/_helpers.tpl, ``kubernetes-mode-runner-container``,
+    ``kubernetes-novolume-mode-runner-container``, ``kubernetes-mode-work-volume``): the
+    container hooks' env, each only where the runner's env lacks it, and in ``kubernetes``
+    mode the ``work`` volume (an ephemeral claim from ``kubernetesModeWorkVolumeClaim``
+    unless ``template.spec.volumes`` has one) mounted at /home/runner/_work."""
+    novolume = mode == "kubernetes-novolume"
+    added: list[dict[str, Any]] = [
+        {"name": "ACTIONS_RUNNER_CONTAINER_HOOKS",
+         "value": f"/home/runner/{'k8s-novolume' if novolume else 'k8s'}/index.js"},
+        {"name": "ACTIONS_RUNNER_POD_NAME",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "true"}]
+    if novolume:
+        added.append({"name": "ACTIONS_RUNNER_IMAGE", "value": str(runner.get("image") or "")})
+    env = list(runner.get("env") or [])
+    have = {e.get("name") for e in env}
+    runner = {**runner, "env": [*env, *(e for e in added if e["name"] not in have)]}
+    if novolume:
+        return runner, volumes
+    mounts = list(runner.get("volumeMounts") or [])
+    if not any(m.get("name") == "work" for m in mounts):
+        mounts.append({"name": "work", "mountPath": "/home/runner/_work"})
+    runner["volumeMounts"] = mounts
+    claim = (values.get("containerMode") or {}).get("kubernetesModeWorkVolumeClaim")
+    work = ([v for v in volumes if v.get("name") == "work"]
+            or [{"name": "work", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}])
+    return runner, [*work, *(v for v in volumes if v.get("name") != "work")]
 
 
 # -- schema -------------------------------------------------------------------------------------
@@ -338,8 +385,360 @@ def runner_gpu_resource(ars: Mapping[str, Any]) -> str | None:
     return next(iter(limits), None)
 
 
+def _env_of(container: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(e.get("name")): e for e in container.get("env") or []}
+
+
+def step_pod_problems(pod: Mapping[str, Any], step: str, where: str) -> list[Problem]:
+    """The rules for the pod the job's steps run in: the runner pod (``step`` = ``runner``),
+    or in kubernetes mode the hook's workflow pod (``step`` = ``job``, ``where`` = the
+    hook template). The GPU limit belongs on the container named ``step``."""
+    out: list[Problem] = []
+    label = "runner" if step == "runner" else "`$job`"
+    at = f"{where}.containers[{'runner' if step == 'runner' else '$job'}]"
+    containers = list(pod.get("containers") or [])
+    every = [*containers, *pod.get("initContainers", [])]
+    main = next((c for c in containers if c.get("name") == step), None)
+    if main is None:
+        if step == "runner":
+            out.append(Problem(f"{where}.containers", "no container is named `runner`.",
+                               "name the container that runs /home/runner/run.sh `runner`."))
+        else:
+            out.append(Problem(f"{where}.containers", "no container named `$job`: the hook "
+                               "adds a container of another name to the workflow pod as it "
+                               "is, and the job container gets nothing of it.",
+                               "name the job container's entry `$job`."))
+        return out
+    limits = _gpu_limits(main)
+    if not limits:
+        elsewhere = [c.get("name", "?") for c in every
+                     if c is not main and (_gpu_limits(c) or _gpu_requests(c))]
+        out.append(Problem(
+            f"{at}.resources.limits",
+            f"the {label} container has no GPU limit"
+            + (f" (it is on {', '.join(elsewhere)}, where the job's steps do not run)"
+               if elsewhere else "") + ": the job gets no GPU.",
+            "set `nvidia.com/gpu: 1` (or the variant's shared / MIG resource) under the "
+            f"{label} container's resources.limits."))
+    elif len(limits) > 1:
+        out.append(Problem(f"{at}.resources.limits",
+                           f"asks for several GPU resources ({', '.join(limits)}).",
+                           "ask for one resource: whole GPU, shared replica or MIG profile."))
+    for name, count in limits.items():
+        if name != "nvidia.com/gpu" and str(count) != "1":
+            out.append(Problem(f"{at}.resources.limits.{name}",
+                               f"asks for {count}: a job gets one replica or one MIG "
+                               "instance (two replicas are not two GPUs).", "set it to 1."))
+    for name, count in _gpu_requests(main).items():
+        if name not in limits:
+            out.append(Problem(
+                f"{at}.resources.requests.{name}",
+                "a GPU is requested but not limited: Kubernetes refuses extended resources "
+                "without a limit.", f"move `{name}: {count}` to resources.limits."))
+    for other in every:
+        if other is not main and (_gpu_limits(other) or _gpu_requests(other)):
+            out.append(Problem(
+                f"{where} containers[{other.get('name', '?')}]",
+                f"a GPU limit on a container other than the {label}: the GPU is held by a "
+                "container the job's steps never run in.",
+                f"move the GPU limit to the {label} container."))
+    if pod.get("runtimeClassName") != RUNTIME_CLASS:
+        out.append(Problem(
+            f"{where}.runtimeClassName",
+            (f"is {pod['runtimeClassName']!r}" if pod.get("runtimeClassName") else "is not set")
+            + f", not {RUNTIME_CLASS!r}: without the NVIDIA "
+            "runtime no driver library is injected (nvidia-smi and libcuda are missing) on "
+            "clusters where it is not the default runtime.",
+            f"set `runtimeClassName: {RUNTIME_CLASS}` (the GPU operator creates it)."))
+    affinity = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not pod.get("nodeSelector") and not affinity:
+        out.append(Problem(
+            f"{where}.nodeSelector", "no node selector or required node affinity: the "
+            "autoscaler cannot tell which node pool to grow, and the pod may wait on a CPU "
+            "node.", "select the GPU pool by a label set on the pool itself (e.g. "
+            "gpu-ci/pool: whole-gpu), which a node autoscaler knows before the node exists."))
+    late = sorted(k for k in (pod.get("nodeSelector") or {}) if k in LATE_LABELS)
+    if late:
+        out.append(Problem(
+            f"{where}.nodeSelector", f"selects on {', '.join(late)}, which GPU feature "
+            "discovery sets only after a GPU node has started: a node autoscaler scaling the "
+            "pool up from zero does not know the label, adds no node, and the job waits.",
+            "select on a label set on the node pool itself (e.g. gpu-ci/pool: whole-gpu), "
+            "or declare the label in the node group's autoscaler template too."))
+    if not _tolerates_gpu(pod):
+        out.append(Problem(
+            f"{where}.tolerations", f"no toleration for the `{GPU_TAINT_KEY}` "
+            "NoSchedule taint that keeps other pods off GPU nodes: the pod stays Pending.",
+            f"add {{key: {GPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}}."))
+    out += _privileged_problems(every, where)
+    resource = next(iter(limits), "")
+    if resource == "nvidia.com/gpu.shared":
+        env = _env_of(main)
+        if str((env.get("XLA_PYTHON_CLIENT_PREALLOCATE") or {}).get("value", "")).lower() \
+                != "false":
+            out.append(Problem(
+                f"{at}.env",
+                "a time-sliced GPU is shared, memory included, but JAX preallocates 75 % of "
+                "it at start: the first JAX job starves its neighbours.",
+                f"set XLA_PYTHON_CLIENT_PREALLOCATE=false on the {label} container."))
+    return out
+
+
+def _privileged_problems(containers: Sequence[Mapping[str, Any]], where: str) -> list[Problem]:
+    return [Problem(f"{where} containers[{c.get('name', '?')}]",
+                    "runs privileged: a pull request's code owns the node.",
+                    "remove privileged: the GPU needs no privilege.")
+            for c in containers if (c.get("securityContext") or {}).get("privileged")]
+
+
+def _tolerates_gpu(pod: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in (None, "NoSchedule")
+               or (t.get("operator") == "Exists" and not t.get("key"))
+               for t in pod.get("tolerations") or [])
+
+
+def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
+    """The job-started admission hook stays wired: the runner image sets
+    ``ACTIONS_RUNNER_HOOK_JOB_STARTED`` (deploy/arc/runner-image/Dockerfile); the values
+    must not point it elsewhere, and must give the hook its allow list and its token. The
+    runner runs the hook itself before the job's first step, so this holds in every
+    container mode (https://docs.github.com/en/actions/hosting-your-own-runners/
+    running-scripts-before-or-after-a-job: "scripts ... on a self-hosted runner")."""
+    out: list[Problem] = []
+    where = "template.spec.containers[runner].env"
+    env = _env_of(runner)
+    hook = env.get("ACTIONS_RUNNER_HOOK_JOB_STARTED")
+    if hook is not None and hook.get("value") != ADMISSION_HOOK:
+        shown = hook.get("value") or "a value from elsewhere"
+        out.append(Problem(
+            f"{where}.ACTIONS_RUNNER_HOOK_JOB_STARTED",
+            f"is {shown}, replacing the image's admission hook ({ADMISSION_HOOK}): a pull "
+            "request that edits the GPU workflow runs unapproved on the GPU.",
+            "remove the ACTIONS_RUNNER_HOOK_JOB_STARTED entry (the runner image sets it); to "
+            f"run another script too, call it from a wrapper that runs {ADMISSION_HOOK} first."))
+    if runner.get("envFrom"):
+        return out  # the two below may come from there: not visible in the values
+    allowed = env.get("GPU_CI_ALLOWED_WORKFLOWS")
+    if allowed is None or ("valueFrom" not in allowed and not str(allowed.get("value") or "")
+                           .strip()):
+        out.append(Problem(
+            f"{where}.GPU_CI_ALLOWED_WORKFLOWS",
+            ("is empty" if allowed is not None else "is not set")
+            + ": the admission hook admits no workflow from the default branch (only "
+            "approved pull request heads run).",
+            "set GPU_CI_ALLOWED_WORKFLOWS to the GPU workflow files, e.g. "
+            ".github/workflows/cuda-ci.yml."))
+    token = env.get("GPU_CI_ADMISSION_TOKEN")
+    if token is None:
+        out.append(Problem(
+            f"{where}.GPU_CI_ADMISSION_TOKEN",
+            "is not set: the admission hook cannot read the approval status and refuses "
+            "every pull request job.",
+            "add it with valueFrom.secretKeyRef (Secret gpu-ci-admission, key token: a token "
+            "that may read commit statuses)."))
+    elif "valueFrom" not in token:
+        out.append(Problem(
+            f"{where}.GPU_CI_ADMISSION_TOKEN",
+            "is written in the values: the token is in the chart's release and the "
+            "AutoscalingRunnerSet, readable by whoever reads those.",
+            "take it from a Secret with valueFrom.secretKeyRef (gpu-ci-admission, key token)."))
+    return out
+
+
+# -- kubernetes mode: the hook template and the workflow pod -------------------------------------
+
+def _hook_template_source(pod: Mapping[str, Any], runner: Mapping[str, Any]
+                          ) -> tuple[str, str] | Problem | None:
+    """(ConfigMap name, key) of the file ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE names, a
+    Problem where it cannot be one, None where the variable is not set."""
+    entry = _env_of(runner).get(HOOK_TEMPLATE_ENV)
+    if entry is None:
+        return None
+    where = f"template.spec.containers[runner].env.{HOOK_TEMPLATE_ENV}"
+    path = str(entry.get("value") or "")
+    mount = next((m for m in runner.get("volumeMounts") or []
+                  if path == m.get("mountPath")
+                  or path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")), None)
+    volume = mount and next((v for v in pod.get("volumes") or []
+                             if v.get("name") == mount.get("name")), None)
+    if not mount or not volume or "configMap" not in volume:
+        return Problem(where, f"{path or 'the value'}: no volume is mounted there from a "
+                       "ConfigMap, so the hook fails to read its template and every job "
+                       "fails (runner-container-hooks, docs/adrs/0134-hook-extensions.md).",
+                       "mount the hook template's ConfigMap (deploy/arc/"
+                       "hook-template-gpu.yaml) on the runner container at that path.")
+    relative = (str(mount.get("subPath") or "") if path == mount.get("mountPath")
+                else path[len(str(mount["mountPath"]).rstrip("/")) + 1:])
+    config = volume["configMap"]
+    items = {i.get("path"): i.get("key") for i in config.get("items") or []}
+    return str(config.get("name")), str(items.get(relative, relative) if items else relative)
+
+
+def hook_template(ars: Mapping[str, Any], config_maps: Sequence[Mapping[str, Any]]
+                  ) -> dict[str, Any] | Problem | None:
+    """The pod template the runner's container hook merges into the workflow pod: read from
+    the ConfigMap the runner mounts, among ``config_maps``. None where no template is set."""
+    pod = ars["spec"]["template"]["spec"]
+    runner: Mapping[str, Any] = next(
+        (c for c in pod.get("containers") or [] if c.get("name") == "runner"), {})
+    source = _hook_template_source(pod, runner)
+    if source is None or isinstance(source, Problem):
+        return source
+    name, key = source
+    where = f"template.spec.containers[runner].env.{HOOK_TEMPLATE_ENV}"
+    config_map = next((m for m in config_maps if m.get("kind") == "ConfigMap"
+                       and (m.get("metadata") or {}).get("name") == name), None)
+    if config_map is None:
+        return Problem(where, f"reads ConfigMap {name}, which is not among the manifests "
+                       "checked: its pod template cannot be checked.",
+                       "pass its manifest with --hook-template (default deploy/arc/"
+                       "hook-template-gpu.yaml) and apply it in the runners' namespace.")
+    text = (config_map.get("data") or {}).get(key)
+    if text is None:
+        return Problem(where, f"ConfigMap {name} has no key {key}: the hook fails to read "
+                       "its template and every job fails.",
+                       f"use one of its keys ({', '.join(config_map.get('data') or {})}).")
+    doc = yaml.safe_load(text)
+    if not isinstance(doc, dict):
+        return Problem(f"ConfigMap {name} {key}", "is not a pod template (a mapping with "
+                       "`spec`).", "write it as a pod template: metadata and spec.")
+    return doc
+
+
+def workflow_pod(ars: Mapping[str, Any], config_maps: Sequence[Mapping[str, Any]]
+                 ) -> dict[str, Any] | None:
+    """The spec of the pod the kubernetes hook creates for a job, with the template merged
+    the way runner-container-hooks does (docs/adrs/0134-hook-extensions.md; packages/k8s/
+    src/k8s/utils.ts, mergePodSpecWithOptions and mergeContainerWithOptions): template
+    fields replace the hook's, but for ``containers`` (``$job`` merged into the job
+    container, ``env``/``volumeMounts``/``ports`` appended, ``name`` and ``image`` kept;
+    other ``$``-names skipped here as they name service containers; the rest added as
+    they are) and ``volumes`` (appended). The hook's own pod: one container ``job`` with
+    the job's image, restartPolicy Never, the ``work`` claim, on the runner pod's node
+    (v0.7.0 packages/k8s/src/k8s/index.ts, createPod). None without a readable template."""
+    template = hook_template(ars, config_maps)
+    if not isinstance(template, dict):
+        return None
+    runner_pod = ars["spec"]["template"]["spec"]
+    job: dict[str, Any] = {"name": "job", "image": "the-job-container-image:tag"}
+    pod: dict[str, Any] = {"containers": [job], "restartPolicy": "Never",
+                           "volumes": [{"name": "work", "persistentVolumeClaim":
+                                        {"claimName": "runner-pod-work"}}]}
+    spec = template.get("spec") or {}
+    for key, value in spec.items():
+        if key == "containers":
+            for entry in value or []:
+                name = str(entry.get("name") or "")
+                if name == "$job":
+                    for field, sub in entry.items():
+                        if field in ("env", "volumeMounts", "ports"):
+                            job[field] = [*job.get(field, []), *sub]
+                        elif field not in ("name", "image"):
+                            job[field] = sub
+                elif not name.startswith("$"):
+                    pod["containers"].append(entry)
+        elif key == "volumes":
+            pod["volumes"] = [*pod["volumes"], *(value or [])]
+        else:
+            pod[key] = value
+    runner: Mapping[str, Any] = next(
+        (c for c in runner_pod.get("containers") or [] if c.get("name") == "runner"), {})
+    hooks = _env_of(runner).get("ACTIONS_RUNNER_CONTAINER_HOOKS") or {}
+    if "k8s-novolume" not in str(hooks.get("value", "")):
+        pod.setdefault("nodeName", "the-runner-pods-node")
+    return pod
+
+
+def step_gpu_resource(ars: Mapping[str, Any],
+                      config_maps: Sequence[Mapping[str, Any]] = ()) -> str | None:
+    """The GPU resource the job's steps get: the runner container's, or in kubernetes
+    mode the workflow pod's job container's."""
+    resource = runner_gpu_resource(ars)
+    if resource is None:
+        pod = workflow_pod(ars, config_maps)
+        job: Mapping[str, Any] = next(
+            (c for c in (pod or {}).get("containers", []) if c.get("name") == "job"), {})
+        resource = next(iter(_gpu_limits(job)), None)
+    return resource
+
+
+def kubernetes_mode_problems(ars: Mapping[str, Any], mode: str, values: Mapping[str, Any],
+                             crd: Mapping[str, Any] | None,
+                             config_maps: Sequence[Mapping[str, Any]]) -> list[Problem]:
+    """Kubernetes container mode: the job's steps run in a workflow pod the container hook
+    creates, which inherits nothing GPU of the runner pod (actions/actions-runner-controller
+    #1730, actions/runner-container-hooks #46 and #152); the hook template must carry it."""
+    out: list[Problem] = []
+    pod = ars["spec"]["template"]["spec"]
+    for c in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]:
+        for name in {**_gpu_limits(c), **_gpu_requests(c)}:
+            out.append(Problem(
+                f"template.spec containers[{c.get('name', '?')}].resources",
+                f"{name} in {mode} mode: the job's steps run in the workflow pod the "
+                "container hook creates, so the runner pod holds a GPU the job never sees "
+                "(a GPU paid for and idle for the whole job).",
+                f"remove {name} from the runner pod; put it on the `$job` container of the "
+                "hook template (deploy/arc/hook-template-gpu.yaml)."))
+    if mode == "kubernetes" and not any(v.get("name") == "work" for v in
+                                        (values.get("template") or {}).get("spec", {})
+                                        .get("volumes") or []) \
+            and not (values.get("containerMode") or {}).get("kubernetesModeWorkVolumeClaim"):
+        out.append(Problem(
+            "containerMode.kubernetesModeWorkVolumeClaim", "is not set: the chart renders "
+            "the runner's `work` volume from it, and the hook shares the job's workspace "
+            "with the workflow pod through that claim; without it the pod is refused.",
+            "set it to a claim spec (accessModes: [ReadWriteOnce], a storageClassName, "
+            "resources.requests.storage)."))
+    template = hook_template(ars, config_maps)
+    if template is None:
+        return [*out, Problem(
+            f"template.spec.containers[runner].env.{HOOK_TEMPLATE_ENV}",
+            f"is not set: no hook template, so the workflow pod the hook creates for each "
+            f"job ({mode} mode) has no GPU limit, runtimeClassName, node selector or "
+            "tolerations: the job gets no GPU.",
+            f"set {HOOK_TEMPLATE_ENV} to a pod template mounted from a ConfigMap whose "
+            "`$job` container asks for the GPU (deploy/arc/hook-template-gpu.yaml), or "
+            "remove containerMode.")]
+    if isinstance(template, Problem):
+        return [*out, template]
+    where = "hook template spec"
+    if crd is not None:
+        schema = crd_schema(crd)["properties"]["spec"]["properties"]["template"]
+        out += schema_problems(template, strict(schema), "hook template (as a pod template)")
+    spec = workflow_pod(ars, config_maps) or {}
+    named = any(c.get("name") == "$job" for c in (template.get("spec") or {})
+                .get("containers") or [])
+    checked = dict(spec)
+    if not named:
+        checked["containers"] = [c for c in spec.get("containers", []) if c.get("name") != "job"]
+    out += step_pod_problems(checked, "job", where)
+    if mode == "kubernetes":
+        wanted = dict((template.get("spec") or {}).get("nodeSelector") or {})
+        have = dict(pod.get("nodeSelector") or {})
+        differ = {k: v for k, v in wanted.items() if have.get(k) != v}
+        if differ:
+            out.append(Problem(
+                "template.spec.nodeSelector", "does not select the hook template's nodes "
+                f"({', '.join(f'{k}={v}' for k, v in differ.items())}): in kubernetes mode "
+                "the hook puts the workflow pod on the runner pod's node (to share its work "
+                "volume), so it is refused there, or holds no GPU.",
+                "give the runner pod the hook template's nodeSelector (it needs no GPU "
+                "limit: it only has to be on a GPU node)."))
+        if not _tolerates_gpu(pod):
+            out.append(Problem(
+                "template.spec.tolerations", f"the runner pod has no toleration for the "
+                f"`{GPU_TAINT_KEY}` taint: in kubernetes mode the workflow pod runs on the "
+                "runner pod's node, which must be a GPU node.",
+                f"add {{key: {GPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}} to "
+                "template.spec.tolerations."))
+    return out
+
+
 def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
-                 max_runners_cap: int = MAX_RUNNERS_CAP) -> list[Problem]:
+                 max_runners_cap: int = MAX_RUNNERS_CAP,
+                 config_maps: Sequence[Mapping[str, Any]] = (),
+                 crd: Mapping[str, Any] | None = None) -> list[Problem]:
     """The rules a GPU scale set for pull-request jobs must satisfy."""
     out: list[Problem] = []
     spec = ars["spec"]
@@ -351,85 +750,20 @@ def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
             "NVIDIA runtime, so `container:` jobs and `docker run --gpus` see no GPU, and "
             "the dind container runs privileged (a pull request's code can take the node).",
             "remove containerMode: steps run in the runner container, which has the GPU; "
-            "if jobs need containers, build a dind image with the NVIDIA Container Toolkit "
-            "and manage it in template.spec yourself."))
-    elif mode in ("kubernetes", "kubernetes-novolume"):
-        out.append(Problem(
-            "containerMode.type", f"{mode} mode runs each job in a separate pod created by "
-            "the container hooks: a GPU limit on the runner pod holds a GPU the job never "
-            "sees.", "remove containerMode, or give the hook's job-pod template "
-            "(ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE) the GPU limit and runtimeClassName."))
+            "for `container:` jobs use the kubernetes-mode variant "
+            "(deploy/arc/values-kubernetes-mode.yaml)."))
     containers = list(pod.get("containers") or [])
     runner = next((c for c in containers if c.get("name") == "runner"), None)
-    if runner is None:
-        out.append(Problem("template.spec.containers", "no container is named `runner`.",
-                           "name the container that runs /home/runner/run.sh `runner`."))
-        return out
-    limits = _gpu_limits(runner)
-    if not limits:
-        where = [c.get("name", "?") for c in [*containers, *pod.get("initContainers", [])]
-                 if c is not runner and (_gpu_limits(c) or _gpu_requests(c))]
-        out.append(Problem(
-            "template.spec.containers[runner].resources.limits",
-            "the runner container has no GPU limit"
-            + (f" (it is on {', '.join(where)}, where the job's steps do not run)"
-               if where else "") + ": the job gets no GPU.",
-            "set `nvidia.com/gpu: 1` (or the variant's shared / MIG resource) under the "
-            "runner container's resources.limits."))
-    elif len(limits) > 1:
-        out.append(Problem("template.spec.containers[runner].resources.limits",
-                           f"asks for several GPU resources ({', '.join(limits)}).",
-                           "ask for one resource: whole GPU, shared replica or MIG profile."))
-    for name, count in limits.items():
-        if name != "nvidia.com/gpu" and str(count) != "1":
-            out.append(Problem(f"template.spec.containers[runner].resources.limits.{name}",
-                               f"asks for {count}: a job gets one replica or one MIG "
-                               "instance (two replicas are not two GPUs).", "set it to 1."))
-    for name, count in _gpu_requests(runner).items():
-        if name not in limits:
-            out.append(Problem(
-                f"template.spec.containers[runner].resources.requests.{name}",
-                "a GPU is requested but not limited: Kubernetes refuses extended resources "
-                "without a limit.", f"move `{name}: {count}` to resources.limits."))
-    for other in [*containers, *pod.get("initContainers", [])]:
-        if other is not runner and (_gpu_limits(other) or _gpu_requests(other)):
-            out.append(Problem(
-                f"template.spec containers[{other.get('name', '?')}]",
-                "a GPU limit on a container other than the runner: the GPU is held by a "
-                "container the job's steps never run in.",
-                "move the GPU limit to the `runner` container."))
-    if pod.get("runtimeClassName") != RUNTIME_CLASS:
-        out.append(Problem(
-            "template.spec.runtimeClassName",
-            (f"is {pod['runtimeClassName']!r}" if pod.get("runtimeClassName") else "is not set")
-            + f", not {RUNTIME_CLASS!r}: without the NVIDIA "
-            "runtime no driver library is injected (nvidia-smi and libcuda are missing) on "
-            "clusters where it is not the default runtime.",
-            f"set `runtimeClassName: {RUNTIME_CLASS}` (the GPU operator creates it)."))
-    affinity = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if not pod.get("nodeSelector") and not affinity:
-        out.append(Problem(
-            "template.spec.nodeSelector", "no node selector or required node affinity: the "
-            "autoscaler cannot tell which node pool to grow, and the pod may wait on a CPU "
-            "node.", "select the GPU pool by a label set on the pool itself (e.g. "
-            "gpu-ci/pool: whole-gpu), which a node autoscaler knows before the node exists."))
-    late = sorted(k for k in (pod.get("nodeSelector") or {}) if k in LATE_LABELS)
-    if late:
-        out.append(Problem(
-            "template.spec.nodeSelector", f"selects on {', '.join(late)}, which GPU feature "
-            "discovery sets only after a GPU node has started: a node autoscaler scaling the "
-            "pool up from zero does not know the label, adds no node, and the job waits.",
-            "select on a label set on the node pool itself (e.g. gpu-ci/pool: whole-gpu), "
-            "or declare the label in the node group's autoscaler template too."))
-    tolerated = any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in (None, "NoSchedule")
-                    or (t.get("operator") == "Exists" and not t.get("key"))
-                    for t in pod.get("tolerations") or [])
-    if not tolerated:
-        out.append(Problem(
-            "template.spec.tolerations", f"no toleration for the `{GPU_TAINT_KEY}` "
-            "NoSchedule taint that keeps other pods off GPU nodes: the pod stays Pending.",
-            f"add {{key: {GPU_TAINT_KEY}, operator: Exists, effect: NoSchedule}}."))
+    if mode in ("kubernetes", "kubernetes-novolume"):
+        if runner is None:
+            return [*out, *step_pod_problems(pod, "runner", "template.spec")]
+        out += kubernetes_mode_problems(ars, mode, values, crd, config_maps)
+        out += _privileged_problems([*containers, *pod.get("initContainers", [])],
+                                    "template.spec")
+    else:
+        out += step_pod_problems(pod, "runner", "template.spec")
+        if runner is None:
+            return out
     if spec.get("minRunners", 0) != 0:
         out.append(Problem(
             "minRunners", f"is {spec['minRunners']}: idle runners hold GPUs (and their "
@@ -443,26 +777,13 @@ def gpu_problems(ars: Mapping[str, Any], values: Mapping[str, Any],
         out.append(Problem("maxRunners", f"is {high}: " + (
             "no job can ever run." if high < 1 else f"above {max_runners_cap}, not a bound."),
             f"set it between 1 and {max_runners_cap}."))
-    for c in [*containers, *pod.get("initContainers", [])]:
-        if (c.get("securityContext") or {}).get("privileged"):
-            out.append(Problem(f"template.spec containers[{c.get('name', '?')}]",
-                               "runs privileged: a pull request's code owns the node.",
-                               "remove privileged: the GPU needs no privilege."))
     image = str(runner.get("image") or "")
     if not image or image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]:
         out.append(Problem("template.spec.containers[runner].image",
                            f"{image or 'no image'} is not pinned: a new runner image can "
                            "change every job at once.",
                            "pin a version tag (or a digest) of deploy/arc/runner-image."))
-    resource = next(iter(limits), "")
-    if resource == "nvidia.com/gpu.shared":
-        env = {e.get("name"): e.get("value") for e in runner.get("env") or []}
-        if str(env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")).lower() != "false":
-            out.append(Problem(
-                "template.spec.containers[runner].env",
-                "a time-sliced GPU is shared, memory included, but JAX preallocates 75 % of "
-                "it at start: the first JAX job starves its neighbours.",
-                "set XLA_PYTHON_CLIENT_PREALLOCATE=false on the runner container."))
+    out += admission_problems(runner)
     return out
 
 
@@ -492,11 +813,12 @@ def mig_profiles(config_map: Mapping[str, Any], key: str) -> dict[str, int]:
 
 
 def operator_problems(ars: Mapping[str, Any], device_plugin: Mapping[str, Any],
-                      mig_parted: Mapping[str, Any]) -> list[Problem]:
-    """The runner's GPU resource must be one the node pool it selects advertises."""
+                      mig_parted: Mapping[str, Any], resource: str | None = None) -> list[Problem]:
+    """The runner's GPU resource must be one the node pool it selects advertises
+    (``resource``: the one the job's steps get, where not the runner's: kubernetes mode)."""
     pod = ars["spec"]["template"]["spec"]
     selector = pod.get("nodeSelector") or {}
-    resource = runner_gpu_resource(ars) or ""
+    resource = resource or runner_gpu_resource(ars) or ""
     out = []
     plugin_key = selector.get("nvidia.com/device-plugin.config")
     mig_key = selector.get("nvidia.com/mig.config")
@@ -536,9 +858,11 @@ def operator_problems(ars: Mapping[str, Any], device_plugin: Mapping[str, Any],
 # -- all together -------------------------------------------------------------------------------
 
 def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], chart_values: str,
-                 where: str = "values") -> list[Problem]:
+                 where: str = "values",
+                 config_maps: Sequence[Mapping[str, Any]] = ()) -> list[Problem]:
     """Every problem of one values file; ``chart_values`` is the text of the chart's
-    values.yaml (its comments document most keys, so it is read as text)."""
+    values.yaml (its comments document most keys, so it is read as text); ``config_maps``
+    the manifests a kubernetes-mode runner's hook template may come from."""
     problems = unread_values(values, documented_value_paths(chart_values))
     try:
         ars = render_autoscaling_runner_set(values)
@@ -546,7 +870,7 @@ def check_values(values: Mapping[str, Any], crd: Mapping[str, Any], chart_values
         return [*problems, Problem(where, f"the chart refuses these values: {exc}.",
                                    "fix the value the message names.")]
     problems += schema_problems(ars, strict(crd_schema(crd)), f"{where} (rendered)")
-    problems += gpu_problems(ars, values)
+    problems += gpu_problems(ars, values, config_maps=config_maps, crd=crd)
     return problems
 
 
@@ -564,7 +888,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         default=HERE / "gpu-operator" / "device-plugin-config.yaml")
     parser.add_argument("--mig-parted-config", type=Path,
                         default=HERE / "gpu-operator" / "mig-parted-config.yaml")
+    parser.add_argument("--hook-template", type=Path, action="append",
+                        help="a manifest with the ConfigMap a kubernetes-mode runner's "
+                             "hook template is mounted from (repeatable; default "
+                             "deploy/arc/hook-template-gpu.yaml)")
     args = parser.parse_args(argv)
+    hook_templates = args.hook_template or [HOOK_TEMPLATE]
     crd_path = args.crd or args.reference / CRD_NAME
     chart_path = args.chart_values or args.reference / CHART_VALUES_NAME
     for path in (crd_path, chart_path):
@@ -573,13 +902,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "from ../shared/reference/arc-0.14.2 beside the project; name another "
                   "folder with --reference (or GPU_CI_ARC_REFERENCE).", file=sys.stderr)
             return 2
-    for path in (args.device_plugin_config, args.mig_parted_config, *args.values):
+    for path in (args.device_plugin_config, args.mig_parted_config, *hook_templates,
+                 *args.values):
         if not path.is_file():
             print(f"check: {path} does not exist.", file=sys.stderr)
             return 2
     crd = load_yaml(crd_path)
     chart_values = chart_path.read_text(encoding="utf-8")
     plugin, mig = load_yaml(args.device_plugin_config), load_yaml(args.mig_parted_config)
+    config_maps = [doc for path in hook_templates for doc in load_all_yaml(path)
+                   if isinstance(doc, dict)]
     failed = 0
     for path in args.values:
         values = load_yaml(path)
@@ -587,9 +919,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: not a mapping of Helm values.")
             failed += 1
             continue
-        problems = check_values(values, crd, chart_values, str(path))
+        problems = check_values(values, crd, chart_values, str(path), config_maps)
         if not problems:
-            problems = operator_problems(render_autoscaling_runner_set(values), plugin, mig)
+            ars = render_autoscaling_runner_set(values)
+            problems = operator_problems(ars, plugin, mig,
+                                         resource=step_gpu_resource(ars, config_maps))
         for problem in problems:
             print(f"{path}: {problem}")
         print(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")

@@ -3,7 +3,9 @@
 Each variant's Helm values are rendered into the AutoscalingRunnerSet the chart (0.14.2)
 would create and validated against the CRD's openAPIV3Schema (strict: unknown fields are
 errors), their keys against the values the chart's values.yaml documents, and the result
-against the GPU rules of deploy/check.py. Core objects go through kubernetes-validate. For
+against the GPU rules of deploy/check.py (in kubernetes container mode, against the workflow
+pod the container hook builds from deploy/arc/hook-template-gpu.yaml; every variant keeps
+the job-started admission hook wired). Core objects go through kubernetes-validate. For
 every mistake users report there is a broken copy here that must be rejected. No helm binary
 is assumed: deploy/check.py models the template's spec part itself. ARC's values.yaml and
 CRD are read from ../shared/reference/arc-0.14.2 (the tests that need them skip where it is
@@ -31,7 +33,10 @@ from tests.conftest import ROOT, shared_path
 DEPLOY = ROOT / "deploy"
 ARC = DEPLOY / "arc"
 OPERATOR = DEPLOY / "gpu-operator"
-VARIANTS = sorted(ARC.glob("values-*.yaml"))
+KUBE_MODE = ARC / "values-kubernetes-mode.yaml"
+HOOK_TEMPLATE = ARC / "hook-template-gpu.yaml"
+VARIANTS = sorted(p for p in ARC.glob("values-*.yaml") if p != KUBE_MODE)
+"""The variants whose runner container runs the job's steps (and holds the GPU)."""
 KUBERNETES_VERSION = "1.32.0"
 
 
@@ -68,12 +73,17 @@ def chart(reference) -> str:
     return (reference / check.CHART_VALUES_NAME).read_text(encoding="utf-8")
 
 
-def problems_of(values: dict[str, Any], crd: Any, chart: str) -> list[Any]:
-    found = check.check_values(values, crd, chart)
+def problems_of(values: dict[str, Any], crd: Any, chart: str,
+                config_maps: list[Any] | None = None) -> list[Any]:
+    """All of check.py's findings, with the shipped hook template ConfigMap unless
+    ``config_maps`` names others."""
+    maps = [load(HOOK_TEMPLATE)] if config_maps is None else config_maps
+    found = check.check_values(values, crd, chart, config_maps=maps)
     if not found:
         ars = check.render_autoscaling_runner_set(values)
         found = check.operator_problems(ars, load(OPERATOR / "device-plugin-config.yaml"),
-                                        load(OPERATOR / "mig-parted-config.yaml"))
+                                        load(OPERATOR / "mig-parted-config.yaml"),
+                                        resource=check.step_gpu_resource(ars, maps))
     return found
 
 
@@ -546,3 +556,289 @@ def test_runner_pod_validates_as_a_kubernetes_pod(path):
     broken["spec"]["containers"][0]["resources"]["limitz"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+# -- the job-started admission hook stays wired on every GPU runner ------------------------------
+
+def test_admission_hook_path_is_the_one_the_runner_image_sets():
+    text = (ARC / "runner-image" / "Dockerfile").read_text(encoding="utf-8")
+    assert f"ENV ACTIONS_RUNNER_HOOK_JOB_STARTED={check.ADMISSION_HOOK}" in text.splitlines()
+
+
+def _env(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return runner(values).setdefault("env", [])
+
+
+def _drop_env(values: dict[str, Any], name: str) -> None:
+    runner(values)["env"] = [e for e in _env(values) if e["name"] != name]
+
+
+def hook_overridden(v):
+    _env(v).append({"name": "ACTIONS_RUNNER_HOOK_JOB_STARTED", "value": "/bin/true.sh"})
+
+
+def allowed_workflows_missing(v):
+    _drop_env(v, "GPU_CI_ALLOWED_WORKFLOWS")
+
+
+def allowed_workflows_empty(v):
+    next(e for e in _env(v) if e["name"] == "GPU_CI_ALLOWED_WORKFLOWS")["value"] = ""
+
+
+def admission_token_missing(v):
+    _drop_env(v, "GPU_CI_ADMISSION_TOKEN")
+
+
+def admission_token_in_plain_text(v):
+    token = next(e for e in _env(v) if e["name"] == "GPU_CI_ADMISSION_TOKEN")
+    token.pop("valueFrom")
+    token["value"] = "github_pat_x"
+
+
+ADMISSION_BROKEN = [
+    ("hook-overridden", hook_overridden, "ACTIONS_RUNNER_HOOK_JOB_STARTED",
+     "remove the ACTIONS_RUNNER_HOOK_JOB_STARTED entry"),
+    ("allowed-workflows-missing", allowed_workflows_missing, "GPU_CI_ALLOWED_WORKFLOWS",
+     "GPU_CI_ALLOWED_WORKFLOWS"),
+    ("allowed-workflows-empty", allowed_workflows_empty, "GPU_CI_ALLOWED_WORKFLOWS",
+     "GPU_CI_ALLOWED_WORKFLOWS"),
+    ("admission-token-missing", admission_token_missing, "GPU_CI_ADMISSION_TOKEN",
+     "secretKeyRef"),
+    ("admission-token-in-plain-text", admission_token_in_plain_text, "GPU_CI_ADMISSION_TOKEN",
+     "secretKeyRef"),
+]
+
+
+@pytest.mark.parametrize("mutate,what,fix", [(m, w, f) for _, m, w, f in ADMISSION_BROKEN],
+                         ids=[name for name, *_ in ADMISSION_BROKEN])
+@pytest.mark.parametrize("path", [*VARIANTS, KUBE_MODE], ids=lambda p: p.stem)
+def test_unwired_admission_hook_is_rejected_with_the_fix(path, mutate, what, fix, crd, chart):
+    values = load(path)
+    mutate(values)
+    found = check.check_values(values, crd, chart, config_maps=[load(HOOK_TEMPLATE)])
+    hits = [p for p in found if what in str(p) and "admission" in str(p)]
+    assert hits, [str(p) for p in found]
+    assert any(fix in p.fix for p in hits), [p.fix for p in hits]
+
+
+def test_the_admission_hook_set_to_its_own_path_is_accepted(crd, chart):
+    values = load(ARC / "values-whole-gpu.yaml")
+    _env(values).append({"name": "ACTIONS_RUNNER_HOOK_JOB_STARTED",
+                         "value": check.ADMISSION_HOOK})
+    assert [str(p) for p in problems_of(values, crd, chart)] == []
+
+
+# -- kubernetes container mode: the GPU goes to the workflow pod ---------------------------------
+
+def hook_template_doc() -> dict[str, Any]:
+    """The pod template inside the shipped ConfigMap (a deep copy, safe to edit)."""
+    config_map = load(HOOK_TEMPLATE)
+    (text,) = config_map["data"].values()
+    return yaml.safe_load(text)
+
+
+def config_map_with(template: dict[str, Any]) -> dict[str, Any]:
+    config_map = load(HOOK_TEMPLATE)
+    (key,) = config_map["data"]
+    config_map["data"][key] = yaml.safe_dump(template)
+    return config_map
+
+
+def job_container(template: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in template["spec"]["containers"] if c["name"] == "$job")
+
+
+def test_kubernetes_mode_variant_passes_every_check(crd, chart):
+    values = load(KUBE_MODE)
+    assert values["containerMode"]["type"] == "kubernetes"
+    assert [str(p) for p in problems_of(values, crd, chart)] == []
+
+
+def test_kubernetes_mode_renders_what_the_chart_adds(crd):
+    values = load(KUBE_MODE)
+    ars = check.render_autoscaling_runner_set(values)
+    pod = ars["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["ACTIONS_RUNNER_CONTAINER_HOOKS"]["value"] == "/home/runner/k8s/index.js"
+    assert env["ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"]["value"] == "true"
+    assert env["ACTIONS_RUNNER_POD_NAME"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["work"]["ephemeral"]["volumeClaimTemplate"]["spec"] == values[
+        "containerMode"]["kubernetesModeWorkVolumeClaim"]
+    assert volumes["hook-template"]["configMap"]["name"] == load(HOOK_TEMPLATE)["metadata"][
+        "name"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["work"] == "/home/runner/_work"
+    assert pod["serviceAccountName"].endswith("-kube-mode")
+    assert check.runner_gpu_resource(ars) is None  # the runner pod holds no GPU
+    assert check.schema_problems(ars, check.strict(check.crd_schema(crd)), "x") == []
+
+
+def test_kubernetes_mode_puts_the_gpu_on_the_workflow_pod():
+    values = load(KUBE_MODE)
+    ars = check.render_autoscaling_runner_set(values)
+    workflow = check.workflow_pod(ars, [load(HOOK_TEMPLATE)])
+    assert workflow is not None
+    job = next(c for c in workflow["containers"] if c["name"] == "job")
+    assert job["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert job["image"] != "$job"  # the hook keeps the job's image: `$job`'s is ignored
+    assert workflow["runtimeClassName"] == "nvidia"
+    assert workflow["automountServiceAccountToken"] is False
+    runner_pod = ars["spec"]["template"]["spec"]
+    assert workflow["nodeSelector"] == runner_pod["nodeSelector"]  # pinned to its node
+    assert workflow["tolerations"] == runner_pod["tolerations"]
+    assert check.step_gpu_resource(ars, [load(HOOK_TEMPLATE)]) == "nvidia.com/gpu"
+
+
+def test_workflow_pod_validates_and_meets_pod_security_restricted():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    ars = check.render_autoscaling_runner_set(load(KUBE_MODE))
+    spec = check.workflow_pod(ars, [load(HOOK_TEMPLATE)])
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "runner-x-workflow", "namespace": "gpu-ci-runners"},
+           "spec": spec}
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    kubernetes_validate.validate(load(HOOK_TEMPLATE), KUBERNETES_VERSION, strict=True)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    for container in spec["containers"]:
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_kubernetes_mode_runner_pod_validates_as_a_kubernetes_pod():
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    template = check.render_autoscaling_runner_set(load(KUBE_MODE))["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
+           "spec": template["spec"]}
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_check_cli_accepts_the_kubernetes_mode_variant(reference):
+    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(KUBE_MODE)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_check_cli_reads_the_hook_template_it_is_given(tmp_path, reference):
+    template = hook_template_doc()
+    del job_container(template)["resources"]["limits"]["nvidia.com/gpu"]
+    bad = tmp_path / "hook-template.yaml"
+    bad.write_text(yaml.safe_dump(config_map_with(template)))
+    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--hook-template",
+                           str(bad), str(KUBE_MODE)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "$job" in proc.stdout and "Fix: " in proc.stdout
+
+
+def no_hook_template_env(v, t):
+    _drop_env(v, "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE")
+
+
+def hook_template_not_mounted(v, t):
+    runner(v)["volumeMounts"][0]["mountPath"] = "/etc/elsewhere"
+
+
+def hook_template_key_missing(v, t):
+    next(e for e in _env(v) if e["name"] == "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE")[
+        "value"] = "/etc/gpu-ci/hook-template/other.yaml"
+
+
+def job_without_gpu(v, t):
+    del job_container(t)["resources"]["limits"]["nvidia.com/gpu"]
+
+
+def job_gpu_in_requests_only(v, t):
+    job = job_container(t)
+    job["resources"]["requests"]["nvidia.com/gpu"] = job["resources"]["limits"].pop(
+        "nvidia.com/gpu")
+
+
+def job_container_misnamed(v, t):
+    job_container(t)["name"] = "job"  # not `$job`: added as a second container
+
+
+def template_without_runtime_class(v, t):
+    del t["spec"]["runtimeClassName"]
+
+
+def template_runtime_class_misspelt(v, t):
+    t["spec"]["runtimeClassname"] = t["spec"].pop("runtimeClassName")
+
+
+def template_without_node_selector(v, t):
+    del t["spec"]["nodeSelector"]
+
+
+def template_without_tolerations(v, t):
+    del t["spec"]["tolerations"]
+
+
+def gpu_on_the_runner_in_kubernetes_mode(v, t):
+    runner(v)["resources"]["limits"]["nvidia.com/gpu"] = 1
+
+
+def runner_pod_on_another_pool(v, t):
+    v["template"]["spec"]["nodeSelector"] = {"gpu-ci/pool": "cpu"}
+
+
+def runner_pod_without_toleration(v, t):
+    del v["template"]["spec"]["tolerations"]
+
+
+def no_work_volume_claim(v, t):
+    del v["containerMode"]["kubernetesModeWorkVolumeClaim"]
+
+
+def docker_in_docker_instead(v, t):
+    v["containerMode"] = {"type": "dind"}
+
+
+KUBE_BROKEN: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], None], str]] = [
+    ("no-hook-template", no_hook_template_env, "no hook template"),
+    ("hook-template-not-mounted", hook_template_not_mounted, "no volume is mounted"),
+    ("hook-template-key-missing", hook_template_key_missing, "has no key other.yaml"),
+    ("job-container-without-gpu", job_without_gpu, "the `$job` container has no GPU limit"),
+    ("job-gpu-in-requests-only", job_gpu_in_requests_only, "requested but not limited"),
+    ("job-container-misnamed", job_container_misnamed, "no container named `$job`"),
+    ("template-without-runtimeClassName", template_without_runtime_class,
+     "without the NVIDIA runtime"),
+    ("template-runtimeClassName-misspelt", template_runtime_class_misspelt,
+     "Additional properties are not allowed"),
+    ("template-without-nodeSelector", template_without_node_selector, "no node selector"),
+    ("template-without-tolerations", template_without_tolerations,
+     "no toleration for the `nvidia.com/gpu`"),
+    ("gpu-on-the-runner", gpu_on_the_runner_in_kubernetes_mode, "a GPU the job never sees"),
+    ("runner-pod-on-another-pool", runner_pod_on_another_pool, "on the runner pod's node"),
+    ("runner-pod-without-toleration", runner_pod_without_toleration,
+     "the runner pod has no toleration"),
+    ("no-work-volume-claim", no_work_volume_claim, "kubernetesModeWorkVolumeClaim"),
+    ("docker-in-docker", docker_in_docker_instead,
+     "the stock docker:dind daemon has no NVIDIA runtime"),
+]
+
+
+@pytest.mark.parametrize("mutate,expected", [(m, e) for _, m, e in KUBE_BROKEN],
+                         ids=[name for name, _, _ in KUBE_BROKEN])
+def test_broken_kubernetes_mode_copy_is_rejected(mutate, expected, crd, chart):
+    values, template = load(KUBE_MODE), hook_template_doc()
+    mutate(values, template)
+    found = [str(p) for p in problems_of(values, crd, chart, [config_map_with(template)])]
+    assert any(expected in p for p in found), found
+    assert all(" Fix: " in p for p in found)
+
+
+def test_kubernetes_mode_without_the_hook_template_manifest_is_rejected(crd, chart):
+    found = [str(p) for p in problems_of(load(KUBE_MODE), crd, chart, config_maps=[])]
+    assert any("gpu-ci-hook-template" in p and "--hook-template" in p for p in found), found
+
+
+def test_check_cli_missing_hook_template_is_a_usage_error(tmp_path, reference):
+    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--hook-template",
+                           str(tmp_path / "none.yaml"), str(KUBE_MODE)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "none.yaml does not exist" in proc.stderr
