@@ -153,10 +153,13 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
         triggering_actor={"login": "contributor"}, actor={"login": "contributor"},
         workflow_id=run.workflow_id)
     env = {"GITHUB_API_URL": github.url}
-    for approved in ([], [{"context": "GPU CI", "state": "pending", "created_at": ago(31),
-                           "target_url": f"https://github.com/{REPO}/pull/2/checks",
-                           "description": f"Approved by @maintainer for {HEAD[:12]}: GPU "
-                                          "run queued."}]):
+    repo = github.repos[REPO]
+    approval = dict(github.status_json(repo, HEAD, {
+        "context": "GPU CI", "state": "pending",
+        "target_url": f"https://github.com/{REPO}/pull/2/checks",
+        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
+        "github-actions[bot]"), created_at=ago(31))
+    for approved in ([], [approval]):
         github.repos[REPO].statuses[HEAD] = list(approved)
         result = act_steps(STATUS, "workflow_run", forged, repository=REPO, env=env)
         assert result.returncode == 0, result.log
