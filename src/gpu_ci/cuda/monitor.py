@@ -8,9 +8,19 @@ read without us:
 
 * ``{"kind": "start", "version": 1, "ts": <epoch s>, "interval": s, "pid": n, "gpus": [...]}``
 * ``{"kind": "sample", "ts": ..., "gpus": [{"index", "util", "mem_util", "mem_used",
-  "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...]}]}``
-  (a field the GPU does not support is ``null``; a lost GPU is absent)
-* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n}``
+  "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...],
+  "util_busy_s", "energy_mj"}]}``
+  (a field the GPU does not support is ``null``; a lost GPU is absent). ``util_busy_s``:
+  busy seconds since the previous sample from the driver's utilisation sample buffer
+  (``nvmlDeviceGetSamples``), which covers the whole interval where a single reading
+  covers one driver sample period; ``energy_mj``: the driver's energy counter.
+  A MIG slice is an entry with ``"slice": slot`` (its parent's ``index``): its own memory
+  and processes (through its MIG device handle), utilisation from GPM
+  (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
+  ``board_power_mw`` (the whole GPU's, never the slice's). The start line's GPU entry of
+  a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
+* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n,
+  "gi": n, "ci": n}`` (the GPU and compute instance of the event; 0xFFFFFFFF: none)
 * ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST"}``
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
@@ -40,7 +50,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpu_ci import locks
-from gpu_ci.cuda.nvml import memory_info, running_processes
+from gpu_ci.cuda.nvml import error_code, memory_info, nvml_errors, running_processes
 
 FORMAT_VERSION = 1
 LOCK_NAME = "sampler.lock"
@@ -57,6 +67,12 @@ MARKER = "gpu_ci.cuda.monitor"
 GPU_IS_LOST = 15
 NOT_SUPPORTED = 3
 TIMEOUT = 10
+NOT_FOUND = 6
+FUNCTION_NOT_FOUND = 13
+GPU_UTILIZATION_SAMPLES = 1
+"""nvmlSamplingType_t: "percent of time during which one or more kernels was executing"."""
+GPM_GRAPHICS_UTIL = 1
+"""NVML_GPM_METRIC_GRAPHICS_UTIL: "Percentage of time any compute/graphics app was active"."""
 
 #: nvmlEventType* bits we ask for, and how the file names them.
 EVENT_TYPES = {0x8: "xid", 0x1: "ecc-sbe", 0x2: "ecc-dbe"}
@@ -178,6 +194,10 @@ class _Nvml:
         self.names = {getattr(pynvml, n): n[len("NVML_ERROR_"):] for n in dir(pynvml)
                       if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)}
         self.process_names: dict[int, str] = {}
+        self.buffer_last: dict[tuple[int, int | None], int] = {}
+        self.no_buffer: set[tuple[int, int | None]] = set()
+        self.gpm: dict[tuple[int, int | None], tuple[Any, Any]] = {}
+        self.gpm_primed: set[tuple[int, int | None]] = set()
 
     def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """The value, or None when the GPU does not support the query (lost → raises)."""
@@ -199,48 +219,203 @@ class _Nvml:
             self.process_names[pid] = os.path.basename(name) or f"pid {pid}"
         return self.process_names[pid]
 
-    def read(self, index: int, handle: Any) -> dict[str, Any]:
+    def reasons(self, handle: Any) -> int | None:
+        """Clocks-event reasons; drivers before R535 lack the renamed call (nvidia-ml-py
+        then raises FUNCTION_NOT_FOUND), so the old name is asked next."""
+        n = self.nvml
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(n, name, None)
+            if fn is None:
+                continue
+            try:
+                return int(fn(handle))
+            except nvml_errors(n) as exc:
+                code = error_code(n, exc)
+                if code == GPU_IS_LOST:
+                    raise
+                if code != FUNCTION_NOT_FOUND:
+                    return None
+        return None
+
+    def buffer_busy(self, key: tuple[int, int | None], handle: Any, now: float) -> float | None:
+        """Busy seconds since the last call from the driver's utilisation sample buffer: each
+        entry is the percentage of its own sample period (since the entry before it) in which
+        a kernel ran. None on the first call (it only marks where the next one starts) and
+        where the buffer is unsupported (a MIG-enabled GPU) or has no new entry."""
+        n = self.nvml
+        if key in self.no_buffer:
+            return None
+        last = self.buffer_last.get(key)
+        try:
+            _type, entries = n.nvmlDeviceGetSamples(handle, GPU_UTILIZATION_SAMPLES, last or 0)
+        except n.NVMLError as exc:
+            code = int(exc.value)
+            if code == GPU_IS_LOST:
+                raise
+            if code != NOT_FOUND:  # NOT_FOUND: no entry since the last call
+                self.no_buffer.add(key)
+            return None
+        entries = sorted((int(e.timeStamp), int(e.sampleValue.uiVal)) for e in entries)
+        if not entries:
+            return None
+        self.buffer_last[key] = entries[-1][0]
+        if last is None:
+            return None
+        busy_us = 0.0
+        prev = last
+        for ts, value in entries:
+            busy_us += min(100, value) / 100 * max(0, ts - prev)
+            prev = ts
+        return busy_us / 1e6
+
+    def gpm_util(self, key: tuple[int, int | None], parent: Any, gi: int) -> float | None:
+        """A MIG instance's utilisation over the time since its previous GPM sample
+        (NVML_GPM_METRIC_GRAPHICS_UTIL); None for the first sample and where GPM is
+        unsupported (before Hopper)."""
+        n = self.nvml
+        pair = self.gpm.get(key)
+        if pair is None:
+            return None
+        prev, cur = pair
+        try:
+            n.nvmlGpmMigSampleGet(parent, gi, cur)
+        except n.NVMLError as exc:
+            if int(exc.value) == GPU_IS_LOST:
+                raise
+            return None
+        self.gpm[key] = (cur, prev)
+        if key not in self.gpm_primed:
+            self.gpm_primed.add(key)
+            return None
+        get = n.c_nvmlGpmMetricsGet_t()
+        get.version = n.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = 1
+        get.sample1, get.sample2 = prev, cur
+        get.metrics[0].metricId = GPM_GRAPHICS_UTIL
+        try:
+            n.nvmlGpmMetricsGet(get)
+        except n.NVMLError:
+            return None
+        metric = get.metrics[0]
+        return round(float(metric.value), 3) if int(metric.nvmlReturn) == 0 else None
+
+    def board(self, handle: Any) -> dict[str, Any]:
+        """Figures of the whole GPU. Utilisation first: it raises when the GPU is lost."""
         n = self.nvml
         gpu_util: int | None
         mem_util: int | None
-        try:  # first: it raises when the GPU is lost
+        try:
             util = n.nvmlDeviceGetUtilizationRates(handle)
             gpu_util, mem_util = int(util.gpu), int(util.memory)
         except n.NVMLError as exc:
             if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
                 raise
             gpu_util = mem_util = None
-        _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
-        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            n.nvmlDeviceGetCurrentClocksThrottleReasons
+        return {"util": gpu_util, "mem_util": mem_util,
+                "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
+                "temp": self.optional(n.nvmlDeviceGetTemperature, handle,
+                                      n.NVML_TEMPERATURE_GPU),
+                "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
+                "throttle": self.reasons(handle)}
+
+    def processes(self, handle: Any) -> list[list[Any]]:
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
-        procs = [p for p in self.optional(running_processes, n, handle) or []
+        procs = [p for p in self.optional(running_processes, self.nvml, handle) or []
                  if p.pid is not None]
-        return {
-            "index": index,
-            "util": gpu_util,
-            "mem_util": mem_util,
-            "mem_used": mem_used,
-            "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
-            "temp": self.optional(n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
-            "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
-            "throttle": self.optional(reasons_fn, handle),
-            "procs": [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs],
-        }
+        return [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs]
+
+    def read(self, index: int, handle: Any, now: float = 0.0) -> dict[str, Any]:
+        n = self.nvml
+        board = self.board(handle)
+        _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
+        return {"index": index, **board, "mem_used": mem_used,
+                "procs": self.processes(handle),
+                "util_busy_s": self.buffer_busy((index, None), handle, now),
+                "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle)}
+
+    def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
+        """A MIG slice: its own memory, processes and GPM utilisation; the board's power
+        apart (board-wide, not the slice's)."""
+        n = self.nvml
+        mem = n.nvmlDeviceGetMemoryInfo(device.handle)
+        return {"index": device.index, "slice": device.slot,
+                "util": self.gpm_util(device.key, device.parent, device.gi or 0),
+                "mem_util": None, "mem_used": int(mem.used), "power_mw": None,
+                "board_power_mw": board["power_mw"], "temp": board["temp"],
+                "sm_mhz": board["sm_mhz"], "throttle": board["throttle"],
+                "procs": self.processes(device.handle)}
+
+
+@dataclass(frozen=True)
+class Device:
+    """What one sample line entry reads: a whole GPU, or one MIG slice of GPU ``index``."""
+
+    index: int
+    handle: Any
+    slot: int | None = None
+    parent: Any = None
+    gi: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.index, self.slot)
+
+
+def mig_devices(nvml: Any, index: int, parent: Any, environ: Mapping[str, str]) -> list[Device]:
+    """The MIG devices of a MIG-enabled GPU that the job was given: those CUDA_VISIBLE_DEVICES
+    names by ``MIG-`` UUID, else every one NVML lists (in a container given one slice, NVML
+    lists that one). Empty when the GPU has none (or MIG is off)."""
+    wanted = {e.strip().lower() for e in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+              if e.strip().lower().startswith("mig-")}
+    out = []
+    try:
+        if not nvml.nvmlDeviceGetMigMode(parent)[0]:
+            return []
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))
+    except nvml.NVMLError:
+        return []
+    for slot in range(slots):
+        try:
+            handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            gi = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
+        except nvml.NVMLError:  # NOT_FOUND: no MIG device in this slot
+            continue
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        if not wanted or uuid.lower() in wanted:
+            out.append(Device(index, handle, slot, parent, gi))
+    return out
 
 
 def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
-    def text(value: Any) -> str:
-        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
     total, _used = memory_info(nvml, handle)
     mig: bool | None = None
     with contextlib.suppress(nvml.NVMLError):
         mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
-    return {"index": index, "name": text(nvml.nvmlDeviceGetName(handle)),
-            "uuid": text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
+    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(handle)),
+            "uuid": _text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
             "mig": mig}
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _slice_header(reader: _Nvml, device: Device) -> dict[str, Any]:
+    """A MIG slice's start-line entry; allocates its two GPM samples where GPM works."""
+    n = reader.nvml
+    mem = n.nvmlDeviceGetMemoryInfo(device.handle)
+    source = None
+    with contextlib.suppress(n.NVMLError, AttributeError):
+        if n.nvmlGpmQueryDeviceSupport(device.handle).isSupportedDevice:
+            reader.gpm[device.key] = (n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc())
+            source = "gpm"
+    return {"index": device.index, "slice": device.slot, "gi": device.gi,
+            "name": _text(n.nvmlDeviceGetName(device.handle)),
+            "uuid": _text(n.nvmlDeviceGetUUID(device.handle)), "memory_total": int(mem.total),
+            "mig": True, "util_source": source}
 
 
 class _Writer:
@@ -285,6 +460,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     indices = [i for i in range(count) if visible is None or i in visible]
     handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
     by_address = {_address(h): i for i, h in handles.items()}
+    slices = {i: mig_devices(pynvml, i, h, os.environ) for i, h in handles.items()}
     events: Any = None
     with contextlib.suppress(pynvml.NVMLError):
         events = pynvml.nvmlEventSetCreate()
@@ -311,7 +487,9 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
         out = _Writer(handle, config.max_bytes)
         out.write({"kind": "start", "version": FORMAT_VERSION, "ts": started,
                    "interval": config.interval, "pid": os.getpid(),
-                   "gpus": [_gpu_header(pynvml, i, h) for i, h in handles.items()]})
+                   "gpus": [entry for i, h in handles.items() for entry in (
+                       [_slice_header(reader, d) for d in slices[i]] if slices[i]
+                       else [_gpu_header(pynvml, i, h)])]})
         (directory / STATE_NAME).write_text(json.dumps(
             {"pid": os.getpid(), "started": started, "samples": str(samples_path)}) + "\n")
         lost: set[int] = set()
@@ -319,12 +497,16 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
         while not stop:
             began = time.monotonic()
             now = clock()
-            gpus = []
+            gpus: list[dict[str, Any]] = []
             for i, h in handles.items():
                 if i in lost:
                     continue
                 try:
-                    gpus.append(reader.read(i, h))
+                    if slices[i]:  # a MIG board: the job's slices, the board read once
+                        board = reader.board(h)
+                        gpus.extend(reader.read_slice(d, board) for d in slices[i])
+                    else:
+                        gpus.append(reader.read(i, h, now))
                 except pynvml.NVMLError as exc:
                     code = int(exc.value)
                     lost.add(i)
@@ -364,13 +546,17 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 out.write({"kind": "event", "ts": clock(),
                            "gpu": by_address.get(_address(data.device), -1),
                            "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
-                           "data": int(data.eventData)})
+                           "data": int(data.eventData), "gi": int(data.gpuInstanceId),
+                           "ci": int(data.computeInstanceId)})
                 if left <= 0:
                     break
         out.write({"kind": "stop", "ts": clock(), "reason": reason or (stop[0] if stop
                                                                          else "signal"),
                    "samples": step[0]})
     with contextlib.suppress(pynvml.NVMLError):
+        for pair in reader.gpm.values():
+            for sample in pair:
+                pynvml.nvmlGpmSampleFree(sample)
         if events is not None:
             pynvml.nvmlEventSetFree(events)
         pynvml.nvmlShutdown()

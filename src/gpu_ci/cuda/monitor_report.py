@@ -505,8 +505,7 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         for name in names:
             reasons[name] = reasons.get(name, 0.0) + s.dt
     temps = [s.temp for s in mine if s.temp is not None]
-    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index
-                 and e.get("slice") == gpu.slot), None)
+    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)  # the board
     mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
         gpu=gpu, samples=len(mine), busy_s=span.busy_s,
