@@ -9,6 +9,7 @@ nvml.h documents it (tests/fake_nvml/fake_nvml.c)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,3 +186,135 @@ def test_another_slices_xid_is_not_this_jobs_finding():
     codes = [f.code for f in report_of(rec).findings]
     assert "xid-13" not in codes               # slice 2's (another tenant's) fault
     assert "xid-31" in codes and "xid-79" in codes   # ours, and the board's
+
+
+# -- the real sampler against the fake driver -------------------------------------------------
+
+
+def run_monitor(run_cli, tmp_path, script: str, samples: int, *, config_extra: str = "",
+                config: dict[str, str] | None = None, env_extra: dict[str, str] | None = None,
+                args: tuple[str, ...] = ()):
+    from tests.cuda_env import write_config
+    from tests.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
+
+    env = fake_gpu_env(tmp_path, script, samples=samples)
+    env.update(env_extra or {})
+    path = tmp_path / "nvml.cfg"
+    if config is not None:
+        write_config(path, config)
+    path.write_text(path.read_text() + config_extra)
+    started = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    records = wait_for_stop_line(env)
+    result = run_cli(["gpu-monitor", "--mode", "report", *args], env)
+    path = result.outputs.get("report-file")
+    report = json.loads(Path(path).read_text()) if path else None
+    return result, report, records
+
+
+THREE_PERCENT = "0 gpu.0.util=3 gpu.0.mem_used_mib=1024 gpu.0.procs=4242:1000:python\n"
+
+
+def test_fake_gpu_at_3_percent_for_120_s_reports_3_6_busy_seconds(run_cli, tmp_path):
+    result, report, _ = run_monitor(run_cli, tmp_path, THREE_PERCENT, 120)
+    assert result.returncode == 0, result.stdout
+    assert float(result.outputs["busy-seconds"]) == pytest.approx(3.6, abs=0.05)
+    assert float(result.outputs["idle-fraction"]) == pytest.approx(0.97, abs=0.001)
+    assert "(97 % idle" in result.summary
+
+
+def test_the_sampler_reads_the_drivers_sample_buffer(run_cli, tmp_path):
+    # Each reading says 0 %, but the buffer's six entries per second say 25 %: a kernel ran a
+    # quarter of the time between readings (failed before: 0 busy seconds).
+    script = "0 gpu.0.util=0 gpu.0.buf_util=25 gpu.0.procs=-\n"
+    result, report, records = run_monitor(run_cli, tmp_path, script, 60,
+                                          config_extra="gpu.0.util_samples=6\n")
+    assert result.returncode == 0, result.stdout
+    first, second = [r for r in records if r["kind"] == "sample"][:2]
+    assert first["gpus"][0]["util_busy_s"] is None          # the first call marks the start
+    assert second["gpus"][0]["util_busy_s"] == pytest.approx(0.25)
+    assert report["gpus"][0]["busy_s"] == pytest.approx(0.25 * 59, abs=0.01)
+
+
+def test_unsupported_power_reads_unknown_energy(run_cli, tmp_path):
+    result, report, _ = run_monitor(run_cli, tmp_path, THREE_PERCENT, 10,
+                                    config_extra="fail.nvmlDeviceGetPowerUsage=3\n")
+    assert result.returncode == 0, result.stdout
+    assert report["gpus"][0]["energy_wh"] is None and result.outputs["energy-wh"] == ""
+    assert "0.00 Wh" not in result.summary
+
+
+def test_before_r535_throttle_reasons_come_from_the_old_call(run_cli, tmp_path):
+    # nvidia-ml-py raises FUNCTION_NOT_FOUND for ...EventReasons on such a driver; failed
+    # before: the fallback was dead code and the report said "throttled 0:00".
+    script = THREE_PERCENT + "5 gpu.0.throttle=0x20\n"
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, script, 10,
+        config_extra="fail.nvmlDeviceGetCurrentClocksEventReasons=13\n")
+    assert result.returncode == 0, result.stdout
+    assert report["gpus"][0]["throttled_s"] == pytest.approx(5.0)
+    assert report["gpus"][0]["throttle_reasons_s"] == {"thermal (software)": 5.0}
+
+
+def test_energy_comes_from_the_fake_drivers_counter(run_cli, tmp_path):
+    # 100 W for the first 5 s, then 300 W: the counter's increase from the first sample on
+    script = THREE_PERCENT + "0 gpu.0.power_mw=100000\n5 gpu.0.power_mw=300000\n"
+    result, report, records = run_monitor(run_cli, tmp_path, script, 10,
+                                          config_extra="gpu.0.energy_counter=1\n")
+    samples = [r for r in records if r["kind"] == "sample"]
+    assert samples[0]["gpus"][0]["energy_mj"] is not None
+    # steps 1-4 at 100 W, 5-9 at 300 W: (4 * 100 + 5 * 300) J
+    assert report["gpus"][0]["energy_wh"] == pytest.approx((400 + 1500) / 3600)
+
+
+MIG_OURS = "MIG-11111111-2222-3333-4444-555555555555"
+TWO_TENANTS = """\
+0 gpu.0.power_mw=400000 gpu.0.mig.0.util=40 gpu.0.mig.0.mem_used_mib=2048
+0 gpu.0.mig.0.procs=4242:2000:python
+0 gpu.0.mig.1.util=100 gpu.0.mig.1.mem_used_mib=30720 gpu.0.mig.1.procs=5555:30000:other
+3 gpu.0.mig.1.xid=13
+"""
+
+
+def two_tenant_h200(cc: str = "9.0") -> dict[str, str]:
+    from tests.cuda_env import gpu_config, nvml_config
+
+    return nvml_config(gpu_config(
+        0, cc=cc, mig=1, mig__count=2, mig__0__uuid=MIG_OURS,
+        mig__0__name="NVIDIA H200 MIG 3g.71gb", mig__0__memory_mib=71 * 1024,
+        mig__1__uuid="MIG-99999999-2222-3333-4444-555555555555",
+        mig__1__name="NVIDIA H200 MIG 3g.71gb", mig__1__memory_mib=71 * 1024),
+        privileged=1)
+
+
+def test_a_mig_slice_reports_only_its_own_figures(run_cli, tmp_path):
+    # Failed before: "100 % idle", min-utilisation failed at 0.0 %, max-memory charged the
+    # other tenant's 30 GiB, the board's energy and the other slice's Xid 13 were the job's.
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, TWO_TENANTS, 20, config=two_tenant_h200(),
+        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
+        args=("--min-utilisation", "30", "--max-memory", "4GiB"))
+    assert result.returncode == 0, result.stdout
+    (gpu,) = report["gpus"]
+    assert gpu["uuid"] == MIG_OURS and gpu["mig_slice"] == 0
+    assert gpu["utilisation_source"] == "gpm"
+    assert gpu["utilisation"]["mean"] == pytest.approx(40.0)
+    assert gpu["busy_s"] == pytest.approx(0.4 * 19, abs=0.01)   # the first GPM sample pairs
+    assert gpu["peak_memory_bytes"] == 2048 * MiB
+    assert [p["pid"] for p in gpu["processes"]] == [4242]
+    assert gpu["energy_wh"] is None and gpu["board_energy_wh"] > 0
+    assert "xid-13" not in result.outputs["findings"]
+    assert "board-wide" in result.summary
+
+
+def test_a_mig_slice_without_gpm_reads_unknown_not_a_false_failure(run_cli, tmp_path):
+    # an A100-class board (no GPM): utilisation unknown; min-utilisation is not evaluated
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, TWO_TENANTS, 10, config=two_tenant_h200(cc="8.0"),
+        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS}, args=("--min-utilisation", "30"))
+    assert result.returncode == 0, result.stdout
+    (gpu,) = report["gpus"]
+    assert gpu["utilisation_source"] is None and gpu["busy_s"] is None
+    assert gpu["peak_memory_bytes"] == 2048 * MiB
+    assert "min-utilisation-unknown" in result.outputs["findings"]
+    assert result.outputs["idle-fraction"] == ""
