@@ -318,3 +318,29 @@ def test_a_mig_slice_without_gpm_reads_unknown_not_a_false_failure(run_cli, tmp_
     assert gpu["peak_memory_bytes"] == 2048 * MiB
     assert "min-utilisation-unknown" in result.outputs["findings"]
     assert result.outputs["idle-fraction"] == ""
+
+
+# -- 3. violation counters and memory v2 -----------------------------------------------------
+
+
+def test_throttle_time_by_reason_comes_from_the_violation_counters(run_cli, tmp_path):
+    # No reading ever caught a throttle bit, but the thermal counter grew 0.2 s a second: a
+    # short slowdown between readings (failed before: "throttled 0:00").
+    script = THREE_PERCENT + "0 gpu.0.viol_thermal_ms=200\n"
+    result, report, _ = run_monitor(run_cli, tmp_path, script, 10,
+                                    config_extra="gpu.0.violation=1\n")
+    assert result.returncode == 0, result.stdout
+    gpu = report["gpus"][0]
+    assert gpu["throttled_s"] == pytest.approx(1.8)          # 9 increases of 0.2 s
+    assert gpu["throttle_reasons_s"] == {"thermal (software)": pytest.approx(1.8)}
+
+
+def test_memory_used_is_allocated_and_the_reservation_is_apart(run_cli, tmp_path):
+    # v1's used is "Sum of Reserved and Allocated": a max-memory check charged the driver's
+    # 500 MiB reservation to the job (failed before: peak 1524 MiB).
+    result, report, _ = run_monitor(run_cli, tmp_path, THREE_PERCENT, 5,
+                                    config_extra="gpu.0.reserved_mib=500\n")
+    assert result.returncode == 0, result.stdout
+    gpu = report["gpus"][0]
+    assert gpu["peak_memory_bytes"] == 1024 * MiB
+    assert gpu["memory_reserved_bytes"] == 500 * MiB

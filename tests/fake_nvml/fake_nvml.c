@@ -31,6 +31,8 @@
  *   gpu.0.util_samples=6     the driver's utilisation sample buffer holds 6 entries per
  *                            step (nvmlDeviceGetSamples; default 0: NOT_SUPPORTED)
  *   gpu.0.energy_counter=1   nvmlDeviceGetTotalEnergyConsumption is supported (Volta+)
+ *   gpu.0.violation=1        nvmlDeviceGetViolationStatus is supported
+ *   gpu.0.reserved_mib=500   memory the driver reserves: in v1's `used`, apart in v2
  *   GPM (nvmlGpm*) is supported where gpu.N.cc is 9.0 or more (Hopper and newer)
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
  * Every call is appended to FAKE_NVML_LOG when set, so tests can assert what ran.
@@ -66,6 +68,8 @@ typedef struct {
     unsigned int mig_processes[MAX_MIG];
     unsigned int util_samples; /* driver sample-buffer entries per step (0: unsupported) */
     int energy_counter;        /* nvmlDeviceGetTotalEnergyConsumption supported */
+    int violation;             /* nvmlDeviceGetViolationStatus supported */
+    unsigned long long reserved_mib; /* memory the driver reserves (nvmlMemory_v2_t) */
 } gpu_t;
 
 static struct {
@@ -136,6 +140,8 @@ static void set_key(const char *key, const char *value) {
         else if (!strcmp(rest, "processes")) g->processes = (unsigned)atoi(value);
         else if (!strcmp(rest, "util_samples")) g->util_samples = (unsigned)atoi(value);
         else if (!strcmp(rest, "energy_counter")) g->energy_counter = atoi(value);
+        else if (!strcmp(rest, "violation")) g->violation = atoi(value);
+        else if (!strcmp(rest, "reserved_mib")) g->reserved_mib = strtoull(value, NULL, 10);
     }
 }
 
@@ -348,7 +354,42 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     if (mig_ >= 0 && g->mig_memory_mib[mig_]) mem->total = g->mig_memory_mib[mig_] * 1048576ULL;
     mem->used = 0;
     mem->free = mem->total;
-    return fake_script_memory(g, mig_, mem); /* scripted time series, if any */
+    {
+        /* nvml.h (nvmlMemory_t.used): "Sum of Reserved and Allocated device memory" */
+        nvmlReturn_t rc = fake_script_memory(g, mig_, mem); /* scripted time series, if any */
+        unsigned long long reserved = mig_ < 0 ? g->reserved_mib * 1048576ULL : 0;
+        mem->used += reserved;
+        mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
+        return rc;
+    }
+}
+
+/* nvml.h (nvmlMemory_v2_t): "version: Structure format version (must be 2)", "reserved:
+ * Device memory (in bytes) reserved for system use (driver or firmware)", "used: Allocated
+ * device memory (in bytes)." */
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *mem) {
+    nvmlMemory_t v1;
+    ENTER("nvmlDeviceGetMemoryInfo_v2");
+    {
+        DEVICE(g, dev);
+        MIG_PARENT_NEEDS_PRIVILEGES(g);
+        if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
+        if (mem->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        v1.total = g->memory_mib * 1048576ULL;
+        if (mig_ >= 0 && g->mig_memory_mib[mig_]) v1.total = g->mig_memory_mib[mig_] * 1048576ULL;
+        v1.used = 0;
+        v1.free = v1.total;
+        {
+            nvmlReturn_t rc = fake_script_memory(g, mig_, &v1);
+            if (rc != NVML_SUCCESS) return rc;
+        }
+        mem->total = v1.total;
+        mem->reserved = mig_ < 0 ? g->reserved_mib * 1048576ULL : 0;
+        mem->used = v1.used;
+        mem->free = mem->total > mem->used + mem->reserved ? mem->total - mem->used - mem->reserved
+                                                           : 0;
+    }
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, nvmlBrandType_t *brand) {
@@ -533,6 +574,9 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
  *   gpu.N.xid       an Xid critical-error event delivered once at this step
  *   gpu.N.lost=1    from this step on, every call for GPU N returns NVML_ERROR_GPU_IS_LOST
  *   gpu.N.buf_util  percent in the driver's sample buffer for this step (default: util)
+ *   gpu.N.viol_power_ms, gpu.N.viol_thermal_ms   violation time a step adds to that
+ *                   counter besides the seconds whose throttle bits name it (a slowdown
+ *                   between two readings)
  * and per MIG slot M of GPU N (read through the MIG device handle; the GPU instance id of
  * slot M is M):
  *   gpu.N.mig.M.mem_used_mib   gpu.N.mig.M.procs   gpu.N.mig.M.util (GPM)
@@ -848,10 +892,9 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t dev, nvmlSamplingType_t type,
         first = scr.now > 9 ? scr.now - 9 : 0;
         for (s = first; s <= scr.now; s++) {
             const char *v = script_get_at(gpu_number(g), "buf_util", s);
-            unsigned int value = (unsigned)(v ? strtoull(v, NULL, 0)
-                                              : strtoull(script_get_at(gpu_number(g), "util", s)
-                                                         ? script_get_at(gpu_number(g), "util", s)
-                                                         : "0", NULL, 0));
+            unsigned int value;
+            if (!v) v = script_get_at(gpu_number(g), "util", s);
+            value = v ? (unsigned)strtoull(v, NULL, 0) : 0u;
             for (j = 1; j <= g->util_samples; j++) {
                 unsigned long long ts = BASE_US + (unsigned long long)s * STEP_US - STEP_US +
                                         j * STEP_US / g->util_samples;
@@ -1017,6 +1060,53 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
                           get->sample2->step);
         m->value = v ? strtod(v, NULL) : 0.0;
         m->nvmlReturn = NVML_SUCCESS;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- violation counters -------------------------------------------------------------------
+ * nvml.h (nvmlViolationTime_t): "referenceTime represents CPU timestamp in microseconds",
+ * "violationTime in Nanoseconds"; (nvmlPerfPolicyType_t) "NVML_PERF_POLICY_POWER: How long
+ * did power violations cause the GPU to be below application clocks", ... and the
+ * deprecation note's translations "NVML_PERF_POLICY_POWER -> ..._SW_POWER_CAP",
+ * "NVML_PERF_POLICY_THERMAL -> ..._SW_THERM_SLOWDOWN". The counter adds one second for each
+ * step whose throttle bits name the policy (power: 0x4, thermal: 0x20 | 0x40, board limit:
+ * 0x200 ... total: any slowdown bit), plus the step's gpu.N.viol_<policy>_ms. */
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t dev, nvmlPerfPolicyType_t policy,
+                                          nvmlViolationTime_t *viol) {
+    unsigned long long bits, ns = 0;
+    const char *extra_key = NULL;
+    long long s;
+    ENTER("nvmlDeviceGetViolationStatus");
+    {
+        SCRIPTED(g, dev);
+        if (!viol) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!g->violation || mig_ >= 0) return NVML_ERROR_NOT_SUPPORTED;
+        switch (policy) {
+        case NVML_PERF_POLICY_POWER: bits = 0x4; extra_key = "viol_power_ms"; break;
+        case NVML_PERF_POLICY_THERMAL: bits = 0x20 | 0x40; extra_key = "viol_thermal_ms"; break;
+        case NVML_PERF_POLICY_BOARD_LIMIT: bits = 0x200; break;
+        case NVML_PERF_POLICY_RELIABILITY: bits = 0x400; break;
+        case NVML_PERF_POLICY_TOTAL_APP_CLOCKS:
+            bits = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400;
+            break;
+        default: return NVML_ERROR_NOT_SUPPORTED;
+        }
+        for (s = 1; s <= scr.now; s++) {
+            const char *v = script_get_at(gpu_number(g), "throttle", s);
+            const char *p = extra_key ? script_get_at(gpu_number(g), extra_key, s) : NULL;
+            unsigned long long extra = 0;
+            if (v && (strtoull(v, NULL, 0) & bits)) ns += 1000000000ULL;
+            if (p) extra = strtoull(p, NULL, 0);
+            if (policy == NVML_PERF_POLICY_TOTAL_APP_CLOCKS) {
+                const char *a = script_get_at(gpu_number(g), "viol_power_ms", s);
+                const char *b = script_get_at(gpu_number(g), "viol_thermal_ms", s);
+                extra = (a ? strtoull(a, NULL, 0) : 0) + (b ? strtoull(b, NULL, 0) : 0);
+            }
+            ns += extra * 1000000ULL;
+        }
+        viol->referenceTime = BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US;
+        viol->violationTime = ns;
     }
     return NVML_SUCCESS;
 }

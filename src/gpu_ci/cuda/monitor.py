@@ -9,11 +9,14 @@ read without us:
 * ``{"kind": "start", "version": 1, "ts": <epoch s>, "interval": s, "pid": n, "gpus": [...]}``
 * ``{"kind": "sample", "ts": ..., "gpus": [{"index", "util", "mem_util", "mem_used",
   "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...],
-  "util_busy_s", "energy_mj"}]}``
+  "util_busy_s", "energy_mj", "mem_reserved", "violation_ns": {"power": ns, ...}}]}``
   (a field the GPU does not support is ``null``; a lost GPU is absent). ``util_busy_s``:
   busy seconds since the previous sample from the driver's utilisation sample buffer
   (``nvmlDeviceGetSamples``), which covers the whole interval where a single reading
-  covers one driver sample period; ``energy_mj``: the driver's energy counter.
+  covers one driver sample period; ``energy_mj``: the driver's energy counter;
+  ``mem_used`` is allocated memory and ``mem_reserved`` the driver's reservation
+  (``nvmlDeviceGetMemoryInfo_v2``; on drivers without it ``mem_used`` is v1's reserved +
+  allocated and ``mem_reserved`` is null); ``violation_ns``: the violation counters.
   A MIG slice is an entry with ``"slice": slot`` (its parent's ``index``): its own memory
   and processes (through its MIG device handle), utilisation from GPM
   (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
@@ -71,6 +74,11 @@ NOT_FOUND = 6
 FUNCTION_NOT_FOUND = 13
 GPU_UTILIZATION_SAMPLES = 1
 """nvmlSamplingType_t: "percent of time during which one or more kernels was executing"."""
+ARGUMENT_VERSION_MISMATCH = 25
+#: nvmlPerfPolicyType_t counters read each sample, and how the file names them: "how long
+#: did <reason> cause the GPU to be below application clocks" (ns, cumulative).
+VIOLATION_POLICIES = {0: "power", 1: "thermal", 3: "board_limit", 5: "reliability",
+                      10: "total"}
 GPM_GRAPHICS_UTIL = 1
 """NVML_GPM_METRIC_GRAPHICS_UTIL: "Percentage of time any compute/graphics app was active"."""
 
@@ -198,6 +206,8 @@ class _Nvml:
         self.no_buffer: set[tuple[int, int | None]] = set()
         self.gpm: dict[tuple[int, int | None], tuple[Any, Any]] = {}
         self.gpm_primed: set[tuple[int, int | None]] = set()
+        self.no_violations: set[tuple[int, int | None]] = set()
+        self.no_v2 = False
 
     def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """The value, or None when the GPU does not support the query (lost → raises)."""
@@ -326,11 +336,50 @@ class _Nvml:
                  if p.pid is not None]
         return [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs]
 
+    def violations(self, key: tuple[int, int | None], handle: Any) -> dict[str, int] | None:
+        """The violation counters (ns below application clocks, by reason), or None where
+        the driver has none (asked once; nvml.h marks the call deprecated in 13.0 in
+        favour of field values, and drivers still export it)."""
+        n = self.nvml
+        if key in self.no_violations:
+            return None
+        out = {}
+        for policy, name in VIOLATION_POLICIES.items():
+            try:
+                out[name] = int(n.nvmlDeviceGetViolationStatus(handle, policy).violationTime)
+            except nvml_errors(n) as exc:
+                if error_code(n, exc) == GPU_IS_LOST:
+                    raise
+        if not out:
+            self.no_violations.add(key)
+            return None
+        return out
+
+    def memory(self, handle: Any) -> tuple[int, int | None]:
+        """(allocated, reserved) bytes: nvmlMemory_v2_t keeps the driver's reservation
+        apart (v1's ``used`` is "Sum of Reserved and Allocated"); v1 where v2 is absent."""
+        n = self.nvml
+        version = getattr(n, "nvmlMemory_v2", None)  # older nvidia-ml-py: v1 only
+        if not self.no_v2 and version is not None:
+            try:
+                mem = n.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return int(mem.used), int(mem.reserved)
+            except nvml_errors(n) as exc:
+                code = error_code(n, exc)
+                if code == GPU_IS_LOST:
+                    raise
+                if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                    self.no_v2 = True
+                # NO_PERMISSION (an unprivileged MIG parent): v1's fallback sums its devices
+        _total, used = memory_info(n, handle)
+        return used, None
+
     def read(self, index: int, handle: Any, now: float = 0.0) -> dict[str, Any]:
         n = self.nvml
         board = self.board(handle)
-        _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
-        return {"index": index, **board, "mem_used": mem_used,
+        mem_used, reserved = self.memory(handle)
+        return {"index": index, **board, "mem_used": mem_used, "mem_reserved": reserved,
+                "violation_ns": self.violations((index, None), handle),
                 "procs": self.processes(handle),
                 "util_busy_s": self.buffer_busy((index, None), handle, now),
                 "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle)}
@@ -338,11 +387,11 @@ class _Nvml:
     def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
         """A MIG slice: its own memory, processes and GPM utilisation; the board's power
         apart (board-wide, not the slice's)."""
-        n = self.nvml
-        mem = n.nvmlDeviceGetMemoryInfo(device.handle)
+        mem_used, reserved = self.memory(device.handle)
         return {"index": device.index, "slice": device.slot,
                 "util": self.gpm_util(device.key, device.parent, device.gi or 0),
-                "mem_util": None, "mem_used": int(mem.used), "power_mw": None,
+                "mem_util": None, "mem_used": mem_used, "mem_reserved": reserved,
+                "power_mw": None,
                 "board_power_mw": board["power_mw"], "temp": board["temp"],
                 "sm_mhz": board["sm_mhz"], "throttle": board["throttle"],
                 "procs": self.processes(device.handle)}

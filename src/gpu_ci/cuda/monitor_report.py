@@ -20,8 +20,12 @@ scripted time series. Rules, stated once:
 * a MIG slice (a GPU entry with ``slice``) has its own memory, processes and (from GPM)
   utilisation; the board's power is recorded apart (``board_power_mw``) and reported as
   board-wide, never as the slice's energy; events of another GPU instance are not the job's;
-* a GPU is **throttled** in a sample when a clocks-event reason other than idle,
-  application clocks, sync boost or display clock is set;
+* a GPU is **throttled** for the time its violation counters (``nvmlDeviceGetViolationStatus``:
+  time held below application clocks, by reason) grew, where the driver has them; else in a
+  sample when a clocks-event reason other than idle, application clocks, sync boost or
+  display clock is set, for that sample's Δt;
+* **memory used** is allocated memory (``nvmlMemory_v2_t``); the driver's reservation is
+  reported apart (v1 drivers: reserved + allocated, as v1 counts it);
 * **paid** minutes follow GitHub's rule (the job's time, rounded up to whole minutes, at
   least one); GPU-minutes paid = paid minutes × GPUs watched; **used** = busy time;
   idle fraction = 1 − used / paid; idle cost = cost × idle fraction.
@@ -59,6 +63,11 @@ THROTTLE_REASONS = {
     0x200: "board limit",
     0x400: "reliability",
 }
+
+#: Violation counters (nvmlPerfPolicyType_t) as the sample file names them, and the reason
+#: each reads as (nvml.h's translations: POWER -> SW_POWER_CAP, THERMAL -> SW_THERM_SLOWDOWN).
+VIOLATION_REASONS = {"power": "power cap (software)", "thermal": "thermal (software)",
+                     "board_limit": "board limit", "reliability": "reliability"}
 
 #: Xid codes that mean the GPU is gone or needs a reset (NVIDIA's Xid catalogue).
 XID_MEANING = {
@@ -349,6 +358,8 @@ class GpuUsage:
     lost_at_s: float | None
     board_energy_wh: float | None = None
     """A MIG slice: the whole board's energy, shown as such and never charged to the slice."""
+    memory_reserved: int | None = None
+    """The most memory the driver reserved (nvmlMemory_v2_t); None where not read."""
 
 
 @dataclass(frozen=True)
@@ -504,7 +515,15 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
             throttled = (throttled or 0.0) + s.dt
         for name in names:
             reasons[name] = reasons.get(name, 0.0) + s.dt
+    counted = [s for s in mine if s.violation_ns]
+    if len(counted) >= 2:  # the driver's counters: exact, between readings too
+        first, last = dict(counted[0].violation_ns), dict(counted[-1].violation_ns)
+        grew = {k: max(0, last[k] - first[k]) / 1e9 for k in last if k in first}
+        reasons = {VIOLATION_REASONS[k]: v for k, v in grew.items()
+                   if k in VIOLATION_REASONS and v > 0}
+        throttled = grew["total"] if "total" in grew else sum(reasons.values())
     temps = [s.temp for s in mine if s.temp is not None]
+    reserved = [s.mem_reserved for s in mine if s.mem_reserved is not None]
     lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)  # the board
     mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
@@ -520,7 +539,8 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         throttled_s=throttled, throttle_reasons=reasons,
         processes=tuple(sorted(procs.values(), key=lambda p: -p.peak_memory)),
         lost_at_s=(float(lost["ts"]) - rec.started) if lost else None,
-        board_energy_wh=span.board_energy_wh)
+        board_energy_wh=span.board_energy_wh,
+        memory_reserved=max(reserved) if reserved else None)
 
 
 def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
@@ -822,6 +842,7 @@ def as_json(report: Report) -> dict[str, Any]:
             "peak_memory_bytes": g.peak_memory, "peak_process": g.peak_process,
             "peak_at_s": g.peak_at_s, "energy_wh": r(g.energy_wh, 6),
             "board_energy_wh": r(g.board_energy_wh, 6),
+            "memory_reserved_bytes": g.memory_reserved,
             "power_max_w": g.power_max_w, "temperature_max_c": g.temp_max,
             "throttled_s": g.throttled_s, "throttle_reasons_s": g.throttle_reasons,
             "processes": [{"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
