@@ -344,3 +344,15 @@ def test_memory_used_is_allocated_and_the_reservation_is_apart(run_cli, tmp_path
     gpu = report["gpus"][0]
     assert gpu["peak_memory_bytes"] == 1024 * MiB
     assert gpu["memory_reserved_bytes"] == 500 * MiB
+
+
+def test_a_sampler_that_falls_behind_is_not_under_counted(run_cli, tmp_path):
+    # interval 1, but each sample comes 2 s late (slow driver calls): 40 samples span 117 s
+    # at 100 %. Failed before: 40 nominal seconds busy.
+    script = "0 gpu.0.util=100 gpu.0.mem_used_mib=1024 gpu.0.procs=4242:1000:python\n"
+    result, report, records = run_monitor(run_cli, tmp_path, script, 40,
+                                          env_extra={"GPU_CI_MONITOR_FAKE_LAG": "2"})
+    assert result.returncode == 0, result.stdout
+    times = [r["ts"] for r in records if r["kind"] == "sample"]
+    assert times[1] - times[0] == 3
+    assert report["gpus"][0]["busy_s"] == pytest.approx(1 + 39 * 3)

@@ -34,7 +34,8 @@ without a ``stop`` line, which the report says. One sampler per job: it holds an
 ``flock`` on ``sampler.lock`` for its whole life, so a second ``start`` sees it and leaves it
 alone. Time comes from one clock function, which tests replace through the environment
 (``GPU_CI_MONITOR_FAKE_CLOCK=<epoch>``: sample *i* is at ``epoch + i * interval`` and the
-sampler does not sleep), so that the tests are deterministic.
+sampler does not sleep; ``GPU_CI_MONITOR_FAKE_LAG=<s>`` makes each sample that much late, a
+sampler that falls behind), so that the tests are deterministic.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class SamplerConfig:
     max_samples: int = 0
     """Tests and benchmarks: stop after this many samples (0: until signalled)."""
     max_bytes: int = MAX_BYTES
+    fake_lag: float = 0.0
+    """Tests: a sampler that falls behind: each sample takes ``interval + fake_lag`` on the
+    fake clock (as slow driver calls make a real one late)."""
 
     @classmethod
     def from_environ(cls, directory: Path, interval: float,
@@ -102,8 +106,10 @@ class SamplerConfig:
         fake = environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
         limit = environ.get("GPU_CI_MONITOR_MAX_SAMPLES", "").strip()
         size = environ.get("GPU_CI_MONITOR_MAX_BYTES", "").strip()  # tests: a tiny disk
+        lag = environ.get("GPU_CI_MONITOR_FAKE_LAG", "").strip()
         return cls(directory, interval, float(fake) if fake else None,
-                   int(limit) if limit else 0, int(size) if size else MAX_BYTES)
+                   int(limit) if limit else 0, int(size) if size else MAX_BYTES,
+                   float(lag) if lag and fake else 0.0)
 
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
@@ -529,7 +535,9 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     step = [0]
 
     def clock() -> float:
-        return (started + step[0] * config.interval) if fake is not None else time.time()
+        if fake is None:
+            return time.time()
+        return started + step[0] * (config.interval + config.fake_lag)
 
     samples_path = directory / SAMPLES_NAME
     with open(samples_path, "a", encoding="utf-8") as handle:
