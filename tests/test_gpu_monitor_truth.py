@@ -356,3 +356,12 @@ def test_a_sampler_that_falls_behind_is_not_under_counted(run_cli, tmp_path):
     times = [r["ts"] for r in records if r["kind"] == "sample"]
     assert times[1] - times[0] == 3
     assert report["gpus"][0]["busy_s"] == pytest.approx(1 + 39 * 3)
+
+
+def test_fail_on_unknown_makes_an_unevaluated_min_utilisation_fail(run_cli, tmp_path):
+    result, _, _ = run_monitor(
+        run_cli, tmp_path, TWO_TENANTS, 5, config=two_tenant_h200(cc="8.0"),
+        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
+        args=("--min-utilisation", "30", "--fail-on-unknown", "true"))
+    assert result.returncode == 1 and result.outputs["ok"] == "false"
+    assert "min-utilisation could not be evaluated" in result.stdout

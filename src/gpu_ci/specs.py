@@ -487,6 +487,9 @@ GPU_MONITOR = ActionSpec(
                   "(e.g. 40GiB).", ""),
         InputSpec("min-utilisation", "Fail the report when a GPU's mean utilisation is below "
                   "this percentage.", ""),
+        InputSpec("fail-on-unknown", "Fail the report when min-utilisation cannot be "
+                  "evaluated (a GPU or MIG slice without a utilisation counter); otherwise a "
+                  "warning says so.", "false"),
         InputSpec("report-file", "Where the JSON report goes (default: under RUNNER_TEMP).",
                   ""),
         InputSpec("samples-csv", "Where the CSV samples go (default: beside report-file).",

@@ -212,7 +212,8 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
         if not 0 <= min_util <= 100:
             raise UsageError(f"input 'min-utilisation' must be a percentage from 0 to 100 "
                              f"(e.g. 50); got {inputs['min-utilisation']!r}.")
-    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util)
+    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util,
+                     unknown_fails=inputs.boolean("fail-on-unknown"))
 
 
 def parse_pricing(text: str, day: datetime) -> mr.Pricing:

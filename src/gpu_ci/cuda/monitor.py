@@ -254,7 +254,7 @@ class _Nvml:
                     return None
         return None
 
-    def buffer_busy(self, key: tuple[int, int | None], handle: Any, now: float) -> float | None:
+    def buffer_busy(self, key: tuple[int, int | None], handle: Any) -> float | None:
         """Busy seconds since the last call from the driver's utilisation sample buffer: each
         entry is the percentage of its own sample period (since the entry before it) in which
         a kernel ran. None on the first call (it only marks where the next one starts) and
@@ -380,14 +380,14 @@ class _Nvml:
         _total, used = memory_info(n, handle)
         return used, None
 
-    def read(self, index: int, handle: Any, now: float = 0.0) -> dict[str, Any]:
+    def read(self, index: int, handle: Any) -> dict[str, Any]:
         n = self.nvml
         board = self.board(handle)
         mem_used, reserved = self.memory(handle)
         return {"index": index, **board, "mem_used": mem_used, "mem_reserved": reserved,
                 "violation_ns": self.violations((index, None), handle),
                 "procs": self.processes(handle),
-                "util_busy_s": self.buffer_busy((index, None), handle, now),
+                "util_busy_s": self.buffer_busy((index, None), handle),
                 "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle)}
 
     def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
@@ -563,7 +563,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                         board = reader.board(h)
                         gpus.extend(reader.read_slice(d, board) for d in slices[i])
                     else:
-                        gpus.append(reader.read(i, h, now))
+                        gpus.append(reader.read(i, h))
                 except pynvml.NVMLError as exc:
                     code = int(exc.value)
                     lost.add(i)

@@ -835,7 +835,9 @@ def as_json(report: Report) -> dict[str, Any]:
         "gpus": [{
             "index": g.gpu.index, "name": g.gpu.name, "uuid": g.gpu.uuid,
             "memory_total_bytes": g.gpu.memory_total, "samples": g.samples,
-            "mig_slice": g.gpu.slot, "utilisation_source": g.gpu.util_source,
+            "mig_slice": g.gpu.slot,
+            "utilisation_source": (g.gpu.util_source if g.busy_s is not None
+                                   or g.util_mean is not None else None),
             "busy_s": r(g.busy_s, 6), "utilisation": {"mean": r(g.util_mean, 3),
                                                       "p95": g.util_p95, "max": g.util_max},
             "memory_utilisation_mean": r(g.mem_util_mean, 3),
