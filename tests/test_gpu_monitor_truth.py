@@ -365,3 +365,16 @@ def test_fail_on_unknown_makes_an_unevaluated_min_utilisation_fail(run_cli, tmp_
         args=("--min-utilisation", "30", "--fail-on-unknown", "true"))
     assert result.returncode == 1 and result.outputs["ok"] == "false"
     assert "min-utilisation could not be evaluated" in result.stdout
+
+
+def test_a_buffer_that_no_longer_reaches_back_is_not_stretched():
+    from gpu_ci.cuda.monitor import _buffer_busy_s
+
+    # a full buffer: six entries a second, 50 % each, since the last read 1 s ago
+    step = 1_000_000 // 6
+    full = [(i * step, 50) for i in range(1, 7)]
+    assert _buffer_busy_s(0, full) == pytest.approx(0.5, abs=0.01)
+    # interval 60 s, but the driver kept only the last second: its 100 % first entry must
+    # not stand for 59 s; the entries' mean (1/6) stands for the whole minute: 10 s
+    late = [(59_000_000 + i * step, 100 if i == 1 else 0) for i in range(1, 7)]
+    assert _buffer_busy_s(0, late) == pytest.approx(60 / 6, rel=0.02)

@@ -278,12 +278,7 @@ class _Nvml:
         self.buffer_last[key] = entries[-1][0]
         if last is None:
             return None
-        busy_us = 0.0
-        prev = last
-        for ts, value in entries:
-            busy_us += min(100, value) / 100 * max(0, ts - prev)
-            prev = ts
-        return busy_us / 1e6
+        return _buffer_busy_s(last, entries)
 
     def gpm_util(self, key: tuple[int, int | None], parent: Any, gi: int) -> float | None:
         """A MIG instance's utilisation over the time since its previous GPM sample
@@ -401,6 +396,23 @@ class _Nvml:
                 "board_power_mw": board["power_mw"], "temp": board["temp"],
                 "sm_mhz": board["sm_mhz"], "throttle": board["throttle"],
                 "procs": self.processes(device.handle)}
+
+
+def _buffer_busy_s(last: int, entries: list[tuple[int, int]]) -> float:
+    """Busy seconds from ``last`` (µs) to the newest entry: each entry is the percentage of
+    its own period, the time since the entry before it. When the buffer no longer reaches
+    back to ``last`` (an interval longer than the driver keeps), the first entry's period
+    is taken as long as the others' and the entries' mean stands for the uncovered start,
+    rather than the first entry's value for the whole gap."""
+    periods = [b[0] - a[0] for a, b in zip(entries, entries[1:])]
+    typical = sorted(periods)[len(periods) // 2] if periods else None
+    first_gap = entries[0][0] - last
+    spans = [min(first_gap, typical) if typical else first_gap, *periods]
+    covered = sum(max(0, p) for p in spans)
+    if covered <= 0:
+        return 0.0
+    busy = sum(min(100, v) / 100 * max(0, p) for (_ts, v), p in zip(entries, spans))
+    return busy / covered * max(0, entries[-1][0] - last) / 1e6
 
 
 @dataclass(frozen=True)
