@@ -378,3 +378,16 @@ def test_a_buffer_that_no_longer_reaches_back_is_not_stretched():
     # not stand for 59 s; the entries' mean (1/6) stands for the whole minute: 10 s
     late = [(59_000_000 + i * step, 100 if i == 1 else 0) for i in range(1, 7)]
     assert _buffer_busy_s(0, late) == pytest.approx(60 / 6, rel=0.02)
+
+
+def test_csv_keeps_unknown_empty_and_has_the_slice_and_busy_columns():
+    import csv
+    import io
+
+    rec = recording([(i, [slice_sample(40 if i else None, 2048)]) for i in range(3)],
+                    gpus=[SLICE])
+    rows = list(csv.DictReader(io.StringIO(mr.samples_csv(rec))))
+    assert [r["uuid"] for r in rows] == ["MIG-aaaa"] * 3
+    assert [r["busy_s"] for r in rows] == ["", "0.400", "0.400"]
+    assert rows[0]["utilisation"] == "" and rows[0]["power_w"] == ""
+    assert rows[1]["mig_slice"] == "1" and rows[1]["board_power_w"] == "400.000"

@@ -869,24 +869,33 @@ def as_json(report: Report) -> dict[str, Any]:
 
 CSV_COLUMNS = ("ts", "elapsed_s", "gpu", "uuid", "utilisation", "memory_utilisation",
                "memory_used_mib", "power_w", "temperature_c", "sm_clock_mhz",
-               "throttle_reasons", "processes")
+               "throttle_reasons", "processes", "mig_slice", "busy_s", "energy_counter_mj",
+               "memory_reserved_mib", "board_power_w")
 
 
 def samples_csv(rec: Recording) -> str:
-    """One row per GPU per sample; processes as ``name:pid:MiB`` joined by spaces."""
-    uuids = {g.index: g.uuid for g in rec.gpus}
+    """One row per GPU (or MIG slice) per sample; processes as ``name:pid:MiB`` joined by
+    spaces; an unsupported reading is an empty cell. ``busy_s`` is the time with a kernel
+    running that the sample stands for (the driver's buffer, else utilisation × Δt)."""
+    uuids = {g.key: g.uuid for g in rec.gpus}
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for s in rec.samples:
         writer.writerow([
-            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.index, ""),
+            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.key, ""),
             "" if s.util is None else s.util, "" if s.mem_util is None else s.mem_util,
             f"{s.mem_used / MIB:.1f}",
             "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
             "" if s.temp is None else s.temp, "" if s.sm_mhz is None else s.sm_mhz,
             "" if s.throttle is None else f"0x{s.throttle:x}",
-            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs)])
+            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs),
+            "" if s.slot is None else s.slot,
+            "" if s.util_busy_s is None and s.util is None else
+            f"{s.util_busy_s if s.util_busy_s is not None else (s.util or 0) / 100 * s.dt:.3f}",
+            "" if s.energy_mj is None else s.energy_mj,
+            "" if s.mem_reserved is None else f"{s.mem_reserved / MIB:.1f}",
+            "" if s.board_power_mw is None else f"{s.board_power_mw / 1000:.3f}"])
     return buf.getvalue()
 
 
