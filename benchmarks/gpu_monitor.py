@@ -46,7 +46,11 @@ def peak_rss_mib(pid: int) -> float:
 def measure(gpus: int, seconds: float, work: Path) -> tuple[float, float, int]:
     lib = build_fake_nvml(work / "nvml")
     config = write_config(work / f"nvml-{gpus}.cfg",
-                          nvml_config(*[gpu_config(i) for i in range(gpus)]))
+                          # with issue 28's signals: the driver's utilisation sample
+                          # buffer (6 entries a second), the energy and violation counters
+                          nvml_config(*[gpu_config(i, util_samples=6, energy_counter=1,
+                                                   violation=1, reserved_mib=500)
+                                        for i in range(gpus)]))
     script = work / f"script-{gpus}.txt"
     script.write_text("".join(SCRIPT.format(i=i) for i in range(gpus)))
     directory = work / f"monitor-{gpus}"

@@ -502,6 +502,9 @@ GPU_MONITOR = ActionSpec(
                   "(e.g. 40GiB).", ""),
         InputSpec("min-utilisation", "Fail the report when a GPU's mean utilisation is below "
                   "this percentage.", ""),
+        InputSpec("fail-on-unknown", "Fail the report when min-utilisation cannot be "
+                  "evaluated (a GPU or MIG slice without a utilisation counter); otherwise a "
+                  "warning says so.", "false"),
         InputSpec("report-file", "Where the JSON report goes (default: under RUNNER_TEMP).",
                   ""),
         InputSpec("samples-csv", "Where the CSV samples go (default: beside report-file).",
@@ -517,14 +520,20 @@ GPU_MONITOR = ActionSpec(
                    "min-utilisation) failed."),
         OutputSpec("gpu-count", "Number of GPUs watched."),
         OutputSpec("gpu-used", "'true' when a process used a GPU or a GPU was busy."),
-        OutputSpec("busy-seconds", "Seconds with a kernel running, summed over GPUs."),
-        OutputSpec("utilisation-mean", "Mean GPU utilisation in percent, over GPUs."),
+        OutputSpec("busy-seconds", "Seconds with a kernel running by NVML's definition "
+                   "(utilisation x recorded time), summed over GPUs; empty when unknown."),
+        OutputSpec("utilisation-mean", "Mean GPU utilisation in percent, over GPUs; empty "
+                   "when unknown."),
         OutputSpec("peak-memory-mib", "Highest memory used on one GPU, MiB."),
-        OutputSpec("energy-wh", "Energy drawn by the GPUs, Wh."),
+        OutputSpec("energy-wh", "Energy drawn by the GPUs, Wh (the driver's energy counter "
+                   "where supported); empty when unknown."),
         OutputSpec("paid-minutes", "Billed minutes of the job (whole minutes)."),
-        OutputSpec("gpu-minutes-used", "Busy GPU-minutes."),
-        OutputSpec("idle-fraction", "Share of paid GPU-minutes without a kernel (0-1)."),
-        OutputSpec("idle-cost-usd", "Cost of the idle share (empty without a price)."),
+        OutputSpec("gpu-minutes-used", "Busy GPU-minutes (busy-seconds / 60); empty when "
+                   "unknown."),
+        OutputSpec("idle-fraction", "Share of paid GPU time in which no kernel ran (0-1); "
+                   "empty when a GPU has no utilisation counter."),
+        OutputSpec("idle-cost-usd", "Cost of the idle share (empty without a price or when "
+                   "the idle fraction is unknown)."),
         OutputSpec("report-file", "Path of the JSON report."),
         OutputSpec("samples-csv", "Path of the CSV samples."),
         OutputSpec("samples-file", "Path of the sampler's JSON Lines file (start)."),

@@ -56,18 +56,19 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
                       "linux_4_core_gpu"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.outputs
-    # 60 of 90 samples had utilisation above 0; mean (0*30 + 100*30 + 50*30) / 90 = 50.
-    assert out["busy-seconds"] == "60"
+    # busy by nvml.h's definition (utilisation x time): 30 s at 100 % + 30 s at 50 % = 45 s;
+    # mean (0*30 + 100*30 + 50*30) / 90 = 50.
+    assert out["busy-seconds"] == "45"
     assert out["utilisation-mean"] == "50.0"
     assert out["peak-memory-mib"] == "30720"
     # (30 * 60 W + 30 * 300 W + 30 * 200 W) * 1 s / 3600 = 4.667 Wh
     assert out["energy-wh"] == "4.667"
-    # 90 s of job -> 2 whole billed minutes; 1 of 2 GPU-minutes busy -> half idle;
-    # 2 * $0.052 = $0.104, half of it idle.
+    # 90 s of job -> 2 whole billed minutes; 0.75 of 2 GPU-minutes busy -> 62.5 % idle;
+    # 2 * $0.052 = $0.104, 62.5 % of it idle.
     assert out["paid-minutes"] == "2"
-    assert out["gpu-minutes-used"] == "1.00"
-    assert out["idle-fraction"] == "0.5000"
-    assert out["idle-cost-usd"] == "0.0520"
+    assert out["gpu-minutes-used"] == "0.75"
+    assert out["idle-fraction"] == "0.6250"
+    assert out["idle-cost-usd"] == "0.0650"
     assert out["gpu-used"] == "true" and out["ok"] == "true"
 
     report = json.loads(Path(out["report-file"]).read_text())
@@ -92,8 +93,8 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
     assert rows[65]["processes"] == "python:4242:30000 nccl-helper:4343:700"
 
     summary = result.summary
-    assert "### gpu-monitor: 1 GPU(s), 1.0 of 2 paid GPU-minutes used (50 % idle" in summary
-    assert "| 0 NVIDIA H200 | 1:00 | 50 % / 100 % / 100 % | 30,720 MiB of 143,771 MiB" in summary
+    assert "### gpu-monitor: 1 GPU(s), 0.8 of 2 paid GPU-minutes used (62 % idle" in summary
+    assert "| 0 NVIDIA H200 | 0:45 | 50 % / 100 % / 100 % | 30,720 MiB of 143,771 MiB" in summary
     assert "$0.052/min (linux_4_core_gpu on" in summary
     assert "```mermaid\nxychart-beta" in summary
 
@@ -190,12 +191,12 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
                             "Install", "GPU tests", "gpu-monitor report"]
     assert phases["Set up job (before gpu-monitor started)"]["samples"] == 0
     assert phases["Install"]["busy_s"] == 0 and phases["Install"]["samples"] == 29
-    assert phases["GPU tests"]["busy_s"] == 60 and phases["GPU tests"]["samples"] == 60
+    assert phases["GPU tests"]["busy_s"] == 45 and phases["GPU tests"]["samples"] == 60
     assert phases["GPU tests"]["peak_memory_bytes"] == 30720 * MiB
     # Billing counts from the job's start (20 s before the monitor): 110 s -> 2 minutes.
     assert report["cost"]["window_from"] == "job" and report["cost"]["window_s"] == 110.0
     assert report["cost"]["paid_minutes"] == 2
-    assert "| GPU tests | +0:29 | 1:00 | 1:00 | 75 % | 30,720 MiB |" in result.summary
+    assert "| GPU tests | +0:29 | 1:00 | 0:45 | 75 % | 30,720 MiB |" in result.summary
     assert github.requests("GET", "/actions/runs/555/attempts/1/jobs")
 
 
@@ -335,8 +336,9 @@ def test_readme_example_summary_is_what_the_code_writes():
     report = example_report()
     assert readme_example() == mr.markdown(report)
     jsonschema.validate(mr.as_json(report), SCHEMA)
-    # 175 s -> 3 paid minutes, $0.156; 55 busy seconds of 180 -> idle cost 0.156 * 125/180
-    assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1083")
+    # 175 s -> 3 paid minutes, $0.156; 30 s at 96 % + 25 s at 48 % = 40.8 busy seconds of
+    # 180 -> idle cost 0.156 * (1 - 40.8/180)
+    assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1206")
 
 
 def test_readme_example_chart_parses():
@@ -386,7 +388,8 @@ def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, 
     assert result.returncode == 0, result.stdout
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     gpu = report["gpus"][0]
-    assert gpu["samples"] == 4 and gpu["busy_s"] == 0 and gpu["lost_at_s"] is None
+    # no utilisation counter: busy time is unknown (null), never 0
+    assert gpu["samples"] == 4 and gpu["busy_s"] is None and gpu["lost_at_s"] is None
     assert gpu["peak_memory_bytes"] == 2048 * MiB and report["gpu_used"] is True
 
 
@@ -418,5 +421,7 @@ def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
     (gpu,), (phase,) = report.gpus, report.phases
     assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == \
         (gpu.busy_s, gpu.util_mean, gpu.peak_memory, gpu.energy_wh)
-    assert (gpu.busy_s, gpu.peak_memory, gpu.util_mean) == (1.0, 9 * MiB, 115 / 3)
+    # busy = utilisation x time: 30 % and 85 % of 0.5 s each
+    assert gpu.busy_s == pytest.approx(0.575)
+    assert (gpu.peak_memory, gpu.util_mean) == (9 * MiB, 115 / 3)
     assert gpu.energy_wh == pytest.approx((70.5 + 123 + 0.3) * 0.5 / 3600)

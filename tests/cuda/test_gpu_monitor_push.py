@@ -40,14 +40,14 @@ def test_job_metrics_reach_the_pushgateway(run_cli, tmp_path):
     job = {"repository": "octo-org/octo-repo", "workflow": "CUDA CI", "github_job": "tests",
            "run_id": "555", "run_attempt": "2", "runner": "gpu-runner-1"}
     gpu = {**job, "gpu_uuid": UUID0, "gpu_index": "0", "gpu_name": "NVIDIA H200"}
-    assert value(text, "gpu_ci_job_gpu_busy_seconds", **gpu) == 60
+    assert value(text, "gpu_ci_job_gpu_busy_seconds", **gpu) == 45   # 30 s x 100 % + 30 s x 50 %
     assert value(text, "gpu_ci_job_gpu_utilization_mean_ratio", **gpu) == 0.5
     assert value(text, "gpu_ci_job_gpu_memory_peak_bytes", **gpu) == 30720 * 2**20
     assert value(text, "gpu_ci_job_gpu_energy_joules", **gpu) == pytest.approx(16800)
     assert value(text, "gpu_ci_job_paid_minutes", **job) == 2
-    assert value(text, "gpu_ci_job_idle_ratio", **job) == 0.5
-    # $3.12/h = $0.052/min; 2 minutes, half idle
-    assert value(text, "gpu_ci_job_idle_cost_usd", **job) == pytest.approx(0.052)
+    assert value(text, "gpu_ci_job_idle_ratio", **job) == 0.625
+    # $3.12/h = $0.052/min; 2 minutes, 62.5 % idle
+    assert value(text, "gpu_ci_job_idle_cost_usd", **job) == pytest.approx(0.065)
 
 
 def test_an_unreachable_gateway_is_a_warning_not_a_failure(run_cli, tmp_path):

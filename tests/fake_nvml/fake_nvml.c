@@ -28,6 +28,12 @@
  *   gpu.0.mig.0.name=...     gpu.0.mig.0.memory_mib=9984   gpu.0.mig.0.processes=1
  *   gpu.0.persistence=1      gpu.0.ecc_uncorrected=0   gpu.0.retired_pending=0
  *   gpu.0.remap_pending=0    gpu.0.remap_failure=0     gpu.0.processes=0
+ *   gpu.0.util_samples=6     the driver's utilisation sample buffer holds 6 entries per
+ *                            step (nvmlDeviceGetSamples; default 0: NOT_SUPPORTED)
+ *   gpu.0.energy_counter=1   nvmlDeviceGetTotalEnergyConsumption is supported (Volta+)
+ *   gpu.0.violation=1        nvmlDeviceGetViolationStatus is supported
+ *   gpu.0.reserved_mib=500   memory the driver reserves: in v1's `used`, apart in v2
+ *   GPM (nvmlGpm*) is supported where gpu.N.cc is 9.0 or more (Hopper and newer)
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
  * Every call is appended to FAKE_NVML_LOG when set, so tests can assert what ran.
  *
@@ -60,6 +66,10 @@ typedef struct {
     char mig_name[MAX_MIG][96];
     unsigned long long mig_memory_mib[MAX_MIG];
     unsigned int mig_processes[MAX_MIG];
+    unsigned int util_samples; /* driver sample-buffer entries per step (0: unsupported) */
+    int energy_counter;        /* nvmlDeviceGetTotalEnergyConsumption supported */
+    int violation;             /* nvmlDeviceGetViolationStatus supported */
+    unsigned long long reserved_mib; /* memory the driver reserves (nvmlMemory_v2_t) */
 } gpu_t;
 
 static struct {
@@ -128,6 +138,10 @@ static void set_key(const char *key, const char *value) {
         else if (!strcmp(rest, "remap_pending")) g->remap_pending = atoi(value);
         else if (!strcmp(rest, "remap_failure")) g->remap_failure = atoi(value);
         else if (!strcmp(rest, "processes")) g->processes = (unsigned)atoi(value);
+        else if (!strcmp(rest, "util_samples")) g->util_samples = (unsigned)atoi(value);
+        else if (!strcmp(rest, "energy_counter")) g->energy_counter = atoi(value);
+        else if (!strcmp(rest, "violation")) g->violation = atoi(value);
+        else if (!strcmp(rest, "reserved_mib")) g->reserved_mib = strtoull(value, NULL, 10);
     }
 }
 
@@ -173,9 +187,9 @@ typedef struct {
     unsigned int pid;
     unsigned long long used;
 } proc_t;
-static nvmlReturn_t fake_script_memory(gpu_t *g, nvmlMemory_t *mem);
-static int fake_script_processes(gpu_t *g, proc_t *out, unsigned int cap, unsigned int *n,
-                                 nvmlReturn_t *rc);
+static nvmlReturn_t fake_script_memory(gpu_t *g, int mig, nvmlMemory_t *mem);
+static int fake_script_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
+                                 unsigned int *n, nvmlReturn_t *rc);
 
 /* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
 static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
@@ -340,7 +354,42 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem) {
     if (mig_ >= 0 && g->mig_memory_mib[mig_]) mem->total = g->mig_memory_mib[mig_] * 1048576ULL;
     mem->used = 0;
     mem->free = mem->total;
-    return fake_script_memory(g, mem); /* scripted time series, if any */
+    {
+        /* nvml.h (nvmlMemory_t.used): "Sum of Reserved and Allocated device memory" */
+        nvmlReturn_t rc = fake_script_memory(g, mig_, mem); /* scripted time series, if any */
+        unsigned long long reserved = mig_ < 0 ? g->reserved_mib * 1048576ULL : 0;
+        mem->used += reserved;
+        mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
+        return rc;
+    }
+}
+
+/* nvml.h (nvmlMemory_v2_t): "version: Structure format version (must be 2)", "reserved:
+ * Device memory (in bytes) reserved for system use (driver or firmware)", "used: Allocated
+ * device memory (in bytes)." */
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *mem) {
+    nvmlMemory_t v1;
+    ENTER("nvmlDeviceGetMemoryInfo_v2");
+    {
+        DEVICE(g, dev);
+        MIG_PARENT_NEEDS_PRIVILEGES(g);
+        if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
+        if (mem->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        v1.total = g->memory_mib * 1048576ULL;
+        if (mig_ >= 0 && g->mig_memory_mib[mig_]) v1.total = g->mig_memory_mib[mig_] * 1048576ULL;
+        v1.used = 0;
+        v1.free = v1.total;
+        {
+            nvmlReturn_t rc = fake_script_memory(g, mig_, &v1);
+            if (rc != NVML_SUCCESS) return rc;
+        }
+        mem->total = v1.total;
+        mem->reserved = mig_ < 0 ? g->reserved_mib * 1048576ULL : 0;
+        mem->used = v1.used;
+        mem->free = mem->total > mem->used + mem->reserved ? mem->total - mem->used - mem->reserved
+                                                           : 0;
+    }
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, nvmlBrandType_t *brand) {
@@ -428,7 +477,7 @@ static unsigned int list_processes(gpu_t *g, int mig, proc_t *out, unsigned int 
                                    nvmlReturn_t *rc) {
     unsigned int n = 0, k, wanted = mig >= 0 ? g->mig_processes[mig] : g->processes;
     *rc = NVML_SUCCESS;
-    if (mig < 0 && fake_script_processes(g, out, cap, &n, rc)) return n;
+    if (fake_script_processes(g, mig, out, cap, &n, rc)) return n;
     for (k = 0; k < wanted; k++, n++) {
         if (n >= cap) continue;
         /* container=1: NVML reports the host's PIDs, not this namespace's */
@@ -524,6 +573,15 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
  *   gpu.N.procs     pid:MiB:name,pid:MiB:name  (or `-` for none)
  *   gpu.N.xid       an Xid critical-error event delivered once at this step
  *   gpu.N.lost=1    from this step on, every call for GPU N returns NVML_ERROR_GPU_IS_LOST
+ *   gpu.N.buf_util  percent in the driver's sample buffer for this step (default: util)
+ *   gpu.N.viol_power_ms, gpu.N.viol_thermal_ms   violation time a step adds to that
+ *                   counter besides the seconds whose throttle bits name it (a slowdown
+ *                   between two readings)
+ * and per MIG slot M of GPU N (read through the MIG device handle; the GPU instance id of
+ * slot M is M):
+ *   gpu.N.mig.M.mem_used_mib   gpu.N.mig.M.procs   gpu.N.mig.M.util (GPM)
+ *   gpu.N.mig.M.xid            an Xid attributed to that GPU instance
+ * One step is one second of the driver's clock (timestamps, energy, buffers).
  */
 #include <time.h>
 
@@ -534,7 +592,7 @@ static struct {
     int rows;
     unsigned int step[MAX_ROWS];
     unsigned int gpu[MAX_ROWS];
-    char key[MAX_ROWS][16];
+    char key[MAX_ROWS][32];
     char value[MAX_ROWS][160];
     int delivered[MAX_ROWS];
     long long now; /* current step; -1 before the first sample */
@@ -556,12 +614,12 @@ static void script_load(void) {
         tok = strtok_r(line, " \t\r\n", &save); /* the step itself */
         while ((tok = strtok_r(NULL, " \t\r\n", &save)) && scr.rows < MAX_ROWS) {
             unsigned int n;
-            char k[16];
+            char k[32];
             char *eq = strchr(tok, '=');
-            if (!eq || sscanf(tok, "gpu.%u.%15[a-z_]", &n, k) != 2) continue;
+            if (!eq || sscanf(tok, "gpu.%u.%31[a-z_0-9.]", &n, k) != 2) continue;
             scr.step[scr.rows] = step;
             scr.gpu[scr.rows] = n;
-            snprintf(scr.key[scr.rows], 16, "%s", k);
+            snprintf(scr.key[scr.rows], 32, "%s", k);
             snprintf(scr.value[scr.rows], 160, "%s", eq + 1);
             scr.rows++;
         }
@@ -571,15 +629,25 @@ static void script_load(void) {
 
 static int gpu_number(gpu_t *g) { return (int)(g - cfg.gpus); }
 
-/* The latest value of `key` for GPU `n` at the current step, or NULL. */
-static const char *script_get(int n, const char *key) {
+/* The latest value of `key` for GPU `n` at step `at`, or NULL. */
+static const char *script_get_at(int n, const char *key, long long at) {
     const char *found = NULL;
     int r;
     script_load();
     for (r = 0; r < scr.rows; r++)
-        if ((long long)scr.step[r] <= scr.now && (int)scr.gpu[r] == n && !strcmp(scr.key[r], key))
+        if ((long long)scr.step[r] <= at && (int)scr.gpu[r] == n && !strcmp(scr.key[r], key))
             found = scr.value[r];
     return found;
+}
+
+/* The latest value of `key` for GPU `n` at the current step, or NULL. */
+static const char *script_get(int n, const char *key) { return script_get_at(n, key, scr.now); }
+
+/* `key`, or `mig.M.key` for MIG slot M >= 0. */
+static const char *script_key(char *buf, size_t len, int mig, const char *key) {
+    if (mig < 0) snprintf(buf, len, "%s", key);
+    else snprintf(buf, len, "mig.%d.%s", mig, key);
+    return buf;
 }
 
 static unsigned long long script_num(int n, const char *key, unsigned long long dflt) {
@@ -594,11 +662,14 @@ static int script_lost(gpu_t *g) { return script_num(gpu_number(g), "lost", 0) !
     script_load();                      \
     if (script_lost(var)) return NVML_ERROR_GPU_IS_LOST
 
-static nvmlReturn_t fake_script_memory(gpu_t *g, nvmlMemory_t *mem) {
+static nvmlReturn_t fake_script_memory(gpu_t *g, int mig, nvmlMemory_t *mem) {
     const char *v;
+    char key[32];
     script_load();
     if (script_lost(g)) return NVML_ERROR_GPU_IS_LOST;
-    v = script_get(gpu_number(g), "mem_used_mib");
+    /* a MIG device handle: that instance's memory only (nvml.h: "Per-instance information
+     * can be queried by using specific MIG device handles") */
+    v = script_get(gpu_number(g), script_key(key, sizeof key, mig, "mem_used_mib"));
     if (v) {
         mem->used = strtoull(v, NULL, 10) * 1024ULL * 1024ULL;
         mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
@@ -607,14 +678,14 @@ static nvmlReturn_t fake_script_memory(gpu_t *g, nvmlMemory_t *mem) {
 }
 
 /* Lists `procs` when the script sets it (returns 1, *rc = the NVML code). */
-static int fake_script_processes(gpu_t *g, proc_t *out, unsigned int cap, unsigned int *n,
-                                 nvmlReturn_t *rc) {
-    char buf[160], *tok, *save = NULL;
+static int fake_script_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
+                                 unsigned int *n, nvmlReturn_t *rc) {
+    char buf[160], key[32], *tok, *save = NULL;
     const char *v;
     script_load();
     *n = 0;
     if (script_lost(g)) { *rc = NVML_ERROR_GPU_IS_LOST; return 1; }
-    v = script_get(gpu_number(g), "procs");
+    v = script_get(gpu_number(g), script_key(key, sizeof key, mig, "procs"));
     if (!v) return 0;
     snprintf(buf, sizeof buf, "%s", v);
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -694,17 +765,22 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, nvmlClockType_t type, unsi
     return NVML_SUCCESS;
 }
 
+static nvmlReturn_t clocks_reasons(nvmlDevice_t dev, unsigned long long *reasons) {
+    SCRIPTED(g, dev);
+    *reasons = script_num(gpu_number(g), "throttle", 0);
+    return NVML_SUCCESS;
+}
+
 #ifndef FAKE_NVML_NO_NVML13_NAMES
+/* A driver before R535 has no ...EventReasons (the renamed call): a test injects
+ * fail.nvmlDeviceGetCurrentClocksEventReasons=13 (NVML_ERROR_FUNCTION_NOT_FOUND, what
+ * nvidia-ml-py raises for a symbol the library lacks); ...ThrottleReasons still answers. */
 /* nvml.h: the replacement of the DEPRECATED(13.0) ...ClocksThrottleReasons (same bits);
  * absent from the r470 generation, whose nvml.h has only the throttle name. */
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
                                                     unsigned long long *reasons) {
     ENTER("nvmlDeviceGetCurrentClocksEventReasons");
-    {
-        SCRIPTED(g, dev);
-        *reasons = script_num(gpu_number(g), "throttle", 0);
-    }
-    return NVML_SUCCESS;
+    return clocks_reasons(dev, reasons);
 }
 #endif
 
@@ -712,11 +788,7 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev,
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev,
                                                        unsigned long long *reasons) {
     ENTER("nvmlDeviceGetCurrentClocksThrottleReasons");
-    {
-        SCRIPTED(g, dev);
-        *reasons = script_num(gpu_number(g), "throttle", 0);
-    }
-    return NVML_SUCCESS;
+    return clocks_reasons(dev, reasons);
 }
 
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
@@ -778,14 +850,18 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
     (void)set;
     script_load();
     for (r = 0; r < scr.rows; r++) {
-        if (scr.delivered[r] || (long long)scr.step[r] > scr.now || strcmp(scr.key[r], "xid"))
-            continue;
+        unsigned int gi = 0xFFFFFFFFu;
+        if (scr.delivered[r] || (long long)scr.step[r] > scr.now) continue;
+        if (strcmp(scr.key[r], "xid") && sscanf(scr.key[r], "mig.%u.xid", &gi) != 1) continue;
         scr.delivered[r] = 1;
         data->device = (nvmlDevice_t)(uintptr_t)(scr.gpu[r] + 1);
         data->eventType = nvmlEventTypeXidCriticalError;
         data->eventData = strtoull(scr.value[r], NULL, 10);
-        data->gpuInstanceId = 0xFFFFFFFF;
-        data->computeInstanceId = 0xFFFFFFFF;
+        /* nvml.h: "If MIG is enabled and nvmlEventTypeXidCriticalError event is attributable
+         * to a GPU instance, stores a valid GPU instance ID. gpuInstanceId is set to
+         * 0xFFFFFFFF otherwise." */
+        data->gpuInstanceId = gi;
+        data->computeInstanceId = gi == 0xFFFFFFFFu ? 0xFFFFFFFFu : 0u;
         return NVML_SUCCESS;
     }
     if (timeout_ms) {
@@ -804,5 +880,253 @@ nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigne
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     ENTER("nvmlEventSetFree");
     (void)set;
+    return NVML_SUCCESS;
+}
+
+/* ---- issue 28: the driver's own counters --------------------------------------------- */
+
+#define STEP_US 1000000ULL                    /* one step is one second of driver time */
+#define BASE_US (1790000000ULL * STEP_US)     /* the driver's clock at step 0 */
+
+/* nvml.h (nvmlDeviceGetSamples): "lastSeenTimeStamp represents CPU timestamp in
+ * microseconds. Set it to 0 to fetch all the samples maintained by the underlying buffer." ...
+ * "To get the size of samples that user needs to allocate, the method is invoked with
+ * samples set to NULL." ... "@note On MIG-enabled GPUs, querying the following sample types,
+ * NVML_GPU_UTILIZATION_SAMPLES, ... is not currently supported." ... "NVML_ERROR_NOT_FOUND if
+ * sample entries are not found". NVML_GPU_UTILIZATION_SAMPLES: "percent of time during which
+ * one or more kernels was executing on the GPU". The buffer holds util_samples entries per
+ * step for the last 10 steps; the entries of step s lie in (s-1, s] seconds and carry the
+ * step's buf_util (default: util), so the buffer read at step s covers the second before. */
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t dev, nvmlSamplingType_t type,
+                                  unsigned long long last, nvmlValueType_t *vtype,
+                                  unsigned int *count, nvmlSample_t *samples) {
+    long long s, first;
+    unsigned int j, n = 0;
+    ENTER("nvmlDeviceGetSamples");
+    {
+        SCRIPTED(g, dev);
+        if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+        if (type != NVML_GPU_UTILIZATION_SAMPLES || !g->util_samples || g->mig || mig_ >= 0)
+            return NVML_ERROR_NOT_SUPPORTED;
+        if (samples && *count == 0) return NVML_ERROR_INVALID_ARGUMENT;
+        first = scr.now > 9 ? scr.now - 9 : 0;
+        for (s = first; s <= scr.now; s++) {
+            const char *v = script_get_at(gpu_number(g), "buf_util", s);
+            unsigned int value;
+            if (!v) v = script_get_at(gpu_number(g), "util", s);
+            value = v ? (unsigned)strtoull(v, NULL, 0) : 0u;
+            for (j = 1; j <= g->util_samples; j++) {
+                unsigned long long ts = BASE_US + (unsigned long long)s * STEP_US - STEP_US +
+                                        j * STEP_US / g->util_samples;
+                if (ts <= last) continue;
+                if (samples && n < *count) {
+                    samples[n].timeStamp = ts;
+                    samples[n].sampleValue.uiVal = value;
+                }
+                n++;
+            }
+        }
+        if (vtype) *vtype = NVML_VALUE_TYPE_UNSIGNED_INT;
+        if (n == 0) return NVML_ERROR_NOT_FOUND;
+        if (samples && n > *count) n = *count;
+        *count = n;
+    }
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "Retrieves total energy consumption for this GPU in millijoules (mJ) since the
+ * driver was last reloaded" ... "For Volta or newer fully supported devices." ...
+ * "NVML_ERROR_NOT_SUPPORTED if the device does not support energy readings". The counter
+ * adds each step's scripted power over that step's second (mW x 1 s = mJ), from an offset:
+ * the driver loaded long before the job. */
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t dev, unsigned long long *energy) {
+    long long s;
+    unsigned long long mj = 5000000000ULL;
+    ENTER("nvmlDeviceGetTotalEnergyConsumption");
+    {
+        SCRIPTED(g, dev);
+        if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!g->energy_counter || mig_ >= 0) return NVML_ERROR_NOT_SUPPORTED;
+        for (s = 1; s <= scr.now; s++) {
+            const char *v = script_get_at(gpu_number(g), "power_mw", s);
+            mj += v ? strtoull(v, NULL, 0) : 70000ULL;
+        }
+        *energy = mj;
+    }
+    return NVML_SUCCESS;
+}
+
+/* nvml.h (nvmlDeviceGetGpuInstanceId): "Get GPU instance ID for the given MIG device
+ * handle." ... "NVML_ERROR_INVALID_ARGUMENT if device or id reference is invalid". Slot M's
+ * instance is M here. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned int *id) {
+    ENTER("nvmlDeviceGetGpuInstanceId");
+    {
+        DEVICE(g, dev);
+        (void)g;
+        if (mig_ < 0 || !id) return NVML_ERROR_INVALID_ARGUMENT;
+        *id = (unsigned)mig_;
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id) {
+    ENTER("nvmlDeviceGetComputeInstanceId");
+    {
+        DEVICE(g, dev);
+        (void)g;
+        if (mig_ < 0 || !id) return NVML_ERROR_INVALID_ARGUMENT;
+        *id = 0;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM ---------------------------------------------------------------------------------
+ * nvml.h: "For Hopper or newer fully supported devices." (every nvmlGpm* call). A sample is
+ * the step and GPU instance it was taken at; nvmlGpmMetricsGet answers
+ * NVML_GPM_METRIC_GRAPHICS_UTIL ("Percentage of time any compute/graphics app was active on
+ * the GPU. 0.0 - 100.0") over the steps between the two samples: the script's
+ * gpu.N.mig.M.util (a GPU instance) or gpu.N.util (the whole GPU) at the later sample. */
+struct nvmlGpmSample_st {
+    int gpu;
+    int gi; /* -1: the whole GPU */
+    long long step;
+};
+
+static int gpm_supported(gpu_t *g) { return g->cc_major >= 9; }
+
+/* nvml.h: "Allocate a sample buffer to be used with NVML GPM" ... "NVML_ERROR_INVALID_ARGUMENT
+ * if an invalid pointer is provided" */
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    ENTER("nvmlGpmSampleAlloc");
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof(struct nvmlGpmSample_st));
+    return *sample ? NVML_SUCCESS : NVML_ERROR_MEMORY;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    ENTER("nvmlGpmSampleFree");
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "Indicate whether the supplied device supports GPM" ... "This API supports the
+ * device handle and MIG device handle." */
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t dev, nvmlGpmSupport_t *support) {
+    ENTER("nvmlGpmQueryDeviceSupport");
+    {
+        DEVICE(g, dev);
+        if (!support) return NVML_ERROR_INVALID_ARGUMENT;
+        if (support->version != NVML_GPM_SUPPORT_VERSION)
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        support->isSupportedDevice = (unsigned)gpm_supported(g);
+    }
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "The device handle or MIG device handle to get samples for" */
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t dev, nvmlGpmSample_t sample) {
+    ENTER("nvmlGpmSampleGet");
+    {
+        SCRIPTED(g, dev);
+        if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!gpm_supported(g)) return NVML_ERROR_NOT_SUPPORTED;
+        sample->gpu = gpu_number(g);
+        sample->gi = mig_;
+        sample->step = scr.now;
+    }
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "Read a sample of GPM metrics into the provided gpmSample buffer for a MIG GPU
+ * Instance." (device: the parent GPU, gpuInstanceId: the instance) */
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t dev, unsigned int gi, nvmlGpmSample_t sample) {
+    ENTER("nvmlGpmMigSampleGet");
+    {
+        SCRIPTED(g, dev);
+        if (!sample || mig_ >= 0 || !g->mig || (int)gi >= g->mig_count)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        if (!gpm_supported(g)) return NVML_ERROR_NOT_SUPPORTED;
+        sample->gpu = gpu_number(g);
+        sample->gi = (int)gi;
+        sample->step = scr.now;
+    }
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "The version should be set to NVML_GPM_METRICS_GET_VERSION" ... "nvmlReturn: Status
+ * of this metric. If this is nonzero, then value is not valid" */
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
+    unsigned int k;
+    ENTER("nvmlGpmMetricsGet");
+    if (!get || !get->sample1 || !get->sample2 || get->numMetrics > NVML_GPM_METRIC_MAX)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (get->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (get->sample1->gpu != get->sample2->gpu || get->sample1->gi != get->sample2->gi ||
+        get->sample2->step <= get->sample1->step)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (k = 0; k < get->numMetrics; k++) {
+        nvmlGpmMetric_t *m = &get->metrics[k];
+        char key[32];
+        const char *v;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        if (m->metricId != NVML_GPM_METRIC_GRAPHICS_UTIL) {
+            m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        v = script_get_at(get->sample2->gpu,
+                          script_key(key, sizeof key, get->sample2->gi, "util"),
+                          get->sample2->step);
+        m->value = v ? strtod(v, NULL) : 0.0;
+        m->nvmlReturn = NVML_SUCCESS;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- violation counters -------------------------------------------------------------------
+ * nvml.h (nvmlViolationTime_t): "referenceTime represents CPU timestamp in microseconds",
+ * "violationTime in Nanoseconds"; (nvmlPerfPolicyType_t) "NVML_PERF_POLICY_POWER: How long
+ * did power violations cause the GPU to be below application clocks", ... and the
+ * deprecation note's translations "NVML_PERF_POLICY_POWER -> ..._SW_POWER_CAP",
+ * "NVML_PERF_POLICY_THERMAL -> ..._SW_THERM_SLOWDOWN". The counter adds one second for each
+ * step whose throttle bits name the policy (power: 0x4, thermal: 0x20 | 0x40, board limit:
+ * 0x200 ... total: any slowdown bit), plus the step's gpu.N.viol_<policy>_ms. */
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t dev, nvmlPerfPolicyType_t policy,
+                                          nvmlViolationTime_t *viol) {
+    unsigned long long bits, ns = 0;
+    const char *extra_key = NULL;
+    long long s;
+    ENTER("nvmlDeviceGetViolationStatus");
+    {
+        SCRIPTED(g, dev);
+        if (!viol) return NVML_ERROR_INVALID_ARGUMENT;
+        if (!g->violation || mig_ >= 0) return NVML_ERROR_NOT_SUPPORTED;
+        switch (policy) {
+        case NVML_PERF_POLICY_POWER: bits = 0x4; extra_key = "viol_power_ms"; break;
+        case NVML_PERF_POLICY_THERMAL: bits = 0x20 | 0x40; extra_key = "viol_thermal_ms"; break;
+        case NVML_PERF_POLICY_BOARD_LIMIT: bits = 0x200; break;
+        case NVML_PERF_POLICY_RELIABILITY: bits = 0x400; break;
+        case NVML_PERF_POLICY_TOTAL_APP_CLOCKS:
+            bits = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x200 | 0x400;
+            break;
+        default: return NVML_ERROR_NOT_SUPPORTED;
+        }
+        for (s = 1; s <= scr.now; s++) {
+            const char *v = script_get_at(gpu_number(g), "throttle", s);
+            const char *p = extra_key ? script_get_at(gpu_number(g), extra_key, s) : NULL;
+            unsigned long long extra = 0;
+            if (v && (strtoull(v, NULL, 0) & bits)) ns += 1000000000ULL;
+            if (p) extra = strtoull(p, NULL, 0);
+            if (policy == NVML_PERF_POLICY_TOTAL_APP_CLOCKS) {
+                const char *a = script_get_at(gpu_number(g), "viol_power_ms", s);
+                const char *b = script_get_at(gpu_number(g), "viol_thermal_ms", s);
+                extra = (a ? strtoull(a, NULL, 0) : 0) + (b ? strtoull(b, NULL, 0) : 0);
+            }
+            ns += extra * 1000000ULL;
+        }
+        viol->referenceTime = BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US;
+        viol->violationTime = ns;
+    }
     return NVML_SUCCESS;
 }

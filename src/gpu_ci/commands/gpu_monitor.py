@@ -109,7 +109,8 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
         if not 0 <= min_util <= 100:
             raise UsageError(f"input 'min-utilisation' must be a percentage from 0 to 100 "
                              f"(e.g. 50); got {inputs['min-utilisation']!r}.")
-    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util)
+    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util,
+                     unknown_fails=inputs.boolean("fail-on-unknown"))
 
 
 def parse_pricing(text: str, day: datetime) -> mr.Pricing:
@@ -164,8 +165,9 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
                   f"in {report_path or 'the JSON report'}.", title="gpu-monitor")
     c = result.cost
     rt.info(f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
-            f"{c.gpu_minutes_used:.2f} of {c.gpu_minutes_paid:.0f} GPU-minutes used, "
-            f"idle {100 * c.idle_fraction:.0f} %"
+            f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
+            f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle "
+            + (f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown")
             + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""))
     rt.summary(mr.markdown(result))
     if inputs["pushgateway-url"]:
@@ -225,21 +227,8 @@ def write_files(inputs: Inputs, directory: Path, result: mr.Report,
 
 
 def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str) -> None:
-    c = result.cost
-    gpus = result.gpus
-    rt.set_output("ok", "true" if result.ok else "false")
-    rt.set_output("gpu-count", str(len(gpus)))
-    rt.set_output("gpu-used", "true" if result.gpu_used else "false")
-    rt.set_output("busy-seconds", f"{sum(g.busy_s for g in gpus):g}")
-    rt.set_output("utilisation-mean",
-                  f"{(sum(g.util_mean for g in gpus) / len(gpus)) if gpus else 0:.1f}")
-    rt.set_output("peak-memory-mib", str(max((g.peak_memory for g in gpus), default=0)
-                                         // mr.MIB))
-    rt.set_output("energy-wh", f"{sum(g.energy_wh for g in gpus):.3f}")
-    rt.set_output("paid-minutes", str(c.paid_minutes))
-    rt.set_output("gpu-minutes-used", f"{c.gpu_minutes_used:.2f}")
-    rt.set_output("idle-fraction", f"{c.idle_fraction:.4f}")
-    rt.set_output("idle-cost-usd", "" if c.idle_cost_usd is None else str(c.idle_cost_usd))
+    for name, value in mr.outputs(result).items():  # unknown figures are empty, never 0
+        rt.set_output(name, value)
     rt.set_output("report-file", report_path)
     rt.set_output("samples-csv", csv_path)
     rt.set_output("findings", json.dumps([{"level": f.level, "code": f.code,

@@ -8,9 +8,22 @@ read without us:
 
 * ``{"kind": "start", "version": 1, "ts": <epoch s>, "interval": s, "pid": n, "gpus": [...]}``
 * ``{"kind": "sample", "ts": ..., "gpus": [{"index", "util", "mem_util", "mem_used",
-  "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...]}]}``
-  (a field the GPU does not support is ``null``; a lost GPU is absent)
-* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n}``
+  "power_mw", "temp", "sm_mhz", "throttle", "procs": [[pid, bytes, name], ...],
+  "util_busy_s", "energy_mj", "mem_reserved", "violation_ns": {"power": ns, ...}}]}``
+  (a field the GPU does not support is ``null``; a lost GPU is absent). ``util_busy_s``:
+  busy seconds since the previous sample from the driver's utilisation sample buffer
+  (``nvmlDeviceGetSamples``), which covers the whole interval where a single reading
+  covers one driver sample period; ``energy_mj``: the driver's energy counter;
+  ``mem_used`` is allocated memory and ``mem_reserved`` the driver's reservation
+  (``nvmlDeviceGetMemoryInfo_v2``; on drivers without it ``mem_used`` is v1's reserved +
+  allocated and ``mem_reserved`` is null); ``violation_ns``: the violation counters.
+  A MIG slice is an entry with ``"slice": slot`` (its parent's ``index``): its own memory
+  and processes (through its MIG device handle), utilisation from GPM
+  (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
+  ``board_power_mw`` (the whole GPU's, never the slice's). The start line's GPU entry of
+  a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
+* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n,
+  "gi": n, "ci": n}`` (the GPU and compute instance of the event; 0xFFFFFFFF: none)
 * ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST"}``
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
@@ -21,7 +34,8 @@ without a ``stop`` line, which the report says. One sampler per job: it holds an
 ``flock`` on ``sampler.lock`` for its whole life, so a second ``start`` sees it and leaves it
 alone. Time comes from one clock function, which tests replace through the environment
 (``GPU_CI_MONITOR_FAKE_CLOCK=<epoch>``: sample *i* is at ``epoch + i * interval`` and the
-sampler does not sleep), so that the tests are deterministic.
+sampler does not sleep; ``GPU_CI_MONITOR_FAKE_LAG=<s>`` makes each sample that much late, a
+sampler that falls behind), so that the tests are deterministic.
 """
 
 from __future__ import annotations
@@ -40,7 +54,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpu_ci import locks
-from gpu_ci.cuda.nvml import clocks_event_reasons, memory_info, running_processes, temperature
+from gpu_ci.cuda.nvml import (
+    error_code,
+    memory_info,
+    nvml_errors,
+    running_processes,
+    temperature,
+)
 
 FORMAT_VERSION = 1
 LOCK_NAME = "sampler.lock"
@@ -57,6 +77,17 @@ MARKER = "gpu_ci.cuda.monitor"
 GPU_IS_LOST = 15
 NOT_SUPPORTED = 3
 TIMEOUT = 10
+NOT_FOUND = 6
+FUNCTION_NOT_FOUND = 13
+GPU_UTILIZATION_SAMPLES = 1
+"""nvmlSamplingType_t: "percent of time during which one or more kernels was executing"."""
+ARGUMENT_VERSION_MISMATCH = 25
+#: nvmlPerfPolicyType_t counters read each sample, and how the file names them: "how long
+#: did <reason> cause the GPU to be below application clocks" (ns, cumulative).
+VIOLATION_POLICIES = {0: "power", 1: "thermal", 3: "board_limit", 5: "reliability",
+                      10: "total"}
+GPM_GRAPHICS_UTIL = 1
+"""NVML_GPM_METRIC_GRAPHICS_UTIL: "Percentage of time any compute/graphics app was active"."""
 
 #: nvmlEventType* bits we ask for, and how the file names them.
 EVENT_TYPES = {0x8: "xid", 0x1: "ecc-sbe", 0x2: "ecc-dbe"}
@@ -71,6 +102,9 @@ class SamplerConfig:
     max_samples: int = 0
     """Tests and benchmarks: stop after this many samples (0: until signalled)."""
     max_bytes: int = MAX_BYTES
+    fake_lag: float = 0.0
+    """Tests: a sampler that falls behind: each sample takes ``interval + fake_lag`` on the
+    fake clock (as slow driver calls make a real one late)."""
 
     @classmethod
     def from_environ(cls, directory: Path, interval: float,
@@ -78,8 +112,10 @@ class SamplerConfig:
         fake = environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
         limit = environ.get("GPU_CI_MONITOR_MAX_SAMPLES", "").strip()
         size = environ.get("GPU_CI_MONITOR_MAX_BYTES", "").strip()  # tests: a tiny disk
+        lag = environ.get("GPU_CI_MONITOR_FAKE_LAG", "").strip()
         return cls(directory, interval, float(fake) if fake else None,
-                   int(limit) if limit else 0, int(size) if size else MAX_BYTES)
+                   int(limit) if limit else 0, int(size) if size else MAX_BYTES,
+                   float(lag) if lag and fake else 0.0)
 
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
@@ -178,6 +214,12 @@ class _Nvml:
         self.names = {getattr(pynvml, n): n[len("NVML_ERROR_"):] for n in dir(pynvml)
                       if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)}
         self.process_names: dict[int, str] = {}
+        self.buffer_last: dict[tuple[int, int | None], int] = {}
+        self.no_buffer: set[tuple[int, int | None]] = set()
+        self.gpm: dict[tuple[int, int | None], tuple[Any, Any]] = {}
+        self.gpm_primed: set[tuple[int, int | None]] = set()
+        self.no_violations: set[tuple[int, int | None]] = set()
+        self.no_v2 = False
 
     def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """The value, or None when the GPU does not support the query (lost → raises)."""
@@ -199,46 +241,253 @@ class _Nvml:
             self.process_names[pid] = os.path.basename(name) or f"pid {pid}"
         return self.process_names[pid]
 
-    def read(self, index: int, handle: Any) -> dict[str, Any]:
+    def reasons(self, handle: Any) -> int | None:
+        """Clocks-event reasons; drivers before R535 lack the renamed call (nvidia-ml-py
+        then raises FUNCTION_NOT_FOUND), so the old name is asked next."""
+        n = self.nvml
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(n, name, None)
+            if fn is None:
+                continue
+            try:
+                return int(fn(handle))
+            except nvml_errors(n) as exc:
+                code = error_code(n, exc)
+                if code == GPU_IS_LOST:
+                    raise
+                if code != FUNCTION_NOT_FOUND:
+                    return None
+        return None
+
+    def buffer_busy(self, key: tuple[int, int | None], handle: Any) -> float | None:
+        """Busy seconds since the last call from the driver's utilisation sample buffer: each
+        entry is the percentage of its own sample period (since the entry before it) in which
+        a kernel ran. None on the first call (it only marks where the next one starts) and
+        where the buffer is unsupported (a MIG-enabled GPU) or has no new entry."""
+        n = self.nvml
+        if key in self.no_buffer:
+            return None
+        last = self.buffer_last.get(key)
+        try:
+            _type, entries = n.nvmlDeviceGetSamples(handle, GPU_UTILIZATION_SAMPLES, last or 0)
+        except n.NVMLError as exc:
+            code = int(exc.value)
+            if code == GPU_IS_LOST:
+                raise
+            if code != NOT_FOUND:  # NOT_FOUND: no entry since the last call
+                self.no_buffer.add(key)
+            return None
+        entries = sorted((int(e.timeStamp), int(e.sampleValue.uiVal)) for e in entries)
+        if not entries:
+            return None
+        self.buffer_last[key] = entries[-1][0]
+        if last is None:
+            return None
+        return _buffer_busy_s(last, entries)
+
+    def gpm_util(self, key: tuple[int, int | None], parent: Any, gi: int) -> float | None:
+        """A MIG instance's utilisation over the time since its previous GPM sample
+        (NVML_GPM_METRIC_GRAPHICS_UTIL); None for the first sample and where GPM is
+        unsupported (before Hopper)."""
+        n = self.nvml
+        pair = self.gpm.get(key)
+        if pair is None:
+            return None
+        prev, cur = pair
+        try:
+            n.nvmlGpmMigSampleGet(parent, gi, cur)
+        except n.NVMLError as exc:
+            if int(exc.value) == GPU_IS_LOST:
+                raise
+            return None
+        self.gpm[key] = (cur, prev)
+        if key not in self.gpm_primed:
+            self.gpm_primed.add(key)
+            return None
+        get = n.c_nvmlGpmMetricsGet_t()
+        get.version = n.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = 1
+        get.sample1, get.sample2 = prev, cur
+        get.metrics[0].metricId = GPM_GRAPHICS_UTIL
+        try:
+            n.nvmlGpmMetricsGet(get)
+        except n.NVMLError:
+            return None
+        metric = get.metrics[0]
+        return round(float(metric.value), 3) if int(metric.nvmlReturn) == 0 else None
+
+    def board(self, handle: Any) -> dict[str, Any]:
+        """Figures of the whole GPU. Utilisation first: it raises when the GPU is lost."""
         n = self.nvml
         gpu_util: int | None
         mem_util: int | None
-        try:  # first: it raises when the GPU is lost
+        try:
             util = n.nvmlDeviceGetUtilizationRates(handle)
             gpu_util, mem_util = int(util.gpu), int(util.memory)
         except n.NVMLError as exc:
             if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
                 raise
             gpu_util = mem_util = None
-        _total, mem_used = memory_info(n, handle)  # an unprivileged MIG parent: its devices'
+        return {"util": gpu_util, "mem_util": mem_util,
+                "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
+                "temp": self.optional(temperature, n, handle),  # NVML 13's name, else the old
+                "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
+                "throttle": self.reasons(handle)}
+
+    def processes(self, handle: Any) -> list[list[Any]]:
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
-        procs = [p for p in self.optional(running_processes, n, handle) or []
+        procs = [p for p in self.optional(running_processes, self.nvml, handle) or []
                  if p.pid is not None]
-        return {
-            "index": index,
-            "util": gpu_util,
-            "mem_util": mem_util,
-            "mem_used": mem_used,
-            "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
-            "temp": self.optional(temperature, n, handle),  # NVML 13's names, else the old
-            "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
-            "throttle": self.optional(clocks_event_reasons, n, handle),
-            "procs": [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs],
-        }
+        return [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs]
+
+    def violations(self, key: tuple[int, int | None], handle: Any) -> dict[str, int] | None:
+        """The violation counters (ns below application clocks, by reason), or None where
+        the driver has none (asked once; nvml.h marks the call deprecated in 13.0 in
+        favour of field values, and drivers still export it)."""
+        n = self.nvml
+        if key in self.no_violations:
+            return None
+        out = {}
+        for policy, name in VIOLATION_POLICIES.items():
+            try:
+                out[name] = int(n.nvmlDeviceGetViolationStatus(handle, policy).violationTime)
+            except nvml_errors(n) as exc:
+                if error_code(n, exc) == GPU_IS_LOST:
+                    raise
+        if not out:
+            self.no_violations.add(key)
+            return None
+        return out
+
+    def memory(self, handle: Any) -> tuple[int, int | None]:
+        """(allocated, reserved) bytes: nvmlMemory_v2_t keeps the driver's reservation
+        apart (v1's ``used`` is "Sum of Reserved and Allocated"); v1 where v2 is absent."""
+        n = self.nvml
+        version = getattr(n, "nvmlMemory_v2", None)  # older nvidia-ml-py: v1 only
+        if not self.no_v2 and version is not None:
+            try:
+                mem = n.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return int(mem.used), int(mem.reserved)
+            except nvml_errors(n) as exc:
+                code = error_code(n, exc)
+                if code == GPU_IS_LOST:
+                    raise
+                if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                    self.no_v2 = True
+                # NO_PERMISSION (an unprivileged MIG parent): v1's fallback sums its devices
+        _total, used = memory_info(n, handle)
+        return used, None
+
+    def read(self, index: int, handle: Any) -> dict[str, Any]:
+        n = self.nvml
+        board = self.board(handle)
+        mem_used, reserved = self.memory(handle)
+        return {"index": index, **board, "mem_used": mem_used, "mem_reserved": reserved,
+                "violation_ns": self.violations((index, None), handle),
+                "procs": self.processes(handle),
+                "util_busy_s": self.buffer_busy((index, None), handle),
+                "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle)}
+
+    def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
+        """A MIG slice: its own memory, processes and GPM utilisation; the board's power
+        apart (board-wide, not the slice's)."""
+        mem_used, reserved = self.memory(device.handle)
+        return {"index": device.index, "slice": device.slot,
+                "util": self.gpm_util(device.key, device.parent, device.gi or 0),
+                "mem_util": None, "mem_used": mem_used, "mem_reserved": reserved,
+                "power_mw": None,
+                "board_power_mw": board["power_mw"], "temp": board["temp"],
+                "sm_mhz": board["sm_mhz"], "throttle": board["throttle"],
+                "procs": self.processes(device.handle)}
+
+
+def _buffer_busy_s(last: int, entries: list[tuple[int, int]]) -> float:
+    """Busy seconds from ``last`` (µs) to the newest entry: each entry is the percentage of
+    its own period, the time since the entry before it. When the buffer no longer reaches
+    back to ``last`` (an interval longer than the driver keeps), the first entry's period
+    is taken as long as the others' and the entries' mean stands for the uncovered start,
+    rather than the first entry's value for the whole gap."""
+    periods = [b[0] - a[0] for a, b in zip(entries, entries[1:])]
+    typical = sorted(periods)[len(periods) // 2] if periods else None
+    first_gap = entries[0][0] - last
+    spans = [min(first_gap, typical) if typical else first_gap, *periods]
+    covered = sum(max(0, p) for p in spans)
+    if covered <= 0:
+        return 0.0
+    busy = sum(min(100, v) / 100 * max(0, p) for (_ts, v), p in zip(entries, spans))
+    return busy / covered * max(0, entries[-1][0] - last) / 1e6
+
+
+@dataclass(frozen=True)
+class Device:
+    """What one sample line entry reads: a whole GPU, or one MIG slice of GPU ``index``."""
+
+    index: int
+    handle: Any
+    slot: int | None = None
+    parent: Any = None
+    gi: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.index, self.slot)
+
+
+def mig_devices(nvml: Any, index: int, parent: Any, environ: Mapping[str, str]) -> list[Device]:
+    """The MIG devices of a MIG-enabled GPU that the job was given: those CUDA_VISIBLE_DEVICES
+    names by ``MIG-`` UUID, else every one NVML lists (in a container given one slice, NVML
+    lists that one). Empty when the GPU has none (or MIG is off)."""
+    wanted = {e.strip().lower() for e in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+              if e.strip().lower().startswith("mig-")}
+    out = []
+    try:
+        if not nvml.nvmlDeviceGetMigMode(parent)[0]:
+            return []
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))
+    except nvml.NVMLError:
+        return []
+    for slot in range(slots):
+        try:
+            handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            gi = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
+        except nvml.NVMLError:  # NOT_FOUND: no MIG device in this slot
+            continue
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        if not wanted or uuid.lower() in wanted:
+            out.append(Device(index, handle, slot, parent, gi))
+    return out
 
 
 def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
-    def text(value: Any) -> str:
-        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
     total, _used = memory_info(nvml, handle)
     mig: bool | None = None
     with contextlib.suppress(nvml.NVMLError):
         mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
-    return {"index": index, "name": text(nvml.nvmlDeviceGetName(handle)),
-            "uuid": text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
+    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(handle)),
+            "uuid": _text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
             "mig": mig}
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _slice_header(reader: _Nvml, device: Device) -> dict[str, Any]:
+    """A MIG slice's start-line entry; allocates its two GPM samples where GPM works."""
+    n = reader.nvml
+    mem = n.nvmlDeviceGetMemoryInfo(device.handle)
+    source = None
+    with contextlib.suppress(n.NVMLError, AttributeError):
+        if n.nvmlGpmQueryDeviceSupport(device.handle).isSupportedDevice:
+            reader.gpm[device.key] = (n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc())
+            source = "gpm"
+    return {"index": device.index, "slice": device.slot, "gi": device.gi,
+            "name": _text(n.nvmlDeviceGetName(device.handle)),
+            "uuid": _text(n.nvmlDeviceGetUUID(device.handle)), "memory_total": int(mem.total),
+            "mig": True, "util_source": source}
 
 
 class _Writer:
@@ -283,6 +532,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     indices = [i for i in range(count) if visible is None or i in visible]
     handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
     by_address = {_address(h): i for i, h in handles.items()}
+    slices = {i: mig_devices(pynvml, i, h, os.environ) for i, h in handles.items()}
     events: Any = None
     with contextlib.suppress(pynvml.NVMLError):
         events = pynvml.nvmlEventSetCreate()
@@ -302,14 +552,18 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     step = [0]
 
     def clock() -> float:
-        return (started + step[0] * config.interval) if fake is not None else time.time()
+        if fake is None:
+            return time.time()
+        return started + step[0] * (config.interval + config.fake_lag)
 
     samples_path = directory / SAMPLES_NAME
     with open(samples_path, "a", encoding="utf-8") as handle:
         out = _Writer(handle, config.max_bytes)
         out.write({"kind": "start", "version": FORMAT_VERSION, "ts": started,
                    "interval": config.interval, "pid": os.getpid(),
-                   "gpus": [_gpu_header(pynvml, i, h) for i, h in handles.items()]})
+                   "gpus": [entry for i, h in handles.items() for entry in (
+                       [_slice_header(reader, d) for d in slices[i]] if slices[i]
+                       else [_gpu_header(pynvml, i, h)])]})
         (directory / STATE_NAME).write_text(json.dumps(
             {"pid": os.getpid(), "started": started, "samples": str(samples_path)}) + "\n")
         lost: set[int] = set()
@@ -317,12 +571,16 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
         while not stop:
             began = time.monotonic()
             now = clock()
-            gpus = []
+            gpus: list[dict[str, Any]] = []
             for i, h in handles.items():
                 if i in lost:
                     continue
                 try:
-                    gpus.append(reader.read(i, h))
+                    if slices[i]:  # a MIG board: the job's slices, the board read once
+                        board = reader.board(h)
+                        gpus.extend(reader.read_slice(d, board) for d in slices[i])
+                    else:
+                        gpus.append(reader.read(i, h))
                 except pynvml.NVMLError as exc:
                     code = int(exc.value)
                     lost.add(i)
@@ -362,13 +620,17 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 out.write({"kind": "event", "ts": clock(),
                            "gpu": by_address.get(_address(data.device), -1),
                            "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
-                           "data": int(data.eventData)})
+                           "data": int(data.eventData), "gi": int(data.gpuInstanceId),
+                           "ci": int(data.computeInstanceId)})
                 if left <= 0:
                     break
         out.write({"kind": "stop", "ts": clock(), "reason": reason or (stop[0] if stop
                                                                          else "signal"),
                    "samples": step[0]})
     with contextlib.suppress(pynvml.NVMLError):
+        for pair in reader.gpm.values():
+            for sample in pair:
+                pynvml.nvmlGpmSampleFree(sample)
         if events is not None:
             pynvml.nvmlEventSetFree(events)
         pynvml.nvmlShutdown()

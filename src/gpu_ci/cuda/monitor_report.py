@@ -5,11 +5,27 @@ Nothing here touches NVML, the network or the clock: the command passes the text
 sample file, the steps it fetched and "now", so every number is checked in tests against a
 scripted time series. Rules, stated once:
 
-* each sample stands for one ``interval`` (NVML's utilisation is the share of the past
-  sample period in which a kernel ran); a sample is **busy** when utilisation is above 0;
-* energy is the sum of power × interval; p95 is the nearest-rank percentile;
-* a GPU is **throttled** in a sample when a clocks-event reason other than idle,
-  application clocks, sync boost or display clock is set;
+* **busy** follows nvml.h's definition of utilisation, the "percent of time over the past
+  sample period during which one or more kernels was executing": busy time = Σ utilisation ×
+  Δt, where Δt is the time since the same device's previous *recorded* sample (the first
+  one stands for one nominal ``interval``), so a sampler that falls behind is not
+  under-counted; where the sampler read the driver's sample buffer
+  (``nvmlDeviceGetSamples``), which covers the whole interval, its busy seconds are used;
+* a counter the GPU does not support (``null`` in the file) is **unknown**, never 0: a GPU
+  without any utilisation reading has unknown busy time, so the idle fraction and idle cost
+  are unknown, and a check that needs the counter says it could not be evaluated (a
+  failure only with ``Limits.unknown_fails``);
+* energy is the driver's energy counter's increase (``nvmlDeviceGetTotalEnergyConsumption``)
+  where it was recorded, else the sum of power × Δt; p95 is the nearest-rank percentile;
+* a MIG slice (a GPU entry with ``slice``) has its own memory, processes and (from GPM)
+  utilisation; the board's power is recorded apart (``board_power_mw``) and reported as
+  board-wide, never as the slice's energy; events of another GPU instance are not the job's;
+* a GPU is **throttled** for the time its violation counters (``nvmlDeviceGetViolationStatus``:
+  time held below application clocks, by reason) grew, where the driver has them; else in a
+  sample when a clocks-event reason other than idle, application clocks, sync boost or
+  display clock is set, for that sample's Δt;
+* **memory used** is allocated memory (``nvmlMemory_v2_t``); the driver's reservation is
+  reported apart (v1 drivers: reserved + allocated, as v1 counts it);
 * **paid** minutes follow GitHub's rule (the job's time, rounded up to whole minutes, at
   least one); GPU-minutes paid = paid minutes × GPUs watched; **used** = busy time;
   idle fraction = 1 − used / paid; idle cost = cost × idle fraction.
@@ -18,6 +34,7 @@ scripted time series. Rules, stated once:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -47,6 +64,11 @@ THROTTLE_REASONS = {
     0x400: "reliability",
 }
 
+#: Violation counters (nvmlPerfPolicyType_t) as the sample file names them, and the reason
+#: each reads as (nvml.h's translations: POWER -> SW_POWER_CAP, THERMAL -> SW_THERM_SLOWDOWN).
+VIOLATION_REASONS = {"power": "power cap (software)", "thermal": "thermal (software)",
+                     "board_limit": "board limit", "reliability": "reliability"}
+
 #: Xid codes that mean the GPU is gone or needs a reset (NVIDIA's Xid catalogue).
 XID_MEANING = {
     79: "GPU has fallen off the bus",
@@ -74,14 +96,24 @@ class GpuInfo:
     uuid: str
     memory_total: int
     mig: bool | None = None
+    slot: int | None = None
+    """A MIG slice: its slot on the parent GPU ``index`` (None: a whole GPU)."""
+    gi: int | None = None
+    """The slice's GPU instance id (events carry it; another instance's are not ours)."""
+    util_source: str | None = "nvml"
+    """Where utilisation came from: ``nvml``, ``gpm`` (a MIG slice), or None (none)."""
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.index, self.slot)
 
 
 @dataclass(frozen=True)
 class GpuSample:
     ts: float
     index: int
-    util: int | None
-    """None where NVML has no utilisation (a MIG-enabled GPU): memory and processes only."""
+    util: float | None
+    """None where NVML has no utilisation (a MIG-enabled GPU without GPM): unknown."""
     mem_util: int | None
     mem_used: int
     power_mw: int | None = None
@@ -89,6 +121,26 @@ class GpuSample:
     sm_mhz: int | None = None
     throttle: int | None = None
     procs: tuple[tuple[int, int, str], ...] = ()
+    slot: int | None = None
+    dt: float = 0.0
+    """Seconds this sample stands for: since the same device's previous recorded sample (the
+    first one: one nominal interval)."""
+    util_busy_s: float | None = None
+    """Busy seconds since the previous sample from the driver's sample buffer, if read."""
+    energy_mj: int | None = None
+    """The driver's energy counter (mJ since the driver loaded), where supported."""
+    energy_delta_mj: int | None = None
+    """The counter's increase since the same device's previous sample (None: no pair)."""
+    board_power_mw: int | None = None
+    """A MIG slice: the whole board's power (not the slice's)."""
+    mem_reserved: int | None = None
+    """Memory reserved by the driver (nvmlMemory_v2_t), apart from ``mem_used``."""
+    violation_ns: tuple[tuple[str, int], ...] = ()
+    """Cumulative violation-counter times (ns) by reason (nvmlDeviceGetViolationStatus)."""
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return (self.index, self.slot)
 
 
 @dataclass(frozen=True)
@@ -135,12 +187,48 @@ def printable(text: str) -> str:
                    for c in text)
 
 
+def _float(value: Any) -> float | None:
+    return None if value is None else _time(value)
+
+
+def _util(value: Any) -> float | None:
+    """A percentage: NVML's are whole numbers (kept so), GPM's are fractions."""
+    if value is None:
+        return None
+    out = _time(value)
+    return int(out) if out.is_integer() else out
+
+
 def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
+    util = g.get("util")
+    viol = g.get("violation_ns") or {}
     return GpuSample(
-        ts, int(g["index"]), _int(g.get("util")), _int(g.get("mem_util")), int(g["mem_used"]),
+        ts, int(g["index"]), _util(util),
+        _int(g.get("mem_util")), int(g["mem_used"]),
         _int(g.get("power_mw")), _int(g.get("temp")), _int(g.get("sm_mhz")),
         _int(g.get("throttle")),
-        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ())))
+        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ())),
+        slot=_int(g.get("slice")), util_busy_s=_float(g.get("util_busy_s")),
+        energy_mj=_int(g.get("energy_mj")), board_power_mw=_int(g.get("board_power_mw")),
+        mem_reserved=_int(g.get("mem_reserved")),
+        violation_ns=tuple(sorted((str(k), int(v)) for k, v in dict(viol).items())))
+
+
+def _timed(samples: list[GpuSample], interval: float) -> tuple[GpuSample, ...]:
+    """Each sample with the time it stands for (``dt``) and the energy counter's increase,
+    both from the same device's previous recorded sample."""
+    last: dict[tuple[int, int | None], GpuSample] = {}
+    out = []
+    for s in samples:
+        prev = last.get(s.key)
+        dt = interval if prev is None else max(0.0, s.ts - prev.ts)
+        delta = None
+        if prev is not None and s.energy_mj is not None and prev.energy_mj is not None \
+                and s.energy_mj >= prev.energy_mj:  # a reset (driver reload) is no pair
+            delta = s.energy_mj - prev.energy_mj
+        out.append(dataclasses.replace(s, dt=dt, energy_delta_mj=delta))
+        last[s.key] = s
+    return tuple(out)
 
 
 def parse_recording(text: str) -> Recording:
@@ -167,7 +255,10 @@ def parse_recording(text: str) -> Recording:
             if kind == "start":
                 header = {"ts": _time(record["ts"]), "interval": _time(record["interval"]),
                           "gpus": [GpuInfo(int(g["index"]), str(g["name"]), str(g["uuid"]),
-                                           int(g["memory_total"]), g.get("mig"))
+                                           int(g["memory_total"]), g.get("mig"),
+                                           _int(g.get("slice")), _int(g.get("gi")),
+                                           (None if g.get("util_source", "nvml") is None
+                                            else str(g.get("util_source", "nvml"))))
                                    for g in record["gpus"]]}
                 if header["interval"] <= 0:
                     raise ValueError("interval")
@@ -181,7 +272,8 @@ def parse_recording(text: str) -> Recording:
                 events.append({"kind": "event", "ts": _time(record["ts"]),
                                "gpu": int(record.get("gpu", -1)),
                                "type": str(record.get("type")),
-                               "data": int(record.get("data", 0))})
+                               "data": int(record.get("data", 0)),
+                               "gi": _int(record.get("gi")), "ci": _int(record.get("ci"))})
             elif kind == "error":
                 errors.append({"kind": "error", "ts": _time(record["ts"]),
                                "gpu": int(record.get("gpu", -1)),
@@ -199,8 +291,9 @@ def parse_recording(text: str) -> Recording:
     if header is None:
         raise RecordingError("the sample file has no start line (none, or none readable): "
                              "the sampler did not start.")
-    return Recording(header["ts"], header["interval"], tuple(header["gpus"]), tuple(samples),
-                     tuple(times), tuple(events), tuple(errors), stop, bad)
+    return Recording(header["ts"], header["interval"], tuple(header["gpus"]),
+                     _timed(samples, header["interval"]), tuple(times), tuple(events),
+                     tuple(errors), stop, bad)
 
 
 # -- inputs besides the recording -------------------------------------------------------
@@ -229,6 +322,8 @@ class Limits:
     """Bytes; fails when any GPU's peak memory is above it."""
     min_utilisation: float | None = None
     """Percent; fails when any GPU's mean utilisation is below it."""
+    unknown_fails: bool = False
+    """A check whose counter the GPU does not support fails (else: a warning says so)."""
 
 
 # -- results ---------------------------------------------------------------------------
@@ -245,21 +340,26 @@ class ProcessUse:
 class GpuUsage:
     gpu: GpuInfo
     samples: int
-    busy_s: float
-    util_mean: float
-    util_p95: float
-    util_max: float
-    mem_util_mean: float
+    busy_s: float | None
+    """None: no utilisation reading at all (unknown, never 0)."""
+    util_mean: float | None
+    util_p95: float | None
+    util_max: float | None
+    mem_util_mean: float | None
     peak_memory: int
     peak_process: str
     peak_at_s: float | None
-    energy_wh: float
+    energy_wh: float | None
     power_max_w: float | None
     temp_max: int | None
-    throttled_s: float
+    throttled_s: float | None
     throttle_reasons: dict[str, float]
     processes: tuple[ProcessUse, ...]
     lost_at_s: float | None
+    board_energy_wh: float | None = None
+    """A MIG slice: the whole board's energy, shown as such and never charged to the slice."""
+    memory_reserved: int | None = None
+    """The most memory the driver reserved (nvmlMemory_v2_t); None where not read."""
 
 
 @dataclass(frozen=True)
@@ -268,10 +368,10 @@ class PhaseUsage:
     start_s: float
     duration_s: float
     samples: int
-    busy_s: float
-    util_mean: float
+    busy_s: float | None
+    util_mean: float | None
     peak_memory: int
-    energy_wh: float
+    energy_wh: float | None
 
 
 @dataclass(frozen=True)
@@ -281,8 +381,9 @@ class Cost:
     """``job`` (the jobs API's started_at) or ``monitor`` (the start step)."""
     paid_minutes: int
     gpu_minutes_paid: float
-    gpu_minutes_used: float
-    idle_fraction: float
+    gpu_minutes_used: float | None
+    idle_fraction: float | None
+    """None when a GPU's busy time is unknown (no utilisation counter)."""
     usd_per_minute: Decimal | None
     price_source: str
     cost_usd: Decimal | None
@@ -314,7 +415,7 @@ class Report:
 
     @property
     def gpu_used(self) -> bool:
-        return any(g.processes or g.busy_s > 0 for g in self.gpus)
+        return any(g.processes or (g.busy_s or 0) > 0 for g in self.gpus)
 
 
 # -- the computation --------------------------------------------------------------------
@@ -342,41 +443,58 @@ def _money(value: Decimal) -> Decimal:
 
 @dataclass(frozen=True)
 class _Span:
-    """Busy time, utilisation, peak memory and energy of a set of samples, each standing
-    for one ``interval``: one GPU's whole recording (the GPU table) or every GPU's samples
-    within a step (the phase table). Both tables state the rules of this module's docstring
-    (busy = utilisation above 0, energy = power × interval); computing them in one place
-    keeps the two tables from drifting apart."""
+    """Busy time, utilisation, peak memory and energy of a set of samples, each standing for
+    its recorded ``dt``: one GPU's whole recording (the GPU table) or every GPU's samples
+    within a step (the phase table). Both tables state the rules of this module's docstring;
+    computing them in one place keeps the two tables from drifting apart."""
 
-    busy_s: float
+    busy_s: float | None
     utils: tuple[float, ...]
-    """The utilisation of each sample that has one (a MIG-enabled GPU has none)."""
+    """The utilisation of each sample that has one (unsupported readings are left out)."""
     peak: GpuSample | None
     """The first sample with the most memory used; None when there are no samples."""
     powers_w: tuple[float, ...]
-    energy_wh: float
+    energy_wh: float | None
+    board_energy_wh: float | None
 
     @classmethod
-    def of(cls, samples: Sequence[GpuSample], interval: float) -> _Span:
-        powers = tuple(s.power_mw / 1000 for s in samples if s.power_mw is not None)
-        return cls(busy_s=sum(interval for s in samples if (s.util or 0) > 0),
+    def of(cls, samples: Sequence[GpuSample]) -> _Span:
+        busy = [s.util_busy_s if s.util_busy_s is not None else
+                (s.util or 0.0) / 100 * s.dt
+                for s in samples if s.util_busy_s is not None or s.util is not None]
+        return cls(busy_s=sum(busy) if busy else None,
                    utils=tuple(float(s.util) for s in samples if s.util is not None),
                    peak=max(samples, key=lambda s: s.mem_used, default=None),
-                   powers_w=powers, energy_wh=sum(p * interval for p in powers) / 3600)
+                   powers_w=tuple(s.power_mw / 1000 for s in samples
+                                  if s.power_mw is not None),
+                   energy_wh=_energy_wh(samples, "power_mw"),
+                   board_energy_wh=_energy_wh(samples, "board_power_mw"))
 
     @property
-    def util_mean(self) -> float:
-        return _mean(self.utils)
+    def util_mean(self) -> float | None:
+        return _mean(self.utils) if self.utils else None
 
     @property
     def peak_memory(self) -> int:
         return self.peak.mem_used if self.peak else 0
 
 
+def _energy_wh(samples: Sequence[GpuSample], power: str) -> float | None:
+    """The energy counter's increase where a sample has one, else power × dt; None when
+    neither was read (unsupported: unknown, never 0). A device with a counter starts it at
+    its first sample, which therefore adds nothing."""
+    joules: list[float] = []
+    for s in samples:
+        if power == "power_mw" and s.energy_mj is not None:
+            joules.append((s.energy_delta_mj or 0) / 1000)
+        elif getattr(s, power) is not None:
+            joules.append(getattr(s, power) / 1000 * s.dt)
+    return sum(joules) / 3600 if joules else None
+
+
 def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
-    mine = [s for s in rec.samples if s.index == gpu.index]
-    dt = rec.interval
-    span = _Span.of(mine, dt)
+    mine = [s for s in rec.samples if s.key == gpu.key]
+    span = _Span.of(mine)
     peak = span.peak
     peak_process = ""
     if peak is not None and peak.procs:
@@ -389,20 +507,30 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
             if old is None or used > old.peak_memory:
                 procs[pid] = ProcessUse(pid, name, used)
     reasons: dict[str, float] = {}
-    throttled = 0.0
-    for s in mine:
+    read = [s for s in mine if s.throttle is not None]
+    throttled: float | None = 0.0 if read else None  # never read: unknown, not "0:00"
+    for s in read:
         names = throttle_names(s.throttle or 0)
         if names:
-            throttled += dt
+            throttled = (throttled or 0.0) + s.dt
         for name in names:
-            reasons[name] = reasons.get(name, 0.0) + dt
+            reasons[name] = reasons.get(name, 0.0) + s.dt
+    counted = [s for s in mine if s.violation_ns]
+    if len(counted) >= 2:  # the driver's counters: exact, between readings too
+        first, last = dict(counted[0].violation_ns), dict(counted[-1].violation_ns)
+        grew = {k: max(0, last[k] - first[k]) / 1e9 for k in last if k in first}
+        reasons = {VIOLATION_REASONS[k]: v for k, v in grew.items()
+                   if k in VIOLATION_REASONS and v > 0}
+        throttled = grew["total"] if "total" in grew else sum(reasons.values())
     temps = [s.temp for s in mine if s.temp is not None]
-    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)
+    reserved = [s.mem_reserved for s in mine if s.mem_reserved is not None]
+    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)  # the board
+    mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
         gpu=gpu, samples=len(mine), busy_s=span.busy_s,
-        util_mean=span.util_mean, util_p95=p95(span.utils),
-        util_max=max(span.utils, default=0.0),
-        mem_util_mean=_mean([float(s.mem_util) for s in mine if s.mem_util is not None]),
+        util_mean=span.util_mean, util_p95=p95(span.utils) if span.utils else None,
+        util_max=max(span.utils) if span.utils else None,
+        mem_util_mean=_mean(mem_utils) if mem_utils else None,
         peak_memory=span.peak_memory, peak_process=peak_process,
         peak_at_s=(peak.ts - rec.started) if peak else None,
         energy_wh=span.energy_wh,
@@ -410,13 +538,15 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         temp_max=max(temps) if temps else None,
         throttled_s=throttled, throttle_reasons=reasons,
         processes=tuple(sorted(procs.values(), key=lambda p: -p.peak_memory)),
-        lost_at_s=(float(lost["ts"]) - rec.started) if lost else None)
+        lost_at_s=(float(lost["ts"]) - rec.started) if lost else None,
+        board_energy_wh=span.board_energy_wh,
+        memory_reserved=max(reserved) if reserved else None)
 
 
 def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     # A sample at ts covers (ts - interval, ts]: it belongs to the phase holding its end.
     inside = [s for s in rec.samples if phase.start < s.ts <= phase.end]
-    span = _Span.of(inside, rec.interval)
+    span = _Span.of(inside)
     return PhaseUsage(
         phase.name, phase.start - rec.started, max(0.0, phase.end - phase.start),
         len({s.ts for s in inside}), span.busy_s, span.util_mean, span.peak_memory,
@@ -444,13 +574,17 @@ def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
     window = max(0.0, end - window_start)
     paid = billed_minutes(window)
     gpu_paid = float(paid * len(rec.gpus))
-    used = sum(g.busy_s for g in gpus) / 60
-    idle = max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0
+    busy = [g.busy_s for g in gpus]
+    used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
+    idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
     price = pricing.usd_per_minute
     cost = _money(price * paid) if price is not None else None
-    idle_cost = _money(cost * Decimal(str(round(idle, 6)))) if cost is not None else None
+    idle_cost = (_money(cost * Decimal(str(round(idle, 6))))
+                 if cost is not None and idle is not None else None)
     report_cost = Cost(window, "job" if job_started is not None else "monitor", paid, gpu_paid,
-                       round(used, 4), round(idle, 4), price, pricing.source, cost, idle_cost)
+                       None if used is None else round(used, 4),
+                       None if idle is None else round(idle, 4), price, pricing.source, cost,
+                       idle_cost)
     report = Report(rec, end, gpus, phases, phases_from, report_cost)
     return Report(rec, end, gpus, phases, phases_from, report_cost,
                   tuple(findings(report, limits)))
@@ -463,6 +597,19 @@ def _clock(seconds: float | None) -> str:
     if s >= 3600:
         return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
     return f"{s // 60}:{s % 60:02d}"
+
+
+ALL_INSTANCES = 0xFFFFFFFF
+"""nvmlEventData_t's gpuInstanceId/computeInstanceId for an event of the whole board."""
+
+
+def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
+    """An event is the job's unless it names a GPU instance other than the watched slices
+    of that GPU (another tenant's Xid on a MIG board is not this job's finding)."""
+    gis = {g.gi for g in gpus if g.index == event.get("gpu") and g.slot is not None
+           and g.gi is not None}
+    gi = event.get("gi")
+    return not gis or gi is None or gi == ALL_INSTANCES or gi in gis
 
 
 def findings(report: Report, limits: Limits) -> list[Finding]:
@@ -478,6 +625,8 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                                 "samples after that. Drain this runner and reset the GPU."
                                 if lost else "; no samples from this GPU after that."), at))
     for e in rec.events:
+        if not _ours(e, rec.gpus):
+            continue
         at = float(e["ts"]) - rec.started
         if e.get("type") == "xid":
             code = int(e.get("data", 0))
@@ -513,7 +662,16 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 f"{label} peaked at {g.peak_memory / MIB:.0f} MiB"
                 + (f" ({g.peak_process})" if g.peak_process else "")
                 + f", above max-memory ({limits.max_memory / MIB:.0f} MiB).", g.peak_at_s))
-        if limits.min_utilisation is not None and g.util_mean < limits.min_utilisation:
+        if limits.min_utilisation is not None and g.util_mean is None:
+            out.append(Finding(
+                "error" if limits.unknown_fails else "warning", "min-utilisation-unknown",
+                f"{label}: min-utilisation could not be evaluated: NVML reports no "
+                "utilisation for it (" + ("a MIG slice on a GPU without GPM counters, "
+                                          "which are Hopper and newer"
+                                          if g.gpu.slot is not None else "not supported")
+                + "); its busy time and idle share are unknown."))
+        elif (limits.min_utilisation is not None and g.util_mean is not None
+              and g.util_mean < limits.min_utilisation):
             out.append(Finding(
                 "error", "min-utilisation-unmet",
                 f"{label} averaged {g.util_mean:.1f} % utilisation, below min-utilisation "
@@ -530,8 +688,29 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
 # -- views ------------------------------------------------------------------------------
 
 
-def _pct(value: float) -> str:
+UNKNOWN = "unknown"
+"""How the summary shows a counter the GPU does not support (never as 0)."""
+
+
+def _pct(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
     return f"{value:.0f} %" if value >= 10 or value == 0 else f"{value:.1f} %"
+
+
+def _wh(value: float | None) -> str:
+    return UNKNOWN if value is None else f"{value:.2f} Wh"
+
+
+def _busy(value: float | None) -> str:
+    return UNKNOWN if value is None else _clock(value)
+
+
+def _energy_cell(g: GpuUsage) -> str:
+    if g.gpu.slot is not None and g.energy_wh is None:
+        return ("board-wide " + _wh(g.board_energy_wh) + " (whole GPU, not this slice's)"
+                if g.board_energy_wh is not None else UNKNOWN)
+    return _wh(g.energy_wh)
 
 
 def _mib(value: int) -> str:
@@ -563,7 +742,8 @@ def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str
     out = []
     for usage in report.gpus[:max_gpus]:
         gpu = usage.gpu
-        mine = [s for s in rec.samples if s.index == gpu.index]
+        # only readings there are: an unsupported one is no 0 on the line
+        mine = [s for s in rec.samples if s.key == gpu.key and s.util is not None]
         if not mine:
             continue
         util = downsample([float(s.util or 0) for s in mine], max_points)
@@ -583,19 +763,22 @@ def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str
 def markdown(report: Report) -> str:
     c = report.cost
     n = len(report.gpus)
-    head = (f"### gpu-monitor: {n} GPU(s), {c.gpu_minutes_used:.1f} of "
-            f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(100 * c.idle_fraction)} "
+    used = UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.1f}"
+    idle = None if c.idle_fraction is None else 100 * c.idle_fraction
+    head = (f"### gpu-monitor: {n} GPU(s), {used} of "
+            f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(idle)} "
             "idle" + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None
                       else "") + ")\n")
     parts = [head]
     parts.append(_table(
         ["GPU", "busy", "utilisation mean / p95 / max", "peak memory", "by", "energy",
          "throttled"],
-        [(f"{g.gpu.index} {g.gpu.name}", _clock(g.busy_s),
-          f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}",
+        [(f"{g.gpu.index} {g.gpu.name}", _busy(g.busy_s),
+          (f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}"
+           if g.util_mean is not None else UNKNOWN),
           f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}", g.peak_process or "-",
-          f"{g.energy_wh:.2f} Wh",
-          _clock(g.throttled_s) + (" (" + ", ".join(
+          _energy_cell(g),
+          _busy(g.throttled_s) + (" (" + ", ".join(
               f"{k} {_clock(v)}" for k, v in g.throttle_reasons.items()) + ")"
               if g.throttle_reasons else ""))
          for g in report.gpus]))
@@ -605,15 +788,18 @@ def markdown(report: Report) -> str:
         ["paid minutes", "GPU-minutes paid", "GPU-minutes used", "idle", "price", "cost",
          "idle cost"],
         [(f"{c.paid_minutes} ({_clock(c.window_s)} from the {c.window_from} start, rounded "
-          "up)", f"{c.gpu_minutes_paid:.0f}", f"{c.gpu_minutes_used:.2f}",
-          _pct(100 * c.idle_fraction), price, _usd(c.cost_usd), _usd(c.idle_cost_usd))]))
+          "up)", f"{c.gpu_minutes_paid:.0f}",
+          UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
+          _pct(idle), price, _usd(c.cost_usd),
+          UNKNOWN if c.idle_fraction is None and c.cost_usd is not None
+          else _usd(c.idle_cost_usd))]))
     what = "step (jobs API)" if report.phases_from == "steps" else "phase"
     parts.append(_table(
         [what, "start", "duration", "busy GPU time", "mean utilisation", "peak memory",
          "energy"],
         [(p.name, ("-" if p.start_s < -0.5 else "+") + _clock(abs(p.start_s)),
-          _clock(p.duration_s), _clock(p.busy_s),
-          _pct(p.util_mean), _mib(p.peak_memory), f"{p.energy_wh:.2f} Wh")
+          _clock(p.duration_s), _busy(p.busy_s),
+          _pct(p.util_mean), _mib(p.peak_memory), _wh(p.energy_wh))
          for p in report.phases]))
     parts.extend(charts(report))
     if report.findings:
@@ -635,6 +821,9 @@ def as_json(report: Report) -> dict[str, Any]:
     def money(v: Decimal | None) -> float | None:
         return None if v is None else float(v)
 
+    def r(v: float | None, digits: int) -> float | None:
+        return None if v is None else round(v, digits)
+
     return {
         "schema_version": SCHEMA_VERSION,
         "ok": report.ok,
@@ -646,11 +835,16 @@ def as_json(report: Report) -> dict[str, Any]:
         "gpus": [{
             "index": g.gpu.index, "name": g.gpu.name, "uuid": g.gpu.uuid,
             "memory_total_bytes": g.gpu.memory_total, "samples": g.samples,
-            "busy_s": g.busy_s, "utilisation": {"mean": round(g.util_mean, 3),
-                                                "p95": g.util_p95, "max": g.util_max},
-            "memory_utilisation_mean": round(g.mem_util_mean, 3),
+            "mig_slice": g.gpu.slot,
+            "utilisation_source": (g.gpu.util_source if g.busy_s is not None
+                                   or g.util_mean is not None else None),
+            "busy_s": r(g.busy_s, 6), "utilisation": {"mean": r(g.util_mean, 3),
+                                                      "p95": g.util_p95, "max": g.util_max},
+            "memory_utilisation_mean": r(g.mem_util_mean, 3),
             "peak_memory_bytes": g.peak_memory, "peak_process": g.peak_process,
-            "peak_at_s": g.peak_at_s, "energy_wh": round(g.energy_wh, 6),
+            "peak_at_s": g.peak_at_s, "energy_wh": r(g.energy_wh, 6),
+            "board_energy_wh": r(g.board_energy_wh, 6),
+            "memory_reserved_bytes": g.memory_reserved,
             "power_max_w": g.power_max_w, "temperature_max_c": g.temp_max,
             "throttled_s": g.throttled_s, "throttle_reasons_s": g.throttle_reasons,
             "processes": [{"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
@@ -659,9 +853,9 @@ def as_json(report: Report) -> dict[str, Any]:
         } for g in report.gpus],
         "phases_from": report.phases_from,
         "phases": [{"name": p.name, "start_s": p.start_s, "duration_s": p.duration_s,
-                    "samples": p.samples, "busy_s": p.busy_s,
-                    "utilisation_mean": round(p.util_mean, 3),
-                    "peak_memory_bytes": p.peak_memory, "energy_wh": round(p.energy_wh, 6)}
+                    "samples": p.samples, "busy_s": r(p.busy_s, 6),
+                    "utilisation_mean": r(p.util_mean, 3),
+                    "peak_memory_bytes": p.peak_memory, "energy_wh": r(p.energy_wh, 6)}
                    for p in report.phases],
         "cost": {"window_s": c.window_s, "window_from": c.window_from,
                  "paid_minutes": c.paid_minutes, "gpu_minutes_paid": c.gpu_minutes_paid,
@@ -675,22 +869,54 @@ def as_json(report: Report) -> dict[str, Any]:
 
 CSV_COLUMNS = ("ts", "elapsed_s", "gpu", "uuid", "utilisation", "memory_utilisation",
                "memory_used_mib", "power_w", "temperature_c", "sm_clock_mhz",
-               "throttle_reasons", "processes")
+               "throttle_reasons", "processes", "mig_slice", "busy_s", "energy_counter_mj",
+               "memory_reserved_mib", "board_power_w")
 
 
 def samples_csv(rec: Recording) -> str:
-    """One row per GPU per sample; processes as ``name:pid:MiB`` joined by spaces."""
-    uuids = {g.index: g.uuid for g in rec.gpus}
+    """One row per GPU (or MIG slice) per sample; processes as ``name:pid:MiB`` joined by
+    spaces; an unsupported reading is an empty cell. ``busy_s`` is the time with a kernel
+    running that the sample stands for (the driver's buffer, else utilisation × Δt)."""
+    uuids = {g.key: g.uuid for g in rec.gpus}
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for s in rec.samples:
         writer.writerow([
-            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.index, ""),
+            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.key, ""),
             "" if s.util is None else s.util, "" if s.mem_util is None else s.mem_util,
             f"{s.mem_used / MIB:.1f}",
             "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
             "" if s.temp is None else s.temp, "" if s.sm_mhz is None else s.sm_mhz,
             "" if s.throttle is None else f"0x{s.throttle:x}",
-            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs)])
+            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs),
+            "" if s.slot is None else s.slot,
+            "" if s.util_busy_s is None and s.util is None else
+            f"{s.util_busy_s if s.util_busy_s is not None else (s.util or 0) / 100 * s.dt:.3f}",
+            "" if s.energy_mj is None else s.energy_mj,
+            "" if s.mem_reserved is None else f"{s.mem_reserved / MIB:.1f}",
+            "" if s.board_power_mw is None else f"{s.board_power_mw / 1000:.3f}"])
     return buf.getvalue()
+
+
+def outputs(report: Report) -> dict[str, str]:
+    """The step's figures as outputs; an unknown figure is an empty string, never 0."""
+    c = report.cost
+    gpus = report.gpus
+    busy = [g.busy_s for g in gpus]
+    utils = [g.util_mean for g in gpus]
+    energy = [g.energy_wh for g in gpus]
+    return {
+        "ok": "true" if report.ok else "false",
+        "gpu-count": str(len(gpus)),
+        "gpu-used": "true" if report.gpu_used else "false",
+        "busy-seconds": "" if None in busy else f"{sum(b or 0.0 for b in busy):.6g}",
+        "utilisation-mean": ("" if None in utils or not utils
+                             else f"{sum(u or 0.0 for u in utils) / len(utils):.1f}"),
+        "peak-memory-mib": str(max((g.peak_memory for g in gpus), default=0) // MIB),
+        "energy-wh": "" if None in energy else f"{sum(e or 0.0 for e in energy):.3f}",
+        "paid-minutes": str(c.paid_minutes),
+        "gpu-minutes-used": "" if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
+        "idle-fraction": "" if c.idle_fraction is None else f"{c.idle_fraction:.4f}",
+        "idle-cost-usd": "" if c.idle_cost_usd is None else str(c.idle_cost_usd),
+    }

@@ -149,6 +149,8 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
     if errors:
         return None, (f"{label}: not a gpu-monitor report (schema_version 1): "
                       + "; ".join(errors[:3]))
+    if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
+        return None, f"{label}: its idle fraction is unknown (no utilisation counter)"
     return MonitorReport(int(art["id"]), str(art.get("name")),
                          int((art.get("workflow_run") or {})["id"]), float(data["started"]),
                          float(data["ended"]),
