@@ -134,7 +134,7 @@ def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
         # zizmor's policy (.github/zizmor.yml) refuses a moving tag for the actions that
         # only privileged workflows use
         moved = tmp_path / "privileged.yml"
-        moved.write_text(re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# v\S+",
+        moved.write_text(re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# \S+",
                                 r"\1@v1", text))
         assert "@v1\n" in moved.read_text()
         proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", "--config",

@@ -179,3 +179,17 @@ def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
                            "t.load_builds().builds_of('torch')[0].tag)"],
                           capture_output=True, text=True)
     assert data.stdout.strip() == "580.65.06 cu118"  # package data made it into the wheel
+
+
+def test_every_pin_comment_names_a_release_that_exists():
+    """Issue 26: the examples pinned `# v1.1.0`, which no release is. A pin's comment names a
+    release the CHANGELOG dates, or says `unreleased` (a commit newer than every release);
+    `pin-examples` writes the release's version at release time."""
+    dated = {m.group("version") for m in release.SECTION.finditer(CHANGELOG) if m.group("date")}
+    files = [*release.PRIVILEGED_EXAMPLES, *release.PINNED_WORKFLOWS]
+    named = {v for f in files for v in release.pin_versions((ROOT / f).read_text())}
+    assert named <= dated, f"pins name releases that do not exist: {sorted(named - dated)}"
+    assert release.unpinned_uses("uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@"
+                                 + "a" * 40 + "  # unreleased") == []
+    assert release.pin_versions("uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@"
+                                + "a" * 40 + "  # v1.1.0") == ["1.1.0"]

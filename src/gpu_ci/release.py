@@ -102,14 +102,31 @@ def pin_uses(text: str, version: str, sha: str) -> str:
     return OWN_USES.sub(lambda m: f"{m.group('head')}@{sha}  # v{version}", text)
 
 
+#: The comment of a pin to a commit that no release contains yet (e.g. an action newer than
+#: the last release): saying a version would name a release that does not exist.
+UNRELEASED = "unreleased"
+
+
 def unpinned_uses(text: str) -> list[str]:
-    """``uses:`` of our actions that are not a full SHA with a ``# vX.Y.Z`` comment."""
+    """``uses:`` of our actions that are not a full SHA with a ``# vX.Y.Z`` (or
+    ``# unreleased``) comment."""
     bad = []
     for match in OWN_USES.finditer(text):
-        comment = (match.group("comment") or "").strip()
-        if not SHA.match(match.group("ref")) or not TAG.match(comment.lstrip("# ")):
+        comment = (match.group("comment") or "").strip().lstrip("# ")
+        if not SHA.match(match.group("ref")) or not (TAG.match(comment)
+                                                     or comment == UNRELEASED):
             bad.append(match.group(0))
     return bad
+
+
+def pin_versions(text: str) -> list[str]:
+    """The versions (``X.Y.Z``) the pins' comments in ``text`` name (not ``unreleased``)."""
+    out = []
+    for match in OWN_USES.finditer(text):
+        comment = (match.group("comment") or "").strip().lstrip("# ")
+        if TAG.match(comment):
+            out.append(comment[1:])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
