@@ -330,3 +330,17 @@ def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examp
     repinned = pin_uses(text, "1.2.3", "b" * 40)
     assert repinned.count(f"@{'b' * 40}  # v1.2.3") == text.count(
         "uses: gpu-ci-actions/gpu-ci-actions/actions/")
+
+
+# -- two approvals of one commit (attack review) ----------------------------------------------
+
+
+def test_a_run_does_not_replace_the_record_of_another_run():
+    """Approved (run 5 recorded), the maintainer re-applies the label: a second approval,
+    run 6 recorded above it. Run 5 then completes: its result must not replace run 6's
+    record (and so shut out run 6's own result); only the recorded run posts."""
+    listed = [in_progress(6, at=9), approval(at=10), in_progress(5, at=19), approval(at=20)]
+    assert done(run(5, created=21), listed, "failure").status is None
+    out = done(run(6, created=11), listed).status
+    assert out is not None and out.state == "success"
+    assert out.target_url == f"{RUNS}/6/attempts/1"
