@@ -344,3 +344,20 @@ def test_a_run_does_not_replace_the_record_of_another_run():
     out = done(run(6, created=11), listed).status
     assert out is not None and out.state == "success"
     assert out.target_url == f"{RUNS}/6/attempts/1"
+
+
+def test_the_run_of_an_older_approval_does_not_count_for_a_newer_one():
+    """The first approval's run (5) completes after the label was re-applied (second
+    approval posted, its run 6 not yet recorded): run 5 was started by the first approval,
+    so it is not the second approval's run and posts nothing; run 6 then claims it."""
+    listed = [approval(at=10), in_progress(5, at=19), approval(at=20)]
+    assert done(run(5, created=21), listed).status is None
+    assert statuses.for_workflow_run(CONFIG, "requested", run(5, created=21), None, listed,
+                                     REPO, NOW).status is None
+    out = statuses.for_workflow_run(CONFIG, "requested", run(6, created=11), None, listed,
+                                    REPO, NOW).status
+    assert out is not None and out.target_url == f"{RUNS}/6/attempts/1"
+    # a revoked older approval still owns the runs it started
+    revoked = [approval(at=10), ours("Waiting for approval: x", at=15),
+               approval(at=20)]
+    assert done(run(5, created=21), revoked).status is None
