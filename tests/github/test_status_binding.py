@@ -361,3 +361,12 @@ def test_the_run_of_an_older_approval_does_not_count_for_a_newer_one():
     revoked = [approval(at=10), ours("Waiting for approval: x", at=15),
                approval(at=20)]
     assert done(run(5, created=21), revoked).status is None
+
+
+def test_the_approvals_run_requested_before_the_approval_still_posts_over_another_record():
+    """The label event creates run 5 before the privileged job posts the approval, so its
+    `requested` found no approval; a second run of the approver (another label, seconds
+    after) claimed the record. Run 5 is still the approval's run: its result is posted."""
+    listed = [in_progress(6, at=49.5), approval(at=50)]
+    out = done(run(5, created=51), listed).status
+    assert out is not None and out.state == "success"

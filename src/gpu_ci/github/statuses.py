@@ -39,7 +39,7 @@ a maintainer approved exactly this commit, and the GPU run that approval started
    progress" with ``target_url`` = ``<run>/attempts/<n>`` only when the newest status is the
    approval itself (the first bound run claims it). ``completed`` posts a result only when
    the newest status is the approval (the ``requested`` event came before the approval was
-   posted) or this run's own "in progress" written above it; a run whose GPU job was
+   posted) or an "in progress" written above it for a bound run; a run whose GPU job was
    skipped only over the approval or its own record. A final result (or anything else on
    top) is never replaced, except by the run of a newer approval, which is posted above it.
 5. **Order by ids, not arrival.** Trusted runs never overwrite a status written for a newer
@@ -427,8 +427,6 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         if why:
             return Outcome(None, why + " Its result is not posted.")
         recorded = _recorded_above(statuses, config.context, approval)
-        if recorded is not None and run_key(str(recorded.get("target_url") or "")) != mine:
-            recorded = None  # another run's record: only that run's result replaces it
         if latest is not approval and (action != "completed" or recorded is None):
             return Outcome(None, "the head's newest status is not this approval's: "
                            f"'{(latest or {}).get('description')}' stays.")
