@@ -370,3 +370,17 @@ def test_the_approvals_run_requested_before_the_approval_still_posts_over_anothe
     listed = [in_progress(6, at=49.5), approval(at=50)]
     out = done(run(5, created=51), listed).status
     assert out is not None and out.state == "success"
+
+
+@pytest.mark.xfail(strict=True, reason="open finding of the issue-26 attack review: gpu-status "
+                   "reads approvals of any creator (the admission hook checks the creator); "
+                   "needs a trusted-creators input, see the review report")
+def test_an_approval_planted_by_another_creator_binds_no_run():
+    """A third-party status writer whose context the pull request's own config names (a CI
+    app that builds forks and lets the pipeline file set `context: GPU CI`) plants
+    "Approved by @maintainer for <sha>: GPU run queued." right after the maintainer's
+    unrelated label started the fork's own cuda-ci.yml; that run would bind to it and
+    github-actions[bot] would post its forged pass, which a check pinned to the GitHub
+    Actions source accepts."""
+    planted = {**approval(at=50), "creator": {"login": "ci-app[bot]"}}
+    assert done(run(5, created=51), [planted]).status is None
