@@ -226,3 +226,13 @@ def test_the_hook_script_refuses_without_its_python(tmp_path):
     out = subprocess.run(["bash", "-e", str(HOOK)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1 and "refusing the job" in out.stdout
+
+
+def test_an_allowed_workflow_written_with_a_leading_dot_slash_is_that_file(server, tmp_path,
+                                                                           capsys):
+    """`./.github/workflows/cuda-ci.yml` names the same file: `lstrip("./")` ate the dot of
+    `.github` and refused the runner's whole configuration."""
+    env = _env(server, tmp_path, event="push", ref="refs/heads/main", head=None,
+               GPU_CI_ALLOWED_WORKFLOWS=f"./{WORKFLOW}")
+    code, out = _run(env, capsys)
+    assert code == 0 and "admitted" in out

@@ -330,3 +330,57 @@ def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examp
     repinned = pin_uses(text, "1.2.3", "b" * 40)
     assert repinned.count(f"@{'b' * 40}  # v1.2.3") == text.count(
         "uses: gpu-ci-actions/gpu-ci-actions/actions/")
+
+
+# -- two approvals of one commit (attack review) ----------------------------------------------
+
+
+def test_a_run_does_not_replace_the_record_of_another_run():
+    """Approved (run 5 recorded), the maintainer re-applies the label: a second approval,
+    run 6 recorded above it. Run 5 then completes: its result must not replace run 6's
+    record (and so shut out run 6's own result); only the recorded run posts."""
+    listed = [in_progress(6, at=9), approval(at=10), in_progress(5, at=19), approval(at=20)]
+    assert done(run(5, created=21), listed, "failure").status is None
+    out = done(run(6, created=11), listed).status
+    assert out is not None and out.state == "success"
+    assert out.target_url == f"{RUNS}/6/attempts/1"
+
+
+def test_the_run_of_an_older_approval_does_not_count_for_a_newer_one():
+    """The first approval's run (5) completes after the label was re-applied (second
+    approval posted, its run 6 not yet recorded): run 5 was started by the first approval,
+    so it is not the second approval's run and posts nothing; run 6 then claims it."""
+    listed = [approval(at=10), in_progress(5, at=19), approval(at=20)]
+    assert done(run(5, created=21), listed).status is None
+    assert statuses.for_workflow_run(CONFIG, "requested", run(5, created=21), None, listed,
+                                     REPO, NOW).status is None
+    out = statuses.for_workflow_run(CONFIG, "requested", run(6, created=11), None, listed,
+                                    REPO, NOW).status
+    assert out is not None and out.target_url == f"{RUNS}/6/attempts/1"
+    # a revoked older approval still owns the runs it started
+    revoked = [approval(at=10), ours("Waiting for approval: x", at=15),
+               approval(at=20)]
+    assert done(run(5, created=21), revoked).status is None
+
+
+def test_the_approvals_run_requested_before_the_approval_still_posts_over_another_record():
+    """The label event creates run 5 before the privileged job posts the approval, so its
+    `requested` found no approval; a second run of the approver (another label, seconds
+    after) claimed the record. Run 5 is still the approval's run: its result is posted."""
+    listed = [in_progress(6, at=49.5), approval(at=50)]
+    out = done(run(5, created=51), listed).status
+    assert out is not None and out.state == "success"
+
+
+@pytest.mark.xfail(strict=True, reason="open finding of the issue-26 attack review: gpu-status "
+                   "reads approvals of any creator (the admission hook checks the creator); "
+                   "needs a trusted-creators input, see the review report")
+def test_an_approval_planted_by_another_creator_binds_no_run():
+    """A third-party status writer whose context the pull request's own config names (a CI
+    app that builds forks and lets the pipeline file set `context: GPU CI`) plants
+    "Approved by @maintainer for <sha>: GPU run queued." right after the maintainer's
+    unrelated label started the fork's own cuda-ci.yml; that run would bind to it and
+    github-actions[bot] would post its forged pass, which a check pinned to the GitHub
+    Actions source accepts."""
+    planted = {**approval(at=50), "creator": {"login": "ci-app[bot]"}}
+    assert done(run(5, created=51), [planted]).status is None

@@ -73,7 +73,7 @@ def parse_config(workflows: str, context: str = "", creators: str = "",
     def items(text: str) -> tuple[str, ...]:
         return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
 
-    files = tuple(w.lstrip("./") if w.startswith("./") else w for w in items(workflows))
+    files = tuple(w[2:] if w.startswith("./") else w for w in items(workflows))
     bad = [w for w in files if not w.startswith(".github/workflows/")
            or not w.endswith((".yml", ".yaml"))]
     if bad:

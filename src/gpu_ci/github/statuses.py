@@ -32,7 +32,8 @@ a maintainer approved exactly this commit, and the GPU run that approval started
    run is that approval's run when its event is ``pull_request``, its attempt is 1 (a re-run
    reuses the gate's old outputs: approve again), its triggering actor is the approver, it
    was created in the window ``[approval - APPROVAL_LAG, approval + CLOCK_SLACK]`` (the label
-   event creates the run first; the privileged job posts the approval after it) and, when
+   event creates the run first; the privileged job posts the approval after it), no older
+   approval of the commit was posted after it was created (it is that one's run), and, when
    GitHub lists its pull requests, the approved one is among them.
 4. **Recorded when requested, accepted only for that run.** ``requested`` posts "in
    progress" with ``target_url`` = ``<run>/attempts/<n>`` only when the newest status is the
@@ -348,8 +349,11 @@ def _trusted(run: Mapping[str, Any], repository: str) -> bool:
     return run.get("event") in TRUSTED_EVENTS and head_repo == repository
 
 
-def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str) -> str:
-    """Empty when ``run`` is the run ``approval`` started (rule 3), else why not."""
+def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str,
+           earlier: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Empty when ``run`` is the run ``approval`` started (rule 3), else why not.
+    ``earlier``: the commit's older approvals; a run belongs to the first approval posted
+    after it was created (a label applied twice: the first run is not the second's)."""
     actor = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
     if run.get("event") != "pull_request":
         return f"a '{run.get('event')}' run of a pull request is not the approval's run."
@@ -365,6 +369,11 @@ def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str) -
     if not approved - APPROVAL_LAG <= created <= approved + CLOCK_SLACK:
         return (f"run created at {run.get('created_at')}, not by the approval posted at "
                 f"{approval.get('created_at')}.")
+    for older in earlier:
+        at = parse_time(older.get("created_at"))
+        if at is None or created <= at + CLOCK_SLACK:
+            return (f"run created at {run.get('created_at')} belongs to the earlier approval "
+                    f"posted at {older.get('created_at')}, not to the newest one.")
     number = pull_of(approval)
     listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
     if number is not None and listed and number not in listed:
@@ -413,7 +422,8 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
                 "is only posted for the run a maintainer's approval started."))
         match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
         approver = match.group(1) if match else ""
-        why = _binds(run, approval, approver)
+        why = _binds(run, approval, approver, _earlier_approvals(statuses, config.context,
+                                                                 approval))
         if why:
             return Outcome(None, why + " Its result is not posted.")
         recorded = _recorded_above(statuses, config.context, approval)
@@ -466,6 +476,14 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
 
 def _head_repo(run: Mapping[str, Any]) -> str:
     return str((run.get("head_repository") or {}).get("full_name") or "")
+
+
+def _earlier_approvals(statuses: Sequence[Mapping[str, Any]], context: str,
+                       approval: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The approvals of ``context`` listed below ``approval`` (revoked ones included)."""
+    ours = [s for s in statuses if s.get("context") == context]
+    below = ours[next((i for i, s in enumerate(ours) if s is approval), len(ours)) + 1:]
+    return [s for s in below if _APPROVAL.fullmatch(str(s.get("description") or ""))]
 
 
 def _recorded_above(statuses: Sequence[Mapping[str, Any]], context: str,
