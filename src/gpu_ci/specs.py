@@ -390,6 +390,11 @@ GPU_STATUS = ActionSpec(
         InputSpec("workflow", "The GPU workflow's file (`cuda-ci.yml` or "
                   "`.github/workflows/cuda-ci.yml`): only its runs count (names can be "
                   "claimed by any fork's workflow, file paths cannot).", "cuda-ci.yml"),
+        InputSpec("trusted-creators", "Logins whose statuses in `context` count, "
+                  "comma-separated: the account the inert workflows post as (a status from any "
+                  "other writer, e.g. a CI app a pull request can steer, is ignored). Name "
+                  "your App's bot (`my-app[bot]`) if they post with an App token.",
+                  "github-actions[bot]"),
         InputSpec("gate-run", "On a label event: the `run` output of gpu-gate run in the "
                   "same job.", ""),
         InputSpec("gate-reason", "On a label event: the `reason` output of gpu-gate.", ""),

@@ -24,7 +24,7 @@ def ts(minutes_ago: float) -> str:
 
 def ours(description: str, state: str = "pending", context: str = "GPU CI") -> dict:
     return {"context": context, "state": state, "description": description,
-            "created_at": ts(35)}
+            "created_at": ts(35), "creator": {"login": "github-actions[bot]"}}
 
 
 def wf_run(event="pull_request", actor="maintainer", head_repo="contributor/Hello-World"):

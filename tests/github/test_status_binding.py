@@ -28,7 +28,7 @@ def ts(minutes_ago: float) -> str:
 
 def ours(description: str, state: str = "pending", url: str = "", at: float = 0) -> dict:
     return {"context": "GPU CI", "state": state, "description": description,
-            "target_url": url, "created_at": ts(at)}
+            "target_url": url, "created_at": ts(at), "creator": {"login": "github-actions[bot]"}}
 
 
 def approval(at: float = 50, number: int = 2, by: str = "maintainer") -> dict:
@@ -160,7 +160,8 @@ def test_the_requested_run_is_recorded_with_its_id_and_attempt():
 
 
 def out_dict(status: statuses.Status) -> dict:
-    return {**status.body("GPU CI"), "created_at": ts(49)}
+    return {**status.body("GPU CI"), "created_at": ts(49),
+            "creator": {"login": "github-actions[bot]"}}
 
 
 # -- approval voided by a stranger ------------------------------------------------------------
@@ -372,9 +373,6 @@ def test_the_approvals_run_requested_before_the_approval_still_posts_over_anothe
     assert out is not None and out.state == "success"
 
 
-@pytest.mark.xfail(strict=True, reason="open finding of the issue-26 attack review: gpu-status "
-                   "reads approvals of any creator (the admission hook checks the creator); "
-                   "needs a trusted-creators input, see the review report")
 def test_an_approval_planted_by_another_creator_binds_no_run():
     """A third-party status writer whose context the pull request's own config names (a CI
     app that builds forks and lets the pipeline file set `context: GPU CI`) plants

@@ -132,7 +132,8 @@ def _post(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     config = statuses.make_config(inputs["context"], inputs["label"], inputs["min-permission"],
-                                  inputs.items("gpu-jobs"), inputs["workflow"])
+                                  inputs.items("gpu-jobs"), inputs["workflow"],
+                                  inputs.items("trusted-creators"))
     _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
     ctx = load_event(rt.environ)
     action = str(ctx.payload.get("action") or "")

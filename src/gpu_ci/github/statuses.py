@@ -80,6 +80,9 @@ APPROVAL_LAG = timedelta(minutes=30)
 #: Tolerance for a run created just after the approval status (one GitHub event, two clocks).
 CLOCK_SLACK = timedelta(seconds=60)
 DEFAULT_WORKFLOW = ".github/workflows/cuda-ci.yml"
+#: Who writes our statuses: the inert workflows' GITHUB_TOKEN (input ``trusted-creators``
+#: names an App's bot instead, where the workflows post with an App token).
+DEFAULT_CREATORS = ("github-actions[bot]",)
 FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
@@ -120,6 +123,9 @@ class StatusConfig:
     gpu_jobs: tuple[str, ...]
     workflow: str = DEFAULT_WORKFLOW
     """The GPU workflow's file, ``.github/workflows/<name>`` (``workflow_run.path``)."""
+    creators: tuple[str, ...] = DEFAULT_CREATORS
+    """The logins whose statuses in ``context`` count: any other status writer (a CI app a
+    pull request can steer) could plant an "Approved by" or a result."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,8 @@ def workflow_path(value: str) -> str:
 
 
 def make_config(context: str, label: str, min_permission: str,
-                gpu_jobs: Sequence[str], workflow: str = DEFAULT_WORKFLOW) -> StatusConfig:
+                gpu_jobs: Sequence[str], workflow: str = DEFAULT_WORKFLOW,
+                creators: Sequence[str] = DEFAULT_CREATORS) -> StatusConfig:
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     if not gpu_jobs:
@@ -169,7 +176,14 @@ def make_config(context: str, label: str, min_permission: str,
                          "(the job's name as the Actions page shows it, e.g. 'tests').")
     return StatusConfig(validate_context(context), label.strip(),
                         min_permission.strip() or "write", tuple(gpu_jobs),
-                        workflow_path(workflow))
+                        workflow_path(workflow), tuple(creators) or DEFAULT_CREATORS)
+
+
+def trusted_statuses(config: StatusConfig, statuses: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The statuses of ``context`` written by the trusted creators (newest first); another
+    writer's status in our context is as if it were not there (a null creator too)."""
+    return [s for s in statuses if s.get("context") == config.context
+            and str((s.get("creator") or {}).get("login") or "") in config.creators]
 
 
 def clip(text: str, limit: int = DESCRIPTION_LIMIT) -> str:
@@ -218,6 +232,7 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
                    listed: Sequence[Mapping[str, Any]] = ()) -> Outcome:
     """``listed``: the head's statuses, newest first (for opened, reopened, synchronize and a
     refused label)."""
+    listed = trusted_statuses(config, listed)
     pr = payload.get("pull_request")
     if not isinstance(pr, dict):
         return Outcome(None, "the event has no pull_request object.")
@@ -390,6 +405,7 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
     skipped the GPU job: a run for another label may end before the approved one).
 
     The rules are the module docstring's 1-5."""
+    statuses = trusted_statuses(config, statuses)
     sha = str(run.get("head_sha") or "")
     link = run_link(run)
     if len(sha) != 40:
@@ -509,7 +525,7 @@ def settle(config: StatusConfig, run: Mapping[str, Any],
     this run's own final result lies just below our record (``completed`` was handled
     first), the result to post again on top; else None (rule 5)."""
     mine = _key_of(run)
-    ours = [s for s in statuses if s.get("context") == config.context]
+    ours = trusted_statuses(config, statuses)
     for upper, lower in zip(ours, ours[1:]):
         if run_key(str(upper.get("target_url") or "")) != mine \
                 or upper.get("state") != "pending":
