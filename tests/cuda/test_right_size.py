@@ -108,7 +108,7 @@ def test_summary_and_report_carry_the_right_size_line(run_cli, tmp_path):
     assert got["peak_memory_bytes"] == 30 * GiB and got["needed_bytes"] == int(37.5 * GiB)
     assert got["activity"] == 50.0 and got["cost_usd"] is None
     assert got["current"] == "H200 141GB" and "unconfirmed" in got["suggestion_source"]
-    assert (f"**Right size:** peak 30.0 GiB of 140 GiB on H200 141GB, 50 % busy: "
+    assert ("**Right size:** peak 30.0 GiB of 140 GiB on H200 141GB, 50 % busy: "
             "H200 141GB MIG 3g.71gb (slice, 71 GB) would do (but the GPU was busy 50 %"
             in result.summary)
 

@@ -17,10 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_ci.cuda import monitor
+from gpu_ci.cuda import monitor, right_size
 from gpu_ci.cuda import monitor_control as control
 from gpu_ci.cuda import monitor_report as mr
-from gpu_ci.cuda import right_size
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, write_report

@@ -128,7 +128,8 @@ def _current(name: str, memory_total: int, profile: str | None,
     if profile is not None:
         by_name = [p for p in sizes.profiles if p.profile and p.profile in name]
         fits = [p for p in by_name if any(p.board == b.board for b in boards)]
-        row = (fits or by_name or [None])[0]
+        found = fits or by_name
+        row = found[0] if found else None
         board = next((b for b in sizes.boards if row and b.board == row.board), None)
         return board, row
     if not boards:
@@ -167,7 +168,8 @@ def advise(name: str, memory_total: int, peak_memory: int | None, activity: floa
 
     same = fits([p for p in sizes.profiles if board is not None and p.board == board.board])
     other = fits(sizes.boards)
-    pick = (same or other or [None])[0]
+    choices = same or other
+    pick = choices[0] if choices else None
     if pick is None:
         return Advice(peak_memory, needed, current, memory_total, activity, None,
                       f"no smaller size in the table holds {needed / GIB:.1f} GiB (peak × "
