@@ -356,6 +356,7 @@ def targets() -> dict[Path, str]:
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
         driver_table_json())
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-builds.json"] = data_json("cuda-builds")
+    files[ROOT / "src" / "gpu_ci" / "data" / "gpu-sizes.json"] = data_json("gpu-sizes")
     readme = ROOT / "README.md"
     files[readme] = embed_examples(render_root_readme(readme.read_text(encoding="utf-8")))
     for name in ACTIONS:

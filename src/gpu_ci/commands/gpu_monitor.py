@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_ci.cuda import monitor
+from gpu_ci.cuda import monitor, right_size
 from gpu_ci.cuda import monitor_control as control
 from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.errors import GpuCiError, UsageError
@@ -133,6 +133,20 @@ def parse_pricing(text: str, day: datetime) -> mr.Pricing:
     return mr.Pricing(amount, source)
 
 
+def sizes_on(day: datetime) -> right_size.Sizes:
+    """The right-size table, each size with a GitHub SKU priced as of ``day``."""
+    from gpu_ci.pricing import load_table
+
+    sizes = right_size.load_sizes()
+    table = load_table()
+    prices = {}
+    for row in sizes.boards:
+        found = table.price_on(row.sku, day.date()) if row.sku else None
+        if found is not None:
+            prices[row.name] = found.usd_per_minute
+    return sizes.with_prices(prices)
+
+
 def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     limits = parse_limits(inputs)
     now = time.time()
@@ -156,7 +170,8 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
                  for s in job.steps if s.started is not None]
     result = mr.compute(recording, end=now, steps=steps,
                         job_started=job.started if job else None,
-                        pricing=pricing, limits=limits)
+                        pricing=pricing, limits=limits,
+                        sizes=sizes_on(datetime.fromtimestamp(now, timezone.utc)))
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
     annotate_findings(rt, "gpu-monitor", result.findings[:mr.MAX_FINDINGS_SHOWN])

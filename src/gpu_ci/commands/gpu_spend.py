@@ -206,6 +206,10 @@ def summary(report: sr.Report, plan: budget.Budget | None, billed: budget.Spend 
         parts.append(chart(report.points, plan.amount if plan is not None else None,
                            report.unit, doc["month"]))
     parts += _breakdown_tables(report, bool(idle_doc), priced)
+    if doc.get("right_size"):
+        parts.append("#### Right size\n")
+        parts.append(markdown_table(["per workflow (gpu-monitor reports; information)"],
+                                    [(w["line"],) for w in doc["right_size"][:20]]))
     return "\n".join(parts)
 
 

@@ -44,6 +44,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
+from gpu_ci.cuda import right_size as rs
 from gpu_ci.pricing import billed_minutes
 
 SCHEMA_VERSION = 1
@@ -408,6 +409,8 @@ class Report:
     phases_from: str
     cost: Cost
     findings: tuple[Finding, ...] = field(default=())
+    right_size: rs.Advice | None = None
+    """The smallest GPU or MIG profile that would have held the job (None: no table)."""
 
     @property
     def ok(self) -> bool:
@@ -555,7 +558,7 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
 
 def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
             job_started: float | None = None, pricing: Pricing | None = None,
-            limits: Limits | None = None) -> Report:
+            limits: Limits | None = None, sizes: rs.Sizes | None = None) -> Report:
     """Everything the summary, outputs, JSON and push say, from plain data."""
     limits = limits or Limits()
     pricing = pricing or Pricing(None, "")
@@ -586,8 +589,25 @@ def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
                        None if idle is None else round(idle, 4), price, pricing.source, cost,
                        idle_cost)
     report = Report(rec, end, gpus, phases, phases_from, report_cost)
+    advice = right_size(gpus, paid, sizes) if sizes is not None else None
     return Report(rec, end, gpus, phases, phases_from, report_cost,
-                  tuple(findings(report, limits)))
+                  tuple(findings(report, limits)), advice)
+
+
+def right_size(gpus: Sequence[GpuUsage], paid_minutes: int, sizes: rs.Sizes) -> rs.Advice | None:
+    """The advice for the job's largest need: the GPU with the most memory used (each of the
+    job's GPUs would move to that size). Activity is the GPUs' mean utilisation, unknown
+    when any GPU's is; peak memory is unknown for a GPU without samples."""
+    if not gpus:
+        return None
+    top = max(gpus, key=lambda g: (g.peak_memory, g.samples))
+    utils = [g.util_mean for g in gpus]
+    activity = (None if any(u is None for u in utils)
+                else sum(u or 0.0 for u in utils) / len(utils))
+    return rs.advise(top.gpu.name, top.gpu.memory_total,
+                     top.peak_memory if top.samples else None, activity, sizes,
+                     mig_slice=top.gpu.slot is not None, paid_minutes=paid_minutes,
+                     gpus=len(gpus))
 
 
 def _clock(seconds: float | None) -> str:
@@ -801,6 +821,8 @@ def markdown(report: Report) -> str:
           _clock(p.duration_s), _busy(p.busy_s),
           _pct(p.util_mean), _mib(p.peak_memory), _wh(p.energy_wh))
          for p in report.phases]))
+    if report.right_size is not None:
+        parts.append(f"**Right size:** {printable(report.right_size.line())}.\n")
     parts.extend(charts(report))
     if report.findings:
         shown = report.findings[:MAX_FINDINGS_SHOWN]
@@ -864,6 +886,26 @@ def as_json(report: Report) -> dict[str, Any]:
                  "cost_usd": money(c.cost_usd), "idle_cost_usd": money(c.idle_cost_usd)},
         "findings": [{"level": f.level, "code": f.code, "message": f.message, "at_s": f.at_s}
                      for f in report.findings],
+        "right_size": right_size_json(report.right_size),
+    }
+
+
+def right_size_json(a: rs.Advice | None) -> dict[str, Any] | None:
+    """The report's ``right_size`` object (None: no table was given)."""
+    if a is None:
+        return None
+    pick = a.suggestion
+    return {
+        "peak_memory_bytes": a.peak_memory, "needed_bytes": a.needed,
+        "current": a.current, "current_memory_bytes": a.current_memory,
+        "activity": None if a.activity is None else round(a.activity, 3),
+        "suggestion": None if pick is None else pick.name,
+        "suggestion_kind": None if pick is None else pick.kind,
+        "suggestion_memory_bytes": None if pick is None else pick.capacity,
+        "suggestion_source": None if pick is None else pick.source,
+        "usd_per_minute": None if a.usd_per_minute is None else float(a.usd_per_minute),
+        "cost_usd": None if a.cost_usd is None else float(a.cost_usd),
+        "line": a.line(),
     }
 
 

@@ -8,6 +8,12 @@ artifact is downloaded once (at most ``max_reports``, the newest first), its rep
 against ``report.schema.json`` and matched to the GPU job of that run whose start..end holds
 the monitor's window (the run's jobs come from the jobs API, not from the artifact).
 
+A report's ``right_size`` object (gpu-monitor's advice: the smallest GPU or MIG profile
+that would have held the job) is carried with the job's idle share; :func:`right_size_by`
+aggregates it per workflow. Like idle cost it is information: the cost at the suggested
+size is the report's per-minute price of that size times the minutes the spend report
+counted, never anything the report claims to have cost.
+
 Idle cost is information, never a discount: it is the report's ``idle_fraction`` (0..1 by the
 schema) times what the spend report itself counted for that job, so a report a pull request
 forged can neither lower nor exceed the job's counted spend.
@@ -112,6 +118,27 @@ def schema_errors(value: Any, schema: Mapping[str, Any], where: str = "$") -> li
 
 
 @dataclass(frozen=True)
+class RightSize:
+    """A report's right-size advice (its ``right_size`` object)."""
+
+    peak_memory: int | None
+    needed: int | None
+    current: str
+    activity: float | None
+    suggestion: str | None
+    usd_per_minute: Decimal | None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> RightSize | None:
+        if not data:
+            return None
+        price = data.get("usd_per_minute")
+        return cls(data["peak_memory_bytes"], data["needed_bytes"], str(data["current"]),
+                   data["activity"], data["suggestion"],
+                   None if price is None else Decimal(str(price)))
+
+
+@dataclass(frozen=True)
 class MonitorReport:
     artifact_id: int
     artifact: str
@@ -119,6 +146,7 @@ class MonitorReport:
     started: float
     ended: float
     idle_fraction: Decimal
+    right_size: RightSize | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +182,8 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
     return MonitorReport(int(art["id"]), str(art.get("name")),
                          int((art.get("workflow_run") or {})["id"]), float(data["started"]),
                          float(data["ended"]),
-                         Decimal(str(data["cost"]["idle_fraction"]))), ""
+                         Decimal(str(data["cost"]["idle_fraction"])),
+                         RightSize.of(data.get("right_size"))), ""
 
 
 def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
@@ -221,6 +250,7 @@ class Idle:
     minutes: Decimal
     usd: Decimal
     artifact_id: int
+    right_size: RightSize | None = None
 
 
 def match(reports: Sequence[MonitorReport], costs: Sequence[budget.JobCost],
@@ -250,7 +280,7 @@ def match(reports: Sequence[MonitorReport], costs: Sequence[budget.JobCost],
         fraction = min(max(rep.idle_fraction, Decimal(0)), Decimal(1))
         out[best.job_id] = Idle(fraction, (fraction * best.minutes).quantize(Decimal("0.01")),
                                 (fraction * best.cost).quantize(Decimal("0.0001")),
-                                rep.artifact_id)
+                                rep.artifact_id, rep.right_size)
     return out, notes
 
 
@@ -276,3 +306,79 @@ def idle_breakdown(costs: Iterable[budget.JobCost], idle: Mapping[int, Idle],
             row[1] += got.usd
             row[2] += 1
     return {k: IdleRow(v[0], v[1], v[2]) for k, v in acc.items()}
+
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class WorkflowSize:
+    """A workflow's right-size advice for the month, from its jobs' gpu-monitor reports."""
+
+    workflow: str
+    reports: int
+    peak_memory: int | None
+    """The largest peak memory of its reports (None: none known)."""
+    activity: float | None
+    """Mean of the reports' activity (%) that are known; None: none known."""
+    suggestion: str | None
+    """The advice of the report with the largest need: it holds every smaller peak too;
+    None when that report has none (already the smallest that fits) or no peak is known."""
+    current: str
+    minutes: int
+    """GPU minutes the spend report counted for the jobs with a report."""
+    usd: Decimal
+    """What those jobs cost as counted (0 without a price)."""
+    usd_at_suggestion: Decimal | None
+    """Those minutes at the suggested size's price (None: no price known for it)."""
+
+    def line(self) -> str:
+        peak = "peak unknown" if self.peak_memory is None else (
+            f"peak {self.peak_memory / GIB:.1f} GiB")
+        act = ("activity unknown" if self.activity is None
+               else f"{self.activity:.0f} % busy")
+        head = f"{self.workflow}: {peak} on {self.current}, {act} ({self.reports} report(s))"
+        if self.suggestion is None:
+            why = ("no advice (peak memory unknown)" if self.peak_memory is None
+                   else "already the smallest size that fits")
+            return f"{head}: {why}"
+        cost = (f"${self.usd_at_suggestion:.2f} of ${self.usd:.2f}"
+                if self.usd_at_suggestion is not None
+                else f"cost at that size unknown (no price), ${self.usd:.2f} as run")
+        return f"{head}: {self.suggestion} would do; {cost}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workflow": self.workflow, "reports": self.reports,
+                "peak_memory_bytes": self.peak_memory,
+                "activity": None if self.activity is None else round(self.activity, 3),
+                "current": self.current, "suggestion": self.suggestion,
+                "minutes": self.minutes, "usd": str(self.usd),
+                "usd_at_suggestion": (None if self.usd_at_suggestion is None
+                                      else str(self.usd_at_suggestion)),
+                "line": self.line()}
+
+
+def right_size_by(costs: Iterable[budget.JobCost],
+                  idle: Mapping[int, Idle]) -> list[WorkflowSize]:
+    """Per workflow (see :class:`WorkflowSize`): only jobs whose report has advice count."""
+    acc: dict[str, list[tuple[budget.JobCost, RightSize]]] = {}
+    for c in costs:
+        got = idle.get(c.job_id)
+        if got is not None and got.right_size is not None:
+            acc.setdefault(c.workflow or "(none)", []).append((c, got.right_size))
+    out = []
+    for workflow, rows in sorted(acc.items()):
+        sizes = [r for _, r in rows]
+        known = [r for r in sizes if r.peak_memory is not None]
+        top = max(known, key=lambda r: (r.needed or 0, r.peak_memory or 0), default=None)
+        acts = [float(r.activity) for r in sizes if r.activity is not None]
+        minutes = sum(c.minutes for c, _ in rows)
+        usd = sum((c.cost for c, _ in rows), Decimal(0))
+        price = top.usd_per_minute if top is not None and top.suggestion else None
+        out.append(WorkflowSize(
+            workflow, len(rows), top.peak_memory if top else None,
+            sum(acts) / len(acts) if acts else None, top.suggestion if top else None,
+            top.current if top else sizes[0].current, minutes, usd,
+            None if price is None else (max(price, Decimal(0)) * minutes).quantize(
+                Decimal("0.0001"))))
+    return out

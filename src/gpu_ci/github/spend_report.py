@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_ci.github import budget
-from gpu_ci.github.idle import Idle, idle_breakdown
+from gpu_ci.github.idle import Idle, idle_breakdown, right_size_by
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.pricing import Price
 
@@ -104,6 +104,7 @@ def _add_idle(doc: dict[str, Any], costs: Sequence[budget.JobCost], idle: IdleFo
                        idle_reports=got_idle.reports)
     for job in doc["jobs"]:
         job.update(idle_columns(idle.by_job.get(job["job_id"])))
+    doc["right_size"] = [w.to_json() for w in right_size_by(costs, idle.by_job)]
 
 
 def idle_columns(got: Idle | None) -> dict[str, Any]:
