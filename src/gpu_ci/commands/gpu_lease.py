@@ -47,17 +47,21 @@ def run(inputs: Inputs, rt: Runtime) -> int:
                   f"{state['pid']}); this lease changes nothing.", title=TITLE)
         return publish(rt, state["gpus"], per_worker)
     req = holder.Request(str(directory), count, max(min_free, per_worker or 0), wait_s,
-                         *job_watch(rt), who=who(rt))
+                         *job_watch(rt), who=who(rt), poll_s=holder.poll_seconds(rt.environ))
     reply = holder.spawn(req, state_dir, rt.environ)
     if not reply.get("ok"):
         raise GpuCiError(f"gpu-lease: {reply.get('error')}", title=f"{TITLE}: no GPUs")
     gpus = reply["gpus"]
-    (state_dir / holder.STATE_NAME).write_text(json.dumps(
-        {"pid": reply["pid"], "directory": str(directory),
-         "uuids": [g["uuid"] for g in gpus], "gpus": gpus}) + "\n", encoding="utf-8")
-    rt.info(f"gpu-lease: holding {len(gpus)} GPU(s) for this job (holder pid {reply['pid']}, "
-            f"locks in {directory})")
-    return publish(rt, gpus, per_worker)
+    try:
+        (state_dir / holder.STATE_NAME).write_text(json.dumps(
+            {"pid": reply["pid"], "directory": str(directory),
+             "uuids": [g["uuid"] for g in gpus], "gpus": gpus}) + "\n", encoding="utf-8")
+        rt.info(f"gpu-lease: holding {len(gpus)} GPU(s) for this job (holder pid "
+                f"{reply['pid']}, locks in {directory})")
+        return publish(rt, gpus, per_worker)
+    except BaseException:  # a lease the job cannot use must not outlive the step
+        holder.release(state_dir)
+        raise
 
 
 def publish(rt: Runtime, gpus: list[dict[str, Any]], per_worker: int | None) -> int:

@@ -40,6 +40,8 @@ MARKER = "gpu_ci.cuda.lease_holder"
 """In the holder's command line: a release signals a pid only when it finds this there."""
 POLL_S = 0.5
 """How often the holder looks for its job, and a waiting lease tries again."""
+POLL_VARIABLE = "GPU_CI_LEASE_POLL_S"
+"""Tests: poll faster than ``POLL_S`` (between 0.01 and 5 s)."""
 STATE_NAME = "holder.json"
 JOB_PID_VARIABLE = "GPU_CI_LEASE_JOB_PID"
 """Tests: the pid whose end ends the lease (instead of the step shell's parent)."""
@@ -87,6 +89,13 @@ def job_process(environ: Mapping[str, str]) -> int:
         return int(given) if given.isdigit() else 0
     job = parent_of(os.getppid())
     return job if job > 1 else 0
+
+
+def poll_seconds(environ: Mapping[str, str]) -> float:
+    try:
+        return min(5.0, max(0.01, float(environ[POLL_VARIABLE])))
+    except (KeyError, ValueError):
+        return POLL_S
 
 
 def job_alive(pid: int, started: str) -> bool:
