@@ -186,7 +186,7 @@ def test_four_jobs_get_disjoint_pairs_a_fifth_names_the_holders_kill_9_frees(hos
     assert set().union(*sets) == set(UUIDS)  # 4 x 2 of 8: disjoint
     for job in jobs:
         env = (job.temp / "env").read_text()
-        assert f"CUDA_VISIBLE_DEVICES<<" in env and ",".join(job.uuids) in env
+        assert "CUDA_VISIBLE_DEVICES<<" in env and ",".join(job.uuids) in env
         assert "PCI_BUS_ID" in env
         assert job.outputs["cuda-visible-devices"] == ",".join(job.uuids)
 
