@@ -94,12 +94,9 @@ def release(state_dir: Path, rt: Runtime) -> int:
 
 
 def job_state_dir(rt: Runtime) -> Path:
-    from gpu_ci.cuda.monitor import job_directory, make_private
-
     base = rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir()
-    directory = Path(base) / "gpu-ci-lease" / job_directory(base, rt.environ).name
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    why = make_private(directory)
+    directory = holder.state_directory(base, rt.environ)
+    why = holder.make_private(directory)
     if why:
         raise GpuCiError(f"gpu-lease will not use {directory}: {why}. Set RUNNER_TEMP to a "
                          "directory of this user (the runner does).", title=TITLE)

@@ -206,11 +206,21 @@ def info_path(directory: Path, uuid: str, uid: int) -> Path:
 
 
 def write_info(directory: Path, holder: Holder) -> None:
-    from gpu_ci.runtime import write_report
+    """Write the holder's name beside its lock, atomically (a reader never sees half a
+    file); informational, so a full disk loses only the name, never the lease."""
+    import tempfile
 
-    with contextlib.suppress(Exception):  # informational: a full disk loses only the name
-        write_report(info_path(directory, holder.uuid, os.geteuid()),
-                     json.dumps(asdict(holder)) + "\n", what="lease info")
+    target = info_path(directory, holder.uuid, os.geteuid())
+    with contextlib.suppress(OSError):
+        fd, tmp = tempfile.mkstemp(prefix=".info-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), 0o644)
+                handle.write(json.dumps(asdict(holder)) + "\n")
+            os.replace(tmp, target)  # replaces a planted link, never writes through it
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def remove_info(directory: Path, uuids: Iterable[str], pid: int) -> None:

@@ -25,7 +25,7 @@ import json
 import os
 import random
 import signal
-import subprocess
+import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -43,6 +43,13 @@ POLL_S = 0.5
 POLL_VARIABLE = "GPU_CI_LEASE_POLL_S"
 """Tests: poll faster than ``POLL_S`` (between 0.01 and 5 s)."""
 STATE_NAME = "holder.json"
+#: What the holder keeps of the step's environment (it outlives the step, into steps that may
+#: run a pull request's code as the same user, who can read /proc/<pid>/environ): the
+#: loader's and Python's paths, locale, the runner's tracking id (so the runner's clean-up of
+#: the job's processes ends it) and the fake NVML's files of the tests; never the job's env:.
+HOLDER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
+                         "TMPDIR", "RUNNER_TRACKING_ID"})
+HOLDER_KEEP_PREFIXES = ("LC_", "FAKE_NVML_")
 JOB_PID_VARIABLE = "GPU_CI_LEASE_JOB_PID"
 """Tests: the pid whose end ends the lease (instead of the step shell's parent)."""
 
@@ -241,15 +248,62 @@ def main() -> int:
 # -- the command's side ---------------------------------------------------------------------
 
 
+def state_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
+    """The job's private directory under RUNNER_TEMP (the holder's state and log). The key
+    keeps jobs that share a RUNNER_TEMP apart (matrix legs share run id, attempt and job id,
+    so the runner's name is part of it), as gpu-monitor's does."""
+    key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
+                                     environ.get("GITHUB_RUN_ATTEMPT", ""),
+                                     environ.get("GITHUB_JOB", ""),
+                                     environ.get("RUNNER_NAME", "")) if part) or "local"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    return Path(runner_temp) / "gpu-ci-lease" / safe
+
+
+def make_private(directory: Path) -> str:
+    """Create ``directory`` (and its parent) as this user's, 0700; '' when both are real
+    directories of this user, else why not (without RUNNER_TEMP they are in the shared
+    temporary directory, where another user could have made them first)."""
+    with contextlib.suppress(OSError):  # RUNNER_TEMP itself (the runner makes it)
+        directory.parent.parent.mkdir(parents=True, exist_ok=True)
+    for path in (directory.parent, directory):
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode):
+                return f"{path} is not a directory (a symbolic link?)"
+            if info.st_uid != os.geteuid():
+                return f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
+            if info.st_mode & 0o077:
+                os.chmod(path, 0o700)
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+    return ""
+
+
+def holder_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-list above, with this checkout's source first on PYTHONPATH (the
+    bootstrapped venv holds dependencies only: the holder must run the same code)."""
+    import gpu_ci
+
+    env = {k: v for k, v in environ.items()
+           if k in HOLDER_KEEP or k.startswith(HOLDER_KEEP_PREFIXES)}
+    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
 def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str, Any]:
     """Start the detached holder, send ``req`` and return its answer."""
-    from gpu_ci.cuda.monitor_control import sampler_environment
+    import subprocess
 
     with open(state_dir / "holder.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", MARKER, str(state_dir)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=log, cwd=str(state_dir),
-            env=sampler_environment(environ), start_new_session=True, close_fds=True)
+            env=holder_environment(environ), start_new_session=True, close_fds=True)
     assert proc.stdin is not None and proc.stdout is not None
     with proc.stdin:
         proc.stdin.write(json.dumps(asdict(req)).encode() + b"\n")
