@@ -3,9 +3,11 @@ worker map, the "who holds what" message, and the inputs' errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -108,8 +110,7 @@ def test_holders_ignore_dead_pids_and_bad_files(tmp_path: Path):
     live = Holder("GPU-0", os.getpid(), started=2.0)
     dead = Holder("GPU-0", 2**22 + 12345, started=3.0)  # above pid_max's default
     lease.write_info(tmp_path, live)
-    (tmp_path / "GPU-0.99999.json").write_text(
-        '{"uuid": "GPU-0", "pid": %d, "started": 3.0}' % dead.pid)
+    (tmp_path / "GPU-0.99999.json").write_text(json.dumps(asdict(dead)))
     (tmp_path / "GPU-0.4.json").write_text("not json")
     assert lease.holders(tmp_path, ["GPU-0", "GPU-1"]) == {"GPU-0": live}
     lease.remove_info(tmp_path, ["GPU-0"], pid=1)  # not its pid: kept
