@@ -24,13 +24,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import parse_output_file
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from tests.gpu_lease_env import UUIDS as HOST_UUIDS
+from tests.gpu_lease_env import fake_host_env
 from tests.shared import ROOT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="gpu-lease's locks and holders are Linux's")
 
-UUIDS = [f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(8)]
+UUIDS = list(HOST_UUIDS[:8])
 
 
 @dataclass
@@ -137,17 +138,11 @@ def other_users_python() -> str:
 
 
 def make_host(root: Path, busy: dict[int, int] | None = None) -> Host:
-    lib = build_fake_nvml(root / "nvml")
-    config = write_config(root / "nvml.cfg", nvml_config(*[
-        gpu_config(i, uuid=UUIDS[i], **({"processes": busy[i]} if busy and i in busy else {}))
-        for i in range(8)]))
-    leases = root / "leases"
+    fake = fake_host_env(root, busy=busy)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_", "CUDA_"))}
-    env.update(LD_LIBRARY_PATH=str(lib), FAKE_NVML_CONFIG=str(config),
-               GPU_CI_LEASE_DIR=str(leases), GPU_CI_LEASE_POLL_S="0.05",
-               PYTHONPATH=str(ROOT / "src"))
-    return Host(root, env, leases)
+    env.update(fake, GPU_CI_LEASE_POLL_S="0.05", PYTHONPATH=str(ROOT / "src"))
+    return Host(root, env, Path(fake["GPU_CI_LEASE_DIR"]))
 
 
 @pytest.fixture

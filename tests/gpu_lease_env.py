@@ -1,0 +1,26 @@
+"""Building blocks for gpu-lease tests and the demo: a fake multi-GPU host.
+
+The fake ``libnvidia-ml.so.1`` (tests/fake_nvml/fake_nvml.c) plays the host's GPUs; a GPU
+may run "foreign" compute processes (``busy``: index -> count), as a GPU that another
+runner or a zombie of an earlier job holds does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+
+UUIDS = tuple(f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(16))
+
+
+def fake_host_env(root: Path, *, gpus: int = 8, busy: dict[int, int] | None = None
+                  ) -> dict[str, str]:
+    """Environment for ``gpu-ci gpu-lease`` (and verify-cuda-env, gpu-monitor) on a fake
+    host of ``gpus`` H200s, its lease directory under ``root``."""
+    lib = build_fake_nvml(root / "nvml")
+    config = write_config(root / "nvml.cfg", nvml_config(*[
+        gpu_config(i, uuid=UUIDS[i], **({"processes": busy[i]} if busy and i in busy else {}))
+        for i in range(gpus)]))
+    return {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
+            "GPU_CI_LEASE_DIR": str(root / "leases")}
