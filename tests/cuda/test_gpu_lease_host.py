@@ -214,6 +214,16 @@ def test_a_gpu_with_a_foreign_process_is_skipped(host_root: Path):
         stop_all(host)
 
 
+def test_min_free_memory_is_required(host: Host):
+    job = host.start("big", gpus=1, wait="0", extra={"INPUT_MIN_FREE_MEMORY": "200GiB"})
+    assert job.finish() == 1
+    assert "140.4 GiB free, below the 200.0 GiB asked for" in job.stdout
+    fits = host.lease("fits", gpus=1, extra={"INPUT_MIN_FREE_MEMORY": "140GiB",
+                                             "INPUT_MEMORY_PER_WORKER": "30GiB"})
+    assert fits.outputs["xdist-workers"] == "4"  # 140.4 GiB // 30 GiB
+    assert set(json.loads(fits.outputs["worker-devices"]).values()) == set(fits.uuids)
+
+
 def test_the_jobs_end_and_the_release_step_free_the_gpus(host: Host):
     ended = host.lease("ended", gpus=2)
     released = host.lease("released", gpus=2)

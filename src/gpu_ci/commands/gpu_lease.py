@@ -41,8 +41,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise GpuCiError(f"gpu-lease will not use the lease directory {directory}: {why}. Set "
                          f"lease-dir (or {lease.DIRECTORY_VARIABLE}) to a directory made with "
                          "'install -d -m 1777' by root.", title=f"{TITLE}: unsafe directory")
-    state = holder.read_state(state_dir)
-    if holder.holding(state):
+    state = holder.current(state_dir)
+    if state:
         rt.notice(f"gpu-lease: this job already holds {', '.join(state['uuids'])} (pid "
                   f"{state['pid']}); this lease changes nothing.", title=TITLE)
         return publish(rt, state["gpus"], per_worker)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import stat
 import sys
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.cuda import lease
-from gpu_ci.errors import GpuCiError
 
 MARKER = "gpu_ci.cuda.lease_holder"
 """In the holder's command line: a release signals a pid only when it finds this there."""
@@ -194,7 +192,7 @@ def acquire(req: Request) -> tuple[dict[str, tuple[int, lease.Candidate]], str]:
             if taken or time.monotonic() >= deadline or not job_alive(req.job_pid,
                                                                        req.job_start):
                 break
-            time.sleep(req.poll_s * (0.5 + random.random()))  # noqa: S311 - jitter only
+            time.sleep(req.poll_s * (0.5 + time.monotonic_ns() % 1000 / 1000))  # jitter
     finally:
         with contextlib.suppress(*nvml_errors(pynvml)):
             pynvml.nvmlShutdown()
@@ -312,6 +310,8 @@ def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str
     try:
         reply = json.loads(line)
     except ValueError:
+        from gpu_ci.errors import GpuCiError
+
         proc.wait(5)
         tail = (state_dir / "holder.log").read_text(errors="replace").strip()[-800:]
         raise GpuCiError(f"gpu-lease: the holder exited without an answer (status "
@@ -347,13 +347,21 @@ def holding(state: Mapping[str, Any]) -> bool:
                                       lease.lock_name(str(uuids[0])))
 
 
+def current(state_dir: Path) -> dict[str, Any]:
+    """The job's lease while its own holder still holds it, else ``{}`` (a lock held by
+    another job after ours died is not ours)."""
+    state = read_state(state_dir)
+    pid = int(state.get("pid") or 0)
+    return state if pid > 0 and holding(state) and is_holder(pid, state_dir) else {}
+
+
 def release(state_dir: Path, wait_s: float = 10.0) -> str:
     """Signal the job's holder and wait until its locks are free: ``released``,
     ``not-held`` (it had ended), or ``killed`` (it ignored SIGTERM for ``wait_s``)."""
-    state = read_state(state_dir)
-    pid = int(state.get("pid") or 0)
-    if pid <= 0 or not holding(state) or not is_holder(pid, state_dir):
+    state = current(state_dir)
+    if not state:
         return "not-held"
+    pid = int(state["pid"])
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
