@@ -25,6 +25,7 @@ import pytest
 
 from tests.conftest import parse_output_file
 from tests.gpu_lease_env import UUIDS as HOST_UUIDS
+from tests.gpu_monitor_env import wait_for_stop_line
 from tests.gpu_lease_env import fake_host_env
 from tests.shared import ROOT
 
@@ -315,3 +316,15 @@ def test_verify_cuda_env_and_gpu_monitor_see_only_the_leased_gpus(host: Host):
                            capture_output=True, text=True)
     assert parse_output_file((job.temp / "monitor-output").read_text())["gpu-count"] == "2", \
         start.stdout + start.stderr
+    wait_for_stop_line({"RUNNER_TEMP": str(job.temp), **{k: env[k] for k in env
+                                                         if k.startswith("GITHUB_")}})
+    report_file = job.temp / "monitor-report.json"
+    env.update(INPUT_MODE="report", INPUT_REPORT_FILE=str(report_file),
+               INPUT_PRICE_PER_HOUR="3.12")
+    report = subprocess.run([sys.executable, "-m", "gpu_ci", "gpu-monitor"], env=env,
+                            capture_output=True, text=True)
+    data = json.loads(report_file.read_text())
+    assert [g["uuid"] for g in data["gpus"]] == job.uuids, report.stdout + report.stderr
+    cost = data["cost"]  # the idle share is of the leased GPUs' minutes, not the host's 8
+    assert cost["gpu_minutes_paid"] == 2 * cost["paid_minutes"]
+    assert cost["idle_fraction"] == 1.0  # the fake GPUs never computed
