@@ -111,37 +111,29 @@ def job_alive(pid: int, started: str) -> bool:
 
 
 def read_gpus(pynvml: Any) -> list[tuple[Any, lease.Candidate]]:
-    """(handle, reading) of every GPU, in NVML's order."""
-    from gpu_ci.cuda.nvml import memory_info, nvml_errors, running_processes
-
-    caught = nvml_errors(pynvml)
+    """(handle, index and UUID) of every GPU, in NVML's order; memory and processes are read
+    by :func:`reading` once a GPU's lock is ours."""
     out = []
     for index in range(int(pynvml.nvmlDeviceGetCount())):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         uuid = pynvml.nvmlDeviceGetUUID(handle)
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-        total = free = procs = None
-        with contextlib.suppress(*caught):
-            total, used = memory_info(pynvml, handle)
-            free = total - used
-        with contextlib.suppress(*caught):
-            procs = len(running_processes(pynvml, handle))
-        out.append((handle, lease.Candidate(index, uuid, total, free, procs)))
+        out.append((handle, lease.Candidate(index, uuid, None, None, None)))
     return out
 
 
-def recheck(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
-    """The GPU read again after its lock is ours: a job that released it a moment ago may
-    have left a process behind."""
+def reading(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
+    """The GPU's memory and compute processes, read after its lock is ours (a job that
+    released it a moment ago may have left a process behind); None where NVML cannot say."""
     from gpu_ci.cuda.nvml import memory_info, nvml_errors, running_processes
 
-    free = procs = None
+    total = free = procs = None
     with contextlib.suppress(*nvml_errors(pynvml)):
         total, used = memory_info(pynvml, handle)
         free = total - used
     with contextlib.suppress(*nvml_errors(pynvml)):
         procs = len(running_processes(pynvml, handle))
-    return lease.Candidate(gpu.index, gpu.uuid, gpu.total_bytes, free, procs)
+    return lease.Candidate(gpu.index, gpu.uuid, total, free, procs)
 
 
 def attempt(pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request,
@@ -156,7 +148,7 @@ def attempt(pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request,
         if fd is None:
             skipped[gpu.uuid] = "leased by another job (holder not named)"
             continue
-        now = recheck(pynvml, handle, gpu)
+        now = reading(pynvml, handle, gpu)
         why = lease.unfit(now, req.min_free)
         if why:
             os.close(fd)
