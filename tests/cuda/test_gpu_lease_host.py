@@ -138,8 +138,9 @@ def other_users_python() -> str:
     pytest.skip(f"no {version} that the user nobody may run (the venv's is in root's home)")
 
 
-def make_host(root: Path, busy: dict[int, int] | None = None) -> Host:
-    fake = fake_host_env(root, busy=busy)
+def make_host(root: Path, busy: dict[int, int] | None = None, mig: tuple[int, ...] = ()
+              ) -> Host:
+    fake = fake_host_env(root, busy=busy, mig=mig)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_", "CUDA_"))}
     env.update(fake, GPU_CI_LEASE_POLL_S="0.05", PYTHONPATH=str(ROOT / "src"))
@@ -213,6 +214,25 @@ def test_a_gpu_with_a_foreign_process_is_skipped(host_root: Path):
         assert "3 foreign compute process(es) run on it" in short.stdout
     finally:
         stop_all(host)
+
+
+def test_a_gpu_in_mig_mode_is_skipped(host_root: Path):
+    host = make_host(host_root, mig=(0,))
+    try:
+        job = host.lease("whole", gpus=1)
+        assert job.uuids == [UUIDS[1]]
+        short = host.start("short", gpus=8, wait="0")
+        assert short.finish() == 1 and "MIG is enabled" in short.stdout
+    finally:
+        stop_all(host)
+
+
+def test_the_holder_keeps_no_secret_of_the_steps_environment(host: Host):
+    job = host.lease("secret", gpus=1, extra={"DATABASE_URL": "postgres://u:hunter2@db",
+                                              "RUNNER_TRACKING_ID": "github_1234"})
+    environ = Path(f"/proc/{job.holder_pid()}/environ").read_bytes().split(b"\0")
+    assert not any(b"hunter2" in v or v.startswith(b"INPUT_") for v in environ)
+    assert b"RUNNER_TRACKING_ID=github_1234" in environ  # the runner's clean-up finds it
 
 
 def test_min_free_memory_is_required(host: Host):

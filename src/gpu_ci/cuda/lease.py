@@ -61,6 +61,8 @@ class Candidate:
     """None where NVML could not answer."""
     processes: int | None
     """Compute processes on it; None where NVML could not list them."""
+    mig: bool = False
+    """MIG mode is on: CUDA sees its MIG devices, never the whole GPU by its UUID."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,9 @@ def try_lock(directory: Path, uuid: str) -> int | None:
 
 def unfit(gpu: Candidate, min_free: int) -> str:
     """Pure: '' when an unleased GPU may be leased, else why not (for the message)."""
+    if gpu.mig:
+        return ("MIG is enabled (a lease takes whole GPUs; CUDA would see none of it by its "
+                "GPU UUID)")
     if gpu.processes is None:
         return "its compute processes cannot be read"
     if gpu.processes:

@@ -133,7 +133,10 @@ def reading(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
         free = total - used
     with contextlib.suppress(*nvml_errors(pynvml)):
         procs = len(running_processes(pynvml, handle))
-    return lease.Candidate(gpu.index, gpu.uuid, total, free, procs)
+    mig = False
+    with contextlib.suppress(*nvml_errors(pynvml)):  # NOT_SUPPORTED: a GPU without MIG
+        mig = bool(pynvml.nvmlDeviceGetMigMode(handle)[0])
+    return lease.Candidate(gpu.index, gpu.uuid, total, free, procs, mig)
 
 
 def attempt(pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request,
