@@ -317,6 +317,21 @@ def test_an_unsafe_lease_directory_is_refused(host: Host, kind: str):
     assert not list(real.iterdir())
 
 
+def test_a_planted_fifo_or_link_as_a_lock_file_is_skipped(host: Host):
+    from gpu_ci.cuda.lease import lock_name, prepare_directory
+
+    assert prepare_directory(host.leases) == ""
+    os.mkfifo(host.leases / lock_name(UUIDS[0]))  # an open of it would block without O_NONBLOCK
+    (host.leases / lock_name(UUIDS[1])).symlink_to(host.root / "elsewhere")
+    job = host.lease("planted", gpus=1)
+    assert job.uuids == [UUIDS[2]]
+    assert not (host.root / "elsewhere").exists()
+    short = host.start("short", gpus=8, wait="0")
+    assert short.finish() == 1
+    assert f"GPU 0 {UUIDS[0]}: its lock file cannot be used" in short.stdout
+    assert f"GPU 1 {UUIDS[1]}: its lock file cannot be used" in short.stdout
+
+
 def test_verify_cuda_env_and_gpu_monitor_see_only_the_leased_gpus(host: Host):
     job = host.lease("watched", gpus=2)
     env = dict(host.env, CUDA_VISIBLE_DEVICES=job.outputs["cuda-visible-devices"],

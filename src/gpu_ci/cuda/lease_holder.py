@@ -147,7 +147,11 @@ def attempt(pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request,
     for handle, gpu in gpus:
         if len(taken) == req.count:
             break
-        fd = lease.try_lock(directory, gpu.uuid)
+        try:
+            fd = lease.try_lock(directory, gpu.uuid)
+        except OSError as exc:  # a planted FIFO or link, a file we may not open
+            skipped[gpu.uuid] = f"its lock file cannot be used ({exc.strerror or exc})"
+            continue
         if fd is None:
             skipped[gpu.uuid] = "leased by another job (holder not named)"
             continue
@@ -208,8 +212,17 @@ def answer(message: dict[str, Any]) -> None:
     os.close(null)
 
 
+class Released(Exception):
+    """Raised by the signal handler: a release ends the wait at once (a sleep interrupted
+    by a signal whose handler returns would sleep on, PEP 475)."""
+
+
+def on_signal(signum: int, _frame: object) -> None:
+    raise Released(signum)
+
+
 def hold(req: Request) -> int:
-    stop: list[int] = []
+    stop: list[int] = []  # while scanning, a signal is noted: the answer comes first
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
     taken, error = acquire(req)
@@ -222,8 +235,12 @@ def hold(req: Request) -> int:
                                                  **req.who))
     answer({"ok": True, "pid": pid, "gpus": [asdict(g) for _fd, g in taken.values()]})
     try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, on_signal)
         while not stop and job_alive(req.job_pid, req.job_start):
             time.sleep(req.poll_s)
+    except Released:
+        pass
     finally:
         lease.remove_info(directory, taken, pid)
     return 0  # exiting closes the fds: the kernel releases the locks
