@@ -25,8 +25,8 @@ import pytest
 
 from tests.conftest import parse_output_file
 from tests.gpu_lease_env import UUIDS as HOST_UUIDS
-from tests.gpu_monitor_env import wait_for_stop_line
 from tests.gpu_lease_env import fake_host_env
+from tests.gpu_monitor_env import wait_for_stop_line
 from tests.shared import ROOT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
