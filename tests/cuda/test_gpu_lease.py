@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from gpu_ci.cuda import lease
 from gpu_ci.cuda.lease import GIB, Candidate, Holder
+from tests.shared import ROOT
 
 DIR = stat.S_IFDIR
 
@@ -140,3 +143,30 @@ def test_bad_inputs_are_usage_errors(run_cli, tmp_path: Path, name: str, value: 
     assert result.returncode == 2, result.stdout + result.stderr
     assert says in result.stdout
     assert not (tmp_path / "leases").exists()  # refused before anything was made
+
+
+def readme_conftest() -> str:
+    text = (ROOT / "actions" / "gpu-lease" / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    (snippet,) = [b for b in blocks if "PYTEST_XDIST_WORKER" in b]
+    return snippet
+
+
+@pytest.mark.parametrize(("worker", "expected"), [("gw0", "GPU-a"), ("gw4", "GPU-b"),
+                                                  ("", "unchanged")])
+def test_the_readmes_conftest_gives_each_worker_its_gpu(tmp_path: Path, worker: str,
+                                                       expected: str):
+    """The documented recipe, run by pytest as a project's top-level conftest.py would be
+    (a worker's PYTEST_XDIST_WORKER set as pytest-xdist sets it; gw4 of 3 slots wraps)."""
+    (tmp_path / "conftest.py").write_text(readme_conftest())
+    (tmp_path / "test_worker.py").write_text(
+        "import os\n\ndef test_device():\n"
+        f"    assert os.environ['CUDA_VISIBLE_DEVICES'] == {expected!r}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    env.update(GPU_CI_WORKER_DEVICES="GPU-a,GPU-b,GPU-a", CUDA_VISIBLE_DEVICES="unchanged")
+    if worker:
+        env["PYTEST_XDIST_WORKER"] = worker
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
