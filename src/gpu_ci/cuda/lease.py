@@ -29,8 +29,10 @@ Why these file rules (the directory is shared among OS users, like ``/tmp``):
 
 Which GPUs: one free of other leases (its lock is free), without compute processes (nothing
 runs on a GPU nobody leased unless it is foreign: another runner that does not lease, or a
-zombie of an earlier job), and with ``min-free-memory`` free (and room for one test worker
-of ``memory-per-worker``). The scan takes GPUs in NVML's (PCI bus) order and gives every
+zombie of an earlier job), not in MIG mode (CUDA sees a MIG GPU's instances, never the
+GPU by its UUID), and with ``min-free-memory`` free (and room for one test worker of
+``memory-per-worker``). A GPU whose lock file cannot be used (a planted FIFO or link) is
+skipped and named. The scan takes GPUs in NVML's (PCI bus) order and gives every
 lock back when it cannot take enough, then tries again: no job waits while holding GPUs,
 so jobs waiting for each other never deadlock.
 """
