@@ -170,3 +170,27 @@ def test_the_readmes_conftest_gives_each_worker_its_gpu(tmp_path: Path, worker: 
                            str(tmp_path)], env=env, capture_output=True, text=True,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_job_process_is_the_parent_of_the_steps_shell():
+    """As on a runner (Runner.Worker -> the step's bash -> python): here this test process
+    plays Runner.Worker. ``; true`` keeps bash from exec-ing python in its place."""
+    code = "from gpu_ci.cuda.lease_holder import job_process; print(job_process({}))"
+    done = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "{code}"; true'],
+                          capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert int(done.stdout) == os.getpid()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_job_is_its_pid_and_start_time():
+    from gpu_ci.cuda.lease_holder import job_alive, job_process, start_time
+
+    me = os.getpid()
+    assert job_alive(me, start_time(me))
+    assert not job_alive(me, str(int(start_time(me)) + 1))  # a recycled pid is another job
+    assert not job_alive(2**22 + 12345, "")
+    assert job_alive(0, "")  # no job to watch (a container): the holder ends with it
+    assert job_process({"GPU_CI_LEASE_JOB_PID": "123"}) == 123
+    assert job_process({"GPU_CI_LEASE_JOB_PID": "x"}) == 0
