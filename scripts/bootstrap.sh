@@ -13,9 +13,9 @@ action="${1:-all}"
 # BEGIN groups (rendered from src/gpu_ci/specs.py by scripts/render_actions.py)
 case "$action" in
   gpu-gate|gpu-spend|gpu-status|gpu-watchdog|remove-label) groups="base github" ;;
+  gpu-lease|verify-cuda-env) groups="base nvml" ;;
   gpu-monitor) groups="base nvml github monitor" ;;
   setup-conda-from-lock) groups="base conda" ;;
-  verify-cuda-env) groups="base nvml" ;;
   *) groups="base github nvml conda monitor" ;;
 esac
 # END groups

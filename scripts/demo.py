@@ -26,7 +26,8 @@ def show(title: str, result, keys: list[str]) -> bool:
         text = line.split("|", 1)[-1].strip() if "|" in line[:40] else ""
         if text.strip("| ") and text.startswith(
                 ("gpu-gate:", "remove-label:", "verify-cuda-env:", "setup-conda-from-lock:",
-                 "gpu-status:", "gpu-watchdog:", "gpu-spend:", "gpu-monitor:", "| ", "### ")):
+                 "gpu-status:", "gpu-watchdog:", "gpu-spend:", "gpu-monitor:", "gpu-lease:",
+                 "| ", "### ")):
             print("   ", text)
     for key in keys:
         print(f"    output {key} = {result.outputs.get(key, '(unset)')}")
@@ -110,6 +111,17 @@ def main() -> int:
                          env={**env_base, **gpu_env})
         ok &= show("gpu-monitor: start, a step on the (fake) GPU, report with if: always()",
                    result, ["busy-seconds", "paid-minutes", "idle-fraction", "idle-cost-usd"])
+        # gpu-lease on a fake 8-GPU host shared by several runners; GPU 0 runs a foreign
+        # process (a zombie of an earlier job), so the lease takes GPUs 1 and 2.
+        from tests.gpu_lease_env import fake_host_env
+
+        (work / "lease").mkdir()
+        result = run_act(work / "lease-job", ROOT / "tests" / "e2e" / "workflows" / "lease.yml",
+                         "workflow_dispatch", {"inputs": {}}, tool_cache=cache,
+                         env={**env_base, **fake_host_env(work / "lease", busy={0: 1})})
+        ok &= show("gpu-lease: 2 of a shared 8-GPU host (GPU 0 busy), verify-cuda-env sees "
+                   "those 2, release", result,
+                   ["cuda-visible-devices", "xdist-workers", "verify-gpu-count"])
         print(f"\nlabels on {REPO}#2 now: {github.repos[REPO].pulls[2].labels}")
         # The watchdog: a GPU job queued for 95 minutes, no runner took it.
         from datetime import datetime, timedelta, timezone

@@ -547,9 +547,40 @@ GPU_MONITOR = ActionSpec(
     ),
 )
 
+GPU_LEASE = ActionSpec(
+    name="gpu-lease",
+    summary="Lease whole GPUs of a host shared by several runners, and spread the tests "
+            "over them.",
+    groups=("base", "nvml"),
+    runs_on="GPU runner (self-hosted, shared host)",
+    inputs=(
+        InputSpec("mode", "lease (early in the job: takes the GPUs until the job ends) or "
+                  "release (a later step with if: always(): gives them back now).",
+                  required=True),
+        InputSpec("gpus", "How many whole GPUs to lease.", "1"),
+        InputSpec("min-free-memory", "Lease only GPUs with at least this much free memory "
+                  "(e.g. 20GiB); empty: any.", ""),
+        InputSpec("wait-minutes", "How long to wait for GPUs to come free before failing "
+                  "with who holds what.", "10"),
+        InputSpec("memory-per-worker", "Memory one pytest-xdist worker needs (e.g. 8GiB): "
+                  "sets xdist-workers and the worker map; empty: one worker per GPU.", ""),
+        InputSpec("lease-dir", "The host-wide lock directory every runner of the host uses "
+                  "(default: GPU_CI_LEASE_DIR, else /tmp/gpu-ci-leases).", ""),
+    ) + BOOTSTRAP_INPUTS,
+    outputs=(
+        OutputSpec("cuda-visible-devices", "The leased GPUs' UUIDs, comma-separated (also "
+                   "exported as CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID)."),
+        OutputSpec("gpu-uuids", "JSON list of the leased GPUs' UUIDs."),
+        OutputSpec("xdist-workers", "pytest-xdist workers the leased GPUs hold (pytest -n)."),
+        OutputSpec("worker-devices", "JSON object worker (gw0, gw1, ...) -> GPU UUID; also "
+                   "exported as GPU_CI_WORKER_DEVICES (UUIDs by worker number)."),
+    ),
+)
+
 ACTIONS: dict[str, ActionSpec] = {
     spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV,
-                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND, GPU_MONITOR)
+                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND, GPU_MONITOR,
+                                 GPU_LEASE)
 }
 
 

@@ -14,6 +14,9 @@ gpu-monitor
     reads its file back; :mod:`~gpu_ci.cuda.monitor_report` turns it into numbers, findings and
     views; :mod:`~gpu_ci.cuda.monitor_push` sends them to a Pushgateway.
 
+gpu-lease
+    :mod:`~gpu_ci.cuda.lease` (the lease directory, the locks, which GPU is fit, the worker
+    map) and the detached holder :mod:`~gpu_ci.cuda.lease_holder`.
 Never imports the github or conda wings, nor the wiring (``runtime``, ``inputs``, ``cli``,
 ``commands``): commands wire it.
 """
