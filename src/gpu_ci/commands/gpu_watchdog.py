@@ -53,7 +53,10 @@ def summarize(result: watchdog.Sweep, warning: str) -> str:
         tail.append(f"> [!WARNING]\n> {warning}")
     if result.stopped:
         tail.append(f"> [!WARNING]\n> Stopped early: {result.stopped}; the next sweep "
-                    "continues.")
+                    "continues. This sweep is incomplete.")
+    if result.incomplete:
+        tail.append("> [!WARNING]\n> This sweep is incomplete: "
+                    + "; ".join(result.incomplete) + ".")
     tail += [f"- {note}" for note in result.notes]
     tail += [f"- error: {error}" for error in result.errors]
     return head + body + ("\n" + "\n".join(tail) + "\n" if tail else "")
@@ -84,6 +87,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     top = doc["max_queued_seconds"]
     rt.set_output("max-queued-seconds", "" if top is None else f"{top:.0f}")
     rt.set_output("rest-calls", str(result.calls))
+    rt.set_output("complete", "true" if result.complete else "false")
     rt.summary(summarize(result, warning))
     _log(result, rt)
     if inputs["report-file"]:
