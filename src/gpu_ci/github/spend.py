@@ -225,10 +225,12 @@ def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, A
 def billing_error(status: int, org: str) -> str:
     """What a 403/404 from the billing usage API means, and the fix."""
     if status == 404:
-        return (f"the billing usage API has no report for '{org}': it exists for "
-                "organizations only (a personal account's usage is not available to the "
-                "API), or the token cannot see the organization. Use an organization's "
-                "billing-token, or leave billing-token empty to count the workflow's runs.")
+        return (f"the billing usage API has no organization report for '{org}' (it exists "
+                "for organizations only): '{org}' is a personal account (whose report is "
+                "/users/{org}/settings/billing/usage, which gpu-spend does not read), or the "
+                "token cannot see the organization. "
+                "Use an organization's billing-token, or leave billing-token empty to count "
+                "the workflow's runs.").replace("{org}", org)
     return (f"the billing-token may not read the billing of '{org}': it must belong to an "
             "administrator of the organization and, as a fine-grained token, have the "
             "organization permission 'Administration: read'. Leave billing-token empty to "
