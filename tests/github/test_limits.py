@@ -188,3 +188,31 @@ def test_a_full_list_at_the_cap_with_no_match_is_unknown_not_no():
     assert not match_paths(["src/**"], docs[:-1], COMPARE_FILES_MAX).capped
     assert not match_paths(["src/**"], docs, PULL_FILES_MAX).capped
     assert not match_paths(["docs/**"], docs, COMPARE_FILES_MAX).capped  # matched: known
+
+
+# -- what the limits cost: the README's numbers, measured -------------------------------------
+
+
+def test_the_readme_states_the_rest_calls_at_300_runs_a_month(run_cli, server, tmp_path):
+    """300 GPU runs in the month (10 a day), no ledger, no billing-token: the gate's budget
+    and gpu-spend's report, as the README states them (1 call per 100 runs listed, 1 per run
+    for its jobs; the gate's own calls and gpu-spend's artifact listing on top)."""
+    from tests.github.runs import BUDGET, GPU_RUNS_ON, api_calls, gate, month_of_runs, spend
+    from tests.shared import ROOT
+
+    month_of_runs(server)
+    before = len(server.log)
+    decided = gate(run_cli, server, BUDGET)
+    assert decided.returncode == 0, decided.stdout
+    decision = api_calls(server, before)
+    before = len(server.log)
+    report = spend(run_cli, server, tmp_path, env=GPU_RUNS_ON)
+    assert report.returncode == 0, report.stdout
+    hourly = api_calls(server, before)
+    listings = [r for r in decision if r.path.endswith("/runs")]
+    jobs = [r for r in decision if r.path.endswith("/jobs")]
+    assert (len(listings), len(jobs)) == (3, 300)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{len(decision)} REST calls per gate decision" in readme, [
+        r.path for r in decision if not r.path.endswith(("/runs", "/jobs"))]
+    assert f"{len(hourly)} REST calls per gpu-spend report" in readme, len(hourly)
