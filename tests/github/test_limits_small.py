@@ -3,6 +3,8 @@ Retry-After against the retry policy, artifact downloads retried, the billing 40
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpu_ci.github import spend
@@ -65,3 +67,33 @@ def test_the_billing_404_does_not_say_personal_accounts_have_no_usage_api():
     text = spend.billing_error(404, "octocat")
     assert "not available to the API" not in text
     assert "/users/octocat/settings/billing/usage" in text
+
+
+def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli, github,
+                                                                         tmp_path):
+    """GitHub answers 202 to a cancel and cancels later, or never (a run that ignores
+    cancel): the watchdog re-reads the run and says what it saw, and posts no status that
+    says the run was cancelled."""
+    from datetime import datetime, timedelta, timezone
+
+    from tests.github_server import Job, WorkflowRun
+
+    def ago(minutes):
+        return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+
+    github.add_repo(REPO)
+    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", "e" * 40,
+                      status="in_progress", created_at=ago(91))
+    run.jobs.append(Job(github.next_id(), "tests", ["gpu"], created_at=ago(90)))
+    github.add_run(REPO, run)
+    github.inject("POST", rf"/actions/runs/{run.id}/cancel$", 202, body={})
+    env = {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "w",
+           "INPUT_WORKFLOWS": "cuda-ci.yml", "INPUT_REPORT_FILE": str(tmp_path / "q.json")}
+    result = run_cli(["gpu-watchdog"], env)
+    assert result.returncode == 0, result.stdout
+    assert run.status == "in_progress"
+    assert json.loads(result.outputs["cancelled"]) == []
+    assert "cancel-unconfirmed" in result.summary and "still in_progress" in result.summary
+    assert github.repos[REPO].statuses == {}
+    assert github.requests("GET", f"/actions/runs/{run.id}")  # the run re-read

@@ -100,7 +100,8 @@ def _log(result: watchdog.Sweep, rt: Runtime) -> None:
         message = (f"{record.name} (run {record.run_id}) queued "
                    f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
                    f"{' — ' + record.detail if record.detail else ''}")
-        if record.action in ("cancelled", "reported", "left-running-siblings"):
+        if record.action in ("cancelled", "cancel-unconfirmed", "reported",
+                             "left-running-siblings"):
             rt.warning(message, title="gpu-watchdog")
         else:
             rt.info(f"gpu-watchdog: {message}")

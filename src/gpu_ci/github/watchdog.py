@@ -11,7 +11,8 @@ The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, 
       further 100 runs (GitHub lists at most 1,000 of them: past that, "incomplete")
   + 1 per candidate run (its jobs, latest attempt), 1 more per further 100 jobs
   + 1 per stale job (re-read: a runner may have taken it since the listing)
-  + 2 per cancelled run (cancel, then the commit status when a context is set)
+  + 3 per cancelled run (cancel, the run re-read to see it cancelled, then the commit
+      status when a context is set)
 
 and never more than ``max-calls``; it stops early, with a summary that says "incomplete"
 and the ``complete`` output false, when the budget or the rate limit
@@ -155,8 +156,8 @@ class JobRecord:
     queued_seconds: float | None
     html_url: str
     action: str = "observed"
-    """observed, reported, cancelled, started-before-cancel, left-running-siblings,
-    cancel-failed, already-completed."""
+    """observed, reported, cancelled, cancel-unconfirmed (accepted, not done when re-read),
+    started-before-cancel, left-running-siblings, cancel-failed, already-completed."""
     detail: str = ""
 
 
@@ -423,6 +424,20 @@ def _cancel(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
             by_id[record.job_id] = _with(record, action, detail)
         if action == "cancel-failed":
             result.errors.append(detail)
+        return
+    # GitHub answers 202 and cancels later, or never (a run that ignores cancel): re-read
+    # the run, and call it cancelled (and say so on the commit) only when it is.
+    try:
+        after = call(partial(rest.get, f"/repos/{repository}/actions/runs/{run_id}"))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        after = {"status": f"unknown ({_describe(exc, f're-reading run {run_id}')})"}
+    if after.get("status") != "completed":
+        for record in still:
+            by_id[record.job_id] = _with(record, "cancel-unconfirmed", (
+                f"GitHub accepted the cancel but the run is still {after.get('status')}: "
+                "the next sweep looks again"))
         return
     for record in still:
         by_id[record.job_id] = _with(record, "cancelled",
