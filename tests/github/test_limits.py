@@ -62,6 +62,17 @@ def test_a_window_that_still_hits_the_cap_says_so():
     assert notes and "incomplete" in notes[0] and "1,000" not in notes[0] and "5" in notes[0]
 
 
+def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github):
+    github.add_repo(REPO)
+    for _ in range(1001):
+        bare_run(github, "2026-11-10T10:00:00Z")
+    notes: list[str] = []
+    runs = spend.list_runs(client(github), REPO, ["cuda-ci.yml"], date(2026, 11, 1),
+                           date(2026, 11, 30), notes=notes)
+    assert len(runs) == 1000  # every page GitHub serves, not the first one
+    assert len(notes) == 1 and "1001 runs" in notes[0] and "at most 1000" in notes[0]
+
+
 # -- job states and all job pages in the watchdog ---------------------------------------------
 
 

@@ -75,8 +75,9 @@ def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
             query = f"created={quote(window, safe='')}"
             if status:
                 query += f"&status={quote(status, safe='')}"
-            listed, total = _run_pages(rest, f"{path}?{query}")
-            if total > len(listed) and (hi is None or hi > lo):
+            splittable = hi is None or hi > lo
+            listed, total = _run_pages(rest, f"{path}?{query}", splittable)
+            if total > len(listed) and splittable:
                 end = hi if hi is not None else datetime.now(timezone.utc).replace(
                     microsecond=0) + timedelta(days=1)
                 mid = lo + (end - lo) / 2
@@ -101,9 +102,10 @@ def _second(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _run_pages(rest: Rest, url: str) -> tuple[list[dict[str, Any]], int]:
+def _run_pages(rest: Rest, url: str, splittable: bool) -> tuple[list[dict[str, Any]], int]:
     """A run listing's pages (by number) and its ``total_count``; stops after the first page
-    when ``total_count`` is above the 1,000 GitHub will list (the caller splits the window)."""
+    when ``total_count`` is above the 1,000 GitHub will list and the caller can split the
+    window (a one-second window is read as far as GitHub goes)."""
     items: list[dict[str, Any]] = []
     page = 1
     while True:
@@ -113,7 +115,7 @@ def _run_pages(rest: Rest, url: str) -> tuple[list[dict[str, Any]], int]:
             raise GpuCiError(f"GitHub API answered GET {url} with unexpected JSON.")
         total = int(answer.get("total_count") or 0)
         items.extend(chunk)
-        if page == 1 and total > RUN_SEARCH_CAP and len(chunk) == 100:
+        if splittable and page == 1 and total > RUN_SEARCH_CAP and len(chunk) == 100:
             return items, total
         if len(chunk) < 100 or len(items) >= total:
             return items, max(total, len(items))
