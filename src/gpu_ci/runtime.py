@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, TextIO
 
@@ -23,6 +23,11 @@ from actions_toolkit.command import issue_command
 from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
 
 from gpu_ci.errors import GpuCiError, UsageError
+
+# the one escaping rule for summaries (a root module: the wings build tables too)
+from gpu_ci.markdown import Markdown as Markdown
+from gpu_ci.markdown import escape as escape
+from gpu_ci.markdown import markdown_table as markdown_table
 
 
 def escape_line(text: str) -> str:
@@ -53,23 +58,6 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= MIN_SECRET:
             text = text.replace(secret, "***")
     return text
-
-
-def _escape_cell(value: object) -> str:
-    text = "" if value is None else str(value)
-    # < and > as entities: a cell may quote a job name or an API answer (no planted HTML)
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("\n", "<br>"))
-
-
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table; pipes and newlines in cells are escaped."""
-    lines = [
-        "| " + " | ".join(_escape_cell(h) for h in headers) + " |",
-        "|" + "|".join("---" for _ in headers) + "|",
-    ]
-    lines.extend("| " + " | ".join(_escape_cell(c) for c in row) + " |" for row in rows)
-    return "\n".join(lines) + "\n"
 
 
 class Runtime:

@@ -441,6 +441,10 @@ GPU_WATCHDOG = ActionSpec(
         OutputSpec("cancelled", "JSON array of the ids of the runs cancelled."),
         OutputSpec("max-queued-seconds", "Longest queue time among the GPU jobs seen."),
         OutputSpec("rest-calls", "REST calls the sweep made."),
+        OutputSpec("complete", "true when every queued and in-progress run was listed and "
+                   "examined; false when the call budget, the rate limit, an API error or "
+                   "GitHub's 1,000-result cap stopped the sweep short (the summary says "
+                   "what is incomplete)."),
     ),
 )
 

@@ -181,9 +181,11 @@ def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
                  env={"GITHUB_API_URL": github.url})
     assert result.returncode == 0, result.log
     assert run.conclusion == "cancelled"
-    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 6 REST calls." \
+    # 7: the cancelled run is re-read to see it cancelled before its status (issue 25)
+    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 7 REST calls." \
         in result.log
+    assert result.outputs["complete"] == "true"
     (state, description), = gpu_ci(github, HEAD)
     assert state == "error"
     assert description.startswith("No GPU runner picked this up in 94 minutes")
-    assert len(github.log) == 6
+    assert len(github.log) == 7

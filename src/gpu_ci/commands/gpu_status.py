@@ -96,10 +96,9 @@ def _workflow_run_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConf
 
 def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:
     attempt = int(wf_run.get("run_attempt") or 1)
-    answer = call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get(
-        f"/repos/{repository}/actions/runs/{int(wf_run['id'])}/attempts/{attempt}/jobs"
-        "?per_page=100"))
-    return list(answer.get("jobs") or [])
+    return list(call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get_pages(
+        f"/repos/{repository}/actions/runs/{int(wf_run['id'])}/attempts/{attempt}/jobs",
+        key="jobs")))
 
 
 def _settle(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,

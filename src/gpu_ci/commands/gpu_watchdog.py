@@ -13,7 +13,7 @@ from gpu_ci.github import jobs, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
-from gpu_ci.runtime import Runtime, markdown_table, write_report
+from gpu_ci.runtime import Markdown, Runtime, escape, markdown_table, write_report
 from gpu_ci.runtime import repository as repository_of
 
 
@@ -31,18 +31,14 @@ def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
     return None, ""
 
 
-def _link_text(text: str) -> str:
-    return text.replace("[", "&#91;").replace("]", "&#93;")
-
-
 def summarize(result: watchdog.Sweep, warning: str) -> str:
     config = result.config
     head = (f"### gpu-watchdog\n\nGPU labels {', '.join(sorted(config.labels))}; limit "
             f"{config.max_queue_minutes:g} min in the queue; {result.calls} REST calls "
             f"(budget {config.max_calls}).\n\n")
-    # a job name comes from the workflow file (a fork's, for its pull requests): its
-    # brackets as entities, so that it cannot end the link text and plant a link of its own
-    rows = [(f"[{_link_text(j.name)}]({j.html_url})" if j.html_url else j.name, j.run_id,
+    # a job name comes from the workflow file (a fork's, for its pull requests): escaped,
+    # so that it cannot end the link text and plant a link of its own
+    rows = [(Markdown(f"[{escape(j.name)}]({j.html_url})") if j.html_url else j.name, j.run_id,
              j.status,
              "" if j.queued_seconds is None else watchdog_minutes(j.queued_seconds),
              j.action, j.detail) for j in result.jobs]
@@ -50,12 +46,15 @@ def summarize(result: watchdog.Sweep, warning: str) -> str:
         if rows else "No GPU jobs in queued or in-progress runs old enough to check.\n"
     tail = []
     if warning:
-        tail.append(f"> [!WARNING]\n> {warning}")
+        tail.append(f"> [!WARNING]\n> {escape(warning)}")
     if result.stopped:
         tail.append(f"> [!WARNING]\n> Stopped early: {result.stopped}; the next sweep "
-                    "continues.")
-    tail += [f"- {note}" for note in result.notes]
-    tail += [f"- error: {error}" for error in result.errors]
+                    "continues. This sweep is incomplete.")
+    if result.incomplete:
+        tail.append("> [!WARNING]\n> This sweep is incomplete: "
+                    + escape("; ".join(result.incomplete)) + ".")
+    tail += [f"- {escape(note)}" for note in result.notes]
+    tail += [f"- error: {escape(error)}" for error in result.errors]
     return head + body + ("\n" + "\n".join(tail) + "\n" if tail else "")
 
 
@@ -84,6 +83,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     top = doc["max_queued_seconds"]
     rt.set_output("max-queued-seconds", "" if top is None else f"{top:.0f}")
     rt.set_output("rest-calls", str(result.calls))
+    rt.set_output("complete", "true" if result.complete else "false")
     rt.summary(summarize(result, warning))
     _log(result, rt)
     if inputs["report-file"]:
@@ -100,7 +100,8 @@ def _log(result: watchdog.Sweep, rt: Runtime) -> None:
         message = (f"{record.name} (run {record.run_id}) queued "
                    f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
                    f"{' — ' + record.detail if record.detail else ''}")
-        if record.action in ("cancelled", "reported", "left-running-siblings"):
+        if record.action in ("cancelled", "cancel-unconfirmed", "reported",
+                             "left-running-siblings"):
             rt.warning(message, title="gpu-watchdog")
         else:
             rt.info(f"gpu-watchdog: {message}")

@@ -45,6 +45,7 @@ from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.cuda import right_size as rs
+from gpu_ci.markdown import markdown_table
 from gpu_ci.pricing import billed_minutes
 
 SCHEMA_VERSION = 1
@@ -748,12 +749,8 @@ def _trim(value: Decimal) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    def cell(v: object) -> str:
-        return printable(str(v)).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    # a process name is chosen by the code the job ran: one line, then shown as text
+    return markdown_table(headers, [[printable(str(c)) for c in row] for row in rows])
 
 
 def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str]:

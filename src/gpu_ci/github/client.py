@@ -118,19 +118,62 @@ class ClientSettings:
 API_DEFAULTS = RetryPolicy(attempts=5, backoff=1.0, max_wait=120.0, timeout=15.0)
 
 
-def _make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
-    """A PyGithub client; imported lazily so that GPU-side commands never load PyGithub."""
-    import github
-    from github import Auth, GithubRetry
+class RetryAfterTooLong(Exception):
+    """GitHub asked for a longer wait (``Retry-After``) than the retry policy allows."""
 
-    retry = GithubRetry(
+
+def _capped(base: Any, max_wait: float) -> Any:
+    """``base`` (a urllib3 ``Retry`` class) with ``Retry-After`` held to ``max_wait``: urllib3
+    sleeps whatever the header says (a secondary rate limit asks for 60 s), so a wait past
+    the policy fails the call at once, naming both, instead of sleeping it in a job."""
+
+    class PolicyRetry(base):  # type: ignore[misc]  # a class made at run time
+        def sleep_for_retry(self, response: Any) -> bool:
+            wait = self.get_retry_after(response)
+            if wait is not None and wait > max_wait:
+                raise RetryAfterTooLong(
+                    f"GitHub asked to wait {wait:g} s (Retry-After), longer than the retry "
+                    f"policy's longest wait of {max_wait:g} s (GPU_CI_HTTP_MAX_WAIT)")
+            return bool(super().sleep_for_retry(response))
+
+    return PolicyRetry
+
+
+#: What is retried: secondary rate limits (403 with Retry-After), 429 and the 5xx family.
+RETRY_STATUSES = (403, 429, 500, 502, 503, 504)
+
+
+def _retry(settings: ClientSettings) -> Any:  # a github.GithubRetry
+    """PyGithub's retry (which tells a secondary rate limit's 403 from a refusal), capped."""
+    from github import GithubRetry
+
+    return _capped(GithubRetry, settings.max_wait)(
         total=settings.retries,
         backoff_factor=settings.backoff,
-        status_forcelist=[403, 429, 500, 502, 503, 504],
+        status_forcelist=list(RETRY_STATUSES),
         secondary_rate_wait=min(60.0, settings.max_wait),
         max_rate_limit_wait=settings.max_wait,
         respect_retry_after_header=True,
     )
+
+
+def _download_retry(settings: ClientSettings) -> Any:  # a urllib3 Retry
+    """The same policy for a download (the artifact zip and its storage redirect), where no
+    403 is a rate limit: 429 and the 5xx family, connection errors and timeouts."""
+    from urllib3.util.retry import Retry
+
+    return _capped(Retry, settings.max_wait)(
+        total=settings.retries, backoff_factor=settings.backoff,
+        status_forcelist=[s for s in RETRY_STATUSES if s != 403], allowed_methods=["GET"],
+        respect_retry_after_header=True, raise_on_status=False)
+
+
+def _make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
+    """A PyGithub client; imported lazily so that GPU-side commands never load PyGithub."""
+    import github
+    from github import Auth
+
+    retry = _retry(settings)
     return github.Github(
         auth=Auth.Token(token) if token else None,
         base_url=settings.api_url,
@@ -285,16 +328,22 @@ class RestClient:
     def download(self, path: str, limit: int) -> bytes:
         """The bytes behind a download endpoint (e.g. an artifact's zip), following its
         redirect to storage; at most ``limit`` bytes. One REST call (the redirect target is
-        storage, not the API, and gets no token: requests drops it on another host)."""
+        storage, not the API, and gets no token: requests drops it on another host), retried
+        by the API's retry policy like every other call."""
         import requests
 
         self.calls += 1
         url = self.settings.api_url + path
         headers = {"Authorization": f"token {self._token}", "User-Agent": "gpu-ci-actions",
                    "Accept": "application/vnd.github+json"}
+        session = requests.Session()
+        session.mount("http://", requests.adapters.HTTPAdapter(
+            max_retries=_download_retry(self.settings)))
+        session.mount("https://", requests.adapters.HTTPAdapter(
+            max_retries=_download_retry(self.settings)))
         try:
-            with requests.get(url, headers=headers, timeout=self.settings.timeout,
-                              stream=True) as resp:
+            with session, session.get(url, headers=headers, timeout=self.settings.timeout,
+                                      stream=True) as resp:
                 if resp.status_code >= 400:
                     try:
                         data = resp.json()
@@ -308,7 +357,7 @@ class RestClient:
                         raise GpuCiError(f"GET {path} is larger than {limit} bytes.")
                     chunks.append(chunk)
                 return b"".join(chunks)
-        except requests.RequestException as exc:
+        except (requests.RequestException, RetryAfterTooLong) as exc:
             raise ApiError.of_failure(f"GET {path}", exc) from None
 
 

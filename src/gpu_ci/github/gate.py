@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github.event import subject_of
-from gpu_ci.github.paths import match_paths
+from gpu_ci.github.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
 
 #: Repository roles in increasing order of trust.
 ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
@@ -251,11 +251,16 @@ def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping
             f"'{config.label}' was applied: review the new commits and apply the label again."))
     if config.paths:
         assert changed_files is not None, "paths set: the shell must fetch the PR's files"
-        match = match_paths(config.paths, changed_files)
-        if not match.matched:
+        match = match_paths(config.paths, changed_files, PULL_FILES_MAX)
+        if match.capped:
+            base = replace(base, paths_matched=(
+                f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
+                "none of those matches; running rather than skipping"))
+        elif not match.matched:
             return replace(base, paths_matched="no", reason=(
                 f"none of the {len(changed_files)} changed files matches paths."))
-        base = replace(base, paths_matched=str(match.first_file))
+        else:
+            base = replace(base, paths_matched=str(match.first_file))
     fork = " from a fork" if check.fork else ""
     return replace(base, run=True, reason=(
         f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
@@ -297,7 +302,13 @@ def decide_review(decision: Decision, config: GateConfig, approver: str | None,
 
 
 def decide_push(check: PushCheck, config: GateConfig, changed_files: Sequence[str]) -> Decision:
-    match = match_paths(config.paths, changed_files)
+    match = match_paths(config.paths, changed_files, COMPARE_FILES_MAX)
+    if match.capped:
+        return Decision(run=True, event="push", sha=check.sha,
+                        paths_matched="unknown (compare lists at most 300 files)",
+                        reason=f"none of the first {COMPARE_FILES_MAX} files changed by the "
+                        "push matches paths, but GitHub's compare lists no more than "
+                        f"{COMPARE_FILES_MAX}: the rest cannot be read, so the GPU job runs.")
     if match.matched:
         return Decision(run=True, event="push", sha=check.sha,
                         paths_matched=str(match.first_file),

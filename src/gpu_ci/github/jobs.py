@@ -33,6 +33,10 @@ from gpu_ci.errors import UsageError
 #: Job statuses of a job that no runner has taken yet.
 QUEUED = ("queued", "waiting", "pending", "requested")
 
+#: Of those, the ones that wait for a runner: ``waiting`` waits for an environment's
+#: reviewers and ``pending`` for its concurrency group, which no runner would end.
+NO_RUNNER_YET = ("queued", "requested")
+
 
 def parse_time(value: object) -> datetime | None:
     """An ISO 8601 time (``2026-11-02T10:00:00Z``, or with an offset such as ``+02:00``) as

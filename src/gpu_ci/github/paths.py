@@ -49,15 +49,26 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+#: "it includes up to 300 changed files for the entire comparison" (repos/compare-commits)
+COMPARE_FILES_MAX = 300
+#: "Responses include a maximum of 3000 files." (pulls/list-files)
+PULL_FILES_MAX = 3000
+
+
 @dataclass(frozen=True)
 class PathsMatch:
     matched: bool
     first_file: str | None
     """The first changed file that counts, for the summary."""
     files_seen: int
+    capped: bool = False
+    """No file matched, but the list held as many files as GitHub lists at most: files
+    past the cap were never seen, so whether the change touches ``paths`` is unknown
+    (the gate runs rather than skips)."""
 
 
-def match_paths(patterns: Sequence[str], files: Iterable[str]) -> PathsMatch:
+def match_paths(patterns: Sequence[str], files: Iterable[str],
+                cap: int | None = None) -> PathsMatch:
     compiled = [(p.startswith("!"), glob_to_regex(p[1:] if p.startswith("!") else p))
                 for p in patterns]
     seen = 0
@@ -69,4 +80,4 @@ def match_paths(patterns: Sequence[str], files: Iterable[str]) -> PathsMatch:
                 counts = not negated
         if counts:
             return PathsMatch(True, name, seen)
-    return PathsMatch(False, None, seen)
+    return PathsMatch(False, None, seen, capped=cap is not None and seen >= cap)

@@ -15,7 +15,7 @@ import json
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -41,25 +41,85 @@ class Collected:
     reused from a ledger): what :mod:`gpu_ci.github.idle` matches gpu-monitor reports to."""
 
 
+#: "This endpoint will return up to 1,000 results for each search when using the following
+#: parameters: actor, branch, check_suite_id, created, event, head_sha, status."
+#: (actions/list-workflow-runs and list-workflow-runs-for-repo)
+RUN_SEARCH_CAP = 1000
+
+
 def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
-              until: date | None = None, status: str = "") -> list[dict[str, Any]]:
+              until: date | None = None, status: str = "",
+              notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
-    when none are given), newest first, every page; only those in ``status`` if given."""
+    when none are given), newest first, every page; only those in ``status`` if given.
+
+    A filtered listing stops at 1,000 results (:data:`RUN_SEARCH_CAP`) with no error, so a
+    window whose ``total_count`` is above it is split in two by time (``created`` bounds to
+    the second) until each half fits; a window of one second that still does not fit is
+    listed as far as GitHub goes and said in ``notes`` ("incomplete"). One call per 100
+    runs, plus one per split (the first page of the window that was too large).
+    """
+    first = datetime(since.year, since.month, since.day, tzinfo=timezone.utc)
+    last = None if until is None else \
+        datetime(until.year, until.month, until.day, 23, 59, 59, tzinfo=timezone.utc)
     created = f">={since.isoformat()}" if until is None else \
         f"{since.isoformat()}..{until.isoformat()}"
-    query = f"created={quote(created, safe='')}"
-    if status:
-        query += f"&status={quote(status, safe='')}"
     runs: list[dict[str, Any]] = []
     seen: set[int] = set()
     paths = ([f"/repos/{repo}/actions/workflows/{quote(w, safe='')}/runs" for w in workflows]
              or [f"/repos/{repo}/actions/runs"])
     for path in paths:
-        for run in rest.get_pages(f"{path}?{query}", key="workflow_runs", limit=100000):
-            if run["id"] not in seen:
-                seen.add(run["id"])
-                runs.append(run)
+        todo: list[tuple[str, datetime, datetime | None]] = [(created, first, last)]
+        while todo:
+            window, lo, hi = todo.pop()
+            query = f"created={quote(window, safe='')}"
+            if status:
+                query += f"&status={quote(status, safe='')}"
+            splittable = hi is None or hi > lo
+            listed, total = _run_pages(rest, f"{path}?{query}", splittable)
+            if total > len(listed) and splittable:
+                end = hi if hi is not None else datetime.now(timezone.utc).replace(
+                    microsecond=0) + timedelta(days=1)
+                mid = lo + (end - lo) / 2
+                mid = mid.replace(microsecond=0)
+                todo += [(f"{_second(lo)}..{_second(mid)}", lo, mid),
+                         (f"{_second(mid + timedelta(seconds=1))}..{_second(end)}",
+                          mid + timedelta(seconds=1), end)]
+                continue
+            if total > len(listed) and notes is not None:
+                notes.append(f"incomplete: {path} lists {total} runs created {window} but "
+                             f"GitHub returns at most {len(listed)} of one filtered listing; "
+                             "the rest are not counted.")
+            for run in listed:
+                if run["id"] not in seen:
+                    seen.add(run["id"])
+                    runs.append(run)
+    runs.sort(key=lambda r: (str(r.get("created_at") or ""), int(r["id"])), reverse=True)
     return runs
+
+
+def _second(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _run_pages(rest: Rest, url: str, splittable: bool) -> tuple[list[dict[str, Any]], int]:
+    """A run listing's pages (by number) and its ``total_count``; stops after the first page
+    when ``total_count`` is above the 1,000 GitHub will list and the caller can split the
+    window (a one-second window is read as far as GitHub goes)."""
+    items: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        answer = rest.get(f"{url}&per_page=100&page={page}")
+        chunk = answer.get("workflow_runs")
+        if not isinstance(chunk, list):
+            raise GpuCiError(f"GitHub API answered GET {url} with unexpected JSON.")
+        total = int(answer.get("total_count") or 0)
+        items.extend(chunk)
+        if splittable and page == 1 and total > RUN_SEARCH_CAP and len(chunk) == 100:
+            return items, total
+        if len(chunk) < 100 or len(items) >= total:
+            return items, max(total, len(items))
+        page += 1
 
 
 def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
@@ -167,10 +227,12 @@ def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, A
 def billing_error(status: int, org: str) -> str:
     """What a 403/404 from the billing usage API means, and the fix."""
     if status == 404:
-        return (f"the billing usage API has no report for '{org}': it exists for "
-                "organizations only (a personal account's usage is not available to the "
-                "API), or the token cannot see the organization. Use an organization's "
-                "billing-token, or leave billing-token empty to count the workflow's runs.")
+        return (f"the billing usage API has no organization report for '{org}' (it exists "
+                "for organizations only): '{org}' is a personal account (whose report is "
+                "/users/{org}/settings/billing/usage, which gpu-spend does not read), or the "
+                "token cannot see the organization. "
+                "Use an organization's billing-token, or leave billing-token empty to count "
+                "the workflow's runs.").replace("{org}", org)
     return (f"the billing-token may not read the billing of '{org}': it must belong to an "
             "administrator of the organization and, as a fine-grained token, have the "
             "organization permission 'Administration: read'. Leave billing-token empty to "

@@ -7,14 +7,17 @@ pools (it looks at jobs, not at registered runners).
 
 The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, at most::
 
-    2 per workflow (queued and in-progress runs, first page of 100, created before the cutoff)
-  + 1 per candidate run (its jobs, latest attempt)
+    2 per workflow (queued and in-progress runs created before the cutoff), 1 more per
+      further 100 runs (GitHub lists at most 1,000 of them: past that, "incomplete")
+  + 1 per candidate run (its jobs, latest attempt), 1 more per further 100 jobs
   + 1 per stale job (re-read: a runner may have taken it since the listing)
-  + 2 per cancelled run (cancel, then the commit status when a context is set)
+  + 3 per cancelled run (cancel, the run re-read to see it cancelled, then the commit
+      status when a context is set)
 
-and never more than ``max-calls``; it stops early, with a summary, when the budget or the
-rate limit (``X-RateLimit-Remaining`` below ``rate-reserve``) says so. Retries with
-``Retry-After`` and secondary rate limits are PyGithub's (see :mod:`gpu_ci.github.client`).
+and never more than ``max-calls``; it stops early, with a summary that says "incomplete"
+and the ``complete`` output false, when the budget or the rate limit
+(``X-RateLimit-Remaining`` below ``rate-reserve``) says so. Retries with ``Retry-After`` and
+secondary rate limits are PyGithub's (see :mod:`gpu_ci.github.client`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github.client import ApiError, Rest, unanswered
-from gpu_ci.github.jobs import QUEUED, has_gpu_label, parse_time, queue_seconds
+from gpu_ci.github.jobs import NO_RUNNER_YET, QUEUED, has_gpu_label, parse_time, queue_seconds
 from gpu_ci.github.statuses import Status, no_runner
 
 #: The JSON file's schema name; bump the suffix on an incompatible change.
@@ -153,8 +156,8 @@ class JobRecord:
     queued_seconds: float | None
     html_url: str
     action: str = "observed"
-    """observed, reported, cancelled, started-before-cancel, left-running-siblings,
-    cancel-failed, already-completed."""
+    """observed, reported, cancelled, cancel-unconfirmed (accepted, not done when re-read),
+    started-before-cancel, left-running-siblings, cancel-failed, already-completed."""
     detail: str = ""
 
 
@@ -184,7 +187,10 @@ def queue_times(repository: str, run: Mapping[str, Any], gpu_jobs: Sequence[Mapp
 
 def stale_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
                config: WatchdogConfig, now: datetime) -> tuple[list[JobRecord], list[JobRecord]]:
-    """(every GPU job of the run, those still queued longer than max-queue-minutes)."""
+    """(every GPU job of the run, those still queued longer than max-queue-minutes).
+
+    Queued for a runner, that is: a job ``waiting`` for an environment's reviewers or
+    ``pending`` in a concurrency group is seen but never stale (no runner would help)."""
     cutoff = now - timedelta(minutes=config.max_queue_minutes)
     seen, stale = [], []
     for job in jobs:
@@ -193,7 +199,7 @@ def stale_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
         record = record_of(run, job, now)
         seen.append(record)
         created = parse_time(job.get("created_at"))
-        if record.status in QUEUED and created is not None and created <= cutoff:
+        if record.status in NO_RUNNER_YET and created is not None and created <= cutoff:
             stale.append(record)
     return seen, stale
 
@@ -219,6 +225,13 @@ class Sweep:
     calls: int = 0
     stopped: str = ""
     """Why the sweep stopped early (budget, rate limit); empty when it finished."""
+    incomplete: list[str] = field(default_factory=list)
+    """What the sweep could not list (GitHub's 1,000-result cap, a failed listing)."""
+
+    @property
+    def complete(self) -> bool:
+        """Every queued and in-progress run listed, and every one examined."""
+        return not self.stopped and not self.errors and not self.incomplete
 
     @property
     def cancelled(self) -> list[int]:
@@ -235,7 +248,7 @@ class Sweep:
             "generated_at": self.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "max_queue_minutes": self.config.max_queue_minutes,
             "labels": sorted(self.config.labels), "rest_calls": self.calls,
-            "complete": not self.stopped and not self.errors,
+            "complete": self.complete,
             "max_queued_seconds": max(waits) if waits else None,
             "jobs": [asdict(j) for j in self.jobs], "errors": list(self.errors),
         }
@@ -294,18 +307,20 @@ def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
         runs: dict[int, Mapping[str, Any]] = {}
         for source in sources:
             for state in ("queued", "in_progress"):
-                url = f"{source}?status={state}&created={created}&per_page=100"
+                url = f"{source}?status={state}&created={created}"
                 try:
-                    page = call(partial(rest.get, url))
+                    listed, total = _pages(rest, call, url, "workflow_runs")
                 except BudgetExhausted:
                     raise
                 except _FAILED as exc:
                     result.errors.append(_describe(exc, f"listing {state} runs ({source})"))
+                    result.incomplete.append(f"{state} runs of {source} not listed")
                     continue
-                listed = page.get("workflow_runs") or []
-                if int(page.get("total_count") or 0) > len(listed):
-                    result.notes.append(f"{source} has {page.get('total_count')} {state} runs; "
-                                        f"the first {len(listed)} (newest) were examined.")
+                if total > len(listed):
+                    result.incomplete.append(
+                        f"{source} has {total} {state} runs; GitHub lists at most "
+                        f"{len(listed)} of one filtered listing (the newest): older ones "
+                        "were not examined")
                 for run in listed:
                     if run.get("status") != "completed":
                         runs.setdefault(int(run["id"]), run)
@@ -319,19 +334,37 @@ def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
     return result
 
 
+def _pages(rest: Rest, call: _Caller, url: str, key: str) -> tuple[list[Any], int]:
+    """Every page of a listing (100 a page, by number), each page one call of the budget;
+    and the listing's ``total_count`` (above the items when GitHub stops short of it, as a
+    filtered run listing does at 1,000)."""
+    items: list[Any] = []
+    page = 1
+    while True:
+        answer = call(partial(rest.get, f"{url}&per_page=100&page={page}"))
+        chunk = answer.get(key)
+        if not isinstance(chunk, list):
+            raise GpuCiError(f"GitHub API answered GET {url} with unexpected JSON.")
+        items.extend(chunk)
+        total = int(answer.get("total_count") or 0)
+        if len(chunk) < 100 or len(items) >= total:
+            return items, max(total, len(items))
+        page += 1
+
+
 def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
                server_url: str) -> None:
     config, repository = result.config, result.repository
     run_id = int(run["id"])
     try:
-        page = call(partial(
-            rest.get, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest&per_page=100"))
+        jobs, _total = _pages(rest, call,
+                              f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest",
+                              "jobs")
     except BudgetExhausted:
         raise
     except _FAILED as exc:
         result.errors.append(_describe(exc, f"listing the jobs of run {run_id}"))
         return
-    jobs = page.get("jobs") or []
     seen, stale = stale_jobs(run, jobs, config, result.now)
     still: list[JobRecord] = []
     by_id = {j.job_id: j for j in seen}
@@ -348,7 +381,7 @@ def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
                 result.errors.append(by_id[record.job_id].detail)
                 continue
             now_record = record_of(run, fresh, result.now)
-            if now_record.status not in QUEUED:
+            if now_record.status not in NO_RUNNER_YET:
                 by_id[record.job_id] = _with(now_record, "started-before-cancel",
                                             f"a runner took it before the cancel "
                                             f"({now_record.status}): left alone")
@@ -391,6 +424,20 @@ def _cancel(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
             by_id[record.job_id] = _with(record, action, detail)
         if action == "cancel-failed":
             result.errors.append(detail)
+        return
+    # GitHub answers 202 and cancels later, or never (a run that ignores cancel): re-read
+    # the run, and call it cancelled (and say so on the commit) only when it is.
+    try:
+        after = call(partial(rest.get, f"/repos/{repository}/actions/runs/{run_id}"))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        after = {"status": f"unknown ({_describe(exc, f're-reading run {run_id}')})"}
+    if after.get("status") != "completed":
+        for record in still:
+            by_id[record.job_id] = _with(record, "cancel-unconfirmed", (
+                f"GitHub accepted the cancel but the run is still {after.get('status')}: "
+                "the next sweep looks again"))
         return
     for record in still:
         by_id[record.job_id] = _with(record, "cancelled",

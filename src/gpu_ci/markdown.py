@@ -1,0 +1,54 @@
+"""The one escaping rule for Markdown the actions write (job summaries and their tables).
+
+Text that comes from an API answer or an event (a job or runner name, a label, a process
+name, GitHub's own error message, the gate's reason) is chosen by whoever wrote the
+workflow file or the code the job ran, a fork's included, and it lands in summaries that a
+maintainer reads in the base repository. So it is shown as text, never as markup: no link
+or image (``[`` and ``]`` as entities), no HTML (``<`` and ``>`` as entities), no table
+syntax (``|`` escaped, line breaks as ``<br>``). What this package writes as Markdown on
+purpose (a link to a run, bold) is a :class:`Markdown` value, which the table leaves alone.
+
+A root module rather than part of :mod:`gpu_ci.runtime`, because the wings (gpu-monitor's
+report, in :mod:`gpu_ci.cuda`) build tables too and must not import the runner's edge;
+:mod:`gpu_ci.runtime` re-exports :func:`markdown_table`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+_BREAK = re.compile(r"\r\n|[\r\n\u2028\u2029]")
+_SPECIAL = {"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;"}
+_SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
+
+
+class Markdown(str):
+    """Markdown written by this package on purpose; text quoted inside it went through
+    :func:`escape`. :func:`markdown_table` puts it into a cell as it is."""
+
+
+def escape(value: object) -> str:
+    """``value`` as text in Markdown: links, images, HTML and table syntax shown as written.
+
+    Backslash, pipe, angle brackets and square brackets are escaped (brackets and angle
+    brackets as entities, which CommonMark never reads as structure); a line break becomes
+    ``<br>`` (the line, or the table row, stays one). Emphasis and code spans are left:
+    they cannot point anywhere.
+    """
+    text = "" if value is None else str(value)
+    if isinstance(value, Markdown):
+        return text
+    text = _SPECIAL_RE.sub(lambda m: _SPECIAL[m.group(0)], text)
+    return _BREAK.sub("<br>", text)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table; every cell through :func:`escape` (a
+    :class:`Markdown` cell as it is)."""
+    lines = [
+        "| " + " | ".join(escape(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines.extend("| " + " | ".join(escape(c) for c in row) + " |" for row in rows)
+    return "\n".join(lines) + "\n"
