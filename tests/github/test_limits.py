@@ -164,7 +164,11 @@ def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
                         completed_at=ago(5), runner_name="gpu-1"))
     github.add_run(REPO, run)
     event = webhook("workflow_run.completed.with-pull-requests")
+    # the approval's own run (issue 26's binding): the GPU workflow's file, attempt 1,
+    # created with the approval, triggered by the approver
     event["workflow_run"].update(id=run.id, head_sha=HEAD, event="pull_request",
+                                 path=WF, run_attempt=1, pull_requests=[],
+                                 created_at=repo.statuses[HEAD][0]["created_at"],
                                  triggering_actor={"login": "maintainer"},
                                  head_repository={"full_name": "contributor/Hello-World"})
     env = {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "t",
