@@ -79,12 +79,22 @@ def test_the_reusable_workflow_prints_the_reason_by_the_same_rule(tmp_path, reas
     script = tmp_path / "results.sh"
     script.write_text(_results_step())
     summary = tmp_path / "summary.md"
-    env = {"RUN": "false", "REASON": reason, "GATE": "success", "BUILD": "skipped",
-           "TEST": "skipped", "GITHUB_STEP_SUMMARY": str(summary), "PATH": "/usr/bin:/bin",
-           "LC_ALL": "C.UTF-8"}
+    base = {"REASON": reason, "GATE": "success", "GITHUB_STEP_SUMMARY": str(summary),
+            "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "GATE_ATTEMPT": "1",
+            "GITHUB_RUN_ATTEMPT": "1"}
+    # the tests ran: the check passes and prints the reason as one plain log line
+    env = dict(base, RUN="true", BUILD="success", TEST="success")
     proc = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert f"Gate: {escape(reason)}\n" in summary.read_text(encoding="utf-8")
     assert proc.stdout == escape_line(f"GPU CI: {reason}") + "\n"
     assert not any(ln.lstrip().startswith("::") for ln in proc.stdout.splitlines())
+    # the gate refused: the check fails with one ::error whose message is the reason as
+    # workflow-command data (%, CR, LF encoded), so the reason starts no command of its own
+    env = dict(base, RUN="false", BUILD="skipped", TEST="skipped")
+    proc = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    data = reason.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    assert proc.stdout == f"::error title=GPU CI::the GPU tests did not run: {data}.\n"
