@@ -25,7 +25,8 @@ def tool(name: str) -> str:
     return found
 
 
-ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").glob("*/action.yml"))]
+# rglob: actions/gpu-monitor/job/action.yml (the one-step form) too
+ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").rglob("action.yml"))]
 WORKFLOW_FILES = sorted([*(ROOT / ".github" / "workflows").glob("*.yml"),
                          *(ROOT / "examples").rglob("*.yml"),
                          *(ROOT / "tests" / "e2e" / "workflows").glob("*.yml")])
