@@ -60,3 +60,16 @@ def test_one_step_form_reports_after_a_cancellation(act, tmp_path):
     assert log.index("GPU tests that are cancelled") < cancelled < log.index("Post ")
     assert "never-runs" not in json.dumps(result.outputs) and "Never runs" not in log
     assert_reported(result, report)
+
+
+def test_one_step_form_reports_nothing_when_its_start_failed(act, tmp_path):
+    """main saved no state (GITHUB_STATE): post says the start failed, never "no samples"."""
+    env, report = job_env(tmp_path)
+    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, env=env, job="start-fails")
+    assert result.returncode != 0, result.log[-6000:]  # the start's bad input
+    log = result.log
+    assert "input 'interval' of gpu-monitor must be seconds" in log
+    post = log[log.index("Post "):]
+    assert "gpu-monitor did not start in this job (see its main step)" in post, log[-6000:]
+    assert "found no samples" not in log and "### gpu-monitor" not in log
+    assert not report.exists()

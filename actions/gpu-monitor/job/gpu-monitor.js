@@ -62,7 +62,17 @@ function bootstrap(env) {
   }
 }
 
+// What main leaves for post (GITHUB_STATE; the runner passes it back as STATE_<name>): a
+// start that failed or never ran (the job was cancelled during it) has nothing to report,
+// and its own step already said why.
+const STARTED = 'gpu_ci_started';
+
 function run(mode, env = process.env) {
+  if (mode === 'report' && env.GITHUB_STATE !== undefined && env[`STATE_${STARTED}`] !== 'true') {
+    process.stdout.write('::warning title=gpu-monitor (report)::gpu-monitor did not start in ' +
+      'this job (see its main step): nothing to report.\n');
+    return 0;
+  }
   const boot = bootstrap(env);
   if (boot.problem) {
     process.stdout.write(`::error title=gpu-monitor (${mode})::${boot.problem}\n`);
@@ -79,7 +89,9 @@ function run(mode, env = process.env) {
   if (problem && (result.error || result.signal)) {
     process.stdout.write(`::error title=gpu-monitor (${mode})::${problem}\n`);
   }
-  return problem ? (result.status || 1) : 0;
+  if (problem) return result.status || 1;
+  if (mode === 'start' && env.GITHUB_STATE) fs.appendFileSync(env.GITHUB_STATE, `${STARTED}=true\n`);
+  return 0;
 }
 
 module.exports = { run, inputs, parseEnvFile };
