@@ -13,6 +13,7 @@ from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
 pytestmark = pytest.mark.e2e
 
 WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "monitor-post.yml"
+POST = "Post ./actions/gpu-monitor/job"  # how act names the post step
 SUMMARY = "### gpu-monitor: 1 GPU(s), 0.5 of 1 paid GPU-minutes used (50 % idle"
 
 
@@ -27,8 +28,12 @@ def job_env(tmp_path):
 
 def assert_reported(result, report):
     """The post step ran the report: its summary in the log, its JSON report on disk."""
-    post = result.log[result.log.index("Post "):]  # act names the post step "Post <name>"
+    post = result.log[result.log.index(POST):]
     assert SUMMARY in post, result.log[-6000:]
+    # the report's outputs (act logs them): price-per-hour reached it (the runner passes a
+    # JavaScript action's inputs as INPUT_PRICE-PER-HOUR)
+    assert result.outputs["busy-seconds"] == "30" and result.outputs["ok"] == "true"
+    assert result.outputs["idle-cost-usd"] == "0.0260"  # $0.052 * 1 min * 50 % idle
     data = json.loads(report.read_text())
     assert data["ok"] is True and data["gpu_used"] is True and data["samples"] == 45
     assert [g["busy_s"] for g in data["gpus"]] == [30]
@@ -43,7 +48,7 @@ def test_one_step_form_reports_after_a_failed_step(act, tmp_path):
     assert "samples.jsonl" in result.outputs["start-samples-file"]
     log = result.log
     assert "never-runs" not in json.dumps(result.outputs) and "Never runs" not in log
-    assert log.index("GPU tests that fail") < log.index("Post ") < log.rindex(SUMMARY)
+    assert log.index("GPU tests that fail") < log.index(POST) < log.rindex(SUMMARY)
     assert_reported(result, report)
 
 
@@ -57,7 +62,7 @@ def test_one_step_form_reports_after_a_cancellation(act, tmp_path):
     # act cancelled the run (as the runner cancels a job: the running step is killed, the
     # steps after it are skipped, the post steps run)
     cancelled = log.index("this step has been cancelled")
-    assert log.index("GPU tests that are cancelled") < cancelled < log.index("Post ")
+    assert log.index("GPU tests that are cancelled") < cancelled < log.index(POST)
     assert "never-runs" not in json.dumps(result.outputs) and "Never runs" not in log
     assert_reported(result, report)
 
@@ -69,7 +74,7 @@ def test_one_step_form_reports_nothing_when_its_start_failed(act, tmp_path):
     assert result.returncode != 0, result.log[-6000:]  # the start's bad input
     log = result.log
     assert "input 'interval' of gpu-monitor must be seconds" in log
-    post = log[log.index("Post "):]
+    post = log[log.index(POST):]
     assert "gpu-monitor did not start in this job (see its main step)" in post, log[-6000:]
     assert "found no samples" not in log and "### gpu-monitor" not in log
     assert not report.exists()
