@@ -92,6 +92,35 @@ def render_action(spec: ActionSpec) -> str:
     return "".join(out)
 
 
+#: gpu-monitor as one ``uses:`` line: a JavaScript action (composite actions have no post
+#: step) whose ``main`` is ``mode: start`` and whose ``post`` is ``mode: report``.
+JOB_FORM = Path("actions") / "gpu-monitor" / "job"
+#: What the job form's main (the start) sets; the report's outputs come after every step.
+JOB_OUTPUTS = ("gpu-count", "samples-file")
+
+
+def render_job_action(spec: ActionSpec) -> str:
+    """``actions/gpu-monitor/job/action.yml``: the spec's inputs but ``mode`` (main starts,
+    post reports), so that both forms take the same inputs from one source."""
+    out = [
+        "# Generated from src/gpu_ci/specs.py by scripts/render_actions.py; edit the spec.\n",
+        "# The one-step form of actions/gpu-monitor: main.js starts the sampler, post.js\n",
+        "# reports at the end of the job (after a failed step or a cancellation too).\n",
+        f"name: {q('gpu-ci ' + spec.name + ' (one step)')}\n",
+        f"description: {q(spec.summary + ' One step: it reports at the end of the job.')}\n",
+        f"author: {q(MARKETPLACE['author'])}\n",
+        "inputs:\n",
+    ]
+    out += [_input_block(item, item.required) for item in spec.inputs if item.name != "mode"]
+    out.append("outputs:\n")
+    for o in spec.outputs:
+        if o.name in JOB_OUTPUTS:
+            out.append(f"  {o.name}:\n    description: {q(o.description)}\n")
+    out.append("runs:\n  using: node24\n  main: main.js\n  post: post.js\n"
+               "  post-if: always()\n")
+    return "".join(out)
+
+
 def root_inputs() -> list[InputSpec]:
     """The union of every action's inputs; a name shared by two actions must agree."""
     merged: dict[str, InputSpec] = {}
@@ -352,6 +381,7 @@ def data_json(stem: str) -> str:
 def targets() -> dict[Path, str]:
     files = {ROOT / "actions" / name / "action.yml": render_action(spec)
              for name, spec in ACTIONS.items()}
+    files[ROOT / JOB_FORM / "action.yml"] = render_job_action(ACTIONS["gpu-monitor"])
     files[ROOT / "action.yml"] = render_root()
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
         driver_table_json())

@@ -48,6 +48,34 @@ class ActResult:
     outputs: dict[str, Any]
 
 
+def interrupted(cmd: list[str], cwd: Path, env: dict[str, str], when: Path,
+                timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run act until a step creates ``when``, then cancel the run (SIGINT) and let it end.
+    Polls a file the workflow creates: the wait bounds a hang, it times nothing."""
+    import signal
+    import tempfile
+    import time
+
+    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: act never blocks on it
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while not when.exists() and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                time.sleep(0.1)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, log.read())
+
+
 def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
     repo.mkdir(parents=True)
     for name in ACT_TREE:
@@ -73,7 +101,11 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
             tool_cache: Path, env: dict[str, str] | None = None,
             secrets: dict[str, str] | None = None, repository: str = "octo-org/octo-repo",
             job: str | None = None, timeout: float = 300, stream: bool = False,
-            act_args: list[str] | None = None) -> ActResult:
+            act_args: list[str] | None = None,
+            interrupt_when: Path | None = None) -> ActResult:
+    """Run ``workflow`` under act. With ``interrupt_when``, act is sent SIGINT (a user's
+    Ctrl-C: act cancels the run, as the runner does a cancelled job) once a step has
+    created that file."""
     repo = workdir / "repo"
     prepare_repo(repo, [workflow], repository)
     event_path = workdir / "event.json"
@@ -110,9 +142,12 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
     act_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
     act_env["HOME"] = str(workdir / "home")
-    proc = subprocess.run(cmd, cwd=repo, env=act_env, text=True, timeout=timeout,
-                          stdout=None if stream else subprocess.PIPE,
-                          stderr=subprocess.STDOUT)
+    if interrupt_when is not None:
+        proc = interrupted(cmd, repo, act_env, interrupt_when, timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=repo, env=act_env, text=True, timeout=timeout,
+                              stdout=None if stream else subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
     outputs: dict[str, Any] = {}
     for match in re.finditer(r"::set-output:: ([A-Za-z0-9_-]+)=(.*)", proc.stdout or ""):
         outputs[match.group(1)] = match.group(2)

@@ -25,7 +25,8 @@ def tool(name: str) -> str:
     return found
 
 
-ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").glob("*/action.yml"))]
+# rglob: actions/gpu-monitor/job/action.yml (the one-step form) too
+ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").rglob("action.yml"))]
 WORKFLOW_FILES = sorted([*(ROOT / ".github" / "workflows").glob("*.yml"),
                          *(ROOT / "examples").rglob("*.yml"),
                          *(ROOT / "tests" / "e2e" / "workflows").glob("*.yml")])
@@ -112,6 +113,17 @@ def test_every_inline_zizmor_ignore_gives_a_reason():
     for path, line in ignores:
         reason = re.sub(r".*zizmor: ignore\[[^\]]*\]", "", line).strip()
         assert len(reason) >= 10, f"{path.name}: ignore without a reason: {line.strip()}"
+
+
+def test_a_nested_action_is_pinned_and_checked_like_the_others():
+    from gpu_ci.release import pin_uses, unpinned_uses
+
+    text = "      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@v1\n"
+    assert unpinned_uses(text) == [text.strip()[2:]]
+    pinned = pin_uses(text, "1.2.3", "a" * 40)
+    assert pinned == ("      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@"
+                      + "a" * 40 + "  # v1.2.3\n")
+    assert unpinned_uses(pinned) == []
 
 
 def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):

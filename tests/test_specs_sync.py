@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from gpu_ci.specs import ACTIONS
@@ -132,3 +136,45 @@ def test_extra_steps_use_actions_pinned_by_full_commit_sha():
             if "uses" in step:
                 assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step
             assert "${{" not in step.get("run", ""), step  # inputs reach run: via env only
+
+
+def test_gpu_monitor_job_form_takes_the_specs_inputs_and_runs_the_same_python():
+    """actions/gpu-monitor/job: gpu-monitor's inputs but ``mode`` (main starts, post
+    reports), the start's outputs, a post step that runs whatever happened before it, and
+    scripts that call the same bootstrap and entry point as the composite action."""
+    spec = ACTIONS["gpu-monitor"]
+    job = ROOT / "actions" / "gpu-monitor" / "job"
+    doc = load(job / "action.yml")
+    assert list(doc["inputs"]) == [i.name for i in spec.inputs if i.name != "mode"]
+    for item in spec.inputs[1:]:
+        assert doc["inputs"][item.name]["default"] == item.yaml_default
+        assert doc["inputs"][item.name]["required"] is item.required
+    assert set(doc["outputs"]) == {"gpu-count", "samples-file"} <= {o.name for o in spec.outputs}
+    assert doc["runs"] == {"using": "node24", "main": "main.js", "post": "post.js",
+                           "post-if": "always()"}
+    assert "run('start')" in (job / "main.js").read_text(encoding="utf-8")
+    assert "run('report')" in (job / "post.js").read_text(encoding="utf-8")
+    shared = (job / "gpu-monitor.js").read_text(encoding="utf-8")
+    assert "'scripts', 'bootstrap.sh'), 'gpu-monitor'" in shared
+    assert "'scripts', 'run.py'), 'gpu-monitor'" in shared
+    # plain Node: nothing to install, vendor or audit
+    assert set(re.findall(r"require\('([^']+)'\)", shared)) == {"child_process", "fs", "os",
+                                                                  "path"}
+
+
+def test_gpu_monitor_job_form_passes_inputs_as_the_python_reads_them(tmp_path):
+    """The runner names a JavaScript action's inputs with their '-' (INPUT_PRICE-PER-HOUR);
+    the Python reads them as the composite actions pass them (INPUT_PRICE_PER_HOUR)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = ROOT / "actions" / "gpu-monitor" / "job" / "gpu-monitor.js"
+    env = {"INPUT_PRICE-PER-HOUR": "3.12", "INPUT_INTERVAL": "2", "OTHER": "x"}
+    proc = subprocess.run(
+        [node, "-e", f"const m = require({json.dumps(str(script))}); "
+         "console.log(JSON.stringify([m.inputs(JSON.parse(process.argv[1])), "
+         "m.parseEnvFile('GPU_CI_PYTHON=/v/bin/python\\nGPU_CI_GROUPS=a b\\n')]))",
+         json.dumps(env)], capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout) == [
+        {"INPUT_PRICE_PER_HOUR": "3.12", "INPUT_INTERVAL": "2"},
+        {"GPU_CI_PYTHON": "/v/bin/python", "GPU_CI_GROUPS": "a b"}]

@@ -88,7 +88,8 @@ PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml", "examples/cuda-ci-st
 #: Workflows of this repository that others call: their nested ``uses:`` are pinned alike.
 PINNED_WORKFLOWS = (".github/workflows/gpu-ci.yml",)
 OWN_USES = re.compile(
-    r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+)@(?P<ref>[\w./-]+)"
+    r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+(?:/[\w-]+)*)"
+    r"@(?P<ref>[\w./-]+)"
     r"(?P<comment>[ \t]+#[^\n]*)?")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
