@@ -27,6 +27,7 @@ $(OPENAPI): tests/openapi/package-lock.json
 
 test: $(VENV)/.installed $(MERMAID) $(OPENAPI)
 	$(PY) -m ruff check src tests scripts benchmarks deploy
+	$(PY) -m ruff format --check src tests scripts benchmarks deploy
 	$(PY) -m mypy
 	$(PY) -m pytest
 

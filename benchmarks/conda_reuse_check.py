@@ -42,12 +42,22 @@ def build(prefix: Path, packages: int, files: int) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             data = f"# {p} {f}\n".encode() * (1 + f % 7)
             path.write_bytes(data)
-            paths.append({"_path": rel, "path_type": "hardlink", "sha256": "0" * 64,
-                          "size_in_bytes": len(data)})
+            paths.append(
+                {
+                    "_path": rel,
+                    "path_type": "hardlink",
+                    "sha256": "0" * 64,
+                    "size_in_bytes": len(data),
+                }
+            )
             total += 1
-        record = {"name": f"pkg{p}", "version": "1.0", "build": "h0_0",
-                  "files": [e["_path"] for e in paths],
-                  "paths_data": {"paths_version": 1, "paths": paths}}
+        record = {
+            "name": f"pkg{p}",
+            "version": "1.0",
+            "build": "h0_0",
+            "files": [e["_path"] for e in paths],
+            "paths_data": {"paths_version": 1, "paths": paths},
+        }
         (meta / f"pkg{p}-1.0-h0_0.json").write_text(json.dumps(record, indent=2))
     (meta / "gpu-ci-lock.json").write_text(json.dumps({"lock_sha256": "0" * 64}))
     return total

@@ -59,21 +59,30 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lib = build_fake_nvml(work / "nvml")
-        config = write_config(work / "nvml.cfg",
-                              nvml_config(*[gpu_config(i) for i in range(args.gpus)]))
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith(("INPUT_", "GITHUB_", "CUDA_"))}
-        base.update(LD_LIBRARY_PATH=str(lib), FAKE_NVML_CONFIG=str(config),
-                    PYTHONPATH=str(ROOT / "src"), GPU_CI_LEASE_DIR=str(work / "leases"),
-                    GPU_CI_LEASE_POLL_S="0.01", INPUT_MODE="lease",
-                    INPUT_GPUS=str(args.lease), INPUT_WAIT_MINUTES="1",
-                    GITHUB_STEP_SUMMARY=os.devnull)
+        config = write_config(
+            work / "nvml.cfg", nvml_config(*[gpu_config(i) for i in range(args.gpus)])
+        )
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_", "CUDA_"))
+        }
+        base.update(
+            LD_LIBRARY_PATH=str(lib),
+            FAKE_NVML_CONFIG=str(config),
+            PYTHONPATH=str(ROOT / "src"),
+            GPU_CI_LEASE_DIR=str(work / "leases"),
+            GPU_CI_LEASE_POLL_S="0.01",
+            INPUT_MODE="lease",
+            INPUT_GPUS=str(args.lease),
+            INPUT_WAIT_MINUTES="1",
+            GITHUB_STEP_SUMMARY=os.devnull,
+        )
         yard, lease = [], []
         for run in range(args.runs + 2):  # two warm-up runs of each
             yard.append(timed([sys.executable, "-c", YARDSTICK], base))
             job = subprocess.Popen(["sleep", "600"])
-            env = dict(base, RUNNER_TEMP=str(work / f"temp-{run}"),
-                       GPU_CI_LEASE_JOB_PID=str(job.pid))
+            env = dict(
+                base, RUNNER_TEMP=str(work / f"temp-{run}"), GPU_CI_LEASE_JOB_PID=str(job.pid)
+            )
             try:
                 lease.append(timed([sys.executable, "-m", "gpu_ci", "gpu-lease"], env))
             finally:
@@ -83,8 +92,10 @@ def main(argv: list[str]) -> int:
     y, t = statistics.median(yard[2:]), statistics.median(lease[2:])
     print(f"{args.gpus} GPUs, lease {args.lease}, median of {args.runs} warm runs:")
     print(f"  bare nvidia-ml-py init (yardstick): {y * 1000:7.1f} ms")
-    print(f"  gpu-ci gpu-lease (lease):           {t * 1000:7.1f} ms  "
-          f"({t / y:.1f}x the yardstick; goal <= 300 ms: {'met' if t <= 0.3 else 'NOT met'})")
+    print(
+        f"  gpu-ci gpu-lease (lease):           {t * 1000:7.1f} ms  "
+        f"({t / y:.1f}x the yardstick; goal <= 300 ms: {'met' if t <= 0.3 else 'NOT met'})"
+    )
     return 0
 
 

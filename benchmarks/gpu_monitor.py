@@ -27,8 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
 
-SCRIPT = "0 gpu.{i}.util=97 gpu.{i}.mem_used_mib=40960 gpu.{i}.power_mw=450000\n" \
-         "0 gpu.{i}.procs=4242:30000:python,4343:700:nccl-helper\n"
+SCRIPT = (
+    "0 gpu.{i}.util=97 gpu.{i}.mem_used_mib=40960 gpu.{i}.power_mw=450000\n"
+    "0 gpu.{i}.procs=4242:30000:python,4343:700:nccl-helper\n"
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -45,21 +47,41 @@ def peak_rss_mib(pid: int) -> float:
 
 def measure(gpus: int, seconds: float, work: Path) -> tuple[float, float, int]:
     lib = build_fake_nvml(work / "nvml")
-    config = write_config(work / f"nvml-{gpus}.cfg",
-                          # with issue 28's signals: the driver's utilisation sample
-                          # buffer (6 entries a second), the energy and violation counters
-                          nvml_config(*[gpu_config(i, util_samples=6, energy_counter=1,
-                                                   violation=1, reserved_mib=500)
-                                        for i in range(gpus)]))
+    config = write_config(
+        work / f"nvml-{gpus}.cfg",
+        # with issue 28's signals: the driver's utilisation sample
+        # buffer (6 entries a second), the energy and violation counters
+        nvml_config(
+            *[
+                gpu_config(i, util_samples=6, energy_counter=1, violation=1, reserved_mib=500)
+                for i in range(gpus)
+            ]
+        ),
+    )
     script = work / f"script-{gpus}.txt"
     script.write_text("".join(SCRIPT.format(i=i) for i in range(gpus)))
     directory = work / f"monitor-{gpus}"
     directory.mkdir()
-    env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
-           "FAKE_NVML_SCRIPT": str(script), "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_ci.cuda.monitor", str(directory), "1",
-                             ",".join(str(i) for i in range(gpus))], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(lib),
+        "FAKE_NVML_CONFIG": str(config),
+        "FAKE_NVML_SCRIPT": str(script),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci.cuda.monitor",
+            str(directory),
+            "1",
+            ",".join(str(i) for i in range(gpus)),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(3)  # start-up (imports, nvmlInit) is paid once per job, not per second
         c0, t0 = cpu_seconds(proc.pid), time.monotonic()
@@ -78,10 +100,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--gpus", default="1,8")
     args = parser.parse_args()
-    print("gpu-monitor sampler at interval 1 s, against the fake NVML (tests/fake_nvml); "
-          f"{args.seconds:g} s measured after a 3 s warm-up")
-    print(f"  {'GPUs':>4}  {'CPU % of one core':>18}  {'goal':>6}  {'peak RSS MiB':>12}  "
-          f"{'goal':>6}  samples")
+    print(
+        "gpu-monitor sampler at interval 1 s, against the fake NVML (tests/fake_nvml); "
+        f"{args.seconds:g} s measured after a 3 s warm-up"
+    )
+    print(
+        f"  {'GPUs':>4}  {'CPU % of one core':>18}  {'goal':>6}  {'peak RSS MiB':>12}  "
+        f"{'goal':>6}  samples"
+    )
     with tempfile.TemporaryDirectory(prefix="gpu-monitor-bench-") as tmp:
         for n in (int(x) for x in args.gpus.split(",")):
             cpu, rss, samples = measure(n, args.seconds, Path(tmp))

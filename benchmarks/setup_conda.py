@@ -119,8 +119,7 @@ def floor(archives: list[Archive], workers: int) -> float:
     dest = Path(tempfile.mkdtemp(prefix="floor-", dir=SCRATCH))
     start = time.perf_counter()
     with ProcessPoolExecutor(workers) as pool:
-        list(pool.map(_extract, [(a.path, dest / a.path.name) for a in archives],
-                      chunksize=8))
+        list(pool.map(_extract, [(a.path, dest / a.path.name) for a in archives], chunksize=8))
     elapsed = time.perf_counter() - start
     shutil.rmtree(dest)
     return elapsed
@@ -145,8 +144,15 @@ def make_large(count: int, megabytes: int) -> Channel:
                 for _ in range(megabytes):
                     out.write(os.urandom(1 << 20))
             output = rattler_build.assemble_package(
-                name, "1.0", "linux-64", "h0_0", root / "channel" / "linux-64",
-                files_dir=files, compression_level=1, detect_prefix=False)
+                name,
+                "1.0",
+                "linux-64",
+                "h0_0",
+                root / "channel" / "linux-64",
+                files_dir=files,
+                compression_level=1,
+                detect_prefix=False,
+            )
             path = Path(output.path)
             shutil.rmtree(files)
         archives.append(Archive(name, "1.0", "h0_0", "linux-64", path, []))
@@ -159,8 +165,12 @@ PHASES: dict[str, list[float]] = {}
 
 
 def _clean_env(cache: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RUNNER_TOOL_CACHE": str(cache),
-           "GPU_CI_PRINT_SUMMARY": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "RUNNER_TOOL_CACHE": str(cache),
+        "GPU_CI_PRINT_SUMMARY": "1",
+    }
     # as on a runner, where our checkout's byte code is written on the first run
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     for key in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY"):
@@ -188,14 +198,26 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, Any]
 def run_cli(lock: Path, cache: Path, phases: bool = False) -> float:
     """Ours, whole process: ``gpu-ci setup-conda-from-lock`` into the tool cache ``cache``."""
     elapsed, proc = _run(
-        [sys.executable, "-m", "gpu_ci", "setup-conda-from-lock", "--lock-file", str(lock),
-         "--miniforge", "false", "--activate", "false"], _clean_env(cache))
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci",
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--miniforge",
+            "false",
+            "--activate",
+            "false",
+        ],
+        _clean_env(cache),
+    )
     if proc.returncode != 0:
         raise SystemExit(f"ours failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
     for line in proc.stderr.splitlines() if phases else ():  # the job summary's phase rows
         if line.startswith("| time: "):
             name, value = (cell.strip() for cell in line.strip("| ").split("|"))
-            PHASES.setdefault(name[len("time: "):], []).append(float(value.split()[0]))
+            PHASES.setdefault(name[len("time: ") :], []).append(float(value.split()[0]))
     return elapsed
 
 
@@ -223,27 +245,49 @@ def run_rattler(records: Path, prefix: Path, cache: Path) -> float:
     """The yardstick, whole process: ``rattler.install()`` of the same records and URLs."""
     elapsed, proc = _run([sys.executable, "-c", RATTLER, str(records), str(prefix), str(cache)])
     if proc.returncode != 0:
-        raise SystemExit(f"rattler.install failed (exit {proc.returncode}):\n"
-                         f"{proc.stdout}{proc.stderr}")
+        raise SystemExit(
+            f"rattler.install failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
+        )
     return elapsed
 
 
 def write_records(channel: Channel, path: Path) -> None:
     import json
 
-    path.write_text(json.dumps([
-        {"name": a.name, "version": a.version, "build": a.build, "depends": a.depends,
-         "sha256": a.sha256, "md5": a.md5, "size": a.path.stat().st_size,
-         "fn": a.filename, "url": channel.archive_url(a), "channel": channel.url("channel")}
-        for a in channel.archives]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "name": a.name,
+                    "version": a.version,
+                    "build": a.build,
+                    "depends": a.depends,
+                    "sha256": a.sha256,
+                    "md5": a.md5,
+                    "size": a.path.stat().st_size,
+                    "fn": a.filename,
+                    "url": channel.archive_url(a),
+                    "channel": channel.url("channel"),
+                }
+                for a in channel.archives
+            ]
+        )
+    )
 
 
-def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: str = "HTTP/1.1",
-            floor_too: bool = True, latency: float = 0.0) -> list[tuple[Any, ...]]:
+def compare(
+    label: str,
+    channel: Channel,
+    runs: int,
+    workers: int,
+    *,
+    protocol: str = "HTTP/1.1",
+    floor_too: bool = True,
+    latency: float = 0.0,
+) -> list[tuple[Any, ...]]:
     """Rows (case, ours, rattler, CPU ours, CPU rattler) of medians, interleaved runs;
     phases of our cold runs."""
-    channel.server = ChannelServer(channel.root.parent, protocol=protocol,
-                                   latency=latency).start()
+    channel.server = ChannelServer(channel.root.parent, protocol=protocol, latency=latency).start()
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
     lock, records = work / "lock.txt", work / "records.json"
     lock.write_text(channel.explicit_lock())
@@ -264,11 +308,13 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
                     shutil.rmtree(theirs / "prefix")
                 os.sync()
                 times.setdefault(f"{case} ours", []).append(
-                    run_cli(lock, ours, phases=case == "cold"))
+                    run_cli(lock, ours, phases=case == "cold")
+                )
                 cpu.setdefault(f"{case} ours", []).append(LAST_CPU[0])
                 os.sync()
                 times.setdefault(f"{case} rattler", []).append(
-                    run_rattler(records, theirs / "prefix", theirs / "pkgs"))
+                    run_rattler(records, theirs / "prefix", theirs / "pkgs")
+                )
                 cpu.setdefault(f"{case} rattler", []).append(LAST_CPU[0])
             shutil.rmtree(ours)
             shutil.rmtree(theirs)
@@ -276,33 +322,58 @@ def compare(label: str, channel: Channel, runs: int, workers: int, *, protocol: 
         channel.server.stop()
         shutil.rmtree(work, ignore_errors=True)
     total = sum(a.path.stat().st_size for a in channel.archives)
-    print(f"\n{label}: {len(channel.archives)} packages, {total / 1e6:.1f} MB of .conda "
-          f"archives, {protocol} server; medians of {runs} interleaved runs")
+    print(
+        f"\n{label}: {len(channel.archives)} packages, {total / 1e6:.1f} MB of .conda "
+        f"archives, {protocol} server; medians of {runs} interleaved runs"
+    )
     rows = []
     for case in ("cold", "warm", "reused"):
         ours, theirs = times[f"{case} ours"], times[f"{case} rattler"]
-        rows.append((case, statistics.median(ours), statistics.median(theirs),
-                     statistics.median(cpu[f"{case} ours"]),
-                     statistics.median(cpu[f"{case} rattler"])))
+        rows.append(
+            (
+                case,
+                statistics.median(ours),
+                statistics.median(theirs),
+                statistics.median(cpu[f"{case} ours"]),
+                statistics.median(cpu[f"{case} rattler"]),
+            )
+        )
     if floors:
         f = statistics.median(floors)
         ratios = sorted(o / x for o, x in zip(times["cold ours"], floors))
-        print(f"  floor (parallel decompression, {workers} processes): {f:.2f} s; cold ours / "
-              f"floor {statistics.median(ratios):.2f} (range {ratios[0]:.2f}-{ratios[-1]:.2f})")
+        print(
+            f"  floor (parallel decompression, {workers} processes): {f:.2f} s; cold ours / "
+            f"floor {statistics.median(ratios):.2f} (range {ratios[0]:.2f}-{ratios[-1]:.2f})"
+        )
     for name, values in PHASES.items():
         print(f"  of which {name} (ours, cold): {statistics.median(values):.2f} s")
-    print("  CPU (user + system, medians): " + "; ".join(
-        f"{case} {statistics.median(cpu[f'{case} ours']):.2f} vs "
-        f"{statistics.median(cpu[f'{case} rattler']):.2f} s"
-        for case in ("cold", "warm", "reused")))
+    print(
+        "  CPU (user + system, medians): "
+        + "; ".join(
+            f"{case} {statistics.median(cpu[f'{case} ours']):.2f} vs "
+            f"{statistics.median(cpu[f'{case} rattler']):.2f} s"
+            for case in ("cold", "warm", "reused")
+        )
+    )
     return rows
 
 
 def _untar(blob: Path, into: Path) -> float:
     """Seconds to restore ``blob`` into ``into`` as actions/cache does (tar + zstd -d)."""
     start = time.perf_counter()
-    subprocess.run(["tar", "-xf", str(blob), "-P", "-C", str(into),
-                    "--use-compress-program", "zstd -d --long=30"], check=True)
+    subprocess.run(
+        [
+            "tar",
+            "-xf",
+            str(blob),
+            "-P",
+            "-C",
+            str(into),
+            "--use-compress-program",
+            "zstd -d --long=30",
+        ],
+        check=True,
+    )
     return time.perf_counter() - start
 
 
@@ -321,14 +392,20 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
     try:
         run_cli(lock, work / "seed")
         blob = work / "cache.tzst"
-        subprocess.run(f"tar --posix --exclude=archives -cf - -C {pkgs} . | zstd -q -T0 "
-                       f"--long=30 -o {blob}", shell=True, check=True)
+        subprocess.run(
+            f"tar --posix --exclude=archives -cf - -C {pkgs} . | zstd -q -T0 --long=30 -o {blob}",
+            shell=True,
+            check=True,
+        )
         # The finished environment as a second cache (same path, as on a runner's tool
         # cache): restore it and let the action find it reusable.
         envs = pkgs.parent / "envs"
         env_blob = work / "env.tzst"
-        subprocess.run(f"tar --posix -cf - -C {envs} . | zstd -q -T0 --long=30 -o {env_blob}",
-                       shell=True, check=True)
+        subprocess.run(
+            f"tar --posix -cf - -C {envs} . | zstd -q -T0 --long=30 -o {env_blob}",
+            shell=True,
+            check=True,
+        )
         for _ in range(runs):
             shutil.rmtree(envs)
             envs.mkdir()
@@ -352,34 +429,56 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
         channel.server.stop()
         shutil.rmtree(work, ignore_errors=True)
     f, r, w = (statistics.median(x) for x in (fresh, restore, warm))
-    print(f"\ncache: true, {label} (medians of {runs}): archives {archives / 1e6:.0f} MB, cache "
-          f"blob {size / 1e6:.0f} MB")
+    print(
+        f"\ncache: true, {label} (medians of {runs}): archives {archives / 1e6:.0f} MB, cache "
+        f"blob {size / 1e6:.0f} MB"
+    )
     print(f"  empty cache, download from the (loopback) channel: {f:.2f} s")
-    print(f"  restore (untar + zstd -d) {r:.2f} s + install from it {w:.2f} s = {r + w:.2f} s "
-          "+ the blob's transfer")
-    print(f"  break-even: the cache pays when its blob ({size / 1e6:.0f} MB) arrives "
-          f"{max(f - r - w, 0):.2f} s faster than the archives ({archives / 1e6:.0f} MB)")
+    print(
+        f"  restore (untar + zstd -d) {r:.2f} s + install from it {w:.2f} s = {r + w:.2f} s "
+        "+ the blob's transfer"
+    )
+    print(
+        f"  break-even: the cache pays when its blob ({size / 1e6:.0f} MB) arrives "
+        f"{max(f - r - w, 0):.2f} s faster than the archives ({archives / 1e6:.0f} MB)"
+    )
     er, eu = statistics.median(env_restore), statistics.median(env_reused)
-    print(f"  finished environment as the cache instead: blob {env_size / 1e6:.0f} MB, "
-          f"restore {er:.2f} s + reuse check {eu:.2f} s = {er + eu:.2f} s, vs "
-          f"{r + w:.2f} s for the package cache")
+    print(
+        f"  finished environment as the cache instead: blob {env_size / 1e6:.0f} MB, "
+        f"restore {er:.2f} s + reuse check {eu:.2f} s = {er + eu:.2f} s, vs "
+        f"{r + w:.2f} s for the package cache"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--packages", type=int, nargs="*", default=[150, 600])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--large", action="store_true",
-                        help="also 3 packages of ~200 MB of random bytes (slow to generate)")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also 3 packages of ~200 MB of random bytes (slow to generate)",
+    )
     parser.add_argument("--large-mb", type=int, default=200)
-    parser.add_argument("--http10", action="store_true",
-                        help="also 150 packages from a server that closes every connection")
-    parser.add_argument("--cache", action="store_true",
-                        help="also cache: true (restore + install) vs an empty cache")
+    parser.add_argument(
+        "--http10",
+        action="store_true",
+        help="also 150 packages from a server that closes every connection",
+    )
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="also cache: true (restore + install) vs an empty cache",
+    )
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
-    parser.add_argument("--latency", type=float, default=0.0, metavar="MS",
-                        help="also 600 packages from a server that answers each request "
-                        "after MS milliseconds (a distant CDN; loopback has none)")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="also 600 packages from a server that answers each request "
+        "after MS milliseconds (a distant CDN; loopback has none)",
+    )
     args = parser.parse_args()
     global SCRATCH
     if args.disk:
@@ -387,40 +486,65 @@ def main() -> int:
     workers = os.cpu_count() or 2
     table: list[tuple[Any, ...]] = []
     for count in args.packages:
-        for case, *row in compare(f"{count} packages", make_channel(count), args.runs,
-                                          workers):
+        for case, *row in compare(f"{count} packages", make_channel(count), args.runs, workers):
             table.append((f"{count} packages", case, *row))
     if args.large:
-        for case, *row in compare(f"large ({args.large_mb} MB x 3)",
-                                          make_large(3, args.large_mb), max(1, args.runs // 2),
-                                          workers):
+        for case, *row in compare(
+            f"large ({args.large_mb} MB x 3)",
+            make_large(3, args.large_mb),
+            max(1, args.runs // 2),
+            workers,
+        ):
             table.append((f"large {args.large_mb} MB x 3", case, *row))
     if args.http10:
-        for case, *row in compare("HTTP/1.0, 150 packages", make_channel(150), 1,
-                                          workers, protocol="HTTP/1.0", floor_too=False):
+        for case, *row in compare(
+            "HTTP/1.0, 150 packages",
+            make_channel(150),
+            1,
+            workers,
+            protocol="HTTP/1.0",
+            floor_too=False,
+        ):
             table.append(("150, HTTP/1.0 server", case, *row))
     if args.latency:
-        for case, *row in compare(f"{args.latency:g} ms latency, 600 packages",
-                                          make_channel(600), max(1, args.runs // 2), workers,
-                                          floor_too=False, latency=args.latency / 1000):
+        for case, *row in compare(
+            f"{args.latency:g} ms latency, 600 packages",
+            make_channel(600),
+            max(1, args.runs // 2),
+            workers,
+            floor_too=False,
+            latency=args.latency / 1000,
+        ):
             table.append((f"600, {args.latency:g} ms latency", case, *row))
     if args.cache:
         for count in args.packages:
             cache_case(f"{count} packages", make_channel(count), args.runs)
         if args.large:
-            cache_case(f"large ({args.large_mb} MB x 3)", make_large(3, args.large_mb),
-                       max(1, args.runs // 2))
+            cache_case(
+                f"large ({args.large_mb} MB x 3)",
+                make_large(3, args.large_mb),
+                max(1, args.runs // 2),
+            )
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import gpu_ci.cli"], check=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    print(f"\nCLI start-up (python + gpu_ci.cli imports): {time.perf_counter() - start:.2f} s; "
-          f"{workers} cores")
-    print("\n| profile | case | setup-conda-from-lock | rattler.install | ratio | CPU s, ours "
-          "vs rattler |")
+    subprocess.run(
+        [sys.executable, "-c", "import gpu_ci.cli"],
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    print(
+        f"\nCLI start-up (python + gpu_ci.cli imports): {time.perf_counter() - start:.2f} s; "
+        f"{workers} cores"
+    )
+    print(
+        "\n| profile | case | setup-conda-from-lock | rattler.install | ratio | CPU s, ours "
+        "vs rattler |"
+    )
     print("|---|---|---|---|---|---|")
     for profile, case, ours, theirs, cpu_ours, cpu_theirs in table:
-        print(f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
-              f"{cpu_ours:.2f} vs {cpu_theirs:.2f} |")
+        print(
+            f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
+            f"{cpu_ours:.2f} vs {cpu_theirs:.2f} |"
+        )
     return 0
 
 

@@ -82,18 +82,34 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--torch", default="torch==2.14.1")
-    parser.add_argument("--fatbin", type=Path, default=None,
-                        help="a library to time the .nv_fatbin reader on (default: the largest "
-                             "library under torch/lib)")
+    parser.add_argument(
+        "--fatbin",
+        type=Path,
+        default=None,
+        help="a library to time the .nv_fatbin reader on (default: the largest "
+        "library under torch/lib)",
+    )
     args = parser.parse_args()
     python = torch_venv(args.torch)
     lib = build_fake_nvml(CACHE / "fake-nvml")
     config = write_config(CACHE / "nvml.cfg", observed_h200()[1])
-    env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
-           "PYTHONPATH": str(ROOT / "src")}
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(lib),
+        "FAKE_NVML_CONFIG": str(config),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     env.pop("GITHUB_OUTPUT", None)
-    verify = [sys.executable, "-m", "gpu_ci", "verify-cuda-env", "--require-gpu", "false",
-              "--python", str(python)]
+    verify = [
+        sys.executable,
+        "-m",
+        "gpu_ci",
+        "verify-cuda-env",
+        "--require-gpu",
+        "false",
+        "--python",
+        str(python),
+    ]
     torch_cmd = [str(python), "-c", "import torch; torch.cuda.is_available()"]
     # interleave, so that machine noise hits both alike
     v_times: list[float] = []
@@ -104,8 +120,11 @@ def main() -> int:
         v_times += timed(verify, env, 1)
         t_times += timed(torch_cmd, env, 1)
     v, t = statistics.median(v_times), statistics.median(t_times)
-    version = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     torch_python, largest = torch_libs(python)
     arch_ms, arch_list = arch_read_ms(torch_python, args.runs)
     fatbin_lib = args.fatbin or largest
@@ -113,8 +132,10 @@ def main() -> int:
     size_mb = fatbin_lib.stat().st_size / 2**20
     print(f"torch {version} ({args.torch}); runs: {args.runs} each, interleaved; medians")
     print(f"  arch list read from libtorch_python.so: {arch_ms:8.1f} ms  [{arch_list}]")
-    print(f"  .nv_fatbin reader on {fatbin_lib.name} ({size_mb:.0f} MB): {fatbin_ms:8.1f} ms  "
-          f"[{fatbin_list}]")
+    print(
+        f"  .nv_fatbin reader on {fatbin_lib.name} ({size_mb:.0f} MB): {fatbin_ms:8.1f} ms  "
+        f"[{fatbin_list}]"
+    )
     print(f"  gpu-ci verify-cuda-env (fake NVML, torch env): {v * 1000:8.1f} ms")
     print(f"  python -c 'import torch; torch.cuda.is_available()': {t * 1000:8.1f} ms")
     print(f"  ratio verify / torch import: {v / t:.3f}  (goal <= 0.1)")

@@ -137,8 +137,12 @@ class Installer:
 
     def create(self, venv: Path) -> None:
         if self.uv:
-            check(run([self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-                      self.uv_env), "uv venv")
+            check(
+                run(
+                    [self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)], self.uv_env
+                ),
+                "uv venv",
+            )
         elif self.host_pip:  # no pip inside: the host's pip installs into it (faster)
             check(run([sys.executable, "-m", "venv", "--without-pip", str(venv)]), "venv")
         else:
@@ -150,28 +154,64 @@ class Installer:
             # A private cache (UV_CACHE_DIR) and copies, not links: a shared or tampered uv
             # cache cannot put files into the venv. --compile-bytecode: like pip, so that no
             # run writes .pyc files into the venv (they would fail its verification).
-            base = [self.uv, "pip", "install", "--quiet", "--python", python,
-                    "--require-hashes", "--no-deps", "--only-binary", ":all:",
-                    "--link-mode", "copy", "--compile-bytecode", "-r", str(lock)]
+            base = [
+                self.uv,
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                python,
+                "--require-hashes",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "--link-mode",
+                "copy",
+                "--compile-bytecode",
+                "-r",
+                str(lock),
+            ]
             if run(base + ["--offline"], self.uv_env).returncode == 0:  # cached: no network
                 return
             check(run(base, self.uv_env), f"uv pip install -r {lock.name}")
             return
-        pip = ([sys.executable, "-m", "pip", "--python", python] if self.host_pip
-               else [python, "-m", "pip"])
-        check(run(pip + ["--disable-pip-version-check", "--no-input", "-q", "install",
-                         "--require-hashes", "--no-deps", "--only-binary", ":all:",
-                         "-r", str(lock)]), f"pip install -r {lock.name}")
+        pip = (
+            [sys.executable, "-m", "pip", "--python", python]
+            if self.host_pip
+            else [python, "-m", "pip"]
+        )
+        check(
+            run(
+                pip
+                + [
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "-q",
+                    "install",
+                    "--require-hashes",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "-r",
+                    str(lock),
+                ]
+            ),
+            f"pip install -r {lock.name}",
+        )
 
 
 def site_packages(python: Path) -> Path:
     out = subprocess.run(
         [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True)
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return Path(out.stdout.strip())
 
 
 # -- verification --------------------------------------------------------------------------
+
 
 def _digest(path: Path) -> str:
     if path.is_symlink():
@@ -187,8 +227,9 @@ def _stat_key(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def tree(venv: Path, known: dict[str, str] | None = None,
-         stats: dict[str, list[int]] | None = None) -> tuple[dict[str, str], dict[str, list[int]]]:
+def tree(
+    venv: Path, known: dict[str, str] | None = None, stats: dict[str, list[int]] | None = None
+) -> tuple[dict[str, str], dict[str, list[int]]]:
     """Every file under ``venv``: (relative POSIX path -> sha256 or a symlink's target,
     path -> stat key). A file whose stat key equals ``stats[path]`` keeps ``known[path]``
     without being read again; any other file is hashed."""
@@ -203,8 +244,7 @@ def tree(venv: Path, known: dict[str, str] | None = None,
                 continue
             key = _stat_key(path.lstat())
             keys[rel] = key
-            if known is not None and stats is not None and stats.get(rel) == key \
-                    and rel in known:
+            if known is not None and stats is not None and stats.get(rel) == key and rel in known:
                 digests[rel] = known[rel]
             else:
                 digests[rel] = _digest(path)
@@ -232,11 +272,13 @@ def record_problems(site: Path) -> list[str]:
                 if not path.is_file():
                     problems.append(f"{rel} is in {record.parent.name}/RECORD but missing")
                     continue
-                got = base64.urlsafe_b64encode(
-                    hashlib.new(algorithm, path.read_bytes()).digest()).rstrip(b"=").decode()
+                got = (
+                    base64.urlsafe_b64encode(hashlib.new(algorithm, path.read_bytes()).digest())
+                    .rstrip(b"=")
+                    .decode()
+                )
                 if got != want:
-                    problems.append(f"{rel} does not match its hash in "
-                                    f"{record.parent.name}/RECORD")
+                    problems.append(f"{rel} does not match its hash in {record.parent.name}/RECORD")
     for path in sorted(site.rglob("*")):
         rel = path.relative_to(site).as_posix()
         if STARTUP_HOOKS.match(rel) and rel not in recorded:
@@ -310,6 +352,7 @@ def verify(venv: Path) -> str:
 
 # -- build ---------------------------------------------------------------------------------
 
+
 def restrict(venv: Path) -> None:
     """Writable by us alone (uv creates its ``.lock`` with mode 0666 whatever the umask)."""
     for dirpath, dirnames, filenames in os.walk(venv):
@@ -331,10 +374,12 @@ def build(venv: Path, groups: list[str]) -> Installer:
             (tmp / f".gpu-ci-group-{group}").write_text("")
         problems = record_problems(site_packages(venv_python(tmp)))
         if problems:
-            raise fail(f"the freshly installed dependencies failed verification "
-                       f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
-                       f"tampered with; nothing was used. Delete "
-                       f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun.")
+            raise fail(
+                f"the freshly installed dependencies failed verification "
+                f"({'; '.join(problems[:3])}): the installer's cache is corrupt or "
+                f"tampered with; nothing was used. Delete "
+                f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun."
+            )
         restrict(tmp)
         files, stats = tree(tmp)
         manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
@@ -352,7 +397,7 @@ def sweep(venv: Path) -> None:
     """Remove our own leftovers for this key: half-built (``.tmp-``) and replaced
     (``.trash-``) venvs of earlier, dead bootstraps. Called with the key's lock held."""
     for stale in venv.parent.glob(f"{venv.name}.*-*"):
-        if stale.is_dir() and re.fullmatch(r"\.(tmp|trash)-\d+", stale.name[len(venv.name):]):
+        if stale.is_dir() and re.fullmatch(r"\.(tmp|trash)-\d+", stale.name[len(venv.name) :]):
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -390,15 +435,19 @@ def main(argv: list[str]) -> int:
         venv.parent.mkdir(parents=True, exist_ok=True)
         shared = shared_with_others(venv)
         if shared:
-            raise fail(f"{shared}: another user could swap the venvs kept there. Give each "
-                       "runner user its own GPU_CI_CACHE_DIR (a directory only that user can "
-                       "write).")
+            raise fail(
+                f"{shared}: another user could swap the venvs kept there. Give each "
+                "runner user its own GPU_CI_CACHE_DIR (a directory only that user can "
+                "write)."
+            )
         lock_handle = open(venv.parent / (venv.name + ".lock"), "w")  # noqa: SIM115 (with below)
     except OSError as exc:
         if venv.exists() and not verify(venv):  # a read-only cache prepared by the admin
             return finish(venv, groups, "reused (read-only cache)", start)
-        raise fail(f"cannot create {venv.parent} ({exc.strerror}): set GPU_CI_CACHE_DIR to a "
-                   "writable directory.") from None
+        raise fail(
+            f"cannot create {venv.parent} ({exc.strerror}): set GPU_CI_CACHE_DIR to a "
+            "writable directory."
+        ) from None
     how = "reused"
     with lock_handle:
         try:  # serialise bootstraps of one key on this machine

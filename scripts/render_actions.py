@@ -61,9 +61,7 @@ def _input_block(item: InputSpec, required: bool) -> str:
 
 
 def _env_lines(inputs: list[InputSpec]) -> str:
-    return "".join(
-        f"        {item.env_name}: ${{{{ inputs.{item.name} }}}}\n" for item in inputs
-    )
+    return "".join(f"        {item.env_name}: ${{{{ inputs.{item.name} }}}}\n" for item in inputs)
 
 
 def render_action(spec: ActionSpec) -> str:
@@ -86,8 +84,9 @@ def render_action(spec: ActionSpec) -> str:
     out.append(spec.steps_before)
     out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
     out.append(_env_lines(list(spec.inputs)))
-    out.append(f"      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/../../scripts/run.py\" "
-               f"{spec.name}'\n")
+    out.append(
+        f'      run: \'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {spec.name}\'\n'
+    )
     out.append(spec.steps_after)
     return "".join(out)
 
@@ -116,8 +115,7 @@ def render_job_action(spec: ActionSpec) -> str:
     for o in spec.outputs:
         if o.name in JOB_OUTPUTS:
             out.append(f"  {o.name}:\n    description: {q(o.description)}\n")
-    out.append("runs:\n  using: node24\n  main: main.js\n  post: post.js\n"
-               "  post-if: always()\n")
+    out.append("runs:\n  using: node24\n  main: main.js\n  post: post.js\n  post-if: always()\n")
     return "".join(out)
 
 
@@ -127,8 +125,7 @@ def root_inputs() -> list[InputSpec]:
     for spec in ACTIONS.values():
         for item in spec.inputs:
             seen = merged.get(item.name)
-            if seen and (seen.default, seen.action_default) != (item.default,
-                                                                  item.action_default):
+            if seen and (seen.default, seen.action_default) != (item.default, item.action_default):
                 raise SystemExit(f"input {item.name} has different defaults across actions")
             merged.setdefault(item.name, item)
     return list(merged.values())
@@ -150,7 +147,7 @@ def _split_steps(text: str) -> list[list[str]]:
     steps: list[list[str]] = []
     for line in text.splitlines(keepends=True):
         if line.startswith(_STEP):
-            steps.append([_KEY + line[len(_STEP):]])  # the first key, as indented as the rest
+            steps.append([_KEY + line[len(_STEP) :]])  # the first key, as indented as the rest
         elif steps:
             steps[-1].append(line)
         elif line.strip():
@@ -159,7 +156,7 @@ def _split_steps(text: str) -> list[list[str]]:
 
 
 def _is_key(line: str) -> bool:
-    return line.startswith(_KEY) and line[len(_KEY):len(_KEY) + 1] not in (" ", "\n", "")
+    return line.startswith(_KEY) and line[len(_KEY) : len(_KEY) + 1] not in (" ", "\n", "")
 
 
 def _guard_expr(guard: str, condition: object) -> str:
@@ -198,13 +195,11 @@ def guard_steps(text: str, command: str) -> str:
     for lines, step in zip(split, originals):
         at = next((i for i, line in enumerate(lines) if line.startswith(_KEY + "if:")), None)
         if at is None:  # after the first key and its value
-            at = end = next((i for i in range(1, len(lines)) if _is_key(lines[i])),
-                            len(lines))
+            at = end = next((i for i in range(1, len(lines)) if _is_key(lines[i])), len(lines))
         else:
-            end = next((i for i in range(at + 1, len(lines)) if _is_key(lines[i])),
-                       len(lines))
+            end = next((i for i in range(at + 1, len(lines)) if _is_key(lines[i])), len(lines))
         lines[at:end] = _if_lines(_guard_expr(guard, step.get("if")))
-        out += [_STEP + lines[0][len(_KEY):], *lines[1:]]
+        out += [_STEP + lines[0][len(_KEY) :], *lines[1:]]
     result = "".join(out)
     expected = [{**step, "if": _guard_expr(guard, step.get("if"))} for step in originals]
     if (yaml.safe_load(result) or []) != expected:
@@ -254,8 +249,9 @@ def render_root() -> str:
     out.append("    - name: gpu-ci\n      id: run\n      shell: bash\n      env:\n")
     out.append("        GPU_CI_COMMAND: ${{ inputs.command }}\n")
     out.append(_env_lines(root_inputs()))
-    out.append("      run: '\"$GPU_CI_PYTHON\" \"$GITHUB_ACTION_PATH/scripts/run.py\" "
-               "\"$GPU_CI_COMMAND\"'\n")
+    out.append(
+        '      run: \'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/scripts/run.py" "$GPU_CI_COMMAND"\'\n'
+    )
     out.append(steps_after)
     return "".join(out)
 
@@ -266,8 +262,11 @@ def readme_table(spec: ActionSpec) -> str:
 
     rows = ["| input | default | description |", "|---|---|---|"]
     for item in spec.inputs:
-        default = "**required**" if item.required else (
-            f"`{cell(item.yaml_default)}`" if item.yaml_default else "")
+        default = (
+            "**required**"
+            if item.required
+            else (f"`{cell(item.yaml_default)}`" if item.yaml_default else "")
+        )
         rows.append(f"| `{item.name}` | {default} | {cell(item.description)} |")
     rows += ["", "| output | description |", "|---|---|"]
     rows += [f"| `{o.name}` | {cell(o.description)} |" for o in spec.outputs]
@@ -286,14 +285,15 @@ def _between(text: str, key: str, body: str, where: str) -> str:
 def actions_overview() -> str:
     """The root README's table of actions, each linking its own README."""
     rows = ["| action | what it does | runs on |", "|---|---|---|"]
-    rows += [f"| [`{name}`](actions/{name}/README.md) | {spec.summary} | {spec.runs_on} |"
-             for name, spec in ACTIONS.items()]
+    rows += [
+        f"| [`{name}`](actions/{name}/README.md) | {spec.summary} | {spec.runs_on} |"
+        for name, spec in ACTIONS.items()
+    ]
     return "\n".join(rows) + "\n"
 
 
 def render_action_readme(name: str, text: str) -> str:
-    return _between(text, f"{name} table", readme_table(ACTIONS[name]),
-                    f"actions/{name}/README.md")
+    return _between(text, f"{name} table", readme_table(ACTIONS[name]), f"actions/{name}/README.md")
 
 
 #: Said of a group beside what its lock file names.
@@ -303,8 +303,9 @@ GROUP_NOTES = {"github": " (without the `cryptography` it only needs for GitHub 
 def group_packages(group: str) -> list[str]:
     """The packages ``requirements/<group>.in`` names (its one source), markers dropped."""
     lines = (ROOT / "requirements" / f"{group}.in").read_text(encoding="utf-8").splitlines()
-    return [line.split(";")[0].split("#")[0].strip() for line in lines
-            if line.split("#")[0].strip()]
+    return [
+        line.split(";")[0].split("#")[0].strip() for line in lines if line.split("#")[0].strip()
+    ]
 
 
 def groups_table() -> str:
@@ -313,8 +314,10 @@ def groups_table() -> str:
     for group in GROUPS:
         users = [f"`{name}`" for name, spec in ACTIONS.items() if group in spec.groups]
         holds = ", ".join(group_packages(group)) + GROUP_NOTES.get(group, "")
-        rows.append(f"| `{group}` | {holds} | "
-                    f"{'every action' if len(users) == len(ACTIONS) else ', '.join(users)} |")
+        rows.append(
+            f"| `{group}` | {holds} | "
+            f"{'every action' if len(users) == len(ACTIONS) else ', '.join(users)} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -347,8 +350,8 @@ def render_bootstrap(text: str) -> str:
 
 
 EXAMPLE_MARKER = re.compile(
-    r"(<!-- BEGIN example (?P<path>[\w./-]+) -->\n).*?(<!-- END example (?P=path) -->)",
-    re.DOTALL)
+    r"(<!-- BEGIN example (?P<path>[\w./-]+) -->\n).*?(<!-- END example (?P=path) -->)", re.DOTALL
+)
 
 
 def embed_examples(text: str) -> str:
@@ -379,20 +382,20 @@ def data_json(stem: str) -> str:
 
 
 def targets() -> dict[Path, str]:
-    files = {ROOT / "actions" / name / "action.yml": render_action(spec)
-             for name, spec in ACTIONS.items()}
+    files = {
+        ROOT / "actions" / name / "action.yml": render_action(spec)
+        for name, spec in ACTIONS.items()
+    }
     files[ROOT / JOB_FORM / "action.yml"] = render_job_action(ACTIONS["gpu-monitor"])
     files[ROOT / "action.yml"] = render_root()
-    files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = (
-        driver_table_json())
+    files[ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.json"] = driver_table_json()
     files[ROOT / "src" / "gpu_ci" / "data" / "cuda-builds.json"] = data_json("cuda-builds")
     files[ROOT / "src" / "gpu_ci" / "data" / "gpu-sizes.json"] = data_json("gpu-sizes")
     readme = ROOT / "README.md"
     files[readme] = embed_examples(render_root_readme(readme.read_text(encoding="utf-8")))
     for name in ACTIONS:
         path = ROOT / "actions" / name / "README.md"
-        files[path] = embed_examples(render_action_readme(
-            name, path.read_text(encoding="utf-8")))
+        files[path] = embed_examples(render_action_readme(name, path.read_text(encoding="utf-8")))
     sh = ROOT / "scripts" / "bootstrap.sh"
     files[sh] = render_bootstrap(sh.read_text(encoding="utf-8"))
     return files

@@ -30,8 +30,17 @@ FAST_HTTP_ENV = {
 #: How examples/ and README reference our actions; act maps it to the working tree.
 ACTIONS_REPO = "gpu-ci-actions/gpu-ci-actions"
 
-ACT_TREE = ["action.yml", "actions", "scripts", "src", "requirements", "pyproject.toml",
-            "README.md", "examples", "tests/fixtures"]
+ACT_TREE = [
+    "action.yml",
+    "actions",
+    "scripts",
+    "src",
+    "requirements",
+    "pyproject.toml",
+    "README.md",
+    "examples",
+    "tests/fixtures",
+]
 
 
 def act_binary() -> str:
@@ -48,8 +57,9 @@ class ActResult:
     outputs: dict[str, Any]
 
 
-def interrupted(cmd: list[str], cwd: Path, env: dict[str, str], when: Path,
-                timeout: float) -> subprocess.CompletedProcess[str]:
+def interrupted(
+    cmd: list[str], cwd: Path, env: dict[str, str], when: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
     """Run act until a step creates ``when``, then cancel the run (SIGINT) and let it end.
     Polls a file the workflow creates: the wait bounds a hang, it times nothing."""
     import signal
@@ -57,8 +67,9 @@ def interrupted(cmd: list[str], cwd: Path, env: dict[str, str], when: Path,
     import time
 
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: act never blocks on it
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, text=True, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + timeout
             while not when.exists() and proc.poll() is None:
@@ -82,8 +93,9 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
         src = ROOT / name
         if src.is_dir():
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(src, repo / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(
+                src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
         elif src.exists():
             shutil.copy2(src, repo / name)
     (repo / ".github" / "workflows").mkdir(parents=True)
@@ -91,18 +103,31 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
         shutil.copy2(workflow, repo / ".github" / "workflows" / workflow.name)
     git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
-    subprocess.run(["git", "remote", "add", "origin", f"https://github.com/{repository}.git"],
-                   cwd=repo, check=True)
+    subprocess.run(
+        ["git", "remote", "add", "origin", f"https://github.com/{repository}.git"],
+        cwd=repo,
+        check=True,
+    )
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "test"], cwd=repo, check=True)
 
 
-def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any], *,
-            tool_cache: Path, env: dict[str, str] | None = None,
-            secrets: dict[str, str] | None = None, repository: str = "octo-org/octo-repo",
-            job: str | None = None, timeout: float = 300, stream: bool = False,
-            act_args: list[str] | None = None,
-            interrupt_when: Path | None = None) -> ActResult:
+def run_act(
+    workdir: Path,
+    workflow: Path,
+    event_name: str,
+    event: dict[str, Any],
+    *,
+    tool_cache: Path,
+    env: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
+    repository: str = "octo-org/octo-repo",
+    job: str | None = None,
+    timeout: float = 300,
+    stream: bool = False,
+    act_args: list[str] | None = None,
+    interrupt_when: Path | None = None,
+) -> ActResult:
     """Run ``workflow`` under act. With ``interrupt_when``, act is sent SIGINT (a user's
     Ctrl-C: act cancels the run, as the runner does a cancelled job) once a step has
     created that file."""
@@ -112,16 +137,39 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
     event_path.write_text(json.dumps(event))
     out_path = workdir / "e2e_out.json"
     (workdir / "runner_temp").mkdir(exist_ok=True)
-    cmd = [act_binary(), event_name, "-W", f".github/workflows/{workflow.name}",
-           "-e", str(event_path), "-P", "ubuntu-latest=-self-hosted",
-           "-P", "self-hosted=-self-hosted", "-P", "gpu=-self-hosted",
-           "--env", f"E2E_OUT={out_path}", "--env", f"GPU_CI_CACHE_DIR={tool_cache}",
-           "--env", f"RUNNER_TEMP={workdir / 'runner_temp'}",
-           "--action-cache-path", str(workdir / "act-cache"),
-           "--local-repository", f"{ACTIONS_REPO}@v1={repo}"]
+    cmd = [
+        act_binary(),
+        event_name,
+        "-W",
+        f".github/workflows/{workflow.name}",
+        "-e",
+        str(event_path),
+        "-P",
+        "ubuntu-latest=-self-hosted",
+        "-P",
+        "self-hosted=-self-hosted",
+        "-P",
+        "gpu=-self-hosted",
+        "--env",
+        f"E2E_OUT={out_path}",
+        "--env",
+        f"GPU_CI_CACHE_DIR={tool_cache}",
+        "--env",
+        f"RUNNER_TEMP={workdir / 'runner_temp'}",
+        "--action-cache-path",
+        str(workdir / "act-cache"),
+        "--local-repository",
+        f"{ACTIONS_REPO}@v1={repo}",
+    ]
     # an example that pins our action by release SHA runs this checkout under that ref too
-    for ref in sorted(set(re.findall(rf"{re.escape(ACTIONS_REPO)}/[\w/-]+@([0-9a-f]{{40}})",
-                                     workflow.read_text(encoding="utf-8")))):
+    for ref in sorted(
+        set(
+            re.findall(
+                rf"{re.escape(ACTIONS_REPO)}/[\w/-]+@([0-9a-f]{{40}})",
+                workflow.read_text(encoding="utf-8"),
+            )
+        )
+    ):
         cmd += ["--local-repository", f"{ACTIONS_REPO}@{ref}={repo}"]
     for key, value in {**FAST_HTTP_ENV, **(env or {})}.items():
         cmd += ["--env", f"{key}={value}"]
@@ -136,18 +184,30 @@ def run_act(workdir: Path, workflow: Path, event_name: str, event: dict[str, Any
         # (never run unless a test installs its npm packages, see tests/e2e/actions-cache).
         from gpu_ci.specs import ACTIONS_CACHE_SHA
 
-        act_args = [*act_args, "--local-repository",
-                    f"actions/cache@{ACTIONS_CACHE_SHA}={ROOT / 'tests' / 'e2e' / 'actions-cache'}"]
+        act_args = [
+            *act_args,
+            "--local-repository",
+            f"actions/cache@{ACTIONS_CACHE_SHA}={ROOT / 'tests' / 'e2e' / 'actions-cache'}",
+        ]
     cmd += act_args
-    act_env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))}
+    act_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_", "GPU_CI_"))
+    }
     act_env["HOME"] = str(workdir / "home")
     if interrupt_when is not None:
         proc = interrupted(cmd, repo, act_env, interrupt_when, timeout)
     else:
-        proc = subprocess.run(cmd, cwd=repo, env=act_env, text=True, timeout=timeout,
-                              stdout=None if stream else subprocess.PIPE,
-                              stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            cmd,
+            cwd=repo,
+            env=act_env,
+            text=True,
+            timeout=timeout,
+            stdout=None if stream else subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     outputs: dict[str, Any] = {}
     for match in re.finditer(r"::set-output:: ([A-Za-z0-9_-]+)=(.*)", proc.stdout or ""):
         outputs[match.group(1)] = match.group(2)

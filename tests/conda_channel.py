@@ -64,20 +64,21 @@ class Channel:
     def archive_url(self, archive: Archive) -> str:
         return self.url(f"channel/{archive.subdir}/{archive.filename}")
 
-    def explicit_lock(self, names: list[str] | None = None, *, pip: bool = False,
-                      platform: str = SUBDIR) -> str:
+    def explicit_lock(
+        self, names: list[str] | None = None, *, pip: bool = False, platform: str = SUBDIR
+    ) -> str:
         lines = [f"# platform: {platform}", "@EXPLICIT"]
         for a in self.archives:
             if names is None or a.name in names:
                 lines.append(f"{self.archive_url(a)}#{a.md5}")
         if pip:
             sha = hashlib.sha256(self.wheel.read_bytes()).hexdigest()
-            lines.append(f"# pip gpuci-demo @ {self.url('wheels/' + self.wheel.name)}"
-                         f"#sha256={sha}")
+            lines.append(f"# pip gpuci-demo @ {self.url('wheels/' + self.wheel.name)}#sha256={sha}")
         return "\n".join(lines) + "\n"
 
-    def unified_lock(self, names: list[str] | None = None, *, pip: bool = False,
-                     dev: list[str] = ()) -> str:
+    def unified_lock(
+        self, names: list[str] | None = None, *, pip: bool = False, dev: list[str] = ()
+    ) -> str:
         import yaml
 
         packages: list[dict[str, Any]] = []
@@ -88,27 +89,56 @@ class Channel:
             for dep in a.depends:
                 dep_name, _, spec = dep.partition(" ")
                 deps[dep_name] = spec
-            packages.append({"name": a.name, "version": a.version, "manager": "conda",
-                             "platform": SUBDIR, "dependencies": deps,
-                             "url": self.archive_url(a),
-                             "hash": {"md5": a.md5, "sha256": a.sha256},
-                             "category": "dev" if a.name in dev else "main",
-                             "optional": a.name in dev})
-        packages.append({"name": "__glibc", "version": "2.17", "manager": "conda",
-                         "platform": SUBDIR, "dependencies": {}, "url": "",
-                         "hash": {"md5": "0" * 32}, "category": "main", "optional": False})
+            packages.append(
+                {
+                    "name": a.name,
+                    "version": a.version,
+                    "manager": "conda",
+                    "platform": SUBDIR,
+                    "dependencies": deps,
+                    "url": self.archive_url(a),
+                    "hash": {"md5": a.md5, "sha256": a.sha256},
+                    "category": "dev" if a.name in dev else "main",
+                    "optional": a.name in dev,
+                }
+            )
+        packages.append(
+            {
+                "name": "__glibc",
+                "version": "2.17",
+                "manager": "conda",
+                "platform": SUBDIR,
+                "dependencies": {},
+                "url": "",
+                "hash": {"md5": "0" * 32},
+                "category": "main",
+                "optional": False,
+            }
+        )
         if pip:
-            packages.append({"name": "gpuci-demo", "version": "1.0", "manager": "pip",
-                             "platform": SUBDIR, "dependencies": {},
-                             "url": self.url("wheels/" + self.wheel.name),
-                             "hash": {"sha256": hashlib.sha256(
-                                 self.wheel.read_bytes()).hexdigest()},
-                             "category": "main", "optional": False})
-        doc = {"version": 1,
-               "metadata": {"content_hash": {SUBDIR: "0" * 64},
-                            "channels": [{"url": self.url("channel"), "used_env_vars": []}],
-                            "platforms": [SUBDIR, "osx-arm64"], "sources": ["environment.yml"]},
-               "package": packages}
+            packages.append(
+                {
+                    "name": "gpuci-demo",
+                    "version": "1.0",
+                    "manager": "pip",
+                    "platform": SUBDIR,
+                    "dependencies": {},
+                    "url": self.url("wheels/" + self.wheel.name),
+                    "hash": {"sha256": hashlib.sha256(self.wheel.read_bytes()).hexdigest()},
+                    "category": "main",
+                    "optional": False,
+                }
+            )
+        doc = {
+            "version": 1,
+            "metadata": {
+                "content_hash": {SUBDIR: "0" * 64},
+                "channels": [{"url": self.url("channel"), "used_env_vars": []}],
+                "platforms": [SUBDIR, "osx-arm64"],
+                "sources": ["environment.yml"],
+            },
+            "package": packages,
+        }
         return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -119,8 +149,7 @@ def _record_placeholder(archive: Path, placeholder: str) -> None:
     import tarfile
 
     with tarfile.open(archive, "r:bz2") as tar:
-        members = [(m, tar.extractfile(m).read() if m.isfile() else None)
-                   for m in tar.getmembers()]
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
     contents = dict((m.name, data) for m, data in members)
     paths = json.loads(contents["info/paths.json"])
     has_prefix = []
@@ -130,8 +159,10 @@ def _record_placeholder(archive: Path, placeholder: str) -> None:
             entry["prefix_placeholder"] = placeholder
             entry["file_mode"] = "text"
             has_prefix.append(f"{placeholder} text {entry['_path']}")
-    new = {"info/paths.json": json.dumps(paths).encode(),
-           "info/has_prefix": ("\n".join(has_prefix) + "\n").encode()}
+    new = {
+        "info/paths.json": json.dumps(paths).encode(),
+        "info/has_prefix": ("\n".join(has_prefix) + "\n").encode(),
+    }
     with tarfile.open(archive, "w:bz2") as tar:
         for member, data in members:
             if member.name in new:
@@ -143,9 +174,18 @@ def _record_placeholder(archive: Path, placeholder: str) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
-def _assemble(out: Path, work: Path, name: str, version: str, build: str, subdir: str,
-              files: dict[str, str | tuple[str, str]], depends: list[str] = (),
-              noarch: str | None = None, tar_bz2: bool = False) -> Archive:
+def _assemble(
+    out: Path,
+    work: Path,
+    name: str,
+    version: str,
+    build: str,
+    subdir: str,
+    files: dict[str, str | tuple[str, str]],
+    depends: list[str] = (),
+    noarch: str | None = None,
+    tar_bz2: bool = False,
+) -> Archive:
     import rattler_build
 
     files_dir = work / f"{name}-files"
@@ -162,8 +202,16 @@ def _assemble(out: Path, work: Path, name: str, version: str, build: str, subdir
     target = subdir if noarch is None else "noarch"
     kind = rattler_build.ArchiveType.TarBz2 if tar_bz2 else rattler_build.ArchiveType.Conda
     output = rattler_build.assemble_package(
-        name, version, target, build, out / target, files_dir=files_dir,
-        depends=list(depends), noarch=noarch, archive_type=kind)
+        name,
+        version,
+        target,
+        build,
+        out / target,
+        files_dir=files_dir,
+        depends=list(depends),
+        noarch=noarch,
+        archive_type=kind,
+    )
     if tar_bz2 and any("@PREFIX@" in str(c) for c in files.values()):
         _record_placeholder(Path(output.path), str(files_dir))
     return Archive(name, version, build, target, Path(output.path), list(depends))
@@ -175,12 +223,15 @@ def build_wheel(out: Path) -> Path:
     wheel = out / "gpuci_demo-1.0-py3-none-any.whl"
     files = {
         "gpuci_demo/__init__.py": "VALUE = 42\n\n\ndef main():\n    print(VALUE)\n",
-        "gpuci_demo-1.0.dist-info/entry_points.txt":
-            "[console_scripts]\ngpuci-demo = gpuci_demo:main\n",
-        "gpuci_demo-1.0.dist-info/METADATA":
-            "Metadata-Version: 2.1\nName: gpuci-demo\nVersion: 1.0\n",
-        "gpuci_demo-1.0.dist-info/WHEEL":
-            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "gpuci_demo-1.0.dist-info/entry_points.txt": (
+            "[console_scripts]\ngpuci-demo = gpuci_demo:main\n"
+        ),
+        "gpuci_demo-1.0.dist-info/METADATA": (
+            "Metadata-Version: 2.1\nName: gpuci-demo\nVersion: 1.0\n"
+        ),
+        "gpuci_demo-1.0.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = []
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -203,29 +254,65 @@ def build_channel(root: Path, *, with_python: bool = True) -> Channel:
     channel_dir = root / "channel"
     work = root / "work"
     archives = [
-        _assemble(channel_dir, work, "libhello", "1.0", "h0_0", SUBDIR,
-                  {"share/libhello/prefix.txt": "installed at @PREFIX@\n"}, tar_bz2=True),
-        _assemble(channel_dir, work, "hello", "2.1", "h1_3", SUBDIR,
-                  {"bin/hello": "#!/bin/sh\necho \"hello from @PREFIX@\"\n",
-                   "etc/conda/activate.d/hello.sh":
-                       'export HELLO_HOME="${CONDA_PREFIX}/share/hello"\n'
-                       'export HELLO_ACTIVATED=yes\n'},
-                  depends=["libhello >=1.0"], tar_bz2=True),
-        _assemble(channel_dir, work, "hello-data", "0.3", "pyh0_0", SUBDIR,
-                  {"share/hello/data.txt": "data\n"}, noarch="generic"),
+        _assemble(
+            channel_dir,
+            work,
+            "libhello",
+            "1.0",
+            "h0_0",
+            SUBDIR,
+            {"share/libhello/prefix.txt": "installed at @PREFIX@\n"},
+            tar_bz2=True,
+        ),
+        _assemble(
+            channel_dir,
+            work,
+            "hello",
+            "2.1",
+            "h1_3",
+            SUBDIR,
+            {
+                "bin/hello": '#!/bin/sh\necho "hello from @PREFIX@"\n',
+                "etc/conda/activate.d/hello.sh": 'export HELLO_HOME="${CONDA_PREFIX}/share/hello"\n'
+                "export HELLO_ACTIVATED=yes\n",
+            },
+            depends=["libhello >=1.0"],
+            tar_bz2=True,
+        ),
+        _assemble(
+            channel_dir,
+            work,
+            "hello-data",
+            "0.3",
+            "pyh0_0",
+            SUBDIR,
+            {"share/hello/data.txt": "data\n"},
+            noarch="generic",
+        ),
     ]
     if with_python:
         exe = Path(sys.executable).resolve()
         version = ".".join(map(str, sys.version_info[:3]))
-        archives.append(_assemble(channel_dir, work, "python", version, "h0_0_cpython", SUBDIR, {
-            # A venv-style wrapper of the interpreter running the tests: real enough for pip.
-            "bin/python": ("symlink", str(exe)),
-            "bin/python3": ("symlink", "python"),
-            "pyvenv.cfg": f"home = {exe.parent}\ninclude-system-site-packages = true\n"
-                          f"version = {version}\n",
-            f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/"
-            "gpuci-site.txt": "site-packages of the wrapped interpreter\n",
-        }))
+        archives.append(
+            _assemble(
+                channel_dir,
+                work,
+                "python",
+                version,
+                "h0_0_cpython",
+                SUBDIR,
+                {
+                    # A venv-style wrapper of the interpreter running the tests: real enough
+                    # for pip.
+                    "bin/python": ("symlink", str(exe)),
+                    "bin/python3": ("symlink", "python"),
+                    "pyvenv.cfg": f"home = {exe.parent}\ninclude-system-site-packages = true\n"
+                    f"version = {version}\n",
+                    f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/"
+                    "gpuci-site.txt": "site-packages of the wrapped interpreter\n",
+                },
+            )
+        )
     asyncio.run(rattler.index.index_fs(channel_dir))
     wheels = root / "wheels"
     wheels.mkdir()
@@ -310,8 +397,10 @@ class ChannelServer(_Served):
                     time.sleep(owner.latency)
                 owner.heads.append({"path": self.path, **dict(self.headers.items())})
                 file = (owner.root / self.path.split("?")[0].lstrip("/")).resolve()
-                denied = bool(owner.authorization) and \
-                    self.headers.get("Authorization") != owner.authorization
+                denied = (
+                    bool(owner.authorization)
+                    and self.headers.get("Authorization") != owner.authorization
+                )
                 found = not denied and file.is_file() and owner.root.resolve() in file.parents
                 self.send_response(401 if denied else 200 if found else 404)
                 self.send_header("Content-Length", str(file.stat().st_size if found else 0))
@@ -333,8 +422,7 @@ class ChannelServer(_Served):
                     time.sleep(owner.latency)
                 path = self.path.split("?")[0]
                 owner.seen.append({"path": self.path, **dict(self.headers.items())})
-                if owner.authorization and self.headers.get("Authorization") != \
-                        owner.authorization:
+                if owner.authorization and self.headers.get("Authorization") != owner.authorization:
                     owner.log.append((path, 401))
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Bearer realm="channel"')
@@ -346,13 +434,16 @@ class ChannelServer(_Served):
                 if action.startswith("redirect:"):  # 302 to another URL
                     owner.log.append((path, 302))
                     self.send_response(302)
-                    self.send_header("Location", action[len("redirect:"):])
+                    self.send_header("Location", action[len("redirect:") :])
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
                 file = (owner.root / path.lstrip("/")).resolve()
-                if action in ("500", "503", "404") or not file.is_file() or \
-                        owner.root.resolve() not in file.parents:
+                if (
+                    action in ("500", "503", "404")
+                    or not file.is_file()
+                    or owner.root.resolve() not in file.parents
+                ):
                     status = int(action) if action else 404
                     owner.log.append((path, status))
                     body = b'{"error": "nope"}'
@@ -365,17 +456,17 @@ class ChannelServer(_Served):
                     return
                 data = file.read_bytes()
                 if action.startswith("slow:"):  # a long download: wait before the body
-                    time.sleep(float(action[len("slow:"):]))
+                    time.sleep(float(action[len("slow:") :]))
                 if action == "corrupt":
                     data = data[:-1] + bytes([data[-1] ^ 0xFF])
                 ranged = self.headers.get("Range", "")
-                start = int(ranged[len("bytes="):].split("-")[0]) if ranged.startswith(
-                    "bytes=") else 0
+                start = (
+                    int(ranged[len("bytes=") :].split("-")[0]) if ranged.startswith("bytes=") else 0
+                )
                 owner.log.append((path, 206 if start else 200))
                 self.send_response(206 if start else 200)
                 if start:
-                    self.send_header("Content-Range",
-                                     f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                     data = data[start:]
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(len(data)))
@@ -388,9 +479,9 @@ class ChannelServer(_Served):
                     step = max(1, len(data) // 40)
                     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                         for at in range(0, len(data), step):
-                            self.wfile.write(data[at:at + step])
+                            self.wfile.write(data[at : at + step])
                             self.wfile.flush()
-                            time.sleep(float(action[len("trickle:"):]) / 40)
+                            time.sleep(float(action[len("trickle:") :]) / 40)
                     return
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
@@ -399,9 +490,13 @@ class ChannelServer(_Served):
         return self
 
 
-def hostile_archive(directory: Path, name: str, paths: list[dict[str, Any]] | None,
-                    members: dict[str, bytes] | None = None,
-                    links: dict[str, str] | None = None) -> Path:
+def hostile_archive(
+    directory: Path,
+    name: str,
+    paths: list[dict[str, Any]] | None,
+    members: dict[str, bytes] | None = None,
+    links: dict[str, str] | None = None,
+) -> Path:
     """``directory/<name>-1.0-0.tar.bz2``: a conda package in the real layout
     (info/index.json, info/paths.json, the files) whose contents an attacker chose.
 
@@ -413,8 +508,15 @@ def hostile_archive(directory: Path, name: str, paths: list[dict[str, Any]] | No
     import io
     import tarfile
 
-    index = {"name": name, "version": "1.0", "build": "0", "build_number": 0,
-             "subdir": SUBDIR, "depends": [], "license": "MIT"}
+    index = {
+        "name": name,
+        "version": "1.0",
+        "build": "0",
+        "build_number": 0,
+        "subdir": SUBDIR,
+        "depends": [],
+        "license": "MIT",
+    }
     files = {"info/index.json": json.dumps(index).encode()}
     if paths is not None:
         files["info/paths.json"] = json.dumps({"paths": paths, "paths_version": 1}).encode()
@@ -439,8 +541,11 @@ def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> st
     the channel's server serves), pinned by ``md5`` (``#<hex>``) or ``sha256``
     (``#sha256:<hex>``): the two forms a lock from a pull request can take."""
     data = archive.read_bytes()
-    digest = (hashlib.md5(data).hexdigest() if pin == "md5"
-              else f"sha256:{hashlib.sha256(data).hexdigest()}")
+    digest = (
+        hashlib.md5(data).hexdigest()
+        if pin == "md5"
+        else f"sha256:{hashlib.sha256(data).hexdigest()}"
+    )
     rel = archive.relative_to(channel.root.parent)
     return f"# platform: {SUBDIR}\n@EXPLICIT\n{channel.url(str(rel))}#{digest}\n"
 
@@ -469,14 +574,20 @@ class ForwardProxy(_Served):
 
             def _relay(self, method: str) -> None:
                 owner.seen.append(self.path)
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() in ("authorization", "range", "user-agent")}
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("authorization", "range", "user-agent")
+                }
                 request = urllib.request.Request(self.path, headers=headers, method=method)
                 try:
                     with direct.open(request, timeout=30) as answer:
                         status, body = answer.status, answer.read()
-                        kept = [(k, v) for k, v in answer.headers.items()
-                                if k.lower() in ("content-range", "accept-ranges")]
+                        kept = [
+                            (k, v)
+                            for k, v in answer.headers.items()
+                            if k.lower() in ("content-range", "accept-ranges")
+                        ]
                 except urllib.error.HTTPError as exc:
                     status, body, kept = exc.code, exc.read(), []
                 self.send_response(status)

@@ -61,7 +61,7 @@ def parse_output_file(text: str) -> dict[str, str]:
         if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
             name, delim = line.split("<<", 1)
             j = lines.index(delim, i + 1)
-            out[name] = "\n".join(lines[i + 1:j])
+            out[name] = "\n".join(lines[i + 1 : j])
             i = j + 1
         elif "=" in line:
             name, value = line.split("=", 1)
@@ -76,17 +76,31 @@ def parse_output_file(text: str) -> dict[str, str]:
 def run_cli(tmp_path: Path):
     """Run ``python -m gpu_ci`` in a subprocess as a runner would, reading its outputs."""
 
-    def run(args: list[str], env: dict[str, str] | None = None, *,
-            event: dict[str, Any] | None = None, event_name: str | None = None,
-            timeout: float = 60) -> CliResult:
+    def run(
+        args: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        event: dict[str, Any] | None = None,
+        event_name: str | None = None,
+        timeout: float = 60,
+    ) -> CliResult:
         output = tmp_path / "github_output"
         summary = tmp_path / "step_summary"
         output.write_text("")
         summary.write_text("")
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_"))}
-        full_env.update({"GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
-                         "GITHUB_ACTIONS": "true", "PYTHONPATH": str(ROOT / "src")})
+        full_env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_"))
+        }
+        full_env.update(
+            {
+                "GITHUB_OUTPUT": str(output),
+                "GITHUB_STEP_SUMMARY": str(summary),
+                "GITHUB_ACTIONS": "true",
+                "PYTHONPATH": str(ROOT / "src"),
+            }
+        )
         full_env.update(FAST_HTTP_ENV)
         if event is not None:
             path = tmp_path / "event.json"
@@ -95,10 +109,20 @@ def run_cli(tmp_path: Path):
         if event_name is not None:
             full_env["GITHUB_EVENT_NAME"] = event_name
         full_env.update(env or {})
-        proc = subprocess.run([sys.executable, "-m", "gpu_ci", *args], env=full_env,
-                              capture_output=True, text=True, timeout=timeout)
-        return CliResult(proc.returncode, proc.stdout, proc.stderr,
-                         parse_output_file(output.read_text()), summary.read_text())
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpu_ci", *args],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return CliResult(
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+            parse_output_file(output.read_text()),
+            summary.read_text(),
+        )
 
     return run
 

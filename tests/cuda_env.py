@@ -41,8 +41,10 @@ def require_nvml_header() -> Path:
     nvidia-nvml-dev through the test extra, so there it is present)."""
     include = nvml_include_dir()
     if include is None:
-        pytest.skip("nvidia-nvml-dev (NVIDIA's nvml.h) is not installed: the fake "
-                    "libnvidia-ml.so.1 is compiled against it (pip install nvidia-nvml-dev)")
+        pytest.skip(
+            "nvidia-nvml-dev (NVIDIA's nvml.h) is not installed: the fake "
+            "libnvidia-ml.so.1 is compiled against it (pip install nvidia-nvml-dev)"
+        )
     return include
 
 
@@ -57,17 +59,32 @@ def _gcc() -> str:
 GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3", "-DFAKE_NVML_NO_NVML13_NAMES"]}
 
 
-def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current"
-                    ) -> Path:
+def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current") -> Path:
     """The fake libnvidia-ml.so.1 in ``out_dir``, compiled against nvml.h with -Werror (a
     signature that differs from NVIDIA's is a build error). ``generation="r470"`` builds a
     driver before R510, which exports no ``nvmlDeviceGetComputeRunningProcesses_v3``."""
     include = require_nvml_header()
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / "libnvidia-ml.so.1"
-    subprocess.run([_gcc(), "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(include), *GENERATIONS[generation], "-o", str(lib), str(SOURCE),
-                    "-ldl"], check=True)
+    subprocess.run(
+        [
+            _gcc(),
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(include),
+            *GENERATIONS[generation],
+            "-o",
+            str(lib),
+            str(SOURCE),
+            "-ldl",
+        ],
+        check=True,
+    )
     if with_libcuda:
         build_fake_libcuda(out_dir)
     return out_dir
@@ -82,30 +99,60 @@ def build_fake_libcuda(out_dir: Path, version: str = "", cuda: int | None = None
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (f"libcuda.so.{version}" if version else "libcuda.so.1")
     fixed = [f"-DFAKE_CUDA_VERSION={cuda}"] if cuda is not None else []
-    subprocess.run([_gcc(), "-shared", "-fPIC", "-O1", "-Wall", "-Werror", *fixed,
-                    "-Wl,-soname,libcuda.so.1", "-o", str(target), str(CUDA_SOURCE)],
-                   check=True)
+    subprocess.run(
+        [
+            _gcc(),
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            *fixed,
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(target),
+            str(CUDA_SOURCE),
+        ],
+        check=True,
+    )
     if version:
         (out_dir / "libcuda.so.1").symlink_to(target.name)
     return target
 
 
-def gpu_config(index: int, *, name: str = "NVIDIA H200", cc: str = "9.0",
-               memory_mib: int = 143771, brand: int = 2, uuid: str | None = None,
-               persistence: int = 1, **extra: Any) -> dict[str, str]:
-    cfg = {"name": name, "uuid": uuid or f"GPU-{index:08d}-aaaa-bbbb-cccc-{index:012d}",
-           "cc": cc, "memory_mib": str(memory_mib), "brand": str(brand),
-           "persistence": str(persistence)}
+def gpu_config(
+    index: int,
+    *,
+    name: str = "NVIDIA H200",
+    cc: str = "9.0",
+    memory_mib: int = 143771,
+    brand: int = 2,
+    uuid: str | None = None,
+    persistence: int = 1,
+    **extra: Any,
+) -> dict[str, str]:
+    cfg = {
+        "name": name,
+        "uuid": uuid or f"GPU-{index:08d}-aaaa-bbbb-cccc-{index:012d}",
+        "cc": cc,
+        "memory_mib": str(memory_mib),
+        "brand": str(brand),
+        "persistence": str(persistence),
+    }
     cfg.update({k.replace("__", "."): str(v) for k, v in extra.items()})
     return {f"gpu.{index}.{k}": v for k, v in cfg.items()}
 
 
-def nvml_config(*gpus: dict[str, str], driver: str = "580.159.04", cuda: int = 13000,
-                fail: dict[str, int] | None = None, **machine: Any) -> dict[str, str]:
+def nvml_config(
+    *gpus: dict[str, str],
+    driver: str = "580.159.04",
+    cuda: int = 13000,
+    fail: dict[str, int] | None = None,
+    **machine: Any,
+) -> dict[str, str]:
     """A fake-NVML config; ``machine`` adds top-level keys (``driver__generation="r535early"``,
     ``privileged=1``, ``container=1``; ``__`` stands for ``.``)."""
-    cfg = {"driver_version": driver, "cuda_driver_version": str(cuda),
-           "gpu.count": str(len(gpus))}
+    cfg = {"driver_version": driver, "cuda_driver_version": str(cuda), "gpu.count": str(len(gpus))}
     cfg.update({k.replace("__", "."): str(v) for k, v in machine.items()})
     for gpu in gpus:
         cfg.update(gpu)
@@ -121,11 +168,18 @@ def observed_h200() -> tuple[dict[str, Any], dict[str, str]]:
 
     observed = shared_path("reference", "observed-gpu-machines.yaml")
     machine = yaml.safe_load(observed.read_text())[0]
-    gpus = [gpu_config(i, name=g["name"], cc="{}.{}".format(*g["compute_capability"]),
-                       memory_mib=g["memory_total_mib"])
-            for i, g in enumerate(machine["gpus"])]
-    return machine, nvml_config(*gpus, driver=machine["driver_version"],
-                                cuda=machine["cuda_driver_version"])
+    gpus = [
+        gpu_config(
+            i,
+            name=g["name"],
+            cc="{}.{}".format(*g["compute_capability"]),
+            memory_mib=g["memory_total_mib"],
+        )
+        for i, g in enumerate(machine["gpus"])
+    ]
+    return machine, nvml_config(
+        *gpus, driver=machine["driver_version"], cuda=machine["cuda_driver_version"]
+    )
 
 
 def write_config(path: Path, config: dict[str, str]) -> Path:
@@ -140,9 +194,12 @@ def dist_info(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text("")
 
 
-def make_target(root: Path, dists: dict[str, str] | None = None,
-                files: dict[str, str] | None = None,
-                conda_meta: list[str] | None = None) -> Path:
+def make_target(
+    root: Path,
+    dists: dict[str, str] | None = None,
+    files: dict[str, str] | None = None,
+    conda_meta: list[str] | None = None,
+) -> Path:
     """A real venv (no pip) holding the given distributions and files; returns its python."""
     venv.create(root, with_pip=False, symlinks=True)
     site = next((root / "lib").glob("python3*/site-packages"))
@@ -174,10 +231,14 @@ NO_IMPORT = "raise ImportError('the fast path must not import torch')\n"
 
 def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str) -> Path:
     cuda_literal = "None" if cuda is None else repr(cuda)
-    return make_target(root, {"torch": version, **extra_dists},
-                       {"torch/version.py": TORCH_VERSION_PY.format(version=version,
-                                                                    cuda=cuda_literal),
-                        "torch/__init__.py": NO_IMPORT})
+    return make_target(
+        root,
+        {"torch": version, **extra_dists},
+        {
+            "torch/version.py": TORCH_VERSION_PY.format(version=version, cuda=cuda_literal),
+            "torch/__init__.py": NO_IMPORT,
+        },
+    )
 
 
 def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
@@ -187,9 +248,11 @@ def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
     (tests/cuda/wheelfacts.py); ``import torch`` raises."""
     from tests.cuda import wheelfacts
 
-    python = make_target(root, {"torch": version, **extra_dists},
-                         {"torch/version.py": wheelfacts.torch_version_py(version),
-                          "torch/__init__.py": NO_IMPORT})
+    python = make_target(
+        root,
+        {"torch": version, **extra_dists},
+        {"torch/version.py": wheelfacts.torch_version_py(version), "torch/__init__.py": NO_IMPORT},
+    )
     site = next((root / "lib").glob("python3*/site-packages"))
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)

@@ -21,11 +21,19 @@ def static_cudart_library(path: Path, *versions: int) -> Path:
     source = path.with_suffix(".c")
     stores = "".join(
         f"__attribute__((noinline, used)) int cudart_store_{i}(int *v) {{ *v = {v}; return 0; }}\n"
-        for i, v in enumerate(versions))
-    source.write_text(stores + "int cudaRuntimeGetVersion(int *v) { return "
-                      + ("cudart_store_0(v)" if versions else "0") + "; }\n")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(path), str(source)],
-                   check=True, capture_output=True)
+        for i, v in enumerate(versions)
+    )
+    source.write_text(
+        stores
+        + "int cudaRuntimeGetVersion(int *v) { return "
+        + ("cudart_store_0(v)" if versions else "0")
+        + "; }\n"
+    )
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", "-o", str(path), str(source)],
+        check=True,
+        capture_output=True,
+    )
     return path
 
 

@@ -16,12 +16,19 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 
 def _repository(full_name: str) -> dict[str, Any]:
     owner, name = full_name.split("/")
-    return {"full_name": full_name, "name": name, "owner": {"login": owner},
-            "default_branch": "main", "private": False, "fork": False}
+    return {
+        "full_name": full_name,
+        "name": name,
+        "owner": {"login": owner},
+        "default_branch": "main",
+        "private": False,
+        "fork": False,
+    }
 
 
-def pull_request_labeled(label: str, sender: str, *, number: int = 2, head: str = HEAD,
-                         repository: str = REPO) -> dict[str, Any]:
+def pull_request_labeled(
+    label: str, sender: str, *, number: int = 2, head: str = HEAD, repository: str = REPO
+) -> dict[str, Any]:
     """A ``pull_request`` ``labeled`` event: ``label`` added by ``sender`` to a same-repository
     pull request."""
     repo = _repository(repository)
@@ -32,7 +39,10 @@ def pull_request_labeled(label: str, sender: str, *, number: int = 2, head: str 
         "sender": {"login": sender, "type": "User"},
         "repository": repo,
         "pull_request": {
-            "number": number, "state": "open", "draft": False, "labels": [{"name": label}],
+            "number": number,
+            "state": "open",
+            "draft": False,
+            "labels": [{"name": label}],
             "user": {"login": repo["owner"]["login"]},
             "head": {"sha": head, "ref": "changes", "repo": repo},
             "base": {"sha": "f" * 40, "ref": "main", "repo": repo},
@@ -40,8 +50,12 @@ def pull_request_labeled(label: str, sender: str, *, number: int = 2, head: str 
     }
 
 
-def workflow_dispatch(sender: str = "Codertocat", *,
-                      repository: str = REPO) -> dict[str, Any]:
+def workflow_dispatch(sender: str = "Codertocat", *, repository: str = REPO) -> dict[str, Any]:
     """A ``workflow_dispatch`` event without inputs."""
-    return {"inputs": {}, "ref": "refs/heads/main", "sender": {"login": sender, "type": "User"},
-            "repository": _repository(repository), "workflow": ".github/workflows/cuda-ci.yml"}
+    return {
+        "inputs": {},
+        "ref": "refs/heads/main",
+        "sender": {"login": sender, "type": "User"},
+        "repository": _repository(repository),
+        "workflow": ".github/workflows/cuda-ci.yml",
+    }

@@ -54,11 +54,23 @@ def entry_bytes(entry: Entry) -> bytes:
     else:
         payload = b"\x7fELF\x02\x01\x01\x33" + bytes(24)
     payload += bytes(-len(payload) % 8)
-    header = struct.pack("<HHIQIIHHIIIQQQ", KIND[entry.kind], 0x0101, entry.header_size,
-                         len(payload), 0, 64 if entry.header_size > 64 else 0,
-                         0 if entry.kind == "ptx" else 8, 1 if entry.kind == "elf" else 9,
-                         entry.sm, 0, 0,
-                         BASE_FLAGS | SUFFIX_FLAGS[entry.suffix] | entry.extra_flags, 0, 0)
+    header = struct.pack(
+        "<HHIQIIHHIIIQQQ",
+        KIND[entry.kind],
+        0x0101,
+        entry.header_size,
+        len(payload),
+        0,
+        64 if entry.header_size > 64 else 0,
+        0 if entry.kind == "ptx" else 8,
+        1 if entry.kind == "elf" else 9,
+        entry.sm,
+        0,
+        0,
+        BASE_FLAGS | SUFFIX_FLAGS[entry.suffix] | entry.extra_flags,
+        0,
+        0,
+    )
     return header + bytes(entry.header_size - len(header)) + payload
 
 
@@ -69,16 +81,14 @@ def container(entries: Iterable[Entry]) -> bytes:
 
 def section_for(targets_per_container: Sequence[Sequence[str]]) -> bytes:
     """One container per inner list (a library has one per translation unit), 8-aligned."""
-    return b"".join(container(Entry.parse(t) for t in targets) for targets in
-                    targets_per_container)
+    return b"".join(container(Entry.parse(t) for t in targets) for targets in targets_per_container)
 
 
 def have_compiler() -> bool:
     return shutil.which("gcc") is not None
 
 
-def build_library(path: Path, section: bytes, *, name: str = ".nv_fatbin",
-                  filler: int = 0) -> Path:
+def build_library(path: Path, section: bytes, *, name: str = ".nv_fatbin", filler: int = 0) -> Path:
     """A shared object whose ``name`` section holds ``section`` (plus ``filler`` bytes of
     ordinary read-only data, to make the image large)."""
     data = ", ".join(str(b) for b in section) or "0"
@@ -86,9 +96,14 @@ def build_library(path: Path, section: bytes, *, name: str = ".nv_fatbin",
     source.write_text(
         f'__attribute__((section("{name}"), used, aligned(8)))\n'
         f"const unsigned char fatbin_data[] = {{{data}}};\n"
-        + (f"__attribute__((used)) const unsigned char filler[{filler}] = {{1}};\n"
-           if filler else "")
-        + "int gpu_ci_test_symbol(void) { return 1; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(path), str(source)], check=True,
-                   capture_output=True)
+        + (
+            f"__attribute__((used)) const unsigned char filler[{filler}] = {{1}};\n"
+            if filler
+            else ""
+        )
+        + "int gpu_ci_test_symbol(void) { return 1; }\n"
+    )
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(path), str(source)], check=True, capture_output=True
+    )
     return path

@@ -178,8 +178,15 @@ class LoggedRequest:
 
 
 #: The list-runs parameters that make a listing a search, capped at 1,000 results.
-RUN_SEARCH_PARAMETERS = ("actor", "branch", "check_suite_id", "created", "event", "head_sha",
-                         "status")
+RUN_SEARCH_PARAMETERS = (
+    "actor",
+    "branch",
+    "check_suite_id",
+    "created",
+    "event",
+    "head_sha",
+    "status",
+)
 #: "it includes up to 300 changed files for the entire comparison" (repos/compare-commits).
 COMPARE_FILES_MAX = 300
 #: "Responses include a maximum of 3000 files." (pulls/list-files)
@@ -187,21 +194,35 @@ PULL_FILES_MAX = 3000
 #: A route's header (never sent) marking an answer GitHub.com's description does not cover on
 #: purpose (an older GHES's shape); recorded in ``FakeGitHub.outside_contract``.
 OUTSIDE_CONTRACT = "X-Test-Outside-Contract"
-SECONDARY_RATE_LIMIT_DOCS = ("https://docs.github.com/free-pro-team@latest/rest/overview/"
-                             "rate-limits-for-the-rest-api#about-secondary-rate-limits")
+SECONDARY_RATE_LIMIT_DOCS = (
+    "https://docs.github.com/free-pro-team@latest/rest/overview/"
+    "rate-limits-for-the-rest-api#about-secondary-rate-limits"
+)
 
 
 #: GitHub's legacy ``permission`` field for each role (maintain→write, triage→read).
-LEGACY_PERMISSION = {"admin": "admin", "maintain": "write", "write": "write",
-                     "triage": "read", "read": "read", "none": "none"}
+LEGACY_PERMISSION = {
+    "admin": "admin",
+    "maintain": "write",
+    "write": "write",
+    "triage": "read",
+    "read": "read",
+    "none": "none",
+}
 
 
 class FakeGitHub:
     """State plus an HTTP server. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, *, per_page_max: int = 100, run_search_cap: int | None = 1000,
-                 contract: bool = True, max_concurrent: int | None = 100,
-                 writes_per_minute: int | None = 80) -> None:
+    def __init__(
+        self,
+        *,
+        per_page_max: int = 100,
+        run_search_cap: int | None = 1000,
+        contract: bool = True,
+        max_concurrent: int | None = 100,
+        writes_per_minute: int | None = 80,
+    ) -> None:
         """``run_search_cap``: GitHub's 1,000-result limit of filtered run listings (None:
         off). ``contract``: validate every request and response against GitHub's OpenAPI
         description (tests/openapi_contract.py). ``max_concurrent`` / ``writes_per_minute``:
@@ -259,9 +280,17 @@ class FakeGitHub:
         self.repos[full_name].runs.append(run)
         return run
 
-    def add_artifact(self, full_name: str, name: str, files: dict[str, bytes], *,
-                     head_branch: str = "main", fork: bool = False, run_id: int | None = None,
-                     created_at: str = "2026-11-02T10:00:00Z") -> Artifact:
+    def add_artifact(
+        self,
+        full_name: str,
+        name: str,
+        files: dict[str, bytes],
+        *,
+        head_branch: str = "main",
+        fork: bool = False,
+        run_id: int | None = None,
+        created_at: str = "2026-11-02T10:00:00Z",
+    ) -> Artifact:
         """An artifact as ``actions/upload-artifact`` leaves it: a zip of ``files``, made by a
         run on ``head_branch`` (of a fork when ``fork``)."""
         import io
@@ -272,10 +301,19 @@ class FakeGitHub:
             for member, data in files.items():
                 archive.writestr(member, data)
         repo_id = self.repo_id(full_name)
-        art = Artifact(self.next_id(), name, buf.getvalue(), {
-            "id": run_id or self.next_id(), "repository_id": repo_id,
-            "head_repository_id": repo_id + 1 if fork else repo_id,
-            "head_branch": head_branch, "head_sha": "c" * 40}, created_at)
+        art = Artifact(
+            self.next_id(),
+            name,
+            buf.getvalue(),
+            {
+                "id": run_id or self.next_id(),
+                "repository_id": repo_id,
+                "head_repository_id": repo_id + 1 if fork else repo_id,
+                "head_branch": head_branch,
+                "head_sha": "c" * 40,
+            },
+            created_at,
+        )
         self.repos[full_name].artifacts.append(art)
         return art
 
@@ -287,8 +325,14 @@ class FakeGitHub:
                         return repo, run, job
         raise KeyError(job_id)
 
-    def start_job(self, job_id: int, at: str, *, runner: str = "gpu-runner-1",
-                  group: tuple[int, str] | None = None) -> Job:
+    def start_job(
+        self,
+        job_id: int,
+        at: str,
+        *,
+        runner: str = "gpu-runner-1",
+        group: tuple[int, str] | None = None,
+    ) -> Job:
         """A runner picked the job up: queued → in_progress (its run too)."""
         _repo, run, job = self.find_job(job_id)
         job.status, job.started_at, job.runner_name = "in_progress", at, runner
@@ -311,34 +355,60 @@ class FakeGitHub:
         run.updated_at = at
         return job
 
-    def inject(self, method: str, path_regex: str, status: int, *, times: int = 1,
-               retry_after: float | None = None, body: dict[str, Any] | None = None,
-               headers: dict[str, str] | None = None, delay: float = 0.0) -> None:
+    def inject(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        times: int = 1,
+        retry_after: float | None = None,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
         """Answer the next ``times`` matching requests with ``status`` (0 = only delay)."""
         hdrs = dict(headers or {})
         if retry_after is not None:
             hdrs["Retry-After"] = str(retry_after)
-        self.faults.append(Fault(method.upper(), re.compile(path_regex), status, times, hdrs,
-                                 body, delay))
+        self.faults.append(
+            Fault(method.upper(), re.compile(path_regex), status, times, hdrs, body, delay)
+        )
 
     def on_request(self, method: str, path_regex: str, callback: Any) -> None:
         """Call ``callback(path)`` before answering each matching request: state changes
         between two calls of a client (a runner picks a job up between list and re-read)."""
         self.hooks.append((method.upper(), re.compile(path_regex), callback))
 
-    def secondary_rate_limit(self, method: str = "*", path_regex: str = "", *, times: int = 1,
-                             retry_after: int = 60, status: int = 403) -> None:
+    def secondary_rate_limit(
+        self,
+        method: str = "*",
+        path_regex: str = "",
+        *,
+        times: int = 1,
+        retry_after: int = 60,
+        status: int = 403,
+    ) -> None:
         """Answer the next ``times`` matching requests as GitHub's secondary rate limit does:
         "you will receive a 403 or 429 response and an error message that indicates that you
         exceeded a secondary rate limit. If the retry-after response header is present, you
         should not retry your request until after that many seconds has elapsed."
         (docs.github.com, Rate limits for the REST API)."""
-        self.inject(method, path_regex, status, times=times, retry_after=retry_after,
-                    body=_secondary_body(len(self.log)))
+        self.inject(
+            method,
+            path_regex,
+            status,
+            times=times,
+            retry_after=retry_after,
+            body=_secondary_body(len(self.log)),
+        )
 
     def requests(self, method: str | None = None, path_contains: str = "") -> list[LoggedRequest]:
-        return [r for r in self.log
-                if (method is None or r.method == method) and path_contains in r.path]
+        return [
+            r
+            for r in self.log
+            if (method is None or r.method == method) and path_contains in r.path
+        ]
 
     # -- server ---------------------------------------------------------------------------
     @property
@@ -365,8 +435,10 @@ class FakeGitHub:
         self.storage.stop()
         if self.contract_violations:
             listed = "\n  ".join(self.contract_violations[:20])
-            raise AssertionError(f"the test GitHub server broke GitHub's REST contract "
-                                 f"({len(self.contract_violations)} violation(s)):\n  {listed}")
+            raise AssertionError(
+                f"the test GitHub server broke GitHub's REST contract "
+                f"({len(self.contract_violations)} violation(s)):\n  {listed}"
+            )
 
     def __enter__(self) -> FakeGitHub:
         return self.start()
@@ -382,19 +454,27 @@ class FakeGitHub:
         """A ``simple-user``."""
         uid = _stable_id(login, 10**7)
         api = f"{self.url}/users/{quote(login)}"
-        return {"login": login, "id": uid, "node_id": f"U_kgDO{uid}",
-                "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
-                "gravatar_id": "", "url": api, "html_url": f"https://github.com/{login}",
-                "followers_url": f"{api}/followers",
-                "following_url": f"{api}/following{{/other_user}}",
-                "gists_url": f"{api}/gists{{/gist_id}}",
-                "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
-                "subscriptions_url": f"{api}/subscriptions",
-                "organizations_url": f"{api}/orgs", "repos_url": f"{api}/repos",
-                "events_url": f"{api}/events{{/privacy}}",
-                "received_events_url": f"{api}/received_events",
-                "type": "Bot" if login.endswith("[bot]") else "User",
-                "user_view_type": "public", "site_admin": False}
+        return {
+            "login": login,
+            "id": uid,
+            "node_id": f"U_kgDO{uid}",
+            "avatar_url": f"https://avatars.githubusercontent.com/u/{uid}?v=4",
+            "gravatar_id": "",
+            "url": api,
+            "html_url": f"https://github.com/{login}",
+            "followers_url": f"{api}/followers",
+            "following_url": f"{api}/following{{/other_user}}",
+            "gists_url": f"{api}/gists{{/gist_id}}",
+            "starred_url": f"{api}/starred{{/owner}}{{/repo}}",
+            "subscriptions_url": f"{api}/subscriptions",
+            "organizations_url": f"{api}/orgs",
+            "repos_url": f"{api}/repos",
+            "events_url": f"{api}/events{{/privacy}}",
+            "received_events_url": f"{api}/received_events",
+            "type": "Bot" if login.endswith("[bot]") else "User",
+            "user_view_type": "public",
+            "site_admin": False,
+        }
 
     def repo_id(self, full_name: str) -> int:
         return _stable_id(full_name, 10**8)
@@ -405,20 +485,43 @@ class FakeGitHub:
         owner, name = repo.full_name.split("/")
         api = f"{self.url}/repos/{repo.full_name}"
         out: dict[str, Any] = {
-            "id": self.repo_id(repo.full_name), "node_id": f"R_kgDO{self.repo_id(repo.full_name)}",
-            "name": name, "full_name": repo.full_name, "private": repo.private,
-            "owner": self.user_json(owner), "html_url": f"https://github.com/{repo.full_name}",
-            "description": None, "fork": fork, "url": api,
+            "id": self.repo_id(repo.full_name),
+            "node_id": f"R_kgDO{self.repo_id(repo.full_name)}",
+            "name": name,
+            "full_name": repo.full_name,
+            "private": repo.private,
+            "owner": self.user_json(owner),
+            "html_url": f"https://github.com/{repo.full_name}",
+            "description": None,
+            "fork": fork,
+            "url": api,
             "visibility": "private" if repo.private else "public",
-            "default_branch": repo.default_branch, "homepage": None, "language": "Python",
-            "license": None, "mirror_url": None, "archived": False, "disabled": False,
-            "is_template": False, "topics": [],
-            "forks": 0, "forks_count": 0, "open_issues": len(repo.pulls),
-            "open_issues_count": len(repo.pulls), "size": 108, "stargazers_count": 0,
-            "watchers": 0, "watchers_count": 0,
-            "has_downloads": True, "has_issues": True, "has_projects": True, "has_wiki": True,
-            "has_pages": False, "allow_forking": True, "web_commit_signoff_required": False,
-            "pushed_at": "2026-11-02T09:00:00Z", "created_at": "2026-01-01T00:00:00Z",
+            "default_branch": repo.default_branch,
+            "homepage": None,
+            "language": "Python",
+            "license": None,
+            "mirror_url": None,
+            "archived": False,
+            "disabled": False,
+            "is_template": False,
+            "topics": [],
+            "forks": 0,
+            "forks_count": 0,
+            "open_issues": len(repo.pulls),
+            "open_issues_count": len(repo.pulls),
+            "size": 108,
+            "stargazers_count": 0,
+            "watchers": 0,
+            "watchers_count": 0,
+            "has_downloads": True,
+            "has_issues": True,
+            "has_projects": True,
+            "has_wiki": True,
+            "has_pages": False,
+            "allow_forking": True,
+            "web_commit_signoff_required": False,
+            "pushed_at": "2026-11-02T09:00:00Z",
+            "created_at": "2026-01-01T00:00:00Z",
             "updated_at": "2026-11-02T09:00:00Z",
             "git_url": f"git://github.com/{repo.full_name}.git",
             "ssh_url": f"git@github.com:{repo.full_name}.git",
@@ -431,14 +534,24 @@ class FakeGitHub:
 
     def full_repo_json(self, repo: Repo) -> dict[str, Any]:
         """A ``full-repository`` (``GET /repos/{owner}/{repo}``)."""
-        return {**self.repo_json(repo), "has_discussions": False, "network_count": 0,
-                "subscribers_count": 1}
+        return {
+            **self.repo_json(repo),
+            "has_discussions": False,
+            "network_count": 0,
+            "subscribers_count": 1,
+        }
 
     def label_json(self, repo: Repo, name: str) -> dict[str, Any]:
         lid = _stable_id(name, 10**7)
-        return {"id": lid, "node_id": f"LA_kwDO{lid}", "name": name, "color": "ededed",
-                "default": False, "description": None,
-                "url": f"{self.url}/repos/{repo.full_name}/labels/{quote(name, safe='')}"}
+        return {
+            "id": lid,
+            "node_id": f"LA_kwDO{lid}",
+            "name": name,
+            "color": "ededed",
+            "default": False,
+            "description": None,
+            "url": f"{self.url}/repos/{repo.full_name}/labels/{quote(name, safe='')}",
+        }
 
     def pull_json(self, repo: Repo, pr: PullRequest) -> dict[str, Any]:
         """A ``pull-request``: ``head`` and ``base`` carry whole ``repository`` objects."""
@@ -451,78 +564,145 @@ class FakeGitHub:
         html = f"https://github.com/{repo.full_name}/pull/{pr.number}"
         closed = None if pr.state == "open" else "2026-11-03T10:00:00Z"
         return {
-            "url": f"{api}/pulls/{pr.number}", "id": 1000 + pr.number,
-            "node_id": f"PR_kwDO{1000 + pr.number}", "number": pr.number, "state": pr.state,
-            "locked": False, "title": f"PR {pr.number}", "body": None, "draft": pr.draft,
-            "merged": pr.merged, "user": self.user_json(pr.user),
+            "url": f"{api}/pulls/{pr.number}",
+            "id": 1000 + pr.number,
+            "node_id": f"PR_kwDO{1000 + pr.number}",
+            "number": pr.number,
+            "state": pr.state,
+            "locked": False,
+            "title": f"PR {pr.number}",
+            "body": None,
+            "draft": pr.draft,
+            "merged": pr.merged,
+            "user": self.user_json(pr.user),
             "labels": [self.label_json(repo, n) for n in pr.labels],
-            "head": {"label": f"{owner}:{pr.head_ref}", "ref": pr.head_ref, "sha": pr.head_sha,
-                     "user": self.user_json(owner), "repo": head_repo_json},
-            "base": {"label": f"{base_owner}:{pr.base_ref}",
-                     "ref": pr.base_ref, "sha": "b" * 40,
-                     "user": self.user_json(base_owner), "repo": self.repo_json(repo)},
-            "html_url": html, "diff_url": f"{html}.diff", "patch_url": f"{html}.patch",
+            "head": {
+                "label": f"{owner}:{pr.head_ref}",
+                "ref": pr.head_ref,
+                "sha": pr.head_sha,
+                "user": self.user_json(owner),
+                "repo": head_repo_json,
+            },
+            "base": {
+                "label": f"{base_owner}:{pr.base_ref}",
+                "ref": pr.base_ref,
+                "sha": "b" * 40,
+                "user": self.user_json(base_owner),
+                "repo": self.repo_json(repo),
+            },
+            "html_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
             "issue_url": f"{api}/issues/{pr.number}",
             "commits_url": f"{api}/pulls/{pr.number}/commits",
             "review_comments_url": f"{api}/pulls/{pr.number}/comments",
             "review_comment_url": f"{api}/pulls/comments{{/number}}",
             "comments_url": f"{api}/issues/{pr.number}/comments",
             "statuses_url": f"{api}/statuses/{pr.head_sha}",
-            "_links": {key: {"href": href} for key, href in (
-                ("self", f"{api}/pulls/{pr.number}"), ("html", html),
-                ("issue", f"{api}/issues/{pr.number}"),
-                ("comments", f"{api}/issues/{pr.number}/comments"),
-                ("review_comments", f"{api}/pulls/{pr.number}/comments"),
-                ("review_comment", f"{api}/pulls/comments{{/number}}"),
-                ("commits", f"{api}/pulls/{pr.number}/commits"),
-                ("statuses", f"{api}/statuses/{pr.head_sha}"))},
-            "created_at": "2026-11-01T10:00:00Z", "updated_at": "2026-11-02T10:00:00Z",
-            "closed_at": closed, "merged_at": closed if pr.merged else None,
-            "merge_commit_sha": None, "assignee": None, "assignees": [],
-            "requested_reviewers": [], "requested_teams": [], "milestone": None,
-            "author_association": "CONTRIBUTOR", "auto_merge": None, "active_lock_reason": None,
-            "mergeable": None, "rebaseable": None, "mergeable_state": "unknown",
-            "merged_by": None, "comments": 0, "review_comments": 0,
-            "maintainer_can_modify": False, "commits": 1, "additions": len(pr.files),
-            "deletions": 0, "changed_files": len(pr.files),
+            "_links": {
+                key: {"href": href}
+                for key, href in (
+                    ("self", f"{api}/pulls/{pr.number}"),
+                    ("html", html),
+                    ("issue", f"{api}/issues/{pr.number}"),
+                    ("comments", f"{api}/issues/{pr.number}/comments"),
+                    ("review_comments", f"{api}/pulls/{pr.number}/comments"),
+                    ("review_comment", f"{api}/pulls/comments{{/number}}"),
+                    ("commits", f"{api}/pulls/{pr.number}/commits"),
+                    ("statuses", f"{api}/statuses/{pr.head_sha}"),
+                )
+            },
+            "created_at": "2026-11-01T10:00:00Z",
+            "updated_at": "2026-11-02T10:00:00Z",
+            "closed_at": closed,
+            "merged_at": closed if pr.merged else None,
+            "merge_commit_sha": None,
+            "assignee": None,
+            "assignees": [],
+            "requested_reviewers": [],
+            "requested_teams": [],
+            "milestone": None,
+            "author_association": "CONTRIBUTOR",
+            "auto_merge": None,
+            "active_lock_reason": None,
+            "mergeable": None,
+            "rebaseable": None,
+            "mergeable_state": "unknown",
+            "merged_by": None,
+            "comments": 0,
+            "review_comments": 0,
+            "maintainer_can_modify": False,
+            "commits": 1,
+            "additions": len(pr.files),
+            "deletions": 0,
+            "changed_files": len(pr.files),
         }
 
-    def review_json(self, repo: Repo, pr: PullRequest, index: int,
-                    review: tuple[str, str, str]) -> dict[str, Any]:
+    def review_json(
+        self, repo: Repo, pr: PullRequest, index: int, review: tuple[str, str, str]
+    ) -> dict[str, Any]:
         """A pull request review as ``GET /repos/{o}/{r}/pulls/{n}/reviews`` lists it."""
         login, state, commit_id = review
-        html = (f"https://github.com/{repo.full_name}/pull/{pr.number}"
-                f"#pullrequestreview-{80 + index}")
+        html = (
+            f"https://github.com/{repo.full_name}/pull/{pr.number}#pullrequestreview-{80 + index}"
+        )
         pull_url = f"{self.url}/repos/{repo.full_name}/pulls/{pr.number}"
-        return {"id": 80 + index, "node_id": f"PRR_{index}", "user": self.user_json(login),
-                "body": "", "state": state, "commit_id": commit_id,
-                "html_url": html, "pull_request_url": pull_url,
-                "_links": {"html": {"href": html}, "pull_request": {"href": pull_url}},
-                "author_association": "COLLABORATOR",
-                "submitted_at": f"2026-01-0{1 + index % 9}T00:00:00Z"}
+        return {
+            "id": 80 + index,
+            "node_id": f"PRR_{index}",
+            "user": self.user_json(login),
+            "body": "",
+            "state": state,
+            "commit_id": commit_id,
+            "html_url": html,
+            "pull_request_url": pull_url,
+            "_links": {"html": {"href": html}, "pull_request": {"href": pull_url}},
+            "author_association": "COLLABORATOR",
+            "submitted_at": f"2026-01-0{1 + index % 9}T00:00:00Z",
+        }
 
     def file_json(self, repo: Repo, name: str, ref: str) -> dict[str, Any]:
         """A ``diff-entry`` (pull request files, compare files)."""
         path = quote(name)
-        return {"sha": "f" * 40, "filename": name, "status": "modified", "additions": 1,
-                "deletions": 0, "changes": 1, "patch": "@@ -1 +1 @@\n-a\n+b",
-                "blob_url": f"https://github.com/{repo.full_name}/blob/{ref}/{path}",
-                "raw_url": f"https://github.com/{repo.full_name}/raw/{ref}/{path}",
-                "contents_url": f"{self.url}/repos/{repo.full_name}/contents/{path}?ref={ref}"}
+        return {
+            "sha": "f" * 40,
+            "filename": name,
+            "status": "modified",
+            "additions": 1,
+            "deletions": 0,
+            "changes": 1,
+            "patch": "@@ -1 +1 @@\n-a\n+b",
+            "blob_url": f"https://github.com/{repo.full_name}/blob/{ref}/{path}",
+            "raw_url": f"https://github.com/{repo.full_name}/raw/{ref}/{path}",
+            "contents_url": f"{self.url}/repos/{repo.full_name}/contents/{path}?ref={ref}",
+        }
 
     def commit_json(self, repo: Repo, sha: str) -> dict[str, Any]:
         """A ``commit`` (compare's commits and base commits)."""
         api = f"{self.url}/repos/{repo.full_name}"
-        person = {"name": "contributor", "email": "contributor@example.com",
-                  "date": "2026-11-02T09:00:00Z"}
-        return {"url": f"{api}/commits/{sha}", "sha": sha, "node_id": f"C_kwDO{sha[:12]}",
-                "html_url": f"https://github.com/{repo.full_name}/commit/{sha}",
-                "comments_url": f"{api}/commits/{sha}/comments",
-                "commit": {"url": f"{api}/git/commits/{sha}", "author": person,
-                           "committer": person, "message": "A change", "comment_count": 0,
-                           "tree": {"sha": "e" * 40, "url": f"{api}/git/trees/{'e' * 40}"}},
-                "author": self.user_json("contributor"),
-                "committer": self.user_json("contributor"), "parents": []}
+        person = {
+            "name": "contributor",
+            "email": "contributor@example.com",
+            "date": "2026-11-02T09:00:00Z",
+        }
+        return {
+            "url": f"{api}/commits/{sha}",
+            "sha": sha,
+            "node_id": f"C_kwDO{sha[:12]}",
+            "html_url": f"https://github.com/{repo.full_name}/commit/{sha}",
+            "comments_url": f"{api}/commits/{sha}/comments",
+            "commit": {
+                "url": f"{api}/git/commits/{sha}",
+                "author": person,
+                "committer": person,
+                "message": "A change",
+                "comment_count": 0,
+                "tree": {"sha": "e" * 40, "url": f"{api}/git/trees/{'e' * 40}"},
+            },
+            "author": self.user_json("contributor"),
+            "committer": self.user_json("contributor"),
+            "parents": [],
+        }
 
     def run_json(self, repo: Repo, run: WorkflowRun) -> dict[str, Any]:
         """A ``workflow-run``. A run from a fork lists no ``pull_requests`` (GitHub fills them
@@ -534,99 +714,171 @@ class FakeGitHub:
         head: dict[str, Any] | None = None
         if not run.fork_deleted:
             head_name = run.head_repo or repo.full_name
-            head = self.minimal_repo_json(self.repos.get(head_name) or Repo(head_name),
-                                          fork=head_name != repo.full_name)
-        pulls = [] if fork else [self.pull_minimal_json(repo, run, n)
-                                 for n in run.pull_requests]
+            head = self.minimal_repo_json(
+                self.repos.get(head_name) or Repo(head_name), fork=head_name != repo.full_name
+            )
+        pulls = [] if fork else [self.pull_minimal_json(repo, run, n) for n in run.pull_requests]
         return {
-            "id": run.id, "name": run.name, "node_id": f"WFR_kwLO{run.id}",
-            "check_suite_id": run.id + 1, "check_suite_node_id": f"CS_kwDO{run.id + 1}",
-            "head_branch": run.head_branch, "head_sha": run.head_sha, "path": run.path,
-            "display_title": run.name, "run_number": run.id % 1000, "event": run.event,
-            "status": run.status, "conclusion": run.conclusion,
-            "workflow_id": run.workflow_id, "url": base,
+            "id": run.id,
+            "name": run.name,
+            "node_id": f"WFR_kwLO{run.id}",
+            "check_suite_id": run.id + 1,
+            "check_suite_node_id": f"CS_kwDO{run.id + 1}",
+            "head_branch": run.head_branch,
+            "head_sha": run.head_sha,
+            "path": run.path,
+            "display_title": run.name,
+            "run_number": run.id % 1000,
+            "event": run.event,
+            "status": run.status,
+            "conclusion": run.conclusion,
+            "workflow_id": run.workflow_id,
+            "url": base,
             "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run.id}",
-            "pull_requests": pulls, "referenced_workflows": [],
-            "created_at": run.created_at, "updated_at": run.updated_at or run.created_at,
+            "pull_requests": pulls,
+            "referenced_workflows": [],
+            "created_at": run.created_at,
+            "updated_at": run.updated_at or run.created_at,
             "actor": self.user_json(run.actor),
             "triggering_actor": self.user_json(run.triggering_actor or run.actor),
             "run_attempt": run.run_attempt,
             "run_started_at": run.run_started_at or run.created_at,
-            "jobs_url": f"{base}/jobs", "logs_url": f"{base}/logs",
+            "jobs_url": f"{base}/jobs",
+            "logs_url": f"{base}/logs",
             "check_suite_url": f"{api}/check-suites/{run.id + 1}",
-            "artifacts_url": f"{base}/artifacts", "cancel_url": f"{base}/cancel",
+            "artifacts_url": f"{base}/artifacts",
+            "cancel_url": f"{base}/cancel",
             "rerun_url": f"{base}/rerun",
-            "previous_attempt_url": (f"{base}/attempts/{run.run_attempt - 1}"
-                                     if run.run_attempt > 1 else None),
+            "previous_attempt_url": (
+                f"{base}/attempts/{run.run_attempt - 1}" if run.run_attempt > 1 else None
+            ),
             "workflow_url": f"{api}/actions/workflows/{run.workflow_id}",
-            "head_commit": {"id": run.head_sha, "tree_id": "e" * 40, "message": "A change",
-                            "timestamp": run.created_at,
-                            "author": {"name": run.actor, "email": f"{run.actor}@example.com"},
-                            "committer": {"name": "GitHub", "email": "noreply@github.com"}},
-            "repository": self.minimal_repo_json(repo), "head_repository": head,
+            "head_commit": {
+                "id": run.head_sha,
+                "tree_id": "e" * 40,
+                "message": "A change",
+                "timestamp": run.created_at,
+                "author": {"name": run.actor, "email": f"{run.actor}@example.com"},
+                "committer": {"name": "GitHub", "email": "noreply@github.com"},
+            },
+            "repository": self.minimal_repo_json(repo),
+            "head_repository": head,
         }
 
     def minimal_repo_json(self, repo: Repo, *, fork: bool = False) -> dict[str, Any]:
         """A ``minimal-repository`` (runs): the hypermedia URLs, no counts or dates."""
         full = self.repo_json(repo, fork=fork)
-        keep = set(_REPO_URLS) | {"id", "node_id", "name", "full_name", "private", "owner",
-                                  "html_url", "description", "fork", "url"}
+        keep = set(_REPO_URLS) | {
+            "id",
+            "node_id",
+            "name",
+            "full_name",
+            "private",
+            "owner",
+            "html_url",
+            "description",
+            "fork",
+            "url",
+        }
         return {k: v for k, v in full.items() if k in keep}
 
     def pull_minimal_json(self, repo: Repo, run: WorkflowRun, number: int) -> dict[str, Any]:
         """A ``pull-request-minimal`` (a run's ``pull_requests``)."""
         pr = repo.pulls.get(number)
         rid = self.repo_id(repo.full_name)
-        ref = {"id": rid, "url": f"{self.url}/repos/{repo.full_name}",
-               "name": repo.full_name.split("/")[1]}
-        return {"id": 1000 + number, "number": number,
-                "url": f"{self.url}/repos/{repo.full_name}/pulls/{number}",
-                "head": {"ref": pr.head_ref if pr else run.head_branch,
-                         "sha": pr.head_sha if pr else run.head_sha, "repo": ref},
-                "base": {"ref": pr.base_ref if pr else repo.default_branch,
-                         "sha": "b" * 40, "repo": ref}}
+        ref = {
+            "id": rid,
+            "url": f"{self.url}/repos/{repo.full_name}",
+            "name": repo.full_name.split("/")[1],
+        }
+        return {
+            "id": 1000 + number,
+            "number": number,
+            "url": f"{self.url}/repos/{repo.full_name}/pulls/{number}",
+            "head": {
+                "ref": pr.head_ref if pr else run.head_branch,
+                "sha": pr.head_sha if pr else run.head_sha,
+                "repo": ref,
+            },
+            "base": {
+                "ref": pr.base_ref if pr else repo.default_branch,
+                "sha": "b" * 40,
+                "repo": ref,
+            },
+        }
 
     def job_json(self, repo: Repo, run: WorkflowRun, job: Job) -> dict[str, Any]:
         """A ``job``. ``started_at`` is required and not nullable: GitHub fills it with the
         creation time while the job waits."""
         return {
-            "id": job.id, "run_id": run.id, "node_id": f"CR_kwDO{job.id}",
+            "id": job.id,
+            "run_id": run.id,
+            "node_id": f"CR_kwDO{job.id}",
             "run_url": f"{self.url}/repos/{repo.full_name}/actions/runs/{run.id}",
-            "run_attempt": job.run_attempt, "head_sha": run.head_sha,
-            "head_branch": run.head_branch, "workflow_name": run.name,
+            "run_attempt": job.run_attempt,
+            "head_sha": run.head_sha,
+            "head_branch": run.head_branch,
+            "workflow_name": run.name,
             "url": f"{self.url}/repos/{repo.full_name}/actions/jobs/{job.id}",
             "html_url": f"https://github.com/{repo.full_name}/actions/runs/{run.id}/job/{job.id}",
-            "status": job.status, "conclusion": job.conclusion,
-            "created_at": job.created_at, "started_at": job.started_at or job.created_at,
-            "completed_at": job.completed_at, "name": job.name,
-            "steps": [{"name": s.name, "status": s.status, "conclusion": s.conclusion,
-                       "number": s.number, "started_at": s.started_at,
-                       "completed_at": s.completed_at} for s in job.steps],
+            "status": job.status,
+            "conclusion": job.conclusion,
+            "created_at": job.created_at,
+            "started_at": job.started_at or job.created_at,
+            "completed_at": job.completed_at,
+            "name": job.name,
+            "steps": [
+                {
+                    "name": s.name,
+                    "status": s.status,
+                    "conclusion": s.conclusion,
+                    "number": s.number,
+                    "started_at": s.started_at,
+                    "completed_at": s.completed_at,
+                }
+                for s in job.steps
+            ],
             "check_run_url": f"{self.url}/repos/{repo.full_name}/check-runs/{job.id}",
-            "labels": list(job.labels), "runner_id": None if job.runner_name is None else 1,
-            "runner_name": job.runner_name, "runner_group_id": job.runner_group_id,
+            "labels": list(job.labels),
+            "runner_id": None if job.runner_name is None else 1,
+            "runner_name": job.runner_name,
+            "runner_group_id": job.runner_group_id,
             "runner_group_name": job.runner_group_name,
         }
 
     def artifact_json(self, repo: Repo, art: Artifact) -> dict[str, Any]:
         base = f"{self.url}/repos/{repo.full_name}/actions/artifacts/{art.id}"
-        return {"id": art.id, "node_id": f"MDg6QXJ0aWZhY3Q{art.id}", "name": art.name,
-                "size_in_bytes": len(art.data), "url": base,
-                "archive_download_url": f"{base}/zip", "expired": art.expired,
-                "digest": None, "created_at": art.created_at, "updated_at": art.created_at,
-                "expires_at": "2027-02-28T10:00:00Z", "workflow_run": dict(art.workflow_run)}
+        return {
+            "id": art.id,
+            "node_id": f"MDg6QXJ0aWZhY3Q{art.id}",
+            "name": art.name,
+            "size_in_bytes": len(art.data),
+            "url": base,
+            "archive_download_url": f"{base}/zip",
+            "expired": art.expired,
+            "digest": None,
+            "created_at": art.created_at,
+            "updated_at": art.created_at,
+            "expires_at": "2027-02-28T10:00:00Z",
+            "workflow_run": dict(art.workflow_run),
+        }
 
-    def status_json(self, repo: Repo, sha: str, payload: dict[str, Any],
-                    creator: str) -> dict[str, Any]:
+    def status_json(
+        self, repo: Repo, sha: str, payload: dict[str, Any], creator: str
+    ) -> dict[str, Any]:
         sid = self.next_id()
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return {
-            "url": f"{self.url}/repos/{repo.full_name}/statuses/{sha}", "id": sid,
-            "node_id": f"SC_{sid}", "state": payload["state"],
+            "url": f"{self.url}/repos/{repo.full_name}/statuses/{sha}",
+            "id": sid,
+            "node_id": f"SC_{sid}",
+            "state": payload["state"],
             "description": payload.get("description"),
             "target_url": payload.get("target_url"),
             "context": payload.get("context") or "default",
-            "created_at": now, "updated_at": now, "creator": self.user_json(creator),
+            "created_at": now,
+            "updated_at": now,
+            "creator": self.user_json(creator),
             "avatar_url": None,
         }
 
@@ -652,12 +904,13 @@ def created_matches(created: str, value: str) -> bool:
     at = _instant(created, end=False)
     for op in (">=", "<=", ">", "<"):
         if value.startswith(op):
-            bound = _instant(value[len(op):], end=op in ("<=", ">"))
+            bound = _instant(value[len(op) :], end=op in ("<=", ">"))
             return {">=": at >= bound, "<=": at <= bound, ">": at > bound, "<": at < bound}[op]
     if ".." in value:
         lo, hi = value.split("..", 1)
-        return ((lo == "*" or at >= _instant(lo, end=False))
-                and (hi == "*" or at <= _instant(hi, end=True)))
+        return (lo == "*" or at >= _instant(lo, end=False)) and (
+            hi == "*" or at <= _instant(hi, end=True)
+        )
     return _instant(value, end=False) <= at <= _instant(value, end=True)
 
 
@@ -689,24 +942,41 @@ def _stable_id(text: str, modulo: int) -> int:
 
 #: A repository's hypermedia URLs, after ``{api}/repos/{owner}/{repo}``, as GitHub lists them.
 _REPO_URLS = {
-    "forks_url": "/forks", "keys_url": "/keys{/key_id}",
-    "collaborators_url": "/collaborators{/collaborator}", "teams_url": "/teams",
-    "hooks_url": "/hooks", "issue_events_url": "/issues/events{/number}",
-    "events_url": "/events", "assignees_url": "/assignees{/user}",
-    "branches_url": "/branches{/branch}", "tags_url": "/tags",
-    "blobs_url": "/git/blobs{/sha}", "git_tags_url": "/git/tags{/sha}",
-    "git_refs_url": "/git/refs{/sha}", "trees_url": "/git/trees{/sha}",
-    "statuses_url": "/statuses/{sha}", "languages_url": "/languages",
-    "stargazers_url": "/stargazers", "contributors_url": "/contributors",
-    "subscribers_url": "/subscribers", "subscription_url": "/subscription",
-    "commits_url": "/commits{/sha}", "git_commits_url": "/git/commits{/sha}",
-    "comments_url": "/comments{/number}", "issue_comment_url": "/issues/comments{/number}",
-    "contents_url": "/contents/{+path}", "compare_url": "/compare/{base}...{head}",
-    "merges_url": "/merges", "archive_url": "/{archive_format}{/ref}",
-    "downloads_url": "/downloads", "issues_url": "/issues{/number}",
-    "pulls_url": "/pulls{/number}", "milestones_url": "/milestones{/number}",
+    "forks_url": "/forks",
+    "keys_url": "/keys{/key_id}",
+    "collaborators_url": "/collaborators{/collaborator}",
+    "teams_url": "/teams",
+    "hooks_url": "/hooks",
+    "issue_events_url": "/issues/events{/number}",
+    "events_url": "/events",
+    "assignees_url": "/assignees{/user}",
+    "branches_url": "/branches{/branch}",
+    "tags_url": "/tags",
+    "blobs_url": "/git/blobs{/sha}",
+    "git_tags_url": "/git/tags{/sha}",
+    "git_refs_url": "/git/refs{/sha}",
+    "trees_url": "/git/trees{/sha}",
+    "statuses_url": "/statuses/{sha}",
+    "languages_url": "/languages",
+    "stargazers_url": "/stargazers",
+    "contributors_url": "/contributors",
+    "subscribers_url": "/subscribers",
+    "subscription_url": "/subscription",
+    "commits_url": "/commits{/sha}",
+    "git_commits_url": "/git/commits{/sha}",
+    "comments_url": "/comments{/number}",
+    "issue_comment_url": "/issues/comments{/number}",
+    "contents_url": "/contents/{+path}",
+    "compare_url": "/compare/{base}...{head}",
+    "merges_url": "/merges",
+    "archive_url": "/{archive_format}{/ref}",
+    "downloads_url": "/downloads",
+    "issues_url": "/issues{/number}",
+    "pulls_url": "/pulls{/number}",
+    "milestones_url": "/milestones{/number}",
     "notifications_url": "/notifications{?since,all,participating}",
-    "labels_url": "/labels{/name}", "releases_url": "/releases{/id}",
+    "labels_url": "/labels{/name}",
+    "releases_url": "/releases{/id}",
     "deployments_url": "/deployments",
 }
 
@@ -722,8 +992,11 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing -------------------------------------------------------------------------
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         gh = self.gh
-        data = b"" if status == 204 or body is None else (
-            body if isinstance(body, bytes) else json.dumps(body).encode())
+        data = (
+            b""
+            if status == 204 or body is None
+            else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        )
         self.send_response(status)
         if "Content-Type" not in (headers or {}):
             self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -749,14 +1022,20 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qs(split.query)
         length = int(self.headers.get("Content-Length") or 0)
         raw_body = self.rfile.read(length) if length else b""
-        entry = LoggedRequest(method, split.path, query, dict(self.headers.items()), 0,
-                              time.monotonic())
+        entry = LoggedRequest(
+            method, split.path, query, dict(self.headers.items()), 0, time.monotonic()
+        )
         with gh._lock:
             gh.log.append(entry)  # on arrival, so a request the client gave up on is seen
             gh.rate_remaining -= 1
-            fault = next((f for f in gh.faults
-                          if f.times > 0 and f.method in (method, "*")
-                          and f.path.search(split.path)), None)
+            fault = next(
+                (
+                    f
+                    for f in gh.faults
+                    if f.times > 0 and f.method in (method, "*") and f.path.search(split.path)
+                ),
+                None,
+            )
             if fault:
                 fault.times -= 1
         for hook_method, hook_path, callback in list(gh.hooks):
@@ -774,8 +1053,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, body, headers = limited
             else:
                 status, body, headers = self._route(method, split.path, query, raw_body)
-            status, body, headers = self._checked(method, split.path, query, status, body,
-                                                  headers)
+            status, body, headers = self._checked(method, split.path, query, status, body, headers)
         finally:
             with gh._lock:
                 gh._in_flight -= 1
@@ -799,8 +1077,15 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return 403, _secondary_body(len(gh.log)), {"Retry-After": "60"}
 
-    def _checked(self, method: str, path: str, query: dict[str, list[str]], status: int,
-                 body: Any, headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+    def _checked(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        status: int,
+        body: Any,
+        headers: dict[str, str],
+    ) -> tuple[int, Any, dict[str, str]]:
         """The answer, or a 500 naming what broke GitHub's contract (also recorded, so the
         test fails at ``stop()`` even where the product copes with a 500)."""
         contract = self.gh.contract
@@ -817,8 +1102,16 @@ class _Handler(BaseHTTPRequestHandler):
             return status, body, headers
         with self.gh._lock:
             self.gh.contract_violations.extend(problems)
-        return 500, {"message": "The test GitHub server broke GitHub's REST contract: "
-                     + "; ".join(problems), "documentation_url": DOCS, "status": "500"}, {}
+        return (
+            500,
+            {
+                "message": "The test GitHub server broke GitHub's REST contract: "
+                + "; ".join(problems),
+                "documentation_url": DOCS,
+                "status": "500",
+            },
+            {},
+        )
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -833,33 +1126,47 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         for prefix in ("token ", "Bearer ", "bearer "):
             if auth.startswith(prefix):
-                return auth[len(prefix):]
+                return auth[len(prefix) :]
         return ""
 
     # -- routes ---------------------------------------------------------------------------
-    def _route(self, method: str, path: str, query: dict[str, list[str]],
-               raw_body: bytes) -> tuple[int, Any, dict[str, str]]:
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], raw_body: bytes
+    ) -> tuple[int, Any, dict[str, str]]:
         gh = self.gh
         token = self._token()
         if gh.valid_tokens is not None and token not in gh.valid_tokens:
-            return 401, {"message": "Bad credentials", "documentation_url": DOCS,
-                         "status": "401"}, {}
+            return (
+                401,
+                {"message": "Bad credentials", "documentation_url": DOCS, "status": "401"},
+                {},
+            )
         if gh.rate_remaining < 0:
-            return 403, {"message": "API rate limit exceeded for installation.",
-                         "documentation_url": DOCS}, {}
+            return (
+                403,
+                {"message": "API rate limit exceeded for installation.", "documentation_url": DOCS},
+                {},
+            )
         if path.startswith("/api/v3/"):  # GitHub Enterprise Server's prefix
-            path = path[len("/api/v3"):]
+            path = path[len("/api/v3") :]
         parts = [unquote(p) for p in path.strip("/").split("/")]
-        if method == "GET" and len(parts) == 5 and parts[0] == "organizations" \
-                and parts[2:] == ["settings", "billing", "usage"]:
+        if (
+            method == "GET"
+            and len(parts) == 5
+            and parts[0] == "organizations"
+            and parts[2:] == ["settings", "billing", "usage"]
+        ):
             return self._billing_usage(parts[1], query, token)
         if parts == ["rate_limit"]:
             reset = int(time.time()) + 3600
-            core = {"limit": gh.rate_limit, "remaining": max(gh.rate_remaining, 0),
-                    "used": gh.rate_limit - max(gh.rate_remaining, 0), "reset": reset,
-                    "resource": "core"}
-            search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset,
-                      "resource": "search"}
+            core = {
+                "limit": gh.rate_limit,
+                "remaining": max(gh.rate_remaining, 0),
+                "used": gh.rate_limit - max(gh.rate_remaining, 0),
+                "reset": reset,
+                "resource": "core",
+            }
+            search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset, "resource": "search"}
             return 200, {"resources": {"core": core, "search": search}, "rate": core}, {}
         if len(parts) < 3 or parts[0] != "repos":
             return self._not_found()
@@ -869,15 +1176,26 @@ class _Handler(BaseHTTPRequestHandler):
         rest = parts[3:]
         if method == "GET" and not rest:
             return 200, gh.full_repo_json(repo), {}
-        if method == "GET" and len(rest) == 3 and rest[0] == "collaborators" \
-                and rest[2] == "permission":
+        if (
+            method == "GET"
+            and len(rest) == 3
+            and rest[0] == "collaborators"
+            and rest[2] == "permission"
+        ):
             login = rest[1]
             role = repo.roles.get(login, "read")
             legacy = LEGACY_PERMISSION.get(role, "read")
-            user = {**gh.user_json(login), "role_name": role,
-                    "permissions": {"admin": legacy == "admin", "maintain": role in (
-                        "admin", "maintain"), "push": legacy in ("admin", "write"),
-                        "triage": role != "read", "pull": True}}
+            user = {
+                **gh.user_json(login),
+                "role_name": role,
+                "permissions": {
+                    "admin": legacy == "admin",
+                    "maintain": role in ("admin", "maintain"),
+                    "push": legacy in ("admin", "write"),
+                    "triage": role != "read",
+                    "pull": True,
+                },
+            }
             body: dict[str, Any] = {"permission": legacy, "role_name": role, "user": user}
             if login in repo.legacy_only:  # older GHES: no role_name, outside the contract
                 del body["role_name"], user["role_name"]
@@ -890,32 +1208,50 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and len(rest) == 2:
                 return 200, gh.pull_json(repo, pr), {}
             if method == "GET" and rest[2:] == ["files"]:
-                return self._paginate(path, query, pr.files[:PULL_FILES_MAX],
-                                      render=lambda f: gh.file_json(repo, f, pr.head_sha))
+                return self._paginate(
+                    path,
+                    query,
+                    pr.files[:PULL_FILES_MAX],
+                    render=lambda f: gh.file_json(repo, f, pr.head_sha),
+                )
             if method == "GET" and rest[2:] == ["reviews"]:
-                return self._paginate(path, query, [
-                    gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)])
+                return self._paginate(
+                    path, query, [gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)]
+                )
         if method == "GET" and rest[:1] == ["compare"] and len(rest) >= 2:
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:
                 return self._not_found()
             return self._compare(path, query, repo, basehead)
-        if rest[:1] == ["issues"] and len(rest) >= 3 and rest[1].isdigit() \
-                and rest[2] == "labels":
+        if rest[:1] == ["issues"] and len(rest) >= 3 and rest[1].isdigit() and rest[2] == "labels":
             pr = repo.pulls.get(int(rest[1]))
             if pr is None:
                 return self._not_found()
             if method == "GET" and len(rest) == 3:
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
             if token in gh.read_only_tokens:
-                return 403, {"message": "Resource not accessible by integration",
-                             "documentation_url": DOCS, "status": "403"}, {}
+                return (
+                    403,
+                    {
+                        "message": "Resource not accessible by integration",
+                        "documentation_url": DOCS,
+                        "status": "403",
+                    },
+                    {},
+                )
             if method == "DELETE" and len(rest) == 4:
                 name = rest[3]
                 match = next((n for n in pr.labels if n.lower() == name.lower()), None)
                 if match is None:
-                    return 404, {"message": "Label does not exist", "documentation_url": DOCS,
-                                 "status": "404"}, {}
+                    return (
+                        404,
+                        {
+                            "message": "Label does not exist",
+                            "documentation_url": DOCS,
+                            "status": "404",
+                        },
+                        {},
+                    )
                 pr.labels.remove(match)
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
             if method == "POST" and len(rest) == 3:
@@ -928,19 +1264,45 @@ class _Handler(BaseHTTPRequestHandler):
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
             if token in gh.read_only_tokens:
-                return 403, {"message": "Resource not accessible by integration",
-                             "documentation_url": DOCS, "status": "403"}, {}
+                return (
+                    403,
+                    {
+                        "message": "Resource not accessible by integration",
+                        "documentation_url": DOCS,
+                        "status": "403",
+                    },
+                    {},
+                )
             payload = json.loads(raw_body or b"{}")
             if payload.get("state") not in ("error", "failure", "pending", "success"):
-                return 422, {"message": "Validation Failed", "documentation_url": DOCS,
-                             "errors": [{"resource": "Status", "field": "state",
-                                         "code": "custom"}], "status": "422"}, {}
+                return (
+                    422,
+                    {
+                        "message": "Validation Failed",
+                        "documentation_url": DOCS,
+                        "errors": [{"resource": "Status", "field": "state", "code": "custom"}],
+                        "status": "422",
+                    },
+                    {},
+                )
             if len(str(payload.get("description") or "")) > 140:  # GitHub's documented 422
-                return 422, {"message": "Validation Failed", "documentation_url": DOCS,
-                             "errors": [{"resource": "Status", "field": "description",
-                                         "code": "custom", "message": "description is too "
-                                         "long (maximum is 140 characters)"}],
-                             "status": "422"}, {}
+                return (
+                    422,
+                    {
+                        "message": "Validation Failed",
+                        "documentation_url": DOCS,
+                        "errors": [
+                            {
+                                "resource": "Status",
+                                "field": "description",
+                                "code": "custom",
+                                "message": "description is too long (maximum is 140 characters)",
+                            }
+                        ],
+                        "status": "422",
+                    },
+                    {},
+                )
             status = gh.status_json(repo, rest[1], payload, "github-actions[bot]")
             repo.statuses.setdefault(rest[1], []).insert(0, status)
             return 201, status, {}
@@ -953,22 +1315,43 @@ class _Handler(BaseHTTPRequestHandler):
                 for s in statuses:  # newest first: the first per context wins
                     latest.setdefault(s["context"], s)
                 states = {s["state"] for s in latest.values()}
-                state = ("failure" if states & {"failure", "error"} else
-                         "pending" if "pending" in states or not states else "success")
+                state = (
+                    "failure"
+                    if states & {"failure", "error"}
+                    else "pending"
+                    if "pending" in states or not states
+                    else "success"
+                )
                 api = f"{gh.url}/repos/{repo.full_name}"
-                return 200, {"state": state, "sha": rest[1],
-                             "total_count": len(latest), "statuses": list(latest.values()),
-                             "repository": gh.minimal_repo_json(repo),
-                             "commit_url": f"{api}/commits/{rest[1]}",
-                             "url": f"{api}/commits/{rest[1]}/status"}, {}
+                return (
+                    200,
+                    {
+                        "state": state,
+                        "sha": rest[1],
+                        "total_count": len(latest),
+                        "statuses": list(latest.values()),
+                        "repository": gh.minimal_repo_json(repo),
+                        "commit_url": f"{api}/commits/{rest[1]}",
+                        "url": f"{api}/commits/{rest[1]}/status",
+                    },
+                    {},
+                )
         return self._not_found()
 
-    def _actions(self, method: str, path: str, query: dict[str, list[str]], repo: Repo,
-                 rest: list[str], token: str) -> tuple[int, Any, dict[str, str]]:
+    def _actions(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        repo: Repo,
+        rest: list[str],
+        token: str,
+    ) -> tuple[int, Any, dict[str, str]]:
         gh = self.gh
 
-        def wrap(key: str, items: list[Any], cap: int | None = None, render: Any = None
-                 ) -> tuple[int, Any, dict[str, str]]:
+        def wrap(
+            key: str, items: list[Any], cap: int | None = None, render: Any = None
+        ) -> tuple[int, Any, dict[str, str]]:
             status, page, headers = self._paginate(path, query, items, cap=cap, render=render)
             return status, {"total_count": len(items), key: page}, headers
 
@@ -977,17 +1360,23 @@ class _Handler(BaseHTTPRequestHandler):
             # following parameters: actor, branch, check_suite_id, created, event, head_sha,
             # status." (actions/list-workflow-runs[-for-repo]); total_count stays the count.
             filtered = gh.run_search_cap is not None and any(
-                query.get(name) for name in RUN_SEARCH_PARAMETERS)
+                query.get(name) for name in RUN_SEARCH_PARAMETERS
+            )
             runs = _runs_filter(runs, query)
-            return wrap("workflow_runs", runs, gh.run_search_cap if filtered else None,
-                        lambda run: gh.run_json(repo, run))
+            return wrap(
+                "workflow_runs",
+                runs,
+                gh.run_search_cap if filtered else None,
+                lambda run: gh.run_json(repo, run),
+            )
 
         if method == "GET" and rest == ["runs"]:
             return runs_page(repo.runs)
         if method == "GET" and len(rest) == 3 and rest[0] == "workflows" and rest[2] == "runs":
             wanted = rest[1]
-            return runs_page([r for r in repo.runs
-                              if wanted in (str(r.workflow_id), r.path.rsplit("/", 1)[-1])])
+            return runs_page(
+                [r for r in repo.runs if wanted in (str(r.workflow_id), r.path.rsplit("/", 1)[-1])]
+            )
         if len(rest) >= 2 and rest[0] == "runs" and rest[1].isdigit():
             run = next((r for r in repo.runs if r.id == int(rest[1])), None)
             if run is None:
@@ -998,22 +1387,44 @@ class _Handler(BaseHTTPRequestHandler):
                 every = (query.get("filter") or ["latest"])[0] == "all"
                 jobs = [j for j in run.jobs if every or j.run_attempt == run.run_attempt]
                 return wrap("jobs", [gh.job_json(repo, run, j) for j in jobs])
-            if method == "GET" and len(rest) == 5 and rest[2] == "attempts" \
-                    and rest[4] == "jobs" and rest[3].isdigit():
+            if (
+                method == "GET"
+                and len(rest) == 5
+                and rest[2] == "attempts"
+                and rest[4] == "jobs"
+                and rest[3].isdigit()
+            ):
                 jobs = [j for j in run.jobs if j.run_attempt == int(rest[3])]
                 return wrap("jobs", [gh.job_json(repo, run, j) for j in jobs])
             if method == "POST" and rest[2:] == ["cancel"]:
                 if token in gh.read_only_tokens:
-                    return 403, {"message": "Resource not accessible by integration",
-                                 "documentation_url": DOCS, "status": "403"}, {}
+                    return (
+                        403,
+                        {
+                            "message": "Resource not accessible by integration",
+                            "documentation_url": DOCS,
+                            "status": "403",
+                        },
+                        {},
+                    )
                 if run.status == "completed":
-                    return 409, {"message": "Cannot cancel a workflow run that is "
-                                 "completed.", "documentation_url": DOCS, "status": "409"}, {}
+                    return (
+                        409,
+                        {
+                            "message": "Cannot cancel a workflow run that is completed.",
+                            "documentation_url": DOCS,
+                            "status": "409",
+                        },
+                        {},
+                    )
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 for job in run.jobs:
                     if job.run_attempt == run.run_attempt and job.status != "completed":
                         job.status, job.conclusion, job.completed_at = (
-                            "completed", "cancelled", now)
+                            "completed",
+                            "cancelled",
+                            now,
+                        )
                 run.status, run.conclusion, run.updated_at = "completed", "cancelled", now
                 return 202, {}, {}
         if method == "GET" and rest[:1] == ["artifacts"]:
@@ -1030,8 +1441,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, gh.artifact_json(repo, art), {}
             if rest[2:] == ["zip"]:
                 if art.expired:
-                    return 410, {"message": "Artifact has expired", "documentation_url": DOCS,
-                                 "status": "410"}, {}
+                    return (
+                        410,
+                        {
+                            "message": "Artifact has expired",
+                            "documentation_url": DOCS,
+                            "status": "410",
+                        },
+                        {},
+                    )
                 # The zip lives on another host (blob storage), behind a signed URL that
                 # needs no token: "Look for Location: in the response header to find the URL
                 # for the download. The :archive_format must be zip." (actions/download-artifact)
@@ -1046,25 +1464,33 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, gh.job_json(repo, run, job), {}
         return self._not_found()
 
-    def _billing_usage(self, org_login: str, query: dict[str, list[str]],
-                       token: str) -> tuple[int, Any, dict[str, str]]:
+    def _billing_usage(
+        self, org_login: str, query: dict[str, list[str]], token: str
+    ) -> tuple[int, Any, dict[str, str]]:
         org = self.gh.orgs.get(org_login.lower())
         if org is None:  # also a user account: the endpoint exists for organizations only
             return self._not_found()
         if org.billing_tokens is not None and token not in org.billing_tokens:
-            return 403, {"message": "Resource not accessible by personal access token",
-                         "documentation_url": DOCS, "status": "403"}, {}
+            return (
+                403,
+                {
+                    "message": "Resource not accessible by personal access token",
+                    "documentation_url": DOCS,
+                    "status": "403",
+                },
+                {},
+            )
         items = org.usage_items
         for key, width in (("year", 4), ("month", 2), ("day", 2)):
             value = (query.get(key) or [None])[0]
             if value is not None:
                 pos = {"year": (0, 4), "month": (5, 7), "day": (8, 10)}[key]
-                items = [i for i in items
-                         if i["date"][pos[0]:pos[1]] == value.zfill(width)]
+                items = [i for i in items if i["date"][pos[0] : pos[1]] == value.zfill(width)]
         return 200, {"usageItems": items}, {}
 
-    def _compare(self, path: str, query: dict[str, list[str]], repo: Repo,
-                 basehead: str) -> tuple[int, Any, dict[str, str]]:
+    def _compare(
+        self, path: str, query: dict[str, list[str]], repo: Repo, basehead: str
+    ) -> tuple[int, Any, dict[str, str]]:
         """A ``commit-comparison``: the commits are what pages; "The list of changed files is
         only shown on the first page of results, and it includes up to 300 changed files for
         the entire comparison." (repos/compare-commits-with-basehead)."""
@@ -1075,19 +1501,34 @@ class _Handler(BaseHTTPRequestHandler):
         api = f"{gh.url}/repos/{repo.full_name}"
         html = f"https://github.com/{repo.full_name}/compare/{basehead}"
         body: dict[str, Any] = {
-            "url": f"{api}/compare/{basehead}", "html_url": html, "permalink_url": html,
-            "diff_url": f"{html}.diff", "patch_url": f"{html}.patch",
+            "url": f"{api}/compare/{basehead}",
+            "html_url": html,
+            "permalink_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
             "base_commit": gh.commit_json(repo, base_sha),
             "merge_base_commit": gh.commit_json(repo, base_sha),
-            "status": "ahead", "ahead_by": len(commits), "behind_by": 0,
-            "total_commits": len(commits), "commits": page}
+            "status": "ahead",
+            "ahead_by": len(commits),
+            "behind_by": 0,
+            "total_commits": len(commits),
+            "commits": page,
+        }
         if int((query.get("page") or ["1"])[0]) <= 1:
-            body["files"] = [gh.file_json(repo, f, head_sha)
-                             for f in repo.compares[basehead][:COMPARE_FILES_MAX]]
+            body["files"] = [
+                gh.file_json(repo, f, head_sha) for f in repo.compares[basehead][:COMPARE_FILES_MAX]
+            ]
         return status, body, headers
 
-    def _paginate(self, path: str, query: dict[str, list[str]], items: list[Any], *,
-                  cap: int | None = None, render: Any = None) -> tuple[int, Any, dict[str, str]]:
+    def _paginate(
+        self,
+        path: str,
+        query: dict[str, list[str]],
+        items: list[Any],
+        *,
+        cap: int | None = None,
+        render: Any = None,
+    ) -> tuple[int, Any, dict[str, str]]:
         """One page, and GitHub's ``Link`` header. ``per_page`` above 100 is served as 100
         ("The number of results per page (max 100)"); ``cap``: a search's result limit
         (pages past it are empty, and the last link stops at it)."""
@@ -1095,15 +1536,19 @@ class _Handler(BaseHTTPRequestHandler):
         page = max(1, int((query.get("page") or ["1"])[0]))
         reachable = items if cap is None else items[:cap]
         last = max(1, -(-len(reachable) // per_page))
-        chunk = reachable[(page - 1) * per_page: page * per_page]
+        chunk = reachable[(page - 1) * per_page : page * per_page]
         if render is not None:  # only the page served is rendered (thousands of runs)
             chunk = [render(item) for item in chunk]
         links = []
         base = f"{self.gh.url}{path}"
 
         # Other query parameters (filters) travel in every link, as GitHub's do.
-        keep = "".join(f"&{quote(k)}={quote(v)}" for k, vs in sorted(query.items())
-                       if k not in ("per_page", "page") for v in vs)
+        keep = "".join(
+            f"&{quote(k)}={quote(v)}"
+            for k, vs in sorted(query.items())
+            if k not in ("per_page", "page")
+            for v in vs
+        )
 
         def link(n: int, rel: str) -> str:
             return f'<{base}?per_page={per_page}&page={n}{keep}>; rel="{rel}"'
@@ -1117,10 +1562,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _secondary_body(request_number: int) -> dict[str, Any]:
     """GitHub's secondary rate limit answer (its message and documentation link)."""
-    return {"message": "You have exceeded a secondary rate limit. Please wait a few minutes "
-            "before you try again. If you reach out to GitHub Support for help, please "
-            f"include the request ID TEST:{request_number}.",
-            "documentation_url": SECONDARY_RATE_LIMIT_DOCS}
+    return {
+        "message": "You have exceeded a secondary rate limit. Please wait a few minutes "
+        "before you try again. If you reach out to GitHub Support for help, please "
+        f"include the request ID TEST:{request_number}.",
+        "documentation_url": SECONDARY_RATE_LIMIT_DOCS,
+    }
 
 
 def _fault_body(status: int, request_number: int = 0) -> dict[str, Any]:
@@ -1164,8 +1611,10 @@ class BlobStorage:
         sig = secrets.token_urlsafe(16)
         with self._lock:
             self._signatures[sig] = art
-        return (f"{self.url}/actions-results/{art.id}/{quote(art.name)}.zip"
-                f"?se=2026-12-01T00%3A00%3A00Z&sp=r&sv=2021-12-02&sig={sig}")
+        return (
+            f"{self.url}/actions-results/{art.id}/{quote(art.name)}.zip"
+            f"?se=2026-12-01T00%3A00%3A00Z&sp=r&sv=2021-12-02&sig={sig}"
+        )
 
     def start(self) -> None:
         storage = self
@@ -1179,18 +1628,28 @@ class BlobStorage:
             def do_GET(self) -> None:
                 split = urlsplit(self.path)
                 query = parse_qs(split.query)
-                entry = LoggedRequest("GET", split.path, query, dict(self.headers.items()), 0,
-                                      time.monotonic())
+                entry = LoggedRequest(
+                    "GET", split.path, query, dict(self.headers.items()), 0, time.monotonic()
+                )
                 with storage._lock:
                     storage.log.append(entry)
                     art = storage._signatures.get((query.get("sig") or [""])[0])
                 if self.headers.get("Authorization"):
-                    status, data, kind = 400, (b"<Error><Code>InvalidAuthenticationInfo</Code>"
-                                               b"<Message>Only one auth mechanism allowed"
-                                               b"</Message></Error>"), "application/xml"
+                    status, data, kind = (
+                        400,
+                        (
+                            b"<Error><Code>InvalidAuthenticationInfo</Code>"
+                            b"<Message>Only one auth mechanism allowed"
+                            b"</Message></Error>"
+                        ),
+                        "application/xml",
+                    )
                 elif art is None or not split.path.startswith(f"/actions-results/{art.id}/"):
-                    status, data, kind = 403, (b"<Error><Code>AuthenticationFailed</Code>"
-                                               b"</Error>"), "application/xml"
+                    status, data, kind = (
+                        403,
+                        (b"<Error><Code>AuthenticationFailed</Code></Error>"),
+                        "application/xml",
+                    )
                 else:
                     status, data, kind = 200, art.data, "application/zip"
                 entry.status = status

@@ -14,8 +14,9 @@ from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_confi
 UUIDS = tuple(f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(16))
 
 
-def fake_host_env(root: Path, *, gpus: int = 8, busy: dict[int, int] | None = None,
-                  mig: tuple[int, ...] = ()) -> dict[str, str]:
+def fake_host_env(
+    root: Path, *, gpus: int = 8, busy: dict[int, int] | None = None, mig: tuple[int, ...] = ()
+) -> dict[str, str]:
     """Environment for ``gpu-ci gpu-lease`` (and verify-cuda-env, gpu-monitor) on a fake
     host of ``gpus`` H200s, its lease directory under ``root``; the GPUs in ``mig`` have MIG
     mode on (one 1g.18gb instance)."""
@@ -24,11 +25,23 @@ def fake_host_env(root: Path, *, gpus: int = 8, busy: dict[int, int] | None = No
     def extra(i: int) -> dict[str, object]:
         out: dict[str, object] = {"processes": busy[i]} if busy and i in busy else {}
         if i in mig:
-            out.update({"mig": 1, "mig__count": 1, "mig__0__uuid": f"MIG-{i:08d}-0000",
-                        "mig__0__name": "NVIDIA H200 MIG 1g.18gb", "mig__0__memory_mib": 16384})
+            out.update(
+                {
+                    "mig": 1,
+                    "mig__count": 1,
+                    "mig__0__uuid": f"MIG-{i:08d}-0000",
+                    "mig__0__name": "NVIDIA H200 MIG 1g.18gb",
+                    "mig__0__memory_mib": 16384,
+                }
+            )
         return out
 
-    config = write_config(root / "nvml.cfg", nvml_config(*[
-        gpu_config(i, uuid=UUIDS[i], **extra(i)) for i in range(gpus)]))
-    return {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
-            "GPU_CI_LEASE_DIR": str(root / "leases")}
+    config = write_config(
+        root / "nvml.cfg",
+        nvml_config(*[gpu_config(i, uuid=UUIDS[i], **extra(i)) for i in range(gpus)]),
+    )
+    return {
+        "LD_LIBRARY_PATH": str(lib),
+        "FAKE_NVML_CONFIG": str(config),
+        "GPU_CI_LEASE_DIR": str(root / "leases"),
+    }

@@ -46,18 +46,25 @@ LOST_SCRIPT = """\
 """
 
 
-def fake_gpu_env(tmp: Path, script: str, *, samples: int | None = 90,
-                 gpus: int = 1, interval: str = "1") -> dict[str, str]:
+def fake_gpu_env(
+    tmp: Path, script: str, *, samples: int | None = 90, gpus: int = 1, interval: str = "1"
+) -> dict[str, str]:
     """Environment for ``gpu-ci gpu-monitor`` against the fake GPU(s) playing ``script``."""
     lib = build_fake_nvml(tmp / "nvml")
-    config = write_config(tmp / "nvml.cfg", nvml_config(*[gpu_config(
-        i, uuid=UUID0 if i == 0 else None) for i in range(gpus)]))
+    config = write_config(
+        tmp / "nvml.cfg",
+        nvml_config(*[gpu_config(i, uuid=UUID0 if i == 0 else None) for i in range(gpus)]),
+    )
     script_path = tmp / "nvml-script.txt"
     script_path.write_text(script)
     (tmp / "runner_temp").mkdir(exist_ok=True)
-    env = {"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
-           "FAKE_NVML_SCRIPT": str(script_path), "RUNNER_TEMP": str(tmp / "runner_temp"),
-           "INPUT_INTERVAL": interval}
+    env = {
+        "LD_LIBRARY_PATH": str(lib),
+        "FAKE_NVML_CONFIG": str(config),
+        "FAKE_NVML_SCRIPT": str(script_path),
+        "RUNNER_TEMP": str(tmp / "runner_temp"),
+        "INPUT_INTERVAL": interval,
+    }
     if samples is not None:
         env["GPU_CI_MONITOR_FAKE_CLOCK"] = f"{EPOCH:.0f}"
         env["GPU_CI_MONITOR_MAX_SAMPLES"] = str(samples)
@@ -91,31 +98,69 @@ def example_report():
 
     from gpu_ci.cuda import monitor_report as mr
 
-    lines = [json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0,
-                         "pid": 4100, "gpus": [{"index": 0, "name": "NVIDIA H200",
-                                                "uuid": UUID0,
-                                                "memory_total": 143771 * 2**20}]})]
+    lines = [
+        json.dumps(
+            {
+                "kind": "start",
+                "version": 1,
+                "ts": EPOCH,
+                "interval": 1.0,
+                "pid": 4100,
+                "gpus": [
+                    {
+                        "index": 0,
+                        "name": "NVIDIA H200",
+                        "uuid": UUID0,
+                        "memory_total": 143771 * 2**20,
+                    }
+                ],
+            }
+        )
+    ]
     for i in range(150):
         busy = 70 <= i < 125
         procs = [[4242, (30000 if i >= 100 else 10000) * 2**20, "python"]] if busy else []
-        lines.append(json.dumps({"kind": "sample", "ts": EPOCH + i, "gpus": [{
-            "index": 0, "util": (96 if i < 100 else 48) if busy else 0,
-            "mem_util": 35 if busy else 0,
-            "mem_used": (30720 if i >= 100 else 10240) * 2**20 if busy else 0,
-            "power_mw": 410000 if busy else 68000, "temp": 81 if 105 <= i < 115 else 45,
-            "sm_mhz": 1980, "throttle": 0x20 if 105 <= i < 115 else 0, "procs": procs}]}))
-    lines.append(json.dumps({"kind": "event", "ts": EPOCH + 131, "gpu": 0, "type": "xid",
-                             "data": 13}))
-    lines.append(json.dumps({"kind": "stop", "ts": EPOCH + 150, "reason": "signal",
-                             "samples": 150}))
-    steps = [mr.Phase("Set up job", EPOCH - 25, EPOCH - 21),
-             mr.Phase("Run actions/checkout", EPOCH - 21, EPOCH - 2),
-             mr.Phase("Run gpu-monitor (start)", EPOCH - 2, EPOCH),
-             mr.Phase("Run setup-conda-from-lock", EPOCH, EPOCH + 62),
-             mr.Phase("Run verify-cuda-env", EPOCH + 62, EPOCH + 66),
-             mr.Phase("Run python -m pytest -x", EPOCH + 66, EPOCH + 148),
-             mr.Phase("Run gpu-monitor (report)", EPOCH + 148, EPOCH + 150)]
-    return mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 150, steps=steps,
-                      job_started=EPOCH - 25,
-                      pricing=mr.Pricing(Decimal("0.052"), "linux_4_core_gpu on 2026-11-30"),
-                      limits=mr.Limits(expect_gpu_use=True))
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "sample",
+                    "ts": EPOCH + i,
+                    "gpus": [
+                        {
+                            "index": 0,
+                            "util": (96 if i < 100 else 48) if busy else 0,
+                            "mem_util": 35 if busy else 0,
+                            "mem_used": (30720 if i >= 100 else 10240) * 2**20 if busy else 0,
+                            "power_mw": 410000 if busy else 68000,
+                            "temp": 81 if 105 <= i < 115 else 45,
+                            "sm_mhz": 1980,
+                            "throttle": 0x20 if 105 <= i < 115 else 0,
+                            "procs": procs,
+                        }
+                    ],
+                }
+            )
+        )
+    lines.append(
+        json.dumps({"kind": "event", "ts": EPOCH + 131, "gpu": 0, "type": "xid", "data": 13})
+    )
+    lines.append(
+        json.dumps({"kind": "stop", "ts": EPOCH + 150, "reason": "signal", "samples": 150})
+    )
+    steps = [
+        mr.Phase("Set up job", EPOCH - 25, EPOCH - 21),
+        mr.Phase("Run actions/checkout", EPOCH - 21, EPOCH - 2),
+        mr.Phase("Run gpu-monitor (start)", EPOCH - 2, EPOCH),
+        mr.Phase("Run setup-conda-from-lock", EPOCH, EPOCH + 62),
+        mr.Phase("Run verify-cuda-env", EPOCH + 62, EPOCH + 66),
+        mr.Phase("Run python -m pytest -x", EPOCH + 66, EPOCH + 148),
+        mr.Phase("Run gpu-monitor (report)", EPOCH + 148, EPOCH + 150),
+    ]
+    return mr.compute(
+        mr.parse_recording("\n".join(lines)),
+        end=EPOCH + 150,
+        steps=steps,
+        job_started=EPOCH - 25,
+        pricing=mr.Pricing(Decimal("0.052"), "linux_4_core_gpu on 2026-11-30"),
+        limits=mr.Limits(expect_gpu_use=True),
+    )

@@ -34,8 +34,10 @@ def unavailable() -> str | None:
     if shutil.which("node") is None:
         return "node is not installed (needed to run mermaid's parser; .ci/run installs it)"
     if not (PROJECT / "node_modules" / "mermaid").is_dir():
-        return ("npm packages of tests/mermaid are not installed: run "
-                "`npm ci --prefix tests/mermaid` (.ci/run does)")
+        return (
+            "npm packages of tests/mermaid are not installed: run "
+            "`npm ci --prefix tests/mermaid` (.ci/run does)"
+        )
     return None
 
 
@@ -57,15 +59,22 @@ def parse(diagrams: list[str], timeout: float = 120) -> list[Parsed]:
     node = shutil.which("node")
     if node is None:
         raise RuntimeError(unavailable() or "node is missing")
-    proc = subprocess.run([node, str(SCRIPT)], input=json.dumps(diagrams), text=True,
-                          capture_output=True, cwd=PROJECT, timeout=timeout)
+    proc = subprocess.run(
+        [node, str(SCRIPT)],
+        input=json.dumps(diagrams),
+        text=True,
+        capture_output=True,
+        cwd=PROJECT,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"mermaid parser failed to run: {proc.stderr[-2000:]}")
     return [Parsed(bool(r["ok"]), r["type"], r["error"]) for r in json.loads(proc.stdout)]
 
 
-def assert_charts_parse(markdown: str, *, expect: int | None = None,
-                        diagram_type: str = "xychart") -> list[str]:
+def assert_charts_parse(
+    markdown: str, *, expect: int | None = None, diagram_type: str = "xychart"
+) -> list[str]:
     """Every ```mermaid block in ``markdown`` parses as ``diagram_type``; returns the bodies."""
     found = blocks(markdown)
     if expect is not None:

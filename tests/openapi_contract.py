@@ -48,8 +48,10 @@ KNOWN_INACCURACIES = {
 def missing_reason() -> str | None:
     """Why the description cannot be used here, or None when it can."""
     if not DESCRIPTION.is_file():
-        return (f"GitHub's OpenAPI description is not installed ({DESCRIPTION} is missing): run "
-                "`npm ci --prefix tests/openapi --no-audit --no-fund --loglevel=error`")
+        return (
+            f"GitHub's OpenAPI description is not installed ({DESCRIPTION} is missing): run "
+            "`npm ci --prefix tests/openapi --no-audit --no-fund --loglevel=error`"
+        )
     return None
 
 
@@ -98,17 +100,24 @@ class Contract:
             strict = "/".join("[^/]+" if s.startswith("{") else re.escape(s) for s in segments)
             # A last parameter that names refs may hold slashes (compare's ``base...head``
             # with branch names); no other parameter may.
-            loose = "/".join([("[^/]+" if s.startswith("{") else re.escape(s))
-                               for s in segments[:-1]]
-                              + [(".+" if segments[-1] in SLASHED_PARAMETERS
-                                  else "[^/]+" if segments[-1].startswith("{")
-                                  else re.escape(segments[-1]))])
-            self._templates.append((re.compile(f"/{strict}"), re.compile(f"/{loose}"),
-                                    template, item))
+            loose = "/".join(
+                [("[^/]+" if s.startswith("{") else re.escape(s)) for s in segments[:-1]]
+                + [
+                    (
+                        ".+"
+                        if segments[-1] in SLASHED_PARAMETERS
+                        else "[^/]+"
+                        if segments[-1].startswith("{")
+                        else re.escape(segments[-1])
+                    )
+                ]
+            )
+            self._templates.append(
+                (re.compile(f"/{strict}"), re.compile(f"/{loose}"), template, item)
+            )
         # Literal segments beat parameters, left to right: ``/runs/{id}/jobs`` before a
         # template whose third segment is a parameter.
-        self._templates.sort(key=lambda t: [s.startswith("{") for s in
-                                            t[2].strip("/").split("/")])
+        self._templates.sort(key=lambda t: [s.startswith("{") for s in t[2].strip("/").split("/")])
         # The loose pass: the longest template first, so ``compare/{basehead}`` wins over
         # ``/repos/{owner}/{repo}`` swallowing the rest.
         self._loose = sorted(self._templates, key=lambda t: -t[2].count("/"))
@@ -117,7 +126,7 @@ class Contract:
     def operation(self, method: str, path: str) -> Operation | None:
         """The operation serving ``method path`` (an ``/api/v3`` prefix is GHES's, dropped)."""
         if path.startswith("/api/v3/"):
-            path = path[len("/api/v3"):]
+            path = path[len("/api/v3") :]
         path = path.rstrip("/") or "/"
         for which, entries in ((0, self._templates), (1, self._loose)):
             for entry in entries:
@@ -128,10 +137,16 @@ class Contract:
                 if op is None:
                     continue
                 params = list(item.get("parameters", [])) + list(op.get("parameters", []))
-                names = frozenset(self._param(p)["name"] for p in params
-                                  if self._param(p).get("in") == "query")
-                return Operation(method.upper(), template, op.get("operationId", ""),
-                                 f"/paths/{_escape(template)}/{method.lower()}", names)
+                names = frozenset(
+                    self._param(p)["name"] for p in params if self._param(p).get("in") == "query"
+                )
+                return Operation(
+                    method.upper(),
+                    template,
+                    op.get("operationId", ""),
+                    f"/paths/{_escape(template)}/{method.lower()}",
+                    names,
+                )
         return None
 
     def _param(self, param: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +165,10 @@ class Contract:
             return [f"{method} {path}: no operation in GitHub's REST API has this method and path"]
         unknown = sorted(set(query) - op.query - ALWAYS_ALLOWED_QUERY)
         if unknown:
-            return [f"{method} {path} ({op.operation_id}): query parameter(s) {unknown} are not "
-                    f"documented (documented: {sorted(op.query)})"]
+            return [
+                f"{method} {path} ({op.operation_id}): query parameter(s) {unknown} are not "
+                f"documented (documented: {sorted(op.query)})"
+            ]
         return []
 
     # -- responses -------------------------------------------------------------------------
@@ -161,14 +178,18 @@ class Contract:
         for part in op.pointer.strip("/").split("/"):
             node = node[part.replace("~1", "/").replace("~0", "~")]
         responses = node.get("responses", {})
-        key = next((k for k in (str(status), f"{str(status)[0]}XX", "default")
-                    if k in responses), None)
+        key = next(
+            (k for k in (str(status), f"{str(status)[0]}XX", "default") if k in responses), None
+        )
         if key is None:
             if status >= 400:  # GitHub documents the usual error shape once, as basic-error
                 return "components/schemas/basic-error", {
-                    "$ref": "#/components/schemas/basic-error"}
-            raise LookupError(f"status {status} is not documented for {op.operation_id} "
-                              f"(documented: {sorted(responses)})")
+                    "$ref": "#/components/schemas/basic-error"
+                }
+            raise LookupError(
+                f"status {status} is not documented for {op.operation_id} "
+                f"(documented: {sorted(responses)})"
+            )
         response = self._param(responses[key])
         content = response.get("content") or {}
         media = next((m for m in content if "json" in m), None)
@@ -201,14 +222,18 @@ class Contract:
             return [f"{method} {path}: {exc}"]
         if found is None:
             if body not in (None, b"", {}, ""):
-                return [f"{method} {path} ({op.operation_id} {status}): GitHub documents no JSON "
-                        "body for this answer"]
+                return [
+                    f"{method} {path} ({op.operation_id} {status}): GitHub documents no JSON "
+                    "body for this answer"
+                ]
             return []
         where, validate = found
         errors: list[tuple[str, str]] = []
         validate(body, "", errors)
-        return [f"{method} {path} ({where}): at {field or '(the body)'}: {message[:300]}"
-                for field, message in errors[:20]]
+        return [
+            f"{method} {path} ({where}): at {field or '(the body)'}: {message[:300]}"
+            for field, message in errors[:20]
+        ]
 
 
 Check = Callable[[Any, str, "list[tuple[str, str]]"], None]
@@ -279,8 +304,10 @@ class _Compiler:
 
             def typed(v: Any, at: str, errs: list[tuple[str, str]]) -> None:
                 if not any(t(v) for t in tests):
-                    errs.append((at, f"{v!r:.80} is not of type "
-                                 + ", ".join(repr(k) for k in kinds)))
+                    errs.append(
+                        (at, f"{v!r:.80} is not of type " + ", ".join(repr(k) for k in kinds))
+                    )
+
             checks.append(typed)
         if "enum" in schema:
             allowed = schema["enum"]
@@ -288,6 +315,7 @@ class _Compiler:
             def enum(v: Any, at: str, errs: list[tuple[str, str]]) -> None:
                 if v not in allowed:
                     errs.append((at, f"{v!r:.80} is not one of {allowed!r:.200}"))
+
             checks.append(enum)
         props = {name: self.compile(sub) for name, sub in schema.get("properties", {}).items()}
         required = list(schema.get("required", []))
@@ -312,6 +340,7 @@ class _Compiler:
                         extra_check(value, where, errs)
                 if most is not None and len(v) > most:
                     errs.append((at, f"has more than {most} properties"))
+
             checks.append(obj)
         if "items" in schema:
             item = self.compile(schema["items"])
@@ -320,14 +349,16 @@ class _Compiler:
                 if isinstance(v, list):
                     for i, value in enumerate(v):
                         item(value, f"{at}/{i}" if at else str(i), errs)
+
             checks.append(items)
         for name, test, text in (
-                ("minItems", lambda v, n: not isinstance(v, list) or len(v) >= n, "fewer items"),
-                ("maxItems", lambda v, n: not isinstance(v, list) or len(v) <= n, "more items"),
-                ("minLength", lambda v, n: not isinstance(v, str) or len(v) >= n, "shorter"),
-                ("maxLength", lambda v, n: not isinstance(v, str) or len(v) <= n, "longer"),
-                ("minimum", lambda v, n: not _TYPES["number"](v) or v >= n, "smaller"),
-                ("maximum", lambda v, n: not _TYPES["number"](v) or v <= n, "larger")):
+            ("minItems", lambda v, n: not isinstance(v, list) or len(v) >= n, "fewer items"),
+            ("maxItems", lambda v, n: not isinstance(v, list) or len(v) <= n, "more items"),
+            ("minLength", lambda v, n: not isinstance(v, str) or len(v) >= n, "shorter"),
+            ("maxLength", lambda v, n: not isinstance(v, str) or len(v) <= n, "longer"),
+            ("minimum", lambda v, n: not _TYPES["number"](v) or v >= n, "smaller"),
+            ("maximum", lambda v, n: not _TYPES["number"](v) or v <= n, "larger"),
+        ):
             if name in schema:
                 checks.append(_bound(name, schema[name], test, text))
         if "pattern" in schema:
@@ -336,6 +367,7 @@ class _Compiler:
             def matches(v: Any, at: str, errs: list[tuple[str, str]]) -> None:
                 if isinstance(v, str) and not pattern.search(v):
                     errs.append((at, f"{v!r:.80} does not match {pattern.pattern!r}"))
+
             checks.append(matches)
         for sub in schema.get("allOf", []):
             checks.append(self.compile(sub))
@@ -346,6 +378,7 @@ class _Compiler:
         def every(v: Any, at: str, errs: list[tuple[str, str]]) -> None:
             for check in checks:
                 check(v, at, errs)
+
         return every
 
 
@@ -353,6 +386,7 @@ def _bound(name: str, limit: Any, test: Callable[[Any, Any], bool], text: str) -
     def check(v: Any, at: str, errs: list[tuple[str, str]]) -> None:
         if not test(v, limit):
             errs.append((at, f"{v!r:.80} is {text} than {name} {limit!r} allows"))
+
     return check
 
 
@@ -366,10 +400,16 @@ def _alternatives(word: str, options: list[Check]) -> Check:
         passing = sum(not found for found in results)
         if passing == 0:
             closest = min(results, key=len)  # the alternative it nearly is, named
-            errs.append((at, f"{v!r:.80} is not valid under any of the given schemas "
-                         f"({word}; closest: {closest[0][0] or '(here)'}: {closest[0][1]})"))
+            errs.append(
+                (
+                    at,
+                    f"{v!r:.80} is not valid under any of the given schemas "
+                    f"({word}; closest: {closest[0][0] or '(here)'}: {closest[0][1]})",
+                )
+            )
         elif word == "oneOf" and passing > 1:
             errs.append((at, f"{v!r:.80} is valid under {passing} of the oneOf schemas"))
+
     return check
 
 
@@ -389,6 +429,9 @@ def contract() -> Contract | None:
                 with open(DESCRIPTION, encoding="utf-8") as handle:
                     _CONTRACT = Contract(json.load(handle))
             else:
-                warnings.warn(f"the test GitHub server is not validated against GitHub's "
-                              f"REST contract: {reason}", stacklevel=2)
+                warnings.warn(
+                    f"the test GitHub server is not validated against GitHub's "
+                    f"REST contract: {reason}",
+                    stacklevel=2,
+                )
         return _CONTRACT

@@ -27,10 +27,15 @@ def pushgateway(timeout: float = 30) -> Iterator[str]:
     """Start a pushgateway; yields its base URL (``http://127.0.0.1:<port>``)."""
     exe = binary()
     if exe is None:
-        raise RuntimeError("prometheus-pushgateway is not installed "
-                           "(apt-get install prometheus-pushgateway)")
-    proc = subprocess.Popen([exe, "--web.listen-address=127.0.0.1:0", "--persistence.file="],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        raise RuntimeError(
+            "prometheus-pushgateway is not installed (apt-get install prometheus-pushgateway)"
+        )
+    proc = subprocess.Popen(
+        [exe, "--web.listen-address=127.0.0.1:0", "--persistence.file="],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     found: list[str] = []
     ready = threading.Event()
 

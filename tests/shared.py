@@ -21,8 +21,10 @@ SHARED = ROOT.parent / "shared"
 
 
 def _absent(path: Path) -> str:
-    return (f"{path} is absent: other projects' files are read from ../shared beside the "
-            "project root (see shared/README.md), never copied into the project")
+    return (
+        f"{path} is absent: other projects' files are read from ../shared beside the "
+        "project root (see shared/README.md), never copied into the project"
+    )
 
 
 def shared_path(*parts: str) -> Path:
@@ -39,8 +41,11 @@ def shared_params(folder: str, pattern: str = "*") -> list[Any]:
     path = SHARED / folder
     files = sorted(path.glob(pattern)) if path.is_dir() else []
     if not files:
-        return [pytest.param(None, id="shared-absent", marks=pytest.mark.skip(
-            reason=_absent(path / pattern)))]
+        return [
+            pytest.param(
+                None, id="shared-absent", marks=pytest.mark.skip(reason=_absent(path / pattern))
+            )
+        ]
     return [pytest.param(p, id=p.name) for p in files]
 
 

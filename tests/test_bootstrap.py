@@ -24,16 +24,25 @@ BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 LAUNCHER = ROOT / "scripts" / "run.py"
 
 
-def run_bootstrap(tool_cache: Path, tmp_path: Path, action: str = "all", *,
-                  root: Path = ROOT, **env: str):
+def run_bootstrap(
+    tool_cache: Path, tmp_path: Path, action: str = "all", *, root: Path = ROOT, **env: str
+):
     github_env = tmp_path / f"github_env-{os.getpid()}-{root.name}-{action}"
     github_env.write_text("")
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("GPU_CI_", "RUNNER_", "GITHUB_", "pythonLocation"))}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPU_CI_", "RUNNER_", "GITHUB_", "pythonLocation"))
+    }
     full.update({"RUNNER_TOOL_CACHE": str(tool_cache), "GITHUB_ENV": str(github_env)})
     full.update(env)
-    proc = subprocess.run(["/bin/bash", str(root / "scripts" / "bootstrap.sh"), action],
-                          env=full, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["/bin/bash", str(root / "scripts" / "bootstrap.sh"), action],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     exported = dict(line.split("=", 1) for line in github_env.read_text().splitlines())
     return proc, exported
 
@@ -51,14 +60,21 @@ def fast(**env: str) -> dict[str, str]:
 
 def launch(python: str, root: Path, *args: str) -> subprocess.CompletedProcess:
     """What an action's run step does: the venv's python, the checkout's own launcher."""
-    return subprocess.run([python, str(root / "scripts" / "run.py"), *args],
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [python, str(root / "scripts" / "run.py"), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def site_packages(python: str) -> Path:
-    out = subprocess.run([python, "-I", "-c", "import sysconfig; "
-                          "print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -71,14 +87,18 @@ def checkout(tmp_path: Path, name: str) -> Path:
     cli = root / "src" / "gpu_ci" / "cli.py"
     text = cli.read_text()
     assert 'version=f"gpu-ci {__version__}"' in text
-    cli.write_text(text.replace('version=f"gpu-ci {__version__}"',
-                                f'version=f"gpu-ci {{__version__}} from {name}"'))
+    cli.write_text(
+        text.replace(
+            'version=f"gpu-ci {__version__}"', f'version=f"gpu-ci {{__version__}} from {name}"'
+        )
+    )
     return root
 
 
 def bootstrap_module():
-    spec = importlib.util.spec_from_file_location("gpu_ci_bootstrap", ROOT / "scripts" /
-                                                  "bootstrap.py")
+    spec = importlib.util.spec_from_file_location(
+        "gpu_ci_bootstrap", ROOT / "scripts" / "bootstrap.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -98,21 +118,31 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     out = launch(python, ROOT, "--version")
     assert out.stdout.strip() == f"gpu-ci {__version__}", out.stderr
     # the venv holds dependencies only: the package comes from the action's own checkout
-    where = subprocess.run([python, "-c", "import gpu_ci"], capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    where = subprocess.run(
+        [python, "-c", "import gpu_ci"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+    )
     assert "No module named 'gpu_ci'" in where.stderr
     assert not list(site_packages(python).glob("*.pth"))
     # exactly the pinned versions from the lock
-    listing = ("import importlib.metadata as m\n"
-               "for d in m.distributions(): print(d.metadata['Name'] + '==' + d.version)")
-    frozen = subprocess.run([python, "-c", listing], capture_output=True,
-                            text=True, check=True).stdout.lower()
-    lock_text = "".join((ROOT / "requirements" / f"{g}.txt").read_text()
-                        for g in GROUPS)
-    pins = {(canonicalize_name(m[0]), m[1]) for m in re.findall(
-        r"^([A-Za-z0-9_.-]+)==([^\s;]+)", lock_text, re.MULTILINE)}
-    installed = {(canonicalize_name(n), v) for n, v in
-                 (line.split("==") for line in frozen.splitlines())}
+    listing = (
+        "import importlib.metadata as m\n"
+        "for d in m.distributions(): print(d.metadata['Name'] + '==' + d.version)"
+    )
+    frozen = subprocess.run(
+        [python, "-c", listing], capture_output=True, text=True, check=True
+    ).stdout.lower()
+    lock_text = "".join((ROOT / "requirements" / f"{g}.txt").read_text() for g in GROUPS)
+    pins = {
+        (canonicalize_name(m[0]), m[1])
+        for m in re.findall(r"^([A-Za-z0-9_.-]+)==([^\s;]+)", lock_text, re.MULTILINE)
+    }
+    installed = {
+        (canonicalize_name(n), v) for n, v in (line.split("==") for line in frozen.splitlines())
+    }
     installed -= {i for i in installed if i[0] in ("pip", "setuptools", "gpu-ci-actions")}
     assert ("pygithub", "2.10.0") in installed or ("pygithub", "2.9.1") in installed
     assert installed <= pins, installed - pins
@@ -124,8 +154,10 @@ def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "installed base, nvml" in proc.stdout
     python = exported["GPU_CI_PYTHON"]
-    probe = "import importlib.util as u; print([m for m in ('pynvml', 'github', 'rattler', " \
-            "'cryptography') if u.find_spec(m)])"
+    probe = (
+        "import importlib.util as u; print([m for m in ('pynvml', 'github', 'rattler', "
+        "'cryptography') if u.find_spec(m)])"
+    )
     have = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
     assert have.stdout.strip() == "['pynvml']"
     before = tree_digest(Path(python).parent.parent)
@@ -135,8 +167,9 @@ def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
     assert proc.returncode == 0 and "installed base, github, nvml" in proc.stdout
     assert again["GPU_CI_PYTHON"] != python
     assert tree_digest(Path(python).parent.parent) == before
-    have = subprocess.run([again["GPU_CI_PYTHON"], "-c", probe], capture_output=True,
-                          text=True, check=True)
+    have = subprocess.run(
+        [again["GPU_CI_PYTHON"], "-c", probe], capture_output=True, text=True, check=True
+    )
     assert have.stdout.strip() == "['pynvml', 'github']"  # never cryptography
     exported = again
     # and a third action whose groups are all there skips the work in bash
@@ -145,8 +178,9 @@ def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
 
 
 def test_cache_dir_override_wins_over_the_tool_cache(bootstrapped, tool_cache, tmp_path):
-    proc, exported = run_bootstrap(tmp_path / "elsewhere", tmp_path,
-                                   GPU_CI_CACHE_DIR=str(tool_cache))
+    proc, exported = run_bootstrap(
+        tmp_path / "elsewhere", tmp_path, GPU_CI_CACHE_DIR=str(tool_cache)
+    )
     assert proc.returncode == 0 and ": reused: " in proc.stdout
     assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
 
@@ -185,14 +219,14 @@ def test_no_usable_python_names_setup_python(tmp_path, tool_cache):
     empty.mkdir()
     for tool in ("dirname",):
         os.symlink(f"/usr/bin/{tool}", empty / tool)
-    proc, _ = run_bootstrap(tool_cache, tmp_path, PATH=str(empty),
-                            GPU_CI_BOOTSTRAP_FALLBACKS="")
+    proc, _ = run_bootstrap(tool_cache, tmp_path, PATH=str(empty), GPU_CI_BOOTSTRAP_FALLBACKS="")
     assert proc.returncode == 1
     assert "::error title=gpu-ci bootstrap::No Python >= 3.9" in proc.stdout
     assert "actions/setup-python" in proc.stdout
 
 
 # -- persistent, shared runners (issue 11) --------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory) -> Path:
@@ -221,9 +255,9 @@ def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
     cache = tmp_path / "cache"
     roots = [checkout(tmp_path, name) for name in ("A", "B", "C")]
     with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(lambda r: run_bootstrap(cache, tmp_path, "gpu-gate", root=r,
-                                                          **fast()),
-                                roots))
+        results = list(
+            pool.map(lambda r: run_bootstrap(cache, tmp_path, "gpu-gate", root=r, **fast()), roots)
+        )
     for proc, _ in results:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     outs = [proc.stdout for proc, _ in results]
@@ -231,16 +265,23 @@ def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
     assert sum(": reused: " in out for out in outs) == 2
     pythons = {env["GPU_CI_PYTHON"] for _, env in results}
     assert len(pythons) == 1
-    versions = list(ThreadPoolExecutor(3).map(
-        lambda r: launch(pythons.copy().pop(), r, "--version").stdout.strip(), roots))
+    versions = list(
+        ThreadPoolExecutor(3).map(
+            lambda r: launch(pythons.copy().pop(), r, "--version").stdout.strip(), roots
+        )
+    )
     assert versions == [f"gpu-ci {__version__} from {n}" for n in ("A", "B", "C")]
-    leftovers = [p.name for p in Path(next(iter(pythons))).parents[2].iterdir()
-                 if ".tmp-" in p.name or ".trash-" in p.name]
+    leftovers = [
+        p.name
+        for p in Path(next(iter(pythons))).parents[2].iterdir()
+        if ".tmp-" in p.name or ".trash-" in p.name
+    ]
     assert leftovers == []
 
 
-@pytest.mark.parametrize("plant", ["pth", "sitecustomize", "pyc", "changed", "same-size-mtime",
-                                   "extra-dist"])
+@pytest.mark.parametrize(
+    "plant", ["pth", "sitecustomize", "pyc", "changed", "same-size-mtime", "extra-dist"]
+)
 def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plant):
     cache = shared_cache
     proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
@@ -267,7 +308,7 @@ def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plan
         before = target.stat()
         text = target.read_text()
         evil = payload.replace("\n", ";")
-        target.write_text(evil + text[len(evil):])
+        target.write_text(evil + text[len(evil) :])
         os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert target.stat().st_size == before.st_size
     elif plant == "changed":
@@ -287,8 +328,9 @@ def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plan
     if plant == "same-size-mtime":  # found by its content, not by a missing .pyc
         assert "changed files:" in proc.stdout and "github/__init__.py" in proc.stdout
     assert again["GPU_CI_PYTHON"] == python
-    out = subprocess.run([python, str(LAUNCHER), "gpu-gate", "--help"], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [python, str(LAUNCHER), "gpu-gate", "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0
     subprocess.run([python, "-c", "import github, pynvml"], capture_output=True)
     assert not ran.exists()
@@ -329,8 +371,9 @@ def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
         pytest.skip("uv is not installed in .venv")
     path = f"{uv.parent}:/usr/bin:/bin"
     cache = tmp_path / "cache"
-    proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", PATH=path,
-                              GPU_CI_BOOTSTRAP_PYTHON=sys.executable)
+    proc, env = run_bootstrap(
+        cache, tmp_path, "gpu-gate", PATH=path, GPU_CI_BOOTSTRAP_PYTHON=sys.executable
+    )
     assert proc.returncode == 0 and "with uv" in proc.stdout, proc.stdout + proc.stderr
     uv_cache = cache / "gpu-ci-actions" / "uv-cache"
     assert uv_cache.is_dir()
@@ -342,8 +385,9 @@ def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
     for target in cached:
         target.write_text("raise SystemExit('pwned')\n" + target.read_text())
     shutil.rmtree(venv_path)  # a later job needs a fresh venv (e.g. another key)
-    proc, _ = run_bootstrap(cache, tmp_path, "gpu-gate", PATH=path,
-                            GPU_CI_BOOTSTRAP_PYTHON=sys.executable)
+    proc, _ = run_bootstrap(
+        cache, tmp_path, "gpu-gate", PATH=path, GPU_CI_BOOTSTRAP_PYTHON=sys.executable
+    )
     assert proc.returncode == 1
     assert "failed verification" in proc.stderr and "github/__init__.py" in proc.stderr
     assert not venv_path.exists()
@@ -351,8 +395,11 @@ def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
 
 def test_self_hosted_runners_keep_the_venv_per_job_unless_the_admin_opts_in(tmp_path):
     boot = bootstrap_module()
-    env = {"RUNNER_ENVIRONMENT": "self-hosted", "RUNNER_TOOL_CACHE": "/opt/hostedtoolcache",
-           "RUNNER_TEMP": "/runner/_work/_temp"}
+    env = {
+        "RUNNER_ENVIRONMENT": "self-hosted",
+        "RUNNER_TOOL_CACHE": "/opt/hostedtoolcache",
+        "RUNNER_TEMP": "/runner/_work/_temp",
+    }
     assert boot.cache_base(env) == Path("/runner/_work/_temp")
     assert boot.cache_base({**env, "GPU_CI_CACHE_DIR": "/srv/gpu-ci"}) == Path("/srv/gpu-ci")
     hosted = {**env, "RUNNER_ENVIRONMENT": "github-hosted"}
@@ -370,7 +417,8 @@ def test_startup_hooks_outside_any_record_are_reported(tmp_path):
     (site / "other.pth").write_text("")
     assert boot.record_problems(site) == [
         "other.pth runs at start-up and belongs to no distribution",
-        "usercustomize.py runs at start-up and belongs to no distribution"]
+        "usercustomize.py runs at start-up and belongs to no distribution",
+    ]
 
 
 def test_a_failed_build_leaves_nothing_behind(tmp_path):
@@ -389,6 +437,7 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path):
 
 
 # -- review: a venv or cache directory that another user can write ---------------------------
+
 
 @pytest.mark.parametrize("how", ["other-writable", "other-owner"])
 def test_a_venv_another_user_could_write_is_never_reused(shared_cache, tmp_path, how):

@@ -42,8 +42,9 @@ SUITE = "bookworm"
 MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 WHEEL_PLATFORM = {"x86_64": "musllinux_1_1_x86_64", "aarch64": "musllinux_1_1_aarch64"}
 
-linux_only = pytest.mark.skipif(sys.platform != "linux", reason="the bootstrap's Python "
-                                "provisioning is Linux only")
+linux_only = pytest.mark.skipif(
+    sys.platform != "linux", reason="the bootstrap's Python provisioning is Linux only"
+)
 
 
 def cache_dir() -> Path:
@@ -70,8 +71,7 @@ def debian_mirror() -> str:
         if path.suffix in ("", ".list", ".sources") and path.is_file():
             texts.append(path.read_text(errors="replace"))
     for text in texts:
-        for match in re.finditer(r"(?m)^(?:URIs:|deb)\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s",
-                                 text):
+        for match in re.finditer(r"(?m)^(?:URIs:|deb)\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s", text):
             return match.group(1)
     return "http://deb.debian.org/debian"
 
@@ -88,8 +88,11 @@ def debian_root() -> Path:
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".debian-{SUITE}-", dir=cache_dir()))
         try:
-            proc = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(tmp),
-                                   debian_mirror()], capture_output=True, text=True)
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", SUITE, str(tmp), debian_mirror()],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 pytest.fail(f"debootstrap failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
             os.chmod(tmp, 0o755)
@@ -101,12 +104,24 @@ def debian_root() -> Path:
 
 def uv_pin() -> dict[str, str]:
     """The bootstrap's own pin for this machine (one source of truth: provision-python.sh)."""
-    proc = subprocess.run(["bash", "-c", f'. "{PROVISION}"; echo "$UV_VERSION"; '
-                           'uv_pin "$(uname -m)"'], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["bash", "-c", f'. "{PROVISION}"; echo "$UV_VERSION"; uv_pin "$(uname -m)"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     version, pin = proc.stdout.split("\n")[:2]
     url, wheel, offset, csize, crc, size, binary = pin.split()
-    return {"version": version, "url": url, "wheel_sha256": wheel, "binary_sha256": binary,
-            "offset": offset, "compressed": csize, "crc": crc, "size": size}
+    return {
+        "version": version,
+        "url": url,
+        "wheel_sha256": wheel,
+        "binary_sha256": binary,
+        "offset": offset,
+        "compressed": csize,
+        "crc": crc,
+        "size": size,
+    }
 
 
 def sha256(data: bytes) -> str:
@@ -123,9 +138,25 @@ def uv_wheel() -> bytes:
         path.parent.mkdir(parents=True, exist_ok=True)
         with locked(path.parent / ".lock"), tempfile.TemporaryDirectory() as tmp:
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                 "--platform", WHEEL_PLATFORM[platform.machine()], "--python-version", "3.12",
-                 "-d", tmp, f"uv=={pin['version']}"], capture_output=True, text=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    "--platform",
+                    WHEEL_PLATFORM[platform.machine()],
+                    "--python-version",
+                    "3.12",
+                    "-d",
+                    tmp,
+                    f"uv=={pin['version']}",
+                ],
+                capture_output=True,
+                text=True,
+            )
             assert proc.returncode == 0, proc.stdout + proc.stderr
             got = Path(tmp) / name
             assert sha256(got.read_bytes()) == pin["wheel_sha256"], "PyPI's wheel changed?"
@@ -177,13 +208,30 @@ def serve() -> Iterator[object]:
 
 # -- no root, no package manager: the pinned uv --------------------------------------------
 
+
 def tools_dir(where: Path, downloader: str) -> Path:
     """A PATH with what a bare image has (bash, coreutils, gzip) and one downloader: no
     Python, no package manager, no uv."""
     bin_dir = where / "bin"
     bin_dir.mkdir(parents=True)
-    for tool in ("bash", "dirname", "uname", "id", "mktemp", "mkdir", "rm", "mv", "chmod",
-                 "cat", "cut", "head", "tail", "gzip", "sha256sum", downloader):
+    for tool in (
+        "bash",
+        "dirname",
+        "uname",
+        "id",
+        "mktemp",
+        "mkdir",
+        "rm",
+        "mv",
+        "chmod",
+        "cat",
+        "cut",
+        "head",
+        "tail",
+        "gzip",
+        "sha256sum",
+        downloader,
+    ):
         found = shutil.which(tool)
         if found is None:
             pytest.skip(f"{tool} is not installed on this machine")
@@ -214,30 +262,48 @@ def bootstrap_bare(work: Path, downloader: str, **env: str) -> subprocess.Comple
     """bootstrap.sh with only the tools of :func:`tools_dir` (made here unless ``downloader``
     is empty: then the test made them)."""
     bin_dir = tools_dir(work / "tools", downloader) if downloader else work / "tools" / "bin"
-    full = {"PATH": str(bin_dir), "HOME": str(work / "home"), "GPU_CI_CACHE_DIR":
-            str(work / "cache"), "GPU_CI_BOOTSTRAP_FALLBACKS": "",
-            "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
-            "GITHUB_ENV": str(work / "github_env"), **env}
-    return subprocess.run([*as_unprivileged(), str(bin_dir / "bash"), str(BOOTSTRAP),
-                           "verify-cuda-env"], env=full, capture_output=True, text=True,
-                          timeout=300)
+    full = {
+        "PATH": str(bin_dir),
+        "HOME": str(work / "home"),
+        "GPU_CI_CACHE_DIR": str(work / "cache"),
+        "GPU_CI_BOOTSTRAP_FALLBACKS": "",
+        "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
+        "GITHUB_ENV": str(work / "github_env"),
+        **env,
+    }
+    return subprocess.run(
+        [*as_unprivileged(), str(bin_dir / "bash"), str(BOOTSTRAP), "verify-cuda-env"],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @linux_only
 @pytest.mark.parametrize("downloader", ["curl", "wget", "node"])
-def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel, serve,
-                                                                       downloader):
+def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel, serve, downloader):
     pin = uv_pin()
     server = serve({"/uv.whl": uv_wheel})
     work = shared_tmp()
     try:
-        proc = bootstrap_bare(work, downloader, GPU_CI_UV_URL=server.url("/uv.whl"),
-                              UV_PYTHON_INSTALL_MIRROR=server.url("/python"))
+        proc = bootstrap_bare(
+            work,
+            downloader,
+            GPU_CI_UV_URL=server.url("/uv.whl"),
+            UV_PYTHON_INSTALL_MIRROR=server.url("/python"),
+        )
         out = proc.stdout + proc.stderr
         assert server.asked[0] == "/uv.whl", out
         assert f"uv {pin['version']} verified (sha256 {pin['binary_sha256']})" in out
-        binary = work / "cache" / "gpu-ci-actions" / "python" / \
-            f"uv-{pin['version']}-{platform.machine()}" / "uv"
+        binary = (
+            work
+            / "cache"
+            / "gpu-ci-actions"
+            / "python"
+            / f"uv-{pin['version']}-{platform.machine()}"
+            / "uv"
+        )
         assert sha256(binary.read_bytes()) == pin["binary_sha256"]
         assert os.access(binary, os.X_OK)
         # uv then asks the (loopback) Python mirror, which has nothing: a clear failure.
@@ -263,8 +329,12 @@ def test_a_uv_on_path_is_used_without_downloading_one(uv_wheel, serve):
         (mine / "uv").chmod(0o755)
         tools = tools_dir(work / "tools", "curl")
         os.symlink(mine / "uv", tools / "uv")
-        proc = bootstrap_bare(work, "", GPU_CI_UV_URL=server.url("/uv.whl"),
-                              UV_PYTHON_INSTALL_MIRROR=server.url("/python"))
+        proc = bootstrap_bare(
+            work,
+            "",
+            GPU_CI_UV_URL=server.url("/uv.whl"),
+            UV_PYTHON_INSTALL_MIRROR=server.url("/python"),
+        )
         out = proc.stdout + proc.stderr
         assert "/uv.whl" not in server.asked, out
         assert f"installing a uv-managed Python 3.12 with {tools / 'uv'}" in out
@@ -298,8 +368,9 @@ def test_system_mode_without_root_names_the_fix(serve):
     server = serve({})
     work = shared_tmp()
     try:
-        proc = bootstrap_bare(work, "curl", GPU_CI_INSTALL_PYTHON="system",
-                              GPU_CI_UV_URL=server.url("/uv.whl"))
+        proc = bootstrap_bare(
+            work, "curl", GPU_CI_INSTALL_PYTHON="system", GPU_CI_UV_URL=server.url("/uv.whl")
+        )
         assert proc.returncode == 1
         assert server.asked == []
         assert "install-python: system cannot install one (not root)" in proc.stdout
@@ -314,8 +385,7 @@ def test_an_unknown_mode_is_refused():
     try:
         proc = bootstrap_bare(work, "curl", GPU_CI_INSTALL_PYTHON="Conda")
         assert proc.returncode == 1
-        assert "input install-python must be auto, system or managed; got 'Conda'" \
-            in proc.stdout
+        assert "input install-python must be auto, system or managed; got 'Conda'" in proc.stdout
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -324,14 +394,24 @@ def test_an_unknown_mode_is_refused():
 def test_nothing_is_installed_where_a_python_exists(serve, tmp_path):
     server = serve({})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_CI_", "GITHUB_"))}
-    env.update({"GPU_CI_INSTALL_PYTHON": "managed", "GPU_CI_UV_URL": server.url("/uv.whl"),
-                "GPU_CI_CACHE_DIR": str(tmp_path / "cache"),
-                "GPU_CI_BOOTSTRAP_PYTHON": sys.executable,
-                "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
-                "GITHUB_ENV": str(tmp_path / "github_env"),
-                "PATH": f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"})
-    proc = subprocess.run(["bash", str(BOOTSTRAP), "verify-cuda-env"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    env.update(
+        {
+            "GPU_CI_INSTALL_PYTHON": "managed",
+            "GPU_CI_UV_URL": server.url("/uv.whl"),
+            "GPU_CI_CACHE_DIR": str(tmp_path / "cache"),
+            "GPU_CI_BOOTSTRAP_PYTHON": sys.executable,
+            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+            "GITHUB_ENV": str(tmp_path / "github_env"),
+            "PATH": f"{ROOT / '.venv' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+        }
+    )
+    proc = subprocess.run(
+        ["bash", str(BOOTSTRAP), "verify-cuda-env"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert server.asked == []
     assert "No Python >= 3.9 in this job" not in proc.stdout
@@ -342,10 +422,14 @@ def test_nothing_is_installed_where_a_python_exists(serve, tmp_path):
 # -- a real Debian userland without Python, as root --------------------------------------
 
 needs_root = pytest.mark.skipif(
-    sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("debootstrap")
-    or not shutil.which("unshare") or not shutil.which("chroot"),
+    sys.platform != "linux"
+    or os.geteuid() != 0
+    or not shutil.which("debootstrap")
+    or not shutil.which("unshare")
+    or not shutil.which("chroot"),
     reason="needs Linux, root, debootstrap (apt-get install debootstrap), unshare and chroot: "
-           "the test builds a Debian root and runs the bootstrap in it with chroot")
+    "the test builds a Debian root and runs the bootstrap in it with chroot",
+)
 
 #: Copied into the job's checkout: what the actions run (no tests, no .venv, no .git).
 CHECKOUT = ("scripts", "src", "requirements", "pyproject.toml")
@@ -416,13 +500,21 @@ def pip_config_into(work: Path) -> None:
     """This machine's way to PyPI, for pip inside the root: the CA bundle pip trusts here (a
     proxy's CA) and an index URL set in the environment (paths on this machine do not
     exist in the root and are left out)."""
-    cert = os.environ.get("PIP_CERT") or subprocess.run(
-        [sys.executable, "-m", "pip", "config", "get", "global.cert"],
-        capture_output=True, text=True).stdout.strip()
+    cert = (
+        os.environ.get("PIP_CERT")
+        or subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.cert"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     if cert and Path(cert).is_file():
         shutil.copy(cert, work / "ca.crt")
-    lines = [f"{name}={os.environ[name]}" for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
-             if os.environ.get(name, "").startswith(("http://", "https://"))]
+    lines = [
+        f"{name}={os.environ[name]}"
+        for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+        if os.environ.get(name, "").startswith(("http://", "https://"))
+    ]
     (work / "job" / "pip.env").write_text("".join(line + "\n" for line in lines))
 
 
@@ -437,8 +529,9 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in CHECKOUT:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, work / "checkout" / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                src, work / "checkout" / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
         else:
             shutil.copy2(src, work / "checkout" / name)
     build_fake_nvml(work / "nvml")
@@ -446,12 +539,28 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "job" / "job.sh").write_text(JOB)
     pip_config_into(work)
     proc = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", ENTER, "enter",
-         str(debian_root()), str(work), MULTIARCH[platform.machine()]],
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, capture_output=True, text=True,
-        timeout=900)
-    logs = "".join(f"--- {p.name}\n{p.read_text(errors='replace')}"
-                   for p in sorted((work / "job").glob("*.log")))
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            ENTER,
+            "enter",
+            str(debian_root()),
+            str(work),
+            MULTIARCH[platform.machine()],
+        ],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    logs = "".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')}"
+        for p in sorted((work / "job").glob("*.log"))
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs
     return work / "job"
 
@@ -462,9 +571,12 @@ def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debi
     first = (job / "first.bootstrap.log").read_text()
     assert (job / "first.rc").read_text().strip() == "0", (job / "first.verify.log").read_text()
     # (b): root, apt-get, no Python: Debian's python3 from Debian's mirror.
-    match = re.search(r"installed Python (3\.\d+\.\d+), the distribution's Python, installed "
-                      r"with apt-get \(python3 python3-venv\), in (\d+\.\d) s "
-                      r"\(install-python: auto\)", first)
+    match = re.search(
+        r"installed Python (3\.\d+\.\d+), the distribution's Python, installed "
+        r"with apt-get \(python3 python3-venv\), in (\d+\.\d) s "
+        r"\(install-python: auto\)",
+        first,
+    )
     assert match, first
     summary = (job / "summary.md").read_text()
     assert match.group(0) in summary
@@ -495,8 +607,10 @@ def test_debian_container_without_compute_capability_is_named(debian_job):
     findings = json.loads(parse_output_file((job / "nocompute.out").read_text())["findings"])
     codes = {f["code"]: f for f in findings}
     assert "libcuda-missing" in codes, findings
-    assert "NVIDIA_DRIVER_CAPABILITIES='utility' lacks 'compute'" in \
-        codes["libcuda-missing"]["message"]
+    assert (
+        "NVIDIA_DRIVER_CAPABILITIES='utility' lacks 'compute'"
+        in codes["libcuda-missing"]["message"]
+    )
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in codes["libcuda-missing"]["fix"]
 
 
@@ -516,17 +630,33 @@ def test_debian_container_without_visible_devices_is_named(debian_job):
 NO_NVML = NvmlSnapshot(ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND")
 
 
-@pytest.mark.parametrize(("env", "says", "fix"), [
-    (EnvFacts(in_container=True), "NVIDIA_VISIBLE_DEVICES is not set in this container",
-     "NVIDIA_VISIBLE_DEVICES: all"),
-    (EnvFacts(in_container=True, visible_devices="void"), "NVIDIA_VISIBLE_DEVICES='void'",
-     "--gpus all"),
-    (EnvFacts(visible_devices="all", driver_capabilities="compute"),
-     "NVIDIA_DRIVER_CAPABILITIES='compute' lacks 'utility'",
-     "NVIDIA_DRIVER_CAPABILITIES=compute,utility"),
-    (EnvFacts(in_container=True, visible_devices="all", driver_capabilities="compute,utility"),
-     "it was not started with the NVIDIA runtime", "--gpus all"),
-])
+@pytest.mark.parametrize(
+    ("env", "says", "fix"),
+    [
+        (
+            EnvFacts(in_container=True),
+            "NVIDIA_VISIBLE_DEVICES is not set in this container",
+            "NVIDIA_VISIBLE_DEVICES: all",
+        ),
+        (
+            EnvFacts(in_container=True, visible_devices="void"),
+            "NVIDIA_VISIBLE_DEVICES='void'",
+            "--gpus all",
+        ),
+        (
+            EnvFacts(visible_devices="all", driver_capabilities="compute"),
+            "NVIDIA_DRIVER_CAPABILITIES='compute' lacks 'utility'",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        ),
+        (
+            EnvFacts(
+                in_container=True, visible_devices="all", driver_capabilities="compute,utility"
+            ),
+            "it was not started with the NVIDIA runtime",
+            "--gpus all",
+        ),
+    ],
+)
 def test_each_container_failure_is_named_with_its_fix(env, says, fix):
     (finding,) = nvml_findings(NO_NVML, True, env)
     assert finding.code == "no-driver"

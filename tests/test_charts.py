@@ -18,8 +18,13 @@ def test_downsample_keeps_peaks_and_bounds_points():
 
 
 def test_chart_text_is_quoted_and_series_match_labels():
-    text = xychart('GPU "0" [H200]\nutil', ["0m", "1m"], [Series("util", (10.0, 99.5))],
-                   y_title="%", y_range=(0, 100))
+    text = xychart(
+        'GPU "0" [H200]\nutil',
+        ["0m", "1m"],
+        [Series("util", (10.0, 99.5))],
+        y_title="%",
+        y_range=(0, 100),
+    )
     assert text.startswith("```mermaid\nxychart-beta\n")
     assert 'title "GPU  0   H200  util"' in text
     assert 'x-axis ["0m", "1m"]' in text and 'y-axis "%" 0 --> 100' in text

@@ -97,20 +97,31 @@ def test_internal_error_is_one_annotation_without_traceback(tmp_path):
         "c.ACTIONS['gpu-gate'] = dataclasses.replace(c.ACTIONS['gpu-gate'], module='boom')\n"
         "raise SystemExit(c.main(['gpu-gate']))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
+    )
     assert proc.returncode == 1
     assert "::error title=gpu-ci gpu-gate internal error::" in proc.stdout
     assert "ZeroDivisionError" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-
-@pytest.mark.parametrize(("argv", "command"), [
-    (["setup-conda-from-lock", "--lock-file", "x"], "setup-conda-from-lock"),
-    (["--", "gpu-gate"], "gpu-gate"), (["spend", "--help"], "gpu-spend"),
-    (["--version"], None), ([], None), (["-h", "gpu-gate"], None), (["--x", "gpu-gate"], None),
-    (["no-such-action"], "no-such-action")])
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["setup-conda-from-lock", "--lock-file", "x"], "setup-conda-from-lock"),
+        (["--", "gpu-gate"], "gpu-gate"),
+        (["spend", "--help"], "gpu-spend"),
+        (["--version"], None),
+        ([], None),
+        (["-h", "gpu-gate"], None),
+        (["--x", "gpu-gate"], None),
+        (["no-such-action"], "no-such-action"),
+    ],
+)
 def test_main_builds_only_the_flags_of_the_subcommand_argparse_picks(argv, command):
     from gpu_ci.cli import _command_in
 
@@ -142,10 +153,16 @@ def test_alias_runs_with_its_actions_flags(run_cli):
 def test_python_m_gpu_ci_runs_the_command_with_the_cyclic_collector_on(tmp_path):
     """``__main__`` pauses the collector while the CLI is imported: not while a command runs
     (a long-running command, e.g. gpu-monitor, must not accumulate cycles)."""
-    code = ("import gc, runpy, sys, gpu_ci.cli as c\n"
-            "c.main = lambda: print('collector on' if gc.isenabled() else 'off') or 0\n"
-            "sys.modules['gpu_ci.cli'] = c\n"
-            "runpy.run_module('gpu_ci', run_name='__main__')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"})
+    code = (
+        "import gc, runpy, sys, gpu_ci.cli as c\n"
+        "c.main = lambda: print('collector on' if gc.isenabled() else 'off') or 0\n"
+        "sys.modules['gpu_ci.cli'] = c\n"
+        "runpy.run_module('gpu_ci', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
+    )
     assert proc.stdout.strip() == "collector on", proc.stdout + proc.stderr

@@ -22,8 +22,9 @@ sys.exit(code)
 def loaded(tmp_path, args, env):
     out = tmp_path / "modules.json"
     full = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), **env}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *args], env=full,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(out), *args], env=full, capture_output=True, text=True
+    )
     modules = set(json.loads(out.read_text()))
     return proc, {m.split(".")[0] for m in modules}, modules
 
@@ -38,16 +39,24 @@ def test_verify_cuda_env_never_imports_github_or_conda_code(tmp_path):
 
 def test_gpu_gate_never_imports_nvml_or_conda_code(tmp_path, github):
     github.add_repo("Codertocat/Hello-World", roles={"Codertocat": "write"})
-    github.add_pull("Codertocat/Hello-World",
-                    PullRequest(2, "ec26c3e57ca3a959ca5aad62de7213c562f8c821"))
+    github.add_pull(
+        "Codertocat/Hello-World", PullRequest(2, "ec26c3e57ca3a959ca5aad62de7213c562f8c821")
+    )
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
     path = tmp_path / "event.json"
     path.write_text(json.dumps(event))
-    proc, top, modules = loaded(tmp_path, ["gpu-gate"], {
-        "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(path),
-        "GITHUB_REPOSITORY": "Codertocat/Hello-World", "GITHUB_API_URL": github.url,
-        "GITHUB_TOKEN": "t"})
+    proc, top, modules = loaded(
+        tmp_path,
+        ["gpu-gate"],
+        {
+            "GITHUB_EVENT_NAME": "pull_request",
+            "GITHUB_EVENT_PATH": str(path),
+            "GITHUB_REPOSITORY": "Codertocat/Hello-World",
+            "GITHUB_API_URL": github.url,
+            "GITHUB_TOKEN": "t",
+        },
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "run=true" in proc.stdout
     assert "github" in top  # it did call the API
@@ -60,13 +69,24 @@ def test_missing_extra_is_explained(tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()
     (blocker / "yaml.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n")
+        "raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n"
+    )
     lock = lock_file("setup-micromamba.test.conda-lock.yml")
     proc = subprocess.run(
-        [sys.executable, "-m", "gpu_ci", "setup-conda-from-lock", "--lock-file", str(lock),
-         "--dry-run", "true"],
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci",
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--dry-run",
+            "true",
+        ],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{blocker}:{ROOT / 'src'}"},
-        capture_output=True, text=True)
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "needs the 'conda' extra" in proc.stdout
     assert "pip install 'gpu-ci-actions[conda]'" in proc.stdout
@@ -86,8 +106,12 @@ def _imports(path):
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("gpu_ci")}
-        elif (isinstance(node, ast.ImportFrom) and node.module and node.level == 0
-              and node.module.startswith("gpu_ci")):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("gpu_ci")
+        ):
             found.add(node.module)
             found |= {f"{node.module}.{a.name}" for a in node.names}
     return found
@@ -135,9 +159,13 @@ def test_only_the_client_imports_pygithub():
     problems = []
     for path in sorted(src.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
-                     else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             if any(n == "github" or n.startswith("github.") for n in names):
                 problems.append(str(path.relative_to(src)))
     assert sorted(set(problems)) == ["github/client.py"]

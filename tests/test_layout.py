@@ -9,8 +9,17 @@ import hashlib
 from tests.shared import ROOT, shared_path
 
 TESTS = ROOT / "tests"
-SKIP = {".git", ".venv", "node_modules", "__pycache__", "build", "dist", ".mypy_cache",
-        ".ruff_cache", ".pytest_cache"}
+SKIP = {
+    ".git",
+    ".venv",
+    "node_modules",
+    "__pycache__",
+    "build",
+    "dist",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+}
 
 
 def _imported_modules(path) -> set[str]:
@@ -38,18 +47,25 @@ def test_no_test_module_imports_another():
 def test_test_modules_sit_in_their_wing():
     flat = sorted(p.name for p in TESTS.glob("test_*.py"))
     wings = {"github", "conda", "cuda", "e2e", "deploy"}
-    assert {p.parent.name for p in TESTS.rglob("test_*.py")
-            if "node_modules" not in p.parts} <= wings | {"tests"}
+    assert {
+        p.parent.name for p in TESTS.rglob("test_*.py") if "node_modules" not in p.parts
+    } <= wings | {"tests"}
     for wing in wings:
         assert (TESTS / wing / "__init__.py").is_file(), wing
-    assert not [name for name in flat if name.startswith(("test_e2e_", "test_setup_conda",
-                                                          "test_verify_", "test_gate_"))]
+    assert not [
+        name
+        for name in flat
+        if name.startswith(("test_e2e_", "test_setup_conda", "test_verify_", "test_gate_"))
+    ]
 
 
 def test_no_file_of_another_project_is_copied_into_the_project():
     shared = shared_path()
-    theirs = {hashlib.sha256(p.read_bytes()).hexdigest(): p.relative_to(shared)
-              for p in shared.rglob("*") if p.is_file() and p.stat().st_size > 64}
+    theirs = {
+        hashlib.sha256(p.read_bytes()).hexdigest(): p.relative_to(shared)
+        for p in shared.rglob("*")
+        if p.is_file() and p.stat().st_size > 64
+    }
     # the one documented copy: the driver table the package reads (compared by a test)
     allowed = {ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.yaml"}
     copies = []

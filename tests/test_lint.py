@@ -27,31 +27,52 @@ def tool(name: str) -> str:
 
 # rglob: actions/gpu-monitor/job/action.yml (the one-step form) too
 ACTION_FILES = [ROOT / "action.yml", *sorted((ROOT / "actions").rglob("action.yml"))]
-WORKFLOW_FILES = sorted([*(ROOT / ".github" / "workflows").glob("*.yml"),
-                         *(ROOT / "examples").rglob("*.yml"),
-                         *(ROOT / "tests" / "e2e" / "workflows").glob("*.yml")])
+WORKFLOW_FILES = sorted(
+    [
+        *(ROOT / ".github" / "workflows").glob("*.yml"),
+        *(ROOT / "examples").rglob("*.yml"),
+        *(ROOT / "tests" / "e2e" / "workflows").glob("*.yml"),
+    ]
+)
 
 
 def test_action_files_validate_against_the_actions_schema():
-    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
-                           "vendor.github-actions", *map(str, ACTION_FILES)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-actions",
+            *map(str, ACTION_FILES),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_workflows_validate_against_the_workflows_schema():
     assert any("examples" in str(p) for p in WORKFLOW_FILES)
-    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
-                           "vendor.github-workflows", *map(str, WORKFLOW_FILES)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-workflows",
+            *map(str, WORKFLOW_FILES),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_schema_check_really_rejects_a_broken_action(tmp_path):
     bad = tmp_path / "action.yml"
     bad.write_text("name: x\nruns:\n  using: composite\n  steps: 3\n")
-    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema",
-                           "vendor.github-actions", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
 
 
@@ -61,8 +82,12 @@ def test_zizmor_reports_no_findings():
     examples = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.yml"))
     assert examples
     targets = ["action.yml", "actions", ".github/workflows", *examples]
-    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", *targets],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", *targets],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No findings" in proc.stdout + proc.stderr
 
@@ -72,9 +97,11 @@ def test_zizmor_really_finds_template_injection(tmp_path):
     bad.write_text(
         "name: x\ndescription: x\ninputs:\n  a:\n    description: a\nruns:\n"
         "  using: composite\n  steps:\n    - shell: bash\n"
-        "      run: echo ${{ inputs.a }} ${{ github.event.pull_request.title }}\n")
-    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", str(bad)],
-                          capture_output=True, text=True)
+        "      run: echo ${{ inputs.a }} ${{ github.event.pull_request.title }}\n"
+    )
+    proc = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "template-injection" in proc.stdout + proc.stderr
 
@@ -87,28 +114,43 @@ def test_reusable_workflow_is_linted_and_zizmor_audits_workflow_call_inputs(tmp_
     bad.write_text(
         "on:\n  workflow_call:\n    inputs:\n      cmd:\n        type: string\n"
         "        required: true\npermissions: {}\njobs:\n  t:\n    runs-on: ubuntu-latest\n"
-        "    steps:\n      - run: ${{ inputs.cmd }}\n")
-    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", str(bad)],
-                          capture_output=True, text=True)
+        "    steps:\n      - run: ${{ inputs.cmd }}\n"
+    )
+    proc = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "template-injection" in proc.stdout + proc.stderr
-ZIZMOR_TARGETS = ["action.yml", "actions", ".github/workflows",
-                  *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.yml"))]
+
+
+ZIZMOR_TARGETS = [
+    "action.yml",
+    "actions",
+    ".github/workflows",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.yml")),
+]
 
 
 def test_zizmor_auditor_persona_reports_no_findings():
     """The strictest persona: every finding is fixed, or ignored inline with a reason."""
-    proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", "--persona", "auditor",
-                           *ZIZMOR_TARGETS], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [tool("zizmor"), "--offline", "--no-progress", "--persona", "auditor", *ZIZMOR_TARGETS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No findings" in proc.stdout + proc.stderr
 
 
 def test_every_inline_zizmor_ignore_gives_a_reason():
     files = [*ACTION_FILES, *WORKFLOW_FILES]
-    ignores = [(path, line) for path in files
-               for line in path.read_text(encoding="utf-8").splitlines()
-               if "zizmor: ignore[" in line]
+    ignores = [
+        (path, line)
+        for path in files
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "zizmor: ignore[" in line
+    ]
     assert ignores  # the remover's pull_request_target is one
     for path, line in ignores:
         reason = re.sub(r".*zizmor: ignore\[[^\]]*\]", "", line).strip()
@@ -121,8 +163,11 @@ def test_a_nested_action_is_pinned_and_checked_like_the_others():
     text = "      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@v1\n"
     assert unpinned_uses(text) == [text.strip()[2:]]
     pinned = pin_uses(text, "1.2.3", "a" * 40)
-    assert pinned == ("      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@"
-                      + "a" * 40 + "  # v1.2.3\n")
+    assert pinned == (
+        "      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@"
+        + "a" * 40
+        + "  # v1.2.3\n"
+    )
     assert unpinned_uses(pinned) == []
 
 
@@ -135,8 +180,11 @@ def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
     for path in sorted((ROOT / "examples").glob("*.yml")):
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         triggers = doc.get(True) or doc.get("on") or {}
-        writes = any(v == "write" for job in doc["jobs"].values()
-                     for v in (job.get("permissions") or {}).values())
+        writes = any(
+            v == "write"
+            for job in doc["jobs"].values()
+            for v in (job.get("permissions") or {}).values()
+        )
         privileged = "pull_request_target" in triggers or "workflow_run" in triggers
         if writes or privileged:
             assert f"examples/{path.name}" in PRIVILEGED_EXAMPLES, path.name
@@ -146,12 +194,22 @@ def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
         # zizmor's policy (.github/zizmor.yml) refuses a moving tag for the actions that
         # only privileged workflows use
         moved = tmp_path / "privileged.yml"
-        moved.write_text(re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# \S+",
-                                r"\1@v1", text))
+        moved.write_text(
+            re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# \S+", r"\1@v1", text)
+        )
         assert "@v1\n" in moved.read_text()
-        proc = subprocess.run([tool("zizmor"), "--offline", "--no-progress", "--config",
-                               str(ROOT / ".github" / "zizmor.yml"), str(moved)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                tool("zizmor"),
+                "--offline",
+                "--no-progress",
+                "--config",
+                str(ROOT / ".github" / "zizmor.yml"),
+                str(moved),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode != 0 and "unpinned-uses" in proc.stdout + proc.stderr
         assert unpinned_uses(moved.read_text()) != []
         repinned = pin_uses(moved.read_text(), "1.2.3", "a" * 40)

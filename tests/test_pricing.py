@@ -23,25 +23,31 @@ def test_table_rows_are_sourced_dated_and_never_overlap():
 
 def test_price_changes_on_the_documented_day():
     table = load_table()
-    assert table.price_on("linux_4_core_gpu", date(2025, 12, 31)).usd_per_minute == \
-        Decimal("0.07")
-    assert table.price_on("linux_4_core_gpu", date(2026, 1, 1)).usd_per_minute == \
-        Decimal("0.052")
-    assert table.price_on("windows_4_core_gpu", date(2026, 11, 3)).usd_per_minute == \
-        Decimal("0.102")
-    assert table.price_on("linux_4_core_gpu", date(2020, 1, 1)).usd_per_minute == \
-        Decimal("0.07")
+    assert table.price_on("linux_4_core_gpu", date(2025, 12, 31)).usd_per_minute == Decimal("0.07")
+    assert table.price_on("linux_4_core_gpu", date(2026, 1, 1)).usd_per_minute == Decimal("0.052")
+    assert table.price_on("windows_4_core_gpu", date(2026, 11, 3)).usd_per_minute == Decimal(
+        "0.102"
+    )
+    assert table.price_on("linux_4_core_gpu", date(2020, 1, 1)).usd_per_minute == Decimal("0.07")
     assert table.price_on("linux_8_core_gpu", date(2026, 1, 1)) is None
 
 
-@pytest.mark.parametrize("spelling", ["linux_4_core_gpu", "actions_linux_4_core_gpu",
-                                      "Actions Linux 4-core GPU", "LINUX 4-CORE GPU"])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "linux_4_core_gpu",
+        "actions_linux_4_core_gpu",
+        "Actions Linux 4-core GPU",
+        "LINUX 4-CORE GPU",
+    ],
+)
 def test_sku_spellings_of_the_billing_api_are_one_sku(spelling):
     assert normalise_sku(spelling) == "linux_4_core_gpu"
 
 
-@pytest.mark.parametrize(("seconds", "minutes"), [(0, 0), (1, 1), (59.9, 1), (60, 1),
-                                                  (60.5, 2), (3600, 60), (3601, 61)])
+@pytest.mark.parametrize(
+    ("seconds", "minutes"), [(0, 0), (1, 1), (59.9, 1), (60, 1), (60.5, 2), (3600, 60), (3601, 61)]
+)
 def test_jobs_are_billed_in_whole_minutes_never_free(seconds, minutes):
     assert billed_minutes(seconds) == minutes
 
@@ -52,7 +58,12 @@ def test_parse_price_amounts_units_and_skus():
     assert parse_price("$3.12/h", table).usd_per_minute == Decimal("0.052")
     assert parse_price("3.12", table, per="hour").usd_per_minute == Decimal("0.052")
     assert parse_price("Linux 4-core GPU", table).sku == "linux_4_core_gpu"
-    for bad, words in [("", "empty"), ("0", "never free"), ("-1", "negative"),
-                       ("linux_8_core_gpu", "known GitHub-hosted GPU SKU"), ("abc", "neither")]:
+    for bad, words in [
+        ("", "empty"),
+        ("0", "never free"),
+        ("-1", "negative"),
+        ("linux_8_core_gpu", "known GitHub-hosted GPU SKU"),
+        ("abc", "neither"),
+    ]:
         with pytest.raises(PriceError, match=words):
             parse_price(bad, table)

@@ -31,7 +31,7 @@ class Server:
                 outer.seen.append((self.path, self.headers.get("Authorization")))
                 if self.path.startswith("/to?"):
                     self.send_response(302)
-                    self.send_header("Location", self.path[len("/to?"):])
+                    self.send_header("Location", self.path[len("/to?") :])
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -77,10 +77,15 @@ def test_a_redirect_within_the_origin_keeps_them(servers, tmp_path):
     assert [auth is not None for _, auth in a.seen] == [True, True]
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("https://h/x", "https://h:443/y"), ("http://h", "http://h:80/"),
-    ("HTTPS://H.Example/", "https://h.example:443"), ("https://u:p@h/", "https://h/"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("https://h/x", "https://h:443/y"),
+        ("http://h", "http://h:80/"),
+        ("HTTPS://H.Example/", "https://h.example:443"),
+        ("https://u:p@h/", "https://h/"),
+    ],
+)
 def test_one_origin_with_or_without_the_default_port(a, b):
     # The four helpers this replaced disagreed: two kept a missing port as None, so
     # https://h and https://h:443 were two origins for a redirect's Authorization.
@@ -88,10 +93,16 @@ def test_one_origin_with_or_without_the_default_port(a, b):
     assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {"Authorization": "Basic x"}
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("http://h/", "https://h/"), ("https://h/", "https://h:8443/"), ("https://h/", "https://g/"),
-    ("https://h:abc/", "https://h/"), ("https://h:99999/", "https://h:443/"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("http://h/", "https://h/"),
+        ("https://h/", "https://h:8443/"),
+        ("https://h/", "https://g/"),
+        ("https://h:abc/", "https://h/"),
+        ("https://h:99999/", "https://h:443/"),
+    ],
+)
 def test_other_origins_never_get_the_credentials(a, b):
     assert origin(a) != origin(b)
     assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {}

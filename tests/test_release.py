@@ -25,13 +25,16 @@ def test_current_version_would_release():
     assert result.version == __version__
 
 
-@pytest.mark.parametrize(("tag", "problem"), [
-    ("v1.2", "is not vMAJOR.MINOR.PATCH"),
-    ("1.0.0", "is not vMAJOR.MINOR.PATCH"),
-    ("v01.0.0", "is not vMAJOR.MINOR.PATCH"),
-    ("v1.0.0-rc1", "is not vMAJOR.MINOR.PATCH"),
-    ("v9.9.9", "does not match the package version"),
-])
+@pytest.mark.parametrize(
+    ("tag", "problem"),
+    [
+        ("v1.2", "is not vMAJOR.MINOR.PATCH"),
+        ("1.0.0", "is not vMAJOR.MINOR.PATCH"),
+        ("v01.0.0", "is not vMAJOR.MINOR.PATCH"),
+        ("v1.0.0-rc1", "is not vMAJOR.MINOR.PATCH"),
+        ("v9.9.9", "does not match the package version"),
+    ],
+)
 def test_bad_tags(tag, problem):
     result = release.check(tag, "1.0.0", CHANGELOG)
     assert not result.ok and any(problem in p for p in result.problems)
@@ -59,14 +62,22 @@ def test_moving_tags():
 
 
 def test_cli_prints_outputs_for_the_workflow(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gpu_ci.release", "check", "--tag",
-                           f"v{__version__}"], cwd=ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_ci.release", "check", "--tag", f"v{__version__}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0
     assert proc.stdout.split() == [f"tag=v{__version__}", f"version={__version__}"]
-    bad = subprocess.run([sys.executable, "-m", "gpu_ci.release", "check", "--tag", "v0.0.1"],
-                         cwd=ROOT, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpu_ci.release", "check", "--tag", "v0.0.1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert bad.returncode == 1 and bad.stdout.startswith("::error title=release check::")
 
 
@@ -86,11 +97,16 @@ def test_version_has_one_source():
 
 # -- Marketplace ------------------------------------------------------------------------------
 
+
 def schema_enums():
     import check_jsonschema
 
-    schema = Path(check_jsonschema.__file__).parent / "builtin_schemas" / "vendor" / \
-        "github-actions.json"
+    schema = (
+        Path(check_jsonschema.__file__).parent
+        / "builtin_schemas"
+        / "vendor"
+        / "github-actions.json"
+    )
     branding = json.loads(schema.read_text())["properties"]["branding"]["properties"]
     return set(branding["icon"]["enum"]), set(branding["color"]["enum"])
 
@@ -119,13 +135,13 @@ def test_readme_has_marketplace_header_usage_at_v1_and_pinning():
 
 # -- workflows ----------------------------------------------------------------------------------
 
+
 def workflow(name):
     return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
 
 
 def all_uses(doc):
-    return [s["uses"] for job in doc["jobs"].values() for s in job.get("steps", [])
-            if "uses" in s]
+    return [s["uses"] for job in doc["jobs"].values() for s in job.get("steps", []) if "uses" in s]
 
 
 @pytest.mark.parametrize("name", ["ci.yml", "release.yml", "self-test.yml"])
@@ -156,28 +172,44 @@ def test_dependabot_watches_actions_and_the_locks():
 
 # -- the PyPI path: what `pipx run --spec gpu-ci-actions gpu-ci ...` installs ------------------
 
+
 def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
-                    str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = dist.glob("gpu_ci_actions-*.whl")
     assert wheel.name.startswith(f"gpu_ci_actions-{__version__}-")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)], check=True, capture_output=True
+    )
     gpu_ci = env_dir / "bin" / "gpu-ci"
     version = subprocess.run([str(gpu_ci), "--version"], capture_output=True, text=True)
     assert version.stdout.strip() == f"gpu-ci {__version__}"
-    proc = subprocess.run([str(gpu_ci), "verify-cuda-env", "--require-gpu", "false"],
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [str(gpu_ci), "verify-cuda-env", "--require-gpu", "false"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok=true" in proc.stdout
-    data = subprocess.run([str(python), "-c", "import gpu_ci.cuda.table as t; "
-                           "print(t.load_table().bundled_driver(13, 0), "
-                           "t.load_builds().builds_of('torch')[0].tag)"],
-                          capture_output=True, text=True)
+    data = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import gpu_ci.cuda.table as t; "
+            "print(t.load_table().bundled_driver(13, 0), "
+            "t.load_builds().builds_of('torch')[0].tag)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert data.stdout.strip() == "580.65.06 cu118"  # package data made it into the wheel
 
 
@@ -189,7 +221,12 @@ def test_every_pin_comment_names_a_release_that_exists():
     files = [*release.PRIVILEGED_EXAMPLES, *release.PINNED_WORKFLOWS]
     named = {v for f in files for v in release.pin_versions((ROOT / f).read_text())}
     assert named <= dated, f"pins name releases that do not exist: {sorted(named - dated)}"
-    assert release.unpinned_uses("uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@"
-                                 + "a" * 40 + "  # unreleased") == []
-    assert release.pin_versions("uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@"
-                                + "a" * 40 + "  # v1.1.0") == ["1.1.0"]
+    assert (
+        release.unpinned_uses(
+            "uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@" + "a" * 40 + "  # unreleased"
+        )
+        == []
+    )
+    assert release.pin_versions(
+        "uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-gate@" + "a" * 40 + "  # v1.1.0"
+    ) == ["1.1.0"]

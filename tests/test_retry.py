@@ -15,8 +15,14 @@ def test_defaults_are_one_backoff_for_every_client():
 
 
 def test_environment_overrides_and_caps():
-    policy = RetryPolicy.from_environ({"GPU_CI_HTTP_RETRIES": "2", "GPU_CI_HTTP_BACKOFF": "3",
-                                       "GPU_CI_HTTP_MAX_WAIT": "5", "GPU_CI_HTTP_TIMEOUT": "9"})
+    policy = RetryPolicy.from_environ(
+        {
+            "GPU_CI_HTTP_RETRIES": "2",
+            "GPU_CI_HTTP_BACKOFF": "3",
+            "GPU_CI_HTTP_MAX_WAIT": "5",
+            "GPU_CI_HTTP_TIMEOUT": "9",
+        }
+    )
     assert (policy.attempts, policy.timeout) == (3, 9.0)
     assert [policy.wait(n) for n in (1, 2, 3)] == [3.0, 5.0, 5.0]
     assert policy.wait(1, retry_after=60) == 5.0  # Retry-After is capped too
@@ -29,14 +35,17 @@ def test_defaults_of_a_client_survive_what_the_environment_leaves_unset():
     assert (policy.attempts, policy.timeout, policy.max_wait) == (1, 15.0, 120.0)
 
 
-@pytest.mark.parametrize("name,value,wanted", [
-    ("GPU_CI_HTTP_RETRIES", "3x", "is not a whole number"),
-    ("GPU_CI_HTTP_RETRIES", "2.5", "is not a whole number"),
-    ("GPU_CI_HTTP_RETRIES", "-1", "is not a whole number"),
-    ("GPU_CI_HTTP_BACKOFF", "fast", "is not a number of seconds"),
-    ("GPU_CI_HTTP_BACKOFF", "nan", "is not a number of seconds"),
-    ("GPU_CI_HTTP_MAX_WAIT", "-3", "is not a number of seconds"),
-])
+@pytest.mark.parametrize(
+    "name,value,wanted",
+    [
+        ("GPU_CI_HTTP_RETRIES", "3x", "is not a whole number"),
+        ("GPU_CI_HTTP_RETRIES", "2.5", "is not a whole number"),
+        ("GPU_CI_HTTP_RETRIES", "-1", "is not a whole number"),
+        ("GPU_CI_HTTP_BACKOFF", "fast", "is not a number of seconds"),
+        ("GPU_CI_HTTP_BACKOFF", "nan", "is not a number of seconds"),
+        ("GPU_CI_HTTP_MAX_WAIT", "-3", "is not a number of seconds"),
+    ],
+)
 def test_a_typo_names_the_variable(name, value, wanted):
     with pytest.raises(UsageError, match=f"{name}='{value}' {wanted}"):
         RetryPolicy.from_environ({name: value})

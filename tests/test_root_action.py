@@ -34,14 +34,17 @@ def test_root_action_has_each_actions_extra_steps_guarded_by_its_command():
     checked = 0
     for name, spec in ACTIONS.items():
         guard = f"inputs.command == '{name}'"
-        for text, where in ((spec.steps_before, steps[:run_at]),
-                            (spec.steps_after, steps[run_at + 1:])):
+        for text, where in (
+            (spec.steps_before, steps[:run_at]),
+            (spec.steps_after, steps[run_at + 1 :]),
+        ):
             for own in yaml.safe_load(text) or []:
                 match = [s for s in where if s["name"] == own["name"]]
                 assert len(match) == 1, (name, own["name"])
                 step = match[0]
                 assert {k: v for k, v in step.items() if k != "if"} == {
-                    k: v for k, v in own.items() if k != "if"}
+                    k: v for k, v in own.items() if k != "if"
+                }
                 assert step["if"] == (f"{guard} && ({own['if']})" if "if" in own else guard)
                 checked += 1
     # setup-conda-from-lock's cache: the plan, restore before the command, save after it
@@ -96,7 +99,10 @@ def test_guard_keeps_every_key_and_each_form_of_condition():
     guarded = yaml.safe_load(render_actions.guard_steps(text, "cmd"))
     guard = "inputs.command == 'cmd'"
     assert [s["if"] for s in guarded] == [
-        f"{guard} && (inputs.a == 'x')", guard, f"{guard} && (inputs.a == 'y' || always())"]
+        f"{guard} && (inputs.a == 'x')",
+        guard,
+        f"{guard} && (inputs.a == 'y' || always())",
+    ]
     assert guarded[1]["run"] == "echo two\necho '      if: not a key'\n"
     assert guarded[2]["with"] == {"path": "$GITHUB_ACTION_PATH/scripts"}  # from the root
     assert guarded[0]["run"] == "echo one" and guarded[1]["shell"] == "bash"

@@ -15,8 +15,7 @@ def test_outputs_use_the_file_command_format_with_multiline_values(tmp_path, mon
     rt = Runtime()
     rt.set_output("run", "true")
     rt.set_output("reason", "line one\nline two")
-    assert parse_output_file(out.read_text()) == {"run": "true",
-                                                  "reason": "line one\nline two"}
+    assert parse_output_file(out.read_text()) == {"run": "true", "reason": "line one\nline two"}
 
 
 def test_outputs_are_name_value_lines_without_github_output():
@@ -35,7 +34,8 @@ def test_mask_only_inside_actions(capsys):
 def test_annotation_has_only_the_title_property(capsys):
     Runtime(environ={}).error("bad thing: 50% done\nsecond line", title="gate")
     assert capsys.readouterr().out.strip() == (
-        "::error title=gate::bad thing: 50%25 done%0Asecond line")
+        "::error title=gate::bad thing: 50%25 done%0Asecond line"
+    )
 
 
 def test_summary_is_appended_once(tmp_path):
@@ -53,7 +53,7 @@ def test_summary_is_appended_once(tmp_path):
 def test_table_cells_cannot_plant_html():
     text = markdown_table(["a"], [['<img src="https://evil/pixel"><a href="x">click</a>']])
     assert "<img" not in text and "<a " not in text
-    assert "&lt;img src=\"https://evil/pixel\"&gt;" in text
+    assert '&lt;img src="https://evil/pixel"&gt;' in text
 
 
 # -- the one report writer, the findings annotator, the repository input ----------------
@@ -98,13 +98,17 @@ def test_annotate_findings_dispatches_by_level_with_the_fix(capsys):
         message: str
         fix: str = ""
 
-    annotate_findings(Runtime({}), "verify-cuda-env",
-                      [F("error", "a", "bad.", "do x"), F("warning", "b", "hm."),
-                       F("info", "c", "ok.")])
+    annotate_findings(
+        Runtime({}),
+        "verify-cuda-env",
+        [F("error", "a", "bad.", "do x"), F("warning", "b", "hm."), F("info", "c", "ok.")],
+    )
     out = capsys.readouterr().out.splitlines()
-    assert out == ["::error title=verify-cuda-env%3A a::[a] bad. Fix: do x",
-                   "::warning title=verify-cuda-env%3A b::[b] hm.",
-                   "::notice title=verify-cuda-env%3A c::[c] ok."]
+    assert out == [
+        "::error title=verify-cuda-env%3A a::[a] bad. Fix: do x",
+        "::warning title=verify-cuda-env%3A b::[b] hm.",
+        "::notice title=verify-cuda-env%3A c::[c] ok.",
+    ]
 
 
 def test_repository_from_input_then_environment_else_a_usage_error():

@@ -21,8 +21,12 @@ def load(path):
 
 
 def test_generated_files_are_current():
-    proc = subprocess.run([sys.executable, "scripts/render_actions.py", "--check"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "scripts/render_actions.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
@@ -38,9 +42,9 @@ def test_each_action_yml_matches_its_spec():
         assert "scripts/bootstrap.sh" in steps[0]["run"]
         run_step = next(step for step in steps if step.get("id") == "run")
         assert run_step["run"] == (
-            f'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {name}')
-        assert run_step["env"] == {i.env_name: f"${{{{ inputs.{i.name} }}}}"
-                                   for i in spec.inputs}
+            f'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {name}'
+        )
+        assert run_step["env"] == {i.env_name: f"${{{{ inputs.{i.name} }}}}" for i in spec.inputs}
 
 
 def test_root_action_passes_every_sub_action_input_through():
@@ -58,8 +62,9 @@ def test_root_action_passes_every_sub_action_input_through():
 def test_readme_tables_list_every_input_and_output():
     for name, spec in ACTIONS.items():
         readme = (ROOT / "actions" / name / "README.md").read_text(encoding="utf-8")
-        table = readme.split(f"<!-- BEGIN {name} table -->")[1].split(
-            f"<!-- END {name} table -->")[0]
+        table = readme.split(f"<!-- BEGIN {name} table -->")[1].split(f"<!-- END {name} table -->")[
+            0
+        ]
         for item in spec.inputs:
             assert f"| `{item.name}` |" in table
         for output in spec.outputs:
@@ -97,8 +102,12 @@ def _bash_groups(action: str) -> list[str]:
     """What bootstrap.sh's rendered ``case`` picks for ``action``, run by bash itself."""
     text = (ROOT / "scripts" / "bootstrap.sh").read_text(encoding="utf-8")
     case = text.split("# BEGIN groups")[1].split("\n", 1)[1].split("# END groups")[0]
-    proc = subprocess.run(["bash", "-c", f'action="$1"\n{case}echo "$groups"', "_", action],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["bash", "-c", f'action="$1"\n{case}echo "$groups"', "_", action],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return proc.stdout.split()
 
 
@@ -119,10 +128,12 @@ def test_bootstrap_shell_and_python_read_the_same_groups_as_the_specs():
 
 def test_specs_module_needs_only_the_standard_library():
     # bootstrap.py imports it before any dependency is installed.
-    code = ("import sys; sys.path.insert(0, 'src'); import gpu_ci.specs; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "{'yaml', 'github', 'pynvml', 'rattler', 'packaging', 'actions'}); "
-            "assert not bad, bad")
+    code = (
+        "import sys; sys.path.insert(0, 'src'); import gpu_ci.specs; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'yaml', 'github', 'pynvml', 'rattler', 'packaging', 'actions'}); "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-I", "-c", code], cwd=ROOT, check=True)
 
 
@@ -150,16 +161,19 @@ def test_gpu_monitor_job_form_takes_the_specs_inputs_and_runs_the_same_python():
         assert doc["inputs"][item.name]["default"] == item.yaml_default
         assert doc["inputs"][item.name]["required"] is item.required
     assert set(doc["outputs"]) == {"gpu-count", "samples-file"} <= {o.name for o in spec.outputs}
-    assert doc["runs"] == {"using": "node24", "main": "main.js", "post": "post.js",
-                           "post-if": "always()"}
+    assert doc["runs"] == {
+        "using": "node24",
+        "main": "main.js",
+        "post": "post.js",
+        "post-if": "always()",
+    }
     assert "run('start')" in (job / "main.js").read_text(encoding="utf-8")
     assert "run('report')" in (job / "post.js").read_text(encoding="utf-8")
     shared = (job / "gpu-monitor.js").read_text(encoding="utf-8")
     assert "'scripts', 'bootstrap.sh'), 'gpu-monitor'" in shared
     assert "'scripts', 'run.py'), 'gpu-monitor'" in shared
     # plain Node: nothing to install, vendor or audit
-    assert set(re.findall(r"require\('([^']+)'\)", shared)) == {"child_process", "fs", "os",
-                                                                  "path"}
+    assert set(re.findall(r"require\('([^']+)'\)", shared)) == {"child_process", "fs", "os", "path"}
 
 
 def test_gpu_monitor_job_form_passes_inputs_as_the_python_reads_them(tmp_path):
@@ -171,10 +185,19 @@ def test_gpu_monitor_job_form_passes_inputs_as_the_python_reads_them(tmp_path):
     script = ROOT / "actions" / "gpu-monitor" / "job" / "gpu-monitor.js"
     env = {"INPUT_PRICE-PER-HOUR": "3.12", "INPUT_INTERVAL": "2", "OTHER": "x"}
     proc = subprocess.run(
-        [node, "-e", f"const m = require({json.dumps(str(script))}); "
-         "console.log(JSON.stringify([m.inputs(JSON.parse(process.argv[1])), "
-         "m.parseEnvFile('GPU_CI_PYTHON=/v/bin/python\\nGPU_CI_GROUPS=a b\\n')]))",
-         json.dumps(env)], capture_output=True, text=True, check=True)
+        [
+            node,
+            "-e",
+            f"const m = require({json.dumps(str(script))}); "
+            "console.log(JSON.stringify([m.inputs(JSON.parse(process.argv[1])), "
+            "m.parseEnvFile('GPU_CI_PYTHON=/v/bin/python\\nGPU_CI_GROUPS=a b\\n')]))",
+            json.dumps(env),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(proc.stdout) == [
         {"INPUT_PRICE_PER_HOUR": "3.12", "INPUT_INTERVAL": "2"},
-        {"GPU_CI_PYTHON": "/v/bin/python", "GPU_CI_GROUPS": "a b"}]
+        {"GPU_CI_PYTHON": "/v/bin/python", "GPU_CI_GROUPS": "a b"},
+    ]

@@ -25,8 +25,9 @@ class Series:
     """``line`` or ``bar``."""
 
 
-def downsample(values: Sequence[float], max_points: int = MAX_POINTS,
-               how: str = "max") -> list[float]:
+def downsample(
+    values: Sequence[float], max_points: int = MAX_POINTS, how: str = "max"
+) -> list[float]:
     """At most ``max_points`` values: each bucket of consecutive samples becomes its maximum
     (``how="max"``: a short spike stays visible) or its mean (``how="mean"``)."""
     if max_points < 1:
@@ -56,17 +57,24 @@ def _number(value: float) -> str:
     return f"{value:.6g}" if value != int(value) else str(int(value))
 
 
-def xychart(title: str, x_labels: Sequence[str], series: Sequence[Series], *,
-            y_title: str = "", y_range: tuple[float, float] | None = None,
-            x_title: str = "") -> str:
+def xychart(
+    title: str,
+    x_labels: Sequence[str],
+    series: Sequence[Series],
+    *,
+    y_title: str = "",
+    y_range: tuple[float, float] | None = None,
+    x_title: str = "",
+) -> str:
     """A fenced ``mermaid`` block with one ``xychart-beta``. Every series must have one value
     per x label (downsample first)."""
     if not series or not x_labels:
         raise ValueError("a chart needs at least one series and one x label")
     for s in series:
         if len(s.values) != len(x_labels):
-            raise ValueError(f"series {s.name!r} has {len(s.values)} values for "
-                             f"{len(x_labels)} x labels")
+            raise ValueError(
+                f"series {s.name!r} has {len(s.values)} values for {len(x_labels)} x labels"
+            )
         if s.kind not in ("line", "bar"):
             raise ValueError(f"series kind {s.kind!r} is not line or bar")
     lines = ["```mermaid", "xychart-beta", f"    title {_text(title)}"]

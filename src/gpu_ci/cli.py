@@ -54,11 +54,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, spec in ACTIONS.items():
         if only in ACTIONS and name != only:
             continue
-        cmd = sub.add_parser(name, help=spec.summary, description=spec.summary,
-                             aliases=[a for a, n in ALIASES.items() if n == name])
+        cmd = sub.add_parser(
+            name,
+            help=spec.summary,
+            description=spec.summary,
+            aliases=[a for a, n in ALIASES.items() if n == name],
+        )
         for item in spec.inputs:
-            cmd.add_argument(f"--{item.name}", dest=item.name, metavar="VALUE", default=None,
-                             help=_flag_help(spec, item.name))
+            cmd.add_argument(
+                f"--{item.name}",
+                dest=item.name,
+                metavar="VALUE",
+                default=None,
+                help=_flag_help(spec, item.name),
+            )
     return parser
 
 
@@ -79,8 +88,10 @@ def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:
         extra = EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise
-        raise UsageError(f"gpu-ci {name} needs the '{extra}' extra ({exc.name} is missing): "
-                         f"pip install 'gpu-ci-actions[{extra}]'.") from None
+        raise UsageError(
+            f"gpu-ci {name} needs the '{extra}' extra ({exc.name} is missing): "
+            f"pip install 'gpu-ci-actions[{extra}]'."
+        ) from None
 
 
 def _command_in(argv: Sequence[str]) -> str | None:

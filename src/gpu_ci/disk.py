@@ -37,36 +37,46 @@ def mb(n: float) -> str:
     return f"{n / 1e3:.0f} kB" if n >= 1e4 else f"{int(n)} bytes"
 
 
-def as_disk_error(exc: BaseException, path: Path | str, what: str,
-                  need: int | None = None) -> DiskError | None:
+def as_disk_error(
+    exc: BaseException, path: Path | str, what: str, need: int | None = None
+) -> DiskError | None:
     """The named error for ``exc`` when it is a disk/permission failure, else None."""
     if not isinstance(exc, OSError) or exc.errno is None:
         return None
     where = getattr(exc, "filename", None) or path
     if exc.errno in SPACE:
         needed = f"{mb(need)} needed, " if need else ""
-        return DiskError(f"{what}: no space left on the device of {where} ({needed}"
-                         f"{mb(free_bytes(Path(str(where))))} free). Free space there or "
-                         "point pkgs-dir/prefix at a larger disk; nothing was left half-done.",
-                         title="disk full")
+        return DiskError(
+            f"{what}: no space left on the device of {where} ({needed}"
+            f"{mb(free_bytes(Path(str(where))))} free). Free space there or "
+            "point pkgs-dir/prefix at a larger disk; nothing was left half-done.",
+            title="disk full",
+        )
     if exc.errno == errno.EROFS:
-        return DiskError(f"{what}: {where} is on a read-only file system. Choose a writable "
-                         "location (e.g. under $RUNNER_TOOL_CACHE or $RUNNER_TEMP).",
-                         title="read-only file system")
+        return DiskError(
+            f"{what}: {where} is on a read-only file system. Choose a writable "
+            "location (e.g. under $RUNNER_TOOL_CACHE or $RUNNER_TEMP).",
+            title="read-only file system",
+        )
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return DiskError(f"{what}: permission denied for {where} (running as uid "
-                         f"{os.getuid() if hasattr(os, 'getuid') else '?'}). Choose a "
-                         "directory this user can write, or fix its owner.",
-                         title="permission denied")
+        return DiskError(
+            f"{what}: permission denied for {where} (running as uid "
+            f"{os.getuid() if hasattr(os, 'getuid') else '?'}). Choose a "
+            "directory this user can write, or fix its owner.",
+            title="permission denied",
+        )
     return None
 
 
 def require_space(directory: Path, need: int, what: str) -> None:
     free = free_bytes(directory)
     if need > free:
-        raise DiskError(f"{what} needs {mb(need)} on the device of {directory}, but only "
-                        f"{mb(free)} is free. Free space there or point pkgs-dir/prefix at a "
-                        "larger disk; nothing was changed.", title="disk full")
+        raise DiskError(
+            f"{what} needs {mb(need)} on the device of {directory}, but only "
+            f"{mb(free)} is free. Free space there or point pkgs-dir/prefix at a "
+            "larger disk; nothing was changed.",
+            title="disk full",
+        )
 
 
 def probe_writable(directory: Path, what: str) -> None:

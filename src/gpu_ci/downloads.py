@@ -34,9 +34,24 @@ from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
 from gpu_ci.urls import mask_url, origin, strip_credentials
 
-__all__ = ["CHUNK", "Download", "Fetched", "Progress", "RetryPolicy", "Route", "Router",
-           "TOKEN", "configure", "fetch", "file_digest", "part_path", "read_small",
-           "round_trip", "route", "verified"]
+__all__ = [
+    "CHUNK",
+    "Download",
+    "Fetched",
+    "Progress",
+    "RetryPolicy",
+    "Route",
+    "Router",
+    "TOKEN",
+    "configure",
+    "fetch",
+    "file_digest",
+    "part_path",
+    "read_small",
+    "round_trip",
+    "route",
+    "verified",
+]
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
     import http.client
@@ -129,8 +144,12 @@ class Router(Protocol):
 class Progress:
     """Bytes and rate of all downloads together, reported at most every ``interval`` s."""
 
-    def __init__(self, report: Callable[[str], None], interval: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        report: Callable[[str], None],
+        interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._report, self._interval, self._clock = report, interval, clock
         self._lock = threading.Lock()
         self._start = self._last = -1.0
@@ -148,8 +167,9 @@ class Progress:
             rate = self._since / max(now - self._last, 1e-9)
             self._last, self._since = now, 0
             total, elapsed = self._total, now - self._start
-        self._report(f"downloading: {total / 1e6:.1f} MB in {elapsed:.0f} s "
-                     f"({rate / 1e6:.1f} MB/s now)")
+        self._report(
+            f"downloading: {total / 1e6:.1f} MB in {elapsed:.0f} s ({rate / 1e6:.1f} MB/s now)"
+        )
 
 
 _ROUTER: Router | None = None
@@ -167,8 +187,9 @@ def route(url: str) -> Route:
     if _ROUTER is not None:
         return _ROUTER.route(url)
     host = urlsplit(url).netloc.rpartition("@")[2]
-    return Route(url, hint=f"{host} asks for credentials: add a line for it to "
-                           "'channel-credentials'")
+    return Route(
+        url, hint=f"{host} asks for credentials: add a line for it to 'channel-credentials'"
+    )
 
 
 @functools.cache
@@ -213,7 +234,9 @@ def proxies() -> dict[str, str]:
         raise GpuCiError(
             f"ALL_PROXY is {mask_url(every)}, a proxy our downloader cannot use (HTTP proxies "
             "only). Set HTTPS_PROXY and HTTP_PROXY to an HTTP proxy (they take precedence), "
-            "or NO_PROXY='*' to connect directly.", title="unsupported proxy")
+            "or NO_PROXY='*' to connect directly.",
+            title="unsupported proxy",
+        )
     return found
 
 
@@ -221,8 +244,9 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     import urllib.request
 
     parts = urlsplit(url)
-    request = urllib.request.Request(strip_credentials(url),
-                                     headers={"User-Agent": "gpu-ci-actions"})
+    request = urllib.request.Request(
+        strip_credentials(url), headers={"User-Agent": "gpu-ci-actions"}
+    )
     if parts.username:
         token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
         request.add_unredirected_header("Authorization", f"Basic {token}")
@@ -231,8 +255,9 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     return request
 
 
-def _same_origin_auth(old_url: str, new_url: str,
-                      unredirected: Mapping[str, str]) -> dict[str, str]:
+def _same_origin_auth(
+    old_url: str, new_url: str, unredirected: Mapping[str, str]
+) -> dict[str, str]:
     """A redirect within one origin keeps the request's ``Authorization`` (e.g. from
     ``user:password@`` in a lock URL); to another origin it is never sent."""
     value = unredirected.get("Authorization")
@@ -285,8 +310,9 @@ def _new_connection(url: str, timeout: float) -> http.client.HTTPConnection:
     if parts.scheme == "https":
         import ssl
 
-        return http.client.HTTPSConnection(host, parts.port, timeout=timeout,
-                                           context=ssl.create_default_context())
+        return http.client.HTTPSConnection(
+            host, parts.port, timeout=timeout, context=ssl.create_default_context()
+        )
     return http.client.HTTPConnection(host, parts.port, timeout=timeout)
 
 
@@ -334,8 +360,9 @@ def _drop(url: str) -> None:
 class _Response:
     """What ``_attempt`` reads: a kept-alive response, or urllib's (redirects, proxies)."""
 
-    def __init__(self, status: int, headers: Message, body: object,
-                 done: Callable[[], None]) -> None:
+    def __init__(
+        self, status: int, headers: Message, body: object, done: Callable[[], None]
+    ) -> None:
         self.status, self.headers, self._body, self._done = status, headers, body, done
 
     def read(self, size: int) -> bytes:
@@ -396,8 +423,9 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
     if response.status >= 400:
         body = response.read()
         done()
-        raise urllib.error.HTTPError(url, response.status, response.reason, response.headers,
-                                     io.BytesIO(body))
+        raise urllib.error.HTTPError(
+            url, response.status, response.reason, response.headers, io.BytesIO(body)
+        )
     return _Response(response.status, response.headers, response, done)
 
 
@@ -436,8 +464,11 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     try:
         with _open(request, policy.timeout) as response:
             length = response.headers.get("Content-Length")
-            resumed = bool(offset) and response.status == 206 and str(
-                response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
+            resumed = (
+                bool(offset)
+                and response.status == 206
+                and str(response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
+            )
             if resumed:
                 with open(part, "rb") as old:
                     for chunk in iter(lambda: old.read(CHUNK), b""):
@@ -457,8 +488,9 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
             raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
         part.unlink(missing_ok=True)
         hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
-        raise GpuCiError(f"downloading {item.label} failed: HTTP {exc.code} for "
-                         f"{_where(item, to)}.{hint}") from None
+        raise GpuCiError(
+            f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
+        ) from None
     except GpuCiError:
         part.unlink(missing_ok=True)
         raise
@@ -467,8 +499,10 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
         raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
     except ValueError as exc:  # e.g. 'Location: http://[::1/x' (urlsplit): the server's doing
         part.unlink(missing_ok=True)
-        raise GpuCiError(f"downloading {item.label} failed: {_where(item, to)} answered with "
-                         f"an unusable redirect or header ({exc}).") from None
+        raise GpuCiError(
+            f"downloading {item.label} failed: {_where(item, to)} answered with "
+            f"an unusable redirect or header ({exc})."
+        ) from None
     if announced is not None and size != announced:
         if size > announced:
             part.unlink(missing_ok=True)
@@ -482,7 +516,9 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
             f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
             f"{want}, the download has {got}. The file changed on the server"
             f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
-            "the lock is wrong; nothing was installed.", title="hash mismatch")
+            "the lock is wrong; nothing was installed.",
+            title="hash mismatch",
+        )
     try:
         os.replace(part, item.dest)
     except OSError as exc:
@@ -491,8 +527,9 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     return size, sha.hexdigest(), md5.hexdigest()
 
 
-def _stream(response: object, part: Path, item: Download, sha: Any, md5: Any, size: int,
-            append: bool) -> int:
+def _stream(
+    response: object, part: Path, item: Download, sha: Any, md5: Any, size: int, append: bool
+) -> int:
     """Copy the body to ``part`` (appending to a resumed one); a failure to write is the
     disk's, not the network's."""
     read = response.read  # type: ignore[attr-defined]
@@ -551,5 +588,7 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
                 break
             time.sleep(policy.wait(attempt, exc.wait))
     part_path(item.dest).unlink(missing_ok=True)  # nothing of ours is left behind
-    raise GpuCiError(f"downloading {item.label} from {_where(item, route(item.url))} failed "
-                     f"after {policy.attempts} attempts ({last}).")
+    raise GpuCiError(
+        f"downloading {item.label} from {_where(item, route(item.url))} failed "
+        f"after {policy.attempts} attempts ({last})."
+    )

@@ -19,8 +19,9 @@ _FALSE = {"false", "False", "FALSE"}
 class Inputs:
     """The resolved string inputs of one action run."""
 
-    def __init__(self, spec: ActionSpec, flags: Mapping[str, str | None],
-                 environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, spec: ActionSpec, flags: Mapping[str, str | None], environ: Mapping[str, str]
+    ) -> None:
         self.spec = spec
         self._values: dict[str, str] = {}
         for item in spec.inputs:

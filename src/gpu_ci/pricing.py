@@ -54,11 +54,15 @@ class PriceTable:
 def load_table(path: Path = TABLE_PATH) -> PriceTable:
     doc = json.loads(path.read_text(encoding="utf-8"))
     prices = tuple(
-        SkuPrice(str(row["sku"]), Decimal(str(row["usd_per_minute"])),
-                 date.fromisoformat(row["valid_from"]) if row.get("valid_from") else date.min,
-                 date.fromisoformat(row["valid_until"]) if row.get("valid_until") else None,
-                 str(row["source"]))
-        for row in doc["prices"])
+        SkuPrice(
+            str(row["sku"]),
+            Decimal(str(row["usd_per_minute"])),
+            date.fromisoformat(row["valid_from"]) if row.get("valid_from") else date.min,
+            date.fromisoformat(row["valid_until"]) if row.get("valid_until") else None,
+            str(row["source"]),
+        )
+        for row in doc["prices"]
+    )
     return PriceTable(prices, date.fromisoformat(doc["checked"]))
 
 
@@ -111,10 +115,13 @@ def parse_price(text: str, table: PriceTable, *, per: str = "minute") -> Price:
     ``minute`` or ``hour``), or a SKU name from the table."""
     value = text.strip()
     if not value:
-        raise PriceError("the price is empty: write a per-minute amount such as 0.052, or "
-                         f"a GitHub-hosted GPU SKU ({', '.join(table.skus)}).")
-    match = re.fullmatch(r"\$?\s*([0-9]*\.?[0-9]+)\s*(?:/\s*(min|minute|h|hr|hour))?", value,
-                         re.IGNORECASE)
+        raise PriceError(
+            "the price is empty: write a per-minute amount such as 0.052, or "
+            f"a GitHub-hosted GPU SKU ({', '.join(table.skus)})."
+        )
+    match = re.fullmatch(
+        r"\$?\s*([0-9]*\.?[0-9]+)\s*(?:/\s*(min|minute|h|hr|hour))?", value, re.IGNORECASE
+    )
     if match:
         try:
             amount = Decimal(match.group(1))
@@ -130,6 +137,8 @@ def parse_price(text: str, table: PriceTable, *, per: str = "minute") -> Price:
         raise PriceError(f"{value!r}: a price cannot be negative.")
     sku = normalise_sku(value)
     if sku not in table.skus:
-        raise PriceError(f"{value!r} is neither an amount (0.052, 0.052/min, 3.12/h) nor a "
-                         f"known GitHub-hosted GPU SKU ({', '.join(table.skus)}).")
+        raise PriceError(
+            f"{value!r} is neither an amount (0.052, 0.052/min, 3.12/h) nor a "
+            f"known GitHub-hosted GPU SKU ({', '.join(table.skus)})."
+        )
     return Price(sku=sku)

@@ -23,8 +23,9 @@ from pathlib import Path
 from gpu_ci import __version__
 
 TAG = re.compile(r"^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
-SECTION = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?\s*$",
-                     re.MULTILINE)
+SECTION = re.compile(
+    r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?\s*$", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,11 @@ def changelog_sections(text: str) -> dict[str, tuple[str, str]]:
     out = {}
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = text[match.end():end].strip()
+        body = text[match.end() : end].strip()
         # drop link reference definitions that trail the last section
-        body = "\n".join(line for line in body.splitlines()
-                         if not re.match(r"^\[[^\]]+\]: \S+", line)).strip()
+        body = "\n".join(
+            line for line in body.splitlines() if not re.match(r"^\[[^\]]+\]: \S+", line)
+        ).strip()
         out[match.group("version")] = (match.group("date") or "", body)
     return out
 
@@ -59,8 +61,10 @@ def check(tag: str, package_version: str, changelog: str) -> ReleaseCheck:
     if not match:
         problems.append(f"tag {tag!r} is not vMAJOR.MINOR.PATCH (e.g. v1.2.3).")
     elif version != package_version:
-        problems.append(f"tag {tag} does not match the package version {package_version} "
-                        "(src/gpu_ci/__init__.py): bump the version, or tag the right commit.")
+        problems.append(
+            f"tag {tag} does not match the package version {package_version} "
+            "(src/gpu_ci/__init__.py): bump the version, or tag the right commit."
+        )
     if version:
         section = changelog_sections(changelog).get(version)
         if section is None:
@@ -83,14 +87,18 @@ def moving_tags(version: str) -> list[str]:
 #: Workflows whose tokens can write (pull_request_target, workflow_run, a cancelling schedule):
 #: our actions there are pinned to a release commit, so that moving a tag cannot change what
 #: runs with a write token.
-PRIVILEGED_EXAMPLES = ("examples/cuda-ci-remove-label.yml", "examples/cuda-ci-status.yml",
-                       "examples/cuda-ci-watchdog.yml")
+PRIVILEGED_EXAMPLES = (
+    "examples/cuda-ci-remove-label.yml",
+    "examples/cuda-ci-status.yml",
+    "examples/cuda-ci-watchdog.yml",
+)
 #: Workflows of this repository that others call: their nested ``uses:`` are pinned alike.
 PINNED_WORKFLOWS = (".github/workflows/gpu-ci.yml",)
 OWN_USES = re.compile(
     r"(?P<head>uses: gpu-ci-actions/gpu-ci-actions/actions/[\w-]+(?:/[\w-]+)*)"
     r"@(?P<ref>[\w./-]+)"
-    r"(?P<comment>[ \t]+#[^\n]*)?")
+    r"(?P<comment>[ \t]+#[^\n]*)?"
+)
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -114,8 +122,7 @@ def unpinned_uses(text: str) -> list[str]:
     bad = []
     for match in OWN_USES.finditer(text):
         comment = (match.group("comment") or "").strip().lstrip("# ")
-        if not SHA.match(match.group("ref")) or not (TAG.match(comment)
-                                                     or comment == UNRELEASED):
+        if not SHA.match(match.group("ref")) or not (TAG.match(comment) or comment == UNRELEASED):
             bad.append(match.group(0))
     return bad
 
@@ -153,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             text = path.read_text(encoding="utf-8")
             if args.check:
                 for use in unpinned_uses(text):
-                    print(f"::error title=release pin::{name}: '{use}' is not pinned to a "
-                          "release commit: run python -m gpu_ci.release pin-examples.")
+                    print(
+                        f"::error title=release pin::{name}: '{use}' is not pinned to a "
+                        "release commit: run python -m gpu_ci.release pin-examples."
+                    )
                     status = 1
             else:
                 path.write_text(pin_uses(text, args.version, args.sha), encoding="utf-8")

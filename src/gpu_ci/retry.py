@@ -54,22 +54,27 @@ class RetryPolicy:
         return max(0.0, min(wanted, self.max_wait))
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str],
-                     defaults: RetryPolicy | None = None) -> RetryPolicy:
+    def from_environ(
+        cls, environ: Mapping[str, str], defaults: RetryPolicy | None = None
+    ) -> RetryPolicy:
         """The policy the environment asks for, on top of ``defaults``.
 
         ``GPU_CI_HTTP_RETRIES`` counts retries (so 0 means one attempt), as it always has.
         """
         base = defaults or cls()
         retries = _number(environ, "RETRIES", base.retries, integer=True)
-        return replace(base, attempts=int(retries) + 1,
-                       backoff=_number(environ, "BACKOFF", base.backoff),
-                       max_wait=_number(environ, "MAX_WAIT", base.max_wait),
-                       timeout=_number(environ, "TIMEOUT", base.timeout))
+        return replace(
+            base,
+            attempts=int(retries) + 1,
+            backoff=_number(environ, "BACKOFF", base.backoff),
+            max_wait=_number(environ, "MAX_WAIT", base.max_wait),
+            timeout=_number(environ, "TIMEOUT", base.timeout),
+        )
 
 
-def _number(environ: Mapping[str, str], suffix: str, default: float,
-            integer: bool = False) -> float:
+def _number(
+    environ: Mapping[str, str], suffix: str, default: float, integer: bool = False
+) -> float:
     name = ENV_PREFIX + suffix
     raw = environ.get(name, "").strip()
     if not raw:
@@ -78,9 +83,11 @@ def _number(environ: Mapping[str, str], suffix: str, default: float,
     try:
         value = int(raw) if integer else float(raw)
     except ValueError:
-        raise UsageError(f"{name}={raw!r} is not {kind}: fix or unset it (the default is "
-                         f"{default:g}).") from None
+        raise UsageError(
+            f"{name}={raw!r} is not {kind}: fix or unset it (the default is {default:g})."
+        ) from None
     if value < 0 or not math.isfinite(value):
-        raise UsageError(f"{name}={raw!r} is not {kind}: fix or unset it (the default is "
-                         f"{default:g}).")
+        raise UsageError(
+            f"{name}={raw!r} is not {kind}: fix or unset it (the default is {default:g})."
+        )
     return value

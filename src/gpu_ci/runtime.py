@@ -63,8 +63,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 class Runtime:
     """Everything a command does to the world besides its own work."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None,
-                 stdout: TextIO | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, stdout: TextIO | None = None
+    ) -> None:
         self.environ = os.environ if environ is None else environ
         self.stdout = stdout or sys.stdout
         self._summary: list[str] = []
@@ -172,9 +173,11 @@ def write_report(path: str | os.PathLike[str], text: str, *, what: str = "report
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise GpuCiError(f"cannot write {what} {target} ({exc.strerror or exc}): choose a "
-                         f"writable path for '{what}', e.g. under ${{{{ runner.temp }}}}.",
-                         title=what) from None
+        raise GpuCiError(
+            f"cannot write {what} {target} ({exc.strerror or exc}): choose a "
+            f"writable path for '{what}', e.g. under ${{{{ runner.temp }}}}.",
+            title=what,
+        ) from None
     return target
 
 
@@ -203,8 +206,9 @@ def annotate_findings(rt: Runtime, action: str, findings: Iterable[Finding]) -> 
         rt._annotate(kind, text, f"{action}: {f.code}")
 
 
-def repository(value: str, environ: Mapping[str, str], *,
-               input_name: str | None = "repository") -> str:
+def repository(
+    value: str, environ: Mapping[str, str], *, input_name: str | None = "repository"
+) -> str:
     """``owner/name`` from an input, else from ``GITHUB_REPOSITORY`` (one rule for every action;
     ``input_name=None`` for an action that has no such input).
 
@@ -218,7 +222,10 @@ def repository(value: str, environ: Mapping[str, str], *,
     owner, _, name = text.partition("/")
     if not owner or not name or "/" in name:
         where = "is empty" if not text else f"is {text!r}"
-        fix = (f"pass '{input_name}' as owner/name or set GITHUB_REPOSITORY" if input_name
-               else "set GITHUB_REPOSITORY to owner/name (the runner does)")
+        fix = (
+            f"pass '{input_name}' as owner/name or set GITHUB_REPOSITORY"
+            if input_name
+            else "set GITHUB_REPOSITORY to owner/name (the runner does)"
+        )
         raise UsageError(f"no repository: {source} {where}; {fix}.")
     return text

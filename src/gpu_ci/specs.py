@@ -75,11 +75,14 @@ class ActionSpec:
 #: them). ``install-python``, not ``python``: verify-cuda-env's ``python`` names the
 #: interpreter it checks.
 BOOTSTRAP_INPUTS: tuple[InputSpec, ...] = (
-    InputSpec("install-python",
-              "When the job has no Python >= 3.9 (e.g. a container: image): auto (uv when on "
-              "PATH, else as root the image's package manager, else a pinned, sha256-checked "
-              "uv installs a managed Python), system (the package manager only) or managed "
-              "(uv only). Linux only; nothing is installed where a Python exists.", "auto"),
+    InputSpec(
+        "install-python",
+        "When the job has no Python >= 3.9 (e.g. a container: image): auto (uv when on "
+        "PATH, else as root the image's package manager, else a pinned, sha256-checked "
+        "uv installs a managed Python), system (the package manager only) or managed "
+        "(uv only). Linux only; nothing is installed where a Python exists.",
+        "auto",
+    ),
 )
 
 _TOKEN_HELP = (
@@ -92,53 +95,94 @@ GPU_GATE = ActionSpec(
     groups=("base", "github"),
     runs_on="CPU runner (decides)",
     inputs=(
-        InputSpec("label", "Label that approves a GPU run (compared case-insensitively).",
-                  "CUDA CI"),
+        InputSpec(
+            "label", "Label that approves a GPU run (compared case-insensitively).", "CUDA CI"
+        ),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
-        InputSpec("min-permission",
-                  "Least role the labeller needs: triage, write, maintain or admin.", "write"),
-        InputSpec("run-on", "Comma-separated events that run without a label.",
-                  "push,schedule,workflow_dispatch,merge_group"),
-        InputSpec("require-fresh-head",
-                  "Refuse when the PR head moved after the label was applied.", "true"),
-        InputSpec("paths",
-                  "Newline-separated glob patterns (! excludes): run only if the change "
-                  "touches a matching file.", ""),
+        InputSpec(
+            "min-permission",
+            "Least role the labeller needs: triage, write, maintain or admin.",
+            "write",
+        ),
+        InputSpec(
+            "run-on",
+            "Comma-separated events that run without a label.",
+            "push,schedule,workflow_dispatch,merge_group",
+        ),
+        InputSpec(
+            "require-fresh-head",
+            "Refuse when the PR head moved after the label was applied.",
+            "true",
+        ),
+        InputSpec(
+            "paths",
+            "Newline-separated glob patterns (! excludes): run only if the change "
+            "touches a matching file.",
+            "",
+        ),
         InputSpec("skip-draft", "Do not run for draft pull requests.", "false"),
-        InputSpec("gpu-runs-on", "runs-on value for the GPU job (plain label or JSON): your GPU "
-                  "runners' labels or group. No default: empty leaves the runs-on output empty "
-                  "when run is true.", ""),
-        InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.",
-                  "ubuntu-latest"),
-        InputSpec("monthly-budget",
-                  "GPU budget per calendar month (UTC): '$50' / '50 USD', or '3000 minutes'. "
-                  "Empty: no budget check.", ""),
-        InputSpec("gpu-price",
-                  "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
-                  "SKU (linux_4_core_gpu, windows_4_core_gpu), priced per day from a dated "
-                  "table.", ""),
-        InputSpec("reserve-minutes",
-                  "What one GPU run may cost, in minutes (usually the GPU job's "
-                  "timeout-minutes); also counted for GPU jobs still running.", "60"),
-        InputSpec("budget-on-unknown",
-                  "When the spend cannot be read: refuse (default) or run.", "refuse"),
-        InputSpec("billing-token",
-                  "Token that may read the organization's billing usage report; empty: "
-                  "count this repository's GPU jobs with github-token (actions: read).", ""),
-        InputSpec("budget-scope",
-                  "With billing-token: repository (this repository's GPU usage) or "
-                  "organization (all of it).", "repository"),
-        InputSpec("gpu-workflows",
-                  "Workflow files whose GPU jobs count, newline- or comma-separated "
-                  "(default: this workflow).", ""),
-        InputSpec("budget-ledger",
-                  "Name of the ledger artifact gpu-spend writes on the default branch, "
-                  "which keeps a decision to a few API calls; empty: count every run.",
-                  "gpu-spend-ledger"),
-        InputSpec("require-approved-review",
-                  "Also require an APPROVED review of the commit that runs, by someone with "
-                  "min-permission or higher.", "false"),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "gpu-runs-on",
+            "runs-on value for the GPU job (plain label or JSON): your GPU "
+            "runners' labels or group. No default: empty leaves the runs-on output empty "
+            "when run is true.",
+            "",
+        ),
+        InputSpec("cpu-runs-on", "runs-on value when the GPU job does not run.", "ubuntu-latest"),
+        InputSpec(
+            "monthly-budget",
+            "GPU budget per calendar month (UTC): '$50' / '50 USD', or '3000 minutes'. "
+            "Empty: no budget check.",
+            "",
+        ),
+        InputSpec(
+            "gpu-price",
+            "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
+            "SKU (linux_4_core_gpu, windows_4_core_gpu), priced per day from a dated "
+            "table.",
+            "",
+        ),
+        InputSpec(
+            "reserve-minutes",
+            "What one GPU run may cost, in minutes (usually the GPU job's "
+            "timeout-minutes); also counted for GPU jobs still running.",
+            "60",
+        ),
+        InputSpec(
+            "budget-on-unknown", "When the spend cannot be read: refuse (default) or run.", "refuse"
+        ),
+        InputSpec(
+            "billing-token",
+            "Token that may read the organization's billing usage report; empty: "
+            "count this repository's GPU jobs with github-token (actions: read).",
+            "",
+        ),
+        InputSpec(
+            "budget-scope",
+            "With billing-token: repository (this repository's GPU usage) or "
+            "organization (all of it).",
+            "repository",
+        ),
+        InputSpec(
+            "gpu-workflows",
+            "Workflow files whose GPU jobs count, newline- or comma-separated "
+            "(default: this workflow).",
+            "",
+        ),
+        InputSpec(
+            "budget-ledger",
+            "Name of the ledger artifact gpu-spend writes on the default branch, "
+            "which keeps a decision to a few API calls; empty: count every run.",
+            "gpu-spend-ledger",
+        ),
+        InputSpec(
+            "require-approved-review",
+            "Also require an APPROVED review of the commit that runs, by someone with "
+            "min-permission or higher.",
+            "false",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
         OutputSpec("reason", "One sentence explaining the decision."),
@@ -147,8 +191,9 @@ GPU_GATE = ActionSpec(
         OutputSpec("labeled-by", "Login of the user who applied the label."),
         OutputSpec("permission", "The labeller's role on the repository."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
-        OutputSpec("budget-spent",
-                   "GPU spend this month before this run (USD or minutes, as the budget)."),
+        OutputSpec(
+            "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."
+        ),
         OutputSpec("budget-left", "Budget left before this run's reservation."),
     ),
 )
@@ -161,11 +206,11 @@ REMOVE_LABEL = ActionSpec(
     inputs=(
         InputSpec("labels", "Labels to remove, newline- or comma-separated.", "CUDA CI"),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
-        InputSpec("number",
-                  "Issue or pull request number (default: taken from the event).", ""),
+        InputSpec("number", "Issue or pull request number (default: taken from the event).", ""),
         InputSpec("repository", "owner/name (default: GITHUB_REPOSITORY).", ""),
         InputSpec("fail-on-error", "Fail the step when a label cannot be removed.", "true"),
-    ) + BOOTSTRAP_INPUTS,
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("removed", "JSON array of the labels that were removed."),
         OutputSpec("absent", "JSON array of the labels that were not on the pull request."),
@@ -293,41 +338,64 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
     groups=("base", "conda"),
     runs_on="GPU runner",
     inputs=(
-        InputSpec("lock-file", "Explicit (@EXPLICIT) or unified conda-lock.yml lock file.",
-                  required=True),
+        InputSpec(
+            "lock-file", "Explicit (@EXPLICIT) or unified conda-lock.yml lock file.", required=True
+        ),
         InputSpec("environment-name", "Name of the environment to create.", "ci"),
-        InputSpec("prefix", "Absolute path of the environment (wins over environment-name).",
-                  ""),
+        InputSpec("prefix", "Absolute path of the environment (wins over environment-name).", ""),
         InputSpec("platform", "conda subdir to install (default: the runner's).", ""),
-        InputSpec("categories", "Comma-separated categories of a unified lock (main is always "
-                  "included).", "main"),
-        InputSpec("miniforge", "Install Miniforge so that conda is available afterwards.",
-                  "true"),
+        InputSpec(
+            "categories",
+            "Comma-separated categories of a unified lock (main is always included).",
+            "main",
+        ),
+        InputSpec("miniforge", "Install Miniforge so that conda is available afterwards.", "true"),
         InputSpec("miniforge-version", "Miniforge release to install.", "26.3.2-3"),
         InputSpec("installer-url", "Override the Miniforge installer URL (a mirror).", ""),
         InputSpec("installer-sha256", "Expected sha256 of the Miniforge installer.", ""),
-        InputSpec("root", "Writable Miniforge root without spaces (default: in the tool cache).",
-                  ""),
+        InputSpec(
+            "root", "Writable Miniforge root without spaces (default: in the tool cache).", ""
+        ),
         InputSpec("engine", "Installer for the locked packages: rattler or conda.", "rattler"),
         InputSpec("pkgs-dir", "Package cache directory (default: under root).", ""),
         InputSpec("activate", "Export the environment's activation to later steps.", "true"),
         InputSpec("dry-run", "Print the install plan without downloading anything.", "false"),
-        InputSpec("channel-mirrors", "Lines '<channel URL prefix> => <mirror URL prefix>': "
-                  "fetch packages (and the installer) from a mirror.", ""),
-        InputSpec("channel-credentials", "Lines '<host> = bearer <token>', '<host> = basic "
-                  "<user>:<password>' or '<host> = token <anaconda.org token>'; sent to that "
-                  "host only, masked. Pass them from the secrets context.", ""),
-        InputSpec("cache", "Restore and save with actions/cache, keyed by lock sha256, "
-                  "platform, engine and version: true (the package cache), environment (the "
-                  "finished environment, at its own path) or false.", "false"),
-        InputSpec("cache-write", "Save the cache after a miss (false: only restore, "
-                  "e.g. on pull requests).", "true"),
-        InputSpec("stream-downloads", "true: rattler's client downloads and extracts each "
-                  "archive in one stream (fastest); false: every archive is downloaded to disk "
-                  "first, so a cut one resumes with HTTP Range and the log shows bytes and "
-                  "rate. Archives behind channel-credentials or a proxy always take the "
-                  "second way.", "true"),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "channel-mirrors",
+            "Lines '<channel URL prefix> => <mirror URL prefix>': "
+            "fetch packages (and the installer) from a mirror.",
+            "",
+        ),
+        InputSpec(
+            "channel-credentials",
+            "Lines '<host> = bearer <token>', '<host> = basic "
+            "<user>:<password>' or '<host> = token <anaconda.org token>'; sent to that "
+            "host only, masked. Pass them from the secrets context.",
+            "",
+        ),
+        InputSpec(
+            "cache",
+            "Restore and save with actions/cache, keyed by lock sha256, "
+            "platform, engine and version: true (the package cache), environment (the "
+            "finished environment, at its own path) or false.",
+            "false",
+        ),
+        InputSpec(
+            "cache-write",
+            "Save the cache after a miss (false: only restore, e.g. on pull requests).",
+            "true",
+        ),
+        InputSpec(
+            "stream-downloads",
+            "true: rattler's client downloads and extracts each "
+            "archive in one stream (fastest); false: every archive is downloaded to disk "
+            "first, so a cut one resumes with HTTP Range and the log shows bytes and "
+            "rate. Archives behind channel-credentials or a proxy always take the "
+            "second way.",
+            "true",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("prefix", "Path of the environment."),
         OutputSpec("python", "Path of the environment's interpreter, empty if none."),
@@ -347,20 +415,30 @@ VERIFY_CUDA_ENV = ActionSpec(
     groups=("base", "nvml"),
     runs_on="GPU runner",
     inputs=(
-        InputSpec("require", "Constraint lines in the NVIDIA_REQUIRE_CUDA grammar (all must "
-                  "hold), extended with gpu-count, memory and name.", ""),
-        InputSpec("python", "Interpreter whose frameworks are checked (default: python on PATH).",
-                  ""),
+        InputSpec(
+            "require",
+            "Constraint lines in the NVIDIA_REQUIRE_CUDA grammar (all must "
+            "hold), extended with gpu-count, memory and name.",
+            "",
+        ),
+        InputSpec(
+            "python", "Interpreter whose frameworks are checked (default: python on PATH).", ""
+        ),
         InputSpec("frameworks", "Frameworks to check, comma-separated, or auto.", "auto"),
-        InputSpec("deep", "Import each framework and run one tiny computation per GPU.",
-                  "false"),
+        InputSpec("deep", "Import each framework and run one tiny computation per GPU.", "false"),
         InputSpec("require-gpu", "Fail when no NVIDIA driver is visible.", "true"),
-        InputSpec("fail-on", "Lowest finding level that fails the step: error or warning.",
-                  "error"),
+        InputSpec(
+            "fail-on", "Lowest finding level that fails the step: error or warning.", "error"
+        ),
         InputSpec("report-file", "Write the full report as JSON to this path.", ""),
-        InputSpec("health", "Level of GPU hardware faults (uncorrectable ECC, failed or "
-                  "pending row remapping): error, or warn to only report them.", "error"),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "health",
+            "Level of GPU hardware faults (uncorrectable ECC, failed or "
+            "pending row remapping): error, or warn to only report them.",
+            "error",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("ok", "'true' when no finding reached the fail-on level."),
         OutputSpec("driver-version", "NVIDIA driver version."),
@@ -374,42 +452,59 @@ VERIFY_CUDA_ENV = ActionSpec(
 
 GPU_STATUS = ActionSpec(
     name="gpu-status",
-    summary="Show the GPU CI state on the pull request's head as a commit status you can "
-            "require.",
+    summary="Show the GPU CI state on the pull request's head as a commit status you can require.",
     groups=("base", "github"),
     runs_on="CPU runner (`pull_request_target`, `workflow_run`)",
     inputs=(
-        InputSpec("context", "Name of the commit status (what branch protection requires).",
-                  "GPU CI"),
+        InputSpec(
+            "context", "Name of the commit status (what branch protection requires).", "GPU CI"
+        ),
         InputSpec("label", "The gate label, named in the waiting message.", "CUDA CI"),
-        InputSpec("min-permission", "Least role that may approve, named in the waiting "
-                  "message.", "write"),
-        InputSpec("gpu-jobs", "Names of the GPU workflow's GPU jobs, comma-separated "
-                  "(`tests` also matches matrix jobs `tests (...)`; a reusable workflow's "
-                  "job: `gpu / Test on GPU`).", "tests"),
-        InputSpec("workflow", "The GPU workflow's file (`cuda-ci.yml` or "
-                  "`.github/workflows/cuda-ci.yml`): only its runs count (names can be "
-                  "claimed by any fork's workflow, file paths cannot).", "cuda-ci.yml"),
-        InputSpec("trusted-creators", "Logins whose statuses in `context` count, "
-                  "comma-separated: the account the inert workflows post as (a status from any "
-                  "other writer, e.g. a CI app a pull request can steer, is ignored). Name "
-                  "your App's bot (`my-app[bot]`) if they post with an App token.",
-                  "github-actions[bot]"),
-        InputSpec("gate-run", "On a label event: the `run` output of gpu-gate run in the "
-                  "same job.", ""),
+        InputSpec(
+            "min-permission", "Least role that may approve, named in the waiting message.", "write"
+        ),
+        InputSpec(
+            "gpu-jobs",
+            "Names of the GPU workflow's GPU jobs, comma-separated "
+            "(`tests` also matches matrix jobs `tests (...)`; a reusable workflow's "
+            "job: `gpu / Test on GPU`).",
+            "tests",
+        ),
+        InputSpec(
+            "workflow",
+            "The GPU workflow's file (`cuda-ci.yml` or "
+            "`.github/workflows/cuda-ci.yml`): only its runs count (names can be "
+            "claimed by any fork's workflow, file paths cannot).",
+            "cuda-ci.yml",
+        ),
+        InputSpec(
+            "trusted-creators",
+            "Logins whose statuses in `context` count, "
+            "comma-separated: the account the inert workflows post as (a status from any "
+            "other writer, e.g. a CI app a pull request can steer, is ignored). Name "
+            "your App's bot (`my-app[bot]`) if they post with an App token.",
+            "github-actions[bot]",
+        ),
+        InputSpec(
+            "gate-run", "On a label event: the `run` output of gpu-gate run in the same job.", ""
+        ),
         InputSpec("gate-reason", "On a label event: the `reason` output of gpu-gate.", ""),
         InputSpec("labeled-by", "On a label event: the `labeled-by` output of gpu-gate.", ""),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
-        InputSpec("report-file", "On a completed run: write the GPU jobs' queue times as "
-                  "JSON to this path.", ""),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "report-file",
+            "On a completed run: write the GPU jobs' queue times as JSON to this path.",
+            "",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
-        OutputSpec("state", "The state posted (pending, success, failure, error), empty if "
-                   "none."),
+        OutputSpec("state", "The state posted (pending, success, failure, error), empty if none."),
         OutputSpec("description", "The description posted, or why nothing was posted."),
         OutputSpec("sha", "The commit the status was posted on."),
-        OutputSpec("queued-seconds", "On a completed run: the longest time a GPU job waited "
-                   "for a runner."),
+        OutputSpec(
+            "queued-seconds", "On a completed run: the longest time a GPU job waited for a runner."
+        ),
     ),
 )
 
@@ -419,39 +514,53 @@ GPU_WATCHDOG = ActionSpec(
     groups=("base", "github"),
     runs_on="CPU runner (`schedule`)",
     inputs=(
-        InputSpec("workflows", "GPU workflow file names (e.g. `cuda-ci.yml`), comma-separated; "
-                  "empty: every workflow.", ""),
-        InputSpec("gpu-labels", "GPU runner labels, comma-separated: a job with any of them "
-                  "is watched.", "gpu"),
-        InputSpec("max-queue-minutes", "Cancel a GPU job's run when the job waited longer.",
-                  "60"),
-        InputSpec("schedule-minutes", "The watchdog's own interval (default: read from the "
-                  "schedule event's cron).", ""),
+        InputSpec(
+            "workflows",
+            "GPU workflow file names (e.g. `cuda-ci.yml`), comma-separated; empty: every workflow.",
+            "",
+        ),
+        InputSpec(
+            "gpu-labels",
+            "GPU runner labels, comma-separated: a job with any of them is watched.",
+            "gpu",
+        ),
+        InputSpec("max-queue-minutes", "Cancel a GPU job's run when the job waited longer.", "60"),
+        InputSpec(
+            "schedule-minutes",
+            "The watchdog's own interval (default: read from the schedule event's cron).",
+            "",
+        ),
         InputSpec("cancel", "Cancel the run; false only reports.", "true"),
-        InputSpec("context", "Commit status set on a cancelled run's commit; empty: none.",
-                  "GPU CI"),
+        InputSpec(
+            "context", "Commit status set on a cancelled run's commit; empty: none.", "GPU CI"
+        ),
         InputSpec("max-calls", "Most REST calls one sweep makes.", "200"),
-        InputSpec("rate-reserve", "Stop when fewer REST calls than this remain in the rate "
-                  "limit.", "100"),
+        InputSpec(
+            "rate-reserve", "Stop when fewer REST calls than this remain in the rate limit.", "100"
+        ),
         InputSpec("report-file", "Write the queue times as JSON to this path.", ""),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
-    ) + BOOTSTRAP_INPUTS,
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("stale", "Number of GPU jobs queued longer than max-queue-minutes."),
         OutputSpec("cancelled", "JSON array of the ids of the runs cancelled."),
         OutputSpec("max-queued-seconds", "Longest queue time among the GPU jobs seen."),
         OutputSpec("rest-calls", "REST calls the sweep made."),
-        OutputSpec("complete", "true when every queued and in-progress run was listed and "
-                   "examined; false when the call budget, the rate limit, an API error or "
-                   "GitHub's 1,000-result cap stopped the sweep short (the summary says "
-                   "what is incomplete)."),
+        OutputSpec(
+            "complete",
+            "true when every queued and in-progress run was listed and "
+            "examined; false when the call budget, the rate limit, an API error or "
+            "GitHub's 1,000-result cap stopped the sweep short (the summary says "
+            "what is incomplete).",
+        ),
     ),
 )
 
 GPU_SPEND = ActionSpec(
     name="gpu-spend",
     summary="Report the month's GPU minutes and cost by workflow, pull request, approver "
-            "and runner, against the budget.",
+    "and runner, against the budget.",
     groups=("base", "github"),
     runs_on="CPU runner (`schedule`)",
     inputs=(
@@ -459,34 +568,54 @@ GPU_SPEND = ActionSpec(
         InputSpec("repository", "owner/name (default: GITHUB_REPOSITORY).", ""),
         InputSpec("month", "Month to report, YYYY-MM (default: the current month, UTC).", ""),
         InputSpec("monthly-budget", "The budget line: '$50', '50 USD' or '3000 minutes'.", ""),
-        InputSpec("gpu-price",
-                  "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
-                  "SKU (linux_4_core_gpu, windows_4_core_gpu).", ""),
-        InputSpec("gpu-runs-on",
-                  "Which jobs are GPU jobs: the runs-on labels they ask for (plain label or "
-                  "JSON list), or a JSON object with group for a runner group.",
-                  ""),
-        InputSpec("gpu-workflows",
-                  "Workflow files with GPU jobs, newline- or comma-separated (default: "
-                  "every workflow).", ""),
-        InputSpec("reserve-minutes",
-                  "Minutes counted for a GPU job still queued or running.", "60"),
-        InputSpec("billing-token",
-                  "Token that may read the organization's billing usage report: adds "
-                  "GitHub's billed GPU minutes and cost beside the count from the jobs.", ""),
-        InputSpec("output-dir",
-                  "Directory for spend.json, spend.csv and the ledger (gpu-spend-ledger.json) "
-                  "to upload as artifacts.", "gpu-spend"),
-        InputSpec("monitor-artifacts",
-                  "Name prefix of the gpu-monitor report artifacts whose idle cost is added "
-                  "(empty: no idle column, no extra API call).", "gpu-monitor-"),
-        InputSpec("max-monitor-reports",
-                  "At most this many gpu-monitor reports are downloaded (one API call each, "
-                  "the newest first).", "100"),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "gpu-price",
+            "Price of a GPU minute: an amount (0.052, 3.12/h) or a GitHub-hosted GPU "
+            "SKU (linux_4_core_gpu, windows_4_core_gpu).",
+            "",
+        ),
+        InputSpec(
+            "gpu-runs-on",
+            "Which jobs are GPU jobs: the runs-on labels they ask for (plain label or "
+            "JSON list), or a JSON object with group for a runner group.",
+            "",
+        ),
+        InputSpec(
+            "gpu-workflows",
+            "Workflow files with GPU jobs, newline- or comma-separated (default: every workflow).",
+            "",
+        ),
+        InputSpec(
+            "reserve-minutes", "Minutes counted for a GPU job still queued or running.", "60"
+        ),
+        InputSpec(
+            "billing-token",
+            "Token that may read the organization's billing usage report: adds "
+            "GitHub's billed GPU minutes and cost beside the count from the jobs.",
+            "",
+        ),
+        InputSpec(
+            "output-dir",
+            "Directory for spend.json, spend.csv and the ledger (gpu-spend-ledger.json) "
+            "to upload as artifacts.",
+            "gpu-spend",
+        ),
+        InputSpec(
+            "monitor-artifacts",
+            "Name prefix of the gpu-monitor report artifacts whose idle cost is added "
+            "(empty: no idle column, no extra API call).",
+            "gpu-monitor-",
+        ),
+        InputSpec(
+            "max-monitor-reports",
+            "At most this many gpu-monitor reports are downloaded (one API call each, "
+            "the newest first).",
+            "100",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
-        OutputSpec("minutes", "GPU minutes this month (reservations of running jobs "
-                   "included)."),
+        OutputSpec("minutes", "GPU minutes this month (reservations of running jobs included)."),
         OutputSpec("cost", "GPU cost this month in USD (empty without gpu-price)."),
         OutputSpec("budget-left", "Budget left (USD or minutes), empty without a budget."),
         OutputSpec("json", "Path of spend.json."),
@@ -501,90 +630,155 @@ GPU_MONITOR = ActionSpec(
     groups=("base", "nvml", "github", "monitor"),
     runs_on="GPU runner",
     inputs=(
-        InputSpec("mode", "start (early in the job: starts the sampler) or report (a later "
-                  "step with if: always(): stops it and reports).", required=True),
+        InputSpec(
+            "mode",
+            "start (early in the job: starts the sampler) or report (a later "
+            "step with if: always(): stops it and reports).",
+            required=True,
+        ),
         InputSpec("interval", "Seconds between samples.", "1"),
-        InputSpec("price-per-hour", "What the runner costs: an amount per hour (3.12), per "
-                  "minute (0.052/min), or a GitHub-hosted GPU SKU (linux_4_core_gpu).", ""),
+        InputSpec(
+            "price-per-hour",
+            "What the runner costs: an amount per hour (3.12), per "
+            "minute (0.052/min), or a GitHub-hosted GPU SKU (linux_4_core_gpu).",
+            "",
+        ),
         InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),
-        InputSpec("max-memory", "Fail the report when a GPU's peak memory is above this "
-                  "(e.g. 40GiB).", ""),
-        InputSpec("min-utilisation", "Fail the report when a GPU's mean utilisation is below "
-                  "this percentage.", ""),
-        InputSpec("fail-on-unknown", "Fail the report when min-utilisation cannot be "
-                  "evaluated (a GPU or MIG slice without a utilisation counter); otherwise a "
-                  "warning says so.", "false"),
-        InputSpec("report-file", "Where the JSON report goes (default: under RUNNER_TEMP).",
-                  ""),
-        InputSpec("samples-csv", "Where the CSV samples go (default: beside report-file).",
-                  ""),
-        InputSpec("pushgateway-url", "Push the job's metrics to this Prometheus Pushgateway.",
-                  ""),
-        InputSpec("github-token", "Token that reads the job's steps (actions: read) for the "
-                  "per-step breakdown; without it, one phase from start to report.", "",
-                  action_default="${{ github.token }}"),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "max-memory", "Fail the report when a GPU's peak memory is above this (e.g. 40GiB).", ""
+        ),
+        InputSpec(
+            "min-utilisation",
+            "Fail the report when a GPU's mean utilisation is below this percentage.",
+            "",
+        ),
+        InputSpec(
+            "fail-on-unknown",
+            "Fail the report when min-utilisation cannot be "
+            "evaluated (a GPU or MIG slice without a utilisation counter); otherwise a "
+            "warning says so.",
+            "false",
+        ),
+        InputSpec("report-file", "Where the JSON report goes (default: under RUNNER_TEMP).", ""),
+        InputSpec("samples-csv", "Where the CSV samples go (default: beside report-file).", ""),
+        InputSpec("pushgateway-url", "Push the job's metrics to this Prometheus Pushgateway.", ""),
+        InputSpec(
+            "github-token",
+            "Token that reads the job's steps (actions: read) for the "
+            "per-step breakdown; without it, one phase from start to report.",
+            "",
+            action_default="${{ github.token }}",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
-        OutputSpec("ok", "'true' unless an assertion (expect-gpu-use, max-memory, "
-                   "min-utilisation) failed."),
+        OutputSpec(
+            "ok", "'true' unless an assertion (expect-gpu-use, max-memory, min-utilisation) failed."
+        ),
         OutputSpec("gpu-count", "Number of GPUs watched."),
         OutputSpec("gpu-used", "'true' when a process used a GPU or a GPU was busy."),
-        OutputSpec("busy-seconds", "Seconds with a kernel running by NVML's definition "
-                   "(utilisation x recorded time), summed over GPUs; empty when unknown."),
-        OutputSpec("utilisation-mean", "Mean GPU utilisation in percent, over GPUs; empty "
-                   "when unknown."),
+        OutputSpec(
+            "busy-seconds",
+            "Seconds with a kernel running by NVML's definition "
+            "(utilisation x recorded time), summed over GPUs; empty when unknown.",
+        ),
+        OutputSpec(
+            "utilisation-mean", "Mean GPU utilisation in percent, over GPUs; empty when unknown."
+        ),
         OutputSpec("peak-memory-mib", "Highest memory used on one GPU, MiB."),
-        OutputSpec("energy-wh", "Energy drawn by the GPUs, Wh (the driver's energy counter "
-                   "where supported); empty when unknown."),
+        OutputSpec(
+            "energy-wh",
+            "Energy drawn by the GPUs, Wh (the driver's energy counter "
+            "where supported); empty when unknown.",
+        ),
         OutputSpec("paid-minutes", "Billed minutes of the job (whole minutes)."),
-        OutputSpec("gpu-minutes-used", "Busy GPU-minutes (busy-seconds / 60); empty when "
-                   "unknown."),
-        OutputSpec("idle-fraction", "Share of paid GPU time in which no kernel ran (0-1); "
-                   "empty when a GPU has no utilisation counter."),
-        OutputSpec("idle-cost-usd", "Cost of the idle share (empty without a price or when "
-                   "the idle fraction is unknown)."),
+        OutputSpec("gpu-minutes-used", "Busy GPU-minutes (busy-seconds / 60); empty when unknown."),
+        OutputSpec(
+            "idle-fraction",
+            "Share of paid GPU time in which no kernel ran (0-1); "
+            "empty when a GPU has no utilisation counter.",
+        ),
+        OutputSpec(
+            "idle-cost-usd",
+            "Cost of the idle share (empty without a price or when the idle fraction is unknown).",
+        ),
         OutputSpec("report-file", "Path of the JSON report."),
         OutputSpec("samples-csv", "Path of the CSV samples."),
         OutputSpec("samples-file", "Path of the sampler's JSON Lines file (start)."),
-        OutputSpec("findings", "JSON list of {level, code, message}: the first 50 (errors "
-                   "first); the JSON report has all."),
+        OutputSpec(
+            "findings",
+            "JSON list of {level, code, message}: the first 50 (errors "
+            "first); the JSON report has all.",
+        ),
     ),
 )
 
 GPU_LEASE = ActionSpec(
     name="gpu-lease",
-    summary="Lease whole GPUs of a host shared by several runners, and spread the tests "
-            "over them.",
+    summary="Lease whole GPUs of a host shared by several runners, and spread the tests over them.",
     groups=("base", "nvml"),
     runs_on="GPU runner (self-hosted, shared host)",
     inputs=(
-        InputSpec("mode", "lease (early in the job: takes the GPUs until the job ends) or "
-                  "release (a later step with if: always(): gives them back now).",
-                  required=True),
+        InputSpec(
+            "mode",
+            "lease (early in the job: takes the GPUs until the job ends) or "
+            "release (a later step with if: always(): gives them back now).",
+            required=True,
+        ),
         InputSpec("gpus", "How many whole GPUs to lease.", "1"),
-        InputSpec("min-free-memory", "Lease only GPUs with at least this much free memory "
-                  "(e.g. 20GiB); empty: any.", ""),
-        InputSpec("wait-minutes", "How long to wait for GPUs to come free before failing "
-                  "with who holds what.", "10"),
-        InputSpec("memory-per-worker", "Memory one pytest-xdist worker needs (e.g. 8GiB): "
-                  "sets xdist-workers and the worker map; empty: one worker per GPU.", ""),
-        InputSpec("lease-dir", "The host-wide lock directory every runner of the host uses "
-                  "(default: GPU_CI_LEASE_DIR, else /tmp/gpu-ci-leases).", ""),
-    ) + BOOTSTRAP_INPUTS,
+        InputSpec(
+            "min-free-memory",
+            "Lease only GPUs with at least this much free memory (e.g. 20GiB); empty: any.",
+            "",
+        ),
+        InputSpec(
+            "wait-minutes",
+            "How long to wait for GPUs to come free before failing with who holds what.",
+            "10",
+        ),
+        InputSpec(
+            "memory-per-worker",
+            "Memory one pytest-xdist worker needs (e.g. 8GiB): "
+            "sets xdist-workers and the worker map; empty: one worker per GPU.",
+            "",
+        ),
+        InputSpec(
+            "lease-dir",
+            "The host-wide lock directory every runner of the host uses "
+            "(default: GPU_CI_LEASE_DIR, else /tmp/gpu-ci-leases).",
+            "",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
     outputs=(
-        OutputSpec("cuda-visible-devices", "The leased GPUs' UUIDs, comma-separated (also "
-                   "exported as CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID)."),
+        OutputSpec(
+            "cuda-visible-devices",
+            "The leased GPUs' UUIDs, comma-separated (also "
+            "exported as CUDA_VISIBLE_DEVICES, with CUDA_DEVICE_ORDER=PCI_BUS_ID).",
+        ),
         OutputSpec("gpu-uuids", "JSON list of the leased GPUs' UUIDs."),
         OutputSpec("xdist-workers", "pytest-xdist workers the leased GPUs hold (pytest -n)."),
-        OutputSpec("worker-devices", "JSON object worker (gw0, gw1, ...) -> GPU UUID; also "
-                   "exported as GPU_CI_WORKER_DEVICES (UUIDs by worker number)."),
+        OutputSpec(
+            "worker-devices",
+            "JSON object worker (gw0, gw1, ...) -> GPU UUID; also "
+            "exported as GPU_CI_WORKER_DEVICES (UUIDs by worker number).",
+        ),
     ),
 )
 
 ACTIONS: dict[str, ActionSpec] = {
-    spec.name: spec for spec in (GPU_GATE, REMOVE_LABEL, SETUP_CONDA_FROM_LOCK, VERIFY_CUDA_ENV,
-                                 GPU_STATUS, GPU_WATCHDOG, GPU_SPEND, GPU_MONITOR,
-                                 GPU_LEASE)
+    spec.name: spec
+    for spec in (
+        GPU_GATE,
+        REMOVE_LABEL,
+        SETUP_CONDA_FROM_LOCK,
+        VERIFY_CUDA_ENV,
+        GPU_STATUS,
+        GPU_WATCHDOG,
+        GPU_SPEND,
+        GPU_MONITOR,
+        GPU_LEASE,
+    )
 }
 
 

@@ -35,12 +35,17 @@ def setup(run_cli, tmp_path, channel):
         lock.write_text(lock_text)
         for f in ("github_env", "github_path"):
             (tmp_path / f).touch()
-        full = {"RUNNER_TOOL_CACHE": str(cache), "GITHUB_ENV": str(tmp_path / "github_env"),
-                "GITHUB_PATH": str(tmp_path / "github_path"), "GPU_CI_HTTP_BACKOFF": "0.01",
-                "GPU_CI_HTTP_RETRIES": "2"}
+        full = {
+            "RUNNER_TOOL_CACHE": str(cache),
+            "GITHUB_ENV": str(tmp_path / "github_env"),
+            "GITHUB_PATH": str(tmp_path / "github_path"),
+            "GPU_CI_HTTP_BACKOFF": "0.01",
+            "GPU_CI_HTTP_RETRIES": "2",
+        }
         full.update(env or {})
-        result = run_cli(["setup-conda-from-lock", "--lock-file", str(lock),
-                          "--miniforge", "false", *args], full)
+        result = run_cli(
+            ["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge", "false", *args], full
+        )
         result.github_env = parse_output_file((tmp_path / "github_env").read_text())
         result.github_path = (tmp_path / "github_path").read_text().split()
         return result
@@ -67,8 +72,11 @@ def installer(channel):
 def locks(tmp_path, channel):
     channel.server.faults.clear()
     out = {}
-    for key, names, pip in (("old", ["libhello"], False), ("small", SMALL, False),
-                            ("pip", ["libhello", "hello", "python"], True)):
+    for key, names, pip in (
+        ("old", ["libhello"], False),
+        ("small", SMALL, False),
+        ("pip", ["libhello", "hello", "python"], True),
+    ):
         path = tmp_path / f"{key}.lock"
         path.write_text(channel.explicit_lock(names, pip=pip))
         out[key] = path

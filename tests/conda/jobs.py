@@ -19,9 +19,22 @@ import pytest
 
 from tests.shared import ROOT
 
-__all__ = ["ROOT", "SMALL", "FAKE_INSTALLER", "FAKE_MF", "PROXY_VARIABLES", "spawn", "job",
-           "finish", "rattler_entry", "processes_tagged", "survivors", "our_temporaries",
-           "assert_environment", "assert_cache_valid"]
+__all__ = [
+    "ROOT",
+    "SMALL",
+    "FAKE_INSTALLER",
+    "FAKE_MF",
+    "PROXY_VARIABLES",
+    "spawn",
+    "job",
+    "finish",
+    "rattler_entry",
+    "processes_tagged",
+    "survivors",
+    "our_temporaries",
+    "assert_environment",
+    "assert_cache_valid",
+]
 
 FAKE_INSTALLER = """#!/bin/bash
 # Installer-shaped stand-in for Miniforge3-*.sh: same flags, lays down bin/conda.
@@ -48,19 +61,44 @@ PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"]
 SMALL = ["libhello", "hello", "hello-data"]
 
 
-def spawn(lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "",
-          toolcache: Path | None = None) -> subprocess.Popen:
+def spawn(
+    lock: Path, prefix: Path, pkgs: Path, *, env=None, tag: str = "", toolcache: Path | None = None
+) -> subprocess.Popen:
     """One job, as a runner starts it: its own process, our CLI, no activation."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
-    full.update({"PYTHONPATH": str(ROOT / "src"), "GPU_CI_HTTP_BACKOFF": "0.01",
-                 "GPU_CI_HTTP_RETRIES": "2", "GPU_CI_TEST_JOB": tag or uuid.uuid4().hex,
-                 "RUNNER_TOOL_CACHE": str(toolcache or pkgs.parent / "toolcache")})
+    full.update(
+        {
+            "PYTHONPATH": str(ROOT / "src"),
+            "GPU_CI_HTTP_BACKOFF": "0.01",
+            "GPU_CI_HTTP_RETRIES": "2",
+            "GPU_CI_TEST_JOB": tag or uuid.uuid4().hex,
+            "RUNNER_TOOL_CACHE": str(toolcache or pkgs.parent / "toolcache"),
+        }
+    )
     full.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock",
-                             "--lock-file", str(lock), "--miniforge", "false", "--activate",
-                             "false", "--prefix", str(prefix), "--pkgs-dir", str(pkgs)],
-                            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=str(ROOT))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci",
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--miniforge",
+            "false",
+            "--activate",
+            "false",
+            "--prefix",
+            str(prefix),
+            "--pkgs-dir",
+            str(pkgs),
+        ],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=str(ROOT),
+    )
 
 
 def job(lock: Path, prefix: Path, pkgs: Path, **kw) -> tuple[int, str]:
@@ -107,18 +145,35 @@ def survivors(tag: str) -> list[int]:
 
 def our_temporaries(*folders: Path) -> list[Path]:
     """Every temporary name this action uses, anywhere under the given folders."""
-    patterns = (".*.gpu-ci-new-*", ".*.gpu-ci-old-*", ".*.gpu-ci-work-*", "*.part-*",
-                ".*.tmp-*", ".*.gpu-ci-journal.json*", "*.part")
-    return sorted({p for folder in folders if folder.exists() for pattern in patterns
-                   for p in folder.rglob(pattern)})
+    patterns = (
+        ".*.gpu-ci-new-*",
+        ".*.gpu-ci-old-*",
+        ".*.gpu-ci-work-*",
+        "*.part-*",
+        ".*.tmp-*",
+        ".*.gpu-ci-journal.json*",
+        "*.part",
+    )
+    return sorted(
+        {
+            p
+            for folder in folders
+            if folder.exists()
+            for pattern in patterns
+            for p in folder.rglob(pattern)
+        }
+    )
 
 
 def assert_environment(prefix: Path, names: list[str]) -> None:
     """Complete: every package's record, every recorded file with its size, and ours."""
     from gpu_ci.conda.integrity import environment_problems
 
-    records = sorted(p.name.rsplit("-", 2)[0] for p in (prefix / "conda-meta").glob("*.json")
-                     if p.name != "gpu-ci-lock.json")
+    records = sorted(
+        p.name.rsplit("-", 2)[0]
+        for p in (prefix / "conda-meta").glob("*.json")
+        if p.name != "gpu-ci-lock.json"
+    )
     assert records == sorted(names)
     assert environment_problems(prefix, len(names)) == []
     assert (prefix / "conda-meta" / "gpu-ci-lock.json").exists()
@@ -146,5 +201,6 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
 
 def rattler_entry(pkgs: Path, name: str) -> Path:
     """The extracted cache entry of package ``name`` in the package cache ``pkgs``."""
-    return next(e for e in (pkgs / "rattler").iterdir() if e.is_dir() and
-                e.name.startswith(name + "-"))
+    return next(
+        e for e in (pkgs / "rattler").iterdir() if e.is_dir() and e.name.startswith(name + "-")
+    )

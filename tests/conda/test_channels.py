@@ -10,38 +10,55 @@ from gpu_ci.errors import UsageError
 
 
 def test_longest_mirror_prefix_wins():
-    net = Network.parse("https://conda.anaconda.org/ => https://m.example/all/\n"
-                        "https://conda.anaconda.org/nvidia => https://m.example/nv\n", "")
+    net = Network.parse(
+        "https://conda.anaconda.org/ => https://m.example/all/\n"
+        "https://conda.anaconda.org/nvidia => https://m.example/nv\n",
+        "",
+    )
     assert net.route("https://conda.anaconda.org/nvidia/linux-64/a.conda").url == (
-        "https://m.example/nv/linux-64/a.conda")
+        "https://m.example/nv/linux-64/a.conda"
+    )
     assert net.route("https://conda.anaconda.org/conda-forge/noarch/b.conda").url == (
-        "https://m.example/all/conda-forge/noarch/b.conda")
+        "https://m.example/all/conda-forge/noarch/b.conda"
+    )
     # a prefix matches at a path boundary only: /nvidia-extra is not /nvidia
     assert net.route("https://conda.anaconda.org/nvidia-extra/x.conda").url == (
-        "https://m.example/all/nvidia-extra/x.conda")
+        "https://m.example/all/nvidia-extra/x.conda"
+    )
     unmirrored = net.route("https://other.example/c.conda")
     assert unmirrored.url == "https://other.example/c.conda" and not unmirrored.mirror
 
 
 def test_credentials_go_to_their_exact_origin_only():
-    net = Network.parse("", "repo.example = bearer T0K\n"
-                            "http://127.0.0.1:8080 = basic u:p\n"
-                            "conda.anaconda.org = token abc123\n")
+    net = Network.parse(
+        "",
+        "repo.example = bearer T0K\n"
+        "http://127.0.0.1:8080 = basic u:p\n"
+        "conda.anaconda.org = token abc123\n",
+    )
     assert net.authorize("https://repo.example/x")[1] == {"Authorization": "Bearer T0K"}
     assert net.authorize("https://repo.example:443/x")[1] == {"Authorization": "Bearer T0K"}
-    for other in ("http://repo.example/x", "https://repo.example:8443/x",
-                  "https://evil.example/repo.example/x", "https://sub.repo.example/x"):
+    for other in (
+        "http://repo.example/x",
+        "https://repo.example:8443/x",
+        "https://evil.example/repo.example/x",
+        "https://sub.repo.example/x",
+    ):
         assert net.authorize(other) == (other, {}), other
     assert net.authorize("http://127.0.0.1:8080/a")[1] == {"Authorization": "Basic dTpw"}
     assert net.authorize("http://127.0.0.1:8081/a")[1] == {}
     assert net.authorize("https://conda.anaconda.org/org/linux-64/a.conda") == (
-        "https://conda.anaconda.org/t/abc123/org/linux-64/a.conda", {})
+        "https://conda.anaconda.org/t/abc123/org/linux-64/a.conda",
+        {},
+    )
     assert sorted(net.secrets()) == sorted(["T0K", "u:p", "p", "dTpw", "abc123"])
 
 
 def test_credentials_apply_to_the_mirror_not_the_original():
-    net = Network.parse("https://conda.anaconda.org/ => https://mirror.example/cf/",
-                        "mirror.example = bearer S\nconda.anaconda.org = bearer O")
+    net = Network.parse(
+        "https://conda.anaconda.org/ => https://mirror.example/cf/",
+        "mirror.example = bearer S\nconda.anaconda.org = bearer O",
+    )
     route = net.route("https://conda.anaconda.org/conda-forge/a.conda")
     assert route.url == "https://mirror.example/cf/conda-forge/a.conda"
     assert route.headers == {"Authorization": "Bearer S"}
@@ -49,10 +66,20 @@ def test_credentials_apply_to_the_mirror_not_the_original():
     assert "mirror.example" in route.hint and "refused" in route.hint
 
 
-@pytest.mark.parametrize("line", ["host = bearer", "host bearer zq9", "host = ntlm zq9",
-                                  "= bearer zq9", "host = basic zq9",
-                                  "host = bearer zq9 words", "host = token zq9/b",
-                                  "https://host/path = bearer zq9", "host:abc = bearer zq9"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "host = bearer",
+        "host bearer zq9",
+        "host = ntlm zq9",
+        "= bearer zq9",
+        "host = basic zq9",
+        "host = bearer zq9 words",
+        "host = token zq9/b",
+        "https://host/path = bearer zq9",
+        "host:abc = bearer zq9",
+    ],
+)
 def test_bad_credentials_lines(line):
     with pytest.raises(UsageError) as info:
         Network.parse("", f"# comment\n{line}\n")
@@ -65,8 +92,9 @@ def test_one_line_per_host():
         Network.parse("", "h.example = bearer a\nhttps://h.example:443 = bearer b")
 
 
-@pytest.mark.parametrize("line", ["https://a.example/ mirror.example/", "a => ",
-                                  "https://a.example/ => mirror.example/"])
+@pytest.mark.parametrize(
+    "line", ["https://a.example/ mirror.example/", "a => ", "https://a.example/ => mirror.example/"]
+)
 def test_bad_mirror_lines(line):
     with pytest.raises(UsageError, match="'channel-mirrors' line 1"):
         Network.parse(line, "")
@@ -80,5 +108,7 @@ def test_progress_reports_bytes_and_rate_every_interval_not_per_chunk():
     for _ in range(56):  # 56 MB over 14 s, in 1 MB chunks
         progress.add(1_000_000)
         now[0] += 0.25
-    assert lines == ["downloading: 21.0 MB in 5 s (4.2 MB/s now)",
-                     "downloading: 41.0 MB in 10 s (4.0 MB/s now)"]
+    assert lines == [
+        "downloading: 21.0 MB in 5 s (4.2 MB/s now)",
+        "downloading: 41.0 MB in 10 s (4.0 MB/s now)",
+    ]

@@ -22,21 +22,26 @@ def test_environment_problems_name_each_damage(channel, locks, tmp_path):
     assert "bin/hello" in listed
 
     assert environment_problems(prefix, len(SMALL) + 1) == [
-        f"conda-meta has {len(SMALL)} package records, the lock {len(SMALL) + 1}"]
+        f"conda-meta has {len(SMALL)} package records, the lock {len(SMALL) + 1}"
+    ]
 
     hello = prefix / "bin" / "hello"
     content = hello.read_bytes()
     hello.write_bytes(content + b"#")  # one byte more than its record
     assert environment_problems(prefix) == [
-        f"bin/hello (of hello-2.1-h1_3) has {len(content) + 1} bytes, its record "
-        f"{len(content)}"]
+        f"bin/hello (of hello-2.1-h1_3) has {len(content) + 1} bytes, its record {len(content)}"
+    ]
     hello.unlink()
     assert environment_problems(prefix) == ["bin/hello (of hello-2.1-h1_3) is missing"]
     hello.write_bytes(content)
     assert environment_problems(prefix) == []
 
-    for damaged in (original[: len(original) // 2], b"[]", b'{"paths_data": ["bin/hello"]}',
-                    json.dumps({**data, "paths_data": {"paths": listed}}).encode()):
+    for damaged in (
+        original[: len(original) // 2],
+        b"[]",
+        b'{"paths_data": ["bin/hello"]}',
+        json.dumps({**data, "paths_data": {"paths": listed}}).encode(),
+    ):
         record.write_bytes(damaged)  # truncated, not an object, paths not objects
         assert environment_problems(prefix) == [f"{record} cannot be read"], damaged[:40]
     record.write_bytes(original)
@@ -49,4 +54,6 @@ def test_environment_problems_name_each_damage(channel, locks, tmp_path):
     assert len(environment_problems(prefix, limit=2)) == 2
     assert len(environment_problems(prefix, limit=100)) == sum(
         len(json.loads((meta / n).read_bytes())["paths_data"]["paths"])
-        for n in os.listdir(meta) if n.endswith(".json") and n != "gpu-ci-lock.json")
+        for n in os.listdir(meta)
+        if n.endswith(".json") and n != "gpu-ci-lock.json"
+    )

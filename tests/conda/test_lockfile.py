@@ -55,12 +55,19 @@ def _conda_lock_install_selection(path: Path, platform: str, cats: tuple[str, ..
     from conda_lock.conda_lock import render_lockfile_for_platform
 
     lines = render_lockfile_for_platform(
-        lockfile=_conda_lock_model(path), include_dev_dependencies="dev" in cats,
-        extras=set(cats) - {"main", "dev"}, kind="explicit", platform=platform,
-        suppress_warning_for_pip_and_explicit=True)
+        lockfile=_conda_lock_model(path),
+        include_dev_dependencies="dev" in cats,
+        extras=set(cats) - {"main", "dev"},
+        kind="explicit",
+        platform=platform,
+        suppress_warning_for_pip_and_explicit=True,
+    )
     conda = [line.rsplit("#", 1)[0] for line in lines if line.startswith(("http", "file"))]
-    pip = [line.split(" @ ", 1)[1].rsplit("#sha256=", 1)[0] for line in lines
-           if line.startswith("# pip ")]
+    pip = [
+        line.split(" @ ", 1)[1].rsplit("#sha256=", 1)[0]
+        for line in lines
+        if line.startswith("# pip ")
+    ]
     return conda, pip
 
 
@@ -82,7 +89,8 @@ def test_selection_is_conda_lock_installs_for_every_platform_and_category_set(pa
     for platform in lock.platforms:
         for extra in _subsets(lockfile.lock_categories(lock)):
             theirs_conda, theirs_pip = _conda_lock_install_selection(
-                path, platform, ("main", *extra))
+                path, platform, ("main", *extra)
+            )
             for asked in (list(extra), ["main", *extra]):
                 mine = lockfile.plan(lock, text, platform, asked)
                 urls_ = [e.url for e in mine.conda]
@@ -121,8 +129,11 @@ def test_unknown_category_lists_the_locks_categories():
 def test_explicit_archive_of_another_subdir_is_refused():
     lock, text = load("conda-lock.zlib.conda-linux-64.lock")
     bad = text.replace("/linux-64/libzlib-", "/osx-arm64/libzlib-")
-    with pytest.raises(GpuCiError, match=r"libzlib-.* comes from osx-arm64 subdir .* neither "
-                                         r"linux-64 nor noarch"):
+    with pytest.raises(
+        GpuCiError,
+        match=r"libzlib-.* comes from osx-arm64 subdir .* neither "
+        r"linux-64 nor noarch",
+    ):
         lockfile.plan(lockfile.parse(bad), bad, "linux-64", [])
 
 
@@ -147,16 +158,25 @@ def test_plan_keeps_the_lock_order():
 
     lock, text = load("conda-lock.test-explicit-toposorted.conda-lock.yml")
     plan = lockfile.plan(lock, text, "linux-64", ["main"])
-    in_file = [p["url"] for p in yaml.safe_load(text)["package"]
-               if p["platform"] == "linux-64" and p["manager"] == "conda"]
+    in_file = [
+        p["url"]
+        for p in yaml.safe_load(text)["package"]
+        if p["platform"] == "linux-64" and p["manager"] == "conda"
+    ]
     assert [e.url for e in plan.conda] == in_file
 
 
 def test_explicit_lock_entries():
     lock, text = load("conda-lock.zlib.conda-linux-64.lock")
     plan = lockfile.plan(lock, text, "linux-64", ["main"])
-    assert [e.name for e in plan.conda] == ["_libgcc_mutex", "libgomp", "_openmp_mutex",
-                                            "libgcc-ng", "libzlib", "zlib"]
+    assert [e.name for e in plan.conda] == [
+        "_libgcc_mutex",
+        "libgomp",
+        "_openmp_mutex",
+        "libgcc-ng",
+        "libzlib",
+        "zlib",
+    ]
     first = plan.conda[0]
     assert (first.version, first.build, first.subdir) == ("0.1", "conda_forge", "linux-64")
     assert first.md5 == "d7c89558ba9fa0495403155b64376d81"
@@ -165,15 +185,17 @@ def test_explicit_lock_entries():
 
 def test_explicit_lock_for_another_platform_is_refused():
     lock, text = load("conda-lock.zlib.conda-linux-64.lock")
-    with pytest.raises(GpuCiError, match="explicit lock for linux-64, but the platform is "
-                                         "linux-aarch64"):
+    with pytest.raises(
+        GpuCiError, match="explicit lock for linux-64, but the platform is linux-aarch64"
+    ):
         lockfile.plan(lock, text, "linux-aarch64", ["main"])
 
 
 def test_platform_missing_from_a_unified_lock_lists_the_locked_ones():
     lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
-    with pytest.raises(GpuCiError, match="no packages for win-64; it locks linux-64, "
-                                         "linux-aarch64"):
+    with pytest.raises(
+        GpuCiError, match="no packages for win-64; it locks linux-64, linux-aarch64"
+    ):
         lockfile.plan(lock, text, "win-64", ["main"])
 
 
@@ -194,10 +216,13 @@ def test_unified_pip_entries():
 
 
 def test_explicit_pip_lines_and_sha256_fragments():
-    text = ("# platform: linux-64\n@EXPLICIT\n"
-            "https://x.example/c/linux-64/a-1.0-h0_0.conda#sha256:" + "ab" * 32 + "\n"
-            "# pip requests @ https://files.example/requests-2.0-py3-none-any.whl#sha256="
-            + "cd" * 32 + "\n")
+    text = (
+        "# platform: linux-64\n@EXPLICIT\n"
+        "https://x.example/c/linux-64/a-1.0-h0_0.conda#sha256:" + "ab" * 32 + "\n"
+        "# pip requests @ https://files.example/requests-2.0-py3-none-any.whl#sha256="
+        + "cd" * 32
+        + "\n"
+    )
     plan = lockfile.plan(lockfile.parse(text), text, "linux-64", ["main"])
     assert plan.conda[0].sha256 == "ab" * 32 and not plan.conda[0].md5
     assert plan.pip[0].name == "requests" and plan.pip[0].sha256 == "cd" * 32
@@ -251,11 +276,21 @@ def test_render_explicit_roundtrip():
 
 def test_dry_run_over_a_real_lock_prints_every_package(run_cli):
     path = lock_file("conda-lock.test-install-with-pip-deps.conda-lock.yml")
-    result = run_cli(["setup-conda-from-lock", "--lock-file", str(path), "--dry-run", "true",
-                      "--platform", "linux-aarch64"])
+    result = run_cli(
+        [
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(path),
+            "--dry-run",
+            "true",
+            "--platform",
+            "linux-aarch64",
+        ]
+    )
     assert result.returncode == 0, result.stdout
-    plan = lockfile.plan(lockfile.parse(path.read_text()), path.read_text(), "linux-aarch64",
-                         ["main"])
+    plan = lockfile.plan(
+        lockfile.parse(path.read_text()), path.read_text(), "linux-aarch64", ["main"]
+    )
     assert result.outputs["packages"] == str(plan.count)
     assert result.outputs["lock-sha256"] == plan.lock_sha256
     for entry in plan.conda:
@@ -285,11 +320,13 @@ def test_environment_yml_through_the_cli(run_cli, tmp_path):
 def test_the_locks_the_tests_name_are_in_shared():
     """The tests above load these by name; ../shared must hold each (else they skip)."""
     folder = lock_file(".")
-    named = {"conda-lock.test-multiple-categories.conda-lock.yml",
-             "conda-lock.zlib.conda-linux-64.lock",
-             "conda-lock.test-install-with-pip-deps.conda-lock.yml",
-             "conda-lock.test-explicit-toposorted.conda-lock.yml",
-             "setup-micromamba.test.conda-lock.yml"}
+    named = {
+        "conda-lock.test-multiple-categories.conda-lock.yml",
+        "conda-lock.zlib.conda-linux-64.lock",
+        "conda-lock.test-install-with-pip-deps.conda-lock.yml",
+        "conda-lock.test-explicit-toposorted.conda-lock.yml",
+        "setup-micromamba.test.conda-lock.yml",
+    }
     assert named <= {p.name for p in folder.iterdir()}
 
 
@@ -298,13 +335,30 @@ URL_SHAPES = [
     "http://127.0.0.1:8080/c/noarch/tzdata-2024a-h0c530f3_0.conda",
     "https://user:pw@host.example/t/tok/c/linux-64/a-1-h_0.tar.bz2?x=1#frag",
     "https://host.example/c/linux-64/a-1-h_0.conda#sha256:" + "0" * 64,
-    "https://host.example/c/linux-64/a-1-h_0.conda?#", "https://host.example", "https://h/",
-    "https://h?q/x", "https://h#f/x", "file:///srv/c/linux-64/a-1-h_0.conda",
-    "file:/srv/c/linux-64/a-1-h_0.conda", "c/linux-64/a-1-h_0.conda", "/c/a-1-h_0.conda",
-    "//h/c/a-1-h_0.conda", "1http://h/c/a-1-h_0.conda", "ht~tp://h/c/a-1-h_0.conda",
-    "HTTPS://H/C/A-1-H_0.conda", "s3+x.y-z://b/k/a-1-h_0.conda", "https://[::1]:8/c/a-1-h_0.conda",
-    "https://[::1/c/a-1-h_0.conda", "https://::1]/c/a-1-h_0.conda", "https://hé.example/c/a-1-h_0.conda",
-    "https://h/ü/a-1-h_0.conda", "mailto:a@b", "https://h/c//a-1-h_0.conda//", "", ":", "://x/y",
+    "https://host.example/c/linux-64/a-1-h_0.conda?#",
+    "https://host.example",
+    "https://h/",
+    "https://h?q/x",
+    "https://h#f/x",
+    "file:///srv/c/linux-64/a-1-h_0.conda",
+    "file:/srv/c/linux-64/a-1-h_0.conda",
+    "c/linux-64/a-1-h_0.conda",
+    "/c/a-1-h_0.conda",
+    "//h/c/a-1-h_0.conda",
+    "1http://h/c/a-1-h_0.conda",
+    "ht~tp://h/c/a-1-h_0.conda",
+    "HTTPS://H/C/A-1-H_0.conda",
+    "s3+x.y-z://b/k/a-1-h_0.conda",
+    "https://[::1]:8/c/a-1-h_0.conda",
+    "https://[::1/c/a-1-h_0.conda",
+    "https://::1]/c/a-1-h_0.conda",
+    "https://hé.example/c/a-1-h_0.conda",
+    "https://h/ü/a-1-h_0.conda",
+    "mailto:a@b",
+    "https://h/c//a-1-h_0.conda//",
+    "",
+    ":",
+    "://x/y",
 ]
 
 
@@ -324,8 +378,25 @@ def test_url_path_is_urlsplits(url):
     assert got == want
 
 
-@pytest.mark.parametrize("char", [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x00", "\x1b",
-                                  "\x1f", "\x7f", "\x85", "\xa0", "\u2028", "\u3000"])
+@pytest.mark.parametrize(
+    "char",
+    [
+        " ",
+        "\t",
+        "\n",
+        "\r",
+        "\x0b",
+        "\x0c",
+        "\x00",
+        "\x1b",
+        "\x1f",
+        "\x7f",
+        "\x85",
+        "\xa0",
+        "\u2028",
+        "\u3000",
+    ],
+)
 def test_url_with_whitespace_or_control_character_is_refused(char):
     url = f"https://x.example/c/linux-64/a-1.0-h0_0.conda{char}--trusted-host"
     with pytest.raises(GpuCiError, match="contains whitespace or a control character"):

@@ -24,8 +24,12 @@ mkdir -p "$prefix/bin" && printf '#!/bin/sh\n' > "$prefix/bin/conda"
 def test_the_default_version_ships_a_hash_for_every_installer():
     default = ACTIONS["setup-conda-from-lock"].input("miniforge-version").default
     shipped = miniforge.INSTALLER_SHA256[default]
-    for system, machine in (("Linux", "x86_64"), ("Linux", "aarch64"), ("Darwin", "x86_64"),
-                            ("Darwin", "arm64")):
+    for system, machine in (
+        ("Linux", "x86_64"),
+        ("Linux", "aarch64"),
+        ("Darwin", "x86_64"),
+        ("Darwin", "arm64"),
+    ):
         name = miniforge.installer_name(default, system, machine)
         assert len(shipped[name]) == 64 and int(shipped[name], 16) >= 0
     assert len(set(shipped.values())) == len(shipped)
@@ -57,15 +61,22 @@ def test_a_mirror_cannot_vouch_for_its_own_installer(mirror, tmp_path):
     version, url, seen = mirror
     root = tmp_path / "root"
     with pytest.raises(GpuCiError, match=f"sha256 mismatch for Miniforge {version}"):
-        miniforge.ensure(version, root, tmp_path / "installers", {}, url=url,
-                         policy=RetryPolicy(attempts=1))
+        miniforge.ensure(
+            version, root, tmp_path / "installers", {}, url=url, policy=RetryPolicy(attempts=1)
+        )
     assert not root.exists()
     assert not any(path.endswith(".sha256") for path in seen)  # never asked
 
 
 def test_an_explicit_hash_still_wins(mirror, tmp_path):
     version, url, _ = mirror
-    mf = miniforge.ensure(version, tmp_path / "root", tmp_path / "installers", {}, url=url,
-                          sha256=hashlib.sha256(FAKE).hexdigest(),
-                          policy=RetryPolicy(attempts=1))
+    mf = miniforge.ensure(
+        version,
+        tmp_path / "root",
+        tmp_path / "installers",
+        {},
+        url=url,
+        sha256=hashlib.sha256(FAKE).hexdigest(),
+        policy=RetryPolicy(attempts=1),
+    )
     assert mf.checksum_from == "input"

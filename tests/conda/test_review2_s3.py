@@ -19,9 +19,16 @@ def _items(channel, folder):
     folder.mkdir()
     archives = [a for a in channel.archives if a.subdir != "noarch"][:3] or channel.archives[:3]
     rels = [a.path.relative_to(channel.server.root).as_posix() for a in archives]
-    return archives, rels, [Download(f"{channel.server.url}/{rel}", folder / a.filename,
-                                     a.filename, a.sha256, a.md5)
-                            for a, rel in zip(archives, rels)]
+    return (
+        archives,
+        rels,
+        [
+            Download(
+                f"{channel.server.url}/{rel}", folder / a.filename, a.filename, a.sha256, a.md5
+            )
+            for a, rel in zip(archives, rels)
+        ],
+    )
 
 
 def test_a_consumer_that_stops_early_closes_the_downloads(channel, tmp_path):
@@ -67,8 +74,9 @@ def proxy():
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
-def test_all_proxy_without_a_scheme_is_an_http_proxy(channel, locks, tmp_path, proxy,
-                                                     monkeypatch, stream):
+def test_all_proxy_without_a_scheme_is_an_http_proxy(
+    channel, locks, tmp_path, proxy, monkeypatch, stream
+):
     """curl reads ``ALL_PROXY=host:port`` as an HTTP proxy (rattler's client too); urllib's
     ``HTTP_PROXY=host:port`` as well. Our downloader went around it (and said 'direct', so
     the streams went to rattler's client, which took the proxy)."""
@@ -85,8 +93,7 @@ def test_all_proxy_without_a_scheme_is_an_http_proxy(channel, locks, tmp_path, p
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
-def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, monkeypatch,
-                                                    stream):
+def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, monkeypatch, stream):
     """``ALL_PROXY=socks5://...`` (curl takes it; urllib cannot speak SOCKS): the job
     connected straight to the server, around the proxy the runner names. Now a specific
     error, nothing downloaded, the proxy's password masked."""
@@ -107,7 +114,8 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
 
 
 def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
-        channel, tmp_path, monkeypatch):
+    channel, tmp_path, monkeypatch
+):
     """Two origins, one distant (widened: the second pool's threads take the queue) and one
     near (one download at a time). Downloads handed to a thread before the first error but
     still waiting for their near origin's permit started after it, against "after an error
@@ -132,17 +140,25 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     near.fail("c/b0.conda", "slow:1.5")  # holds the near origin's one permit
     distant.fail("c/a1.conda", "404")  # the first error, while b1-b3 wait for that permit
     (tmp_path / "out").mkdir()
-    items = [Download(f"{(distant if n[0] == 'a' else near).url}/c/{n}.conda",
-                      tmp_path / "out" / f"{n}.conda", n, archive.sha256, archive.md5)
-             for n in names]
+    items = [
+        Download(
+            f"{(distant if n[0] == 'a' else near).url}/c/{n}.conda",
+            tmp_path / "out" / f"{n}.conda",
+            n,
+            archive.sha256,
+            archive.md5,
+        )
+        for n in names
+    ]
     try:
         got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), 1))
     finally:
         distant.stop()
         near.stop()
     assert "HTTP 404" in str(got[2]), got
-    assert [p for p, _ in near.log if p.rpartition("/")[2] in ("b1.conda", "b2.conda",
-                                                                "b3.conda")] == []
+    assert [
+        p for p, _ in near.log if p.rpartition("/")[2] in ("b1.conda", "b2.conda", "b3.conda")
+    ] == []
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
@@ -153,8 +169,9 @@ def test_a_redirect_to_a_malformed_url_is_named_not_an_internal_error(setup, cha
     hello = channel.archives[1]
     rel = f"channel/linux-64/{hello.filename}"
     channel.server.fail(rel, *["redirect:http://[::1/x"] * 6)
-    result = setup(channel.explicit_lock(["libhello", "hello"]),
-                   env={"INPUT_STREAM_DOWNLOADS": stream})
+    result = setup(
+        channel.explicit_lock(["libhello", "hello"]), env={"INPUT_STREAM_DOWNLOADS": stream}
+    )
     assert result.returncode == 1, result.stdout
     assert "internal error" not in result.stdout + result.stderr
     assert "hello 2.1" in result.errors[0] and "redirect" in result.errors[0], result.errors

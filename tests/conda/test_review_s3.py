@@ -66,8 +66,9 @@ def test_a_lock_url_with_a_port_no_server_has_is_a_lock_error(channel, tmp_path,
     import re
 
     lock = tmp_path / "bad.lock"
-    lock.write_text(re.sub(r"(//127\.0\.0\.1):\d+", rf"\1:{port}",
-                           channel.explicit_lock(["libhello"]), count=1))
+    lock.write_text(
+        re.sub(r"(//127\.0\.0\.1):\d+", rf"\1:{port}", channel.explicit_lock(["libhello"]), count=1)
+    )
     code, out = finish(spawn(lock, tmp_path / "env", tmp_path / "pkgs"))
     assert code == 1, out
     assert "internal error" not in out
@@ -79,9 +80,11 @@ def test_lock_urls_with_valid_ports_still_parse():
     from gpu_ci.conda import lockfile
 
     digest = "#" + "0" * 32
-    for url in ("https://u:p@h.example:8443/c/linux-64/a-1-h0_0.conda",
-                "https://[::1]:8443/c/linux-64/a-1-h0_0.conda",
-                "https://h.example/c/linux-64/a-1-h0_0.conda"):
+    for url in (
+        "https://u:p@h.example:8443/c/linux-64/a-1-h0_0.conda",
+        "https://[::1]:8443/c/linux-64/a-1-h0_0.conda",
+        "https://h.example/c/linux-64/a-1-h0_0.conda",
+    ):
         assert lockfile.parse(f"@EXPLICIT\n{url}{digest}\n").packages[0]["entry"].url == url
 
 
@@ -128,26 +131,50 @@ def test_out_of_file_descriptors_streams_are_left_to_the_careful_path(channel, t
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", _STREAM_CHILD, f"{server.url}/c", archive.sha256,
-             archive.md5, "60", str(tmp_path / "cache")], capture_output=True, text=True,
-            timeout=120, preexec_fn=few_descriptors, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            [
+                sys.executable,
+                "-c",
+                _STREAM_CHILD,
+                f"{server.url}/c",
+                archive.sha256,
+                archive.md5,
+                "60",
+                str(tmp_path / "cache"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=few_descriptors,
+            cwd=str(ROOT),
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
     streamed = int(proc.stdout.split()[1])
     from gpu_ci.conda import verified
 
-    published = [e for e in (tmp_path / "cache").iterdir() if e.name.startswith("entry")
-                 and e.suffix != ".lock"]
+    published = [
+        e
+        for e in (tmp_path / "cache").iterdir()
+        if e.name.startswith("entry") and e.suffix != ".lock"
+    ]
     assert len(published) >= streamed
     assert all(verified.check(e, archive.sha256) is not None for e in published)
 
 
 # Eight spellings of this host's loopback address: eight origins to a client that keys its
 # gates by host name, one server to count what they ask of it at once.
-LOOPBACK_SPELLINGS = ("127.0.0.1", "127.1", "127.0.1", "2130706433", "0x7f000001",
-                      "localhost", "0177.0.0.1", "127.0.0.01")
+LOOPBACK_SPELLINGS = (
+    "127.0.0.1",
+    "127.1",
+    "127.0.1",
+    "2130706433",
+    "0x7f000001",
+    "localhost",
+    "0177.0.0.1",
+    "127.0.0.01",
+)
 
 
 def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path):
@@ -171,9 +198,17 @@ def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path):
     port = server.url.rsplit(":", 1)[1]
     cache = tmp_path / "cache"
     cache.mkdir()
-    jobs = [(o * per_origin + i, f"http://{host}:{port}/c/{i:02d}.conda",
-             cache / f"entry{o}-{i}", archive.sha256, archive.md5)
-            for o, host in enumerate(LOOPBACK_SPELLINGS) for i in range(per_origin)]
+    jobs = [
+        (
+            o * per_origin + i,
+            f"http://{host}:{port}/c/{i:02d}.conda",
+            cache / f"entry{o}-{i}",
+            archive.sha256,
+            archive.md5,
+        )
+        for o, host in enumerate(LOOPBACK_SPELLINGS)
+        for i in range(per_origin)
+    ]
     try:
         done = fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)
     finally:
@@ -201,16 +236,25 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     server = ChannelServer(root, protocol="HTTP/1.0", latency=0.3).start()
     port = server.url.rsplit(":", 1)[1]
     (tmp_path / "archives").mkdir()
-    items = [Download(f"http://{host}:{port}/c/a.conda",
-                      tmp_path / "archives" / f"{o}-{i}.conda", host, archive.sha256)
-             for o, host in enumerate(LOOPBACK_SPELLINGS) for i in range(2)]
+    items = [
+        Download(
+            f"http://{host}:{port}/c/a.conda",
+            tmp_path / "archives" / f"{o}-{i}.conda",
+            host,
+            archive.sha256,
+        )
+        for o, host in enumerate(LOOPBACK_SPELLINGS)
+        for i in range(2)
+    ]
     narrow = 2
     try:
         got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
     finally:
         server.stop()
-    assert all(not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
-               for g in got.values()), got
+    assert all(
+        not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
+        for g in got.values()
+    ), got
     assert server.most_at_once <= narrow
     assert len(server.heads) <= fetch.PROBES
 
@@ -242,10 +286,18 @@ def test_the_probe_does_not_go_around_all_proxy(channel, tmp_path, bypass):
         env["NO_PROXY"] = "127.0.0.1"
     archive = channel.archives[0]
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE_CHILD,
-                               channel.archive_url(archive).replace(channel.server.url,
-                                                                    server.url)],
-                              capture_output=True, text=True, timeout=60, env=env)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _PROBE_CHILD,
+                channel.archive_url(archive).replace(channel.server.url, server.url),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
     finally:
         server.stop()
         proxy.stop()

@@ -60,8 +60,12 @@ def test_unified_lock_with_pip_entry_and_a_real_interpreter(setup, channel):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.outputs["packages"] == "5"  # 4 conda (virtual __glibc skipped) + 1 pip
     python = result.outputs["python"]
-    out = subprocess.run([python, "-c", "import gpuci_demo, sys; print(gpuci_demo.VALUE, "
-                          "sys.prefix)"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [python, "-c", "import gpuci_demo, sys; print(gpuci_demo.VALUE, sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["42", result.outputs["prefix"]]
 
 
@@ -200,8 +204,10 @@ def test_engine_conda_needs_miniforge(setup, channel):
 
 # -- Miniforge -------------------------------------------------------------------------------
 
-def test_miniforge_installed_from_verified_installer_then_reused(setup, channel, installer,
-                                                                 tmp_path):
+
+def test_miniforge_installed_from_verified_installer_then_reused(
+    setup, channel, installer, tmp_path
+):
     url, sha = installer
     args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
     first = setup(channel.explicit_lock(["libhello"]), *args)
@@ -223,9 +229,17 @@ def test_miniforge_installed_from_verified_installer_then_reused(setup, channel,
 
 def test_miniforge_wrong_checksum_installs_nothing(setup, channel, installer):
     url, _ = installer
-    result = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                   "--installer-url", url, "--installer-sha256", "0" * 64,
-                   "--miniforge-version", FAKE_MF)
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--miniforge",
+        "true",
+        "--installer-url",
+        url,
+        "--installer-sha256",
+        "0" * 64,
+        "--miniforge-version",
+        FAKE_MF,
+    )
     assert result.returncode == 1
     assert f"sha256 mismatch for Miniforge {FAKE_MF}" in result.errors[0]
     assert not (setup.default_prefix.parents[2] / FAKE_MF / "bin" / "conda").exists()
@@ -234,8 +248,15 @@ def test_miniforge_wrong_checksum_installs_nothing(setup, channel, installer):
 def test_miniforge_without_any_checksum_is_refused(setup, channel, installer):
     url, _ = installer
     channel.server.fail(url.split("/", 3)[3] + ".sha256", "404")
-    result = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                   "--installer-url", url, "--miniforge-version", FAKE_MF)
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--miniforge",
+        "true",
+        "--installer-url",
+        url,
+        "--miniforge-version",
+        FAKE_MF,
+    )
     assert result.returncode == 1
     assert "no checksum for the Miniforge installer" in result.errors[0]
     assert not (setup.default_prefix.parents[2] / FAKE_MF / "envs" / "ci").exists()
@@ -263,19 +284,37 @@ def unprivileged_python(tmp_path_factory):
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None or not system.exists():
         pytest.skip("needs root, setpriv and /usr/bin/python3 to drop privileges")
-    version = subprocess.run([str(system), "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(system), "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if version != str(tuple(sys.version_info[:2])):
-        pytest.skip(f"/usr/bin/python3 is {version}, the wheels here are for "
-                    f"{sys.version_info[:2]}")
+        pytest.skip(
+            f"/usr/bin/python3 is {version}, the wheels here are for {sys.version_info[:2]}"
+        )
     base = Path(tempfile.mkdtemp(prefix="gpu-ci-nobody-", dir="/tmp"))
     base.chmod(0o755)
     site = base / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(site), "pyyaml", "packaging", "py-rattler", "actions-toolkit"],
-                   check=True, capture_output=True)
-    shutil.copytree(ROOT / "src" / "gpu_ci",
-                    base / "src" / "gpu_ci")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            "pyyaml",
+            "packaging",
+            "py-rattler",
+            "actions-toolkit",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    shutil.copytree(ROOT / "src" / "gpu_ci", base / "src" / "gpu_ci")
     subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
     yield base, f"{site}:{base / 'src'}"
     shutil.rmtree(base, ignore_errors=True)
@@ -309,15 +348,41 @@ def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, cha
     outputs.touch()
     outputs.chmod(0o666)
     url, _ = installer
-    env = {"PATH": f"{vendor / 'bin'}:{vendor / 'condabin'}:/usr/bin:/bin",
-           "HOME": str(home), "CONDA": str(vendor), "CONDA_EXE": str(vendor / "bin" / "conda"),
-           "CONDA_PREFIX": str(vendor), "CONDA_SHLVL": "1", "PYTHONPATH": pythonpath,
-           "RUNNER_TOOL_CACHE": str(work / "toolcache"), "GITHUB_OUTPUT": str(outputs)}
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           "/usr/bin/python3", "-m", "gpu_ci", "setup-conda-from-lock",
-                           "--lock-file", str(lock), "--installer-url", url,
-                           "--miniforge-version", FAKE_MF, "--activate", "false"],
-                          env=env, capture_output=True, text=True, cwd=str(work))
+    env = {
+        "PATH": f"{vendor / 'bin'}:{vendor / 'condabin'}:/usr/bin:/bin",
+        "HOME": str(home),
+        "CONDA": str(vendor),
+        "CONDA_EXE": str(vendor / "bin" / "conda"),
+        "CONDA_PREFIX": str(vendor),
+        "CONDA_SHLVL": "1",
+        "PYTHONPATH": pythonpath,
+        "RUNNER_TOOL_CACHE": str(work / "toolcache"),
+        "GITHUB_OUTPUT": str(outputs),
+    }
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-m",
+            "gpu_ci",
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--installer-url",
+            url,
+            "--miniforge-version",
+            FAKE_MF,
+            "--activate",
+            "false",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=str(work),
+    )
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert tree_digest(vendor) == before
@@ -355,21 +420,42 @@ mkdir -p "$prefix/conda-meta" "$prefix/bin"
 
 def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer, tmp_path):
     url, _ = installer
-    first = setup(channel.explicit_lock(["libhello"]), "--miniforge", "true",
-                  "--installer-url", url, "--dry-run", "false", "--miniforge-version", FAKE_MF)
+    first = setup(
+        channel.explicit_lock(["libhello"]),
+        "--miniforge",
+        "true",
+        "--installer-url",
+        url,
+        "--dry-run",
+        "false",
+        "--miniforge-version",
+        FAKE_MF,
+    )
     conda = Path(first.outputs["conda"])
     log = tmp_path / "conda-call"
     conda.write_text(FAKE_CONDA.format(log=log))
-    result = setup(channel.explicit_lock(["libhello", "hello"]), "--miniforge", "true",
-                   "--installer-url", url, "--engine", "conda", "--miniforge-version", FAKE_MF,
-                   env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"})
+    result = setup(
+        channel.explicit_lock(["libhello", "hello"]),
+        "--miniforge",
+        "true",
+        "--installer-url",
+        url,
+        "--engine",
+        "conda",
+        "--miniforge-version",
+        FAKE_MF,
+        env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     argv = (tmp_path / "conda-call.argv").read_text().split("\n")
     assert argv[:4] == ["create", "--yes", "--quiet", "--offline"]
     explicit_arg = argv[argv.index("--file") + 1]
     assert explicit_arg.endswith("explicit.txt")
-    env = dict(line.split("=", 1) for line in
-               (tmp_path / "conda-call.env").read_text().splitlines() if "=" in line)
+    env = dict(
+        line.split("=", 1)
+        for line in (tmp_path / "conda-call.env").read_text().splitlines()
+        if "=" in line
+    )
     assert env["CONDARC"] == str(conda.parent.parent / ".condarc")
     assert env["CONDA_PKGS_DIRS"] == str(conda.parent.parent / "pkgs")
     assert "CONDA_PREFIX" not in env and "PYTHONPATH" not in env
@@ -378,8 +464,7 @@ def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer
 
 def test_stale_cache_entry_from_another_archive_is_extracted_again(setup, channel):
     libhello = channel.archives[0]
-    cache_entry = (setup.default_prefix.parent.parent / "pkgs" / "rattler" /
-                   "libhello-1.0-h0_0")
+    cache_entry = setup.default_prefix.parent.parent / "pkgs" / "rattler" / "libhello-1.0-h0_0"
     (cache_entry / "share" / "libhello").mkdir(parents=True)
     (cache_entry / "share" / "libhello" / "prefix.txt").write_text("stale\n")
     (cache_entry / ".gpu-ci-archive-sha256").write_text("0" * 32)
@@ -406,10 +491,12 @@ def test_stale_rattler_cache_entry_from_another_archive_is_extracted_again(setup
     assert (prefix / "share/libhello/prefix.txt").read_text() == f"installed at {prefix}\n"
     assert len(channel.server.requests(libhello.filename)) == before + 1  # fetched again
     assert (cache / "libhello-1.0-h0_0.gpu-ci-md5").read_text() == (
-        f"{libhello.md5} {libhello.sha256}\n")
+        f"{libhello.md5} {libhello.sha256}\n"
+    )
 
 
 # -- never lose a file, never leave a half environment, safe when jobs run at once ----------
+
 
 def test_a_directory_that_is_not_an_environment_is_refused_and_kept(setup, channel, tmp_path):
     checkout = tmp_path / "checkout"
@@ -420,8 +507,9 @@ def test_a_directory_that_is_not_an_environment_is_refused_and_kept(setup, chann
     requests = len(channel.server.log)
     result = setup(channel.explicit_lock(["libhello"]), "--prefix", str(checkout))
     assert result.returncode == 1
-    assert f"prefix {checkout} exists, is not empty and is not a conda environment" in \
-        result.errors[0]
+    assert (
+        f"prefix {checkout} exists, is not empty and is not a conda environment" in result.errors[0]
+    )
     assert tree_digest(checkout) == before
     assert len(channel.server.log) == requests  # refused before any download
 
@@ -432,13 +520,26 @@ def test_home_workspace_and_roots_are_refused(setup, channel, tmp_path, which):
     home.mkdir()
     workspace.mkdir()
     root = tmp_path / "mf"
-    prefix = {"home": home, "workspace": workspace, "root": root, "above-root": tmp_path,
-              "slash": Path("/")}[which]
-    result = setup(channel.explicit_lock(["libhello"]), "--prefix", str(prefix), "--root",
-                   str(root), env={"HOME": str(home), "GITHUB_WORKSPACE": str(workspace)})
+    prefix = {
+        "home": home,
+        "workspace": workspace,
+        "root": root,
+        "above-root": tmp_path,
+        "slash": Path("/"),
+    }[which]
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--prefix",
+        str(prefix),
+        "--root",
+        str(root),
+        env={"HOME": str(home), "GITHUB_WORKSPACE": str(workspace)},
+    )
     assert result.returncode == 1, result.stdout
-    assert f"prefix {prefix}" in result.errors[0] and "pass a dedicated directory" in \
-        result.errors[0].lower()
+    assert (
+        f"prefix {prefix}" in result.errors[0]
+        and "pass a dedicated directory" in result.errors[0].lower()
+    )
     assert "unsafe prefix" in result.stdout
 
 
@@ -491,14 +592,17 @@ def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_pat
     assert_environment(prefix, ["libhello", "hello", "python"])
     assert our_temporaries(tmp_path) == []
     assert_cache_valid(pkgs, channel)
-    run = subprocess.run([str(prefix / "bin" / "python"), "-c",
-                          "import gpuci_demo; print(gpuci_demo.VALUE)"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", "import gpuci_demo; print(gpuci_demo.VALUE)"],
+        capture_output=True,
+        text=True,
+    )
     assert run.stdout.strip() == "42"
 
 
-def test_pip_entries_are_installed_before_the_swap_and_point_at_the_prefix(channel, locks,
-                                                                          tmp_path):
+def test_pip_entries_are_installed_before_the_swap_and_point_at_the_prefix(
+    channel, locks, tmp_path
+):
     prefix = tmp_path / "env"
     rc, out = job(locks["pip"], prefix, tmp_path / "pkgs")
     assert rc == 0, out
@@ -510,15 +614,17 @@ def test_pip_entries_are_installed_before_the_swap_and_point_at_the_prefix(chann
     assert subprocess.run([str(script)], capture_output=True, text=True).stdout == "42\n"
 
 
-def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(channel, locks,
-                                                                          tmp_path):
+def test_kill_9_between_the_renames_restores_the_old_environment_as_it_was(
+    channel, locks, tmp_path
+):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
     assert job(locks["small"], prefix, pkgs)[0] == 0
     old = tree_digest(prefix)
     rc, _ = job(locks["old"], prefix, pkgs, env={"GPU_CI_TEST_KILL_AT": "swap"})
     assert rc == -signal.SIGKILL
-    rc, out = job(locks["small"], prefix, pkgs,
-                  env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")})
+    rc, out = job(
+        locks["small"], prefix, pkgs, env={"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    )
     assert rc == 0 and "rolled back an interrupted swap" in out and "reused" in out, out
     assert tree_digest(prefix) == old
     assert "| recovered | rolled back an interrupted swap" in (tmp_path / "summary.md").read_text()
@@ -550,17 +656,22 @@ def small_fs(tmp_path):
     """A 1 MiB tmpfs, mounted for the test (needs root and mount; skipped otherwise)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.mark.parametrize("free_kib", [0, 8, 24, 56, 96, 128])
-def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(channel, locks, small_fs,
-                                                                  free_kib):
+def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(
+    channel, locks, small_fs, free_kib
+):
     filler = small_fs / "filler"
     with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
         while True:
@@ -583,9 +694,13 @@ def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(channel, locks
 def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp_path, where):
     ro = tmp_path / "ro"
     ro.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
     try:
         before = len(channel.server.log)
@@ -603,9 +718,13 @@ def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp
 def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root and mount(8)")
     try:
         before = len(channel.server.log)
@@ -631,14 +750,22 @@ def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_
     records = []
     for archive in channel.archives:
         if archive.name in SMALL:
-            repo = rattler.SparseRepoData(rattler.Channel(channel.url("channel")),
-                                          archive.subdir,
-                                          channel.root / archive.subdir / "repodata.json")
+            repo = rattler.SparseRepoData(
+                rattler.Channel(channel.url("channel")),
+                archive.subdir,
+                channel.root / archive.subdir / "repodata.json",
+            )
             records += repo.load_records(rattler.PackageName(archive.name))
     reference = tmp_path / "reference"
-    asyncio.run(rattler.install(records, target_prefix=str(reference),
-                                cache_dir=tmp_path / "refcache", show_progress=False,
-                                execute_link_scripts=False))
+    asyncio.run(
+        rattler.install(
+            records,
+            target_prefix=str(reference),
+            cache_dir=tmp_path / "refcache",
+            show_progress=False,
+            execute_link_scripts=False,
+        )
+    )
     local = {"extracted_package_dir", "link", "indexed_timestamp", "size"}
     compared = 0
     for theirs_path in sorted((reference / "conda-meta").glob("*.json")):
@@ -650,8 +777,10 @@ def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_
             compared += 1
         for a, b in zip(mine["paths_data"]["paths"], theirs["paths_data"]["paths"]):
             if "prefix_placeholder" in b:  # the prefix is written into it: differs by path
-                a, b = ({k: v for k, v in d.items()
-                         if k not in ("sha256_in_prefix", "size_in_bytes")} for d in (a, b))
+                a, b = (
+                    {k: v for k, v in d.items() if k not in ("sha256_in_prefix", "size_in_bytes")}
+                    for d in (a, b)
+                )
             assert a == b
     assert compared > 30
     hello = json.loads((prefix / "conda-meta" / "hello-2.1-h1_3.json").read_text())
@@ -687,8 +816,7 @@ def _hash_spy(monkeypatch, tmp_path):
     return lambda: sorted(log.read_text().split())
 
 
-def test_a_verified_entry_is_hashed_again_only_when_a_file_changed(channel, tmp_path,
-                                                                    monkeypatch):
+def test_a_verified_entry_is_hashed_again_only_when_a_file_changed(channel, tmp_path, monkeypatch):
     """The stamp (verified.py) replaces re-hashing on every job: an entry is hashed again when
     one of its files was written (here: through the hard link from an environment, same
     size, same inode), and the changed file never reaches a new environment."""
@@ -761,11 +889,23 @@ def test_http_retry_typo_is_a_usage_error(setup, channel):
 def _options(**changes):
     from gpu_ci.conda import options
 
-    base = dict(lock_file="lock.txt", platform="linux-64", categories=["main"],
-                engine="rattler", miniforge=False, miniforge_version="26.3.2-3",
-                installer_url="", installer_sha256="", activate=True, dry_run=True, root="",
-                pkgs_dir="", prefix="", environment_name="ci",
-                environ={"RUNNER_TOOL_CACHE": "/opt/tc"})
+    base = dict(
+        lock_file="lock.txt",
+        platform="linux-64",
+        categories=["main"],
+        engine="rattler",
+        miniforge=False,
+        miniforge_version="26.3.2-3",
+        installer_url="",
+        installer_sha256="",
+        activate=True,
+        dry_run=True,
+        root="",
+        pkgs_dir="",
+        prefix="",
+        environment_name="ci",
+        environ={"RUNNER_TOOL_CACHE": "/opt/tc"},
+    )
     base.update(changes)
     return options.build(**base)
 
@@ -781,14 +921,17 @@ def test_options_lay_out_root_prefix_and_cache_once():
         opts.prefix = Path("/elsewhere")  # frozen: read everywhere, changed nowhere
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"prefix": "envs/ci"}, "input 'prefix' must be an absolute path"),
-    ({"pkgs_dir": "pkgs"}, "input 'pkgs-dir' must be an absolute path"),
-    ({"environment_name": "../x"}, "input 'environment-name' must be a plain name"),
-    ({"engine": "mamba"}, "input 'engine' must be one of rattler, conda"),
-    ({"engine": "conda"}, "engine: conda needs miniforge: true"),
-    ({"environ": {"GPU_CI_HTTP_BACKOFF": "1s"}}, "GPU_CI_HTTP_BACKOFF='1s' is not a number"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"prefix": "envs/ci"}, "input 'prefix' must be an absolute path"),
+        ({"pkgs_dir": "pkgs"}, "input 'pkgs-dir' must be an absolute path"),
+        ({"environment_name": "../x"}, "input 'environment-name' must be a plain name"),
+        ({"engine": "mamba"}, "input 'engine' must be one of rattler, conda"),
+        ({"engine": "conda"}, "engine: conda needs miniforge: true"),
+        ({"environ": {"GPU_CI_HTTP_BACKOFF": "1s"}}, "GPU_CI_HTTP_BACKOFF='1s' is not a number"),
+    ],
+)
 def test_options_refuse_unusable_inputs_with_a_usage_error(changes, message):
     from gpu_ci.errors import UsageError
 
@@ -813,7 +956,8 @@ def test_valid_cache_entry_is_trusted_without_its_archive(setup, channel):
 
 
 def test_a_trusted_entry_rattler_cannot_use_is_fetched_and_linked_again(
-        setup, channel, tmp_path, monkeypatch):
+    setup, channel, tmp_path, monkeypatch
+):
     """The fallback of the trust: rattler refusing a trusted entry (here: made to refuse once)
     costs a full fetch and verification, never a failed job or an unverified link."""
     from gpu_ci.conda import install, lockfile

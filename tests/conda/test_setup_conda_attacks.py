@@ -19,11 +19,16 @@ EVIL_NAME = "evil"
 
 def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
     data = b"planted\n"
-    entry = {"_path": "../escaped.txt", "path_type": "hardlink",
-             "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
+    entry = {
+        "_path": "../escaped.txt",
+        "path_type": "hardlink",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_in_bytes": len(data),
+    }
     # The file the link would take sits where ../ from the cache entry points.
-    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME,
-                              [entry], {"share/x.txt": data})
+    archive = hostile_archive(
+        channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
+    )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive, "md5"))
     pkgs = tmp_path / "pkgs"
@@ -37,11 +42,14 @@ def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
     assert rc == 1 and "internal error" not in out and "escaped.txt" in out, out
 
 
-@pytest.mark.parametrize("name", [
-    "gpuci-demo\n--index-url http://127.0.0.1:9/evil\nx",
-    "gpuci-demo @ http://127.0.0.1:9/x.whl\n-r /etc/passwd\n#",
-    "../../gpuci-demo",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpuci-demo\n--index-url http://127.0.0.1:9/evil\nx",
+        "gpuci-demo @ http://127.0.0.1:9/x.whl\n-r /etc/passwd\n#",
+        "../../gpuci-demo",
+    ],
+)
 def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):
     doc = yaml.safe_load(channel.unified_lock(pip=True))
     pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
@@ -54,10 +62,13 @@ def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):
     assert len(channel.server.log) == before  # refused while reading the lock
 
 
-@pytest.mark.parametrize("url", [
-    "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl\n-r /etc/passwd",
-    "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl --trusted-host evil",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl\n-r /etc/passwd",
+        "{base}/wheels/gpuci_demo-1.0-py3-none-any.whl --trusted-host evil",
+    ],
+)
 def test_pip_urls_cannot_inject_requirement_options(setup, channel, url):
     doc = yaml.safe_load(channel.unified_lock(pip=True))
     pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
@@ -89,10 +100,15 @@ def test_conda_urls_with_control_characters_are_refused(setup, channel):
 @pytest.mark.parametrize("rel", ["/abs-escaped.txt", "share/../../escaped.txt"])
 def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):
     data = b"planted\n"
-    entry = {"_path": rel, "path_type": "hardlink",
-             "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}
-    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME,
-                              [entry], {"share/x.txt": data})
+    entry = {
+        "_path": rel,
+        "path_type": "hardlink",
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size_in_bytes": len(data),
+    }
+    archive = hostile_archive(
+        channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
+    )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive, "md5"))
     rc, out = job(lock, tmp_path / "home" / "env", tmp_path / "pkgs")
@@ -107,11 +123,18 @@ def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
     home.mkdir()
     (home / ".bashrc").write_text("mine\n")
     data = b"echo pwned\n"
-    paths = [{"_path": "lib", "path_type": "softlink", "sha256": "0" * 64, "size_in_bytes": 0},
-             {"_path": "lib/.bashrc", "path_type": "hardlink",
-              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}]
-    archive = hostile_archive(channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, paths,
-                              links={"lib": str(home)})
+    paths = [
+        {"_path": "lib", "path_type": "softlink", "sha256": "0" * 64, "size_in_bytes": 0},
+        {
+            "_path": "lib/.bashrc",
+            "path_type": "hardlink",
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size_in_bytes": len(data),
+        },
+    ]
+    archive = hostile_archive(
+        channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, paths, links={"lib": str(home)}
+    )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive, "md5"))
     rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs")
@@ -147,8 +170,7 @@ def test_kill_9_then_a_third_lock_installs_cleanly(channel, locks, tmp_path, pha
 
 
 @pytest.mark.parametrize("target", ["user-dir", "empty-dir", "environment"])
-def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp_path,
-                                                              target):
+def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp_path, target):
     real = tmp_path / "real"
     if target == "environment":
         assert job(locks["old"], real, tmp_path / "pkgs")[0] == 0
@@ -170,15 +192,29 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
     first' (without the check the same run fails later, as 'no space left' mid-write)."""
     small = tmp_path / "small"
     small.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
     try:
         blob = os.urandom(400_000)  # incompressible: the archive is about this big
-        archive = hostile_archive(channel.root.parent / "big-channel" / SUBDIR, EVIL_NAME, [
-            {"_path": "share/blob", "path_type": "hardlink", "size_in_bytes": len(blob),
-             "sha256": hashlib.sha256(blob).hexdigest()}], {"share/blob": blob})
+        archive = hostile_archive(
+            channel.root.parent / "big-channel" / SUBDIR,
+            EVIL_NAME,
+            [
+                {
+                    "_path": "share/blob",
+                    "path_type": "hardlink",
+                    "size_in_bytes": len(blob),
+                    "sha256": hashlib.sha256(blob).hexdigest(),
+                }
+            ],
+            {"share/blob": blob},
+        )
         lock = tmp_path / "lock.txt"
         lock.write_text(explicit_lock_of(channel, archive, "md5"))
         with open(small / "filler", "wb") as out:  # leave 200 kB: less than the archive
@@ -203,8 +239,11 @@ def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_pat
         procs = {key: spawn(locks[key], prefix, pkgs) for key in wanted}
         outs = {key: p.communicate(timeout=180)[0] for key, p in procs.items()}
         assert all(p.returncode == 0 for p in procs.values()), outs
-        names = sorted(p.name.rsplit("-", 2)[0] for p in (prefix / "conda-meta").glob("*.json")
-                       if p.name != "gpu-ci-lock.json")
+        names = sorted(
+            p.name.rsplit("-", 2)[0]
+            for p in (prefix / "conda-meta").glob("*.json")
+            if p.name != "gpu-ci-lock.json"
+        )
         matches = [key for key, want in wanted.items() if sorted(want) == names]
         assert len(matches) == 1, names
         assert_environment(prefix, wanted[matches[0]])

@@ -16,27 +16,34 @@ from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
 
-def _archive_with_links(directory: Path, links: dict[str, str],
-                        data: bytes = b"payload\n") -> Path:
+def _archive_with_links(directory: Path, links: dict[str, str], data: bytes = b"payload\n") -> Path:
     """A real-layout .tar.bz2 conda package whose top level holds symbolic links named like
     the files we write into a cache entry (not listed in its paths.json)."""
-    paths = [{"_path": "share/planted.txt", "path_type": "hardlink",
-              "sha256": hashlib.sha256(data).hexdigest(), "size_in_bytes": len(data)}]
+    paths = [
+        {
+            "_path": "share/planted.txt",
+            "path_type": "hardlink",
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size_in_bytes": len(data),
+        }
+    ]
     return hostile_archive(directory, "planted", paths, {"share/planted.txt": data}, links)
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
 @pytest.mark.parametrize("planted", [".gpu-ci-archive-sha256", ".gpu-ci-verified"])
 def test_our_names_planted_as_links_in_an_archive_write_nothing_outside(
-        channel, tmp_path, planted, stream):
+    channel, tmp_path, planted, stream
+):
     """A lock from a pull request names an archive whose top level has a symbolic link where
     we write the entry's digest marker or stamp: we replace the link, never write through it
     (a file of the user's, outside cache and prefix, stays as it was)."""
     victim = tmp_path / "home" / ".bashrc"
     victim.parent.mkdir()
     victim.write_text("mine\n")
-    archive = _archive_with_links(channel.root.parent / f"planted-{planted}-{stream}" / SUBDIR,
-                                  {planted: str(victim)})
+    archive = _archive_with_links(
+        channel.root.parent / f"planted-{planted}-{stream}" / SUBDIR, {planted: str(victim)}
+    )
     sha = hashlib.sha256(archive.read_bytes()).hexdigest()
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive))
@@ -86,8 +93,7 @@ def _two_builds_installed(channel, tmp_path, name):
     return mine, theirs, plan, pkgs, quiet
 
 
-def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
-        channel, tmp_path, monkeypatch):
+def test_an_entry_replaced_by_another_job_is_not_linked_half_way(channel, tmp_path, monkeypatch):
     """Two locks name two archives with one name-version-build (a pull request's build of a
     package, and main's): each job extracts its own into the shared cache entry. A job
     that replaces the entry while another links from it must wait for that link: the
@@ -104,8 +110,11 @@ def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
         proc = spawn(tmp_path / "pr.lock", tmp_path / "pr-env", pkgs)
         other.append(proc)
         deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline and \
-                not _blocked_on_a_lock([proc.pid]):
+        while (
+            proc.poll() is None
+            and time.monotonic() < deadline
+            and not _blocked_on_a_lock([proc.pid])
+        ):
             time.sleep(0.02)
         return await real(*args, **kwargs)
 
@@ -119,7 +128,8 @@ def test_an_entry_replaced_by_another_job_is_not_linked_half_way(
 
 
 def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
-        channel, tmp_path, monkeypatch):
+    channel, tmp_path, monkeypatch
+):
     """The other job replaces the entry after this one trusted it and before it links: the
     link notices (the entry's digest marker is another archive's), and this job fetches,
     verifies and extracts its own archive again."""
@@ -145,7 +155,8 @@ def test_an_entry_replaced_between_its_check_and_the_link_is_fetched_again(
 
 
 def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later(
-        channel, tmp_path, monkeypatch):
+    channel, tmp_path, monkeypatch
+):
     """An entry is hashed (no valid stamp), and a process writes to one of its files through
     the hard link from an older environment just after the hash read it: the stamp must
     not bless that write, or every later job would link the changed file that the hash of
@@ -177,16 +188,19 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])
-def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, monkeypatch,
-                                                             stream):
+def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, monkeypatch, stream):
     """``info/paths.json`` as a symbolic link to /dev/zero: reading it would fill the
     memory of the runner (and of the other jobs on its host) before any check. The entry is
     refused with a named error, within a memory limit that reading it would exceed."""
     import resource
     import subprocess
 
-    archive = hostile_archive(channel.root.parent / f"zero-{stream}" / SUBDIR, "planted", None,
-                              links={"info/paths.json": "/dev/zero"})
+    archive = hostile_archive(
+        channel.root.parent / f"zero-{stream}" / SUBDIR,
+        "planted",
+        None,
+        links={"info/paths.json": "/dev/zero"},
+    )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive))
     limit = 4 << 30
@@ -196,10 +210,10 @@ def test_an_info_file_that_is_a_link_to_a_device_is_refused(channel, tmp_path, m
 
     with monkeypatch.context() as patch:  # the job, as spawn starts it, in a memory limit
         real = subprocess.Popen
-        patch.setattr(subprocess, "Popen",
-                      lambda *a, **kw: real(*a, **kw, preexec_fn=limited))
-        proc = spawn(lock, tmp_path / "env", tmp_path / "pkgs",
-                     env={"INPUT_STREAM_DOWNLOADS": stream})
+        patch.setattr(subprocess, "Popen", lambda *a, **kw: real(*a, **kw, preexec_fn=limited))
+        proc = spawn(
+            lock, tmp_path / "env", tmp_path / "pkgs", env={"INPUT_STREAM_DOWNLOADS": stream}
+        )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out
     assert "info/paths.json" in out and "internal error" not in out, out
@@ -213,8 +227,7 @@ def test_one_package_locked_twice_with_two_archives_is_refused(channel, tmp_path
     for tag, data in (("one", b"one\n"), ("two", b"two\n")):
         archive = _archive_with_links(channel.root.parent / f"twice-{tag}" / SUBDIR, {}, data)
         sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-        lines.append(f"{channel.url(str(archive.relative_to(channel.root.parent)))}"
-                     f"#sha256:{sha}")
+        lines.append(f"{channel.url(str(archive.relative_to(channel.root.parent)))}#sha256:{sha}")
     lock = tmp_path / "lock.txt"
     lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n" + "\n".join(lines) + "\n")
     before = len(channel.server.log)
@@ -229,21 +242,33 @@ def test_one_package_locked_twice_with_two_archives_is_refused(channel, tmp_path
 
 @pytest.mark.parametrize("stream", ["true", "false"])
 def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
-        channel, tmp_path, stream):
+    channel, tmp_path, stream
+):
     """The archive holds ``lib`` -> the user's home (not listed in its paths.json) and lists
     ``lib/.bashrc``: linking would hard-link the user's own file into the environment (a
     write there writes the user's file; a cached or uploaded environment carries it)."""
     home = tmp_path / "home"
     home.mkdir()
     (home / ".bashrc").write_text("mine\n")
-    paths = [{"_path": "lib/.bashrc", "path_type": "hardlink", "size_in_bytes": 5,
-              "sha256": hashlib.sha256(b"mine\n").hexdigest()}]
-    archive = hostile_archive(channel.root.parent / f"unlisted-{stream}" / SUBDIR, "planted",
-                              paths, links={"lib": str(home)})
+    paths = [
+        {
+            "_path": "lib/.bashrc",
+            "path_type": "hardlink",
+            "size_in_bytes": 5,
+            "sha256": hashlib.sha256(b"mine\n").hexdigest(),
+        }
+    ]
+    archive = hostile_archive(
+        channel.root.parent / f"unlisted-{stream}" / SUBDIR,
+        "planted",
+        paths,
+        links={"lib": str(home)},
+    )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive))
-    rc, out = job(lock, tmp_path / "envs" / "env", tmp_path / "pkgs",
-                  env={"INPUT_STREAM_DOWNLOADS": stream})
+    rc, out = job(
+        lock, tmp_path / "envs" / "env", tmp_path / "pkgs", env={"INPUT_STREAM_DOWNLOADS": stream}
+    )
     assert (home / ".bashrc").stat().st_nlink == 1, out
     assert rc == 1 and "lib/.bashrc" in out, out
     assert "points outside the prefix and the package" in out, out
@@ -256,14 +281,24 @@ def big(channel):
     from tests.conda_channel import _assemble
 
     text = os.urandom(3 << 19).hex()
-    return _assemble(channel.root.parent / "big", channel.root.parent / "big-work", "big",
-                     "1.0", "0", SUBDIR, {"share/big.txt": text}, noarch="generic")
+    return _assemble(
+        channel.root.parent / "big",
+        channel.root.parent / "big-work",
+        "big",
+        "1.0",
+        "0",
+        SUBDIR,
+        {"share/big.txt": text},
+        noarch="generic",
+    )
 
 
 def _big_lock(channel, big, tmp_path) -> Path:
     lock = tmp_path / "big.lock"
-    lock.write_text(f"# platform: {SUBDIR}\n@EXPLICIT\n"
-                    f"{channel.url('big/noarch/' + big.filename)}#sha256:{big.sha256}\n")
+    lock.write_text(
+        f"# platform: {SUBDIR}\n@EXPLICIT\n"
+        f"{channel.url('big/noarch/' + big.filename)}#sha256:{big.sha256}\n"
+    )
     return lock
 
 
@@ -279,13 +314,16 @@ def _big_job(channel, big, tmp_path, fault: str) -> tuple[int, str, int]:
     channel.server.faults.clear()
     channel.server.fail(f"big/noarch/{big.filename}", fault)
     before = _asked(channel, big)
-    rc, out = job(_big_lock(channel, big, tmp_path), tmp_path / "env", tmp_path / "pkgs",
-                  env={"GPU_CI_HTTP_TIMEOUT": "1"})
+    rc, out = job(
+        _big_lock(channel, big, tmp_path),
+        tmp_path / "env",
+        tmp_path / "pkgs",
+        env={"GPU_CI_HTTP_TIMEOUT": "1"},
+    )
     return rc, out, _asked(channel, big) - before
 
 
-def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(
-        channel, big, tmp_path):
+def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(channel, big, tmp_path):
     """rattler's client only has a total timeout: an archive that takes longer than
     GPU_CI_HTTP_TIMEOUT to stream (a large CUDA package, 8 at once on a modest link) was cut
     at that time and downloaded again from its first byte. A stream is given up only when

@@ -17,10 +17,12 @@ from tests.conda.jobs import finish, rattler_entry, spawn
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
 
-@pytest.mark.parametrize("planted", [".gpu-ci-verified", ".gpu-ci-archive-sha256",
-                                     "info/paths.json", ".gpu-ci-md5"])
+@pytest.mark.parametrize(
+    "planted", [".gpu-ci-verified", ".gpu-ci-archive-sha256", "info/paths.json", ".gpu-ci-md5"]
+)
 def test_a_fifo_where_the_next_job_reads_neither_stops_it_nor_is_trusted(
-        channel, locks, tmp_path, planted):
+    channel, locks, tmp_path, planted
+):
     pkgs = tmp_path / "pkgs"
     code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs))
     assert code == 0, out

@@ -21,8 +21,9 @@ import yaml
 from gpu_ci.conda import options as conda_options
 from tests.conftest import ROOT, parse_output_file
 
-MESSAGE = ("input 'cache' of setup-conda-from-lock must be one of true, false, environment; "
-           "got 'yes'.")
+MESSAGE = (
+    "input 'cache' of setup-conda-from-lock must be one of true, false, environment; got 'yes'."
+)
 
 
 def plan_step(action: str = "actions/setup-conda-from-lock/action.yml") -> dict:
@@ -44,19 +45,38 @@ def plan(tmp_path):
     lock.write_text("@EXPLICIT\n")
 
     def run(**inputs: str):
-        values = {"lock-file": str(lock), "platform": "", "engine": "rattler",
-                  "miniforge-version": "26.3.2-3", "categories": "main", "root": "",
-                  "pkgs-dir": "", "prefix": "", "environment-name": "ci", "cache": "true",
-                  **inputs}
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"),
-               "GPU_CI_PYTHON": sys.executable, "RUNNER_OS": "Linux", "RUNNER_ARCH": "X64",
-               "RUNNER_TOOL_CACHE": str(tmp_path / "toolcache"),
-               "GITHUB_OUTPUT": str(tmp_path / "output")}
+        values = {
+            "lock-file": str(lock),
+            "platform": "",
+            "engine": "rattler",
+            "miniforge-version": "26.3.2-3",
+            "categories": "main",
+            "root": "",
+            "pkgs-dir": "",
+            "prefix": "",
+            "environment-name": "ci",
+            "cache": "true",
+            **inputs,
+        }
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path / "home"),
+            "GPU_CI_PYTHON": sys.executable,
+            "RUNNER_OS": "Linux",
+            "RUNNER_ARCH": "X64",
+            "RUNNER_TOOL_CACHE": str(tmp_path / "toolcache"),
+            "GITHUB_OUTPUT": str(tmp_path / "output"),
+        }
         for name, expr in step["env"].items():  # NAME: ${{ inputs.<input> }}
             env[name] = values[expr.split("inputs.")[1].rstrip(" }")]
         (tmp_path / "output").write_text("")
-        proc = subprocess.run([bash, "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                              env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [bash, "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         proc.outputs = parse_output_file((tmp_path / "output").read_text())
         proc.lock_sha256 = hashlib.sha256(lock.read_bytes()).hexdigest()
         return proc
@@ -68,22 +88,53 @@ def plan(tmp_path):
 def test_command_refuses_a_cache_value_other_than_the_three(run_cli, tmp_path):
     lock = tmp_path / "lock.txt"
     lock.write_text("@EXPLICIT\n")
-    result = run_cli(["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge",
-                      "false", "--dry-run", "true"],
-                     {"INPUT_CACHE": "yes", "RUNNER_TOOL_CACHE": str(tmp_path / "tc")})
+    result = run_cli(
+        [
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--miniforge",
+            "false",
+            "--dry-run",
+            "true",
+        ],
+        {"INPUT_CACHE": "yes", "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert MESSAGE in result.stdout + result.stderr
-    bad_write = run_cli(["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge",
-                         "false", "--dry-run", "true"],
-                        {"INPUT_CACHE": "environment", "INPUT_CACHE_WRITE": "no",
-                         "RUNNER_TOOL_CACHE": str(tmp_path / "tc")})
+    bad_write = run_cli(
+        [
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(lock),
+            "--miniforge",
+            "false",
+            "--dry-run",
+            "true",
+        ],
+        {
+            "INPUT_CACHE": "environment",
+            "INPUT_CACHE_WRITE": "no",
+            "RUNNER_TOOL_CACHE": str(tmp_path / "tc"),
+        },
+    )
     assert bad_write.returncode == 2
     assert "input 'cache-write' of setup-conda-from-lock must be true or false" in (
-        bad_write.stdout + bad_write.stderr)
+        bad_write.stdout + bad_write.stderr
+    )
     for value in ("environment", "Environment", "true", "false"):
-        ok = run_cli(["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge",
-                      "false", "--dry-run", "true"],
-                     {"INPUT_CACHE": value, "RUNNER_TOOL_CACHE": str(tmp_path / "tc")})
+        ok = run_cli(
+            [
+                "setup-conda-from-lock",
+                "--lock-file",
+                str(lock),
+                "--miniforge",
+                "false",
+                "--dry-run",
+                "true",
+            ],
+            {"INPUT_CACHE": value, "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
+        )
         assert ok.returncode == 0, (value, ok.stdout + ok.stderr)
 
 
@@ -107,29 +158,44 @@ def test_root_action_runs_the_same_plan_step():
     assert root["if"] == f"inputs.command == 'setup-conda-from-lock' && ({own['if']})"
 
 
-@pytest.mark.parametrize("inputs", [
-    {},
-    {"environment-name": "gpu"},
-    {"root": "/opt/mf"},
-    {"prefix": "/srv/envs/tests", "environment-name": "ignored"},
-    {"miniforge-version": "25.1.1-0", "pkgs-dir": "/elsewhere/pkgs"},
-], ids=["default", "name", "root", "prefix", "version"])
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {},
+        {"environment-name": "gpu"},
+        {"root": "/opt/mf"},
+        {"prefix": "/srv/envs/tests", "environment-name": "ignored"},
+        {"miniforge-version": "25.1.1-0", "pkgs-dir": "/elsewhere/pkgs"},
+    ],
+    ids=["default", "name", "root", "prefix", "version"],
+)
 def test_environment_mode_caches_the_prefix_the_command_uses(plan, inputs):
     proc = plan(cache="environment", **inputs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.outputs
     want = conda_options.build(
-        lock_file="x", platform="linux-64", categories=["main"], engine="rattler",
-        miniforge=False, miniforge_version=inputs.get("miniforge-version", "26.3.2-3"),
-        installer_url="", installer_sha256="", activate=True, dry_run=True,
-        root=inputs.get("root", ""), pkgs_dir=inputs.get("pkgs-dir", ""),
-        prefix=inputs.get("prefix", ""), environment_name=inputs.get("environment-name", "ci"),
-        environ={"RUNNER_TOOL_CACHE": str(plan.tool_cache)}).prefix
+        lock_file="x",
+        platform="linux-64",
+        categories=["main"],
+        engine="rattler",
+        miniforge=False,
+        miniforge_version=inputs.get("miniforge-version", "26.3.2-3"),
+        installer_url="",
+        installer_sha256="",
+        activate=True,
+        dry_run=True,
+        root=inputs.get("root", ""),
+        pkgs_dir=inputs.get("pkgs-dir", ""),
+        prefix=inputs.get("prefix", ""),
+        environment_name=inputs.get("environment-name", "ci"),
+        environ={"RUNNER_TOOL_CACHE": str(plan.tool_cache)},
+    ).prefix
     assert out["path"] == str(want)
     where = hashlib.sha256(str(want).encode()).hexdigest()[:16]
     version = inputs.get("miniforge-version", "26.3.2-3")
-    assert out["key"] == (f"gpu-ci-conda-env-v1-Linux-X64-auto-rattler-mf{version}-main-"
-                          f"{where}-{proc.lock_sha256}")
+    assert out["key"] == (
+        f"gpu-ci-conda-env-v1-Linux-X64-auto-rattler-mf{version}-main-{where}-{proc.lock_sha256}"
+    )
     assert out["mode"] == "environment" and out["fresh"] == "true"
     assert out["restore-prefix"] == ""  # no restore-keys: another lock's env is of no use
 
@@ -142,8 +208,7 @@ def test_environment_key_differs_by_path_and_never_matches_the_package_prefix(pl
     assert one["key"].rsplit("-", 2)[0] == two["key"].rsplit("-", 2)[0]
     # the package cache's restore-keys prefix can never pick an environment's blob
     assert not one["key"].startswith(packages["restore-prefix"])
-    assert packages["key"] == packages["restore-prefix"] + "main-" + plan(
-        cache="true").lock_sha256
+    assert packages["key"] == packages["restore-prefix"] + "main-" + plan(cache="true").lock_sha256
     assert packages["path"] == str(plan.tool_cache / "miniforge3" / "26.3.2-3" / "pkgs")
 
 
@@ -175,13 +240,19 @@ def test_environment_is_saved_only_when_the_command_created_it(action):
     # after a miss, with cache-write, and only if the command step succeeded and created the
     # environment (not reused; a dry run sets no `reused`); no status function such as
     # always() that would let it run after a failure
-    for part in ("inputs.cache == 'environment'", "inputs.cache-write == 'true'",
-                 "steps.cache-plan.outputs.fresh == 'true'",
-                 "steps.cache-restore-env.outputs.cache-hit != 'true'",
-                 "steps.run.outcome == 'success'", "steps.run.outputs.reused == 'false'"):
+    for part in (
+        "inputs.cache == 'environment'",
+        "inputs.cache-write == 'true'",
+        "steps.cache-plan.outputs.fresh == 'true'",
+        "steps.cache-restore-env.outputs.cache-hit != 'true'",
+        "steps.run.outcome == 'success'",
+        "steps.run.outputs.reused == 'false'",
+    ):
         assert part in save["if"], part
     assert not any(f in save["if"] for f in ("always()", "failure()", "cancelled()"))
-    assert save["with"] == {"path": "${{ steps.cache-plan.outputs.path }}",
-                            "key": "${{ steps.cache-plan.outputs.key }}"}
+    assert save["with"] == {
+        "path": "${{ steps.cache-plan.outputs.path }}",
+        "key": "${{ steps.cache-plan.outputs.key }}",
+    }
     assert "restore-keys" not in restore["with"]
     assert restore["with"] == save["with"]

@@ -43,19 +43,25 @@ def _server(root: Path, **kw) -> ChannelServer:
 
 def _stream(server: ChannelServer, archive, rels: list[str], cache: Path) -> int:
     cache.mkdir()
-    jobs = [(i, f"{server.url}/{rel}", cache / f"entry{i:02d}", archive.sha256, archive.md5)
-            for i, rel in enumerate(rels)]
+    jobs = [
+        (i, f"{server.url}/{rel}", cache / f"entry{i:02d}", archive.sha256, archive.md5)
+        for i, rel in enumerate(rels)
+    ]
     done = fetch.stream_and_extract(jobs, 30.0, log=lambda _: None)
     return len(done)
 
 
-@pytest.mark.parametrize(("protocol", "latency", "widens"), [
-    ("HTTP/1.1", LATENCY, True),   # distant and kept alive: many at once
-    ("HTTP/1.0", LATENCY, False),  # a new connection per archive: a small backlog overflows
-    ("HTTP/1.1", 0.0, False),      # near: the CPU sets the pace, more would convoy
-])
+@pytest.mark.parametrize(
+    ("protocol", "latency", "widens"),
+    [
+        ("HTTP/1.1", LATENCY, True),  # distant and kept alive: many at once
+        ("HTTP/1.0", LATENCY, False),  # a new connection per archive: a small backlog overflows
+        ("HTTP/1.1", 0.0, False),  # near: the CPU sets the pace, more would convoy
+    ],
+)
 def test_streams_widen_only_for_a_distant_server_that_keeps_connections(
-        copies, tmp_path, protocol, latency, widens):
+    copies, tmp_path, protocol, latency, widens
+):
     root, archive, rels = copies
     server = _server(root, protocol=protocol, latency=latency)
     try:
@@ -72,14 +78,19 @@ def test_streams_widen_only_for_a_distant_server_that_keeps_connections(
         assert server.most_at_once <= fetch.streams()
 
 
-def _download(server: ChannelServer, archive, rels: list[str], folder: Path,
-              narrow: int) -> None:
+def _download(server: ChannelServer, archive, rels: list[str], folder: Path, narrow: int) -> None:
     folder.mkdir()
-    items = [Download(f"{server.url}/{rel}", folder / f"a{i:02d}.conda", rel, archive.sha256,
-                      archive.md5) for i, rel in enumerate(rels)]
+    items = [
+        Download(
+            f"{server.url}/{rel}", folder / f"a{i:02d}.conda", rel, archive.sha256, archive.md5
+        )
+        for i, rel in enumerate(rels)
+    ]
     got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
-    assert all(not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
-               for g in got.values()), got
+    assert all(
+        not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
+        for g in got.values()
+    ), got
 
 
 @pytest.mark.parametrize("latency", [LATENCY, 0.0])

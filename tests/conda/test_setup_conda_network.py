@@ -56,11 +56,25 @@ def setup(run_cli, tmp_path, channel):
     def run(lock_text: str, *args: str, env=None):
         lock = tmp_path / "lock.txt"
         lock.write_text(lock_text)
-        full = {"RUNNER_TOOL_CACHE": str(cache), "GPU_CI_HTTP_BACKOFF": "0.01",
-                "GPU_CI_HTTP_RETRIES": "2"}
+        full = {
+            "RUNNER_TOOL_CACHE": str(cache),
+            "GPU_CI_HTTP_BACKOFF": "0.01",
+            "GPU_CI_HTTP_RETRIES": "2",
+        }
         full.update(env or {})
-        return run_cli(["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge",
-                        "false", "--activate", "false", *args], full)
+        return run_cli(
+            [
+                "setup-conda-from-lock",
+                "--lock-file",
+                str(lock),
+                "--miniforge",
+                "false",
+                "--activate",
+                "false",
+                *args,
+            ],
+            full,
+        )
 
     run.prefix = cache / "miniforge3" / "26.3.2-3" / "envs" / "ci"
     return run
@@ -118,8 +132,13 @@ def test_mirror_with_bearer_token(setup, channel, mirror):
     server = mirror(f"Bearer {TOKEN}")
     lock = channel.explicit_lock(["libhello", "hello"])
     host = server.url.split("//")[1]
-    result = setup(lock, "--channel-mirrors", _mirrored(channel, server),
-                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    result = setup(
+        lock,
+        "--channel-mirrors",
+        _mirrored(channel, server),
+        "--channel-credentials",
+        f"http://{host} = bearer {TOKEN}",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert not channel.server.requests("channel/")  # nothing from the original host
     assert sorted(s for _, s in server.log) == [200, 200]
@@ -140,8 +159,13 @@ def test_mirror_with_basic_auth_and_401_without(setup, channel, mirror):
     assert f"{host} asks for credentials" in error and "'channel-credentials'" in error
     assert not refused.outputs.get("prefix")
 
-    result = setup(lock, "--channel-mirrors", _mirrored(channel, server),
-                   "--channel-credentials", f"http://{host} = basic {USER}:{PASSWORD}")
+    result = setup(
+        lock,
+        "--channel-mirrors",
+        _mirrored(channel, server),
+        "--channel-credentials",
+        f"http://{host} = basic {USER}:{PASSWORD}",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert server.log[-1][1] == 200
     assert f"::add-mask::{PASSWORD}" in result.stdout
@@ -152,12 +176,18 @@ def test_mirror_with_basic_auth_and_401_without(setup, channel, mirror):
 def test_wrong_credentials_name_the_host_and_the_input(setup, channel, mirror):
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
-    result = setup(channel.explicit_lock(["libhello"]),
-                   "--channel-mirrors", _mirrored(channel, server),
-                   "--channel-credentials", f"http://{host} = bearer wrong-token-123")
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--channel-mirrors",
+        _mirrored(channel, server),
+        "--channel-credentials",
+        f"http://{host} = bearer wrong-token-123",
+    )
     assert result.returncode == 1
-    assert f"the bearer credentials for {host} in 'channel-credentials' were refused" in (
-        result.errors[0])
+    assert (
+        f"the bearer credentials for {host} in 'channel-credentials' were refused"
+        in (result.errors[0])
+    )
     assert "wrong-token-123" not in result.errors[0]
 
 
@@ -165,8 +195,11 @@ def test_credentials_are_never_sent_to_another_origin(setup, channel, mirror):
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
     # credentials for the mirror only; the lock's own host gets no header
-    result = setup(channel.explicit_lock(["libhello"]),
-                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--channel-credentials",
+        f"http://{host} = bearer {TOKEN}",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert channel.server.seen and all("Authorization" not in h for h in channel.server.seen)
     assert not server.log
@@ -179,8 +212,9 @@ def test_a_mirror_serving_another_file_is_refused_naming_both_urls(setup, channe
     (fake / "channel" / "linux-64" / libhello.filename).write_bytes(hello.data)
     server = ChannelServer(fake).start()
     try:
-        result = setup(channel.explicit_lock(["libhello"]),
-                       "--channel-mirrors", _mirrored(channel, server))
+        result = setup(
+            channel.explicit_lock(["libhello"]), "--channel-mirrors", _mirrored(channel, server)
+        )
     finally:
         server.stop()
     assert result.returncode == 1
@@ -197,22 +231,26 @@ def test_an_unreachable_mirror_is_named(setup, channel):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    result = setup(channel.explicit_lock(["libhello"]),
-                   "--channel-mirrors", f"{channel.url('channel/')} => "
-                                        f"http://127.0.0.1:{port}/cf/")
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--channel-mirrors",
+        f"{channel.url('channel/')} => http://127.0.0.1:{port}/cf/",
+    )
     assert result.returncode == 1
     assert f"from mirror http://127.0.0.1:{port}/cf/linux-64/" in result.errors[0]
     assert "failed after 3 attempts" in result.errors[0]
 
 
-@pytest.mark.parametrize("line, fragment", [
-    ("example.com = bearer", "expected '<host> = bearer <token>'"),
-    ("example.com = password hunter2", "expected '<host> = bearer <token>'"),
-    ("example.com = basic hunter2", "basic credentials are '<user>:<password>'"),
-    ("https://example.com/path = bearer hunter2", "is not a host"),
-])
-def test_bad_credentials_lines_are_usage_errors_without_the_secret(setup, channel, line,
-                                                                   fragment):
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("example.com = bearer", "expected '<host> = bearer <token>'"),
+        ("example.com = password hunter2", "expected '<host> = bearer <token>'"),
+        ("example.com = basic hunter2", "basic credentials are '<user>:<password>'"),
+        ("https://example.com/path = bearer hunter2", "is not a host"),
+    ],
+)
+def test_bad_credentials_lines_are_usage_errors_without_the_secret(setup, channel, line, fragment):
     result = setup(channel.explicit_lock(["libhello"]), "--channel-credentials", line)
     assert result.returncode == 2
     assert fragment in result.errors[0] and "line 1" in result.errors[0]
@@ -220,8 +258,11 @@ def test_bad_credentials_lines_are_usage_errors_without_the_secret(setup, channe
 
 
 def test_bad_mirror_line_is_a_usage_error(setup, channel):
-    result = setup(channel.explicit_lock(["libhello"]), "--channel-mirrors",
-                   "https://conda.anaconda.org/conda-forge mirror.example.com")
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--channel-mirrors",
+        "https://conda.anaconda.org/conda-forge mirror.example.com",
+    )
     assert result.returncode == 2
     assert "input 'channel-mirrors' line 1" in result.errors[0]
 
@@ -231,11 +272,16 @@ def test_a_redirect_to_another_origin_carries_no_credentials(setup, channel, mir
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
     # the mirror sends the client on to the original channel (another origin)
-    server.fail(f"channel/linux-64/{libhello.filename}",
-                f"redirect:{channel.archive_url(libhello)}")
-    result = setup(channel.explicit_lock(["libhello"]),
-                   "--channel-mirrors", _mirrored(channel, server),
-                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    server.fail(
+        f"channel/linux-64/{libhello.filename}", f"redirect:{channel.archive_url(libhello)}"
+    )
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        "--channel-mirrors",
+        _mirrored(channel, server),
+        "--channel-credentials",
+        f"http://{host} = bearer {TOKEN}",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert [s for _, s in server.log] == [302]
     assert [s for _, s in channel.server.requests(libhello.filename)] == [200]
@@ -257,15 +303,20 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     script = folder / installer_name(FAKE_MF)
     script.write_text(FAKE_INSTALLER)
     (folder / (script.name + ".sha256")).write_text(
-        f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n")
+        f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n"
+    )
     url = f"{server.url}/mf-private/{script.name}"
     args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
     refused = setup(channel.explicit_lock(["libhello"]), *args)
     assert refused.returncode == 1
     assert f"HTTP 401 for {url}.sha256" in refused.errors[0]
     assert f"{host} asks for credentials" in refused.errors[0]
-    result = setup(channel.explicit_lock(["libhello"]), *args,
-                   "--channel-credentials", f"http://{host} = bearer {TOKEN}")
+    result = setup(
+        channel.explicit_lock(["libhello"]),
+        *args,
+        "--channel-credentials",
+        f"http://{host} = bearer {TOKEN}",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert Path(result.outputs["conda"]).exists()
     assert TOKEN not in _everything(result)
@@ -282,11 +333,15 @@ def test_streamed_downloads_report_progress_and_stamp_the_entry(channel, tmp_pat
     entry.parent.mkdir()
     lines: list[str] = []
     done = fetch.stream_and_extract(
-        [(0, channel.archive_url(hello), entry, hello.sha256, hello.md5)], 30,
-        log=lines.append, interval=0.2)
+        [(0, channel.archive_url(hello), entry, hello.sha256, hello.md5)],
+        30,
+        log=lines.append,
+        interval=0.2,
+    )
     assert done[0].sha256 == hello.sha256 and done[0].md5 == hello.md5
-    assert lines and lines[0].startswith("downloading: 0 of 1 archives streamed into the "
-                                         "package cache in ")
+    assert lines and lines[0].startswith(
+        "downloading: 0 of 1 archives streamed into the package cache in "
+    )
     assert verified.check(entry, hello.sha256) == done[0].facts
 
 
@@ -298,8 +353,7 @@ def test_a_streamed_archive_with_another_digest_is_not_published(channel, tmp_pa
     hello = channel.archives[1]
     entry = tmp_path / "cache" / "hello-2.1-h1_3"
     entry.parent.mkdir()
-    done = fetch.stream_and_extract(
-        [(0, channel.archive_url(hello), entry, "", "0" * 32)], 30)
+    done = fetch.stream_and_extract([(0, channel.archive_url(hello), entry, "", "0" * 32)], 30)
     assert done == {} and not entry.exists()
     assert [p.name for p in entry.parent.iterdir()] == [".hello-2.1-h1_3.gpu-ci.lock"]
 
@@ -324,6 +378,7 @@ def test_rattler_never_downloads_while_linking(channel, tmp_path):
     (cache / "libhello-1.0-h0_0.lock").write_bytes(bytes(8) + bytes.fromhex("ab" * 32))
     before = len(channel.server.requests(libhello.filename))
     with pytest.raises(GpuCiError, match="rattler asked for 127.0.0.1/.*libhello"):
-        install.link_with_rattler(plan, got.fetched, [sha], tmp_path / "staging",
-                                  tmp_path / "env2", cache, got.facts)
+        install.link_with_rattler(
+            plan, got.fetched, [sha], tmp_path / "staging", tmp_path / "env2", cache, got.facts
+        )
     assert len(channel.server.requests(libhello.filename)) == before

@@ -35,8 +35,7 @@ def _archives(channel) -> list[str]:
 
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY"])
 @pytest.mark.parametrize("stream", ["true", "false"])
-def test_every_archive_goes_through_the_proxy(channel, locks, tmp_path, proxy, variable,
-                                              stream):
+def test_every_archive_goes_through_the_proxy(channel, locks, tmp_path, proxy, variable, stream):
     env = {variable: proxy.url, "INPUT_STREAM_DOWNLOADS": stream}
     code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 0, out

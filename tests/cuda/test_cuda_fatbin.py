@@ -18,34 +18,40 @@ ORT_1_31_1 = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_120a"]
 def test_onnxruntime_providers_list_is_read_from_the_section(tmp_path):
     # one container per translation unit, as the real library has; sm_90a/sm_120a kernels
     # only in some of them
-    section = fb.section_for([["sm_75", "sm_80", "sm_86", "sm_89"],
-                              ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_120a"],
-                              ["sm_90a"]])
+    section = fb.section_for(
+        [
+            ["sm_75", "sm_80", "sm_86", "sm_89"],
+            ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_120a"],
+            ["sm_90a"],
+        ]
+    )
     lib = fb.build_library(tmp_path / "libonnxruntime_providers_cuda.so", section)
     assert arch.read_arch_list(lib) == (ORT_1_31_1, "")
     targets = arch.parse_targets(ORT_1_31_1)
-    assert arch.reach(targets, (10, 0)) is None       # B200: no kernel image
-    assert arch.reach(targets, (12, 1)) is None       # GB10: sm_120a is 12.0 only
+    assert arch.reach(targets, (10, 0)) is None  # B200: no kernel image
+    assert arch.reach(targets, (12, 1)) is None  # GB10: sm_120a is 12.0 only
     assert arch.reach(targets, (12, 0)) == "sass"
     assert arch.reach(targets, (9, 0)) == "sass"
 
 
 def test_suffix_flags_and_ptx_entries(tmp_path):
-    section = fb.section_for([["sm_90", "sm_100f", "compute_100f", "sm_120a", "compute_120",
-                               "compute_90a"]])
+    section = fb.section_for(
+        [["sm_90", "sm_100f", "compute_100f", "sm_120a", "compute_120", "compute_90a"]]
+    )
     lib = fb.build_library(tmp_path / "xla_cuda_plugin.so", section)
     found, error = arch.read_arch_list(lib)
     assert error == ""
-    assert found == ["sm_90", "sm_100f", "sm_120a", "compute_90a", "compute_100f",
-                     "compute_120"]
+    assert found == ["sm_90", "sm_100f", "sm_120a", "compute_90a", "compute_100f", "compute_120"]
     targets = arch.parse_targets(found)
-    assert arch.reach(targets, (10, 3)) == "sass"     # sm_100f: the 10.x family
-    assert arch.reach(targets, (12, 1)) == "ptx"      # compute_120 JITs forward
+    assert arch.reach(targets, (10, 3)) == "sass"  # sm_100f: the 10.x family
+    assert arch.reach(targets, (12, 1)) == "ptx"  # compute_120 JITs forward
 
 
 def test_compressed_payloads_do_not_hide_the_headers(tmp_path):
-    entries = [fb.Entry("elf", 80, extra_flags=fb.COMPRESSED_LZ4),
-               fb.Entry("ptx", 80, header_size=72, extra_flags=fb.COMPRESSED_LZ4)]
+    entries = [
+        fb.Entry("elf", 80, extra_flags=fb.COMPRESSED_LZ4),
+        fb.Entry("ptx", 80, header_size=72, extra_flags=fb.COMPRESSED_LZ4),
+    ]
     lib = fb.build_library(tmp_path / "libpaddle.so", fb.container(entries))
     assert arch.read_arch_list(lib)[0] == ["sm_80", "compute_80"]
 
@@ -71,7 +77,7 @@ def test_a_damaged_entry_ends_its_container_without_an_exception():
     second = 16 + len(fb.entry_bytes(fb.Entry.parse("sm_80")))
     struct.pack_into("<I", damaged, second + 4, 16)
     assert arch.fatbin_targets(bytes(damaged)) == ["sm_80"]
-    truncated = good[: len(good) - 40]               # size field points past the end
+    truncated = good[: len(good) - 40]  # size field points past the end
     assert arch.fatbin_targets(truncated) == ["sm_80"]
 
 
@@ -80,5 +86,5 @@ def test_the_section_is_found_by_name_among_others(tmp_path):
     lib = fb.build_library(tmp_path / "libbig.so", section, filler=1 << 20)
     data = lib.read_bytes()
     offset, size = arch.elf_section(data, arch.FATBIN_SECTION) or (0, 0)
-    assert data[offset:offset + size].startswith(struct.pack("<I", arch.FATBIN_MAGIC))
+    assert data[offset : offset + size].startswith(struct.pack("<I", arch.FATBIN_MAGIC))
     assert arch.elf_section(data, b".no_such_section") is None

@@ -22,8 +22,10 @@ from tests.fatbin_build import have_compiler
 
 pytestmark = [
     pytest.mark.skipif(not have_compiler(), reason="needs gcc to build the test libraries"),
-    pytest.mark.skipif(platform.machine() != "x86_64",
-                       reason="the static cudart's store is read in its x86-64 encoding"),
+    pytest.mark.skipif(
+        platform.machine() != "x86_64",
+        reason="the static cudart's store is read in its x86-64 encoding",
+    ),
 ]
 
 CUPY = {"cupy-cuda13x": "14.2.0", "nvidia-cuda-runtime": "13.5.37"}
@@ -68,11 +70,14 @@ def test_verify_cuda_env_reports_cupys_own_cuda_13_2(run_cli, tmp_path):
     """The issue's case: a 13.2 driver (R595), cupy-cuda13x 14.2.0 next to an unrelated 13.5
     runtime wheel. CuPy needs 13.2, which the driver has: no finding names it."""
     gpu = gpu_config(0, name="NVIDIA H200", cc="9.0", memory_mib=143771, brand=2)
-    config = write_config(tmp_path / "nvml.cfg",
-                          nvml_config(gpu, driver="595.58.03", cuda=13020))
+    config = write_config(tmp_path / "nvml.cfg", nvml_config(gpu, driver="595.58.03", cuda=13020))
     python = cupy_target(tmp_path / "env")
-    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(build_fake_nvml(tmp_path / "lib")),
-           "FAKE_NVML_CONFIG": str(config), "INPUT_PYTHON": str(python)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LD_LIBRARY_PATH": str(build_fake_nvml(tmp_path / "lib")),
+        "FAKE_NVML_CONFIG": str(config),
+        "INPUT_PYTHON": str(python),
+    }
     result = run_cli(["verify-cuda-env"], env)
     frameworks = {f["name"]: f for f in json.loads(result.outputs["frameworks"])}
     assert frameworks["cupy-cuda13x"]["cuda"] == "13.2", frameworks

@@ -47,9 +47,12 @@ def verify(run_cli, tmp_path):
     libs = build_fake_nvml(tmp_path / "lib")
 
     def run(config, env=None):
-        full = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(libs),
-                "FAKE_NVML_CONFIG": str(write_config(tmp_path / "nvml.cfg", config)),
-                **(env or {})}
+        full = {
+            "PATH": "/usr/bin:/bin",
+            "LD_LIBRARY_PATH": str(libs),
+            "FAKE_NVML_CONFIG": str(write_config(tmp_path / "nvml.cfg", config)),
+            **(env or {}),
+        }
         result = run_cli(["verify-cuda-env"], full)
         result.findings = json.loads(result.outputs.get("findings", "[]"))
         result.codes = [f["code"] for f in result.findings]
@@ -61,8 +64,15 @@ def verify(run_cli, tmp_path):
 def two_models():
     return nvml_config(
         gpu_config(0),  # an H200
-        gpu_config(1, name="NVIDIA GeForce RTX 4090", cc="8.9", memory_mib=24564, brand=5,
-                   uuid="GPU-4090aaaa-0000-0000-0000-000000000000"))
+        gpu_config(
+            1,
+            name="NVIDIA GeForce RTX 4090",
+            cc="8.9",
+            memory_mib=24564,
+            brand=5,
+            uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
+        ),
+    )
 
 
 def test_verify_warns_when_an_index_selects_on_a_two_model_host(verify):
@@ -74,14 +84,17 @@ def test_verify_warns_when_an_index_selects_on_a_two_model_host(verify):
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in finding["fix"] and "UUID" in finding["fix"]
     # both GPUs it may be are reported and checked
     assert [g["name"] for g in json.loads(result.outputs["gpus"])] == [
-        "NVIDIA H200", "NVIDIA GeForce RTX 4090"]
+        "NVIDIA H200",
+        "NVIDIA GeForce RTX 4090",
+    ]
 
 
 def test_verify_notes_the_order_without_a_selection(verify):
     result = verify(config=two_models())
     (finding,) = [f for f in result.findings if f["code"] == "device-order-not-pci"]
     assert finding["level"] == "info" and "need not be the GPU N" in finding["message"]
-    result = verify(config=two_models(), env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                                              "CUDA_VISIBLE_DEVICES": "0"})
+    result = verify(
+        config=two_models(), env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}
+    )
     assert "device-order-not-pci" not in result.codes
     assert [g["name"] for g in json.loads(result.outputs["gpus"])] == ["NVIDIA H200"]

@@ -30,14 +30,24 @@ def sampled(run_cli, tmp_path, generation):
     return gpu, log.read_text().split()
 
 
-@pytest.mark.parametrize(("generation", "used", "unused"), [
-    ("current", ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons"),
-     ("nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons")),
-    ("r470", ("nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-     ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons")),
-])
-def test_monitor_uses_nvml13_names_where_the_driver_has_them(run_cli, tmp_path, generation,
-                                                             used, unused):
+@pytest.mark.parametrize(
+    ("generation", "used", "unused"),
+    [
+        (
+            "current",
+            ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons"),
+            ("nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+        ),
+        (
+            "r470",
+            ("nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+            ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons"),
+        ),
+    ],
+)
+def test_monitor_uses_nvml13_names_where_the_driver_has_them(
+    run_cli, tmp_path, generation, used, unused
+):
     gpu, calls = sampled(run_cli, tmp_path, generation)
     assert (gpu["temp"], gpu["throttle"]) == (61, 4)
     for name in used:

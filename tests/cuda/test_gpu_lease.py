@@ -21,15 +21,18 @@ from tests.shared import ROOT
 DIR = stat.S_IFDIR
 
 
-@pytest.mark.parametrize(("mode", "uid", "why"), [
-    (DIR | 0o1777, 0, ""),
-    (DIR | 0o1777, 1000, ""),  # this user's own
-    (DIR | 0o755, 0, ""),
-    (DIR | 0o777, 0, "no sticky bit"),
-    (stat.S_IFLNK | 0o777, 0, "symbolic link"),
-    (stat.S_IFREG | 0o644, 0, "not a directory"),
-    (DIR | 0o1777, 1001, "belongs to uid 1001"),
-])
+@pytest.mark.parametrize(
+    ("mode", "uid", "why"),
+    [
+        (DIR | 0o1777, 0, ""),
+        (DIR | 0o1777, 1000, ""),  # this user's own
+        (DIR | 0o755, 0, ""),
+        (DIR | 0o777, 0, "no sticky bit"),
+        (stat.S_IFLNK | 0o777, 0, "symbolic link"),
+        (stat.S_IFREG | 0o644, 0, "not a directory"),
+        (DIR | 0o1777, 1001, "belongs to uid 1001"),
+    ],
+)
 def test_directory_problem(mode: int, uid: int, why: str):
     got = lease.directory_problem(mode, uid, 1000)
     assert (why in got and got) if why else got == ""
@@ -74,13 +77,16 @@ def gpu(index: int, free_gib: float | None = 80, procs: int | None = 0) -> Candi
     return Candidate(index, f"GPU-{index}", 80 * GIB, free, procs)
 
 
-@pytest.mark.parametrize(("candidate", "min_free", "why"), [
-    (gpu(0), 0, ""),
-    (gpu(0, free_gib=10), 20 * GIB, "10.0 GiB free, below the 20.0 GiB"),
-    (gpu(0, procs=2), 0, "2 foreign compute process(es)"),
-    (gpu(0, procs=None), 0, "processes cannot be read"),
-    (gpu(0, free_gib=None), 0, "memory cannot be read"),
-])
+@pytest.mark.parametrize(
+    ("candidate", "min_free", "why"),
+    [
+        (gpu(0), 0, ""),
+        (gpu(0, free_gib=10), 20 * GIB, "10.0 GiB free, below the 20.0 GiB"),
+        (gpu(0, procs=2), 0, "2 foreign compute process(es)"),
+        (gpu(0, procs=None), 0, "processes cannot be read"),
+        (gpu(0, free_gib=None), 0, "memory cannot be read"),
+    ],
+)
 def test_unfit(candidate: Candidate, min_free: int, why: str):
     got = lease.unfit(candidate, min_free)
     assert (why in got) if why else got == ""
@@ -91,20 +97,22 @@ def test_worker_devices_one_per_gpu_without_a_size():
 
 
 def test_worker_devices_by_memory_interleaved():
-    got = lease.worker_devices([gpu(0, free_gib=40), gpu(1, free_gib=17), gpu(2, free_gib=5)],
-                               8 * GIB)
+    got = lease.worker_devices(
+        [gpu(0, free_gib=40), gpu(1, free_gib=17), gpu(2, free_gib=5)], 8 * GIB
+    )
     # 5, 2 and (at least) 1 workers; gw0..gw2 on three different GPUs
     assert got == ("GPU-0", "GPU-1", "GPU-2", "GPU-0", "GPU-1", "GPU-0", "GPU-0", "GPU-0")
 
 
 def test_busy_message_names_holders_and_reasons():
     held = {"GPU-0": Holder("GPU-0", 77, "ci", "octo/repo", "123", "tests", "runner-a")}
-    text = lease.busy_message(2, 5, {"GPU-1": "1 foreign compute process(es) run on it"},
-                              held, [gpu(0), gpu(1), gpu(2)])
-    assert text.startswith("no 2 GPU(s) could be leased within 5 minute(s) on this host "
-                           "(3 GPU(s))")
-    assert ("GPU 0 GPU-0: leased by job octo/repo/123/tests (pid 77, user ci, runner "
-            "runner-a)") in text
+    text = lease.busy_message(
+        2, 5, {"GPU-1": "1 foreign compute process(es) run on it"}, held, [gpu(0), gpu(1), gpu(2)]
+    )
+    assert text.startswith("no 2 GPU(s) could be leased within 5 minute(s) on this host (3 GPU(s))")
+    assert (
+        "GPU 0 GPU-0: leased by job octo/repo/123/tests (pid 77, user ci, runner runner-a)"
+    ) in text
     assert "GPU 1 GPU-1: 1 foreign compute process(es) run on it" in text
     assert "GPU 2 GPU-2: free" in text
 
@@ -128,17 +136,24 @@ def test_directory_from_input_then_variable_then_default():
     assert lease.directory_from("", {}) == Path(lease.DEFAULT_DIRECTORY)
 
 
-@pytest.mark.parametrize(("name", "value", "says"), [
-    ("INPUT_GPUS", "0", "whole number of GPUs from 1 to 64"),
-    ("INPUT_GPUS", "two", "whole number of GPUs"),
-    ("INPUT_WAIT_MINUTES", "-1", "minutes from 0 to 1440"),
-    ("INPUT_MIN_FREE_MEMORY", "lots", "size such as 20GiB"),
-    ("INPUT_MEMORY_PER_WORKER", "8 parsecs", "input 'memory-per-worker'"),
-    ("INPUT_MODE", "grab", "mode"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("INPUT_GPUS", "0", "whole number of GPUs from 1 to 64"),
+        ("INPUT_GPUS", "two", "whole number of GPUs"),
+        ("INPUT_WAIT_MINUTES", "-1", "minutes from 0 to 1440"),
+        ("INPUT_MIN_FREE_MEMORY", "lots", "size such as 20GiB"),
+        ("INPUT_MEMORY_PER_WORKER", "8 parsecs", "input 'memory-per-worker'"),
+        ("INPUT_MODE", "grab", "mode"),
+    ],
+)
 def test_bad_inputs_are_usage_errors(run_cli, tmp_path: Path, name: str, value: str, says: str):
-    env = {"INPUT_MODE": "lease", "RUNNER_TEMP": str(tmp_path), name: value,
-           "GPU_CI_LEASE_DIR": str(tmp_path / "leases")}
+    env = {
+        "INPUT_MODE": "lease",
+        "RUNNER_TEMP": str(tmp_path),
+        name: value,
+        "GPU_CI_LEASE_DIR": str(tmp_path / "leases"),
+    }
     result = run_cli(["gpu-lease"], env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert says in result.stdout
@@ -152,23 +167,28 @@ def readme_conftest() -> str:
     return snippet
 
 
-@pytest.mark.parametrize(("worker", "expected"), [("gw0", "GPU-a"), ("gw4", "GPU-b"),
-                                                  ("", "unchanged")])
-def test_the_readmes_conftest_gives_each_worker_its_gpu(tmp_path: Path, worker: str,
-                                                       expected: str):
+@pytest.mark.parametrize(
+    ("worker", "expected"), [("gw0", "GPU-a"), ("gw4", "GPU-b"), ("", "unchanged")]
+)
+def test_the_readmes_conftest_gives_each_worker_its_gpu(tmp_path: Path, worker: str, expected: str):
     """The documented recipe, run by pytest as a project's top-level conftest.py would be
     (a worker's PYTEST_XDIST_WORKER set as pytest-xdist sets it; gw4 of 3 slots wraps)."""
     (tmp_path / "conftest.py").write_text(readme_conftest())
     (tmp_path / "test_worker.py").write_text(
         "import os\n\ndef test_device():\n"
-        f"    assert os.environ['CUDA_VISIBLE_DEVICES'] == {expected!r}\n")
+        f"    assert os.environ['CUDA_VISIBLE_DEVICES'] == {expected!r}\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
     env.update(GPU_CI_WORKER_DEVICES="GPU-a,GPU-b,GPU-a", CUDA_VISIBLE_DEVICES="unchanged")
     if worker:
         env["PYTEST_XDIST_WORKER"] = worker
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path)], env=env, capture_output=True, text=True,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -177,9 +197,13 @@ def test_the_job_process_is_the_parent_of_the_steps_shell():
     """As on a runner (Runner.Worker -> the step's bash -> python): here this test process
     plays Runner.Worker. ``; true`` keeps bash from exec-ing python in its place."""
     code = "from gpu_ci.cuda.lease_holder import job_process; print(job_process({}))"
-    done = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "{code}"; true'],
-                          capture_output=True, text=True, check=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    done = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -c "{code}"; true'],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+    )
     assert int(done.stdout) == os.getpid()
 
 

@@ -29,8 +29,9 @@ from tests.gpu_lease_env import fake_host_env
 from tests.gpu_monitor_env import wait_for_stop_line
 from tests.shared import ROOT
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="gpu-lease's locks and holders are Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="gpu-lease's locks and holders are Linux's"
+)
 
 UUIDS = list(HOST_UUIDS[:8])
 
@@ -68,9 +69,17 @@ class Host:
     leases: Path
     jobs: list[Job] = field(default_factory=list)
 
-    def start(self, name: str, *, gpus: int = 2, wait: str = "1", mode: str = "lease",
-              user: str = "", extra: dict[str, str] | None = None,
-              job: Job | None = None) -> Job:
+    def start(
+        self,
+        name: str,
+        *,
+        gpus: int = 2,
+        wait: str = "1",
+        mode: str = "lease",
+        user: str = "",
+        extra: dict[str, str] | None = None,
+        job: Job | None = None,
+    ) -> Job:
         temp = job.temp if job else self.root / f"temp-{name}"
         temp.mkdir(exist_ok=True)
         output = temp / f"output-{mode}"
@@ -78,12 +87,23 @@ class Host:
         for name_ in ("env", "summary"):
             (temp / name_).touch()
         sleeper = job.sleeper if job else subprocess.Popen(["sleep", "600"])
-        env = dict(self.env, RUNNER_TEMP=str(temp), GITHUB_OUTPUT=str(output),
-                   GITHUB_ENV=str(temp / "env"), GITHUB_STEP_SUMMARY=str(temp / "summary"),
-                   GITHUB_ACTIONS="true", GITHUB_REPOSITORY="octo/gpu-repo",
-                   GITHUB_RUN_ID=f"run-{name}", GITHUB_JOB="tests", RUNNER_NAME=f"runner-{name}",
-                   GPU_CI_LEASE_JOB_PID=str(sleeper.pid), INPUT_MODE=mode,
-                   INPUT_GPUS=str(gpus), INPUT_WAIT_MINUTES=wait, **(extra or {}))
+        env = dict(
+            self.env,
+            RUNNER_TEMP=str(temp),
+            GITHUB_OUTPUT=str(output),
+            GITHUB_ENV=str(temp / "env"),
+            GITHUB_STEP_SUMMARY=str(temp / "summary"),
+            GITHUB_ACTIONS="true",
+            GITHUB_REPOSITORY="octo/gpu-repo",
+            GITHUB_RUN_ID=f"run-{name}",
+            GITHUB_JOB="tests",
+            RUNNER_NAME=f"runner-{name}",
+            GPU_CI_LEASE_JOB_PID=str(sleeper.pid),
+            INPUT_MODE=mode,
+            INPUT_GPUS=str(gpus),
+            INPUT_WAIT_MINUTES=wait,
+            **(extra or {}),
+        )
         prefix, python = [], sys.executable
         if user:
             prefix = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"]
@@ -91,9 +111,14 @@ class Host:
             env["PYTHONPATH"] += os.pathsep + site_packages()
             for path in (temp, output, temp / "env", temp / "summary"):
                 shutil.chown(path, user)
-        proc = subprocess.Popen([*prefix, python, "-m", "gpu_ci", "gpu-lease"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=str(self.root))
+        proc = subprocess.Popen(
+            [*prefix, python, "-m", "gpu_ci", "gpu-lease"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=str(self.root),
+        )
         made = Job(name, proc, sleeper, output, temp)
         if job is None:
             self.jobs.append(made)
@@ -130,19 +155,30 @@ def other_users_python() -> str:
     site-packages on PYTHONPATH."""
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     for candidate in (f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
-        probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
-                                "--clear-groups", candidate, "-c", "pass"],
-                               capture_output=True)
+        probe = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                candidate,
+                "-c",
+                "pass",
+            ],
+            capture_output=True,
+        )
         if probe.returncode == 0:
             return candidate
     pytest.skip(f"no {version} that the user nobody may run (the venv's is in root's home)")
 
 
-def make_host(root: Path, busy: dict[int, int] | None = None, mig: tuple[int, ...] = ()
-              ) -> Host:
+def make_host(root: Path, busy: dict[int, int] | None = None, mig: tuple[int, ...] = ()) -> Host:
     fake = fake_host_env(root, busy=busy, mig=mig)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_", "CUDA_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_", "CUDA_"))
+    }
     env.update(fake, GPU_CI_LEASE_POLL_S="0.05", PYTHONPATH=str(ROOT / "src"))
     return Host(root, env, Path(fake["GPU_CI_LEASE_DIR"]))
 
@@ -228,8 +264,11 @@ def test_a_gpu_in_mig_mode_is_skipped(host_root: Path):
 
 
 def test_the_holder_keeps_no_secret_of_the_steps_environment(host: Host):
-    job = host.lease("secret", gpus=1, extra={"DATABASE_URL": "postgres://u:hunter2@db",
-                                              "RUNNER_TRACKING_ID": "github_1234"})
+    job = host.lease(
+        "secret",
+        gpus=1,
+        extra={"DATABASE_URL": "postgres://u:hunter2@db", "RUNNER_TRACKING_ID": "github_1234"},
+    )
     environ = Path(f"/proc/{job.holder_pid()}/environ").read_bytes().split(b"\0")
     assert not any(b"hunter2" in v or v.startswith(b"INPUT_") for v in environ)
     assert b"RUNNER_TRACKING_ID=github_1234" in environ  # the runner's clean-up finds it
@@ -239,8 +278,11 @@ def test_min_free_memory_is_required(host: Host):
     job = host.start("big", gpus=1, wait="0", extra={"INPUT_MIN_FREE_MEMORY": "200GiB"})
     assert job.finish() == 1
     assert "140.4 GiB free, below the 200.0 GiB asked for" in job.stdout
-    fits = host.lease("fits", gpus=1, extra={"INPUT_MIN_FREE_MEMORY": "140GiB",
-                                             "INPUT_MEMORY_PER_WORKER": "30GiB"})
+    fits = host.lease(
+        "fits",
+        gpus=1,
+        extra={"INPUT_MIN_FREE_MEMORY": "140GiB", "INPUT_MEMORY_PER_WORKER": "30GiB"},
+    )
     assert fits.outputs["xdist-workers"] == "4"  # 140.4 GiB // 30 GiB
     assert set(json.loads(fits.outputs["worker-devices"]).values()) == set(fits.uuids)
 
@@ -295,9 +337,19 @@ def test_jobs_of_two_os_users_share_the_host(host: Host):
     assert fourth.uuids == [UUIDS[3]]
 
     # nobody cannot remove root's lock file (sticky directory)
-    rm = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                         "rm", "-f", str(host.leases / f"{UUIDS[3]}.lock")],
-                        capture_output=True, text=True)
+    rm = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "rm",
+            "-f",
+            str(host.leases / f"{UUIDS[3]}.lock"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert rm.returncode != 0 and (host.leases / f"{UUIDS[3]}.lock").exists()
 
 
@@ -334,30 +386,50 @@ def test_a_planted_fifo_or_link_as_a_lock_file_is_skipped(host: Host):
 
 def test_verify_cuda_env_and_gpu_monitor_see_only_the_leased_gpus(host: Host):
     job = host.lease("watched", gpus=2)
-    env = dict(host.env, CUDA_VISIBLE_DEVICES=job.outputs["cuda-visible-devices"],
-               CUDA_DEVICE_ORDER="PCI_BUS_ID", RUNNER_TEMP=str(job.temp),
-               GITHUB_OUTPUT=str(job.temp / "verify-output"))
+    env = dict(
+        host.env,
+        CUDA_VISIBLE_DEVICES=job.outputs["cuda-visible-devices"],
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
+        RUNNER_TEMP=str(job.temp),
+        GITHUB_OUTPUT=str(job.temp / "verify-output"),
+    )
     (job.temp / "verify-output").write_text("")
-    verify = subprocess.run([sys.executable, "-m", "gpu_ci", "verify-cuda-env",
-                             ], env=env, capture_output=True, text=True)
+    verify = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_ci",
+            "verify-cuda-env",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     outputs = parse_output_file((job.temp / "verify-output").read_text())
     assert outputs["gpu-count"] == "2", verify.stdout + verify.stderr
     assert [g["uuid"] for g in json.loads(outputs["gpus"])] == job.uuids
 
     (job.temp / "monitor-output").write_text("")
-    env.update(GITHUB_OUTPUT=str(job.temp / "monitor-output"), INPUT_MODE="start",
-               GPU_CI_MONITOR_FAKE_CLOCK="1790000000", GPU_CI_MONITOR_MAX_SAMPLES="5")
-    start = subprocess.run([sys.executable, "-m", "gpu_ci", "gpu-monitor"], env=env,
-                           capture_output=True, text=True)
-    assert parse_output_file((job.temp / "monitor-output").read_text())["gpu-count"] == "2", \
+    env.update(
+        GITHUB_OUTPUT=str(job.temp / "monitor-output"),
+        INPUT_MODE="start",
+        GPU_CI_MONITOR_FAKE_CLOCK="1790000000",
+        GPU_CI_MONITOR_MAX_SAMPLES="5",
+    )
+    start = subprocess.run(
+        [sys.executable, "-m", "gpu_ci", "gpu-monitor"], env=env, capture_output=True, text=True
+    )
+    assert parse_output_file((job.temp / "monitor-output").read_text())["gpu-count"] == "2", (
         start.stdout + start.stderr
-    wait_for_stop_line({"RUNNER_TEMP": str(job.temp), **{k: env[k] for k in env
-                                                         if k.startswith("GITHUB_")}})
+    )
+    wait_for_stop_line(
+        {"RUNNER_TEMP": str(job.temp), **{k: env[k] for k in env if k.startswith("GITHUB_")}}
+    )
     report_file = job.temp / "monitor-report.json"
-    env.update(INPUT_MODE="report", INPUT_REPORT_FILE=str(report_file),
-               INPUT_PRICE_PER_HOUR="3.12")
-    report = subprocess.run([sys.executable, "-m", "gpu_ci", "gpu-monitor"], env=env,
-                            capture_output=True, text=True)
+    env.update(INPUT_MODE="report", INPUT_REPORT_FILE=str(report_file), INPUT_PRICE_PER_HOUR="3.12")
+    report = subprocess.run(
+        [sys.executable, "-m", "gpu_ci", "gpu-monitor"], env=env, capture_output=True, text=True
+    )
     data = json.loads(report_file.read_text())
     assert [g["uuid"] for g in data["gpus"]] == job.uuids, report.stdout + report.stderr
     cost = data["cost"]  # the idle share is of the leased GPUs' minutes, not the host's 8

@@ -52,8 +52,9 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=90)
     started = start_and_finish(run_cli, env)
     assert started.outputs["gpu-count"] == "1"
-    result = run_cli(["gpu-monitor", "--mode", "report", "--price-per-hour",
-                      "linux_4_core_gpu"], env)
+    result = run_cli(
+        ["gpu-monitor", "--mode", "report", "--price-per-hour", "linux_4_core_gpu"], env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.outputs
     # busy by nvml.h's definition (utilisation x time): 30 s at 100 % + 30 s at 50 % = 45 s;
@@ -82,7 +83,9 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
     assert gpu["throttle_reasons_s"] == {"thermal (software)": 10.0}
     assert gpu["temperature_max_c"] == 88 and gpu["power_max_w"] == 300.0
     assert [(p["pid"], p["name"], p["peak_memory_bytes"]) for p in gpu["processes"]] == [
-        (4242, "python", 30000 * MiB), (4343, "nccl-helper", 700 * MiB)]
+        (4242, "python", 30000 * MiB),
+        (4343, "nccl-helper", 700 * MiB),
+    ]
     assert report["cost"]["usd_per_minute"] == 0.052
     assert report["cost"]["window_from"] == "monitor" and report["cost"]["window_s"] == 90.0
     assert report["phases_from"] == "monitor"
@@ -101,15 +104,32 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
 
 @pytest.mark.parametrize(("samples", "paid"), [(60, 1), (61, 2), (120, 2), (121, 3)])
 def test_paid_minutes_round_up_per_job(samples, paid):
-    lines = [json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0,
-                         "pid": 1, "gpus": [{"index": 0, "name": "G", "uuid": "U",
-                                             "memory_total": GiB}]})]
-    lines += [json.dumps({"kind": "sample", "ts": EPOCH + i, "gpus": [
-        {"index": 0, "util": 100 if i % 2 else 0, "mem_util": 0, "mem_used": 0}]})
-        for i in range(samples)]
+    lines = [
+        json.dumps(
+            {
+                "kind": "start",
+                "version": 1,
+                "ts": EPOCH,
+                "interval": 1.0,
+                "pid": 1,
+                "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
+            }
+        )
+    ]
+    lines += [
+        json.dumps(
+            {
+                "kind": "sample",
+                "ts": EPOCH + i,
+                "gpus": [{"index": 0, "util": 100 if i % 2 else 0, "mem_util": 0, "mem_used": 0}],
+            }
+        )
+        for i in range(samples)
+    ]
     rec = mr.parse_recording("\n".join(lines))
-    report = mr.compute(rec, end=EPOCH + samples,
-                        pricing=mr.Pricing(Decimal("0.102"), "windows_4_core_gpu"))
+    report = mr.compute(
+        rec, end=EPOCH + samples, pricing=mr.Pricing(Decimal("0.102"), "windows_4_core_gpu")
+    )
     assert report.cost.paid_minutes == paid
     assert report.cost.cost_usd == Decimal("0.102") * paid
     assert report.cost.gpu_minutes_used == round((samples // 2) / 60, 4)
@@ -120,8 +140,7 @@ def test_paid_minutes_round_up_per_job(samples, paid):
 def test_gpu_lost_mid_job_is_a_finding_with_its_time(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, LOST_SCRIPT, samples=20)
     start_and_finish(run_cli, env)
-    records = [json.loads(x) for x in (monitor_dir(env) / "samples.jsonl").read_text()
-               .splitlines()]
+    records = [json.loads(x) for x in (monitor_dir(env) / "samples.jsonl").read_text().splitlines()]
     assert records[-1]["reason"] == "all-gpus-lost"
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -147,48 +166,101 @@ def test_expect_gpu_use_fails_when_no_process_used_the_gpu(run_cli, tmp_path):
 def test_expect_gpu_use_passes_and_thresholds_fail(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=90)
     start_and_finish(run_cli, env)
-    ok = run_cli(["gpu-monitor", "--mode", "report", "--expect-gpu-use", "true",
-                  "--max-memory", "40GiB", "--min-utilisation", "50"], env)
+    ok = run_cli(
+        [
+            "gpu-monitor",
+            "--mode",
+            "report",
+            "--expect-gpu-use",
+            "true",
+            "--max-memory",
+            "40GiB",
+            "--min-utilisation",
+            "50",
+        ],
+        env,
+    )
     assert ok.returncode == 0, ok.stdout
-    bad = run_cli(["gpu-monitor", "--mode", "report", "--max-memory", "20GiB",
-                   "--min-utilisation", "60%"], env)
+    bad = run_cli(
+        ["gpu-monitor", "--mode", "report", "--max-memory", "20GiB", "--min-utilisation", "60%"],
+        env,
+    )
     assert bad.returncode == 1
     codes = [f["code"] for f in json.loads(bad.outputs["findings"])]
     assert codes == ["max-memory-exceeded", "min-utilisation-unmet"]
-    assert any("peaked at 30720 MiB (python (pid 4242, 30000 MiB)), above max-memory "
-               "(20480 MiB)" in e for e in bad.errors)
+    assert any(
+        "peaked at 30720 MiB (python (pid 4242, 30000 MiB)), above max-memory (20480 MiB)" in e
+        for e in bad.errors
+    )
 
 
 def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=90)
     github.add_repo("octo-org/octo-repo")
-    job = Job(7001, "tests (3.12)", ["self-hosted", "gpu"], status="in_progress",
-              started_at=iso(EPOCH - 20), runner_name="gpu-runner-1", steps=[
-                  Step("Set up job", 1, started_at=iso(EPOCH - 20),
-                       completed_at=iso(EPOCH - 2)),
-                  Step("gpu-monitor start", 1, started_at=iso(EPOCH - 2),
-                       completed_at=iso(EPOCH)),
-                  Step("Install", 2, started_at=iso(EPOCH), completed_at=iso(EPOCH + 29)),
-                  Step("GPU tests", 3, started_at=iso(EPOCH + 29),
-                       completed_at=iso(EPOCH + 89)),
-                  Step("gpu-monitor report", 4, status="in_progress", conclusion=None,
-                       started_at=iso(EPOCH + 89))])
-    other = Job(7002, "tests (3.11)", ["self-hosted", "gpu"], status="in_progress",
-                started_at=iso(EPOCH), runner_name="gpu-runner-2")
-    github.add_run("octo-org/octo-repo", WorkflowRun(
-        555, "CUDA CI", ".github/workflows/cuda-ci.yml", "a" * 40, status="in_progress",
-        jobs=[job, other]))
-    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": "octo-org/octo-repo",
-                "GITHUB_RUN_ID": "555", "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "tests",
-                "RUNNER_NAME": "gpu-runner-1", "INPUT_GITHUB_TOKEN": "t0k"})
+    job = Job(
+        7001,
+        "tests (3.12)",
+        ["self-hosted", "gpu"],
+        status="in_progress",
+        started_at=iso(EPOCH - 20),
+        runner_name="gpu-runner-1",
+        steps=[
+            Step("Set up job", 1, started_at=iso(EPOCH - 20), completed_at=iso(EPOCH - 2)),
+            Step("gpu-monitor start", 1, started_at=iso(EPOCH - 2), completed_at=iso(EPOCH)),
+            Step("Install", 2, started_at=iso(EPOCH), completed_at=iso(EPOCH + 29)),
+            Step("GPU tests", 3, started_at=iso(EPOCH + 29), completed_at=iso(EPOCH + 89)),
+            Step(
+                "gpu-monitor report",
+                4,
+                status="in_progress",
+                conclusion=None,
+                started_at=iso(EPOCH + 89),
+            ),
+        ],
+    )
+    other = Job(
+        7002,
+        "tests (3.11)",
+        ["self-hosted", "gpu"],
+        status="in_progress",
+        started_at=iso(EPOCH),
+        runner_name="gpu-runner-2",
+    )
+    github.add_run(
+        "octo-org/octo-repo",
+        WorkflowRun(
+            555,
+            "CUDA CI",
+            ".github/workflows/cuda-ci.yml",
+            "a" * 40,
+            status="in_progress",
+            jobs=[job, other],
+        ),
+    )
+    env.update(
+        {
+            "GITHUB_API_URL": github.url,
+            "GITHUB_REPOSITORY": "octo-org/octo-repo",
+            "GITHUB_RUN_ID": "555",
+            "GITHUB_RUN_ATTEMPT": "1",
+            "GITHUB_JOB": "tests",
+            "RUNNER_NAME": "gpu-runner-1",
+            "INPUT_GITHUB_TOKEN": "t0k",
+        }
+    )
     start_and_finish(run_cli, env)
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     assert report["phases_from"] == "steps"
     phases = {p["name"]: p for p in report["phases"]}
-    assert list(phases) == ["Set up job (before gpu-monitor started)", "gpu-monitor start",
-                            "Install", "GPU tests", "gpu-monitor report"]
+    assert list(phases) == [
+        "Set up job (before gpu-monitor started)",
+        "gpu-monitor start",
+        "Install",
+        "GPU tests",
+        "gpu-monitor report",
+    ]
     assert phases["Set up job (before gpu-monitor started)"]["samples"] == 0
     assert phases["Install"]["busy_s"] == 0 and phases["Install"]["samples"] == 29
     assert phases["GPU tests"]["busy_s"] == 45 and phases["GPU tests"]["samples"] == 60
@@ -203,11 +275,22 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
 def test_jobs_api_refusal_falls_back_to_one_phase(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=5)
     github.add_repo("octo-org/octo-repo")
-    github.inject("GET", r"/actions/runs/555/", 403, times=10,
-                  body={"message": "Resource not accessible by integration"})
-    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": "octo-org/octo-repo",
-                "GITHUB_RUN_ID": "555", "RUNNER_NAME": "gpu-runner-1",
-                "INPUT_GITHUB_TOKEN": "t0k"})
+    github.inject(
+        "GET",
+        r"/actions/runs/555/",
+        403,
+        times=10,
+        body={"message": "Resource not accessible by integration"},
+    )
+    env.update(
+        {
+            "GITHUB_API_URL": github.url,
+            "GITHUB_REPOSITORY": "octo-org/octo-repo",
+            "GITHUB_RUN_ID": "555",
+            "RUNNER_NAME": "gpu-runner-1",
+            "INPUT_GITHUB_TOKEN": "t0k",
+        }
+    )
     start_and_finish(run_cli, env)
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout
@@ -234,14 +317,17 @@ def test_report_without_start_is_a_clear_error(run_cli, tmp_path):
     assert "mode: start" in result.errors[0] and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    ([], "input 'mode' is required"),
-    (["--mode", "watch"], "must be one of start, report"),
-    (["--mode", "start", "--interval", "0"], "input 'interval'"),
-    (["--mode", "report", "--max-memory", "lots"], "input 'max-memory'"),
-    (["--mode", "report", "--min-utilisation", "150"], "input 'min-utilisation'"),
-    (["--mode", "report", "--price-per-hour", "free"], "input 'price-per-hour'"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ([], "input 'mode' is required"),
+        (["--mode", "watch"], "must be one of start, report"),
+        (["--mode", "start", "--interval", "0"], "input 'interval'"),
+        (["--mode", "report", "--max-memory", "lots"], "input 'max-memory'"),
+        (["--mode", "report", "--min-utilisation", "150"], "input 'min-utilisation'"),
+        (["--mode", "report", "--price-per-hour", "free"], "input 'price-per-hour'"),
+    ],
+)
 def test_unusable_inputs_exit_2(run_cli, tmp_path, args, needle):
     result = run_cli(["gpu-monitor", *args], {"RUNNER_TEMP": str(tmp_path)})
     assert result.returncode == 2
@@ -250,9 +336,12 @@ def test_unusable_inputs_exit_2(run_cli, tmp_path, args, needle):
 
 def test_two_starts_one_sampler_and_report_stops_it(run_cli, tmp_path):
     # A real clock here (no fake): the sampler runs until the report signals it.
-    env = {**fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05"),
-           "INPUT_GITHUB_TOKEN": "t0k-secret", "GITHUB_TOKEN": "t0k-secret",
-           "ACTIONS_RUNTIME_TOKEN": "t0k-secret"}
+    env = {
+        **fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05"),
+        "INPUT_GITHUB_TOKEN": "t0k-secret",
+        "GITHUB_TOKEN": "t0k-secret",
+        "ACTIONS_RUNTIME_TOKEN": "t0k-secret",
+    }
     first = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert first.returncode == 0, first.stdout + first.stderr
     directory = monitor_dir(env)
@@ -307,8 +396,11 @@ def test_charts_parse_with_mermaids_parser_and_are_downsampled(run_cli, tmp_path
     for body in bodies:
         x_axis = next(line for line in body.splitlines() if "x-axis" in line)
         assert x_axis.count(",") + 1 == 100  # 250 samples -> 100 points
-        assert all(line.count(",") + 1 == 100 for line in body.splitlines()
-                   if line.strip().startswith("line ["))
+        assert all(
+            line.count(",") + 1 == 100
+            for line in body.splitlines()
+            if line.strip().startswith("line [")
+        )
 
 
 def test_mermaid_check_rejects_a_malformed_chart():
@@ -347,8 +439,7 @@ def test_readme_example_chart_parses():
 
 
 def test_sample_file_stops_growing_at_its_limit(run_cli, tmp_path):
-    env = {**fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=500),
-           "GPU_CI_MONITOR_MAX_BYTES": "4000"}
+    env = {**fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=500), "GPU_CI_MONITOR_MAX_BYTES": "4000"}
     start_and_finish(run_cli, env)
     path = monitor_dir(env) / "samples.jsonl"
     assert path.stat().st_size <= 4000 + 200  # the stop line may pass the limit
@@ -364,13 +455,18 @@ def test_start_imports_neither_the_github_client_nor_prometheus(tmp_path):
     import sys
 
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=3)
-    code = ("import atexit, json, sys\n"
-            "atexit.register(lambda: print(json.dumps(sorted(sys.modules))))\n"
-            "from gpu_ci.cli import main\n"
-            "sys.exit(main(['gpu-monitor', '--mode', 'start']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"),
-                               **env})
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules))))\n"
+        "from gpu_ci.cli import main\n"
+        "sys.exit(main(['gpu-monitor', '--mode', 'start']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src"), **env},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert "pynvml" in modules
@@ -394,10 +490,23 @@ def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, 
 
 
 def test_a_torn_last_line_is_counted_not_fatal():
-    head = json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1,
-                       "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}]})
-    sample = json.dumps({"kind": "sample", "ts": EPOCH, "gpus": [
-        {"index": 0, "util": 40, "mem_util": 1, "mem_used": MiB}]})
+    head = json.dumps(
+        {
+            "kind": "start",
+            "version": 1,
+            "ts": EPOCH,
+            "interval": 1.0,
+            "pid": 1,
+            "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
+        }
+    )
+    sample = json.dumps(
+        {
+            "kind": "sample",
+            "ts": EPOCH,
+            "gpus": [{"index": 0, "util": 40, "mem_util": 1, "mem_used": MiB}],
+        }
+    )
     rec = mr.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
     assert rec.bad_lines == 1 and len(rec.samples) == 1
     report = mr.compute(rec, end=EPOCH + 1)
@@ -409,18 +518,34 @@ def test_a_torn_last_line_is_counted_not_fatal():
 def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
     """The GPU table and the phase table count busy time, mean utilisation, peak memory and
     energy by one rule: with one GPU and no steps, its row and the one phase agree."""
-    head = json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 0.5, "pid": 1,
-                       "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}]})
-    gpus = [{"index": 0, "util": 30, "mem_util": 1, "mem_used": 5 * MiB, "power_mw": 70_500},
-            {"index": 0, "util": 0, "mem_util": 1, "mem_used": 9 * MiB},
-            {"index": 0, "mem_util": 2, "mem_used": 9 * MiB, "power_mw": 123_000},
-            {"index": 0, "util": 85, "mem_util": 3, "mem_used": 2 * MiB, "power_mw": 300}]
-    lines = [head] + [json.dumps({"kind": "sample", "ts": EPOCH + 0.5 * (i + 1), "gpus": [g]})
-                      for i, g in enumerate(gpus)]
+    head = json.dumps(
+        {
+            "kind": "start",
+            "version": 1,
+            "ts": EPOCH,
+            "interval": 0.5,
+            "pid": 1,
+            "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
+        }
+    )
+    gpus = [
+        {"index": 0, "util": 30, "mem_util": 1, "mem_used": 5 * MiB, "power_mw": 70_500},
+        {"index": 0, "util": 0, "mem_util": 1, "mem_used": 9 * MiB},
+        {"index": 0, "mem_util": 2, "mem_used": 9 * MiB, "power_mw": 123_000},
+        {"index": 0, "util": 85, "mem_util": 3, "mem_used": 2 * MiB, "power_mw": 300},
+    ]
+    lines = [head] + [
+        json.dumps({"kind": "sample", "ts": EPOCH + 0.5 * (i + 1), "gpus": [g]})
+        for i, g in enumerate(gpus)
+    ]
     report = mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 2)
     (gpu,), (phase,) = report.gpus, report.phases
-    assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == \
-        (gpu.busy_s, gpu.util_mean, gpu.peak_memory, gpu.energy_wh)
+    assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == (
+        gpu.busy_s,
+        gpu.util_mean,
+        gpu.peak_memory,
+        gpu.energy_wh,
+    )
     # busy = utilisation x time: 30 % and 85 % of 0.5 s each
     assert gpu.busy_s == pytest.approx(0.575)
     assert (gpu.peak_memory, gpu.util_mean) == (9 * MiB, 115 / 3)

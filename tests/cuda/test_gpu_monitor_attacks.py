@@ -17,19 +17,45 @@ from gpu_ci.cuda import monitor
 from gpu_ci.cuda import monitor_report as mr
 from tests.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
 
-EVIL = ("py\r::set-output name=ok::true\n::add-mask::s3cret%0A::warning::x|y`\u2028```\"][\x1b[2J"
-        "\x85z")
+EVIL = (
+    'py\r::set-output name=ok::true\n::add-mask::s3cret%0A::warning::x|y`\u2028```"][\x1b[2J\x85z'
+)
 
 
 def recording(name: str = "H200", proc: str = "python", samples: int = 5) -> list[str]:
-    lines = [json.dumps({"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0,
-                         "pid": 1, "gpus": [{"index": 0, "name": name, "uuid": "GPU-1",
-                                             "memory_total": 16 * 2**30}]})]
-    lines += [json.dumps({"kind": "sample", "ts": EPOCH + i, "gpus": [{
-        "index": 0, "util": 50, "mem_util": 1, "mem_used": 2**30,
-        "procs": [[5, 2**30, proc]]}]}) for i in range(samples)]
-    lines.append(json.dumps({"kind": "stop", "ts": EPOCH + samples, "reason": "signal",
-                             "samples": samples}))
+    lines = [
+        json.dumps(
+            {
+                "kind": "start",
+                "version": 1,
+                "ts": EPOCH,
+                "interval": 1.0,
+                "pid": 1,
+                "gpus": [{"index": 0, "name": name, "uuid": "GPU-1", "memory_total": 16 * 2**30}],
+            }
+        )
+    ]
+    lines += [
+        json.dumps(
+            {
+                "kind": "sample",
+                "ts": EPOCH + i,
+                "gpus": [
+                    {
+                        "index": 0,
+                        "util": 50,
+                        "mem_util": 1,
+                        "mem_used": 2**30,
+                        "procs": [[5, 2**30, proc]],
+                    }
+                ],
+            }
+        )
+        for i in range(samples)
+    ]
+    lines.append(
+        json.dumps({"kind": "stop", "ts": EPOCH + samples, "reason": "signal", "samples": samples})
+    )
     return lines
 
 
@@ -48,9 +74,12 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 def test_sampler_gets_an_allow_listed_environment(run_cli, tmp_path):
     # A secret in the job's env: may have any name; later steps (PR code) read /proc/<pid>/environ.
-    env = {**fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05"),
-           "GH_PAT": "ghp_s3cret", "DATABASE_URL": "postgres://u:s3cret@db",
-           "CODECOV_AUTH": "s3cret"}
+    env = {
+        **fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05"),
+        "GH_PAT": "ghp_s3cret",
+        "DATABASE_URL": "postgres://u:s3cret@db",
+        "CODECOV_AUTH": "s3cret",
+    }
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
     directory = monitor_dir(env)
     pid = monitor.read_state(directory)["pid"]
@@ -68,8 +97,9 @@ def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_
     result = run_cli(["gpu-monitor", "--mode", "report", "--max-memory", "1MiB"], env)
     assert result.returncode == 1, result.stdout + result.stderr
     for line in result.stdout.splitlines():
-        assert not line.startswith("::") or line.startswith(("::error ", "::warning ",
-                                                              "::notice ")), line
+        assert not line.startswith("::") or line.startswith(
+            ("::error ", "::warning ", "::notice ")
+        ), line
     assert result.outputs["ok"] == "false"
     # Every summary line that starts a table row ends it: no CR/LF/NEL/LS inside a cell.
     for line in result.summary.splitlines():
@@ -90,19 +120,24 @@ def test_start_prints_gpu_names_as_plain_text():
     assert "\x85" not in text and "\u2028" not in text and text.startswith("NVIDIA")
 
 
-@pytest.mark.parametrize("bad", [
-    "[" * 100_000 + "]" * 100_000,
-    json.dumps({"kind": "sample", "ts": EPOCH, "gpus": [{"index": 0, "util": 1e999,
-                                                         "mem_used": 1}]}),
-    json.dumps({"kind": "sample", "ts": "nan", "gpus": [{"index": 0, "util": 5,
-                                                         "mem_used": 1}]}),
-    json.dumps({"kind": "sample", "ts": EPOCH, "gpus": ["x"]}),
-    json.dumps({"kind": "event", "ts": EPOCH, "gpu": 0, "type": "xid", "data": "x"}),
-    json.dumps({"kind": "event", "ts": "soon", "gpu": 0, "type": "xid", "data": 79}),
-    json.dumps({"kind": "error", "ts": "x", "gpu": 0, "code": 15}),
-    json.dumps(["kind", "stop"]),
-    json.dumps({"kind": "stop", "ts": 1e999}),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        json.dumps(
+            {"kind": "sample", "ts": EPOCH, "gpus": [{"index": 0, "util": 1e999, "mem_used": 1}]}
+        ),
+        json.dumps(
+            {"kind": "sample", "ts": "nan", "gpus": [{"index": 0, "util": 5, "mem_used": 1}]}
+        ),
+        json.dumps({"kind": "sample", "ts": EPOCH, "gpus": ["x"]}),
+        json.dumps({"kind": "event", "ts": EPOCH, "gpu": 0, "type": "xid", "data": "x"}),
+        json.dumps({"kind": "event", "ts": "soon", "gpu": 0, "type": "xid", "data": 79}),
+        json.dumps({"kind": "error", "ts": "x", "gpu": 0, "code": 15}),
+        json.dumps(["kind", "stop"]),
+        json.dumps({"kind": "stop", "ts": 1e999}),
+    ],
+)
 def test_malformed_lines_are_counted_never_a_crash(run_cli, tmp_path, bad):
     env = base_env(tmp_path)
     lines = recording()
@@ -111,13 +146,15 @@ def test_malformed_lines_are_counted_never_a_crash(run_cli, tmp_path, bad):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "internal error" not in result.stdout
     assert "unreadable-lines" in result.outputs["findings"]
-    assert result.outputs["busy-seconds"] == "2.5"   # 5 s at 50 %
+    assert result.outputs["busy-seconds"] == "2.5"  # 5 s at 50 %
 
 
 def test_a_malformed_start_line_is_a_clear_error(run_cli, tmp_path):
     env = base_env(tmp_path)
-    plant(env, [json.dumps({"kind": "start", "ts": EPOCH, "interval": 1.0,
-                            "gpus": [{"index": "zero"}]})])
+    plant(
+        env,
+        [json.dumps({"kind": "start", "ts": EPOCH, "interval": 1.0, "gpus": [{"index": "zero"}]})],
+    )
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 1
     assert "internal error" not in result.stdout and "start line" in result.stdout
@@ -153,9 +190,13 @@ def small_temp(tmp_path):
     """RUNNER_TEMP (as fake_gpu_env names it) on a 1 MiB tmpfs (needs root and mount)."""
     mnt = tmp_path / "runner_temp"
     mnt.mkdir(exist_ok=True)
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
@@ -179,8 +220,9 @@ def test_read_only_runner_temp_is_a_named_error(run_cli, tmp_path, small_temp, m
 
 
 @pytest.mark.parametrize("when", ["before-start", "after-start"])
-def test_full_runner_temp_is_named_and_the_report_still_reports(run_cli, tmp_path, small_temp,
-                                                                 when):
+def test_full_runner_temp_is_named_and_the_report_still_reports(
+    run_cli, tmp_path, small_temp, when
+):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05")
     if when == "before-start":
         fill(small_temp)
@@ -205,8 +247,12 @@ def test_full_runner_temp_is_named_and_the_report_still_reports(run_cli, tmp_pat
 
 def test_two_jobs_with_one_run_id_sharing_runner_temp_keep_apart(tmp_path):
     # Matrix legs share run id, attempt and job id; two runners on one host may share a temp.
-    one = {"GITHUB_RUN_ID": "7", "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "gpu",
-           "RUNNER_NAME": "host-1"}
+    one = {
+        "GITHUB_RUN_ID": "7",
+        "GITHUB_RUN_ATTEMPT": "1",
+        "GITHUB_JOB": "gpu",
+        "RUNNER_NAME": "host-1",
+    }
     two = {**one, "RUNNER_NAME": "host-2"}
     assert monitor.job_directory("/t", one) != monitor.job_directory("/t", two)
 
@@ -252,10 +298,12 @@ def test_report_signals_only_this_jobs_sampler(run_cli, tmp_path):
     plant(env, recording())
     directory = monitor_dir(env)
     lookalikes = [
-        subprocess.Popen(["python3", "-c", "import time; time.sleep(60)",
-                          str(directory)]),  # the directory, not the marker
-        subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", monitor.MARKER,
-                          str(directory) + "x"]),  # the marker, another directory
+        subprocess.Popen(
+            ["python3", "-c", "import time; time.sleep(60)", str(directory)]
+        ),  # the directory, not the marker
+        subprocess.Popen(
+            ["python3", "-c", "import time; time.sleep(60)", monitor.MARKER, str(directory) + "x"]
+        ),  # the marker, another directory
     ]
     lock = os.open(directory / monitor.LOCK_NAME, os.O_RDWR | os.O_CREAT)
     import fcntl
@@ -278,8 +326,9 @@ def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path)
     # A GPU raising an ECC event many times a second for a long job: 100 000 events.
     env = base_env(tmp_path)
     lines = recording()
-    storm = [json.dumps({"kind": "event", "ts": EPOCH + 1, "gpu": 0, "type": "ecc-sbe",
-                         "data": 1})] * 100_000
+    storm = [
+        json.dumps({"kind": "event", "ts": EPOCH + 1, "gpu": 0, "type": "ecc-sbe", "data": 1})
+    ] * 100_000
     plant(env, lines[:-1] + storm + lines[-1:])
     result = run_cli(["gpu-monitor", "--mode", "report", "--max-memory", "1MiB"], env)
     assert result.returncode == 1, result.stdout[-2000:]

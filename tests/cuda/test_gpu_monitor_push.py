@@ -10,12 +10,19 @@ from tests.gpu_monitor_env import BUSY_SCRIPT, UUID0, fake_gpu_env, wait_for_sto
 from tests.pushgateway import binary, metrics, pushgateway
 
 pytestmark = pytest.mark.skipif(
-    binary() is None, reason="prometheus-pushgateway is not installed (apt-get install "
-    "prometheus-pushgateway; .ci/run does)")
+    binary() is None,
+    reason="prometheus-pushgateway is not installed (apt-get install "
+    "prometheus-pushgateway; .ci/run does)",
+)
 
-JOB_ENV = {"GITHUB_REPOSITORY": "octo-org/octo-repo", "GITHUB_WORKFLOW": "CUDA CI",
-           "GITHUB_JOB": "tests", "GITHUB_RUN_ID": "555", "GITHUB_RUN_ATTEMPT": "2",
-           "RUNNER_NAME": "gpu-runner-1"}
+JOB_ENV = {
+    "GITHUB_REPOSITORY": "octo-org/octo-repo",
+    "GITHUB_WORKFLOW": "CUDA CI",
+    "GITHUB_JOB": "tests",
+    "GITHUB_RUN_ID": "555",
+    "GITHUB_RUN_ATTEMPT": "2",
+    "RUNNER_NAME": "gpu-runner-1",
+}
 
 
 def value(text: str, name: str, **labels: str) -> float:
@@ -32,15 +39,33 @@ def test_job_metrics_reach_the_pushgateway(run_cli, tmp_path):
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
     wait_for_stop_line(env)
     with pushgateway() as url:
-        result = run_cli(["gpu-monitor", "--mode", "report", "--pushgateway-url", url,
-                          "--price-per-hour", "3.12", "--github-token", ""], env)
+        result = run_cli(
+            [
+                "gpu-monitor",
+                "--mode",
+                "report",
+                "--pushgateway-url",
+                url,
+                "--price-per-hour",
+                "3.12",
+                "--github-token",
+                "",
+            ],
+            env,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"pushed the job's metrics to {url}" in result.stdout
         text = metrics(url)
-    job = {"repository": "octo-org/octo-repo", "workflow": "CUDA CI", "github_job": "tests",
-           "run_id": "555", "run_attempt": "2", "runner": "gpu-runner-1"}
+    job = {
+        "repository": "octo-org/octo-repo",
+        "workflow": "CUDA CI",
+        "github_job": "tests",
+        "run_id": "555",
+        "run_attempt": "2",
+        "runner": "gpu-runner-1",
+    }
     gpu = {**job, "gpu_uuid": UUID0, "gpu_index": "0", "gpu_name": "NVIDIA H200"}
-    assert value(text, "gpu_ci_job_gpu_busy_seconds", **gpu) == 45   # 30 s x 100 % + 30 s x 50 %
+    assert value(text, "gpu_ci_job_gpu_busy_seconds", **gpu) == 45  # 30 s x 100 % + 30 s x 50 %
     assert value(text, "gpu_ci_job_gpu_utilization_mean_ratio", **gpu) == 0.5
     assert value(text, "gpu_ci_job_gpu_memory_peak_bytes", **gpu) == 30720 * 2**20
     assert value(text, "gpu_ci_job_gpu_energy_joules", **gpu) == pytest.approx(16800)
@@ -56,7 +81,8 @@ def test_an_unreachable_gateway_is_a_warning_not_a_failure(run_cli, tmp_path):
     wait_for_stop_line(env)
     with pushgateway() as url:
         pass  # started and stopped: nothing listens there now
-    result = run_cli(["gpu-monitor", "--mode", "report", "--pushgateway-url", url,
-                      "--github-token", ""], env)
+    result = run_cli(
+        ["gpu-monitor", "--mode", "report", "--pushgateway-url", url, "--github-token", ""], env
+    )
     assert result.returncode == 0, result.stdout
     assert "::warning title=gpu-monitor%3A pushgateway::" in result.stdout

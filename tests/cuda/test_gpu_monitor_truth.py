@@ -48,8 +48,9 @@ def test_time_comes_from_recorded_timestamps_when_the_sampler_falls_behind():
 def test_the_driver_sample_buffer_covers_the_whole_interval():
     # The single reading says 0 %, but the driver's buffer (nvmlDeviceGetSamples) saw a kernel
     # for 0.25 s of each second: busy comes from the buffer.
-    rep = report_of(recording([(i, [gpu(0, util_busy_s=0.25, util_span_s=1.0)])
-                               for i in range(60)]))
+    rep = report_of(
+        recording([(i, [gpu(0, util_busy_s=0.25, util_span_s=1.0)]) for i in range(60)])
+    )
     assert rep.gpus[0].busy_s == pytest.approx(15.0)
 
 
@@ -58,8 +59,10 @@ def test_the_driver_sample_buffer_covers_the_whole_interval():
 
 def test_unsupported_utilisation_reads_unknown_and_min_utilisation_is_not_evaluated():
     # Failed before: "0 %" utilisation, 100 % idle and a min-utilisation failure at "0.0 %".
-    rep = report_of(recording([(i, [gpu(None, mem_util=None)]) for i in range(60)]),
-                    limits=mr.Limits(min_utilisation=50))
+    rep = report_of(
+        recording([(i, [gpu(None, mem_util=None)]) for i in range(60)]),
+        limits=mr.Limits(min_utilisation=50),
+    )
     g = rep.gpus[0]
     assert g.busy_s is None and g.util_mean is None
     assert rep.cost.idle_fraction is None and rep.cost.gpu_minutes_used is None
@@ -83,8 +86,7 @@ def test_an_unevaluated_check_fails_only_when_the_user_asked_for_it():
 
 def test_unsupported_power_and_throttle_read_unknown_not_zero():
     # Failed before: "0.00 Wh" and "throttled 0:00".
-    rep = report_of(recording([(i, [gpu(50, power_mw=None, throttle=None)])
-                               for i in range(60)]))
+    rep = report_of(recording([(i, [gpu(50, power_mw=None, throttle=None)]) for i in range(60)]))
     g = rep.gpus[0]
     assert g.energy_wh is None and g.throttled_s is None
     row = next(line for line in mr.markdown(rep).splitlines() if line.startswith("| 0 "))
@@ -98,8 +100,9 @@ def test_util_none_is_no_zero_in_means_and_charts():
     rep = report_of(rec)
     assert rep.gpus[0].util_mean == pytest.approx(80.0)
     # the utilisation line holds the readings there are (failed before: a 0 for each None)
-    util_line = next(line for line in mr.charts(rep)[0].splitlines()
-                     if line.strip().startswith("line"))
+    util_line = next(
+        line for line in mr.charts(rep)[0].splitlines() if line.strip().startswith("line")
+    )
     assert util_line.strip() == "line [" + ", ".join(["80"] * 30) + "]"
 
 
@@ -108,8 +111,9 @@ def test_util_none_is_no_zero_in_means_and_charts():
 
 def test_energy_comes_from_the_drivers_counter_where_there_is_one():
     # power readings say 100 W; the counter (mJ) says 360 J over the minute = 0.1 Wh
-    rep = report_of(recording([(i, [gpu(50, energy_mj=10_000_000 + 6000 * i)])
-                               for i in range(61)], stop=60))
+    rep = report_of(
+        recording([(i, [gpu(50, energy_mj=10_000_000 + 6000 * i)]) for i in range(61)], stop=60)
+    )
     assert rep.gpus[0].energy_wh == pytest.approx(0.1)
 
 
@@ -123,7 +127,7 @@ def test_a_mig_slice_reports_its_own_figures_and_board_power_is_not_charged():
     assert rep.ok, rep.findings
     assert g.busy_s == pytest.approx(24.0) and g.util_mean == pytest.approx(40.0)
     assert g.peak_memory == 2048 * MiB
-    assert g.energy_wh is None                   # the board's power is not this slice's
+    assert g.energy_wh is None  # the board's power is not this slice's
     assert g.board_energy_wh == pytest.approx(400 * 60 / 3600)
     text = mr.markdown(rep)
     assert "board-wide" in text and "MIG 3g.71gb" in text
@@ -137,22 +141,34 @@ def test_a_mig_slice_without_gpm_is_unknown_not_a_min_utilisation_failure():
 
 
 def test_another_slices_xid_is_not_this_jobs_finding():
-    rec = recording([(i, [slice_sample(40, 2048)]) for i in range(10)], gpus=[SLICE],
-                    events=[{"gpu": 0, "type": "xid", "data": 13, "gi": 2, "ci": 0},
-                            {"gpu": 0, "type": "xid", "data": 31, "gi": 1, "ci": 0},
-                            {"gpu": 0, "type": "xid", "data": 79, "gi": 0xFFFFFFFF,
-                             "ci": 0xFFFFFFFF}])
+    rec = recording(
+        [(i, [slice_sample(40, 2048)]) for i in range(10)],
+        gpus=[SLICE],
+        events=[
+            {"gpu": 0, "type": "xid", "data": 13, "gi": 2, "ci": 0},
+            {"gpu": 0, "type": "xid", "data": 31, "gi": 1, "ci": 0},
+            {"gpu": 0, "type": "xid", "data": 79, "gi": 0xFFFFFFFF, "ci": 0xFFFFFFFF},
+        ],
+    )
     codes = [f.code for f in report_of(rec).findings]
-    assert "xid-13" not in codes               # slice 2's (another tenant's) fault
-    assert "xid-31" in codes and "xid-79" in codes   # ours, and the board's
+    assert "xid-13" not in codes  # slice 2's (another tenant's) fault
+    assert "xid-31" in codes and "xid-79" in codes  # ours, and the board's
 
 
 # -- the real sampler against the fake driver -------------------------------------------------
 
 
-def run_monitor(run_cli, tmp_path, script: str, samples: int, *, config_extra: str = "",
-                config: dict[str, str] | None = None, env_extra: dict[str, str] | None = None,
-                args: tuple[str, ...] = ()):
+def run_monitor(
+    run_cli,
+    tmp_path,
+    script: str,
+    samples: int,
+    *,
+    config_extra: str = "",
+    config: dict[str, str] | None = None,
+    env_extra: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+):
     from tests.cuda_env import write_config
     from tests.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
 
@@ -186,18 +202,20 @@ def test_the_sampler_reads_the_drivers_sample_buffer(run_cli, tmp_path):
     # Each reading says 0 %, but the buffer's six entries per second say 25 %: a kernel ran a
     # quarter of the time between readings (failed before: 0 busy seconds).
     script = "0 gpu.0.util=0 gpu.0.buf_util=25 gpu.0.procs=-\n"
-    result, report, records = run_monitor(run_cli, tmp_path, script, 60,
-                                          config_extra="gpu.0.util_samples=6\n")
+    result, report, records = run_monitor(
+        run_cli, tmp_path, script, 60, config_extra="gpu.0.util_samples=6\n"
+    )
     assert result.returncode == 0, result.stdout
     first, second = [r for r in records if r["kind"] == "sample"][:2]
-    assert first["gpus"][0]["util_busy_s"] is None          # the first call marks the start
+    assert first["gpus"][0]["util_busy_s"] is None  # the first call marks the start
     assert second["gpus"][0]["util_busy_s"] == pytest.approx(0.25)
     assert report["gpus"][0]["busy_s"] == pytest.approx(0.25 * 59, abs=0.01)
 
 
 def test_unsupported_power_reads_unknown_energy(run_cli, tmp_path):
-    result, report, _ = run_monitor(run_cli, tmp_path, THREE_PERCENT, 10,
-                                    config_extra="fail.nvmlDeviceGetPowerUsage=3\n")
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, THREE_PERCENT, 10, config_extra="fail.nvmlDeviceGetPowerUsage=3\n"
+    )
     assert result.returncode == 0, result.stdout
     assert report["gpus"][0]["energy_wh"] is None and result.outputs["energy-wh"] == ""
     assert "0.00 Wh" not in result.summary
@@ -208,8 +226,12 @@ def test_before_r535_throttle_reasons_come_from_the_old_call(run_cli, tmp_path):
     # before: the fallback was dead code and the report said "throttled 0:00".
     script = THREE_PERCENT + "5 gpu.0.throttle=0x20\n"
     result, report, _ = run_monitor(
-        run_cli, tmp_path, script, 10,
-        config_extra="fail.nvmlDeviceGetCurrentClocksEventReasons=13\n")
+        run_cli,
+        tmp_path,
+        script,
+        10,
+        config_extra="fail.nvmlDeviceGetCurrentClocksEventReasons=13\n",
+    )
     assert result.returncode == 0, result.stdout
     assert report["gpus"][0]["throttled_s"] == pytest.approx(5.0)
     assert report["gpus"][0]["throttle_reasons_s"] == {"thermal (software)": 5.0}
@@ -218,8 +240,9 @@ def test_before_r535_throttle_reasons_come_from_the_old_call(run_cli, tmp_path):
 def test_energy_comes_from_the_fake_drivers_counter(run_cli, tmp_path):
     # 100 W for the first 5 s, then 300 W: the counter's increase from the first sample on
     script = THREE_PERCENT + "0 gpu.0.power_mw=100000\n5 gpu.0.power_mw=300000\n"
-    result, report, records = run_monitor(run_cli, tmp_path, script, 10,
-                                          config_extra="gpu.0.energy_counter=1\n")
+    result, report, records = run_monitor(
+        run_cli, tmp_path, script, 10, config_extra="gpu.0.energy_counter=1\n"
+    )
     samples = [r for r in records if r["kind"] == "sample"]
     assert samples[0]["gpus"][0]["energy_mj"] is not None
     # steps 1-4 at 100 W, 5-9 at 300 W: (4 * 100 + 5 * 300) J
@@ -238,27 +261,41 @@ TWO_TENANTS = """\
 def two_tenant_h200(cc: str = "9.0") -> dict[str, str]:
     from tests.cuda_env import gpu_config, nvml_config
 
-    return nvml_config(gpu_config(
-        0, cc=cc, mig=1, mig__count=2, mig__0__uuid=MIG_OURS,
-        mig__0__name="NVIDIA H200 MIG 3g.71gb", mig__0__memory_mib=71 * 1024,
-        mig__1__uuid="MIG-99999999-2222-3333-4444-555555555555",
-        mig__1__name="NVIDIA H200 MIG 3g.71gb", mig__1__memory_mib=71 * 1024),
-        privileged=1)
+    return nvml_config(
+        gpu_config(
+            0,
+            cc=cc,
+            mig=1,
+            mig__count=2,
+            mig__0__uuid=MIG_OURS,
+            mig__0__name="NVIDIA H200 MIG 3g.71gb",
+            mig__0__memory_mib=71 * 1024,
+            mig__1__uuid="MIG-99999999-2222-3333-4444-555555555555",
+            mig__1__name="NVIDIA H200 MIG 3g.71gb",
+            mig__1__memory_mib=71 * 1024,
+        ),
+        privileged=1,
+    )
 
 
 def test_a_mig_slice_reports_only_its_own_figures(run_cli, tmp_path):
     # Failed before: "100 % idle", min-utilisation failed at 0.0 %, max-memory charged the
     # other tenant's 30 GiB, the board's energy and the other slice's Xid 13 were the job's.
     result, report, _ = run_monitor(
-        run_cli, tmp_path, TWO_TENANTS, 20, config=two_tenant_h200(),
+        run_cli,
+        tmp_path,
+        TWO_TENANTS,
+        20,
+        config=two_tenant_h200(),
         env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
-        args=("--min-utilisation", "30", "--max-memory", "4GiB"))
+        args=("--min-utilisation", "30", "--max-memory", "4GiB"),
+    )
     assert result.returncode == 0, result.stdout
     (gpu,) = report["gpus"]
     assert gpu["uuid"] == MIG_OURS and gpu["mig_slice"] == 0
     assert gpu["utilisation_source"] == "gpm"
     assert gpu["utilisation"]["mean"] == pytest.approx(40.0)
-    assert gpu["busy_s"] == pytest.approx(0.4 * 19, abs=0.01)   # the first GPM sample pairs
+    assert gpu["busy_s"] == pytest.approx(0.4 * 19, abs=0.01)  # the first GPM sample pairs
     assert gpu["peak_memory_bytes"] == 2048 * MiB
     assert [p["pid"] for p in gpu["processes"]] == [4242]
     assert gpu["energy_wh"] is None and gpu["board_energy_wh"] > 0
@@ -269,8 +306,14 @@ def test_a_mig_slice_reports_only_its_own_figures(run_cli, tmp_path):
 def test_a_mig_slice_without_gpm_reads_unknown_not_a_false_failure(run_cli, tmp_path):
     # an A100-class board (no GPM): utilisation unknown; min-utilisation is not evaluated
     result, report, _ = run_monitor(
-        run_cli, tmp_path, TWO_TENANTS, 10, config=two_tenant_h200(cc="8.0"),
-        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS}, args=("--min-utilisation", "30"))
+        run_cli,
+        tmp_path,
+        TWO_TENANTS,
+        10,
+        config=two_tenant_h200(cc="8.0"),
+        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
+        args=("--min-utilisation", "30"),
+    )
     assert result.returncode == 0, result.stdout
     (gpu,) = report["gpus"]
     assert gpu["utilisation_source"] is None and gpu["busy_s"] is None
@@ -286,19 +329,21 @@ def test_throttle_time_by_reason_comes_from_the_violation_counters(run_cli, tmp_
     # No reading ever caught a throttle bit, but the thermal counter grew 0.2 s a second: a
     # short slowdown between readings (failed before: "throttled 0:00").
     script = THREE_PERCENT + "0 gpu.0.viol_thermal_ms=200\n"
-    result, report, _ = run_monitor(run_cli, tmp_path, script, 10,
-                                    config_extra="gpu.0.violation=1\n")
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, script, 10, config_extra="gpu.0.violation=1\n"
+    )
     assert result.returncode == 0, result.stdout
     gpu = report["gpus"][0]
-    assert gpu["throttled_s"] == pytest.approx(1.8)          # 9 increases of 0.2 s
+    assert gpu["throttled_s"] == pytest.approx(1.8)  # 9 increases of 0.2 s
     assert gpu["throttle_reasons_s"] == {"thermal (software)": pytest.approx(1.8)}
 
 
 def test_memory_used_is_allocated_and_the_reservation_is_apart(run_cli, tmp_path):
     # v1's used is "Sum of Reserved and Allocated": a max-memory check charged the driver's
     # 500 MiB reservation to the job (failed before: peak 1524 MiB).
-    result, report, _ = run_monitor(run_cli, tmp_path, THREE_PERCENT, 5,
-                                    config_extra="gpu.0.reserved_mib=500\n")
+    result, report, _ = run_monitor(
+        run_cli, tmp_path, THREE_PERCENT, 5, config_extra="gpu.0.reserved_mib=500\n"
+    )
     assert result.returncode == 0, result.stdout
     gpu = report["gpus"][0]
     assert gpu["peak_memory_bytes"] == 1024 * MiB
@@ -309,8 +354,9 @@ def test_a_sampler_that_falls_behind_is_not_under_counted(run_cli, tmp_path):
     # interval 1, but each sample comes 2 s late (slow driver calls): 40 samples span 117 s
     # at 100 %. Failed before: 40 nominal seconds busy.
     script = "0 gpu.0.util=100 gpu.0.mem_used_mib=1024 gpu.0.procs=4242:1000:python\n"
-    result, report, records = run_monitor(run_cli, tmp_path, script, 40,
-                                          env_extra={"GPU_CI_MONITOR_FAKE_LAG": "2"})
+    result, report, records = run_monitor(
+        run_cli, tmp_path, script, 40, env_extra={"GPU_CI_MONITOR_FAKE_LAG": "2"}
+    )
     assert result.returncode == 0, result.stdout
     times = [r["ts"] for r in records if r["kind"] == "sample"]
     assert times[1] - times[0] == 3
@@ -319,9 +365,14 @@ def test_a_sampler_that_falls_behind_is_not_under_counted(run_cli, tmp_path):
 
 def test_fail_on_unknown_makes_an_unevaluated_min_utilisation_fail(run_cli, tmp_path):
     result, _, _ = run_monitor(
-        run_cli, tmp_path, TWO_TENANTS, 5, config=two_tenant_h200(cc="8.0"),
+        run_cli,
+        tmp_path,
+        TWO_TENANTS,
+        5,
+        config=two_tenant_h200(cc="8.0"),
         env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
-        args=("--min-utilisation", "30", "--fail-on-unknown", "true"))
+        args=("--min-utilisation", "30", "--fail-on-unknown", "true"),
+    )
     assert result.returncode == 1 and result.outputs["ok"] == "false"
     assert "min-utilisation could not be evaluated" in result.stdout
 
@@ -343,8 +394,7 @@ def test_csv_keeps_unknown_empty_and_has_the_slice_and_busy_columns():
     import csv
     import io
 
-    rec = recording([(i, [slice_sample(40 if i else None, 2048)]) for i in range(3)],
-                    gpus=[SLICE])
+    rec = recording([(i, [slice_sample(40 if i else None, 2048)]) for i in range(3)], gpus=[SLICE])
     rows = list(csv.DictReader(io.StringIO(mr.samples_csv(rec))))
     assert [r["uuid"] for r in rows] == ["MIG-aaaa"] * 3
     assert [r["busy_s"] for r in rows] == ["", "0.400", "0.400"]

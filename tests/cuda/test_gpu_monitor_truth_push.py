@@ -10,23 +10,30 @@ from tests.cuda.monitor_truth import SLICE, recording, report_of, slice_sample
 from tests.pushgateway import binary, metrics, pushgateway
 
 pytestmark = pytest.mark.skipif(
-    binary() is None, reason="prometheus-pushgateway is not installed (apt-get install "
-    "prometheus-pushgateway; .ci/run does)")
+    binary() is None,
+    reason="prometheus-pushgateway is not installed (apt-get install "
+    "prometheus-pushgateway; .ci/run does)",
+)
 
-ENV = {"GITHUB_REPOSITORY": "octo-org/octo-repo", "GITHUB_WORKFLOW": "CUDA CI",
-       "GITHUB_JOB": "tests", "GITHUB_RUN_ID": "556", "GITHUB_RUN_ATTEMPT": "1",
-       "RUNNER_NAME": "gpu-runner-2"}
+ENV = {
+    "GITHUB_REPOSITORY": "octo-org/octo-repo",
+    "GITHUB_WORKFLOW": "CUDA CI",
+    "GITHUB_JOB": "tests",
+    "GITHUB_RUN_ID": "556",
+    "GITHUB_RUN_ATTEMPT": "1",
+    "RUNNER_NAME": "gpu-runner-2",
+}
 
 
 def test_unknown_figures_are_not_pushed_as_zero():
     from gpu_ci.cuda.monitor_push import push
 
     # a MIG slice without GPM: busy, utilisation, energy and idle share are unknown
-    rec = recording([(i, [slice_sample(None, 2048)]) for i in range(30)],
-                    gpus=[{**SLICE, "util_source": None}])
+    rec = recording(
+        [(i, [slice_sample(None, 2048)]) for i in range(30)], gpus=[{**SLICE, "util_source": None}]
+    )
     report = report_of(rec)
-    known = report_of(recording([(i, [slice_sample(40, 2048)]) for i in range(30)],
-                                gpus=[SLICE]))
+    known = report_of(recording([(i, [slice_sample(40, 2048)]) for i in range(30)], gpus=[SLICE]))
     with pushgateway() as url:
         push(url, report, ENV)
         push(url, known, {**ENV, "GITHUB_RUN_ID": "557"})
@@ -38,7 +45,9 @@ def test_unknown_figures_are_not_pushed_as_zero():
     assert "gpu_ci_job_gpu_utilization_mean_ratio" not in names
     assert "gpu_ci_job_gpu_energy_joules" not in names
     assert "gpu_ci_job_idle_ratio" not in names
-    assert "gpu_ci_job_gpu_memory_peak_bytes" in names      # what was measured still is
-    assert "# HELP gpu_ci_job_gpu_busy_seconds Seconds with a kernel running during the " \
+    assert "gpu_ci_job_gpu_memory_peak_bytes" in names  # what was measured still is
+    assert (
+        "# HELP gpu_ci_job_gpu_busy_seconds Seconds with a kernel running during the "
         "job, by NVML's definition of utilisation" in text
-    assert 'gpu_ci_job_gpu_busy_seconds{' in text and 'run_id="557"' in text
+    )
+    assert "gpu_ci_job_gpu_busy_seconds{" in text and 'run_id="557"' in text

@@ -25,21 +25,34 @@ MIG_UUID = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
 
 
 def a100_mig(**extra):
-    return gpu_config(0, name="NVIDIA A100-SXM4-80GB", cc="8.0", memory_mib=81920, mig=1,
-                      mig__count=1, mig__0__uuid=MIG_UUID,
-                      mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-                      mig__0__memory_mib=9984, **extra)
+    return gpu_config(
+        0,
+        name="NVIDIA A100-SXM4-80GB",
+        cc="8.0",
+        memory_mib=81920,
+        mig=1,
+        mig__count=1,
+        mig__0__uuid=MIG_UUID,
+        mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+        mig__0__memory_mib=9984,
+        **extra,
+    )
 
 
 @pytest.fixture
 def verify(run_cli, tmp_path):
     def run(config, *, generation="current", libcuda=True, env=None):
-        lib = build_fake_nvml(tmp_path / f"nvml-{generation}-{libcuda}", with_libcuda=libcuda,
-                              generation=generation)
+        lib = build_fake_nvml(
+            tmp_path / f"nvml-{generation}-{libcuda}", with_libcuda=libcuda, generation=generation
+        )
         log = tmp_path / "nvml.log"
-        full = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(lib),
-                "FAKE_NVML_CONFIG": str(write_config(tmp_path / "nvml.cfg", config)),
-                "FAKE_NVML_LOG": str(log), **(env or {})}
+        full = {
+            "PATH": "/usr/bin:/bin",
+            "LD_LIBRARY_PATH": str(lib),
+            "FAKE_NVML_CONFIG": str(write_config(tmp_path / "nvml.cfg", config)),
+            "FAKE_NVML_LOG": str(log),
+            **(env or {}),
+        }
         result = run_cli(["verify-cuda-env", "--require-gpu", "true"], full)
         result.findings = json.loads(result.outputs.get("findings", "[]"))
         result.codes = [f["code"] for f in result.findings]
@@ -53,14 +66,19 @@ def verify(run_cli, tmp_path):
 
 # -- a utility-only container: NVML without libcuda ------------------------------------------
 
+
 def test_utility_only_container_is_libcuda_missing_not_no_driver(verify):
-    result = verify(nvml_config(gpu_config(0), cuda=12080), libcuda=False,
-                    env={"NVIDIA_DRIVER_CAPABILITIES": "utility"})
+    result = verify(
+        nvml_config(gpu_config(0), cuda=12080),
+        libcuda=False,
+        env={"NVIDIA_DRIVER_CAPABILITIES": "utility"},
+    )
     assert result.codes == ["libcuda-missing"]
     assert "lacks 'compute'" in result.findings[0]["message"]
     # _v2 failed with LIBRARY_NOT_FOUND, v1 answered the driver's own CUDA version
     assert result.calls.index("nvmlSystemGetCudaDriverVersion_v2") < result.calls.index(
-        "nvmlSystemGetCudaDriverVersion")
+        "nvmlSystemGetCudaDriverVersion"
+    )
     assert result.outputs["cuda-driver-version"] == "12.8"
 
 
@@ -69,8 +87,10 @@ def test_forward_compat_libcuda_is_the_cuda_version_nvml_reports(verify, tmp_pat
     compat = tmp_path / "cuda-13.2" / "compat"
     build_fake_libcuda(compat, "595.45.04", cuda=13020)
     lib = build_fake_nvml(tmp_path / "nvml-current-True")
-    result = verify(nvml_config(gpu_config(0), driver="580.159.04", cuda=13000),
-                    env={"LD_LIBRARY_PATH": f"{compat}:{lib}"})
+    result = verify(
+        nvml_config(gpu_config(0), driver="580.159.04", cuda=13000),
+        env={"LD_LIBRARY_PATH": f"{compat}:{lib}"},
+    )
     assert result.outputs["cuda-driver-version"] == "13.2"
     assert result.outputs["driver-version"] == "580.159.04"
     # a guard (passes on the code before issue 27's fix too): the _v2 answer is taken as is,
@@ -90,9 +110,11 @@ def test_gpu_monitor_starts_in_a_utility_only_container(run_cli, tmp_path):
 
 # -- R470: no nvmlDeviceGetComputeRunningProcesses_v3 -----------------------------------------
 
+
 def test_r470_processes_are_read_without_v3(verify):
-    result = verify(nvml_config(gpu_config(0, processes=2), driver="470.256.02", cuda=11040),
-                    generation="r470")
+    result = verify(
+        nvml_config(gpu_config(0, processes=2), driver="470.256.02", cuda=11040), generation="r470"
+    )
     assert result.returncode == 0 and result.codes == ["gpu-busy"]
     assert "used by 2 other process(es)" in result.findings[0]["message"]
     assert "nvmlDeviceGetComputeRunningProcesses_v2" in result.calls
@@ -111,6 +133,7 @@ def test_r470_gpu_monitor_samples_processes(run_cli, tmp_path):
 
 # -- early R535: _v3 entries 32 bytes apart ---------------------------------------------------
 
+
 def test_early_r535_process_entries_are_read_at_their_stride(run_cli, tmp_path):
     script = "0 gpu.0.util=50 gpu.0.procs=4242:1000:python,4343:700:helper,4444:10:x\n"
     env = fake_gpu_env(tmp_path, script, samples=2)
@@ -126,13 +149,20 @@ def test_early_r535_process_entries_are_read_at_their_stride(run_cli, tmp_path):
 def test_early_r535_process_count_in_verify(verify):
     # a guard (passes on the code before the fix too: verify reports only a count, which the
     # stride does not change): the stride detection must neither drop nor add entries
-    result = verify(nvml_config(gpu_config(0, processes=3), driver="535.54.03", cuda=12020,
-                                driver__generation="r535early"))
+    result = verify(
+        nvml_config(
+            gpu_config(0, processes=3),
+            driver="535.54.03",
+            cuda=12020,
+            driver__generation="r535early",
+        )
+    )
     assert result.codes == ["gpu-busy"]
     assert "used by 3 other process(es)" in result.findings[0]["message"]
 
 
 # -- MIG without privileges --------------------------------------------------------------------
+
 
 def test_mig_without_privileges_reads_the_mig_devices(verify):
     result = verify(nvml_config(a100_mig(mig__0__processes=1)))
@@ -141,8 +171,9 @@ def test_mig_without_privileges_reads_the_mig_devices(verify):
     assert result.codes == ["gpu-busy", "mig-enabled"]
     (gpu,) = json.loads(result.outputs["gpus"])
     assert gpu["mig_instances"] == [MIG_UUID] and gpu["memory_mib"] == 9984
-    selected = verify(nvml_config(a100_mig(mig__0__processes=1)),
-                      env={"CUDA_VISIBLE_DEVICES": MIG_UUID})
+    selected = verify(
+        nvml_config(a100_mig(mig__0__processes=1)), env={"CUDA_VISIBLE_DEVICES": MIG_UUID}
+    )
     assert selected.codes == ["gpu-busy"]
     assert "MIG 1g.10gb" in selected.findings[0]["message"]
 
@@ -167,9 +198,9 @@ def test_gpu_monitor_starts_on_an_unprivileged_mig_gpu(run_cli, tmp_path):
 
 # -- containers ---------------------------------------------------------------------------------
 
+
 def test_container_gpu_is_numbered_from_zero_whatever_the_host_index(verify):
-    result = verify(nvml_config(gpu_config(0), container=1),
-                    env={"NVIDIA_VISIBLE_DEVICES": "3"})
+    result = verify(nvml_config(gpu_config(0), container=1), env={"NVIDIA_VISIBLE_DEVICES": "3"})
     assert result.returncode == 0 and result.codes == []
     assert result.outputs["gpu-count"] == "1"
 

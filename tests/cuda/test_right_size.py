@@ -23,12 +23,13 @@ SCHEMA = json.loads((ROOT / "actions" / "gpu-monitor" / "report.schema.json").re
 def test_2_gib_on_an_h100_fits_the_smallest_slice():
     advice = rs.advise(*H100, 2 * GiB, 7.0, rs.load_sizes())
     assert advice.current == "H100 80GB"
-    assert advice.needed == int(2.5 * GiB)                 # peak x 1.25
+    assert advice.needed == int(2.5 * GiB)  # peak x 1.25
     assert advice.suggestion is not None
     assert (advice.suggestion.profile, advice.suggestion.kind) == ("1g.10gb", "mig")
     assert "H100 80GB MIG 1g.10gb (slice, 10 GB) would do (the GPU was mostly idle)" in (
-        advice.line())
-    assert advice.cost_usd is None                          # no GitHub SKU for a slice
+        advice.line()
+    )
+    assert advice.cost_usd is None  # no GitHub SKU for a slice
 
 
 def test_70_gib_on_an_h100_has_no_smaller_size():
@@ -51,10 +52,9 @@ def test_same_board_slice_first_then_a_smaller_board_with_its_price():
     assert rs.advise(*H100, 12 * GiB, 5.0, sizes).suggestion.name == "H100 80GB MIG 1g.20gb"
     # an A10G has no MIG: a smaller board, priced by its GitHub SKU
     priced = sizes.with_prices({"Tesla T4 16GB": Decimal("0.052")})
-    a10g = rs.advise("NVIDIA A10G", 23028 * MiB, 2 * GiB, 60.0, priced, paid_minutes=10,
-                     gpus=2)
+    a10g = rs.advise("NVIDIA A10G", 23028 * MiB, 2 * GiB, 60.0, priced, paid_minutes=10, gpus=2)
     assert a10g.suggestion.name == "Tesla T4 16GB" and a10g.suggestion.kind == "gpu"
-    assert a10g.cost_usd == Decimal("1.0400")               # 10 min x 2 GPUs x $0.052
+    assert a10g.cost_usd == Decimal("1.0400")  # 10 min x 2 GPUs x $0.052
     assert "busy 60 %" in a10g.line() and "fewer SMs" in a10g.line()
     assert "$1.04" in a10g.line()
     # already on the smallest board that holds it
@@ -65,13 +65,18 @@ def test_same_board_slice_first_then_a_smaller_board_with_its_price():
 
 def test_a_mig_slice_is_compared_with_its_own_profile():
     sizes = rs.load_sizes()
-    advice = rs.advise("NVIDIA A100-SXM4-40GB MIG 3g.20gb", 19968 * MiB, 3 * GiB, None, sizes,
-                       mig_slice=True)
+    advice = rs.advise(
+        "NVIDIA A100-SXM4-40GB MIG 3g.20gb", 19968 * MiB, 3 * GiB, None, sizes, mig_slice=True
+    )
     assert advice.current == "A100 40GB MIG 3g.20gb"
     assert advice.suggestion.name == "A100 40GB MIG 1g.5gb"
     assert "(activity unknown)" in advice.line()
-    assert rs.advise("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864 * MiB, 3 * GiB, 1.0, sizes,
-                     mig_slice=True).suggestion is None
+    assert (
+        rs.advise(
+            "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 4864 * MiB, 3 * GiB, 1.0, sizes, mig_slice=True
+        ).suggestion
+        is None
+    )
 
 
 def test_every_row_has_a_source_and_the_priced_sku_is_in_the_price_table():
@@ -108,9 +113,11 @@ def test_summary_and_report_carry_the_right_size_line(run_cli, tmp_path):
     assert got["peak_memory_bytes"] == 30 * GiB and got["needed_bytes"] == int(37.5 * GiB)
     assert got["activity"] == 50.0 and got["cost_usd"] is None
     assert got["current"] == "H200 141GB" and "unconfirmed" in got["suggestion_source"]
-    assert ("**Right size:** peak 30.0 GiB of 140 GiB on H200 141GB, 50 % busy: "
-            "H200 141GB MIG 3g.71gb (slice, 71 GB) would do (but the GPU was busy 50 %"
-            in result.summary)
+    assert (
+        "**Right size:** peak 30.0 GiB of 140 GiB on H200 141GB, 50 % busy: "
+        "H200 141GB MIG 3g.71gb (slice, 71 GB) would do (but the GPU was busy 50 %"
+        in result.summary
+    )
 
 
 def test_unknown_activity_stays_unknown_in_the_advice(run_cli, tmp_path):

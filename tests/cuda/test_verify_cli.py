@@ -28,8 +28,11 @@ def verify(run_cli, tmp_path, fake_nvml_dir):
     """Run gpu-ci verify-cuda-env; ``config=None`` means no NVML library at all."""
 
     def run(*args, config=None, env=None, python=None):
-        full = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "", "FAKE_NVML_LOG":
-                str(tmp_path / "nvml.log")}
+        full = {
+            "PATH": "/usr/bin:/bin",
+            "LD_LIBRARY_PATH": "",
+            "FAKE_NVML_LOG": str(tmp_path / "nvml.log"),
+        }
         if config is not None:
             full["LD_LIBRARY_PATH"] = str(fake_nvml_dir)
             full["FAKE_NVML_CONFIG"] = str(write_config(tmp_path / "nvml.cfg", config))
@@ -73,7 +76,10 @@ def test_observed_h200_reading(verify, tmp_path):
     assert result.outputs["gpu-count"] == "1"
     (gpu,) = json.loads(result.outputs["gpus"])
     assert (gpu["name"], gpu["compute_capability"], gpu["memory_mib"]) == (
-        "NVIDIA H200", "9.0", 143771)
+        "NVIDIA H200",
+        "9.0",
+        143771,
+    )
     (torch,) = json.loads(result.outputs["frameworks"])
     assert (torch["name"], torch["version"], torch["cuda"]) == ("torch", torch_version, "13.0")
     assert result.findings == []
@@ -95,8 +101,18 @@ def test_report_file_replaces_a_link_planted_at_its_path(verify, tmp_path):
     assert victim.read_text() == "keep\n"
     assert not report.is_symlink()
     data = json.loads(report.read_text())
-    assert list(data) == ["gpu_ci_version", "ok", "fail_on", "snapshot", "visible_gpus",
-                          "python", "frameworks", "deep", "findings", "timing_s"]
+    assert list(data) == [
+        "gpu_ci_version",
+        "ok",
+        "fail_on",
+        "snapshot",
+        "visible_gpus",
+        "python",
+        "frameworks",
+        "deep",
+        "findings",
+        "timing_s",
+    ]
     assert data["findings"] == result.findings
     assert sorted(p.name for p in report.parent.iterdir()) == ["report.json"]
 
@@ -117,15 +133,19 @@ def test_fast_path_never_imports_frameworks(verify, tmp_path):
     assert "must not import torch" not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(("torch_version", "cuda", "driver", "cuda_int", "code", "rc"), [
-    ("2.7.1+cu118", "11.8", "580.159.04", 13000, None, 0),
-    ("2.9.0+cu126", "12.6", "580.159.04", 13000, None, 0),
-    ("2.11.0+cu130", "13.0", "570.124.06", 12080, "driver-too-old-for-cuda", 1),
-    ("2.9.0+cu128", "12.8", "560.35.03", 12060, "minor-version-compatibility", 0),
-    ("2.13.0+cpu", None, "580.159.04", 13000, "cpu-only-build", 0),
-])
-def test_torch_builds_against_drivers(verify, tmp_path, torch_version, cuda, driver, cuda_int,
-                                      code, rc):
+@pytest.mark.parametrize(
+    ("torch_version", "cuda", "driver", "cuda_int", "code", "rc"),
+    [
+        ("2.7.1+cu118", "11.8", "580.159.04", 13000, None, 0),
+        ("2.9.0+cu126", "12.6", "580.159.04", 13000, None, 0),
+        ("2.11.0+cu130", "13.0", "570.124.06", 12080, "driver-too-old-for-cuda", 1),
+        ("2.9.0+cu128", "12.8", "560.35.03", 12060, "minor-version-compatibility", 0),
+        ("2.13.0+cpu", None, "580.159.04", 13000, "cpu-only-build", 0),
+    ],
+)
+def test_torch_builds_against_drivers(
+    verify, tmp_path, torch_version, cuda, driver, cuda_int, code, rc
+):
     python = torch_target(tmp_path / "env", torch_version, cuda)
     config = nvml_config(gpu_config(0), driver=driver, cuda=cuda_int)
     result = verify(config=config, python=python)
@@ -139,13 +159,32 @@ def test_warnings_fail_with_fail_on_warning(verify, tmp_path):
     assert result.returncode == 1 and result.outputs["ok"] == "false"
 
 
-NVML_CODES = {1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED",
-              4: "NO_PERMISSION", 6: "NOT_FOUND", 8: "INSUFFICIENT_POWER",
-              9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
-              13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST",
-              16: "RESET_REQUIRED", 17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH",
-              19: "IN_USE", 20: "MEMORY", 21: "NO_DATA", 23: "INSUFFICIENT_RESOURCES",
-              27: "NOT_READY", 28: "GPU_NOT_FOUND", 29: "INVALID_STATE", 999: "UNKNOWN"}
+NVML_CODES = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    6: "NOT_FOUND",
+    8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    11: "IRQ_ISSUE",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    14: "CORRUPTED_INFOROM",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    21: "NO_DATA",
+    23: "INSUFFICIENT_RESOURCES",
+    27: "NOT_READY",
+    28: "GPU_NOT_FOUND",
+    29: "INVALID_STATE",
+    999: "UNKNOWN",
+}
 
 
 @pytest.mark.parametrize("code", sorted(NVML_CODES))
@@ -163,10 +202,14 @@ def test_driver_not_loaded_and_version_mismatch_messages(verify, tmp_path):
     assert "kernel module is not loaded" in result.errors[0]
     assert "DKMS" in result.errors[0]
     proc = tmp_path / "version"
-    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Tue Feb 25"
-                    " 2025\nGCC version:  gcc version 12.2.0\n")
-    result = verify(config=nvml_config(gpu_config(0), fail={"nvmlInitWithFlags": 18}),
-                    env={"GPU_CI_NVIDIA_PROC_VERSION": str(proc)})
+    proc.write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06  Tue Feb 25"
+        " 2025\nGCC version:  gcc version 12.2.0\n"
+    )
+    result = verify(
+        config=nvml_config(gpu_config(0), fail={"nvmlInitWithFlags": 18}),
+        env={"GPU_CI_NVIDIA_PROC_VERSION": str(proc)},
+    )
     assert "The loaded kernel module is 570.124.06" in result.errors[0]
     assert "reboot" in result.errors[0]
 
@@ -178,8 +221,9 @@ def test_error_after_init_names_the_failure(verify):
 
 
 def test_unsupported_health_queries_are_silent_other_failures_noted(verify):
-    config = nvml_config(gpu_config(0), fail={"nvmlDeviceGetRemappedRows": 3,
-                                               "nvmlDeviceGetBrand": 999})
+    config = nvml_config(
+        gpu_config(0), fail={"nvmlDeviceGetRemappedRows": 3, "nvmlDeviceGetBrand": 999}
+    )
     result = verify(config=config)
     assert result.returncode == 0
     assert result.codes == ["health-unreadable"]
@@ -189,26 +233,38 @@ def test_unsupported_health_queries_are_silent_other_failures_noted(verify):
 def two_gpus():
     return nvml_config(
         gpu_config(0),
-        gpu_config(1, name="NVIDIA GeForce RTX 4090", cc="8.9", memory_mib=24564, brand=5,
-                   uuid="GPU-4090aaaa-0000-0000-0000-000000000000", mig=1, mig__count=2,
-                   mig__0__uuid="MIG-11111111-2222-3333-4444-555555555555",
-                   mig__1__uuid="MIG-66666666-2222-3333-4444-555555555555"))
+        gpu_config(
+            1,
+            name="NVIDIA GeForce RTX 4090",
+            cc="8.9",
+            memory_mib=24564,
+            brand=5,
+            uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
+            mig=1,
+            mig__count=2,
+            mig__0__uuid="MIG-11111111-2222-3333-4444-555555555555",
+            mig__1__uuid="MIG-66666666-2222-3333-4444-555555555555",
+        ),
+    )
 
 
-@pytest.mark.parametrize(("env", "count", "codes"), [
-    ({}, 2, ["mig-enabled"]),
-    ({"CUDA_VISIBLE_DEVICES": ""}, 0, ["no-visible-gpu"]),
-    # NVIDIA_VISIBLE_DEVICES is the container runtime's, read on the host at container
-    # start: the GPUs NVML lists are the ones injected, and CUDA never reads it
-    ({"NVIDIA_VISIBLE_DEVICES": "void"}, 2, ["mig-enabled"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "none"}, 2, ["mig-enabled"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "3"}, 2, ["mig-enabled"]),
-    ({"CUDA_VISIBLE_DEVICES": "0"}, 1, []),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-4090aaaa"}, 1, ["mig-enabled"]),
-    # a correctly selected MIG instance is fine: no notice
-    ({"CUDA_VISIBLE_DEVICES": "MIG-66666666-2222-3333-4444-555555555555"}, 1, []),
-    ({"CUDA_VISIBLE_DEVICES": "0,5"}, 1, ["visible-devices-unresolved"]),
-])
+@pytest.mark.parametrize(
+    ("env", "count", "codes"),
+    [
+        ({}, 2, ["mig-enabled"]),
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0, ["no-visible-gpu"]),
+        # NVIDIA_VISIBLE_DEVICES is the container runtime's, read on the host at container
+        # start: the GPUs NVML lists are the ones injected, and CUDA never reads it
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, 2, ["mig-enabled"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "none"}, 2, ["mig-enabled"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "3"}, 2, ["mig-enabled"]),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, 1, []),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-4090aaaa"}, 1, ["mig-enabled"]),
+        # a correctly selected MIG instance is fine: no notice
+        ({"CUDA_VISIBLE_DEVICES": "MIG-66666666-2222-3333-4444-555555555555"}, 1, []),
+        ({"CUDA_VISIBLE_DEVICES": "0,5"}, 1, ["visible-devices-unresolved"]),
+    ],
+)
 def test_visible_devices(verify, env, count, codes):
     # NVML's order (PCI bus): the default order on this 2-model host is in
     # tests/test_cuda_leftovers_device_order.py
@@ -232,22 +288,26 @@ def test_forward_compat_with_fake_nvml_reachable(verify, tmp_path, fake_nvml_dir
     result = verify(config=geforce, env={"LD_LIBRARY_PATH": f"{compat}:{fake_nvml_dir}"})
     assert result.codes == ["forward-compat-unsupported"]
     assert "forward compatibility was attempted on non supported HW" in result.errors[0]
-    result = verify(config=observed_h200()[1],
-                    env={"LD_LIBRARY_PATH": f"{compat}:{fake_nvml_dir}"})
+    result = verify(config=observed_h200()[1], env={"LD_LIBRARY_PATH": f"{compat}:{fake_nvml_dir}"})
     assert result.codes == []
 
 
 def test_nvidia_require_cuda_from_the_image(verify):
     result = verify(config=observed_h200()[1], env={"NVIDIA_REQUIRE_CUDA": "cuda>=13.2"})
     assert result.codes == ["nvidia-require-cuda-unmet"] and result.returncode == 1
-    result = verify(config=observed_h200()[1], env={"NVIDIA_REQUIRE_CUDA": "cuda>=13.2",
-                                                    "NVIDIA_DISABLE_REQUIRE": "true"})
+    result = verify(
+        config=observed_h200()[1],
+        env={"NVIDIA_REQUIRE_CUDA": "cuda>=13.2", "NVIDIA_DISABLE_REQUIRE": "true"},
+    )
     assert result.codes == ["nvidia-disable-require"] and result.returncode == 0
 
 
 def test_require_input_lines(verify):
-    ok = verify("--require", "cuda>=12.4\ndriver>=550,arch>=8.0\nmemory>=140GiB name=H200",
-                config=observed_h200()[1])
+    ok = verify(
+        "--require",
+        "cuda>=12.4\ndriver>=550,arch>=8.0\nmemory>=140GiB name=H200",
+        config=observed_h200()[1],
+    )
     assert ok.returncode == 0 and ok.codes == []
     bad = verify("--require", "cuda>=12.4\ngpu-count>=8", config=observed_h200()[1])
     assert bad.returncode == 1 and bad.codes == ["require-unmet"]
@@ -261,12 +321,20 @@ def test_unreadable_require_is_exit_2(verify):
 
 
 def test_health_faults_from_nvml_fail_unless_health_warn(verify):
-    config = nvml_config(gpu_config(0, persistence=0, ecc_uncorrected=2, retired_pending=1,
-                                    remap_failure=1, processes=3))
+    config = nvml_config(
+        gpu_config(
+            0, persistence=0, ecc_uncorrected=2, retired_pending=1, remap_failure=1, processes=3
+        )
+    )
     result = verify(config=config)
     assert result.returncode == 1
-    assert result.codes == ["ecc-uncorrected-errors", "retired-pages-pending",
-                            "remapped-rows-failure", "gpu-busy", "persistence-mode-off"]
+    assert result.codes == [
+        "ecc-uncorrected-errors",
+        "retired-pages-pending",
+        "remapped-rows-failure",
+        "gpu-busy",
+        "persistence-mode-off",
+    ]
     assert len(result.errors) == 3
     warned = verify("--health", "warn", config=config)
     assert warned.returncode == 0 and warned.codes == result.codes
@@ -276,9 +344,11 @@ def test_health_faults_from_nvml_fail_unless_health_warn(verify):
 
 
 def test_frameworks_input(verify, tmp_path):
-    python = make_target(tmp_path / "env", {"cupy-cuda12x": "13.6.0", "jax": "0.11.2",
-                                            "jax-cuda12-plugin": "0.11.2"},
-                         conda_meta=["cuda-version-12.4-h3060b56_3.json"])
+    python = make_target(
+        tmp_path / "env",
+        {"cupy-cuda12x": "13.6.0", "jax": "0.11.2", "jax-cuda12-plugin": "0.11.2"},
+        conda_meta=["cuda-version-12.4-h3060b56_3.json"],
+    )
     result = verify("--frameworks", "cupy,conda", config=observed_h200()[1], python=python)
     names = [f["name"] for f in json.loads(result.outputs["frameworks"])]
     assert names == ["cupy-cuda12x", "conda cuda-version"]
@@ -324,21 +394,36 @@ def ones(n, device=None):
 """
 
 
-@pytest.mark.parametrize(("arch", "fail", "codes"), [
-    (["sm_80", "sm_90"], "", []),
-    (["sm_75", "sm_80"], "", ["no-kernel-image"]),
-    (["sm_80", "compute_80"], "", ["arch-ptx-only"]),
-    (["sm_90"], "raise RuntimeError('CUDA error: an illegal memory access')",
-     ["gpu-computation-failed"]),
-    # a build problem, not a sick GPU: named as such, no "out of service" advice
-    (["sm_90"], "raise RuntimeError('CUDA error: no kernel image is available for execution "
-     "on the device')", ["no-kernel-image"]),
-])
+@pytest.mark.parametrize(
+    ("arch", "fail", "codes"),
+    [
+        (["sm_80", "sm_90"], "", []),
+        (["sm_75", "sm_80"], "", ["no-kernel-image"]),
+        (["sm_80", "compute_80"], "", ["arch-ptx-only"]),
+        (
+            ["sm_90"],
+            "raise RuntimeError('CUDA error: an illegal memory access')",
+            ["gpu-computation-failed"],
+        ),
+        # a build problem, not a sick GPU: named as such, no "out of service" advice
+        (
+            ["sm_90"],
+            "raise RuntimeError('CUDA error: no kernel image is available for execution "
+            "on the device')",
+            ["no-kernel-image"],
+        ),
+    ],
+)
 def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
     # a stand-in for torch's API surface, imported for real by the deep probe subprocess
-    python = make_target(tmp_path / "env", {"torch": "2.11.0+cu130"}, {
-        "torch/version.py": "cuda = '13.0'\n",
-        "torch/__init__.py": FAKE_TORCH.format(arch=arch, fail=fail or "pass")})
+    python = make_target(
+        tmp_path / "env",
+        {"torch": "2.11.0+cu130"},
+        {
+            "torch/version.py": "cuda = '13.0'\n",
+            "torch/__init__.py": FAKE_TORCH.format(arch=arch, fail=fail or "pass"),
+        },
+    )
     result = verify("--deep", "true", config=observed_h200()[1], python=python)
     assert result.codes == codes, result.stdout
     if "gpu-computation-failed" in codes:
@@ -349,38 +434,64 @@ def test_deep_probe_imports_the_framework(verify, tmp_path, arch, fail, codes):
 
 
 def test_numba_and_tensorflow_trees(verify, tmp_path):
-    python = make_target(tmp_path / "env", {
-        "numba": "0.62.1", "numba-cuda": "0.20.0", "nvidia-cuda-runtime-cu12": "12.9.79",
-        "tensorflow": "2.20.0"}, {
-        "tensorflow/python/platform/build_info.py":
-            "build_info = {'cuda_version': '12.5.1', 'cudnn_version': '9',"
-            " 'is_cuda_build': True}\n"})
-    result = verify(config=nvml_config(gpu_config(0), driver="575.57.08", cuda=12090),
-                    python=python)
+    python = make_target(
+        tmp_path / "env",
+        {
+            "numba": "0.62.1",
+            "numba-cuda": "0.20.0",
+            "nvidia-cuda-runtime-cu12": "12.9.79",
+            "tensorflow": "2.20.0",
+        },
+        {
+            "tensorflow/python/platform/build_info.py": (
+                "build_info = {'cuda_version': '12.5.1', 'cudnn_version': '9',"
+                " 'is_cuda_build': True}\n"
+            )
+        },
+    )
+    result = verify(
+        config=nvml_config(gpu_config(0), driver="575.57.08", cuda=12090), python=python
+    )
     found = {f["name"]: f["cuda"] for f in json.loads(result.outputs["frameworks"])}
-    assert found == {"numba-cuda": "12.9", "tensorflow": "12.5",
-                     "nvidia-cuda-runtime-cu12": "12.9"}
+    assert found == {"numba-cuda": "12.9", "tensorflow": "12.5", "nvidia-cuda-runtime-cu12": "12.9"}
     assert result.returncode == 0 and result.codes == []
 
 
 def test_requirements_apply_to_the_selected_mig_slice(verify):
     slice_uuid = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
-    config = nvml_config(gpu_config(0, name="NVIDIA A100-SXM4-80GB", cc="8.0",
-                                    memory_mib=81920, mig=1, mig__count=1,
-                                    mig__0__uuid=slice_uuid,
-                                    mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-                                    mig__0__memory_mib=9984), privileged=1)
+    config = nvml_config(
+        gpu_config(
+            0,
+            name="NVIDIA A100-SXM4-80GB",
+            cc="8.0",
+            memory_mib=81920,
+            mig=1,
+            mig__count=1,
+            mig__0__uuid=slice_uuid,
+            mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+            mig__0__memory_mib=9984,
+        ),
+        privileged=1,
+    )
     # privileged: a MIG parent's aggregate memory is readable only so (nvml.h)
     whole = verify("--require", "memory>=40GiB", config=config)
     assert whole.codes == ["mig-enabled"] and whole.returncode == 0
-    chosen = verify("--require", "memory>=40GiB", config=config,
-                    env={"CUDA_VISIBLE_DEVICES": slice_uuid})
+    chosen = verify(
+        "--require", "memory>=40GiB", config=config, env={"CUDA_VISIBLE_DEVICES": slice_uuid}
+    )
     assert chosen.codes == ["require-unmet"] and chosen.returncode == 1
     assert "MIG 1g.10gb (arch 8.0, 10 GiB" in chosen.errors[0]
     (gpu,) = json.loads(chosen.outputs["gpus"])
     assert gpu["memory_mib"] == 9984 and gpu["mig_selected"] == slice_uuid
-    assert verify("--require", "memory>=8GiB,name=1g.10gb", config=config,
-                  env={"CUDA_VISIBLE_DEVICES": slice_uuid}).codes == []
+    assert (
+        verify(
+            "--require",
+            "memory>=8GiB,name=1g.10gb",
+            config=config,
+            env={"CUDA_VISIBLE_DEVICES": slice_uuid},
+        ).codes
+        == []
+    )
 
 
 def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_path):

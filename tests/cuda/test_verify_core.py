@@ -15,14 +15,30 @@ from gpu_ci.errors import UsageError
 from tests.conftest import ROOT, SHARED, shared_path
 from tests.cuda import wheelfacts
 
-H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 * 2**20, brand="tesla",
-           mig_enabled=False, persistence_mode=True)
-RTX = Gpu(1, "NVIDIA GeForce RTX 4090", "GPU-bbbb2222", (8, 9), 24564 * 2**20,
-          brand="geforce", mig_uuids=("MIG-cccc3333",))
+H200 = Gpu(
+    0,
+    "NVIDIA H200",
+    "GPU-aaaa1111",
+    (9, 0),
+    143771 * 2**20,
+    brand="tesla",
+    mig_enabled=False,
+    persistence_mode=True,
+)
+RTX = Gpu(
+    1,
+    "NVIDIA GeForce RTX 4090",
+    "GPU-bbbb2222",
+    (8, 9),
+    24564 * 2**20,
+    brand="geforce",
+    mig_uuids=("MIG-cccc3333",),
+)
 V100 = Gpu(0, "Tesla V100-SXM2-32GB", "GPU-dddd", (7, 0), 32768 * 2**20, brand="tesla")
 
 
 # -- the driver table ----------------------------------------------------------------------
+
 
 def _extends(package: dict, reference: dict) -> None:
     """Every row and value of the reference is in the package table unchanged; the package
@@ -57,8 +73,11 @@ def test_the_packaged_table_is_the_projects_only_copy():
     (the tests compare with ../shared itself)."""
     data = TABLE_PATH.read_bytes()
     skip = {".git", ".venv", "node_modules", "build", "dist", ".mypy_cache", ".ruff_cache"}
-    copies = [p for p in ROOT.rglob("*.yaml")
-              if not skip & set(p.relative_to(ROOT).parts) and p.read_bytes() == data]
+    copies = [
+        p
+        for p in ROOT.rglob("*.yaml")
+        if not skip & set(p.relative_to(ROOT).parts) and p.read_bytes() == data
+    ]
     assert copies == [ROOT / "src" / "gpu_ci" / "data" / TABLE_PATH.name]
 
 
@@ -90,29 +109,33 @@ def test_table_lookups():
 
 # -- require grammar -------------------------------------------------------------------------
 
+
 def facts(*gpus, cuda="13.0", driver="580.159.04"):
     return require_spec.Facts(cuda=cuda, driver=driver, gpus=gpus)
 
 
-@pytest.mark.parametrize(("line", "holds"), [
-    ("cuda>=12.4", True),
-    ("cuda>=13.1", False),
-    ("driver>=550,arch>=8.0", True),
-    ("driver>=590", False),
-    ("driver>=590 brand=tesla", True),                  # space = OR
-    ("driver>=590 brand=geforce", False),
-    ("arch=9.0", True),
-    ("arch<9.0", False),
-    ("gpu-count>=1", True),
-    ("gpu-count>=2", False),
-    ("memory>=140GiB", True),
-    ("memory>=141GB", True),                            # 150.7 GB
-    ("memory>=141GiB", False),
-    ("name=H200", True),
-    ("name=h100", False),
-    ("name!=A100", True),
-    ("brand=TESLA,cuda>=12.0,name=H200", True),        # comma = AND, case-insensitive
-])
+@pytest.mark.parametrize(
+    ("line", "holds"),
+    [
+        ("cuda>=12.4", True),
+        ("cuda>=13.1", False),
+        ("driver>=550,arch>=8.0", True),
+        ("driver>=590", False),
+        ("driver>=590 brand=tesla", True),  # space = OR
+        ("driver>=590 brand=geforce", False),
+        ("arch=9.0", True),
+        ("arch<9.0", False),
+        ("gpu-count>=1", True),
+        ("gpu-count>=2", False),
+        ("memory>=140GiB", True),
+        ("memory>=141GB", True),  # 150.7 GB
+        ("memory>=141GiB", False),
+        ("name=H200", True),
+        ("name=h100", False),
+        ("name!=A100", True),
+        ("brand=TESLA,cuda>=12.0,name=H200", True),  # comma = AND, case-insensitive
+    ],
+)
 def test_requirements(line, holds):
     req = require_spec.parse_requirement(line)
     assert (require_spec.unmet(req, facts(H200)) is None) is holds
@@ -129,13 +152,16 @@ def test_gpu_conditions_fail_without_gpus():
     assert require_spec.unmet(require_spec.parse_requirement("arch>=7.0"), facts()) is not None
 
 
-@pytest.mark.parametrize(("line", "match"), [
-    ("cuda~=12", "cannot read"),
-    ("vram>=4GiB", "cannot read 'vram>=4GiB'"),
-    ("cuda>=twelve", "unreadable value 'twelve'"),
-    ("memory>=lots", "unreadable value"),
-    ("name>=H100", "name takes only = or !="),
-])
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("cuda~=12", "cannot read"),
+        ("vram>=4GiB", "cannot read 'vram>=4GiB'"),
+        ("cuda>=twelve", "unreadable value 'twelve'"),
+        ("memory>=lots", "unreadable value"),
+        ("name>=H100", "name takes only = or !="),
+    ],
+)
 def test_unreadable_requirements_are_usage_errors(line, match):
     with pytest.raises(UsageError, match=match):
         require_spec.parse_lines([line])
@@ -146,23 +172,25 @@ def test_unreadable_requirements_are_usage_errors(line, match):
 GPUS = (H200, RTX)
 
 
-@pytest.mark.parametrize(("env", "names"), [
-    ({}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"CUDA_VISIBLE_DEVICES": ""}, []),
-    ({"CUDA_VISIBLE_DEVICES": "1"}, ["NVIDIA GeForce RTX 4090"]),
-    ({"CUDA_VISIBLE_DEVICES": "1,0"}, ["NVIDIA GeForce RTX 4090", "NVIDIA H200"]),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, ["NVIDIA H200"]),      # unique prefix
-    ({"CUDA_VISIBLE_DEVICES": "MIG-cccc3333"}, ["NVIDIA GeForce RTX 4090"]),
-    ({"CUDA_VISIBLE_DEVICES": "0,7,1"}, ["NVIDIA H200"]),          # stops at 7
-    # the container runtime's variable (host indices, read at container start) filters
-    # nothing inside: NVML lists the injected GPUs, numbered from 0
-    ({"NVIDIA_VISIBLE_DEVICES": "none"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "void"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "all"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "GPU-bbbb2222"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
-    ({"NVIDIA_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "1"},
-     ["NVIDIA GeForce RTX 4090"]),
-])
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+        ({"CUDA_VISIBLE_DEVICES": ""}, []),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, ["NVIDIA GeForce RTX 4090"]),
+        ({"CUDA_VISIBLE_DEVICES": "1,0"}, ["NVIDIA GeForce RTX 4090", "NVIDIA H200"]),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, ["NVIDIA H200"]),  # unique prefix
+        ({"CUDA_VISIBLE_DEVICES": "MIG-cccc3333"}, ["NVIDIA GeForce RTX 4090"]),
+        ({"CUDA_VISIBLE_DEVICES": "0,7,1"}, ["NVIDIA H200"]),  # stops at 7
+        # the container runtime's variable (host indices, read at container start) filters
+        # nothing inside: NVML lists the injected GPUs, numbered from 0
+        ({"NVIDIA_VISIBLE_DEVICES": "none"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "GPU-bbbb2222"}, ["NVIDIA H200", "NVIDIA GeForce RTX 4090"]),
+        ({"NVIDIA_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "1"}, ["NVIDIA GeForce RTX 4090"]),
+    ],
+)
 def test_visible_devices(env, names):
     # NVML's order (PCI bus): the default order on this 2-model host is in
     # tests/test_cuda_leftovers_device_order.py
@@ -173,25 +201,31 @@ def test_visible_devices(env, names):
 def test_unresolved_entry_is_reported():
     vis = visible_gpus(GPUS, {"CUDA_VISIBLE_DEVICES": "0,7,1"})
     assert vis.unresolved == "CUDA_VISIBLE_DEVICES entry '7'"
-    assert visible_gpus(GPUS, {"CUDA_VISIBLE_DEVICES": ""}).hidden_by == (
-        "CUDA_VISIBLE_DEVICES=''")
+    assert visible_gpus(GPUS, {"CUDA_VISIBLE_DEVICES": ""}).hidden_by == ("CUDA_VISIBLE_DEVICES=''")
 
 
 # -- frameworks --------------------------------------------------------------------------------
 
+
 def consumers(dists=None, files=None, conda_meta=(), nvcc=None):
-    return frameworks.consumers(frameworks.ProbeFacts(
-        dists=dists or {}, files=files or {}, conda_meta=conda_meta, nvcc=nvcc or {}))
+    return frameworks.consumers(
+        frameworks.ProbeFacts(
+            dists=dists or {}, files=files or {}, conda_meta=conda_meta, nvcc=nvcc or {}
+        )
+    )
 
 
-@pytest.mark.parametrize(("version", "version_py", "cuda", "cpu"), [
-    ("2.7.1+cu118", "cuda: Optional[str] = '11.8'\n", "11.8", False),
-    ("2.9.0+cu126", "cuda: Optional[str] = '12.6'\n", "12.6", False),
-    ("2.11.0+cu130", "cuda = '13.0'\n", "13.0", False),
-    ("2.13.0+cpu", "cuda: Optional[str] = None\n", None, True),
-    ("2.13.0", "cuda: Optional[str] = None\nhip: Optional[str] = '6.4.1'\n", None, False),
-    ("2.9.0+cu128", "", "12.8", False),                          # label when no version.py
-])
+@pytest.mark.parametrize(
+    ("version", "version_py", "cuda", "cpu"),
+    [
+        ("2.7.1+cu118", "cuda: Optional[str] = '11.8'\n", "11.8", False),
+        ("2.9.0+cu126", "cuda: Optional[str] = '12.6'\n", "12.6", False),
+        ("2.11.0+cu130", "cuda = '13.0'\n", "13.0", False),
+        ("2.13.0+cpu", "cuda: Optional[str] = None\n", None, True),
+        ("2.13.0", "cuda: Optional[str] = None\nhip: Optional[str] = '6.4.1'\n", None, False),
+        ("2.9.0+cu128", "", "12.8", False),  # label when no version.py
+    ],
+)
 def test_torch_builds(version, version_py, cuda, cpu):
     files = {"torch/version.py": version_py} if version_py else {}
     (torch,) = consumers({"torch": version}, files)
@@ -207,23 +241,38 @@ def test_torch_from_pypi_without_label_uses_the_runtime_wheel_pin():
 
 
 def test_cupy_jax_numba_tensorflow_conda_nvcc():
-    found = {c.name: c for c in consumers(
-        {"cupy-cuda12x": "13.6.0", "cupy-cuda13x": "14.2.0", "jax": "0.11.2",
-         "jax-cuda13-plugin": "0.11.2", "numba-cuda": "0.20.0",
-         "nvidia-cuda-runtime": "13.0.96", "tensorflow": "2.21.0", "cuda-toolkit": "13.0.2"},
-        {"tensorflow/python/platform/build_info.py":
-            wheelfacts.tensorflow_build_info()},
-        ["cuda-version-12.4-h3060b56_3.json", "python-3.12.1-h_cpython.json",
-         "cudatoolkit-11.8.0-h6a678d5_0.json"],
-        {"path": "/opt/cuda/bin/nvcc",
-         "version_json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}'})}
+    found = {
+        c.name: c
+        for c in consumers(
+            {
+                "cupy-cuda12x": "13.6.0",
+                "cupy-cuda13x": "14.2.0",
+                "jax": "0.11.2",
+                "jax-cuda13-plugin": "0.11.2",
+                "numba-cuda": "0.20.0",
+                "nvidia-cuda-runtime": "13.0.96",
+                "tensorflow": "2.21.0",
+                "cuda-toolkit": "13.0.2",
+            },
+            {"tensorflow/python/platform/build_info.py": wheelfacts.tensorflow_build_info()},
+            [
+                "cuda-version-12.4-h3060b56_3.json",
+                "python-3.12.1-h_cpython.json",
+                "cudatoolkit-11.8.0-h6a678d5_0.json",
+            ],
+            {
+                "path": "/opt/cuda/bin/nvcc",
+                "version_json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}',
+            },
+        )
+    }
     # no CUDA 12 runtime wheel next to it: any 12.x from the system, the minor is unknown
     assert found["cupy-cuda12x"].cuda == "12.x" and "any CUDA 12.x" in found["cupy-cuda12x"].source
     assert found["cupy-cuda12x"].cuda_tuple == (12, 0) and not found["cupy-cuda12x"].exact_minor
-    assert found["cupy-cuda13x"].cuda == "13.x"    # static cudart: not the runtime wheel's
+    assert found["cupy-cuda13x"].cuda == "13.x"  # static cudart: not the runtime wheel's
     assert found["jax-cuda13-plugin"].cuda == "13.0"
     assert found["numba-cuda"].cuda == "13.0"
-    assert found["tensorflow"].cuda == "12.5"    # the real generated OrderedDict format
+    assert found["tensorflow"].cuda == "12.5"  # the real generated OrderedDict format
     assert found["tensorflow"].arch == ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90")
     assert found["cuda-toolkit"].cuda == "13.0"
     assert found["conda cuda-version"].cuda == "12.4"
@@ -233,25 +282,40 @@ def test_cupy_jax_numba_tensorflow_conda_nvcc():
 
 
 def test_nvcc_version_output_and_cpu_only_jax():
-    found = {c.name: c for c in consumers(
-        {"jax": "0.11.2", "jaxlib": "0.11.2"},
-        nvcc={"path": "/usr/bin/nvcc", "nvcc_output":
-              "Cuda compilation tools, release 12.4, V12.4.131\n"})}
+    found = {
+        c.name: c
+        for c in consumers(
+            {"jax": "0.11.2", "jaxlib": "0.11.2"},
+            nvcc={
+                "path": "/usr/bin/nvcc",
+                "nvcc_output": "Cuda compilation tools, release 12.4, V12.4.131\n",
+            },
+        )
+    }
     assert found["nvcc"].cuda == "12.4" and found["nvcc"].version == "12.4.131"
     assert found["jax"].cpu_only
 
 
 # -- checks ------------------------------------------------------------------------------------
 
+
 def snapshot(*gpus, driver="580.159.04", cuda=13000):
     return NvmlSnapshot(ok=True, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
 
 
 def check(snap, found=(), env=None, requirements=(), deep=(), require_gpu=True, environ=None):
-    return cuda_checks.run_checks(cuda_checks.CheckInput(
-        snapshot=snap, visibility=visible_gpus(snap.gpus, environ or {}), consumers=found,
-        table=load_table(), env=env or cuda_checks.EnvFacts(), requirements=requirements,
-        deep=deep, require_gpu=require_gpu))
+    return cuda_checks.run_checks(
+        cuda_checks.CheckInput(
+            snapshot=snap,
+            visibility=visible_gpus(snap.gpus, environ or {}),
+            consumers=found,
+            table=load_table(),
+            env=env or cuda_checks.EnvFacts(),
+            requirements=requirements,
+            deep=deep,
+            require_gpu=require_gpu,
+        )
+    )
 
 
 def codes(findings):
@@ -259,8 +323,7 @@ def codes(findings):
 
 
 def consumer(name, cuda, version="1.0", family=None, arch=None):
-    return frameworks.CudaConsumer(name, version, cuda, "test", family=family or name,
-                                   arch=arch)
+    return frameworks.CudaConsumer(name, version, cuda, "test", family=family or name, arch=arch)
 
 
 def test_h200_with_matching_torch_is_clean():
@@ -268,8 +331,9 @@ def test_h200_with_matching_torch_is_clean():
 
 
 def test_newer_major_than_the_driver_is_an_error_with_the_minimum_driver():
-    (finding,) = check(snapshot(H200, driver="570.124.06", cuda=12080),
-                       [consumer("torch", "13.0", "2.11.0+cu130")])
+    (finding,) = check(
+        snapshot(H200, driver="570.124.06", cuda=12080), [consumer("torch", "13.0", "2.11.0+cu130")]
+    )
     assert finding.level == "error" and finding.code == "driver-too-old-for-cuda"
     assert "torch 2.11.0+cu130 (CUDA 13.0" in finding.message
     assert "supports CUDA 12.8 at most" in finding.message
@@ -282,15 +346,15 @@ def test_newer_major_than_the_driver_is_an_error_with_the_minimum_driver():
 
 
 def test_same_major_newer_minor_above_floor_is_a_warning():
-    (finding,) = check(snapshot(H200, driver="560.35.03", cuda=12060),
-                       [consumer("torch", "12.8")])
+    (finding,) = check(snapshot(H200, driver="560.35.03", cuda=12060), [consumer("torch", "12.8")])
     assert (finding.level, finding.code) == ("warning", "minor-version-compatibility")
     assert "PTX JIT" in finding.message
 
 
 def test_same_major_below_the_compat_floor_is_an_error():
-    (finding,) = check(snapshot(V100, driver="450.51.06", cuda=11000),
-                       [consumer("cupy-cuda11x", "11.2")])
+    (finding,) = check(
+        snapshot(V100, driver="450.51.06", cuda=11000), [consumer("cupy-cuda11x", "11.2")]
+    )
     assert finding.code == "driver-too-old-for-cuda"
     assert "minor-version compatibility floor 450.80.02" in finding.message
 
@@ -312,16 +376,25 @@ def test_cuda13_needs_compute_capability_7_5():
     assert "whl/cu126" in found[0].fix and "ships sm_70" in found[0].fix
 
 
-@pytest.mark.parametrize(("arch_list", "expected"), [
-    (["sm_80", "sm_86", "sm_90"], []),
-    (["sm_75", "sm_80", "compute_80"], ["arch-ptx-only"]),
-    (["sm_75", "sm_80"], ["no-kernel-image"]),
-    (["sm_90a"], []),
-    (["sm_100", "sm_120"], ["no-kernel-image"]),
-])
+@pytest.mark.parametrize(
+    ("arch_list", "expected"),
+    [
+        (["sm_80", "sm_86", "sm_90"], []),
+        (["sm_75", "sm_80", "compute_80"], ["arch-ptx-only"]),
+        (["sm_75", "sm_80"], ["no-kernel-image"]),
+        (["sm_90a"], []),
+        (["sm_100", "sm_120"], ["no-kernel-image"]),
+    ],
+)
 def test_deep_arch_lists(arch_list, expected):
-    deep = [{"name": "torch", "ok": True, "arch_list": arch_list,
-             "computations": [{"gpu": 0, "ok": True}]}]
+    deep = [
+        {
+            "name": "torch",
+            "ok": True,
+            "arch_list": arch_list,
+            "computations": [{"gpu": 0, "ok": True}],
+        }
+    ]
     found = check(snapshot(H200), deep=deep)
     assert codes(found) == expected
     if expected == ["no-kernel-image"]:
@@ -329,10 +402,19 @@ def test_deep_arch_lists(arch_list, expected):
 
 
 def test_deep_failures():
-    deep = [{"name": "torch", "ok": False, "arch_list": ["sm_90"], "error": "RuntimeError: x",
-             "computations": [{"gpu": 0, "ok": False, "error": "CUDA error: boom"}]}]
-    assert codes(check(snapshot(H200), deep=deep)) == ["deep-check-failed",
-                                                        "gpu-computation-failed"]
+    deep = [
+        {
+            "name": "torch",
+            "ok": False,
+            "arch_list": ["sm_90"],
+            "error": "RuntimeError: x",
+            "computations": [{"gpu": 0, "ok": False, "error": "CUDA error: boom"}],
+        }
+    ]
+    assert codes(check(snapshot(H200), deep=deep)) == [
+        "deep-check-failed",
+        "gpu-computation-failed",
+    ]
 
 
 def test_forward_compat_on_consumer_gpu_is_error_804():
@@ -357,21 +439,42 @@ def test_require_lines_must_all_hold():
     assert "'gpu-count>=2'" in found[0].message
 
 
-SICK = Gpu(0, "NVIDIA H200", "GPU-1", (9, 0), 1, brand="tesla", mig_enabled=True,
-           mig_uuids=("MIG-1", "MIG-2"), persistence_mode=False,
-           ecc_uncorrected_volatile=3, retired_pages_pending=True,
-           remapped_rows_pending=True, remapped_rows_failure=False, other_processes=2,
-           unreadable=("brand: UNKNOWN",))
+SICK = Gpu(
+    0,
+    "NVIDIA H200",
+    "GPU-1",
+    (9, 0),
+    1,
+    brand="tesla",
+    mig_enabled=True,
+    mig_uuids=("MIG-1", "MIG-2"),
+    persistence_mode=False,
+    ecc_uncorrected_volatile=3,
+    retired_pages_pending=True,
+    remapped_rows_pending=True,
+    remapped_rows_failure=False,
+    other_processes=2,
+    unreadable=("brand: UNKNOWN",),
+)
 
 
 def test_hardware_faults_are_errors_by_default():
     found = check(snapshot(SICK))
-    assert codes(found) == ["ecc-uncorrected-errors", "retired-pages-pending",
-                            "remapped-rows-pending", "gpu-busy", "mig-enabled",
-                            "persistence-mode-off", "health-unreadable"]
+    assert codes(found) == [
+        "ecc-uncorrected-errors",
+        "retired-pages-pending",
+        "remapped-rows-pending",
+        "gpu-busy",
+        "mig-enabled",
+        "persistence-mode-off",
+        "health-unreadable",
+    ]
     levels = {f.code: f.level for f in found}
     assert [c for c, lv in levels.items() if lv == "error"] == [
-        "ecc-uncorrected-errors", "retired-pages-pending", "remapped-rows-pending"]
+        "ecc-uncorrected-errors",
+        "retired-pages-pending",
+        "remapped-rows-pending",
+    ]
     assert "MIG-1, MIG-2" in found[4].message
     # "out of service" only for hardware faults, not for a pending remap or a busy GPU
     assert "take this GPU out of service" in found[0].fix
@@ -379,9 +482,15 @@ def test_hardware_faults_are_errors_by_default():
 
 
 def test_health_warn_downgrades_hardware_faults():
-    found = cuda_checks.run_checks(cuda_checks.CheckInput(
-        snapshot=snapshot(SICK), visibility=visible_gpus((SICK,), {}), consumers=(),
-        table=load_table(), health="warning"))
+    found = cuda_checks.run_checks(
+        cuda_checks.CheckInput(
+            snapshot=snapshot(SICK),
+            visibility=visible_gpus((SICK,), {}),
+            consumers=(),
+            table=load_table(),
+            health="warning",
+        )
+    )
     assert cuda_checks.failing(found, "error") == []
     assert len(cuda_checks.failing(found, "warning")) == 6
 
@@ -409,14 +518,24 @@ def test_observed_fixture_is_what_the_tests_use():
 
 # -- options -----------------------------------------------------------------------------------
 
+
 def test_options_are_validated_once():
     from gpu_ci.cuda.options import VerifyOptions, parse_options
 
-    opts = parse_options(require=["cuda>=12.4"], fail_on="Warning", frameworks_text="torch, cupy",
-                         health="warn", python=" /env/bin/python ")
+    opts = parse_options(
+        require=["cuda>=12.4"],
+        fail_on="Warning",
+        frameworks_text="torch, cupy",
+        health="warn",
+        python=" /env/bin/python ",
+    )
     assert isinstance(opts, VerifyOptions)
     assert (opts.fail_on, opts.health, opts.frameworks, opts.python) == (
-        "warning", "warning", ("torch", "cupy"), "/env/bin/python")
+        "warning",
+        "warning",
+        ("torch", "cupy"),
+        "/env/bin/python",
+    )
     assert [r.text for r in opts.requirements] == ["cuda>=12.4"]
     assert parse_options().frameworks is None and parse_options().health == "error"
     with pytest.raises(UsageError, match="'fail-on' must be one of error, warning"):
@@ -437,7 +556,8 @@ def test_python_and_selection_findings_live_in_the_wing():
     assert [f.level for f in python_findings("/no/python", None, "")] == ["error"]
     assert [f.level for f in python_findings("", None, "")] == ["info"]
     assert [f.code for f in python_findings("", "/usr/bin/python3", "exited 1")] == [
-        "python-probe-failed"]
+        "python-probe-failed"
+    ]
     assert python_findings("", "/usr/bin/python3", "") == []
     (missing,) = selection_findings(("torch", "cupy"), ["cupy"], "/env/bin/python")
     assert missing.code == "framework-not-found" and "torch" in missing.message

@@ -73,28 +73,41 @@ def chart(reference) -> str:
     return (reference / check.CHART_VALUES_NAME).read_text(encoding="utf-8")
 
 
-def problems_of(values: dict[str, Any], crd: Any, chart: str,
-                config_maps: list[Any] | None = None) -> list[Any]:
+def problems_of(
+    values: dict[str, Any], crd: Any, chart: str, config_maps: list[Any] | None = None
+) -> list[Any]:
     """All of check.py's findings, with the shipped hook template ConfigMap unless
     ``config_maps`` names others."""
     maps = [load(HOOK_TEMPLATE)] if config_maps is None else config_maps
     found = check.check_values(values, crd, chart, config_maps=maps)
     if not found:
         ars = check.render_autoscaling_runner_set(values)
-        found = check.operator_problems(ars, load(OPERATOR / "device-plugin-config.yaml"),
-                                        load(OPERATOR / "mig-parted-config.yaml"),
-                                        resource=check.step_gpu_resource(ars, maps))
+        found = check.operator_problems(
+            ars,
+            load(OPERATOR / "device-plugin-config.yaml"),
+            load(OPERATOR / "mig-parted-config.yaml"),
+            resource=check.step_gpu_resource(ars, maps),
+        )
     return found
 
 
 # -- the reference files ------------------------------------------------------------------------
 
+
 def test_the_reference_is_read_from_shared_not_copied(reference, tmp_path):
     assert check.REFERENCE.resolve() == reference.resolve()
     assert not list((ROOT / "deploy").rglob(check.CRD_NAME))
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--reference",
-                           str(tmp_path), str(ARC / "values-whole-gpu.yaml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(DEPLOY / "check.py"),
+            "--reference",
+            str(tmp_path),
+            str(ARC / "values-whole-gpu.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr and "--reference" in proc.stderr
 
@@ -108,16 +121,26 @@ def test_the_crd_is_the_autoscaling_runner_set_crd(crd):
 
 def test_documented_paths_are_read_from_the_chart_values(chart):
     paths = check.documented_value_paths(chart)
-    assert {("minRunners",), ("maxRunners",), ("containerMode", "type"), ("template", "spec"),
-            ("githubServerTLS", "runnerMountPath"), ("resourceMeta", "ephemeralRunner")} <= paths
+    assert {
+        ("minRunners",),
+        ("maxRunners",),
+        ("containerMode", "type"),
+        ("template", "spec"),
+        ("githubServerTLS", "runnerMountPath"),
+        ("resourceMeta", "ephemeralRunner"),
+    } <= paths
     assert ("maxRunner",) not in paths
 
 
 # -- each variant is clean ----------------------------------------------------------------------
 
+
 def test_there_are_three_variants():
-    assert [p.name for p in VARIANTS] == ["values-mig.yaml", "values-time-sliced.yaml",
-                                          "values-whole-gpu.yaml"]
+    assert [p.name for p in VARIANTS] == [
+        "values-mig.yaml",
+        "values-time-sliced.yaml",
+        "values-whole-gpu.yaml",
+    ]
 
 
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
@@ -134,8 +157,9 @@ def test_variant_passes_every_check(path, crd, chart):
 
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
 def test_check_cli_accepts_the_variant(path, reference):
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY / "check.py"), str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
@@ -145,21 +169,26 @@ def test_check_cli_rejects_a_broken_copy_and_says_how_to_fix(tmp_path, reference
     del values["template"]["spec"]["runtimeClassName"]
     bad = tmp_path / "values.yaml"
     bad.write_text(yaml.safe_dump(values))
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(bad)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY / "check.py"), str(bad)], capture_output=True, text=True
+    )
     assert proc.returncode == 1
     assert "runtimeClassName" in proc.stdout
     assert "Fix: set `runtimeClassName: nvidia`" in proc.stdout
 
 
 def test_check_cli_missing_file_is_a_usage_error(tmp_path):
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(tmp_path / "no.yaml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY / "check.py"), str(tmp_path / "no.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr
 
 
 # -- broken copies: each mistake users report is rejected ---------------------------------------
+
 
 def runner(values: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in values["template"]["spec"]["containers"] if c["name"] == "runner")
@@ -169,15 +198,23 @@ def gpu_on_sidecar(v):
     limits = runner(v)["resources"]["limits"]
     gpu = limits.pop("nvidia.com/gpu")
     v["template"]["spec"]["containers"].append(
-        {"name": "sidecar", "image": "busybox:1.36",
-         "resources": {"limits": {"nvidia.com/gpu": gpu}}})
+        {
+            "name": "sidecar",
+            "image": "busybox:1.36",
+            "resources": {"limits": {"nvidia.com/gpu": gpu}},
+        }
+    )
 
 
 def gpu_on_init_container(v):
     gpu = runner(v)["resources"]["limits"].pop("nvidia.com/gpu")
     v["template"]["spec"]["initContainers"] = [
-        {"name": "warmup", "image": "busybox:1.36",
-         "resources": {"limits": {"nvidia.com/gpu": gpu}}}]
+        {
+            "name": "warmup",
+            "image": "busybox:1.36",
+            "resources": {"limits": {"nvidia.com/gpu": gpu}},
+        }
+    ]
 
 
 def gpu_in_requests_only(v):
@@ -226,8 +263,9 @@ def no_tolerations(v):
 
 
 def toleration_for_another_taint(v):
-    v["template"]["spec"]["tolerations"] = [{"key": "sku", "operator": "Equal", "value": "gpu",
-                                             "effect": "NoSchedule"}]
+    v["template"]["spec"]["tolerations"] = [
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+    ]
 
 
 def no_node_selector(v):
@@ -270,8 +308,11 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("no-tolerations", no_tolerations, "no toleration for the `nvidia.com/gpu`"),
     ("toleration-for-another-taint", toleration_for_another_taint, "no toleration"),
     ("no-nodeSelector", no_node_selector, "no node selector"),
-    ("nodeSelector-on-a-label-set-after-boot", selects_on_a_late_label,
-     "a node autoscaler scaling the pool up from zero does not know the label"),
+    (
+        "nodeSelector-on-a-label-set-after-boot",
+        selects_on_a_late_label,
+        "a node autoscaler scaling the pool up from zero does not know the label",
+    ),
     ("privileged-runner", privileged_runner, "runs privileged"),
     ("latest-image", latest_image, "is not pinned"),
     ("no-runner-container", runner_renamed, "no container is named `runner`"),
@@ -279,8 +320,9 @@ BROKEN: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 ]
 
 
-@pytest.mark.parametrize("mutate,expected", [(m, e) for _, m, e in BROKEN],
-                         ids=[name for name, _, _ in BROKEN])
+@pytest.mark.parametrize(
+    "mutate,expected", [(m, e) for _, m, e in BROKEN], ids=[name for name, _, _ in BROKEN]
+)
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
 def test_broken_copy_is_rejected(path, mutate, expected, crd, chart):
     values = load(path)
@@ -313,6 +355,7 @@ def test_dind_rendering_puts_the_daemon_in_a_privileged_sidecar():
 
 # -- cross-file: what the pool advertises is what the runner asks for ---------------------------
 
+
 def test_time_sliced_variant_asks_for_what_its_pool_advertises():
     config = load(OPERATOR / "device-plugin-config.yaml")
     values = load(ARC / "values-time-sliced.yaml")
@@ -331,14 +374,16 @@ def test_mig_variant_asks_for_a_profile_its_layout_creates():
     assert values["maxRunners"] % 7 == 0
 
 
-@pytest.mark.parametrize("variant,resource,expected", [
-    ("values-time-sliced.yaml", "nvidia.com/gpu", "advertise nvidia.com/gpu.shared"),
-    ("values-mig.yaml", "nvidia.com/gpu", "advertise nvidia.com/mig-1g.18gb"),
-    ("values-mig.yaml", "nvidia.com/mig-1g.10gb", "advertise nvidia.com/mig-1g.18gb"),
-    ("values-whole-gpu.yaml", "nvidia.com/mig-1g.18gb", "selects no time-sliced or MIG pool"),
-])
-def test_resource_the_pool_does_not_advertise_is_rejected(variant, resource, expected, crd,
-                                                          chart):
+@pytest.mark.parametrize(
+    "variant,resource,expected",
+    [
+        ("values-time-sliced.yaml", "nvidia.com/gpu", "advertise nvidia.com/gpu.shared"),
+        ("values-mig.yaml", "nvidia.com/gpu", "advertise nvidia.com/mig-1g.18gb"),
+        ("values-mig.yaml", "nvidia.com/mig-1g.10gb", "advertise nvidia.com/mig-1g.18gb"),
+        ("values-whole-gpu.yaml", "nvidia.com/mig-1g.18gb", "selects no time-sliced or MIG pool"),
+    ],
+)
+def test_resource_the_pool_does_not_advertise_is_rejected(variant, resource, expected, crd, chart):
     values = load(ARC / variant)
     limits = runner(values)["resources"]["limits"]
     limits.pop(next(k for k in limits if k.startswith("nvidia.com/")))
@@ -356,8 +401,13 @@ def test_selecting_a_layout_that_does_not_exist_is_rejected(crd, chart):
 
 # -- core objects: kubernetes-validate ----------------------------------------------------------
 
-CORE = [ARC / "namespace.yaml", ARC / "networkpolicy.yaml", OPERATOR / "runtimeclass.yaml",
-        OPERATOR / "device-plugin-config.yaml", OPERATOR / "mig-parted-config.yaml"]
+CORE = [
+    ARC / "namespace.yaml",
+    ARC / "networkpolicy.yaml",
+    OPERATOR / "runtimeclass.yaml",
+    OPERATOR / "device-plugin-config.yaml",
+    OPERATOR / "mig-parted-config.yaml",
+]
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
@@ -366,11 +416,15 @@ def test_core_objects_validate(path):
     kubernetes_validate.validate(load(path), KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("path,mutate", [
-    (OPERATOR / "runtimeclass.yaml", lambda d: d.pop("handler")),
-    (OPERATOR / "device-plugin-config.yaml", lambda d: d.update(data={"x": 4})),
-    (ARC / "namespace.yaml", lambda d: d["metadata"].update(labelz={})),
-], ids=["runtimeclass-without-handler", "configmap-data-not-strings", "namespace-typo"])
+@pytest.mark.parametrize(
+    "path,mutate",
+    [
+        (OPERATOR / "runtimeclass.yaml", lambda d: d.pop("handler")),
+        (OPERATOR / "device-plugin-config.yaml", lambda d: d.update(data={"x": 4})),
+        (ARC / "namespace.yaml", lambda d: d["metadata"].update(labelz={})),
+    ],
+    ids=["runtimeclass-without-handler", "configmap-data-not-strings", "namespace-typo"],
+)
 def test_kubernetes_validate_rejects_broken_core_objects(path, mutate):
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     doc = copy.deepcopy(load(path))
@@ -419,10 +473,13 @@ def test_mig_layouts_use_valid_profiles_and_keep_all_disabled():
 
 # -- the namespace's Pod Security level holds for the runner pods --------------------------------
 
+
 @pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
 def test_runner_pods_meet_pod_security_restricted(path):
-    assert load(ARC / "namespace.yaml")["metadata"]["labels"][
-        "pod-security.kubernetes.io/enforce"] == "restricted"
+    assert (
+        load(ARC / "namespace.yaml")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        == "restricted"
+    )
     pod = check.render_autoscaling_runner_set(load(path))["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -435,6 +492,7 @@ def test_runner_pods_meet_pod_security_restricted(path):
 
 
 # -- the runner image ---------------------------------------------------------------------------
+
 
 def test_runner_image_pins_the_runner_and_adds_python_for_the_bootstrap():
     text = (ARC / "runner-image" / "Dockerfile").read_text(encoding="utf-8")
@@ -454,8 +512,14 @@ def test_runner_image_pins_the_runner_and_adds_python_for_the_bootstrap():
 #: Fraction of the board's memory per MIG profile of the H200 141GB ("Fraction of Memory",
 #: NVIDIA MIG User Guide, Supported MIG Profiles: H200 profiles follow the A100/H100 layout
 #: of 8 memory slices). https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html
-H200_MIG_MEMORY = {"1g.18gb": 1 / 8, "1g.35gb": 2 / 8, "2g.35gb": 2 / 8, "3g.71gb": 4 / 8,
-                   "4g.71gb": 4 / 8, "7g.141gb": 1}
+H200_MIG_MEMORY = {
+    "1g.18gb": 1 / 8,
+    "1g.35gb": 2 / 8,
+    "2g.35gb": 2 / 8,
+    "3g.71gb": 4 / 8,
+    "4g.71gb": 4 / 8,
+    "7g.141gb": 1,
+}
 
 
 def observed_h200() -> dict[str, Any]:
@@ -476,11 +540,17 @@ def facts_for(values: dict[str, Any]) -> require.Facts:
     if resource.startswith("nvidia.com/mig-"):
         profile = resource.removeprefix("nvidia.com/mig-")
         name, memory = f"{name} MIG {profile}", int(memory * H200_MIG_MEMORY[profile])
-    gpu = Gpu(index=0, name=name, uuid="GPU-0",
-              compute_capability=tuple(board["compute_capability"]),
-              memory_total_bytes=memory, brand="nvidia")
-    return require.Facts(cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
-                         driver=machine["driver_version"], gpus=(gpu,))
+    gpu = Gpu(
+        index=0,
+        name=name,
+        uuid="GPU-0",
+        compute_capability=tuple(board["compute_capability"]),
+        memory_total_bytes=memory,
+        brand="nvidia",
+    )
+    return require.Facts(
+        cuda=f"{cuda // 1000}.{cuda % 1000 // 10}", driver=machine["driver_version"], gpus=(gpu,)
+    )
 
 
 def example_pools() -> list[dict[str, Any]]:
@@ -496,7 +566,8 @@ def values_for_pool(pool: str) -> dict[str, Any]:
 
 def test_each_variant_has_an_example_row():
     assert sorted(row["pool"] for row in example_pools()) == sorted(
-        load(p)["runnerScaleSetName"] for p in VARIANTS)
+        load(p)["runnerScaleSetName"] for p in VARIANTS
+    )
 
 
 @pytest.mark.parametrize("row", example_pools(), ids=lambda r: r["pool"])
@@ -505,8 +576,10 @@ def test_example_require_accepts_the_gpu_the_pool_hands_a_job(row):
     lines = [line for line in row["require"].splitlines() if line.strip()]
     assert lines
     for requirement in require.parse_lines(lines):
-        assert require.unmet(requirement, facts) is None, (requirement.text,
-                                                           require.describe(facts))
+        assert require.unmet(requirement, facts) is None, (
+            requirement.text,
+            require.describe(facts),
+        )
 
 
 def test_mig_slice_is_smaller_than_its_name_suggests():
@@ -530,15 +603,20 @@ def test_network_policy_blocks_the_metadata_service_for_every_runner_pod():
     policy = load(ARC / "networkpolicy.yaml")
     assert policy["metadata"]["namespace"] == load(ARC / "namespace.yaml")["metadata"]["name"]
     assert policy["spec"]["podSelector"] == {}
-    blocks = [rule["ipBlock"] for egress in policy["spec"]["egress"] for rule in egress["to"]
-              if "ipBlock" in rule]
+    blocks = [
+        rule["ipBlock"]
+        for egress in policy["spec"]["egress"]
+        for rule in egress["to"]
+        if "ipBlock" in rule
+    ]
     assert blocks and all("169.254.169.254/32" in b["except"] for b in blocks)
 
 
 def test_deploy_check_is_ruff_clean():
     # `make test` lints src, tests, scripts and benchmarks; deploy/check.py is linted here.
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", str(DEPLOY)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", str(DEPLOY)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -548,9 +626,12 @@ def test_runner_pod_validates_as_a_kubernetes_pod(path):
     # Kubernetes API's own Pod schema (strict) of a current release.
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     template = check.render_autoscaling_runner_set(load(path))["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
-           "spec": template["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
+        "spec": template["spec"],
+    }
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
     broken = copy.deepcopy(pod)
     broken["spec"]["containers"][0]["resources"]["limitz"] = {}
@@ -559,6 +640,7 @@ def test_runner_pod_validates_as_a_kubernetes_pod(path):
 
 
 # -- the job-started admission hook stays wired on every GPU runner ------------------------------
+
 
 def test_admission_hook_path_is_the_one_the_runner_image_sets():
     text = (ARC / "runner-image" / "Dockerfile").read_text(encoding="utf-8")
@@ -596,21 +678,39 @@ def admission_token_in_plain_text(v):
 
 
 ADMISSION_BROKEN = [
-    ("hook-overridden", hook_overridden, "ACTIONS_RUNNER_HOOK_JOB_STARTED",
-     "remove the ACTIONS_RUNNER_HOOK_JOB_STARTED entry"),
-    ("allowed-workflows-missing", allowed_workflows_missing, "GPU_CI_ALLOWED_WORKFLOWS",
-     "GPU_CI_ALLOWED_WORKFLOWS"),
-    ("allowed-workflows-empty", allowed_workflows_empty, "GPU_CI_ALLOWED_WORKFLOWS",
-     "GPU_CI_ALLOWED_WORKFLOWS"),
-    ("admission-token-missing", admission_token_missing, "GPU_CI_ADMISSION_TOKEN",
-     "secretKeyRef"),
-    ("admission-token-in-plain-text", admission_token_in_plain_text, "GPU_CI_ADMISSION_TOKEN",
-     "secretKeyRef"),
+    (
+        "hook-overridden",
+        hook_overridden,
+        "ACTIONS_RUNNER_HOOK_JOB_STARTED",
+        "remove the ACTIONS_RUNNER_HOOK_JOB_STARTED entry",
+    ),
+    (
+        "allowed-workflows-missing",
+        allowed_workflows_missing,
+        "GPU_CI_ALLOWED_WORKFLOWS",
+        "GPU_CI_ALLOWED_WORKFLOWS",
+    ),
+    (
+        "allowed-workflows-empty",
+        allowed_workflows_empty,
+        "GPU_CI_ALLOWED_WORKFLOWS",
+        "GPU_CI_ALLOWED_WORKFLOWS",
+    ),
+    ("admission-token-missing", admission_token_missing, "GPU_CI_ADMISSION_TOKEN", "secretKeyRef"),
+    (
+        "admission-token-in-plain-text",
+        admission_token_in_plain_text,
+        "GPU_CI_ADMISSION_TOKEN",
+        "secretKeyRef",
+    ),
 ]
 
 
-@pytest.mark.parametrize("mutate,what,fix", [(m, w, f) for _, m, w, f in ADMISSION_BROKEN],
-                         ids=[name for name, *_ in ADMISSION_BROKEN])
+@pytest.mark.parametrize(
+    "mutate,what,fix",
+    [(m, w, f) for _, m, w, f in ADMISSION_BROKEN],
+    ids=[name for name, *_ in ADMISSION_BROKEN],
+)
 @pytest.mark.parametrize("path", [*VARIANTS, KUBE_MODE], ids=lambda p: p.stem)
 def test_unwired_admission_hook_is_rejected_with_the_fix(path, mutate, what, fix, crd, chart):
     values = load(path)
@@ -623,12 +723,12 @@ def test_unwired_admission_hook_is_rejected_with_the_fix(path, mutate, what, fix
 
 def test_the_admission_hook_set_to_its_own_path_is_accepted(crd, chart):
     values = load(ARC / "values-whole-gpu.yaml")
-    _env(values).append({"name": "ACTIONS_RUNNER_HOOK_JOB_STARTED",
-                         "value": check.ADMISSION_HOOK})
+    _env(values).append({"name": "ACTIONS_RUNNER_HOOK_JOB_STARTED", "value": check.ADMISSION_HOOK})
     assert [str(p) for p in problems_of(values, crd, chart)] == []
 
 
 # -- kubernetes container mode: the GPU goes to the workflow pod ---------------------------------
+
 
 def hook_template_doc() -> dict[str, Any]:
     """The pod template inside the shipped ConfigMap (a deep copy, safe to edit)."""
@@ -662,12 +762,14 @@ def test_kubernetes_mode_renders_what_the_chart_adds(crd):
     assert env["ACTIONS_RUNNER_CONTAINER_HOOKS"]["value"] == "/home/runner/k8s/index.js"
     assert env["ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"]["value"] == "true"
     assert env["ACTIONS_RUNNER_POD_NAME"]["valueFrom"] == {
-        "fieldRef": {"fieldPath": "metadata.name"}}
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["work"]["ephemeral"]["volumeClaimTemplate"]["spec"] == values[
-        "containerMode"]["kubernetesModeWorkVolumeClaim"]
-    assert volumes["hook-template"]["configMap"]["name"] == load(HOOK_TEMPLATE)["metadata"][
-        "name"]
+    assert (
+        volumes["work"]["ephemeral"]["volumeClaimTemplate"]["spec"]
+        == values["containerMode"]["kubernetesModeWorkVolumeClaim"]
+    )
+    assert volumes["hook-template"]["configMap"]["name"] == load(HOOK_TEMPLATE)["metadata"]["name"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["work"] == "/home/runner/_work"
     assert pod["serviceAccountName"].endswith("-kube-mode")
@@ -695,9 +797,12 @@ def test_workflow_pod_validates_and_meets_pod_security_restricted():
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     ars = check.render_autoscaling_runner_set(load(KUBE_MODE))
     spec = check.workflow_pod(ars, [load(HOOK_TEMPLATE)])
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "runner-x-workflow", "namespace": "gpu-ci-runners"},
-           "spec": spec}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner-x-workflow", "namespace": "gpu-ci-runners"},
+        "spec": spec,
+    }
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
     kubernetes_validate.validate(load(HOOK_TEMPLATE), KUBERNETES_VERSION, strict=True)
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -710,15 +815,19 @@ def test_workflow_pod_validates_and_meets_pod_security_restricted():
 def test_kubernetes_mode_runner_pod_validates_as_a_kubernetes_pod():
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     template = check.render_autoscaling_runner_set(load(KUBE_MODE))["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
-           "spec": template["spec"]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner-x", "namespace": "gpu-ci-runners"},
+        "spec": template["spec"],
+    }
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
 def test_check_cli_accepts_the_kubernetes_mode_variant(reference):
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), str(KUBE_MODE)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY / "check.py"), str(KUBE_MODE)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
@@ -728,8 +837,11 @@ def test_check_cli_reads_the_hook_template_it_is_given(tmp_path, reference):
     del job_container(template)["resources"]["limits"]["nvidia.com/gpu"]
     bad = tmp_path / "hook-template.yaml"
     bad.write_text(yaml.safe_dump(config_map_with(template)))
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--hook-template",
-                           str(bad), str(KUBE_MODE)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY / "check.py"), "--hook-template", str(bad), str(KUBE_MODE)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "$job" in proc.stdout and "Fix: " in proc.stdout
 
@@ -743,8 +855,9 @@ def hook_template_not_mounted(v, t):
 
 
 def hook_template_key_missing(v, t):
-    next(e for e in _env(v) if e["name"] == "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE")[
-        "value"] = "/etc/gpu-ci/hook-template/other.yaml"
+    next(e for e in _env(v) if e["name"] == "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE")["value"] = (
+        "/etc/gpu-ci/hook-template/other.yaml"
+    )
 
 
 def job_without_gpu(v, t):
@@ -754,7 +867,8 @@ def job_without_gpu(v, t):
 def job_gpu_in_requests_only(v, t):
     job = job_container(t)
     job["resources"]["requests"]["nvidia.com/gpu"] = job["resources"]["limits"].pop(
-        "nvidia.com/gpu")
+        "nvidia.com/gpu"
+    )
 
 
 def job_container_misnamed(v, t):
@@ -804,25 +918,41 @@ KUBE_BROKEN: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], None], s
     ("job-container-without-gpu", job_without_gpu, "the `$job` container has no GPU limit"),
     ("job-gpu-in-requests-only", job_gpu_in_requests_only, "requested but not limited"),
     ("job-container-misnamed", job_container_misnamed, "no container named `$job`"),
-    ("template-without-runtimeClassName", template_without_runtime_class,
-     "without the NVIDIA runtime"),
-    ("template-runtimeClassName-misspelt", template_runtime_class_misspelt,
-     "Additional properties are not allowed"),
+    (
+        "template-without-runtimeClassName",
+        template_without_runtime_class,
+        "without the NVIDIA runtime",
+    ),
+    (
+        "template-runtimeClassName-misspelt",
+        template_runtime_class_misspelt,
+        "Additional properties are not allowed",
+    ),
     ("template-without-nodeSelector", template_without_node_selector, "no node selector"),
-    ("template-without-tolerations", template_without_tolerations,
-     "no toleration for the `nvidia.com/gpu`"),
+    (
+        "template-without-tolerations",
+        template_without_tolerations,
+        "no toleration for the `nvidia.com/gpu`",
+    ),
     ("gpu-on-the-runner", gpu_on_the_runner_in_kubernetes_mode, "a GPU the job never sees"),
     ("runner-pod-on-another-pool", runner_pod_on_another_pool, "on the runner pod's node"),
-    ("runner-pod-without-toleration", runner_pod_without_toleration,
-     "the runner pod has no toleration"),
+    (
+        "runner-pod-without-toleration",
+        runner_pod_without_toleration,
+        "the runner pod has no toleration",
+    ),
     ("no-work-volume-claim", no_work_volume_claim, "kubernetesModeWorkVolumeClaim"),
-    ("docker-in-docker", docker_in_docker_instead,
-     "the stock docker:dind daemon has no NVIDIA runtime"),
+    (
+        "docker-in-docker",
+        docker_in_docker_instead,
+        "the stock docker:dind daemon has no NVIDIA runtime",
+    ),
 ]
 
 
-@pytest.mark.parametrize("mutate,expected", [(m, e) for _, m, e in KUBE_BROKEN],
-                         ids=[name for name, _, _ in KUBE_BROKEN])
+@pytest.mark.parametrize(
+    "mutate,expected", [(m, e) for _, m, e in KUBE_BROKEN], ids=[name for name, _, _ in KUBE_BROKEN]
+)
 def test_broken_kubernetes_mode_copy_is_rejected(mutate, expected, crd, chart):
     values, template = load(KUBE_MODE), hook_template_doc()
     mutate(values, template)
@@ -837,8 +967,16 @@ def test_kubernetes_mode_without_the_hook_template_manifest_is_rejected(crd, cha
 
 
 def test_check_cli_missing_hook_template_is_a_usage_error(tmp_path, reference):
-    proc = subprocess.run([sys.executable, str(DEPLOY / "check.py"), "--hook-template",
-                           str(tmp_path / "none.yaml"), str(KUBE_MODE)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(DEPLOY / "check.py"),
+            "--hook-template",
+            str(tmp_path / "none.yaml"),
+            str(KUBE_MODE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "none.yaml does not exist" in proc.stderr

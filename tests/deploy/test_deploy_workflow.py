@@ -42,8 +42,15 @@ def uses(step: dict[str, Any]) -> str:
 
 def test_it_is_a_reusable_workflow_with_the_flow_inputs(workflow):
     inputs = trigger(workflow)["workflow_call"]["inputs"]
-    assert {"label", "gpu-runs-on", "cpu-runs-on", "lock-file", "build-command",
-            "test-command", "require"} <= set(inputs)
+    assert {
+        "label",
+        "gpu-runs-on",
+        "cpu-runs-on",
+        "lock-file",
+        "build-command",
+        "test-command",
+        "require",
+    } <= set(inputs)
     assert inputs["gpu-runs-on"]["required"] is True
     assert "default" not in inputs["gpu-runs-on"]  # no self-hosted default
     assert workflow["permissions"] == {}
@@ -60,18 +67,27 @@ def test_jobs_run_gate_then_build_on_cpu_then_test_on_gpu_then_results(workflow)
         assert jobs[job]["runs-on"] == "${{ inputs.cpu-runs-on }}"
     assert jobs["test"]["runs-on"] == "${{ fromJSON(needs.gate.outputs.runs-on) }}"
     for job in ("build", "test"):
-        assert jobs[job]["if"] == ("needs.gate.outputs.run == 'true' && "
-                                   "needs.gate.outputs.attempt == github.run_attempt")
+        assert jobs[job]["if"] == (
+            "needs.gate.outputs.run == 'true' && needs.gate.outputs.attempt == github.run_attempt"
+        )
     gate = steps(workflow, "gate")[0]
     assert uses(gate).startswith(OWN + "gpu-gate@")
     assert gate["with"]["gpu-runs-on"] == "${{ inputs.gpu-runs-on }}"
 
 
 def test_the_gpu_job_installs_checks_tests_and_reports_in_that_order(workflow):
-    names = [uses(s).split("@")[0].removeprefix(OWN) or s.get("name") for s in
-             steps(workflow, "test")]
-    assert names == ["gpu-monitor", "actions/checkout", "setup-conda-from-lock",
-                     "actions/download-artifact", "verify-cuda-env", "Test", "gpu-monitor"]
+    names = [
+        uses(s).split("@")[0].removeprefix(OWN) or s.get("name") for s in steps(workflow, "test")
+    ]
+    assert names == [
+        "gpu-monitor",
+        "actions/checkout",
+        "setup-conda-from-lock",
+        "actions/download-artifact",
+        "verify-cuda-env",
+        "Test",
+        "gpu-monitor",
+    ]
     first, last = steps(workflow, "test")[0], steps(workflow, "test")[-1]
     assert first["with"] == {"mode": "start"}
     assert last["with"] == {"mode": "report"} and last["if"] == "always()"
@@ -88,8 +104,10 @@ def test_the_artifact_built_on_cpu_is_the_one_the_gpu_job_downloads(workflow):
 def test_both_jobs_check_out_exactly_the_approved_commit_without_credentials(workflow):
     for job in ("build", "test"):
         checkout = next(s for s in steps(workflow, job) if "actions/checkout" in uses(s))
-        assert checkout["with"] == {"ref": "${{ needs.gate.outputs.sha }}",
-                                    "persist-credentials": False}
+        assert checkout["with"] == {
+            "ref": "${{ needs.gate.outputs.sha }}",
+            "persist-credentials": False,
+        }
 
 
 def test_no_expression_inside_run_and_third_party_actions_pinned_by_sha(workflow):
@@ -118,12 +136,14 @@ def test_inputs_given_to_our_actions_exist():
 def test_gpu_monitor_takes_a_mode():
     action = ROOT / "actions" / "gpu-monitor" / "action.yml"
     if not action.exists():
-        pytest.skip("actions/gpu-monitor is built by issue 15 on another branch; the lead "
-                    "merges both")
+        pytest.skip(
+            "actions/gpu-monitor is built by issue 15 on another branch; the lead merges both"
+        )
     assert "mode" in (load(action).get("inputs") or {})
 
 
 # -- the results job's shell, run under bash -----------------------------------------------------
+
 
 def run_results(tmp_path: Path, **env: str) -> tuple[int, str, str]:
     script = steps(load(WORKFLOW), "results")[0]["run"]
@@ -135,40 +155,60 @@ def run_results(tmp_path: Path, **env: str) -> tuple[int, str, str]:
 
 def test_results_fail_when_the_gate_skips(tmp_path):
     """Issue 26: a required check must not pass for GPU tests that did not run."""
-    code, out, summary = run_results(tmp_path, RUN="false", REASON="no label", GATE="success",
-                                     BUILD="skipped", TEST="skipped")
+    code, out, summary = run_results(
+        tmp_path, RUN="false", REASON="no label", GATE="success", BUILD="skipped", TEST="skipped"
+    )
     assert code == 1 and "did not run: no label" in out
     assert "| test (GPU) | skipped |" in summary
 
 
 def test_results_pass_when_build_and_tests_pass(tmp_path):
-    code, _, summary = run_results(tmp_path, RUN="true", REASON="approved", GATE="success",
-                                   BUILD="success", TEST="success", GATE_ATTEMPT="1",
-                                   GITHUB_RUN_ATTEMPT="1")
+    code, _, summary = run_results(
+        tmp_path,
+        RUN="true",
+        REASON="approved",
+        GATE="success",
+        BUILD="success",
+        TEST="success",
+        GATE_ATTEMPT="1",
+        GITHUB_RUN_ATTEMPT="1",
+    )
     assert code == 0 and "| build (CPU) | success |" in summary
 
 
-@pytest.mark.parametrize("build,test", [("failure", "skipped"), ("success", "failure"),
-                                        ("success", "cancelled")])
+@pytest.mark.parametrize(
+    "build,test", [("failure", "skipped"), ("success", "failure"), ("success", "cancelled")]
+)
 def test_results_fail_when_build_or_tests_fail(tmp_path, build, test):
-    code, out, _ = run_results(tmp_path, RUN="true", REASON="approved", GATE="success",
-                               BUILD=build, TEST=test, GATE_ATTEMPT="1", GITHUB_RUN_ATTEMPT="1")
+    code, out, _ = run_results(
+        tmp_path,
+        RUN="true",
+        REASON="approved",
+        GATE="success",
+        BUILD=build,
+        TEST=test,
+        GATE_ATTEMPT="1",
+        GITHUB_RUN_ATTEMPT="1",
+    )
     assert code == 1 and "::error title=GPU CI::" in out
 
 
 def test_results_fail_when_the_gate_fails(tmp_path):
-    code, out, _ = run_results(tmp_path, RUN="", REASON="", GATE="failure", BUILD="skipped",
-                               TEST="skipped")
+    code, out, _ = run_results(
+        tmp_path, RUN="", REASON="", GATE="failure", BUILD="skipped", TEST="skipped"
+    )
     assert code == 1 and "gate job did not succeed" in out
 
 
 # -- the example calls it ------------------------------------------------------------------------
 
+
 def test_example_calls_the_reusable_workflow_with_its_required_inputs(workflow):
     job = load(EXAMPLE)["jobs"]["gpu"]
     assert job["uses"].startswith("gpu-ci-actions/gpu-ci-actions/.github/workflows/gpu-ci.yml@")
-    required = {k for k, v in trigger(workflow)["workflow_call"]["inputs"].items()
-                if v.get("required")}
+    required = {
+        k for k, v in trigger(workflow)["workflow_call"]["inputs"].items() if v.get("required")
+    }
     assert required <= set(job["with"])
     assert set(job["with"]) <= set(trigger(workflow)["workflow_call"]["inputs"])
     assert job["permissions"] == {"contents": "read", "pull-requests": "read"}

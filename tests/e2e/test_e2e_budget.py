@@ -20,20 +20,22 @@ WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "budget.yml"
 def server(github):
     github.add_repo(REPO, roles={"Codertocat": "maintain"})
     github.add_pull(REPO, PullRequest(2, HEAD, labels=["CUDA CI"]))
-    month_of_runs(github, per_day=2, days=10)   # 20 GPU runs × 12 min: $12.48
+    month_of_runs(github, per_day=2, days=10)  # 20 GPU runs × 12 min: $12.48
     return github
 
 
 def env(server):
-    return {"GITHUB_API_URL": server.url, "GPU_CI_NOW": "2026-11-30T14:00:00Z",
-            "GPU_CI_PRINT_SUMMARY": "1"}
+    return {
+        "GITHUB_API_URL": server.url,
+        "GPU_CI_NOW": "2026-11-30T14:00:00Z",
+        "GPU_CI_PRINT_SUMMARY": "1",
+    }
 
 
 def test_gate_refuses_over_budget_with_summary(act, server):
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
-    result = act(WORKFLOW, "pull_request", event, job="gate", repository=REPO,
-                 env=env(server))
+    result = act(WORKFLOW, "pull_request", event, job="gate", repository=REPO, env=env(server))
     assert result.returncode == 0, result.log
     out = result.outputs
     assert out["run"] == "false" and out["spent"] == "12.48" and out["left"] == "2.52"
@@ -45,12 +47,13 @@ def test_gate_refuses_over_budget_with_summary(act, server):
 def test_spend_report(act, server, monkeypatch):
     from tests.github.runs import iso, monitor_report, upload
 
-    first = server.repos[REPO].runs[0]                  # a gpu-monitor report for one job
+    first = server.repos[REPO].runs[0]  # a gpu-monitor report for one job
     start = datetime.fromisoformat(first.created_at.replace("Z", "+00:00"))
     assert iso(start) == first.created_at
     upload(server, first, monitor_report(monkeypatch, start))
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, job="spend", repository=REPO,
-                 env=env(server))
+    result = act(
+        WORKFLOW, "workflow_dispatch", {"inputs": {}}, job="spend", repository=REPO, env=env(server)
+    )
     assert result.returncode == 0, result.log
     out = result.outputs
     assert (out["minutes"], out["cost"]) == ("240", "12.48")

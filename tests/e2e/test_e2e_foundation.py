@@ -11,8 +11,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_root_action_runs_under_act(act):
-    result = act(ROOT / "tests" / "e2e" / "workflows" / "version.yml", "workflow_dispatch",
-                 {"inputs": {}})
+    result = act(
+        ROOT / "tests" / "e2e" / "workflows" / "version.yml", "workflow_dispatch", {"inputs": {}}
+    )
     assert result.returncode == 0, result.log
     assert f"gpu-ci {__version__}" in result.log
     assert result.outputs["version"] == f"gpu-ci {__version__}"

@@ -24,21 +24,35 @@ def server(github):
 def test_labelled_pull_request_runs_on_gpu(act, server):
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
-    result = act(EXAMPLE, "pull_request", event, job="gate", repository=REPO,
-                 env={"GITHUB_API_URL": server.url})
+    result = act(
+        EXAMPLE,
+        "pull_request",
+        event,
+        job="gate",
+        repository=REPO,
+        env={"GITHUB_API_URL": server.url},
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "true"
     assert result.outputs["sha"] == HEAD
     # the example names its runner group (there is no default)
     assert result.outputs["runs-on"] == '{"group":"gpu-ephemeral","labels":["linux","gpu"]}'
     assert [r.path for r in server.log][-2:] == [
-        f"/repos/{REPO}/collaborators/Codertocat/permission", f"/repos/{REPO}/pulls/2"]
+        f"/repos/{REPO}/collaborators/Codertocat/permission",
+        f"/repos/{REPO}/pulls/2",
+    ]
     assert server.log[-1].headers["Authorization"] == "token e2e-token"
 
 
 def test_other_label_does_not_run(act, server):
-    result = act(EXAMPLE, "pull_request", webhook("pull_request.labeled"), job="gate",
-                 repository=REPO, env={"GITHUB_API_URL": server.url})
+    result = act(
+        EXAMPLE,
+        "pull_request",
+        webhook("pull_request.labeled"),
+        job="gate",
+        repository=REPO,
+        env={"GITHUB_API_URL": server.url},
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "false"
     assert result.outputs["runs-on"] == '"ubuntu-latest"'

@@ -15,13 +15,13 @@ pytestmark = pytest.mark.e2e
 WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "monitor.yml"
 
 
-
 def test_start_step_report_under_act(act, tmp_path):
     env = fake_gpu_env(tmp_path, E2E_SCRIPT, samples=45)
     env.pop("RUNNER_TEMP")  # act's runner sets its own
     env.pop("INPUT_INTERVAL")
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}},
-                 env={**env, "GPU_CI_PRINT_SUMMARY": "1"})
+    result = act(
+        WORKFLOW, "workflow_dispatch", {"inputs": {}}, env={**env, "GPU_CI_PRINT_SUMMARY": "1"}
+    )
     assert result.returncode == 0, result.log[-6000:]
     out = result.outputs
     assert out["start-gpu-count"] == "1"
@@ -37,4 +37,4 @@ def test_start_step_report_under_act(act, tmp_path):
     text = "\n".join(lines)
     assert "```mermaid\nxychart-beta" in text
     if unavailable() is None:
-        assert_charts_parse(text[text.index("```mermaid"):])  # the log repeats it
+        assert_charts_parse(text[text.index("```mermaid") :])  # the log repeats it

@@ -22,13 +22,17 @@ def job_env(tmp_path):
     env.pop("RUNNER_TEMP")  # act's runner sets its own
     env.pop("INPUT_INTERVAL")
     report = tmp_path / "out" / "report.json"
-    return {**env, "GPU_CI_PRINT_SUMMARY": "1", "E2E_REPORT": str(report),
-            "E2E_CANCEL_ME": str(tmp_path / "cancel-me")}, report
+    return {
+        **env,
+        "GPU_CI_PRINT_SUMMARY": "1",
+        "E2E_REPORT": str(report),
+        "E2E_CANCEL_ME": str(tmp_path / "cancel-me"),
+    }, report
 
 
 def assert_reported(result, report):
     """The post step ran the report: its summary in the log, its JSON report on disk."""
-    post = result.log[result.log.index(POST):]
+    post = result.log[result.log.index(POST) :]
     assert SUMMARY in post, result.log[-6000:]
     # the report's outputs (act logs them): price-per-hour reached it (the runner passes a
     # JavaScript action's inputs as INPUT_PRICE-PER-HOUR)
@@ -54,8 +58,14 @@ def test_one_step_form_reports_after_a_failed_step(act, tmp_path):
 
 def test_one_step_form_reports_after_a_cancellation(act, tmp_path):
     env, report = job_env(tmp_path)
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, env=env, job="cancelled",
-                 interrupt_when=tmp_path / "cancel-me")
+    result = act(
+        WORKFLOW,
+        "workflow_dispatch",
+        {"inputs": {}},
+        env=env,
+        job="cancelled",
+        interrupt_when=tmp_path / "cancel-me",
+    )
     assert (tmp_path / "cancel-me").exists(), result.log[-6000:]
     assert result.returncode != 0, result.log[-6000:]
     log = result.log
@@ -74,7 +84,7 @@ def test_one_step_form_reports_nothing_when_its_start_failed(act, tmp_path):
     assert result.returncode != 0, result.log[-6000:]  # the start's bad input
     log = result.log
     assert "input 'interval' of gpu-monitor must be seconds" in log
-    post = log[log.index(POST):]
+    post = log[log.index(POST) :]
     assert "gpu-monitor did not start in this job (see its main step)" in post, log[-6000:]
     assert "found no samples" not in log and "### gpu-monitor" not in log
     assert not report.exists()

@@ -18,20 +18,32 @@ def test_remover_takes_the_label_off(act, github):
     github.add_pull(REPO, PullRequest(2, "a" * 40, labels=["CUDA CI", "bug"]))
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
-    result = act(EXAMPLE, "pull_request_target", event, repository=REPO, job="remove-label",
-                 env={"GITHUB_API_URL": github.url})
+    result = act(
+        EXAMPLE,
+        "pull_request_target",
+        event,
+        repository=REPO,
+        job="remove-label",
+        env={"GITHUB_API_URL": github.url},
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["removed"] == '["CUDA CI"]'
     assert github.repos[REPO].pulls[2].labels == ["bug"]
     assert [(r.method, r.path) for r in github.log] == [
-        ("DELETE", f"/repos/{REPO}/issues/2/labels/CUDA%20CI")]
+        ("DELETE", f"/repos/{REPO}/issues/2/labels/CUDA%20CI")
+    ]
 
 
 def test_remover_ignores_other_labels(act, github):
     github.add_repo(REPO)
     github.add_pull(REPO, PullRequest(2, "a" * 40, labels=["CUDA CI", "bug"]))
-    result = act(EXAMPLE, "pull_request_target", webhook("pull_request.labeled"),
-                 repository=REPO, env={"GITHUB_API_URL": github.url})
+    result = act(
+        EXAMPLE,
+        "pull_request_target",
+        webhook("pull_request.labeled"),
+        repository=REPO,
+        env={"GITHUB_API_URL": github.url},
+    )
     assert result.returncode == 0, result.log
     assert github.log == []
     assert github.repos[REPO].pulls[2].labels == ["CUDA CI", "bug"]

@@ -10,8 +10,12 @@ pytestmark = pytest.mark.e2e
 
 
 def test_self_test_local_job(act):
-    result = act(ROOT / ".github" / "workflows" / "self-test.yml", "workflow_dispatch",
-                 {"inputs": {}}, job="local")
+    result = act(
+        ROOT / ".github" / "workflows" / "self-test.yml",
+        "workflow_dispatch",
+        {"inputs": {}},
+        job="local",
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "true"
     assert result.outputs["packages"] == "6"

@@ -18,8 +18,12 @@ def test_later_plain_step_sees_binaries_and_activation(act, tmp_path):
     try:
         lock = tmp_path / "conda-linux-64.lock"
         lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
-        result = act(ROOT / "tests" / "e2e" / "workflows" / "setup-conda.yml",
-                     "workflow_dispatch", {"inputs": {}}, env={"E2E_LOCK": str(lock)})
+        result = act(
+            ROOT / "tests" / "e2e" / "workflows" / "setup-conda.yml",
+            "workflow_dispatch",
+            {"inputs": {}},
+            env={"E2E_LOCK": str(lock)},
+        )
     finally:
         channel.server.stop()
     assert result.returncode == 0, result.log

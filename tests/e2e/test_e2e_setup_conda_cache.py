@@ -33,9 +33,13 @@ def cache_standin(tmp_path_factory):
         pytest.skip("npm is needed to install @actions/cache for the actions/cache stand-in")
     folder = tmp_path_factory.mktemp("actions-cache")
     shutil.copytree(ROOT / "tests" / "e2e" / "actions-cache", folder, dirs_exist_ok=True)
-    proc = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--no-save",
-                           *NPM_PACKAGES], cwd=folder, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--no-save", *NPM_PACKAGES],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return folder
 
@@ -43,19 +47,33 @@ def cache_standin(tmp_path_factory):
 def _run(act, workflow: str, lock, root, tmp_path, cache_standin):
     """The e2e workflow under act, with act's own cache server and actions/cache at its
     pinned commit mapped to the stand-in."""
-    return act(ROOT / "tests" / "e2e" / "workflows" / workflow, "workflow_dispatch",
-               {"inputs": {}}, env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
-               act_args=["--cache-server-addr", "127.0.0.1", "--cache-server-port", "0",
-                         "--cache-server-path", str(tmp_path / "actcache"),
-                         "--local-repository",
-                         f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}"],
-               timeout=600)
+    return act(
+        ROOT / "tests" / "e2e" / "workflows" / workflow,
+        "workflow_dispatch",
+        {"inputs": {}},
+        env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
+        act_args=[
+            "--cache-server-addr",
+            "127.0.0.1",
+            "--cache-server-port",
+            "0",
+            "--cache-server-path",
+            str(tmp_path / "actcache"),
+            "--local-repository",
+            f"actions/cache@{ACTIONS_CACHE_SHA}={cache_standin}",
+        ],
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("workflow", ["setup-conda-cache.yml", "setup-conda-cache-root.yml"],
-                         ids=["per-action", "root-action"])
-def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cache_standin,
-                                                             workflow):
+@pytest.mark.parametrize(
+    "workflow",
+    ["setup-conda-cache.yml", "setup-conda-cache-root.yml"],
+    ids=["per-action", "root-action"],
+)
+def test_second_job_restores_the_cache_and_downloads_nothing(
+    act, tmp_path, cache_standin, workflow
+):
     channel = build_channel(tmp_path / "chan", with_python=False)
     channel.server = ChannelServer(tmp_path / "chan").start()
     lock = tmp_path / "conda-linux-64.lock"
@@ -77,8 +95,9 @@ def test_second_job_restores_the_cache_and_downloads_nothing(act, tmp_path, cach
         assert [s for _, s in channel.server.requests(archive.filename)] == [200], archive
 
 
-def test_environment_mode_restores_the_finished_environment_and_reuses_it(act, tmp_path,
-                                                                          cache_standin):
+def test_environment_mode_restores_the_finished_environment_and_reuses_it(
+    act, tmp_path, cache_standin
+):
     channel = build_channel(tmp_path / "chan", with_python=False)
     channel.server = ChannelServer(tmp_path / "chan").start()
     lock = tmp_path / "conda-linux-64.lock"

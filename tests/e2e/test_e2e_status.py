@@ -26,8 +26,7 @@ WATCHDOG = ROOT / "examples" / "cuda-ci-watchdog.yml"
 
 
 def ago(minutes: float) -> str:
-    return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+    return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def from_fork(event: dict, sender: str) -> dict:
@@ -39,8 +38,11 @@ def from_fork(event: dict, sender: str) -> dict:
 
 def gpu_ci(github, sha: str) -> list[tuple[str, str]]:
     """(state, description) of the commit's GPU CI statuses, oldest first."""
-    return [(s["state"], s["description"]) for s in
-            reversed(github.repos[REPO].statuses.get(sha, [])) if s["context"] == "GPU CI"]
+    return [
+        (s["state"], s["description"])
+        for s in reversed(github.repos[REPO].statuses.get(sha, []))
+        if s["context"] == "GPU CI"
+    ]
 
 
 @pytest.fixture
@@ -64,12 +66,21 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     env = {"GITHUB_API_URL": github.url}
 
     # 1. opened: waiting for approval
-    opened = act(REMOVER, "pull_request_target",
-                 from_fork(webhook("pull_request.opened"), "contributor"),
-                 repository=REPO, env=env)
+    opened = act(
+        REMOVER,
+        "pull_request_target",
+        from_fork(webhook("pull_request.opened"), "contributor"),
+        repository=REPO,
+        env=env,
+    )
     assert opened.returncode == 0, opened.log
-    assert gpu_ci(github, HEAD) == [("pending", "Waiting for approval: someone with write "
-                                     "access or higher applies the 'CUDA CI' label.")]
+    assert gpu_ci(github, HEAD) == [
+        (
+            "pending",
+            "Waiting for approval: someone with write "
+            "access or higher applies the 'CUDA CI' label.",
+        )
+    ]
 
     # 2. a maintainer applies the label: the label comes off, the status names the approver
     pr.labels.append("CUDA CI")
@@ -79,13 +90,23 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert labeled.returncode == 0, labeled.log
     assert pr.labels == []
     assert gpu_ci(github, HEAD)[-1] == (
-        "pending", f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.")
+        "pending",
+        f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+    )
 
     # 3. the GPU workflow's run (its jobs as GitHub reports them) completes
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
-                      actor="maintainer", head_branch="changes")
-    run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ago(30)),
-                Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(29))]
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        ".github/workflows/cuda-ci.yml",
+        HEAD,
+        actor="maintainer",
+        head_branch="changes",
+    )
+    run.jobs = [
+        Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ago(30)),
+        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(29)),
+    ]
     github.add_run(REPO, run)
     github.start_job(run.jobs[0].id, ago(30))
     github.complete_job(run.jobs[0].id, ago(29))
@@ -95,11 +116,19 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     done["repository"]["full_name"] = REPO
     approved_at = github.repos[REPO].statuses[HEAD][0]["created_at"]  # the label created the run
     done["workflow_run"].update(
-        id=run.id, head_sha=HEAD, event="pull_request", run_attempt=1, pull_requests=[],
-        path=run.path, created_at=approved_at, run_started_at=approved_at,
+        id=run.id,
+        head_sha=HEAD,
+        event="pull_request",
+        run_attempt=1,
+        pull_requests=[],
+        path=run.path,
+        created_at=approved_at,
+        run_started_at=approved_at,
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
-        triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK},
-        workflow_id=run.workflow_id)
+        triggering_actor={"login": "maintainer"},
+        head_repository={"full_name": FORK},
+        workflow_id=run.workflow_id,
+    )
     requested = json.loads(json.dumps(done))
     requested["action"] = "requested"
     requested["workflow_run"].update(status="queued", conclusion=None)
@@ -107,14 +136,17 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert started.returncode == 0, started.log
     latest = github.repos[REPO].statuses[HEAD][0]
     assert (latest["state"], latest["description"], latest["target_url"]) == (
-        "pending", "Approved by @maintainer: GPU run in progress.",
-        f"https://github.com/{REPO}/actions/runs/{run.id}/attempts/1")
+        "pending",
+        "Approved by @maintainer: GPU run in progress.",
+        f"https://github.com/{REPO}/actions/runs/{run.id}/attempts/1",
+    )
     result = act(STATUS, "workflow_run", done, repository=REPO, env=env)
     assert result.returncode == 0, result.log
     state, description = gpu_ci(github, HEAD)[-1]
     assert state == "success"
-    assert description == (f"GPU tests passed on {HEAD[:12]} (approved by @maintainer); "
-                           "waited 7 min for a runner.")
+    assert description == (
+        f"GPU tests passed on {HEAD[:12]} (approved by @maintainer); waited 7 min for a runner."
+    )
 
     # 4. the contributor pushes after the approval: the new head waits again
     pr.head_sha = HEAD2
@@ -123,9 +155,13 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     push.update(before=HEAD, after=HEAD2)
     pushed = act(REMOVER, "pull_request_target", push, repository=REPO, env=env)
     assert pushed.returncode == 0, pushed.log
-    assert gpu_ci(github, HEAD2) == [(
-        "pending", f"New push (was {HEAD[:12]}): waiting for approval; someone with write "
-        "access or higher applies 'CUDA CI'.")]
+    assert gpu_ci(github, HEAD2) == [
+        (
+            "pending",
+            f"New push (was {HEAD[:12]}): waiting for approval; someone with write "
+            "access or higher applies 'CUDA CI'.",
+        )
+    ]
     assert gpu_ci(github, HEAD)[-1][0] == "success"  # the old commit keeps its result
     # Every write went to statuses or the label; nothing touched the pull request's code.
     writes = {(r.method, r.path.split("/")[4]) for r in github.log if r.method != "GET"}
@@ -138,8 +174,14 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
     request and deletes the fork while it runs (head_repository null). The unmodified
     cuda-ci-status.yml posts nothing, with or without an approval of the head."""
     github.add_repo(REPO, roles={"maintainer": "write"})
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/fake.yml", HEAD,
-                      event="pull_request_review", actor="contributor")
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        ".github/workflows/fake.yml",
+        HEAD,
+        event="pull_request_review",
+        actor="contributor",
+    )
     run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=ago(30))]
     github.add_run(REPO, run)
     github.start_job(run.jobs[0].id, ago(29))
@@ -147,18 +189,35 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
     forged = webhook("workflow_run.completed.with-pull-requests")
     forged["repository"]["full_name"] = REPO
     forged["workflow_run"].update(
-        id=run.id, head_sha=HEAD, event="pull_request_review", run_attempt=1,
-        pull_requests=[], path=run.path, head_repository=None, created_at=ago(30),
+        id=run.id,
+        head_sha=HEAD,
+        event="pull_request_review",
+        run_attempt=1,
+        pull_requests=[],
+        path=run.path,
+        head_repository=None,
+        created_at=ago(30),
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
-        triggering_actor={"login": "contributor"}, actor={"login": "contributor"},
-        workflow_id=run.workflow_id)
+        triggering_actor={"login": "contributor"},
+        actor={"login": "contributor"},
+        workflow_id=run.workflow_id,
+    )
     env = {"GITHUB_API_URL": github.url}
     repo = github.repos[REPO]
-    approval = dict(github.status_json(repo, HEAD, {
-        "context": "GPU CI", "state": "pending",
-        "target_url": f"https://github.com/{REPO}/pull/2/checks",
-        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
-        "github-actions[bot]"), created_at=ago(31))
+    approval = dict(
+        github.status_json(
+            repo,
+            HEAD,
+            {
+                "context": "GPU CI",
+                "state": "pending",
+                "target_url": f"https://github.com/{REPO}/pull/2/checks",
+                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+            },
+            "github-actions[bot]",
+        ),
+        created_at=ago(31),
+    )
     for approved in ([], [approval]):
         github.repos[REPO].statuses[HEAD] = list(approved)
         result = act_steps(STATUS, "workflow_run", forged, repository=REPO, env=env)
@@ -170,22 +229,41 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
 
 def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     github.add_repo(REPO)
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
-                      status="in_progress", created_at=ago(95))
-    run.jobs = [Job(github.next_id(), "gate", ["ubuntu-latest"], status="completed",
-                    conclusion="success", created_at=ago(95), started_at=ago(95),
-                    runner_name="GitHub Actions 1"),
-                Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(94))]
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        ".github/workflows/cuda-ci.yml",
+        HEAD,
+        status="in_progress",
+        created_at=ago(95),
+    )
+    run.jobs = [
+        Job(
+            github.next_id(),
+            "gate",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=ago(95),
+            started_at=ago(95),
+            runner_name="GitHub Actions 1",
+        ),
+        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(94)),
+    ]
     github.add_run(REPO, run)
-    result = act(WATCHDOG, "schedule", {"schedule": "*/15 * * * *"}, repository=REPO,
-                 env={"GITHUB_API_URL": github.url})
+    result = act(
+        WATCHDOG,
+        "schedule",
+        {"schedule": "*/15 * * * *"},
+        repository=REPO,
+        env={"GITHUB_API_URL": github.url},
+    )
     assert result.returncode == 0, result.log
     assert run.conclusion == "cancelled"
     # 7: the cancelled run is re-read to see it cancelled before its status (issue 25)
-    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 7 REST calls." \
-        in result.log
+    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 7 REST calls." in result.log
     assert result.outputs["complete"] == "true"
-    (state, description), = gpu_ci(github, HEAD)
+    ((state, description),) = gpu_ci(github, HEAD)
     assert state == "error"
     assert description.startswith("No GPU runner picked this up in 94 minutes")
     assert len(github.log) == 7

@@ -17,9 +17,17 @@ WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "verify.yml"
 def test_fake_h200_through_the_action(act, tmp_path):
     lib = build_fake_nvml(tmp_path / "nvml")
     config = write_config(tmp_path / "nvml.cfg", observed_h200()[1])
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}},
-                 env={"LD_LIBRARY_PATH": str(lib), "FAKE_NVML_CONFIG": str(config),
-                      "E2E_REQUIRE_GPU": "true", "E2E_REQUIRE": "cuda>=12.4"})
+    result = act(
+        WORKFLOW,
+        "workflow_dispatch",
+        {"inputs": {}},
+        env={
+            "LD_LIBRARY_PATH": str(lib),
+            "FAKE_NVML_CONFIG": str(config),
+            "E2E_REQUIRE_GPU": "true",
+            "E2E_REQUIRE": "cuda>=12.4",
+        },
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["ok"] == "true"
     assert result.outputs["driver-version"] == "580.159.04"
@@ -27,8 +35,12 @@ def test_fake_h200_through_the_action(act, tmp_path):
 
 
 def test_cpu_runner_reports_no_driver(act):
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}},
-                 env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "false", "E2E_REQUIRE": ""})
+    result = act(
+        WORKFLOW,
+        "workflow_dispatch",
+        {"inputs": {}},
+        env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "false", "E2E_REQUIRE": ""},
+    )
     assert result.returncode == 0, result.log
     assert result.outputs["ok"] == "true"
     assert json.loads(result.outputs["findings"])[0]["code"] == "no-driver"
@@ -36,7 +48,11 @@ def test_cpu_runner_reports_no_driver(act):
 
 
 def test_cpu_runner_fails_when_a_gpu_is_required(act):
-    result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}},
-                 env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "true", "E2E_REQUIRE": ""})
+    result = act(
+        WORKFLOW,
+        "workflow_dispatch",
+        {"inputs": {}},
+        env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "true", "E2E_REQUIRE": ""},
+    )
     assert result.returncode != 0
     assert "no-driver" in result.log

@@ -22,20 +22,57 @@ def iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def gpu_run(gh, start: datetime, minutes: float, *, pr=2, who="Codertocat", attempt=1,
-            status="completed", labels=("self-hosted", "gpu"), event="pull_request",
-            path=WF):
+def gpu_run(
+    gh,
+    start: datetime,
+    minutes: float,
+    *,
+    pr=2,
+    who="Codertocat",
+    attempt=1,
+    status="completed",
+    labels=("self-hosted", "gpu"),
+    event="pull_request",
+    path=WF,
+):
     """A run of the CUDA CI workflow: a gate job on a CPU runner, a GPU job of ``minutes``."""
-    run = WorkflowRun(gh.next_id(), "CUDA CI", path, HEAD, event=event, status=status,
-                      conclusion="success" if status == "completed" else None,
-                      created_at=iso(start), run_attempt=attempt, triggering_actor=who,
-                      pull_requests=[pr] if pr else [])
+    run = WorkflowRun(
+        gh.next_id(),
+        "CUDA CI",
+        path,
+        HEAD,
+        event=event,
+        status=status,
+        conclusion="success" if status == "completed" else None,
+        created_at=iso(start),
+        run_attempt=attempt,
+        triggering_actor=who,
+        pull_requests=[pr] if pr else [],
+    )
     end = start + timedelta(minutes=minutes)
-    run.jobs.append(Job(gh.next_id(), "gate", ["ubuntu-latest"], status="completed",
-                        conclusion="success", created_at=iso(start), started_at=iso(start),
-                        completed_at=iso(start + timedelta(seconds=20)), runner_name="cpu"))
-    gpu = Job(gh.next_id(), "tests", list(labels), status=status, created_at=iso(start),
-              started_at=iso(start), runner_name="gpu-1", run_attempt=attempt)
+    run.jobs.append(
+        Job(
+            gh.next_id(),
+            "gate",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=iso(start),
+            started_at=iso(start),
+            completed_at=iso(start + timedelta(seconds=20)),
+            runner_name="cpu",
+        )
+    )
+    gpu = Job(
+        gh.next_id(),
+        "tests",
+        list(labels),
+        status=status,
+        created_at=iso(start),
+        started_at=iso(start),
+        runner_name="gpu-1",
+        run_attempt=attempt,
+    )
     if status == "completed":
         gpu.conclusion, gpu.completed_at = "success", iso(end)
     run.jobs.append(gpu)
@@ -46,12 +83,25 @@ def month_of_runs(gh, per_day=10, days=30, minutes=11.5):
     """``per_day × days`` GPU runs in November 2026, each billed 12 minutes ($0.624)."""
     for day in range(1, days + 1):
         for hour in range(per_day):
-            gpu_run(gh, datetime(2026, 11, day, hour, 5, tzinfo=timezone.utc), minutes,
-                    pr=100 + hour % 3, who=("alice", "bob")[hour % 2])
+            gpu_run(
+                gh,
+                datetime(2026, 11, day, hour, 5, tzinfo=timezone.utc),
+                minutes,
+                pr=100 + hour % 3,
+                who=("alice", "bob")[hour % 2],
+            )
 
 
-BUDGET = ["--monthly-budget", "$500", "--gpu-price", "linux_4_core_gpu",
-          "--reserve-minutes", "60", "--gpu-workflows", "cuda-ci.yml"]
+BUDGET = [
+    "--monthly-budget",
+    "$500",
+    "--gpu-price",
+    "linux_4_core_gpu",
+    "--reserve-minutes",
+    "60",
+    "--gpu-workflows",
+    "cuda-ci.yml",
+]
 
 #: gpu-runs-on has no default since issue 11: the GPU runners these runs use.
 GPU_RUNS_ON = {"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'}
@@ -60,21 +110,40 @@ GPU_RUNS_ON = {"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'}
 def gate(run_cli, server, args=(), env=None):
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
-    full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
-                "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "d" * 40, "GPU_CI_NOW": NOW,
-                **GPU_RUNS_ON}
+    full_env = {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": REPO,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GITHUB_SHA": "d" * 40,
+        "GPU_CI_NOW": NOW,
+        **GPU_RUNS_ON,
+    }
     full_env.update(env or {})
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name="pull_request")
 
 
 def spend(run_cli, server, tmp_path, args=(), env=None):
-    full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
-                "INPUT_GITHUB_TOKEN": "ghs_secret", "GPU_CI_NOW": "2026-11-30T12:00:00Z",
-                **GPU_RUNS_ON}
+    full_env = {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": REPO,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GPU_CI_NOW": "2026-11-30T12:00:00Z",
+        **GPU_RUNS_ON,
+    }
     full_env.update(env or {})
-    return run_cli(["gpu-spend", "--output-dir", str(tmp_path / "out"),
-                    "--gpu-price", "linux_4_core_gpu", "--gpu-workflows", "cuda-ci.yml",
-                    *args], full_env)
+    return run_cli(
+        [
+            "gpu-spend",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--gpu-price",
+            "linux_4_core_gpu",
+            "--gpu-workflows",
+            "cuda-ci.yml",
+            *args,
+        ],
+        full_env,
+    )
 
 
 def api_calls(server, after=0):
@@ -94,5 +163,11 @@ def monitor_report(monkeypatch, job_start: datetime) -> dict:
 
 
 def upload(gh, run, report, name="gpu-monitor-tests", **kw):
-    return gh.add_artifact(REPO, name, {"report.json": json.dumps(report).encode()},
-                           run_id=run.id, created_at=run.created_at, **kw)
+    return gh.add_artifact(
+        REPO,
+        name,
+        {"report.json": json.dumps(report).encode()},
+        run_id=run.id,
+        created_at=run.created_at,
+        **kw,
+    )

@@ -19,18 +19,34 @@ GPU = GpuMatcher(frozenset({"self-hosted", "gpu"}))
 LINUX_GPU = Price(sku="linux_4_core_gpu")
 
 
-@pytest.mark.parametrize(("text", "amount", "unit"), [
-    ("$50", "50", "usd"), ("50 USD", "50", "usd"), ("$ 12.5", "12.5", "usd"),
-    ("3000 minutes", "3000", "minutes"), ("3000min", "3000", "minutes"),
-    ("50 h", "3000", "minutes"), ("0 USD", "0", "usd")])
+@pytest.mark.parametrize(
+    ("text", "amount", "unit"),
+    [
+        ("$50", "50", "usd"),
+        ("50 USD", "50", "usd"),
+        ("$ 12.5", "12.5", "usd"),
+        ("3000 minutes", "3000", "minutes"),
+        ("3000min", "3000", "minutes"),
+        ("50 h", "3000", "minutes"),
+        ("0 USD", "0", "usd"),
+    ],
+)
 def test_budget_units(text, amount, unit):
     parsed = budget.parse_budget(text)
     assert (parsed.amount, parsed.unit) == (Decimal(amount), unit)
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("50", "no unit"), ("-5 USD", "negative"), ("$-5", "negative"), ("fifty", "write an"),
-    ("", "write an"), ("$50 minutes", "mixes")])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("50", "no unit"),
+        ("-5 USD", "negative"),
+        ("$-5", "negative"),
+        ("fifty", "write an"),
+        ("", "write an"),
+        ("$50 minutes", "mixes"),
+    ],
+)
 def test_bad_budgets_say_what_to_write(text, words):
     with pytest.raises(UsageError, match=words) as exc:
         budget.parse_budget(text)
@@ -40,8 +56,10 @@ def test_bad_budgets_say_what_to_write(text, words):
 
 def test_gpu_price_unknown_sku_and_stale_table_are_usage_errors():
     table = load_table()
-    assert budget.parse_gpu_price("linux_4_core_gpu", table, date(2026, 11, 30)).sku == \
-        "linux_4_core_gpu"
+    assert (
+        budget.parse_gpu_price("linux_4_core_gpu", table, date(2026, 11, 30)).sku
+        == "linux_4_core_gpu"
+    )
     with pytest.raises(UsageError, match="known GitHub-hosted GPU SKU"):
         budget.parse_gpu_price("linux_8_core_gpu", table, date(2026, 11, 30))
     late = table.checked.replace(year=table.checked.year + 2)
@@ -52,122 +70,244 @@ def test_gpu_price_unknown_sku_and_stale_table_are_usage_errors():
 
 
 def _run(run_id=1, attempt=1, event="pull_request", pr=7, who="maintainer"):
-    return {"id": run_id, "run_attempt": attempt, "event": event, "status": "completed",
-            "path": ".github/workflows/cuda-ci.yml", "name": "CUDA CI",
-            "pull_requests": [{"number": pr}] if pr else [],
-            "triggering_actor": {"login": who}, "actor": {"login": "author"}}
+    return {
+        "id": run_id,
+        "run_attempt": attempt,
+        "event": event,
+        "status": "completed",
+        "path": ".github/workflows/cuda-ci.yml",
+        "name": "CUDA CI",
+        "pull_requests": [{"number": pr}] if pr else [],
+        "triggering_actor": {"login": who},
+        "actor": {"login": "author"},
+    }
 
 
-def _job(job_id, start, end=None, *, labels=("self-hosted", "gpu"), status="completed",
-         conclusion="success", attempt=1, runner="gpu-1", group=None):
-    return {"id": job_id, "name": "tests", "labels": list(labels), "status": status,
-            "conclusion": conclusion if status == "completed" else None,
-            "created_at": start, "started_at": start, "completed_at": end,
-            "runner_name": runner, "runner_group_name": group, "run_attempt": attempt}
+def _job(
+    job_id,
+    start,
+    end=None,
+    *,
+    labels=("self-hosted", "gpu"),
+    status="completed",
+    conclusion="success",
+    attempt=1,
+    runner="gpu-1",
+    group=None,
+):
+    return {
+        "id": job_id,
+        "name": "tests",
+        "labels": list(labels),
+        "status": status,
+        "conclusion": conclusion if status == "completed" else None,
+        "created_at": start,
+        "started_at": start,
+        "completed_at": end,
+        "runner_name": runner,
+        "runner_group_name": group,
+        "run_attempt": attempt,
+    }
 
 
-def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None,
-          matcher=GPU):
-    return budget.job_costs(run or _run(), jobs, matcher, price, table or load_table(),
-                            reserve, NOV, NOW)
+def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None, matcher=GPU):
+    return budget.job_costs(
+        run or _run(), jobs, matcher, price, table or load_table(), reserve, NOV, NOW
+    )
 
 
 def test_whole_minutes_never_free_and_non_gpu_jobs_ignored():
-    got = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:00:01Z"),
-                 _job(2, "2026-11-02T10:00:00Z", "2026-11-02T10:01:01Z"),
-                 _job(3, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z",
-                      labels=("ubuntu-latest",))])
+    got = costs(
+        [
+            _job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:00:01Z"),
+            _job(2, "2026-11-02T10:00:00Z", "2026-11-02T10:01:01Z"),
+            _job(3, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z", labels=("ubuntu-latest",)),
+        ]
+    )
     assert [(c.job_id, c.minutes, c.usd) for c in got] == [(1, 1, "0.052"), (2, 2, "0.104")]
     assert got[0].approver == "maintainer" and got[0].pull_request == "#7"
     assert got[0].workflow == "cuda-ci.yml" and got[0].runner == "gpu,self-hosted"
 
 
 def test_reruns_and_cancelled_jobs_count_what_they_used_skipped_ones_nothing():
-    got = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:10:00Z", attempt=1,
-                      conclusion="failure"),
-                 _job(2, "2026-11-02T11:00:00Z", "2026-11-02T11:04:30Z", attempt=2,
-                      conclusion="cancelled"),
-                 _job(3, "2026-11-02T11:00:00Z", "2026-11-02T11:00:00Z", attempt=2,
-                      conclusion="skipped", runner=None),
-                 _job(4, "2026-11-02T12:00:00Z", "2026-11-02T12:00:05Z", attempt=3,
-                      conclusion="cancelled", runner=None)],
-                run=_run(attempt=3))
+    got = costs(
+        [
+            _job(
+                1, "2026-11-02T10:00:00Z", "2026-11-02T10:10:00Z", attempt=1, conclusion="failure"
+            ),
+            _job(
+                2, "2026-11-02T11:00:00Z", "2026-11-02T11:04:30Z", attempt=2, conclusion="cancelled"
+            ),
+            _job(
+                3,
+                "2026-11-02T11:00:00Z",
+                "2026-11-02T11:00:00Z",
+                attempt=2,
+                conclusion="skipped",
+                runner=None,
+            ),
+            _job(
+                4,
+                "2026-11-02T12:00:00Z",
+                "2026-11-02T12:00:05Z",
+                attempt=3,
+                conclusion="cancelled",
+                runner=None,
+            ),
+        ],
+        run=_run(attempt=3),
+    )
     assert [(c.job_id, c.attempt, c.minutes) for c in got] == [(1, 1, 10), (2, 2, 5)]
 
 
 def test_running_and_queued_jobs_count_their_reservation_or_more():
-    got = costs([_job(1, "2026-11-20T11:50:00Z", status="in_progress"),   # 10 min so far
-                 _job(2, "2026-11-20T10:00:00Z", status="in_progress"),   # 120 min so far
-                 _job(3, "2026-11-20T11:59:00Z", status="queued", runner=None)])
-    assert [(c.minutes, c.state) for c in got] == [(30, "reserved"), (120, "reserved"),
-                                                   (30, "reserved")]
+    got = costs(
+        [
+            _job(1, "2026-11-20T11:50:00Z", status="in_progress"),  # 10 min so far
+            _job(2, "2026-11-20T10:00:00Z", status="in_progress"),  # 120 min so far
+            _job(3, "2026-11-20T11:59:00Z", status="queued", runner=None),
+        ]
+    )
+    assert [(c.minutes, c.state) for c in got] == [
+        (30, "reserved"),
+        (120, "reserved"),
+        (30, "reserved"),
+    ]
     assert budget.total(got, "x").reserved_minutes == 180
 
 
 def test_runner_group_matches_jobs_whatever_their_labels():
     matcher = GpuMatcher.from_runs_on('{"group":"gpu-group","labels":["linux"]}')
-    got = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z", labels=("big",),
-                      group="GPU-group"),
-                 _job(2, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z", labels=("big",))],
-                matcher=matcher)
+    got = costs(
+        [
+            _job(
+                1,
+                "2026-11-02T10:00:00Z",
+                "2026-11-02T10:05:00Z",
+                labels=("big",),
+                group="GPU-group",
+            ),
+            _job(2, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z", labels=("big",)),
+        ],
+        matcher=matcher,
+    )
     assert [c.job_id for c in got] == [1] and got[0].runner == "GPU-group"
     assert GpuMatcher.from_runs_on('"gpu"').matches({"labels": ["GPU", "x"]})
 
 
 def test_month_boundaries_are_utc_days_the_job_started():
-    got = costs([_job(1, "2026-10-31T23:59:00Z", "2026-11-01T00:30:00Z"),   # October's
-                 _job(2, "2026-11-01T00:00:00Z", "2026-11-01T00:30:00Z"),
-                 _job(3, "2026-11-30T23:59:59+00:00", "2026-12-01T01:00:00Z"),
-                 _job(4, "2026-12-01T00:00:00Z", "2026-12-01T00:10:00Z"),   # December's
-                 _job(5, "2026-11-01T01:00:00+02:00", "2026-11-01T01:10:00+02:00")])  # Oct 31
+    got = costs(
+        [
+            _job(1, "2026-10-31T23:59:00Z", "2026-11-01T00:30:00Z"),  # October's
+            _job(2, "2026-11-01T00:00:00Z", "2026-11-01T00:30:00Z"),
+            _job(3, "2026-11-30T23:59:59+00:00", "2026-12-01T01:00:00Z"),
+            _job(4, "2026-12-01T00:00:00Z", "2026-12-01T00:10:00Z"),  # December's
+            _job(5, "2026-11-01T01:00:00+02:00", "2026-11-01T01:10:00+02:00"),
+        ]
+    )  # Oct 31
     assert [c.job_id for c in got] == [2, 3]
     assert got[1].minutes == 61
 
 
 def test_a_price_change_inside_the_month_is_applied_per_job():
-    table = PriceTable((
-        SkuPrice("linux_4_core_gpu", Decimal("0.07"), date.min, date(2026, 11, 14), "a"),
-        SkuPrice("linux_4_core_gpu", Decimal("0.05"), date(2026, 11, 15), None, "b")),
-        date(2026, 11, 30))
-    got = costs([_job(1, "2026-11-14T23:50:00Z", "2026-11-15T00:00:00Z"),
-                 _job(2, "2026-11-15T00:00:00Z", "2026-11-15T00:10:00Z")], table=table)
+    table = PriceTable(
+        (
+            SkuPrice("linux_4_core_gpu", Decimal("0.07"), date.min, date(2026, 11, 14), "a"),
+            SkuPrice("linux_4_core_gpu", Decimal("0.05"), date(2026, 11, 15), None, "b"),
+        ),
+        date(2026, 11, 30),
+    )
+    got = costs(
+        [
+            _job(1, "2026-11-14T23:50:00Z", "2026-11-15T00:00:00Z"),
+            _job(2, "2026-11-15T00:00:00Z", "2026-11-15T00:10:00Z"),
+        ],
+        table=table,
+    )
     assert [c.usd for c in got] == ["0.70", "0.50"]
     # and the shipped table's change: 31 December 2025 at $0.07, 1 January 2026 at $0.052
-    dec = budget.job_costs(_run(), [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")],
-                           GPU, Price(sku="linux_4_core_gpu"), load_table(), 30,
-                           Month(2025, 12), NOW)
-    jan = budget.job_costs(_run(), [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")],
-                           GPU, Price(sku="linux_4_core_gpu"), load_table(), 30,
-                           Month(2026, 1), NOW)
+    dec = budget.job_costs(
+        _run(),
+        [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")],
+        GPU,
+        Price(sku="linux_4_core_gpu"),
+        load_table(),
+        30,
+        Month(2025, 12),
+        NOW,
+    )
+    jan = budget.job_costs(
+        _run(),
+        [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")],
+        GPU,
+        Price(sku="linux_4_core_gpu"),
+        load_table(),
+        30,
+        Month(2026, 1),
+        NOW,
+    )
     assert (dec[0].usd, jan[0].usd) == ("0.70", "0.520")
 
 
 def test_verdict_refuses_when_spend_plus_reservation_exceeds():
     b = budget.parse_budget("$10")
     spent = budget.Spend(180, Decimal("9.36"), "jobs")
-    ok = budget.check(b, spent, 10, Decimal("0.052"))      # 9.36 + 0.52 = 9.88
-    no = budget.check(b, spent, 20, Decimal("0.052"))      # 9.36 + 1.04 = 10.40
+    ok = budget.check(b, spent, 10, Decimal("0.052"))  # 9.36 + 0.52 = 9.88
+    no = budget.check(b, spent, 20, Decimal("0.052"))  # 9.36 + 1.04 = 10.40
     assert ok.ok and not no.ok
     assert no.left == Decimal("0.64") and "over the budget" in no.reason
     assert "$9.36 of $10.00" in no.reason
     exact = budget.check(budget.parse_budget("200 minutes"), spent, 20, None)
-    assert exact.ok and exact.left == 20   # 180 + 20 == 200: still within
+    assert exact.ok and exact.left == 20  # 180 + 20 == 200: still within
 
 
 def test_billing_report_spellings_repository_and_month():
     items = [
-        {"date": "2026-11-03T00:00:00Z", "product": "actions", "sku": "Actions Linux 4-core GPU",
-         "quantity": 100, "unitType": "minutes", "netAmount": 5.2,
-         "repositoryName": "octo-org/octo-repo"},
-        {"date": "2026-11-04T00:00:00Z", "product": "actions", "sku": "actions_linux_4_core_gpu",
-         "quantity": 10, "unitType": "Minutes", "netAmount": 0.52, "repositoryName": "octo-repo"},
-        {"date": "2026-11-04T00:00:00Z", "product": "actions", "sku": "linux_4_core_gpu",
-         "quantity": 50, "unitType": "minutes", "netAmount": 2.6, "repositoryName": "other"},
-        {"date": "2026-11-04T00:00:00Z", "product": "actions", "sku": "Actions Linux",
-         "quantity": 999, "unitType": "minutes", "netAmount": 7.99,
-         "repositoryName": "octo-repo"},
-        {"date": "2026-10-31T00:00:00Z", "product": "actions", "sku": "linux_4_core_gpu",
-         "quantity": 77, "unitType": "minutes", "netAmount": 4.0, "repositoryName": "octo-repo"},
+        {
+            "date": "2026-11-03T00:00:00Z",
+            "product": "actions",
+            "sku": "Actions Linux 4-core GPU",
+            "quantity": 100,
+            "unitType": "minutes",
+            "netAmount": 5.2,
+            "repositoryName": "octo-org/octo-repo",
+        },
+        {
+            "date": "2026-11-04T00:00:00Z",
+            "product": "actions",
+            "sku": "actions_linux_4_core_gpu",
+            "quantity": 10,
+            "unitType": "Minutes",
+            "netAmount": 0.52,
+            "repositoryName": "octo-repo",
+        },
+        {
+            "date": "2026-11-04T00:00:00Z",
+            "product": "actions",
+            "sku": "linux_4_core_gpu",
+            "quantity": 50,
+            "unitType": "minutes",
+            "netAmount": 2.6,
+            "repositoryName": "other",
+        },
+        {
+            "date": "2026-11-04T00:00:00Z",
+            "product": "actions",
+            "sku": "Actions Linux",
+            "quantity": 999,
+            "unitType": "minutes",
+            "netAmount": 7.99,
+            "repositoryName": "octo-repo",
+        },
+        {
+            "date": "2026-10-31T00:00:00Z",
+            "product": "actions",
+            "sku": "linux_4_core_gpu",
+            "quantity": 77,
+            "unitType": "minutes",
+            "netAmount": 4.0,
+            "repositoryName": "octo-repo",
+        },
     ]
     repo = budget.billing_spend(items, ["linux_4_core_gpu"], "octo-org/octo-repo", NOV)
     org = budget.billing_spend(items, ["linux_4_core_gpu"], None, NOV)
@@ -176,14 +316,18 @@ def test_billing_report_spellings_repository_and_month():
 
 
 def test_ledger_round_trip_and_what_it_vouches_for():
-    runs = [dict(_run(1), status="completed", created_at="2026-11-02T10:00:00Z"),
-            dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z")]
+    runs = [
+        dict(_run(1), status="completed", created_at="2026-11-02T10:00:00Z"),
+        dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z"),
+    ]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
     ledger = budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
     # the run still going since yesterday keeps the ledger's horizon at its creation
     assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
-    assert budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through == \
-        "2026-11-20T12:00:00Z"
+    assert (
+        budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through
+        == "2026-11-20T12:00:00Z"
+    )
     again = budget.Ledger.from_json(ledger.to_json())
     assert again == ledger and again.usable("O/R", NOV, GPU, ["cuda-ci.yml"])
     assert not again.usable("o/r", Month(2026, 10), GPU, ["cuda-ci.yml"])
@@ -203,32 +347,47 @@ def test_config_validates_every_budget_input():
     table, today = load_table(), date(2026, 11, 30)
 
     def make(**kw):
-        args = dict(monthly_budget="$50", gpu_price="linux_4_core_gpu", reserve_minutes="60",
-                    on_unknown="refuse", scope="repository", workflows=["cuda-ci.yml"],
-                    ledger_artifact="gpu-spend-ledger", table=table, today=today)
+        args = dict(
+            monthly_budget="$50",
+            gpu_price="linux_4_core_gpu",
+            reserve_minutes="60",
+            on_unknown="refuse",
+            scope="repository",
+            workflows=["cuda-ci.yml"],
+            ledger_artifact="gpu-spend-ledger",
+            table=table,
+            today=today,
+        )
         args.update(kw)
         return budget.make_budget_config(**args)
 
     assert make(monthly_budget="") is None
     assert make().reserve_minutes == 60
     assert make(monthly_budget="3000 minutes", gpu_price="").price is None
-    for kw, words in [({"gpu_price": ""}, "'gpu-price' is needed"),
-                      ({"reserve_minutes": "0"}, "timeout-minutes"),
-                      ({"reserve_minutes": "1h"}, "timeout-minutes"),
-                      ({"on_unknown": "maybe"}, "refuse or run"),
-                      ({"scope": "enterprise"}, "repository or organization"),
-                      ({"workflows": [".github/workflows/x.yml"]}, "file names"),
-                      ({"gpu_price": "mac_gpu"}, "known GitHub-hosted GPU SKU")]:
+    for kw, words in [
+        ({"gpu_price": ""}, "'gpu-price' is needed"),
+        ({"reserve_minutes": "0"}, "timeout-minutes"),
+        ({"reserve_minutes": "1h"}, "timeout-minutes"),
+        ({"on_unknown": "maybe"}, "refuse or run"),
+        ({"scope": "enterprise"}, "repository or organization"),
+        ({"workflows": [".github/workflows/x.yml"]}, "file names"),
+        ({"gpu_price": "mac_gpu"}, "known GitHub-hosted GPU SKU"),
+    ]:
         with pytest.raises(UsageError, match=words):
             make(**kw)
 
 
 def test_breakdown_and_cumulative_days():
-    got = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:10:00Z"),
-                 _job(2, "2026-11-04T10:00:00Z", "2026-11-04T10:05:00Z")],
-                run=_run(pr=0, event="push"))
-    got += costs([_job(3, "2026-11-04T10:00:00Z", "2026-11-04T10:20:00Z")],
-                 run=_run(run_id=2, who="other"))
+    got = costs(
+        [
+            _job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:10:00Z"),
+            _job(2, "2026-11-04T10:00:00Z", "2026-11-04T10:05:00Z"),
+        ],
+        run=_run(pr=0, event="push"),
+    )
+    got += costs(
+        [_job(3, "2026-11-04T10:00:00Z", "2026-11-04T10:20:00Z")], run=_run(run_id=2, who="other")
+    )
     by_pr = budget.breakdown(got, "pull_request")
     assert [(r.key, r.minutes, r.jobs) for r in by_pr] == [("#7", 20, 1), ("(push)", 15, 2)]
     by_who = budget.breakdown(got, "approver")

@@ -24,9 +24,20 @@ from tests.github_server import Job
 
 def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):
     month_of_runs(server, per_day=2, days=10)  # 20 runs × $0.624 = $12.48
-    result = gate(run_cli, server, ["--monthly-budget", "$15", "--gpu-price",
-                                    "linux_4_core_gpu", "--reserve-minutes", "60",
-                                    "--gpu-workflows", "cuda-ci.yml"])
+    result = gate(
+        run_cli,
+        server,
+        [
+            "--monthly-budget",
+            "$15",
+            "--gpu-price",
+            "linux_4_core_gpu",
+            "--reserve-minutes",
+            "60",
+            "--gpu-workflows",
+            "cuda-ci.yml",
+        ],
+    )
     assert result.returncode == 0, result.stdout
     out = result.outputs
     assert out["run"] == "false" and out["runs-on"] == '"ubuntu-latest"'
@@ -38,65 +49,120 @@ def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):
 
 def test_within_budget_runs_and_says_how_much_is_left(run_cli, server):
     month_of_runs(server, per_day=2, days=10)
-    result = gate(run_cli, server, ["--monthly-budget", "$20", "--gpu-price", "0.052",
-                                    "--reserve-minutes", "60", "--gpu-workflows",
-                                    "cuda-ci.yml"])
+    result = gate(
+        run_cli,
+        server,
+        [
+            "--monthly-budget",
+            "$20",
+            "--gpu-price",
+            "0.052",
+            "--reserve-minutes",
+            "60",
+            "--gpu-workflows",
+            "cuda-ci.yml",
+        ],
+    )
     assert result.outputs["run"] == "true", result.stdout
     assert result.outputs["budget-left"] == "7.52"
     assert "| budget verdict | within |" in result.summary
 
 
 def test_minutes_budget_counts_running_jobs_reservation_and_skips_own_run(run_cli, server):
-    gpu_run(server, datetime(2026, 11, 30, 13, 50, tzinfo=timezone.utc), 0,
-            status="in_progress")                                  # 10 min so far: reserve 60
-    done = gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 100)   # 100 min
-    own = gpu_run(server, datetime(2026, 11, 30, 13, 59, tzinfo=timezone.utc), 0,
-                  status="queued")                                 # this run: not counted
-    result = gate(run_cli, server, ["--monthly-budget", "220 minutes", "--reserve-minutes",
-                                    "60", "--gpu-workflows", "cuda-ci.yml"],
-                  env={"GITHUB_RUN_ID": str(own.id), "GITHUB_RUN_ATTEMPT": "1"})
+    gpu_run(
+        server, datetime(2026, 11, 30, 13, 50, tzinfo=timezone.utc), 0, status="in_progress"
+    )  # 10 min so far: reserve 60
+    done = gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 100)  # 100 min
+    own = gpu_run(
+        server, datetime(2026, 11, 30, 13, 59, tzinfo=timezone.utc), 0, status="queued"
+    )  # this run: not counted
+    result = gate(
+        run_cli,
+        server,
+        [
+            "--monthly-budget",
+            "220 minutes",
+            "--reserve-minutes",
+            "60",
+            "--gpu-workflows",
+            "cuda-ci.yml",
+        ],
+        env={"GITHUB_RUN_ID": str(own.id), "GITHUB_RUN_ATTEMPT": "1"},
+    )
     assert result.outputs["budget-spent"] == "160", result.stdout
     assert result.outputs["run"] == "true"  # 160 + 60 = 220: within
     assert done.id
-    result = gate(run_cli, server, ["--monthly-budget", "219 minutes", "--reserve-minutes",
-                                    "60", "--gpu-workflows", "cuda-ci.yml"],
-                  env={"GITHUB_RUN_ID": str(own.id), "GITHUB_RUN_ATTEMPT": "1"})
+    result = gate(
+        run_cli,
+        server,
+        [
+            "--monthly-budget",
+            "219 minutes",
+            "--reserve-minutes",
+            "60",
+            "--gpu-workflows",
+            "cuda-ci.yml",
+        ],
+        env={"GITHUB_RUN_ID": str(own.id), "GITHUB_RUN_ATTEMPT": "1"},
+    )
     assert result.outputs["run"] == "false"
 
 
 def test_reruns_cancelled_and_other_workflows(run_cli, server):
     run = gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 10, attempt=1)
-    rerun = Job(server.next_id(), "tests", ["self-hosted", "gpu"], status="completed",
-                conclusion="cancelled", created_at="2026-11-03T11:00:00Z",
-                started_at="2026-11-03T11:00:00Z", completed_at="2026-11-03T11:03:10Z",
-                runner_name="gpu-2", run_attempt=2)
+    rerun = Job(
+        server.next_id(),
+        "tests",
+        ["self-hosted", "gpu"],
+        status="completed",
+        conclusion="cancelled",
+        created_at="2026-11-03T11:00:00Z",
+        started_at="2026-11-03T11:00:00Z",
+        completed_at="2026-11-03T11:03:10Z",
+        runner_name="gpu-2",
+        run_attempt=2,
+    )
     run.jobs.append(rerun)
     run.run_attempt = 2
-    gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 500, path=".github/"
-            "workflows/nightly.yml")                                  # not a GPU workflow here
-    gpu_run(server, datetime(2026, 10, 31, 23, 0, tzinfo=timezone.utc), 500)   # October
-    result = gate(run_cli, server, ["--monthly-budget", "1000 minutes", "--gpu-workflows",
-                                    "cuda-ci.yml"])
-    assert result.outputs["budget-spent"] == "14", result.stdout   # 10 + 4
+    gpu_run(
+        server,
+        datetime(2026, 11, 3, 10, tzinfo=timezone.utc),
+        500,
+        path=".github/workflows/nightly.yml",
+    )  # not a GPU workflow here
+    gpu_run(server, datetime(2026, 10, 31, 23, 0, tzinfo=timezone.utc), 500)  # October
+    result = gate(
+        run_cli, server, ["--monthly-budget", "1000 minutes", "--gpu-workflows", "cuda-ci.yml"]
+    )
+    assert result.outputs["budget-spent"] == "14", result.stdout  # 10 + 4
 
 
 def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, tmp_path):
-    month_of_runs(server)                                  # 300 GPU runs, $187.20
+    month_of_runs(server)  # 300 GPU runs, $187.20
     report = spend(run_cli, server, tmp_path)
     assert report.returncode == 0, report.stdout
     assert report.outputs["minutes"] == "3600" and report.outputs["cost"] == "187.20"
     full_scan = len(api_calls(server))
     assert full_scan == 303 + 1  # 3 pages of runs + the jobs of each + gpu-monitor artifacts
     ledger = (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()
-    server.add_artifact(REPO, "gpu-spend-ledger", {"gpu-spend-ledger.json": ledger},
-                        head_branch="master", created_at="2026-11-30T12:01:00Z")
+    server.add_artifact(
+        REPO,
+        "gpu-spend-ledger",
+        {"gpu-spend-ledger.json": ledger},
+        head_branch="master",
+        created_at="2026-11-30T12:01:00Z",
+    )
     # what a pull request could upload under the same name: claims nothing was spent
     empty = json.loads(ledger)
     empty["jobs"] = []
     for poison in ({"head_branch": "feature"}, {"head_branch": "master", "fork": True}):
-        server.add_artifact(REPO, "gpu-spend-ledger",
-                            {"gpu-spend-ledger.json": json.dumps(empty).encode()},
-                            created_at="2026-11-30T13:00:00Z", **poison)
+        server.add_artifact(
+            REPO,
+            "gpu-spend-ledger",
+            {"gpu-spend-ledger.json": json.dumps(empty).encode()},
+            created_at="2026-11-30T13:00:00Z",
+            **poison,
+        )
     gpu_run(server, datetime(2026, 11, 30, 13, 0, tzinfo=timezone.utc), 11.5)  # since then
     before = len(server.log)
     result = gate(run_cli, server, BUDGET)
@@ -118,65 +184,126 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
 def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     run = gpu_run(server, datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(REPO, "gpu-spend-ledger", {"gpu-spend-ledger.json": (
-        tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()}, head_branch="master")
+    server.add_artifact(
+        REPO,
+        "gpu-spend-ledger",
+        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
+        head_branch="master",
+    )
     run.run_attempt, run.status = 2, "in_progress"
-    run.jobs.append(Job(server.next_id(), "tests", ["self-hosted", "gpu"],
-                        status="in_progress", created_at="2026-11-30T13:55:00Z",
-                        started_at="2026-11-30T13:55:00Z", runner_name="gpu-1",
-                        run_attempt=2))
-    result = gate(run_cli, server, [*BUDGET[:-2], "--gpu-workflows", "cuda-ci.yml",
-                                    "--monthly-budget", "1000 minutes"])
+    run.jobs.append(
+        Job(
+            server.next_id(),
+            "tests",
+            ["self-hosted", "gpu"],
+            status="in_progress",
+            created_at="2026-11-30T13:55:00Z",
+            started_at="2026-11-30T13:55:00Z",
+            runner_name="gpu-1",
+            run_attempt=2,
+        )
+    )
+    result = gate(
+        run_cli,
+        server,
+        [*BUDGET[:-2], "--gpu-workflows", "cuda-ci.yml", "--monthly-budget", "1000 minutes"],
+    )
     assert result.outputs["budget-spent"] == "70", result.stdout  # 10 + reserved 60
 
 
 def test_a_run_still_going_when_the_ledger_was_written_is_counted(run_cli, server, tmp_path):
-    long = gpu_run(server, datetime(2026, 11, 29, 23, 0, tzinfo=timezone.utc), 0,
-                   status="in_progress")                       # yesterday, still running
+    long = gpu_run(
+        server, datetime(2026, 11, 29, 23, 0, tzinfo=timezone.utc), 0, status="in_progress"
+    )  # yesterday, still running
     gpu_run(server, datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(REPO, "gpu-spend-ledger", {"gpu-spend-ledger.json": (
-        tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()}, head_branch="master")
-    server.complete_job(long.jobs[1].id, "2026-11-30T13:00:00Z")   # 14 hours on the GPU
-    result = gate(run_cli, server, [*BUDGET[:-2], "--gpu-workflows", "cuda-ci.yml",
-                                    "--monthly-budget", "10000 minutes"])
+    server.add_artifact(
+        REPO,
+        "gpu-spend-ledger",
+        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
+        head_branch="master",
+    )
+    server.complete_job(long.jobs[1].id, "2026-11-30T13:00:00Z")  # 14 hours on the GPU
+    result = gate(
+        run_cli,
+        server,
+        [*BUDGET[:-2], "--gpu-workflows", "cuda-ci.yml", "--monthly-budget", "10000 minutes"],
+    )
     assert result.outputs["budget-spent"] == str(10 + 14 * 60), result.stdout
     runs_query = [r.query["created"] for r in server.log if r.path.endswith("/runs")]
     assert runs_query[-1] == ["2026-11-29..2026-11-30"]
 
 
 def test_billing_token_reads_the_usage_report(run_cli, server):
-    server.add_org("Codertocat", billing_tokens={"billing-secret"}, usage_items=[
-        {"date": "2026-11-03T00:00:00Z", "product": "actions", "sku": "Actions Linux 4-core GPU",
-         "quantity": 250, "unitType": "Minutes", "pricePerUnit": 0.052, "grossAmount": 13.0,
-         "discountAmount": 0, "netAmount": 13.0, "organizationName": "Codertocat",
-         "repositoryName": "Hello-World"},
-        {"date": "2026-11-03T00:00:00Z", "product": "actions", "sku": "Actions Linux 4-core GPU",
-         "quantity": 1000, "unitType": "Minutes", "pricePerUnit": 0.052, "grossAmount": 52.0,
-         "discountAmount": 0, "netAmount": 52.0, "organizationName": "Codertocat",
-         "repositoryName": "other"}])
+    server.add_org(
+        "Codertocat",
+        billing_tokens={"billing-secret"},
+        usage_items=[
+            {
+                "date": "2026-11-03T00:00:00Z",
+                "product": "actions",
+                "sku": "Actions Linux 4-core GPU",
+                "quantity": 250,
+                "unitType": "Minutes",
+                "pricePerUnit": 0.052,
+                "grossAmount": 13.0,
+                "discountAmount": 0,
+                "netAmount": 13.0,
+                "organizationName": "Codertocat",
+                "repositoryName": "Hello-World",
+            },
+            {
+                "date": "2026-11-03T00:00:00Z",
+                "product": "actions",
+                "sku": "Actions Linux 4-core GPU",
+                "quantity": 1000,
+                "unitType": "Minutes",
+                "pricePerUnit": 0.052,
+                "grossAmount": 52.0,
+                "discountAmount": 0,
+                "netAmount": 52.0,
+                "organizationName": "Codertocat",
+                "repositoryName": "other",
+            },
+        ],
+    )
     gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 250)  # in the report
-    result = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$15", "--billing-token",
-                                    "billing-secret"])
+    result = gate(
+        run_cli, server, [*BUDGET, "--monthly-budget", "$15", "--billing-token", "billing-secret"]
+    )
     assert result.outputs["budget-spent"] == "13.00", result.stdout
-    assert result.outputs["run"] == "false"      # 13 + 3.12 > 15
-    gpu_run(server, datetime(2026, 11, 30, 13, 30, tzinfo=timezone.utc), 0,
-            status="in_progress")                # not in the report yet: reserves 60 min
-    result = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$20", "--billing-token",
-                                    "billing-secret"])
-    assert result.outputs["budget-spent"] == "16.12", result.stdout   # 13 + 3.12
+    assert result.outputs["run"] == "false"  # 13 + 3.12 > 15
+    gpu_run(
+        server, datetime(2026, 11, 30, 13, 30, tzinfo=timezone.utc), 0, status="in_progress"
+    )  # not in the report yet: reserves 60 min
+    result = gate(
+        run_cli, server, [*BUDGET, "--monthly-budget", "$20", "--billing-token", "billing-secret"]
+    )
+    assert result.outputs["budget-spent"] == "16.12", result.stdout  # 13 + 3.12
     assert "1 GPU jobs running now" in result.summary
     assert "::add-mask::billing-secret" in result.stdout
     billing = [r for r in server.log if "billing" in r.path]
     assert billing[0].query == {"year": ["2026"], "month": ["11"]}
     assert billing[0].headers["Authorization"] == "token billing-secret"
-    org = gate(run_cli, server, [*BUDGET, "--monthly-budget", "$100", "--billing-token",
-                                 "billing-secret", "--budget-scope", "organization"])
-    assert org.outputs["budget-spent"] == "68.12"   # 13 + 52 + 3.12 running
+    org = gate(
+        run_cli,
+        server,
+        [
+            *BUDGET,
+            "--monthly-budget",
+            "$100",
+            "--billing-token",
+            "billing-secret",
+            "--budget-scope",
+            "organization",
+        ],
+    )
+    assert org.outputs["budget-spent"] == "68.12"  # 13 + 52 + 3.12 running
 
 
-@pytest.mark.parametrize(("org", "words"), [
-    (True, "Administration: read"), (False, "organizations only")])
+@pytest.mark.parametrize(
+    ("org", "words"), [(True, "Administration: read"), (False, "organizations only")]
+)
 def test_billing_403_and_404_name_the_fix(run_cli, server, org, words):
     if org:
         server.add_org("Codertocat", billing_tokens={"other"})
@@ -198,12 +325,15 @@ def test_api_failure_follows_budget_on_unknown(run_cli, server):
     assert any(line.startswith("::warning") for line in allowed.stdout.splitlines())
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--monthly-budget", "50"], "no unit"),
-    (["--monthly-budget", "-5 USD"], "negative"),
-    (["--gpu-price", "linux_8_core_gpu"], "known GitHub-hosted GPU SKU"),
-    (["--budget-on-unknown", "maybe"], "refuse or run"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--monthly-budget", "50"], "no unit"),
+        (["--monthly-budget", "-5 USD"], "negative"),
+        (["--gpu-price", "linux_8_core_gpu"], "known GitHub-hosted GPU SKU"),
+        (["--budget-on-unknown", "maybe"], "refuse or run"),
+    ],
+)
 def test_bad_budget_inputs_are_usage_errors_before_any_call(run_cli, server, args, words):
     result = gate(run_cli, server, [*BUDGET, *args])
     assert result.returncode == 2, result.stdout
@@ -218,8 +348,7 @@ def test_no_budget_no_extra_call(run_cli, server):
     assert len(server.log) == GATE_CALLS
 
 
-def test_a_budget_without_gpu_runs_on_is_a_usage_error_before_any_call(run_cli, server,
-                                                                      tmp_path):
+def test_a_budget_without_gpu_runs_on_is_a_usage_error_before_any_call(run_cli, server, tmp_path):
     # gpu-runs-on has no default (no self-hosted runner is assumed): the budget needs it.
     before = len(server.log)
     result = gate(run_cli, server, BUDGET, env={"INPUT_GPU_RUNS_ON": ""})

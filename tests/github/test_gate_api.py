@@ -13,23 +13,50 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 
 @pytest.fixture
 def server(github):
-    github.add_repo(REPO, roles={"Codertocat": "write", "tri": "triage", "mai": "maintain",
-                                 "legacy": "maintain", "reader": "read"},
-                    legacy_only={"legacy"})
-    github.add_pull(REPO, PullRequest(2, HEAD, labels=["CUDA CI"],
-                                      files=[f"docs/p{i}.md" for i in range(230)]
-                                      + ["kernels/gemm.cu"]))
+    github.add_repo(
+        REPO,
+        roles={
+            "Codertocat": "write",
+            "tri": "triage",
+            "mai": "maintain",
+            "legacy": "maintain",
+            "reader": "read",
+        },
+        legacy_only={"legacy"},
+    )
+    github.add_pull(
+        REPO,
+        PullRequest(
+            2,
+            HEAD,
+            labels=["CUDA CI"],
+            files=[f"docs/p{i}.md" for i in range(230)] + ["kernels/gemm.cu"],
+        ),
+    )
     return github
 
 
-def gate(run_cli, server, *, sender="Codertocat", label="CUDA CI", args=(), payload=None,
-         event_name="pull_request", env=None):
+def gate(
+    run_cli,
+    server,
+    *,
+    sender="Codertocat",
+    label="CUDA CI",
+    args=(),
+    payload=None,
+    event_name="pull_request",
+    env=None,
+):
     event = payload or webhook("pull_request.labeled")
     if payload is None:
         event["label"]["name"] = label
         event["sender"]["login"] = sender
-    full_env = {"GITHUB_API_URL": server.url, "GITHUB_REPOSITORY": REPO,
-                "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "d" * 40}
+    full_env = {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": REPO,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GITHUB_SHA": "d" * 40,
+    }
     full_env.update(env or {})
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name=event_name)
 
@@ -46,21 +73,26 @@ def test_maintainer_label_runs_exactly_the_labelled_commit(run_cli, server):
     assert out["runs-on"] == '["self-hosted","gpu"]'
     # at most two REST calls without paths
     assert [r.path for r in server.log] == [
-        f"/repos/{REPO}/collaborators/Codertocat/permission", f"/repos/{REPO}/pulls/2"]
+        f"/repos/{REPO}/collaborators/Codertocat/permission",
+        f"/repos/{REPO}/pulls/2",
+    ]
     assert server.log[0].headers["Authorization"] == "token ghs_secret"
     assert "::add-mask::ghs_secret" in result.stdout
     assert "| decision | **run** |" in result.summary
     assert f"| head SHA at label time | {HEAD} |" in result.summary
 
 
-@pytest.mark.parametrize(("sender", "minimum", "runs", "role"), [
-    ("tri", "triage", "true", "triage"),
-    ("tri", "write", "false", "triage"),
-    ("mai", "maintain", "true", "maintain"),
-    ("legacy", "maintain", "false", "write"),   # legacy field maps maintain -> write
-    ("reader", "triage", "false", "read"),
-    ("stranger", "write", "false", "read"),     # public repo: non-collaborators read
-])
+@pytest.mark.parametrize(
+    ("sender", "minimum", "runs", "role"),
+    [
+        ("tri", "triage", "true", "triage"),
+        ("tri", "write", "false", "triage"),
+        ("mai", "maintain", "true", "maintain"),
+        ("legacy", "maintain", "false", "write"),  # legacy field maps maintain -> write
+        ("reader", "triage", "false", "read"),
+        ("stranger", "write", "false", "read"),  # public repo: non-collaborators read
+    ],
+)
 def test_roles_through_the_api(run_cli, server, sender, minimum, runs, role):
     result = gate(run_cli, server, sender=sender, args=["--min-permission", minimum])
     assert result.returncode == 0, result.stdout
@@ -115,16 +147,22 @@ def test_push_with_paths_uses_the_compare_api(run_cli, server):
     payload = webhook("push")
     payload["before"], payload["after"] = "1" * 40, "2" * 40
     server.repos[REPO].compares["1" * 40 + "..." + "2" * 40] = ["src/kernel.cu"]
-    result = gate(run_cli, server, payload=payload, event_name="push",
-                  env={"INPUT_PATHS": "src/**", "GITHUB_SHA": "2" * 40})
+    result = gate(
+        run_cli,
+        server,
+        payload=payload,
+        event_name="push",
+        env={"INPUT_PATHS": "src/**", "GITHUB_SHA": "2" * 40},
+    )
     assert result.outputs["run"] == "true", result.stdout
     assert result.outputs["sha"] == "2" * 40
     assert len(server.requests("GET", "/compare/")) == 1
 
 
 def test_workflow_dispatch_runs_without_api_calls(run_cli, server):
-    result = gate(run_cli, server, payload=webhook("workflow_dispatch"),
-                  event_name="workflow_dispatch")
+    result = gate(
+        run_cli, server, payload=webhook("workflow_dispatch"), event_name="workflow_dispatch"
+    )
     assert result.outputs["run"] == "true" and result.outputs["sha"] == "d" * 40
     assert server.log == []
 
@@ -166,8 +204,9 @@ def test_missing_event_path_names_the_variable(run_cli, server):
 def test_malformed_event_names_the_variable(run_cli, server, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    result = run_cli(["gpu-gate"], {"GITHUB_EVENT_NAME": "pull_request",
-                                    "GITHUB_EVENT_PATH": str(bad)})
+    result = run_cli(
+        ["gpu-gate"], {"GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(bad)}
+    )
     assert result.returncode == 1
     assert f"GITHUB_EVENT_PATH={bad} is not valid JSON" in result.errors[0]
 

@@ -12,10 +12,16 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # head.sha in the fixtures
 
 
 def config(**overrides):
-    values = dict(label="CUDA CI", min_permission="write",
-                  run_on=["push", "schedule", "workflow_dispatch", "merge_group"],
-                  require_fresh_head=True, paths=[], skip_draft=False,
-                  gpu_runs_on='["self-hosted","gpu"]', cpu_runs_on="ubuntu-latest")
+    values = dict(
+        label="CUDA CI",
+        min_permission="write",
+        run_on=["push", "schedule", "workflow_dispatch", "merge_group"],
+        require_fresh_head=True,
+        paths=[],
+        skip_draft=False,
+        gpu_runs_on='["self-hosted","gpu"]',
+        cpu_runs_on="ubuntu-latest",
+    )
     values.update(overrides)
     return gate.make_config(**values)
 
@@ -34,8 +40,9 @@ def test_fixture_head_sha_is_what_the_tests_assume():
     assert webhook("pull_request.labeled")["pull_request"]["head"]["sha"] == HEAD
 
 
-@pytest.mark.parametrize("variant", ["pull_request.labeled",
-                                     "pull_request.labeled.with-organization"])
+@pytest.mark.parametrize(
+    "variant", ["pull_request.labeled", "pull_request.labeled.with-organization"]
+)
 @pytest.mark.parametrize("event", ["pull_request", "pull_request_target"])
 def test_gate_label_needs_an_api_check(variant, event):
     step = gate.triage(event, labeled(variant=variant), config(), "f" * 40)
@@ -45,8 +52,7 @@ def test_gate_label_needs_an_api_check(variant, event):
 
 
 def test_label_is_compared_case_insensitively():
-    assert isinstance(gate.triage("pull_request", labeled("cuda ci"), config(), ""),
-                      gate.PullCheck)
+    assert isinstance(gate.triage("pull_request", labeled("cuda ci"), config(), ""), gate.PullCheck)
 
 
 def test_fixture_label_bug_is_not_the_gate_label():
@@ -55,9 +61,16 @@ def test_fixture_label_bug_is_not_the_gate_label():
     assert "'bug', not the gate label 'CUDA CI'" in decision.reason
 
 
-@pytest.mark.parametrize("fixture", ["pull_request.opened", "pull_request.synchronize",
-                                     "pull_request.reopened", "pull_request.unlabeled",
-                                     "pull_request.closed"])
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "pull_request.opened",
+        "pull_request.synchronize",
+        "pull_request.reopened",
+        "pull_request.unlabeled",
+        "pull_request.closed",
+    ],
+)
 def test_other_pull_request_actions_never_run(fixture):
     payload = webhook(fixture)
     payload["pull_request"]["labels"] = [{"name": "CUDA CI"}]  # label still on the PR
@@ -79,9 +92,10 @@ def test_branch_deletion_push_does_not_run():
     assert "deleted a branch" in decision.reason
 
 
-@pytest.mark.parametrize(("event", "payload"), [("push", push_payload),
-                                                ("workflow_dispatch",
-                                                 lambda: webhook("workflow_dispatch"))])
+@pytest.mark.parametrize(
+    ("event", "payload"),
+    [("push", push_payload), ("workflow_dispatch", lambda: webhook("workflow_dispatch"))],
+)
 def test_run_on_events_run_without_label_at_github_sha(event, payload):
     decision = gate.triage(event, payload(), config(), "c" * 40)
     assert isinstance(decision, gate.Decision) and decision.run
@@ -131,18 +145,21 @@ def check():
     return gate.triage("pull_request", labeled(), config(), "")
 
 
-@pytest.mark.parametrize(("answer", "minimum", "runs"), [
-    ({"role_name": "admin", "permission": "admin"}, "write", True),
-    ({"role_name": "maintain", "permission": "write"}, "maintain", True),
-    ({"role_name": "write", "permission": "write"}, "maintain", False),
-    ({"role_name": "triage", "permission": "read"}, "triage", True),
-    ({"role_name": "triage", "permission": "read"}, "write", False),
-    ({"role_name": "read", "permission": "read"}, "triage", False),
-    ({"permission": "write"}, "write", True),                 # legacy only
-    ({"permission": "write"}, "maintain", False),             # maintain reads as write
-    ({"role_name": "ci-bot-role", "permission": "admin"}, "admin", True),  # custom role
-    ({"role_name": "none", "permission": "none"}, "triage", False),
-])
+@pytest.mark.parametrize(
+    ("answer", "minimum", "runs"),
+    [
+        ({"role_name": "admin", "permission": "admin"}, "write", True),
+        ({"role_name": "maintain", "permission": "write"}, "maintain", True),
+        ({"role_name": "write", "permission": "write"}, "maintain", False),
+        ({"role_name": "triage", "permission": "read"}, "triage", True),
+        ({"role_name": "triage", "permission": "read"}, "write", False),
+        ({"role_name": "read", "permission": "read"}, "triage", False),
+        ({"permission": "write"}, "write", True),  # legacy only
+        ({"permission": "write"}, "maintain", False),  # maintain reads as write
+        ({"role_name": "ci-bot-role", "permission": "admin"}, "admin", True),  # custom role
+        ({"role_name": "none", "permission": "none"}, "triage", False),
+    ],
+)
 def test_roles(answer, minimum, runs):
     cfg = config(min_permission=minimum)
     decision = gate.decide_pull(check(), cfg, answer, pull_answer(), None)
@@ -152,36 +169,45 @@ def test_roles(answer, minimum, runs):
 
 
 def test_legacy_fallback_is_explained():
-    decision = gate.decide_pull(check(), config(min_permission="maintain"),
-                                {"permission": "write"}, pull_answer(), None)
+    decision = gate.decide_pull(
+        check(), config(min_permission="maintain"), {"permission": "write"}, pull_answer(), None
+    )
     assert "legacy permission field" in decision.reason
 
 
 def test_stale_head_tells_the_maintainer_to_reapply():
-    decision = gate.decide_pull(check(), config(), {"role_name": "write"},
-                                pull_answer(sha="9" * 40), None)
+    decision = gate.decide_pull(
+        check(), config(), {"role_name": "write"}, pull_answer(sha="9" * 40), None
+    )
     assert not decision.run
     assert "apply the label again" in decision.reason
     assert decision.current_head == "9" * 40
 
 
 def test_stale_head_allowed_when_not_required_but_sha_is_the_labelled_one():
-    decision = gate.decide_pull(check(), config(require_fresh_head=False),
-                                {"role_name": "write"}, pull_answer(sha="9" * 40), None)
+    decision = gate.decide_pull(
+        check(),
+        config(require_fresh_head=False),
+        {"role_name": "write"},
+        pull_answer(sha="9" * 40),
+        None,
+    )
     assert decision.run and decision.sha == HEAD
 
 
 def test_closed_pull_request_does_not_run():
-    decision = gate.decide_pull(check(), config(), {"role_name": "admin"},
-                                pull_answer(state="closed"), None)
+    decision = gate.decide_pull(
+        check(), config(), {"role_name": "admin"}, pull_answer(state="closed"), None
+    )
     assert not decision.run and "is closed" in decision.reason
 
 
 def test_draft_skipped_only_with_skip_draft():
     answer = {"role_name": "write"}
     assert gate.decide_pull(check(), config(), answer, pull_answer(draft=True), None).run
-    decision = gate.decide_pull(check(), config(skip_draft=True), answer,
-                                pull_answer(draft=True), None)
+    decision = gate.decide_pull(
+        check(), config(skip_draft=True), answer, pull_answer(draft=True), None
+    )
     assert not decision.run and "draft" in decision.reason
 
 
@@ -200,11 +226,14 @@ def test_runs_on_follows_the_decision():
     assert gate.Decision(False, "", "push").runs_on(cfg) == '"ubuntu-latest"'
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("ubuntu-latest", '"ubuntu-latest"'),
-    ('[ "self-hosted" , "gpu" ]', '["self-hosted","gpu"]'),
-    ('{"group": "gpu-runners"}', '{"group":"gpu-runners"}'),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("ubuntu-latest", '"ubuntu-latest"'),
+        ('[ "self-hosted" , "gpu" ]', '["self-hosted","gpu"]'),
+        ('{"group": "gpu-runners"}', '{"group":"gpu-runners"}'),
+    ],
+)
 def test_runs_on_json(value, expected):
     assert gate.runs_on_json("gpu-runs-on", value) == expected
 

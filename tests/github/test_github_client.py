@@ -17,8 +17,9 @@ def client(github, token="t", prefix=""):
 
 def make_repo(github):
     github.add_repo("octo/repo", roles={"alice": "maintain"})
-    github.add_pull("octo/repo", PullRequest(7, "a" * 40,
-                                             files=[f"src/f{i}.py" for i in range(250)]))
+    github.add_pull(
+        "octo/repo", PullRequest(7, "a" * 40, files=[f"src/f{i}.py" for i in range(250)])
+    )
 
 
 def test_pull_request_shape_and_token(github):
@@ -126,6 +127,10 @@ def test_parse_time_reads_z_offsets_and_fractions_as_utc():
     assert parse_time("2026-11-02T10:00:00.000Z") == utc
     assert parse_time("2026-11-02T10:00:00") == utc  # no zone: GitHub's times are UTC
     assert parse_time(None) is None and parse_time("") is None and parse_time("soon") is None
-    job = {"status": "completed", "runner_name": "r", "created_at": "2026-11-02T10:00:00Z",
-           "started_at": "2026-11-02T12:05:00+02:00"}
+    job = {
+        "status": "completed",
+        "runner_name": "r",
+        "created_at": "2026-11-02T10:00:00Z",
+        "started_at": "2026-11-02T12:05:00+02:00",
+    }
     assert queue_seconds(job, utc) == 300.0

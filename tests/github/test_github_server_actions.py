@@ -17,8 +17,9 @@ SHA = "a" * 40
 
 def call(github, method, path, body=None, token="t"):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(github.url + path, data=data, method=method,
-                                 headers={"Authorization": f"token {token}"})
+    req = urllib.request.Request(
+        github.url + path, data=data, method=method, headers={"Authorization": f"token {token}"}
+    )
     try:
         with urllib.request.urlopen(req) as resp:
             raw = resp.read()
@@ -35,10 +36,18 @@ def gh(github):
 
 
 def add_run(gh, created, status="queued", labels=("self-hosted", "gpu")):
-    run = WorkflowRun(gh.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", SHA,
-                      created_at=created, status=status, pull_requests=[7])
-    run.jobs.append(Job(gh.next_id(), "tests", list(labels), created_at=created,
-                        steps=[Step("Set up job", 1)]))
+    run = WorkflowRun(
+        gh.next_id(),
+        "CUDA CI",
+        ".github/workflows/cuda-ci.yml",
+        SHA,
+        created_at=created,
+        status=status,
+        pull_requests=[7],
+    )
+    run.jobs.append(
+        Job(gh.next_id(), "tests", list(labels), created_at=created, steps=[Step("Set up job", 1)])
+    )
     return gh.add_run(REPO, run)
 
 
@@ -46,8 +55,9 @@ def test_runs_filter_paginate_and_keep_filters_in_links(gh):
     for day in range(1, 8):
         add_run(gh, f"2026-11-0{day}T10:00:00Z")
     add_run(gh, "2026-10-31T23:59:59Z")
-    status, body, headers = call(gh, "GET", f"/repos/{REPO}/actions/runs"
-                                 "?created=%3E%3D2026-11-01&per_page=3")
+    status, body, headers = call(
+        gh, "GET", f"/repos/{REPO}/actions/runs?created=%3E%3D2026-11-01&per_page=3"
+    )
     assert status == 200 and body["total_count"] == 7 and len(body["workflow_runs"]) == 3
     assert body["workflow_runs"][0]["created_at"].startswith("2026-11-07")  # newest first
     assert "created=%3E%3D2026-11-01" in headers["Link"] and 'rel="next"' in headers["Link"]
@@ -76,14 +86,17 @@ def test_cancel_queued_run_then_conflict_when_completed(gh):
     assert status == 409 and "completed" in body["message"]
     gh.read_only_tokens.add("ro")
     other = add_run(gh, "2026-11-02T11:00:00Z")
-    status, _, _ = call(gh, "POST", f"/repos/{REPO}/actions/runs/{other.id}/cancel", {},
-                        token="ro")
+    status, _, _ = call(gh, "POST", f"/repos/{REPO}/actions/runs/{other.id}/cancel", {}, token="ro")
     assert status == 403 and other.status == "queued"
 
 
 def test_commit_statuses_and_combined_state(gh):
-    status, body, _ = call(gh, "POST", f"/repos/{REPO}/statuses/{SHA}",
-                           {"state": "pending", "context": "GPU CI", "description": "waiting"})
+    status, body, _ = call(
+        gh,
+        "POST",
+        f"/repos/{REPO}/statuses/{SHA}",
+        {"state": "pending", "context": "GPU CI", "description": "waiting"},
+    )
     assert status == 201 and body["context"] == "GPU CI"
     call(gh, "POST", f"/repos/{REPO}/statuses/{SHA}", {"state": "success", "context": "GPU CI"})
     status, body, _ = call(gh, "POST", f"/repos/{REPO}/statuses/{SHA}", {"state": "bogus"})
@@ -95,15 +108,38 @@ def test_commit_statuses_and_combined_state(gh):
 
 
 def test_billing_usage_by_month_org_only_and_token_scope(gh):
-    gh.add_org("octo-org", billing_tokens={"billing"}, usage_items=[
-        {"date": "2026-11-03T00:00:00Z", "product": "actions", "sku": "linux_4_core_gpu",
-         "quantity": 12, "unitType": "minutes", "pricePerUnit": 0.052, "grossAmount": 0.624,
-         "discountAmount": 0, "netAmount": 0.624, "organizationName": "octo-org",
-         "repositoryName": "octo-repo"},
-        {"date": "2026-10-30T00:00:00Z", "product": "actions", "sku": "linux_4_core_gpu",
-         "quantity": 5, "unitType": "minutes", "pricePerUnit": 0.052, "grossAmount": 0.26,
-         "discountAmount": 0, "netAmount": 0.26, "organizationName": "octo-org",
-         "repositoryName": "octo-repo"}])
+    gh.add_org(
+        "octo-org",
+        billing_tokens={"billing"},
+        usage_items=[
+            {
+                "date": "2026-11-03T00:00:00Z",
+                "product": "actions",
+                "sku": "linux_4_core_gpu",
+                "quantity": 12,
+                "unitType": "minutes",
+                "pricePerUnit": 0.052,
+                "grossAmount": 0.624,
+                "discountAmount": 0,
+                "netAmount": 0.624,
+                "organizationName": "octo-org",
+                "repositoryName": "octo-repo",
+            },
+            {
+                "date": "2026-10-30T00:00:00Z",
+                "product": "actions",
+                "sku": "linux_4_core_gpu",
+                "quantity": 5,
+                "unitType": "minutes",
+                "pricePerUnit": 0.052,
+                "grossAmount": 0.26,
+                "discountAmount": 0,
+                "netAmount": 0.26,
+                "organizationName": "octo-org",
+                "repositoryName": "octo-repo",
+            },
+        ],
+    )
     path = "/organizations/octo-org/settings/billing/usage?year=2026&month=11"
     status, body, _ = call(gh, "GET", path, token="billing")
     assert status == 200 and [i["quantity"] for i in body["usageItems"]] == [12]

@@ -22,8 +22,9 @@ REPO = "octo-org/octo-repo"
 FORK = "contributor/octo-repo"
 SHA = "a" * 40
 
-needs_description = pytest.mark.skipif(openapi_contract.missing_reason() is not None,
-                                       reason=str(openapi_contract.missing_reason()))
+needs_description = pytest.mark.skipif(
+    openapi_contract.missing_reason() is not None, reason=str(openapi_contract.missing_reason())
+)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -35,8 +36,7 @@ def call(url, method="GET", body=None, token="t", follow=False):
     data = None if body is None else json.dumps(body).encode()
     headers = {"Authorization": f"token {token}"} if token else {}
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    opener = (urllib.request.build_opener() if follow
-              else urllib.request.build_opener(_NoRedirect))
+    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
     try:
         with opener.open(req) as resp:
             raw = resp.read()
@@ -51,8 +51,9 @@ def call(url, method="GET", body=None, token="t", follow=False):
 
 
 def run(gh, created="2026-11-02T10:00:00Z", **kwargs):
-    run = WorkflowRun(gh.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", SHA,
-                      created_at=created, **kwargs)
+    run = WorkflowRun(
+        gh.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", SHA, created_at=created, **kwargs
+    )
     run.jobs.append(Job(gh.next_id(), "tests", ["self-hosted", "gpu"], created_at=created))
     return gh.add_run(REPO, run)
 
@@ -62,9 +63,17 @@ def gh():
     with FakeGitHub() as server:
         server.add_repo(REPO)
         server.add_repo(FORK)
-        server.add_pull(REPO, PullRequest(7, SHA, head_repo=FORK, labels=["gpu"],
-                                          files=["src/a.cu"],
-                                          reviews=[("maintainer", "APPROVED", SHA)]))
+        server.add_pull(
+            REPO,
+            PullRequest(
+                7,
+                SHA,
+                head_repo=FORK,
+                labels=["gpu"],
+                files=["src/a.cu"],
+                reviews=[("maintainer", "APPROVED", SHA)],
+            ),
+        )
         yield server
 
 
@@ -115,11 +124,14 @@ def test_a_request_to_no_operation_is_a_test_bug():
 
 
 def test_openapi_nullable_is_translated_to_a_union():
-    schema = {"type": "object", "properties": {"a": {"type": "string", "nullable": True,
-                                                     "enum": ["x"]}}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string", "nullable": True, "enum": ["x"]}},
+    }
     out = openapi_contract._nullable_to_union(schema)
-    assert out["properties"]["a"] == {"anyOf": [{"type": "null"},
-                                                {"type": "string", "enum": ["x"]}]}
+    assert out["properties"]["a"] == {
+        "anyOf": [{"type": "null"}, {"type": "string", "enum": ["x"]}]
+    }
 
 
 def test_without_the_description_validation_is_off_with_a_reason(monkeypatch, tmp_path):
@@ -160,11 +172,24 @@ def test_every_shape_served_validates(gh):
     gh.repos[REPO].compares["1" * 40 + "..." + "2" * 40] = ["src/a.cu"]
     gh.repos[REPO].roles["maintainer"] = "maintain"
     gh.repos[REPO].legacy_only.add("old")
-    gh.add_org("octo-org", usage_items=[{
-        "date": "2026-11-02T00:00:00Z", "product": "actions", "sku": "linux_4_core_gpu",
-        "quantity": 9, "unitType": "Minutes", "pricePerUnit": 0.052, "grossAmount": 0.468,
-        "discountAmount": 0, "netAmount": 0.468, "organizationName": "octo-org",
-        "repositoryName": "octo-repo"}])
+    gh.add_org(
+        "octo-org",
+        usage_items=[
+            {
+                "date": "2026-11-02T00:00:00Z",
+                "product": "actions",
+                "sku": "linux_4_core_gpu",
+                "quantity": 9,
+                "unitType": "Minutes",
+                "pricePerUnit": 0.052,
+                "grossAmount": 0.468,
+                "discountAmount": 0,
+                "netAmount": 0.468,
+                "organizationName": "octo-org",
+                "repositoryName": "octo-repo",
+            }
+        ],
+    )
     api = f"{gh.url}/repos/{REPO}"
     art = gh.repos[REPO].artifacts[0]
     for method, url, body, expected in [
@@ -194,8 +219,7 @@ def test_every_shape_served_validates(gh):
         ("GET", f"{api}/actions/artifacts?name=ledger", None, 200),
         ("GET", f"{api}/actions/artifacts/{art.id}", None, 200),
         ("GET", f"{api}/actions/artifacts/{art.id}/zip", None, 302),
-        ("GET", f"{gh.url}/organizations/octo-org/settings/billing/usage?year=2026", None,
-         200),
+        ("GET", f"{gh.url}/organizations/octo-org/settings/billing/usage?year=2026", None, 200),
         ("GET", f"{gh.url}/rate_limit", None, 200),
     ]:
         status, answer, _ = call(url, method, body)
@@ -203,8 +227,9 @@ def test_every_shape_served_validates(gh):
     status, answer, _ = call(f"{api}/collaborators/old/permission")
     # Older GHES leave role_name out: served, and listed as deliberately outside the contract.
     assert status == 200 and "role_name" not in answer
-    assert gh.outside_contract == ["GET /repos/octo-org/octo-repo/collaborators/old/permission:"
-                                   " an older GHES omits role_name"]
+    assert gh.outside_contract == [
+        "GET /repos/octo-org/octo-repo/collaborators/old/permission: an older GHES omits role_name"
+    ]
     assert gh.contract_violations == []
 
 
@@ -214,9 +239,17 @@ def test_filtered_run_listings_stop_at_1000_results(gh):
     for each search when using the following parameters: actor, branch, check_suite_id,
     created, event, head_sha, status." total_count stays the true count."""
     repo = gh.repos[REPO]
-    repo.runs.extend(WorkflowRun(10_000 + i, "CUDA CI", ".github/workflows/cuda-ci.yml", SHA,
-                                 status="completed", conclusion="success")
-                     for i in range(1205))
+    repo.runs.extend(
+        WorkflowRun(
+            10_000 + i,
+            "CUDA CI",
+            ".github/workflows/cuda-ci.yml",
+            SHA,
+            status="completed",
+            conclusion="success",
+        )
+        for i in range(1205)
+    )
     api = f"{gh.url}/repos/{REPO}/actions/runs"
     status, body, head = call(f"{api}?status=completed&per_page=100&page=10")
     assert status == 200 and len(body["workflow_runs"]) == 100
@@ -229,8 +262,10 @@ def test_filtered_run_listings_stop_at_1000_results(gh):
     # Unfiltered, every run is reachable.
     status, body, _ = call(f"{api}?per_page=100&page=13")
     assert len(body["workflow_runs"]) == 5
-    status, body, _ = call(f"{gh.url}/repos/{REPO}/actions/workflows/cuda-ci.yml/runs"
-                           "?event=pull_request&per_page=100&page=11")
+    status, body, _ = call(
+        f"{gh.url}/repos/{REPO}/actions/workflows/cuda-ci.yml/runs"
+        "?event=pull_request&per_page=100&page=11"
+    )
     assert body["workflow_runs"] == [] and body["total_count"] == 1205
 
 
@@ -250,28 +285,35 @@ def test_compare_lists_at_most_300_files_and_only_on_page_1(gh):
 
 
 def test_per_page_above_100_is_served_as_100(gh):
-    """"The number of results per page (max 100)." (the per-page parameter)."""
+    """ "The number of results per page (max 100)." (the per-page parameter)."""
     gh.repos[REPO].pulls[7].files = [f"f{i}" for i in range(150)]
     status, body, head = call(f"{gh.url}/repos/{REPO}/pulls/7/files?per_page=500")
     assert status == 200 and len(body) == 100
     assert "per_page=100&page=2" in head["Link"]
 
 
-@pytest.mark.parametrize(("created", "expected"), [
-    ("2026-11-01T00:00:00Z..2026-11-30T23:59:59Z", {"11-01 08", "11-30 23"}),
-    ("2026-11-01T09:00:00Z..2026-11-30", {"11-30 23"}),
-    (">=2026-11-30T23:00:00Z", {"11-30 23", "12-01 00"}),
-    ("<=2026-11-01T08:00:00Z", {"10-31 23", "11-01 08"}),
-    ("<2026-11-01T08:00:00Z", {"10-31 23"}),
-    (">2026-11-30", {"12-01 00"}),
-    ("2026-11-30", {"11-30 23"}),
-    ("2026-11-01T00:00:00Z..*", {"11-01 08", "11-30 23", "12-01 00"}),
-])
+@pytest.mark.parametrize(
+    ("created", "expected"),
+    [
+        ("2026-11-01T00:00:00Z..2026-11-30T23:59:59Z", {"11-01 08", "11-30 23"}),
+        ("2026-11-01T09:00:00Z..2026-11-30", {"11-30 23"}),
+        (">=2026-11-30T23:00:00Z", {"11-30 23", "12-01 00"}),
+        ("<=2026-11-01T08:00:00Z", {"10-31 23", "11-01 08"}),
+        ("<2026-11-01T08:00:00Z", {"10-31 23"}),
+        (">2026-11-30", {"12-01 00"}),
+        ("2026-11-30", {"11-30 23"}),
+        ("2026-11-01T00:00:00Z..*", {"11-01 08", "11-30 23", "12-01 00"}),
+    ],
+)
 def test_created_filters_take_a_time_part(gh, created, expected):
     """GitHub's search date syntax ("Query for dates"): YYYY-MM-DDTHH:MM:SSZ bounds, >=, <=,
     >, <, ranges with .. and *."""
-    for at in ("2026-10-31T23:00:00Z", "2026-11-01T08:00:00Z", "2026-11-30T23:30:00Z",
-               "2026-12-01T00:00:00Z"):
+    for at in (
+        "2026-10-31T23:00:00Z",
+        "2026-11-01T08:00:00Z",
+        "2026-11-30T23:30:00Z",
+        "2026-12-01T00:00:00Z",
+    ):
         run(gh, created=at)
     status, body, _ = call(f"{gh.url}/repos/{REPO}/actions/runs?created={quote(created)}")
     assert status == 200
@@ -279,8 +321,9 @@ def test_created_filters_take_a_time_part(gh, created, expected):
     assert got == expected
 
 
-@pytest.mark.parametrize("state", ["queued", "waiting", "pending", "requested",
-                                   "in_progress", "completed"])
+@pytest.mark.parametrize(
+    "state", ["queued", "waiting", "pending", "requested", "in_progress", "completed"]
+)
 def test_job_states_are_githubs(gh, state):
     """The ``job`` schema's status enum: queued, in_progress, completed, waiting, requested,
     pending (each served and inside the contract)."""
@@ -337,7 +380,7 @@ def test_the_artifact_zip_is_a_redirect_to_another_host_without_the_token(gh):
 
 
 def test_secondary_rate_limit_on_demand(gh):
-    """"you will receive a 403 or 429 response and an error message that indicates that you
+    """ "you will receive a 403 or 429 response and an error message that indicates that you
     exceeded a secondary rate limit. If the retry-after response header is present, you
     should not retry your request until after that many seconds has elapsed." (GitHub's docs,
     Rate limits for the REST API)."""
@@ -350,7 +393,7 @@ def test_secondary_rate_limit_on_demand(gh):
 
 
 def test_secondary_rate_limit_on_content_creation():
-    """"no more than 80 content-generating requests per minute" (here: 2, to test it)."""
+    """ "no more than 80 content-generating requests per minute" (here: 2, to test it)."""
     with FakeGitHub(writes_per_minute=2) as server:
         server.add_repo(REPO)
         server.add_pull(REPO, PullRequest(7, SHA))

@@ -30,9 +30,15 @@ def client(gh: FakeGitHub) -> RestClient:
 
 
 def bare_run(gh, created: str, *, status="completed", jobs=()) -> WorkflowRun:
-    run = WorkflowRun(gh.next_id(), "CUDA CI", WF, HEAD, status=status,
-                      conclusion="success" if status == "completed" else None,
-                      created_at=created)
+    run = WorkflowRun(
+        gh.next_id(),
+        "CUDA CI",
+        WF,
+        HEAD,
+        status=status,
+        conclusion="success" if status == "completed" else None,
+        created_at=created,
+    )
     run.jobs.extend(jobs)
     return gh.add_run(REPO, run)
 
@@ -45,8 +51,9 @@ def test_a_month_of_more_than_1000_runs_is_listed_whole(github):
     start = datetime(2026, 11, 1, tzinfo=timezone.utc)
     for n in range(1050):
         bare_run(github, iso(start + timedelta(minutes=41 * n)))
-    runs = spend.list_runs(client(github), REPO, ["cuda-ci.yml"], date(2026, 10, 31),
-                           date(2026, 11, 30))
+    runs = spend.list_runs(
+        client(github), REPO, ["cuda-ci.yml"], date(2026, 10, 31), date(2026, 11, 30)
+    )
     assert len(runs) == len({r["id"] for r in runs}) == 1050
 
 
@@ -56,8 +63,9 @@ def test_a_window_that_still_hits_the_cap_says_so():
         for _ in range(8):  # eight runs in the same second: no window can split them
             bare_run(gh, "2026-11-10T10:00:00Z")
         notes: list[str] = []
-        runs = spend.list_runs(client(gh), REPO, ["cuda-ci.yml"], date(2026, 11, 1),
-                               date(2026, 11, 30), notes=notes)
+        runs = spend.list_runs(
+            client(gh), REPO, ["cuda-ci.yml"], date(2026, 11, 1), date(2026, 11, 30), notes=notes
+        )
     assert len(runs) == 5
     assert notes and "incomplete" in notes[0] and "1,000" not in notes[0] and "5" in notes[0]
 
@@ -67,8 +75,9 @@ def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github)
     for _ in range(1001):
         bare_run(github, "2026-11-10T10:00:00Z")
     notes: list[str] = []
-    runs = spend.list_runs(client(github), REPO, ["cuda-ci.yml"], date(2026, 11, 1),
-                           date(2026, 11, 30), notes=notes)
+    runs = spend.list_runs(
+        client(github), REPO, ["cuda-ci.yml"], date(2026, 11, 1), date(2026, 11, 30), notes=notes
+    )
     assert len(runs) == 1000  # every page GitHub serves, not the first one
     assert len(notes) == 1 and "1001 runs" in notes[0] and "at most 1000" in notes[0]
 
@@ -78,9 +87,14 @@ def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github)
 
 def _watchdog_env(github, tmp_path):
     github.add_repo(REPO)
-    return {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO,
-            "GITHUB_TOKEN": "watchdog-token", "INPUT_WORKFLOWS": "cuda-ci.yml",
-            "INPUT_REPORT_FILE": str(tmp_path / "queue.json"), "INPUT_MAX_CALLS": "400"}
+    return {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "watchdog-token",
+        "INPUT_WORKFLOWS": "cuda-ci.yml",
+        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
+        "INPUT_MAX_CALLS": "400",
+    }
 
 
 def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:
@@ -90,11 +104,29 @@ def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:
 
 def test_a_running_gpu_job_on_the_second_page_of_jobs_keeps_the_run(run_cli, github, tmp_path):
     env = _watchdog_env(github, tmp_path)
-    cpu = [Job(github.next_id(), f"lint ({n})", ["ubuntu-latest"], status="completed",
-               conclusion="success", created_at=ago(95), started_at=ago(95),
-               completed_at=ago(94), runner_name="GitHub Actions 2") for n in range(100)]
-    running = Job(github.next_id(), "tests (2)", ["gpu"], status="in_progress",
-                  created_at=ago(95), started_at=ago(50), runner_name="gpu-1")
+    cpu = [
+        Job(
+            github.next_id(),
+            f"lint ({n})",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=ago(95),
+            started_at=ago(95),
+            completed_at=ago(94),
+            runner_name="GitHub Actions 2",
+        )
+        for n in range(100)
+    ]
+    running = Job(
+        github.next_id(),
+        "tests (2)",
+        ["gpu"],
+        status="in_progress",
+        created_at=ago(95),
+        started_at=ago(50),
+        runner_name="gpu-1",
+    )
     run = _stuck_run(github, extra=[*cpu, running])
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
@@ -106,8 +138,12 @@ def test_an_old_stuck_run_behind_100_newer_queued_runs_is_found(run_cli, github,
     env = _watchdog_env(github, tmp_path)
     stuck = _stuck_run(github, minutes=300)
     for n in range(100):  # newer runs, old enough to look at, with no GPU job
-        bare_run(github, ago(120 - n / 10), status="queued", jobs=[
-            Job(github.next_id(), "lint", ["ubuntu-latest"], created_at=ago(100))])
+        bare_run(
+            github,
+            ago(120 - n / 10),
+            status="queued",
+            jobs=[Job(github.next_id(), "lint", ["ubuntu-latest"], created_at=ago(100))],
+        )
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
     assert stuck.conclusion == "cancelled"
@@ -125,8 +161,9 @@ def test_the_call_budget_makes_the_sweep_say_incomplete(run_cli, github, tmp_pat
     assert json.loads((tmp_path / "queue.json").read_text())["complete"] is False
 
 
-def test_jobs_waiting_for_reviewers_or_a_concurrency_group_are_not_cancelled(run_cli, github,
-                                                                              tmp_path):
+def test_jobs_waiting_for_reviewers_or_a_concurrency_group_are_not_cancelled(
+    run_cli, github, tmp_path
+):
     env = _watchdog_env(github, tmp_path)
     waiting = _stuck_run(github)
     waiting.jobs[0].status = "waiting"  # an environment's required reviewers
@@ -150,29 +187,76 @@ def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
     github.add_repo(REPO, roles={"maintainer": "write"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [github.status_json(repo, HEAD, {
-        "context": "GPU CI", "state": "pending",
-        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."},
-        "github-actions[bot]")]
-    run = WorkflowRun(github.next_id(), "CUDA CI", WF, HEAD, pull_requests=[],
-                      actor="maintainer", status="completed", conclusion="success")
-    run.jobs = [Job(github.next_id(), f"lint ({n})", ["ubuntu-latest"], status="completed",
-                    conclusion="success", created_at=ago(40), started_at=ago(40),
-                    completed_at=ago(39), runner_name="cpu") for n in range(100)]
-    run.jobs.append(Job(github.next_id(), "tests", ["self-hosted", "gpu"], status="completed",
-                        conclusion="success", created_at=ago(39), started_at=ago(30),
-                        completed_at=ago(5), runner_name="gpu-1"))
+    repo.statuses[HEAD] = [
+        github.status_json(
+            repo,
+            HEAD,
+            {
+                "context": "GPU CI",
+                "state": "pending",
+                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+            },
+            "github-actions[bot]",
+        )
+    ]
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        WF,
+        HEAD,
+        pull_requests=[],
+        actor="maintainer",
+        status="completed",
+        conclusion="success",
+    )
+    run.jobs = [
+        Job(
+            github.next_id(),
+            f"lint ({n})",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=ago(40),
+            started_at=ago(40),
+            completed_at=ago(39),
+            runner_name="cpu",
+        )
+        for n in range(100)
+    ]
+    run.jobs.append(
+        Job(
+            github.next_id(),
+            "tests",
+            ["self-hosted", "gpu"],
+            status="completed",
+            conclusion="success",
+            created_at=ago(39),
+            started_at=ago(30),
+            completed_at=ago(5),
+            runner_name="gpu-1",
+        )
+    )
     github.add_run(REPO, run)
     event = webhook("workflow_run.completed.with-pull-requests")
     # the approval's own run (issue 26's binding): the GPU workflow's file, attempt 1,
     # created with the approval, triggered by the approver
-    event["workflow_run"].update(id=run.id, head_sha=HEAD, event="pull_request",
-                                 path=WF, run_attempt=1, pull_requests=[],
-                                 created_at=repo.statuses[HEAD][0]["created_at"],
-                                 triggering_actor={"login": "maintainer"},
-                                 head_repository={"full_name": "contributor/Hello-World"})
-    env = {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "t",
-           "GITHUB_SERVER_URL": "https://github.com"}
+    event["workflow_run"].update(
+        id=run.id,
+        head_sha=HEAD,
+        event="pull_request",
+        path=WF,
+        run_attempt=1,
+        pull_requests=[],
+        created_at=repo.statuses[HEAD][0]["created_at"],
+        triggering_actor={"login": "maintainer"},
+        head_repository={"full_name": "contributor/Hello-World"},
+    )
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+    }
     result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
     assert result.returncode == 0, result.stdout
     assert repo.statuses[HEAD][0]["state"] == "success", result.outputs
@@ -185,10 +269,16 @@ def test_a_push_whose_301st_file_matches_paths_runs(run_cli, github):
     github.add_repo(REPO)
     payload = webhook("push")
     payload["before"], payload["after"] = "1" * 40, "2" * 40
-    github.repos[REPO].compares["1" * 40 + "..." + "2" * 40] = (
-        [f"docs/p{i}.md" for i in range(300)] + ["src/kernel.cu"])
-    env = {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO,
-           "INPUT_GITHUB_TOKEN": "ghs_secret", "GITHUB_SHA": "2" * 40, "INPUT_PATHS": "src/**"}
+    github.repos[REPO].compares["1" * 40 + "..." + "2" * 40] = [
+        f"docs/p{i}.md" for i in range(300)
+    ] + ["src/kernel.cu"]
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GITHUB_SHA": "2" * 40,
+        "INPUT_PATHS": "src/**",
+    }
     result = run_cli(["gpu-gate"], env, event=payload, event_name="push")
     assert result.returncode == 0, result.stdout
     assert result.outputs["run"] == "true", result.outputs["reason"]
@@ -229,5 +319,6 @@ def test_the_readme_states_the_rest_calls_at_300_runs_a_month(run_cli, server, t
     assert (len(listings), len(jobs)) == (3, 300)
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"{len(decision)} REST calls per gate decision" in readme, [
-        r.path for r in decision if not r.path.endswith(("/runs", "/jobs"))]
+        r.path for r in decision if not r.path.endswith(("/runs", "/jobs"))
+    ]
     assert f"{len(hourly)} REST calls per gpu-spend report" in readme, len(hourly)

@@ -13,8 +13,14 @@ from gpu_ci.markdown import Markdown, escape, markdown_table
 from tests.github.runs import GPU_RUNS_ON, gpu_run, spend
 
 LINK = "[Approve this PR](https://evil.example/approve)"
-HOSTILE = [LINK, "![x](https://evil.example/pixel.png)", "<img src=x onerror=alert(1)>",
-           "a | b", "<https://evil.example>", "line\n[ref]: https://evil.example"]
+HOSTILE = [
+    LINK,
+    "![x](https://evil.example/pixel.png)",
+    "<img src=x onerror=alert(1)>",
+    "a | b",
+    "<https://evil.example>",
+    "line\n[ref]: https://evil.example",
+]
 
 
 def rendered_markup(text: str) -> list[str]:
@@ -37,8 +43,12 @@ def test_a_table_cell_is_text_and_a_markdown_cell_is_ours():
 
 
 def test_a_fork_runner_label_is_no_link_in_the_spend_report(run_cli, server, tmp_path):
-    gpu_run(server, datetime(2026, 11, 7, 9, tzinfo=timezone.utc), 30,
-            labels=("self-hosted", "gpu", LINK))
+    gpu_run(
+        server,
+        datetime(2026, 11, 7, 9, tzinfo=timezone.utc),
+        30,
+        labels=("self-hosted", "gpu", LINK),
+    )
     result = spend(run_cli, server, tmp_path, env=GPU_RUNS_ON)
     assert result.returncode == 0, result.stdout
     assert "Approve this PR" in result.summary
@@ -63,9 +73,11 @@ def _results_step() -> str:
     return step["run"]
 
 
-REASONS = ["skip\n::error title=GPU CI::all tests passed\n::stop-commands::x",
-           f"label {LINK} by <b>x</b> | y \\ z\r\n[ref]: https://evil.example",
-           "a\u2028b\u2029c ![i](https://evil.example/i.png)"]
+REASONS = [
+    "skip\n::error title=GPU CI::all tests passed\n::stop-commands::x",
+    f"label {LINK} by <b>x</b> | y \\ z\r\n[ref]: https://evil.example",
+    "a\u2028b\u2029c ![i](https://evil.example/i.png)",
+]
 
 
 @pytest.mark.parametrize("reason", REASONS)
@@ -79,13 +91,20 @@ def test_the_reusable_workflow_prints_the_reason_by_the_same_rule(tmp_path, reas
     script = tmp_path / "results.sh"
     script.write_text(_results_step())
     summary = tmp_path / "summary.md"
-    base = {"REASON": reason, "GATE": "success", "GITHUB_STEP_SUMMARY": str(summary),
-            "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "GATE_ATTEMPT": "1",
-            "GITHUB_RUN_ATTEMPT": "1"}
+    base = {
+        "REASON": reason,
+        "GATE": "success",
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": "/usr/bin:/bin",
+        "LC_ALL": "C.UTF-8",
+        "GATE_ATTEMPT": "1",
+        "GITHUB_RUN_ATTEMPT": "1",
+    }
     # the tests ran: the check passes and prints the reason as one plain log line
     env = dict(base, RUN="true", BUILD="success", TEST="success")
-    proc = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", "-e", str(script)], env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"Gate: {escape(reason)}\n" in summary.read_text(encoding="utf-8")
     assert proc.stdout == escape_line(f"GPU CI: {reason}") + "\n"
@@ -93,8 +112,9 @@ def test_the_reusable_workflow_prints_the_reason_by_the_same_rule(tmp_path, reas
     # the gate refused: the check fails with one ::error whose message is the reason as
     # workflow-command data (%, CR, LF encoded), so the reason starts no command of its own
     env = dict(base, RUN="false", BUILD="skipped", TEST="skipped")
-    proc = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True,
-                          text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", "-e", str(script)], env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 1, proc.stderr
     data = reason.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     assert proc.stdout == f"::error title=GPU CI::the GPU tests did not run: {data}.\n"

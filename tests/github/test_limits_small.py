@@ -57,8 +57,7 @@ def test_an_artifact_download_that_keeps_failing_is_an_api_error(github):
     art = github.add_artifact(REPO, "ledger", {"a.txt": b"hello"})
     github.inject("GET", rf"/actions/artifacts/{art.id}/zip$", 503, times=10)
     with pytest.raises(ApiError) as info:
-        client(github, retries=2).download(f"/repos/{REPO}/actions/artifacts/{art.id}/zip",
-                                           1 << 20)
+        client(github, retries=2).download(f"/repos/{REPO}/actions/artifacts/{art.id}/zip", 1 << 20)
     assert info.value.status == 503
     assert len(github.requests("GET", f"/artifacts/{art.id}/zip")) == 3
 
@@ -69,8 +68,7 @@ def test_the_billing_404_does_not_say_personal_accounts_have_no_usage_api():
     assert "/users/octocat/settings/billing/usage" in text
 
 
-def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli, github,
-                                                                         tmp_path):
+def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli, github, tmp_path):
     """GitHub answers 202 to a cancel and cancels later, or never (a run that ignores
     cancel): the watchdog re-reads the run and says what it saw, and posts no status that
     says the run was cancelled."""
@@ -80,16 +78,28 @@ def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli
 
     def ago(minutes):
         return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime(
-            "%Y-%m-%dT%H:%M:%SZ")
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
 
     github.add_repo(REPO)
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", "e" * 40,
-                      status="in_progress", created_at=ago(91))
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        ".github/workflows/cuda-ci.yml",
+        "e" * 40,
+        status="in_progress",
+        created_at=ago(91),
+    )
     run.jobs.append(Job(github.next_id(), "tests", ["gpu"], created_at=ago(90)))
     github.add_run(REPO, run)
     github.inject("POST", rf"/actions/runs/{run.id}/cancel$", 202, body={})
-    env = {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "w",
-           "INPUT_WORKFLOWS": "cuda-ci.yml", "INPUT_REPORT_FILE": str(tmp_path / "q.json")}
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "w",
+        "INPUT_WORKFLOWS": "cuda-ci.yml",
+        "INPUT_REPORT_FILE": str(tmp_path / "q.json"),
+    }
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
     assert run.status == "in_progress"

@@ -7,20 +7,23 @@ import pytest
 from gpu_ci.github.paths import glob_to_regex, match_paths
 
 
-@pytest.mark.parametrize(("pattern", "name", "expected"), [
-    ("*.py", "setup.py", True),
-    ("*.py", "src/setup.py", False),          # * stays within one segment
-    ("**.py", "src/deep/x.py", True),
-    ("**/*.cu", "kernels/a/b.cu", True),
-    ("**/*.cu", "b.cu", True),                # **/ may match nothing
-    ("src/**", "src/a/b/c.txt", True),
-    ("src/**", "srcx/a", False),
-    ("docs/?.md", "docs/a.md", True),
-    ("docs/?.md", "docs/ab.md", False),
-    ("[abc].txt", "b.txt", True),
-    ("[!abc].txt", "b.txt", False),
-    ("a+b(c).txt", "a+b(c).txt", True),       # regex metacharacters are literal
-])
+@pytest.mark.parametrize(
+    ("pattern", "name", "expected"),
+    [
+        ("*.py", "setup.py", True),
+        ("*.py", "src/setup.py", False),  # * stays within one segment
+        ("**.py", "src/deep/x.py", True),
+        ("**/*.cu", "kernels/a/b.cu", True),
+        ("**/*.cu", "b.cu", True),  # **/ may match nothing
+        ("src/**", "src/a/b/c.txt", True),
+        ("src/**", "srcx/a", False),
+        ("docs/?.md", "docs/a.md", True),
+        ("docs/?.md", "docs/ab.md", False),
+        ("[abc].txt", "b.txt", True),
+        ("[!abc].txt", "b.txt", False),
+        ("a+b(c).txt", "a+b(c).txt", True),  # regex metacharacters are literal
+    ],
+)
 def test_glob(pattern, name, expected):
     assert bool(glob_to_regex(pattern).match(name)) is expected
 

@@ -18,8 +18,9 @@ REPO = "Codertocat/Hello-World"
 def server(github):
     github.add_repo(REPO)
     github.add_repo("octo-org/octo-repo")
-    github.add_pull(REPO, PullRequest(2, "a" * 40,
-                                      labels=["CUDA CI", "ciflow/cuda", "GPU ✓ tested", "bug"]))
+    github.add_pull(
+        REPO, PullRequest(2, "a" * 40, labels=["CUDA CI", "ciflow/cuda", "GPU ✓ tested", "bug"])
+    )
     github.add_pull(REPO, PullRequest(1, "a" * 40, labels=["CUDA CI"]))
     github.add_pull("octo-org/octo-repo", PullRequest(2, "a" * 40, labels=["CUDA CI"]))
     return github
@@ -44,7 +45,8 @@ def test_present_label_is_removed_with_one_delete(run_cli, server):
     assert json.loads(result.outputs["absent"]) == []
     assert labels_of(server) == ["ciflow/cuda", "GPU ✓ tested", "bug"]
     assert [(r.method, r.path) for r in server.log] == [
-        ("DELETE", f"/repos/{REPO}/issues/2/labels/CUDA%20CI")]
+        ("DELETE", f"/repos/{REPO}/issues/2/labels/CUDA%20CI")
+    ]
     assert "| CUDA CI | removed |" in result.summary
 
 
@@ -58,8 +60,9 @@ def test_absent_label_is_success_with_a_notice(run_cli, server):
 
 
 def test_several_labels_mixed_results_and_encoding(run_cli, server):
-    result = remove(run_cli, server, env={
-        "INPUT_LABELS": "CUDA CI, ciflow/cuda\nGPU ✓ tested\nnot-there"})
+    result = remove(
+        run_cli, server, env={"INPUT_LABELS": "CUDA CI, ciflow/cuda\nGPU ✓ tested\nnot-there"}
+    )
     assert result.returncode == 0, result.stdout
     assert json.loads(result.outputs["removed"]) == ["CUDA CI", "ciflow/cuda", "GPU ✓ tested"]
     assert json.loads(result.outputs["absent"]) == ["not-there"]
@@ -113,8 +116,9 @@ def test_persistent_500_is_a_warning_without_fail_on_error(run_cli, server):
     result = remove(run_cli, server, args=["--fail-on-error", "false"])
     assert result.returncode == 0
     assert result.errors == []
-    assert any(line.startswith("::warning title=remove-label::")
-               for line in result.stdout.splitlines())
+    assert any(
+        line.startswith("::warning title=remove-label::") for line in result.stdout.splitlines()
+    )
 
 
 def test_unknown_pull_request_is_an_error_not_absent(run_cli, server):
@@ -123,30 +127,41 @@ def test_unknown_pull_request_is_an_error_not_absent(run_cli, server):
     assert "#99 was not found in Codertocat/Hello-World" in result.errors[0]
 
 
-@pytest.mark.parametrize(("fixture", "event_name", "repo", "number"), [
-    ("pull_request.labeled", "pull_request_target", REPO, 2),
-    ("pull_request.closed", "pull_request", REPO, 2),
-    ("issue_comment.created", "issue_comment", REPO, 1),
-    ("workflow_run.completed.with-pull-requests", "workflow_run", "octo-org/octo-repo", 2),
-])
+@pytest.mark.parametrize(
+    ("fixture", "event_name", "repo", "number"),
+    [
+        ("pull_request.labeled", "pull_request_target", REPO, 2),
+        ("pull_request.closed", "pull_request", REPO, 2),
+        ("issue_comment.created", "issue_comment", REPO, 1),
+        ("workflow_run.completed.with-pull-requests", "workflow_run", "octo-org/octo-repo", 2),
+    ],
+)
 def test_number_from_each_event_kind(run_cli, server, fixture, event_name, repo, number):
-    result = remove(run_cli, server, event=webhook(fixture), event_name=event_name,
-                    env={"GITHUB_REPOSITORY": repo})
+    result = remove(
+        run_cli,
+        server,
+        event=webhook(fixture),
+        event_name=event_name,
+        env={"GITHUB_REPOSITORY": repo},
+    )
     assert result.returncode == 0, result.stdout
     assert server.requests("DELETE")[0].path == f"/repos/{repo}/issues/{number}/labels/CUDA%20CI"
 
 
 def test_no_number_anywhere_is_a_clear_error(run_cli, server):
-    result = remove(run_cli, server, event=webhook("push"), event_name="push",
-                    env={"GITHUB_REPOSITORY": REPO})
+    result = remove(
+        run_cli, server, event=webhook("push"), event_name="push", env={"GITHUB_REPOSITORY": REPO}
+    )
     assert result.returncode == 1
     assert "'push' event has no pull request or issue number" in result.errors[0]
     assert server.log == []
 
 
 def test_number_and_repository_inputs_need_no_event(run_cli, server):
-    result = run_cli(["remove-label", "--number", "1", "--repository", REPO],
-                     {"GITHUB_API_URL": server.url, "GITHUB_TOKEN": "t"})
+    result = run_cli(
+        ["remove-label", "--number", "1", "--repository", REPO],
+        {"GITHUB_API_URL": server.url, "GITHUB_TOKEN": "t"},
+    )
     assert result.returncode == 0, result.stdout
     assert labels_of(server, number=1) == []
 
@@ -157,12 +172,15 @@ def test_ghes_api_url(run_cli, server):
     assert server.log[0].path == f"/api/v3/repos/{REPO}/issues/2/labels/CUDA%20CI"
 
 
-@pytest.mark.parametrize(("flag", "value", "match"), [
-    ("--number", "abc", "'number' must be a positive integer"),
-    ("--repository", "just-a-name", "pass 'repository' as owner/name"),
-    ("--fail-on-error", "maybe", "'fail-on-error' of remove-label must be true or false"),
-    ("--labels", " , ", "'labels' is empty"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "match"),
+    [
+        ("--number", "abc", "'number' must be a positive integer"),
+        ("--repository", "just-a-name", "pass 'repository' as owner/name"),
+        ("--fail-on-error", "maybe", "'fail-on-error' of remove-label must be true or false"),
+        ("--labels", " , ", "'labels' is empty"),
+    ],
+)
 def test_unusable_inputs_exit_2(run_cli, server, flag, value, match):
     result = remove(run_cli, server, args=[flag, value])
     assert result.returncode == 2

@@ -18,25 +18,25 @@ from tests.shared import ROOT
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 
 
-def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch,
-                                                    tmp_path):
-    with_report = gpu_run(server, T0, 3)                               # 3 min, PR #2
+def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch, tmp_path):
+    with_report = gpu_run(server, T0, 3)  # 3 min, PR #2
     report = monitor_report(monkeypatch, T0)
     fraction = Decimal(str(report["cost"]["idle_fraction"]))
     assert 0 < fraction < 1
     upload(server, with_report, report, head_branch="feature", fork=True)  # a fork's PR: read
-    gpu_run(server, T0 + timedelta(days=1), 10, event="push", pr=None)    # no report
+    gpu_run(server, T0 + timedelta(days=1), 10, event="push", pr=None)  # no report
     other = gpu_run(server, T0 + timedelta(days=2), 3, who="carol")
-    upload(server, other, monitor_report(monkeypatch, T0 + timedelta(days=2)),
-           name="gpu-usage")                                              # other name: not read
+    upload(
+        server, other, monitor_report(monkeypatch, T0 + timedelta(days=2)), name="gpu-usage"
+    )  # other name: not read
     late = gpu_run(server, T0 + timedelta(days=3), 3)
     upload(server, late, monitor_report(monkeypatch, T0 + timedelta(days=4)))  # not its window
     before = len(server.log)
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     calls = [r.path for r in api_calls(server, before)]
-    assert len([p for p in calls if "/artifacts" in p]) == 3   # 1 listing + 2 downloads
-    assert len(calls) == 1 + 4 + 3                             # runs page + jobs of 4 runs
+    assert len([p for p in calls if "/artifacts" in p]) == 3  # 1 listing + 2 downloads
+    assert len(calls) == 1 + 4 + 3  # runs page + jobs of 4 runs
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())
     assert doc["minutes"] == 19 and doc["usd"] == str(Decimal("0.052") * 19)
     idle_min = (fraction * 3).quantize(Decimal("0.01"))
@@ -44,15 +44,17 @@ def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch
     assert doc["idle"]["minutes"] == str(idle_min) and doc["idle"]["usd"] == str(idle_usd)
     assert doc["idle"]["jobs_with_report"] == 1 and doc["idle"]["reports_read"] == 2
     assert doc["idle"]["api_calls"] == 3
-    for title, rows in doc["by"].items():                      # every breakdown adds up
+    for title, rows in doc["by"].items():  # every breakdown adds up
         assert sum(Decimal(r["idle_usd"]) for r in rows) == idle_usd, title
         assert sum(r["idle_reports"] for r in rows) == 1
     assert {r["key"]: r["idle_reports"] for r in doc["by"]["pull request"]} == {
-        "#2": 1, "(push)": 0}
+        "#2": 1,
+        "(push)": 0,
+    }
     rows = list(csv.DictReader((tmp_path / "out" / "spend.csv").open()))
     assert [r["idle_minutes"] for r in rows] == [str(idle_min), "", "", ""]
     assert rows[0]["monitor_artifact"] != "" and rows[0]["minutes"] == "3"
-    assert "no counted GPU job of run" in result.stdout        # the late report: a notice
+    assert "no counted GPU job of run" in result.stdout  # the late report: a notice
     s = result.summary
     assert "idle (jobs with a report)" in s and "(no report)" in s
     assert f"{idle_min} min, ${idle_usd:.2f} in 1 of 4 completed GPU jobs" in s
@@ -62,51 +64,69 @@ def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch
     assert "idle" not in json.loads((tmp_path / "off" / "out" / "spend.json").read_text())
 
 
-def test_bad_oversized_and_forged_reports_never_lower_or_inflate(run_cli, server,
-                                                                 monkeypatch, tmp_path):
+def test_bad_oversized_and_forged_reports_never_lower_or_inflate(
+    run_cli, server, monkeypatch, tmp_path
+):
     runs = [gpu_run(server, T0 + timedelta(days=d), 3) for d in range(7)]
     good = monitor_report(monkeypatch, T0)
-    wrong = dict(good, schema_version=2)                                 # not the schema
+    wrong = dict(good, schema_version=2)  # not the schema
     forged = json.loads(json.dumps(good))
-    forged["cost"]["idle_cost_usd"] = 1e9                               # ignored: not trusted
+    forged["cost"]["idle_cost_usd"] = 1e9  # ignored: not trusted
     forged["cost"]["idle_fraction"] = 1
     day2 = (T0 + timedelta(days=2)).timestamp()
-    forged["started"], forged["ended"] = day2 + 5, day2 + 100          # run 2's job window
+    forged["started"], forged["ended"] = day2 + 5, day2 + 100  # run 2's job window
     upload(server, runs[0], good)
-    upload(server, runs[0], good, name="gpu-monitor-tests-copy")         # 2nd for one job
+    upload(server, runs[0], good, name="gpu-monitor-tests-copy")  # 2nd for one job
     upload(server, runs[1], wrong)
     upload(server, runs[2], forged, head_branch="evil", fork=True)
-    server.add_artifact(REPO, "gpu-monitor-tests", {"notes.txt": b"hi"}, run_id=runs[3].id,
-                        created_at=runs[3].created_at)
-    server.add_artifact(REPO, "gpu-monitor-tests", {"report.json": os.urandom(3 << 20)},
-                        run_id=runs[4].id, created_at=runs[4].created_at)  # 3 MiB: not fetched
+    server.add_artifact(
+        REPO,
+        "gpu-monitor-tests",
+        {"notes.txt": b"hi"},
+        run_id=runs[3].id,
+        created_at=runs[3].created_at,
+    )
+    server.add_artifact(
+        REPO,
+        "gpu-monitor-tests",
+        {"report.json": os.urandom(3 << 20)},
+        run_id=runs[4].id,
+        created_at=runs[4].created_at,
+    )  # 3 MiB: not fetched
     torn = upload(server, runs[5], good)
-    torn.data = torn.data[:40]                                          # a truncated zip
-    server.add_artifact(REPO, "gpu-monitor-tests", {"report.json": b"[" * 200_000},
-                        run_id=runs[6].id, created_at=runs[6].created_at)  # nesting bomb
+    torn.data = torn.data[:40]  # a truncated zip
+    server.add_artifact(
+        REPO,
+        "gpu-monitor-tests",
+        {"report.json": b"[" * 200_000},
+        run_id=runs[6].id,
+        created_at=runs[6].created_at,
+    )  # nesting bomb
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     assert "Traceback" not in result.stdout
     out = result.stdout
     assert "not a gpu-monitor report" in out and "schema_version" in out
     assert "no report.json" in out and "over 2097152 bytes" in out
-    assert "no counted GPU job of run" in out                           # the duplicate
+    assert "no counted GPU job of run" in out  # the duplicate
     assert out.count("not a readable zip of JSON") == 2
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())
-    assert doc["minutes"] == 21 and doc["usd"] == "1.092"               # spend unchanged
+    assert doc["minutes"] == 21 and doc["usd"] == "1.092"  # spend unchanged
     assert doc["idle"]["jobs_with_report"] == 2
     per_job = {j["run_id"]: j for j in doc["jobs"]}
     assert Decimal(per_job[runs[2].id]["idle_usd"]) == Decimal("0.156")  # ≤ its own cost
     assert per_job[runs[1].id]["idle_usd"] == ""
     downloads = [r.path for r in api_calls(server) if r.path.endswith("/zip")]
-    assert len(downloads) == 7                                          # not the 3 MiB one
+    assert len(downloads) == 7  # not the 3 MiB one
 
 
-def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,
-                                                tmp_path):
+def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch, tmp_path):
     for d in range(3):
-        upload(server, gpu_run(server, T0 + timedelta(days=d), 3),
-               monitor_report(monkeypatch, T0 + timedelta(days=d)))
+        upload(
+            server,
+            gpu_run(server, T0 + timedelta(days=d), 3),
+            monitor_report(monkeypatch, T0 + timedelta(days=d)),
+        )
     result = spend(run_cli, server, tmp_path, ["--max-monitor-reports", "2"])
     assert result.returncode == 0, result.stdout
     assert len([r for r in api_calls(server) if r.path.endswith("/zip")]) == 2
@@ -116,11 +136,15 @@ def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch,
     assert [j["idle_minutes"] != "" for j in doc["jobs"]] == [False, True, True]  # newest
 
 
-def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server,
-                                                              tmp_path):
+def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server, tmp_path):
     gpu_run(server, T0, 3)
-    server.inject("GET", r"/actions/artifacts$", 403, times=20, body={
-        "message": "Resource not accessible by integration"})
+    server.inject(
+        "GET",
+        r"/actions/artifacts$",
+        403,
+        times=20,
+        body={"message": "Resource not accessible by integration"},
+    )
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0 and result.outputs["minutes"] == "3", result.stdout
     assert "could not be listed" in result.stdout
@@ -141,14 +165,21 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
     root = ROOT
     shipped = root / "actions" / "gpu-monitor" / "report.schema.json"
     packaged = root / "src" / "gpu_ci" / "data" / "monitor-report.schema.json"
-    assert packaged.read_bytes() == shipped.read_bytes()   # one schema, packaged for the CLI
+    assert packaged.read_bytes() == shipped.read_bytes()  # one schema, packaged for the CLI
     schema = json.loads(shipped.read_text())
     good = monitor_report(monkeypatch, T0)
     broken = []
-    for path, value in [(("schema_version",), 2), (("cost", "idle_fraction"), 1.5),
-                        (("cost", "idle_fraction"), "0.5"), (("interval_s",), 0),
-                        (("gpus", 0, "utilisation", "p95"), -1), (("phases_from",), "x"),
-                        (("cost", "extra"), 1), (("samples",), True), (("ok",), None)]:
+    for path, value in [
+        (("schema_version",), 2),
+        (("cost", "idle_fraction"), 1.5),
+        (("cost", "idle_fraction"), "0.5"),
+        (("interval_s",), 0),
+        (("gpus", 0, "utilisation", "p95"), -1),
+        (("phases_from",), "x"),
+        (("cost", "extra"), 1),
+        (("samples",), True),
+        (("ok",), None),
+    ]:
         doc = json.loads(json.dumps(good))
         target = doc
         for key in path[:-1]:
@@ -160,58 +191,63 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
     validator = jsonschema.Draft202012Validator(schema)
     for doc in [good, *broken, missing, [], "x"]:
         ours = schema_errors(doc, schema)
-        assert (ours == []) == validator.is_valid(doc), (doc if isinstance(doc, str) else ours)
+        assert (ours == []) == validator.is_valid(doc), doc if isinstance(doc, str) else ours
     assert schema_errors(good, schema) == []
     with pytest.raises(ValueError, match="not supported"):
         schema_errors({}, {"pattern": "x"})
 
 
-def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch,
-                                                tmp_path):
+def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch, tmp_path):
     from tests.github.runs import month_of_runs
 
-    month_of_runs(server)                                   # 300 GPU runs of 12 min
+    month_of_runs(server)  # 300 GPU runs of 12 min
     for run in list(server.repos[REPO].runs):
         start = datetime.fromisoformat(run.created_at.replace("Z", "+00:00"))
         upload(server, run, monitor_report(monkeypatch, start))
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     calls = [r.path for r in api_calls(server)]
-    assert len(calls) == 303 + 3 + 100 == 406               # the README's number
+    assert len(calls) == 303 + 3 + 100 == 406  # the README's number
     assert sum(p.split("?")[0].endswith("/actions/artifacts") for p in calls) == 3
-    assert "200 older gpu-monitor reports not read (max-monitor-reports is 100)" \
-        in result.stdout
+    assert "200 older gpu-monitor reports not read (max-monitor-reports is 100)" in result.stdout
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())
     assert doc["idle"]["jobs_with_report"] == 100 and doc["idle"]["api_calls"] == 103
-    assert doc["usd"] == "187.200"                          # spend as without reports
+    assert doc["usd"] == "187.200"  # spend as without reports
     assert {j["day"] for j in doc["jobs"] if j["idle_usd"]} == {
-        f"2026-11-{d}" for d in range(21, 31)}              # the newest 100: days 21-30
+        f"2026-11-{d}" for d in range(21, 31)
+    }  # the newest 100: days 21-30
 
 
-def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server,
-                                                            monkeypatch, tmp_path):
+def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server, monkeypatch, tmp_path):
     run = gpu_run(server, T0, 3)
-    upload(server, run, monitor_report(monkeypatch, T0))    # created on Nov 10
+    upload(server, run, monitor_report(monkeypatch, T0))  # created on Nov 10
     for i in range(150):
-        server.add_artifact(REPO, f"build-{i}", {"a.txt": b"x"}, run_id=1,
-                            created_at="2026-11-20T10:00:00Z")
+        server.add_artifact(
+            REPO, f"build-{i}", {"a.txt": b"x"}, run_id=1, created_at="2026-11-20T10:00:00Z"
+        )
     for i in range(100):
-        server.add_artifact(REPO, f"old-{i}", {"a.txt": b"x"}, run_id=1,
-                            created_at="2026-09-20T10:00:00Z")
+        server.add_artifact(
+            REPO, f"old-{i}", {"a.txt": b"x"}, run_id=1, created_at="2026-09-20T10:00:00Z"
+        )
     result = spend(run_cli, server, tmp_path)
     listings = [r for r in api_calls(server) if r.path.split("?")[0].endswith("/artifacts")]
-    assert len(listings) == 2                               # page 2 reaches September
-    assert json.loads((tmp_path / "out" / "spend.json").read_text())["idle"][
-        "jobs_with_report"] == 1
+    assert len(listings) == 2  # page 2 reaches September
+    assert (
+        json.loads((tmp_path / "out" / "spend.json").read_text())["idle"]["jobs_with_report"] == 1
+    )
     for i in range(900):
-        server.add_artifact(REPO, f"more-{i}", {"a.txt": b"x"}, run_id=1,
-                            created_at="2026-11-21T10:00:00Z")
+        server.add_artifact(
+            REPO, f"more-{i}", {"a.txt": b"x"}, run_id=1, created_at="2026-11-21T10:00:00Z"
+        )
     before = len(server.log)
     result = spend(run_cli, server, tmp_path / "again")
     assert result.returncode == 0, result.stdout
-    listings = [r for r in api_calls(server, before)
-                if r.path.split("?")[0].endswith("/artifacts")]
+    listings = [r for r in api_calls(server, before) if r.path.split("?")[0].endswith("/artifacts")]
     assert len(listings) == 10
     assert "artifact listing stopped after 10 pages" in result.stdout
-    assert json.loads((tmp_path / "again" / "out" / "spend.json").read_text())["idle"][
-        "jobs_with_report"] == 0                            # its report was on page 11
+    assert (
+        json.loads((tmp_path / "again" / "out" / "spend.json").read_text())["idle"][
+            "jobs_with_report"
+        ]
+        == 0
+    )  # its report was on page 11

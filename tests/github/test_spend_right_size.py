@@ -17,23 +17,24 @@ GiB = 2**30
 MiB = 2**20
 
 
-def with_advice(report: dict, name: str, memory: int, peak: int | None,
-                activity: float | None, prices=None) -> dict:
+def with_advice(
+    report: dict, name: str, memory: int, peak: int | None, activity: float | None, prices=None
+) -> dict:
     sizes = rs.load_sizes().with_prices(prices or {})
     advice = rs.advise(name, memory, peak, activity, sizes, paid_minutes=3)
     return dict(report, right_size=mr.right_size_json(advice))
 
 
-def test_month_names_the_size_that_would_have_held_each_workflow(run_cli, server,
-                                                                 monkeypatch, tmp_path):
+def test_month_names_the_size_that_would_have_held_each_workflow(
+    run_cli, server, monkeypatch, tmp_path
+):
     h100 = ("NVIDIA H100 80GB HBM3", 81559 * MiB)
     first = gpu_run(server, T0, 3)
     upload(server, first, with_advice(monitor_report(monkeypatch, T0), *h100, 2 * GiB, 7.0))
     day2 = T0 + timedelta(days=1)
     second = gpu_run(server, day2, 4)
-    upload(server, second, with_advice(monitor_report(monkeypatch, day2), *h100, 5 * GiB,
-                                       13.0))
-    gpu_run(server, T0 + timedelta(days=2), 10)                  # no report: not in the advice
+    upload(server, second, with_advice(monitor_report(monkeypatch, day2), *h100, 5 * GiB, 13.0))
+    gpu_run(server, T0 + timedelta(days=2), 10)  # no report: not in the advice
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())
@@ -42,35 +43,53 @@ def test_month_names_the_size_that_would_have_held_each_workflow(run_cli, server
     assert row["suggestion"] == "H100 80GB MIG 1g.10gb" and row["reports"] == 2
     assert row["peak_memory_bytes"] == 5 * GiB and row["activity"] == 10.0
     assert row["minutes"] == 7 and row["usd"] == str(Decimal("0.052") * 7)
-    assert row["usd_at_suggestion"] is None                     # no GitHub SKU for a slice
+    assert row["usd_at_suggestion"] is None  # no GitHub SKU for a slice
     line = row["line"]
     assert line.startswith(f"{row['workflow']}: peak 5.0 GiB on H100 80GB, 10 % busy")
     assert "H100 80GB MIG 1g.10gb would do; cost at that size unknown (no price)" in line
     assert "#### Right size" in result.summary and line in result.summary
 
 
-def test_largest_need_on_the_smallest_size_gives_no_advice(run_cli, server,
-                                                            monkeypatch, tmp_path):
+def test_largest_need_on_the_smallest_size_gives_no_advice(run_cli, server, monkeypatch, tmp_path):
     a10g = ("NVIDIA A10G", 23028 * MiB)
     run = gpu_run(server, T0, 5)
-    upload(server, run, with_advice(monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0,
-                                    {"Tesla T4 16GB": Decimal("0.04")}))
-    big = gpu_run(server, T0 + timedelta(days=1), 2)            # already the smallest
-    upload(server, big, with_advice(monitor_report(monkeypatch, T0 + timedelta(days=1)),
-                                    "Tesla T4", 15360 * MiB, 10 * GiB, None))
+    upload(
+        server,
+        run,
+        with_advice(
+            monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0, {"Tesla T4 16GB": Decimal("0.04")}
+        ),
+    )
+    big = gpu_run(server, T0 + timedelta(days=1), 2)  # already the smallest
+    upload(
+        server,
+        big,
+        with_advice(
+            monitor_report(monkeypatch, T0 + timedelta(days=1)),
+            "Tesla T4",
+            15360 * MiB,
+            10 * GiB,
+            None,
+        ),
+    )
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     [row] = json.loads((tmp_path / "out" / "spend.json").read_text())["right_size"]
     # the T4 job's 10 GiB is the larger need, and nothing smaller holds it: no advice
     assert row["suggestion"] is None and "already the smallest size that fits" in row["line"]
-    assert row["activity"] == 3.0                                # the known one only
+    assert row["activity"] == 3.0  # the known one only
 
 
 def test_priced_suggestion_costs_the_counted_minutes(run_cli, server, monkeypatch, tmp_path):
     a10g = ("NVIDIA A10G", 23028 * MiB)
     run = gpu_run(server, T0, 5)
-    upload(server, run, with_advice(monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0,
-                                    {"Tesla T4 16GB": Decimal("0.04")}))
+    upload(
+        server,
+        run,
+        with_advice(
+            monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0, {"Tesla T4 16GB": Decimal("0.04")}
+        ),
+    )
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     [row] = json.loads((tmp_path / "out" / "spend.json").read_text())["right_size"]
@@ -82,7 +101,7 @@ def test_priced_suggestion_costs_the_counted_minutes(run_cli, server, monkeypatc
 
 def test_reports_without_advice_add_no_section(run_cli, server, monkeypatch, tmp_path):
     run = gpu_run(server, T0, 3)
-    upload(server, run, monitor_report(monkeypatch, T0))        # right_size null
+    upload(server, run, monitor_report(monkeypatch, T0))  # right_size null
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     doc = json.loads((tmp_path / "out" / "spend.json").read_text())

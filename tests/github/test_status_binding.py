@@ -27,39 +27,74 @@ def ts(minutes_ago: float) -> str:
 
 
 def ours(description: str, state: str = "pending", url: str = "", at: float = 0) -> dict:
-    return {"context": "GPU CI", "state": state, "description": description,
-            "target_url": url, "created_at": ts(at), "creator": {"login": "github-actions[bot]"}}
+    return {
+        "context": "GPU CI",
+        "state": state,
+        "description": description,
+        "target_url": url,
+        "created_at": ts(at),
+        "creator": {"login": "github-actions[bot]"},
+    }
 
 
 def approval(at: float = 50, number: int = 2, by: str = "maintainer") -> dict:
-    return ours(f"Approved by @{by} for {HEAD[:12]}: GPU run queued.",
-                url=f"https://github.com/{REPO}/pull/{number}/checks", at=at)
+    return ours(
+        f"Approved by @{by} for {HEAD[:12]}: GPU run queued.",
+        url=f"https://github.com/{REPO}/pull/{number}/checks",
+        at=at,
+    )
 
 
 def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
-    return ours("Approved by @maintainer: GPU run in progress.",
-                url=f"{RUNS}/{run_id}/attempts/{attempt}", at=at)
+    return ours(
+        "Approved by @maintainer: GPU run in progress.",
+        url=f"{RUNS}/{run_id}/attempts/{attempt}",
+        at=at,
+    )
 
 
-def run(run_id: int = 5, event: str = "pull_request", actor: str = "maintainer",
-        head_repo: str | None = FORK, path: str = ".github/workflows/cuda-ci.yml",
-        created: float = 51, attempt: int = 1, pulls: tuple[int, ...] = ()) -> dict:
-    return {"id": run_id, "head_sha": HEAD, "event": event, "path": path,
-            "html_url": f"{RUNS}/{run_id}", "run_attempt": attempt,
-            "created_at": ts(created), "run_started_at": ts(created),
-            "triggering_actor": {"login": actor}, "actor": {"login": actor},
-            "head_repository": None if head_repo is None else {"full_name": head_repo},
-            "pull_requests": [{"number": n} for n in pulls], "workflow_id": 9}
+def run(
+    run_id: int = 5,
+    event: str = "pull_request",
+    actor: str = "maintainer",
+    head_repo: str | None = FORK,
+    path: str = ".github/workflows/cuda-ci.yml",
+    created: float = 51,
+    attempt: int = 1,
+    pulls: tuple[int, ...] = (),
+) -> dict:
+    return {
+        "id": run_id,
+        "head_sha": HEAD,
+        "event": event,
+        "path": path,
+        "html_url": f"{RUNS}/{run_id}",
+        "run_attempt": attempt,
+        "created_at": ts(created),
+        "run_started_at": ts(created),
+        "triggering_actor": {"login": actor},
+        "actor": {"login": actor},
+        "head_repository": None if head_repo is None else {"full_name": head_repo},
+        "pull_requests": [{"number": n} for n in pulls],
+        "workflow_id": 9,
+    }
 
 
 def job(conclusion: str = "success", name: str = "tests") -> dict:
-    return {"name": name, "status": "completed", "conclusion": conclusion,
-            "created_at": ts(40), "started_at": ts(30), "runner_name": "gpu-1"}
+    return {
+        "name": name,
+        "status": "completed",
+        "conclusion": conclusion,
+        "created_at": ts(40),
+        "started_at": ts(30),
+        "runner_name": "gpu-1",
+    }
 
 
 def done(wf_run: dict, listed: list, conclusion: str = "success") -> statuses.Outcome:
-    return statuses.for_workflow_run(CONFIG, "completed", wf_run, [job(conclusion)], listed,
-                                     REPO, NOW, siblings=[])
+    return statuses.for_workflow_run(
+        CONFIG, "completed", wf_run, [job(conclusion)], listed, REPO, NOW, siblings=[]
+    )
 
 
 # -- forged success ---------------------------------------------------------------------------
@@ -68,20 +103,24 @@ def done(wf_run: dict, listed: list, conclusion: str = "success") -> statuses.Ou
 def test_a_forged_run_of_another_file_from_a_deleted_fork_posts_nothing():
     """A fork adds `name: CUDA CI` on pull_request_review with a job `tests` that sleeps on
     ubuntu-latest, reviews its own PR and deletes the fork: `head_repository` is null."""
-    forged = run(event="pull_request_review", actor="contributor", head_repo=None,
-                 path=".github/workflows/fake.yml")
+    forged = run(
+        event="pull_request_review",
+        actor="contributor",
+        head_repo=None,
+        path=".github/workflows/fake.yml",
+    )
     out = done(forged, [])
     assert out.status is None
-    assert statuses.for_workflow_run(CONFIG, "requested", forged, None, [], REPO,
-                                     NOW).status is None
+    assert (
+        statuses.for_workflow_run(CONFIG, "requested", forged, None, [], REPO, NOW).status is None
+    )
 
 
 @pytest.mark.parametrize("head_repo", [None, FORK, ""])
 def test_a_run_is_trusted_only_for_an_allowed_event_from_this_repository(head_repo):
     """Null (a deleted fork) or another repository is untrusted, whatever the event."""
     for event in ("push", "pull_request_review", "issue_comment", "workflow_run"):
-        assert done(run(event=event, head_repo=head_repo, actor="contributor"),
-                    []).status is None
+        assert done(run(event=event, head_repo=head_repo, actor="contributor"), []).status is None
     for event in ("pull_request_review", "issue_comment", "check_suite"):
         assert done(run(event=event, head_repo=REPO, actor="contributor"), []).status is None
     for event in ("push", "schedule", "workflow_dispatch", "merge_group"):
@@ -95,12 +134,23 @@ def test_a_run_of_another_workflow_file_does_not_count_even_when_approved():
     listed = [approval()]
     other = run(path=".github/workflows/fake.yml")
     assert done(other, listed).status is None
-    assert statuses.for_workflow_run(CONFIG, "requested", other, None, listed, REPO,
-                                     NOW).status is None
-    named = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"],
-                                 workflow=".github/workflows/gpu.yml")
-    out = statuses.for_workflow_run(named, "completed", run(path=".github/workflows/gpu.yml"),
-                                    [job()], listed, REPO, NOW, siblings=[]).status
+    assert (
+        statuses.for_workflow_run(CONFIG, "requested", other, None, listed, REPO, NOW).status
+        is None
+    )
+    named = statuses.make_config(
+        "GPU CI", "CUDA CI", "write", ["tests"], workflow=".github/workflows/gpu.yml"
+    )
+    out = statuses.for_workflow_run(
+        named,
+        "completed",
+        run(path=".github/workflows/gpu.yml"),
+        [job()],
+        listed,
+        REPO,
+        NOW,
+        siblings=[],
+    ).status
     assert out is not None and out.state == "success"
 
 
@@ -116,13 +166,19 @@ def test_a_trusted_event_of_a_pull_request_event_name_is_not_trusted():
 def test_a_final_failure_is_not_replaced_by_a_later_run_of_the_approver():
     """Approved, GPU tests failed; the maintainer later labels 'bug' or reviews: the fork's
     own CUDA CI jobs run as the maintainer and pass. The failure stays."""
-    failed = ours(f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: failure.",
-                  "failure", f"{RUNS}/5/attempts/1", at=10)
+    failed = ours(
+        f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: failure.",
+        "failure",
+        f"{RUNS}/5/attempts/1",
+        at=10,
+    )
     listed = [failed, in_progress(), approval()]
     for event in ("pull_request", "pull_request_review"):
         later = run(run_id=7, event=event, created=5)
-        assert statuses.for_workflow_run(CONFIG, "requested", later, None, listed, REPO,
-                                         NOW).status is None
+        assert (
+            statuses.for_workflow_run(CONFIG, "requested", later, None, listed, REPO, NOW).status
+            is None
+        )
         assert done(later, listed).status is None
     # a re-run of the failed run reuses the gate's old outputs: approve again instead
     assert done(run(attempt=2), listed).status is None
@@ -151,17 +207,25 @@ def test_only_the_run_the_approval_started_passes():
 
 
 def test_the_requested_run_is_recorded_with_its_id_and_attempt():
-    out = statuses.for_workflow_run(CONFIG, "requested", run(5), None, [approval()], REPO,
-                                    NOW).status
+    out = statuses.for_workflow_run(
+        CONFIG, "requested", run(5), None, [approval()], REPO, NOW
+    ).status
     assert out is not None and out.target_url == f"{RUNS}/5/attempts/1"
     # a second run asking later does not replace the first one's record
-    assert statuses.for_workflow_run(CONFIG, "requested", run(6, created=50.5), None,
-                                     [out_dict(out), approval()], REPO, NOW).status is None
+    assert (
+        statuses.for_workflow_run(
+            CONFIG, "requested", run(6, created=50.5), None, [out_dict(out), approval()], REPO, NOW
+        ).status
+        is None
+    )
 
 
 def out_dict(status: statuses.Status) -> dict:
-    return {**status.body("GPU CI"), "created_at": ts(49),
-            "creator": {"login": "github-actions[bot]"}}
+    return {
+        **status.body("GPU CI"),
+        "created_at": ts(49),
+        "creator": {"login": "github-actions[bot]"},
+    }
 
 
 # -- approval voided by a stranger ------------------------------------------------------------
@@ -171,17 +235,22 @@ def out_dict(status: statuses.Status) -> dict:
 def test_a_pull_request_of_someone_else_at_the_approved_head_keeps_the_approval(action):
     """Anyone opens a pull request (#9) at the approved head of #2 while its run is in
     flight: 'Waiting for approval' would void the approval and the run's result."""
-    payload = {"action": action, "before": "b" * 40, "pull_request": {
-        "number": 9, "state": "open", "head": {"sha": HEAD}}}
+    payload = {
+        "action": action,
+        "before": "b" * 40,
+        "pull_request": {"number": 9, "state": "open", "head": {"sha": HEAD}},
+    }
     listed = [in_progress(), approval()]
-    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://github.com",
-                                  REPO, listed)
+    out = statuses.for_pull_event(
+        CONFIG, action, payload, None, "", "", "https://github.com", REPO, listed
+    )
     assert out.status is None and "#2" in out.note
     assert done(run(5), listed).status is not None
     # the approved pull request's own push back to this head still revokes it
     own = {**payload, "pull_request": {**payload["pull_request"], "number": 2}}
-    again = statuses.for_pull_event(CONFIG, action, own, None, "", "", "https://github.com",
-                                    REPO, listed)
+    again = statuses.for_pull_event(
+        CONFIG, action, own, None, "", "", "https://github.com", REPO, listed
+    )
     assert again.status is not None and again.status.state == "pending"
 
 
@@ -189,24 +258,40 @@ def test_a_pull_request_of_someone_else_at_the_approved_head_keeps_the_approval(
 
 
 def labeled() -> dict:
-    return {"action": "labeled", "label": {"name": "CUDA CI"}, "sender": {"login": "triager"},
-            "pull_request": {"number": 2, "state": "open", "head": {"sha": HEAD}}}
+    return {
+        "action": "labeled",
+        "label": {"name": "CUDA CI"},
+        "sender": {"login": "triager"},
+        "pull_request": {"number": 2, "state": "open", "head": {"sha": HEAD}},
+    }
 
 
 def test_a_refused_label_does_not_reset_a_passed_or_approved_head():
     """A triage user applies the label: the gate refuses (role). 'Not approved' must not
     replace a passed result, nor void an approval whose run is in flight."""
-    passed = ours(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success",
-                  f"{RUNS}/5/attempts/1", at=10)
-    for listed in ([passed, in_progress(), approval()], [in_progress(), approval()],
-                   [approval()]):
-        out = statuses.for_pull_event(CONFIG, "labeled", labeled(), False,
-                                      "@triager has triage access; write is needed", "",
-                                      "https://github.com", REPO, listed)
+    passed = ours(
+        f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).",
+        "success",
+        f"{RUNS}/5/attempts/1",
+        at=10,
+    )
+    for listed in ([passed, in_progress(), approval()], [in_progress(), approval()], [approval()]):
+        out = statuses.for_pull_event(
+            CONFIG,
+            "labeled",
+            labeled(),
+            False,
+            "@triager has triage access; write is needed",
+            "",
+            "https://github.com",
+            REPO,
+            listed,
+        )
         assert out.status is None, listed[0]["description"]
     # nothing to protect: the refusal is shown
-    out = statuses.for_pull_event(CONFIG, "labeled", labeled(), False, "role", "",
-                                  "https://github.com", REPO, [])
+    out = statuses.for_pull_event(
+        CONFIG, "labeled", labeled(), False, "role", "", "https://github.com", REPO, []
+    )
     assert out.status is not None and out.status.description.startswith("Not approved")
 
 
@@ -228,8 +313,12 @@ def test_in_progress_landing_on_top_of_the_result_is_undone():
     """`requested` and `completed` of one run are handled concurrently: both read the
     approval; completed posts 'passed' first, then requested posts 'in progress' on top.
     After posting, requested reads the statuses again and restores the result."""
-    passed = ours(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success",
-                  f"{RUNS}/5/attempts/1", at=1)
+    passed = ours(
+        f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).",
+        "success",
+        f"{RUNS}/5/attempts/1",
+        at=1,
+    )
     listed = [in_progress(at=0.5), passed, approval()]
     fixed = statuses.settle(CONFIG, run(5), listed)
     assert fixed is not None and fixed.state == "success"
@@ -250,18 +339,25 @@ def test_gpu_jobs_of_a_reusable_call_match_only_the_named_called_job():
     """`gpu-jobs: gpu` matched every job of a reusable call with a matrix (`gpu (pool) /
     GPU CI results` too, which passes when the gate refused): a skipped test read as passed.
     A name matches segment by segment; `gpu / Test on GPU` names the test job only."""
-    names = ["gpu (gpu-ci-whole-gpu, cuda>=12.4) / Approval (gpu-gate)",
-             "gpu (gpu-ci-whole-gpu, cuda>=12.4) / Test on GPU",
-             "gpu (gpu-ci-whole-gpu, cuda>=12.4) / GPU CI results", "gpu / Test on GPU",
-             "other / Test on GPU"]
+    names = [
+        "gpu (gpu-ci-whole-gpu, cuda>=12.4) / Approval (gpu-gate)",
+        "gpu (gpu-ci-whole-gpu, cuda>=12.4) / Test on GPU",
+        "gpu (gpu-ci-whole-gpu, cuda>=12.4) / GPU CI results",
+        "gpu / Test on GPU",
+        "other / Test on GPU",
+    ]
     jobs = [{"name": n} for n in names]
     assert jobs_rule.named_gpu_jobs(jobs, ["gpu"]) == []
     assert [j["name"] for j in jobs_rule.named_gpu_jobs(jobs, ["gpu / Test on GPU"])] == [
-        names[1], names[3]]
+        names[1],
+        names[3],
+    ]
     # plain jobs as before, matrix rows included
     plain = [{"name": "tests"}, {"name": "tests (3.12)"}, {"name": "tests-lint"}]
     assert [j["name"] for j in jobs_rule.named_gpu_jobs(plain, ["tests"])] == [
-        "tests", "tests (3.12)"]
+        "tests",
+        "tests (3.12)",
+    ]
 
 
 def results(tmp_path, **env: str) -> tuple[int, str]:
@@ -272,18 +368,29 @@ def results(tmp_path, **env: str) -> tuple[int, str]:
 
     doc = yaml.safe_load((ROOT / ".github" / "workflows" / "gpu-ci.yml").read_text("utf-8"))
     script = doc["jobs"]["results"]["steps"][0]["run"]
-    full = {"PATH": os.environ["PATH"], "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md"),
-            "GATE": "success", "BUILD": "success", "TEST": "success", **env}
-    proc = subprocess.run(["bash", "-e", "-c", script], env=full, capture_output=True,
-                          text=True)
+    full = {
+        "PATH": os.environ["PATH"],
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "s.md"),
+        "GATE": "success",
+        "BUILD": "success",
+        "TEST": "success",
+        **env,
+    }
+    proc = subprocess.run(["bash", "-e", "-c", script], env=full, capture_output=True, text=True)
     return proc.returncode, proc.stdout
 
 
 def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
     """The header said to require "GPU CI results"; it passed when the gate refused."""
-    code, out = results(tmp_path, RUN="false", REASON="@x has triage access",
-                        BUILD="skipped", TEST="skipped", GATE_ATTEMPT="1",
-                        GITHUB_RUN_ATTEMPT="1")
+    code, out = results(
+        tmp_path,
+        RUN="false",
+        REASON="@x has triage access",
+        BUILD="skipped",
+        TEST="skipped",
+        GATE_ATTEMPT="1",
+        GITHUB_RUN_ATTEMPT="1",
+    )
     assert code == 1 and "did not run" in out
 
 
@@ -296,23 +403,44 @@ def test_a_rerun_of_failed_jobs_does_not_reuse_the_gates_decision(tmp_path):
     assert doc["jobs"]["gate"]["outputs"]["attempt"] == "${{ github.run_attempt }}"
     for job in ("build", "test"):
         assert "needs.gate.outputs.attempt == github.run_attempt" in doc["jobs"][job]["if"]
-    code, out = results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="1",
-                        GITHUB_RUN_ATTEMPT="2", BUILD="skipped", TEST="skipped")
+    code, out = results(
+        tmp_path,
+        RUN="true",
+        REASON="approved",
+        GATE_ATTEMPT="1",
+        GITHUB_RUN_ATTEMPT="2",
+        BUILD="skipped",
+        TEST="skipped",
+    )
     assert code == 1 and "Re-run all jobs" in out
-    assert results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2",
-                   GITHUB_RUN_ATTEMPT="2")[0] == 0
+    assert (
+        results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2", GITHUB_RUN_ATTEMPT="2")[
+            0
+        ]
+        == 0
+    )
 
 
-@pytest.mark.parametrize("value, path", [
-    ("cuda-ci.yml", ".github/workflows/cuda-ci.yml"),
-    (".github/workflows/gpu.yaml", ".github/workflows/gpu.yaml")])
+@pytest.mark.parametrize(
+    "value, path",
+    [
+        ("cuda-ci.yml", ".github/workflows/cuda-ci.yml"),
+        (".github/workflows/gpu.yaml", ".github/workflows/gpu.yaml"),
+    ],
+)
 def test_the_workflow_input_names_a_file_under_github_workflows(value, path):
     assert statuses.workflow_path(value) == path
 
 
-@pytest.mark.parametrize("value, fragment", [
-    ("", "is empty"), ("  ", "is empty"), ("CUDA CI", "file name"),
-    ("src/cuda-ci.yml", "file name")])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ("", "is empty"),
+        ("  ", "is empty"),
+        ("CUDA CI", "file name"),
+        ("src/cuda-ci.yml", "file name"),
+    ],
+)
 def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
     from gpu_ci.errors import UsageError
 
@@ -330,7 +458,8 @@ def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examp
     assert unpinned_uses(text) == []
     repinned = pin_uses(text, "1.2.3", "b" * 40)
     assert repinned.count(f"@{'b' * 40}  # v1.2.3") == text.count(
-        "uses: gpu-ci-actions/gpu-ci-actions/actions/")
+        "uses: gpu-ci-actions/gpu-ci-actions/actions/"
+    )
 
 
 # -- two approvals of one commit (attack review) ----------------------------------------------
@@ -353,14 +482,18 @@ def test_the_run_of_an_older_approval_does_not_count_for_a_newer_one():
     so it is not the second approval's run and posts nothing; run 6 then claims it."""
     listed = [approval(at=10), in_progress(5, at=19), approval(at=20)]
     assert done(run(5, created=21), listed).status is None
-    assert statuses.for_workflow_run(CONFIG, "requested", run(5, created=21), None, listed,
-                                     REPO, NOW).status is None
-    out = statuses.for_workflow_run(CONFIG, "requested", run(6, created=11), None, listed,
-                                    REPO, NOW).status
+    assert (
+        statuses.for_workflow_run(
+            CONFIG, "requested", run(5, created=21), None, listed, REPO, NOW
+        ).status
+        is None
+    )
+    out = statuses.for_workflow_run(
+        CONFIG, "requested", run(6, created=11), None, listed, REPO, NOW
+    ).status
     assert out is not None and out.target_url == f"{RUNS}/6/attempts/1"
     # a revoked older approval still owns the runs it started
-    revoked = [approval(at=10), ours("Waiting for approval: x", at=15),
-               approval(at=20)]
+    revoked = [approval(at=10), ours("Waiting for approval: x", at=15), approval(at=20)]
     assert done(run(5, created=21), revoked).status is None
 
 

@@ -26,60 +26,116 @@ _IDS = iter(range(7000, 8000))
 def status(description: str, state: str = "pending", url: str = "", ago: float = 60) -> dict:
     """A commit status in GitHub's complete shape (the test server serves only those)."""
     sid = next(_IDS)
-    bot = {"login": "github-actions[bot]", "id": 41898282, "node_id": "MDM6Qm90NDE4OTgyODI=",
-           "avatar_url": "https://avatars.githubusercontent.com/in/15368?v=4",
-           "gravatar_id": "", "url": "https://api.github.com/users/github-actions%5Bbot%5D",
-           "html_url": "https://github.com/apps/github-actions", "type": "Bot",
-           "site_admin": False, **{k: "https://api.github.com/users/github-actions%5Bbot%5D/" + k
-                                   for k in ("followers_url", "following_url", "gists_url",
-                                             "starred_url", "subscriptions_url",
-                                             "organizations_url", "repos_url", "events_url",
-                                             "received_events_url")}}
-    return {"url": f"https://api.github.com/repos/{REPO}/statuses/{HEAD}", "id": sid,
-            "node_id": f"SC_{sid}", "avatar_url": None, "context": "GPU CI", "state": state,
-            "description": description, "target_url": url or None, "created_at": stamp(ago),
-            "updated_at": stamp(ago), "creator": bot}
+    bot = {
+        "login": "github-actions[bot]",
+        "id": 41898282,
+        "node_id": "MDM6Qm90NDE4OTgyODI=",
+        "avatar_url": "https://avatars.githubusercontent.com/in/15368?v=4",
+        "gravatar_id": "",
+        "url": "https://api.github.com/users/github-actions%5Bbot%5D",
+        "html_url": "https://github.com/apps/github-actions",
+        "type": "Bot",
+        "site_admin": False,
+        **{
+            k: "https://api.github.com/users/github-actions%5Bbot%5D/" + k
+            for k in (
+                "followers_url",
+                "following_url",
+                "gists_url",
+                "starred_url",
+                "subscriptions_url",
+                "organizations_url",
+                "repos_url",
+                "events_url",
+                "received_events_url",
+            )
+        },
+    }
+    return {
+        "url": f"https://api.github.com/repos/{REPO}/statuses/{HEAD}",
+        "id": sid,
+        "node_id": f"SC_{sid}",
+        "avatar_url": None,
+        "context": "GPU CI",
+        "state": state,
+        "description": description,
+        "target_url": url or None,
+        "created_at": stamp(ago),
+        "updated_at": stamp(ago),
+        "creator": bot,
+    }
 
 
 def approval(number: int = 2) -> dict:
-    return status(f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                  url=f"https://github.com/{REPO}/pull/{number}/checks", ago=120)
+    return status(
+        f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+        url=f"https://github.com/{REPO}/pull/{number}/checks",
+        ago=120,
+    )
 
 
-PASSED = status(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success",
-                f"{RUNS}/5/attempts/1", ago=30)
+PASSED = status(
+    f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).",
+    "success",
+    f"{RUNS}/5/attempts/1",
+    ago=30,
+)
 
 
 @pytest.fixture
 def env(github):
     github.add_repo(REPO, roles={"maintainer": "write", "triager": "triage"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo=FORK))
-    return {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "t",
-            "GITHUB_SERVER_URL": "https://github.com"}
+    return {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+    }
 
 
 def workflow_run(action: str, **fields) -> dict:
     event = webhook("workflow_run.completed.with-pull-requests")
     event["action"] = action
     event["workflow_run"].update(
-        id=5, head_sha=HEAD, event="pull_request", run_attempt=1, pull_requests=[],
-        path=".github/workflows/cuda-ci.yml", html_url=f"{RUNS}/5", created_at=stamp(150),
-        triggering_actor={"login": "maintainer"}, head_repository={"full_name": FORK})
+        id=5,
+        head_sha=HEAD,
+        event="pull_request",
+        run_attempt=1,
+        pull_requests=[],
+        path=".github/workflows/cuda-ci.yml",
+        html_url=f"{RUNS}/5",
+        created_at=stamp(150),
+        triggering_actor={"login": "maintainer"},
+        head_repository={"full_name": FORK},
+    )
     event["workflow_run"].update(fields)
     return event
 
 
 def test_cli_a_forged_run_of_a_deleted_fork_posts_nothing(run_cli, github, env):
     """`name: CUDA CI` on pull_request_review in a fork that is deleted while it runs."""
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/fake.yml", HEAD,
-                      event="pull_request_review", actor="contributor")
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        ".github/workflows/fake.yml",
+        HEAD,
+        event="pull_request_review",
+        actor="contributor",
+    )
     run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=stamp(99))]
     github.add_run(REPO, run)
     github.start_job(run.jobs[0].id, stamp(98))
     github.complete_job(run.jobs[0].id, stamp(1))
-    forged = workflow_run("completed", id=run.id, event="pull_request_review",
-                          head_repository=None, path=".github/workflows/fake.yml",
-                          html_url=f"{RUNS}/{run.id}", triggering_actor={"login": "contributor"})
+    forged = workflow_run(
+        "completed",
+        id=run.id,
+        event="pull_request_review",
+        head_repository=None,
+        path=".github/workflows/fake.yml",
+        html_url=f"{RUNS}/{run.id}",
+        triggering_actor={"login": "contributor"},
+    )
     result = run_cli(["gpu-status"], env, event=forged, event_name="workflow_run")
     assert result.returncode == 0, result.stdout
     assert github.requests("POST") == []
@@ -99,13 +155,19 @@ def test_cli_in_progress_landing_on_the_result_is_put_back(run_cli, github, env)
             repo.statuses[HEAD].insert(0, dict(PASSED, created_at=stamp()))
 
     github.on_request("POST", rf"/statuses/{HEAD}$", completed_lands_first)
-    result = run_cli(["gpu-status"], env, event=workflow_run("requested", status="queued",
-                                                             conclusion=None),
-                     event_name="workflow_run")
+    result = run_cli(
+        ["gpu-status"],
+        env,
+        event=workflow_run("requested", status="queued", conclusion=None),
+        event_name="workflow_run",
+    )
     assert result.returncode == 0, result.stdout
     top = repo.statuses[HEAD][0]
     assert (top["state"], top["description"], top["target_url"]) == (
-        "success", PASSED["description"], PASSED["target_url"])
+        "success",
+        PASSED["description"],
+        PASSED["target_url"],
+    )
     assert result.outputs["state"] == "success"
 
 
@@ -114,16 +176,18 @@ def test_cli_a_refused_label_leaves_a_passed_head_alone(run_cli, github, env):
     event = webhook("pull_request.labeled")
     event["label"]["name"] = "CUDA CI"
     event["sender"]["login"] = "triager"
-    result = run_cli(["gpu-status"], {**env, "INPUT_GATE_RUN": "false",
-                                      "INPUT_GATE_REASON": "@triager has triage access"},
-                     event=event, event_name="pull_request_target")
+    result = run_cli(
+        ["gpu-status"],
+        {**env, "INPUT_GATE_RUN": "false", "INPUT_GATE_REASON": "@triager has triage access"},
+        event=event,
+        event_name="pull_request_target",
+    )
     assert result.returncode == 0, result.stdout
     assert github.requests("POST") == []
     assert github.repos[REPO].statuses[HEAD][0]["state"] == "success"
 
 
-def test_cli_another_pull_request_at_the_approved_head_keeps_the_approval(run_cli, github,
-                                                                          env):
+def test_cli_another_pull_request_at_the_approved_head_keeps_the_approval(run_cli, github, env):
     github.repos[REPO].statuses[HEAD] = [approval(2)]
     event = webhook("pull_request.opened")
     event["pull_request"]["number"] = 9
@@ -137,19 +201,28 @@ def test_cli_a_later_run_of_the_approver_does_not_overwrite_a_failure(run_cli, g
     """Approved, the GPU tests failed; a later label by the maintainer runs the fork's own
     "CUDA CI" as the maintainer, and its `tests` job passes."""
     repo = github.repos[REPO]
-    failed = status(f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: "
-                    "failure.", "failure", f"{RUNS}/5/attempts/1", ago=60)
-    repo.statuses[HEAD] = [failed, status("Approved by @maintainer: GPU run in progress.",
-                                          url=f"{RUNS}/5/attempts/1", ago=100), approval()]
-    run = WorkflowRun(github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD,
-                      actor="maintainer")
+    failed = status(
+        f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: failure.",
+        "failure",
+        f"{RUNS}/5/attempts/1",
+        ago=60,
+    )
+    repo.statuses[HEAD] = [
+        failed,
+        status(
+            "Approved by @maintainer: GPU run in progress.", url=f"{RUNS}/5/attempts/1", ago=100
+        ),
+        approval(),
+    ]
+    run = WorkflowRun(
+        github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD, actor="maintainer"
+    )
     run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=stamp(30))]
     github.add_run(REPO, run)
     github.start_job(run.jobs[0].id, stamp(29))
     github.complete_job(run.jobs[0].id, stamp(1))
     for action in ("requested", "completed"):
-        event = workflow_run(action, id=run.id, html_url=f"{RUNS}/{run.id}",
-                             created_at=stamp(30))
+        event = workflow_run(action, id=run.id, html_url=f"{RUNS}/{run.id}", created_at=stamp(30))
         result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
         assert result.returncode == 0, result.stdout
     assert github.requests("POST") == []

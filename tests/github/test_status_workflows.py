@@ -35,8 +35,7 @@ def readme_permissions() -> dict[str, set[str]]:
     for line in text.splitlines():
         match = re.match(r"\| `examples/([\w.-]+)` \|[^|]*\| ([^|]*) \|", line)
         if match:
-            table[match.group(1)] = set(re.findall(r"`([a-z-]+: (?:read|write))`",
-                                                   match.group(2)))
+            table[match.group(1)] = set(re.findall(r"`([a-z-]+: (?:read|write))`", match.group(2)))
     return table
 
 
@@ -44,8 +43,11 @@ def test_permissions_match_the_readme_table():
     table = readme_permissions()
     assert set(PRIVILEGED) <= set(table)
     for name in PRIVILEGED:
-        granted = {f"{scope}: {level}" for job in load(name)["jobs"].values()
-                   for scope, level in job.get("permissions", {}).items()}
+        granted = {
+            f"{scope}: {level}"
+            for job in load(name)["jobs"].values()
+            for scope, level in job.get("permissions", {}).items()
+        }
         assert granted == table[name], name
     # statuses: write is the only write the status adds to the label remover
     remover = load("cuda-ci-remove-label.yml")["jobs"]
@@ -69,8 +71,9 @@ def test_the_privileged_gate_decides_like_the_gpu_workflows_gate():
         for job in flow["jobs"].values():
             for step in job["steps"]:
                 if "/actions/gpu-gate@" in step.get("uses", ""):
-                    return {k: v for k, v in (step.get("with") or {}).items()
-                            if k not in runner_only}
+                    return {
+                        k: v for k, v in (step.get("with") or {}).items() if k not in runner_only
+                    }
         raise AssertionError("no gpu-gate step")
 
     assert gate_inputs(load("cuda-ci-remove-label.yml")) == gate_inputs(load("cuda-ci.yml"))

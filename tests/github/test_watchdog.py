@@ -21,8 +21,15 @@ def ago(minutes: float, now: datetime | None = None) -> str:
 
 
 def config(**kw) -> watchdog.WatchdogConfig:
-    args = dict(workflows=[], labels=["gpu"], max_queue_minutes="60", cancel=True,
-                context="GPU CI", max_calls="200", rate_reserve="0")
+    args = dict(
+        workflows=[],
+        labels=["gpu"],
+        max_queue_minutes="60",
+        cancel=True,
+        context="GPU CI",
+        max_calls="200",
+        rate_reserve="0",
+    )
     args.update(kw)
     return watchdog.make_config(**args)
 
@@ -30,11 +37,21 @@ def config(**kw) -> watchdog.WatchdogConfig:
 # -- pure -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cron, interval", [
-    ("*/15 * * * *", 15), ("0 * * * *", 60), ("5,35 * * * *", 30), ("0 */6 * * *", 360),
-    ("10 3 * * *", 1440), ("0,10 * * * *", 50), ("*/7 * * * *", 7),
-    ("0 0 * * 1", None), ("@hourly", None), ("61 * * * *", None),
-])
+@pytest.mark.parametrize(
+    "cron, interval",
+    [
+        ("*/15 * * * *", 15),
+        ("0 * * * *", 60),
+        ("5,35 * * * *", 30),
+        ("0 */6 * * *", 360),
+        ("10 3 * * *", 1440),
+        ("0,10 * * * *", 50),
+        ("*/7 * * * *", 7),
+        ("0 0 * * 1", None),
+        ("@hourly", None),
+        ("61 * * * *", None),
+    ],
+)
 def test_cron_interval(cron, interval):
     assert watchdog.cron_interval_minutes(cron) == interval
 
@@ -47,17 +64,43 @@ def test_schedule_warning_names_the_longest_wait():
 
 
 def test_stale_selection_takes_gpu_jobs_queued_past_the_limit():
-    run = {"id": 7, "path": ".github/workflows/cuda-ci.yml", "event": "pull_request",
-           "head_sha": "a" * 40}
+    run = {
+        "id": 7,
+        "path": ".github/workflows/cuda-ci.yml",
+        "event": "pull_request",
+        "head_sha": "a" * 40,
+    }
     jobs = [
-        {"id": 1, "name": "tests", "labels": ["self-hosted", "GPU"], "status": "queued",
-         "created_at": ago(61, NOW)},
-        {"id": 2, "name": "tests2", "labels": ["gpu"], "status": "queued",
-         "created_at": ago(59, NOW)},
-        {"id": 3, "name": "lint", "labels": ["ubuntu-latest"], "status": "queued",
-         "created_at": ago(600, NOW)},
-        {"id": 4, "name": "tests3", "labels": ["gpu"], "status": "in_progress",
-         "created_at": ago(200, NOW), "started_at": ago(100, NOW), "runner_name": "r"},
+        {
+            "id": 1,
+            "name": "tests",
+            "labels": ["self-hosted", "GPU"],
+            "status": "queued",
+            "created_at": ago(61, NOW),
+        },
+        {
+            "id": 2,
+            "name": "tests2",
+            "labels": ["gpu"],
+            "status": "queued",
+            "created_at": ago(59, NOW),
+        },
+        {
+            "id": 3,
+            "name": "lint",
+            "labels": ["ubuntu-latest"],
+            "status": "queued",
+            "created_at": ago(600, NOW),
+        },
+        {
+            "id": 4,
+            "name": "tests3",
+            "labels": ["gpu"],
+            "status": "in_progress",
+            "created_at": ago(200, NOW),
+            "started_at": ago(100, NOW),
+            "runner_name": "r",
+        },
     ]
     seen, stale = watchdog.stale_jobs(run, jobs, config(), NOW)
     assert [j.job_id for j in seen] == [1, 2, 4]
@@ -66,14 +109,17 @@ def test_stale_selection_takes_gpu_jobs_queued_past_the_limit():
     assert seen[2].queued_seconds == 100 * 60  # created -> started
 
 
-@pytest.mark.parametrize("kw, fragment", [
-    ({"max_queue_minutes": "soon"}, "'max-queue-minutes' must be a number"),
-    ({"max_queue_minutes": "0"}, "above 0"),
-    ({"labels": []}, "'gpu-labels' is empty"),
-    ({"max_calls": "3"}, "'max-calls' must be a whole number of at least 4"),
-    ({"workflows": [".github/workflows/x.yml"]}, "not a workflow file name"),
-    ({"context": "x" * 256}, "at most 255"),
-])
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        ({"max_queue_minutes": "soon"}, "'max-queue-minutes' must be a number"),
+        ({"max_queue_minutes": "0"}, "above 0"),
+        ({"labels": []}, "'gpu-labels' is empty"),
+        ({"max_calls": "3"}, "'max-calls' must be a whole number of at least 4"),
+        ({"workflows": [".github/workflows/x.yml"]}, "not a workflow file name"),
+        ({"context": "x" * 256}, "at most 255"),
+    ],
+)
 def test_bad_configuration_is_refused(kw, fragment):
     with pytest.raises(watchdog.UsageError, match=fragment.replace("(", r"\(")):
         config(**kw)
@@ -82,15 +128,38 @@ def test_bad_configuration_is_refused(kw, fragment):
 # -- sweeps against the server ------------------------------------------------------------------
 
 
-def add_run(github, *, minutes: float, labels=("self-hosted", "gpu"), status="queued",
-            path=".github/workflows/cuda-ci.yml", extra_jobs=()) -> WorkflowRun:
-    run = WorkflowRun(github.next_id(), "CUDA CI", path, f"{github.next_id():040d}",
-                      status="in_progress", created_at=ago(minutes + 1))
-    run.jobs.append(Job(github.next_id(), "gate", ["ubuntu-latest"], status="completed",
-                        conclusion="success", created_at=ago(minutes + 1),
-                        started_at=ago(minutes + 1), runner_name="GitHub Actions 2"))
-    run.jobs.append(Job(github.next_id(), "tests", list(labels), status=status,
-                        created_at=ago(minutes)))
+def add_run(
+    github,
+    *,
+    minutes: float,
+    labels=("self-hosted", "gpu"),
+    status="queued",
+    path=".github/workflows/cuda-ci.yml",
+    extra_jobs=(),
+) -> WorkflowRun:
+    run = WorkflowRun(
+        github.next_id(),
+        "CUDA CI",
+        path,
+        f"{github.next_id():040d}",
+        status="in_progress",
+        created_at=ago(minutes + 1),
+    )
+    run.jobs.append(
+        Job(
+            github.next_id(),
+            "gate",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=ago(minutes + 1),
+            started_at=ago(minutes + 1),
+            runner_name="GitHub Actions 2",
+        )
+    )
+    run.jobs.append(
+        Job(github.next_id(), "tests", list(labels), status=status, created_at=ago(minutes))
+    )
     run.jobs.extend(extra_jobs)
     github.add_run(REPO, run)
     return run
@@ -99,13 +168,16 @@ def add_run(github, *, minutes: float, labels=("self-hosted", "gpu"), status="qu
 @pytest.fixture
 def env(github, tmp_path):
     github.add_repo(REPO)
-    return {"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": REPO,
-            "GITHUB_TOKEN": "watchdog-token", "INPUT_WORKFLOWS": "cuda-ci.yml",
-            "INPUT_REPORT_FILE": str(tmp_path / "queue.json")}
+    return {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "watchdog-token",
+        "INPUT_WORKFLOWS": "cuda-ci.yml",
+        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
+    }
 
 
-def test_a_job_no_runner_took_is_cancelled_and_the_commit_says_so(run_cli, github, env,
-                                                                   tmp_path):
+def test_a_job_no_runner_took_is_cancelled_and_the_commit_says_so(run_cli, github, env, tmp_path):
     stale = add_run(github, minutes=75)
     fresh = add_run(github, minutes=5)
     result = run_cli(["gpu-watchdog"], env)
@@ -142,8 +214,9 @@ def test_a_job_that_starts_between_listing_and_cancelling_is_left_alone(run_cli,
     stale = add_run(github, minutes=90)
     gpu_job = stale.jobs[1]
     # The runner picks the job up right after the jobs listing: the re-read sees it running.
-    github.on_request("GET", rf"/actions/jobs/{gpu_job.id}$",
-                      lambda _path: github.start_job(gpu_job.id, ago(0)))
+    github.on_request(
+        "GET", rf"/actions/jobs/{gpu_job.id}$", lambda _path: github.start_job(gpu_job.id, ago(0))
+    )
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
     assert gpu_job.status == "in_progress" and stale.conclusion is None
@@ -155,17 +228,35 @@ def test_without_the_re_read_the_race_would_cancel_a_running_job(github):
     """The check above fails without the re-read: the listing alone still says queued."""
     github.add_repo(REPO)
     stale = add_run(github, minutes=90)
-    page = {"jobs": [{"id": j.id, "name": j.name, "labels": j.labels, "status": j.status,
-                      "created_at": j.created_at} for j in stale.jobs]}
+    page = {
+        "jobs": [
+            {
+                "id": j.id,
+                "name": j.name,
+                "labels": j.labels,
+                "status": j.status,
+                "created_at": j.created_at,
+            }
+            for j in stale.jobs
+        ]
+    }
     github.start_job(stale.jobs[1].id, ago(0))
-    _seen, listed_stale = watchdog.stale_jobs({"id": stale.id}, page["jobs"], config(),
-                                              datetime.now(timezone.utc))
+    _seen, listed_stale = watchdog.stale_jobs(
+        {"id": stale.id}, page["jobs"], config(), datetime.now(timezone.utc)
+    )
     assert [j.job_id for j in listed_stale] == [stale.jobs[1].id]
 
 
 def test_running_siblings_keep_the_run(run_cli, github, env):
-    sibling = Job(0, "tests (2)", ["gpu"], status="in_progress", created_at=ago(100),
-                  started_at=ago(50), runner_name="gpu-1")
+    sibling = Job(
+        0,
+        "tests (2)",
+        ["gpu"],
+        status="in_progress",
+        created_at=ago(100),
+        started_at=ago(50),
+        runner_name="gpu-1",
+    )
     stale = add_run(github, minutes=90, extra_jobs=[sibling])
     sibling.id = github.next_id()
     result = run_cli(["gpu-watchdog"], env)
@@ -174,8 +265,9 @@ def test_running_siblings_keep_the_run(run_cli, github, env):
     assert "left-running-siblings" in result.summary
 
 
-def test_api_errors_while_cancelling_are_reported_and_the_sweep_goes_on(run_cli, github, env,
-                                                                          tmp_path):
+def test_api_errors_while_cancelling_are_reported_and_the_sweep_goes_on(
+    run_cli, github, env, tmp_path
+):
     first = add_run(github, minutes=90)
     second = add_run(github, minutes=80)
     github.inject("POST", rf"/actions/runs/{first.id}/cancel$", 500, times=10)
@@ -183,12 +275,16 @@ def test_api_errors_while_cancelling_are_reported_and_the_sweep_goes_on(run_cli,
     assert result.returncode == 1
     assert first.status == "in_progress"
     assert second.conclusion == "cancelled"
-    assert any(f"did not answer cancelling run {first.id} after retries" in e and "500" in e
-               for e in result.errors), result.stdout
+    assert any(
+        f"did not answer cancelling run {first.id} after retries" in e and "500" in e
+        for e in result.errors
+    ), result.stdout
     report = json.loads((tmp_path / "queue.json").read_text())
     assert report["complete"] is False
     assert {j["run_id"]: j["action"] for j in report["jobs"]} == {
-        first.id: "cancel-failed", second.id: "cancelled"}
+        first.id: "cancel-failed",
+        second.id: "cancelled",
+    }
     assert "error: GitHub API did not answer cancelling run" in result.summary
 
 
@@ -202,8 +298,11 @@ def test_a_read_only_token_explains_the_permission(run_cli, github, env):
 
 def test_a_run_completed_meanwhile_is_not_an_error(run_cli, github, env):
     stale = add_run(github, minutes=90)
-    github.on_request("POST", rf"/actions/runs/{stale.id}/cancel$",
-                      lambda _p: setattr(stale, "status", "completed"))
+    github.on_request(
+        "POST",
+        rf"/actions/runs/{stale.id}/cancel$",
+        lambda _p: setattr(stale, "status", "completed"),
+    )
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
     assert "already-completed" in result.summary
@@ -230,13 +329,20 @@ def test_a_low_rate_limit_stops_the_sweep(run_cli, github, env):
 
 def test_max_queue_below_the_schedule_interval_is_said(run_cli, github, env):
     event = {"schedule": "0 * * * *"}
-    result = run_cli(["gpu-watchdog"], {**env, "INPUT_MAX_QUEUE_MINUTES": "30"},
-                     event=event, event_name="schedule")
+    result = run_cli(
+        ["gpu-watchdog"],
+        {**env, "INPUT_MAX_QUEUE_MINUTES": "30"},
+        event=event,
+        event_name="schedule",
+    )
     assert result.returncode == 0
-    assert "::warning title=gpu-watchdog::max-queue-minutes (30) is below the schedule's " \
-           "interval (60 min)" in result.stdout
-    explicit = run_cli(["gpu-watchdog"], {**env, "INPUT_MAX_QUEUE_MINUTES": "10",
-                                          "INPUT_SCHEDULE_MINUTES": "15"})
+    assert (
+        "::warning title=gpu-watchdog::max-queue-minutes (30) is below the schedule's "
+        "interval (60 min)" in result.stdout
+    )
+    explicit = run_cli(
+        ["gpu-watchdog"], {**env, "INPUT_MAX_QUEUE_MINUTES": "10", "INPUT_SCHEDULE_MINUTES": "15"}
+    )
     assert "interval (15 min)" in explicit.stdout
 
 
@@ -259,9 +365,16 @@ def test_a_label_that_merely_contains_a_gpu_label_is_not_watched():
     """Labels match whole (case-folded): 'nogpu', 'gpu-large' or 'cpu,gpu' are other runners,
     and their queued jobs are never cancelled as GPU jobs."""
     run = {"id": 8, "event": "push", "head_sha": "b" * 40}
-    jobs = [{"id": n, "name": f"j{n}", "labels": [label], "status": "queued",
-             "created_at": ago(600, NOW)}
-            for n, label in enumerate(["nogpu", "gpu-large", "cpu,gpu", " gpu", "GPU"])]
+    jobs = [
+        {
+            "id": n,
+            "name": f"j{n}",
+            "labels": [label],
+            "status": "queued",
+            "created_at": ago(600, NOW),
+        }
+        for n, label in enumerate(["nogpu", "gpu-large", "cpu,gpu", " gpu", "GPU"])
+    ]
     seen, stale = watchdog.stale_jobs(run, jobs, config(), NOW)
     assert [j.job_id for j in stale] == [j.job_id for j in seen] == [4]
 
@@ -270,17 +383,29 @@ def test_a_job_name_cannot_plant_a_link_in_the_summary():
     from gpu_ci.commands.gpu_watchdog import summarize
 
     name = "tests](https://evil.example/approve) [x"
-    record = watchdog.JobRecord(1, 2, name, "cuda-ci.yml", "pull_request", "a" * 40, ("gpu",),
-                                "queued", ago(90, NOW), None, 5400.0,
-                                "https://github.com/o/r/actions/runs/1/job/2")
+    record = watchdog.JobRecord(
+        1,
+        2,
+        name,
+        "cuda-ci.yml",
+        "pull_request",
+        "a" * 40,
+        ("gpu",),
+        "queued",
+        ago(90, NOW),
+        None,
+        5400.0,
+        "https://github.com/o/r/actions/runs/1/job/2",
+    )
     sweep = watchdog.Sweep(REPO, config(), NOW, jobs=[record])
     text = summarize(sweep, "")
     assert "](https://evil.example" not in text
     assert "[tests&#93;(https://evil.example/approve) &#91;x](https://github.com/" in text
 
 
-def test_a_link_planted_at_report_file_is_replaced_not_written_through(run_cli, github, env,
-                                                                      tmp_path):
+def test_a_link_planted_at_report_file_is_replaced_not_written_through(
+    run_cli, github, env, tmp_path
+):
     add_run(github, minutes=75)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")

@@ -18,10 +18,14 @@ from gpu_ci.runtime import Runtime, markdown_table
 
 def config_from(inputs: Inputs) -> gate.GateConfig:
     return gate.make_config(
-        label=inputs["label"], min_permission=inputs["min-permission"],
-        run_on=inputs.items("run-on"), require_fresh_head=inputs.boolean("require-fresh-head"),
-        paths=inputs.lines("paths"), skip_draft=inputs.boolean("skip-draft"),
-        gpu_runs_on=inputs["gpu-runs-on"], cpu_runs_on=inputs["cpu-runs-on"],
+        label=inputs["label"],
+        min_permission=inputs["min-permission"],
+        run_on=inputs.items("run-on"),
+        require_fresh_head=inputs.boolean("require-fresh-head"),
+        paths=inputs.lines("paths"),
+        skip_draft=inputs.boolean("skip-draft"),
+        gpu_runs_on=inputs["gpu-runs-on"],
+        cpu_runs_on=inputs["cpu-runs-on"],
         require_approved_review=inputs.boolean("require-approved-review"),
     )
 
@@ -44,35 +48,57 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         return step, config, 0
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
     if isinstance(step, gate.PushCheck):
-        files = call_api("the push's changed files", lambda: rest.get_pages(
-            f"/repos/{ctx.repository}/compare/{step.before}...{step.after}", key="files"))
+        files = call_api(
+            "the push's changed files",
+            lambda: rest.get_pages(
+                f"/repos/{ctx.repository}/compare/{step.before}...{step.after}", key="files"
+            ),
+        )
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
-    answer = call_api(f"the role of {step.labeller}",
-                   lambda: _permission(rest, ctx.repository, step.labeller))
+    answer = call_api(
+        f"the role of {step.labeller}", lambda: _permission(rest, ctx.repository, step.labeller)
+    )
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
         return refused, config, rest.calls
-    pull = call_api(f"pull request #{step.number}",
-                 lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"))
+    pull = call_api(
+        f"pull request #{step.number}",
+        lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"),
+    )
     files = None
     if config.paths:
-        files = [f["filename"] for f in call_api(
-            f"the files of pull request #{step.number}",
-            lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"))]
+        files = [
+            f["filename"]
+            for f in call_api(
+                f"the files of pull request #{step.number}",
+                lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"),
+            )
+        ]
     decision = gate.decide_pull(step, config, answer, pull, files)
     if decision.run and config.require_approved_review:
         decision = _review_pinning(rest, ctx.repository, step, config, answer, decision)
     return decision, config, rest.calls
 
 
-def _review_pinning(rest: Rest, repo: str, step: gate.PullCheck, config: gate.GateConfig,
-                    answer: dict[str, Any], decision: gate.Decision) -> gate.Decision:
+def _review_pinning(
+    rest: Rest,
+    repo: str,
+    step: gate.PullCheck,
+    config: gate.GateConfig,
+    answer: dict[str, Any],
+    decision: gate.Decision,
+) -> gate.Decision:
     """One page of reviews (per 100), then one role lookup per approver until one qualifies."""
-    reviews = call_api(f"the reviews of pull request #{step.number}",
-                    lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"))
+    reviews = call_api(
+        f"the reviews of pull request #{step.number}",
+        lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"),
+    )
     for login in gate.approvers_of(reviews, decision.sha):
-        role_answer = answer if login == step.labeller else call_api(
-            f"the role of {login}", functools.partial(_permission, rest, repo, login))
+        role_answer = (
+            answer
+            if login == step.labeller
+            else call_api(f"the role of {login}", functools.partial(_permission, rest, repo, login))
+        )
         role, _ = gate.role_of(role_answer)
         if gate.ROLE_RANK[role] >= gate.ROLE_RANK[config.min_permission]:
             return gate.decide_review(decision, config, login, role)
@@ -120,8 +146,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
     if decision.run and not config.gpu_runs_on:
-        rt.notice("gpu-runs-on is not set, so the runs-on output is empty: set it to your GPU "
-                  "runners' labels or group to use that output.", title="gpu-gate")
+        rt.notice(
+            "gpu-runs-on is not set, so the runs-on output is empty: set it to your GPU "
+            "runners' labels or group to use that output.",
+            title="gpu-gate",
+        )
     if decision.fork:
         rt.notice(f"pull request #{decision.pr_number} comes from a fork.", title="gpu-gate")
     summary = summarize(decision, config)
@@ -138,13 +167,21 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     if not inputs["monthly-budget"].strip():
         return None
     if not inputs["gpu-runs-on"].strip():
-        raise UsageError("input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
-                         "jobs that ran on your GPU runners, so name their labels or group.")
+        raise UsageError(
+            "input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
+            "jobs that ran on your GPU runners, so name their labels or group."
+        )
     return budget.make_budget_config(
-        inputs["monthly-budget"], inputs["gpu-price"], inputs["reserve-minutes"],
-        inputs["budget-on-unknown"], inputs["budget-scope"], inputs.items("gpu-workflows")
-        or _this_workflow(rt), inputs["budget-ledger"], load_table(),
-        jobs.now(rt.environ).date())
+        inputs["monthly-budget"],
+        inputs["gpu-price"],
+        inputs["reserve-minutes"],
+        inputs["budget-on-unknown"],
+        inputs["budget-scope"],
+        inputs.items("gpu-workflows") or _this_workflow(rt),
+        inputs["budget-ledger"],
+        load_table(),
+        jobs.now(rt.environ).date(),
+    )
 
 
 def _this_workflow(rt: Runtime) -> list[str]:
@@ -153,20 +190,33 @@ def _this_workflow(rt: Runtime) -> list[str]:
     return [ref.rsplit("/", 1)[-1]] if "/.github/workflows/" in ref else []
 
 
-def apply_budget(cfg: budget.BudgetConfig, decision: gate.Decision, config: gate.GateConfig,
-                 inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, list[tuple[str, str]], int]:
+def apply_budget(
+    cfg: budget.BudgetConfig,
+    decision: gate.Decision,
+    config: gate.GateConfig,
+    inputs: Inputs,
+    rt: Runtime,
+) -> tuple[gate.Decision, list[tuple[str, str]], int]:
     """Refuse a run that would take the month's GPU spend over the budget."""
     ctx = load_event(rt.environ)
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
-    billing = (connect(inputs["billing-token"], rt.environ, rt.mask)
-               if inputs["billing-token"] else None)
+    billing = (
+        connect(inputs["billing-token"], rt.environ, rt.mask) if inputs["billing-token"] else None
+    )
     run_id = rt.environ.get("GITHUB_RUN_ID", "")
     attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
     skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
     result = spend.gate_budget(
-        rest, billing, cfg, jobs.GpuMatcher.from_runs_on(config.gpu_runs_on), load_table(),
-        jobs.now(rt.environ), ctx.repository,
-        str((ctx.payload.get("repository") or {}).get("default_branch") or ""), skip)
+        rest,
+        billing,
+        cfg,
+        jobs.GpuMatcher.from_runs_on(config.gpu_runs_on),
+        load_table(),
+        jobs.now(rt.environ),
+        ctx.repository,
+        str((ctx.payload.get("repository") or {}).get("default_branch") or ""),
+        skip,
+    )
     calls = rest.calls + (billing.calls if billing else 0)
     if result.spent:
         rt.set_output("budget-spent", result.spent)

@@ -38,26 +38,50 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     directory = lease.directory_from(inputs["lease-dir"], rt.environ)
     why = lease.prepare_directory(directory)
     if why:
-        raise GpuCiError(f"gpu-lease will not use the lease directory {directory}: {why}. Set "
-                         f"lease-dir (or {lease.DIRECTORY_VARIABLE}) to a directory made with "
-                         "'install -d -m 1777' by root.", title=f"{TITLE}: unsafe directory")
+        raise GpuCiError(
+            f"gpu-lease will not use the lease directory {directory}: {why}. Set "
+            f"lease-dir (or {lease.DIRECTORY_VARIABLE}) to a directory made with "
+            "'install -d -m 1777' by root.",
+            title=f"{TITLE}: unsafe directory",
+        )
     state = holder.current(state_dir)
     if state:
-        rt.notice(f"gpu-lease: this job already holds {', '.join(state['uuids'])} (pid "
-                  f"{state['pid']}); this lease changes nothing.", title=TITLE)
+        rt.notice(
+            f"gpu-lease: this job already holds {', '.join(state['uuids'])} (pid "
+            f"{state['pid']}); this lease changes nothing.",
+            title=TITLE,
+        )
         return publish(rt, state["gpus"], per_worker)
-    req = holder.Request(str(directory), count, max(min_free, per_worker or 0), wait_s,
-                         *job_watch(rt), who=who(rt), poll_s=holder.poll_seconds(rt.environ))
+    req = holder.Request(
+        str(directory),
+        count,
+        max(min_free, per_worker or 0),
+        wait_s,
+        *job_watch(rt),
+        who=who(rt),
+        poll_s=holder.poll_seconds(rt.environ),
+    )
     reply = holder.spawn(req, state_dir, rt.environ)
     if not reply.get("ok"):
         raise GpuCiError(f"gpu-lease: {reply.get('error')}", title=f"{TITLE}: no GPUs")
     gpus = reply["gpus"]
     try:
-        (state_dir / holder.STATE_NAME).write_text(json.dumps(
-            {"pid": reply["pid"], "directory": str(directory),
-             "uuids": [g["uuid"] for g in gpus], "gpus": gpus}) + "\n", encoding="utf-8")
-        rt.info(f"gpu-lease: holding {len(gpus)} GPU(s) for this job (holder pid "
-                f"{reply['pid']}, locks in {directory})")
+        (state_dir / holder.STATE_NAME).write_text(
+            json.dumps(
+                {
+                    "pid": reply["pid"],
+                    "directory": str(directory),
+                    "uuids": [g["uuid"] for g in gpus],
+                    "gpus": gpus,
+                }
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        rt.info(
+            f"gpu-lease: holding {len(gpus)} GPU(s) for this job (holder pid "
+            f"{reply['pid']}, locks in {directory})"
+        )
         return publish(rt, gpus, per_worker)
     except BaseException:  # a lease the job cannot use must not outlive the step
         holder.release(state_dir)
@@ -76,18 +100,33 @@ def publish(rt: Runtime, gpus: list[dict[str, Any]], per_worker: int | None) -> 
     rt.set_output("gpu-uuids", json.dumps(uuids))
     rt.set_output("xdist-workers", str(len(workers)))
     rt.set_output("worker-devices", json.dumps({f"gw{i}": u for i, u in enumerate(workers)}))
-    rows = [(g.index, g.uuid, lease.gib(g.free_bytes) if g.free_bytes is not None else "?",
-             workers.count(g.uuid)) for g in readings]
-    rt.summary("### gpu-lease\n\n" + markdown_table(
-        ("GPU", "UUID", "free memory", "xdist workers"), rows)
-        + f"\nCUDA_VISIBLE_DEVICES={visible}; pytest -n {len(workers)}\n")
+    rows = [
+        (
+            g.index,
+            g.uuid,
+            lease.gib(g.free_bytes) if g.free_bytes is not None else "?",
+            workers.count(g.uuid),
+        )
+        for g in readings
+    ]
+    rt.summary(
+        "### gpu-lease\n\n"
+        + markdown_table(("GPU", "UUID", "free memory", "xdist workers"), rows)
+        + f"\nCUDA_VISIBLE_DEVICES={visible}; pytest -n {len(workers)}\n"
+    )
     return 0
 
 
 def release(state_dir: Path, rt: Runtime) -> int:
     outcome = holder.release(state_dir)
-    rt.info(f"gpu-lease: {outcome}" + (" (nothing was held: no lease, or its holder had "
-                                       "ended)" if outcome == "not-held" else ""))
+    rt.info(
+        f"gpu-lease: {outcome}"
+        + (
+            " (nothing was held: no lease, or its holder had ended)"
+            if outcome == "not-held"
+            else ""
+        )
+    )
     if outcome == "killed":
         rt.warning("gpu-lease: the holder ignored SIGTERM and was killed.", title=TITLE)
     return 0
@@ -98,8 +137,11 @@ def job_state_dir(rt: Runtime) -> Path:
     directory = holder.state_directory(base, rt.environ)
     why = holder.make_private(directory)
     if why:
-        raise GpuCiError(f"gpu-lease will not use {directory}: {why}. Set RUNNER_TEMP to a "
-                         "directory of this user (the runner does).", title=TITLE)
+        raise GpuCiError(
+            f"gpu-lease will not use {directory}: {why}. Set RUNNER_TEMP to a "
+            "directory of this user (the runner does).",
+            title=TITLE,
+        )
     return directory
 
 
@@ -114,16 +156,22 @@ def who(rt: Runtime) -> dict[str, str]:
         user = pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         user = str(os.geteuid())
-    return {"user": user, "repository": env.get("GITHUB_REPOSITORY", ""),
-            "run_id": env.get("GITHUB_RUN_ID", ""), "job": env.get("GITHUB_JOB", ""),
-            "runner": env.get("RUNNER_NAME", "")}
+    return {
+        "user": user,
+        "repository": env.get("GITHUB_REPOSITORY", ""),
+        "run_id": env.get("GITHUB_RUN_ID", ""),
+        "job": env.get("GITHUB_JOB", ""),
+        "runner": env.get("RUNNER_NAME", ""),
+    }
 
 
 def positive_int(text: str, name: str) -> int:
     value = text.strip()
     if not value.isdigit() or not 1 <= int(value) <= 64:
-        raise UsageError(f"input '{name}' of gpu-lease must be a whole number of GPUs from 1 "
-                         f"to 64 (e.g. 2); got {text!r}.")
+        raise UsageError(
+            f"input '{name}' of gpu-lease must be a whole number of GPUs from 1 "
+            f"to 64 (e.g. 2); got {text!r}."
+        )
     return int(value)
 
 
@@ -133,8 +181,10 @@ def minutes(text: str, name: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value <= 24 * 60:
-        raise UsageError(f"input '{name}' of gpu-lease must be minutes from 0 to 1440 (e.g. "
-                         f"10, or 0.5); got {text!r}.")
+        raise UsageError(
+            f"input '{name}' of gpu-lease must be minutes from 0 to 1440 (e.g. "
+            f"10, or 0.5); got {text!r}."
+        )
     return value
 
 
@@ -146,5 +196,7 @@ def size(text: str, name: str) -> int | None:
     try:
         return parse_bytes(text)
     except ValueError:
-        raise UsageError(f"input '{name}' of gpu-lease must be a size such as 20GiB, 512MiB "
-                         f"or 80GB; got {text!r}.") from None
+        raise UsageError(
+            f"input '{name}' of gpu-lease must be a size such as 20GiB, 512MiB "
+            f"or 80GB; got {text!r}."
+        ) from None

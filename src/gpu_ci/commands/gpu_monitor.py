@@ -32,11 +32,14 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     mode = inputs.choice("mode", ("start", "report"))
     interval = parse_interval(inputs["interval"])
     if not sys.platform.startswith("linux"):
-        rt.notice(f"gpu-monitor runs on Linux runners; this is {sys.platform}: nothing "
-                  "watched.", title="gpu-monitor")
+        rt.notice(
+            f"gpu-monitor runs on Linux runners; this is {sys.platform}: nothing watched.",
+            title="gpu-monitor",
+        )
         return 0
     directory = monitor.job_directory(
-        rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir(), rt.environ)
+        rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir(), rt.environ
+    )
     if mode == "start":
         return start(directory, interval, rt)
     return report(inputs, directory, rt)
@@ -48,8 +51,10 @@ def parse_interval(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0.05 <= value <= 3600:
-        raise UsageError(f"input 'interval' of gpu-monitor must be seconds between 0.05 and "
-                         f"3600 (e.g. 1 or 0.5); got {text!r}.")
+        raise UsageError(
+            f"input 'interval' of gpu-monitor must be seconds between 0.05 and "
+            f"3600 (e.g. 1 or 0.5); got {text!r}."
+        )
     return value
 
 
@@ -60,28 +65,39 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
     try:
         return _start(directory, interval, rt)
     except OSError as exc:  # a full or read-only RUNNER_TEMP, after the directory exists
-        raise GpuCiError(f"gpu-monitor: cannot write {exc.filename or directory}: "
-                         f"{exc.strerror or exc}. RUNNER_TEMP must be writable and have "
-                         "space; nothing is watched.", title="gpu-monitor: start") from None
+        raise GpuCiError(
+            f"gpu-monitor: cannot write {exc.filename or directory}: "
+            f"{exc.strerror or exc}. RUNNER_TEMP must be writable and have "
+            "space; nothing is watched.",
+            title="gpu-monitor: start",
+        ) from None
 
 
 def _start(directory: Path, interval: float, rt: Runtime) -> int:
     started = control.start(directory, interval, rt.environ)
     samples = str(directory / monitor.SAMPLES_NAME)
     if started.no_gpu:
-        rt.notice(f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
-                  "report step will say so and succeed.", title="gpu-monitor: no GPU")
+        rt.notice(
+            f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
+            "report step will say so and succeed.",
+            title="gpu-monitor: no GPU",
+        )
         rt.set_output("gpu-count", "0")
         return 0
     if started.running:
-        rt.notice(f"gpu-monitor: a sampler already runs for this job (pid {started.running}); "
-                  "this start changes nothing.", title="gpu-monitor")
+        rt.notice(
+            f"gpu-monitor: a sampler already runs for this job (pid {started.running}); "
+            "this start changes nothing.",
+            title="gpu-monitor",
+        )
         rt.set_output("samples-file", samples)
         return 0
     visible = started.gpus
     names = ", ".join(f"{g.index} {mr.printable(g.name)}" for g in visible)
-    rt.info(f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
-            f"(pid {started.pid}) into {samples}")
+    rt.info(
+        f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
+        f"(pid {started.pid}) into {samples}"
+    )
     rt.set_output("gpu-count", str(len(visible)))
     rt.set_output("samples-file", samples)
     return 0
@@ -98,8 +114,10 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
         try:
             max_memory = parse_bytes(inputs["max-memory"])
         except ValueError:
-            raise UsageError(f"input 'max-memory' must be a size such as 40GiB, 512MiB or "
-                             f"80GB; got {inputs['max-memory']!r}.") from None
+            raise UsageError(
+                f"input 'max-memory' must be a size such as 40GiB, 512MiB or "
+                f"80GB; got {inputs['max-memory']!r}."
+            ) from None
     min_util = None
     if inputs["min-utilisation"]:
         try:
@@ -107,10 +125,16 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
         except ValueError:
             min_util = -1.0
         if not 0 <= min_util <= 100:
-            raise UsageError(f"input 'min-utilisation' must be a percentage from 0 to 100 "
-                             f"(e.g. 50); got {inputs['min-utilisation']!r}.")
-    return mr.Limits(inputs.boolean("expect-gpu-use"), max_memory, min_util,
-                     unknown_fails=inputs.boolean("fail-on-unknown"))
+            raise UsageError(
+                f"input 'min-utilisation' must be a percentage from 0 to 100 "
+                f"(e.g. 50); got {inputs['min-utilisation']!r}."
+            )
+    return mr.Limits(
+        inputs.boolean("expect-gpu-use"),
+        max_memory,
+        min_util,
+        unknown_fails=inputs.boolean("fail-on-unknown"),
+    )
 
 
 def parse_pricing(text: str, day: datetime) -> mr.Pricing:
@@ -125,11 +149,16 @@ def parse_pricing(text: str, day: datetime) -> mr.Pricing:
         raise UsageError(f"input 'price-per-hour': {exc}") from None
     amount = price.on(day.date(), table)
     if amount is None:
-        raise UsageError(f"input 'price-per-hour' names {price.sku}, which has no price on "
-                         f"{day.date()} in the table (checked {table.checked}); write an "
-                         "amount instead, e.g. 3.12.")
-    source = (f"price-per-hour {text.strip()}" if price.sku is None else
-              f"{price.sku} on {day.date()}, price table checked {table.checked}")
+        raise UsageError(
+            f"input 'price-per-hour' names {price.sku}, which has no price on "
+            f"{day.date()} in the table (checked {table.checked}); write an "
+            "amount instead, e.g. 3.12."
+        )
+    source = (
+        f"price-per-hour {text.strip()}"
+        if price.sku is None
+        else f"{price.sku} on {day.date()}, price table checked {table.checked}"
+    )
     return mr.Pricing(amount, source)
 
 
@@ -157,7 +186,9 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
         raise GpuCiError(
             "gpu-monitor mode: report found no samples for this job: add a step with "
             "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
-            f"early in the job (looked in {directory}).", title="gpu-monitor: no start")
+            f"early in the job (looked in {directory}).",
+            title="gpu-monitor: no start",
+        )
     control.require_private(directory)
     if monitor.stop_sampler(directory) == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
@@ -166,24 +197,37 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     job = fetch_job(inputs, rt)
     steps = None
     if job is not None and job.steps:
-        steps = [mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
-                 for s in job.steps if s.started is not None]
-    result = mr.compute(recording, end=now, steps=steps,
-                        job_started=job.started if job else None,
-                        pricing=pricing, limits=limits,
-                        sizes=sizes_on(datetime.fromtimestamp(now, timezone.utc)))
+        steps = [
+            mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
+            for s in job.steps
+            if s.started is not None
+        ]
+    result = mr.compute(
+        recording,
+        end=now,
+        steps=steps,
+        job_started=job.started if job else None,
+        pricing=pricing,
+        limits=limits,
+        sizes=sizes_on(datetime.fromtimestamp(now, timezone.utc)),
+    )
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
-    annotate_findings(rt, "gpu-monitor", result.findings[:mr.MAX_FINDINGS_SHOWN])
+    annotate_findings(rt, "gpu-monitor", result.findings[: mr.MAX_FINDINGS_SHOWN])
     if len(result.findings) > mr.MAX_FINDINGS_SHOWN:
-        rt.notice(f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
-                  f"in {report_path or 'the JSON report'}.", title="gpu-monitor")
+        rt.notice(
+            f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
+            f"in {report_path or 'the JSON report'}.",
+            title="gpu-monitor",
+        )
     c = result.cost
-    rt.info(f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
-            f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
-            f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle "
-            + (f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown")
-            + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""))
+    rt.info(
+        f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
+        f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
+        f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle "
+        + (f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown")
+        + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else "")
+    )
     rt.summary(mr.markdown(result))
     if inputs["pushgateway-url"]:
         push(inputs["pushgateway-url"], result, rt)
@@ -198,8 +242,10 @@ def push(url: str, result: mr.Report, rt: Runtime) -> None:
         push_metrics(url, result, rt.environ)
         rt.info(f"gpu-monitor: pushed the job's metrics to {url}")
     except Exception as exc:
-        rt.warning(f"gpu-monitor: could not push to {url}: {type(exc).__name__}: {exc}",
-                   title="gpu-monitor: pushgateway")
+        rt.warning(
+            f"gpu-monitor: could not push to {url}: {type(exc).__name__}: {exc}",
+            title="gpu-monitor: pushgateway",
+        )
 
 
 def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
@@ -214,29 +260,35 @@ def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
         from gpu_ci.github.steps import current_job_times
 
         client = connect(inputs["github-token"], env, rt.mask)
-        job = current_job_times(client, repository, run_id, env.get("GITHUB_RUN_ATTEMPT", ""),
-                                env["RUNNER_NAME"])
+        job = current_job_times(
+            client, repository, run_id, env.get("GITHUB_RUN_ATTEMPT", ""), env["RUNNER_NAME"]
+        )
     except Exception as exc:  # steps are a bonus: fall back to the monitor's window
-        rt.notice(f"gpu-monitor: no per-step breakdown (the jobs API did not answer: "
-                  f"{type(exc).__name__}); give the job 'actions: read' for it.",
-                  title="gpu-monitor")
+        rt.notice(
+            f"gpu-monitor: no per-step breakdown (the jobs API did not answer: "
+            f"{type(exc).__name__}); give the job 'actions: read' for it.",
+            title="gpu-monitor",
+        )
         return None
     if job is None:
-        rt.notice("gpu-monitor: no per-step breakdown (this runner's job is not in the jobs "
-                  "API's list).", title="gpu-monitor")
+        rt.notice(
+            "gpu-monitor: no per-step breakdown (this runner's job is not in the jobs API's list).",
+            title="gpu-monitor",
+        )
     return job
 
 
-def write_files(inputs: Inputs, directory: Path, result: mr.Report,
-                rt: Runtime) -> tuple[str, str]:
+def write_files(inputs: Inputs, directory: Path, result: mr.Report, rt: Runtime) -> tuple[str, str]:
     report_path = Path(inputs["report-file"] or directory / "report.json")
     csv_path = Path(inputs["samples-csv"] or report_path.with_name("samples.csv"))
     try:
         write_report(report_path, json.dumps(mr.as_json(result), indent=2) + "\n")
         write_report(csv_path, mr.samples_csv(result.recording), what="samples-csv")
     except GpuCiError as exc:  # the files are extras: the summary and outputs hold it all
-        rt.warning(f"gpu-monitor: {exc.message} The summary and outputs still hold the "
-                   "numbers.", title="gpu-monitor")
+        rt.warning(
+            f"gpu-monitor: {exc.message} The summary and outputs still hold the numbers.",
+            title="gpu-monitor",
+        )
         return "", ""
     return str(report_path), str(csv_path)
 
@@ -246,9 +298,15 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
         rt.set_output(name, value)
     rt.set_output("report-file", report_path)
     rt.set_output("samples-csv", csv_path)
-    rt.set_output("findings", json.dumps([{"level": f.level, "code": f.code,
-                                           "message": f.message}
-                                          for f in result.findings[:mr.MAX_FINDINGS_SHOWN]]))
+    rt.set_output(
+        "findings",
+        json.dumps(
+            [
+                {"level": f.level, "code": f.code, "message": f.message}
+                for f in result.findings[: mr.MAX_FINDINGS_SHOWN]
+            ]
+        ),
+    )
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
@@ -258,8 +316,9 @@ def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
     rt.set_output("gpu-used", "false")
     rt.summary(f"### gpu-monitor: no GPU in this job\n\n{why}: nothing was watched.\n")
     if limits.expect_gpu_use:
-        rt.error(f"[gpu-not-used] expect-gpu-use is true, but {why}.",
-                 title="gpu-monitor: gpu-not-used")
+        rt.error(
+            f"[gpu-not-used] expect-gpu-use is true, but {why}.", title="gpu-monitor: gpu-not-used"
+        )
         return 1
     rt.notice(f"gpu-monitor: {why}; nothing was watched.", title="gpu-monitor: no GPU")
     return 0

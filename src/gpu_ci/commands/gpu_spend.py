@@ -27,8 +27,9 @@ def _money(value: Decimal) -> str:
     return f"${value:.2f}"
 
 
-def chart(points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit: str,
-          month: str) -> str:
+def chart(
+    points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit: str, month: str
+) -> str:
     """Cumulative spend per day (line) against the budget (a flat line)."""
     labels = [str(d.day) for d, _ in points]
     values = tuple(downsample([float(v) for _, v in points], len(points)))
@@ -38,15 +39,23 @@ def chart(points: list[tuple[date, Decimal]], budget_line: Decimal | None, unit:
         series.append(Series("budget", tuple(float(budget_line) for _ in points)))
         top = max(top, float(budget_line))
     y = "USD" if unit == "usd" else "GPU minutes"
-    return xychart(f"Cumulative GPU spend, {month}", labels, series, y_title=y,
-                   y_range=(0, top * 1.1 if top > 0 else 1), x_title="day (UTC)")
+    return xychart(
+        f"Cumulative GPU spend, {month}",
+        labels,
+        series,
+        y_title=y,
+        y_range=(0, top * 1.1 if top > 0 else 1),
+        x_title="day (UTC)",
+    )
 
 
 def _max_reports(text: str) -> int:
     value = (text or "").strip()
     if not value.isdigit():
-        raise UsageError(f"input 'max-monitor-reports' is {text!r}: write a whole number "
-                         "(0 reads no gpu-monitor report).")
+        raise UsageError(
+            f"input 'max-monitor-reports' is {text!r}: write a whole number "
+            "(0 reads no gpu-monitor report)."
+        )
     return int(value)
 
 
@@ -71,25 +80,43 @@ class _Plan:
 def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
     """Every input checked before any API call (a bad one: exit 2)."""
     now, table = jobs.now(rt.environ), load_table()
-    month = budget.Month.parse(inputs["month"]) if inputs["month"] else budget.Month.of(
-        now.date())
+    month = budget.Month.parse(inputs["month"]) if inputs["month"] else budget.Month.of(now.date())
     plan = budget.parse_budget(inputs["monthly-budget"]) if inputs["monthly-budget"] else None
-    price = (budget.parse_gpu_price(inputs["gpu-price"], table, now.date())
-             if inputs["gpu-price"] else None)
+    price = (
+        budget.parse_gpu_price(inputs["gpu-price"], table, now.date())
+        if inputs["gpu-price"]
+        else None
+    )
     if plan is not None and plan.unit == "usd" and price is None:
-        raise UsageError("input 'monthly-budget' is money, so 'gpu-price' is needed (an "
-                         "amount such as 0.052, or a SKU such as linux_4_core_gpu).")
+        raise UsageError(
+            "input 'monthly-budget' is money, so 'gpu-price' is needed (an "
+            "amount such as 0.052, or a SKU such as linux_4_core_gpu)."
+        )
     reserve = budget.parse_reserve(inputs["reserve-minutes"])
     if not inputs["gpu-runs-on"].strip():
-        raise UsageError("input 'gpu-runs-on' is empty: name your GPU runners' labels (a label "
-                         "or a JSON list) or group ({\"group\": \"gpu-pool\"}), as gpu-gate's "
-                         "gpu-runs-on does.")
+        raise UsageError(
+            "input 'gpu-runs-on' is empty: name your GPU runners' labels (a label "
+            'or a JSON list) or group ({"group": "gpu-pool"}), as gpu-gate\'s '
+            "gpu-runs-on does."
+        )
     matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
     repo = repository(inputs["repository"], rt.environ)
     prefix = inputs["monitor-artifacts"].strip()
     max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
-    return _Plan(now, table, month, plan, price, reserve, matcher, inputs.items("gpu-workflows"),
-                 repo, prefix, max_reports, Path(inputs["output-dir"] or "gpu-spend"))
+    return _Plan(
+        now,
+        table,
+        month,
+        plan,
+        price,
+        reserve,
+        matcher,
+        inputs.items("gpu-workflows"),
+        repo,
+        prefix,
+        max_reports,
+        Path(inputs["output-dir"] or "gpu-spend"),
+    )
 
 
 def _billed(inputs: Inputs, rt: Runtime, p: _Plan) -> budget.Spend | None:
@@ -114,29 +141,45 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise GpuCiError(f"output-dir {p.out_dir} cannot be created ({exc.strerror}).") from None
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
     try:
-        got = spend.collect(rest, p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve,
-                            p.month, p.now, progress=rt.info)
+        got = spend.collect(
+            rest,
+            p.repo,
+            p.workflows,
+            p.matcher,
+            p.price,
+            p.table,
+            p.reserve,
+            p.month,
+            p.now,
+            progress=rt.info,
+        )
     except GpuCiError:
         raise
     except Exception as exc:  # ApiError, or an answer that is not what was asked
-        raise describe_api_failure(exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs "
-                                   "permissions: actions: read)") from None
+        raise describe_api_failure(
+            exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs permissions: actions: read)"
+        ) from None
     billed = _billed(inputs, rt, p)
     found = _idle(rest, p, got, rt)
-    report = sr.build(p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan,
-                      got.costs, billed, found)
+    report = sr.build(
+        p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan, got.costs, billed, found
+    )
     paths = _write_files(p, got, report)
     tot, left = report.total, report.left
     rt.set_output("minutes", str(tot.minutes))
     rt.set_output("cost", f"{tot.usd:.2f}" if p.price else "")
-    rt.set_output("budget-left", "" if left is None else (
-        f"{left:.2f}" if report.unit == "usd" else str(int(left))))
+    rt.set_output(
+        "budget-left",
+        "" if left is None else (f"{left:.2f}" if report.unit == "usd" else str(int(left))),
+    )
     rt.set_output("json", paths[0])
     rt.set_output("csv", paths[1])
     rt.set_output("ledger", paths[2])
-    rt.info(f"gpu-spend: {p.repo} {p.month}: {tot.minutes} GPU minutes"
-            f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
-            f"({rest.calls} API calls)")
+    rt.info(
+        f"gpu-spend: {p.repo} {p.month}: {tot.minutes} GPU minutes"
+        f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
+        f"({rest.calls} API calls)"
+    )
     rt.summary(summary(report, p.plan, billed, p.price is not None))
     return 0
 
@@ -146,12 +189,16 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     ledger not written this time and not there from before)."""
     json_path, csv_path = p.out_dir / "spend.json", p.out_dir / "spend.csv"
     write_report(json_path, json.dumps(report.doc, indent=2) + "\n", what="output-dir")
-    write_report(csv_path, sr.csv_text(report.costs, report.idle.by_job if report.idle
-                                       else None), what="output-dir")
+    write_report(
+        csv_path,
+        sr.csv_text(report.costs, report.idle.by_job if report.idle else None),
+        what="output-dir",
+    )
     ledger_path = p.out_dir / spend.LEDGER_FILE
     if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
-        ledger = budget.build_ledger(p.repo, p.month, p.matcher, p.workflows, p.now, got.runs,
-                                     report.costs)
+        ledger = budget.build_ledger(
+            p.repo, p.month, p.matcher, p.workflows, p.now, got.runs, report.costs
+        )
         write_report(ledger_path, json.dumps(ledger.to_json()) + "\n", what="output-dir")
     return str(json_path), str(csv_path), str(ledger_path) if ledger_path.exists() else ""
 
@@ -168,48 +215,83 @@ def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFou
     try:
         found = idle.find_reports(rest, p.repo, p.prefix, runs, p.month, p.max_reports)
     except Exception as exc:  # listing refused, failed after retries, or not understood
-        rt.warning(f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
-                   "the report has no idle column.", title="gpu-spend idle cost")
+        rt.warning(
+            f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
+            "the report has no idle column.",
+            title="gpu-spend idle cost",
+        )
         return None
     matched, notes = idle.match(found.reports, costs, got.windows)
     for note in (*found.notes, *notes):
         rt.notice(note, title="gpu-spend idle cost")
-    return sr.IdleFound(matched, sr.idle_section(
-        p.prefix, len(found.reports), matched, costs, rest.calls - before,
-        [*found.notes, *notes]))
+    return sr.IdleFound(
+        matched,
+        sr.idle_section(
+            p.prefix,
+            len(found.reports),
+            matched,
+            costs,
+            rest.calls - before,
+            [*found.notes, *notes],
+        ),
+    )
 
 
-def summary(report: sr.Report, plan: budget.Budget | None, billed: budget.Spend | None,
-            priced: bool) -> str:
+def summary(
+    report: sr.Report, plan: budget.Budget | None, billed: budget.Spend | None, priced: bool
+) -> str:
     doc, tot = report.doc, report.total
     parts = [f"### gpu-spend: {doc['repository']}, {doc['month']}\n"]
-    rows = [("GPU jobs", doc["gpu_jobs"]), ("workflows", ", ".join(doc["workflows"])),
-            ("GPU minutes", f"{tot.minutes} (of which reserved for running jobs: "
-                            f"{tot.reserved_minutes})"),
-            ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)")]
+    rows = [
+        ("GPU jobs", doc["gpu_jobs"]),
+        ("workflows", ", ".join(doc["workflows"])),
+        (
+            "GPU minutes",
+            f"{tot.minutes} (of which reserved for running jobs: {tot.reserved_minutes})",
+        ),
+        ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)"),
+    ]
     if plan is not None:
         rows.append(("budget", plan.describe()))
-        rows.append(("left", plan.describe(plan.amount - (tot.usd if report.unit == "usd"
-                                                           else Decimal(tot.minutes)))))
+        rows.append(
+            (
+                "left",
+                plan.describe(
+                    plan.amount - (tot.usd if report.unit == "usd" else Decimal(tot.minutes))
+                ),
+            )
+        )
     idle_doc = doc.get("idle")
     if idle_doc:
-        rows.append(("idle (gpu-monitor reports; information, not subtracted)",
-                     f"{idle_doc['minutes']} min"
-                     + (f", {_money(Decimal(idle_doc['usd']))}" if priced else "")
-                     + f" in {idle_doc['jobs_with_report']} of {idle_doc['completed_jobs']} "
-                       f"completed GPU jobs with a report"))
+        rows.append(
+            (
+                "idle (gpu-monitor reports; information, not subtracted)",
+                f"{idle_doc['minutes']} min"
+                + (f", {_money(Decimal(idle_doc['usd']))}" if priced else "")
+                + f" in {idle_doc['jobs_with_report']} of {idle_doc['completed_jobs']} "
+                f"completed GPU jobs with a report",
+            )
+        )
     if billed is not None:
-        rows.append(("GitHub billed (billing usage API)",
-                     f"{billed.minutes} min, {_money(billed.usd)}"))
+        rows.append(
+            ("GitHub billed (billing usage API)", f"{billed.minutes} min, {_money(billed.usd)}")
+        )
     parts.append(markdown_table(["", ""], rows))
     if report.points:
-        parts.append(chart(report.points, plan.amount if plan is not None else None,
-                           report.unit, doc["month"]))
+        parts.append(
+            chart(
+                report.points, plan.amount if plan is not None else None, report.unit, doc["month"]
+            )
+        )
     parts += _breakdown_tables(report, bool(idle_doc), priced)
     if doc.get("right_size"):
         parts.append("#### Right size\n")
-        parts.append(markdown_table(["per workflow (gpu-monitor reports; information)"],
-                                    [(w["line"],) for w in doc["right_size"][:20]]))
+        parts.append(
+            markdown_table(
+                ["per workflow (gpu-monitor reports; information)"],
+                [(w["line"],) for w in doc["right_size"][:20]],
+            )
+        )
     return "\n".join(parts)
 
 
@@ -219,16 +301,33 @@ def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[
         parts.append(f"#### By {title}\n")
         if with_idle:
             extra = {r["key"]: r for r in report.doc["by"][title]}
-            parts.append(markdown_table(
-                [title, "GPU minutes", "cost", "jobs", "idle (jobs with a report)"],
-                [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs,
-                  _idle_cell(extra[r.key], priced)) for r in table_rows[:20]]
-                or [("(no GPU jobs)", 0, "", 0, "")]))
+            parts.append(
+                markdown_table(
+                    [title, "GPU minutes", "cost", "jobs", "idle (jobs with a report)"],
+                    [
+                        (
+                            r.key,
+                            r.minutes,
+                            _money(r.usd) if priced else "",
+                            r.jobs,
+                            _idle_cell(extra[r.key], priced),
+                        )
+                        for r in table_rows[:20]
+                    ]
+                    or [("(no GPU jobs)", 0, "", 0, "")],
+                )
+            )
             continue
-        parts.append(markdown_table(
-            [title, "GPU minutes", "cost", "jobs"],
-            [(r.key, r.minutes, _money(r.usd) if priced else "", r.jobs)
-             for r in table_rows[:20]] or [("(no GPU jobs)", 0, "", 0)]))
+        parts.append(
+            markdown_table(
+                [title, "GPU minutes", "cost", "jobs"],
+                [
+                    (r.key, r.minutes, _money(r.usd) if priced else "", r.jobs)
+                    for r in table_rows[:20]
+                ]
+                or [("(no GPU jobs)", 0, "", 0)],
+            )
+        )
     return parts
 
 

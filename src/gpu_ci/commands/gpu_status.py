@@ -44,35 +44,53 @@ def _gate_run(inputs: Inputs) -> bool | None:
 
 def _listed(rest: RestClient, repository: str, sha: str) -> list[Any]:
     """The commit's statuses, newest first (one page of 100)."""
-    return list(call_api(f"the statuses of {sha[:12]}", lambda: rest.get_pages(
-        f"/repos/{repository}/commits/{quote(sha, safe='')}/statuses", limit=100)))
+    return list(
+        call_api(
+            f"the statuses of {sha[:12]}",
+            lambda: rest.get_pages(
+                f"/repos/{repository}/commits/{quote(sha, safe='')}/statuses", limit=100
+            ),
+        )
+    )
 
 
-def _pull_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConfig,
-                ctx: EventContext, action: str) -> _Result:
+def _pull_event(
+    inputs: Inputs, rt: Runtime, config: statuses.StatusConfig, ctx: EventContext, action: str
+) -> _Result:
     rest = None
     listed: list[Any] = []
     head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
     # a final result, an approval of another pull request or one in flight stays
-    if (action in statuses.NEW_HEAD or action == "labeled" and _gate_run(inputs) is False) \
-            and len(head) == 40:
+    if (action in statuses.NEW_HEAD or action == "labeled" and _gate_run(inputs) is False) and len(
+        head
+    ) == 40:
         rest = _connect(inputs, rt)
         listed = _listed(rest, ctx.repository, head)
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
-    outcome = statuses.for_pull_event(config, action, ctx.payload, _gate_run(inputs),
-                                      inputs["gate-reason"], inputs["labeled-by"],
-                                      server, ctx.repository, listed)
+    outcome = statuses.for_pull_event(
+        config,
+        action,
+        ctx.payload,
+        _gate_run(inputs),
+        inputs["gate-reason"],
+        inputs["labeled-by"],
+        server,
+        ctx.repository,
+        listed,
+    )
     if outcome.status and rest is None:
         rest = _connect(inputs, rt)
     return _Result(outcome, rest)
 
 
-def _workflow_run_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConfig,
-                        ctx: EventContext, action: str) -> _Result:
+def _workflow_run_event(
+    inputs: Inputs, rt: Runtime, config: statuses.StatusConfig, ctx: EventContext, action: str
+) -> _Result:
     wf_run = ctx.payload.get("workflow_run")
     if not isinstance(wf_run, dict) or len(str(wf_run.get("head_sha") or "")) != 40:
-        raise GpuCiError("the workflow_run event has no workflow_run.head_sha.",
-                         title="malformed event")
+        raise GpuCiError(
+            "the workflow_run event has no workflow_run.head_sha.", title="malformed event"
+        )
     rest = _connect(inputs, rt)
     sha, repo = str(wf_run["head_sha"]), ctx.repository
     listed = _listed(rest, repo, sha)
@@ -80,10 +98,20 @@ def _workflow_run_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConf
     now = jobs.now(rt.environ).replace(microsecond=0)
     outcome = statuses.for_workflow_run(config, action, wf_run, run_jobs, listed, repo, now)
     if outcome.need_siblings:
-        siblings = call_api(f"the runs for {sha[:12]}", lambda: rest.get(
-            f"/repos/{repo}/actions/runs?head_sha={sha}&per_page=100"))
-        outcome = statuses.for_workflow_run(config, action, wf_run, run_jobs, listed, repo,
-                                            now, siblings=siblings.get("workflow_runs") or [])
+        siblings = call_api(
+            f"the runs for {sha[:12]}",
+            lambda: rest.get(f"/repos/{repo}/actions/runs?head_sha={sha}&per_page=100"),
+        )
+        outcome = statuses.for_workflow_run(
+            config,
+            action,
+            wf_run,
+            run_jobs,
+            listed,
+            repo,
+            now,
+            siblings=siblings.get("workflow_runs") or [],
+        )
     if run_jobs is None:
         return _Result(outcome, rest)
     gpu = jobs.named_gpu_jobs(run_jobs, config.gpu_jobs)
@@ -96,13 +124,20 @@ def _workflow_run_event(inputs: Inputs, rt: Runtime, config: statuses.StatusConf
 
 def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:
     attempt = int(wf_run.get("run_attempt") or 1)
-    return list(call_api(f"the jobs of run {wf_run.get('id')}", lambda: rest.get_pages(
-        f"/repos/{repository}/actions/runs/{int(wf_run['id'])}/attempts/{attempt}/jobs",
-        key="jobs")))
+    return list(
+        call_api(
+            f"the jobs of run {wf_run.get('id')}",
+            lambda: rest.get_pages(
+                f"/repos/{repository}/actions/runs/{int(wf_run['id'])}/attempts/{attempt}/jobs",
+                key="jobs",
+            ),
+        )
+    )
 
 
-def _settle(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
-            status: statuses.Status) -> statuses.Status:
+def _settle(
+    rest: RestClient, ctx: EventContext, config: statuses.StatusConfig, status: statuses.Status
+) -> statuses.Status:
     """``requested`` and ``completed`` of one run may be handled at once: read again, and put
     the run's own result back on top if it landed below our "in progress"."""
     again = _listed(rest, ctx.repository, status.sha)
@@ -113,26 +148,38 @@ def _settle(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
     return fixed
 
 
-def _post(rest: RestClient, ctx: EventContext, config: statuses.StatusConfig,
-          status: statuses.Status) -> None:
+def _post(
+    rest: RestClient, ctx: EventContext, config: statuses.StatusConfig, status: statuses.Status
+) -> None:
     body = status.body(config.context)
     try:
-        call_api(f"setting the '{config.context}' status of {status.sha[:12]}",
-                 lambda: rest.post(
-                     f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body))
+        call_api(
+            f"setting the '{config.context}' status of {status.sha[:12]}",
+            lambda: rest.post(
+                f"/repos/{ctx.repository}/statuses/{quote(status.sha, safe='')}", body
+            ),
+        )
     except GpuCiError as exc:
         if ctx.name == "pull_request" and "HTTP 403" in exc.message:
-            raise GpuCiError(exc.message + " A pull_request run from a fork always has a "
-                             "read-only token: post statuses from pull_request_target and "
-                             "workflow_run (examples/cuda-ci-remove-label.yml, "
-                             "examples/cuda-ci-status.yml).", title=exc.title) from None
+            raise GpuCiError(
+                exc.message + " A pull_request run from a fork always has a "
+                "read-only token: post statuses from pull_request_target and "
+                "workflow_run (examples/cuda-ci-remove-label.yml, "
+                "examples/cuda-ci-status.yml).",
+                title=exc.title,
+            ) from None
         raise
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
-    config = statuses.make_config(inputs["context"], inputs["label"], inputs["min-permission"],
-                                  inputs.items("gpu-jobs"), inputs["workflow"],
-                                  inputs.items("trusted-creators"))
+    config = statuses.make_config(
+        inputs["context"],
+        inputs["label"],
+        inputs["min-permission"],
+        inputs.items("gpu-jobs"),
+        inputs["workflow"],
+        inputs.items("trusted-creators"),
+    )
     _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
     ctx = load_event(rt.environ)
     action = str(ctx.payload.get("action") or "")
@@ -144,14 +191,17 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         raise UsageError(
             f"gpu-status handles pull_request_target (or pull_request) and workflow_run "
             f"events; this is '{ctx.name}'. See actions/gpu-status/README.md for the "
-            "three-workflow setup.")
+            "three-workflow setup."
+        )
     status, note = result.outcome.status, result.outcome.note
     if status is not None and result.rest is not None:
         _post(result.rest, ctx, config, status)
         if ctx.name == "workflow_run" and status.state == "pending":
             status = _settle(result.rest, ctx, config, status)
-        rt.info(f"gpu-status: {config.context} = {status.state}: {status.description}"
-                f" ({result.rest.calls} API calls)")
+        rt.info(
+            f"gpu-status: {config.context} = {status.state}: {status.description}"
+            f" ({result.rest.calls} API calls)"
+        )
     else:
         rt.info(f"gpu-status: no status posted: {note}")
     rt.set_output("state", status.state if status else "")
@@ -162,14 +212,17 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     return 0
 
 
-def _summary(ctx: EventContext, action: str, config: statuses.StatusConfig,
-             result: _Result) -> str:
+def _summary(ctx: EventContext, action: str, config: statuses.StatusConfig, result: _Result) -> str:
     status, note = result.outcome.status, result.outcome.note
-    rows = [("event", f"{ctx.name}.{action}"), ("context", config.context),
-            ("commit", status.sha if status else ""),
-            ("state", status.state if status else "(not posted)"),
-            ("description", status.description if status else note),
-            ("link", status.target_url if status else ""), ("why", note)]
+    rows = [
+        ("event", f"{ctx.name}.{action}"),
+        ("context", config.context),
+        ("commit", status.sha if status else ""),
+        ("state", status.state if status else "(not posted)"),
+        ("description", status.description if status else note),
+        ("link", status.target_url if status else ""),
+        ("why", note),
+    ]
     if result.queued:
         rows.append(("GPU queue time", f"{result.queued} s"))
     return "### gpu-status\n\n" + markdown_table(["", ""], rows)

@@ -22,8 +22,9 @@ def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
     raw = inputs["schedule-minutes"].strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
-            raise UsageError(f"input 'schedule-minutes' must be a whole number of minutes; "
-                             f"got {raw!r}.")
+            raise UsageError(
+                f"input 'schedule-minutes' must be a whole number of minutes; got {raw!r}."
+            )
         return int(raw), "schedule-minutes"
     if rt.environ.get("GITHUB_EVENT_NAME") == "schedule" and rt.environ.get("GITHUB_EVENT_PATH"):
         cron = str(load_event(rt.environ).payload.get("schedule") or "")
@@ -33,26 +34,43 @@ def _interval(inputs: Inputs, rt: Runtime) -> tuple[int | None, str]:
 
 def summarize(result: watchdog.Sweep, warning: str) -> str:
     config = result.config
-    head = (f"### gpu-watchdog\n\nGPU labels {', '.join(sorted(config.labels))}; limit "
-            f"{config.max_queue_minutes:g} min in the queue; {result.calls} REST calls "
-            f"(budget {config.max_calls}).\n\n")
+    head = (
+        f"### gpu-watchdog\n\nGPU labels {', '.join(sorted(config.labels))}; limit "
+        f"{config.max_queue_minutes:g} min in the queue; {result.calls} REST calls "
+        f"(budget {config.max_calls}).\n\n"
+    )
     # a job name comes from the workflow file (a fork's, for its pull requests): escaped,
     # so that it cannot end the link text and plant a link of its own
-    rows = [(Markdown(f"[{escape(j.name)}]({j.html_url})") if j.html_url else j.name, j.run_id,
-             j.status,
-             "" if j.queued_seconds is None else watchdog_minutes(j.queued_seconds),
-             j.action, j.detail) for j in result.jobs]
-    body = markdown_table(["GPU job", "run", "status", "queued", "action", "detail"], rows) \
-        if rows else "No GPU jobs in queued or in-progress runs old enough to check.\n"
+    rows = [
+        (
+            Markdown(f"[{escape(j.name)}]({j.html_url})") if j.html_url else j.name,
+            j.run_id,
+            j.status,
+            "" if j.queued_seconds is None else watchdog_minutes(j.queued_seconds),
+            j.action,
+            j.detail,
+        )
+        for j in result.jobs
+    ]
+    body = (
+        markdown_table(["GPU job", "run", "status", "queued", "action", "detail"], rows)
+        if rows
+        else "No GPU jobs in queued or in-progress runs old enough to check.\n"
+    )
     tail = []
     if warning:
         tail.append(f"> [!WARNING]\n> {escape(warning)}")
     if result.stopped:
-        tail.append(f"> [!WARNING]\n> Stopped early: {result.stopped}; the next sweep "
-                    "continues. This sweep is incomplete.")
+        tail.append(
+            f"> [!WARNING]\n> Stopped early: {result.stopped}; the next sweep "
+            "continues. This sweep is incomplete."
+        )
     if result.incomplete:
-        tail.append("> [!WARNING]\n> This sweep is incomplete: "
-                    + escape("; ".join(result.incomplete)) + ".")
+        tail.append(
+            "> [!WARNING]\n> This sweep is incomplete: "
+            + escape("; ".join(result.incomplete))
+            + "."
+        )
     tail += [f"- {escape(note)}" for note in result.notes]
     tail += [f"- error: {escape(error)}" for error in result.errors]
     return head + body + ("\n" + "\n".join(tail) + "\n" if tail else "")
@@ -64,9 +82,14 @@ def watchdog_minutes(seconds: float) -> str:
 
 def run(inputs: Inputs, rt: Runtime) -> int:
     config = watchdog.make_config(
-        inputs.items("workflows"), inputs.items("gpu-labels"), inputs["max-queue-minutes"],
-        inputs.boolean("cancel"), inputs["context"], inputs["max-calls"],
-        inputs["rate-reserve"])
+        inputs.items("workflows"),
+        inputs.items("gpu-labels"),
+        inputs["max-queue-minutes"],
+        inputs.boolean("cancel"),
+        inputs["context"],
+        inputs["max-calls"],
+        inputs["rate-reserve"],
+    )
     interval, source = _interval(inputs, rt)
     warning = watchdog.schedule_warning(config.max_queue_minutes, interval)
     if warning:
@@ -97,15 +120,23 @@ def _log(result: watchdog.Sweep, rt: Runtime) -> None:
     """A line (or a warning, for what needs a look) per stale job, then the totals."""
     stale = result.stale
     for record in stale:
-        message = (f"{record.name} (run {record.run_id}) queued "
-                   f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
-                   f"{' — ' + record.detail if record.detail else ''}")
-        if record.action in ("cancelled", "cancel-unconfirmed", "reported",
-                             "left-running-siblings"):
+        message = (
+            f"{record.name} (run {record.run_id}) queued "
+            f"{watchdog_minutes(record.queued_seconds or 0)}: {record.action}"
+            f"{' — ' + record.detail if record.detail else ''}"
+        )
+        if record.action in (
+            "cancelled",
+            "cancel-unconfirmed",
+            "reported",
+            "left-running-siblings",
+        ):
             rt.warning(message, title="gpu-watchdog")
         else:
             rt.info(f"gpu-watchdog: {message}")
     if result.stopped:
         rt.warning(f"stopped early: {result.stopped}.", title="gpu-watchdog")
-    rt.info(f"gpu-watchdog: {len(result.jobs)} GPU jobs seen, {len(stale)} stale, "
-            f"{len(result.cancelled)} runs cancelled, {result.calls} REST calls.")
+    rt.info(
+        f"gpu-watchdog: {len(result.jobs)} GPU jobs seen, {len(stale)} stale, "
+        f"{len(result.cancelled)} runs cancelled, {result.calls} REST calls."
+    )

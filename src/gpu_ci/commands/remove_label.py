@@ -28,7 +28,9 @@ def target(inputs: Inputs, rt: Runtime) -> tuple[str, int]:
             raise GpuCiError(
                 f"the '{ctx.name}' event has no pull request or issue number (looked at "
                 "pull_request.number, issue.number, workflow_run.pull_requests[0].number): "
-                "set the 'number' input.", title="remove-label")
+                "set the 'number' input.",
+                title="remove-label",
+            )
     return repository, number
 
 
@@ -38,8 +40,11 @@ def delete(rest: Rest, repository: str, number: int, label: str) -> labels.Outco
         rest.delete(path)
     except ApiError as exc:
         if exc.status is None:  # no answer after retries
-            return labels.Outcome(label, labels.Result.FAILED, unanswered(
-                f"removing '{label}' from #{number}", exc.kind, exc.reason))
+            return labels.Outcome(
+                label,
+                labels.Result.FAILED,
+                unanswered(f"removing '{label}' from #{number}", exc.kind, exc.reason),
+            )
         return labels.outcome_of(label, exc.status, exc.message, number, repository)
     return labels.outcome_of(label, 200, "", number, repository)
 
@@ -53,8 +58,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     outcomes: list[labels.Outcome] = []
     for name in names:
         if outcomes and outcomes[-1].result is labels.Result.FORBIDDEN:
-            outcomes.append(labels.Outcome(name, labels.Result.SKIPPED,
-                                           "not attempted after a permission error."))
+            outcomes.append(
+                labels.Outcome(
+                    name, labels.Result.SKIPPED, "not attempted after a permission error."
+                )
+            )
             continue
         outcomes.append(delete(rest, repository, number, name))
 
@@ -68,9 +76,13 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         elif outcome.result is labels.Result.ABSENT:
             rt.notice(outcome.detail, title="remove-label")
     errors = [o for o in outcomes if o.is_error and o.result is not labels.Result.SKIPPED]
-    rt.summary("### remove-label\n\n" + markdown_table(
-        ["label", f"{repository}#{number}", "detail"],
-        [(o.label, o.result.value, o.detail) for o in outcomes]))
+    rt.summary(
+        "### remove-label\n\n"
+        + markdown_table(
+            ["label", f"{repository}#{number}", "detail"],
+            [(o.label, o.result.value, o.detail) for o in outcomes],
+        )
+    )
     for outcome in errors:
         if fail:
             rt.error(outcome.detail, title="remove-label")

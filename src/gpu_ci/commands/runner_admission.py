@@ -25,8 +25,11 @@ TITLE = "GPU runner admission"
 
 def _config(environ: Mapping[str, str]) -> admission.AdmissionConfig:
     config = admission.parse_config(
-        environ.get("GPU_CI_ALLOWED_WORKFLOWS", ""), environ.get("GPU_CI_APPROVAL_CONTEXT", ""),
-        environ.get("GPU_CI_APPROVAL_CREATORS", ""), environ.get("GPU_CI_TRUSTED_EVENTS", ""))
+        environ.get("GPU_CI_ALLOWED_WORKFLOWS", ""),
+        environ.get("GPU_CI_APPROVAL_CONTEXT", ""),
+        environ.get("GPU_CI_APPROVAL_CREATORS", ""),
+        environ.get("GPU_CI_TRUSTED_EVENTS", ""),
+    )
     if isinstance(config, str):
         raise GpuCiError(config, title=TITLE)
     return config
@@ -36,9 +39,12 @@ def _client(rt: Runtime) -> RestClient:
     """Only the admin's token: the job's GITHUB_TOKEN is not the runner's to use."""
     token = rt.environ.get(TOKEN_VARIABLE, "")
     if not token.strip():
-        raise GpuCiError(f"{TOKEN_VARIABLE} is not set on this runner: give the runner a "
-                         "token that may read the repository's commit statuses (a "
-                         "fine-grained token with 'Commit statuses: read').", title=TITLE)
+        raise GpuCiError(
+            f"{TOKEN_VARIABLE} is not set on this runner: give the runner a "
+            "token that may read the repository's commit statuses (a "
+            "fine-grained token with 'Commit statuses: read').",
+            title=TITLE,
+        )
     environ = {k: v for k, v in rt.environ.items() if k != "GITHUB_TOKEN"}
     return connect(token, environ, rt.mask, needs="statuses: read")
 
@@ -58,8 +64,9 @@ def decide(rt: Runtime) -> admission.Verdict:
         return admission.refusal(job, config)
     # newest first; one page (get_pages stops at the limit): an older approval buried under
     # 100 newer statuses of one commit refuses, which is the safe side
-    page = rest.get_pages(f"/repos/{job.repository}/commits/{job.head_sha}/statuses",
-                          limit=admission.STATUS_PAGE)
+    page = rest.get_pages(
+        f"/repos/{job.repository}/commits/{job.head_sha}/statuses", limit=admission.STATUS_PAGE
+    )
     return admission.by_approval(job, config, page)
 
 
@@ -70,8 +77,9 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     except GpuCiError as exc:
         verdict = admission.Verdict(False, exc.message)
     except Exception as exc:  # fail closed on anything, saying what it was
-        verdict = admission.Verdict(False, f"the check itself failed ({type(exc).__name__}: "
-                                           f"{exc}).")
+        verdict = admission.Verdict(
+            False, f"the check itself failed ({type(exc).__name__}: {exc})."
+        )
     if verdict.admit:
         rt.info(f"gpu-ci admission: admitted: {verdict.reason}")
         return 0

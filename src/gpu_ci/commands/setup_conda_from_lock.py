@@ -24,15 +24,23 @@ def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.Se
     inputs.choice("cache", conda_options.CACHE_MODES)
     inputs.boolean("cache-write")
     return conda_options.build(
-        lock_file=inputs["lock-file"], platform=inputs["platform"],
+        lock_file=inputs["lock-file"],
+        platform=inputs["platform"],
         categories=inputs.items("categories"),
         engine=inputs.choice("engine", conda_options.ENGINES),
-        miniforge=inputs.boolean("miniforge"), miniforge_version=inputs["miniforge-version"],
-        installer_url=inputs["installer-url"], installer_sha256=inputs["installer-sha256"],
-        activate=inputs.boolean("activate"), dry_run=inputs.boolean("dry-run"),
-        root=inputs["root"], pkgs_dir=inputs["pkgs-dir"], prefix=inputs["prefix"],
-        environment_name=inputs["environment-name"], environ=environ,
-        stream=inputs.boolean("stream-downloads"))
+        miniforge=inputs.boolean("miniforge"),
+        miniforge_version=inputs["miniforge-version"],
+        installer_url=inputs["installer-url"],
+        installer_sha256=inputs["installer-sha256"],
+        activate=inputs.boolean("activate"),
+        dry_run=inputs.boolean("dry-run"),
+        root=inputs["root"],
+        pkgs_dir=inputs["pkgs-dir"],
+        prefix=inputs["prefix"],
+        environment_name=inputs["environment-name"],
+        environ=environ,
+        stream=inputs.boolean("stream-downloads"),
+    )
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -60,30 +68,46 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     if opts.miniforge:
         mf, phases["miniforge"] = pipeline.ensure_miniforge(opts, isolation.env)
         if mf.checksum_from == "release":
-            rt.warning(f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
-                       "it, so the installer was checked against the .sha256 file beside it "
-                       "(same origin); set installer-sha256 to pin it.",
-                       title="setup-conda-from-lock")
-    report = env_install.install(plan, opts.prefix, opts.pkgs_dir, isolation.env,
-                                 engine=opts.engine, conda=mf.conda if mf else None,
-                                 policy=opts.retry, log=rt.info, stream=opts.stream)
+            rt.warning(
+                f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
+                "it, so the installer was checked against the .sha256 file beside it "
+                "(same origin); set installer-sha256 to pin it.",
+                title="setup-conda-from-lock",
+            )
+    report = env_install.install(
+        plan,
+        opts.prefix,
+        opts.pkgs_dir,
+        isolation.env,
+        engine=opts.engine,
+        conda=mf.conda if mf else None,
+        policy=opts.retry,
+        log=rt.info,
+        stream=opts.stream,
+    )
     phases.update(report.phases)
     publish(rt, opts, mf, report, isolation.env)
     verb = "reused" if report.reused else "created"
-    rt.info(f"setup-conda-from-lock: {verb} {opts.prefix} from {opts.lock_file} ({plan.count} "
-            f"packages, {_downloaded(report)}, {sum(phases.values()):.1f} s)")
+    rt.info(
+        f"setup-conda-from-lock: {verb} {opts.prefix} from {opts.lock_file} ({plan.count} "
+        f"packages, {_downloaded(report)}, {sum(phases.values()):.1f} s)"
+    )
     vendor = isolation.vendor
     if vendor.root:
-        rt.info(f"setup-conda-from-lock: vendor conda at {vendor.root} ({vendor.found_by}) was "
-                "left alone.")
+        rt.info(
+            f"setup-conda-from-lock: vendor conda at {vendor.root} ({vendor.found_by}) was "
+            "left alone."
+        )
     rt.summary(_summary(plan, opts.lock_file, mf, vendor, report, phases))
     return 0
 
 
 def dry_run(rt: Runtime, opts: conda_options.SetupOptions, locked: pipeline.Locked) -> int:
     plan = locked.plan
-    rt.info(f"setup-conda-from-lock (dry run): {locked.lock.kind} lock {opts.lock_file}, "
-            f"platform {plan.platform}, categories {','.join(plan.categories)}")
+    rt.info(
+        f"setup-conda-from-lock (dry run): {locked.lock.kind} lock {opts.lock_file}, "
+        f"platform {plan.platform}, categories {','.join(plan.categories)}"
+    )
     rt.info(f"channels: {', '.join(urls.mask_url(c) for c in plan.channels)}")
     rt.info(f"{len(plan.conda)} conda + {len(plan.pip)} pip packages:")
     for e in plan.conda:
@@ -94,8 +118,13 @@ def dry_run(rt: Runtime, opts: conda_options.SetupOptions, locked: pipeline.Lock
     return 0
 
 
-def publish(rt: Runtime, opts: conda_options.SetupOptions, mf: Miniforge | None,
-            report: InstallReport, env: Mapping[str, str]) -> None:
+def publish(
+    rt: Runtime,
+    opts: conda_options.SetupOptions,
+    mf: Miniforge | None,
+    report: InstallReport,
+    env: Mapping[str, str],
+) -> None:
     """The prefix's outputs and, with ``activate``, its variables and PATH for later steps."""
     prefix = opts.prefix
     python = prefix / "bin" / "python"
@@ -121,28 +150,44 @@ def _downloaded(report: InstallReport) -> str:
     return text
 
 
-def _summary(plan: InstallPlan, path: str, mf: Miniforge | None, vendor: VendorConda | None,
-             report: InstallReport | None, phases: Mapping[str, float] | None,
-             dry_run: bool = False) -> str:
+def _summary(
+    plan: InstallPlan,
+    path: str,
+    mf: Miniforge | None,
+    vendor: VendorConda | None,
+    report: InstallReport | None,
+    phases: Mapping[str, float] | None,
+    dry_run: bool = False,
+) -> str:
     rows: list[tuple[str, object]] = [
-        ("lock", f"{plan.kind} `{path}`"), ("lock sha256", plan.lock_sha256),
-        ("platform", plan.platform), ("categories", ", ".join(plan.categories)),
-        ("conda packages", len(plan.conda)), ("pip packages", len(plan.pip))]
+        ("lock", f"{plan.kind} `{path}`"),
+        ("lock sha256", plan.lock_sha256),
+        ("platform", plan.platform),
+        ("categories", ", ".join(plan.categories)),
+        ("conda packages", len(plan.conda)),
+        ("pip packages", len(plan.pip)),
+    ]
     if dry_run:
         rows.append(("mode", "dry run: nothing downloaded"))
     if mf:
-        how = "reused" if mf.reused else (
-            "installer cached" if mf.installer_cached else "downloaded")
+        how = (
+            "reused" if mf.reused else ("installer cached" if mf.installer_cached else "downloaded")
+        )
         rows.append(("Miniforge", f"{mf.version} (sha256 {mf.sha256[:16]}…, {how})"))
     if vendor is not None:
-        rows.append(("vendor conda", f"{vendor.root} ({vendor.found_by}), untouched"
-                     if vendor.root else "none found"))
+        rows.append(
+            (
+                "vendor conda",
+                f"{vendor.root} ({vendor.found_by}), untouched" if vendor.root else "none found",
+            )
+        )
     if report is not None:
         rows.append(("reused", "yes" if report.reused else "no"))
         if report.recovered:
             rows.append(("recovered", report.recovered))
-        rows.append(("downloaded", f"{_downloaded(report)} "
-                     f"({report.cached_archives} archives from cache)"))
+        rows.append(
+            ("downloaded", f"{_downloaded(report)} ({report.cached_archives} archives from cache)")
+        )
         for phase, seconds in (phases or {}).items():
             rows.append((f"time: {phase}", f"{seconds:.2f} s"))
     return "### setup-conda-from-lock\n\n" + markdown_table(["", ""], rows)

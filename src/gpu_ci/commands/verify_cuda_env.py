@@ -12,10 +12,15 @@ from gpu_ci.runtime import Runtime, annotate_findings, markdown_table, write_rep
 
 def options_from(inputs: Inputs) -> VerifyOptions:
     return parse_options(
-        require=inputs.lines("require"), fail_on=inputs["fail-on"],
-        deep=inputs.boolean("deep"), require_gpu=inputs.boolean("require-gpu"),
-        frameworks_text=inputs["frameworks"], python=inputs["python"],
-        report_file=inputs["report-file"], health=inputs["health"])
+        require=inputs.lines("require"),
+        fail_on=inputs["fail-on"],
+        deep=inputs.boolean("deep"),
+        require_gpu=inputs.boolean("require-gpu"),
+        frameworks_text=inputs["frameworks"],
+        python=inputs["python"],
+        report_file=inputs["report-file"],
+        health=inputs["health"],
+    )
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -24,15 +29,18 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     snapshot, gpus, found, findings = result.snapshot, result.gpus, result.found, result.findings
     set_outputs(rt, result)
     if snapshot.ok:
-        rt.info(f"verify-cuda-env: driver {snapshot.driver_version} (CUDA {snapshot.cuda_text}), "
-                f"{len(gpus)} visible GPU(s): "
-                + (", ".join(f"{g['name']} ({g['compute_capability']})" for g in gpus) or "none"))
+        rt.info(
+            f"verify-cuda-env: driver {snapshot.driver_version} (CUDA {snapshot.cuda_text}), "
+            f"{len(gpus)} visible GPU(s): "
+            + (", ".join(f"{g['name']} ({g['compute_capability']})" for g in gpus) or "none")
+        )
     for c in found:
         rt.info(f"verify-cuda-env: {c.name} {c.version}: CUDA {c.cuda or '-'} ({c.source})")
     annotate_findings(rt, "verify-cuda-env", findings)
     verdict = "failed" if result.failed else "ok"
-    rt.info(f"verify-cuda-env: {verdict} ({len(findings)} finding(s), "
-            f"{result.elapsed_s * 1000:.0f} ms)")
+    rt.info(
+        f"verify-cuda-env: {verdict} ({len(findings)} finding(s), {result.elapsed_s * 1000:.0f} ms)"
+    )
     rt.summary(summarize(result, verdict))
     if opts.report_file:
         write_report(opts.report_file, json.dumps(result.report(), indent=2) + "\n")
@@ -55,15 +63,34 @@ def summarize(result: verify.Verification, verdict: str) -> str:
     parts = [f"### verify-cuda-env: {verdict}\n"]
     if snapshot.ok:
         parts.append(f"Driver **{snapshot.driver_version}**, CUDA **{snapshot.cuda_text}**\n")
-        parts.append(markdown_table(
-            ["GPU", "name", "compute capability", "memory (MiB)", "MIG", "UUID"],
-            [(g["index"], g["name"], g["compute_capability"], g["memory_mib"], g["mig"],
-              g["uuid"]) for g in gpus]))
+        parts.append(
+            markdown_table(
+                ["GPU", "name", "compute capability", "memory (MiB)", "MIG", "UUID"],
+                [
+                    (
+                        g["index"],
+                        g["name"],
+                        g["compute_capability"],
+                        g["memory_mib"],
+                        g["mig"],
+                        g["uuid"],
+                    )
+                    for g in gpus
+                ],
+            )
+        )
     if found:
-        parts.append(markdown_table(["framework", "version", "built for CUDA", "learned from"],
-                                    [(c.name, c.version, c.cuda or "-", c.source)
-                                     for c in found]))
+        parts.append(
+            markdown_table(
+                ["framework", "version", "built for CUDA", "learned from"],
+                [(c.name, c.version, c.cuda or "-", c.source) for c in found],
+            )
+        )
     if findings:
-        parts.append(markdown_table(["level", "code", "message", "fix"],
-                                    [(f.level, f.code, f.message, f.fix) for f in findings]))
+        parts.append(
+            markdown_table(
+                ["level", "code", "message", "fix"],
+                [(f.level, f.code, f.message, f.fix) for f in findings],
+            )
+        )
     return "\n".join(parts)

@@ -27,15 +27,25 @@ env -0
 
 def capture(prefix: Path, env: Mapping[str, str]) -> dict[str, str]:
     """The variables activation sets or changes (PATH excluded: see ``path_entries``)."""
-    proc = subprocess.run(["bash", "-c", SCRIPT, "activate", str(prefix)], env=dict(env),
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", "-c", SCRIPT, "activate", str(prefix)],
+        env=dict(env),
+        capture_output=True,
+        timeout=60,
+    )
     if proc.returncode != 0:
-        raise GpuCiError(f"an activation script of {prefix} failed (exit {proc.returncode}): "
-                         f"{proc.stderr.decode('utf-8', 'replace')[-1000:]}")
-    after = dict(item.split("=", 1) for item in
-                 proc.stdout.decode("utf-8", "replace").split("\0") if "=" in item)
-    return {k: v for k, v in after.items()
-            if k not in IGNORED and env.get(k) != v and "\n" not in v}
+        raise GpuCiError(
+            f"an activation script of {prefix} failed (exit {proc.returncode}): "
+            f"{proc.stderr.decode('utf-8', 'replace')[-1000:]}"
+        )
+    after = dict(
+        item.split("=", 1)
+        for item in proc.stdout.decode("utf-8", "replace").split("\0")
+        if "=" in item
+    )
+    return {
+        k: v for k, v in after.items() if k not in IGNORED and env.get(k) != v and "\n" not in v
+    }
 
 
 def path_entries(prefix: Path) -> list[str]:

@@ -54,8 +54,11 @@ class Credential:
 
 
 def _lines(text: str) -> list[tuple[int, str]]:
-    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        (n, line.strip())
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def _slash(url: str) -> str:
@@ -67,13 +70,17 @@ def parse_mirrors(text: str) -> tuple[Mirror, ...]:
     for number, line in _lines(text):
         original, arrow, mirror = (part.strip() for part in line.partition("=>"))
         if not arrow or not original or not mirror:
-            raise UsageError(f"input '{MIRRORS_INPUT}' line {number}: expected "
-                             f"'<channel URL prefix> => <mirror URL prefix>', got "
-                             f"{mask_url(line)!r}.")
+            raise UsageError(
+                f"input '{MIRRORS_INPUT}' line {number}: expected "
+                f"'<channel URL prefix> => <mirror URL prefix>', got "
+                f"{mask_url(line)!r}."
+            )
         for what, url in (("channel", original), ("mirror", mirror)):
             if urlsplit(url).scheme not in ("http", "https", "file") or "://" not in url:
-                raise UsageError(f"input '{MIRRORS_INPUT}' line {number}: the {what} "
-                                 f"{mask_url(url)!r} is not an http(s):// or file:// URL.")
+                raise UsageError(
+                    f"input '{MIRRORS_INPUT}' line {number}: the {what} "
+                    f"{mask_url(url)!r} is not an http(s):// or file:// URL."
+                )
         mirrors.append(Mirror(_slash(original), _slash(mirror)))
     return tuple(mirrors)
 
@@ -87,23 +94,30 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
         kind, _, secret = rest.partition(" ")
         kind, secret = kind.lower(), secret.strip()
         if not equals or not host or kind not in KINDS or not secret:
-            raise UsageError(f"{where}: expected '<host> = bearer <token>', '<host> = basic "
-                             "<user>:<password>' or '<host> = token <anaconda.org token>' "
-                             "(the line is not shown: it may hold a secret).")
+            raise UsageError(
+                f"{where}: expected '<host> = bearer <token>', '<host> = basic "
+                "<user>:<password>' or '<host> = token <anaconda.org token>' "
+                "(the line is not shown: it may hold a secret)."
+            )
         if kind == "basic" and ":" not in secret:
             raise UsageError(f"{where}: basic credentials are '<user>:<password>'.")
         if any(c.isspace() for c in secret) or (kind == "token" and "/" in secret):
-            raise UsageError(f"{where}: the {kind} secret must be one word without spaces"
-                             f"{' or slashes' if kind == 'token' else ''}.")
+            raise UsageError(
+                f"{where}: the {kind} secret must be one word without spaces"
+                f"{' or slashes' if kind == 'token' else ''}."
+            )
         url = host if "://" in host else f"https://{host}"
         where_to = origin(url)
         if not where_to[1] or where_to[2] < 0 or urlsplit(url).path.strip("/"):
-            raise UsageError(f"{where}: {host!r} is not a host (write 'host', 'host:port' or "
-                             "'https://host:port', without a path).")
+            raise UsageError(
+                f"{where}: {host!r} is not a host (write 'host', 'host:port' or "
+                "'https://host:port', without a path)."
+            )
         credential = Credential(where_to, kind, secret)
         if any(c.origin == where_to for c in credentials):
-            raise UsageError(f"{where}: a second line for {credential.host}; give one line per "
-                             "host.")
+            raise UsageError(
+                f"{where}: a second line for {credential.host}; give one line per host."
+            )
         credentials.append(credential)
     return tuple(credentials)
 
@@ -134,9 +148,12 @@ class Network:
         return next((c for c in self.credentials if c.origin == where_to), None)
 
     def mirrored(self, url: str) -> str:
-        best = max((m for m in self.mirrors if url.startswith(m.original)),
-                   key=lambda m: len(m.original), default=None)
-        return url if best is None else best.mirror + url[len(best.original):]
+        best = max(
+            (m for m in self.mirrors if url.startswith(m.original)),
+            key=lambda m: len(m.original),
+            default=None,
+        )
+        return url if best is None else best.mirror + url[len(best.original) :]
 
     def authorize(self, url: str) -> tuple[str, dict[str, str]]:
         """The URL and headers to request ``url`` with: credentials of its own origin only."""
@@ -161,11 +178,15 @@ class Network:
         credential = self.credential(target)
         host = credential.host if credential else _host(target)
         if credential:
-            hint = (f"the {credential.kind} credentials for {host} in '{CREDENTIALS_INPUT}' "
-                    "were refused: check the secret and its permissions on that channel")
+            hint = (
+                f"the {credential.kind} credentials for {host} in '{CREDENTIALS_INPUT}' "
+                "were refused: check the secret and its permissions on that channel"
+            )
         else:
-            hint = (f"{host} asks for credentials: add a line for it to "
-                    f"'{CREDENTIALS_INPUT}' (e.g. '{host} = bearer ${{{{ secrets.TOKEN }}}}')")
+            hint = (
+                f"{host} asks for credentials: add a line for it to "
+                f"'{CREDENTIALS_INPUT}' (e.g. '{host} = bearer ${{{{ secrets.TOKEN }}}}')"
+            )
         return Route(fetch_url, headers, mirror=target if target != url else "", hint=hint)
 
 

@@ -47,11 +47,17 @@ a cache entry it trusts without the archive."""
 Log = Callable[[str], None]
 
 
-
 def plan_downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
-    return [Download(e.url, pkgs_dir / "archives" / e.filename,
-                     f"{e.name} {e.version} ({e.build})", e.sha256, e.md5)
-            for e in plan.conda]
+    return [
+        Download(
+            e.url,
+            pkgs_dir / "archives" / e.filename,
+            f"{e.name} {e.version} ({e.build})",
+            e.sha256,
+            e.md5,
+        )
+        for e in plan.conda
+    ]
 
 
 def entry_dir(cache: Path, entry: CondaEntry) -> Path:
@@ -104,8 +110,11 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
     sha = entry.sha256
     if not sha:
         try:
-            md5, sha = verified.read_bytes(os.path.join(cache, dirname + MD5_SIDECAR),
-                                           200).decode().split()
+            md5, sha = (
+                verified.read_bytes(os.path.join(cache, dirname + MD5_SIDECAR), 200)
+                .decode()
+                .split()
+            )
         except (OSError, ValueError):
             return ""
         if md5 != entry.md5:
@@ -139,8 +148,11 @@ def _entry_ok(target: Path, digest: str) -> bool:
     """Extracted from the archive with ``digest``, every file as ``paths.json`` records it,
     and the ``index.json`` its conda-meta record is built from is there."""
     try:
-        return verified.read_bytes(os.path.join(target, SHA_MARKER), 200) == digest.encode() \
-            and (target / "info" / "index.json").is_file() and not cache_entry_problem(target)
+        return (
+            verified.read_bytes(os.path.join(target, SHA_MARKER), 200) == digest.encode()
+            and (target / "info" / "index.json").is_file()
+            and not cache_entry_problem(target)
+        )
     except OSError:
         return False
 
@@ -161,8 +173,9 @@ def named_disk_error_in(text: str, path: Path, what: str) -> GpuCiError | None:
     return None
 
 
-def _extract(archive: str, dest: str, digest: str, token: str, again: bool = False,
-             sha256: str = "") -> verified.Facts | None:
+def _extract(
+    archive: str, dest: str, digest: str, token: str, again: bool = False, sha256: str = ""
+) -> verified.Facts | None:
     """Extract one verified archive into the cache, atomically; its facts (None only when the
     entry cannot be surveyed: then it is hashed again next time).
 
@@ -232,6 +245,7 @@ def widen_when_distant(url: str, timeout: float, widen: Callable[[], None]) -> N
     """On a daemon thread of its own (it never holds up a download, and is never waited
     for): ask ``url``'s server for one round trip; call ``widen`` when it is distant and
     keeps connections open."""
+
     def probe() -> None:
         rtt = round_trip(url, min(timeout, 10.0))
         if rtt is not None and rtt >= DISTANT:
@@ -249,9 +263,13 @@ def streams() -> int:
     return max(6, min(16, 2 * (os.cpu_count() or 2)))
 
 
-def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout: float,
-                       concurrency: int = 0, log: Log = print,
-                       interval: float = 5.0) -> dict[int, Streamed]:
+def stream_and_extract(
+    jobs: Sequence[tuple[int, str, Path, str, str]],
+    timeout: float,
+    concurrency: int = 0,
+    log: Log = print,
+    interval: float = 5.0,
+) -> dict[int, Streamed]:
     """rattler downloads and extracts each archive in one stream (no archive written, the
     hash computed on the way) into a temporary entry, on its own threads; we check the
     digest and publish it under the entry's lock. ``jobs``: (index, url, entry, sha256,
@@ -267,8 +285,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
 
-    async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str,
-                  md5: str) -> None:
+    async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str, md5: str) -> None:
         async with gates.of(url), gates.total:  # the origin's, then all together
             # held by another job: the careful path waits for it instead
             try:
@@ -285,12 +302,16 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
                 if facts is not None:  # another job put it there meanwhile
                     done[index] = Streamed(sha256, md5, facts)
                     return
-                task = asyncio.ensure_future(download_and_extract(
-                    client, url, tmp, bytes.fromhex(sha256) if sha256 else None))
+                task = asyncio.ensure_future(
+                    download_and_extract(
+                        client, url, tmp, bytes.fromhex(sha256) if sha256 else None
+                    )
+                )
                 await asyncio.sleep(0)
                 crash_point("download")
-                got_sha, got_md5 = (value.hex() for value in
-                                    await _unless_stalled(task, tmp, timeout))
+                got_sha, got_md5 = (
+                    value.hex() for value in await _unless_stalled(task, tmp, timeout)
+                )
                 if got_sha != sha256 if sha256 else got_md5 != md5:
                     raise ValueError("digest mismatch")  # the careful path names it
                 facts = _publish(tmp, target, digest, TOKEN, got_sha)
@@ -303,8 +324,10 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
     async def progress(started: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            log(f"downloading: {len(done)} of {len(jobs)} archives streamed into the package "
-                f"cache in {time.monotonic() - started:.0f} s")
+            log(
+                f"downloading: {len(done)} of {len(jobs)} archives streamed into the package "
+                f"cache in {time.monotonic() - started:.0f} s"
+            )
 
     async def main() -> None:
         gates = _Gates(concurrency or streams(), WIDE if not concurrency else 0, timeout)
@@ -313,6 +336,7 @@ def stream_and_extract(jobs: Sequence[tuple[int, str, Path, str, str]], timeout:
             await asyncio.gather(*(one(gates, *job) for job in jobs))
         finally:
             reporter.cancel()
+
     asyncio.run(main())
     return done
 
@@ -396,8 +420,9 @@ class Fetch:
     facts: list[verified.Facts | None]
 
 
-def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
-             parent: bool = False) -> verified.Facts | None:
+def _publish(
+    tmp: Path, target: Path, digest: str, token: str, sha256: str, parent: bool = False
+) -> verified.Facts | None:
     """Put a complete extraction in place, under the entry's lock: stamped with the
     archive's digest and the files' identities, then renamed over whatever was there."""
     info = _refuse_odd_info(tmp, target.name)
@@ -405,8 +430,9 @@ def _publish(tmp: Path, target: Path, digest: str, token: str, sha256: str,
     facts = verified.write(tmp, digest, token, target.name, info=info)
     crash_point("extract", parent=parent)
     if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
-        with transaction.exclusive(target.parent / transaction.ENTRIES_LOCK,
-                                   "the package cache", lambda _: None):
+        with transaction.exclusive(
+            target.parent / transaction.ENTRIES_LOCK, "the package cache", lambda _: None
+        ):
             shutil.rmtree(target)
             os.replace(tmp, target)
     else:
@@ -422,9 +448,12 @@ def _refuse_odd_info(entry: Path, name: str) -> verified.Info:
     all passes here: the entry is refused later (no index.json)."""
     info = verified.scan_info(entry)
     if info.odd:
-        raise GpuCiError(f"{name}: {info.odd} is a symbolic link or a device, not a file; a "
-                         "conda package never has one there: the lock names a package that "
-                         "is broken or hostile.", title="unsafe package")
+        raise GpuCiError(
+            f"{name}: {info.odd} is a symbolic link or a device, not a file; a "
+            "conda package never has one there: the lock names a package that "
+            "is broken or hostile.",
+            title="unsafe package",
+        )
     return info
 
 
@@ -455,9 +484,15 @@ def _forget_other_archive(target: Path, sha256: str) -> None:
         os.truncate(target.with_name(f"{target.name}.lock"), 0)
 
 
-def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
-                      policy: RetryPolicy | None, trust: bool = True, stream: bool = True,
-                      log: Log = print) -> Fetch:
+def fetch_and_extract(
+    plan: InstallPlan,
+    pkgs_dir: Path,
+    cache: Path,
+    policy: RetryPolicy | None,
+    trust: bool = True,
+    stream: bool = True,
+    log: Log = print,
+) -> Fetch:
     """Every entry of the plan verified in the cache: trusted, streamed or downloaded.
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
@@ -491,8 +526,9 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
     careful = [i for i in todo if not urls.get(i)]
     policy = policy or RetryPolicy()
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
-        _fetch_and_extract(plan, items, cache, policy, shas, slow, careful, results, facts,
-                           again=not trust)
+        _fetch_and_extract(
+            plan, items, cache, policy, shas, slow, careful, results, facts, again=not trust
+        )
     if streamed:
         jobs = []
         for i in streamed:
@@ -503,11 +539,15 @@ def fetch_and_extract(plan: InstallPlan, pkgs_dir: Path, cache: Path,
             facts[i] = got.facts
         left = [i for i in streamed if i not in results]
         if left:  # rattler's threads exist now: spawned workers
-            _fetch_and_extract(plan, items, cache, policy, shas, [], left, results, facts,
-                               again=False, fork=False)
+            _fetch_and_extract(
+                plan, items, cache, policy, shas, [], left, results, facts, again=False, fork=False
+            )
     fetched = [results[i] for i in range(len(items))]
-    return Fetch(fetched, [sha or got.sha256 for sha, got in zip(shas, fetched)],
-                 [facts.get(i) for i in range(len(items))])
+    return Fetch(
+        fetched,
+        [sha or got.sha256 for sha, got in zip(shas, fetched)],
+        [facts.get(i) for i in range(len(items))],
+    )
 
 
 class _Permits:
@@ -539,8 +579,9 @@ class _Permits:
         with self._lock:
             self.widened = True
 
-    def run(self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched],
-            policy: RetryPolicy) -> Fetched:
+    def run(
+        self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched], policy: RetryPolicy
+    ) -> Fetched:
         with self._of(route(item.url).url):
             if self.stopped:
                 from concurrent.futures import CancelledError
@@ -549,8 +590,9 @@ class _Permits:
             return fetch(item, policy)
 
 
-def _downloaded(items: list[Download], todo: list[int], policy: RetryPolicy, narrow: int = 0
-                ) -> Iterator[tuple[int, Fetched | BaseException]]:
+def _downloaded(
+    items: list[Download], todo: list[int], policy: RetryPolicy, narrow: int = 0
+) -> Iterator[tuple[int, Fetched | BaseException]]:
     """Each of ``todo`` fetched by our downloader, as it completes (or its error).
 
     Two threads per core, at most 8: more on a small runner convoy on the GIL with the
@@ -618,11 +660,19 @@ def download_all(items: list[Download], policy: RetryPolicy) -> list[Fetched]:
     return [results[i] for i in range(len(items))]
 
 
-def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
-                       policy: RetryPolicy, shas: list[str], slow: list[int],
-                       careful: list[int], results: dict[int, Fetched],
-                       facts: dict[int, verified.Facts | None], again: bool,
-                       fork: bool = True) -> None:
+def _fetch_and_extract(
+    plan: InstallPlan,
+    items: list[Download],
+    cache: Path,
+    policy: RetryPolicy,
+    shas: list[str],
+    slow: list[int],
+    careful: list[int],
+    results: dict[int, Fetched],
+    facts: dict[int, verified.Facts | None],
+    again: bool,
+    fork: bool = True,
+) -> None:
     """The careful path: hash the ``slow`` entries in worker processes, then download with
     our downloader, verify, and extract in the workers what is not usable: the ``careful``
     items and the slow entries that failed."""
@@ -632,17 +682,20 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
     workers = max(1, min(os.cpu_count() or 2, len(slow) + len(careful)))
     # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
     # Windows use spawn, as Python does by default there.
-    context = multiprocessing.get_context("fork" if fork and sys.platform.startswith("linux")
-                                          else "spawn")
+    context = multiprocessing.get_context(
+        "fork" if fork and sys.platform.startswith("linux") else "spawn"
+    )
     os.environ["GPU_CI_PARENT_PID"] = str(os.getpid())
-    with ProcessPoolExecutor(workers, mp_context=context,
-                             initializer=_die_with_parent) as procs:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent) as procs:
         # Start every worker now, before any download thread exists: forking a process
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
-        valid = procs.map(_valid_entry, [str(entry_dir(cache, plan.conda[i])) for i in slow],
-                          [plan.conda[i].digest for i in slow],
-                          [TOKEN] * len(slow))
+        valid = procs.map(
+            _valid_entry,
+            [str(entry_dir(cache, plan.conda[i])) for i in slow],
+            [plan.conda[i].digest for i in slow],
+            [TOKEN] * len(slow),
+        )
         changed = set()  # hashed just now and found to differ: no need to hash them again
         for i, fact in zip(slow, list(valid)):
             if fact is not None:
@@ -662,9 +715,21 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
                 continue
             results[index] = got
             entry = plan.conda[index]
-            extractions.append((index, entry, procs.submit(
-                _extract, str(got.download.dest), str(entry_dir(cache, entry)),
-                entry.digest, TOKEN, again or index in changed, got.sha256)))
+            extractions.append(
+                (
+                    index,
+                    entry,
+                    procs.submit(
+                        _extract,
+                        str(got.download.dest),
+                        str(entry_dir(cache, entry)),
+                        entry.digest,
+                        TOKEN,
+                        again or index in changed,
+                        got.sha256,
+                    ),
+                )
+            )
         for index, entry, job in extractions:
             try:
                 facts[index] = job.result()
@@ -673,7 +738,7 @@ def _fetch_and_extract(plan: InstallPlan, items: list[Download], cache: Path,
             except Exception as exc:
                 error = error or GpuCiError(
                     f"extracting {entry.filename} failed although its hash matched the lock "
-                    f"({type(exc).__name__}: {exc}).")
+                    f"({type(exc).__name__}: {exc})."
+                )
     if error is not None:
         raise error
-

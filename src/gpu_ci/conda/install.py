@@ -70,8 +70,12 @@ class InstallReport:
 
 
 def marker(plan: InstallPlan) -> dict[str, object]:
-    return {"lock_sha256": plan.lock_sha256, "platform": plan.platform,
-            "categories": list(plan.categories), "conda_records": len(plan.conda)}
+    return {
+        "lock_sha256": plan.lock_sha256,
+        "platform": plan.platform,
+        "categories": list(plan.categories),
+        "conda_records": len(plan.conda),
+    }
 
 
 def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
@@ -85,8 +89,9 @@ def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
 # -- linking ------------------------------------------------------------------------------
 
 
-def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Sequence[str],
-             cache: Path) -> list[Any]:
+def _records(
+    entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Sequence[str], cache: Path
+) -> list[Any]:
     """Repodata records from each package's own ``info/index.json`` (not from the lock:
     an explicit lock has no dependencies, and a build string does not give the build
     number), with the archive's size and both digests, as a channel's repodata has them (an
@@ -100,12 +105,21 @@ def _records(entries: Sequence[CondaEntry], fetched: Sequence[Fetched], shas: Se
     for entry, got, sha in zip(entries, fetched, shas):
         index = Path(os.path.join(base, entry.dist_name, "info", "index.json"))
         record = rattler.PackageRecord.from_index_json(
-            index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None)
+            index, size=got.size or None, sha256=sha or None, md5=got.md5 or entry.md5 or None
+        )
         if str(record.subdir) not in ("", entry.subdir) and entry.subdir:
-            raise GpuCiError(f"{entry.filename} says it is for {record.subdir} in its "
-                             f"index.json, but the lock has it under {entry.subdir}.")
-        records.append(rattler.RepoDataRecord(record, entry.filename, mask_url(entry.url),
-                                              mask_url(entry.channel.rstrip("/") + "/")))
+            raise GpuCiError(
+                f"{entry.filename} says it is for {record.subdir} in its "
+                f"index.json, but the lock has it under {entry.subdir}."
+            )
+        records.append(
+            rattler.RepoDataRecord(
+                record,
+                entry.filename,
+                mask_url(entry.url),
+                mask_url(entry.channel.rstrip("/") + "/"),
+            )
+        )
     return records
 
 
@@ -116,8 +130,12 @@ def _no_downloads(host: str, path: str) -> dict[str, str] | None:
     raise RuntimeError(f"rattler asked for {host}{path}, which the package cache should hold")
 
 
-def _copied_bytes(entries: Sequence[CondaEntry], cache: Path, target_dir: Path,
-                  facts: Sequence[verified.Facts | None]) -> int:
+def _copied_bytes(
+    entries: Sequence[CondaEntry],
+    cache: Path,
+    target_dir: Path,
+    facts: Sequence[verified.Facts | None],
+) -> int:
     """What linking writes as new data: files with a prefix placeholder (always copied),
     and every file when the cache is on another device (no hard links across devices)."""
     try:
@@ -150,8 +168,9 @@ def _silently_full(staging: Path) -> DiskError | None:
         return None
     if not (empty and full):
         return None
-    return as_disk_error(OSError(errno.ENOSPC, "No space left on device"), staging,
-                         "linking the environment")
+    return as_disk_error(
+        OSError(errno.ENOSPC, "No space left on device"), staging, "linking the environment"
+    )
 
 
 def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
@@ -161,19 +180,29 @@ def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
     base = os.fspath(cache)
     for entry in entries:
         try:
-            same = verified.read_bytes(os.path.join(base, entry.dist_name, SHA_MARKER), 200) \
+            same = (
+                verified.read_bytes(os.path.join(base, entry.dist_name, SHA_MARKER), 200)
                 == entry.digest.encode()
+            )
         except OSError:
             same = False
         if not same:
-            raise GpuCiError(f"the package cache entry of {entry.filename} was replaced by "
-                             "another job (with another archive of that name, version and "
-                             "build) after this job verified it; run the job again.")
+            raise GpuCiError(
+                f"the package cache entry of {entry.filename} was replaced by "
+                "another job (with another archive of that name, version and "
+                "build) after this job verified it; run the job again."
+            )
 
 
-def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str],
-                      staging: Path, target: Path, cache: Path,
-                      facts: Sequence[verified.Facts | None] = ()) -> None:
+def link_with_rattler(
+    plan: InstallPlan,
+    fetched: list[Fetched],
+    shas: list[str],
+    staging: Path,
+    target: Path,
+    cache: Path,
+    facts: Sequence[verified.Facts | None] = (),
+) -> None:
     import asyncio
 
     import rattler
@@ -186,30 +215,43 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
     dirs = [entry_dir(cache, e) for e in entries]
     escape = link_path_problem(dirs, {d: f for d, f in zip(dirs, facts) if f is not None})
     if escape:
-        raise GpuCiError(f"refusing to link: {escape}. A conda package never needs that; the "
-                         "lock names a package that is broken or hostile.",
-                         title="package path outside the prefix")
-    require_space(target.parent, _copied_bytes(entries, cache, target.parent, facts),
-                  f"linking {len(entries)} packages into {target}")
+        raise GpuCiError(
+            f"refusing to link: {escape}. A conda package never needs that; the "
+            "lock names a package that is broken or hostile.",
+            title="package path outside the prefix",
+        )
+    require_space(
+        target.parent,
+        _copied_bytes(entries, cache, target.parent, facts),
+        f"linking {len(entries)} packages into {target}",
+    )
     # Every entry is either extracted just now from a verified archive or was checked
     # against its stamp or its paths.json (sizes and sha256) by _extract or _valid_entry:
     # rattler need not validate it again.
     package_cache = rattler.PackageCache.new_layered(
-        [str(cache)], validation_mode=rattler.ValidationMode.skip())
+        [str(cache)], validation_mode=rattler.ValidationMode.skip()
+    )
     records = _records(entries, fetched, shas, cache)
     with transaction.shared(cache / transaction.ENTRIES_LOCK):
         _not_replaced(entries, cache)
         try:
-            asyncio.run(rattler.install(
-                records, target_prefix=str(staging),
-                alternative_target_prefix=str(target), package_cache=package_cache,
-                client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
-                show_progress=False, execute_link_scripts=False))
+            asyncio.run(
+                rattler.install(
+                    records,
+                    target_prefix=str(staging),
+                    alternative_target_prefix=str(target),
+                    package_cache=package_cache,
+                    client=rattler.Client([AddHeadersMiddleware(_no_downloads)]),
+                    show_progress=False,
+                    execute_link_scripts=False,
+                )
+            )
         except GpuCiError:
             raise
         except Exception as exc:
-            named = named_disk_error(exc, staging, "linking the environment") or \
-                _silently_full(staging)
+            named = named_disk_error(exc, staging, "linking the environment") or _silently_full(
+                staging
+            )
             if named is not None:
                 raise named from None
             raise GpuCiError(f"linking the environment failed: {exc}") from None
@@ -233,12 +275,26 @@ def link_with_rattler(plan: InstallPlan, fetched: list[Fetched], shas: list[str]
             # something else at its name (a directory): the next job fetches the archive
 
 
-def link_with_conda(conda: Path, plan: InstallPlan, staging: Path, env: Mapping[str, str],
-                    explicit_file: Path) -> None:
-    proc = subprocess.run([str(conda), "create", "--yes", "--quiet", "--offline",
-                           "--prefix", str(staging), "--file", str(explicit_file)],
-                          env=dict(env), capture_output=True, text=True,
-                          preexec_fn=_child_dies_with_us)
+def link_with_conda(
+    conda: Path, plan: InstallPlan, staging: Path, env: Mapping[str, str], explicit_file: Path
+) -> None:
+    proc = subprocess.run(
+        [
+            str(conda),
+            "create",
+            "--yes",
+            "--quiet",
+            "--offline",
+            "--prefix",
+            str(staging),
+            "--file",
+            str(explicit_file),
+        ],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        preexec_fn=_child_dies_with_us,
+    )
     if proc.returncode != 0:
         tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
         named = named_disk_error_in(tail, staging, "conda create")
@@ -256,8 +312,9 @@ def _child_dies_with_us() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
-def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str],
-         work: Path) -> None:
+def _pip(
+    plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path
+) -> None:
     """pip entries into the staged environment, then make what pip wrote point at target.
 
     ``--no-compile``: byte code compiled now would record the staging path in every code
@@ -266,27 +323,50 @@ def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str],
     """
     python = staging / "bin" / "python"
     if not python.exists():
-        raise GpuCiError(f"the lock has {len(plan.pip)} pip entries but the environment has no "
-                         "python to install them with: add python (and pip) to the lock.")
+        raise GpuCiError(
+            f"the lock has {len(plan.pip)} pip entries but the environment has no "
+            "python to install them with: add python (and pip) to the lock."
+        )
     requirements = work / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n"
-                                    for p in plan.pip))
-    pip_env = {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-               "PIP_NO_INPUT": "1"}
+    requirements.write_text(
+        "".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in plan.pip)
+    )
+    pip_env = {
+        **env,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+    }
     bin_dir = staging / "bin"
     before = set(os.listdir(bin_dir))
-    proc = subprocess.Popen([str(python), "-m", "pip", "install", "--no-deps", "--no-index",
-                             "--require-hashes", "--no-cache-dir", "--no-compile", "-r",
-                             str(requirements)],
-                            env=pip_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=_child_dies_with_us)
+    proc = subprocess.Popen(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--require-hashes",
+            "--no-cache-dir",
+            "--no-compile",
+            "-r",
+            str(requirements),
+        ],
+        env=pip_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_child_dies_with_us,
+    )
     crash_point("pip")
     out, err = proc.communicate()
     if proc.returncode != 0:
         tail = mask_url((err or out).strip()[-2000:])
         named = named_disk_error_in(tail, staging, "installing the lock's pip entries")
-        raise named or GpuCiError(f"installing the lock's pip entries failed (exit "
-                                  f"{proc.returncode}): {tail}")
+        raise named or GpuCiError(
+            f"installing the lock's pip entries failed (exit {proc.returncode}): {tail}"
+        )
     old, new = str(staging).encode(), str(target).encode()
     for name in sorted(set(os.listdir(bin_dir)) - before):
         script = bin_dir / name
@@ -303,9 +383,11 @@ def require_rattler() -> None:
     try:
         import rattler  # noqa: F401
     except ImportError:
-        raise GpuCiError("engine: rattler needs py-rattler, which needs Python >= 3.10 for "
-                         "gpu-ci itself: add actions/setup-python (3.12) before this action, or "
-                         "use engine: conda.") from None
+        raise GpuCiError(
+            "engine: rattler needs py-rattler, which needs Python >= 3.10 for "
+            "gpu-ci itself: add actions/setup-python (3.12) before this action, or "
+            "use engine: conda."
+        ) from None
 
 
 def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
@@ -314,9 +396,12 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
     probe_writable(target.parent, f"creating the environment {target}")
     probe_writable(pkgs_dir, f"the package cache {pkgs_dir}")
     if target.exists() and os.path.ismount(target):
-        raise GpuCiError(f"prefix {target} is a mount point: it cannot be replaced by a "
-                         "rename. Pass a directory inside it as prefix, e.g. "
-                         f"{target / 'env'}.", title="unsafe prefix")
+        raise GpuCiError(
+            f"prefix {target} is a mount point: it cannot be replaced by a "
+            "rename. Pass a directory inside it as prefix, e.g. "
+            f"{target / 'env'}.",
+            title="unsafe prefix",
+        )
     # The swap is a rename: prove that this directory allows one.
     # Not a ``gpu-ci-work-*`` name: this runs before the prefix lock too (check_writable),
     # and the lock holder sweeps work directories as an interrupted run's leftovers.
@@ -331,8 +416,13 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
             with contextlib.suppress(OSError):
                 left.rmdir()
         named = as_disk_error(exc, target.parent, f"renaming in {target.parent}")
-        raise (named or GpuCiError(f"cannot rename directories in {target.parent} "
-                                   f"({exc.strerror}); choose another prefix.")) from None
+        raise (
+            named
+            or GpuCiError(
+                f"cannot rename directories in {target.parent} "
+                f"({exc.strerror}); choose another prefix."
+            )
+        ) from None
 
 
 def check_writable(target: Path, pkgs_dir: Path) -> None:
@@ -342,18 +432,32 @@ def check_writable(target: Path, pkgs_dir: Path) -> None:
 
 def refuse_foreign(target: Path) -> None:
     """The last line of "never delete what we did not create", under the prefix lock."""
-    if target.is_dir() and not target.is_symlink() and not is_environment(target) and \
-            any(target.iterdir()):
-        raise GpuCiError(f"prefix {target} exists, is not empty and is not a conda environment "
-                         "(no conda-meta with history or package records); it is left "
-                         "untouched. Pass a new or empty directory as prefix.",
-                         title="unsafe prefix")
+    if (
+        target.is_dir()
+        and not target.is_symlink()
+        and not is_environment(target)
+        and any(target.iterdir())
+    ):
+        raise GpuCiError(
+            f"prefix {target} exists, is not empty and is not a conda environment "
+            "(no conda-meta with history or package records); it is left "
+            "untouched. Pass a new or empty directory as prefix.",
+            title="unsafe prefix",
+        )
 
 
-def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str], *,
-            engine: str = "rattler", conda: Path | None = None,
-            policy: RetryPolicy | None = None, log: Log = print,
-            stream: bool = True) -> InstallReport:
+def install(
+    plan: InstallPlan,
+    target: Path,
+    pkgs_dir: Path,
+    env: Mapping[str, str],
+    *,
+    engine: str = "rattler",
+    conda: Path | None = None,
+    policy: RetryPolicy | None = None,
+    log: Log = print,
+    stream: bool = True,
+) -> InstallReport:
     try:
         return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream)
     except OSError as exc:  # anywhere, the lock file and the journal included
@@ -363,9 +467,17 @@ def install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, s
         raise
 
 
-def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, str],
-             engine: str, conda: Path | None, policy: RetryPolicy | None,
-             log: Log, stream: bool = True) -> InstallReport:
+def _install(
+    plan: InstallPlan,
+    target: Path,
+    pkgs_dir: Path,
+    env: Mapping[str, str],
+    engine: str,
+    conda: Path | None,
+    policy: RetryPolicy | None,
+    log: Log,
+    stream: bool = True,
+) -> InstallReport:
     report = InstallReport()
     paths = transaction.Paths(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -377,8 +489,10 @@ def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, 
             if not problems:
                 report.reused = True
                 return report
-            log(f"setup-conda-from-lock: {target} holds this lock, but "
-                f"{'; '.join(problems)}: installing it again.")
+            log(
+                f"setup-conda-from-lock: {target} holds this lock, but "
+                f"{'; '.join(problems)}: installing it again."
+            )
         refuse_foreign(target)
         if engine == "rattler":
             require_rattler()
@@ -388,8 +502,9 @@ def _install(plan: InstallPlan, target: Path, pkgs_dir: Path, env: Mapping[str, 
             preflight(paths, pkgs_dir)
             with transaction.registered(pkgs_dir):
                 transaction.begin(paths)
-                _build_and_swap(plan, paths, pkgs_dir, env, engine, conda, policy, report,
-                                stream, log)
+                _build_and_swap(
+                    plan, paths, pkgs_dir, env, engine, conda, policy, report, stream, log
+                )
         except BaseException:
             with contextlib.suppress(Exception):
                 transaction.recover(paths, lambda _: None)
@@ -403,10 +518,18 @@ def _count(report: InstallReport, fetched: Sequence[Fetched]) -> None:
     report.streamed_archives = sum(1 for f in fetched if not f.cached and not f.size)
 
 
-def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
-                    env: Mapping[str, str], engine: str, conda: Path | None,
-                    policy: RetryPolicy | None, report: InstallReport, stream: bool = True,
-                    log: Log = print) -> None:
+def _build_and_swap(
+    plan: InstallPlan,
+    paths: transaction.Paths,
+    pkgs_dir: Path,
+    env: Mapping[str, str],
+    engine: str,
+    conda: Path | None,
+    policy: RetryPolicy | None,
+    report: InstallReport,
+    stream: bool = True,
+    log: Log = print,
+) -> None:
     staging, target, work = paths.staging, paths.target, paths.work
     work.mkdir(exist_ok=True)
     started = time.monotonic()
@@ -426,8 +549,7 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
 
         explicit = work / "explicit.txt"
         explicit.write_text(render_explicit(plan))
-        link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)},
-                        explicit)
+        link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)}, explicit)
     else:
         try:
             link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
@@ -456,5 +578,4 @@ def _build_and_swap(plan: InstallPlan, paths: transaction.Paths, pkgs_dir: Path,
     shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["DiskError", "InstallReport", "check_writable", "install", "marker",
-           "marker_matches"]
+__all__ = ["DiskError", "InstallReport", "check_writable", "install", "marker", "marker_matches"]

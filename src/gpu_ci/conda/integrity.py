@@ -19,20 +19,25 @@ from gpu_ci.conda.verified import Facts, listed_paths, read_bytes, survey
 MARKER_NAME = "gpu-ci-lock.json"
 
 
-def environment_problems(prefix: Path, expected_records: int | None = None,
-                         limit: int = 5) -> list[str]:
+def environment_problems(
+    prefix: Path, expected_records: int | None = None, limit: int = 5
+) -> list[str]:
     """Up to ``limit`` differences between the prefix and its conda-meta records."""
     problems: list[str] = []
     meta = prefix / "conda-meta"
     try:
         # names, not Path objects (what Path.suffix calls a .json record; not our marker)
-        records = [name for name in os.listdir(meta)
-                   if name.endswith(".json") and name != ".json" and name != MARKER_NAME]
+        records = [
+            name
+            for name in os.listdir(meta)
+            if name.endswith(".json") and name != ".json" and name != MARKER_NAME
+        ]
     except OSError:
         return [f"{meta} cannot be read"]
     if expected_records is not None and len(records) != expected_records:
-        problems.append(f"conda-meta has {len(records)} package records, the lock "
-                        f"{expected_records}")
+        problems.append(
+            f"conda-meta has {len(records)} package records, the lock {expected_records}"
+        )
     # Everything relative to open directories: no Path objects, no walk of the prefix's own
     # components for each of tens of thousands of files (3x faster, see benchmarks/).
     lstat, is_regular = os.lstat, stat.S_ISREG
@@ -58,8 +63,9 @@ def environment_problems(prefix: Path, expected_records: int | None = None,
                         size = entry.get("size_in_bytes")
                         if info.st_size == size or size is None or not is_regular(info.st_mode):
                             continue
-                        problems.append(f"{rel} (of {name[:-5]}) has {info.st_size} bytes, "
-                                        f"its record {size}")
+                        problems.append(
+                            f"{rel} (of {name[:-5]}) has {info.st_size} bytes, its record {size}"
+                        )
                     if len(problems) >= limit:
                         return problems
             except (OSError, ValueError, AttributeError, TypeError):  # not a record's shape
@@ -78,8 +84,7 @@ def cache_entry_problem(entry: Path) -> str:
     import hashlib
 
     try:
-        paths = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get(
-            "paths") or ()
+        paths = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get("paths") or ()
     except FileNotFoundError:
         return "" if (entry / "info" / "index.json").is_file() else "info/ is missing"
     except (OSError, ValueError, AttributeError):
@@ -110,8 +115,7 @@ def cache_entry_problem(entry: Path) -> str:
     return ""
 
 
-def link_path_problem(entries: list[Path],
-                      known: dict[Path, Facts] | None = None) -> str:
+def link_path_problem(entries: list[Path], known: dict[Path, Facts] | None = None) -> str:
     """'' when every path the extracted packages would link stays inside the prefix, else the
     first that would not.
 
@@ -147,6 +151,8 @@ def link_path_problem(entries: list[Path],
             for i in range(1, len(parts)):
                 above = "/".join(parts[:i])
                 if above in escaping_links:
-                    return (f"{entry.name} lists {rel!r} under the symbolic link {above!r}, "
-                            "which points outside the prefix")
+                    return (
+                        f"{entry.name} lists {rel!r} under the symbolic link {above!r}, "
+                        "which points outside the prefix"
+                    )
     return ""

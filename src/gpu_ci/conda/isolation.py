@@ -13,9 +13,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-SCRUBBED = ("CONDA_PREFIX", "CONDA_SHLVL", "CONDA_DEFAULT_ENV", "CONDA_EXE",
-            "CONDA_PYTHON_EXE", "_CE_CONDA", "_CE_M", "MAMBA_ROOT_PREFIX", "PYTHONPATH",
-            "PYTHONHOME", "CONDA_PROMPT_MODIFIER")
+SCRUBBED = (
+    "CONDA_PREFIX",
+    "CONDA_SHLVL",
+    "CONDA_DEFAULT_ENV",
+    "CONDA_EXE",
+    "CONDA_PYTHON_EXE",
+    "_CE_CONDA",
+    "_CE_M",
+    "MAMBA_ROOT_PREFIX",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "CONDA_PROMPT_MODIFIER",
+)
 
 
 @dataclass(frozen=True)
@@ -46,13 +56,20 @@ def detect(environ: Mapping[str, str]) -> VendorConda:
     return VendorConda("", "", False)
 
 
-def isolated_env(environ: Mapping[str, str], vendor: VendorConda, condarc: Path,
-                 pkgs_dir: Path, envs_dir: Path) -> dict[str, str]:
+def isolated_env(
+    environ: Mapping[str, str], vendor: VendorConda, condarc: Path, pkgs_dir: Path, envs_dir: Path
+) -> dict[str, str]:
     env = {k: v for k, v in environ.items() if k not in SCRUBBED}
     if vendor.root:
         drop = {str(Path(vendor.root) / "bin"), str(Path(vendor.root) / "condabin")}
-        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                      if p.rstrip("/") not in drop)
-    env.update({"CONDARC": str(condarc), "CONDA_PKGS_DIRS": str(pkgs_dir),
-                "CONDA_ENVS_DIRS": str(envs_dir)})
+        env["PATH"] = os.pathsep.join(
+            p for p in env.get("PATH", "").split(os.pathsep) if p.rstrip("/") not in drop
+        )
+    env.update(
+        {
+            "CONDARC": str(condarc),
+            "CONDA_PKGS_DIRS": str(pkgs_dir),
+            "CONDA_ENVS_DIRS": str(envs_dir),
+        }
+    )
     return env

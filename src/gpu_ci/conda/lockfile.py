@@ -137,53 +137,66 @@ def _check_url(url: str, where: str) -> str:
     a requirement line (and start an option such as ``--trusted-host``) or break the
     download."""
     if _NOT_IN_URL.search(url):
-        raise GpuCiError(f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
-                         "character; a lock's URLs are single tokens. Re-lock it.")
+        raise GpuCiError(
+            f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
+            "character; a lock's URLs are single tokens. Re-lock it."
+        )
     host = url.partition("://")[2].split("/", 1)[0].rpartition("@")[2].rpartition("]")[2]
     if ":" in host:  # a port: one that is not a number in range fails the download, untold
         try:
             _ = urlsplit(url).port
         except ValueError as exc:
-            raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
-                             "Re-lock it.") from None
+            raise GpuCiError(
+                f"{where}: {mask_url(url)} is not a valid URL ({exc}). Re-lock it."
+            ) from None
     return url
 
 
 def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
     if not _PIP_NAME.fullmatch(name):
-        raise GpuCiError(f"{where}: pip package name {name!r} is not a distribution name "
-                         "(letters, digits, '.', '_', '-'; PEP 508). Re-lock it.")
+        raise GpuCiError(
+            f"{where}: pip package name {name!r} is not a distribution name "
+            "(letters, digits, '.', '_', '-'; PEP 508). Re-lock it."
+        )
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-        raise GpuCiError(f"{where}: the sha256 of pip package {name} is not 64 hex digits "
-                         f"({sha256[:80]!r}). Re-lock it.")
+        raise GpuCiError(
+            f"{where}: the sha256 of pip package {name} is not 64 hex digits "
+            f"({sha256[:80]!r}). Re-lock it."
+        )
     return PipEntry(name, version, _check_url(url, where), sha256)
 
 
-def _conda_entry(url: str, md5: str = "", sha256: str = "",
-                 depends: Iterable[str] = (), where: str = "") -> CondaEntry:
+def _conda_entry(
+    url: str, md5: str = "", sha256: str = "", depends: Iterable[str] = (), where: str = ""
+) -> CondaEntry:
     try:
         path = _url_path(_check_url(url, where))
     except ValueError as exc:  # urlsplit's refusals ('Invalid IPv6 URL', ...)
-        raise GpuCiError(f"{where}: {mask_url(url)} is not a valid URL ({exc}). "
-                         "Re-lock it.") from None
+        raise GpuCiError(
+            f"{where}: {mask_url(url)} is not a valid URL ({exc}). Re-lock it."
+        ) from None
     segments = path.rstrip("/").split("/")
     filename = segments[-1]
     try:
         name, version, build = split_archive_name(filename)
     except ValueError:
-        raise GpuCiError(f"{where}: {mask_url(url)} does not name a conda archive "
-                         "(<name>-<version>-<build>.conda or .tar.bz2).") from None
+        raise GpuCiError(
+            f"{where}: {mask_url(url)} does not name a conda archive "
+            "(<name>-<version>-<build>.conda or .tar.bz2)."
+        ) from None
     subdir = segments[-2] if len(segments) >= 2 else ""
-    return CondaEntry(name, version, build, subdir, url, filename, md5.lower(),
-                      sha256.lower(), tuple(depends))
+    return CondaEntry(
+        name, version, build, subdir, url, filename, md5.lower(), sha256.lower(), tuple(depends)
+    )
 
 
 def detect_kind(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
     if "@EXPLICIT" in lines:
         return "explicit"
-    if re.search(r"^package:\s*$", text, re.MULTILINE) and re.search(r"^metadata:\s*$", text,
-                                                                     re.MULTILINE):
+    if re.search(r"^package:\s*$", text, re.MULTILINE) and re.search(
+        r"^metadata:\s*$", text, re.MULTILINE
+    ):
         return "unified"
     if re.search(r"^dependencies:\s*$", text, re.MULTILINE):
         return "environment"
@@ -206,15 +219,19 @@ def parse(text: str, path: str = "lock-file") -> LockFile:
         return _parse_unified(text, path)
     if kind == "environment":
         raise GpuCiError(ENVIRONMENT_REFUSAL.format(path=path), title="not a lock file")
-    raise GpuCiError(f"{path} is neither an explicit lock (no @EXPLICIT line) nor a unified "
-                     "conda-lock.yml (no metadata: and package: sections).",
-                     title="not a lock file")
+    raise GpuCiError(
+        f"{path} is neither an explicit lock (no @EXPLICIT line) nor a unified "
+        "conda-lock.yml (no metadata: and package: sections).",
+        title="not a lock file",
+    )
 
 
 _MD5 = re.compile(r"[0-9a-fA-F]{32}")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-_PIP_LINE = re.compile(r"^#\s*pip\s+(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+?)"
-                       r"#sha256=(?P<sha>[0-9a-fA-F]{64})\s*$")
+_PIP_LINE = re.compile(
+    r"^#\s*pip\s+(?P<name>[A-Za-z0-9._-]+)\s*@\s*(?P<url>\S+?)"
+    r"#sha256=(?P<sha>[0-9a-fA-F]{64})\s*$"
+)
 
 
 def _parse_explicit(text: str, path: str) -> LockFile:
@@ -232,11 +249,18 @@ def _parse_explicit(text: str, path: str) -> LockFile:
                 platform = match.group(1)
             pip = _PIP_LINE.match(line)
             if pip:
-                entries.append({"manager": "pip", "name": pip.group("name"),
-                                "url": pip.group("url"), "sha256": pip.group("sha").lower()})
+                entries.append(
+                    {
+                        "manager": "pip",
+                        "name": pip.group("name"),
+                        "url": pip.group("url"),
+                        "sha256": pip.group("sha").lower(),
+                    }
+                )
             elif re.match(r"#\s*pip\b", line):
-                raise GpuCiError(f"{where}: pip line without '<name> @ <url>#sha256=<hex>': "
-                                 f"{mask_url(line)}")
+                raise GpuCiError(
+                    f"{where}: pip line without '<name> @ <url>#sha256=<hex>': {mask_url(line)}"
+                )
             continue
         if line == "@EXPLICIT":
             started = True
@@ -246,7 +270,7 @@ def _parse_explicit(text: str, path: str) -> LockFile:
         url, _, fragment = line.partition("#")
         md5 = sha256 = ""
         if fragment.startswith("sha256:"):
-            sha256 = fragment[len("sha256:"):]
+            sha256 = fragment[len("sha256:") :]
         elif _MD5.fullmatch(fragment):
             md5 = fragment
         elif _SHA256.fullmatch(fragment):
@@ -254,8 +278,7 @@ def _parse_explicit(text: str, path: str) -> LockFile:
         entry = _conda_entry(url, md5, sha256, where=where)
         entries.append({"manager": "conda", "entry": entry})
     platforms = (platform,) if platform else ()
-    channels = tuple(dict.fromkeys(e["entry"].channel for e in entries
-                                   if e["manager"] == "conda"))
+    channels = tuple(dict.fromkeys(e["entry"].channel for e in entries if e["manager"] == "conda"))
     return LockFile("explicit", platforms, channels, tuple(entries))
 
 
@@ -272,12 +295,15 @@ def _parse_unified(text: str, path: str) -> LockFile:
         raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
     version = doc.get("version", 1)
     if str(version).strip() not in ("1", "2") or isinstance(version, bool):
-        raise GpuCiError(f"{path}: conda-lock format version {version!r} is not supported "
-                         "(versions 1 and 2 are); re-lock it with conda-lock >= 1.")
+        raise GpuCiError(
+            f"{path}: conda-lock format version {version!r} is not supported "
+            "(versions 1 and 2 are); re-lock it with conda-lock >= 1."
+        )
     meta = doc.get("metadata") or {}
     platforms = tuple(str(p) for p in meta.get("platforms") or ())
-    channels = tuple(str(c.get("url") if isinstance(c, dict) else c)
-                     for c in meta.get("channels") or ())
+    channels = tuple(
+        str(c.get("url") if isinstance(c, dict) else c) for c in meta.get("channels") or ()
+    )
     return LockFile("unified", platforms, channels, tuple(doc["package"]))
 
 
@@ -295,58 +321,79 @@ def lock_categories(lock: LockFile) -> tuple[str, ...]:
     return ("main", *sorted(found - {"main"}))
 
 
-def selected_categories(lock: LockFile, categories: Sequence[str],
-                        path: str = "lock-file") -> tuple[str, ...]:
+def selected_categories(
+    lock: LockFile, categories: Sequence[str], path: str = "lock-file"
+) -> tuple[str, ...]:
     """``main`` plus those asked for, as ``conda-lock install`` does; unknown ones refused."""
     have = lock_categories(lock)
     unknown = [c for c in categories if c not in have]
     if unknown:
-        hint = ("an explicit lock has no categories: leave 'categories' empty"
-                if lock.kind == "explicit" else
-                f"it has {', '.join(have)}")
-        raise GpuCiError(f"{path} has no categor{'ies' if len(unknown) > 1 else 'y'} "
-                         f"{', '.join(repr(c) for c in unknown)}; {hint}.",
-                         title="unknown category")
+        hint = (
+            "an explicit lock has no categories: leave 'categories' empty"
+            if lock.kind == "explicit"
+            else f"it has {', '.join(have)}"
+        )
+        raise GpuCiError(
+            f"{path} has no categor{'ies' if len(unknown) > 1 else 'y'} "
+            f"{', '.join(repr(c) for c in unknown)}; {hint}.",
+            title="unknown category",
+        )
     return tuple(dict.fromkeys(("main", *categories)))
 
 
 def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
     if entry.subdir not in (platform, "noarch"):
-        raise GpuCiError(f"{where}: {entry.filename} comes from {entry.subdir or 'no'} subdir "
-                         f"({mask_url(entry.url)}), which is neither {platform} nor noarch: "
-                         "the lock is for another platform. Use the lock for this platform.",
-                         title="wrong platform")
+        raise GpuCiError(
+            f"{where}: {entry.filename} comes from {entry.subdir or 'no'} subdir "
+            f"({mask_url(entry.url)}), which is neither {platform} nor noarch: "
+            "the lock is for another platform. Use the lock for this platform.",
+            title="wrong platform",
+        )
 
 
-def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
-         path: str = "lock-file") -> InstallPlan:
+def plan(
+    lock: LockFile, text: str, platform: str, categories: Sequence[str], path: str = "lock-file"
+) -> InstallPlan:
     """Pick the platform's entries (and categories) in the lock's own order, each once."""
     cats = selected_categories(lock, categories, path)
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []
     if lock.kind == "explicit":
         if lock.platforms and platform not in lock.platforms:
-            raise GpuCiError(f"{path} is an explicit lock for {lock.platforms[0]}, but the "
-                             f"platform is {platform}: use the lock for {platform}, or set "
-                             f"platform: {lock.platforms[0]} if that is really meant.")
+            raise GpuCiError(
+                f"{path} is an explicit lock for {lock.platforms[0]}, but the "
+                f"platform is {platform}: use the lock for {platform}, or set "
+                f"platform: {lock.platforms[0]} if that is really meant."
+            )
         for item in lock.packages:
             if item["manager"] == "conda":
                 _check_subdir(item["entry"], platform, path)
                 twin = next((e for e in conda if e.name == item["entry"].name), None)
                 if twin is not None and twin != item["entry"]:
-                    raise GpuCiError(f"{path}: {twin.name} is locked twice with different "
-                                     f"files ({mask_url(twin.url)} and "
-                                     f"{mask_url(item['entry'].url)}). Re-lock it.")
+                    raise GpuCiError(
+                        f"{path}: {twin.name} is locked twice with different "
+                        f"files ({mask_url(twin.url)} and "
+                        f"{mask_url(item['entry'].url)}). Re-lock it."
+                    )
                 if twin is None:
                     conda.append(item["entry"])
             else:
-                pip.append(_pip_entry(item["name"], "", item["url"], item["sha256"],
-                                      f"{path} pip entry {item['name']!r}"))
+                pip.append(
+                    _pip_entry(
+                        item["name"],
+                        "",
+                        item["url"],
+                        item["sha256"],
+                        f"{path} pip entry {item['name']!r}",
+                    )
+                )
     else:
         if platform not in lock.platforms:
-            raise GpuCiError(f"{path} has no packages for {platform}; it locks "
-                             f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
-                             f"when locking (conda-lock -p {platform}) or set 'platform'.")
+            raise GpuCiError(
+                f"{path} has no packages for {platform}; it locks "
+                f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
+                f"when locking (conda-lock -p {platform}) or set 'platform'."
+            )
         seen: dict[tuple[str, str], str] = {}
         for index, pkg in enumerate(lock.packages):
             if pkg.get("platform") != platform or not (_categories_of(pkg) & set(cats)):
@@ -363,30 +410,40 @@ def plan(lock: LockFile, text: str, platform: str, categories: Sequence[str],
             key = (manager, name)
             if key in seen:  # the same package listed once per category
                 if seen[key] != url:
-                    raise GpuCiError(f"{where}: {name} is locked twice for {platform} with "
-                                     f"different files ({mask_url(seen[key])} and "
-                                     f"{mask_url(url)}). Re-lock it.")
+                    raise GpuCiError(
+                        f"{where}: {name} is locked twice for {platform} with "
+                        f"different files ({mask_url(seen[key])} and "
+                        f"{mask_url(url)}). Re-lock it."
+                    )
                 continue
             seen[key] = url
             if manager == "pip":
                 sha = str(hashes.get("sha256") or "")
                 if not sha:
                     raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
-                pip.append(_pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(),
-                                      where))
+                pip.append(_pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
             else:
-                depends = [f"{dep} {spec}".strip()
-                           for dep, spec in (pkg.get("dependencies") or {}).items()]
-                entry = _conda_entry(url, str(hashes.get("md5") or ""),
-                                     str(hashes.get("sha256") or ""), depends, where)
+                depends = [
+                    f"{dep} {spec}".strip() for dep, spec in (pkg.get("dependencies") or {}).items()
+                ]
+                entry = _conda_entry(
+                    url,
+                    str(hashes.get("md5") or ""),
+                    str(hashes.get("sha256") or ""),
+                    depends,
+                    where,
+                )
                 _check_subdir(entry, platform, where)
                 conda.append(entry)
     for entry in conda:
         if not (entry.md5 or entry.sha256):
-            raise GpuCiError(f"{path}: {entry.filename} has no md5 or sha256; a lock without "
-                             "hashes cannot be verified. Re-lock it.")
-    return InstallPlan(lock.kind, platform, cats, lock.channels, tuple(conda), tuple(pip),
-                       lock_sha256(text))
+            raise GpuCiError(
+                f"{path}: {entry.filename} has no md5 or sha256; a lock without "
+                "hashes cannot be verified. Re-lock it."
+            )
+    return InstallPlan(
+        lock.kind, platform, cats, lock.channels, tuple(conda), tuple(pip), lock_sha256(text)
+    )
 
 
 def render_explicit(plan_: InstallPlan) -> str:

@@ -30,14 +30,18 @@ MARKER = ".gpu-ci-miniforge"
 #: cross-checked against independent pins of the same files. A version bump updates both.
 INSTALLER_SHA256: dict[str, dict[str, str]] = {
     "26.3.2-3": {
-        "Miniforge3-26.3.2-3-Linux-x86_64.sh":
-            "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c",
-        "Miniforge3-26.3.2-3-Linux-aarch64.sh":
-            "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29",
-        "Miniforge3-26.3.2-3-MacOSX-x86_64.sh":
-            "39273e4c89a0a1af4538010615d44ae8f44e1af41007e02def593d20f316b003",
-        "Miniforge3-26.3.2-3-MacOSX-arm64.sh":
-            "59168f1e24d0a4ad9932021170809fca836cd240e183eeeb331d5bcfc0098168",
+        "Miniforge3-26.3.2-3-Linux-x86_64.sh": (
+            "848194851a98903134187fbb4ab50efe87b003e0c0f808f97644b7524a62bf2c"
+        ),
+        "Miniforge3-26.3.2-3-Linux-aarch64.sh": (
+            "2c113a69297e612b01ca0f320c22a3107a11f2ab9b573d79ac868a175945ce29"
+        ),
+        "Miniforge3-26.3.2-3-MacOSX-x86_64.sh": (
+            "39273e4c89a0a1af4538010615d44ae8f44e1af41007e02def593d20f316b003"
+        ),
+        "Miniforge3-26.3.2-3-MacOSX-arm64.sh": (
+            "59168f1e24d0a4ad9932021170809fca836cd240e183eeeb331d5bcfc0098168"
+        ),
     },
 }
 
@@ -60,10 +64,13 @@ def installer_name(version: str, system: str | None = None, machine: str | None 
     machine = machine or _platform.machine()
     os_name = {"Linux": "Linux", "Darwin": "MacOSX"}.get(system)
     if os_name is None:
-        raise GpuCiError(f"Miniforge's shell installer is for Linux and macOS; this runner is "
-                         f"{system}. Set miniforge: false.")
+        raise GpuCiError(
+            f"Miniforge's shell installer is for Linux and macOS; this runner is "
+            f"{system}. Set miniforge: false."
+        )
     arch = {"amd64": "x86_64", "arm64": "arm64" if os_name == "MacOSX" else "aarch64"}.get(
-        machine.lower(), machine)
+        machine.lower(), machine
+    )
     return f"Miniforge3-{version}-{os_name}-{arch}.sh"
 
 
@@ -72,31 +79,49 @@ def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
         text = read_small(url + ".sha256", policy.timeout).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
-            raise GpuCiError(f"HTTP {exc.code} for {mask_url(url)}.sha256: "
-                             f"{route(url).hint}.", title="unverified installer") from None
-        raise GpuCiError(f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
-                         f"not be read (HTTP {exc.code}). Set installer-sha256; nothing was "
-                         "installed.", title="unverified installer") from None
+            raise GpuCiError(
+                f"HTTP {exc.code} for {mask_url(url)}.sha256: {route(url).hint}.",
+                title="unverified installer",
+            ) from None
+        raise GpuCiError(
+            f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
+            f"not be read (HTTP {exc.code}). Set installer-sha256; nothing was "
+            "installed.",
+            title="unverified installer",
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise GpuCiError(f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
-                         f"not be read ({getattr(exc, 'reason', exc)}). Set installer-sha256; "
-                         "nothing was installed.", title="unverified installer") from None
+        raise GpuCiError(
+            f"no checksum for the Miniforge installer: {mask_url(url)}.sha256 could "
+            f"not be read ({getattr(exc, 'reason', exc)}). Set installer-sha256; "
+            "nothing was installed.",
+            title="unverified installer",
+        ) from None
     fields = text.split()
     if not fields or len(fields[0]) != 64:
-        raise GpuCiError(f"{mask_url(url)}.sha256 holds no sha256 ({text[:80]!r}). Set "
-                         "installer-sha256; nothing was installed.", title="unverified installer")
+        raise GpuCiError(
+            f"{mask_url(url)}.sha256 holds no sha256 ({text[:80]!r}). Set "
+            "installer-sha256; nothing was installed.",
+            title="unverified installer",
+        )
     return str(fields[0]).lower()
 
 
-def ensure(version: str, root: Path, cache_dir: Path, env: Mapping[str, str], *,
-           url: str = "", sha256: str = "", policy: RetryPolicy | None = None) -> Miniforge:
+def ensure(
+    version: str,
+    root: Path,
+    cache_dir: Path,
+    env: Mapping[str, str],
+    *,
+    url: str = "",
+    sha256: str = "",
+    policy: RetryPolicy | None = None,
+) -> Miniforge:
     policy = policy or RetryPolicy()
     conda = root / "bin" / "conda"
     marker = root / MARKER
     if conda.exists() and marker.exists() and marker.read_text().split()[0:1] == [version]:
         recorded = marker.read_text().split()
-        return Miniforge(root, conda, version, recorded[1] if len(recorded) > 1 else "",
-                         True, True)
+        return Miniforge(root, conda, version, recorded[1] if len(recorded) > 1 else "", True, True)
     name = installer_name(version)
     url = url or f"{RELEASES}/{version}/{name}"
     want, source = sha256.strip().lower(), "input"
@@ -104,10 +129,16 @@ def ensure(version: str, root: Path, cache_dir: Path, env: Mapping[str, str], *,
         want, source = INSTALLER_SHA256[version][name], "shipped"
     if not want:
         want, source = _checksum_from_release(url, policy), "release"
-    got = fetch(Download(url, cache_dir / version / name, f"Miniforge {version} ({name})",
-                         sha256=want), policy)
-    proc = subprocess.run(["bash", str(got.download.dest), "-b", "-u", "-p", str(root)],
-                          env=dict(env), capture_output=True, text=True)
+    got = fetch(
+        Download(url, cache_dir / version / name, f"Miniforge {version} ({name})", sha256=want),
+        policy,
+    )
+    proc = subprocess.run(
+        ["bash", str(got.download.dest), "-b", "-u", "-p", str(root)],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0 or not conda.exists():
         tail = (proc.stderr or proc.stdout).strip()[-1500:]
         raise GpuCiError(f"the Miniforge installer failed (exit {proc.returncode}): {tail}")
@@ -124,4 +155,5 @@ def write_condarc(path: Path, pkgs_dir: Path, envs_dir: Path) -> None:
         f"envs_dirs: [{envs_dir}]\n"
         "auto_update_conda: false\n"
         "always_yes: true\n"
-        "notify_outdated_conda: false\n")
+        "notify_outdated_conda: false\n"
+    )

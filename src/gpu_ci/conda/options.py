@@ -55,8 +55,13 @@ class SetupOptions:
 
 def runner_subdir() -> str:
     system, machine = _platform.system(), _platform.machine().lower()
-    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
-            "ppc64le": "ppc64le"}.get(machine, machine)
+    arch = {
+        "x86_64": "64",
+        "amd64": "64",
+        "aarch64": "aarch64",
+        "arm64": "arm64",
+        "ppc64le": "ppc64le",
+    }.get(machine, machine)
     if system == "Linux":
         return f"linux-{'aarch64' if arch == 'arm64' else arch}"
     if system == "Darwin":
@@ -75,8 +80,7 @@ def default_root(environ: Mapping[str, str], version: str) -> Path:
 
 def checked_root(value: str) -> Path:
     if " " in value:
-        raise UsageError(f"input 'root' must not contain spaces (conda packages break): "
-                         f"{value!r}.")
+        raise UsageError(f"input 'root' must not contain spaces (conda packages break): {value!r}.")
     root = Path(value)
     if not root.is_absolute():
         raise UsageError(f"input 'root' must be an absolute path: {value!r}.")
@@ -84,23 +88,41 @@ def checked_root(value: str) -> Path:
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK):
-        raise GpuCiError(f"root {root} is not writable by this user (nearest existing "
-                         f"directory {probe}); choose a writable root, e.g. under "
-                         "$RUNNER_TOOL_CACHE.")
+        raise GpuCiError(
+            f"root {root} is not writable by this user (nearest existing "
+            f"directory {probe}); choose a writable root, e.g. under "
+            "$RUNNER_TOOL_CACHE."
+        )
     return root
 
 
-def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: str,
-          miniforge: bool, miniforge_version: str, installer_url: str, installer_sha256: str,
-          activate: bool, dry_run: bool, root: str, pkgs_dir: str, prefix: str,
-          environment_name: str, environ: Mapping[str, str],
-          stream: bool = True) -> SetupOptions:
+def build(
+    *,
+    lock_file: str,
+    platform: str,
+    categories: Sequence[str],
+    engine: str,
+    miniforge: bool,
+    miniforge_version: str,
+    installer_url: str,
+    installer_sha256: str,
+    activate: bool,
+    dry_run: bool,
+    root: str,
+    pkgs_dir: str,
+    prefix: str,
+    environment_name: str,
+    environ: Mapping[str, str],
+    stream: bool = True,
+) -> SetupOptions:
     """Validate the inputs together; every refusal names the input and how to fix it."""
     if engine not in ENGINES:
         raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
     if engine == "conda" and not miniforge:
-        raise UsageError("engine: conda needs miniforge: true (it runs the installed "
-                         "Miniforge's conda); use engine: rattler with miniforge: false.")
+        raise UsageError(
+            "engine: conda needs miniforge: true (it runs the installed "
+            "Miniforge's conda); use engine: rattler with miniforge: false."
+        )
     version = miniforge_version.strip()
     root_path = Path(root) if root else default_root(environ, version)
     if not dry_run:
@@ -109,18 +131,28 @@ def build(*, lock_file: str, platform: str, categories: Sequence[str], engine: s
         raise UsageError(f"input 'prefix' must be an absolute path: {prefix!r}.")
     name = environment_name or "ci"
     if not prefix and (os.sep in name or name in (".", "..")):
-        raise UsageError(f"input 'environment-name' must be a plain name, got {name!r}: "
-                         "use 'prefix' for a path.")
+        raise UsageError(
+            f"input 'environment-name' must be a plain name, got {name!r}: use 'prefix' for a path."
+        )
     if pkgs_dir and not Path(pkgs_dir).is_absolute():
         raise UsageError(f"input 'pkgs-dir' must be an absolute path: {pkgs_dir!r}.")
     return SetupOptions(
-        lock_file=lock_file, platform=platform.strip() or runner_subdir(),
-        categories=tuple(categories), engine=engine, miniforge=miniforge,
-        miniforge_version=version, installer_url=installer_url,
-        installer_sha256=installer_sha256, activate=activate, dry_run=dry_run,
-        root=root_path, pkgs_dir=Path(pkgs_dir) if pkgs_dir else root_path / "pkgs",
+        lock_file=lock_file,
+        platform=platform.strip() or runner_subdir(),
+        categories=tuple(categories),
+        engine=engine,
+        miniforge=miniforge,
+        miniforge_version=version,
+        installer_url=installer_url,
+        installer_sha256=installer_sha256,
+        activate=activate,
+        dry_run=dry_run,
+        root=root_path,
+        pkgs_dir=Path(pkgs_dir) if pkgs_dir else root_path / "pkgs",
         prefix=Path(prefix) if prefix else root_path / "envs" / name,
-        retry=RetryPolicy.from_environ(environ), stream=stream)
+        retry=RetryPolicy.from_environ(environ),
+        stream=stream,
+    )
 
 
 def is_environment(path: Path) -> bool:
@@ -146,8 +178,10 @@ def refuse_prefix(prefix: Path, root: Path, environ: Mapping[str, str]) -> None:
     """
     target = Path(os.path.abspath(prefix))
     guarded = [("the file system root", Path("/")), ("the Miniforge root", root)]
-    for label, var in (("$HOME", "HOME"), ("the workspace ($GITHUB_WORKSPACE)",
-                                           "GITHUB_WORKSPACE")):
+    for label, var in (
+        ("$HOME", "HOME"),
+        ("the workspace ($GITHUB_WORKSPACE)", "GITHUB_WORKSPACE"),
+    ):
         if environ.get(var):
             guarded.append((label, Path(environ[var])))
     for label, place in guarded:
@@ -157,13 +191,18 @@ def refuse_prefix(prefix: Path, root: Path, environ: Mapping[str, str]) -> None:
                 f"prefix {target} is {label}{'' if target == place else f' or above it ({place})'}"
                 f": an environment there would replace it. Pass a dedicated directory, e.g. "
                 f"prefix: {root / 'envs' / 'ci'} (or leave prefix empty).",
-                title="unsafe prefix")
+                title="unsafe prefix",
+            )
     if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise GpuCiError(f"prefix {target} exists and is not a directory; pass a path for a "
-                         "new environment.", title="unsafe prefix")
+        raise GpuCiError(
+            f"prefix {target} exists and is not a directory; pass a path for a new environment.",
+            title="unsafe prefix",
+        )
     if target.is_dir() and any(target.iterdir()) and not is_environment(target):
         raise GpuCiError(
             f"prefix {target} exists, is not empty and is not a conda environment (no "
             "conda-meta with history or package records); it is left untouched. Pass a new or "
             "empty directory as prefix, or remove that one yourself if it is really "
-            "disposable.", title="unsafe prefix")
+            "disposable.",
+            title="unsafe prefix",
+        )

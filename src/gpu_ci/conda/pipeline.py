@@ -32,8 +32,9 @@ def read_lock(path: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise GpuCiError(f"lock-file {path} does not exist (relative paths are read from "
-                         f"{os.getcwd()}).") from None
+        raise GpuCiError(
+            f"lock-file {path} does not exist (relative paths are read from {os.getcwd()})."
+        ) from None
     except OSError as exc:
         raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
 
@@ -64,8 +65,10 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
 
 def cache_key(plan: lockfile.InstallPlan, opts: SetupOptions) -> str:
     """The action's cache key: everything that changes what the prefix holds."""
-    return (f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}-"
-            f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}")
+    return (
+        f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}-"
+        f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}"
+    )
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,10 @@ def isolate(opts: SetupOptions, environ: Mapping[str, str]) -> Isolation:
     refuse_prefix(prefix, root, environ)
     vendor = conda_isolation.detect(environ)
     if vendor.root and Path(vendor.root).resolve() in (root.resolve(), *root.resolve().parents):
-        raise GpuCiError(f"root {root} is inside the vendor conda at {vendor.root}; choose a "
-                         "root elsewhere (the vendor conda is never written).")
+        raise GpuCiError(
+            f"root {root} is inside the vendor conda at {vendor.root}; choose a "
+            "root elsewhere (the vendor conda is never written)."
+        )
     env = conda_isolation.isolated_env(environ, vendor, opts.condarc, pkgs_dir, opts.envs_dir)
     env_install.check_writable(prefix, pkgs_dir)
     return Isolation(vendor, env)
@@ -100,7 +105,13 @@ def ensure_miniforge(opts: SetupOptions, env: Mapping[str, str]) -> tuple[Minifo
 
     started = time.monotonic()
     miniforge.write_condarc(opts.condarc, opts.pkgs_dir, opts.envs_dir)
-    mf = miniforge.ensure(opts.miniforge_version, opts.root, opts.root.parent / ".installers",
-                          env, url=opts.installer_url, sha256=opts.installer_sha256,
-                          policy=opts.retry)
+    mf = miniforge.ensure(
+        opts.miniforge_version,
+        opts.root,
+        opts.root.parent / ".installers",
+        env,
+        url=opts.installer_url,
+        sha256=opts.installer_sha256,
+        policy=opts.retry,
+    )
     return mf, time.monotonic() - started

@@ -109,8 +109,9 @@ def sweep_cache(pkgs_dir: Path, cache: Path) -> int:
             names = os.listdir(folder)
         except OSError:  # absent (or not a directory): nothing of ours to sweep there
             continue
-        candidates.extend(folder / name for name in names
-                          if name.startswith(dot) and mark in name[len(dot):])
+        candidates.extend(
+            folder / name for name in names if name.startswith(dot) and mark in name[len(dot) :]
+        )
     removed = 0
     verdict: dict[str, bool] = {}
     for path in candidates:
@@ -175,8 +176,12 @@ class Paths:
         out = []
         for p in parent.glob(f".{self.target.name}.gpu-ci-probe-*"):
             with contextlib.suppress(OSError):
-                if now - p.lstat().st_mtime > older_than and p.is_dir() \
-                        and not p.is_symlink() and not any(p.iterdir()):
+                if (
+                    now - p.lstat().st_mtime > older_than
+                    and p.is_dir()
+                    and not p.is_symlink()
+                    and not any(p.iterdir())
+                ):
                     out.append(p)
         return sorted(out)
 
@@ -186,16 +191,29 @@ class Paths:
         parent = self.target.parent
         if not parent.is_dir():
             return []
-        return sorted(p for pattern in (f".{name}.gpu-ci-new-*", f".{name}.gpu-ci-work-*",
-                                        f".{name}.gpu-ci-journal.json.tmp-*")
-                      for p in parent.glob(pattern))
+        return sorted(
+            p
+            for pattern in (
+                f".{name}.gpu-ci-new-*",
+                f".{name}.gpu-ci-work-*",
+                f".{name}.gpu-ci-journal.json.tmp-*",
+            )
+            for p in parent.glob(pattern)
+        )
 
 
 def begin(paths: Paths) -> None:
     """Record the transaction before anything of it exists on disk."""
-    _write_json(paths.journal, {"target": str(paths.target), "staging": str(paths.staging),
-                                "backup": str(paths.backup), "pid": os.getpid(),
-                                "started": time.time()})
+    _write_json(
+        paths.journal,
+        {
+            "target": str(paths.target),
+            "staging": str(paths.staging),
+            "backup": str(paths.backup),
+            "pid": os.getpid(),
+            "started": time.time(),
+        },
+    )
 
 
 def recover(paths: Paths, log: Log) -> str:
@@ -220,8 +238,10 @@ def recover(paths: Paths, log: Log) -> str:
                 os.rename(backup, paths.target)
                 done = "rolled back an interrupted swap (restored the old environment)"
     if not paths.target.exists() and not paths.target.is_symlink():
-        legacy = sorted(paths.target.parent.glob(f".{paths.target.name}.gpu-ci-old-*"),
-                        key=lambda p: p.stat().st_mtime)
+        legacy = sorted(
+            paths.target.parent.glob(f".{paths.target.name}.gpu-ci-old-*"),
+            key=lambda p: p.stat().st_mtime,
+        )
         if legacy and (legacy[-1] / "conda-meta").is_dir():
             # gpu-ci 1.0.0 kept no journal: its backup, alone, is the environment to restore
             os.rename(legacy[-1], paths.target)

@@ -52,8 +52,11 @@ def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> by
     file object cost more than the reads (15 ms against 2 ms for 600 markers). Not through
     a link, and never a FIFO or a device (an archive may hold anything at a name we read
     later): OSError, as for a missing file. ``dir_fd``: ``path`` is relative to it."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
-                 dir_fd=dir_fd)
+    fd = os.open(
+        path,
+        os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+        dir_fd=dir_fd,
+    )
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -82,15 +85,19 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
     """The entry's ``paths.json`` items (or ``info/files`` lines for old packages), or why
     they cannot be read."""
     try:
-        items = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get(
-            "paths") or []
+        items = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get("paths") or []
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             return f"{entry.name}: info/paths.json cannot be read"
         return items
     except FileNotFoundError:
         try:
-            return [{"_path": line} for line in read_bytes(os.path.join(
-                entry, "info", "files")).decode("utf-8", errors="replace").splitlines() if line]
+            return [
+                {"_path": line}
+                for line in read_bytes(os.path.join(entry, "info", "files"))
+                .decode("utf-8", errors="replace")
+                .splitlines()
+                if line
+            ]
         except OSError:
             return []
     except (OSError, ValueError, AttributeError):
@@ -108,14 +115,19 @@ def _under_a_link_out(base: str, rel: str, seen: dict[str, bool]) -> str:
         if out is None:
             path = os.path.join(base, above)
             out = seen[above] = os.path.islink(path) and not os.path.realpath(path).startswith(
-                os.path.join(os.path.realpath(base), ""))
+                os.path.join(os.path.realpath(base), "")
+            )
         if out:
             return above
     return ""
 
 
-def survey(entry: Path, items: list[dict[str, object]], name: str = "",
-           files: list[list[object]] | None = None) -> Facts | None:
+def survey(
+    entry: Path,
+    items: list[dict[str, object]],
+    name: str = "",
+    files: list[list[object]] | None = None,
+) -> Facts | None:
     """The link facts of one entry (its digest left empty); ``name``: the entry's name in
     messages, when it is still being extracted under a temporary one. ``files``: filled
     with each listed file's identity; None is returned when one is missing."""
@@ -129,11 +141,19 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
         rel = str(item.get("_path") or "")
         # plain: normpath would not change it, so it cannot escape and its directory part
         # is what _under_a_link_out checks
-        plain = bool(rel) and ".." not in rel and "/./" not in rel and "//" not in rel and \
-            rel[0] not in "/." and rel[-1] not in "/." and "\0" not in rel
+        plain = (
+            bool(rel)
+            and ".." not in rel
+            and "/./" not in rel
+            and "//" not in rel
+            and rel[0] not in "/."
+            and rel[-1] not in "/."
+            and "\0" not in rel
+        )
         if not plain and _escapes(rel):
-            return Facts("", f"{name or entry.name} lists {rel!r}, which is outside the prefix",
-                         (), 0, 0)
+            return Facts(
+                "", f"{name or entry.name} lists {rel!r}, which is outside the prefix", (), 0, 0
+            )
         folder = rel.rpartition("/")[0]
         if plain and folder in checked:
             above = checked[folder]
@@ -142,9 +162,14 @@ def survey(entry: Path, items: list[dict[str, object]], name: str = "",
             if plain:
                 checked[folder] = above
         if above:
-            return Facts("", f"{name or entry.name} lists {rel!r} under the symbolic link "
-                         f"{above!r}, which points outside the prefix and the package",
-                         (), 0, 0)
+            return Facts(
+                "",
+                f"{name or entry.name} lists {rel!r} under the symbolic link "
+                f"{above!r}, which points outside the prefix and the package",
+                (),
+                0,
+                0,
+            )
         size = item.get("size_in_bytes")
         size = size if isinstance(size, int) else 0
         total += size
@@ -198,8 +223,9 @@ def scan_info(entry: Path | str) -> Info:
     ``index.json``): looked at once, without following a link, before anything reads it."""
     path = os.path.join(entry, "info")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) |
-                     getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        )
     except FileNotFoundError:
         return Info(None, ())
     except OSError as exc:
@@ -220,8 +246,14 @@ def scan_info(entry: Path | str) -> Info:
     return Info(odd, tuple(files))
 
 
-def write(entry: Path, digest: str, token: str, name: str = "",
-          before: list[list[object]] | None = None, info: Info | None = None) -> Facts | None:
+def write(
+    entry: Path,
+    digest: str,
+    token: str,
+    name: str = "",
+    before: list[list[object]] | None = None,
+    info: Info | None = None,
+) -> Facts | None:
     """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
     it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
     ``before``: the ``identities`` taken before the entry was hashed; a file that differs
@@ -240,10 +272,15 @@ def write(entry: Path, digest: str, token: str, name: str = "",
         files.extend(list(f) for f in (info or scan_info(base)).files)
         if before is not None and files != before:
             return facts
-        data = {"version": VERSION, "digest": digest, "device": os.stat(base).st_dev,
-                "escaping_links": list(facts.escaping_links),
-                "placeholder_bytes": facts.placeholder_bytes,
-                "total_bytes": facts.total_bytes, "files": files}
+        data = {
+            "version": VERSION,
+            "digest": digest,
+            "device": os.stat(base).st_dev,
+            "escaping_links": list(facts.escaping_links),
+            "placeholder_bytes": facts.placeholder_bytes,
+            "total_bytes": facts.total_bytes,
+            "files": files,
+        }
         # Beside the entry, not in it: a writer killed here leaves a name the next job's
         # sweep of the cache removes (``transaction.sweep_cache``).
         part = os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}")
@@ -263,15 +300,23 @@ def check(entry: Path | str, digest: str) -> Facts | None:
     base = os.fspath(entry)
     try:
         data = json.loads(read_bytes(os.path.join(base, STAMP)))
-        if data.get("version") != VERSION or data.get("digest") != digest or \
-                os.stat(base).st_dev != data.get("device"):
+        if (
+            data.get("version") != VERSION
+            or data.get("digest") != digest
+            or os.stat(base).st_dev != data.get("device")
+        ):
             return None
         lstat, prefix = os.lstat, base + os.sep
         for rel, ino, size, mtime in data["files"]:
             info = lstat(prefix + rel)
             if info.st_ino != ino or info.st_size != size or info.st_mtime_ns != mtime:
                 return None
-        return Facts(digest, "", tuple(data["escaping_links"]), int(data["placeholder_bytes"]),
-                     int(data["total_bytes"]))
+        return Facts(
+            digest,
+            "",
+            tuple(data["escaping_links"]),
+            int(data["placeholder_bytes"]),
+            int(data["total_bytes"]),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

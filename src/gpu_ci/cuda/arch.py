@@ -136,20 +136,20 @@ def elf_section(data: bytes | mmap.mmap, name: bytes) -> tuple[int, int] | None:
     from its section header table; None when the image is not one or has no such section."""
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return None
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    if shentsize < 64 or not shoff or shstrndx >= shnum \
-            or shoff + shnum * shentsize > len(data):
+    if shentsize < 64 or not shoff or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
         return None
     _name, _type, _flags, _addr, stroff, strsize = struct.unpack_from(
-        "<IIQQQQ", data, shoff + shstrndx * shentsize)
+        "<IIQQQQ", data, shoff + shstrndx * shentsize
+    )
     for index in range(shnum):
         base = shoff + index * shentsize
         name_at, sh_type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, base)
         if name_at >= strsize or sh_type == 8:  # SHT_NOBITS has no bytes in the file
             continue
         start = stroff + name_at
-        if data[start:start + len(name) + 1] == name + b"\x00":
+        if data[start : start + len(name) + 1] == name + b"\x00":
             if offset + size > len(data):
                 return None
             return offset, size
@@ -159,13 +159,17 @@ def elf_section(data: bytes | mmap.mmap, name: bytes) -> tuple[int, int] | None:
 def _target_text(kind: int, sm: int, flags: int) -> str | None:
     if sm < 10 or sm > 999:
         return None
-    suffix = ("a" if flags & FATBIN_FLAG_ARCH_SPECIFIC else
-              "f" if flags & FATBIN_FLAG_FAMILY_SPECIFIC else "")
+    suffix = (
+        "a"
+        if flags & FATBIN_FLAG_ARCH_SPECIFIC
+        else "f"
+        if flags & FATBIN_FLAG_FAMILY_SPECIFIC
+        else ""
+    )
     return f"{'compute' if kind == FATBIN_KIND_PTX else 'sm'}_{sm}{suffix}"
 
 
-def fatbin_targets(data: bytes | mmap.mmap, start: int = 0, end: int | None = None
-                   ) -> list[str]:
+def fatbin_targets(data: bytes | mmap.mmap, start: int = 0, end: int | None = None) -> list[str]:
     """The distinct targets (``sm_90a``, ``compute_120``) of every fatbin container found in
     ``data[start:end]``, in arch order: SASS entries as ``sm_``, PTX entries as ``compute_``.
     Containers are found by their magic, so padding between them is skipped; an entry
@@ -193,8 +197,7 @@ def fatbin_targets(data: bytes | mmap.mmap, start: int = 0, end: int | None = No
         pos = max(last, at + 4)
     found = set()
     for kind, sm, flags in seen:
-        text = (_target_text(kind, sm, flags)
-                if kind in (FATBIN_KIND_PTX, FATBIN_KIND_ELF) else None)
+        text = _target_text(kind, sm, flags) if kind in (FATBIN_KIND_PTX, FATBIN_KIND_ELF) else None
         if text:
             found.add((kind != FATBIN_KIND_ELF, sm, text))
     return [text for _ptx, _sm, text in sorted(found)]
@@ -214,8 +217,10 @@ def read_arch_list(path: str | Path) -> tuple[list[str] | None, str]:
     ``libtorch_python.so`` by its arch-list literal, every other library by the fatbin
     entry headers of its ``.nv_fatbin`` section."""
     try:
-        with open(path, "rb") as handle, \
-                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with (
+            open(path, "rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
             if Path(path).name == "libtorch_python.so":
                 return find_arch_list(data), ""
             return read_fatbin_arch_list(data), ""

@@ -33,41 +33,67 @@ __all__ = ["LEVELS", "CheckInput", "EnvFacts", "Finding", "failing", "run_checks
 
 OUT_OF_SERVICE = "take this GPU out of service"
 
-NO_DRIVER = ("no NVIDIA driver visible to this job (CPU runner, or a container started "
-             "without the NVIDIA runtime / --gpus)")
+NO_DRIVER = (
+    "no NVIDIA driver visible to this job (CPU runner, or a container started "
+    "without the NVIDIA runtime / --gpus)"
+)
 
 #: Messages and fixes for NVML's failure codes (nvmlReturn_t), by name.
 NVML_ERRORS: dict[str, tuple[str, str]] = {
-    "LIBRARY_NOT_FOUND": (NO_DRIVER, "run the job on a GPU runner; in a container, start it "
-                          "with the NVIDIA container runtime (docker --gpus all, or "
-                          "`options: --gpus all` for a job container)."),
-    "DRIVER_NOT_LOADED": ("the NVIDIA kernel module is not loaded (typical after a kernel "
-                          "update without a DKMS rebuild).",
-                          "rebuild and load the module (dkms autoinstall; modprobe nvidia) or "
-                          "reboot into the kernel the driver was built for."),
-    "LIB_RM_VERSION_MISMATCH": ("the user-space driver library and the loaded kernel module "
-                                "are different versions (driver upgraded without a reboot).",
-                                "reboot the runner, or unload and reload the nvidia kernel "
-                                "modules."),
-    "NO_PERMISSION": ("this user may not open the NVIDIA device files (/dev/nvidia*).",
-                      "add the runner user to the group owning /dev/nvidia* (often 'video') "
-                      "or fix the container's device cgroup rules."),
-    "GPU_IS_LOST": ("a GPU fell off the bus or stopped responding (a hardware fault).",
-                    f"{OUT_OF_SERVICE}, then reset or replace it."),
-    "RESET_REQUIRED": ("a GPU needs a reset before it can be used.",
-                       "reset the GPU (nvidia-smi -r) or reboot the runner."),
-    "CORRUPTED_INFOROM": ("a GPU's infoROM is corrupted (a hardware fault).",
-                          f"{OUT_OF_SERVICE}: the board needs service."),
-    "INSUFFICIENT_POWER": ("a GPU reports insufficient power (a hardware fault).",
-                           f"{OUT_OF_SERVICE} and check its power cables and supply."),
-    "IRQ_ISSUE": ("the driver reports an interrupt problem with a GPU (a hardware fault).",
-                  f"{OUT_OF_SERVICE} and check the kernel log (dmesg)."),
-    "OPERATING_SYSTEM": ("the operating system blocked the NVML request.",
-                         "check container/security policies for device access."),
-    "FUNCTION_NOT_FOUND": ("the driver's NVML library is older than nvidia-ml-py expects.",
-                           "upgrade the NVIDIA driver."),
-    "TIMEOUT": ("the driver did not answer in time.",
-                "retry; if it persists, check the kernel log (dmesg)."),
+    "LIBRARY_NOT_FOUND": (
+        NO_DRIVER,
+        "run the job on a GPU runner; in a container, start it "
+        "with the NVIDIA container runtime (docker --gpus all, or "
+        "`options: --gpus all` for a job container).",
+    ),
+    "DRIVER_NOT_LOADED": (
+        "the NVIDIA kernel module is not loaded (typical after a kernel "
+        "update without a DKMS rebuild).",
+        "rebuild and load the module (dkms autoinstall; modprobe nvidia) or "
+        "reboot into the kernel the driver was built for.",
+    ),
+    "LIB_RM_VERSION_MISMATCH": (
+        "the user-space driver library and the loaded kernel module "
+        "are different versions (driver upgraded without a reboot).",
+        "reboot the runner, or unload and reload the nvidia kernel modules.",
+    ),
+    "NO_PERMISSION": (
+        "this user may not open the NVIDIA device files (/dev/nvidia*).",
+        "add the runner user to the group owning /dev/nvidia* (often 'video') "
+        "or fix the container's device cgroup rules.",
+    ),
+    "GPU_IS_LOST": (
+        "a GPU fell off the bus or stopped responding (a hardware fault).",
+        f"{OUT_OF_SERVICE}, then reset or replace it.",
+    ),
+    "RESET_REQUIRED": (
+        "a GPU needs a reset before it can be used.",
+        "reset the GPU (nvidia-smi -r) or reboot the runner.",
+    ),
+    "CORRUPTED_INFOROM": (
+        "a GPU's infoROM is corrupted (a hardware fault).",
+        f"{OUT_OF_SERVICE}: the board needs service.",
+    ),
+    "INSUFFICIENT_POWER": (
+        "a GPU reports insufficient power (a hardware fault).",
+        f"{OUT_OF_SERVICE} and check its power cables and supply.",
+    ),
+    "IRQ_ISSUE": (
+        "the driver reports an interrupt problem with a GPU (a hardware fault).",
+        f"{OUT_OF_SERVICE} and check the kernel log (dmesg).",
+    ),
+    "OPERATING_SYSTEM": (
+        "the operating system blocked the NVML request.",
+        "check container/security policies for device access.",
+    ),
+    "FUNCTION_NOT_FOUND": (
+        "the driver's NVML library is older than nvidia-ml-py expects.",
+        "upgrade the NVIDIA driver.",
+    ),
+    "TIMEOUT": (
+        "the driver did not answer in time.",
+        "retry; if it persists, check the kernel log (dmesg).",
+    ),
     "MEMORY": ("NVML ran out of memory.", "retry; if it persists, check the runner's memory."),
     "UNINITIALIZED": ("NVML was not initialised.", "report this as a bug in gpu-ci."),
 }
@@ -96,43 +122,60 @@ class EnvFacts:
 def in_container(environ: Mapping[str, str], root: Path = Path("/")) -> bool:
     """Docker writes /.dockerenv, Podman /run/.containerenv, systemd-nspawn and others set
     ``container``: a job container of GitHub Actions is one of the first two."""
-    return bool(environ.get("container")) or (root / ".dockerenv").exists() \
+    return (
+        bool(environ.get("container"))
+        or (root / ".dockerenv").exists()
         or (root / "run" / ".containerenv").exists()
+    )
 
 
 def _capabilities(caps: str) -> set[str]:
     return {c.strip().lower() for c in caps.split(",")}
 
 
-CONTAINER_FIX = ("start the job container with the NVIDIA runtime and every GPU: `container: "
-                 "options: --gpus all` with `env: NVIDIA_VISIBLE_DEVICES: all` and "
-                 "`NVIDIA_DRIVER_CAPABILITIES: compute,utility` (see the README's container "
-                 "section).")
+CONTAINER_FIX = (
+    "start the job container with the NVIDIA runtime and every GPU: `container: "
+    "options: --gpus all` with `env: NVIDIA_VISIBLE_DEVICES: all` and "
+    "`NVIDIA_DRIVER_CAPABILITIES: compute,utility` (see the README's container "
+    "section)."
+)
 
 
 def container_no_driver(env: EnvFacts) -> tuple[str, str] | None:
     """Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
     container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container)."""
-    if not (env.in_container or env.visible_devices is not None
-            or env.driver_capabilities is not None):
+    if not (
+        env.in_container or env.visible_devices is not None or env.driver_capabilities is not None
+    ):
         return None
     head = "no NVIDIA driver visible to this job: "
     visible = env.visible_devices
     caps = env.driver_capabilities
     if visible is None:
-        return (head + "NVIDIA_VISIBLE_DEVICES is not set in this container, so the NVIDIA "
-                "container runtime mounted no GPU, no driver library and no nvidia-smi "
-                "(nvidia/cuda images set it; most other images do not).", CONTAINER_FIX)
+        return (
+            head + "NVIDIA_VISIBLE_DEVICES is not set in this container, so the NVIDIA "
+            "container runtime mounted no GPU, no driver library and no nvidia-smi "
+            "(nvidia/cuda images set it; most other images do not).",
+            CONTAINER_FIX,
+        )
     if visible.strip().lower() in ("", "void", "none"):
-        return (head + f"NVIDIA_VISIBLE_DEVICES={visible!r} in this container, so the NVIDIA "
-                "container runtime mounted no GPU and no driver library.", CONTAINER_FIX)
+        return (
+            head + f"NVIDIA_VISIBLE_DEVICES={visible!r} in this container, so the NVIDIA "
+            "container runtime mounted no GPU and no driver library.",
+            CONTAINER_FIX,
+        )
     if caps is not None and not ({"utility", "all"} & _capabilities(caps)):
-        return (head + f"NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'utility', so the NVIDIA "
-                "container runtime mounted no NVML (libnvidia-ml.so.1) and no nvidia-smi.",
-                "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or "
-                "all), e.g. `env: NVIDIA_DRIVER_CAPABILITIES: compute,utility`.")
-    return (head + f"NVIDIA_VISIBLE_DEVICES={visible!r}, but no driver library was mounted "
-            "into this container: it was not started with the NVIDIA runtime.", CONTAINER_FIX)
+        return (
+            head + f"NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'utility', so the NVIDIA "
+            "container runtime mounted no NVML (libnvidia-ml.so.1) and no nvidia-smi.",
+            "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (or "
+            "all), e.g. `env: NVIDIA_DRIVER_CAPABILITIES: compute,utility`.",
+        )
+    return (
+        head + f"NVIDIA_VISIBLE_DEVICES={visible!r}, but no driver library was mounted "
+        "into this container: it was not started with the NVIDIA runtime.",
+        CONTAINER_FIX,
+    )
 
 
 @dataclass(frozen=True)
@@ -155,21 +198,28 @@ class CheckInput:
 
 DATA_CENTER = re.compile(
     r"\b(A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|B300|GB200|GB300|"
-    r"L4|L40S?|L20|T4|V100|P100|P40|P4|K80|M60)\b", re.IGNORECASE)
+    r"L4|L40S?|L20|T4|V100|P100|P40|P4|K80|M60)\b",
+    re.IGNORECASE,
+)
 
 
 def is_data_center(gpu: Gpu) -> bool:
     return gpu.brand == "tesla" or bool(DATA_CENTER.search(gpu.name))
 
 
-def nvml_findings(snapshot: NvmlSnapshot, require_gpu: bool,
-                  env: EnvFacts | None = None) -> list[Finding]:
+def nvml_findings(
+    snapshot: NvmlSnapshot, require_gpu: bool, env: EnvFacts | None = None
+) -> list[Finding]:
     if snapshot.ok:
         return []
     name = snapshot.error_name or "UNKNOWN"
-    message, fix = NVML_ERRORS.get(name, (
-        f"NVML call {snapshot.failed_call} failed with {name} (code {snapshot.error_code}).",
-        "check the driver installation (nvidia-smi) and the kernel log (dmesg)."))
+    message, fix = NVML_ERRORS.get(
+        name,
+        (
+            f"NVML call {snapshot.failed_call} failed with {name} (code {snapshot.error_code}).",
+            "check the driver installation (nvidia-smi) and the kernel log (dmesg).",
+        ),
+    )
     if name == "LIBRARY_NOT_FOUND" and env is not None:
         message, fix = container_no_driver(env) or (message, fix)
     if name == "LIB_RM_VERSION_MISMATCH" and snapshot.kernel_module_version:
@@ -179,45 +229,80 @@ def nvml_findings(snapshot: NvmlSnapshot, require_gpu: bool,
     return [Finding(level, code, message[0].upper() + message[1:], fix)]
 
 
-def visibility_findings(snapshot: NvmlSnapshot, vis: Visibility,
-                        require_gpu: bool) -> list[Finding]:
+def visibility_findings(
+    snapshot: NvmlSnapshot, vis: Visibility, require_gpu: bool
+) -> list[Finding]:
     out = []
     if vis.unresolved:
-        out.append(Finding("warning", "visible-devices-unresolved",
-                           f"{vis.unresolved} matches no GPU; CUDA ignores it and every "
-                           "entry after it.",
-                           "use indices, GPU-/MIG- UUIDs that nvidia-smi -L lists."))
+        out.append(
+            Finding(
+                "warning",
+                "visible-devices-unresolved",
+                f"{vis.unresolved} matches no GPU; CUDA ignores it and every entry after it.",
+                "use indices, GPU-/MIG- UUIDs that nvidia-smi -L lists.",
+            )
+        )
     if vis.order_uncertain:
-        fix = ("set CUDA_DEVICE_ORDER=PCI_BUS_ID for the job (CUDA then numbers GPUs as "
-               "nvidia-smi does), or select GPUs by UUID in CUDA_VISIBLE_DEVICES "
-               "(nvidia-smi -L lists them).")
+        fix = (
+            "set CUDA_DEVICE_ORDER=PCI_BUS_ID for the job (CUDA then numbers GPUs as "
+            "nvidia-smi does), or select GPUs by UUID in CUDA_VISIBLE_DEVICES "
+            "(nvidia-smi -L lists them)."
+        )
         if vis.by_index:
-            out.append(Finding("warning", "device-order-not-pci",
-                               f"{vis.by_index} selects by index, but {vis.order_uncertain}: "
-                               "CUDA's index N need not be nvidia-smi's (NVML's) GPU N, so "
-                               "which GPU it selects is unknown; every GPU it may be is "
-                               "checked.", fix))
+            out.append(
+                Finding(
+                    "warning",
+                    "device-order-not-pci",
+                    f"{vis.by_index} selects by index, but {vis.order_uncertain}: "
+                    "CUDA's index N need not be nvidia-smi's (NVML's) GPU N, so "
+                    "which GPU it selects is unknown; every GPU it may be is "
+                    "checked.",
+                    fix,
+                )
+            )
         else:
-            out.append(Finding("info", "device-order-not-pci",
-                               f"{vis.order_uncertain}: CUDA's index N need not be the GPU "
-                               "N reported here (NVML's PCI order).", fix))
+            out.append(
+                Finding(
+                    "info",
+                    "device-order-not-pci",
+                    f"{vis.order_uncertain}: CUDA's index N need not be the GPU "
+                    "N reported here (NVML's PCI order).",
+                    fix,
+                )
+            )
     if not vis.gpus:
         level = "error" if require_gpu else "info"
         if snapshot.gpus and vis.hidden_by:
-            out.append(Finding(level, "no-visible-gpu",
-                               f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} "
-                               "hides all of them.",
-                               "fix or unset that variable for this job."))
+            out.append(
+                Finding(
+                    level,
+                    "no-visible-gpu",
+                    f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} "
+                    "hides all of them.",
+                    "fix or unset that variable for this job.",
+                )
+            )
         elif vis.runtime_devices:
-            out.append(Finding(level, "no-visible-gpu",
-                               f"the driver reports no GPU; the container was started with "
-                               f"{vis.runtime_devices}, which the container runtime reads "
-                               "on the host to choose the GPUs it injects.",
-                               "start the container with the GPUs it needs (--gpus, or "
-                               "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs)."))
+            out.append(
+                Finding(
+                    level,
+                    "no-visible-gpu",
+                    f"the driver reports no GPU; the container was started with "
+                    f"{vis.runtime_devices}, which the container runtime reads "
+                    "on the host to choose the GPUs it injects.",
+                    "start the container with the GPUs it needs (--gpus, or "
+                    "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs).",
+                )
+            )
         else:
-            out.append(Finding(level, "no-visible-gpu", "the driver reports no GPU.",
-                               "check that the runner has a GPU attached (nvidia-smi -L)."))
+            out.append(
+                Finding(
+                    level,
+                    "no-visible-gpu",
+                    "the driver reports no GPU.",
+                    "check that the runner has a GPU attached (nvidia-smi -L).",
+                )
+            )
     return out
 
 
@@ -233,18 +318,26 @@ def loader_findings(inp: CheckInput) -> list[Finding]:
         caps = env.driver_capabilities
         hint = ""
         if caps is not None and not ({"compute", "all"} & _capabilities(caps)):
-            hint = (f" NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'compute', so the container "
-                    "runtime mounted NVML but not libcuda.")
+            hint = (
+                f" NVIDIA_DRIVER_CAPABILITIES={caps!r} lacks 'compute', so the container "
+                "runtime mounted NVML but not libcuda."
+            )
         level = "error" if inp.require_gpu else "info"
-        return [Finding(level, "libcuda-missing",
-                        "NVML works (driver " + inp.snapshot.driver_version + "), but the CUDA "
-                        "driver library libcuda.so.1 cannot be loaded"
-                        + (f" ({env.libcuda_error})" if env.libcuda_error else "") + ": CUDA "
-                        "programs will find no device." + hint,
-                        "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility "
-                        "(or all), e.g. `options: --gpus all -e NVIDIA_DRIVER_CAPABILITIES="
-                        "compute,utility`; on a bare runner, install the driver's CUDA library "
-                        "(libnvidia-compute / nvidia-driver-libs).")]
+        return [
+            Finding(
+                level,
+                "libcuda-missing",
+                "NVML works (driver " + inp.snapshot.driver_version + "), but the CUDA "
+                "driver library libcuda.so.1 cannot be loaded"
+                + (f" ({env.libcuda_error})" if env.libcuda_error else "")
+                + ": CUDA "
+                "programs will find no device." + hint,
+                "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility "
+                "(or all), e.g. `options: --gpus all -e NVIDIA_DRIVER_CAPABILITIES="
+                "compute,utility`; on a bare runner, install the driver's CUDA library "
+                "(libnvidia-compute / nvidia-driver-libs).",
+            )
+        ]
     return forward_compat_findings(inp)
 
 
@@ -262,46 +355,67 @@ def forward_compat_findings(inp: CheckInput) -> list[Finding]:
             if is_data_center(gpu):
                 continue
             level = "warning" if gpu.brand in ("quadro", "quadrortx", "nvidiartx") else "error"
-            out.append(Finding(level, "forward-compat-unsupported",
-                               f"libcuda is loaded from {env.libcuda_path} (forward "
-                               f"compatibility) but GPU {gpu.index} ({gpu.name}, brand "
-                               f"{gpu.brand}) is not a data-center GPU: CUDA fails with 804 "
-                               "'forward compatibility was attempted on non supported HW'.",
-                               "remove the compat directory from LD_LIBRARY_PATH (or from "
-                               "/etc/ld.so.conf.d, then run ldconfig) and upgrade the driver "
-                               "instead."))
+            out.append(
+                Finding(
+                    level,
+                    "forward-compat-unsupported",
+                    f"libcuda is loaded from {env.libcuda_path} (forward "
+                    f"compatibility) but GPU {gpu.index} ({gpu.name}, brand "
+                    f"{gpu.brand}) is not a data-center GPU: CUDA fails with 804 "
+                    "'forward compatibility was attempted on non supported HW'.",
+                    "remove the compat directory from LD_LIBRARY_PATH (or from "
+                    "/etc/ld.so.conf.d, then run ldconfig) and upgrade the driver "
+                    "instead.",
+                )
+            )
         compat = _compat_version(path)
         kernel = inp.snapshot.driver_version
         branch = driver_branch(kernel)
         if compat and kernel and _older(compat, kernel):
-            out.append(Finding("error", "forward-compat-mismatch",
-                               f"libcuda {compat} from {env.libcuda_path} (forward "
-                               f"compatibility) is older than the installed driver {kernel}: "
-                               "CUDA fails with 803 'system has unsupported display driver / "
-                               "cuda driver combination'.",
-                               "drop the compat directory: the installed driver is newer and "
-                               "runs this CUDA itself."))
+            out.append(
+                Finding(
+                    "error",
+                    "forward-compat-mismatch",
+                    f"libcuda {compat} from {env.libcuda_path} (forward "
+                    f"compatibility) is older than the installed driver {kernel}: "
+                    "CUDA fails with 803 'system has unsupported display driver / "
+                    "cuda driver combination'.",
+                    "drop the compat directory: the installed driver is newer and "
+                    "runs this CUDA itself.",
+                )
+            )
         elif compat and branch is not None and branch not in inp.builds.compat_branches:
-            out.append(Finding("error", "forward-compat-mismatch",
-                               f"libcuda {compat} from {env.libcuda_path} (forward "
-                               f"compatibility) needs the kernel driver on a supported branch "
-                               f"({supported_branches(inp.builds)}); "
-                               f"driver {kernel} is R{branch}: CUDA fails with 803.",
-                               "move the runner to a long-term or production branch driver, or "
-                               "drop the compat package and upgrade the driver."))
+            out.append(
+                Finding(
+                    "error",
+                    "forward-compat-mismatch",
+                    f"libcuda {compat} from {env.libcuda_path} (forward "
+                    f"compatibility) needs the kernel driver on a supported branch "
+                    f"({supported_branches(inp.builds)}); "
+                    f"driver {kernel} is R{branch}: CUDA fails with 803.",
+                    "move the runner to a long-term or production branch driver, or "
+                    "drop the compat package and upgrade the driver.",
+                )
+            )
         elif compat and kernel:
             out += forward_compat_branch_findings(inp.builds, kernel, env.libcuda_path or "")
     if env.nvidia_disable_require:
-        out.append(Finding("warning", "nvidia-disable-require",
-                           "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "
-                           "CUDA version check.",
-                           "unset NVIDIA_DISABLE_REQUIRE unless the driver is known to fit."))
+        out.append(
+            Finding(
+                "warning",
+                "nvidia-disable-require",
+                "NVIDIA_DISABLE_REQUIRE=true: the container runtime skipped its "
+                "CUDA version check.",
+                "unset NVIDIA_DISABLE_REQUIRE unless the driver is known to fit.",
+            )
+        )
     return out
 
 
 def _older(a: str, b: str) -> bool:
     def key(v: str) -> tuple[int, ...]:
         return tuple(int(p) for p in v.split(".") if p.isdigit())
+
     return key(a) < key(b)
 
 
@@ -318,53 +432,81 @@ def deep_findings(inp: CheckInput) -> list[Finding]:
                 got = reach(targets, gpu.compute_capability)
                 sm = sm_name(gpu.compute_capability)
                 if got == "ptx":
-                    out.append(Finding("warning", "arch-ptx-only",
-                                       f"{name} has no binary ({sm}) for GPU {gpu.index} "
-                                       f"({gpu.name}, {gpu.cc}); it will JIT-compile PTX at "
-                                       "start-up (slow, and fails if the PTX is newer than the "
-                                       "driver).",
-                                       f"install a {name} build whose arch list includes {sm}."))
+                    out.append(
+                        Finding(
+                            "warning",
+                            "arch-ptx-only",
+                            f"{name} has no binary ({sm}) for GPU {gpu.index} "
+                            f"({gpu.name}, {gpu.cc}); it will JIT-compile PTX at "
+                            "start-up (slow, and fails if the PTX is newer than the "
+                            "driver).",
+                            f"install a {name} build whose arch list includes {sm}.",
+                        )
+                    )
                 elif got is None:
                     no_image = True
-                    out.append(Finding("error", "no-kernel-image",
-                                       f"{name} is built for {', '.join(arch_list)}, none of "
-                                       f"which runs on GPU {gpu.index} ({gpu.name}, compute "
-                                       f"capability {gpu.cc}): CUDA would fail with 'no kernel "
-                                       "image is available for execution on the device'.",
-                                       f"install a {name} build that includes {sm}; the GPU "
-                                       "is fine."))
+                    out.append(
+                        Finding(
+                            "error",
+                            "no-kernel-image",
+                            f"{name} is built for {', '.join(arch_list)}, none of "
+                            f"which runs on GPU {gpu.index} ({gpu.name}, compute "
+                            f"capability {gpu.cc}): CUDA would fail with 'no kernel "
+                            "image is available for execution on the device'.",
+                            f"install a {name} build that includes {sm}; the GPU is fine.",
+                        )
+                    )
         if not result.get("ok", False):
-            out.append(Finding("error", "deep-check-failed",
-                               f"{name} could not use the GPU: {result.get('error', '')}",
-                               "see the message; run with deep: true locally to reproduce."))
+            out.append(
+                Finding(
+                    "error",
+                    "deep-check-failed",
+                    f"{name} could not use the GPU: {result.get('error', '')}",
+                    "see the message; run with deep: true locally to reproduce.",
+                )
+            )
         for comp in result.get("computations", []):
             error = str(comp.get("error") or "")
             if comp.get("ok") or (no_image and "no kernel image" in error):
                 continue
             if "no kernel image" in error:
-                out.append(Finding("error", "no-kernel-image",
-                                   f"{name}: GPU {comp.get('gpu')}: {error}",
-                                   f"install a {name} build that includes this GPU's "
-                                   "architecture; the GPU is fine."))
+                out.append(
+                    Finding(
+                        "error",
+                        "no-kernel-image",
+                        f"{name}: GPU {comp.get('gpu')}: {error}",
+                        f"install a {name} build that includes this GPU's "
+                        "architecture; the GPU is fine.",
+                    )
+                )
                 continue
-            out.append(Finding("error", "gpu-computation-failed",
-                               f"{name}: a tiny computation on GPU {comp.get('gpu')} failed: "
-                               f"{error or 'wrong result'}",
-                               "if other jobs on this GPU fail the same way, "
-                               f"{OUT_OF_SERVICE} and check the kernel log (dmesg, Xid)."))
+            out.append(
+                Finding(
+                    "error",
+                    "gpu-computation-failed",
+                    f"{name}: a tiny computation on GPU {comp.get('gpu')} failed: "
+                    f"{error or 'wrong result'}",
+                    "if other jobs on this GPU fail the same way, "
+                    f"{OUT_OF_SERVICE} and check the kernel log (dmesg, Xid).",
+                )
+            )
     return out
 
 
 def requirement_findings(inp: CheckInput) -> list[Finding]:
     snap = inp.snapshot
-    facts = require_spec.Facts(cuda=snap.cuda_text, driver=snap.driver_version,
-                               gpus=inp.visibility.gpus if inp.visibility else ())
+    facts = require_spec.Facts(
+        cuda=snap.cuda_text,
+        driver=snap.driver_version,
+        gpus=inp.visibility.gpus if inp.visibility else (),
+    )
     out = []
     reqs = list(inp.requirements)
     if inp.env.nvidia_require_cuda and not inp.env.nvidia_disable_require:
         try:
-            reqs.append(require_spec.parse_requirement(inp.env.nvidia_require_cuda,
-                                                       "NVIDIA_REQUIRE_CUDA"))
+            reqs.append(
+                require_spec.parse_requirement(inp.env.nvidia_require_cuda, "NVIDIA_REQUIRE_CUDA")
+            )
         except Exception as exc:  # a broken image variable is a finding, not a crash
             out.append(Finding("warning", "nvidia-require-cuda-unreadable", str(exc)))
     for req in reqs:
@@ -375,12 +517,16 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
         source = "require"
         if req.text == inp.env.nvidia_require_cuda.strip():
             code, source = "nvidia-require-cuda-unmet", "NVIDIA_REQUIRE_CUDA"
-        out.append(Finding("error", code,
-                           f"{source} '{req.text}' does not hold: "
-                           f"{', '.join(str(c) for c in failing_conditions)} fails for "
-                           f"{require_spec.describe(facts)}.",
-                           "run the job on a runner that satisfies it, or change the "
-                           "requirement."))
+        out.append(
+            Finding(
+                "error",
+                code,
+                f"{source} '{req.text}' does not hold: "
+                f"{', '.join(str(c) for c in failing_conditions)} fails for "
+                f"{require_spec.describe(facts)}.",
+                "run the job on a runner that satisfies it, or change the requirement.",
+            )
+        )
     return out
 
 
@@ -392,50 +538,88 @@ def health_findings(vis: Visibility, health: str = "error") -> list[Finding]:
     for g in vis.gpus:
         who = f"GPU {g.index} ({g.name})"
         if g.ecc_uncorrected_volatile:
-            out.append(Finding(health, "ecc-uncorrected-errors",
-                               f"{who} has {g.ecc_uncorrected_volatile} volatile uncorrected "
-                               "ECC errors since the last driver load (a hardware fault).",
-                               f"{OUT_OF_SERVICE}; reset it (nvidia-smi -r) and run a memory "
-                               "diagnostic (dcgmi diag -r 3) before using it again."))
+            out.append(
+                Finding(
+                    health,
+                    "ecc-uncorrected-errors",
+                    f"{who} has {g.ecc_uncorrected_volatile} volatile uncorrected "
+                    "ECC errors since the last driver load (a hardware fault).",
+                    f"{OUT_OF_SERVICE}; reset it (nvidia-smi -r) and run a memory "
+                    "diagnostic (dcgmi diag -r 3) before using it again.",
+                )
+            )
         if g.retired_pages_pending:
-            out.append(Finding(health, "retired-pages-pending",
-                               f"{who} has retired pages pending a reboot.",
-                               "reboot the runner (or reset the GPU) to apply the retirement."))
+            out.append(
+                Finding(
+                    health,
+                    "retired-pages-pending",
+                    f"{who} has retired pages pending a reboot.",
+                    "reboot the runner (or reset the GPU) to apply the retirement.",
+                )
+            )
         if g.remapped_rows_failure:
-            out.append(Finding(health, "remapped-rows-failure",
-                               f"{who} reports a row-remapping failure (a hardware fault).",
-                               f"{OUT_OF_SERVICE}: the board needs service."))
+            out.append(
+                Finding(
+                    health,
+                    "remapped-rows-failure",
+                    f"{who} reports a row-remapping failure (a hardware fault).",
+                    f"{OUT_OF_SERVICE}: the board needs service.",
+                )
+            )
         elif g.remapped_rows_pending:
-            out.append(Finding(health, "remapped-rows-pending",
-                               f"{who} has remapped rows pending a GPU reset.",
-                               "reset the GPU (nvidia-smi -r) or reboot the runner to apply "
-                               "the remapping."))
+            out.append(
+                Finding(
+                    health,
+                    "remapped-rows-pending",
+                    f"{who} has remapped rows pending a GPU reset.",
+                    "reset the GPU (nvidia-smi -r) or reboot the runner to apply the remapping.",
+                )
+            )
         if g.other_processes:
-            out.append(Finding("warning", "gpu-busy",
-                               f"{who} is already used by {g.other_processes} other "
-                               "process(es); tests may run out of memory or be slow.",
-                               "make sure earlier jobs cleaned up, or give this job its own GPU."))
+            out.append(
+                Finding(
+                    "warning",
+                    "gpu-busy",
+                    f"{who} is already used by {g.other_processes} other "
+                    "process(es); tests may run out of memory or be slow.",
+                    "make sure earlier jobs cleaned up, or give this job its own GPU.",
+                )
+            )
         if g.mig_enabled and not g.mig_selected:
             if not g.mig_uuids:
-                out.append(Finding("error", "mig-no-instances",
-                                   f"{who} is in MIG mode with no MIG instances created: CUDA "
-                                   "sees no device on it.",
-                                   "create instances (nvidia-smi mig -cgi ... -C) and select "
-                                   "one with CUDA_VISIBLE_DEVICES=MIG-..., or disable MIG "
-                                   "(nvidia-smi -mig 0)."))
+                out.append(
+                    Finding(
+                        "error",
+                        "mig-no-instances",
+                        f"{who} is in MIG mode with no MIG instances created: CUDA "
+                        "sees no device on it.",
+                        "create instances (nvidia-smi mig -cgi ... -C) and select "
+                        "one with CUDA_VISIBLE_DEVICES=MIG-..., or disable MIG "
+                        "(nvidia-smi -mig 0).",
+                    )
+                )
             else:
-                out.append(Finding("warning", "mig-enabled",
-                                   f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
-                                   f"({', '.join(g.mig_uuids)}): CUDA sees instances, not the "
-                                   "whole GPU.",
-                                   "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
-                                   "disable MIG on this runner."))
+                out.append(
+                    Finding(
+                        "warning",
+                        "mig-enabled",
+                        f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
+                        f"({', '.join(g.mig_uuids)}): CUDA sees instances, not the "
+                        "whole GPU.",
+                        "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
+                        "disable MIG on this runner.",
+                    )
+                )
         if g.persistence_mode is False:
-            out.append(Finding("warning", "persistence-mode-off",
-                               f"{who} has persistence mode off: each CUDA start re-initialises "
-                               "the driver (seconds).",
-                               "enable it on the runner (nvidia-smi -pm 1, or "
-                               "nvidia-persistenced)."))
+            out.append(
+                Finding(
+                    "warning",
+                    "persistence-mode-off",
+                    f"{who} has persistence mode off: each CUDA start re-initialises "
+                    "the driver (seconds).",
+                    "enable it on the runner (nvidia-smi -pm 1, or nvidia-persistenced).",
+                )
+            )
         for what in g.unreadable:
             out.append(Finding("info", "health-unreadable", f"{who}: could not read {what}."))
     return out

@@ -87,13 +87,17 @@ def suggest(ctx: Context, family: str, need_native: bool = False) -> str:
     if not candidates:
         if not ctx.builds.builds_of(family):
             return ""
-        return (f"no published {family} build runs on driver {ctx.snapshot.driver_version} "
-                "with " + ", ".join(f"GPU {g.index} ({g.name}, {g.cc})" for g in ctx.gpus))
+        return (
+            f"no published {family} build runs on driver {ctx.snapshot.driver_version} "
+            "with " + ", ".join(f"GPU {g.index} ({g.name}, {g.cc})" for g in ctx.gpus)
+        )
     _current, _native, _cuda, build = max(candidates, key=lambda c: (c[0], c[1], c[2]))
     ships = f", {family} {build.versions}" if build.versions and not build.current else ""
     if build.arch:
-        ships += ", ships " + " ".join(sorted({sm_name(g.compute_capability) for g in ctx.gpus}
-                                             & set(build.arch)) or build.arch)
+        ships += ", ships " + " ".join(
+            sorted({sm_name(g.compute_capability) for g in ctx.gpus} & set(build.arch))
+            or build.arch
+        )
     return f"`{build.install}` (CUDA {_mm(build.cuda)}{ships})"
 
 
@@ -107,16 +111,19 @@ def driver_fix(ctx: Context, major: int) -> str:
     for gpu in ctx.gpus:
         eol = ctx.builds.last_branch(gpu.compute_capability)
         if eol and int(eol.branch) < branch:
-            return (f"no driver runs CUDA {major} on GPU {gpu.index} ({gpu.name}, {eol.name}): "
-                    f"R{eol.branch} is the last driver branch for {eol.name}")
+            return (
+                f"no driver runs CUDA {major} on GPU {gpu.index} ({gpu.name}, {eol.name}): "
+                f"R{eol.branch} is the last driver branch for {eol.name}"
+            )
     for gpu in ctx.gpus:
         eol = ctx.builds.last_branch(gpu.compute_capability)
         if eol:
-            return (f"upgrade the driver to {floor} or newer within the R{eol.branch} branch "
-                    f"(CUDA {major}.x's minimum; R{eol.branch} is the last branch for "
-                    f"{eol.name}, GPU {gpu.index})")
-    newest = [(t, d) for t, d in ctx.table.toolkit_driver.items()
-              if t.split(".")[0] == str(major)]
+            return (
+                f"upgrade the driver to {floor} or newer within the R{eol.branch} branch "
+                f"(CUDA {major}.x's minimum; R{eol.branch} is the last branch for "
+                f"{eol.name}, GPU {gpu.index})"
+            )
+    newest = [(t, d) for t, d in ctx.table.toolkit_driver.items() if t.split(".")[0] == str(major)]
     text = f"upgrade the driver to {floor} or newer (CUDA {major}.x's minimum)"
     if newest:
         toolkit, bundled = max(newest, key=lambda td: tuple(int(p) for p in td[0].split(".")))
@@ -124,8 +131,7 @@ def driver_fix(ctx: Context, major: int) -> str:
     return text
 
 
-def _build_fix(ctx: Context, consumers: Sequence[CudaConsumer], need_native: bool = False
-               ) -> str:
+def _build_fix(ctx: Context, consumers: Sequence[CudaConsumer], need_native: bool = False) -> str:
     parts = []
     for family in dict.fromkeys(c.family for c in consumers):
         line = suggest(ctx, family, need_native)
@@ -155,34 +161,53 @@ def driver_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Fin
     for major, group in sorted(too_old.items()):
         need = max(c.cuda_tuple or (0, 0) for c in group)
         floor = ctx.table.min_driver(major)
-        why = (f"driver {snap.driver_version} supports CUDA {snap.cuda_text} at most"
-               + (f" and is below CUDA {major}'s minor-version compatibility floor {floor}"
-                  if floor and major == snap.cuda[0] else "")
-               + f"; CUDA {_mm(need)} needs driver {floor or '(unknown)'} or newer")
-        out.append(Finding("error", "driver-too-old-for-cuda",
-                           f"Built for CUDA {major}.x: {_names(group)}; {why}.",
-                           _join(driver_fix(ctx, major),
-                                 _build_fix(ctx, group) and
-                                 f"install builds this driver runs: {_build_fix(ctx, group)}")))
+        why = (
+            f"driver {snap.driver_version} supports CUDA {snap.cuda_text} at most"
+            + (
+                f" and is below CUDA {major}'s minor-version compatibility floor {floor}"
+                if floor and major == snap.cuda[0]
+                else ""
+            )
+            + f"; CUDA {_mm(need)} needs driver {floor or '(unknown)'} or newer"
+        )
+        out.append(
+            Finding(
+                "error",
+                "driver-too-old-for-cuda",
+                f"Built for CUDA {major}.x: {_names(group)}; {why}.",
+                _join(
+                    driver_fix(ctx, major),
+                    _build_fix(ctx, group)
+                    and f"install builds this driver runs: {_build_fix(ctx, group)}",
+                ),
+            )
+        )
     for _major, group in sorted(minor.items()):
         need = max(c.cuda_tuple or (0, 0) for c in group)
         bundled = ctx.table.bundled_driver(*need)
         out += numba_findings(ctx, [c for c in group if c.family == "numba"], need)
-        out.append(Finding("warning", "minor-version-compatibility",
-                           f"{_names(group)}: driver {snap.driver_version} (CUDA "
-                           f"{snap.cuda_text}) runs CUDA {_mm(need)} through minor-version "
-                           "compatibility: PTX JIT of newer PTX is unavailable and newer APIs "
-                           "may fail (cudaErrorCallRequiresNewerDriver).",
-                           _join(f"for CUDA {_mm(need)}'s full feature set, use a driver "
-                                 f"whose CUDA is {_mm(need)} or newer"
-                                 + (f" (the one bundled with it is {bundled})"
-                                    if bundled else ""),
-                                 _build_fix(ctx, group, need_native=True))))
+        out.append(
+            Finding(
+                "warning",
+                "minor-version-compatibility",
+                f"{_names(group)}: driver {snap.driver_version} (CUDA "
+                f"{snap.cuda_text}) runs CUDA {_mm(need)} through minor-version "
+                "compatibility: PTX JIT of newer PTX is unavailable and newer APIs "
+                "may fail (cudaErrorCallRequiresNewerDriver).",
+                _join(
+                    f"for CUDA {_mm(need)}'s full feature set, use a driver "
+                    f"whose CUDA is {_mm(need)} or newer"
+                    + (f" (the one bundled with it is {bundled})" if bundled else ""),
+                    _build_fix(ctx, group, need_native=True),
+                ),
+            )
+        )
     return out
 
 
-def numba_findings(ctx: Context, numba: Sequence[CudaConsumer], need: tuple[int, int]
-                   ) -> list[Finding]:
+def numba_findings(
+    ctx: Context, numba: Sequence[CudaConsumer], need: tuple[int, int]
+) -> list[Finding]:
     """numba under minor-version compatibility links through nvJitLink: numba-cuda through
     cuda-bindings with an nvidia-nvjitlink wheel, the target built into numba through
     pynvjitlink. Each flavour is told only what it needs."""
@@ -196,13 +221,20 @@ def numba_findings(ctx: Context, numba: Sequence[CudaConsumer], need: tuple[int,
         if not missing:
             continue
         wanted = " and ".join(" or ".join(g) for g in missing)
-        out.append(Finding("error", "numba-minor-version-compatibility",
-                           f"{_names([consumer])}: driver {snap.driver_version} (CUDA "
-                           f"{snap.cuda_text}) runs CUDA {_mm(need)} only through "
-                           f"minor-version compatibility, for which {consumer.name} needs "
-                           f"{wanted} installed: kernels that need linking fail.",
-                           _join(helpers.install.format(major=need[0]),
-                                 f"use a driver whose CUDA is {_mm(need)} or newer")))
+        out.append(
+            Finding(
+                "error",
+                "numba-minor-version-compatibility",
+                f"{_names([consumer])}: driver {snap.driver_version} (CUDA "
+                f"{snap.cuda_text}) runs CUDA {_mm(need)} only through "
+                f"minor-version compatibility, for which {consumer.name} needs "
+                f"{wanted} installed: kernels that need linking fail.",
+                _join(
+                    helpers.install.format(major=need[0]),
+                    f"use a driver whose CUDA is {_mm(need)} or newer",
+                ),
+            )
+        )
     return out
 
 
@@ -212,8 +244,9 @@ def supported_branches(builds: BuildFacts, today: str | None = None) -> str:
     return ", ".join(f"R{b.branch} ({b.kind})" for b in builds.branches if not b.ended(today))
 
 
-def forward_compat_branch_findings(builds: BuildFacts, kernel: str, compat_path: str,
-                                   today: str | None = None) -> list[Finding]:
+def forward_compat_branch_findings(
+    builds: BuildFacts, kernel: str, compat_path: str, today: str | None = None
+) -> list[Finding]:
     """A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life:
     no longer supported (still listed branches are fine; unlisted ones fail with 803, which
     the caller reports)."""
@@ -222,16 +255,21 @@ def forward_compat_branch_findings(builds: BuildFacts, kernel: str, compat_path:
     today = today or datetime.date.today().isoformat()
     if entry is None or not entry.ended(today):
         return []
-    when = ("" if entry.end_of_life == "ended" else f" in {entry.end_of_life}")
+    when = "" if entry.end_of_life == "ended" else f" in {entry.end_of_life}"
     current = supported_branches(builds, today)
-    return [Finding("warning", "forward-compat-branch-ended",
-                    f"libcuda from {compat_path} (forward compatibility) runs on driver "
-                    f"{kernel}, on the R{entry.branch} {entry.kind} branch, which reached its "
-                    f"end of life{when}: forward compatibility on it is no longer supported "
-                    "(no fixes; it may still work).",
-                    "move the runner to a supported data-center branch"
-                    + (f" ({current})" if current else "")
-                    + ", or drop the compat package and upgrade the driver.")]
+    return [
+        Finding(
+            "warning",
+            "forward-compat-branch-ended",
+            f"libcuda from {compat_path} (forward compatibility) runs on driver "
+            f"{kernel}, on the R{entry.branch} {entry.kind} branch, which reached its "
+            f"end of life{when}: forward compatibility on it is no longer supported "
+            "(no fixes; it may still work).",
+            "move the runner to a supported data-center branch"
+            + (f" ({current})" if current else "")
+            + ", or drop the compat package and upgrade the driver.",
+        )
+    ]
 
 
 def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:
@@ -248,8 +286,9 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
             if targets:
                 got = reach(targets, cc)
                 if got is None and oldest and cc < oldest:  # same root cause as below
-                    groups.setdefault((f"arch-dropped-by-cuda{need[0]}", gpu.index, ""),
-                                      []).append(c)
+                    groups.setdefault((f"arch-dropped-by-cuda{need[0]}", gpu.index, ""), []).append(
+                        c
+                    )
                 elif got is None:
                     groups.setdefault(("no-kernel-image", gpu.index, ""), []).append(c)
                 elif got == "ptx":
@@ -257,10 +296,12 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
                     key = "no-kernel-image" if late else "arch-ptx-only"
                     groups.setdefault((key, gpu.index, "ptx"), []).append(c)
             elif oldest and cc < oldest:
-                groups.setdefault((f"arch-dropped-by-cuda{need[0]}", gpu.index, ""),
-                                  []).append(c)
-            elif (cc >= ctx.builds.new_arch_cc and need < ctx.builds.new_arch_min_cuda
-                  and c.exact_minor):
+                groups.setdefault((f"arch-dropped-by-cuda{need[0]}", gpu.index, ""), []).append(c)
+            elif (
+                cc >= ctx.builds.new_arch_cc
+                and need < ctx.builds.new_arch_min_cuda
+                and c.exact_minor
+            ):
                 key = "no-kernel-image" if c.family in PREBUILT else "arch-ptx-only"
                 groups.setdefault((key, gpu.index, "new-arch"), []).append(c)
     out = []
@@ -270,43 +311,64 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
         who = f"GPU {gpu.index} ({gpu.name}, compute capability {gpu.cc})"
         sm = sm_name(gpu.compute_capability)
         fix = _build_fix(ctx, group)
-        lists = "; ".join(f"{label(c)} is built for {' '.join(c.arch)}" for c in group
-                          if c.arch)
+        lists = "; ".join(f"{label(c)} is built for {' '.join(c.arch)}" for c in group if c.arch)
         if code.startswith("arch-dropped-by-cuda"):
             major = code.rsplit("cuda", 1)[1]
             oldest = ctx.builds.min_cc_by_major[int(major)]
-            msg = (f"{_names(group)}: CUDA {major} does not support {who}: it needs compute "
-                   f"capability {_mm(oldest)} or newer"
-                   + (f" ({lists}); CUDA would fail with 'no kernel image is available for "
-                      "execution on the device'." if lists else "."))
-            fix = _join(fix and f"install builds that still ship {sm}: {fix}",
-                        "run on a newer GPU")
+            msg = (
+                f"{_names(group)}: CUDA {major} does not support {who}: it needs compute "
+                f"capability {_mm(oldest)} or newer"
+                + (
+                    f" ({lists}); CUDA would fail with 'no kernel image is available for "
+                    "execution on the device'."
+                    if lists
+                    else "."
+                )
+            )
+            fix = _join(fix and f"install builds that still ship {sm}: {fix}", "run on a newer GPU")
         elif why == "new-arch":
             need = min(c.cuda_tuple or (0, 0) for c in group)
-            msg = (f"{_names(group)}: CUDA {_mm(need)} predates the architecture of {who} "
-                   f"(code for compute capability {_mm(ctx.builds.new_arch_cc)} and newer "
-                   f"needs CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer), so only PTX "
-                   "JIT could reach it"
-                   + (": CUDA would fail with 'no kernel image is available for execution "
-                      "on the device'." if code == "no-kernel-image"
-                      else " (slow start-up; fails if the PTX is newer than the driver)."))
-            fix = _join(fix and f"install a build for CUDA "
-                        f"{_mm(ctx.builds.new_arch_min_cuda)} or newer: {fix}")
+            msg = (
+                f"{_names(group)}: CUDA {_mm(need)} predates the architecture of {who} "
+                f"(code for compute capability {_mm(ctx.builds.new_arch_cc)} and newer "
+                f"needs CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer), so only PTX "
+                "JIT could reach it"
+                + (
+                    ": CUDA would fail with 'no kernel image is available for execution "
+                    "on the device'."
+                    if code == "no-kernel-image"
+                    else " (slow start-up; fails if the PTX is newer than the driver)."
+                )
+            )
+            fix = _join(
+                fix
+                and f"install a build for CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer: {fix}"
+            )
         elif code == "no-kernel-image":
-            msg = (f"{lists}: none of which runs on {who}"
-                   + (" (only PTX, which this driver cannot JIT under minor-version "
-                      "compatibility)" if why == "ptx" else "")
-                   + ": CUDA would fail with 'no kernel image is available for execution on "
-                   "the device'.")
-            how = (f"with TORCH_CUDA_ARCH_LIST={gpu.cc}" if {c.family for c in group} ==
-                   {"torch"} else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES="
-                   f"{sm.split('_')[1]})")
-            fix = _join(fix and f"install builds that include {sm}: {fix}",
-                        "" if fix else f"no published build includes {sm}: build from source "
-                        + how)
+            msg = (
+                f"{lists}: none of which runs on {who}"
+                + (
+                    " (only PTX, which this driver cannot JIT under minor-version compatibility)"
+                    if why == "ptx"
+                    else ""
+                )
+                + ": CUDA would fail with 'no kernel image is available for execution on "
+                "the device'."
+            )
+            how = (
+                f"with TORCH_CUDA_ARCH_LIST={gpu.cc}"
+                if {c.family for c in group} == {"torch"}
+                else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES={sm.split('_')[1]})"
+            )
+            fix = _join(
+                fix and f"install builds that include {sm}: {fix}",
+                "" if fix else f"no published build includes {sm}: build from source " + how,
+            )
         else:
-            msg = (f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
-                   "(slow, and fails if the PTX is newer than the driver).")
+            msg = (
+                f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
+                "(slow, and fails if the PTX is newer than the driver)."
+            )
             fix = _join(fix and f"install builds that include {sm}: {fix}")
         level = "warning" if code == "arch-ptx-only" else "error"
         out.append(Finding(level, code, msg, fix))
@@ -319,20 +381,36 @@ def rocm_and_cpu_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> li
         if not (c.rocm or c.cpu_only):
             continue
         fix = suggest(ctx, c.family)
-        fix = (f"install the CUDA build of {c.name}: {fix}." if fix and "no published" not in fix
-               else f"install a CUDA build of {c.name} for CUDA {ctx.snapshot.cuda_text} or "
-                    "older.")
+        fix = (
+            f"install the CUDA build of {c.name}: {fix}."
+            if fix and "no published" not in fix
+            else f"install a CUDA build of {c.name} for CUDA {ctx.snapshot.cuda_text} or older."
+        )
         if c.rocm:
-            out.append(Finding("warning", "rocm-build",
-                               f"{label(c)} is a ROCm (HIP) build ({c.source}): it runs on AMD "
-                               "GPUs only and will not use this NVIDIA GPU.", fix))
+            out.append(
+                Finding(
+                    "warning",
+                    "rocm-build",
+                    f"{label(c)} is a ROCm (HIP) build ({c.source}): it runs on AMD "
+                    "GPUs only and will not use this NVIDIA GPU.",
+                    fix,
+                )
+            )
         else:
-            out.append(Finding("warning", "cpu-only-build",
-                               f"{label(c)} is a CPU-only build ({c.source}): it will not use "
-                               "the GPU.", fix))
+            out.append(
+                Finding(
+                    "warning",
+                    "cpu-only-build",
+                    f"{label(c)} is a CPU-only build ({c.source}): it will not use the GPU.",
+                    fix,
+                )
+            )
     return out
 
 
 def consumer_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:
-    return (rocm_and_cpu_findings(ctx, consumers) + driver_findings(ctx, consumers)
-            + arch_findings(ctx, consumers))
+    return (
+        rocm_and_cpu_findings(ctx, consumers)
+        + driver_findings(ctx, consumers)
+        + arch_findings(ctx, consumers)
+    )

@@ -32,8 +32,10 @@ def _plausible(value: int) -> bool:
 def read_static_cudart_version(path: str) -> tuple[int | None, str]:
     """(CUDART_VERSION, '') of the cudart linked into ``path``, or (None, why not)."""
     try:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0,
-                                                   access=mmap.ACCESS_READ) as data:
+        with (
+            open(path, "rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
             if data[:4] != b"\x7fELF":
                 return None, f"{path} is not an ELF file"
             if data.find(_SYMBOL) < 0:
@@ -43,6 +45,5 @@ def read_static_cudart_version(path: str) -> tuple[int | None, str]:
         return None, f"{path} could not be read ({exc})"
     values = {v for v in values if _plausible(v)}
     if len(values) != 1:
-        return None, (f"{path}: no single CUDART_VERSION store found "
-                      f"({sorted(values) or 'none'})")
+        return None, (f"{path}: no single CUDART_VERSION store found ({sorted(values) or 'none'})")
     return values.pop(), ""

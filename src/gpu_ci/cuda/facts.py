@@ -10,10 +10,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: nvmlBrandType_t values (nvml.h).
-BRANDS = {0: "unknown", 1: "quadro", 2: "tesla", 3: "nvs", 4: "grid", 5: "geforce",
-          6: "titan", 7: "vapps", 8: "vpc", 9: "vcs", 10: "vws", 11: "cloudgaming",
-          12: "quadrortx", 13: "nvidiartx", 14: "nvidia", 15: "geforcertx", 16: "titanrtx",
-          17: "dla", 18: "vgamedev", 19: "npu"}
+BRANDS = {
+    0: "unknown",
+    1: "quadro",
+    2: "tesla",
+    3: "nvs",
+    4: "grid",
+    5: "geforce",
+    6: "titan",
+    7: "vapps",
+    8: "vpc",
+    9: "vcs",
+    10: "vws",
+    11: "cloudgaming",
+    12: "quadrortx",
+    13: "nvidiartx",
+    14: "nvidia",
+    15: "geforcertx",
+    16: "titanrtx",
+    17: "dla",
+    18: "vgamedev",
+    19: "npu",
+}
 
 
 @dataclass(frozen=True)
@@ -55,13 +73,19 @@ class Gpu:
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "uuid": self.uuid,
-                "compute_capability": self.cc,
-                "memory_mib": self.memory_total_bytes // (1024 * 1024),
-                "mig": "enabled" if self.mig_enabled else
-                       ("disabled" if self.mig_enabled is False else "n/a"),
-                "mig_instances": list(self.mig_uuids), "brand": self.brand,
-                **({"mig_selected": self.mig_selected} if self.mig_selected else {})}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "compute_capability": self.cc,
+            "memory_mib": self.memory_total_bytes // (1024 * 1024),
+            "mig": "enabled"
+            if self.mig_enabled
+            else ("disabled" if self.mig_enabled is False else "n/a"),
+            "mig_instances": list(self.mig_uuids),
+            "brand": self.brand,
+            **({"mig_selected": self.mig_selected} if self.mig_selected else {}),
+        }
 
 
 @dataclass(frozen=True)

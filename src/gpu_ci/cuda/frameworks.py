@@ -15,21 +15,40 @@ from typing import Any
 
 from gpu_ci.cuda.arch import tensorflow_arch_list
 
-KNOWN = ("torch", "cupy", "jax", "numba", "tensorflow", "cuda-runtime", "conda", "nvcc",
-         "onnxruntime", "paddle", "cuda-bindings", "tensorrt", "triton")
+KNOWN = (
+    "torch",
+    "cupy",
+    "jax",
+    "numba",
+    "tensorflow",
+    "cuda-runtime",
+    "conda",
+    "nvcc",
+    "onnxruntime",
+    "paddle",
+    "cuda-bindings",
+    "tensorrt",
+    "triton",
+)
 
 #: Files the probe reads (text) from the target's site-packages. Triton's bundled ``cuda.h``
 #: says which CUDA its ptxas and headers are (``#define CUDA_VERSION 12080``, near the top).
-FILES = ("torch/version.py", "tensorflow/python/platform/build_info.py",
-         "onnxruntime/capi/build_and_package_info.py", "paddle/version/__init__.py",
-         "triton/backends/nvidia/include/cuda.h")
+FILES = (
+    "torch/version.py",
+    "tensorflow/python/platform/build_info.py",
+    "onnxruntime/capi/build_and_package_info.py",
+    "paddle/version/__init__.py",
+    "triton/backends/nvidia/include/cuda.h",
+)
 #: Binary files whose path the probe reports (the shell memory-maps them and reads their
 #: arch list: torch's literal, everyone else's ``.nv_fatbin`` entry headers, see .arch).
-BINARIES = ("torch/lib/libtorch_python.so",
-            "onnxruntime/capi/libonnxruntime_providers_cuda.so",
-            "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
-            "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
-            "paddle/base/libpaddle.so")
+BINARIES = (
+    "torch/lib/libtorch_python.so",
+    "onnxruntime/capi/libonnxruntime_providers_cuda.so",
+    "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+    "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+    "paddle/base/libpaddle.so",
+)
 
 
 @dataclass(frozen=True)
@@ -123,8 +142,12 @@ def _major_minor(version: str) -> str | None:
 
 
 def _runtime_wheel(dists: Mapping[str, str]) -> tuple[str, str] | None:
-    for name in ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12",
-                 "nvidia-cuda-runtime-cu11"):
+    for name in (
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-runtime-cu13",
+        "nvidia-cuda-runtime-cu12",
+        "nvidia-cuda-runtime-cu11",
+    ):
         if name in dists:
             return name, dists[name]
     return None
@@ -138,28 +161,44 @@ def _torch(facts: ProbeFacts) -> CudaConsumer | None:
     hip = re.search(r"^hip\s*(?::[^=]+)?=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
     if hip or re.search(r"\+rocm[\d.]+$", version):
         rocm = hip.group(1) if hip else version.rsplit("+rocm", 1)[1]
-        return CudaConsumer("torch", version, None, f"torch/version.py: hip = {rocm!r}"
-                            if hip else "version label", rocm=True)
+        return CudaConsumer(
+            "torch",
+            version,
+            None,
+            f"torch/version.py: hip = {rocm!r}" if hip else "version label",
+            rocm=True,
+        )
     arch = facts.arch_lists.get("torch/lib/libtorch_python.so")
     match = re.search(r"^cuda\s*(?::[^=]+)?=\s*(None|['\"]([\d.]+)['\"])", text, re.MULTILINE)
     if match:
         if match.group(1) == "None":
             return CudaConsumer("torch", version, None, "torch/version.py: cuda = None", True)
         cuda = _major_minor(match.group(2))
-        return CudaConsumer("torch", version, cuda, "torch/version.py",
-                            arch=tuple(arch) if arch is not None else None,
-                            tag="cu" + (cuda or "").replace(".", ""))
+        return CudaConsumer(
+            "torch",
+            version,
+            cuda,
+            "torch/version.py",
+            arch=tuple(arch) if arch is not None else None,
+            tag="cu" + (cuda or "").replace(".", ""),
+        )
     if version.endswith("+cpu"):
         return CudaConsumer("torch", version, None, "version label +cpu", True)
     label = _cu_label(version)
     if label:
-        return CudaConsumer("torch", version, label, "version label",
-                            arch=tuple(arch) if arch is not None else None,
-                            tag="cu" + label.replace(".", ""))
+        return CudaConsumer(
+            "torch",
+            version,
+            label,
+            "version label",
+            arch=tuple(arch) if arch is not None else None,
+            tag="cu" + label.replace(".", ""),
+        )
     runtime = _runtime_wheel(facts.dists)
     if runtime:
-        return CudaConsumer("torch", version, _major_minor(runtime[1]),
-                            f"wheel pin {runtime[0]}=={runtime[1]}")
+        return CudaConsumer(
+            "torch", version, _major_minor(runtime[1]), f"wheel pin {runtime[0]}=={runtime[1]}"
+        )
     return CudaConsumer("torch", version, None, "no CUDA record found")
 
 
@@ -168,8 +207,10 @@ def _runtime_minor(facts: ProbeFacts, major: str, name: str) -> tuple[str, str]:
     the CUDA runtime wheel installed next to it, else the major alone ('12.x')."""
     runtime = _runtime_wheel(facts.dists)
     if runtime and runtime[1].split(".")[0] == major:
-        return (_major_minor(runtime[1]) or f"{major}.x",
-                f"wheel name {name}; runtime {runtime[0]}=={runtime[1]}")
+        return (
+            _major_minor(runtime[1]) or f"{major}.x",
+            f"wheel name {name}; runtime {runtime[0]}=={runtime[1]}",
+        )
     return f"{major}.x", f"wheel name {name} (any CUDA {major}.x; runtime from the system)"
 
 
@@ -188,11 +229,16 @@ def _cupy(facts: ProbeFacts) -> list[CudaConsumer]:
             digits, floating = match.groups()
             runtime = facts.runtime_versions.get(name)
             if runtime:
-                cuda, how = (_runtime_version(runtime),
-                             f"{name}'s static cudart: runtimeGetVersion() = {runtime}")
+                cuda, how = (
+                    _runtime_version(runtime),
+                    f"{name}'s static cudart: runtimeGetVersion() = {runtime}",
+                )
             elif floating:
-                cuda, how = (f"{digits}.x", f"wheel name {name} (any CUDA {digits}.x; "
-                             "cudart linked statically, its minor not read)")
+                cuda, how = (
+                    f"{digits}.x",
+                    f"wheel name {name} (any CUDA {digits}.x; "
+                    "cudart linked statically, its minor not read)",
+                )
             else:
                 cuda, how = f"{digits[:-1]}.{digits[-1]}", f"wheel name {name}"
             out.append(CudaConsumer(name, version, cuda, how, tag=name))
@@ -207,19 +253,34 @@ def _jax(facts: ProbeFacts) -> list[CudaConsumer]:
         match = re.fullmatch(r"jax-cuda(\d+)-plugin", name)
         if match:
             cuda, how = _runtime_minor(facts, match.group(1), name)
-            arch = facts.arch_lists.get(f"jax_plugins/xla_cuda{match.group(1)}/"
-                                        "xla_cuda_plugin.so")
-            out.append(CudaConsumer(name, version, cuda, how, tag=f"cuda{match.group(1)}",
-                                    arch=tuple(arch) if arch else None))
+            arch = facts.arch_lists.get(f"jax_plugins/xla_cuda{match.group(1)}/xla_cuda_plugin.so")
+            out.append(
+                CudaConsumer(
+                    name,
+                    version,
+                    cuda,
+                    how,
+                    tag=f"cuda{match.group(1)}",
+                    arch=tuple(arch) if arch else None,
+                )
+            )
     if not out and "jaxlib" in facts.dists:
         version = facts.dists["jaxlib"]
         match = re.search(r"\+cuda(\d+)", version)
         if match:
-            out.append(CudaConsumer("jaxlib", version, f"{match.group(1)}.x", "version label",
-                                    tag=f"cuda{match.group(1)}"))
+            out.append(
+                CudaConsumer(
+                    "jaxlib",
+                    version,
+                    f"{match.group(1)}.x",
+                    "version label",
+                    tag=f"cuda{match.group(1)}",
+                )
+            )
         elif "jax" in facts.dists:
-            out.append(CudaConsumer("jax", facts.dists["jax"], None,
-                                    "no jax-cuda plugin installed", True))
+            out.append(
+                CudaConsumer("jax", facts.dists["jax"], None, "no jax-cuda plugin installed", True)
+            )
     return out
 
 
@@ -230,8 +291,9 @@ def _numba(facts: ProbeFacts) -> CudaConsumer | None:
     name = "numba-cuda" if "numba-cuda" in facts.dists else "numba"
     runtime = _runtime_wheel(facts.dists)
     if runtime:
-        return CudaConsumer(name, version, _major_minor(runtime[1]),
-                            f"wheel pin {runtime[0]}=={runtime[1]}")
+        return CudaConsumer(
+            name, version, _major_minor(runtime[1]), f"wheel pin {runtime[0]}=={runtime[1]}"
+        )
     return CudaConsumer(name, version, None, "CUDA comes from the toolkit at run time")
 
 
@@ -251,8 +313,13 @@ def _tensorflow(facts: ProbeFacts) -> CudaConsumer | None:
     match = re.search(r"['\"]cuda_version['\"]\s*[,:]\s*['\"]([\d.]+)['\"]", text)
     if match:
         arch = tensorflow_arch_list(text)
-        return CudaConsumer(name, version, _major_minor(match.group(1)), "build_info.py",
-                            arch=tuple(arch) if arch else None)
+        return CudaConsumer(
+            name,
+            version,
+            _major_minor(match.group(1)),
+            "build_info.py",
+            arch=tuple(arch) if arch else None,
+        )
     if re.search(r"['\"]is_cuda_build['\"]\s*[,:]\s*False", text):
         return CudaConsumer(name, version, None, "build_info.py: not a CUDA build", True)
     return CudaConsumer(name, version, None, "no CUDA record found")
@@ -267,13 +334,18 @@ def _onnxruntime(facts: ProbeFacts) -> CudaConsumer | None:
     version = facts.dists.get("onnxruntime-gpu")
     if version is None:
         return None
-    cuda = _assigned(facts.files.get("onnxruntime/capi/build_and_package_info.py", ""),
-                     "cuda_version")
+    cuda = _assigned(
+        facts.files.get("onnxruntime/capi/build_and_package_info.py", ""), "cuda_version"
+    )
     arch = facts.arch_lists.get("onnxruntime/capi/libonnxruntime_providers_cuda.so")
     if cuda:
-        return CudaConsumer("onnxruntime-gpu", version, _major_minor(cuda),
-                            "onnxruntime/capi/build_and_package_info.py",
-                            arch=tuple(arch) if arch else None)
+        return CudaConsumer(
+            "onnxruntime-gpu",
+            version,
+            _major_minor(cuda),
+            "onnxruntime/capi/build_and_package_info.py",
+            arch=tuple(arch) if arch else None,
+        )
     return CudaConsumer("onnxruntime-gpu", version, None, "no CUDA record found")
 
 
@@ -284,8 +356,13 @@ def _paddle(facts: ProbeFacts) -> CudaConsumer | None:
     cuda = _assigned(facts.files.get("paddle/version/__init__.py", ""), "cuda_version")
     arch = facts.arch_lists.get("paddle/base/libpaddle.so")
     if cuda and cuda != "False":
-        return CudaConsumer("paddlepaddle-gpu", version, _major_minor(cuda),
-                            "paddle/version/__init__.py", arch=tuple(arch) if arch else None)
+        return CudaConsumer(
+            "paddlepaddle-gpu",
+            version,
+            _major_minor(cuda),
+            "paddle/version/__init__.py",
+            arch=tuple(arch) if arch else None,
+        )
     return CudaConsumer("paddlepaddle-gpu", version, None, "no CUDA record found")
 
 
@@ -308,8 +385,9 @@ def _tensorrt(facts: ProbeFacts) -> CudaConsumer | None:
         if match:
             return CudaConsumer(name, version, f"{match.group(1)}.x", f"wheel name {name}")
     if "tensorrt" in facts.dists:
-        return CudaConsumer("tensorrt", facts.dists["tensorrt"], None,
-                            "no tensorrt-cuNN wheel found")
+        return CudaConsumer(
+            "tensorrt", facts.dists["tensorrt"], None, "no tensorrt-cuNN wheel found"
+        )
     return None
 
 
@@ -323,8 +401,12 @@ def _triton(facts: ProbeFacts) -> CudaConsumer | None:
     text = facts.files.get("triton/backends/nvidia/include/cuda.h", "")
     match = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", text, re.MULTILINE)
     if match:
-        return CudaConsumer("triton", version, _runtime_version(int(match.group(1))),
-                            "triton/backends/nvidia/include/cuda.h: CUDA_VERSION")
+        return CudaConsumer(
+            "triton",
+            version,
+            _runtime_version(int(match.group(1))),
+            "triton/backends/nvidia/include/cuda.h: CUDA_VERSION",
+        )
     return CudaConsumer("triton", version, None, "no bundled cuda.h found")
 
 
@@ -332,12 +414,10 @@ def _runtime_wheels(facts: ProbeFacts) -> list[CudaConsumer]:
     out = []
     runtime = _runtime_wheel(facts.dists)
     if runtime:
-        out.append(CudaConsumer(runtime[0], runtime[1], _major_minor(runtime[1]),
-                                "wheel version"))
+        out.append(CudaConsumer(runtime[0], runtime[1], _major_minor(runtime[1]), "wheel version"))
     if "cuda-toolkit" in facts.dists:
         version = facts.dists["cuda-toolkit"]
-        out.append(CudaConsumer("cuda-toolkit", version, _major_minor(version),
-                                "wheel version"))
+        out.append(CudaConsumer("cuda-toolkit", version, _major_minor(version), "wheel version"))
     return out
 
 
@@ -350,8 +430,11 @@ def _conda(facts: ProbeFacts) -> list[CudaConsumer]:
             continue
         name, version, _build = parts
         if name in ("cuda-version", "cudatoolkit", "pytorch-cuda", "cuda-cudart"):
-            out.append(CudaConsumer(f"conda {name}", version, _major_minor(version),
-                                    f"conda-meta/{filename}"))
+            out.append(
+                CudaConsumer(
+                    f"conda {name}", version, _major_minor(version), f"conda-meta/{filename}"
+                )
+            )
     return out
 
 
@@ -359,15 +442,16 @@ def _nvcc(facts: ProbeFacts) -> CudaConsumer | None:
     info = facts.nvcc
     if not info.get("path"):
         return None
-    match = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"',
-                      info.get("version_json", ""))
+    match = re.search(
+        r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', info.get("version_json", "")
+    )
     if match:
-        return CudaConsumer("nvcc", match.group(1), _major_minor(match.group(1)),
-                            f"{info['path']} (version.json)")
+        return CudaConsumer(
+            "nvcc", match.group(1), _major_minor(match.group(1)), f"{info['path']} (version.json)"
+        )
     match = re.search(r"release (\d+\.\d+), V([\d.]+)", info.get("nvcc_output", ""))
     if match:
-        return CudaConsumer("nvcc", match.group(2), match.group(1),
-                            f"{info['path']} --version")
+        return CudaConsumer("nvcc", match.group(2), match.group(1), f"{info['path']} --version")
     return CudaConsumer("nvcc", "?", None, f"{info['path']}: version unreadable")
 
 
@@ -381,8 +465,11 @@ def consumers(facts: ProbeFacts) -> list[CudaConsumer]:
     found += [("conda", c) for c in _conda(facts)]
     found.append(("nvcc", _nvcc(facts)))
     found += [("onnxruntime", _onnxruntime(facts)), ("paddle", _paddle(facts))]
-    found += [("cuda-bindings", _cuda_bindings(facts)), ("tensorrt", _tensorrt(facts)),
-              ("triton", _triton(facts))]
+    found += [
+        ("cuda-bindings", _cuda_bindings(facts)),
+        ("tensorrt", _tensorrt(facts)),
+        ("triton", _triton(facts)),
+    ]
     out = []
     for family, consumer in found:
         if consumer is not None:

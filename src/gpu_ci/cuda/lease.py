@@ -90,8 +90,7 @@ class Holder:
 def directory_from(value: str, environ: Mapping[str, str]) -> Path:
     """The input, else ``$GPU_CI_LEASE_DIR``, else ``/tmp/gpu-ci-leases``: every runner on a
     host must name the same one (the README's set-up puts it in the runners' ``.env``)."""
-    return Path(value.strip() or environ.get(DIRECTORY_VARIABLE, "").strip()
-                or DEFAULT_DIRECTORY)
+    return Path(value.strip() or environ.get(DIRECTORY_VARIABLE, "").strip() or DEFAULT_DIRECTORY)
 
 
 def prepare_directory(path: Path) -> str:
@@ -125,8 +124,10 @@ def directory_problem(mode: int, uid: int, euid: int) -> str:
     if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
         return "others may write it and it has no sticky bit (anyone could delete a lock)"
     if uid not in (0, euid):
-        return (f"it belongs to uid {uid}, who could delete the other users' lock files; "
-                "create it as root (install -d -m 1777)")
+        return (
+            f"it belongs to uid {uid}, who could delete the other users' lock files; "
+            "create it as root (install -d -m 1777)"
+        )
     return ""
 
 
@@ -175,8 +176,9 @@ def try_lock(directory: Path, uuid: str) -> int | None:
 def unfit(gpu: Candidate, min_free: int) -> str:
     """Pure: '' when an unleased GPU may be leased, else why not (for the message)."""
     if gpu.mig:
-        return ("MIG is enabled (a lease takes whole GPUs; CUDA would see none of it by its "
-                "GPU UUID)")
+        return (
+            "MIG is enabled (a lease takes whole GPUs; CUDA would see none of it by its GPU UUID)"
+        )
     if gpu.processes is None:
         return "its compute processes cannot be read"
     if gpu.processes:
@@ -197,8 +199,10 @@ def worker_devices(gpus: Sequence[Candidate], per_worker: int | None) -> tuple[s
     Without ``per_worker`` one worker per GPU; with it, as many as each GPU's free memory
     holds (at least one: a GPU is leased only with room for one), interleaved so that the
     first workers land on different GPUs."""
-    slots = [1 if per_worker is None or g.free_bytes is None
-             else max(1, g.free_bytes // per_worker) for g in gpus]
+    slots = [
+        1 if per_worker is None or g.free_bytes is None else max(1, g.free_bytes // per_worker)
+        for g in gpus
+    ]
     out: list[str] = []
     for round_ in range(max(slots, default=0)):
         out += [g.uuid for g, n in zip(gpus, slots) if round_ < n]
@@ -267,15 +271,23 @@ def holders(directory: Path, uuids: Iterable[str]) -> dict[str, Holder]:
     out: dict[str, Holder] = {}
     for uuid in uuids:
         stem = lock_name(uuid)[:-5]
-        found = [h for p in directory.glob(f"{stem}.*.json")
-                 if (h := read_info(p)) is not None and h.pid > 0 and pid_alive(h.pid)]
+        found = [
+            h
+            for p in directory.glob(f"{stem}.*.json")
+            if (h := read_info(p)) is not None and h.pid > 0 and pid_alive(h.pid)
+        ]
         if found:
             out[uuid] = max(found, key=lambda h: h.started)
     return out
 
 
-def busy_message(count: int, minutes: float, skipped: Mapping[str, str],
-                 held: Mapping[str, Holder], gpus: Sequence[Candidate]) -> str:
+def busy_message(
+    count: int,
+    minutes: float,
+    skipped: Mapping[str, str],
+    held: Mapping[str, Holder],
+    gpus: Sequence[Candidate],
+) -> str:
     """Pure: why no lease came within ``minutes``: every GPU and who holds it, or why it
     was skipped."""
     lines = []
@@ -285,5 +297,7 @@ def busy_message(count: int, minutes: float, skipped: Mapping[str, str],
         else:
             why = skipped.get(gpu.uuid, "free")
         lines.append(f"GPU {gpu.index} {gpu.uuid}: {why}")
-    return (f"no {count} GPU(s) could be leased within {minutes:g} minute(s) on this host "
-            f"({len(gpus)} GPU(s)): " + "; ".join(lines) + ".")
+    return (
+        f"no {count} GPU(s) could be leased within {minutes:g} minute(s) on this host "
+        f"({len(gpus)} GPU(s)): " + "; ".join(lines) + "."
+    )

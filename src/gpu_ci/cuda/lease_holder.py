@@ -45,8 +45,9 @@ STATE_NAME = "holder.json"
 #: run a pull request's code as the same user, who can read /proc/<pid>/environ): the
 #: loader's and Python's paths, locale, the runner's tracking id (so the runner's clean-up of
 #: the job's processes ends it) and the fake NVML's files of the tests; never the job's env:.
-HOLDER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
-                         "TMPDIR", "RUNNER_TRACKING_ID"})
+HOLDER_KEEP = frozenset(
+    {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ", "TMPDIR", "RUNNER_TRACKING_ID"}
+)
 HOLDER_KEEP_PREFIXES = ("LC_", "FAKE_NVML_")
 JOB_PID_VARIABLE = "GPU_CI_LEASE_JOB_PID"
 """Tests: the pid whose end ends the lease (instead of the step shell's parent)."""
@@ -139,8 +140,9 @@ def reading(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
     return lease.Candidate(gpu.index, gpu.uuid, total, free, procs, mig)
 
 
-def attempt(pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request,
-            skipped: dict[str, str]) -> dict[str, tuple[int, lease.Candidate]]:
+def attempt(
+    pynvml: Any, gpus: list[tuple[Any, lease.Candidate]], req: Request, skipped: dict[str, str]
+) -> dict[str, tuple[int, lease.Candidate]]:
     """One scan: the locks taken (all of ``req.count``, or none: they are given back)."""
     directory = Path(req.directory)
     taken: dict[str, tuple[int, lease.Candidate]] = {}
@@ -188,8 +190,7 @@ def acquire(req: Request) -> tuple[dict[str, tuple[int, lease.Candidate]], str]:
         skipped: dict[str, str] = {}
         while True:
             taken = attempt(pynvml, gpus, req, skipped)
-            if taken or time.monotonic() >= deadline or not job_alive(req.job_pid,
-                                                                       req.job_start):
+            if taken or time.monotonic() >= deadline or not job_alive(req.job_pid, req.job_start):
                 break
             time.sleep(req.poll_s * (0.5 + time.monotonic_ns() % 1000 / 1000))  # jitter
     finally:
@@ -231,8 +232,9 @@ def hold(req: Request) -> int:
         return 1
     directory, pid = Path(req.directory), os.getpid()
     for uuid, (_fd, _gpu) in taken.items():
-        lease.write_info(directory, lease.Holder(uuid=uuid, pid=pid, started=time.time(),
-                                                 **req.who))
+        lease.write_info(
+            directory, lease.Holder(uuid=uuid, pid=pid, started=time.time(), **req.who)
+        )
     answer({"ok": True, "pid": pid, "gpus": [asdict(g) for _fd, g in taken.values()]})
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -262,10 +264,19 @@ def state_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """The job's private directory under RUNNER_TEMP (the holder's state and log). The key
     keeps jobs that share a RUNNER_TEMP apart (matrix legs share run id, attempt and job id,
     so the runner's name is part of it), as gpu-monitor's does."""
-    key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
-                                     environ.get("GITHUB_RUN_ATTEMPT", ""),
-                                     environ.get("GITHUB_JOB", ""),
-                                     environ.get("RUNNER_NAME", "")) if part) or "local"
+    key = (
+        "-".join(
+            part
+            for part in (
+                environ.get("GITHUB_RUN_ID", ""),
+                environ.get("GITHUB_RUN_ATTEMPT", ""),
+                environ.get("GITHUB_JOB", ""),
+                environ.get("RUNNER_NAME", ""),
+            )
+            if part
+        )
+        or "local"
+    )
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return Path(runner_temp) / "gpu-ci-lease" / safe
 
@@ -297,8 +308,9 @@ def holder_environment(environ: Mapping[str, str]) -> dict[str, str]:
     bootstrapped venv holds dependencies only: the holder must run the same code)."""
     import gpu_ci
 
-    env = {k: v for k, v in environ.items()
-           if k in HOLDER_KEEP or k.startswith(HOLDER_KEEP_PREFIXES)}
+    env = {
+        k: v for k, v in environ.items() if k in HOLDER_KEEP or k.startswith(HOLDER_KEEP_PREFIXES)
+    }
     src = str(Path(gpu_ci.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -311,9 +323,15 @@ def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str
 
     with open(state_dir / "holder.log", "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", MARKER, str(state_dir)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, cwd=str(state_dir),
-            env=holder_environment(environ), start_new_session=True, close_fds=True)
+            [sys.executable, "-m", MARKER, str(state_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=str(state_dir),
+            env=holder_environment(environ),
+            start_new_session=True,
+            close_fds=True,
+        )
     assert proc.stdin is not None and proc.stdout is not None
     with proc.stdin:
         proc.stdin.write(json.dumps(asdict(req)).encode() + b"\n")
@@ -326,8 +344,10 @@ def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str
 
         proc.wait(5)
         tail = (state_dir / "holder.log").read_text(errors="replace").strip()[-800:]
-        raise GpuCiError(f"gpu-lease: the holder exited without an answer (status "
-                         f"{proc.returncode}): {tail or '(empty log)'}") from None
+        raise GpuCiError(
+            f"gpu-lease: the holder exited without an answer (status "
+            f"{proc.returncode}): {tail or '(empty log)'}"
+        ) from None
     if not reply.get("ok"):
         proc.wait(5)
     return dict(reply)
@@ -355,8 +375,9 @@ def holding(state: Mapping[str, Any]) -> bool:
     from gpu_ci import locks
 
     uuids = state.get("uuids") or []
-    return bool(uuids) and locks.held(Path(state.get("directory", "")) /
-                                      lease.lock_name(str(uuids[0])))
+    return bool(uuids) and locks.held(
+        Path(state.get("directory", "")) / lease.lock_name(str(uuids[0]))
+    )
 
 
 def current(state_dir: Path) -> dict[str, Any]:

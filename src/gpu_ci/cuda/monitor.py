@@ -84,8 +84,7 @@ GPU_UTILIZATION_SAMPLES = 1
 ARGUMENT_VERSION_MISMATCH = 25
 #: nvmlPerfPolicyType_t counters read each sample, and how the file names them: "how long
 #: did <reason> cause the GPU to be below application clocks" (ns, cumulative).
-VIOLATION_POLICIES = {0: "power", 1: "thermal", 3: "board_limit", 5: "reliability",
-                      10: "total"}
+VIOLATION_POLICIES = {0: "power", 1: "thermal", 3: "board_limit", 5: "reliability", 10: "total"}
 GPM_GRAPHICS_UTIL = 1
 """NVML_GPM_METRIC_GRAPHICS_UTIL: "Percentage of time any compute/graphics app was active"."""
 
@@ -107,25 +106,40 @@ class SamplerConfig:
     fake clock (as slow driver calls make a real one late)."""
 
     @classmethod
-    def from_environ(cls, directory: Path, interval: float,
-                     environ: Mapping[str, str]) -> SamplerConfig:
+    def from_environ(
+        cls, directory: Path, interval: float, environ: Mapping[str, str]
+    ) -> SamplerConfig:
         fake = environ.get("GPU_CI_MONITOR_FAKE_CLOCK", "").strip()
         limit = environ.get("GPU_CI_MONITOR_MAX_SAMPLES", "").strip()
         size = environ.get("GPU_CI_MONITOR_MAX_BYTES", "").strip()  # tests: a tiny disk
         lag = environ.get("GPU_CI_MONITOR_FAKE_LAG", "").strip()
-        return cls(directory, interval, float(fake) if fake else None,
-                   int(limit) if limit else 0, int(size) if size else MAX_BYTES,
-                   float(lag) if lag and fake else 0.0)
+        return cls(
+            directory,
+            interval,
+            float(fake) if fake else None,
+            int(limit) if limit else 0,
+            int(size) if size else MAX_BYTES,
+            float(lag) if lag and fake else 0.0,
+        )
 
 
 def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
     the key keeps two jobs that share a RUNNER_TEMP apart: matrix legs share run id, attempt
     and job id, so the runner's name is part of it)."""
-    key = "-".join(part for part in (environ.get("GITHUB_RUN_ID", ""),
-                                     environ.get("GITHUB_RUN_ATTEMPT", ""),
-                                     environ.get("GITHUB_JOB", ""),
-                                     environ.get("RUNNER_NAME", "")) if part) or "local"
+    key = (
+        "-".join(
+            part
+            for part in (
+                environ.get("GITHUB_RUN_ID", ""),
+                environ.get("GITHUB_RUN_ATTEMPT", ""),
+                environ.get("GITHUB_JOB", ""),
+                environ.get("RUNNER_NAME", ""),
+            )
+            if part
+        )
+        or "local"
+    )
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     return Path(runner_temp) / "gpu-ci-monitor" / safe
 
@@ -175,8 +189,9 @@ def is_our_sampler(pid: int, directory: Path) -> bool:
     return any(MARKER in a for a in text) and str(directory) in text
 
 
-def stop_sampler(directory: Path, wait_s: float = 15.0,
-                 sleep: Callable[[float], None] = time.sleep) -> str:
+def stop_sampler(
+    directory: Path, wait_s: float = 15.0, sleep: Callable[[float], None] = time.sleep
+) -> str:
     """Signal the job's sampler and wait for it to write its last line.
 
     Returns ``stopped``, ``not-running`` (it had ended: killed, or finished), or ``killed``
@@ -211,8 +226,11 @@ class _Nvml:
         import pynvml
 
         self.nvml = pynvml
-        self.names = {getattr(pynvml, n): n[len("NVML_ERROR_"):] for n in dir(pynvml)
-                      if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)}
+        self.names = {
+            getattr(pynvml, n): n[len("NVML_ERROR_") :]
+            for n in dir(pynvml)
+            if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)
+        }
         self.process_names: dict[int, str] = {}
         self.buffer_last: dict[tuple[int, int | None], int] = {}
         self.no_buffer: set[tuple[int, int | None]] = set()
@@ -245,8 +263,10 @@ class _Nvml:
         """Clocks-event reasons; drivers before R535 lack the renamed call (nvidia-ml-py
         then raises FUNCTION_NOT_FOUND), so the old name is asked next."""
         n = self.nvml
-        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
-                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        for name in (
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+        ):
             fn = getattr(n, name, None)
             if fn is None:
                 continue
@@ -329,17 +349,23 @@ class _Nvml:
             if int(exc.value) != NOT_SUPPORTED:  # e.g. a MIG-enabled GPU: no utilisation
                 raise
             gpu_util = mem_util = None
-        return {"util": gpu_util, "mem_util": mem_util,
-                "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
-                "temp": self.optional(temperature, n, handle),  # NVML 13's name, else the old
-                "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
-                "throttle": self.reasons(handle)}
+        return {
+            "util": gpu_util,
+            "mem_util": mem_util,
+            "power_mw": self.optional(n.nvmlDeviceGetPowerUsage, handle),
+            "temp": self.optional(temperature, n, handle),  # NVML 13's name, else the old
+            "sm_mhz": self.optional(n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
+            "throttle": self.reasons(handle),
+        }
 
     def processes(self, handle: Any) -> list[list[Any]]:
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
-        procs = [p for p in self.optional(running_processes, self.nvml, handle) or []
-                 if p.pid is not None]
+        procs = [
+            p
+            for p in self.optional(running_processes, self.nvml, handle) or []
+            if p.pid is not None
+        ]
         return [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs]
 
     def violations(self, key: tuple[int, int | None], handle: Any) -> dict[str, int] | None:
@@ -384,23 +410,35 @@ class _Nvml:
         n = self.nvml
         board = self.board(handle)
         mem_used, reserved = self.memory(handle)
-        return {"index": index, **board, "mem_used": mem_used, "mem_reserved": reserved,
-                "violation_ns": self.violations((index, None), handle),
-                "procs": self.processes(handle),
-                "util_busy_s": self.buffer_busy((index, None), handle),
-                "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle)}
+        return {
+            "index": index,
+            **board,
+            "mem_used": mem_used,
+            "mem_reserved": reserved,
+            "violation_ns": self.violations((index, None), handle),
+            "procs": self.processes(handle),
+            "util_busy_s": self.buffer_busy((index, None), handle),
+            "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle),
+        }
 
     def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
         """A MIG slice: its own memory, processes and GPM utilisation; the board's power
         apart (board-wide, not the slice's)."""
         mem_used, reserved = self.memory(device.handle)
-        return {"index": device.index, "slice": device.slot,
-                "util": self.gpm_util(device.key, device.parent, device.gi or 0),
-                "mem_util": None, "mem_used": mem_used, "mem_reserved": reserved,
-                "power_mw": None,
-                "board_power_mw": board["power_mw"], "temp": board["temp"],
-                "sm_mhz": board["sm_mhz"], "throttle": board["throttle"],
-                "procs": self.processes(device.handle)}
+        return {
+            "index": device.index,
+            "slice": device.slot,
+            "util": self.gpm_util(device.key, device.parent, device.gi or 0),
+            "mem_util": None,
+            "mem_used": mem_used,
+            "mem_reserved": reserved,
+            "power_mw": None,
+            "board_power_mw": board["power_mw"],
+            "temp": board["temp"],
+            "sm_mhz": board["sm_mhz"],
+            "throttle": board["throttle"],
+            "procs": self.processes(device.handle),
+        }
 
 
 def _buffer_busy_s(last: int, entries: list[tuple[int, int]]) -> float:
@@ -439,8 +477,11 @@ def mig_devices(nvml: Any, index: int, parent: Any, environ: Mapping[str, str]) 
     """The MIG devices of a MIG-enabled GPU that the job was given: those CUDA_VISIBLE_DEVICES
     names by ``MIG-`` UUID, else every one NVML lists (in a container given one slice, NVML
     lists that one). Empty when the GPU has none (or MIG is off)."""
-    wanted = {e.strip().lower() for e in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-              if e.strip().lower().startswith("mig-")}
+    wanted = {
+        e.strip().lower()
+        for e in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        if e.strip().lower().startswith("mig-")
+    }
     out = []
     try:
         if not nvml.nvmlDeviceGetMigMode(parent)[0]:
@@ -466,9 +507,13 @@ def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
     mig: bool | None = None
     with contextlib.suppress(nvml.NVMLError):
         mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
-    return {"index": index, "name": _text(nvml.nvmlDeviceGetName(handle)),
-            "uuid": _text(nvml.nvmlDeviceGetUUID(handle)), "memory_total": total,
-            "mig": mig}
+    return {
+        "index": index,
+        "name": _text(nvml.nvmlDeviceGetName(handle)),
+        "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+        "memory_total": total,
+        "mig": mig,
+    }
 
 
 def _text(value: Any) -> str:
@@ -484,10 +529,16 @@ def _slice_header(reader: _Nvml, device: Device) -> dict[str, Any]:
         if n.nvmlGpmQueryDeviceSupport(device.handle).isSupportedDevice:
             reader.gpm[device.key] = (n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc())
             source = "gpm"
-    return {"index": device.index, "slice": device.slot, "gi": device.gi,
-            "name": _text(n.nvmlDeviceGetName(device.handle)),
-            "uuid": _text(n.nvmlDeviceGetUUID(device.handle)), "memory_total": int(mem.total),
-            "mig": True, "util_source": source}
+    return {
+        "index": device.index,
+        "slice": device.slot,
+        "gi": device.gi,
+        "name": _text(n.nvmlDeviceGetName(device.handle)),
+        "uuid": _text(n.nvmlDeviceGetUUID(device.handle)),
+        "memory_total": int(mem.total),
+        "mig": True,
+        "util_source": source,
+    }
 
 
 class _Writer:
@@ -559,13 +610,28 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     samples_path = directory / SAMPLES_NAME
     with open(samples_path, "a", encoding="utf-8") as handle:
         out = _Writer(handle, config.max_bytes)
-        out.write({"kind": "start", "version": FORMAT_VERSION, "ts": started,
-                   "interval": config.interval, "pid": os.getpid(),
-                   "gpus": [entry for i, h in handles.items() for entry in (
-                       [_slice_header(reader, d) for d in slices[i]] if slices[i]
-                       else [_gpu_header(pynvml, i, h)])]})
-        (directory / STATE_NAME).write_text(json.dumps(
-            {"pid": os.getpid(), "started": started, "samples": str(samples_path)}) + "\n")
+        out.write(
+            {
+                "kind": "start",
+                "version": FORMAT_VERSION,
+                "ts": started,
+                "interval": config.interval,
+                "pid": os.getpid(),
+                "gpus": [
+                    entry
+                    for i, h in handles.items()
+                    for entry in (
+                        [_slice_header(reader, d) for d in slices[i]]
+                        if slices[i]
+                        else [_gpu_header(pynvml, i, h)]
+                    )
+                ],
+            }
+        )
+        (directory / STATE_NAME).write_text(
+            json.dumps({"pid": os.getpid(), "started": started, "samples": str(samples_path)})
+            + "\n"
+        )
         lost: set[int] = set()
         reason = ""
         while not stop:
@@ -584,9 +650,16 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 except pynvml.NVMLError as exc:
                     code = int(exc.value)
                     lost.add(i)
-                    out.write({"kind": "error", "ts": now, "gpu": i,
-                               "call": "sample", "code": code,
-                               "name": reader.names.get(code, "UNKNOWN")})
+                    out.write(
+                        {
+                            "kind": "error",
+                            "ts": now,
+                            "gpu": i,
+                            "call": "sample",
+                            "code": code,
+                            "name": reader.names.get(code, "UNKNOWN"),
+                        }
+                    )
             if not gpus and len(lost) == len(handles):
                 reason = "all-gpus-lost"
                 break
@@ -602,8 +675,9 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 break
             # Wait out the rest of the interval on the event set: Xid and ECC events
             # arrive during the wait and are stamped with the current clock.
-            budget = 0.0 if fake is not None else max(0.0, config.interval
-                                                       - (time.monotonic() - began))
+            budget = (
+                0.0 if fake is not None else max(0.0, config.interval - (time.monotonic() - began))
+            )
             deadline = time.monotonic() + budget
             while not stop:
                 left = deadline - time.monotonic()
@@ -617,16 +691,27 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                     if int(exc.value) != TIMEOUT:
                         events = None  # the event set broke: keep sampling without it
                     break
-                out.write({"kind": "event", "ts": clock(),
-                           "gpu": by_address.get(_address(data.device), -1),
-                           "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
-                           "data": int(data.eventData), "gi": int(data.gpuInstanceId),
-                           "ci": int(data.computeInstanceId)})
+                out.write(
+                    {
+                        "kind": "event",
+                        "ts": clock(),
+                        "gpu": by_address.get(_address(data.device), -1),
+                        "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
+                        "data": int(data.eventData),
+                        "gi": int(data.gpuInstanceId),
+                        "ci": int(data.computeInstanceId),
+                    }
+                )
                 if left <= 0:
                     break
-        out.write({"kind": "stop", "ts": clock(), "reason": reason or (stop[0] if stop
-                                                                         else "signal"),
-                   "samples": step[0]})
+        out.write(
+            {
+                "kind": "stop",
+                "ts": clock(),
+                "reason": reason or (stop[0] if stop else "signal"),
+                "samples": step[0],
+            }
+        )
     with contextlib.suppress(pynvml.NVMLError):
         for pair in reader.gpm.values():
             for sample in pair:

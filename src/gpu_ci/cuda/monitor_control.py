@@ -39,9 +39,21 @@ LOW_SPACE = 2**20
 #: What the sampler needs from the step's environment, and nothing else: the loader's and
 #: Python's paths, locale, the runner's tracking id (so the runner's clean-up still ends it),
 #: and the test knobs (``GPU_CI_MONITOR_*``, ``FAKE_NVML_*``: the fake libnvidia-ml's files).
-SAMPLER_KEEP = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ",
-                          "TMPDIR", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-                          "RUNNER_TRACKING_ID", "RUNNER_TEMP"})
+SAMPLER_KEEP = frozenset(
+    {
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "HOME",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "RUNNER_TRACKING_ID",
+        "RUNNER_TEMP",
+    }
+)
 SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
 
 
@@ -59,9 +71,12 @@ class Start:
 def require_private(directory: Path) -> None:
     why = monitor.make_private(directory)
     if why:
-        raise GpuCiError(f"gpu-monitor will not use {directory}: {why}. Another user may have "
-                         "made it; set RUNNER_TEMP to a directory of this user (the runner "
-                         "does) or remove it.", title="gpu-monitor: unsafe directory")
+        raise GpuCiError(
+            f"gpu-monitor will not use {directory}: {why}. Another user may have "
+            "made it; set RUNNER_TEMP to a directory of this user (the runner "
+            "does) or remove it.",
+            title="gpu-monitor: unsafe directory",
+        )
 
 
 def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start:
@@ -74,14 +89,19 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise GpuCiError(f"cannot create {directory} for the samples: {exc.strerror}. "
-                         "RUNNER_TEMP must be writable.") from None
+        raise GpuCiError(
+            f"cannot create {directory} for the samples: {exc.strerror}. "
+            "RUNNER_TEMP must be writable."
+        ) from None
     require_private(directory)
     snapshot = read_snapshot()
     visible = visible_gpus(snapshot.gpus, environ).gpus if snapshot.ok else ()
     if not visible:
-        why = (f"NVML is not available ({snapshot.error_name})" if not snapshot.ok
-               else "no GPU is visible to this job")
+        why = (
+            f"NVML is not available ({snapshot.error_name})"
+            if not snapshot.ok
+            else "no GPU is visible to this job"
+        )
         (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
         return Start(no_gpu=why)
     with open(directory / "start.lock", "a+") as guard:
@@ -97,8 +117,9 @@ def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The sampler outlives this step, into steps that run a pull request's code as the same
     user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
     (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
-    env = {k: v for k, v in environ.items()
-           if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)}
+    env = {
+        k: v for k, v in environ.items() if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)
+    }
     # The bootstrapped venv holds dependencies only (scripts/run.py loads this checkout's
     # src/): the sampler must load the same checkout's code, never another copy.
     src = str(Path(gpu_ci.__file__).resolve().parent.parent)
@@ -107,16 +128,27 @@ def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def spawn(directory: Path, interval: float, indices: list[int],
-          environ: Mapping[str, str]) -> int:
+def spawn(directory: Path, interval: float, indices: list[int], environ: Mapping[str, str]) -> int:
     """Start the detached sampler and wait until it holds its lock and wrote its header."""
     log = open(directory / monitor.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
     with log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", monitor.MARKER, str(directory), f"{interval:g}",
-             ",".join(str(i) for i in indices)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(directory),
-            env=sampler_environment(environ), start_new_session=True, close_fds=True)
+            [
+                sys.executable,
+                "-m",
+                monitor.MARKER,
+                str(directory),
+                f"{interval:g}",
+                ",".join(str(i) for i in indices),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=str(directory),
+            env=sampler_environment(environ),
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         state = monitor.read_state(directory) or {}
@@ -125,13 +157,17 @@ def spawn(directory: Path, interval: float, indices: list[int],
         if proc.poll() is not None:
             if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
                 return proc.pid  # it already finished (a test's max-samples)
-            raise GpuCiError(f"the gpu-monitor sampler exited at once (status "
-                             f"{proc.returncode}): {log_tail(directory)}{space_note(directory)}")
+            raise GpuCiError(
+                f"the gpu-monitor sampler exited at once (status "
+                f"{proc.returncode}): {log_tail(directory)}{space_note(directory)}"
+            )
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, 15)
-    raise GpuCiError(f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
-                     f"{log_tail(directory)}")
+    raise GpuCiError(
+        f"the gpu-monitor sampler did not start within {READY_TIMEOUT_S:.0f} s: "
+        f"{log_tail(directory)}"
+    )
 
 
 def space_note(directory: Path) -> str:
@@ -142,8 +178,11 @@ def space_note(directory: Path) -> str:
         free = free_bytes(directory)
     except OSError:
         return ""
-    return (f" ({directory} has {mb(free)} free: no space left on RUNNER_TEMP's disk for the "
-            "samples)" if free < LOW_SPACE else "")
+    return (
+        f" ({directory} has {mb(free)} free: no space left on RUNNER_TEMP's disk for the samples)"
+        if free < LOW_SPACE
+        else ""
+    )
 
 
 def log_tail(directory: Path) -> str:
@@ -162,7 +201,7 @@ def read_recording(directory: Path, environ: Mapping[str, str]) -> mr.Recording:
     try:
         with open(samples, "rb") as handle:
             data = handle.read(limit + READ_SLACK + 1)
-        recording = mr.parse_recording(data[:limit + READ_SLACK].decode("utf-8", "replace"))
+        recording = mr.parse_recording(data[: limit + READ_SLACK].decode("utf-8", "replace"))
     except mr.RecordingError as exc:
         raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
     except OSError as exc:
@@ -179,5 +218,6 @@ def report_time(recording: mr.Recording, environ: Mapping[str, str], now: float)
         return now
     if recording.stop:
         return float(recording.stop["ts"])
-    return ((recording.sample_times[-1] if recording.sample_times else recording.started)
-            + recording.interval)
+    return (
+        recording.sample_times[-1] if recording.sample_times else recording.started
+    ) + recording.interval

@@ -68,8 +68,12 @@ THROTTLE_REASONS = {
 
 #: Violation counters (nvmlPerfPolicyType_t) as the sample file names them, and the reason
 #: each reads as (nvml.h's translations: POWER -> SW_POWER_CAP, THERMAL -> SW_THERM_SLOWDOWN).
-VIOLATION_REASONS = {"power": "power cap (software)", "thermal": "thermal (software)",
-                     "board_limit": "board limit", "reliability": "reliability"}
+VIOLATION_REASONS = {
+    "power": "power cap (software)",
+    "thermal": "thermal (software)",
+    "board_limit": "board limit",
+    "reliability": "reliability",
+}
 
 #: Xid codes that mean the GPU is gone or needs a reset (NVIDIA's Xid catalogue).
 XID_MEANING = {
@@ -144,6 +148,13 @@ class GpuSample:
     def key(self) -> tuple[int, int | None]:
         return (self.index, self.slot)
 
+    @property
+    def busy_s(self) -> float:
+        """Busy seconds: the driver's sample buffer where it had one, else util x Δt."""
+        return (
+            self.util_busy_s if self.util_busy_s is not None else (self.util or 0.0) / 100 * self.dt
+        )
+
 
 @dataclass(frozen=True)
 class Recording:
@@ -177,16 +188,24 @@ def _time(value: Any) -> float:
 
 
 #: What a damaged or forged line can raise while it is read: it is counted, never a crash.
-_BAD_LINE = (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError,
-             RecursionError)
+_BAD_LINE = (
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
 
 
 def printable(text: str) -> str:
     """One line of plain text: control characters and Unicode line breaks (which end a
     Markdown table row or a log line) become spaces. Process names are chosen by the code
     the job runs, and land in the summary and in log lines."""
-    return "".join(" " if (c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029") else c
-                   for c in text)
+    return "".join(
+        " " if (c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029") else c for c in text
+    )
 
 
 def _float(value: Any) -> float | None:
@@ -205,15 +224,23 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
     util = g.get("util")
     viol = g.get("violation_ns") or {}
     return GpuSample(
-        ts, int(g["index"]), _util(util),
-        _int(g.get("mem_util")), int(g["mem_used"]),
-        _int(g.get("power_mw")), _int(g.get("temp")), _int(g.get("sm_mhz")),
+        ts,
+        int(g["index"]),
+        _util(util),
+        _int(g.get("mem_util")),
+        int(g["mem_used"]),
+        _int(g.get("power_mw")),
+        _int(g.get("temp")),
+        _int(g.get("sm_mhz")),
         _int(g.get("throttle")),
         tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ())),
-        slot=_int(g.get("slice")), util_busy_s=_float(g.get("util_busy_s")),
-        energy_mj=_int(g.get("energy_mj")), board_power_mw=_int(g.get("board_power_mw")),
+        slot=_int(g.get("slice")),
+        util_busy_s=_float(g.get("util_busy_s")),
+        energy_mj=_int(g.get("energy_mj")),
+        board_power_mw=_int(g.get("board_power_mw")),
         mem_reserved=_int(g.get("mem_reserved")),
-        violation_ns=tuple(sorted((str(k), int(v)) for k, v in dict(viol).items())))
+        violation_ns=tuple(sorted((str(k), int(v)) for k, v in dict(viol).items())),
+    )
 
 
 def _timed(samples: list[GpuSample], interval: float) -> tuple[GpuSample, ...]:
@@ -225,8 +252,12 @@ def _timed(samples: list[GpuSample], interval: float) -> tuple[GpuSample, ...]:
         prev = last.get(s.key)
         dt = interval if prev is None else max(0.0, s.ts - prev.ts)
         delta = None
-        if prev is not None and s.energy_mj is not None and prev.energy_mj is not None \
-                and s.energy_mj >= prev.energy_mj:  # a reset (driver reload) is no pair
+        if (
+            prev is not None
+            and s.energy_mj is not None
+            and prev.energy_mj is not None
+            and s.energy_mj >= prev.energy_mj
+        ):  # a reset (driver reload) is no pair
             delta = s.energy_mj - prev.energy_mj
         out.append(dataclasses.replace(s, dt=dt, energy_delta_mj=delta))
         last[s.key] = s
@@ -255,13 +286,27 @@ def parse_recording(text: str) -> Recording:
             record = json.loads(line)
             kind = record["kind"]
             if kind == "start":
-                header = {"ts": _time(record["ts"]), "interval": _time(record["interval"]),
-                          "gpus": [GpuInfo(int(g["index"]), str(g["name"]), str(g["uuid"]),
-                                           int(g["memory_total"]), g.get("mig"),
-                                           _int(g.get("slice")), _int(g.get("gi")),
-                                           (None if g.get("util_source", "nvml") is None
-                                            else str(g.get("util_source", "nvml"))))
-                                   for g in record["gpus"]]}
+                header = {
+                    "ts": _time(record["ts"]),
+                    "interval": _time(record["interval"]),
+                    "gpus": [
+                        GpuInfo(
+                            int(g["index"]),
+                            str(g["name"]),
+                            str(g["uuid"]),
+                            int(g["memory_total"]),
+                            g.get("mig"),
+                            _int(g.get("slice")),
+                            _int(g.get("gi")),
+                            (
+                                None
+                                if g.get("util_source", "nvml") is None
+                                else str(g.get("util_source", "nvml"))
+                            ),
+                        )
+                        for g in record["gpus"]
+                    ],
+                }
                 if header["interval"] <= 0:
                     raise ValueError("interval")
                 samples, times, events, errors, stop = [], [], [], [], None
@@ -271,31 +316,54 @@ def parse_recording(text: str) -> Recording:
                 times.append(ts)
                 samples.extend(got)
             elif kind == "event":
-                events.append({"kind": "event", "ts": _time(record["ts"]),
-                               "gpu": int(record.get("gpu", -1)),
-                               "type": str(record.get("type")),
-                               "data": int(record.get("data", 0)),
-                               "gi": _int(record.get("gi")), "ci": _int(record.get("ci"))})
+                events.append(
+                    {
+                        "kind": "event",
+                        "ts": _time(record["ts"]),
+                        "gpu": int(record.get("gpu", -1)),
+                        "type": str(record.get("type")),
+                        "data": int(record.get("data", 0)),
+                        "gi": _int(record.get("gi")),
+                        "ci": _int(record.get("ci")),
+                    }
+                )
             elif kind == "error":
-                errors.append({"kind": "error", "ts": _time(record["ts"]),
-                               "gpu": int(record.get("gpu", -1)),
-                               "call": str(record.get("call", "")),
-                               "code": int(record.get("code", 0)),
-                               "name": str(record.get("name", "UNKNOWN"))})
+                errors.append(
+                    {
+                        "kind": "error",
+                        "ts": _time(record["ts"]),
+                        "gpu": int(record.get("gpu", -1)),
+                        "call": str(record.get("call", "")),
+                        "code": int(record.get("code", 0)),
+                        "name": str(record.get("name", "UNKNOWN")),
+                    }
+                )
             elif kind == "stop":
-                stop = {"kind": "stop", "ts": _time(record["ts"]),
-                        "reason": str(record.get("reason", "")),
-                        "samples": int(record.get("samples", 0))}
+                stop = {
+                    "kind": "stop",
+                    "ts": _time(record["ts"]),
+                    "reason": str(record.get("reason", "")),
+                    "samples": int(record.get("samples", 0)),
+                }
             else:
                 raise ValueError(kind)
         except _BAD_LINE:
             bad += 1
     if header is None:
-        raise RecordingError("the sample file has no start line (none, or none readable): "
-                             "the sampler did not start.")
-    return Recording(header["ts"], header["interval"], tuple(header["gpus"]),
-                     _timed(samples, header["interval"]), tuple(times), tuple(events),
-                     tuple(errors), stop, bad)
+        raise RecordingError(
+            "the sample file has no start line (none, or none readable): the sampler did not start."
+        )
+    return Recording(
+        header["ts"],
+        header["interval"],
+        tuple(header["gpus"]),
+        _timed(samples, header["interval"]),
+        tuple(times),
+        tuple(events),
+        tuple(errors),
+        stop,
+        bad,
+    )
 
 
 # -- inputs besides the recording -------------------------------------------------------
@@ -463,16 +531,15 @@ class _Span:
 
     @classmethod
     def of(cls, samples: Sequence[GpuSample]) -> _Span:
-        busy = [s.util_busy_s if s.util_busy_s is not None else
-                (s.util or 0.0) / 100 * s.dt
-                for s in samples if s.util_busy_s is not None or s.util is not None]
-        return cls(busy_s=sum(busy) if busy else None,
-                   utils=tuple(float(s.util) for s in samples if s.util is not None),
-                   peak=max(samples, key=lambda s: s.mem_used, default=None),
-                   powers_w=tuple(s.power_mw / 1000 for s in samples
-                                  if s.power_mw is not None),
-                   energy_wh=_energy_wh(samples, "power_mw"),
-                   board_energy_wh=_energy_wh(samples, "board_power_mw"))
+        busy = [s.busy_s for s in samples if s.util_busy_s is not None or s.util is not None]
+        return cls(
+            busy_s=sum(busy) if busy else None,
+            utils=tuple(float(s.util) for s in samples if s.util is not None),
+            peak=max(samples, key=lambda s: s.mem_used, default=None),
+            powers_w=tuple(s.power_mw / 1000 for s in samples if s.power_mw is not None),
+            energy_wh=_energy_wh(samples, "power_mw"),
+            board_energy_wh=_energy_wh(samples, "board_power_mw"),
+        )
 
     @property
     def util_mean(self) -> float | None:
@@ -523,28 +590,35 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
     if len(counted) >= 2:  # the driver's counters: exact, between readings too
         first, last = dict(counted[0].violation_ns), dict(counted[-1].violation_ns)
         grew = {k: max(0, last[k] - first[k]) / 1e9 for k in last if k in first}
-        reasons = {VIOLATION_REASONS[k]: v for k, v in grew.items()
-                   if k in VIOLATION_REASONS and v > 0}
+        reasons = {
+            VIOLATION_REASONS[k]: v for k, v in grew.items() if k in VIOLATION_REASONS and v > 0
+        }
         throttled = grew["total"] if "total" in grew else sum(reasons.values())
     temps = [s.temp for s in mine if s.temp is not None]
     reserved = [s.mem_reserved for s in mine if s.mem_reserved is not None]
     lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)  # the board
     mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
-        gpu=gpu, samples=len(mine), busy_s=span.busy_s,
-        util_mean=span.util_mean, util_p95=p95(span.utils) if span.utils else None,
+        gpu=gpu,
+        samples=len(mine),
+        busy_s=span.busy_s,
+        util_mean=span.util_mean,
+        util_p95=p95(span.utils) if span.utils else None,
         util_max=max(span.utils) if span.utils else None,
         mem_util_mean=_mean(mem_utils) if mem_utils else None,
-        peak_memory=span.peak_memory, peak_process=peak_process,
+        peak_memory=span.peak_memory,
+        peak_process=peak_process,
         peak_at_s=(peak.ts - rec.started) if peak else None,
         energy_wh=span.energy_wh,
         power_max_w=max(span.powers_w) if span.powers_w else None,
         temp_max=max(temps) if temps else None,
-        throttled_s=throttled, throttle_reasons=reasons,
+        throttled_s=throttled,
+        throttle_reasons=reasons,
         processes=tuple(sorted(procs.values(), key=lambda p: -p.peak_memory)),
         lost_at_s=(float(lost["ts"]) - rec.started) if lost else None,
         board_energy_wh=span.board_energy_wh,
-        memory_reserved=max(reserved) if reserved else None)
+        memory_reserved=max(reserved) if reserved else None,
+    )
 
 
 def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
@@ -552,24 +626,43 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     inside = [s for s in rec.samples if phase.start < s.ts <= phase.end]
     span = _Span.of(inside)
     return PhaseUsage(
-        phase.name, phase.start - rec.started, max(0.0, phase.end - phase.start),
-        len({s.ts for s in inside}), span.busy_s, span.util_mean, span.peak_memory,
-        span.energy_wh)
+        phase.name,
+        phase.start - rec.started,
+        max(0.0, phase.end - phase.start),
+        len({s.ts for s in inside}),
+        span.busy_s,
+        span.util_mean,
+        span.peak_memory,
+        span.energy_wh,
+    )
 
 
-def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
-            job_started: float | None = None, pricing: Pricing | None = None,
-            limits: Limits | None = None, sizes: rs.Sizes | None = None) -> Report:
+def compute(
+    rec: Recording,
+    *,
+    end: float,
+    steps: Sequence[Phase] | None = None,
+    job_started: float | None = None,
+    pricing: Pricing | None = None,
+    limits: Limits | None = None,
+    sizes: rs.Sizes | None = None,
+) -> Report:
     """Everything the summary, outputs, JSON and push say, from plain data."""
     limits = limits or Limits()
     pricing = pricing or Pricing(None, "")
     gpus = tuple(_usage(g, rec) for g in rec.gpus)
     if steps:
         # Steps before the start step were paid too: listed, with nothing measured.
-        phases = tuple(_phase(p if p.end >= rec.started else
-                              Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
-                              rec)
-                       for p in steps if p.start < end)
+        phases = tuple(
+            _phase(
+                p
+                if p.end >= rec.started
+                else Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
+                rec,
+            )
+            for p in steps
+            if p.start < end
+        )
         phases_from = "steps"
     else:
         phases = (_phase(Phase("start → report", rec.started - 1e-6, end), rec),)
@@ -583,16 +676,28 @@ def compute(rec: Recording, *, end: float, steps: Sequence[Phase] | None = None,
     idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
     price = pricing.usd_per_minute
     cost = _money(price * paid) if price is not None else None
-    idle_cost = (_money(cost * Decimal(str(round(idle, 6))))
-                 if cost is not None and idle is not None else None)
-    report_cost = Cost(window, "job" if job_started is not None else "monitor", paid, gpu_paid,
-                       None if used is None else round(used, 4),
-                       None if idle is None else round(idle, 4), price, pricing.source, cost,
-                       idle_cost)
+    idle_cost = (
+        _money(cost * Decimal(str(round(idle, 6))))
+        if cost is not None and idle is not None
+        else None
+    )
+    report_cost = Cost(
+        window,
+        "job" if job_started is not None else "monitor",
+        paid,
+        gpu_paid,
+        None if used is None else round(used, 4),
+        None if idle is None else round(idle, 4),
+        price,
+        pricing.source,
+        cost,
+        idle_cost,
+    )
     report = Report(rec, end, gpus, phases, phases_from, report_cost)
     advice = right_size(gpus, paid, sizes) if sizes is not None else None
-    return Report(rec, end, gpus, phases, phases_from, report_cost,
-                  tuple(findings(report, limits)), advice)
+    return Report(
+        rec, end, gpus, phases, phases_from, report_cost, tuple(findings(report, limits)), advice
+    )
 
 
 def right_size(gpus: Sequence[GpuUsage], paid_minutes: int, sizes: rs.Sizes) -> rs.Advice | None:
@@ -603,12 +708,17 @@ def right_size(gpus: Sequence[GpuUsage], paid_minutes: int, sizes: rs.Sizes) -> 
         return None
     top = max(gpus, key=lambda g: (g.peak_memory, g.samples))
     utils = [g.util_mean for g in gpus]
-    activity = (None if any(u is None for u in utils)
-                else sum(u or 0.0 for u in utils) / len(utils))
-    return rs.advise(top.gpu.name, top.gpu.memory_total,
-                     top.peak_memory if top.samples else None, activity, sizes,
-                     mig_slice=top.gpu.slot is not None, paid_minutes=paid_minutes,
-                     gpus=len(gpus))
+    activity = None if any(u is None for u in utils) else sum(u or 0.0 for u in utils) / len(utils)
+    return rs.advise(
+        top.gpu.name,
+        top.gpu.memory_total,
+        top.peak_memory if top.samples else None,
+        activity,
+        sizes,
+        mig_slice=top.gpu.slot is not None,
+        paid_minutes=paid_minutes,
+        gpus=len(gpus),
+    )
 
 
 def _clock(seconds: float | None) -> str:
@@ -627,8 +737,11 @@ ALL_INSTANCES = 0xFFFFFFFF
 def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
     """An event is the job's unless it names a GPU instance other than the watched slices
     of that GPU (another tenant's Xid on a MIG board is not this job's finding)."""
-    gis = {g.gi for g in gpus if g.index == event.get("gpu") and g.slot is not None
-           and g.gi is not None}
+    gis = {
+        g.gi
+        for g in gpus
+        if g.index == event.get("gpu") and g.slot is not None and g.gi is not None
+    }
     gi = event.get("gi")
     return not gis or gi is None or gi == ALL_INSTANCES or gi in gis
 
@@ -639,12 +752,21 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
     for e in rec.errors:
         at = float(e["ts"]) - rec.started
         lost = e.get("code") == 15
-        out.append(Finding(
-            "warning", "gpu-lost" if lost else "nvml-failed",
-            f"GPU {e.get('gpu')}: NVML answered {e.get('name')} ({e.get('code')}) at "
-            f"+{_clock(at)}" + (": the GPU fell off the bus (Xid 79 in the kernel log); no "
-                                "samples after that. Drain this runner and reset the GPU."
-                                if lost else "; no samples from this GPU after that."), at))
+        out.append(
+            Finding(
+                "warning",
+                "gpu-lost" if lost else "nvml-failed",
+                f"GPU {e.get('gpu')}: NVML answered {e.get('name')} ({e.get('code')}) at "
+                f"+{_clock(at)}"
+                + (
+                    ": the GPU fell off the bus (Xid 79 in the kernel log); no "
+                    "samples after that. Drain this runner and reset the GPU."
+                    if lost
+                    else "; no samples from this GPU after that."
+                ),
+                at,
+            )
+        )
     for e in rec.events:
         if not _ours(e, rec.gpus):
             continue
@@ -652,57 +774,111 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
         if e.get("type") == "xid":
             code = int(e.get("data", 0))
             meaning = XID_MEANING.get(code, "see NVIDIA's Xid catalogue")
-            out.append(Finding("warning", f"xid-{code}",
-                               f"GPU {e.get('gpu')}: Xid {code} ({meaning}) at +{_clock(at)}.",
-                               at))
+            out.append(
+                Finding(
+                    "warning",
+                    f"xid-{code}",
+                    f"GPU {e.get('gpu')}: Xid {code} ({meaning}) at +{_clock(at)}.",
+                    at,
+                )
+            )
         else:
-            out.append(Finding("warning", str(e.get("type")),
-                               f"GPU {e.get('gpu')}: {e.get('type')} event at +{_clock(at)}.",
-                               at))
+            out.append(
+                Finding(
+                    "warning",
+                    str(e.get("type")),
+                    f"GPU {e.get('gpu')}: {e.get('type')} event at +{_clock(at)}.",
+                    at,
+                )
+            )
     if rec.stop is None:
         last = (rec.sample_times[-1] - rec.started) if rec.sample_times else None
-        out.append(Finding("warning", "sampler-ended-early",
-                           "the sampler ended without its last line (killed, or the disk "
-                           f"filled); samples end at +{_clock(last)}.", last))
+        out.append(
+            Finding(
+                "warning",
+                "sampler-ended-early",
+                "the sampler ended without its last line (killed, or the disk "
+                f"filled); samples end at +{_clock(last)}.",
+                last,
+            )
+        )
     elif rec.stop.get("reason") == "size-limit":
-        out.append(Finding("warning", "sample-file-full", "the sample file reached its size "
-                           "limit; later samples were not recorded."))
+        out.append(
+            Finding(
+                "warning",
+                "sample-file-full",
+                "the sample file reached its size limit; later samples were not recorded.",
+            )
+        )
     if rec.truncated_at is not None:
-        out.append(Finding("warning", "sample-file-too-large",
-                           "the sample file is larger than the sampler ever writes: something "
-                           f"else wrote to it; only its first {rec.truncated_at} bytes were "
-                           "read."))
+        out.append(
+            Finding(
+                "warning",
+                "sample-file-too-large",
+                "the sample file is larger than the sampler ever writes: something "
+                f"else wrote to it; only its first {rec.truncated_at} bytes were "
+                "read.",
+            )
+        )
     if rec.bad_lines:
-        out.append(Finding("warning", "unreadable-lines",
-                           f"{rec.bad_lines} line(s) of the sample file were unreadable."))
+        out.append(
+            Finding(
+                "warning",
+                "unreadable-lines",
+                f"{rec.bad_lines} line(s) of the sample file were unreadable.",
+            )
+        )
     for g in report.gpus:
         label = f"GPU {g.gpu.index} ({g.gpu.name})"
         if limits.max_memory is not None and g.peak_memory > limits.max_memory:
-            out.append(Finding(
-                "error", "max-memory-exceeded",
-                f"{label} peaked at {g.peak_memory / MIB:.0f} MiB"
-                + (f" ({g.peak_process})" if g.peak_process else "")
-                + f", above max-memory ({limits.max_memory / MIB:.0f} MiB).", g.peak_at_s))
+            out.append(
+                Finding(
+                    "error",
+                    "max-memory-exceeded",
+                    f"{label} peaked at {g.peak_memory / MIB:.0f} MiB"
+                    + (f" ({g.peak_process})" if g.peak_process else "")
+                    + f", above max-memory ({limits.max_memory / MIB:.0f} MiB).",
+                    g.peak_at_s,
+                )
+            )
         if limits.min_utilisation is not None and g.util_mean is None:
-            out.append(Finding(
-                "error" if limits.unknown_fails else "warning", "min-utilisation-unknown",
-                f"{label}: min-utilisation could not be evaluated: NVML reports no "
-                "utilisation for it (" + ("a MIG slice on a GPU without GPM counters, "
-                                          "which are Hopper and newer"
-                                          if g.gpu.slot is not None else "not supported")
-                + "); its busy time and idle share are unknown."))
-        elif (limits.min_utilisation is not None and g.util_mean is not None
-              and g.util_mean < limits.min_utilisation):
-            out.append(Finding(
-                "error", "min-utilisation-unmet",
-                f"{label} averaged {g.util_mean:.1f} % utilisation, below min-utilisation "
-                f"({limits.min_utilisation:g} %)."))
+            out.append(
+                Finding(
+                    "error" if limits.unknown_fails else "warning",
+                    "min-utilisation-unknown",
+                    f"{label}: min-utilisation could not be evaluated: NVML reports no "
+                    "utilisation for it ("
+                    + (
+                        "a MIG slice on a GPU without GPM counters, which are Hopper and newer"
+                        if g.gpu.slot is not None
+                        else "not supported"
+                    )
+                    + "); its busy time and idle share are unknown.",
+                )
+            )
+        elif (
+            limits.min_utilisation is not None
+            and g.util_mean is not None
+            and g.util_mean < limits.min_utilisation
+        ):
+            out.append(
+                Finding(
+                    "error",
+                    "min-utilisation-unmet",
+                    f"{label} averaged {g.util_mean:.1f} % utilisation, below min-utilisation "
+                    f"({limits.min_utilisation:g} %).",
+                )
+            )
     if limits.expect_gpu_use and not report.gpu_used:
-        out.append(Finding(
-            "error", "gpu-not-used",
-            "expect-gpu-use: no process used a GPU and no GPU was busy while the monitor ran: "
-            "the GPU tests ran on the CPU (a framework built without CUDA, or one that cannot "
-            "see the device) or were skipped."))
+        out.append(
+            Finding(
+                "error",
+                "gpu-not-used",
+                "expect-gpu-use: no process used a GPU and no GPU was busy while the monitor ran: "
+                "the GPU tests ran on the CPU (a framework built without CUDA, or one that cannot "
+                "see the device) or were skipped.",
+            )
+        )
     return sorted(out, key=lambda f: (f.level != "error", f.at_s is None, f.at_s or 0.0))
 
 
@@ -729,8 +905,11 @@ def _busy(value: float | None) -> str:
 
 def _energy_cell(g: GpuUsage) -> str:
     if g.gpu.slot is not None and g.energy_wh is None:
-        return ("board-wide " + _wh(g.board_energy_wh) + " (whole GPU, not this slice's)"
-                if g.board_energy_wh is not None else UNKNOWN)
+        return (
+            "board-wide " + _wh(g.board_energy_wh) + " (whole GPU, not this slice's)"
+            if g.board_energy_wh is not None
+            else UNKNOWN
+        )
     return _wh(g.energy_wh)
 
 
@@ -764,16 +943,26 @@ def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str
         if not mine:
             continue
         util = downsample([float(s.util or 0) for s in mine], max_points)
-        mem = downsample([round(100.0 * s.mem_used / gpu.memory_total, 1)
-                          if gpu.memory_total else 0.0 for s in mine], max_points)
+        mem = downsample(
+            [
+                round(100.0 * s.mem_used / gpu.memory_total, 1) if gpu.memory_total else 0.0
+                for s in mine
+            ],
+            max_points,
+        )
         n = len(util)
         times = [mine[(i * len(mine)) // n].ts - rec.started for i in range(n)]
-        out.append(xychart(
-            f"GPU {gpu.index} {gpu.name}: utilisation and memory used, % (line 1: util, "
-            f"line 2: memory)",
-            [_clock(t) for t in times],
-            [Series("utilisation %", tuple(util)), Series("memory %", tuple(mem))],
-            y_title="%", y_range=(0, 100), x_title="time since start"))
+        out.append(
+            xychart(
+                f"GPU {gpu.index} {gpu.name}: utilisation and memory used, % (line 1: util, "
+                f"line 2: memory)",
+                [_clock(t) for t in times],
+                [Series("utilisation %", tuple(util)), Series("memory %", tuple(mem))],
+                y_title="%",
+                y_range=(0, 100),
+                x_title="time since start",
+            )
+        )
     return out
 
 
@@ -782,53 +971,132 @@ def markdown(report: Report) -> str:
     n = len(report.gpus)
     used = UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.1f}"
     idle = None if c.idle_fraction is None else 100 * c.idle_fraction
-    head = (f"### gpu-monitor: {n} GPU(s), {used} of "
-            f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(idle)} "
-            "idle" + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None
-                      else "") + ")\n")
+    head = (
+        f"### gpu-monitor: {n} GPU(s), {used} of "
+        f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(idle)} "
+        "idle"
+        + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None else "")
+        + ")\n"
+    )
     parts = [head]
-    parts.append(_table(
-        ["GPU", "busy", "utilisation mean / p95 / max", "peak memory", "by", "energy",
-         "throttled"],
-        [(f"{g.gpu.index} {g.gpu.name}", _busy(g.busy_s),
-          (f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}"
-           if g.util_mean is not None else UNKNOWN),
-          f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}", g.peak_process or "-",
-          _energy_cell(g),
-          _busy(g.throttled_s) + (" (" + ", ".join(
-              f"{k} {_clock(v)}" for k, v in g.throttle_reasons.items()) + ")"
-              if g.throttle_reasons else ""))
-         for g in report.gpus]))
-    price = (f"${_trim(c.usd_per_minute)}/min ({c.price_source})" if c.usd_per_minute is not None
-             else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)")
-    parts.append(_table(
-        ["paid minutes", "GPU-minutes paid", "GPU-minutes used", "idle", "price", "cost",
-         "idle cost"],
-        [(f"{c.paid_minutes} ({_clock(c.window_s)} from the {c.window_from} start, rounded "
-          "up)", f"{c.gpu_minutes_paid:.0f}",
-          UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
-          _pct(idle), price, _usd(c.cost_usd),
-          UNKNOWN if c.idle_fraction is None and c.cost_usd is not None
-          else _usd(c.idle_cost_usd))]))
+    parts.append(
+        _table(
+            [
+                "GPU",
+                "busy",
+                "utilisation mean / p95 / max",
+                "peak memory",
+                "by",
+                "energy",
+                "throttled",
+            ],
+            [
+                (
+                    f"{g.gpu.index} {g.gpu.name}",
+                    _busy(g.busy_s),
+                    (
+                        f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}"
+                        if g.util_mean is not None
+                        else UNKNOWN
+                    ),
+                    f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}",
+                    g.peak_process or "-",
+                    _energy_cell(g),
+                    _busy(g.throttled_s)
+                    + (
+                        " ("
+                        + ", ".join(f"{k} {_clock(v)}" for k, v in g.throttle_reasons.items())
+                        + ")"
+                        if g.throttle_reasons
+                        else ""
+                    ),
+                )
+                for g in report.gpus
+            ],
+        )
+    )
+    price = (
+        f"${_trim(c.usd_per_minute)}/min ({c.price_source})"
+        if c.usd_per_minute is not None
+        else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)"
+    )
+    parts.append(
+        _table(
+            [
+                "paid minutes",
+                "GPU-minutes paid",
+                "GPU-minutes used",
+                "idle",
+                "price",
+                "cost",
+                "idle cost",
+            ],
+            [
+                (
+                    f"{c.paid_minutes} ({_clock(c.window_s)} from the {c.window_from} "
+                    "start, rounded up)",
+                    f"{c.gpu_minutes_paid:.0f}",
+                    UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
+                    _pct(idle),
+                    price,
+                    _usd(c.cost_usd),
+                    UNKNOWN
+                    if c.idle_fraction is None and c.cost_usd is not None
+                    else _usd(c.idle_cost_usd),
+                )
+            ],
+        )
+    )
     what = "step (jobs API)" if report.phases_from == "steps" else "phase"
-    parts.append(_table(
-        [what, "start", "duration", "busy GPU time", "mean utilisation", "peak memory",
-         "energy"],
-        [(p.name, ("-" if p.start_s < -0.5 else "+") + _clock(abs(p.start_s)),
-          _clock(p.duration_s), _busy(p.busy_s),
-          _pct(p.util_mean), _mib(p.peak_memory), _wh(p.energy_wh))
-         for p in report.phases]))
+    parts.append(
+        _table(
+            [
+                what,
+                "start",
+                "duration",
+                "busy GPU time",
+                "mean utilisation",
+                "peak memory",
+                "energy",
+            ],
+            [
+                (
+                    p.name,
+                    ("-" if p.start_s < -0.5 else "+") + _clock(abs(p.start_s)),
+                    _clock(p.duration_s),
+                    _busy(p.busy_s),
+                    _pct(p.util_mean),
+                    _mib(p.peak_memory),
+                    _wh(p.energy_wh),
+                )
+                for p in report.phases
+            ],
+        )
+    )
     if report.right_size is not None:
         parts.append(f"**Right size:** {printable(report.right_size.line())}.\n")
     parts.extend(charts(report))
     if report.findings:
         shown = report.findings[:MAX_FINDINGS_SHOWN]
-        parts.append(_table(["level", "code", "at", "finding"],
-                            [(f.level, f.code, f"+{_clock(f.at_s)}" if f.at_s is not None
-                              else "-", f.message) for f in shown]))
+        parts.append(
+            _table(
+                ["level", "code", "at", "finding"],
+                [
+                    (
+                        f.level,
+                        f.code,
+                        f"+{_clock(f.at_s)}" if f.at_s is not None else "-",
+                        f.message,
+                    )
+                    for f in shown
+                ],
+            )
+        )
         if len(report.findings) > len(shown):
-            parts.append(f"… and {len(report.findings) - len(shown)} more findings (all of them "
-                         "are in the JSON report).\n")
+            parts.append(
+                f"… and {len(report.findings) - len(shown)} more findings (all of them "
+                "are in the JSON report).\n"
+            )
     return "\n".join(parts)
 
 
@@ -851,38 +1119,68 @@ def as_json(report: Report) -> dict[str, Any]:
         "interval_s": rec.interval,
         "samples": len(rec.sample_times),
         "gpu_used": report.gpu_used,
-        "gpus": [{
-            "index": g.gpu.index, "name": g.gpu.name, "uuid": g.gpu.uuid,
-            "memory_total_bytes": g.gpu.memory_total, "samples": g.samples,
-            "mig_slice": g.gpu.slot,
-            "utilisation_source": (g.gpu.util_source if g.busy_s is not None
-                                   or g.util_mean is not None else None),
-            "busy_s": r(g.busy_s, 6), "utilisation": {"mean": r(g.util_mean, 3),
-                                                      "p95": g.util_p95, "max": g.util_max},
-            "memory_utilisation_mean": r(g.mem_util_mean, 3),
-            "peak_memory_bytes": g.peak_memory, "peak_process": g.peak_process,
-            "peak_at_s": g.peak_at_s, "energy_wh": r(g.energy_wh, 6),
-            "board_energy_wh": r(g.board_energy_wh, 6),
-            "memory_reserved_bytes": g.memory_reserved,
-            "power_max_w": g.power_max_w, "temperature_max_c": g.temp_max,
-            "throttled_s": g.throttled_s, "throttle_reasons_s": g.throttle_reasons,
-            "processes": [{"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
-                          for p in g.processes],
-            "lost_at_s": g.lost_at_s,
-        } for g in report.gpus],
+        "gpus": [
+            {
+                "index": g.gpu.index,
+                "name": g.gpu.name,
+                "uuid": g.gpu.uuid,
+                "memory_total_bytes": g.gpu.memory_total,
+                "samples": g.samples,
+                "mig_slice": g.gpu.slot,
+                "utilisation_source": (
+                    g.gpu.util_source if g.busy_s is not None or g.util_mean is not None else None
+                ),
+                "busy_s": r(g.busy_s, 6),
+                "utilisation": {"mean": r(g.util_mean, 3), "p95": g.util_p95, "max": g.util_max},
+                "memory_utilisation_mean": r(g.mem_util_mean, 3),
+                "peak_memory_bytes": g.peak_memory,
+                "peak_process": g.peak_process,
+                "peak_at_s": g.peak_at_s,
+                "energy_wh": r(g.energy_wh, 6),
+                "board_energy_wh": r(g.board_energy_wh, 6),
+                "memory_reserved_bytes": g.memory_reserved,
+                "power_max_w": g.power_max_w,
+                "temperature_max_c": g.temp_max,
+                "throttled_s": g.throttled_s,
+                "throttle_reasons_s": g.throttle_reasons,
+                "processes": [
+                    {"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
+                    for p in g.processes
+                ],
+                "lost_at_s": g.lost_at_s,
+            }
+            for g in report.gpus
+        ],
         "phases_from": report.phases_from,
-        "phases": [{"name": p.name, "start_s": p.start_s, "duration_s": p.duration_s,
-                    "samples": p.samples, "busy_s": r(p.busy_s, 6),
-                    "utilisation_mean": r(p.util_mean, 3),
-                    "peak_memory_bytes": p.peak_memory, "energy_wh": r(p.energy_wh, 6)}
-                   for p in report.phases],
-        "cost": {"window_s": c.window_s, "window_from": c.window_from,
-                 "paid_minutes": c.paid_minutes, "gpu_minutes_paid": c.gpu_minutes_paid,
-                 "gpu_minutes_used": c.gpu_minutes_used, "idle_fraction": c.idle_fraction,
-                 "usd_per_minute": money(c.usd_per_minute), "price_source": c.price_source,
-                 "cost_usd": money(c.cost_usd), "idle_cost_usd": money(c.idle_cost_usd)},
-        "findings": [{"level": f.level, "code": f.code, "message": f.message, "at_s": f.at_s}
-                     for f in report.findings],
+        "phases": [
+            {
+                "name": p.name,
+                "start_s": p.start_s,
+                "duration_s": p.duration_s,
+                "samples": p.samples,
+                "busy_s": r(p.busy_s, 6),
+                "utilisation_mean": r(p.util_mean, 3),
+                "peak_memory_bytes": p.peak_memory,
+                "energy_wh": r(p.energy_wh, 6),
+            }
+            for p in report.phases
+        ],
+        "cost": {
+            "window_s": c.window_s,
+            "window_from": c.window_from,
+            "paid_minutes": c.paid_minutes,
+            "gpu_minutes_paid": c.gpu_minutes_paid,
+            "gpu_minutes_used": c.gpu_minutes_used,
+            "idle_fraction": c.idle_fraction,
+            "usd_per_minute": money(c.usd_per_minute),
+            "price_source": c.price_source,
+            "cost_usd": money(c.cost_usd),
+            "idle_cost_usd": money(c.idle_cost_usd),
+        },
+        "findings": [
+            {"level": f.level, "code": f.code, "message": f.message, "at_s": f.at_s}
+            for f in report.findings
+        ],
         "right_size": right_size_json(report.right_size),
     }
 
@@ -893,8 +1191,10 @@ def right_size_json(a: rs.Advice | None) -> dict[str, Any] | None:
         return None
     pick = a.suggestion
     return {
-        "peak_memory_bytes": a.peak_memory, "needed_bytes": a.needed,
-        "current": a.current, "current_memory_bytes": a.current_memory,
+        "peak_memory_bytes": a.peak_memory,
+        "needed_bytes": a.needed,
+        "current": a.current,
+        "current_memory_bytes": a.current_memory,
         "activity": None if a.activity is None else round(a.activity, 3),
         "suggestion": None if pick is None else pick.name,
         "suggestion_kind": None if pick is None else pick.kind,
@@ -906,10 +1206,25 @@ def right_size_json(a: rs.Advice | None) -> dict[str, Any] | None:
     }
 
 
-CSV_COLUMNS = ("ts", "elapsed_s", "gpu", "uuid", "utilisation", "memory_utilisation",
-               "memory_used_mib", "power_w", "temperature_c", "sm_clock_mhz",
-               "throttle_reasons", "processes", "mig_slice", "busy_s", "energy_counter_mj",
-               "memory_reserved_mib", "board_power_w")
+CSV_COLUMNS = (
+    "ts",
+    "elapsed_s",
+    "gpu",
+    "uuid",
+    "utilisation",
+    "memory_utilisation",
+    "memory_used_mib",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "throttle_reasons",
+    "processes",
+    "mig_slice",
+    "busy_s",
+    "energy_counter_mj",
+    "memory_reserved_mib",
+    "board_power_w",
+)
 
 
 def samples_csv(rec: Recording) -> str:
@@ -921,20 +1236,27 @@ def samples_csv(rec: Recording) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for s in rec.samples:
-        writer.writerow([
-            f"{s.ts:.3f}", f"{s.ts - rec.started:.3f}", s.index, uuids.get(s.key, ""),
-            "" if s.util is None else s.util, "" if s.mem_util is None else s.mem_util,
-            f"{s.mem_used / MIB:.1f}",
-            "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
-            "" if s.temp is None else s.temp, "" if s.sm_mhz is None else s.sm_mhz,
-            "" if s.throttle is None else f"0x{s.throttle:x}",
-            " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs),
-            "" if s.slot is None else s.slot,
-            "" if s.util_busy_s is None and s.util is None else
-            f"{s.util_busy_s if s.util_busy_s is not None else (s.util or 0) / 100 * s.dt:.3f}",
-            "" if s.energy_mj is None else s.energy_mj,
-            "" if s.mem_reserved is None else f"{s.mem_reserved / MIB:.1f}",
-            "" if s.board_power_mw is None else f"{s.board_power_mw / 1000:.3f}"])
+        writer.writerow(
+            [
+                f"{s.ts:.3f}",
+                f"{s.ts - rec.started:.3f}",
+                s.index,
+                uuids.get(s.key, ""),
+                "" if s.util is None else s.util,
+                "" if s.mem_util is None else s.mem_util,
+                f"{s.mem_used / MIB:.1f}",
+                "" if s.power_mw is None else f"{s.power_mw / 1000:.3f}",
+                "" if s.temp is None else s.temp,
+                "" if s.sm_mhz is None else s.sm_mhz,
+                "" if s.throttle is None else f"0x{s.throttle:x}",
+                " ".join(f"{name}:{pid}:{used / MIB:.0f}" for pid, used, name in s.procs),
+                "" if s.slot is None else s.slot,
+                "" if s.util_busy_s is None and s.util is None else f"{s.busy_s:.3f}",
+                "" if s.energy_mj is None else s.energy_mj,
+                "" if s.mem_reserved is None else f"{s.mem_reserved / MIB:.1f}",
+                "" if s.board_power_mw is None else f"{s.board_power_mw / 1000:.3f}",
+            ]
+        )
     return buf.getvalue()
 
 
@@ -950,8 +1272,9 @@ def outputs(report: Report) -> dict[str, str]:
         "gpu-count": str(len(gpus)),
         "gpu-used": "true" if report.gpu_used else "false",
         "busy-seconds": "" if None in busy else f"{sum(b or 0.0 for b in busy):.6g}",
-        "utilisation-mean": ("" if None in utils or not utils
-                             else f"{sum(u or 0.0 for u in utils) / len(utils):.1f}"),
+        "utilisation-mean": (
+            "" if None in utils or not utils else f"{sum(u or 0.0 for u in utils) / len(utils):.1f}"
+        ),
         "peak-memory-mib": str(max((g.peak_memory for g in gpus), default=0) // MIB),
         "energy-wh": "" if None in energy else f"{sum(e or 0.0 for e in energy):.3f}",
         "paid-minutes": str(c.paid_minutes),

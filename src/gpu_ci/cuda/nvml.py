@@ -34,9 +34,11 @@ FUNCTION_NOT_FOUND = 13
 def error_names() -> dict[int, str]:
     import pynvml
 
-    return {getattr(pynvml, name): name[len("NVML_ERROR_"):]
-            for name in dir(pynvml) if name.startswith("NVML_ERROR_")
-            and isinstance(getattr(pynvml, name), int)}
+    return {
+        getattr(pynvml, name): name[len("NVML_ERROR_") :]
+        for name in dir(pynvml)
+        if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
+    }
 
 
 def kernel_module_version(path: Path | None = None) -> str:
@@ -87,9 +89,11 @@ class Process:
 #: (nvmlProcessInfo_t = _v2_t: pid, usedGpuMemory, GPU and compute instance ids; _v1_t: the
 #: first two). R470 exports no _v3 (nvidia-ml-py's unversioned wrapper then raises
 #: NVMLLibraryMismatchError); nvidia-ml-py has no wrapper for the v1 symbol at all.
-PROCESS_CALLS = (("nvmlDeviceGetComputeRunningProcesses_v3", 24),
-                 ("nvmlDeviceGetComputeRunningProcesses_v2", 24),
-                 ("nvmlDeviceGetComputeRunningProcesses", 16))
+PROCESS_CALLS = (
+    ("nvmlDeviceGetComputeRunningProcesses_v3", 24),
+    ("nvmlDeviceGetComputeRunningProcesses_v2", 24),
+    ("nvmlDeviceGetComputeRunningProcesses", 16),
+)
 #: Early R535 drivers wrote _v3 entries 32 bytes apart (an 8-byte field the header never
 #: shipped): read with the header's 24 bytes, the second entry starts inside the first.
 WIDE_STRIDE = 32
@@ -134,8 +138,11 @@ def running_processes(pynvml: Any, handle: Any) -> list[Process]:
         procs = _decode(buf, n, size)  # v1's 16 bytes: the same pid and usedGpuMemory
         if size > 16 and any(p.pid in _BAD_PIDS for p in procs):
             wide = _decode(buf, n, WIDE_STRIDE)
-            procs = wide if not any(p.pid in _BAD_PIDS for p in wide) else [
-                p if p.pid not in _BAD_PIDS else Process(None) for p in procs]
+            procs = (
+                wide
+                if not any(p.pid in _BAD_PIDS for p in wide)
+                else [p if p.pid not in _BAD_PIDS else Process(None) for p in procs]
+            )
         return procs
     raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
 
@@ -158,8 +165,11 @@ def temperature(pynvml: Any, handle: Any) -> int:
     """The GPU sensor's temperature in °C. nvml.h (NVML 13): nvmlDeviceGetTemperature is
     DEPRECATED(13.0), "Use nvmlDeviceGetTemperatureV instead"; older drivers have only it."""
     sensor = pynvml.NVML_TEMPERATURE_GPU
-    return int(_newer_or_older(pynvml, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature",
-                               handle, sensor))
+    return int(
+        _newer_or_older(
+            pynvml, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", handle, sensor
+        )
+    )
 
 
 def clocks_event_reasons(pynvml: Any, handle: Any) -> int:
@@ -167,8 +177,14 @@ def clocks_event_reasons(pynvml: Any, handle: Any) -> int:
     nvmlDeviceGetCurrentClocksThrottleReasons is DEPRECATED(13.0), "Use
     nvmlDeviceGetCurrentClocksEventReasons instead" (the same bits); older drivers have only
     the throttle name."""
-    return int(_newer_or_older(pynvml, "nvmlDeviceGetCurrentClocksEventReasons",
-                               "nvmlDeviceGetCurrentClocksThrottleReasons", handle))
+    return int(
+        _newer_or_older(
+            pynvml,
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+            handle,
+        )
+    )
 
 
 def memory_info(pynvml: Any, handle: Any) -> tuple[int, int]:
@@ -200,8 +216,9 @@ def read_snapshot() -> NvmlSnapshot:
     try:
         import pynvml
     except ImportError:  # pragma: no cover - a dependency of the package
-        return NvmlSnapshot(ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND",
-                            failed_call="import pynvml")
+        return NvmlSnapshot(
+            ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND", failed_call="import pynvml"
+        )
     names = error_names()
     caught = nvml_errors(pynvml)
 
@@ -221,18 +238,22 @@ def read_snapshot() -> NvmlSnapshot:
             return None
 
     def failure(failed: _Failed) -> NvmlSnapshot:
-        return NvmlSnapshot(ok=False, error_code=failed.code,
-                            error_name=names.get(failed.code, "UNKNOWN"),
-                            failed_call=failed.call,
-                            kernel_module_version=kernel_module_version())
+        return NvmlSnapshot(
+            ok=False,
+            error_code=failed.code,
+            error_name=names.get(failed.code, "UNKNOWN"),
+            failed_call=failed.call,
+            kernel_module_version=kernel_module_version(),
+        )
 
     def cuda_version(extra: dict[str, Any]) -> int:
         # nvml.h: _v2 is libcuda's cuDriverGetVersion(), LIBRARY_NOT_FOUND without libcuda.so.1
         # (a container with NVIDIA_DRIVER_CAPABILITIES=utility), FUNCTION_NOT_FOUND where
         # the driver or libcuda lacks it; v1 then answers "a known supported version number".
         try:
-            return int(call("nvmlSystemGetCudaDriverVersion_v2",
-                            pynvml.nvmlSystemGetCudaDriverVersion_v2))
+            return int(
+                call("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
+            )
         except _Failed as failed:
             if failed.code not in (LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND):
                 raise
@@ -266,61 +287,90 @@ def read_snapshot() -> NvmlSnapshot:
                 # nvml.h: a MIG parent's aggregate information comes "only if the caller has
                 # appropriate privileges. Per-instance information can be queried by using
                 # specific MIG device handles" -- so each instance is read through its own.
-                slots = optional(errors, "MIG devices", pynvml.nvmlDeviceGetMaxMigDeviceCount,
-                                 handle) or 0
+                slots = (
+                    optional(errors, "MIG devices", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+                    or 0
+                )
                 for slot in range(slots):
-                    mig_handle = optional([], "MIG device",
-                                          pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
-                                          handle, slot)
-                    mig_uuid = None if mig_handle is None else optional(
-                        errors, "MIG device UUID", pynvml.nvmlDeviceGetUUID, mig_handle)
+                    mig_handle = optional(
+                        [], "MIG device", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot
+                    )
+                    mig_uuid = (
+                        None
+                        if mig_handle is None
+                        else optional(
+                            errors, "MIG device UUID", pynvml.nvmlDeviceGetUUID, mig_handle
+                        )
+                    )
                     if mig_uuid is None:
                         continue
                     mig_name = optional([], "MIG name", pynvml.nvmlDeviceGetName, mig_handle)
-                    mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo,
-                                       mig_handle)
-                    instances.append(MigInstance(
-                        _text(mig_uuid), _text(mig_name) if mig_name is not None else "",
-                        int(mig_mem.total) if mig_mem is not None else None,
-                        processes(errors, "MIG processes", mig_handle)))
+                    mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo, mig_handle)
+                    instances.append(
+                        MigInstance(
+                            _text(mig_uuid),
+                            _text(mig_name) if mig_name is not None else "",
+                            int(mig_mem.total) if mig_mem is not None else None,
+                            processes(errors, "MIG processes", mig_handle),
+                        )
+                    )
             memory_total, _used = call("nvmlDeviceGetMemoryInfo", memory_info, pynvml, handle)
-            persistence = optional(errors, "persistence mode",
-                                   pynvml.nvmlDeviceGetPersistenceMode, handle)
-            ecc = optional(errors, "ECC errors", pynvml.nvmlDeviceGetTotalEccErrors, handle,
-                           pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
-            retired = optional(errors, "retired pages",
-                               pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+            persistence = optional(
+                errors, "persistence mode", pynvml.nvmlDeviceGetPersistenceMode, handle
+            )
+            ecc = optional(
+                errors,
+                "ECC errors",
+                pynvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+            retired = optional(
+                errors, "retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
+            )
             remap = optional(errors, "remapped rows", pynvml.nvmlDeviceGetRemappedRows, handle)
             if mig_enabled:
                 counts = [m.other_processes for m in instances]
                 procs = None if None in counts else sum(c or 0 for c in counts)
             else:
                 procs = processes(errors, "processes", handle)
-            gpus.append(Gpu(
-                index=index,
-                name=_text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
-                uuid=_text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)),
-                compute_capability=tuple(call("nvmlDeviceGetCudaComputeCapability",
-                                              pynvml.nvmlDeviceGetCudaComputeCapability,
-                                              handle)),
-                memory_total_bytes=memory_total,
-                brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
-                mig_enabled=mig_enabled,
-                mig_uuids=tuple(m.uuid for m in instances),
-                persistence_mode=None if persistence is None else bool(persistence),
-                ecc_uncorrected_volatile=None if ecc is None else int(ecc),
-                retired_pages_pending=None if retired is None else bool(retired),
-                remapped_rows_pending=None if remap is None else bool(remap[2]),
-                remapped_rows_failure=None if remap is None else bool(remap[3]),
-                other_processes=procs,
-                unreadable=tuple(errors),
-                mig_instances=tuple(instances),
-            ))
+            gpus.append(
+                Gpu(
+                    index=index,
+                    name=_text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
+                    uuid=_text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)),
+                    compute_capability=tuple(
+                        call(
+                            "nvmlDeviceGetCudaComputeCapability",
+                            pynvml.nvmlDeviceGetCudaComputeCapability,
+                            handle,
+                        )
+                    ),
+                    memory_total_bytes=memory_total,
+                    brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
+                    mig_enabled=mig_enabled,
+                    mig_uuids=tuple(m.uuid for m in instances),
+                    persistence_mode=None if persistence is None else bool(persistence),
+                    ecc_uncorrected_volatile=None if ecc is None else int(ecc),
+                    retired_pages_pending=None if retired is None else bool(retired),
+                    remapped_rows_pending=None if remap is None else bool(remap[2]),
+                    remapped_rows_failure=None if remap is None else bool(remap[3]),
+                    other_processes=procs,
+                    unreadable=tuple(errors),
+                    mig_instances=tuple(instances),
+                )
+            )
     except _Failed as failed:
         return failure(failed)
     finally:
         with contextlib.suppress(*caught):
             pynvml.nvmlShutdown()
-    return NvmlSnapshot(ok=True, driver_version=driver, cuda_driver_version=cuda,
-                        gpus=tuple(gpus), kernel_module_version=kernel_module_version(),
-                        extra=extra)
+    return NvmlSnapshot(
+        ok=True,
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        gpus=tuple(gpus),
+        kernel_module_version=kernel_module_version(),
+        extra=extra,
+    )

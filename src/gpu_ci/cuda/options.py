@@ -31,14 +31,21 @@ class VerifyOptions:
     """Level of hardware-health faults: 'error' (default) or 'warning' (``health: warn``)."""
 
 
-def parse_options(*, require: Sequence[str] = (), fail_on: str = "error", deep: bool = False,
-                  require_gpu: bool = True, frameworks_text: str = "auto", python: str = "",
-                  report_file: str = "", health: str = "error") -> VerifyOptions:
+def parse_options(
+    *,
+    require: Sequence[str] = (),
+    fail_on: str = "error",
+    deep: bool = False,
+    require_gpu: bool = True,
+    frameworks_text: str = "auto",
+    python: str = "",
+    report_file: str = "",
+    health: str = "error",
+) -> VerifyOptions:
     requirements = tuple(require_spec.parse_lines(list(require)))
     fail = fail_on.strip().lower()
     if fail not in FAIL_ON:
-        raise UsageError(f"input 'fail-on' must be one of {', '.join(FAIL_ON)}; got "
-                         f"{fail_on!r}.")
+        raise UsageError(f"input 'fail-on' must be one of {', '.join(FAIL_ON)}; got {fail_on!r}.")
     level = HEALTH.get(health.strip().lower())
     if level is None:
         raise UsageError(f"input 'health' must be error or warn; got {health!r}.")
@@ -46,8 +53,17 @@ def parse_options(*, require: Sequence[str] = (), fail_on: str = "error", deep: 
     if chosen:
         unknown = [n for n in chosen if n not in frameworks.KNOWN]
         if unknown:
-            raise UsageError(f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
-                             f"of {', '.join(frameworks.KNOWN)}.")
-    return VerifyOptions(requirements=requirements, fail_on=fail, deep=deep,
-                         require_gpu=require_gpu, frameworks=chosen, python=python.strip(),
-                         report_file=report_file.strip(), health=level)
+            raise UsageError(
+                f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
+                f"of {', '.join(frameworks.KNOWN)}."
+            )
+    return VerifyOptions(
+        requirements=requirements,
+        fail_on=fail,
+        deep=deep,
+        require_gpu=require_gpu,
+        frameworks=chosen,
+        python=python.strip(),
+        report_file=report_file.strip(),
+        health=level,
+    )

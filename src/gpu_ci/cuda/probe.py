@@ -150,13 +150,18 @@ def _clean_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in ("PYTHONHOME", "PYTHONNOUSERSITE")}
 
 
-def probe_python(python: str, environ: Mapping[str, str], timeout: float = 20.0
-                 ) -> tuple[dict[str, Any] | None, str]:
+def probe_python(
+    python: str, environ: Mapping[str, str], timeout: float = 20.0
+) -> tuple[dict[str, Any] | None, str]:
     """(facts, error) from one subprocess in the target interpreter."""
     try:
-        proc = subprocess.run([python, "-c", PROBE, json.dumps(FILES), json.dumps(BINARIES)],
-                              capture_output=True, text=True,
-                              timeout=timeout, env=_clean_env(environ))
+        proc = subprocess.run(
+            [python, "-c", PROBE, json.dumps(FILES), json.dumps(BINARIES)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_clean_env(environ),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{python} could not be run ({exc})"
     if proc.returncode != 0:
@@ -193,8 +198,9 @@ def find_nvcc(environ: Mapping[str, str]) -> dict[str, str]:
             info["version_json"] = version_json.read_text(encoding="utf-8", errors="replace")
         else:
             try:
-                proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                                      timeout=10)
+                proc = subprocess.run(
+                    [str(nvcc), "--version"], capture_output=True, text=True, timeout=10
+                )
                 info["nvcc_output"] = proc.stdout
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -217,11 +223,16 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
         if found is not None:  # unreadable: the build's arch stays unknown, as before
             arch_lists[rel] = found
     dists = raw.get("dists") or {}
-    facts = ProbeFacts(python=str(raw.get("python") or python or ""), prefix=prefix,
-                       dists=dists, files=raw.get("files") or {},
-                       conda_meta=conda_meta(prefix) if prefix else [],
-                       nvcc=find_nvcc(environ), arch_lists=arch_lists,
-                       runtime_versions=static_runtimes(raw.get("static_cudart") or {}, dists))
+    facts = ProbeFacts(
+        python=str(raw.get("python") or python or ""),
+        prefix=prefix,
+        dists=dists,
+        files=raw.get("files") or {},
+        conda_meta=conda_meta(prefix) if prefix else [],
+        nvcc=find_nvcc(environ),
+        arch_lists=arch_lists,
+        runtime_versions=static_runtimes(raw.get("static_cudart") or {}, dists),
+    )
     return facts, error
 
 
@@ -236,13 +247,21 @@ def static_runtimes(paths: Mapping[str, str], dists: Mapping[str, str]) -> dict[
     return {cupies[0]: version} if version else {}
 
 
-def deep_probe(python: str, families: list[str], gpu_count: int,
-               environ: Mapping[str, str], timeout: float = 120.0
-               ) -> tuple[list[dict[str, Any]], str]:
+def deep_probe(
+    python: str,
+    families: list[str],
+    gpu_count: int,
+    environ: Mapping[str, str],
+    timeout: float = 120.0,
+) -> tuple[list[dict[str, Any]], str]:
     try:
-        proc = subprocess.run([python, "-c", DEEP, ",".join(families), str(gpu_count)],
-                              capture_output=True, text=True, timeout=timeout,
-                              env=_clean_env(environ))
+        proc = subprocess.run(
+            [python, "-c", DEEP, ",".join(families), str(gpu_count)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_clean_env(environ),
+        )
     except subprocess.TimeoutExpired:
         return [], f"the deep check did not finish within {timeout:.0f} s"
     except OSError as exc:

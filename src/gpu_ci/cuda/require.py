@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -21,8 +22,18 @@ from gpu_ci.errors import UsageError
 
 KEYS = ("cuda", "driver", "arch", "brand", "gpu-count", "memory", "name")
 OPERATORS = ("<=", ">=", "!=", "=", "<", ">")
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 _CONDITION = re.compile(r"^([A-Za-z-]+)(<=|>=|!=|=|<|>)(.+)$")
 
 
@@ -59,7 +70,8 @@ def parse_requirement(line: str, origin: str = "require") -> Requirement:
                 raise UsageError(
                     f"{origin}: cannot read {token!r} in {line!r}: write key<op>value with key "
                     f"one of {', '.join(KEYS)} and op one of {' '.join(OPERATORS)} "
-                    "(space = OR, comma = AND).")
+                    "(space = OR, comma = AND)."
+                )
             key, op, value = match.groups()
             key = key.lower()
             try:
@@ -70,8 +82,9 @@ def parse_requirement(line: str, origin: str = "require") -> Requirement:
                 elif key == "memory":
                     parse_bytes(value)
             except (InvalidVersion, ValueError):
-                raise UsageError(f"{origin}: {token!r} in {line!r} has an unreadable value "
-                                 f"{value!r}.") from None
+                raise UsageError(
+                    f"{origin}: {token!r} in {line!r} has an unreadable value {value!r}."
+                ) from None
             if key in ("brand", "name") and op not in ("=", "!="):
                 raise UsageError(f"{origin}: {token!r}: {key} takes only = or !=.")
             conditions.append(Condition(key, op, value))
@@ -81,11 +94,15 @@ def parse_requirement(line: str, origin: str = "require") -> Requirement:
     return Requirement(line.strip(), tuple(alternatives))
 
 
-def _compare(left: object, op: str, right: object) -> bool:
+def _compare(left: Any, op: str, right: Any) -> bool:
+    # versions, numbers or strings: compared as Python compares them (types checked by the caller)
     table: dict[str, bool] = {
-        "=": left == right, "!=": left != right,
-        "<": left < right, "<=": left <= right,  # type: ignore[operator]
-        ">": left > right, ">=": left >= right,  # type: ignore[operator]
+        "=": left == right,
+        "!=": left != right,
+        "<": left < right,
+        "<=": left <= right,
+        ">": left > right,
+        ">=": left >= right,
     }
     return table[op]
 
@@ -136,8 +153,13 @@ def unmet(requirement: Requirement, facts: Facts) -> list[Condition] | None:
 
 
 def describe(facts: Facts) -> str:
-    gpus = "; ".join(f"{g.name} (arch {g.cc}, {g.memory_total_bytes / 2**30:.0f} GiB, "
-                     f"brand {g.brand})" for g in facts.gpus) or "no GPU"
+    gpus = (
+        "; ".join(
+            f"{g.name} (arch {g.cc}, {g.memory_total_bytes / 2**30:.0f} GiB, brand {g.brand})"
+            for g in facts.gpus
+        )
+        or "no GPU"
+    )
     return f"driver {facts.driver or '?'} (CUDA {facts.cuda or '?'}), {len(facts.gpus)} GPU: {gpus}"
 
 

@@ -81,13 +81,29 @@ class Sizes:
 @lru_cache(maxsize=1)
 def load_sizes(path: Path = SIZES_JSON) -> Sizes:
     doc = json.loads(path.read_text(encoding="utf-8"))
-    boards = tuple(Size(str(b["id"]), str(b["name"]), int(b["memory_gb"]), str(b["source"]),
-                        sku=b.get("sku"), match=str(b["match"])) for b in doc["boards"])
+    boards = tuple(
+        Size(
+            str(b["id"]),
+            str(b["name"]),
+            int(b["memory_gb"]),
+            str(b["source"]),
+            sku=b.get("sku"),
+            match=str(b["match"]),
+        )
+        for b in doc["boards"]
+    )
     names = {b.board: b.name for b in boards}
-    profiles = tuple(Size(str(p["board"]), f"{names[p['board']]} MIG {p['profile']}",
-                          int(p["memory_gb"]), str(p["source"]), profile=str(p["profile"]),
-                          slices=int(p["slices"]))
-                     for p in doc["mig_profiles"])
+    profiles = tuple(
+        Size(
+            str(p["board"]),
+            f"{names[p['board']]} MIG {p['profile']}",
+            int(p["memory_gb"]),
+            str(p["source"]),
+            profile=str(p["profile"]),
+            slices=int(p["slices"]),
+        )
+        for p in doc["mig_profiles"]
+    )
     return Sizes(boards, profiles, float(doc["headroom"]["factor"]), {})
 
 
@@ -115,14 +131,18 @@ class Advice:
         head = f"peak {peak} of {self.current_memory / GIB:.0f} GiB on {self.current}, {act}"
         if self.suggestion is None:
             return f"{head}: {self.reason}"
-        cost = ("" if self.cost_usd is None else
-                f"; at its price this job would have cost "
-                f"${self.cost_usd.quantize(Decimal('0.01'), ROUND_HALF_UP)}")
+        cost = (
+            ""
+            if self.cost_usd is None
+            else f"; at its price this job would have cost "
+            f"${self.cost_usd.quantize(Decimal('0.01'), ROUND_HALF_UP)}"
+        )
         return f"{head}: {self.reason}{cost}"
 
 
-def _current(name: str, memory_total: int, profile: str | None,
-             sizes: Sizes) -> tuple[Size | None, Size | None]:
+def _current(
+    name: str, memory_total: int, profile: str | None, sizes: Sizes
+) -> tuple[Size | None, Size | None]:
     """The board row and (a MIG slice) the profile row the job ran on, where known."""
     boards = [b for b in sizes.boards if re.search(b.match, name, re.IGNORECASE)]
     if profile is not None:
@@ -143,41 +163,78 @@ def _qualifier(activity: float | None) -> str:
     if activity < IDLE_BELOW:
         return " (the GPU was mostly idle)"
     if activity >= BUSY_FROM:
-        return (f" (but the GPU was busy {activity:.0f} % of the time: a smaller size has "
-                "fewer SMs and may run longer)")
+        return (
+            f" (but the GPU was busy {activity:.0f} % of the time: a smaller size has "
+            "fewer SMs and may run longer)"
+        )
     return ""
 
 
-def advise(name: str, memory_total: int, peak_memory: int | None, activity: float | None,
-           sizes: Sizes, *, mig_slice: bool = False, paid_minutes: int = 0,
-           gpus: int = 1) -> Advice:
+def advise(
+    name: str,
+    memory_total: int,
+    peak_memory: int | None,
+    activity: float | None,
+    sizes: Sizes,
+    *,
+    mig_slice: bool = False,
+    paid_minutes: int = 0,
+    gpus: int = 1,
+) -> Advice:
     """The advice for a job whose largest GPU (NVML ``name``, ``memory_total`` bytes) peaked
     at ``peak_memory`` bytes (see the module's docstring for the rule)."""
     board, profile = _current(name, memory_total, name if mig_slice else None, sizes)
     here = profile or board
     current = here.name if here is not None else name
     if peak_memory is None:
-        return Advice(None, None, current, memory_total, activity, None,
-                      "no advice: peak memory is unknown (no samples)")
+        return Advice(
+            None,
+            None,
+            current,
+            memory_total,
+            activity,
+            None,
+            "no advice: peak memory is unknown (no samples)",
+        )
     needed = int(peak_memory * sizes.headroom)
     below = here.memory_gb if here is not None else memory_total / GB
 
     def fits(rows: Sequence[Size]) -> list[Size]:
-        return sorted((r for r in rows if r.capacity >= needed and r.memory_gb < below),
-                      key=lambda r: (r.memory_gb, r.slices))
+        return sorted(
+            (r for r in rows if r.capacity >= needed and r.memory_gb < below),
+            key=lambda r: (r.memory_gb, r.slices),
+        )
 
     same = fits([p for p in sizes.profiles if board is not None and p.board == board.board])
     other = fits(sizes.boards)
     choices = same or other
     pick = choices[0] if choices else None
     if pick is None:
-        return Advice(peak_memory, needed, current, memory_total, activity, None,
-                      f"no smaller size in the table holds {needed / GIB:.1f} GiB (peak × "
-                      f"{sizes.headroom:g}): already the smallest that fits")
+        return Advice(
+            peak_memory,
+            needed,
+            current,
+            memory_total,
+            activity,
+            None,
+            f"no smaller size in the table holds {needed / GIB:.1f} GiB (peak × "
+            f"{sizes.headroom:g}): already the smallest that fits",
+        )
     price = sizes.prices.get(pick.name)
-    cost = (None if price is None else
-            (price * paid_minutes * gpus).quantize(Decimal("0.0001"), ROUND_HALF_UP))
+    cost = (
+        None
+        if price is None
+        else (price * paid_minutes * gpus).quantize(Decimal("0.0001"), ROUND_HALF_UP)
+    )
     kind = "slice" if pick.kind == "mig" else "GPU"
-    return Advice(peak_memory, needed, current, memory_total, activity, pick,
-                  f"{pick.name} ({kind}, {pick.memory_gb} GB) would do"
-                  + _qualifier(activity), price, cost)
+    return Advice(
+        peak_memory,
+        needed,
+        current,
+        memory_total,
+        activity,
+        pick,
+        f"{pick.name} ({kind}, {pick.memory_gb} GB) would do" + _qualifier(activity),
+        price,
+        cost,
+    )

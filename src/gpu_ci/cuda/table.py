@@ -48,9 +48,11 @@ class DriverTable:
     def bundled_driver(self, major: int, minor: int) -> str | None:
         """The driver bundled with the first release of CUDA ``major.minor`` (Table 3):
         the first driver whose own CUDA version is ``major.minor``, not a minimum."""
-        candidates = [(tuple(int(p) for p in toolkit.split(".")), driver)
-                      for toolkit, driver in self.toolkit_driver.items()
-                      if _mm(toolkit) == (major, minor)]
+        candidates = [
+            (tuple(int(p) for p in toolkit.split(".")), driver)
+            for toolkit, driver in self.toolkit_driver.items()
+            if _mm(toolkit) == (major, minor)
+        ]
         return min(candidates)[1] if candidates else None
 
     def min_driver(self, major: int, minor: int = 0) -> str | None:
@@ -66,11 +68,17 @@ class DriverTable:
 def load_table(path: Path = TABLE_JSON) -> DriverTable:
     with open(path, encoding="utf-8") as handle:
         doc = json.load(handle)
-    rows: dict[str, Any] = {**doc["toolkit_min_driver"], **(doc.get("secondary") or {}),
-                            **(doc.get("unconfirmed") or {})}
+    rows: dict[str, Any] = {
+        **doc["toolkit_min_driver"],
+        **(doc.get("secondary") or {}),
+        **(doc.get("unconfirmed") or {}),
+    }
     toolkits = {str(k): str(v[0]) for k, v in rows.items() if v and v[0]}
-    floors = {int(k): str(v["linux_min"])
-              for k, v in doc["minor_version_compatibility"].items() if v.get("linux_min")}
+    floors = {
+        int(k): str(v["linux_min"])
+        for k, v in doc["minor_version_compatibility"].items()
+        if v.get("linux_min")
+    }
     return DriverTable(toolkits, floors)
 
 
@@ -110,9 +118,14 @@ class NumbaHelpers:
     """The fix, with ``{major}`` for the CUDA major."""
 
     def missing(self, installed: frozenset[str]) -> list[tuple[str, ...]]:
-        return [g for g in self.groups
-                if not any(n in installed or (n.endswith("*") and any(
-                    i.startswith(n[:-1]) for i in installed)) for n in g)]
+        return [
+            g
+            for g in self.groups
+            if not any(
+                n in installed or (n.endswith("*") and any(i.startswith(n[:-1]) for i in installed))
+                for n in g
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -166,27 +179,48 @@ def load_builds(path: Path = BUILDS_JSON) -> BuildFacts:
     builds = []
     for family, entry in doc["builds"].items():
         for item in entry["items"]:
-            builds.append(Build(family, item["tag"], _mm(item["cuda"]),
-                                tuple(item.get("arch") or ()),
-                                entry["install"].format(tag=item["tag"]),
-                                str(item.get("versions") or "")))
+            builds.append(
+                Build(
+                    family,
+                    item["tag"],
+                    _mm(item["cuda"]),
+                    tuple(item.get("arch") or ()),
+                    entry["install"].format(tag=item["tag"]),
+                    str(item.get("versions") or ""),
+                )
+            )
     return BuildFacts(
-        min_cc_by_major={int(k): _mm(v)
-                         for k, v in doc["cuda_min_compute_capability"]["by_major"].items()},
+        min_cc_by_major={
+            int(k): _mm(v) for k, v in doc["cuda_min_compute_capability"]["by_major"].items()
+        },
         new_arch_cc=_mm(doc["new_architectures"]["min_compute_capability"]),
         new_arch_min_cuda=_mm(doc["new_architectures"]["min_cuda"]),
-        eol=tuple(ArchEol(e["name"], _mm(e["compute_capability"][0]),
-                          _mm(e["compute_capability"][1]), str(e["branch"]))
-                  for e in doc["driver_branch_last"]["by_architecture"]),
+        eol=tuple(
+            ArchEol(
+                e["name"],
+                _mm(e["compute_capability"][0]),
+                _mm(e["compute_capability"][1]),
+                str(e["branch"]),
+            )
+            for e in doc["driver_branch_last"]["by_architecture"]
+        ),
         numba_helpers=tuple(doc["numba_minor_version_compatibility"]["helpers"]),
         builds=tuple(builds),
-        compat_branches=tuple(int(b["branch"]) for b in
-                              doc["forward_compatibility"]["branches"]),
-        branches=tuple(Branch(int(b["branch"]), str(b["kind"]), str(b.get("end_of_life") or ""),
-                              not str(b.get("source", "")).startswith("unconfirmed"))
-                       for b in doc["forward_compatibility"]["branches"]),
-        numba={name: NumbaHelpers(tuple(tuple(g) for g in entry["needs"]), entry["install"])
-               for name, entry in doc["numba_minor_version_compatibility"]["by_package"].items()})
+        compat_branches=tuple(int(b["branch"]) for b in doc["forward_compatibility"]["branches"]),
+        branches=tuple(
+            Branch(
+                int(b["branch"]),
+                str(b["kind"]),
+                str(b.get("end_of_life") or ""),
+                not str(b.get("source", "")).startswith("unconfirmed"),
+            )
+            for b in doc["forward_compatibility"]["branches"]
+        ),
+        numba={
+            name: NumbaHelpers(tuple(tuple(g) for g in entry["needs"]), entry["install"])
+            for name, entry in doc["numba_minor_version_compatibility"]["by_package"].items()
+        },
+    )
 
 
 def driver_at_least(driver: str, minimum: str) -> bool:

@@ -52,29 +52,39 @@ class Verification:
 
     def report(self) -> dict[str, Any]:
         """The ``report-file`` document (keys in this order: it is compared as text)."""
-        return {"gpu_ci_version": __version__, "ok": not self.failed,
-                "fail_on": self.options.fail_on, "snapshot": self.snapshot.as_json(),
-                "visible_gpus": self.gpus, "python": self.facts.python,
-                "frameworks": [c.as_json() for c in self.found], "deep": self.deep,
-                "findings": [f.as_json() for f in self.findings],
-                "timing_s": {"nvml": round(self.nvml_s, 4), "total": round(self.elapsed_s, 4)}}
+        return {
+            "gpu_ci_version": __version__,
+            "ok": not self.failed,
+            "fail_on": self.options.fail_on,
+            "snapshot": self.snapshot.as_json(),
+            "visible_gpus": self.gpus,
+            "python": self.facts.python,
+            "frameworks": [c.as_json() for c in self.found],
+            "deep": self.deep,
+            "findings": [f.as_json() for f in self.findings],
+            "timing_s": {"nvml": round(self.nvml_s, 4), "total": round(self.elapsed_s, 4)},
+        }
 
 
-def env_facts(libcuda: str | None, libcuda_error: str,
-              environ: Mapping[str, str]) -> cuda_checks.EnvFacts:
+def env_facts(
+    libcuda: str | None, libcuda_error: str, environ: Mapping[str, str]
+) -> cuda_checks.EnvFacts:
     """The container runtime's variables the checks read (NVIDIA's ``NVIDIA_*``)."""
     return cuda_checks.EnvFacts(
-        libcuda_path=libcuda, libcuda_error=libcuda_error,
+        libcuda_path=libcuda,
+        libcuda_error=libcuda_error,
         nvidia_require_cuda=environ.get("NVIDIA_REQUIRE_CUDA", ""),
         nvidia_disable_require=environ.get("NVIDIA_DISABLE_REQUIRE", "").lower()
         in ("1", "true", "yes"),
         driver_capabilities=environ.get("NVIDIA_DRIVER_CAPABILITIES"),
         visible_devices=environ.get("NVIDIA_VISIBLE_DEVICES"),
-        in_container=cuda_checks.in_container(environ))
+        in_container=cuda_checks.in_container(environ),
+    )
 
 
-def verify(opts: VerifyOptions, environ: Mapping[str, str],
-           clock: Callable[[], float] = time.monotonic) -> Verification:
+def verify(
+    opts: VerifyOptions, environ: Mapping[str, str], clock: Callable[[], float] = time.monotonic
+) -> Verification:
     """Read NVML, the loader and the target Python; deep-check when asked; run the checks."""
     from gpu_ci.cuda.nvml import read_snapshot  # pynvml only once there is something to read
 
@@ -90,22 +100,41 @@ def verify(opts: VerifyOptions, environ: Mapping[str, str],
     extra = cuda_findings.python_findings(opts.python, python, probe_error)
     if opts.frameworks:
         found = [c for c in found if c.family in opts.frameworks]
-        extra += cuda_findings.selection_findings(opts.frameworks, [c.family for c in found],
-                                                  facts.python)
+        extra += cuda_findings.selection_findings(
+            opts.frameworks, [c.family for c in found], facts.python
+        )
 
     deep: list[dict[str, Any]] = []
     if opts.deep and python and snapshot.ok and vis is not None:
         families = sorted({c.family for c in found} & DEEP_FAMILIES)
         if families:
-            deep, deep_error = framework_probe.deep_probe(python, families, len(vis.gpus),
-                                                          environ)
+            deep, deep_error = framework_probe.deep_probe(python, families, len(vis.gpus), environ)
             if deep_error:
                 extra.append(Finding("error", "deep-check-failed", deep_error))
 
-    findings = extra + cuda_checks.run_checks(cuda_checks.CheckInput(
-        snapshot=snapshot, visibility=vis, consumers=found, table=load_table(),
-        env=env_facts(libcuda, libcuda_error, environ), requirements=opts.requirements,
-        deep=deep, require_gpu=opts.require_gpu, health=opts.health,
-        installed=frozenset(facts.dists)))
-    return Verification(opts, snapshot, vis, facts, found, deep, findings,
-                        cuda_checks.failing(findings, opts.fail_on), nvml_s, clock() - started)
+    findings = extra + cuda_checks.run_checks(
+        cuda_checks.CheckInput(
+            snapshot=snapshot,
+            visibility=vis,
+            consumers=found,
+            table=load_table(),
+            env=env_facts(libcuda, libcuda_error, environ),
+            requirements=opts.requirements,
+            deep=deep,
+            require_gpu=opts.require_gpu,
+            health=opts.health,
+            installed=frozenset(facts.dists),
+        )
+    )
+    return Verification(
+        opts,
+        snapshot,
+        vis,
+        facts,
+        found,
+        deep,
+        findings,
+        cuda_checks.failing(findings, opts.fail_on),
+        nvml_s,
+        clock() - started,
+    )

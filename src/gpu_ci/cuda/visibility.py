@@ -52,11 +52,17 @@ def slice_of(gpu: Gpu, uuid: str) -> Gpu:
     inst = next((m for m in gpu.mig_instances if m.uuid == uuid), None)
     if inst is None:
         return replace(gpu, mig_selected=uuid)
-    return replace(gpu, name=inst.name or gpu.name, mig_selected=uuid,
-                   other_processes=inst.other_processes,
-                   memory_total_bytes=(inst.memory_total_bytes
-                                       if inst.memory_total_bytes is not None
-                                       else gpu.memory_total_bytes))
+    return replace(
+        gpu,
+        name=inst.name or gpu.name,
+        mig_selected=uuid,
+        other_processes=inst.other_processes,
+        memory_total_bytes=(
+            inst.memory_total_bytes
+            if inst.memory_total_bytes is not None
+            else gpu.memory_total_bytes
+        ),
+    )
 
 
 def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
@@ -79,17 +85,20 @@ def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
 def order_uncertainty(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> str:
     """'' when CUDA numbers these GPUs as NVML does, else why not (for messages)."""
     order = environ.get("CUDA_DEVICE_ORDER", "").strip()
-    models = sorted({f"{g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})"
-                     for g in gpus})
+    models = sorted(
+        {f"{g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})" for g in gpus}
+    )
     if order.upper() == "PCI_BUS_ID" or len(models) < 2:
         return ""
     setting = f"CUDA_DEVICE_ORDER={order!r}" if order else "CUDA_DEVICE_ORDER is unset"
-    return (f"{setting} (FASTEST_FIRST) and the GPUs are of {len(models)} models: "
-            + ", ".join(models))
+    return f"{setting} (FASTEST_FIRST) and the GPUs are of {len(models)} models: " + ", ".join(
+        models
+    )
 
 
-def _apply(name: str, value: str, gpus: tuple[Gpu, ...], uncertain: bool = False
-           ) -> tuple[tuple[Gpu, ...], str, bool]:
+def _apply(
+    name: str, value: str, gpus: tuple[Gpu, ...], uncertain: bool = False
+) -> tuple[tuple[Gpu, ...], str, bool]:
     """(GPUs selected, first unresolved entry, whether an index named them uncertainly)."""
     text = value.strip()
     if text.lower() in ("", "none", "void", "nodevfiles"):
@@ -127,8 +136,10 @@ def visible_gpus(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> Visibility:
         if indexed:
             by_index = f"{name}={environ[name]!r}"
         current = narrowed
-    runtime = (f"{RUNTIME_VARIABLE}={environ[RUNTIME_VARIABLE]!r}"
-               if RUNTIME_VARIABLE in environ else "")
+    runtime = (
+        f"{RUNTIME_VARIABLE}={environ[RUNTIME_VARIABLE]!r}" if RUNTIME_VARIABLE in environ else ""
+    )
     # GPUs selected by UUID are unambiguous; CUDA's numbering of what remains may still differ
-    return Visibility(current, hidden_by, unresolved, runtime,
-                      order_uncertainty(current, environ), by_index)
+    return Visibility(
+        current, hidden_by, unresolved, runtime, order_uncertainty(current, environ), by_index
+    )

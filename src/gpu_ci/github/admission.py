@@ -66,26 +66,35 @@ class Verdict:
     reason: str
 
 
-def parse_config(workflows: str, context: str = "", creators: str = "",
-                 events: str = "") -> AdmissionConfig | str:
+def parse_config(
+    workflows: str, context: str = "", creators: str = "", events: str = ""
+) -> AdmissionConfig | str:
     """The config from comma- or newline-separated lists; a string says what is wrong."""
 
     def items(text: str) -> tuple[str, ...]:
         return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
 
     files = tuple(w[2:] if w.startswith("./") else w for w in items(workflows))
-    bad = [w for w in files if not w.startswith(".github/workflows/")
-           or not w.endswith((".yml", ".yaml"))]
+    bad = [
+        w
+        for w in files
+        if not w.startswith(".github/workflows/") or not w.endswith((".yml", ".yaml"))
+    ]
     if bad:
-        return (f"GPU_CI_ALLOWED_WORKFLOWS names {bad[0]!r}: give workflow files as "
-                ".github/workflows/<file>.yml.")
+        return (
+            f"GPU_CI_ALLOWED_WORKFLOWS names {bad[0]!r}: give workflow files as "
+            ".github/workflows/<file>.yml."
+        )
     wanted = items(events) or TRUSTED_EVENTS
     unsafe = [e for e in wanted if e not in TRUSTED_EVENTS]
     if unsafe:
-        return (f"GPU_CI_TRUSTED_EVENTS names {unsafe[0]!r}: only {', '.join(TRUSTED_EVENTS)} "
-                "run a definition that a pull request cannot change.")
-    return AdmissionConfig(files, context.strip() or "GPU CI",
-                           items(creators) or DEFAULT_CREATORS, wanted)
+        return (
+            f"GPU_CI_TRUSTED_EVENTS names {unsafe[0]!r}: only {', '.join(TRUSTED_EVENTS)} "
+            "run a definition that a pull request cannot change."
+        )
+    return AdmissionConfig(
+        files, context.strip() or "GPU CI", items(creators) or DEFAULT_CREATORS, wanted
+    )
 
 
 def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
@@ -98,17 +107,21 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
     event = environ.get("GITHUB_EVENT_NAME", "").strip()
     ref = environ.get("GITHUB_WORKFLOW_REF", "").strip()
     if repository.count("/") != 1 or not event or not ref:
-        return ("GITHUB_REPOSITORY, GITHUB_EVENT_NAME and GITHUB_WORKFLOW_REF must be set "
-                "(the runner sets them for job hooks).")
+        return (
+            "GITHUB_REPOSITORY, GITHUB_EVENT_NAME and GITHUB_WORKFLOW_REF must be set "
+            "(the runner sets them for job hooks)."
+        )
     where, at, git_ref = ref.rpartition("@")
     prefix = repository + "/"
     if not at or not where.casefold().startswith(prefix.casefold()):
-        return (f"GITHUB_WORKFLOW_REF {ref!r} is not a workflow of {repository} (a "
-                "reusable workflow's caller is always the repository's own).")
+        return (
+            f"GITHUB_WORKFLOW_REF {ref!r} is not a workflow of {repository} (a "
+            "reusable workflow's caller is always the repository's own)."
+        )
     pull = payload.get("pull_request")
     head = (pull.get("head") or {}) if isinstance(pull, Mapping) else {}
     sha = str(head.get("sha") or "") if isinstance(head, Mapping) else ""
-    return Job(repository, event, where[len(prefix):], git_ref, sha)
+    return Job(repository, event, where[len(prefix) :], git_ref, sha)
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
@@ -119,31 +132,45 @@ def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
 def by_definition(job: Job, config: AdmissionConfig, default_branch: str) -> Verdict | None:
     """Rule 1: admitted, or None to try rule 2."""
     if needs_default_branch(job, config) and job.workflow_ref == f"refs/heads/{default_branch}":
-        return Verdict(True, f"{job.workflow_path} from the default branch ({default_branch}) "
-                             f"on '{job.event}'.")
+        return Verdict(
+            True,
+            f"{job.workflow_path} from the default branch ({default_branch}) on '{job.event}'.",
+        )
     return None
 
 
-def by_approval(job: Job, config: AdmissionConfig,
-                statuses: Sequence[Mapping[str, Any]]) -> Verdict:
+def by_approval(
+    job: Job, config: AdmissionConfig, statuses: Sequence[Mapping[str, Any]]
+) -> Verdict:
     """Rule 2 over the head's statuses (newest first, as GitHub lists them)."""
     context = config.context.casefold()
-    trusted = [dict(s, context=config.context) for s in statuses
-               if str(s.get("context") or "").casefold() == context
-               and str((s.get("creator") or {}).get("login") or "") in config.creators]
+    trusted = [
+        dict(s, context=config.context)
+        for s in statuses
+        if str(s.get("context") or "").casefold() == context
+        and str((s.get("creator") or {}).get("login") or "") in config.creators
+    ]
     approver = approval_of(trusted, config.context)
     if approver:
-        return Verdict(True, f"{job.head_sha[:12]} was approved by @{approver} "
-                             f"('{config.context}' status).")
-    return Verdict(False, f"{job.head_sha[:12]} carries no approval in '{config.context}' "
-                          f"from {', '.join(config.creators)}: a maintainer approves the "
-                          "commit first (the label), then the GPU job may run.")
+        return Verdict(
+            True, f"{job.head_sha[:12]} was approved by @{approver} ('{config.context}' status)."
+        )
+    return Verdict(
+        False,
+        f"{job.head_sha[:12]} carries no approval in '{config.context}' "
+        f"from {', '.join(config.creators)}: a maintainer approves the "
+        "commit first (the label), then the GPU job may run.",
+    )
 
 
 def refusal(job: Job, config: AdmissionConfig) -> Verdict:
     """The verdict when neither rule can apply (no head to look up)."""
     allowed = ", ".join(config.workflows) or "none"
-    return Verdict(False, (
-        f"a '{job.event}' job of {job.workflow_path}@{job.workflow_ref}: GPU runners take jobs "
-        f"of the allowed workflows ({allowed}) from the default branch on "
-        f"{', '.join(config.events)}, or of a pull request whose head a maintainer approved."))
+    return Verdict(
+        False,
+        (
+            f"a '{job.event}' job of {job.workflow_path}@{job.workflow_ref}: GPU runners take jobs "
+            f"of the allowed workflows ({allowed}) from the default branch on "
+            f"{', '.join(config.events)}, or of a pull request whose head a maintainer approved."
+        ),
+    )

@@ -40,14 +40,18 @@ class Budget:
 
 _BUDGET = re.compile(
     r"\s*(?P<dollar>\$)?\s*(?P<num>-?[0-9]*\.?[0-9]+)\s*(?P<unit>usd|\$|dollars?|min|mins|"
-    r"minutes?|m|h|hours?)?\s*", re.IGNORECASE)
+    r"minutes?|m|h|hours?)?\s*",
+    re.IGNORECASE,
+)
 
 
 def parse_budget(text: str) -> Budget:
     """``$50``, ``50 USD``, ``3000 minutes``, ``50 h``. A bare number is refused: dollars and
     minutes differ by a factor of ~20 at GPU prices, and a guess would be wrong silently."""
-    how = ("write an amount with its unit: '$50' or '50 USD' for money, '3000 minutes' or "
-           "'50 hours' for GPU time")
+    how = (
+        "write an amount with its unit: '$50' or '50 USD' for money, '3000 minutes' or "
+        "'50 hours' for GPU time"
+    )
     match = _BUDGET.fullmatch(text or "")
     if not match:
         raise UsageError(f"input 'monthly-budget' is {text!r}: {how}.")
@@ -79,18 +83,23 @@ def parse_gpu_price(text: str, table: PriceTable, today: date) -> Price:
                 f"input 'gpu-price' names {price.sku}, but the price table was last checked on "
                 f"{table.checked} ({(today - table.checked).days} days before this run): "
                 "GitHub may have changed the price. Write the current per-minute amount from "
-                "GitHub's pricing page (e.g. gpu-price: 0.052) or upgrade gpu-ci-actions.")
+                "GitHub's pricing page (e.g. gpu-price: 0.052) or upgrade gpu-ci-actions."
+            )
         if table.price_on(price.sku, today) is None:
-            raise UsageError(f"input 'gpu-price': the price table has no {price.sku} price "
-                             f"valid on {today}: write the per-minute amount instead.")
+            raise UsageError(
+                f"input 'gpu-price': the price table has no {price.sku} price "
+                f"valid on {today}: write the per-minute amount instead."
+            )
     return price
 
 
 def parse_reserve(text: str) -> int:
     value = (text or "").strip()
     if not value.isdigit() or int(value) < 1:
-        raise UsageError(f"input 'reserve-minutes' is {text!r}: write the GPU job's "
-                         "timeout-minutes, a whole number of at least 1.")
+        raise UsageError(
+            f"input 'reserve-minutes' is {text!r}: write the GPU job's "
+            "timeout-minutes, a whole number of at least 1."
+        )
     return int(value)
 
 
@@ -161,8 +170,9 @@ class JobCost:
         ints = ("run_id", "attempt", "job_id", "minutes")
         if data["usd"]:
             Decimal(str(data["usd"]))  # raises on anything but a number
-        values: dict[str, Any] = {k: int(data[k]) if k in ints else str(data[k])
-                                  for k in cls.__dataclass_fields__}
+        values: dict[str, Any] = {
+            k: int(data[k]) if k in ints else str(data[k]) for k in cls.__dataclass_fields__
+        }
         return cls(**values)
 
     @property
@@ -170,9 +180,16 @@ class JobCost:
         return Decimal(self.usd) if self.usd else Decimal(0)
 
 
-def job_costs(run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher: GpuMatcher,
-              price: Price | None, table: PriceTable, reserve_minutes: int, month: Month,
-              now: datetime) -> list[JobCost]:
+def job_costs(
+    run: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    matcher: GpuMatcher,
+    price: Price | None,
+    table: PriceTable,
+    reserve_minutes: int,
+    month: Month,
+    now: datetime,
+) -> list[JobCost]:
     """The GPU jobs of one run (every attempt: re-runs and cancelled jobs count what they
     used), each rounded up to whole minutes and priced on the day it started. A job still
     queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
@@ -205,13 +222,23 @@ def job_costs(run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher
             continue
         rate = price.on(day, table) if price is not None else None
         labels = sorted(str(x) for x in job.get("labels") or [])
-        out.append(JobCost(
-            run_id=int(run["id"]), attempt=int(job.get("run_attempt") or 1),
-            job_id=int(job["id"]), job=str(job.get("name") or ""), workflow=workflow,
-            event=str(run.get("event") or ""), pull_request=pr, approver=approver,
-            runner=str(job.get("runner_group_name") or "") or ",".join(labels),
-            day=day.isoformat(), minutes=minutes,
-            usd="" if rate is None else str(rate * minutes), state=state))
+        out.append(
+            JobCost(
+                run_id=int(run["id"]),
+                attempt=int(job.get("run_attempt") or 1),
+                job_id=int(job["id"]),
+                job=str(job.get("name") or ""),
+                workflow=workflow,
+                event=str(run.get("event") or ""),
+                pull_request=pr,
+                approver=approver,
+                runner=str(job.get("runner_group_name") or "") or ",".join(labels),
+                day=day.isoformat(),
+                minutes=minutes,
+                usd="" if rate is None else str(rate * minutes),
+                state=state,
+            )
+        )
     return out
 
 
@@ -241,9 +268,15 @@ class Ledger:
     jobs: tuple[JobCost, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": LEDGER_VERSION, "repository": self.repository, "month": self.month,
-                "matcher": self.matcher, "through": self.through, "runs": self.runs,
-                "jobs": [j.to_json() for j in self.jobs]}
+        return {
+            "version": LEDGER_VERSION,
+            "repository": self.repository,
+            "month": self.month,
+            "matcher": self.matcher,
+            "through": self.through,
+            "runs": self.runs,
+            "jobs": [j.to_json() for j in self.jobs],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Ledger | None:
@@ -251,45 +284,66 @@ class Ledger:
         try:
             if data.get("version") != LEDGER_VERSION:
                 return None
-            return cls(str(data["repository"]), str(data["month"]), str(data["matcher"]),
-                       str(data["through"]),
-                       {str(k): int(v) for k, v in dict(data["runs"]).items()},
-                       tuple(JobCost.from_json(j) for j in data["jobs"]))
+            return cls(
+                str(data["repository"]),
+                str(data["month"]),
+                str(data["matcher"]),
+                str(data["through"]),
+                {str(k): int(v) for k, v in dict(data["runs"]).items()},
+                tuple(JobCost.from_json(j) for j in data["jobs"]),
+            )
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
             return None
 
-    def usable(self, repository: str, month: Month, matcher: GpuMatcher,
-               workflows: Sequence[str]) -> bool:
-        return (self.repository.lower() == repository.lower() and self.month == str(month)
-                and self.matcher == ledger_key(matcher, workflows))
+    def usable(
+        self, repository: str, month: Month, matcher: GpuMatcher, workflows: Sequence[str]
+    ) -> bool:
+        return (
+            self.repository.lower() == repository.lower()
+            and self.month == str(month)
+            and self.matcher == ledger_key(matcher, workflows)
+        )
 
     def counted(self, run: Mapping[str, Any]) -> bool:
         """The run is in the ledger at the same attempt, completed then and now."""
-        return (run.get("status") == "completed"
-                and self.runs.get(str(run.get("id"))) == int(run.get("run_attempt") or 1))
+        return run.get("status") == "completed" and self.runs.get(str(run.get("id"))) == int(
+            run.get("run_attempt") or 1
+        )
 
 
 def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
     return f"{matcher.describe()} in {', '.join(sorted(workflows)) or 'every workflow'}"
 
 
-def build_ledger(repository: str, month: Month, matcher: GpuMatcher,
-                 workflows: Sequence[str], now: datetime, runs: Sequence[Mapping[str, Any]],
-                 costs: Sequence[JobCost]) -> Ledger:
+def build_ledger(
+    repository: str,
+    month: Month,
+    matcher: GpuMatcher,
+    workflows: Sequence[str],
+    now: datetime,
+    runs: Sequence[Mapping[str, Any]],
+    costs: Sequence[JobCost],
+) -> Ledger:
     """A ledger of the completed runs among ``runs`` (all runs of the month so far).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
     that the gate, which lists the runs created since that day, still sees that run."""
-    done = {str(r["id"]): int(r.get("run_attempt") or 1) for r in runs
-            if r.get("status") == "completed"}
+    done = {
+        str(r["id"]): int(r.get("run_attempt") or 1) for r in runs if r.get("status") == "completed"
+    }
     through = now
     for r in runs:
         created = parse_time(r.get("created_at"))
         if r.get("status") != "completed" and created is not None:
             through = min(through, created)
-    return Ledger(repository, str(month), ledger_key(matcher, workflows),
-                  through.replace(microsecond=0).isoformat().replace("+00:00", "Z"), done,
-                  tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"))
+    return Ledger(
+        repository,
+        str(month),
+        ledger_key(matcher, workflows),
+        through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        done,
+        tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"),
+    )
 
 
 # -- totals and the verdict ----------------------------------------------------------------
@@ -307,14 +361,19 @@ class Spend:
 
 
 def total(costs: Sequence[JobCost], source: str) -> Spend:
-    return Spend(sum(c.minutes for c in costs), sum((c.cost for c in costs), Decimal(0)),
-                 source, tuple(costs),
-                 sum(c.minutes for c in costs if c.state == "reserved"),
-                 sum((c.cost for c in costs if c.state == "reserved"), Decimal(0)))
+    return Spend(
+        sum(c.minutes for c in costs),
+        sum((c.cost for c in costs), Decimal(0)),
+        source,
+        tuple(costs),
+        sum(c.minutes for c in costs if c.state == "reserved"),
+        sum((c.cost for c in costs if c.state == "reserved"), Decimal(0)),
+    )
 
 
-def billing_spend(items: Iterable[Mapping[str, Any]], skus: Iterable[str],
-                  repository: str | None, month: Month) -> Spend:
+def billing_spend(
+    items: Iterable[Mapping[str, Any]], skus: Iterable[str], repository: str | None, month: Month
+) -> Spend:
     """GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
     (any spelling the API uses) and, for a per-repository budget, one repository."""
     from gpu_ci.pricing import normalise_sku
@@ -327,8 +386,7 @@ def billing_spend(items: Iterable[Mapping[str, Any]], skus: Iterable[str],
             continue
         if str(item.get("date") or "")[:7] != str(month):
             continue
-        if repository and str(item.get("repositoryName") or "").split("/")[-1].lower() \
-                != repo_name:
+        if repository and str(item.get("repositoryName") or "").split("/")[-1].lower() != repo_name:
             continue
         if str(item.get("unitType") or "minutes").lower().startswith("minute"):
             minutes += Decimal(str(item.get("quantity") or 0))
@@ -356,12 +414,12 @@ def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal
     left = budget.amount - spent
     ok = spent + reservation <= budget.amount
     word = "within" if ok else "over"
-    reason = (f"GPU spend this month is {budget.describe(spent)} of {budget.describe()} "
-              f"({spend.source}); this run reserves {budget.describe(reservation)} "
-              f"({reserve_minutes} min): {word} the budget.")
+    reason = (
+        f"GPU spend this month is {budget.describe(spent)} of {budget.describe()} "
+        f"({spend.source}); this run reserves {budget.describe(reservation)} "
+        f"({reserve_minutes} min): {word} the budget."
+    )
     return Verdict(ok, spent, left, reservation, reason)
-
-
 
 
 # -- the gate's budget inputs --------------------------------------------------------------
@@ -380,10 +438,17 @@ class BudgetConfig:
     ledger_artifact: str
 
 
-def make_budget_config(monthly_budget: str, gpu_price: str, reserve_minutes: str,
-                       on_unknown: str, scope: str, workflows: Sequence[str],
-                       ledger_artifact: str, table: PriceTable,
-                       today: date) -> BudgetConfig | None:
+def make_budget_config(
+    monthly_budget: str,
+    gpu_price: str,
+    reserve_minutes: str,
+    on_unknown: str,
+    scope: str,
+    workflows: Sequence[str],
+    ledger_artifact: str,
+    table: PriceTable,
+    today: date,
+) -> BudgetConfig | None:
     """The validated budget inputs; ``None`` when no budget is set (every other budget input
     is then ignored). Every mistake is a :class:`UsageError` that says what to write."""
     if not monthly_budget.strip():
@@ -391,22 +456,32 @@ def make_budget_config(monthly_budget: str, gpu_price: str, reserve_minutes: str
     parsed = parse_budget(monthly_budget)
     price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
     if parsed.unit == "usd" and price is None:
-        raise UsageError("input 'monthly-budget' is an amount of money, so 'gpu-price' is "
-                         "needed: a per-minute amount (gpu-price: 0.052) or a GitHub-hosted "
-                         "GPU SKU (gpu-price: linux_4_core_gpu).")
+        raise UsageError(
+            "input 'monthly-budget' is an amount of money, so 'gpu-price' is "
+            "needed: a per-minute amount (gpu-price: 0.052) or a GitHub-hosted "
+            "GPU SKU (gpu-price: linux_4_core_gpu)."
+        )
     unknown = on_unknown.strip().lower()
     if unknown not in BUDGET_ON_UNKNOWN:
         raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")
     where = scope.strip().lower()
     if where not in SCOPES:
-        raise UsageError(f"input 'budget-scope' must be repository or organization; got "
-                         f"{scope!r}.")
+        raise UsageError(f"input 'budget-scope' must be repository or organization; got {scope!r}.")
     for wf in workflows:
         if "/" in wf.strip("/") or not wf.endswith((".yml", ".yaml")):
-            raise UsageError(f"input 'gpu-workflows': {wf!r} is not a workflow file name: "
-                             "write the file names under .github/workflows, e.g. cuda-ci.yml.")
-    return BudgetConfig(parsed, price, parse_reserve(reserve_minutes), unknown, where,
-                        tuple(w.strip("/") for w in workflows), ledger_artifact.strip())
+            raise UsageError(
+                f"input 'gpu-workflows': {wf!r} is not a workflow file name: "
+                "write the file names under .github/workflows, e.g. cuda-ci.yml."
+            )
+    return BudgetConfig(
+        parsed,
+        price,
+        parse_reserve(reserve_minutes),
+        unknown,
+        where,
+        tuple(w.strip("/") for w in workflows),
+        ledger_artifact.strip(),
+    )
 
 
 # -- showback ------------------------------------------------------------------------------
@@ -420,8 +495,12 @@ class Row:
     jobs: int
 
 
-BREAKDOWNS = {"workflow": "workflow", "pull request": "pull_request", "approver": "approver",
-              "runner": "runner"}
+BREAKDOWNS = {
+    "workflow": "workflow",
+    "pull request": "pull_request",
+    "approver": "approver",
+    "runner": "runner",
+}
 
 
 def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
@@ -439,13 +518,15 @@ def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
     return sorted(rows, key=lambda r: (-r.usd, -r.minutes, r.key))
 
 
-def cumulative(costs: Iterable[JobCost], month: Month, last_day: date,
-               unit: str) -> list[tuple[date, Decimal]]:
+def cumulative(
+    costs: Iterable[JobCost], month: Month, last_day: date, unit: str
+) -> list[tuple[date, Decimal]]:
     """Spend (USD or minutes) up to and including each day of the month up to ``last_day``."""
     per_day: dict[str, Decimal] = {}
     for c in costs:
         per_day[c.day] = per_day.get(c.day, Decimal(0)) + (
-            c.cost if unit == "usd" else Decimal(c.minutes))
+            c.cost if unit == "usd" else Decimal(c.minutes)
+        )
     out, running = [], Decimal(0)
     day = month.first
     while day <= min(last_day, month.last):

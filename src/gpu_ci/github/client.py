@@ -35,8 +35,16 @@ class ApiError(Exception):
     above the client needs to know them.
     """
 
-    def __init__(self, request: str, status: int | None, message: str = "",
-                 documentation_url: str = "", *, kind: str = "", reason: str = "") -> None:
+    def __init__(
+        self,
+        request: str,
+        status: int | None,
+        message: str = "",
+        documentation_url: str = "",
+        *,
+        kind: str = "",
+        reason: str = "",
+    ) -> None:
         self.request = request
         self.status = status
         self.message = message
@@ -55,8 +63,12 @@ class ApiError(Exception):
         """From an error answer's status and JSON body (GitHub's ``message`` and
         ``documentation_url``, when the body has them)."""
         body = data if isinstance(data, dict) else {}
-        return cls(request, status, str(body.get("message") or ""),
-                   str(body.get("documentation_url") or ""))
+        return cls(
+            request,
+            status,
+            str(body.get("message") or ""),
+            str(body.get("documentation_url") or ""),
+        )
 
     @classmethod
     def of_failure(cls, request: str, exc: BaseException) -> ApiError:
@@ -66,8 +78,9 @@ class ApiError(Exception):
         if isinstance(exc, GithubException):
             return cls.of_answer(request, exc.status, exc.data)
         inner = getattr(exc, "reason", None)
-        return cls(request, None, kind=type(exc).__name__,
-                   reason=str(inner if inner is not None else exc))
+        return cls(
+            request, None, kind=type(exc).__name__, reason=str(inner if inner is not None else exc)
+        )
 
 
 def unanswered(what: str, kind: str, reason: str) -> str:
@@ -83,8 +96,7 @@ class Rest(Protocol):
 
     def get(self, path: str) -> dict[str, Any]: ...
 
-    def get_pages(self, path: str, *, key: str | None = None,
-                  limit: int = 3000) -> list[Any]: ...
+    def get_pages(self, path: str, *, key: str | None = None, limit: int = 3000) -> list[Any]: ...
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> object: ...
 
@@ -109,8 +121,13 @@ class ClientSettings:
         ``GPU_CI_HTTP_*`` variables and validation as downloads, with the API's own defaults
         (a shorter timeout, a longer wait allowed for rate limits)."""
         policy = RetryPolicy.from_environ(environ, API_DEFAULTS)
-        return cls(api_url=api_url(environ), timeout=policy.timeout, retries=policy.retries,
-                   backoff=policy.backoff, max_wait=policy.max_wait)
+        return cls(
+            api_url=api_url(environ),
+            timeout=policy.timeout,
+            retries=policy.retries,
+            backoff=policy.backoff,
+            max_wait=policy.max_wait,
+        )
 
 
 #: The API client's defaults: 4 retries, 1 s backoff (GitHub asks for ≥ 1 s after secondary
@@ -133,7 +150,8 @@ def _capped(base: Any, max_wait: float) -> Any:
             if wait is not None and wait > max_wait:
                 raise RetryAfterTooLong(
                     f"GitHub asked to wait {wait:g} s (Retry-After), longer than the retry "
-                    f"policy's longest wait of {max_wait:g} s (GPU_CI_HTTP_MAX_WAIT)")
+                    f"policy's longest wait of {max_wait:g} s (GPU_CI_HTTP_MAX_WAIT)"
+                )
             return bool(super().sleep_for_retry(response))
 
     return PolicyRetry
@@ -163,9 +181,13 @@ def _download_retry(settings: ClientSettings) -> Any:  # a urllib3 Retry
     from urllib3.util.retry import Retry
 
     return _capped(Retry, settings.max_wait)(
-        total=settings.retries, backoff_factor=settings.backoff,
-        status_forcelist=[s for s in RETRY_STATUSES if s != 403], allowed_methods=["GET"],
-        respect_retry_after_header=True, raise_on_status=False)
+        total=settings.retries,
+        backoff_factor=settings.backoff,
+        status_forcelist=[s for s in RETRY_STATUSES if s != 403],
+        allowed_methods=["GET"],
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
 
 
 def _make_github(token: str, settings: ClientSettings) -> Any:  # a github.Github
@@ -195,14 +217,17 @@ def resolve_token(value: str, environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     token = (value or environ.get("GITHUB_TOKEN", "")).strip()
     if any(ch.isspace() for ch in token):
-        raise UsageError("the GitHub token contains whitespace inside it (a pasted secret "
-                         "with a line break?): store the token alone in the secret.",
-                         title="unusable token")
+        raise UsageError(
+            "the GitHub token contains whitespace inside it (a pasted secret "
+            "with a line break?): store the token alone in the secret.",
+            title="unusable token",
+        )
     return token
 
 
-def connect(token_input: str, environ: Mapping[str, str],
-            mask: Callable[[str], None], needs: str = "") -> RestClient:
+def connect(
+    token_input: str, environ: Mapping[str, str], mask: Callable[[str], None], needs: str = ""
+) -> RestClient:
     """The REST client every command uses: token looked up, masked, then the client built.
 
     ``mask`` hides a secret from the log and from everything the command writes; it sees
@@ -218,8 +243,10 @@ def connect(token_input: str, environ: Mapping[str, str],
     token = resolve_token(token_input, environ)
     if not token:
         scope = f" with {needs}" if needs else ""
-        raise GpuCiError(f"no GitHub token: pass 'github-token'{scope} (the default is "
-                         "${{ github.token }}) or set GITHUB_TOKEN for the CLI.")
+        raise GpuCiError(
+            f"no GitHub token: pass 'github-token'{scope} (the default is "
+            "${{ github.token }}) or set GITHUB_TOKEN for the CLI."
+        )
     return RestClient(token, ClientSettings.from_environ(environ))
 
 
@@ -241,8 +268,10 @@ def describe_api_failure(exc: BaseException, what: str) -> GpuCiError:
         if exc.status in (401, 403):
             hint = " Check that the token is valid and that the job grants the permission needed."
         message = f": {exc.message}" if exc.message else ""
-        return GpuCiError(f"GitHub API refused {what}: HTTP {exc.status}{message}.{hint}",
-                          title="GitHub API error")
+        return GpuCiError(
+            f"GitHub API refused {what}: HTTP {exc.status}{message}.{hint}",
+            title="GitHub API error",
+        )
     if isinstance(exc, ApiError):
         kind, reason = exc.kind, exc.reason
     else:
@@ -266,8 +295,9 @@ class RestClient:
         self.rate_remaining: int | None = None
         """``X-RateLimit-Remaining`` of the last answer (None until one came)."""
 
-    def _request(self, method: str, url: str,
-                 body: dict[str, Any] | None = None) -> tuple[dict[str, str], object]:
+    def _request(
+        self, method: str, url: str, body: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], object]:
         self.calls += 1
         try:
             raw, data = self._github.requester.requestJsonAndCheck(method, url, input=body)
@@ -285,8 +315,7 @@ class RestClient:
             raise GpuCiError(f"GitHub API answered GET {path} with unexpected JSON.")
         return data
 
-    def get_pages(self, path: str, *, key: str | None = None,
-                  limit: int = 3000) -> list[Any]:
+    def get_pages(self, path: str, *, key: str | None = None, limit: int = 3000) -> list[Any]:
         """Every item of a paginated list (following ``Link: rel="next"``)."""
         items: list[Any] = []
         sep = "&" if "?" in path else "?"
@@ -314,7 +343,9 @@ class RestClient:
             raise GpuCiError(
                 f"GitHub API answered GET {path} with a next-page link to another origin "
                 f"({target.scheme}://{target.hostname}, not {base.scheme}://{base.hostname}); "
-                "refusing to send the token there.", title="GitHub API error")
+                "refusing to send the token there.",
+                title="GitHub API error",
+            )
         return target.geturl()
 
     def delete(self, path: str) -> object:
@@ -334,16 +365,25 @@ class RestClient:
 
         self.calls += 1
         url = self.settings.api_url + path
-        headers = {"Authorization": f"token {self._token}", "User-Agent": "gpu-ci-actions",
-                   "Accept": "application/vnd.github+json"}
+        headers = {
+            "Authorization": f"token {self._token}",
+            "User-Agent": "gpu-ci-actions",
+            "Accept": "application/vnd.github+json",
+        }
         session = requests.Session()
-        session.mount("http://", requests.adapters.HTTPAdapter(
-            max_retries=_download_retry(self.settings)))
-        session.mount("https://", requests.adapters.HTTPAdapter(
-            max_retries=_download_retry(self.settings)))
+        session.mount(
+            "http://", requests.adapters.HTTPAdapter(max_retries=_download_retry(self.settings))
+        )
+        session.mount(
+            "https://", requests.adapters.HTTPAdapter(max_retries=_download_retry(self.settings))
+        )
         try:
-            with session, session.get(url, headers=headers, timeout=self.settings.timeout,
-                                      stream=True) as resp:
+            with (
+                session,
+                session.get(
+                    url, headers=headers, timeout=self.settings.timeout, stream=True
+                ) as resp,
+            ):
                 if resp.status_code >= 400:
                     try:
                         data = resp.json()

@@ -104,9 +104,11 @@ def subject_of(payload: Mapping[str, Any]) -> Subject:
         base_repo = ((pr.get("base") or {}).get("repo") or {}).get("full_name")
         head_repo = (head.get("repo") or {}).get("full_name")  # None: the fork was deleted
         return Subject(
-            number=_int(pr.get("number")) or _int(payload.get("number")), pull_request=True,
+            number=_int(pr.get("number")) or _int(payload.get("number")),
+            pull_request=True,
             head_sha=sha if isinstance(sha, str) else "",
-            fork=head_repo is None or head_repo != base_repo)
+            fork=head_repo is None or head_repo != base_repo,
+        )
     issue = payload.get("issue")
     if isinstance(issue, dict) and _int(issue.get("number")) is not None:
         return Subject(number=_int(issue.get("number")))

@@ -68,20 +68,29 @@ def parse_run_on(items: Sequence[str]) -> frozenset[str]:
     if label_path:
         raise UsageError(
             f"input 'run-on' lists {', '.join(label_path)}: pull requests always take the "
-            "label path (a maintainer applies the gate label); remove it from run-on.")
+            "label path (a maintainer applies the gate label); remove it from run-on."
+        )
     unknown = sorted(events - set(RUN_ON_EVENTS))
     if unknown:
         raise UsageError(
             f"input 'run-on' lists {', '.join(repr(e) for e in unknown)}: only "
             f"{', '.join(RUN_ON_EVENTS)} may run without a label (other events, such as "
-            "reviews or comments, can be triggered by anyone).")
+            "reviews or comments, can be triggered by anyone)."
+        )
     return frozenset(events)
 
 
-def make_config(label: str, min_permission: str, run_on: Sequence[str],
-                require_fresh_head: bool, paths: Sequence[str], skip_draft: bool,
-                gpu_runs_on: str, cpu_runs_on: str,
-                require_approved_review: bool = False) -> GateConfig:
+def make_config(
+    label: str,
+    min_permission: str,
+    run_on: Sequence[str],
+    require_fresh_head: bool,
+    paths: Sequence[str],
+    skip_draft: bool,
+    gpu_runs_on: str,
+    cpu_runs_on: str,
+    require_approved_review: bool = False,
+) -> GateConfig:
     perm = min_permission.strip().lower()
     if perm not in MIN_PERMISSIONS:
         raise UsageError(
@@ -91,8 +100,12 @@ def make_config(label: str, min_permission: str, run_on: Sequence[str],
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     return GateConfig(
-        label=label.strip(), min_permission=perm, run_on=parse_run_on(run_on),
-        require_fresh_head=require_fresh_head, paths=tuple(paths), skip_draft=skip_draft,
+        label=label.strip(),
+        min_permission=perm,
+        run_on=parse_run_on(run_on),
+        require_fresh_head=require_fresh_head,
+        paths=tuple(paths),
+        skip_draft=skip_draft,
         # no default: a default naming self-hosted labels would send jobs to whatever
         # runner happens to carry them
         gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
@@ -157,45 +170,84 @@ def _pull_fields(payload: Mapping[str, Any]) -> tuple[int, str, bool]:
     return subject.number, subject.head_sha, subject.fork
 
 
-def triage(event_name: str, payload: Mapping[str, Any], config: GateConfig,
-           github_sha: str) -> Triage:
+def triage(
+    event_name: str, payload: Mapping[str, Any], config: GateConfig, github_sha: str
+) -> Triage:
     """Rules 1-4 as far as the payload alone decides them."""
     if event_name in PR_EVENTS:
         number, head_sha, fork = _pull_fields(payload)
         action = str(payload.get("action") or "")
-        base = Decision(run=False, reason="", event=f"{event_name}.{action}",
-                        pr_number=str(number), head_at_label=head_sha, fork=fork,
-                        sha=head_sha)
+        base = Decision(
+            run=False,
+            reason="",
+            event=f"{event_name}.{action}",
+            pr_number=str(number),
+            head_at_label=head_sha,
+            fork=fork,
+            sha=head_sha,
+        )
         if action != "labeled":
-            return replace(base, reason=(
-                f"'{action}' events never run the GPU job: a maintainer approves a commit by "
-                f"applying the '{config.label}' label (new commits need a new approval)."))
+            return replace(
+                base,
+                reason=(
+                    f"'{action}' events never run the GPU job: a maintainer approves a commit by "
+                    f"applying the '{config.label}' label (new commits need a new approval)."
+                ),
+            )
         label = str((payload.get("label") or {}).get("name") or "")
         if label.casefold() != config.label.casefold():
-            return replace(base, label=label, reason=(
-                f"the label applied was '{label}', not the gate label '{config.label}'."))
+            return replace(
+                base,
+                label=label,
+                reason=(f"the label applied was '{label}', not the gate label '{config.label}'."),
+            )
         sender = str((payload.get("sender") or {}).get("login") or "")
         if not sender:
             raise _event_error("has no sender.login for the labeled event")
-        return PullCheck(event=base.event, number=number, labeller=sender, head_sha=head_sha,
-                         fork=fork, label=label)
+        return PullCheck(
+            event=base.event,
+            number=number,
+            labeller=sender,
+            head_sha=head_sha,
+            fork=fork,
+            label=label,
+        )
     if event_name in config.run_on:
         sha = github_sha or str(payload.get("after") or "")
         if event_name == "push" and payload.get("after") == NULL_SHA:
-            return Decision(run=False, event=event_name, sha="", reason=(
-                "the push deleted a branch: there is no commit to test."))
+            return Decision(
+                run=False,
+                event=event_name,
+                sha="",
+                reason=("the push deleted a branch: there is no commit to test."),
+            )
         if event_name == "push" and config.paths:
             before = str(payload.get("before") or "")
             after = str(payload.get("after") or sha)
             if before and before != NULL_SHA and after:
                 return PushCheck(before=before, after=after, sha=sha)
-            return Decision(run=True, event=event_name, sha=sha, paths_matched="new branch",
-                            reason="push of a new branch: paths count as matching.")
-        return Decision(run=True, event=event_name, sha=sha,
-                        reason=f"'{event_name}' is listed in run-on: no label needed.")
-    return Decision(run=False, event=event_name, sha=github_sha, reason=(
-        f"'{event_name}' is neither a labelled pull request nor listed in run-on "
-        f"({', '.join(sorted(config.run_on)) or 'empty'})."))
+            return Decision(
+                run=True,
+                event=event_name,
+                sha=sha,
+                paths_matched="new branch",
+                reason="push of a new branch: paths count as matching.",
+            )
+        return Decision(
+            run=True,
+            event=event_name,
+            sha=sha,
+            reason=f"'{event_name}' is listed in run-on: no label needed.",
+        )
+    return Decision(
+        run=False,
+        event=event_name,
+        sha=github_sha,
+        reason=(
+            f"'{event_name}' is neither a labelled pull request nor listed in run-on "
+            f"({', '.join(sorted(config.run_on)) or 'empty'})."
+        ),
+    )
 
 
 def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
@@ -212,26 +264,45 @@ def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
 
 
 def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
-    return Decision(run=False, reason="", event=check.event, sha=check.head_sha,
-                    pr_number=str(check.number), label=check.label,
-                    labeled_by=check.labeller, permission=role,
-                    head_at_label=check.head_sha, current_head=current, fork=check.fork)
+    return Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        sha=check.head_sha,
+        pr_number=str(check.number),
+        label=check.label,
+        labeled_by=check.labeller,
+        permission=role,
+        head_at_label=check.head_sha,
+        current_head=current,
+        fork=check.fork,
+    )
 
 
-def refuse_role(check: PullCheck, config: GateConfig,
-                permission_answer: Mapping[str, Any]) -> Decision | None:
+def refuse_role(
+    check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any]
+) -> Decision | None:
     """The role rule alone: a refusal needs no further API call."""
     role, exact = role_of(permission_answer)
     if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
         return None
     note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
-    return replace(_pull_decision(check, role), reason=(
-        f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
-        f"'{config.min_permission}' or higher."))
+    return replace(
+        _pull_decision(check, role),
+        reason=(
+            f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
+            f"'{config.min_permission}' or higher."
+        ),
+    )
 
 
-def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any],
-                pull: Mapping[str, Any], changed_files: Sequence[str] | None) -> Decision:
+def decide_pull(
+    check: PullCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
     refused = refuse_role(check, config, permission_answer)
     if refused is not None:
         return refused
@@ -242,29 +313,49 @@ def decide_pull(check: PullCheck, config: GateConfig, permission_answer: Mapping
     if state != "open":
         return replace(base, reason=f"pull request #{check.number} is {state or 'not open'}.")
     if config.skip_draft and pull.get("draft"):
-        return replace(base, reason=(
-            f"pull request #{check.number} is a draft and skip-draft is true: mark it ready "
-            f"for review and apply '{config.label}' again."))
+        return replace(
+            base,
+            reason=(
+                f"pull request #{check.number} is a draft and skip-draft is true: mark it ready "
+                f"for review and apply '{config.label}' again."
+            ),
+        )
     if config.require_fresh_head and current != check.head_sha:
-        return replace(base, reason=(
-            f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'} after "
-            f"'{config.label}' was applied: review the new commits and apply the label again."))
+        return replace(
+            base,
+            reason=(
+                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'} after "
+                f"'{config.label}' was applied: review the new commits and apply the label again."
+            ),
+        )
     if config.paths:
         assert changed_files is not None, "paths set: the shell must fetch the PR's files"
         match = match_paths(config.paths, changed_files, PULL_FILES_MAX)
         if match.capped:
-            base = replace(base, paths_matched=(
-                f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
-                "none of those matches; running rather than skipping"))
+            base = replace(
+                base,
+                paths_matched=(
+                    f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
+                    "none of those matches; running rather than skipping"
+                ),
+            )
         elif not match.matched:
-            return replace(base, paths_matched="no", reason=(
-                f"none of the {len(changed_files)} changed files matches paths."))
+            return replace(
+                base,
+                paths_matched="no",
+                reason=(f"none of the {len(changed_files)} changed files matches paths."),
+            )
         else:
             base = replace(base, paths_matched=str(match.first_file))
     fork = " from a fork" if check.fork else ""
-    return replace(base, run=True, reason=(
-        f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
-        f"{check.head_sha[:12]}."))
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
+            f"{check.head_sha[:12]}."
+        ),
+    )
 
 
 def approvers_of(reviews: Sequence[Mapping[str, Any]], head_sha: str) -> list[str]:
@@ -281,38 +372,59 @@ def approvers_of(reviews: Sequence[Mapping[str, Any]], head_sha: str) -> list[st
         if login and state in ("APPROVED", "CHANGES_REQUESTED", "DISMISSED"):
             latest.pop(login, None)
             latest[login] = review
-    return [login for login, review in latest.items()
-            if str(review.get("state")).upper() == "APPROVED"
-            and review.get("commit_id") == head_sha]
+    return [
+        login
+        for login, review in latest.items()
+        if str(review.get("state")).upper() == "APPROVED" and review.get("commit_id") == head_sha
+    ]
 
 
-def decide_review(decision: Decision, config: GateConfig, approver: str | None,
-                  role: str) -> Decision:
+def decide_review(
+    decision: Decision, config: GateConfig, approver: str | None, role: str
+) -> Decision:
     """``require-approved-review``: a run also needs an approval of the head it runs."""
     if not decision.run or not config.require_approved_review:
         return decision
     head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
     if approver is None:
-        return replace(decision, run=False, reason=(
-            f"require-approved-review is true and no review by someone with the "
-            f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
-            f"approve that commit, then apply '{config.label}' again."))
-    return replace(decision, reason=(
-        f"{decision.reason[:-1]}; {approver} ({role}) approved that commit."))
+        return replace(
+            decision,
+            run=False,
+            reason=(
+                f"require-approved-review is true and no review by someone with the "
+                f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
+                f"approve that commit, then apply '{config.label}' again."
+            ),
+        )
+    return replace(
+        decision, reason=(f"{decision.reason[:-1]}; {approver} ({role}) approved that commit.")
+    )
 
 
 def decide_push(check: PushCheck, config: GateConfig, changed_files: Sequence[str]) -> Decision:
     match = match_paths(config.paths, changed_files, COMPARE_FILES_MAX)
     if match.capped:
-        return Decision(run=True, event="push", sha=check.sha,
-                        paths_matched="unknown (compare lists at most 300 files)",
-                        reason=f"none of the first {COMPARE_FILES_MAX} files changed by the "
-                        "push matches paths, but GitHub's compare lists no more than "
-                        f"{COMPARE_FILES_MAX}: the rest cannot be read, so the GPU job runs.")
+        return Decision(
+            run=True,
+            event="push",
+            sha=check.sha,
+            paths_matched="unknown (compare lists at most 300 files)",
+            reason=f"none of the first {COMPARE_FILES_MAX} files changed by the "
+            "push matches paths, but GitHub's compare lists no more than "
+            f"{COMPARE_FILES_MAX}: the rest cannot be read, so the GPU job runs.",
+        )
     if match.matched:
-        return Decision(run=True, event="push", sha=check.sha,
-                        paths_matched=str(match.first_file),
-                        reason=f"push touches {match.first_file}, which matches paths.")
-    return Decision(run=False, event="push", sha=check.sha, paths_matched="no",
-                    reason=f"none of the {len(changed_files)} files changed by the push "
-                    "matches paths.")
+        return Decision(
+            run=True,
+            event="push",
+            sha=check.sha,
+            paths_matched=str(match.first_file),
+            reason=f"push touches {match.first_file}, which matches paths.",
+        )
+    return Decision(
+        run=False,
+        event="push",
+        sha=check.sha,
+        paths_matched="no",
+        reason=f"none of the {len(changed_files)} files changed by the push matches paths.",
+    )

@@ -46,9 +46,22 @@ SLACK_S = 120.0
 
 # -- the report's schema (a copy of actions/gpu-monitor/report.schema.json, tested equal) --
 
-_KNOWN = {"$schema", "$id", "title", "description", "type", "required", "properties",
-          "additionalProperties", "items", "const", "enum", "minimum", "maximum",
-          "exclusiveMinimum"}
+_KNOWN = {
+    "$schema",
+    "$id",
+    "title",
+    "description",
+    "type",
+    "required",
+    "properties",
+    "additionalProperties",
+    "items",
+    "const",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,8 +78,13 @@ def _type_ok(value: Any, name: str) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if name == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    kinds: dict[str, Any] = {"string": str, "boolean": bool, "object": dict, "array": list,
-                             "null": type(None)}
+    kinds: dict[str, Any] = {
+        "string": str,
+        "boolean": bool,
+        "object": dict,
+        "array": list,
+        "null": type(None),
+    }
     return isinstance(value, kinds[name])
 
 
@@ -98,8 +116,7 @@ def schema_errors(value: Any, schema: Mapping[str, Any], where: str = "$") -> li
             errors.append(f"{where}: not above {schema['exclusiveMinimum']}")
     if isinstance(value, dict):
         props = schema.get("properties") or {}
-        errors += [f"{where}: {k} missing" for k in schema.get("required") or []
-                   if k not in value]
+        errors += [f"{where}: {k} missing" for k in schema.get("required") or [] if k not in value]
         extra = schema.get("additionalProperties", True)
         for key, item in value.items():
             if key in props:
@@ -133,9 +150,14 @@ class RightSize:
         if not data:
             return None
         price = data.get("usd_per_minute")
-        return cls(data["peak_memory_bytes"], data["needed_bytes"], str(data["current"]),
-                   data["activity"], data["suggestion"],
-                   None if price is None else Decimal(str(price)))
+        return cls(
+            data["peak_memory_bytes"],
+            data["needed_bytes"],
+            str(data["current"]),
+            data["activity"],
+            data["suggestion"],
+            None if price is None else Decimal(str(price)),
+        )
 
 
 @dataclass(frozen=True)
@@ -170,24 +192,41 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
             if info.file_size > MAX_REPORT_BYTES:
                 return None, f"{label}: {info.filename} is over {MAX_REPORT_BYTES} bytes"
             data = json.loads(archive.read(info))
-    except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError,
-            zlib.error) as exc:  # RuntimeError: RecursionError, unsupported compression
+    except (
+        zipfile.BadZipFile,
+        ValueError,
+        OSError,
+        RuntimeError,
+        EOFError,
+        zlib.error,
+    ) as exc:  # RuntimeError: RecursionError, unsupported compression
         return None, f"{label}: not a readable zip of JSON ({exc})"
     errors = schema_errors(data, _schema())
     if errors:
-        return None, (f"{label}: not a gpu-monitor report (schema_version 1): "
-                      + "; ".join(errors[:3]))
+        return None, (
+            f"{label}: not a gpu-monitor report (schema_version 1): " + "; ".join(errors[:3])
+        )
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
         return None, f"{label}: its idle fraction is unknown (no utilisation counter)"
-    return MonitorReport(int(art["id"]), str(art.get("name")),
-                         int((art.get("workflow_run") or {})["id"]), float(data["started"]),
-                         float(data["ended"]),
-                         Decimal(str(data["cost"]["idle_fraction"])),
-                         RightSize.of(data.get("right_size"))), ""
+    return MonitorReport(
+        int(art["id"]),
+        str(art.get("name")),
+        int((art.get("workflow_run") or {})["id"]),
+        float(data["started"]),
+        float(data["ended"]),
+        Decimal(str(data["cost"]["idle_fraction"])),
+        RightSize.of(data.get("right_size")),
+    ), ""
 
 
-def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
-                 month: budget.Month, max_reports: int) -> Found:
+def find_reports(
+    rest: Rest,
+    repo: str,
+    prefix: str,
+    run_ids: Iterable[int],
+    month: budget.Month,
+    max_reports: int,
+) -> Found:
     """The gpu-monitor reports of the counted runs (see the module's docstring)."""
     wanted = {int(r) for r in run_ids}
     oldest = (month.first - timedelta(days=1)).isoformat()
@@ -200,36 +239,51 @@ def find_reports(rest: Rest, repo: str, prefix: str, run_ids: Iterable[int],
         arts = got.get("artifacts") or []
         for art in arts:
             wr = art.get("workflow_run") or {}
-            if (str(art.get("name") or "").startswith(prefix) and not art.get("expired")
-                    and isinstance(wr.get("id"), int) and wr["id"] in wanted):
+            if (
+                str(art.get("name") or "").startswith(prefix)
+                and not art.get("expired")
+                and isinstance(wr.get("id"), int)
+                and wr["id"] in wanted
+            ):
                 matched.append(art)
         total = got.get("total_count")
-        done = (len(arts) < 100 or (isinstance(total, int) and page * 100 >= total)
-                or any(str(a.get("created_at") or "") < oldest for a in arts))
+        done = (
+            len(arts) < 100
+            or (isinstance(total, int) and page * 100 >= total)
+            or any(str(a.get("created_at") or "") < oldest for a in arts)
+        )
         if done:
             break
     else:
-        notes.append(f"artifact listing stopped after {MAX_LISTING_PAGES} pages "
-                     f"({MAX_LISTING_PAGES * 100} artifacts): older reports not read")
+        notes.append(
+            f"artifact listing stopped after {MAX_LISTING_PAGES} pages "
+            f"({MAX_LISTING_PAGES * 100} artifacts): older reports not read"
+        )
     matched.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
     if len(matched) > max_reports:
-        notes.append(f"{len(matched) - max_reports} older gpu-monitor reports not read "
-                     f"(max-monitor-reports is {max_reports})")
+        notes.append(
+            f"{len(matched) - max_reports} older gpu-monitor reports not read "
+            f"(max-monitor-reports is {max_reports})"
+        )
         matched = matched[:max_reports]
     reports: list[MonitorReport] = []
     downloads = 0
     for art in matched:
         if int(art.get("size_in_bytes") or 0) > MAX_REPORT_BYTES:
-            notes.append(f"artifact '{art.get('name')}' #{art['id']}: over "
-                         f"{MAX_REPORT_BYTES} bytes, skipped (upload the report alone)")
+            notes.append(
+                f"artifact '{art.get('name')}' #{art['id']}: over "
+                f"{MAX_REPORT_BYTES} bytes, skipped (upload the report alone)"
+            )
             continue
         downloads += 1
         try:
-            blob = rest.download(f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip",
-                                 MAX_REPORT_BYTES)
+            blob = rest.download(
+                f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip", MAX_REPORT_BYTES
+            )
         except (ApiError, GpuCiError) as exc:  # expired since listed, too large: skip it
-            notes.append(f"artifact '{art.get('name')}' #{art['id']}: not downloaded "
-                         f"({str(exc)[:120]})")
+            notes.append(
+                f"artifact '{art.get('name')}' #{art['id']}: not downloaded ({str(exc)[:120]})"
+            )
             continue
         report, why = read_report(blob, art)
         if report is None:
@@ -253,8 +307,11 @@ class Idle:
     right_size: RightSize | None = None
 
 
-def match(reports: Sequence[MonitorReport], costs: Sequence[budget.JobCost],
-          windows: Mapping[int, tuple[float, float]]) -> tuple[dict[int, Idle], list[str]]:
+def match(
+    reports: Sequence[MonitorReport],
+    costs: Sequence[budget.JobCost],
+    windows: Mapping[int, tuple[float, float]],
+) -> tuple[dict[int, Idle], list[str]]:
     """Job id -> its idle share. A report goes to the completed GPU job of its run whose
     start..end (``windows``, epoch seconds from the jobs API) overlaps the monitor's window
     most, allowing ``SLACK_S`` of clock skew; each job takes one report (the newest)."""
@@ -274,13 +331,19 @@ def match(reports: Sequence[MonitorReport], costs: Sequence[budget.JobCost],
             if overlap > best_overlap:
                 best, best_overlap = c, overlap
         if best is None:
-            notes.append(f"artifact '{rep.artifact}' #{rep.artifact_id}: no counted GPU job "
-                         f"of run {rep.run_id} ran when it was recorded")
+            notes.append(
+                f"artifact '{rep.artifact}' #{rep.artifact_id}: no counted GPU job "
+                f"of run {rep.run_id} ran when it was recorded"
+            )
             continue
         fraction = min(max(rep.idle_fraction, Decimal(0)), Decimal(1))
-        out[best.job_id] = Idle(fraction, (fraction * best.minutes).quantize(Decimal("0.01")),
-                                (fraction * best.cost).quantize(Decimal("0.0001")),
-                                rep.artifact_id, rep.right_size)
+        out[best.job_id] = Idle(
+            fraction,
+            (fraction * best.minutes).quantize(Decimal("0.01")),
+            (fraction * best.cost).quantize(Decimal("0.0001")),
+            rep.artifact_id,
+            rep.right_size,
+        )
     return out, notes
 
 
@@ -291,8 +354,9 @@ class IdleRow:
     reports: int
 
 
-def idle_breakdown(costs: Iterable[budget.JobCost], idle: Mapping[int, Idle],
-                   field_name: str) -> dict[str, IdleRow]:
+def idle_breakdown(
+    costs: Iterable[budget.JobCost], idle: Mapping[int, Idle], field_name: str
+) -> dict[str, IdleRow]:
     """Idle minutes, cost and report count per key of :func:`budget.breakdown`."""
     acc: dict[str, list[Any]] = {}
     for c in costs:
@@ -333,33 +397,45 @@ class WorkflowSize:
     """Those minutes at the suggested size's price (None: no price known for it)."""
 
     def line(self) -> str:
-        peak = "peak unknown" if self.peak_memory is None else (
-            f"peak {self.peak_memory / GIB:.1f} GiB")
-        act = ("activity unknown" if self.activity is None
-               else f"{self.activity:.0f} % busy")
+        peak = (
+            "peak unknown"
+            if self.peak_memory is None
+            else (f"peak {self.peak_memory / GIB:.1f} GiB")
+        )
+        act = "activity unknown" if self.activity is None else f"{self.activity:.0f} % busy"
         head = f"{self.workflow}: {peak} on {self.current}, {act} ({self.reports} report(s))"
         if self.suggestion is None:
-            why = ("no advice (peak memory unknown)" if self.peak_memory is None
-                   else "already the smallest size that fits")
+            why = (
+                "no advice (peak memory unknown)"
+                if self.peak_memory is None
+                else "already the smallest size that fits"
+            )
             return f"{head}: {why}"
-        cost = (f"${self.usd_at_suggestion:.2f} of ${self.usd:.2f}"
-                if self.usd_at_suggestion is not None
-                else f"cost at that size unknown (no price), ${self.usd:.2f} as run")
+        cost = (
+            f"${self.usd_at_suggestion:.2f} of ${self.usd:.2f}"
+            if self.usd_at_suggestion is not None
+            else f"cost at that size unknown (no price), ${self.usd:.2f} as run"
+        )
         return f"{head}: {self.suggestion} would do; {cost}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"workflow": self.workflow, "reports": self.reports,
-                "peak_memory_bytes": self.peak_memory,
-                "activity": None if self.activity is None else round(self.activity, 3),
-                "current": self.current, "suggestion": self.suggestion,
-                "minutes": self.minutes, "usd": str(self.usd),
-                "usd_at_suggestion": (None if self.usd_at_suggestion is None
-                                      else str(self.usd_at_suggestion)),
-                "line": self.line()}
+        return {
+            "workflow": self.workflow,
+            "reports": self.reports,
+            "peak_memory_bytes": self.peak_memory,
+            "activity": None if self.activity is None else round(self.activity, 3),
+            "current": self.current,
+            "suggestion": self.suggestion,
+            "minutes": self.minutes,
+            "usd": str(self.usd),
+            "usd_at_suggestion": (
+                None if self.usd_at_suggestion is None else str(self.usd_at_suggestion)
+            ),
+            "line": self.line(),
+        }
 
 
-def right_size_by(costs: Iterable[budget.JobCost],
-                  idle: Mapping[int, Idle]) -> list[WorkflowSize]:
+def right_size_by(costs: Iterable[budget.JobCost], idle: Mapping[int, Idle]) -> list[WorkflowSize]:
     """Per workflow (see :class:`WorkflowSize`): only jobs whose report has advice count."""
     acc: dict[str, list[tuple[budget.JobCost, RightSize]]] = {}
     for c in costs:
@@ -375,10 +451,19 @@ def right_size_by(costs: Iterable[budget.JobCost],
         minutes = sum(c.minutes for c, _ in rows)
         usd = sum((c.cost for c, _ in rows), Decimal(0))
         price = top.usd_per_minute if top is not None and top.suggestion else None
-        out.append(WorkflowSize(
-            workflow, len(rows), top.peak_memory if top else None,
-            sum(acts) / len(acts) if acts else None, top.suggestion if top else None,
-            top.current if top else sizes[0].current, minutes, usd,
-            None if price is None else (max(price, Decimal(0)) * minutes).quantize(
-                Decimal("0.0001"))))
+        out.append(
+            WorkflowSize(
+                workflow,
+                len(rows),
+                top.peak_memory if top else None,
+                sum(acts) / len(acts) if acts else None,
+                top.suggestion if top else None,
+                top.current if top else sizes[0].current,
+                minutes,
+                usd,
+                None
+                if price is None
+                else (max(price, Decimal(0)) * minutes).quantize(Decimal("0.0001")),
+            )
+        )
     return out

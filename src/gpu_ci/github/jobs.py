@@ -64,8 +64,9 @@ def now(environ: Mapping[str, str]) -> datetime:
         return datetime.now(timezone.utc)
     parsed = parse_time(raw)
     if parsed is None:
-        raise UsageError(f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as "
-                         "2026-11-30T12:00:00Z.")
+        raise UsageError(
+            f"GPU_CI_NOW={raw!r} is not an ISO 8601 time such as 2026-11-30T12:00:00Z."
+        )
     return parsed
 
 
@@ -77,8 +78,11 @@ def queue_seconds(job: Mapping[str, Any], at: datetime) -> float | None:
     if job.get("status") in QUEUED:
         return max(0.0, (at - created).total_seconds())
     started = parse_time(job.get("started_at"))
-    if started is None or job.get("runner_name") is None and job.get("conclusion") in (
-            "cancelled", "skipped"):
+    if (
+        started is None
+        or job.get("runner_name") is None
+        and job.get("conclusion") in ("cancelled", "skipped")
+    ):
         return None  # never picked up: no queue time to report
     return max(0.0, (started - created).total_seconds())
 
@@ -128,8 +132,9 @@ def has_gpu_label(job: Mapping[str, Any], labels: frozenset[str]) -> bool:
     return any(str(label).casefold() in labels for label in job.get("labels") or [])
 
 
-def named_gpu_jobs(jobs: Sequence[Mapping[str, Any]],
-                   names: Sequence[str]) -> list[Mapping[str, Any]]:
+def named_gpu_jobs(
+    jobs: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> list[Mapping[str, Any]]:
     """``gpu-jobs``: jobs named like one of ``names``; ``tests`` also matches matrix jobs
     ``tests (3.12)``.
 
@@ -141,7 +146,9 @@ def named_gpu_jobs(jobs: Sequence[Mapping[str, Any]],
     out = []
     for job in jobs:
         parts = str(job.get("name") or "").casefold().split(" / ")
-        if any(len(parts) == len(w) and all(p == n or p.startswith(n + " (")
-                                            for p, n in zip(parts, w)) for w in wanted):
+        if any(
+            len(parts) == len(w) and all(p == n or p.startswith(n + " (") for p, n in zip(parts, w))
+            for w in wanted
+        ):
             out.append(job)
     return out

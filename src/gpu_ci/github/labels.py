@@ -77,13 +77,29 @@ def outcome_of(label: str, status: int, message: str, number: int, repository: s
     if status == 404 and "label does not exist" in message.lower():
         return Outcome(label, Result.ABSENT, f"'{label}' was not on #{number}.")
     if status == 404:
-        return Outcome(label, Result.NOT_FOUND, (
-            f"#{number} was not found in {repository} (HTTP 404{': ' + message if message else ''}"
-            "): check 'number' and 'repository', and that the token can see the repository."))
+        return Outcome(
+            label,
+            Result.NOT_FOUND,
+            (
+                f"#{number} was not found in {repository} "
+                f"(HTTP 404{': ' + message if message else ''}): check 'number' and "
+                "'repository', and that the token can see the repository."
+            ),
+        )
     if status in (401, 403):
-        return Outcome(label, Result.FORBIDDEN, (
-            f"GitHub refused to remove '{label}' from #{number} (HTTP {status}"
-            f"{': ' + message if message else ''}). {PERMISSION_FIX}"))
-    return Outcome(label, Result.FAILED, (
-        f"removing '{label}' from #{number} failed after retries (HTTP {status}"
-        f"{': ' + message if message else ''})."))
+        return Outcome(
+            label,
+            Result.FORBIDDEN,
+            (
+                f"GitHub refused to remove '{label}' from #{number} (HTTP {status}"
+                f"{': ' + message if message else ''}). {PERMISSION_FIX}"
+            ),
+        )
+    return Outcome(
+        label,
+        Result.FAILED,
+        (
+            f"removing '{label}' from #{number} failed after retries (HTTP {status}"
+            f"{': ' + message if message else ''})."
+        ),
+    )

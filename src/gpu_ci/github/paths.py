@@ -38,7 +38,7 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
                 out.append(re.escape(char))
                 i += 1
             else:
-                body = pattern[i + 1:end]
+                body = pattern[i + 1 : end]
                 if body.startswith("!"):
                     body = "^" + body[1:]
                 out.append(f"[{body}]")
@@ -67,10 +67,12 @@ class PathsMatch:
     (the gate runs rather than skips)."""
 
 
-def match_paths(patterns: Sequence[str], files: Iterable[str],
-                cap: int | None = None) -> PathsMatch:
-    compiled = [(p.startswith("!"), glob_to_regex(p[1:] if p.startswith("!") else p))
-                for p in patterns]
+def match_paths(
+    patterns: Sequence[str], files: Iterable[str], cap: int | None = None
+) -> PathsMatch:
+    compiled = [
+        (p.startswith("!"), glob_to_regex(p[1:] if p.startswith("!") else p)) for p in patterns
+    ]
     seen = 0
     for name in files:
         seen += 1

@@ -47,9 +47,15 @@ class Collected:
 RUN_SEARCH_CAP = 1000
 
 
-def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
-              until: date | None = None, status: str = "",
-              notes: list[str] | None = None) -> list[dict[str, Any]]:
+def list_runs(
+    rest: Rest,
+    repo: str,
+    workflows: Sequence[str],
+    since: date,
+    until: date | None = None,
+    status: str = "",
+    notes: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
     when none are given), newest first, every page; only those in ``status`` if given.
 
@@ -60,14 +66,19 @@ def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
     runs, plus one per split (the first page of the window that was too large).
     """
     first = datetime(since.year, since.month, since.day, tzinfo=timezone.utc)
-    last = None if until is None else \
-        datetime(until.year, until.month, until.day, 23, 59, 59, tzinfo=timezone.utc)
-    created = f">={since.isoformat()}" if until is None else \
-        f"{since.isoformat()}..{until.isoformat()}"
+    last = (
+        None
+        if until is None
+        else datetime(until.year, until.month, until.day, 23, 59, 59, tzinfo=timezone.utc)
+    )
+    created = (
+        f">={since.isoformat()}" if until is None else f"{since.isoformat()}..{until.isoformat()}"
+    )
     runs: list[dict[str, Any]] = []
     seen: set[int] = set()
-    paths = ([f"/repos/{repo}/actions/workflows/{quote(w, safe='')}/runs" for w in workflows]
-             or [f"/repos/{repo}/actions/runs"])
+    paths = [f"/repos/{repo}/actions/workflows/{quote(w, safe='')}/runs" for w in workflows] or [
+        f"/repos/{repo}/actions/runs"
+    ]
     for path in paths:
         todo: list[tuple[str, datetime, datetime | None]] = [(created, first, last)]
         while todo:
@@ -78,18 +89,28 @@ def list_runs(rest: Rest, repo: str, workflows: Sequence[str], since: date,
             splittable = hi is None or hi > lo
             listed, total = _run_pages(rest, f"{path}?{query}", splittable)
             if total > len(listed) and splittable:
-                end = hi if hi is not None else datetime.now(timezone.utc).replace(
-                    microsecond=0) + timedelta(days=1)
+                end = (
+                    hi
+                    if hi is not None
+                    else datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+                )
                 mid = lo + (end - lo) / 2
                 mid = mid.replace(microsecond=0)
-                todo += [(f"{_second(lo)}..{_second(mid)}", lo, mid),
-                         (f"{_second(mid + timedelta(seconds=1))}..{_second(end)}",
-                          mid + timedelta(seconds=1), end)]
+                todo += [
+                    (f"{_second(lo)}..{_second(mid)}", lo, mid),
+                    (
+                        f"{_second(mid + timedelta(seconds=1))}..{_second(end)}",
+                        mid + timedelta(seconds=1),
+                        end,
+                    ),
+                ]
                 continue
             if total > len(listed) and notes is not None:
-                notes.append(f"incomplete: {path} lists {total} runs created {window} but "
-                             f"GitHub returns at most {len(listed)} of one filtered listing; "
-                             "the rest are not counted.")
+                notes.append(
+                    f"incomplete: {path} lists {total} runs created {window} but "
+                    f"GitHub returns at most {len(listed)} of one filtered listing; "
+                    "the rest are not counted."
+                )
             for run in listed:
                 if run["id"] not in seen:
                     seen.add(run["id"])
@@ -127,16 +148,16 @@ def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
     return rest.get_pages(f"/repos/{repo}/actions/runs/{run_id}/jobs?filter=all", key="jobs")
 
 
-def trusted_ledger(rest: Rest, repo: str, name: str,
-                   default_branch: str) -> tuple[budget.Ledger | None, str]:
+def trusted_ledger(
+    rest: Rest, repo: str, name: str, default_branch: str
+) -> tuple[budget.Ledger | None, str]:
     """The newest unexpired artifact ``name`` made by a run on the default branch of this
     repository itself (not a fork, not a pull request's branch), and its ledger.
 
     Pull request runs can upload artifacts of any name; their ``workflow_run.head_branch`` is
     the pull request's branch and a fork's ``head_repository_id`` differs, so they are
     skipped: a ledger a pull request wrote could claim a lower spend."""
-    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}"
-                       "&per_page=30")
+    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}&per_page=30")
     candidates = []
     for art in listing.get("artifacts") or []:
         wr = art.get("workflow_run") or {}
@@ -150,8 +171,7 @@ def trusted_ledger(rest: Rest, repo: str, name: str,
     if not candidates:
         return None, f"no artifact '{name}' from the default branch ({default_branch})"
     art = max(candidates, key=lambda a: (str(a.get("created_at") or ""), int(a["id"])))
-    blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip",
-                         MAX_LEDGER_BYTES)
+    blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip", MAX_LEDGER_BYTES)
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
             info = archive.getinfo(LEDGER_FILE)
@@ -166,18 +186,34 @@ def trusted_ledger(rest: Rest, repo: str, name: str,
     return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
 
 
-def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: GpuMatcher,
-            price: Price | None, table: PriceTable, reserve_minutes: int,
-            month: budget.Month, now: datetime, ledger: budget.Ledger | None = None,
-            skip: tuple[int, int] | None = None,
-            progress: Callable[[str], None] | None = None) -> Collected:
+def collect(
+    rest: Rest,
+    repo: str,
+    workflows: Sequence[str],
+    matcher: GpuMatcher,
+    price: Price | None,
+    table: PriceTable,
+    reserve_minutes: int,
+    month: budget.Month,
+    now: datetime,
+    ledger: budget.Ledger | None = None,
+    skip: tuple[int, int] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Collected:
     """Every GPU job of the month. Runs already in a usable ledger are not fetched again;
     ``skip`` = (run id, attempt) of the gate's own run, whose GPU job is the one being
     decided (its reservation is added by the caller)."""
     since = month.first - timedelta(days=1)  # a run created on the last day may run into it
     use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
-    reason = "no ledger: every run of the month counted" if ledger is None else (
-        "ledger for another month, repository, workflows or GPU jobs: not used" if not use else "")
+    reason = (
+        "no ledger: every run of the month counted"
+        if ledger is None
+        else (
+            "ledger for another month, repository, workflows or GPU jobs: not used"
+            if not use
+            else ""
+        )
+    )
     if use and ledger is not None:
         through = parse_time(ledger.through)
         if through is not None:
@@ -202,8 +238,9 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: GpuMatcher
         fetched += 1
         if skip is not None and int(run["id"]) == skip[0]:
             jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
-        costs.extend(budget.job_costs(run, jobs, matcher, price, table, reserve_minutes,
-                                      month, now))
+        costs.extend(
+            budget.job_costs(run, jobs, matcher, price, table, reserve_minutes, month, now)
+        )
         for job in jobs:
             start = parse_time(job.get("started_at"))
             end = parse_time(job.get("completed_at"))
@@ -216,8 +253,10 @@ def collect(rest: Rest, repo: str, workflows: Sequence[str], matcher: GpuMatcher
 
 def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:
     """The organisation's billing usage report for the month (enhanced billing platform)."""
-    answer = rest.get(f"/organizations/{quote(org, safe='')}/settings/billing/usage"
-                      f"?year={month.year}&month={month.month}")
+    answer = rest.get(
+        f"/organizations/{quote(org, safe='')}/settings/billing/usage"
+        f"?year={month.year}&month={month.month}"
+    )
     items = answer.get("usageItems")
     if not isinstance(items, list):
         raise GpuCiError("the billing usage API answered without usageItems.")
@@ -227,16 +266,20 @@ def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, A
 def billing_error(status: int, org: str) -> str:
     """What a 403/404 from the billing usage API means, and the fix."""
     if status == 404:
-        return (f"the billing usage API has no organization report for '{org}' (it exists "
-                "for organizations only): '{org}' is a personal account (whose report is "
-                "/users/{org}/settings/billing/usage, which gpu-spend does not read), or the "
-                "token cannot see the organization. "
-                "Use an organization's billing-token, or leave billing-token empty to count "
-                "the workflow's runs.").replace("{org}", org)
-    return (f"the billing-token may not read the billing of '{org}': it must belong to an "
-            "administrator of the organization and, as a fine-grained token, have the "
-            "organization permission 'Administration: read'. Leave billing-token empty to "
-            "count the workflow's runs with actions: read instead.")
+        return (
+            f"the billing usage API has no organization report for '{org}' (it exists "
+            "for organizations only): '{org}' is a personal account (whose report is "
+            "/users/{org}/settings/billing/usage, which gpu-spend does not read), or the "
+            "token cannot see the organization. "
+            "Use an organization's billing-token, or leave billing-token empty to count "
+            "the workflow's runs."
+        ).replace("{org}", org)
+    return (
+        f"the billing-token may not read the billing of '{org}': it must belong to an "
+        "administrator of the organization and, as a fine-grained token, have the "
+        "organization permission 'Administration: read'. Leave billing-token empty to "
+        "count the workflow's runs with actions: read instead."
+    )
 
 
 class BillingAccessError(GpuCiError):
@@ -244,23 +287,33 @@ class BillingAccessError(GpuCiError):
     a configuration to fix, not an outage to ride out."""
 
 
-def billing_spend(billing_rest: Rest, repo: str, month: budget.Month, skus: Sequence[str],
-                  per_repository: bool) -> budget.Spend:
+def billing_spend(
+    billing_rest: Rest, repo: str, month: budget.Month, skus: Sequence[str], per_repository: bool
+) -> budget.Spend:
     org = repo.split("/")[0]
     try:
         items = billing_items(billing_rest, org, month)
     except ApiError as exc:
         if exc.status in (403, 404):
-            raise BillingAccessError(billing_error(exc.status, org),
-                                     title="billing usage API") from None
+            raise BillingAccessError(
+                billing_error(exc.status, org), title="billing usage API"
+            ) from None
         raise
     return budget.billing_spend(items, skus, repo if per_repository else None, month)
 
 
-def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: GpuMatcher,
-                table: PriceTable, now: datetime, *, default_branch: str,
-                skip: tuple[int, int] | None, billing_rest: Rest | None = None,
-                ) -> tuple[budget.Spend, str]:
+def month_spend(
+    rest: Rest,
+    repo: str,
+    cfg: budget.BudgetConfig,
+    matcher: GpuMatcher,
+    table: PriceTable,
+    now: datetime,
+    *,
+    default_branch: str,
+    skip: tuple[int, int] | None,
+    billing_rest: Rest | None = None,
+) -> tuple[budget.Spend, str]:
     """This month's GPU spend before the run being decided, and a note on how it was read."""
     month = budget.Month.of(now.date())
     if billing_rest is not None:
@@ -269,28 +322,56 @@ def month_spend(rest: Rest, repo: str, cfg: budget.BudgetConfig, matcher: GpuMat
         # The report trails usage by hours and never shows a job before it ends: add what
         # this repository's GPU jobs running now reserve.
         running: list[budget.JobCost] = []
-        for run in list_runs(rest, repo, cfg.workflows, month.first - timedelta(days=1),
-                             month.last, status="in_progress"):
+        for run in list_runs(
+            rest,
+            repo,
+            cfg.workflows,
+            month.first - timedelta(days=1),
+            month.last,
+            status="in_progress",
+        ):
             jobs = run_jobs(rest, repo, int(run["id"]))
             if skip is not None and int(run["id"]) == skip[0]:
                 jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
-            running += [c for c in budget.job_costs(run, jobs, matcher, cfg.price, table,
-                                                    cfg.reserve_minutes, month, now)
-                        if c.state == "reserved"]
+            running += [
+                c
+                for c in budget.job_costs(
+                    run, jobs, matcher, cfg.price, table, cfg.reserve_minutes, month, now
+                )
+                if c.state == "reserved"
+            ]
         extra = budget.total(running, "")
-        spent = budget.Spend(spent.minutes + extra.minutes, spent.usd + extra.usd,
-                             "billing usage report + GPU jobs running now", tuple(running),
-                             extra.minutes, extra.usd)
-        return spent, (f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
-                       f"{len(running)} GPU jobs running now")
+        spent = budget.Spend(
+            spent.minutes + extra.minutes,
+            spent.usd + extra.usd,
+            "billing usage report + GPU jobs running now",
+            tuple(running),
+            extra.minutes,
+            extra.usd,
+        )
+        return spent, (
+            f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
+            f"{len(running)} GPU jobs running now"
+        )
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
         if default_branch:
             ledger, note = trusted_ledger(rest, repo, cfg.ledger_artifact, default_branch)
         else:
             note = "the event names no default branch: ledger not used"
-    got = collect(rest, repo, cfg.workflows, matcher, cfg.price, table, cfg.reserve_minutes,
-                  month, now, ledger, skip)
+    got = collect(
+        rest,
+        repo,
+        cfg.workflows,
+        matcher,
+        cfg.price,
+        table,
+        cfg.reserve_minutes,
+        month,
+        now,
+        ledger,
+        skip,
+    )
     source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
     return budget.total(got.costs, source), (f"{note}; {got.ledger_used}" if ledger else note)
 
@@ -319,24 +400,45 @@ def _price_row(price: Price | None, day: date, table: PriceTable) -> str:
     return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
 
 
-def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
-                matcher: GpuMatcher, table: PriceTable, now: datetime, repo: str,
-                default_branch: str, skip: tuple[int, int] | None) -> GateBudget:
+def gate_budget(
+    rest: Rest,
+    billing_rest: Rest | None,
+    cfg: budget.BudgetConfig,
+    matcher: GpuMatcher,
+    table: PriceTable,
+    now: datetime,
+    repo: str,
+    default_branch: str,
+    skip: tuple[int, int] | None,
+) -> GateBudget:
     """Read the month's spend and check this run's reservation against the budget. A
     billing-token the API refuses raises :class:`BillingAccessError`; any other failure to
     read the spend follows ``budget-on-unknown`` and names the number it could not get."""
-    what = ("the organization's billing usage report" if billing_rest is not None else
-            f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
-            "(actions: read)")
-    rows = [("budget", cfg.budget.describe()),
-            ("price", _price_row(cfg.price, now.date(), table)),
-            ("reservation", f"{cfg.reserve_minutes} min"),
-            ("GPU jobs", matcher.describe())]
+    what = (
+        "the organization's billing usage report"
+        if billing_rest is not None
+        else f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
+        "(actions: read)"
+    )
+    rows = [
+        ("budget", cfg.budget.describe()),
+        ("price", _price_row(cfg.price, now.date(), table)),
+        ("reservation", f"{cfg.reserve_minutes} min"),
+        ("GPU jobs", matcher.describe()),
+    ]
     try:
         try:
-            spent, note = month_spend(rest, repo, cfg, matcher, table, now,
-                                      default_branch=default_branch, skip=skip,
-                                      billing_rest=billing_rest)
+            spent, note = month_spend(
+                rest,
+                repo,
+                cfg,
+                matcher,
+                table,
+                now,
+                default_branch=default_branch,
+                skip=skip,
+                billing_rest=billing_rest,
+            )
         except GpuCiError:
             raise
         except Exception as exc:  # ApiError, or an answer that is not what was asked
@@ -347,20 +449,37 @@ def gate_budget(rest: Rest, billing_rest: Rest | None, cfg: budget.BudgetConfig,
         rows.append(("spend", f"unknown: {exc.message}"))
         if cfg.on_unknown == "run":
             rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
-            return GateBudget(True, "", tuple(rows), warning=(
-                f"could not read {what}; budget-on-unknown is run: {exc.message}"))
+            return GateBudget(
+                True,
+                "",
+                tuple(rows),
+                warning=(f"could not read {what}; budget-on-unknown is run: {exc.message}"),
+            )
         rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
-        return GateBudget(False, (
-            f"the GPU budget could not be checked: {what} could not be read "
-            f"({exc.message}); budget-on-unknown is refuse."), tuple(rows))
+        return GateBudget(
+            False,
+            (
+                f"the GPU budget could not be checked: {what} could not be read "
+                f"({exc.message}); budget-on-unknown is refuse."
+            ),
+            tuple(rows),
+        )
     price_now = cfg.price.on(now.date(), table) if cfg.price else None
     verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
-    rows += [("spent this month", cfg.budget.describe(verdict.spent)),
-             ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
-             ("this run reserves", cfg.budget.describe(verdict.reservation)),
-             ("left before this run", cfg.budget.describe(verdict.left)),
-             ("source", spent.source), ("ledger", note),
-             ("budget verdict", "within" if verdict.ok else "**over: refused**")]
+    rows += [
+        ("spent this month", cfg.budget.describe(verdict.spent)),
+        ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
+        ("this run reserves", cfg.budget.describe(verdict.reservation)),
+        ("left before this run", cfg.budget.describe(verdict.left)),
+        ("source", spent.source),
+        ("ledger", note),
+        ("budget verdict", "within" if verdict.ok else "**over: refused**"),
+    ]
     unit = cfg.budget.unit
-    return GateBudget(verdict.ok, "" if verdict.ok else verdict.reason, tuple(rows),
-                      _amount(verdict.spent, unit), _amount(verdict.left, unit))
+    return GateBudget(
+        verdict.ok,
+        "" if verdict.ok else verdict.reason,
+        tuple(rows),
+        _amount(verdict.spent, unit),
+        _amount(verdict.left, unit),
+    )

@@ -31,17 +31,25 @@ class IdleFound:
     """The ``idle`` section of ``spend.json``."""
 
 
-def idle_section(prefix: str, reports_read: int, matched: Mapping[int, Idle],
-                 costs: Sequence[budget.JobCost], api_calls: int,
-                 skipped: Sequence[str]) -> dict[str, Any]:
+def idle_section(
+    prefix: str,
+    reports_read: int,
+    matched: Mapping[int, Idle],
+    costs: Sequence[budget.JobCost],
+    api_calls: int,
+    skipped: Sequence[str],
+) -> dict[str, Any]:
     """The ``idle`` section of ``spend.json``."""
     return {
-        "artifact_prefix": prefix, "reports_read": reports_read,
+        "artifact_prefix": prefix,
+        "reports_read": reports_read,
         "jobs_with_report": len(matched),
         "completed_jobs": sum(1 for c in costs if c.state == "completed"),
         "minutes": str(sum((i.minutes for i in matched.values()), Decimal(0))),
         "usd": str(sum((i.usd for i in matched.values()), Decimal(0))),
-        "api_calls": api_calls, "skipped": list(skipped)}
+        "api_calls": api_calls,
+        "skipped": list(skipped),
+    }
 
 
 @dataclass(frozen=True)
@@ -61,10 +69,18 @@ class Report:
     idle: IdleFound | None
 
 
-def build(repo: str, month: budget.Month, now: datetime, matcher: GpuMatcher,
-          workflows: Sequence[str], price: Price | None, plan: budget.Budget | None,
-          costs: Sequence[budget.JobCost], billed: budget.Spend | None,
-          idle: IdleFound | None) -> Report:
+def build(
+    repo: str,
+    month: budget.Month,
+    now: datetime,
+    matcher: GpuMatcher,
+    workflows: Sequence[str],
+    price: Price | None,
+    plan: budget.Budget | None,
+    costs: Sequence[budget.JobCost],
+    billed: budget.Spend | None,
+    idle: IdleFound | None,
+) -> Report:
     ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
     tot = budget.total(ordered, "GPU jobs")
     unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
@@ -72,20 +88,30 @@ def build(repo: str, month: budget.Month, now: datetime, matcher: GpuMatcher,
     points = budget.cumulative(ordered, month, last_day, unit)
     spent_value = tot.usd if unit == "usd" else Decimal(tot.minutes)
     left = plan.amount - spent_value if plan is not None else None
-    breakdowns = {title: budget.breakdown(ordered, name)
-                  for title, name in budget.BREAKDOWNS.items()}
+    breakdowns = {
+        title: budget.breakdown(ordered, name) for title, name in budget.BREAKDOWNS.items()
+    }
     doc: dict[str, Any] = {
-        "repository": repo, "month": str(month), "generated": now.isoformat(),
-        "gpu_jobs": matcher.describe(), "workflows": list(workflows) or ["(every workflow)"],
+        "repository": repo,
+        "month": str(month),
+        "generated": now.isoformat(),
+        "gpu_jobs": matcher.describe(),
+        "workflows": list(workflows) or ["(every workflow)"],
         "price": price.describe() if price else None,
-        "minutes": tot.minutes, "usd": str(tot.usd) if price else None,
+        "minutes": tot.minutes,
+        "usd": str(tot.usd) if price else None,
         "reserved_minutes": tot.reserved_minutes,
-        "budget": None if plan is None else {"amount": str(plan.amount), "unit": plan.unit,
-                                             "left": str(left)},
-        "billing": None if billed is None else {"minutes": billed.minutes,
-                                                "usd": str(billed.usd)},
-        "by": {title: [{"key": r.key, "minutes": r.minutes, "usd": str(r.usd), "jobs": r.jobs}
-                       for r in rows] for title, rows in breakdowns.items()},
+        "budget": None
+        if plan is None
+        else {"amount": str(plan.amount), "unit": plan.unit, "left": str(left)},
+        "billing": None if billed is None else {"minutes": billed.minutes, "usd": str(billed.usd)},
+        "by": {
+            title: [
+                {"key": r.key, "minutes": r.minutes, "usd": str(r.usd), "jobs": r.jobs}
+                for r in rows
+            ]
+            for title, rows in breakdowns.items()
+        },
         "days": [{"day": d.isoformat(), "cumulative": str(v)} for d, v in points],
         "jobs": [c.to_json() for c in ordered],
     }
@@ -100,8 +126,11 @@ def _add_idle(doc: dict[str, Any], costs: Sequence[budget.JobCost], idle: IdleFo
         extra = idle_breakdown(costs, idle.by_job, name)
         for row in doc["by"][title]:
             got_idle = extra[row["key"]]
-            row.update(idle_minutes=str(got_idle.minutes), idle_usd=str(got_idle.usd),
-                       idle_reports=got_idle.reports)
+            row.update(
+                idle_minutes=str(got_idle.minutes),
+                idle_usd=str(got_idle.usd),
+                idle_reports=got_idle.reports,
+            )
     for job in doc["jobs"]:
         job.update(idle_columns(idle.by_job.get(job["job_id"])))
     doc["right_size"] = [w.to_json() for w in right_size_by(costs, idle.by_job)]
@@ -110,18 +139,34 @@ def _add_idle(doc: dict[str, Any], costs: Sequence[budget.JobCost], idle: IdleFo
 def idle_columns(got: Idle | None) -> dict[str, Any]:
     """A job's four idle columns (empty for a job without a report)."""
     if got is None:
-        return {"idle_fraction": "", "idle_minutes": "", "idle_usd": "",
-                "monitor_artifact": ""}
-    return {"idle_fraction": str(got.fraction), "idle_minutes": str(got.minutes),
-            "idle_usd": str(got.usd), "monitor_artifact": got.artifact_id}
+        return {"idle_fraction": "", "idle_minutes": "", "idle_usd": "", "monitor_artifact": ""}
+    return {
+        "idle_fraction": str(got.fraction),
+        "idle_minutes": str(got.minutes),
+        "idle_usd": str(got.usd),
+        "monitor_artifact": got.artifact_id,
+    }
 
 
 def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = None) -> str:
     """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
     the end, empty for a job without a report."""
     out = io.StringIO()
-    fields = ["day", "workflow", "run_id", "attempt", "job_id", "job", "event", "pull_request",
-              "approver", "runner", "minutes", "usd", "state"]
+    fields = [
+        "day",
+        "workflow",
+        "run_id",
+        "attempt",
+        "job_id",
+        "job",
+        "event",
+        "pull_request",
+        "approver",
+        "runner",
+        "minutes",
+        "usd",
+        "state",
+    ]
     if idle is not None:
         fields += ["idle_fraction", "idle_minutes", "idle_usd", "monitor_artifact"]
     writer = csv.DictWriter(out, fields, extrasaction="ignore", lineterminator="\n")

@@ -87,8 +87,10 @@ FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 
 _APPROVER = re.compile(r"[Aa]pproved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?)")
 #: The approval itself, as :func:`after_gate` writes it.
-_APPROVAL = re.compile(r"Approved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?) for "
-                       r"[0-9a-f]{12}: GPU run queued\.")
+_APPROVAL = re.compile(
+    r"Approved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?) for "
+    r"[0-9a-f]{12}: GPU run queued\."
+)
 _RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
 _PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
 IN_PROGRESS = "GPU run in progress"
@@ -141,11 +143,15 @@ class Outcome:
 def validate_context(value: str) -> str:
     context = value.strip()
     if not context:
-        raise UsageError("input 'context' is empty: name the commit status, e.g. 'GPU CI' "
-                         "(the name a branch protection rule requires).")
+        raise UsageError(
+            "input 'context' is empty: name the commit status, e.g. 'GPU CI' "
+            "(the name a branch protection rule requires)."
+        )
     if len(context) > CONTEXT_LIMIT:
-        raise UsageError(f"input 'context' is {len(context)} characters long; GitHub accepts "
-                         f"at most {CONTEXT_LIMIT}: shorten it.")
+        raise UsageError(
+            f"input 'context' is {len(context)} characters long; GitHub accepts "
+            f"at most {CONTEXT_LIMIT}: shorten it."
+        )
     if "\n" in context or "\r" in context:
         raise UsageError("input 'context' spans several lines: give one line.")
     return context
@@ -155,35 +161,55 @@ def workflow_path(value: str) -> str:
     """``cuda-ci.yml`` or ``.github/workflows/cuda-ci.yml`` → the path GitHub reports."""
     name = value.strip()
     if not name:
-        raise UsageError("input 'workflow' is empty: name the GPU workflow's file, e.g. "
-                         "'cuda-ci.yml' (workflow_run matches names, which any fork can "
-                         "declare; the file path it cannot).")
+        raise UsageError(
+            "input 'workflow' is empty: name the GPU workflow's file, e.g. "
+            "'cuda-ci.yml' (workflow_run matches names, which any fork can "
+            "declare; the file path it cannot)."
+        )
     if "/" not in name:
         name = f".github/workflows/{name}"
     if not name.startswith(".github/workflows/") or not name.endswith((".yml", ".yaml")):
-        raise UsageError(f"input 'workflow' is '{value}': give the GPU workflow's file name "
-                         "(e.g. 'cuda-ci.yml') or its path under .github/workflows/.")
+        raise UsageError(
+            f"input 'workflow' is '{value}': give the GPU workflow's file name "
+            "(e.g. 'cuda-ci.yml') or its path under .github/workflows/."
+        )
     return name
 
 
-def make_config(context: str, label: str, min_permission: str,
-                gpu_jobs: Sequence[str], workflow: str = DEFAULT_WORKFLOW,
-                creators: Sequence[str] = DEFAULT_CREATORS) -> StatusConfig:
+def make_config(
+    context: str,
+    label: str,
+    min_permission: str,
+    gpu_jobs: Sequence[str],
+    workflow: str = DEFAULT_WORKFLOW,
+    creators: Sequence[str] = DEFAULT_CREATORS,
+) -> StatusConfig:
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     if not gpu_jobs:
-        raise UsageError("input 'gpu-jobs' is empty: name the GPU job(s) of the GPU workflow "
-                         "(the job's name as the Actions page shows it, e.g. 'tests').")
-    return StatusConfig(validate_context(context), label.strip(),
-                        min_permission.strip() or "write", tuple(gpu_jobs),
-                        workflow_path(workflow), tuple(creators) or DEFAULT_CREATORS)
+        raise UsageError(
+            "input 'gpu-jobs' is empty: name the GPU job(s) of the GPU workflow "
+            "(the job's name as the Actions page shows it, e.g. 'tests')."
+        )
+    return StatusConfig(
+        validate_context(context),
+        label.strip(),
+        min_permission.strip() or "write",
+        tuple(gpu_jobs),
+        workflow_path(workflow),
+        tuple(creators) or DEFAULT_CREATORS,
+    )
 
 
 def trusted_statuses(config: StatusConfig, statuses: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The statuses of ``context`` written by the trusted creators (newest first); another
     writer's status in our context is as if it were not there (a null creator too)."""
-    return [s for s in statuses if s.get("context") == config.context
-            and str((s.get("creator") or {}).get("login") or "") in config.creators]
+    return [
+        s
+        for s in statuses
+        if s.get("context") == config.context
+        and str((s.get("creator") or {}).get("login") or "") in config.creators
+    ]
 
 
 def clip(text: str, limit: int = DESCRIPTION_LIMIT) -> str:
@@ -199,37 +225,53 @@ def short(sha: str) -> str:
 # -- pull_request_target: opened, reopened, synchronize, labeled ----------------------------
 
 
-def waiting(config: StatusConfig, sha: str, action: str, before: str = "",
-            target_url: str = "") -> Status:
+def waiting(
+    config: StatusConfig, sha: str, action: str, before: str = "", target_url: str = ""
+) -> Status:
     who = f"someone with {config.min_permission} access or higher"
     if action == "synchronize":
-        text = (f"Waiting for approval of the new head {short(sha)}: approvals do not carry "
-                f"over pushes; {who} applies '{config.label}'.")
+        text = (
+            f"Waiting for approval of the new head {short(sha)}: approvals do not carry "
+            f"over pushes; {who} applies '{config.label}'."
+        )
         if before:
-            text = (f"New push (was {short(before)}): waiting for approval; {who} applies "
-                    f"'{config.label}'.")
+            text = (
+                f"New push (was {short(before)}): waiting for approval; {who} applies "
+                f"'{config.label}'."
+            )
     else:
         text = f"Waiting for approval: {who} applies the '{config.label}' label."
     return Status(sha, "pending", clip(text), target_url)
 
 
-def after_gate(config: StatusConfig, sha: str, run: bool, reason: str, labeled_by: str,
-               target_url: str = "") -> Status:
+def after_gate(
+    config: StatusConfig, sha: str, run: bool, reason: str, labeled_by: str, target_url: str = ""
+) -> Status:
     """The label was applied: the gate (run in the privileged workflow) approved or refused."""
     if run:
         if not labeled_by:
-            raise UsageError("input 'labeled-by' is empty although 'gate-run' is true: pass "
-                             "the gate's labeled-by output.")
+            raise UsageError(
+                "input 'labeled-by' is empty although 'gate-run' is true: pass "
+                "the gate's labeled-by output."
+            )
         text = f"Approved by @{labeled_by} for {short(sha)}: GPU run queued."
         return Status(sha, "pending", clip(text), target_url)
-    return Status(sha, "pending", clip(f"Not approved: {reason or 'the gate refused.'}"),
-                  target_url)
+    return Status(
+        sha, "pending", clip(f"Not approved: {reason or 'the gate refused.'}"), target_url
+    )
 
 
-def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any],
-                   gate_run: bool | None, gate_reason: str, labeled_by: str,
-                   server_url: str, repository: str,
-                   listed: Sequence[Mapping[str, Any]] = ()) -> Outcome:
+def for_pull_event(
+    config: StatusConfig,
+    action: str,
+    payload: Mapping[str, Any],
+    gate_run: bool | None,
+    gate_reason: str,
+    labeled_by: str,
+    server_url: str,
+    repository: str,
+    listed: Sequence[Mapping[str, Any]] = (),
+) -> Outcome:
     """``listed``: the head's statuses, newest first (for opened, reopened, synchronize and a
     refused label)."""
     listed = trusted_statuses(config, listed)
@@ -248,15 +290,21 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
         if latest is not None and latest.get("state") in FINAL:
             # A result is about the commit, not the pull request: another pull request
             # (anyone's) opened at this commit, or a push back to it, must not reset it.
-            return Outcome(None, f"{short(sha)} already has a final '{config.context}' "
-                           f"result ({latest.get('state')}).")
+            return Outcome(
+                None,
+                f"{short(sha)} already has a final '{config.context}' "
+                f"result ({latest.get('state')}).",
+            )
         approved = approval_status(listed, config.context)
         other = pull_of(approved) if approved is not None else None
         if other is not None and other != number:
             # Anyone can open a pull request at a commit: only the approved pull request's
             # own new head (a push back to it, reopening it) revokes its approval.
-            return Outcome(None, f"{short(sha)} carries an approval of #{other}; an event of "
-                           f"#{number} does not revoke it.")
+            return Outcome(
+                None,
+                f"{short(sha)} carries an approval of #{other}; an event of "
+                f"#{number} does not revoke it.",
+            )
     if action in ("opened", "reopened", "ready_for_review"):
         return Outcome(waiting(config, sha, action, target_url=link), "new pull request head.")
     if action == "synchronize":
@@ -267,18 +315,29 @@ def for_pull_event(config: StatusConfig, action: str, payload: Mapping[str, Any]
         if name.casefold() != config.label.casefold():
             return Outcome(None, f"the label '{name}' is not the gate label.")
         if gate_run is None:
-            raise UsageError("a gate-label event needs the gate's decision: run gpu-gate in "
-                             "the same job and pass its run, reason and labeled-by outputs "
-                             "as gate-run, gate-reason and labeled-by.")
-        if not gate_run and latest is not None and (
-                latest.get("state") in FINAL
-                or approval_status(listed, config.context) is not None):
+            raise UsageError(
+                "a gate-label event needs the gate's decision: run gpu-gate in "
+                "the same job and pass its run, reason and labeled-by outputs "
+                "as gate-run, gate-reason and labeled-by."
+            )
+        if (
+            not gate_run
+            and latest is not None
+            and (
+                latest.get("state") in FINAL or approval_status(listed, config.context) is not None
+            )
+        ):
             # A refused label (a triage user's, say) must not reset a passed head or void
             # an approval whose run is in flight.
-            return Outcome(None, f"the gate refused ({gate_reason or 'no reason given'}); "
-                           f"{short(sha)}'s approval or result in '{config.context}' stays.")
-        return Outcome(after_gate(config, sha, gate_run, gate_reason, labeled_by, link),
-                       "the gate decided on the label.")
+            return Outcome(
+                None,
+                f"the gate refused ({gate_reason or 'no reason given'}); "
+                f"{short(sha)}'s approval or result in '{config.context}' stays.",
+            )
+        return Outcome(
+            after_gate(config, sha, gate_run, gate_reason, labeled_by, link),
+            "the gate decided on the label.",
+        )
     return Outcome(None, f"'{action}' does not change the status.")
 
 
@@ -298,20 +357,23 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
         if text.startswith(_REVOKED):
             return ""  # a newer push (or reopening) of this very commit asks again
         # Anchored to our own wordings, so that a refusal quoting text cannot read as one.
-        match = _APPROVER.match(text) if text.startswith("Approved") else (
-            _APPROVER.search(text) if text.startswith(("GPU tests ", "GPU run ")) else None)
+        match = (
+            _APPROVER.match(text)
+            if text.startswith("Approved")
+            else (_APPROVER.search(text) if text.startswith(("GPU tests ", "GPU run ")) else None)
+        )
         if match:
             return match.group(1)
     return ""
 
 
-def latest_of(statuses: Sequence[Mapping[str, Any]],
-              context: str) -> Mapping[str, Any] | None:
+def latest_of(statuses: Sequence[Mapping[str, Any]], context: str) -> Mapping[str, Any] | None:
     return next((s for s in statuses if s.get("context") == context), None)
 
 
-def approval_status(statuses: Sequence[Mapping[str, Any]],
-                    context: str) -> Mapping[str, Any] | None:
+def approval_status(
+    statuses: Sequence[Mapping[str, Any]], context: str
+) -> Mapping[str, Any] | None:
     """The current approval of this commit (newest first): the newest "Approved by @x for
     <sha>: GPU run queued." not revoked by a newer "waiting" of the commit."""
     for status in statuses:
@@ -364,8 +426,12 @@ def _trusted(run: Mapping[str, Any], repository: str) -> bool:
     return run.get("event") in TRUSTED_EVENTS and head_repo == repository
 
 
-def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str,
-           earlier: Sequence[Mapping[str, Any]] = ()) -> str:
+def _binds(
+    run: Mapping[str, Any],
+    approval: Mapping[str, Any],
+    approver: str,
+    earlier: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """Empty when ``run`` is the run ``approval`` started (rule 3), else why not.
     ``earlier``: the commit's older approvals; a run belongs to the first approval posted
     after it was created (a label applied twice: the first run is not the second's)."""
@@ -375,20 +441,26 @@ def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str,
     if not approver or actor != approver:
         return f"run triggered by @{actor}, not by the approver @{approver}."
     if _attempt(run) != 1:
-        return ("a re-run reuses the gate's old decision (head, budget): approve again to "
-                "run the GPU tests again.")
+        return (
+            "a re-run reuses the gate's old decision (head, budget): approve again to "
+            "run the GPU tests again."
+        )
     created = parse_time(run.get("created_at"))
     approved = parse_time(approval.get("created_at"))
     if created is None or approved is None:
         return "the run or the approval has no creation time: cannot bind them."
     if not approved - APPROVAL_LAG <= created <= approved + CLOCK_SLACK:
-        return (f"run created at {run.get('created_at')}, not by the approval posted at "
-                f"{approval.get('created_at')}.")
+        return (
+            f"run created at {run.get('created_at')}, not by the approval posted at "
+            f"{approval.get('created_at')}."
+        )
     for older in earlier:
         at = parse_time(older.get("created_at"))
         if at is None or created <= at + CLOCK_SLACK:
-            return (f"run created at {run.get('created_at')} belongs to the earlier approval "
-                    f"posted at {older.get('created_at')}, not to the newest one.")
+            return (
+                f"run created at {run.get('created_at')} belongs to the earlier approval "
+                f"posted at {older.get('created_at')}, not to the newest one."
+            )
     number = pull_of(approval)
     listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
     if number is not None and listed and number not in listed:
@@ -396,11 +468,16 @@ def _binds(run: Mapping[str, Any], approval: Mapping[str, Any], approver: str,
     return ""
 
 
-def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
-                     jobs: Sequence[Mapping[str, Any]] | None,
-                     statuses: Sequence[Mapping[str, Any]], repository: str,
-                     now: datetime,
-                     siblings: Sequence[Mapping[str, Any]] | None = None) -> Outcome:
+def for_workflow_run(
+    config: StatusConfig,
+    action: str,
+    run: Mapping[str, Any],
+    jobs: Sequence[Mapping[str, Any]] | None,
+    statuses: Sequence[Mapping[str, Any]],
+    repository: str,
+    now: datetime,
+    siblings: Sequence[Mapping[str, Any]] | None = None,
+) -> Outcome:
     """``siblings``: runs listed for ``head_sha`` (asked for only when the approver's run
     skipped the GPU job: a run for another label may end before the approved one).
 
@@ -412,8 +489,11 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         return Outcome(None, "the workflow_run event has no head_sha.")
     path = str(run.get("path") or "")
     if path != config.workflow:
-        return Outcome(None, f"a run of '{path or '(no path)'}', not of the GPU workflow "
-                       f"'{config.workflow}' (names can be claimed by any fork; files not).")
+        return Outcome(
+            None,
+            f"a run of '{path or '(no path)'}', not of the GPU workflow "
+            f"'{config.workflow}' (names can be claimed by any fork; files not).",
+        )
     if action not in ("requested", "in_progress", "completed"):
         return Outcome(None, f"'{action}' does not change the status.")
     trusted = _trusted(run, repository)
@@ -423,33 +503,49 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
     approver = ""
     if trusted:
         if latest_key is not None and mine is not None and latest_key > mine:
-            return Outcome(None, f"run {latest_key[0]} (attempt {latest_key[1]}) is newer: "
-                           "its status stays.")
-        if action != "completed" and latest is not None and latest.get("state") in FINAL \
-                and latest_key == mine:
+            return Outcome(
+                None, f"run {latest_key[0]} (attempt {latest_key[1]}) is newer: its status stays."
+            )
+        if (
+            action != "completed"
+            and latest is not None
+            and latest.get("state") in FINAL
+            and latest_key == mine
+        ):
             return Outcome(None, "this run's result is already posted.")
     else:
         approval = approval_status(statuses, config.context)
         if approval is None:
-            return Outcome(None, (
-                f"{short(sha)} carries no approval in '{config.context}': the result of a "
-                f"'{run.get('event')}' run "
-                f"{'from ' + _head_repo(run) if _head_repo(run) else 'of a deleted fork'} "
-                "is only posted for the run a maintainer's approval started."))
+            return Outcome(
+                None,
+                (
+                    f"{short(sha)} carries no approval in '{config.context}': the result of a "
+                    f"'{run.get('event')}' run "
+                    f"{'from ' + _head_repo(run) if _head_repo(run) else 'of a deleted fork'} "
+                    "is only posted for the run a maintainer's approval started."
+                ),
+            )
         match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
         approver = match.group(1) if match else ""
-        why = _binds(run, approval, approver, _earlier_approvals(statuses, config.context,
-                                                                 approval))
+        why = _binds(
+            run, approval, approver, _earlier_approvals(statuses, config.context, approval)
+        )
         if why:
             return Outcome(None, why + " Its result is not posted.")
         recorded = _recorded_above(statuses, config.context, approval)
         if latest is not approval and (action != "completed" or recorded is None):
-            return Outcome(None, "the head's newest status is not this approval's: "
-                           f"'{(latest or {}).get('description')}' stays.")
+            return Outcome(
+                None,
+                "the head's newest status is not this approval's: "
+                f"'{(latest or {}).get('description')}' stays.",
+            )
     by = f" (approved by @{approver})" if approver else ""
     if action in ("requested", "in_progress"):
-        text = (f"Approved by @{approver}: {IN_PROGRESS}." if approver
-                else f"{IN_PROGRESS} on {short(sha)}.")
+        text = (
+            f"Approved by @{approver}: {IN_PROGRESS}."
+            if approver
+            else f"{IN_PROGRESS} on {short(sha)}."
+        )
         return Outcome(Status(sha, "pending", clip(text), link), "run started.")
     gpu = named_gpu_jobs(jobs or [], config.gpu_jobs)
     ran = [j for j in gpu if j.get("conclusion") not in (None, "skipped")]
@@ -460,50 +556,73 @@ def for_workflow_run(config: StatusConfig, action: str, run: Mapping[str, Any],
         if latest is not None and latest.get("state") != "pending":
             return Outcome(None, "the commit already has a final result.")
         if latest is not None and latest_key not in (None, mine):
-            return Outcome(None, f"run {latest_key[0]} holds the approval's record; this "
-                           "run skipped the GPU job.")
+            return Outcome(
+                None,
+                f"run {latest_key[0]} holds the approval's record; this run skipped the GPU job.",
+            )
         deferred = _defer_to_siblings(run, siblings)
         if deferred is not None:
             return deferred
-        return Outcome(Status(sha, "failure", clip(
-            f"Approved by @{approver}, but the GPU workflow's gate skipped the job (head "
-            "moved, budget or role: see the run)."), link), "approved run skipped the GPU job.")
+        return Outcome(
+            Status(
+                sha,
+                "failure",
+                clip(
+                    f"Approved by @{approver}, but the GPU workflow's gate skipped the job (head "
+                    "moved, budget or role: see the run)."
+                ),
+                link,
+            ),
+            "approved run skipped the GPU job.",
+        )
     waits = [w for w in (queue_seconds(j, now) for j in ran) if w is not None]
     waited = f"waited {minutes(max(waits))} for a runner" if waits else ""
     bad = [j for j in ran if j.get("conclusion") in FAILED]
     cancelled = [j for j in ran if j.get("conclusion") == "cancelled"]
     if bad:
         names = ", ".join(f"{j.get('name')}: {j.get('conclusion')}" for j in bad[:3])
-        return Outcome(Status(sha, "failure", clip(
-            f"GPU tests failed on {short(sha)}{by}: {names}."), link), "GPU job failed.")
+        return Outcome(
+            Status(sha, "failure", clip(f"GPU tests failed on {short(sha)}{by}: {names}."), link),
+            "GPU job failed.",
+        )
     if cancelled:
         if latest_text.startswith(WATCHDOG_PREFIX):
             return Outcome(None, "gpu-watchdog cancelled the run; its status stays.")
         deferred = _defer_to_siblings(run, siblings)  # e.g. concurrency: a newer run took over
         if deferred is not None:
             return deferred
-        return Outcome(Status(sha, "error", clip(
-            f"GPU run cancelled on {short(sha)}{by}: approve again to rerun."), link),
-            "GPU job cancelled.")
+        return Outcome(
+            Status(
+                sha,
+                "error",
+                clip(f"GPU run cancelled on {short(sha)}{by}: approve again to rerun."),
+                link,
+            ),
+            "GPU job cancelled.",
+        )
     suffix = f"; {waited}" if waited else ""
-    return Outcome(Status(sha, "success", clip(
-        f"GPU tests passed on {short(sha)}{by}{suffix}."), link), "GPU job passed.")
+    return Outcome(
+        Status(sha, "success", clip(f"GPU tests passed on {short(sha)}{by}{suffix}."), link),
+        "GPU job passed.",
+    )
 
 
 def _head_repo(run: Mapping[str, Any]) -> str:
     return str((run.get("head_repository") or {}).get("full_name") or "")
 
 
-def _earlier_approvals(statuses: Sequence[Mapping[str, Any]], context: str,
-                       approval: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _earlier_approvals(
+    statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
     """The approvals of ``context`` listed below ``approval`` (revoked ones included)."""
     ours = [s for s in statuses if s.get("context") == context]
-    below = ours[next((i for i, s in enumerate(ours) if s is approval), len(ours)) + 1:]
+    below = ours[next((i for i, s in enumerate(ours) if s is approval), len(ours)) + 1 :]
     return [s for s in below if _APPROVAL.fullmatch(str(s.get("description") or ""))]
 
 
-def _recorded_above(statuses: Sequence[Mapping[str, Any]], context: str,
-                    approval: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _recorded_above(
+    statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
     """The newest status of ``context`` when it is an "in progress" record of a run written
     above ``approval`` (so for a run bound to it), else None."""
     for status in statuses:
@@ -519,41 +638,58 @@ def _recorded_above(statuses: Sequence[Mapping[str, Any]], context: str,
     return None
 
 
-def settle(config: StatusConfig, run: Mapping[str, Any],
-           statuses: Sequence[Mapping[str, Any]]) -> Status | None:
+def settle(
+    config: StatusConfig, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
+) -> Status | None:
     """After posting "in progress" for ``run``: ``statuses`` read again (newest first). When
     this run's own final result lies just below our record (``completed`` was handled
     first), the result to post again on top; else None (rule 5)."""
     mine = _key_of(run)
     ours = trusted_statuses(config, statuses)
     for upper, lower in zip(ours, ours[1:]):
-        if run_key(str(upper.get("target_url") or "")) != mine \
-                or upper.get("state") != "pending":
+        if run_key(str(upper.get("target_url") or "")) != mine or upper.get("state") != "pending":
             continue
         if lower.get("state") in FINAL and run_key(str(lower.get("target_url") or "")) == mine:
-            return Status(str(run.get("head_sha") or ""), str(lower["state"]),
-                          str(lower.get("description") or ""),
-                          str(lower.get("target_url") or ""))
+            return Status(
+                str(run.get("head_sha") or ""),
+                str(lower["state"]),
+                str(lower.get("description") or ""),
+                str(lower.get("target_url") or ""),
+            )
         return None
     return None
 
 
-def _defer_to_siblings(run: Mapping[str, Any],
-                       siblings: Sequence[Mapping[str, Any]] | None) -> Outcome | None:
+def _defer_to_siblings(
+    run: Mapping[str, Any], siblings: Sequence[Mapping[str, Any]] | None
+) -> Outcome | None:
     """None when no other run of the same workflow for the commit is still going."""
     if siblings is None:
         return Outcome(None, "", need_siblings=True)
-    active = [r for r in siblings if r.get("id") != run.get("id")
-              and r.get("workflow_id") == run.get("workflow_id")
-              and r.get("status") != "completed"]
+    active = [
+        r
+        for r in siblings
+        if r.get("id") != run.get("id")
+        and r.get("workflow_id") == run.get("workflow_id")
+        and r.get("status") != "completed"
+    ]
     if active:
-        return Outcome(None, f"run {active[0].get('id')} of the same workflow for this "
-                       "commit is still going: its result decides.")
+        return Outcome(
+            None,
+            f"run {active[0].get('id')} of the same workflow for this "
+            "commit is still going: its result decides.",
+        )
     return None
 
 
 def no_runner(sha: str, waited_seconds: float, labels: Sequence[str], link: str) -> Status:
     """The watchdog cancelled a run whose GPU job no runner picked up."""
-    return Status(sha, "error", clip(
-        f"{WATCHDOG_PREFIX} in {waited_seconds / 60:.0f} minutes (labels "
-        f"{', '.join(labels)}): run cancelled; approve again to retry."), link)
+    return Status(
+        sha,
+        "error",
+        clip(
+            f"{WATCHDOG_PREFIX} in {waited_seconds / 60:.0f} minutes (labels "
+            f"{', '.join(labels)}): run cancelled; approve again to retry."
+        ),
+        link,
+    )

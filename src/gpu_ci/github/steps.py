@@ -42,21 +42,28 @@ def _epoch(value: object) -> float | None:
 
 def find_current_job(jobs: list[dict[str, Any]], runner_name: str) -> dict[str, Any] | None:
     """The job in progress on ``runner_name`` (the only one a runner can hold)."""
-    mine = [j for j in jobs if j.get("runner_name") == runner_name
-            and j.get("status") == "in_progress"]
+    mine = [
+        j for j in jobs if j.get("runner_name") == runner_name and j.get("status") == "in_progress"
+    ]
     return mine[0] if len(mine) == 1 else None
 
 
 def job_times(job: dict[str, Any]) -> JobTimes:
-    steps = tuple(StepTimes(str(s.get("name", "")), int(s.get("number", 0)),
-                            _epoch(s.get("started_at")), _epoch(s.get("completed_at")))
-                  for s in job.get("steps") or [])
-    return JobTimes(int(job["id"]), str(job.get("name", "")), _epoch(job.get("started_at")),
-                    steps)
+    steps = tuple(
+        StepTimes(
+            str(s.get("name", "")),
+            int(s.get("number", 0)),
+            _epoch(s.get("started_at")),
+            _epoch(s.get("completed_at")),
+        )
+        for s in job.get("steps") or []
+    )
+    return JobTimes(int(job["id"]), str(job.get("name", "")), _epoch(job.get("started_at")), steps)
 
 
-def current_job_times(client: Rest, repository: str, run_id: str, attempt: str,
-                      runner_name: str) -> JobTimes | None:
+def current_job_times(
+    client: Rest, repository: str, run_id: str, attempt: str, runner_name: str
+) -> JobTimes | None:
     """The running job's steps, or None when this runner's job is not (uniquely) listed."""
     path = f"/repos/{repository}/actions/runs/{run_id}"
     path += f"/attempts/{attempt}/jobs" if attempt else "/jobs"

@@ -53,35 +53,54 @@ class WatchdogConfig:
     rate_reserve: int
 
 
-def make_config(workflows: Sequence[str], labels: Sequence[str], max_queue_minutes: str,
-                cancel: bool, context: str, max_calls: str, rate_reserve: str) -> WatchdogConfig:
+def make_config(
+    workflows: Sequence[str],
+    labels: Sequence[str],
+    max_queue_minutes: str,
+    cancel: bool,
+    context: str,
+    max_calls: str,
+    rate_reserve: str,
+) -> WatchdogConfig:
     try:
         limit = float(max_queue_minutes)
     except ValueError:
-        raise UsageError(f"input 'max-queue-minutes' must be a number of minutes; got "
-                         f"{max_queue_minutes!r}.") from None
+        raise UsageError(
+            f"input 'max-queue-minutes' must be a number of minutes; got {max_queue_minutes!r}."
+        ) from None
     if not limit > 0:
         raise UsageError(f"input 'max-queue-minutes' must be above 0; got {max_queue_minutes!r}.")
     if not labels:
-        raise UsageError("input 'gpu-labels' is empty: name the GPU runner labels (e.g. 'gpu'); "
-                         "jobs with any of them are watched.")
+        raise UsageError(
+            "input 'gpu-labels' is empty: name the GPU runner labels (e.g. 'gpu'); "
+            "jobs with any of them are watched."
+        )
     numbers = {}
     for name, raw, least in (("max-calls", max_calls, 4), ("rate-reserve", rate_reserve, 0)):
         if not raw.strip().isdigit() or int(raw) < least:
-            raise UsageError(f"input '{name}' must be a whole number of at least {least}; got "
-                             f"{raw!r}.")
+            raise UsageError(
+                f"input '{name}' must be a whole number of at least {least}; got {raw!r}."
+            )
         numbers[name] = int(raw)
     for flow in workflows:
         if "/" in flow or not re.fullmatch(r"[A-Za-z0-9._-]+", flow):
-            raise UsageError(f"input 'workflows': {flow!r} is not a workflow file name (e.g. "
-                             "'cuda-ci.yml', without .github/workflows/) nor an id.")
+            raise UsageError(
+                f"input 'workflows': {flow!r} is not a workflow file name (e.g. "
+                "'cuda-ci.yml', without .github/workflows/) nor an id."
+            )
     if context:
         from gpu_ci.github.statuses import validate_context
 
         context = validate_context(context)
-    return WatchdogConfig(tuple(workflows), frozenset(label.casefold() for label in labels),
-                          limit, cancel, context, numbers["max-calls"],
-                          numbers["rate-reserve"])
+    return WatchdogConfig(
+        tuple(workflows),
+        frozenset(label.casefold() for label in labels),
+        limit,
+        cancel,
+        context,
+        numbers["max-calls"],
+        numbers["rate-reserve"],
+    )
 
 
 # -- schedule ---------------------------------------------------------------------------------
@@ -130,10 +149,12 @@ def cron_interval_minutes(cron: str) -> int | None:
 def schedule_warning(max_queue_minutes: float, interval: int | None) -> str:
     if interval is None or max_queue_minutes >= interval:
         return ""
-    return (f"max-queue-minutes ({max_queue_minutes:g}) is below the schedule's interval "
-            f"({interval} min): a job is cancelled only at the next sweep, so it can wait up "
-            f"to {max_queue_minutes + interval:g} minutes. Run the watchdog more often or "
-            "raise max-queue-minutes to the interval.")
+    return (
+        f"max-queue-minutes ({max_queue_minutes:g}) is below the schedule's interval "
+        f"({interval} min): a job is cancelled only at the next sweep, so it can wait up "
+        f"to {max_queue_minutes + interval:g} minutes. Run the watchdog more often or "
+        "raise max-queue-minutes to the interval."
+    )
 
 
 # -- selection --------------------------------------------------------------------------------
@@ -164,29 +185,43 @@ class JobRecord:
 def record_of(run: Mapping[str, Any], job: Mapping[str, Any], now: datetime) -> JobRecord:
     queued = str(job.get("status")) in QUEUED
     return JobRecord(
-        run_id=int(run.get("id") or job.get("run_id") or 0), job_id=int(job.get("id") or 0),
-        name=str(job.get("name") or ""), workflow=str(run.get("path") or run.get("name") or ""),
-        event=str(run.get("event") or ""), head_sha=str(run.get("head_sha") or ""),
+        run_id=int(run.get("id") or job.get("run_id") or 0),
+        job_id=int(job.get("id") or 0),
+        name=str(job.get("name") or ""),
+        workflow=str(run.get("path") or run.get("name") or ""),
+        event=str(run.get("event") or ""),
+        head_sha=str(run.get("head_sha") or ""),
         labels=tuple(str(x) for x in job.get("labels") or []),
-        status=str(job.get("status") or ""), created_at=str(job.get("created_at") or ""),
+        status=str(job.get("status") or ""),
+        created_at=str(job.get("created_at") or ""),
         started_at=None if queued else job.get("started_at"),
-        queued_seconds=queue_seconds(job, now), html_url=str(job.get("html_url") or ""))
+        queued_seconds=queue_seconds(job, now),
+        html_url=str(job.get("html_url") or ""),
+    )
 
 
-def queue_times(repository: str, run: Mapping[str, Any], gpu_jobs: Sequence[Mapping[str, Any]],
-                now: datetime) -> dict[str, Any]:
+def queue_times(
+    repository: str, run: Mapping[str, Any], gpu_jobs: Sequence[Mapping[str, Any]], now: datetime
+) -> dict[str, Any]:
     """The ``queue-times/v1`` document of one completed workflow run's GPU jobs (gpu-status's
     ``report-file``): the same schema as the watchdog's sweep (:meth:`Sweep.as_json`)."""
     records = [record_of(run, job, now) for job in gpu_jobs]
     waits = [r.queued_seconds for r in records if r.queued_seconds is not None]
-    return {"schema": SCHEMA, "source": "gpu-status", "repository": repository,
-            "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "max_queued_seconds": max(waits) if waits else None, "complete": True,
-            "jobs": [asdict(r) for r in records], "errors": []}
+    return {
+        "schema": SCHEMA,
+        "source": "gpu-status",
+        "repository": repository,
+        "generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "max_queued_seconds": max(waits) if waits else None,
+        "complete": True,
+        "jobs": [asdict(r) for r in records],
+        "errors": [],
+    }
 
 
-def stale_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
-               config: WatchdogConfig, now: datetime) -> tuple[list[JobRecord], list[JobRecord]]:
+def stale_jobs(
+    run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], config: WatchdogConfig, now: datetime
+) -> tuple[list[JobRecord], list[JobRecord]]:
     """(every GPU job of the run, those still queued longer than max-queue-minutes).
 
     Queued for a runner, that is: a job ``waiting`` for an environment's reviewers or
@@ -244,13 +279,17 @@ class Sweep:
     def as_json(self) -> dict[str, Any]:
         waits = [j.queued_seconds for j in self.jobs if j.queued_seconds is not None]
         return {
-            "schema": SCHEMA, "source": "gpu-watchdog", "repository": self.repository,
+            "schema": SCHEMA,
+            "source": "gpu-watchdog",
+            "repository": self.repository,
             "generated_at": self.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "max_queue_minutes": self.config.max_queue_minutes,
-            "labels": sorted(self.config.labels), "rest_calls": self.calls,
+            "labels": sorted(self.config.labels),
+            "rest_calls": self.calls,
             "complete": self.complete,
             "max_queued_seconds": max(waits) if waits else None,
-            "jobs": [asdict(j) for j in self.jobs], "errors": list(self.errors),
+            "jobs": [asdict(j) for j in self.jobs],
+            "errors": list(self.errors),
         }
 
 
@@ -266,8 +305,9 @@ class _Caller:
             raise BudgetExhausted(f"the budget of {config.max_calls} REST calls is spent")
         remaining = getattr(self.rest, "rate_remaining", None)
         if remaining is not None and remaining < config.rate_reserve:
-            raise BudgetExhausted(f"X-RateLimit-Remaining is {remaining}, below rate-reserve "
-                                  f"{config.rate_reserve}")
+            raise BudgetExhausted(
+                f"X-RateLimit-Remaining is {remaining}, below rate-reserve {config.rate_reserve}"
+            )
         sweep.calls += 1
         return fn()
 
@@ -288,13 +328,20 @@ def _describe(exc: Exception, what: str) -> str:
         return unanswered(what, exc.kind, exc.reason)
     hint = ""
     if exc.status in (401, 403):
-        hint = (" — the job needs 'permissions: actions: write' to cancel (actions: read to "
-                "list) and 'statuses: write' for the status")
+        hint = (
+            " — the job needs 'permissions: actions: write' to cancel (actions: read to "
+            "list) and 'statuses: write' for the status"
+        )
     return f"{what}: HTTP {exc.status}{': ' + exc.message if exc.message else ''}{hint}"
 
 
-def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
-          server_url: str = "https://github.com") -> Sweep:
+def sweep(
+    rest: Rest,
+    repository: str,
+    config: WatchdogConfig,
+    now: datetime,
+    server_url: str = "https://github.com",
+) -> Sweep:
     """One pass; never raises for API errors: each lands in ``Sweep.errors``."""
     result = Sweep(repository, config, now)
     call = _Caller(rest, result)
@@ -302,7 +349,8 @@ def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
     cutoff = now - timedelta(minutes=config.max_queue_minutes)
     created = quote("<=" + cutoff.strftime("%Y-%m-%dT%H:%M:%SZ"), safe="")
     sources = [f"{base}/workflows/{quote(w, safe='')}/runs" for w in config.workflows] or [
-        f"{base}/runs"]
+        f"{base}/runs"
+    ]
     try:
         runs: dict[int, Mapping[str, Any]] = {}
         for source in sources:
@@ -320,7 +368,8 @@ def sweep(rest: Rest, repository: str, config: WatchdogConfig, now: datetime,
                     result.incomplete.append(
                         f"{source} has {total} {state} runs; GitHub lists at most "
                         f"{len(listed)} of one filtered listing (the newest): older ones "
-                        "were not examined")
+                        "were not examined"
+                    )
                 for run in listed:
                     if run.get("status") != "completed":
                         runs.setdefault(int(run["id"]), run)
@@ -352,14 +401,15 @@ def _pages(rest: Rest, call: _Caller, url: str, key: str) -> tuple[list[Any], in
         page += 1
 
 
-def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
-               server_url: str) -> None:
+def _sweep_run(
+    rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any], server_url: str
+) -> None:
     config, repository = result.config, result.repository
     run_id = int(run["id"])
     try:
-        jobs, _total = _pages(rest, call,
-                              f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest",
-                              "jobs")
+        jobs, _total = _pages(
+            rest, call, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest", "jobs"
+        )
     except BudgetExhausted:
         raise
     except _FAILED as exc:
@@ -371,20 +421,22 @@ def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
     try:
         for record in stale:
             try:
-                fresh = call(partial(
-                    rest.get, f"/repos/{repository}/actions/jobs/{record.job_id}"))
+                fresh = call(partial(rest.get, f"/repos/{repository}/actions/jobs/{record.job_id}"))
             except BudgetExhausted:
                 raise
             except _FAILED as exc:
-                by_id[record.job_id] = _with(record, "cancel-failed",
-                                            _describe(exc, f"re-reading job {record.job_id}"))
+                by_id[record.job_id] = _with(
+                    record, "cancel-failed", _describe(exc, f"re-reading job {record.job_id}")
+                )
                 result.errors.append(by_id[record.job_id].detail)
                 continue
             now_record = record_of(run, fresh, result.now)
             if now_record.status not in NO_RUNNER_YET:
-                by_id[record.job_id] = _with(now_record, "started-before-cancel",
-                                            f"a runner took it before the cancel "
-                                            f"({now_record.status}): left alone")
+                by_id[record.job_id] = _with(
+                    now_record,
+                    "started-before-cancel",
+                    f"a runner took it before the cancel ({now_record.status}): left alone",
+                )
                 continue
             still.append(now_record)
             by_id[record.job_id] = now_record
@@ -395,9 +447,14 @@ def _sweep_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
                     by_id[record.job_id] = _with(record, "reported", "cancel: false")
             elif running:
                 for record in still:
-                    by_id[record.job_id] = _with(record, "left-running-siblings", (
-                        f"{len(running)} other job(s) of the run are running; cancelling "
-                        "the run would stop them"))
+                    by_id[record.job_id] = _with(
+                        record,
+                        "left-running-siblings",
+                        (
+                            f"{len(running)} other job(s) of the run are running; cancelling "
+                            "the run would stop them"
+                        ),
+                    )
             else:
                 _cancel(rest, call, result, run, still, by_id, server_url)
     finally:
@@ -408,8 +465,15 @@ def _with(record: JobRecord, action: str, detail: str) -> JobRecord:
     return replace(record, action=action, detail=detail)
 
 
-def _cancel(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
-            still: list[JobRecord], by_id: dict[int, JobRecord], server_url: str) -> None:
+def _cancel(
+    rest: Rest,
+    call: _Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    still: list[JobRecord],
+    by_id: dict[int, JobRecord],
+    server_url: str,
+) -> None:
     repository, config = result.repository, result.config
     run_id = int(run["id"])
     waited = max(j.queued_seconds or 0.0 for j in still)
@@ -435,24 +499,32 @@ def _cancel(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any],
         after = {"status": f"unknown ({_describe(exc, f're-reading run {run_id}')})"}
     if after.get("status") != "completed":
         for record in still:
-            by_id[record.job_id] = _with(record, "cancel-unconfirmed", (
-                f"GitHub accepted the cancel but the run is still {after.get('status')}: "
-                "the next sweep looks again"))
+            by_id[record.job_id] = _with(
+                record,
+                "cancel-unconfirmed",
+                (
+                    f"GitHub accepted the cancel but the run is still {after.get('status')}: "
+                    "the next sweep looks again"
+                ),
+            )
         return
     for record in still:
-        by_id[record.job_id] = _with(record, "cancelled",
-                                    f"queued {waited / 60:.0f} min: run cancelled")
+        by_id[record.job_id] = _with(
+            record, "cancelled", f"queued {waited / 60:.0f} min: run cancelled"
+        )
     if not config.context:
         return
     labels = sorted({label for j in still for label in j.labels})
     link = str(run.get("html_url") or f"{server_url}/{repository}/actions/runs/{run_id}")
     status = no_runner(str(run.get("head_sha") or ""), waited, labels, link)
     try:
-        call(partial(rest.post, f"/repos/{repository}/statuses/{status.sha}",
-                     status.body(config.context)))
+        call(
+            partial(
+                rest.post, f"/repos/{repository}/statuses/{status.sha}", status.body(config.context)
+            )
+        )
         result.statuses.append(status)
     except BudgetExhausted:
         raise
     except _FAILED as exc:
         result.errors.append(_describe(exc, f"setting the status of {status.sha[:12]}"))
-
