@@ -11,10 +11,8 @@ token it means to hide), and a Markdown job summary.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -22,6 +20,7 @@ from typing import Protocol, TextIO
 from actions_toolkit.command import issue_command
 from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
 
+from gpu_ci.atomic import write_atomic
 from gpu_ci.errors import GpuCiError, UsageError
 
 # the one escaping rule for summaries (a root module: the wings build tables too)
@@ -161,17 +160,7 @@ def write_report(path: str | os.PathLike[str], text: str, *, what: str = "report
     """
     target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(target, text)
     except OSError as exc:
         raise GpuCiError(
             f"cannot write {what} {target} ({exc.strerror or exc}): choose a "

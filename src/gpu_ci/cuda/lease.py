@@ -47,6 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpu_ci.atomic import write_atomic
+
 DEFAULT_DIRECTORY = "/tmp/gpu-ci-leases"
 DIRECTORY_VARIABLE = "GPU_CI_LEASE_DIR"
 GIB = 1024**3
@@ -219,19 +221,11 @@ def info_path(directory: Path, uuid: str, uid: int) -> Path:
 def write_info(directory: Path, holder: Holder) -> None:
     """Write the holder's name beside its lock, atomically (a reader never sees half a
     file); informational, so a full disk loses only the name, never the lease."""
-    import tempfile
-
     target = info_path(directory, holder.uuid, os.geteuid())
-    with contextlib.suppress(OSError):
-        fd, tmp = tempfile.mkstemp(prefix=".info-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                os.fchmod(handle.fileno(), 0o644)
-                handle.write(json.dumps(asdict(holder)) + "\n")
-            os.replace(tmp, target)  # replaces a planted link, never writes through it
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    with contextlib.suppress(
+        OSError
+    ):  # gpu_ci.atomic: replaces a planted link, never writes through it
+        write_atomic(target, json.dumps(asdict(holder)) + "\n", make_parent=False)
 
 
 def remove_info(directory: Path, uuids: Iterable[str], pid: int) -> None:
