@@ -76,3 +76,16 @@ def test_no_file_of_another_project_is_copied_into_the_project():
         if digest in theirs:
             copies.append(f"{path.relative_to(ROOT)} = ../shared/{theirs[digest]}")
     assert copies == []
+
+
+def test_commands_are_thin():
+    """Issue 24: a command reads inputs, calls its wing, writes outputs and the summary; the
+    rules live in the wing. No function of ``gpu_ci.commands`` runs past 50 lines."""
+    long = []
+    for path in sorted((ROOT / "src" / "gpu_ci" / "commands").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 50:
+                    long.append(f"{path.name}:{node.name} ({lines} lines)")
+    assert long == []

@@ -35,15 +35,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     wait_s = minutes(inputs["wait-minutes"], "wait-minutes") * 60
     min_free = size(inputs["min-free-memory"], "min-free-memory") or 0
     per_worker = size(inputs["memory-per-worker"], "memory-per-worker") or None
-    directory = lease.directory_from(inputs["lease-dir"], rt.environ)
-    why = lease.prepare_directory(directory)
-    if why:
-        raise GpuCiError(
-            f"gpu-lease will not use the lease directory {directory}: {why}. Set "
-            f"lease-dir (or {lease.DIRECTORY_VARIABLE}) to a directory made with "
-            "'install -d -m 1777' by root.",
-            title=f"{TITLE}: unsafe directory",
-        )
+    directory = checked_directory(inputs, rt)
     state = holder.current(state_dir)
     if state:
         rt.notice(
@@ -64,26 +56,43 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     reply = holder.spawn(req, state_dir, rt.environ)
     if not reply.get("ok"):
         raise GpuCiError(f"gpu-lease: {reply.get('error')}", title=f"{TITLE}: no GPUs")
-    gpus = reply["gpus"]
-    try:
-        (state_dir / holder.STATE_NAME).write_text(
-            json.dumps(
-                {
-                    "pid": reply["pid"],
-                    "directory": str(directory),
-                    "uuids": [g["uuid"] for g in gpus],
-                    "gpus": gpus,
-                }
-            )
-            + "\n",
-            encoding="utf-8",
+    return hold(rt, state_dir, directory, reply, per_worker)
+
+
+def checked_directory(inputs: Inputs, rt: Runtime) -> Path:
+    """The lease directory, refused (with how to make a safe one) when it is not safe."""
+    directory = lease.directory_from(inputs["lease-dir"], rt.environ)
+    why = lease.prepare_directory(directory)
+    if why:
+        raise GpuCiError(
+            f"gpu-lease will not use the lease directory {directory}: {why}. Set "
+            f"lease-dir (or {lease.DIRECTORY_VARIABLE}) to a directory made with "
+            "'install -d -m 1777' by root.",
+            title=f"{TITLE}: unsafe directory",
         )
+    return directory
+
+
+def hold(
+    rt: Runtime, state_dir: Path, directory: Path, reply: dict[str, Any], per_worker: int | None
+) -> int:
+    """Record the holder for the release step and publish the GPUs; a lease the job cannot
+    use must not outlive the step."""
+    gpus = reply["gpus"]
+    state = {
+        "pid": reply["pid"],
+        "directory": str(directory),
+        "uuids": [g["uuid"] for g in gpus],
+        "gpus": gpus,
+    }
+    try:
+        (state_dir / holder.STATE_NAME).write_text(json.dumps(state) + "\n", encoding="utf-8")
         rt.info(
             f"gpu-lease: holding {len(gpus)} GPU(s) for this job (holder pid "
             f"{reply['pid']}, locks in {directory})"
         )
         return publish(rt, gpus, per_worker)
-    except BaseException:  # a lease the job cannot use must not outlive the step
+    except BaseException:
         holder.release(state_dir)
         raise
 

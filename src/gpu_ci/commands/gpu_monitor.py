@@ -195,17 +195,10 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     recording = control.read_recording(directory, rt.environ)
     now = control.report_time(recording, rt.environ, now)
     job = fetch_job(inputs, rt)
-    steps = None
-    if job is not None and job.steps:
-        steps = [
-            mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
-            for s in job.steps
-            if s.started is not None
-        ]
     result = mr.compute(
         recording,
         end=now,
-        steps=steps,
+        steps=job_steps(job, now),
         job_started=job.started if job else None,
         pricing=pricing,
         limits=limits,
@@ -220,18 +213,33 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             f"in {report_path or 'the JSON report'}.",
             title="gpu-monitor",
         )
-    c = result.cost
-    rt.info(
-        f"gpu-monitor: {len(result.gpus)} GPU(s), {len(recording.sample_times)} samples; "
-        f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
-        f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle "
-        + (f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown")
-        + (f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else "")
-    )
+    rt.info(log_line(result, len(recording.sample_times)))
     rt.summary(mr.markdown(result))
     if inputs["pushgateway-url"]:
         push(inputs["pushgateway-url"], result, rt)
     return 0 if result.ok else 1
+
+
+def job_steps(job: JobTimes | None, now: float) -> list[mr.Phase] | None:
+    """The job's steps as phases (a running step ends now); None without the jobs API."""
+    if job is None or not job.steps:
+        return None
+    return [
+        mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
+        for s in job.steps
+        if s.started is not None
+    ]
+
+
+def log_line(result: mr.Report, samples: int) -> str:
+    c = result.cost
+    idle = f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown"
+    cost = f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""
+    return (
+        f"gpu-monitor: {len(result.gpus)} GPU(s), {samples} samples; "
+        f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
+        f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle {idle}{cost}"
+    )
 
 
 def push(url: str, result: mr.Report, rt: Runtime) -> None:

@@ -240,9 +240,33 @@ def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFou
 def summary(
     report: sr.Report, plan: budget.Budget | None, billed: budget.Spend | None, priced: bool
 ) -> str:
-    doc, tot = report.doc, report.total
+    doc = report.doc
     parts = [f"### gpu-spend: {doc['repository']}, {doc['month']}\n"]
-    rows = [
+    parts.append(markdown_table(["", ""], _overview(report, plan, billed, priced)))
+    if report.points:
+        parts.append(
+            chart(
+                report.points, plan.amount if plan is not None else None, report.unit, doc["month"]
+            )
+        )
+    parts += _breakdown_tables(report, bool(doc.get("idle")), priced)
+    if doc.get("right_size"):
+        parts.append("#### Right size\n")
+        parts.append(
+            markdown_table(
+                ["per workflow (gpu-monitor reports; information)"],
+                [(w["line"],) for w in doc["right_size"][:20]],
+            )
+        )
+    return "\n".join(parts)
+
+
+def _overview(
+    report: sr.Report, plan: budget.Budget | None, billed: budget.Spend | None, priced: bool
+) -> list[tuple[str, object]]:
+    """The month's totals: jobs, minutes, cost, budget and what is left, idle, GitHub's bill."""
+    doc, tot = report.doc, report.total
+    rows: list[tuple[str, object]] = [
         ("GPU jobs", doc["gpu_jobs"]),
         ("workflows", ", ".join(doc["workflows"])),
         (
@@ -252,15 +276,9 @@ def summary(
         ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)"),
     ]
     if plan is not None:
+        spent = tot.usd if report.unit == "usd" else Decimal(tot.minutes)
         rows.append(("budget", plan.describe()))
-        rows.append(
-            (
-                "left",
-                plan.describe(
-                    plan.amount - (tot.usd if report.unit == "usd" else Decimal(tot.minutes))
-                ),
-            )
-        )
+        rows.append(("left", plan.describe(plan.amount - spent)))
     idle_doc = doc.get("idle")
     if idle_doc:
         rows.append(
@@ -276,23 +294,7 @@ def summary(
         rows.append(
             ("GitHub billed (billing usage API)", f"{billed.minutes} min, {_money(billed.usd)}")
         )
-    parts.append(markdown_table(["", ""], rows))
-    if report.points:
-        parts.append(
-            chart(
-                report.points, plan.amount if plan is not None else None, report.unit, doc["month"]
-            )
-        )
-    parts += _breakdown_tables(report, bool(idle_doc), priced)
-    if doc.get("right_size"):
-        parts.append("#### Right size\n")
-        parts.append(
-            markdown_table(
-                ["per workflow (gpu-monitor reports; information)"],
-                [(w["line"],) for w in doc["right_size"][:20]],
-            )
-        )
-    return "\n".join(parts)
+    return rows
 
 
 def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[str]:

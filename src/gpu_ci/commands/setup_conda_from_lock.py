@@ -64,16 +64,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     isolation = pipeline.isolate(opts, rt.environ)
     downloads.configure(network, downloads.Progress(rt.info))
     phases: dict[str, float] = {}
-    mf = None
-    if opts.miniforge:
-        mf, phases["miniforge"] = pipeline.ensure_miniforge(opts, isolation.env)
-        if mf.checksum_from == "release":
-            rt.warning(
-                f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
-                "it, so the installer was checked against the .sha256 file beside it "
-                "(same origin); set installer-sha256 to pin it.",
-                title="setup-conda-from-lock",
-            )
+    mf = miniforge(rt, opts, isolation.env, phases) if opts.miniforge else None
     report = env_install.install(
         plan,
         opts.prefix,
@@ -92,14 +83,29 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         f"setup-conda-from-lock: {verb} {opts.prefix} from {opts.lock_file} ({plan.count} "
         f"packages, {_downloaded(report)}, {sum(phases.values()):.1f} s)"
     )
-    vendor = isolation.vendor
-    if vendor.root:
+    if isolation.vendor.root:
         rt.info(
-            f"setup-conda-from-lock: vendor conda at {vendor.root} ({vendor.found_by}) was "
-            "left alone."
+            f"setup-conda-from-lock: vendor conda at {isolation.vendor.root} "
+            f"({isolation.vendor.found_by}) was left alone."
         )
-    rt.summary(_summary(plan, opts.lock_file, mf, vendor, report, phases))
+    rt.summary(_summary(plan, opts.lock_file, mf, isolation.vendor, report, phases))
     return 0
+
+
+def miniforge(
+    rt: Runtime, opts: conda_options.SetupOptions, env: Mapping[str, str], phases: dict[str, float]
+) -> Miniforge:
+    """Miniforge installed (or reused) for the job, its time in ``phases``; a warning when
+    its checksum came only from beside the installer."""
+    mf, phases["miniforge"] = pipeline.ensure_miniforge(opts, env)
+    if mf.checksum_from == "release":
+        rt.warning(
+            f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
+            "it, so the installer was checked against the .sha256 file beside it "
+            "(same origin); set installer-sha256 to pin it.",
+            title="setup-conda-from-lock",
+        )
+    return mf
 
 
 def dry_run(rt: Runtime, opts: conda_options.SetupOptions, locked: pipeline.Locked) -> int:
