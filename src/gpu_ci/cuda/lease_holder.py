@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_ci import jobdirs
 from gpu_ci.cuda import lease
 
 MARKER = "gpu_ci.cuda.lease_holder"
@@ -264,21 +265,7 @@ def state_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """The job's private directory under RUNNER_TEMP (the holder's state and log). The key
     keeps jobs that share a RUNNER_TEMP apart (matrix legs share run id, attempt and job id,
     so the runner's name is part of it), as gpu-monitor's does."""
-    key = (
-        "-".join(
-            part
-            for part in (
-                environ.get("GITHUB_RUN_ID", ""),
-                environ.get("GITHUB_RUN_ATTEMPT", ""),
-                environ.get("GITHUB_JOB", ""),
-                environ.get("RUNNER_NAME", ""),
-            )
-            if part
-        )
-        or "local"
-    )
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return Path(runner_temp) / "gpu-ci-lease" / safe
+    return jobdirs.job_directory(runner_temp, environ, "gpu-ci-lease")
 
 
 def make_private(directory: Path) -> str:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpu_ci import locks
+from gpu_ci import jobdirs, locks
 from gpu_ci.cuda.nvml import (
     error_code,
     memory_info,
@@ -127,21 +127,7 @@ def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
     the key keeps two jobs that share a RUNNER_TEMP apart: matrix legs share run id, attempt
     and job id, so the runner's name is part of it)."""
-    key = (
-        "-".join(
-            part
-            for part in (
-                environ.get("GITHUB_RUN_ID", ""),
-                environ.get("GITHUB_RUN_ATTEMPT", ""),
-                environ.get("GITHUB_JOB", ""),
-                environ.get("RUNNER_NAME", ""),
-            )
-            if part
-        )
-        or "local"
-    )
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
-    return Path(runner_temp) / "gpu-ci-monitor" / safe
+    return jobdirs.job_directory(runner_temp, environ, "gpu-ci-monitor")
 
 
 def make_private(directory: Path) -> str:
