@@ -230,6 +230,7 @@ _CONDA_CACHE_BEFORE = f"""\
         LOCK: ${{{{ inputs.lock-file }}}}
         PLATFORM: ${{{{ inputs.platform }}}}
         ENGINE: ${{{{ inputs.engine }}}}
+        MINIFORGE: ${{{{ inputs.miniforge }}}}
         VERSION: ${{{{ inputs.miniforge-version }}}}
         CATEGORIES: ${{{{ inputs.categories }}}}
         ROOT: ${{{{ inputs.root }}}}
@@ -257,6 +258,12 @@ _CONDA_CACHE_BEFORE = f"""\
         fresh=true
         if [ "$mode" = packages ]; then
           path="${{PKGS:-$root/pkgs}}"
+          # A job that installs Miniforge (conda/options.py: miniforge true, or auto with
+          # engine conda) keeps its installer in the package cache: its key is apart, so a
+          # cache saved without the installer never hides it (a hit saves nothing).
+          case "$(printf '%s:%s' "$MINIFORGE" "$ENGINE" | tr '[:upper:]' '[:lower:]')" in
+            true:*|auto:conda) runner="${{runner%-}}+installer-" ;;
+          esac
           restore="gpu-ci-conda-v1-$runner"
           key="$restore$cats-$sha"
           # Restore only into an absent or empty package cache: never over one in use (a
@@ -334,7 +341,7 @@ _CONDA_CACHE_AFTER = f"""\
 
 SETUP_CONDA_FROM_LOCK = ActionSpec(
     name="setup-conda-from-lock",
-    summary="Install Miniforge and create a conda environment from a lock file, no solver.",
+    summary="Create a conda environment from a lock file, no solver (Miniforge only if needed).",
     groups=("base", "conda"),
     runs_on="GPU runner",
     inputs=(
@@ -349,7 +356,12 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
             "Comma-separated categories of a unified lock (main is always included).",
             "main",
         ),
-        InputSpec("miniforge", "Install Miniforge so that conda is available afterwards.", "true"),
+        InputSpec(
+            "miniforge",
+            "auto: install Miniforge only for engine: conda; true: also put its conda "
+            "and mamba on PATH for later steps (a cached, verified installer); false: never.",
+            "auto",
+        ),
         InputSpec("miniforge-version", "Miniforge release to install.", "26.3.2-3"),
         InputSpec("installer-url", "Override the Miniforge installer URL (a mirror).", ""),
         InputSpec("installer-sha256", "Expected sha256 of the Miniforge installer.", ""),
@@ -399,7 +411,7 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
     outputs=(
         OutputSpec("prefix", "Path of the environment."),
         OutputSpec("python", "Path of the environment's interpreter, empty if none."),
-        OutputSpec("conda", "Path of the writable conda, empty when miniforge is false."),
+        OutputSpec("conda", "Path of Miniforge's conda, empty when it was not installed."),
         OutputSpec("lock-sha256", "sha256 of the lock file."),
         OutputSpec("cache-key", "Key for actions/cache of pkgs-dir."),
         OutputSpec("packages", "Number of conda and pip entries installed."),

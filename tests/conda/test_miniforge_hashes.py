@@ -4,8 +4,6 @@ package, never against a ``.sha256`` that the (possibly hostile) mirror serves b
 from __future__ import annotations
 
 import hashlib
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -13,12 +11,7 @@ from gpu_ci.conda import miniforge
 from gpu_ci.downloads import RetryPolicy
 from gpu_ci.errors import GpuCiError
 from gpu_ci.specs import ACTIONS
-
-FAKE = b"""#!/bin/sh
-# takes -b -u -p PREFIX like the real installer; makes only bin/conda
-while [ $# -gt 0 ]; do [ "$1" = -p ] && prefix="$2"; shift; done
-mkdir -p "$prefix/bin" && printf '#!/bin/sh\n' > "$prefix/bin/conda"
-"""
+from tests.conda.installers import FAKE, Mirror
 
 
 def test_the_default_version_ships_a_hash_for_every_installer():
@@ -42,19 +35,9 @@ def mirror(tmp_path):
     name = miniforge.installer_name(default)
     (tmp_path / name).write_bytes(FAKE)
     (tmp_path / (name + ".sha256")).write_text(f"{hashlib.sha256(FAKE).hexdigest()}  {name}\n")
-    seen: list[str] = []
-
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(tmp_path), **kwargs)
-
-        def log_message(self, *args):
-            seen.append(self.path)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield default, f"http://127.0.0.1:{httpd.server_address[1]}/{name}", seen
-    httpd.shutdown()
+    server = Mirror(tmp_path)
+    yield default, server.url(name), server.seen
+    server.stop()
 
 
 def test_a_mirror_cannot_vouch_for_its_own_installer(mirror, tmp_path):

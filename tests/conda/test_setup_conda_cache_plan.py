@@ -49,6 +49,7 @@ def plan(tmp_path):
             "lock-file": str(lock),
             "platform": "",
             "engine": "rattler",
+            "miniforge": "auto",
             "miniforge-version": "26.3.2-3",
             "categories": "main",
             "root": "",
@@ -256,3 +257,35 @@ def test_environment_is_saved_only_when_the_command_created_it(action):
     }
     assert "restore-keys" not in restore["with"]
     assert restore["with"] == save["with"]
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {},
+        {"miniforge": "false"},
+        {"miniforge": "true"},
+        {"miniforge": "True"},
+        {"engine": "conda"},
+        {"engine": "conda", "miniforge": "true"},
+    ],
+)
+def test_a_job_that_installs_miniforge_keys_its_package_cache_apart(plan, inputs):
+    """Its installer lives in the package cache; an exact hit saves nothing, so a cache
+    saved by a job without Miniforge must never be the one such a job hits (nor the
+    reverse): the same decision as the command's, in the key."""
+    engine = inputs.get("engine", "rattler")
+    installs = conda_options.wants_miniforge(engine, inputs.get("miniforge", "auto"))
+    proc = plan(cache="true", **inputs)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.outputs
+    tag = "+installer" if installs else ""
+    assert out["restore-prefix"] == f"gpu-ci-conda-v1-Linux-X64-auto-{engine}-mf26.3.2-3{tag}-"
+    assert out["key"] == out["restore-prefix"] + "main-" + proc.lock_sha256
+    other = plan(cache="true", engine=engine, miniforge="false" if installs else "true")
+    if engine == "rattler":  # engine conda always installs it
+        assert not out["key"].startswith(other.outputs["restore-prefix"])
+        assert not other.outputs["key"].startswith(out["restore-prefix"])
+    # the finished environment holds no installer: its key is the same either way
+    env = plan(cache="environment", **inputs).outputs["key"]
+    assert "+installer" not in env and f"-{engine}-mf26.3.2-3-main-" in env

@@ -1,7 +1,10 @@
-"""``gpu-ci setup-conda-from-lock``: Miniforge + a locked environment, never the vendor conda."""
+"""``gpu-ci setup-conda-from-lock``: a locked environment (and Miniforge where the job needs it),
+never the vendor conda."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -15,7 +18,7 @@ if TYPE_CHECKING:
     from gpu_ci.conda.install import InstallReport
     from gpu_ci.conda.isolation import VendorConda
     from gpu_ci.conda.lockfile import InstallPlan
-    from gpu_ci.conda.miniforge import Miniforge
+    from gpu_ci.conda.miniforge import Miniforge, Pending
 
 
 def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.SetupOptions:
@@ -28,7 +31,7 @@ def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.Se
         platform=inputs["platform"],
         categories=inputs.items("categories"),
         engine=inputs.choice("engine", conda_options.ENGINES),
-        miniforge=inputs.boolean("miniforge"),
+        miniforge=inputs.choice("miniforge", conda_options.MINIFORGE_MODES),
         miniforge_version=inputs["miniforge-version"],
         installer_url=inputs["installer-url"],
         installer_sha256=inputs["installer-sha256"],
@@ -59,23 +62,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         return dry_run(rt, opts, locked)
 
     from gpu_ci import downloads
-    from gpu_ci.conda import install as env_install
 
     isolation = pipeline.isolate(opts, rt.environ)
     downloads.configure(network, downloads.Progress(rt.info))
     phases: dict[str, float] = {}
-    mf = miniforge(rt, opts, isolation.env, phases) if opts.miniforge else None
-    report = env_install.install(
-        plan,
-        opts.prefix,
-        opts.pkgs_dir,
-        isolation.env,
-        engine=opts.engine,
-        conda=mf.conda if mf else None,
-        policy=opts.retry,
-        log=rt.info,
-        stream=opts.stream,
-    )
+    report, mf = install(rt, opts, plan, isolation.env, phases)
     phases.update(report.phases)
     publish(rt, opts, mf, report, isolation.env)
     verb = "reused" if report.reused else "created"
@@ -92,12 +83,51 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     return 0
 
 
+def install(
+    rt: Runtime,
+    opts: conda_options.SetupOptions,
+    plan: InstallPlan,
+    env: Mapping[str, str],
+    phases: dict[str, float],
+) -> tuple[InstallReport, Miniforge | None]:
+    """The environment, and Miniforge where the job installs it. ``engine: conda`` waits
+    for Miniforge (its conda creates the environment); otherwise Miniforge is downloaded
+    and installed on its own thread while the environment is, and waited for after it."""
+    from gpu_ci.conda import install as env_install
+    from gpu_ci.conda import miniforge as conda_miniforge
+
+    pending = conda_miniforge.start(opts, env) if opts.miniforge else None
+    mf = miniforge(rt, opts, pending, phases) if pending and opts.engine == "conda" else None
+    try:
+        report = env_install.install(
+            plan,
+            opts.prefix,
+            opts.pkgs_dir,
+            env,
+            engine=opts.engine,
+            conda=mf.conda if mf else None,
+            policy=opts.retry,
+            log=rt.info,
+            stream=opts.stream,
+        )
+    except BaseException:
+        if pending is not None and mf is None:  # never leave its installer running half-way
+            with contextlib.suppress(BaseException):
+                pending.result()
+        raise
+    if pending is not None and mf is None:
+        mf = miniforge(rt, opts, pending, phases)
+    return report, mf
+
+
 def miniforge(
-    rt: Runtime, opts: conda_options.SetupOptions, env: Mapping[str, str], phases: dict[str, float]
+    rt: Runtime, opts: conda_options.SetupOptions, pending: Pending, phases: dict[str, float]
 ) -> Miniforge:
-    """Miniforge installed (or reused) for the job, its time in ``phases``; a warning when
-    its checksum came only from beside the installer."""
-    mf, phases["miniforge"] = pipeline.ensure_miniforge(opts, env)
+    """Miniforge installed (or reused) for the job, the time the job waited for it in
+    ``phases``; a warning when its checksum came only from beside the installer."""
+    waited = time.monotonic()
+    mf = pending.result()
+    phases["miniforge"] = time.monotonic() - max(waited, pending.started)
     if mf.checksum_from == "release":
         rt.warning(
             f"Miniforge {opts.miniforge_version}: this package ships no sha256 for "
@@ -180,6 +210,8 @@ def _summary(
             "reused" if mf.reused else ("installer cached" if mf.installer_cached else "downloaded")
         )
         rows.append(("Miniforge", f"{mf.version} (sha256 {mf.sha256[:16]}…, {how})"))
+    elif not dry_run:
+        rows.append(("Miniforge", "not installed (`miniforge: true` puts conda on PATH)"))
     if vendor is not None:
         rows.append(
             (

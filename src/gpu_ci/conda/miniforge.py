@@ -5,25 +5,50 @@ The installer's sha256 comes from the ``installer-sha256`` input, else from
 and only for other versions from the release's ``<installer>.sha256`` file (first field),
 with a warning: a file on the same origin as the installer proves only that the download
 was not truncated, not that the origin is honest. Without any nothing is installed.
-Installers are cached per version and architecture; a root that already holds the version
-is reused.
+
+Installers are kept in the package cache (:data:`INSTALLERS`, per version), so that
+``cache: true`` keeps them with the packages and a warm job downloads none. That cache is
+writable by whoever restored or shares it, so a cached installer is never trusted as it
+lies: its bytes are hashed while they are copied to a private file, and only that copy, if
+it matches, is run; a partial, changed or odd (link, FIFO) cached file is downloaded again.
+A root that already holds the version is reused. :func:`start` runs all of it on a thread
+of its own, so that Miniforge's download and install overlap the environment's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import os
 import platform as _platform
+import shutil
+import stat
 import subprocess
+import tempfile
+import threading
+import time
 import urllib.error
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpu_ci.downloads import Download, RetryPolicy, fetch, read_small, route
+from gpu_ci import locks
+from gpu_ci.downloads import CHUNK, Download, RetryPolicy, fetch, read_small, route
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
 
+if TYPE_CHECKING:
+    from gpu_ci.conda.options import SetupOptions
+
 RELEASES = "https://github.com/conda-forge/miniforge/releases/download"
 MARKER = ".gpu-ci-miniforge"
+INSTALLERS = "installers"
+"""The installers' folder in the package cache: ``<pkgs-dir>/installers/<version>/<name>``,
+saved and restored with it by ``cache: true``. Nothing else stays there: downloads and the
+copies that run are made in a private ``.<name>.run-*`` folder beside it, locked while in
+use and removed after; one a killed job left is removed by the next job."""
 
 #: sha256 of each installer of the versions we ship a default for, from the release's
 #: ``<installer>.sha256`` assets (github.com/conda-forge/miniforge/releases/tag/<version>),
@@ -106,6 +131,157 @@ def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
     return str(fields[0]).lower()
 
 
+def _expected(
+    version: str, name: str, url: str, sha256: str, policy: RetryPolicy
+) -> tuple[str, str]:
+    """(sha256, where it came from): the input, else the shipped pin, else the release's."""
+    if sha256.strip():
+        return sha256.strip().lower(), "input"
+    if name in INSTALLER_SHA256.get(version, {}):
+        return INSTALLER_SHA256[version][name], "shipped"
+    return _checksum_from_release(url, policy), "release"
+
+
+def _copy_verified(src: Path, dest: Path, want: str) -> bool:
+    """Copy ``src`` to ``dest`` while hashing it; True if the copy's sha256 is ``want``.
+
+    ``src`` is opened without following a link and without blocking (a FIFO planted in the
+    cache never stalls the job) and must be a regular file; otherwise it does not match."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return False
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle, open(dest, "wb") as out:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            out.write(chunk)
+            digest.update(chunk)
+    return digest.hexdigest() == want
+
+
+def _discard(path: Path) -> None:
+    """Remove what lies at ``path`` in the cache (a file, a link, a FIFO or a directory)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _sweep(folder: Path, name: str) -> None:
+    """Remove the private folders of jobs that died (their lock, a plain file, is free); a
+    folder without its lock yet is being made, and is left alone."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(f".{name}.run-")]
+    except OSError:
+        return
+    for entry in entries:
+        lock = Path(entry.path) / "lock"
+        with contextlib.suppress(OSError):
+            if (
+                entry.is_dir(follow_symlinks=False)
+                and stat.S_ISREG(os.lstat(lock).st_mode)
+                and not locks.held(lock)
+            ):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _publish(verified: Path, work: Path, dest: Path) -> None:
+    """Put a copy of the verified installer in the cache under its final name, atomically:
+    a copy, so that the file that runs shares no inode with the cache."""
+    staged = work / "publish"
+    try:
+        shutil.copyfile(verified, staged)
+        _discard(dest)
+        os.replace(staged, dest)
+    except OSError:  # the cache is a convenience: this job runs its own verified copy
+        staged.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def verified_installer(item: Download, policy: RetryPolicy) -> Iterator[tuple[Path, bool]]:
+    """A private copy of the installer whose bytes hashed to ``item.sha256``, and whether it
+    came from the cache at ``item.dest``; removed afterwards.
+
+    A cached file is copied while it is hashed, and used only if the copy matches: one cut
+    short, changed, or not a regular file (a link, a FIFO) is downloaded again, and a cached
+    file changed after its check never runs, since what runs is the copy. A download goes
+    into the private folder (its partial file too) and is then published to the cache.
+    """
+    folder = item.dest.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _sweep(folder, item.dest.name)
+        work = Path(tempfile.mkdtemp(prefix=f".{item.dest.name}.run-", dir=folder))
+    except OSError as exc:
+        raise GpuCiError(
+            f"cannot write the Miniforge installer's cache {folder} ({exc.strerror})."
+        ) from None
+    held = locks.try_exclusive(work / "lock")
+    try:
+        copy = work / item.dest.name
+        cached = os.path.lexists(item.dest) and _copy_verified(item.dest, copy, item.sha256)
+        if not cached:
+            copy.unlink(missing_ok=True)
+            fetch(Download(item.url, copy, item.label, sha256=item.sha256), policy)
+            _publish(copy, work, item.dest)
+        yield copy, cached
+    finally:
+        if held is not None:
+            os.close(held)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _installed(root: Path, version: str) -> Miniforge | None:
+    conda, marker = root / "bin" / "conda", root / MARKER
+    if conda.exists() and marker.exists() and marker.read_text().split()[0:1] == [version]:
+        recorded = marker.read_text().split()
+        return Miniforge(root, conda, version, recorded[1] if len(recorded) > 1 else "", True, True)
+    return None
+
+
+@dataclass(frozen=True)
+class Installer:
+    """The installer a job runs: where from, its cache path and pinned sha256, and where
+    that sha256 came from."""
+
+    version: str
+    download: Download
+    source: str
+
+
+def installer(
+    version: str, cache_dir: Path, *, url: str = "", sha256: str = "", policy: RetryPolicy
+) -> Installer:
+    """The installer of ``version``, its sha256 known (else :class:`GpuCiError`): decided
+    before anything is installed, so that no checksum means no install at all."""
+    name = installer_name(version)
+    url = url or f"{RELEASES}/{version}/{name}"
+    want, source = _expected(version, name, url, sha256, policy)
+    item = Download(url, cache_dir / version / name, f"Miniforge {version} ({name})", sha256=want)
+    return Installer(version, item, source)
+
+
+def install(found: Installer, root: Path, env: Mapping[str, str], policy: RetryPolicy) -> Miniforge:
+    """Run the verified installer into ``root``; a marker records version and sha256."""
+    with verified_installer(found.download, policy) as (script, cached):
+        proc = subprocess.run(
+            ["bash", str(script), "-b", "-u", "-p", str(root)],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+        )
+    conda = root / "bin" / "conda"
+    if proc.returncode != 0 or not conda.exists():
+        tail = (proc.stderr or proc.stdout).strip()[-1500:]
+        raise GpuCiError(f"the Miniforge installer failed (exit {proc.returncode}): {tail}")
+    want = found.download.sha256
+    (root / MARKER).write_text(f"{found.version} {want}\n")
+    return Miniforge(root, conda, found.version, want, cached, False, found.source)
+
+
 def ensure(
     version: str,
     root: Path,
@@ -116,34 +292,60 @@ def ensure(
     sha256: str = "",
     policy: RetryPolicy | None = None,
 ) -> Miniforge:
+    """Miniforge ``version`` in ``root``: reused when there, else installed from the
+    installer in ``cache_dir`` (downloaded once, verified each time it is used)."""
     policy = policy or RetryPolicy()
-    conda = root / "bin" / "conda"
-    marker = root / MARKER
-    if conda.exists() and marker.exists() and marker.read_text().split()[0:1] == [version]:
-        recorded = marker.read_text().split()
-        return Miniforge(root, conda, version, recorded[1] if len(recorded) > 1 else "", True, True)
-    name = installer_name(version)
-    url = url or f"{RELEASES}/{version}/{name}"
-    want, source = sha256.strip().lower(), "input"
-    if not want and name in INSTALLER_SHA256.get(version, {}):
-        want, source = INSTALLER_SHA256[version][name], "shipped"
-    if not want:
-        want, source = _checksum_from_release(url, policy), "release"
-    got = fetch(
-        Download(url, cache_dir / version / name, f"Miniforge {version} ({name})", sha256=want),
-        policy,
+    reused = _installed(root, version)
+    if reused is not None:
+        return reused
+    found = installer(version, cache_dir, url=url, sha256=sha256, policy=policy)
+    return install(found, root, env, policy)
+
+
+class Pending:
+    """Miniforge being installed on a thread of its own; :meth:`result` waits for it and
+    raises what the install raised. A daemon thread: a job that fails meanwhile exits."""
+
+    def __init__(self, target: Callable[[], Miniforge]) -> None:
+        self.started = time.monotonic()
+        self._result: Miniforge | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(target,), name="gpu-ci-miniforge", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, target: Callable[[], Miniforge]) -> None:
+        try:
+            self._result = target()
+        except BaseException as exc:  # handed to the waiting thread
+            self._error = exc
+
+    def result(self) -> Miniforge:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def start(opts: SetupOptions, env: Mapping[str, str]) -> Pending:
+    """Start installing Miniforge into ``opts.root`` (its ``.condarc`` first), with the
+    installer kept in the package cache; the caller waits on the result when it needs it.
+    A reused root and the installer's checksum are settled here, before the thread: no
+    checksum fails the job before the environment is made."""
+    write_condarc(opts.condarc, opts.pkgs_dir, opts.envs_dir)
+    reused = _installed(opts.root, opts.miniforge_version)
+    if reused is not None:
+        return Pending(lambda: reused)
+    found = installer(
+        opts.miniforge_version,
+        opts.pkgs_dir / INSTALLERS,
+        url=opts.installer_url,
+        sha256=opts.installer_sha256,
+        policy=opts.retry,
     )
-    proc = subprocess.run(
-        ["bash", str(got.download.dest), "-b", "-u", "-p", str(root)],
-        env=dict(env),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0 or not conda.exists():
-        tail = (proc.stderr or proc.stdout).strip()[-1500:]
-        raise GpuCiError(f"the Miniforge installer failed (exit {proc.returncode}): {tail}")
-    marker.write_text(f"{version} {want}\n")
-    return Miniforge(root, conda, version, want, got.cached, False, source)
+    return Pending(functools.partial(install, found, opts.root, env, opts.retry))
 
 
 def write_condarc(path: Path, pkgs_dir: Path, envs_dir: Path) -> None:

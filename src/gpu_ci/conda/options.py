@@ -18,6 +18,9 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.retry import RetryPolicy
 
 ENGINES = ("rattler", "conda")
+MINIFORGE_MODES = ("auto", "true", "false")
+"""Values of input ``miniforge``: ``auto`` (the default) installs Miniforge only where the job
+needs it, ``true`` always (``conda``/``mamba`` on ``PATH`` for later steps), ``false`` never."""
 CACHE_MODES = ("true", "false", "environment")
 """Values of input ``cache``: the package cache, nothing, or the finished environment. The
 action's cache steps run before the command and read the same three (specs.py)."""
@@ -32,6 +35,7 @@ class SetupOptions:
     categories: tuple[str, ...]
     engine: str
     miniforge: bool
+    """Whether this job installs Miniforge: :func:`wants_miniforge` of the inputs."""
     miniforge_version: str
     installer_url: str
     installer_sha256: str
@@ -71,6 +75,26 @@ def runner_subdir() -> str:
     raise UsageError(f"cannot tell the conda platform of {system}/{machine}: set 'platform'.")
 
 
+def wants_miniforge(engine: str, miniforge: str | bool) -> bool:
+    """Whether a job installs Miniforge, from ``engine`` and input ``miniforge``.
+
+    The environment never needs it (activation is exported by the action itself): only
+    ``engine: conda`` runs its conda, so ``auto`` installs it for that engine alone, and a
+    job whose later steps run ``conda`` or ``mamba`` says so with ``true``. ``false`` with
+    ``engine: conda`` is a contradiction and refused. A bool is the same as its word."""
+    mode = str(miniforge).strip().lower()
+    if mode not in MINIFORGE_MODES:
+        raise UsageError(
+            f"input 'miniforge' must be one of {', '.join(MINIFORGE_MODES)}; got {miniforge!r}."
+        )
+    if engine == "conda" and mode == "false":
+        raise UsageError(
+            "engine: conda needs miniforge: true or auto (it runs the installed Miniforge's "
+            "conda); use engine: rattler with miniforge: false."
+        )
+    return mode == "true" or engine == "conda"
+
+
 def default_root(environ: Mapping[str, str], version: str) -> Path:
     base = environ.get("RUNNER_TOOL_CACHE") or environ.get("RUNNER_TEMP")
     if not base:
@@ -102,7 +126,7 @@ def build(
     platform: str,
     categories: Sequence[str],
     engine: str,
-    miniforge: bool,
+    miniforge: str | bool,
     miniforge_version: str,
     installer_url: str,
     installer_sha256: str,
@@ -118,11 +142,7 @@ def build(
     """Validate the inputs together; every refusal names the input and how to fix it."""
     if engine not in ENGINES:
         raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
-    if engine == "conda" and not miniforge:
-        raise UsageError(
-            "engine: conda needs miniforge: true (it runs the installed "
-            "Miniforge's conda); use engine: rattler with miniforge: false."
-        )
+    install_miniforge = wants_miniforge(engine, miniforge)
     version = miniforge_version.strip()
     root_path = Path(root) if root else default_root(environ, version)
     if not dry_run:
@@ -141,7 +161,7 @@ def build(
         platform=platform.strip() or runner_subdir(),
         categories=tuple(categories),
         engine=engine,
-        miniforge=miniforge,
+        miniforge=install_miniforge,
         miniforge_version=version,
         installer_url=installer_url,
         installer_sha256=installer_sha256,

@@ -12,7 +12,6 @@ does not need is imported until the install.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from gpu_ci.errors import GpuCiError
 
 if TYPE_CHECKING:
     from gpu_ci.conda.isolation import VendorConda
-    from gpu_ci.conda.miniforge import Miniforge
 
 
 def read_lock(path: str) -> str:
@@ -64,9 +62,12 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
 
 
 def cache_key(plan: lockfile.InstallPlan, opts: SetupOptions) -> str:
-    """The action's cache key: everything that changes what the prefix holds."""
+    """The action's cache key: everything that changes what the prefix holds, and whether
+    the package cache holds Miniforge's installer (a cache saved without it must not
+    hide it from a job that installs Miniforge: a hit saves nothing)."""
     return (
-        f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}-"
+        f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}"
+        f"{'+installer' if opts.miniforge else ''}-"
         f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}"
     )
 
@@ -97,21 +98,3 @@ def isolate(opts: SetupOptions, environ: Mapping[str, str]) -> Isolation:
     env = conda_isolation.isolated_env(environ, vendor, opts.condarc, pkgs_dir, opts.envs_dir)
     env_install.check_writable(prefix, pkgs_dir)
     return Isolation(vendor, env)
-
-
-def ensure_miniforge(opts: SetupOptions, env: Mapping[str, str]) -> tuple[Miniforge, float]:
-    """Miniforge in ``opts.root`` (reused when there), and the seconds it took."""
-    from gpu_ci.conda import miniforge
-
-    started = time.monotonic()
-    miniforge.write_condarc(opts.condarc, opts.pkgs_dir, opts.envs_dir)
-    mf = miniforge.ensure(
-        opts.miniforge_version,
-        opts.root,
-        opts.root.parent / ".installers",
-        env,
-        url=opts.installer_url,
-        sha256=opts.installer_sha256,
-        policy=opts.retry,
-    )
-    return mf, time.monotonic() - started
