@@ -7,11 +7,14 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-#: Takes ``-b -u -p PREFIX`` like the real installer; lays down ``bin/conda`` and records the
-#: path it was run from (``$0``) in ``PREFIX/.ran-from``.
+#: Takes ``-b -u -p PREFIX`` like the real installer; lays down ``bin/conda`` and
+#: ``condabin/conda`` (what the action puts on PATH; it prints ``conda 26.3.2``) and records
+#: the path it was run from (``$0``) in ``PREFIX/.ran-from``.
 FAKE = b"""#!/bin/sh
 while [ $# -gt 0 ]; do [ "$1" = -p ] && prefix="$2"; shift; done
-mkdir -p "$prefix/bin" "$prefix/condabin" && printf '#!/bin/sh\\n' > "$prefix/bin/conda"
+mkdir -p "$prefix/bin" "$prefix/condabin"
+printf '#!/bin/sh\\necho "conda 26.3.2"\\n' > "$prefix/bin/conda"
+chmod +x "$prefix/bin/conda" && cp -p "$prefix/bin/conda" "$prefix/condabin/conda"
 printf '%s\\n' "$0" > "$prefix/.ran-from"
 """
 

@@ -34,3 +34,6 @@ def test_later_plain_step_sees_binaries_and_activation(act, tmp_path):
     assert out["activated"] == "yes"
     assert out["conda_prefix"] == prefix
     assert out["packages"] == "3"
+    # miniforge: auto, the default, with engine: rattler: no Miniforge, no conda on PATH
+    assert out["conda_out"] == "" and out["miniforge"] == "no" and out["condabin"] == "no"
+    assert "not installed (`miniforge: true` puts conda on PATH)" in result.log

@@ -1,6 +1,8 @@
 """cache: true under act: the first job restores (a miss) and saves the package cache, a
-second job on a fresh disk restores it and downloads nothing; the same through the root
-action.yml (``command: setup-conda-from-lock``), which runs the same cache steps.
+second job on a fresh disk restores it and downloads nothing (with ``miniforge: true``, the
+one input a job whose later steps run ``conda`` sets, not even Miniforge's installer); the
+same through the root action.yml (``command: setup-conda-from-lock``), which runs the same
+cache steps.
 
 act cannot fetch actions/cache from github.com here; actions/cache@<pinned commit> is mapped
 to a stand-in over the same npm library (tests/e2e/actions-cache/README.md), talking to act's
@@ -9,6 +11,7 @@ own cache server.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 
@@ -16,7 +19,9 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from gpu_ci.specs import ACTIONS_CACHE_SHA  # noqa: E402
+from gpu_ci.conda.miniforge import installer_name  # noqa: E402
+from gpu_ci.specs import ACTIONS, ACTIONS_CACHE_SHA  # noqa: E402
+from tests.conda.installers import FAKE  # noqa: E402
 from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
@@ -44,14 +49,28 @@ def cache_standin(tmp_path_factory):
     return folder
 
 
-def _run(act, workflow: str, lock, root, tmp_path, cache_standin):
+def _installer(channel) -> tuple[str, str]:
+    """A Miniforge-shaped installer served beside the channel: its URL and sha256."""
+    name = installer_name(ACTIONS["setup-conda-from-lock"].input("miniforge-version").default)
+    folder = channel.root.parent / "miniforge"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(FAKE)
+    return channel.url(f"miniforge/{name}"), hashlib.sha256(FAKE).hexdigest()
+
+
+def _run(act, workflow: str, lock, root, tmp_path, cache_standin, installer=("", "")):
     """The e2e workflow under act, with act's own cache server and actions/cache at its
     pinned commit mapped to the stand-in."""
     return act(
         ROOT / "tests" / "e2e" / "workflows" / workflow,
         "workflow_dispatch",
         {"inputs": {}},
-        env={"E2E_LOCK": str(lock), "E2E_ROOT": str(root)},
+        env={
+            "E2E_LOCK": str(lock),
+            "E2E_ROOT": str(root),
+            "E2E_INSTALLER_URL": installer[0],
+            "E2E_INSTALLER_SHA256": installer[1],
+        },
         act_args=[
             "--cache-server-addr",
             "127.0.0.1",
@@ -78,8 +97,9 @@ def test_second_job_restores_the_cache_and_downloads_nothing(
     channel.server = ChannelServer(tmp_path / "chan").start()
     lock = tmp_path / "conda-linux-64.lock"
     lock.write_text(channel.explicit_lock(["libhello", "hello", "hello-data"]))
+    installer = _installer(channel)
     try:
-        result = _run(act, workflow, lock, tmp_path / "mf", tmp_path, cache_standin)
+        result = _run(act, workflow, lock, tmp_path / "mf", tmp_path, cache_standin, installer)
     finally:
         channel.server.stop()
     assert result.returncode == 0, result.log
@@ -93,6 +113,15 @@ def test_second_job_restores_the_cache_and_downloads_nothing(
     # every archive was fetched by the first job only: the second linked from the cache
     for archive in channel.archives[:3]:
         assert [s for _, s in channel.server.requests(archive.filename)] == [200], archive
+    installer_gets = channel.server.requests(installer[0].rsplit("/", 1)[1])
+    if workflow == "setup-conda-cache.yml":  # miniforge: true: conda on PATH in both jobs
+        conda = f"{tmp_path / 'mf' / 'condabin' / 'conda'} conda 26.3.2"
+        assert out["first_conda"] == conda and out["second_conda"] == conda
+        assert "Cache saved with key: gpu-ci-conda-v1-Linux-X64-auto-rattler-mf" in result.log
+        assert "+installer-main-" in result.log
+        assert [s for _, s in installer_gets] == [200]  # job 2 installed it from the cache
+    else:  # miniforge: false
+        assert installer_gets == [] and "+installer" not in result.log
 
 
 def test_environment_mode_restores_the_finished_environment_and_reuses_it(
