@@ -358,8 +358,8 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         ),
         InputSpec(
             "miniforge",
-            "auto: install Miniforge only for engine: conda; true: also put its conda "
-            "and mamba on PATH for later steps (a cached, verified installer); false: never.",
+            "auto: install Miniforge only for engine: conda (its conda creates the "
+            "environment); true: install it, for conda on PATH in later steps; false: never.",
             "auto",
         ),
         InputSpec("miniforge-version", "Miniforge release to install.", "26.3.2-3"),

@@ -20,7 +20,7 @@ from gpu_ci.retry import RetryPolicy
 ENGINES = ("rattler", "conda")
 MINIFORGE_MODES = ("auto", "true", "false")
 """Values of input ``miniforge``: ``auto`` (the default) installs Miniforge only where the job
-needs it, ``true`` always (``conda``/``mamba`` on ``PATH`` for later steps), ``false`` never."""
+needs it, ``true`` always (``conda`` on ``PATH`` for later steps), ``false`` never."""
 CACHE_MODES = ("true", "false", "environment")
 """Values of input ``cache``: the package cache, nothing, or the finished environment. The
 action's cache steps run before the command and read the same three (specs.py)."""
@@ -80,7 +80,7 @@ def wants_miniforge(engine: str, miniforge: str | bool) -> bool:
 
     The environment never needs it (activation is exported by the action itself): only
     ``engine: conda`` runs its conda, so ``auto`` installs it for that engine alone, and a
-    job whose later steps run ``conda`` or ``mamba`` says so with ``true``. ``false`` with
+    job whose later steps run ``conda`` says so with ``true``. ``false`` with
     ``engine: conda`` is a contradiction and refused. A bool is the same as its word."""
     mode = str(miniforge).strip().lower()
     if mode not in MINIFORGE_MODES:
