@@ -194,7 +194,6 @@ def _publish(verified: Path, work: Path, dest: Path) -> None:
     staged = work / "publish"
     try:
         shutil.copyfile(verified, staged)
-        _discard(dest)
         os.replace(staged, dest)
     except OSError:  # the cache is a convenience: this job runs its own verified copy
         staged.unlink(missing_ok=True)
@@ -222,9 +221,17 @@ def verified_installer(item: Download, policy: RetryPolicy) -> Iterator[tuple[Pa
     held = locks.try_exclusive(work / "lock")
     try:
         copy = work / item.dest.name
-        cached = os.path.lexists(item.dest) and _copy_verified(item.dest, copy, item.sha256)
+        try:
+            cached = os.path.lexists(item.dest) and _copy_verified(item.dest, copy, item.sha256)
+            if not cached:
+                copy.unlink(missing_ok=True)
+                _discard(item.dest)
+        except OSError as exc:
+            raise GpuCiError(
+                f"{item.label}: the cached installer in {folder} could not be checked or "
+                f"removed ({exc.strerror}); nothing was installed."
+            ) from None
         if not cached:
-            copy.unlink(missing_ok=True)
             fetch(Download(item.url, copy, item.label, sha256=item.sha256), policy)
             _publish(copy, work, item.dest)
         yield copy, cached
