@@ -41,7 +41,9 @@ class Mirror:
                 seen.append(self.path)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/{name}"
