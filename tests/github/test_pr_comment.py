@@ -282,3 +282,20 @@ def test_a_token_that_may_not_comment_fails_with_the_permission_named(github, pu
     github.add_issue_comment(REPO, 2, BOT, CONFIG.marker + "\nold")
     with pytest.raises(GpuCiError, match="pull-requests: write.*HTTP 403"):
         status("pull_request", pr_event("closed"), comment_on_close="delete")
+
+
+def test_the_longest_help_text_still_posts(github, pull, status):
+    """GitHub refuses a body over 65,536 characters (the test server's 422 too)."""
+    labeled = pr_event("labeled")
+    labeled["label"]["name"] = "CUDA CI"
+    help_text = "[Colab](https://colab.example) " * (pr_comment.HELP_LIMIT // 31)
+    out = status(
+        "pull_request_target",
+        labeled,
+        gate_run="false",
+        gate_reason=HOSTILE * 4,
+        comment_help=help_text,
+    )
+    (comment,) = mine(github)
+    assert out["comment"] == "created" and len(comment.body) <= pr_comment.BODY_LIMIT
+    assert help_text.strip() in comment.body
