@@ -299,3 +299,10 @@ def test_the_longest_help_text_still_posts(github, pull, status):
     (comment,) = mine(github)
     assert out["comment"] == "created" and len(comment.body) <= pr_comment.BODY_LIMIT
     assert help_text.strip() in comment.body
+
+
+def test_comment_on_close_keep_leaves_the_comment_alone(github, pull, status):
+    ours = github.add_issue_comment(REPO, 2, BOT, CONFIG.marker + "\nstate")
+    assert status("pull_request_target", pr_event("closed"))["comment"] == "none"
+    assert mine(github) == [ours] and ours.body == CONFIG.marker + "\nstate"
+    assert github.requests(path_contains="comments") == []
