@@ -87,7 +87,12 @@ def test_the_body_never_exceeds_githubs_65536_characters():
     )
     worst = shown("[@<|" * 35, target_url="https://x.example/" + "a" * 1980)
     body = pr_comment.render(config, worst)
-    assert len(body) <= pr_comment.BODY_LIMIT
+    assert len(body) <= pr_comment.BODY_LIMIT and help_text in body
+    # a label far beyond GitHub's 50 characters: the help text is cut, the rest stays whole
+    huge = pr_comment.make_config("GPU CI", "L" * 9000, "write", "", help_text, "keep", (BOT,))
+    body = pr_comment.render(huge, worst)
+    assert len(body) == pr_comment.BODY_LIMIT and "h…\n" in body
+    assert body.endswith("it never runs code of this pull request.</sub>")
     with pytest.raises(UsageError, match="comment-help.*at most 60000"):
         pr_comment.make_config("GPU CI", "CUDA CI", "write", "", help_text + "h", "keep", (BOT,))
 
@@ -306,3 +311,16 @@ def test_comment_on_close_keep_leaves_the_comment_alone(github, pull, status):
     assert status("pull_request_target", pr_event("closed"))["comment"] == "none"
     assert mine(github) == [ours] and ours.body == CONFIG.marker + "\nstate"
     assert github.requests(path_contains="comments") == []
+
+
+def test_a_token_writing_as_someone_untrusted_takes_its_comment_back(github, pull, status):
+    """An App token without its bot in trusted-creators: the comment would never be found
+    again, and every event would post one more."""
+    github.token_users["t"] = "my-app[bot]"
+    with pytest.raises(GpuCiError, match=r"@my-app\[bot\].*trusted-creators"):
+        status("pull_request_target", pr_event("opened"))
+    assert github.comments_of(REPO, 2) == []
+    assert (
+        status("pull_request_target", pr_event("opened"), trusted_creators="my-app[bot]")["comment"]
+        == "created"
+    )

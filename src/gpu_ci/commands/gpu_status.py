@@ -267,7 +267,7 @@ def _comment(
     if rest is None:
         write: _Write | str = f"'{ctx.name}.{action}' does not change the comment."
     elif pull_event:
-        write = _for_pull(rest, ctx, action, (config, commenting), status)
+        write = _for_pull(rest, ctx, action, (config, commenting), status, result.listed)
     else:
         write = _for_run(rest, ctx, config, commenting, result, status)
     if isinstance(write, str) or rest is None:
@@ -291,8 +291,10 @@ def _for_pull(
     action: str,
     configs: tuple[statuses.StatusConfig, pr_comment.CommentConfig],
     status: statuses.Status | None,
+    listed: list[Any],
 ) -> _Write | str:
-    """A pull_request_target event: the head's state, or the close rule."""
+    """A pull_request_target event: the head's state (``listed``: its statuses if already
+    read), or the close rule."""
     config, commenting = configs
     pr = ctx.payload.get("pull_request") or {}
     number, head = pr.get("number"), str((pr.get("head") or {}).get("sha") or "")
@@ -307,9 +309,8 @@ def _for_pull(
     if pr.get("state") == "closed":
         return f"pull request #{number} is closed."
     if status is None or status.sha != head:
-        latest = statuses.latest_of(
-            statuses.trusted_statuses(config, _listed(rest, ctx.repository, head)), config.context
-        )
+        listed = listed or _listed(rest, ctx.repository, head)
+        latest = statuses.latest_of(statuses.trusted_statuses(config, listed), config.context)
         status = None if latest is None else _as_status(head, latest)
     return _Write(number, pr_comment.render(commenting, _shown(number, head, status)))
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from gpu_ci.errors import UsageError
+from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.markdown import escape
 
 #: GitHub's limit of an issue comment's body (422 "body is too long (maximum is 65536
@@ -250,6 +250,25 @@ def ours(config: CommentConfig, comments: Sequence[Mapping[str, Any]]) -> list[M
     return sorted((c for c in comments if is_ours(config, c)), key=lambda c: int(c["id"]))
 
 
+def _check_author(
+    rest: CommentRest, config: CommentConfig, repository: str, created: Mapping[str, Any]
+) -> None:
+    """The comment just created must count as ours, or every event would create another:
+    the token writes as someone not in ``trusted-creators``. Take it back and say so."""
+    login = str((created.get("user") or {}).get("login") or "")
+    if login in config.authors:
+        return
+    if created.get("id"):
+        rest.delete(f"/repos/{repository}/issues/comments/{int(created['id'])}")
+    raise GpuCiError(
+        f"the token writes comments as @{login or '(unknown)'}, which is not among "
+        f"trusted-creators ({', '.join(config.authors)}): gpu-status would not find its own "
+        "comment again and post one per event. Name that login in 'trusted-creators' (its "
+        "statuses count then too), or use the workflow's GITHUB_TOKEN.",
+        title="comment author not trusted",
+    )
+
+
 def _listed(rest: CommentRest, repository: str, number: int) -> list[Any]:
     return rest.get_pages(f"/repos/{repository}/issues/{number}/comments", limit=MAX_COMMENTS)
 
@@ -275,10 +294,11 @@ def sync(
         return Result("none", None, "no comment of ours to edit.")
     if not mine:
         created = rest.post(f"/repos/{repository}/issues/{number}/comments", {"body": body})
+        made = created if isinstance(created, dict) else {}
+        _check_author(rest, config, repository, made)
         mine = ours(config, _listed(rest, repository, number))  # another event's at once?
-        made = int(created["id"]) if isinstance(created, dict) else None
         if len(mine) <= 1:
-            return Result("created", made, "comment created.")
+            return Result("created", int(made.get("id") or 0) or None, "comment created.")
     keep, extra = mine[0], mine[1:]
     for comment in extra:
         rest.delete(f"/repos/{repository}/issues/comments/{int(comment['id'])}")
