@@ -1412,11 +1412,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw_body: bytes,
     ) -> tuple[int, Any, dict[str, str]]:
         """issues/list-comments (``GET .../issues/{n}/comments``: ascending ids, ``since`` on
-        ``updated_at``), issues/create-comment (``POST``, 201), issues/update-comment
-        (``PATCH .../issues/comments/{id}``, 200) and issues/delete-comment (``DELETE``,
-        204). A body over 65,536 characters is GitHub's 422. Any write token may edit or
-        delete any comment (as a GITHUB_TOKEN with ``pull-requests: write`` may): whose
-        comment to touch is the client's to decide."""
+        ``updated_at``), issues/create-comment (``POST``, 201), issues/get-comment (``GET
+        .../issues/comments/{id}``), issues/update-comment (``PATCH``, 200) and
+        issues/delete-comment (``DELETE``, 204). A body over 65,536 characters is GitHub's
+        422. Any write token may edit or delete any comment (as a GITHUB_TOKEN with
+        ``pull-requests: write`` may): whose comment to touch is the client's to decide."""
         gh = self.gh
         if method != "GET" and token in gh.read_only_tokens:
             return 403, _forbidden_body(), {}
@@ -1447,6 +1447,8 @@ class _Handler(BaseHTTPRequestHandler):
             comment = next((c for c in repo.issue_comments if c.id == int(rest[1])), None)
             if comment is None:
                 return self._not_found()
+            if method == "GET":  # issues/get-comment
+                return 200, gh.issue_comment_json(repo, comment), {}
             if method == "PATCH":
                 body = str(json.loads(raw_body or b"{}").get("body") or "")
                 if not body or len(body) > COMMENT_BODY_MAX:

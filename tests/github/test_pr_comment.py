@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+import requests
 
 from gpu_ci.cli import run_command
 from gpu_ci.errors import GpuCiError, UsageError
@@ -324,3 +325,23 @@ def test_a_token_writing_as_someone_untrusted_takes_its_comment_back(github, pul
         status("pull_request_target", pr_event("opened"), trusted_creators="my-app[bot]")["comment"]
         == "created"
     )
+
+
+def test_the_servers_comment_endpoints_answer_as_github_documents(github, pull):
+    """issues/create-, get-, update-, list- and delete-comment, checked against GitHub's
+    OpenAPI description by the server itself (a violation fails at stop())."""
+    api, auth = f"{github.url}/repos/{REPO}/issues", {"Authorization": "token t"}
+    made = requests.post(f"{api}/2/comments", json={"body": "hi"}, headers=auth, timeout=10)
+    assert made.status_code == 201 and made.json()["user"]["login"] == BOT
+    one = f"{api}/comments/{made.json()['id']}"
+    assert requests.get(one, headers=auth, timeout=10).json()["body"] == "hi"
+    edited = requests.patch(one, json={"body": "ho"}, headers=auth, timeout=10)
+    assert edited.status_code == 200 and edited.json()["body"] == "ho"
+    too_long = requests.patch(one, json={"body": "x" * 65537}, headers=auth, timeout=10)
+    assert too_long.status_code == 422
+    assert [
+        c["body"] for c in requests.get(f"{api}/2/comments", headers=auth, timeout=10).json()
+    ] == ["ho"]
+    assert requests.delete(one, headers=auth, timeout=10).status_code == 204
+    assert requests.get(one, headers=auth, timeout=10).status_code == 404
+    assert github.contract_violations == []
