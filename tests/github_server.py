@@ -55,6 +55,18 @@ class PullRequest:
 
 
 @dataclass
+class IssueComment:
+    """A comment on an issue or pull request (the ``issue-comment`` schema's fields we keep)."""
+
+    id: int
+    issue_number: int
+    user: str
+    body: str
+    created_at: str = "2026-11-02T10:00:00Z"
+    updated_at: str = "2026-11-02T10:00:00Z"
+
+
+@dataclass
 class Repo:
     full_name: str
     private: bool = False
@@ -70,6 +82,8 @@ class Repo:
     statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """sha -> commit statuses, newest first (as GitHub lists them)."""
     artifacts: list[Artifact] = field(default_factory=list)
+    issue_comments: list[IssueComment] = field(default_factory=list)
+    """Comments of every issue and pull request, in creation order (ids ascending)."""
 
 
 @dataclass
@@ -189,6 +203,9 @@ RUN_SEARCH_PARAMETERS = (
 )
 #: "it includes up to 300 changed files for the entire comparison" (repos/compare-commits).
 COMPARE_FILES_MAX = 300
+#: GitHub refuses a longer issue comment body with 422 ("body is too long (maximum is 65536
+#: characters)").
+COMMENT_BODY_MAX = 65536
 #: "Responses include a maximum of 3000 files." (pulls/list-files)
 PULL_FILES_MAX = 3000
 #: A route's header (never sent) marking an answer GitHub.com's description does not cover on
@@ -233,6 +250,9 @@ class FakeGitHub:
         self.log: list[LoggedRequest] = []
         self.faults: list[Fault] = []
         self.read_only_tokens: set[str] = set()
+        self.token_users: dict[str, str] = {}
+        """token -> the login its writes are authored by (default ``github-actions[bot]``,
+        the identity of a workflow's GITHUB_TOKEN)."""
         self.valid_tokens: set[str] | None = None
         self.rate_limit = 5000
         self.rate_remaining = 5000
@@ -265,6 +285,17 @@ class FakeGitHub:
     def add_pull(self, full_name: str, pr: PullRequest) -> PullRequest:
         self.repos[full_name].pulls[pr.number] = pr
         return pr
+
+    def add_issue_comment(
+        self, full_name: str, number: int, user: str, body: str, at: str = "2026-11-02T10:00:00Z"
+    ) -> IssueComment:
+        """Plant a comment (e.g. a contributor's, or ``number`` of them for pagination)."""
+        comment = IssueComment(self.next_id(), number, user, body, at, at)
+        self.repos[full_name].issue_comments.append(comment)
+        return comment
+
+    def comments_of(self, full_name: str, number: int) -> list[IssueComment]:
+        return [c for c in self.repos[full_name].issue_comments if c.issue_number == number]
 
     def add_org(self, login: str, **kwargs: Any) -> Organization:
         org = Organization(login, **kwargs)
@@ -863,6 +894,33 @@ class FakeGitHub:
             "workflow_run": dict(art.workflow_run),
         }
 
+    def issue_comment_json(self, repo: Repo, comment: IssueComment) -> dict[str, Any]:
+        """An ``issue-comment`` (issues/list-comments, create-comment, update-comment)."""
+        api = f"{self.url}/repos/{repo.full_name}"
+        association = (
+            "OWNER"
+            if comment.user == repo.full_name.split("/")[0]
+            else "COLLABORATOR"
+            if comment.user in repo.roles
+            else "CONTRIBUTOR"
+            if not comment.user.endswith("[bot]")
+            else "NONE"
+        )
+        return {
+            "id": comment.id,
+            "node_id": f"IC_kwDO{comment.id}",
+            "url": f"{api}/issues/comments/{comment.id}",
+            "html_url": f"https://github.com/{repo.full_name}/pull/{comment.issue_number}"
+            f"#issuecomment-{comment.id}",
+            "issue_url": f"{api}/issues/{comment.issue_number}",
+            "body": comment.body,
+            "user": self.user_json(comment.user),
+            "created_at": comment.created_at,
+            "updated_at": comment.updated_at,
+            "author_association": association,
+            "performed_via_github_app": None,
+        }
+
     def status_json(
         self, repo: Repo, sha: str, payload: dict[str, Any], creator: str
     ) -> dict[str, Any]:
@@ -1122,6 +1180,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._handle("POST")
 
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
     def _token(self) -> str:
         auth = self.headers.get("Authorization", "")
         for prefix in ("token ", "Bearer ", "bearer "):
@@ -1260,6 +1321,8 @@ class _Handler(BaseHTTPRequestHandler):
                     if name not in pr.labels:
                         pr.labels.append(name)
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
+        if rest[:1] == ["issues"] and "comments" in rest[1:3]:
+            return self._issue_comments(method, path, query, repo, rest[1:], token, raw_body)
         if rest[:1] == ["actions"]:
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
@@ -1336,6 +1399,66 @@ class _Handler(BaseHTTPRequestHandler):
                     },
                     {},
                 )
+        return self._not_found()
+
+    def _issue_comments(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        repo: Repo,
+        rest: list[str],
+        token: str,
+        raw_body: bytes,
+    ) -> tuple[int, Any, dict[str, str]]:
+        """issues/list-comments (``GET .../issues/{n}/comments``: ascending ids, ``since`` on
+        ``updated_at``), issues/create-comment (``POST``, 201), issues/get-comment (``GET
+        .../issues/comments/{id}``), issues/update-comment (``PATCH``, 200) and
+        issues/delete-comment (``DELETE``, 204). A body over 65,536 characters is GitHub's
+        422. Any write token may edit or delete any comment (as a GITHUB_TOKEN with
+        ``pull-requests: write`` may): whose comment to touch is the client's to decide."""
+        gh = self.gh
+        if method != "GET" and token in gh.read_only_tokens:
+            return 403, _forbidden_body(), {}
+        if len(rest) == 2 and rest[0].isdigit() and rest[1] == "comments":
+            number = int(rest[0])
+            if number not in repo.pulls:
+                return self._not_found()
+            if method == "GET":
+                since = (query.get("since") or [""])[0]
+                listed = [
+                    c
+                    for c in repo.issue_comments
+                    if c.issue_number == number and (not since or c.updated_at >= since)
+                ]
+                return self._paginate(
+                    path, query, listed, render=lambda c: gh.issue_comment_json(repo, c)
+                )
+            if method == "POST":
+                body = str(json.loads(raw_body or b"{}").get("body") or "")
+                if not body or len(body) > COMMENT_BODY_MAX:
+                    return 422, _comment_invalid(body), {}
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                login = gh.token_users.get(token, "github-actions[bot]")
+                comment = IssueComment(gh.next_id(), number, login, body, now, now)
+                repo.issue_comments.append(comment)
+                return 201, gh.issue_comment_json(repo, comment), {}
+        if len(rest) == 2 and rest[0] == "comments" and rest[1].isdigit():
+            comment = next((c for c in repo.issue_comments if c.id == int(rest[1])), None)
+            if comment is None:
+                return self._not_found()
+            if method == "GET":  # issues/get-comment
+                return 200, gh.issue_comment_json(repo, comment), {}
+            if method == "PATCH":
+                body = str(json.loads(raw_body or b"{}").get("body") or "")
+                if not body or len(body) > COMMENT_BODY_MAX:
+                    return 422, _comment_invalid(body), {}
+                comment.body = body
+                comment.updated_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                return 200, gh.issue_comment_json(repo, comment), {}
+            if method == "DELETE":
+                repo.issue_comments.remove(comment)
+                return 204, None, {}
         return self._not_found()
 
     def _actions(
@@ -1558,6 +1681,27 @@ class _Handler(BaseHTTPRequestHandler):
         if page < last:
             links += [link(page + 1, "next"), link(last, "last")]
         return 200, chunk, ({"Link": ", ".join(links)} if links else {})
+
+
+def _forbidden_body() -> dict[str, Any]:
+    return {
+        "message": "Resource not accessible by integration",
+        "documentation_url": DOCS,
+        "status": "403",
+    }
+
+
+def _comment_invalid(body: str) -> dict[str, Any]:
+    """GitHub's 422 for an empty or too long comment body."""
+    message = "body is too long (maximum is 65536 characters)" if body else "body cannot be blank"
+    return {
+        "message": "Validation Failed",
+        "documentation_url": DOCS,
+        "errors": [
+            {"resource": "IssueComment", "code": "custom", "field": "body", "message": message}
+        ],
+        "status": "422",
+    }
 
 
 def _secondary_body(request_number: int) -> dict[str, Any]:

@@ -508,6 +508,31 @@ GPU_STATUS = ActionSpec(
             "On a completed run: write the GPU jobs' queue times as JSON to this path.",
             "",
         ),
+        InputSpec(
+            "comment",
+            "true: keep one comment on the pull request, edited in place, with the head's "
+            "state, how a maintainer approves and `comment-help` (needs `pull-requests: "
+            "write`; only comments written by `trusted-creators` are ever edited).",
+            "false",
+        ),
+        InputSpec(
+            "comment-command",
+            "The comment command the comment names beside the label (`/gpu-ci run <sha>`); "
+            "empty or `none`: label only. Keep it equal to gpu-gate's `comment-command`.",
+            "/gpu-ci run",
+        ),
+        InputSpec(
+            "comment-help",
+            "Markdown shown to contributors in the comment, e.g. how to run the GPU tests "
+            "without a GPU (a Colab link); at most 60,000 characters.",
+            "",
+        ),
+        InputSpec(
+            "comment-on-close",
+            "When the pull request closes: keep the comment, collapse it to one line, "
+            "or delete it.",
+            "keep",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
@@ -516,6 +541,10 @@ GPU_STATUS = ActionSpec(
         OutputSpec("sha", "The commit the status was posted on."),
         OutputSpec(
             "queued-seconds", "On a completed run: the longest time a GPU job waited for a runner."
+        ),
+        OutputSpec(
+            "comment",
+            "With comment: true: created, updated, unchanged, deleted or none; else empty.",
         ),
     ),
 )

@@ -1,6 +1,7 @@
 """The three-workflow setup, unmodified, under act against the local server: a pull request
-from a fork is opened, approved, tested on the GPU, then pushed to again (five act runs);
-and the watchdog (one). Each step checks the "GPU CI" statuses GitHub would show.
+from a fork is opened, approved, tested on the GPU, pushed to again and closed (six act runs);
+and the watchdog (one). Each step checks the "GPU CI" statuses GitHub would show, and the
+pull request's one comment (edited in place by both inert workflows, collapsed on close).
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def gpu_ci(github, sha: str) -> list[tuple[str, str]]:
     ]
 
 
+def the_comment(github) -> tuple[int, str]:
+    """(id, body) of the pull request's one GPU CI comment: never a second one."""
+    (comment,) = github.comments_of(REPO, 2)
+    assert comment.user == "github-actions[bot]"
+    return comment.id, comment.body
+
+
 @pytest.fixture
 def act_steps(tmp_path, tool_cache):
     """Several act runs in one test, each in its own directory (one copy of the repository
@@ -81,6 +89,9 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
             "access or higher applies the 'CUDA CI' label.",
         )
     ]
+    comment_id, body = the_comment(github)
+    assert "Waiting for approval" in body and f"`/gpu-ci run {HEAD}`" in body
+    assert "No GPU? Run the tests on a free GPU in Colab" in body
 
     # 2. a maintainer applies the label: the label comes off, the status names the approver
     pr.labels.append("CUDA CI")
@@ -93,6 +104,8 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
         "pending",
         f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
     )
+    assert the_comment(github)[0] == comment_id
+    assert "Approved by @\u2060maintainer" in the_comment(github)[1]
 
     # 3. the GPU workflow's run (its jobs as GitHub reports them) completes
     run = WorkflowRun(
@@ -147,6 +160,8 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert description == (
         f"GPU tests passed on {HEAD[:12]} (approved by @maintainer); waited 7 min for a runner."
     )
+    assert the_comment(github)[0] == comment_id  # written by the workflow_run workflow too
+    assert "✅ passed: GPU tests passed" in the_comment(github)[1]
 
     # 4. the contributor pushes after the approval: the new head waits again
     pr.head_sha = HEAD2
@@ -163,9 +178,27 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
         )
     ]
     assert gpu_ci(github, HEAD)[-1][0] == "success"  # the old commit keeps its result
-    # Every write went to statuses or the label; nothing touched the pull request's code.
+    assert the_comment(github)[0] == comment_id
+    assert f"New push (was {HEAD[:12]})" in the_comment(github)[1]
+
+    # 5. closed: the comment collapses to one line (comment-on-close: collapse)
+    pr.state = "closed"
+    closed = from_fork(webhook("pull_request.closed"), "contributor")
+    closed["pull_request"]["head"]["sha"] = HEAD2
+    done_closed = act(REMOVER, "pull_request_target", closed, repository=REPO, env=env)
+    assert done_closed.returncode == 0, done_closed.log
+    comment_id_now, body = the_comment(github)
+    assert comment_id_now == comment_id and "pull request #2 was closed" in body
+    # Every write went to statuses, the label or the one comment (created once, then edited);
+    # nothing touched the pull request's code.
     writes = {(r.method, r.path.split("/")[4]) for r in github.log if r.method != "GET"}
-    assert writes == {("POST", "statuses"), ("DELETE", "issues")}
+    assert writes == {
+        ("POST", "statuses"),
+        ("DELETE", "issues"),
+        ("POST", "issues"),
+        ("PATCH", "issues"),
+    }
+    assert len(github.requests("POST", "/comments")) == 1
 
 
 def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, github):

@@ -49,9 +49,10 @@ def test_permissions_match_the_readme_table():
             for scope, level in job.get("permissions", {}).items()
         }
         assert granted == table[name], name
-    # statuses: write is the only write the status adds to the label remover
+    # statuses: write is the only write the status adds to the label remover, and
+    # pull-requests: write the one its comment adds (tests/github/test_pr_comment_workflows.py)
     remover = load("cuda-ci-remove-label.yml")["jobs"]
-    assert remover["status"]["permissions"] == {"pull-requests": "read", "statuses": "write"}
+    assert remover["status"]["permissions"] == {"pull-requests": "write", "statuses": "write"}
 
 
 def test_the_status_workflow_follows_the_gpu_workflow_by_name():

@@ -3,19 +3,21 @@
 Runs in the ``pull_request_target`` workflow (labeled: no API call besides the POST; opened,
 reopened, synchronize: the head's statuses first, a final result stays) and in a
 ``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs).
-It never checks out or runs code of the pull request.
+It never checks out or runs code of the pull request. With ``comment: true`` it also keeps the
+pull request's one explaining comment (:mod:`gpu_ci.github.pr_comment`) in step with the head's
+state, and collapses or deletes it on ``closed`` if asked.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import jobs, statuses, watchdog
+from gpu_ci.github import jobs, pr_comment, statuses, watchdog
 from gpu_ci.github.client import RestClient, call_api, connect
 from gpu_ci.github.event import EventContext, load_event
 from gpu_ci.inputs import Inputs
@@ -30,10 +32,12 @@ class _Result:
     outcome: statuses.Outcome
     rest: RestClient | None
     queued: str = ""
+    listed: list[Any] = field(default_factory=list)
+    """The commit's statuses as read before posting (newest first; empty when not read)."""
 
 
-def _connect(inputs: Inputs, rt: Runtime) -> RestClient:
-    return connect(inputs["github-token"], rt.environ, rt.mask, needs="statuses: write")
+def _connect(inputs: Inputs, rt: Runtime, needs: str = "statuses: write") -> RestClient:
+    return connect(inputs["github-token"], rt.environ, rt.mask, needs=needs)
 
 
 def _gate_run(inputs: Inputs) -> bool | None:
@@ -80,7 +84,7 @@ def _pull_event(
     )
     if outcome.status and rest is None:
         rest = _connect(inputs, rt)
-    return _Result(outcome, rest)
+    return _Result(outcome, rest, listed=listed)
 
 
 def _workflow_run_event(
@@ -113,13 +117,13 @@ def _workflow_run_event(
             siblings=siblings.get("workflow_runs") or [],
         )
     if run_jobs is None:
-        return _Result(outcome, rest)
+        return _Result(outcome, rest, listed=listed)
     gpu = jobs.named_gpu_jobs(run_jobs, config.gpu_jobs)
     waits = [w for w in (jobs.queue_seconds(j, now) for j in gpu) if w is not None]
     if inputs["report-file"]:
         doc = watchdog.queue_times(repo, wf_run, gpu, now)
         write_report(inputs["report-file"], json.dumps(doc, indent=2) + "\n")
-    return _Result(outcome, rest, f"{max(waits):.0f}" if waits else "")
+    return _Result(outcome, rest, f"{max(waits):.0f}" if waits else "", listed)
 
 
 def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:
@@ -181,6 +185,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         inputs.items("trusted-creators"),
     )
     _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
+    commenting = _comment_config(inputs, config)  # so are the comment's inputs
     ctx = load_event(rt.environ)
     action = str(ctx.payload.get("action") or "")
     if ctx.name in statuses.PR_EVENTS:
@@ -208,11 +213,159 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("description", status.description if status else note)
     rt.set_output("sha", status.sha if status else "")
     rt.set_output("queued-seconds", result.queued)
-    rt.summary(_summary(ctx, action, config, result))
+    done = _comment(inputs, rt, ctx, action, (config, commenting), result, status)
+    rt.set_output("comment", done.action if done else "")
+    rt.summary(_summary(ctx, action, config, result, done))
     return 0
 
 
-def _summary(ctx: EventContext, action: str, config: statuses.StatusConfig, result: _Result) -> str:
+# -- the pull request's comment (comment: true) -----------------------------------------------
+
+
+def _comment_config(
+    inputs: Inputs, config: statuses.StatusConfig
+) -> pr_comment.CommentConfig | None:
+    if not inputs.boolean("comment"):
+        return None
+    return pr_comment.make_config(
+        config.context,
+        config.label,
+        config.min_permission,
+        inputs["comment-command"],
+        inputs["comment-help"],
+        inputs["comment-on-close"],
+        config.creators,
+    )
+
+
+@dataclass(frozen=True)
+class _Write:
+    """The comment to write: on pull request ``number``, ``body`` (None: delete it)."""
+
+    number: int
+    body: str | None
+    create: bool = True
+
+
+def _comment(
+    inputs: Inputs,
+    rt: Runtime,
+    ctx: EventContext,
+    action: str,
+    configs: tuple[statuses.StatusConfig, pr_comment.CommentConfig | None],
+    result: _Result,
+    status: statuses.Status | None,
+) -> pr_comment.Result | None:
+    """Bring the pull request's comment in step with the state just posted (or kept)."""
+    config, commenting = configs
+    if commenting is None:
+        return None
+    rest = result.rest
+    pull_event = ctx.name in statuses.PR_EVENTS
+    if rest is None and pull_event and action in (*statuses.NEW_HEAD, "labeled", "closed"):
+        rest = _connect(inputs, rt, "pull-requests: write")
+    if rest is None:
+        write: _Write | str = f"'{ctx.name}.{action}' does not change the comment."
+    elif pull_event:
+        write = _for_pull(rest, ctx, action, (config, commenting), status, result.listed)
+    else:
+        write = _for_run(rest, ctx, config, commenting, result, status)
+    if isinstance(write, str) or rest is None:
+        rt.info(f"gpu-status: the comment stays: {write}")
+        return pr_comment.Result("none", None, str(write))
+    client = rest
+    done: pr_comment.Result = call_api(
+        f"the GPU CI comment of pull request #{write.number} (the job needs "
+        "'pull-requests: write')",
+        lambda: pr_comment.sync(
+            client, commenting, ctx.repository, write.number, write.body, create=write.create
+        ),
+    )
+    rt.info(f"gpu-status: comment on #{write.number}: {done.note}")
+    return done
+
+
+def _for_pull(
+    rest: RestClient,
+    ctx: EventContext,
+    action: str,
+    configs: tuple[statuses.StatusConfig, pr_comment.CommentConfig],
+    status: statuses.Status | None,
+    listed: list[Any],
+) -> _Write | str:
+    """A pull_request_target event: the head's state (``listed``: its statuses if already
+    read), or the close rule."""
+    config, commenting = configs
+    pr = ctx.payload.get("pull_request") or {}
+    number, head = pr.get("number"), str((pr.get("head") or {}).get("sha") or "")
+    if not isinstance(number, int) or len(head) != 40:
+        return "the event lacks pull_request.number or pull_request.head.sha."
+    if action == "closed":
+        if commenting.on_close == "keep":
+            return "the pull request is closed; comment-on-close is keep."
+        merged = bool(pr.get("merged"))
+        body = pr_comment.render_closed(commenting, number, merged)
+        return _Write(number, None if commenting.on_close == "delete" else body, create=False)
+    if pr.get("state") == "closed":
+        return f"pull request #{number} is closed."
+    if status is None or status.sha != head:
+        listed = listed or _listed(rest, ctx.repository, head)
+        latest = statuses.latest_of(statuses.trusted_statuses(config, listed), config.context)
+        status = None if latest is None else _as_status(head, latest)
+    return _Write(number, pr_comment.render(commenting, _shown(number, head, status)))
+
+
+def _for_run(
+    rest: RestClient,
+    ctx: EventContext,
+    config: statuses.StatusConfig,
+    commenting: pr_comment.CommentConfig,
+    result: _Result,
+    status: statuses.Status | None,
+) -> _Write | str:
+    """A workflow_run event: the approval names the pull request; its head must be the run's."""
+    if status is None:
+        return "no status was posted."
+    approval = statuses.approval_status(
+        statuses.trusted_statuses(config, result.listed), config.context
+    )
+    run_pulls = ctx.payload["workflow_run"].get("pull_requests") or []
+    number = statuses.pull_of(approval) if approval is not None else None
+    if number is None and run_pulls and isinstance(run_pulls[0], dict):
+        number = run_pulls[0].get("number")
+    if not isinstance(number, int):
+        return "the run is for no pull request."
+    pull = call_api(
+        f"pull request #{number}", lambda: rest.get(f"/repos/{ctx.repository}/pulls/{number}")
+    )
+    head = str((pull.get("head") or {}).get("sha") or "")
+    if pull.get("state") != "open" or head != status.sha:
+        return f"pull request #{number} is closed or its head moved on from {status.sha[:12]}."
+    return _Write(number, pr_comment.render(commenting, _shown(number, head, status)))
+
+
+def _as_status(sha: str, listed: Mapping[str, Any]) -> statuses.Status:
+    return statuses.Status(
+        sha,
+        str(listed.get("state") or ""),
+        str(listed.get("description") or ""),
+        str(listed.get("target_url") or ""),
+    )
+
+
+def _shown(number: int, head: str, status: statuses.Status | None) -> pr_comment.Shown:
+    if status is None:
+        return pr_comment.Shown(number, head)
+    return pr_comment.Shown(number, head, status.state, status.description, status.target_url)
+
+
+def _summary(
+    ctx: EventContext,
+    action: str,
+    config: statuses.StatusConfig,
+    result: _Result,
+    comment: pr_comment.Result | None,
+) -> str:
     status, note = result.outcome.status, result.outcome.note
     rows = [
         ("event", f"{ctx.name}.{action}"),
@@ -225,4 +378,6 @@ def _summary(ctx: EventContext, action: str, config: statuses.StatusConfig, resu
     ]
     if result.queued:
         rows.append(("GPU queue time", f"{result.queued} s"))
+    if comment is not None:
+        rows.append(("comment", f"{comment.action}: {comment.note}"))
     return "### gpu-status\n\n" + markdown_table(["", ""], rows)

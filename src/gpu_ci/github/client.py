@@ -356,6 +356,10 @@ class RestClient:
         _headers, data = self._request("POST", path, body)
         return data
 
+    def patch(self, path: str, body: dict[str, Any]) -> object:
+        _headers, data = self._request("PATCH", path, body)
+        return data
+
     def download(self, path: str, limit: int) -> bytes:
         """The bytes behind a download endpoint (e.g. an artifact's zip), following its
         redirect to storage; at most ``limit`` bytes. One REST call (the redirect target is
