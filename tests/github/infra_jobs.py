@@ -106,7 +106,7 @@ def failed_run(
             created_at=iso(start),
             started_at=iso(start),
             completed_at=iso(end),
-            runner_name=None if how == "lost" else "gpu-spot-7",
+            runner_name="gpu-spot-7",
             runner_group_id=group[0] if group else None,
             runner_group_name=group[1] if group else None,
             steps=steps(start, how),

@@ -32,9 +32,9 @@ def test_a_runner_lost_mid_step_is_infrastructure_with_its_evidence(served):
     job, _run = served("lost")
     verdict = infra.classify(job, evidence_of(job, [LOST]))
     assert verdict.kind == "infrastructure"
-    assert [e.code for e in verdict.evidence] == ["step-interrupted", "runner-gone", "runner-lost"]
+    assert [e.code for e in verdict.evidence] == ["step-interrupted", "runner-lost"]
     assert "Run GPU tests' was still in_progress" in verdict.evidence[0].detail
-    assert verdict.to_json()["evidence"][2]["source"] == "annotation"
+    assert verdict.to_json()["evidence"][1]["source"] == "annotation"
 
 
 def test_the_shutdown_signal_alone_is_infrastructure(served):
