@@ -659,6 +659,12 @@ GPU_SPEND = ActionSpec(
             "the newest first).",
             "100",
         ),
+        InputSpec(
+            "infra-files",
+            "gpu-watchdog's infra-file(s), newline- or comma-separated paths: adds the "
+            "GPU minutes lost to infrastructure, by pool (no API call).",
+            "",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
