@@ -103,6 +103,8 @@ def _verdict(kind, job_id=2):
         (1, 1, [_verdict("infrastructure"), _verdict("test", 3)], "test"),
         (1, 1, [_verdict("unknown")], "unknown"),
         (1, 1, [_verdict("infrastructure", 3)], "no-gpu-job"),
+        (1, 1, [_verdict("infrastructure"), _verdict("cancelled", 3)], "retry"),
+        (1, 1, [_verdict("cancelled")], "no-gpu-job"),
     ],
 )
 def test_the_run_level_rule(attempt, retries, verdicts, code):
@@ -110,3 +112,10 @@ def test_the_run_level_rule(attempt, retries, verdicts, code):
     assert decision.code == code and decision.retry == (code == "retry")
     if attempt == 2:
         assert decision.reason.startswith("a second loss on the retry: attempt 2")
+
+
+def test_a_sibling_cancelled_by_fail_fast_is_neither_cause_nor_test_failure(served):
+    job, _run = served("passed")
+    job = {**job, "conclusion": "cancelled", "steps": job["steps"][:2]}
+    verdict = infra.classify(job, evidence_of(job, ["The operation was canceled."]))
+    assert verdict.kind == "cancelled" and not verdict.infrastructure

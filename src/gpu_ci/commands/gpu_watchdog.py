@@ -206,6 +206,12 @@ def _log(result: watchdog.Sweep, rt: Runtime) -> None:
             rt.warning(message, title="gpu-watchdog")
         else:
             rt.info(f"gpu-watchdog: {message}")
+    for retry in result.retries:
+        line = f"run {retry.run_id} attempt {retry.attempt}: {retry.action} — {retry.reason}"
+        if retry.action == "retried":
+            rt.warning(line, title="gpu-watchdog")
+        else:
+            rt.info(f"gpu-watchdog: {line}")
     if result.stopped:
         rt.warning(f"stopped early: {result.stopped}.", title="gpu-watchdog")
     rt.info(

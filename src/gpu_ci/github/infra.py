@@ -27,7 +27,9 @@ Rules, stated once (:func:`classify`):
    when its GPU leaves the bus);
 2. else a failed step -> **test** (whatever else was recorded: never re-run a real failure);
 3. else a runner message or an interrupted step -> **infrastructure**;
-4. else -> **unknown**, which is *not* infrastructure (supporting evidence alone never is).
+4. else a job ``cancelled`` -> **cancelled**: stopped with the others (a matrix's
+   fail-fast, a concurrency group), neither cause nor test failure; it is re-run with them;
+5. else -> **unknown**, which is *not* infrastructure (supporting evidence alone never is).
 
 Everything here is pure: :mod:`gpu_ci.github.watchdog` fetches.
 """
@@ -45,6 +47,7 @@ INFRASTRUCTURE = "infrastructure"
 TEST = "test"
 UNKNOWN = "unknown"
 NOT_FAILED = "not-failed"
+CANCELLED = "cancelled"
 
 #: Job conclusions a re-run of failed jobs re-runs (GitHub re-runs failed and cancelled jobs).
 FAILED_CONCLUSIONS = ("failure", "cancelled", "timed_out")
@@ -85,7 +88,7 @@ class Verdict:
     job_id: int
     job: str
     kind: str
-    """infrastructure, test, unknown or not-failed."""
+    """infrastructure, test, cancelled, unknown or not-failed."""
     evidence: tuple[Evidence, ...]
     reason: str
 
@@ -199,6 +202,10 @@ def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
         return Verdict(
             job_id, name, INFRASTRUCTURE, gathered, f"{strong[0].code}: {strong[0].detail}"
         )
+    if job.get("conclusion") == "cancelled":
+        return Verdict(
+            job_id, name, CANCELLED, gathered, "cancelled with the others (fail-fast, concurrency)"
+        )
     return Verdict(
         job_id,
         name,
@@ -247,10 +254,11 @@ def retry_decision(
     run: Mapping[str, Any], verdicts: Sequence[Verdict], gpu_job_ids: set[int], max_retries: int
 ) -> RetryDecision:
     """The run-level rule: every failed job infrastructure (``rerun-failed-jobs`` re-runs them
-    all, so one test failure among them refuses it), at least one a GPU job, and the run's
+    all, so one test failure among them refuses it; jobs cancelled with them neither count
+    nor refuse), at least one a GPU job, and the run's
     attempt still within ``max_retries`` re-runs. Budget and head are the caller's checks."""
     attempt = int(run.get("run_attempt") or 1)
-    failed_ones = [v for v in verdicts if v.kind != NOT_FAILED]
+    failed_ones = [v for v in verdicts if v.kind not in (NOT_FAILED, CANCELLED)]
     if not any(v.job_id in gpu_job_ids for v in failed_ones):
         return RetryDecision(False, "no failed GPU job", "no-gpu-job")
     others = [v for v in failed_ones if not v.infrastructure]

@@ -1,4 +1,5 @@
-"""gpu-watchdog: find GPU jobs no runner picked up, cancel their runs, keep their queue times.
+"""gpu-watchdog: find GPU jobs no runner picked up, cancel their runs, keep their queue times;
+re-run once a run whose GPU job was lost to infrastructure (:mod:`gpu_ci.github.infra`).
 
 ``timeout-minutes`` does not limit time in the queue: a self-hosted job waits up to 24 hours
 when no runner with its labels comes. The watchdog runs on a schedule with the repository's
@@ -12,7 +13,12 @@ The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, 
   + 1 per candidate run (its jobs, latest attempt), 1 more per further 100 jobs
   + 1 per stale job (re-read: a runner may have taken it since the listing)
   + 3 per cancelled run (cancel, the run re-read to see it cancelled, then the commit
-      status when a context is set)
+      status when a context is set), + 2 when it is force-cancelled (force-cancel, re-read)
+  + with retry-infra-failures above 0 (issue 32): 1 per workflow (its failed runs of the
+      window), 1 per failed run with a failed GPU job (its jobs), 1 per failed job with no
+      failed step (its annotations), 1 + 1 per GPU job a monitor report could decide (the
+      run's artifacts, a download), and per re-run 2 for a pull request's head, the budget's
+      month once a sweep (gpu-gate's count), then 3 (re-run, the new attempt, the status)
 
 and never more than ``max-calls``; it stops early, with a summary that says "incomplete"
 and the ``complete`` output false, when the budget or the rate limit
