@@ -90,34 +90,37 @@ def test_the_pools_validate_against_karpenters_models(validate):
     assert validate(objects) == [[], [], []]
 
 
-@pytest.mark.parametrize(
-    "path, value, expected",
-    [
-        (("spec", "weight"), "high", "/spec/weight must be integer"),
-        (
-            ("spec", "disruption", "consolidationPolicy"),
-            "Always",
-            "/spec/disruption/consolidationPolicy must be equal to one of the allowed values",
-        ),
-        (
-            ("spec", "template", "spec", "taints", 0, "effect"),
-            "Sometimes",
-            "/spec/template/spec/taints/0/effect must be equal to one of the allowed values",
-        ),
-        (("spec", "template", "spec", "nodeClassRef"), None, "must have required property"),
-    ],
-)
-def test_a_broken_pool_is_rejected_by_the_models(validate, path, value, expected):
-    pool = copy.deepcopy(docs()[0])
-    target = pool
-    for key in path[:-1]:
-        target = target[key]
-    if value is None:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    (errors,) = validate([pool])
-    assert any(expected in e for e in errors), errors
+BROKEN = [
+    (("spec", "weight"), "high", "/spec/weight must be integer"),
+    (
+        ("spec", "disruption", "consolidationPolicy"),
+        "Always",
+        "/spec/disruption/consolidationPolicy must be equal to one of the allowed values",
+    ),
+    (
+        ("spec", "template", "spec", "taints", 0, "effect"),
+        "Sometimes",
+        "/spec/template/spec/taints/0/effect must be equal to one of the allowed values",
+    ),
+    (("spec", "template", "spec", "nodeClassRef"), None, "must have required property"),
+]
+
+
+def test_a_broken_pool_is_rejected_by_the_models(validate):
+    """One node process for every broken copy (each is its own object and verdict)."""
+    pools = []
+    for path, value, _expected in BROKEN:
+        pool = copy.deepcopy(docs()[0])
+        target = pool
+        for key in path[:-1]:
+            target = target[key]
+        if value is None:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+        pools.append(pool)
+    for (_path, _value, expected), errors in zip(BROKEN, validate(pools)):
+        assert any(expected in e for e in errors), (expected, errors)
 
 
 def test_the_manifest_keeps_the_gpu_and_spot_rules():

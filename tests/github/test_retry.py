@@ -180,6 +180,22 @@ def test_a_re_run_the_budget_would_refuse_is_not_made(gh):
     assert within.retried == [run.id]
 
 
+def test_the_re_runs_of_one_sweep_add_up_and_the_month_is_read_once(gh, monkeypatch):
+    older, newer = (failed_run(gh, now() - timedelta(hours=h)) for h in (3, 2))  # 60 min spent
+    reads = []
+    real = watchdog.spend.month_spend
+    monkeypatch.setattr(
+        watchdog.spend, "month_spend", lambda *a, **k: reads.append(1) or real(*a, **k)
+    )
+    result = sweep(gh, guard("150 minutes"))  # 60 spent: room for one reservation of 60
+    assert result.retried == [older.id] and newer.run_attempt == 1
+    (refused,) = [r for r in result.retries if r.run_id == newer.id]
+    assert refused.code == "over-budget"
+    assert refused.reason.startswith("with this sweep's earlier re-runs (60 min): ")
+    assert "this run reserves 120 min" in refused.reason
+    assert reads == [1] and result.reserved_minutes == 60
+
+
 def test_retries_off_examines_no_failed_run(gh):
     failed_run(gh, now() - timedelta(hours=2))
     result = sweep(gh, retry_infra_failures="0")

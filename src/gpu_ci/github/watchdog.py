@@ -332,6 +332,8 @@ class Sweep:
     """The budget guard for re-runs (None: no budget set)."""
     reserved_minutes: int = 0
     """What the re-runs of this sweep already reserve: the next one counts them."""
+    month_spent: budget.Spend | None = None
+    """The month's GPU spend, read once a sweep (for the first re-run the budget checks)."""
 
     @property
     def complete(self) -> bool:
@@ -1001,31 +1003,36 @@ def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | 
         return None
     cfg = guard.config
     reserve = cfg.reserve_minutes * gpu_jobs
-    before = getattr(rest, "calls", None)
-    try:
-        spent, _note = spend.month_spend(
-            rest,
-            result.repository,
-            cfg,
-            guard.matcher,
-            guard.table,
-            result.now,
-            default_branch=guard.default_branch,
-            skip=None,
-        )
-    except (ApiError, GpuCiError) as exc:
-        if cfg.on_unknown == "run":
-            result.notes.append(f"budget not checked (budget-on-unknown: run): {exc}")
-            return None
-        return "budget-unknown", f"the month's GPU spend could not be read: {exc}"
-    finally:
-        after = getattr(rest, "calls", None)
-        if isinstance(before, int) and isinstance(after, int):
-            result.calls += after - before
+    spent = result.month_spent
+    if spent is None:
+        before = getattr(rest, "calls", None)
+        try:
+            spent, _note = spend.month_spend(
+                rest,
+                result.repository,
+                cfg,
+                guard.matcher,
+                guard.table,
+                result.now,
+                default_branch=guard.default_branch,
+                skip=None,
+            )
+        except Exception as exc:  # ApiError, or an answer that is not what was asked
+            if cfg.on_unknown == "run":
+                result.notes.append(f"budget not checked (budget-on-unknown: run): {exc}")
+                return None
+            return "budget-unknown", f"the month's GPU spend could not be read: {exc}"
+        finally:
+            after = getattr(rest, "calls", None)
+            if isinstance(before, int) and isinstance(after, int):
+                result.calls += after - before
+        result.month_spent = spent
     price = cfg.price.on(result.now.date(), guard.table) if cfg.price else None
     verdict = budget.check(cfg.budget, spent, result.reserved_minutes + reserve, price)
     if not verdict.ok:
-        return "over-budget", verdict.reason
+        earlier = result.reserved_minutes
+        what = f"with this sweep's earlier re-runs ({earlier} min): " if earlier else ""
+        return "over-budget", what + verdict.reason
     result.reserved_minutes += reserve
     return None
 
