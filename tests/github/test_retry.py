@@ -255,3 +255,33 @@ def test_the_cli_writes_the_infra_file_and_the_retried_output(run_cli, gh, tmp_p
     assert f"[attempt 2](https://github.com/{REPO}/actions/runs/{run.id}/attempts/2)" in (
         result.summary
     )
+
+
+def test_a_matrix_sibling_cancelled_by_fail_fast_is_re_run_with_the_lost_job(gh):
+    run = failed_run(gh, now() - timedelta(hours=2))
+    lost = run.jobs[1]
+    sibling = Job(
+        gh.next_id(),
+        "gpu-tests (py3.12)",
+        list(lost.labels),
+        status="completed",
+        conclusion="cancelled",
+        created_at=lost.created_at,
+        started_at=lost.started_at,
+        completed_at=lost.completed_at,
+        runner_name="gpu-spot-8",
+        steps=steps(now() - timedelta(hours=2), "passed")[:2],
+        annotations=[("failure", "The operation was canceled.")],
+    )
+    run.jobs.append(sibling)
+    result = sweep(gh)
+    assert result.retried == [run.id]
+    kinds = {v.job: v.kind for v in result.retries[0].verdicts}
+    assert kinds == {"gpu-tests": "infrastructure", "gpu-tests (py3.12)": "cancelled"}
+    again = [j for j in run.jobs if j.run_attempt == 2]
+    assert sorted((j.name, j.status) for j in again) == [
+        ("gate", "completed"),
+        ("gpu-tests", "queued"),
+        ("gpu-tests (py3.12)", "queued"),
+    ]
+    assert [i.job_id for i in result.infra] == [lost.id]  # the sibling lost nothing itself
