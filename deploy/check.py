@@ -1157,9 +1157,140 @@ def check_values(
     return problems
 
 
+# -- Karpenter: GPU node pools on spot capacity with an on-demand fallback (issue 32) ----------
+
+CAPACITY_TYPE = "karpenter.sh/capacity-type"
+"""Karpenter's well-known label for spot / on-demand (karpenter.sh/v1 NodePool requirements)."""
+POOL_LABEL = "gpu-ci/pool"
+
+
+def _capacity(pool: Mapping[str, Any]) -> set[str]:
+    reqs = ((pool.get("spec") or {}).get("template") or {}).get("spec", {}).get("requirements")
+    for req in reqs or []:
+        if req.get("key") == CAPACITY_TYPE and req.get("operator") == "In":
+            return {str(v) for v in req.get("values") or []}
+    return set()
+
+
+def _pool_problems(pool: Mapping[str, Any], where: str, classes: set[str]) -> list[Problem]:
+    spec = pool.get("spec") or {}
+    template = spec.get("template") or {}
+    node = template.get("spec") or {}
+    problems = []
+    if not _capacity(pool):
+        problems.append(
+            Problem(
+                where,
+                f"no '{CAPACITY_TYPE} In [...]' requirement: Karpenter picks the capacity type.",
+                "require spot (the cheap pool) or on-demand (the fallback) explicitly.",
+            )
+        )
+    if not ((template.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL):
+        problems.append(
+            Problem(
+                where,
+                f"the nodes get no '{POOL_LABEL}' label: no runner scale set selects them.",
+                f"set spec.template.metadata.labels.{POOL_LABEL} to the scale sets' selector.",
+            )
+        )
+    if not any(
+        t.get("key") == GPU_TAINT_KEY and t.get("effect") == "NoSchedule"
+        for t in node.get("taints") or []
+    ):
+        problems.append(
+            Problem(
+                where,
+                f"no {GPU_TAINT_KEY}:NoSchedule taint: any pod may land on a GPU node.",
+                f"add taints: [{{key: {GPU_TAINT_KEY}, effect: NoSchedule}}].",
+            )
+        )
+    if "nvidia.com/gpu" not in (spec.get("limits") or {}):
+        problems.append(
+            Problem(
+                where,
+                "no nvidia.com/gpu limit: the pool may grow without bound.",
+                "set spec.limits.nvidia.com/gpu to the most GPUs you will pay for at once.",
+            )
+        )
+    policy = (spec.get("disruption") or {}).get("consolidationPolicy")
+    if policy != "WhenEmpty":
+        problems.append(
+            Problem(
+                where,
+                f"consolidationPolicy is {policy!r}: Karpenter may move a running GPU job "
+                "to save money, and the job fails.",
+                "use consolidationPolicy: WhenEmpty (a node goes once its runner is gone).",
+            )
+        )
+    ref = node.get("nodeClassRef") or {}
+    if ref.get("name") not in classes:
+        problems.append(
+            Problem(
+                where,
+                f"nodeClassRef names {ref.get('name')!r}, not a node class in this file.",
+                "name the EC2NodeClass defined beside the pools.",
+            )
+        )
+    return problems
+
+
+def karpenter_problems(docs: Sequence[Any], where: str = "karpenter") -> list[Problem]:
+    """The GPU and spot rules of a Karpenter manifest (its schema is checked against
+    Karpenter's API models by the tests): every GPU pool labelled, tainted, bounded and
+    consolidated only when empty; a spot pool, and an on-demand pool of lower weight that
+    catches what spot cannot supply."""
+    objs = [d for d in docs if isinstance(d, dict)]
+    pools = [d for d in objs if d.get("kind") == "NodePool"]
+    classes = {
+        str((d.get("metadata") or {}).get("name")) for d in objs if d.get("kind") == "EC2NodeClass"
+    }
+    problems: list[Problem] = []
+    for pool in pools:
+        name = (pool.get("metadata") or {}).get("name")
+        problems += _pool_problems(pool, f"{where}: NodePool {name}", classes)
+    spot = [p for p in pools if _capacity(p) == {"spot"}]
+    demand = [p for p in pools if "on-demand" in _capacity(p)]
+    if not spot:
+        problems.append(
+            Problem(
+                where, "no NodePool on spot capacity only.", f"add one: {CAPACITY_TYPE} In [spot]."
+            )
+        )
+    if not demand:
+        problems.append(
+            Problem(
+                where,
+                "no on-demand NodePool: when spot GPUs run out, GPU jobs queue until the "
+                "watchdog cancels them.",
+                f"add a fallback pool with {CAPACITY_TYPE} In [on-demand] and a lower weight.",
+            )
+        )
+
+    def weight(p: Mapping[str, Any]) -> int:
+        return int((p.get("spec") or {}).get("weight") or 0)
+
+    if spot and demand and max(weight(p) for p in demand) >= min(weight(p) for p in spot):
+        problems.append(
+            Problem(
+                where,
+                "an on-demand pool weighs as much as the spot pool or more: Karpenter may "
+                "launch on-demand first, and the saving is gone.",
+                "give the spot pool the higher spec.weight.",
+            )
+        )
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("values", nargs="+", type=Path)
+    parser.add_argument("values", nargs="*", type=Path)
+    parser.add_argument(
+        "--karpenter",
+        type=Path,
+        action="append",
+        default=[],
+        help="a Karpenter manifest (NodePools, EC2NodeClass) to hold to the GPU and spot rules",
+    )
     parser.add_argument(
         "--reference",
         type=Path,
@@ -1189,6 +1320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "deploy/arc/hook-template-gpu.yaml)",
     )
     args = parser.parse_args(argv)
+    if not args.values and not args.karpenter:
+        parser.error("name a values file, or a Karpenter manifest with --karpenter")
+    failed = _check_karpenter(args.karpenter)
+    if not args.values:
+        return 1 if failed else 0
     hook_templates = args.hook_template or [HOOK_TEMPLATE]
     crd_path = args.crd or args.reference / CRD_NAME
     chart_path = args.chart_values or args.reference / CHART_VALUES_NAME
@@ -1211,7 +1347,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_maps = [
         doc for path in hook_templates for doc in load_all_yaml(path) if isinstance(doc, dict)
     ]
-    failed = 0
     for path in args.values:
         values = load_yaml(path)
         if not isinstance(values, dict):
@@ -1229,6 +1364,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         failed += bool(problems)
     return 1 if failed else 0
+
+
+def _check_karpenter(paths: Sequence[Path]) -> int:
+    """Print each Karpenter manifest's problems; the number of manifests with any."""
+    failed = 0
+    for path in paths:
+        problems = (
+            karpenter_problems(load_all_yaml(path), str(path))
+            if path.is_file()
+            else [Problem(str(path), "does not exist.", "name the manifest's path.")]
+        )
+        for problem in problems:
+            print(f"{path}: {problem}")
+        print(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        failed += bool(problems)
+    return failed
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ demand: ``secondary_rate_limit``; automatic: 100 concurrent requests, 80 writes 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import threading
@@ -128,6 +129,9 @@ class Job:
     runner_group_name: str | None = None
     steps: list[Step] = field(default_factory=list)
     run_attempt: int = 1
+    annotations: list[tuple[str, str]] = field(default_factory=list)
+    """(annotation_level, message) of the job's check run, as the runner and the server
+    leave them (``GET /repos/{o}/{r}/check-runs/{check_run_id}/annotations``)."""
 
 
 @dataclass
@@ -158,6 +162,9 @@ class WorkflowRun:
     """full_name of the head repository; None means the base repository (not a fork)."""
     fork_deleted: bool = False
     """The head repository was a fork that is gone: ``head_repository`` is served as null."""
+    ignores_cancel: bool = False
+    """A run that ignores cancel: ``cancel`` answers 202 and changes nothing; only
+    ``force-cancel`` stops it."""
 
 
 @dataclass
@@ -877,6 +884,49 @@ class FakeGitHub:
             "runner_group_name": job.runner_group_name,
         }
 
+    def annotation_json(self, repo: Repo, level: str, message: str) -> dict[str, Any]:
+        """A ``check-annotation`` as the runner's own messages appear: on ``.github``, line 1
+        (GitHub's annotations of a job that lost its runner carry no file of the repository)."""
+        return {
+            "path": ".github",
+            "blob_href": f"https://github.com/{repo.full_name}/blob/{'0' * 40}/.github",
+            "start_line": 1,
+            "end_line": 1,
+            "start_column": None,
+            "end_column": None,
+            "annotation_level": level,
+            "title": "",
+            "message": message,
+            "raw_details": None,
+        }
+
+    def rerun_failed_jobs(self, run: WorkflowRun, at: str) -> None:
+        """``rerun-failed-jobs``: a new attempt; its failed and cancelled jobs queued again
+        (new job ids), the others carried over with their results."""
+        previous = [j for j in run.jobs if j.run_attempt == run.run_attempt]
+        run.run_attempt += 1
+        for job in previous:
+            again = job.conclusion in ("failure", "cancelled", "timed_out")
+            run.jobs.append(
+                Job(
+                    self.next_id(),
+                    job.name,
+                    list(job.labels),
+                    status="queued" if again else job.status,
+                    conclusion=None if again else job.conclusion,
+                    created_at=at if again else job.created_at,
+                    started_at=None if again else job.started_at,
+                    completed_at=None if again else job.completed_at,
+                    runner_name=None if again else job.runner_name,
+                    runner_group_id=job.runner_group_id,
+                    runner_group_name=job.runner_group_name,
+                    steps=[] if again else list(job.steps),
+                    run_attempt=run.run_attempt,
+                )
+            )
+        run.status, run.conclusion, run.updated_at = "queued", None, at
+        run.run_started_at = at
+
     def artifact_json(self, repo: Repo, art: Artifact) -> dict[str, Any]:
         base = f"{self.url}/repos/{repo.full_name}/actions/artifacts/{art.id}"
         return {
@@ -1323,6 +1373,21 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
         if rest[:1] == ["issues"] and "comments" in rest[1:3]:
             return self._issue_comments(method, path, query, repo, rest[1:], token, raw_body)
+        if (
+            method == "GET"
+            and len(rest) == 3
+            and rest[0] == "check-runs"
+            and rest[1].isdigit()
+            and rest[2] == "annotations"
+        ):  # checks/list-annotations: a job's check run has the job's id
+            try:
+                found, _run, job = gh.find_job(int(rest[1]))
+            except KeyError:
+                return self._not_found()
+            if found is not repo:
+                return self._not_found()
+            notes = [gh.annotation_json(repo, lvl, msg) for lvl, msg in job.annotations]
+            return self._paginate(path, query, notes)
         if rest[:1] == ["actions"]:
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
@@ -1519,6 +1584,57 @@ class _Handler(BaseHTTPRequestHandler):
             ):
                 jobs = [j for j in run.jobs if j.run_attempt == int(rest[3])]
                 return wrap("jobs", [gh.job_json(repo, run, j) for j in jobs])
+            if (
+                method == "GET" and len(rest) == 4 and rest[2] == "attempts" and rest[3].isdigit()
+            ):  # actions/get-workflow-run-attempt
+                n = int(rest[3])
+                if not 1 <= n <= run.run_attempt:
+                    return self._not_found()
+                jobs = [j for j in run.jobs if j.run_attempt == n]
+                if n == run.run_attempt:
+                    return 200, gh.run_json(repo, run), {}
+                bad = [j.conclusion for j in jobs if j.conclusion not in ("success", "skipped")]
+                then = dataclasses.replace(
+                    run,
+                    run_attempt=n,
+                    status="completed",
+                    conclusion=bad[0] if bad else "success",
+                )
+                return 200, gh.run_json(repo, then), {}
+            if method == "GET" and rest[2:] == ["artifacts"]:  # list-workflow-run-artifacts
+                arts = [a for a in repo.artifacts if a.workflow_run.get("id") == run.id]
+                arts = sorted(arts, key=lambda a: (a.created_at, a.id), reverse=True)
+                return wrap("artifacts", [gh.artifact_json(repo, a) for a in arts])
+            if method == "POST" and rest[2:] in (["rerun-failed-jobs"], ["force-cancel"]):
+                if token in gh.read_only_tokens:
+                    return (
+                        403,
+                        {
+                            "message": "Resource not accessible by integration",
+                            "documentation_url": DOCS,
+                            "status": "403",
+                        },
+                        {},
+                    )
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                if rest[2] == "rerun-failed-jobs":  # actions/re-run-workflow-failed-jobs
+                    gh.rerun_failed_jobs(run, now)
+                    return 201, {}, {}
+                if run.status == "completed":  # actions/force-cancel-workflow-run
+                    return (
+                        409,
+                        {
+                            "message": "Cannot cancel a workflow run that is completed.",
+                            "documentation_url": DOCS,
+                            "status": "409",
+                        },
+                        {},
+                    )
+                for job in run.jobs:
+                    if job.run_attempt == run.run_attempt and job.status != "completed":
+                        job.status, job.conclusion, job.completed_at = "completed", "cancelled", now
+                run.status, run.conclusion, run.updated_at = "completed", "cancelled", now
+                return 202, {}, {}
             if method == "POST" and rest[2:] == ["cancel"]:
                 if token in gh.read_only_tokens:
                     return (
@@ -1540,6 +1656,8 @@ class _Handler(BaseHTTPRequestHandler):
                         },
                         {},
                     )
+                if run.ignores_cancel:
+                    return 202, {}, {}
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 for job in run.jobs:
                     if job.run_attempt == run.run_attempt and job.status != "completed":

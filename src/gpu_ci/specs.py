@@ -580,12 +580,59 @@ GPU_WATCHDOG = ActionSpec(
             "rate-reserve", "Stop when fewer REST calls than this remain in the rate limit.", "100"
         ),
         InputSpec("report-file", "Write the queue times as JSON to this path.", ""),
+        InputSpec(
+            "force-cancel-minutes",
+            "Force-cancel a run still not cancelled this many minutes past "
+            "max-queue-minutes (it ignored cancel); empty: never.",
+            "",
+        ),
+        InputSpec(
+            "retry-infra-failures",
+            "Re-runs of a run's failed jobs when its GPU job was lost to infrastructure "
+            "(runner lost or shut down, GPU off the bus), never for test failures; 0: off.",
+            "1",
+        ),
+        InputSpec(
+            "retry-window-hours", "Failed runs created this many hours back are examined.", "24"
+        ),
+        InputSpec(
+            "monitor-artifacts",
+            "Name prefix of gpu-monitor's report artifacts read for GPU-lost evidence "
+            "(empty: none).",
+            "gpu-monitor-",
+        ),
+        InputSpec(
+            "infra-file",
+            "Write the GPU jobs lost to infrastructure (by pool) as JSON to this path, "
+            "for gpu-spend's infra-files.",
+            "",
+        ),
+        InputSpec(
+            "monthly-budget",
+            "gpu-gate's budget: a re-run whose reservation it would refuse is not made. "
+            "Empty: no budget check.",
+            "",
+        ),
+        InputSpec("gpu-runs-on", "With monthly-budget: gpu-gate's gpu-runs-on.", ""),
+        InputSpec("gpu-price", "With monthly-budget: gpu-gate's gpu-price.", ""),
+        InputSpec(
+            "reserve-minutes", "What a re-run reserves per GPU job it re-runs, in minutes.", "60"
+        ),
+        InputSpec(
+            "budget-on-unknown", "When the spend cannot be read: refuse (default) or run.", "refuse"
+        ),
+        InputSpec(
+            "budget-ledger", "gpu-gate's budget-ledger (the ledger artifact).", "gpu-spend-ledger"
+        ),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("stale", "Number of GPU jobs queued longer than max-queue-minutes."),
         OutputSpec("cancelled", "JSON array of the ids of the runs cancelled."),
+        OutputSpec(
+            "retried", "JSON array of the ids of the runs re-run after an infrastructure loss."
+        ),
         OutputSpec("max-queued-seconds", "Longest queue time among the GPU jobs seen."),
         OutputSpec("rest-calls", "REST calls the sweep made."),
         OutputSpec(
@@ -652,6 +699,12 @@ GPU_SPEND = ActionSpec(
             "At most this many gpu-monitor reports are downloaded (one API call each, "
             "the newest first).",
             "100",
+        ),
+        InputSpec(
+            "infra-files",
+            "gpu-watchdog's infra-file(s), newline- or comma-separated paths: adds the "
+            "GPU minutes lost to infrastructure, by pool (no API call).",
+            "",
         ),
     )
     + BOOTSTRAP_INPUTS,

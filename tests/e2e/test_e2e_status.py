@@ -293,8 +293,12 @@ def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     )
     assert result.returncode == 0, result.log
     assert run.conclusion == "cancelled"
-    # 7: the cancelled run is re-read to see it cancelled before its status (issue 25)
-    assert "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 7 REST calls." in result.log
+    # 7: the cancelled run is re-read to see it cancelled before its status (issue 25);
+    # 8: failed runs are listed for re-runs (retry-infra-failures: 1 by default, issue 32)
+    assert (
+        "gpu-watchdog: 1 GPU jobs seen, 1 stale, 1 runs cancelled, 0 re-run, 8 REST calls."
+        in result.log
+    )
     assert result.outputs["complete"] == "true"
     ((state, description),) = gpu_ci(github, HEAD)
     assert state == "error"

@@ -20,7 +20,7 @@ from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.gate import runs_on_json
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
-from gpu_ci.runtime import Runtime, markdown_table, repository, write_report
+from gpu_ci.runtime import Runtime, escape, markdown_table, repository, write_report
 
 
 def _money(value: Decimal) -> str:
@@ -75,6 +75,8 @@ class _Plan:
     prefix: str
     max_reports: int
     out_dir: Path
+    infra_files: tuple[str, ...] = ()
+    """gpu-watchdog's infra-files: minutes lost to infrastructure, by pool."""
 
 
 def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
@@ -116,6 +118,7 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         prefix,
         max_reports,
         Path(inputs["output-dir"] or "gpu-spend"),
+        tuple(inputs.items("infra-files")),
     )
 
 
@@ -161,9 +164,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         ) from None
     billed = _billed(inputs, rt, p)
     found = _idle(rest, p, got, rt)
-    report = sr.build(
-        p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan, got.costs, billed, found
-    )
+    report = _report(p, got, billed, found)
     paths = _write_files(p, got, report)
     tot, left = report.total, report.left
     rt.set_output("minutes", str(tot.minutes))
@@ -182,6 +183,24 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     )
     rt.summary(summary(report, p.plan, billed, p.price is not None))
     return 0
+
+
+def _report(
+    p: _Plan, got: spend.Collected, billed: budget.Spend | None, found: sr.IdleFound | None
+) -> sr.Report:
+    report = sr.build(
+        p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan, got.costs, billed, found
+    )
+    if p.infra_files:
+        texts = {}
+        for name in p.infra_files:
+            try:
+                texts[name] = Path(name).read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"input 'infra-files': {name} cannot be read ({exc}).") from None
+        lost, notes = sr.read_infra(texts)
+        report.doc["infra"] = sr.infra_section(lost, report.costs, len(texts), notes)
+    return report
 
 
 def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str, str, str]:
@@ -250,6 +269,8 @@ def summary(
             )
         )
     parts += _breakdown_tables(report, bool(doc.get("idle")), priced)
+    if doc.get("infra") is not None:
+        parts += _infra_table(doc["infra"], priced)
     if doc.get("right_size"):
         parts.append("#### Right size\n")
         parts.append(
@@ -331,6 +352,21 @@ def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[
             )
         )
     return parts
+
+
+def _infra_table(infra: dict[str, Any], priced: bool) -> list[str]:
+    """Minutes lost to infrastructure by pool (gpu-watchdog's infra-files)."""
+    rows = [
+        (r["pool"], r["minutes"], _money(Decimal(r["usd"])) if priced else "", r["jobs"])
+        for r in infra["by_pool"][:20]
+    ]
+    total = f"{infra['minutes']} GPU minutes in {infra['jobs']} jobs"
+    notes = "".join(f"- {escape(n)}\n" for n in infra["notes"][:10])
+    return [
+        f"#### Lost to infrastructure (gpu-watchdog): {total}\n",
+        markdown_table(["pool", "GPU minutes lost", "cost", "jobs"], rows or [("(none)", 0, "", 0)])
+        + notes,
+    ]
 
 
 def _idle_cell(row: dict[str, Any], priced: bool) -> str:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import jobs, watchdog
+from gpu_ci.github import budget, jobs, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
+from gpu_ci.github.gate import runs_on_json
+from gpu_ci.github.watchdog import RetryBudget
 from gpu_ci.inputs import Inputs
+from gpu_ci.pricing import load_table
 from gpu_ci.runtime import Markdown, Runtime, escape, markdown_table, write_report
 from gpu_ci.runtime import repository as repository_of
 
@@ -57,6 +60,7 @@ def summarize(result: watchdog.Sweep, warning: str) -> str:
         if rows
         else "No GPU jobs in queued or in-progress runs old enough to check.\n"
     )
+    body += _retries(result)
     tail = []
     if warning:
         tail.append(f"> [!WARNING]\n> {escape(warning)}")
@@ -76,12 +80,37 @@ def summarize(result: watchdog.Sweep, warning: str) -> str:
     return head + body + ("\n" + "\n".join(tail) + "\n" if tail else "")
 
 
+def _retries(result: watchdog.Sweep) -> str:
+    """Failed runs with a failed GPU job: re-run or not, why, and the attempts' links."""
+    if not result.retries:
+        return ""
+    rows = [
+        (
+            r.run_id,
+            r.attempt,
+            r.action,
+            r.code,
+            r.reason,
+            Markdown(
+                " ".join(f"[attempt {link.rsplit('/', 1)[-1]}]({link})" for link in r.links if link)
+            ),
+        )
+        for r in result.retries
+    ]
+    lost = sum(i.minutes for i in result.infra)
+    return (
+        f"\n#### Failed GPU runs (retry-infra-failures: {result.config.max_retries})\n\n"
+        + markdown_table(["run", "attempt", "action", "verdict", "reason", "attempts"], rows)
+        + f"\n{len(result.infra)} GPU jobs lost to infrastructure, {lost:.1f} min.\n"
+    )
+
+
 def watchdog_minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def run(inputs: Inputs, rt: Runtime) -> int:
-    config = watchdog.make_config(
+def _config(inputs: Inputs) -> watchdog.WatchdogConfig:
+    return watchdog.make_config(
         inputs.items("workflows"),
         inputs.items("gpu-labels"),
         inputs["max-queue-minutes"],
@@ -89,7 +118,46 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         inputs["context"],
         inputs["max-calls"],
         inputs["rate-reserve"],
+        inputs["retry-infra-failures"],
+        inputs["force-cancel-minutes"],
+        inputs["retry-window-hours"],
+        inputs["monitor-artifacts"],
     )
+
+
+def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> RetryBudget | None:
+    """gpu-gate's budget inputs, for re-runs (None: no monthly-budget, or retries off)."""
+    if not inputs["monthly-budget"].strip() or config.max_retries == 0:
+        return None
+    if not inputs["gpu-runs-on"].strip():
+        raise UsageError(
+            "input 'monthly-budget' needs 'gpu-runs-on' (as gpu-gate's): the budget counts "
+            "the jobs that ran on your GPU runners, so name their labels or group."
+        )
+    flows = [w for w in config.workflows if w.endswith((".yml", ".yaml"))]
+    table = load_table()
+    cfg = budget.make_budget_config(
+        inputs["monthly-budget"],
+        inputs["gpu-price"],
+        inputs["reserve-minutes"],
+        inputs["budget-on-unknown"],
+        "repository",
+        flows,
+        inputs["budget-ledger"],
+        table,
+        jobs.now(rt.environ).date(),
+    )
+    if cfg is None:
+        return None
+    scheduled = rt.environ.get("GITHUB_EVENT_NAME") == "schedule"
+    branch = rt.environ.get("GITHUB_REF_NAME", "") if scheduled else ""
+    matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
+    return RetryBudget(cfg, matcher, table, branch)
+
+
+def run(inputs: Inputs, rt: Runtime) -> int:
+    config = _config(inputs)
+    guard = _guard(inputs, rt, config)
     interval, source = _interval(inputs, rt)
     warning = watchdog.schedule_warning(config.max_queue_minutes, interval)
     if warning:
@@ -98,11 +166,12 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: write")
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
     now = jobs.now(rt.environ).replace(microsecond=0)
-    result = watchdog.sweep(rest, repository, config, now, server)
+    result = watchdog.sweep(rest, repository, config, now, server, guard)
 
     doc = result.as_json()
     rt.set_output("stale", str(len(result.stale)))
     rt.set_output("cancelled", json.dumps(result.cancelled))
+    rt.set_output("retried", json.dumps(result.retried))
     top = doc["max_queued_seconds"]
     rt.set_output("max-queued-seconds", "" if top is None else f"{top:.0f}")
     rt.set_output("rest-calls", str(result.calls))
@@ -111,6 +180,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     _log(result, rt)
     if inputs["report-file"]:
         write_report(inputs["report-file"], json.dumps(doc, indent=2) + "\n")
+    if inputs["infra-file"]:
+        text = json.dumps(watchdog.infra_json(result), indent=2) + "\n"
+        write_report(inputs["infra-file"], text, what="infra-file")
     for error in result.errors:
         rt.error(error, title="gpu-watchdog")
     return 1 if result.errors else 0
@@ -134,9 +206,16 @@ def _log(result: watchdog.Sweep, rt: Runtime) -> None:
             rt.warning(message, title="gpu-watchdog")
         else:
             rt.info(f"gpu-watchdog: {message}")
+    for retry in result.retries:
+        line = f"run {retry.run_id} attempt {retry.attempt}: {retry.action} — {retry.reason}"
+        if retry.action == "retried":
+            rt.warning(line, title="gpu-watchdog")
+        else:
+            rt.info(f"gpu-watchdog: {line}")
     if result.stopped:
         rt.warning(f"stopped early: {result.stopped}.", title="gpu-watchdog")
     rt.info(
         f"gpu-watchdog: {len(result.jobs)} GPU jobs seen, {len(stale)} stale, "
-        f"{len(result.cancelled)} runs cancelled, {result.calls} REST calls."
+        f"{len(result.cancelled)} runs cancelled, {len(result.retried)} re-run, "
+        f"{result.calls} REST calls."
     )

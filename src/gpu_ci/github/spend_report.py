@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -180,3 +181,55 @@ def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = N
                 row[key] = "'" + str(row[key])
         writer.writerow(row)
     return out.getvalue()
+
+
+# -- minutes lost to infrastructure (gpu-watchdog's infra-file, issue 32) ---------------------
+
+INFRA_SCHEMA = "gpu-ci/infra-failures/v1"
+
+
+def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
+    """Job id -> the watchdog's evidence (its codes, comma-separated), from gpu-watchdog's
+    ``infra-file`` documents (path -> text); and a note per file or row not understood.
+    Sweeps repeat, so a job listed by several files counts once."""
+    lost: dict[int, str] = {}
+    notes: list[str] = []
+    for path, text in texts.items():
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            notes.append(f"{path}: not JSON ({exc})")
+            continue
+        if not isinstance(doc, dict) or doc.get("schema") != INFRA_SCHEMA:
+            notes.append(f"{path}: not a gpu-watchdog infra-file (schema {INFRA_SCHEMA})")
+            continue
+        for row in doc.get("failures") or []:
+            job_id = row.get("job_id") if isinstance(row, dict) else None
+            if not isinstance(job_id, int) or isinstance(job_id, bool):
+                notes.append(f"{path}: a failure without a job_id, skipped")
+                continue
+            codes = [str(c) for c in row.get("evidence") or []]
+            lost.setdefault(job_id, ",".join(codes))
+    return lost, notes
+
+
+def infra_section(
+    lost: Mapping[int, str], costs: Sequence[budget.JobCost], files: int, notes: Sequence[str]
+) -> dict[str, Any]:
+    """The ``infra`` section of ``spend.json``: the minutes (and cost) this report itself
+    counted for the jobs gpu-watchdog found lost to infrastructure, by pool (the ``runner``
+    column: the runner group, else the labels). A job the report does not count (another
+    month, not a GPU job here) adds nothing: the watchdog's own minutes are never used."""
+    hit = [c for c in costs if c.job_id in lost and c.state == "completed"]
+    rows = budget.breakdown(hit, "runner")
+    return {
+        "files": files,
+        "jobs": len(hit),
+        "listed": len(lost),
+        "minutes": sum(c.minutes for c in hit),
+        "usd": str(sum((c.cost for c in hit), Decimal(0))),
+        "by_pool": [
+            {"pool": r.key, "minutes": r.minutes, "usd": str(r.usd), "jobs": r.jobs} for r in rows
+        ],
+        "notes": list(notes),
+    }

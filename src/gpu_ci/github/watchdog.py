@@ -1,4 +1,5 @@
-"""gpu-watchdog: find GPU jobs no runner picked up, cancel their runs, keep their queue times.
+"""gpu-watchdog: find GPU jobs no runner picked up, cancel their runs, keep their queue times;
+re-run once a run whose GPU job was lost to infrastructure (:mod:`gpu_ci.github.infra`).
 
 ``timeout-minutes`` does not limit time in the queue: a self-hosted job waits up to 24 hours
 when no runner with its labels comes. The watchdog runs on a schedule with the repository's
@@ -12,7 +13,12 @@ The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, 
   + 1 per candidate run (its jobs, latest attempt), 1 more per further 100 jobs
   + 1 per stale job (re-read: a runner may have taken it since the listing)
   + 3 per cancelled run (cancel, the run re-read to see it cancelled, then the commit
-      status when a context is set)
+      status when a context is set), + 2 when it is force-cancelled (force-cancel, re-read)
+  + with retry-infra-failures above 0 (issue 32): 1 per workflow (its failed runs of the
+      window), 1 per failed run with a failed GPU job (its jobs), 1 per failed job with no
+      failed step (its annotations), 1 + 1 per GPU job a monitor report could decide (the
+      run's artifacts, a download), and per re-run 2 for a pull request's head, the budget's
+      month once a sweep (gpu-gate's count), then 3 (re-run, the new attempt, the status)
 
 and never more than ``max-calls``; it stops early, with a summary that says "incomplete"
 and the ``complete`` output false, when the budget or the rate limit
@@ -31,12 +37,32 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github import budget, infra, spend
 from gpu_ci.github.client import ApiError, Rest, unanswered
-from gpu_ci.github.jobs import NO_RUNNER_YET, QUEUED, has_gpu_label, parse_time, queue_seconds
-from gpu_ci.github.statuses import Status, no_runner
+from gpu_ci.github.jobs import (
+    NO_RUNNER_YET,
+    QUEUED,
+    GpuMatcher,
+    has_gpu_label,
+    parse_time,
+    queue_seconds,
+)
+from gpu_ci.github.statuses import (
+    PR_EVENTS,
+    Status,
+    StatusConfig,
+    approval_status,
+    clip,
+    no_runner,
+    pull_of,
+    trusted_statuses,
+)
+from gpu_ci.pricing import PriceTable
 
 #: The JSON file's schema name; bump the suffix on an incompatible change.
 SCHEMA = "gpu-ci/queue-times/v1"
+#: The infra-file's schema: GPU jobs lost to infrastructure, read by gpu-spend.
+INFRA_SCHEMA = "gpu-ci/infra-failures/v1"
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,15 @@ class WatchdogConfig:
     """Commit status context to set on cancelled runs; empty: none."""
     max_calls: int
     rate_reserve: int
+    max_retries: int = 0
+    """``retry-infra-failures``: re-runs of a run's failed jobs lost to infrastructure (0: off,
+    and no failed run is examined)."""
+    force_cancel_minutes: float | None = None
+    """``force-cancel-minutes``: a run still not cancelled this long past max-queue-minutes is
+    force-cancelled; None: never."""
+    retry_window_hours: float = 24.0
+    monitor_prefix: str = "gpu-monitor-"
+    """Name prefix of gpu-monitor's report artifacts (empty: none read)."""
 
 
 def make_config(
@@ -61,6 +96,10 @@ def make_config(
     context: str,
     max_calls: str,
     rate_reserve: str,
+    retry_infra_failures: str = "0",
+    force_cancel_minutes: str = "",
+    retry_window_hours: str = "24",
+    monitor_prefix: str = "gpu-monitor-",
 ) -> WatchdogConfig:
     try:
         limit = float(max_queue_minutes)
@@ -100,7 +139,29 @@ def make_config(
         context,
         numbers["max-calls"],
         numbers["rate-reserve"],
+        _whole(retry_infra_failures, "retry-infra-failures", 0, 10),
+        _minutes(force_cancel_minutes, "force-cancel-minutes") if force_cancel_minutes else None,
+        _minutes(retry_window_hours, "retry-window-hours"),
+        monitor_prefix.strip(),
     )
+
+
+def _whole(raw: str, name: str, least: int, most: int) -> int:
+    if not raw.strip().isdigit() or not least <= int(raw) <= most:
+        raise UsageError(
+            f"input '{name}' must be a whole number from {least} to {most}; got {raw!r}."
+        )
+    return int(raw)
+
+
+def _minutes(raw: str, name: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"input '{name}' must be a number above 0; got {raw!r}.")
+    return value
 
 
 # -- schedule ---------------------------------------------------------------------------------
@@ -178,6 +239,7 @@ class JobRecord:
     html_url: str
     action: str = "observed"
     """observed, reported, cancelled, cancel-unconfirmed (accepted, not done when re-read),
+    force-cancelled (still running force-cancel-minutes later: force-cancel done),
     started-before-cancel, left-running-siblings, cancel-failed, already-completed."""
     detail: str = ""
 
@@ -262,6 +324,16 @@ class Sweep:
     """Why the sweep stopped early (budget, rate limit); empty when it finished."""
     incomplete: list[str] = field(default_factory=list)
     """What the sweep could not list (GitHub's 1,000-result cap, a failed listing)."""
+    retries: list[RetryRecord] = field(default_factory=list)
+    """Every failed run with a failed GPU job examined for a re-run, and what was done."""
+    infra: list[InfraRecord] = field(default_factory=list)
+    """GPU jobs lost to infrastructure (the ``infra-file`` record, for gpu-spend)."""
+    guard: RetryBudget | None = None
+    """The budget guard for re-runs (None: no budget set)."""
+    reserved_minutes: int = 0
+    """What the re-runs of this sweep already reserve: the next one counts them."""
+    month_spent: budget.Spend | None = None
+    """The month's GPU spend, read once a sweep (for the first re-run the budget checks)."""
 
     @property
     def complete(self) -> bool:
@@ -270,7 +342,11 @@ class Sweep:
 
     @property
     def cancelled(self) -> list[int]:
-        return sorted({j.run_id for j in self.jobs if j.action == "cancelled"})
+        return sorted({j.run_id for j in self.jobs if j.action in ("cancelled", "force-cancelled")})
+
+    @property
+    def retried(self) -> list[int]:
+        return sorted({r.run_id for r in self.retries if r.action == "retried"})
 
     @property
     def stale(self) -> list[JobRecord]:
@@ -341,9 +417,11 @@ def sweep(
     config: WatchdogConfig,
     now: datetime,
     server_url: str = "https://github.com",
+    guard: RetryBudget | None = None,
 ) -> Sweep:
-    """One pass; never raises for API errors: each lands in ``Sweep.errors``."""
-    result = Sweep(repository, config, now)
+    """One pass; never raises for API errors: each lands in ``Sweep.errors``. ``guard``: the
+    budget re-runs must fit (None: no budget set)."""
+    result = Sweep(repository, config, now, guard=guard)
     call = _Caller(rest, result)
     base = f"/repos/{repository}/actions"
     cutoff = now - timedelta(minutes=config.max_queue_minutes)
@@ -378,6 +456,8 @@ def sweep(
             if run_created is not None and run_created > cutoff:
                 continue  # none of its jobs can have waited long enough yet
             _sweep_run(rest, call, result, run, server_url)
+        if config.max_retries > 0:
+            _retry_sweep(rest, call, result, sources)
     except BudgetExhausted as exc:
         result.stopped = str(exc)
     return result
@@ -461,6 +541,29 @@ def _sweep_run(
         result.jobs.extend(by_id.values())
 
 
+def _force_due(config: WatchdogConfig, waited_s: float) -> bool:
+    """A run still not cancelled ``force-cancel-minutes`` past max-queue-minutes: the sweeps
+    since the first cancel were ignored."""
+    if config.force_cancel_minutes is None:
+        return False
+    return waited_s >= (config.max_queue_minutes + config.force_cancel_minutes) * 60
+
+
+def _force_cancel(rest: Rest, call: _Caller, result: Sweep, run_id: int) -> Mapping[str, Any]:
+    """POST force-cancel, then re-read the run: the answer says whether it is completed now."""
+    base = f"/repos/{result.repository}/actions/runs/{run_id}"
+    try:
+        call(partial(rest.post, f"{base}/force-cancel"))
+        again: Mapping[str, Any] = call(partial(rest.get, base))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        detail = _describe(exc, f"force-cancelling run {run_id}")
+        result.errors.append(detail)
+        return {"status": f"unknown ({detail})"}
+    return again
+
+
 def _with(record: JobRecord, action: str, detail: str) -> JobRecord:
     return replace(record, action=action, detail=detail)
 
@@ -497,6 +600,9 @@ def _cancel(
         raise
     except _FAILED as exc:
         after = {"status": f"unknown ({_describe(exc, f're-reading run {run_id}')})"}
+    forced = after.get("status") != "completed" and _force_due(config, waited)
+    if forced:
+        after = _force_cancel(rest, call, result, run_id)
     if after.get("status") != "completed":
         for record in still:
             by_id[record.job_id] = _with(
@@ -509,8 +615,15 @@ def _cancel(
             )
         return
     for record in still:
-        by_id[record.job_id] = _with(
-            record, "cancelled", f"queued {waited / 60:.0f} min: run cancelled"
+        by_id[record.job_id] = (
+            _with(
+                record,
+                "force-cancelled",
+                f"queued {waited / 60:.0f} min; still running {config.force_cancel_minutes:g} "
+                "min past max-queue-minutes, so cancel was ignored: force-cancelled",
+            )
+            if forced
+            else _with(record, "cancelled", f"queued {waited / 60:.0f} min: run cancelled")
         )
     if not config.context:
         return
@@ -528,3 +641,452 @@ def _cancel(
         raise
     except _FAILED as exc:
         result.errors.append(_describe(exc, f"setting the status of {status.sha[:12]}"))
+
+
+# -- re-running GPU jobs lost to infrastructure (issue 32) -------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """The budget guard for re-runs: gpu-gate's budget inputs, checked with
+    :func:`gpu_ci.github.budget.check` against the month's spend (read once a sweep by
+    :func:`gpu_ci.github.spend.month_spend`); each re-run reserves ``reserve_minutes`` per
+    GPU job it re-runs, and the re-runs of one sweep add up."""
+
+    config: budget.BudgetConfig
+    matcher: GpuMatcher
+    table: PriceTable
+    default_branch: str = ""
+
+
+@dataclass(frozen=True)
+class RetryRecord:
+    """One failed run with a failed GPU job: re-run or not, and why."""
+
+    run_id: int
+    attempt: int
+    head_sha: str
+    workflow: str
+    action: str
+    """retried, retry-unconfirmed, not-retried, retry-failed."""
+    code: str
+    """retry, test, unknown, retries-spent, stale-head, over-budget, budget-unknown, error."""
+    reason: str
+    links: tuple[str, ...] = ()
+    """The attempts' pages: the failed one, and the re-run's when there is one."""
+    verdicts: tuple[infra.Verdict, ...] = ()
+
+
+@dataclass(frozen=True)
+class InfraRecord:
+    """A GPU job lost to infrastructure, for gpu-spend's minutes lost by pool."""
+
+    run_id: int
+    attempt: int
+    job_id: int
+    job: str
+    pool: str
+    labels: tuple[str, ...]
+    runner_name: str
+    started_at: str
+    minutes: float
+    evidence: tuple[str, ...]
+    retried: bool
+
+
+def infra_json(result: Sweep) -> dict[str, Any]:
+    """The ``infra-file``: every GPU job this sweep found lost to infrastructure, and the
+    minutes lost per pool (gpu-spend joins the job ids with the minutes it counts itself)."""
+    pools: dict[str, dict[str, Any]] = {}
+    for rec in result.infra:
+        row = pools.setdefault(rec.pool, {"pool": rec.pool, "jobs": 0, "minutes": 0.0})
+        row["jobs"] += 1
+        row["minutes"] = round(row["minutes"] + rec.minutes, 2)
+    return {
+        "schema": INFRA_SCHEMA,
+        "source": "gpu-watchdog",
+        "repository": result.repository,
+        "generated_at": result.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "complete": result.complete,
+        "failures": [
+            {**asdict(r), "labels": list(r.labels), "evidence": list(r.evidence)}
+            for r in result.infra
+        ],
+        "by_pool": sorted(pools.values(), key=lambda r: (-r["minutes"], r["pool"])),
+        "retries": [
+            {
+                "run_id": r.run_id,
+                "attempt": r.attempt,
+                "action": r.action,
+                "code": r.code,
+                "reason": r.reason,
+                "links": list(r.links),
+                "verdicts": [v.to_json() for v in r.verdicts],
+            }
+            for r in result.retries
+        ],
+    }
+
+
+def _retry_sweep(rest: Rest, call: _Caller, result: Sweep, sources: Sequence[str]) -> None:
+    """Failed runs created within retry-window-hours: classify their failed jobs, re-run the
+    runs lost to infrastructure (see :func:`_retry_run`)."""
+    since = result.now - timedelta(hours=result.config.retry_window_hours)
+    created = quote(">=" + since.strftime("%Y-%m-%dT%H:%M:%SZ"), safe="")
+    runs: dict[int, Mapping[str, Any]] = {}
+    for source in sources:
+        url = f"{source}?status=failure&created={created}"
+        try:
+            listed, total = _pages(rest, call, url, "workflow_runs")
+        except BudgetExhausted:
+            raise
+        except _FAILED as exc:
+            result.errors.append(_describe(exc, f"listing failed runs ({source})"))
+            result.incomplete.append(f"failed runs of {source} not listed")
+            continue
+        if total > len(listed):
+            result.incomplete.append(f"{source}: {total - len(listed)} failed runs not listed")
+        for run in listed:
+            if run.get("status") == "completed":
+                runs.setdefault(int(run["id"]), run)
+    for _run_id, run in sorted(runs.items()):
+        _retry_run(rest, call, result, run)
+
+
+def _retry_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]) -> None:
+    repository, config = result.repository, result.config
+    run_id, attempt = int(run["id"]), int(run.get("run_attempt") or 1)
+    try:
+        jobs, _total = _pages(
+            rest, call, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest", "jobs"
+        )
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        result.errors.append(_describe(exc, f"listing the jobs of failed run {run_id}"))
+        return
+    failed = [j for j in jobs if infra.failed(j)]
+    gpu_ids = {int(j["id"]) for j in failed if has_gpu_label(j, config.labels)}
+    if not gpu_ids:
+        return  # no GPU job failed: not the watchdog's business
+    verdicts = tuple(_verdicts(rest, call, result, run, failed, gpu_ids))
+    decision = infra.retry_decision(run, verdicts, gpu_ids, config.max_retries)
+    code, reason = decision.code, decision.reason
+    if decision.retry:
+        code, reason = _may_retry(rest, call, result, run, jobs, gpu_ids) or (code, reason)
+    link = _attempt_link(run, attempt)
+    record = RetryRecord(
+        run_id,
+        attempt,
+        str(run.get("head_sha") or ""),
+        str(run.get("path") or ""),
+        "not-retried",
+        code,
+        reason,
+        (link,),
+        verdicts,
+    )
+    if code == "retry":
+        record = _rerun(rest, call, result, run, record)
+    result.retries.append(record)
+    by_id = {int(j["id"]): j for j in failed}
+    for verdict in verdicts:
+        if verdict.infrastructure and verdict.job_id in gpu_ids:
+            result.infra.append(
+                _infra_record(run, by_id[verdict.job_id], verdict, record.action == "retried")
+            )
+
+
+def _attempt_link(run: Mapping[str, Any], attempt: int) -> str:
+    url = str(run.get("html_url") or "").rstrip("/")
+    return f"{url}/attempts/{attempt}" if url else ""
+
+
+def _infra_record(
+    run: Mapping[str, Any], job: Mapping[str, Any], verdict: infra.Verdict, retried: bool
+) -> InfraRecord:
+    return InfraRecord(
+        int(run["id"]),
+        int(job.get("run_attempt") or run.get("run_attempt") or 1),
+        verdict.job_id,
+        verdict.job,
+        infra.pool_of(job),
+        tuple(str(x) for x in job.get("labels") or []),
+        str(job.get("runner_name") or ""),
+        str(job.get("started_at") or ""),
+        round(infra.minutes_of(job), 2),
+        tuple(e.code for e in verdict.evidence),
+        retried,
+    )
+
+
+def _verdicts(
+    rest: Rest,
+    call: _Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    failed: Sequence[Mapping[str, Any]],
+    gpu_ids: set[int],
+) -> list[infra.Verdict]:
+    """One verdict per failed job: steps first (free), the check run's annotations only when
+    no step failed (a failed step is a test failure whatever they say), gpu-monitor's
+    report only for a GPU job whose verdict it could change."""
+    evidence: dict[int, list[infra.Evidence]] = {}
+    for job in failed:
+        found = infra.step_evidence(job)
+        if not any(e.code == "failed-step" for e in found):
+            found += _annotations(rest, call, result, job)
+        evidence[int(job["id"])] = found
+    wanting = [
+        j
+        for j in failed
+        if int(j["id"]) in gpu_ids and infra.needs_report(j, evidence[int(j["id"])])
+    ]
+    if wanting and result.config.monitor_prefix:
+        for job_id, found in _reports(rest, call, result, run, wanting).items():
+            evidence[job_id] += found
+    return [infra.classify(j, evidence[int(j["id"])]) for j in failed]
+
+
+def _annotations(
+    rest: Rest, call: _Caller, result: Sweep, job: Mapping[str, Any]
+) -> list[infra.Evidence]:
+    check_run = str(job.get("check_run_url") or "").rstrip("/").rsplit("/", 1)[-1]
+    if not check_run.isdigit():
+        return []
+    path = f"/repos/{result.repository}/check-runs/{check_run}/annotations"
+    try:
+        notes = call(partial(rest.get_pages, path, limit=100))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        result.notes.append(_describe(exc, f"reading the annotations of job {job.get('id')}"))
+        return []
+    return infra.annotation_evidence([n for n in notes if isinstance(n, Mapping)])
+
+
+def _reports(
+    rest: Rest,
+    call: _Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    wanting: Sequence[Mapping[str, Any]],
+) -> dict[int, list[infra.Evidence]]:
+    """gpu-monitor's reports of the run: one artifact listing, then at most one download per
+    job that wants one (newest artifacts first), each matched to a job by its time window."""
+    from gpu_ci.github.idle import MAX_REPORT_BYTES
+
+    repository, prefix = result.repository, result.config.monitor_prefix
+    url = f"/repos/{repository}/actions/runs/{int(run['id'])}/artifacts?per_page=100"
+    try:
+        listed = call(partial(rest.get, url)).get("artifacts") or []
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        result.notes.append(_describe(exc, f"listing the artifacts of run {run.get('id')}"))
+        return {}
+    arts = [
+        a
+        for a in listed
+        if str(a.get("name") or "").startswith(prefix)
+        and not a.get("expired")
+        and int(a.get("size_in_bytes") or 0) <= MAX_REPORT_BYTES
+    ]
+    arts.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
+    out: dict[int, list[infra.Evidence]] = {}
+    for art in arts[: len(wanting)]:
+        path = f"/repos/{repository}/actions/artifacts/{int(art['id'])}/zip"
+        try:
+            blob = call(partial(rest.download, path, MAX_REPORT_BYTES))
+        except BudgetExhausted:
+            raise
+        except _FAILED as exc:
+            result.notes.append(_describe(exc, f"downloading artifact {art.get('name')}"))
+            continue
+        report, why = read_monitor_report(blob)
+        if report is None:
+            result.notes.append(f"artifact '{art.get('name')}': {why}")
+            continue
+        for job in wanting:
+            if infra.report_is_for(report, job):
+                out.setdefault(int(job["id"]), []).extend(
+                    infra.monitor_evidence(report, str(art.get("name")))
+                )
+    return out
+
+
+def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
+    """gpu-monitor's ``report.json`` (or the zip's only JSON file) as a dict, or why not."""
+    import io
+    import json
+    import zipfile
+    import zlib
+
+    from gpu_ci.github.idle import MAX_REPORT_BYTES
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            members = [i for i in archive.infolist() if i.filename.endswith(".json")]
+            pick = [i for i in members if i.filename.rsplit("/", 1)[-1] == "report.json"]
+            if len(pick) != 1 and len(members) != 1:
+                return None, "no report.json (nor a single .json file) in it"
+            info = (pick or members)[0]
+            if info.file_size > MAX_REPORT_BYTES:
+                return None, f"{info.filename} is over {MAX_REPORT_BYTES} bytes"
+            data = json.loads(archive.read(info))
+    except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError, zlib.error) as exc:
+        return None, f"not a readable zip of JSON ({exc})"
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        return None, "not a gpu-monitor report (schema_version 1)"
+    return data, ""
+
+
+def _may_retry(
+    rest: Rest,
+    call: _Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    jobs: Sequence[Mapping[str, Any]],
+    gpu_ids: set[int],
+) -> tuple[str, str] | None:
+    """Why the head or the budget refuses the re-run; None when both allow it."""
+    try:
+        stale = _stale_head(rest, call, result, run)
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        detail = _describe(exc, f"checking the head of run {run.get('id')}")
+        result.errors.append(detail)
+        return "error", detail
+    if stale:
+        return "stale-head", stale
+    return _over_budget(rest, result, len(gpu_ids))
+
+
+def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]) -> str:
+    """A pull request's run is re-run only while its head is still the approved one: the
+    head commit carries a current approval (``context``) and is still the pull request's
+    head. A trusted event's commit is in the repository already: nothing to check."""
+    if run.get("event") not in PR_EVENTS:
+        return ""
+    repository, context = result.repository, result.config.context
+    sha = str(run.get("head_sha") or "")
+    listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
+    number = listed[0] if listed else None
+    if context:
+        statuses = call(
+            partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
+        )
+        approval = approval_status(
+            trusted_statuses(StatusConfig(context, "", "", ()), statuses), context
+        )
+        if approval is None:
+            return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
+        number = pull_of(approval) or number
+    if number is None:
+        return "the run names no pull request: cannot tell whether its head is still approved"
+    pull = call(partial(rest.get, f"/repos/{repository}/pulls/{int(number)}"))
+    head = str((pull.get("head") or {}).get("sha") or "")
+    if pull.get("state") != "open" or head != sha:
+        return (
+            f"the pull request #{number} is {pull.get('state')} at {head[:12]}, not at the "
+            f"approved head {sha[:12]}"
+        )
+    return ""
+
+
+def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | None:
+    """gpu-gate's budget rule for the re-run's reservation (``reserve-minutes`` per GPU job
+    it re-runs, plus what this sweep's earlier re-runs reserve)."""
+    guard = result.guard
+    if guard is None:
+        return None
+    cfg = guard.config
+    reserve = cfg.reserve_minutes * gpu_jobs
+    spent = result.month_spent
+    if spent is None:
+        before = getattr(rest, "calls", None)
+        try:
+            spent, _note = spend.month_spend(
+                rest,
+                result.repository,
+                cfg,
+                guard.matcher,
+                guard.table,
+                result.now,
+                default_branch=guard.default_branch,
+                skip=None,
+            )
+        except Exception as exc:  # ApiError, or an answer that is not what was asked
+            if cfg.on_unknown == "run":
+                result.notes.append(f"budget not checked (budget-on-unknown: run): {exc}")
+                return None
+            return "budget-unknown", f"the month's GPU spend could not be read: {exc}"
+        finally:
+            after = getattr(rest, "calls", None)
+            if isinstance(before, int) and isinstance(after, int):
+                result.calls += after - before
+        result.month_spent = spent
+    price = cfg.price.on(result.now.date(), guard.table) if cfg.price else None
+    verdict = budget.check(cfg.budget, spent, result.reserved_minutes + reserve, price)
+    if not verdict.ok:
+        earlier = result.reserved_minutes
+        what = f"with this sweep's earlier re-runs ({earlier} min): " if earlier else ""
+        return "over-budget", what + verdict.reason
+    result.reserved_minutes += reserve
+    return None
+
+
+def _rerun(
+    rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any], record: RetryRecord
+) -> RetryRecord:
+    """POST rerun-failed-jobs, read the new attempt back, say so on the commit."""
+    repository, run_id = result.repository, record.run_id
+    base = f"/repos/{repository}/actions/runs/{run_id}"
+    try:
+        call(partial(rest.post, f"{base}/rerun-failed-jobs"))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        detail = _describe(exc, f"re-running the failed jobs of run {run_id}")
+        result.errors.append(detail)
+        return replace(record, action="retry-failed", code="error", reason=detail)
+    new = record.attempt + 1
+    try:
+        again = call(partial(rest.get, f"{base}/attempts/{new}"))
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        return replace(
+            record,
+            action="retry-unconfirmed",
+            reason=_describe(exc, f"reading attempt {new} of run {run_id}"),
+        )
+    links = (*record.links, _attempt_link(run, new))
+    done = replace(record, action="retried", links=links, reason=f"{record.reason}: re-run")
+    verdict = next(v for v in record.verdicts if v.infrastructure)
+    what = "GPU" if any(e.code == "gpu-lost" for e in verdict.evidence) else "runner"
+    if result.config.context:
+        status = Status(
+            record.head_sha,
+            "pending",
+            clip(
+                f"GPU run retried after the {what} was lost (attempt {new}); attempt "
+                f"{record.attempt}: {verdict.reason}"
+            ),
+            str(again.get("html_url") or "").rstrip("/") + f"/attempts/{new}",
+        )
+        try:
+            call(
+                partial(
+                    rest.post,
+                    f"/repos/{repository}/statuses/{status.sha}",
+                    status.body(result.config.context),
+                )
+            )
+            result.statuses.append(status)
+        except BudgetExhausted:
+            raise
+        except _FAILED as exc:
+            result.errors.append(_describe(exc, f"setting the status of {status.sha[:12]}"))
+    return done

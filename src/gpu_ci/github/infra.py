@@ -1,0 +1,277 @@
+"""Infrastructure failure or test failure: one verdict per failed job, from what the API records.
+
+A GPU job lost to the machine (a spot reclaim, a runner that went away, a GPU that fell off
+the bus) is worth one re-run; a job whose tests failed is not, and re-running it spends GPU
+budget on a known result. GitHub does not say which is which, so the verdict is built from
+evidence the REST API records, each piece kept with the verdict:
+
+* **the runner's own messages**, as annotations of the job's check run
+  (``GET /repos/{o}/{r}/check-runs/{check_run_id}/annotations``): "The runner has received
+  a shutdown signal. ..." (actions/runner#2427, #2040) and "The self-hosted runner: <name>
+  lost communication with the server. ..." / "The hosted runner: <name> lost ..."
+  (actions/runner#2624, #3539);
+* **the job's steps**: a job that ended while a step was still ``in_progress`` (or queued),
+  with no failed step: the server closed it because the runner stopped reporting; a
+  ``failure`` step is the tests' (or the workflow's) own failure;
+* **the runner gone**: the job failed with no runner recorded (``runner_name`` null) though
+  it had started: supporting only;
+* **gpu-monitor's report** (its artifact, read by the report's documented JSON fields, see
+  ``actions/gpu-monitor/report.schema.json``: ``findings[].code`` and ``gpus[].lost_at_s``):
+  ``gpu-lost`` / ``xid-79`` or a ``lost_at_s`` mean the GPU fell off the bus, which also
+  explains a test step that then failed; ``sampler-ended-early`` (the sampler ended with the
+  machine, or was killed) is supporting only.
+
+Rules, stated once (:func:`classify`):
+
+1. a GPU lost (monitor) -> **infrastructure**, even with a failed step (a CUDA call fails
+   when its GPU leaves the bus);
+2. else a failed step -> **test** (whatever else was recorded: never re-run a real failure);
+3. else a runner message or an interrupted step -> **infrastructure**;
+4. else a job ``cancelled`` -> **cancelled**: stopped with the others (a matrix's
+   fail-fast, a concurrency group), neither cause nor test failure; it is re-run with them;
+5. else -> **unknown**, which is *not* infrastructure (supporting evidence alone never is).
+
+Everything here is pure: :mod:`gpu_ci.github.watchdog` fetches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_ci.github.jobs import parse_time
+
+INFRASTRUCTURE = "infrastructure"
+TEST = "test"
+UNKNOWN = "unknown"
+NOT_FAILED = "not-failed"
+CANCELLED = "cancelled"
+
+#: Job conclusions a re-run of failed jobs re-runs (GitHub re-runs failed and cancelled jobs).
+FAILED_CONCLUSIONS = ("failure", "cancelled", "timed_out")
+
+#: The runner's message when its process is told to stop mid-job (a node drained or reclaimed).
+SHUTDOWN = re.compile(r"The runner has received a shutdown signal")
+#: The server's message when a runner stops reporting: "The self-hosted runner: <name> lost
+#: communication with the server." (hosted runners: "The hosted runner: <name> lost ...").
+LOST = re.compile(
+    r"\bThe (?:self-hosted|hosted) runner\b[^\n]{0,300}?\blost communication with the server"
+)
+#: gpu-monitor's finding codes (src/gpu_ci/cuda/monitor_report.py, ``findings``), by meaning.
+GPU_LOST_CODES = ("gpu-lost", "xid-79")
+SAMPLER_ENDED = "sampler-ended-early"
+#: Runner clock vs GitHub's job times: a report's window may stick out this much.
+SLACK_S = 120.0
+
+#: Evidence codes that decide "infrastructure" (rules 1 and 3); the others only support.
+STRONG = ("gpu-lost", "runner-shutdown", "runner-lost", "step-interrupted")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One recorded fact behind a verdict."""
+
+    code: str
+    """gpu-lost, runner-shutdown, runner-lost, step-interrupted, runner-gone,
+    sampler-ended, failed-step."""
+    source: str
+    """Where it was read: ``annotation``, ``steps``, ``job`` or ``monitor-report``."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one failed job's records say about why it failed."""
+
+    job_id: int
+    job: str
+    kind: str
+    """infrastructure, test, cancelled, unknown or not-failed."""
+    evidence: tuple[Evidence, ...]
+    reason: str
+
+    @property
+    def infrastructure(self) -> bool:
+        return self.kind == INFRASTRUCTURE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "job": self.job,
+            "kind": self.kind,
+            "reason": self.reason,
+            "evidence": [
+                {"code": e.code, "source": e.source, "detail": e.detail} for e in self.evidence
+            ],
+        }
+
+
+def failed(job: Mapping[str, Any]) -> bool:
+    return job.get("status") == "completed" and job.get("conclusion") in FAILED_CONCLUSIONS
+
+
+def annotation_evidence(annotations: Sequence[Mapping[str, Any]]) -> list[Evidence]:
+    """The runner's shutdown / lost-communication messages among a check run's annotations
+    (``check-annotation``: ``message`` may be null)."""
+    out: list[Evidence] = []
+    for note in annotations:
+        text = str(note.get("message") or "")
+        if SHUTDOWN.search(text):
+            out.append(Evidence("runner-shutdown", "annotation", text[:200]))
+        elif LOST.search(text):
+            out.append(Evidence("runner-lost", "annotation", text[:200]))
+    return out
+
+
+def step_evidence(job: Mapping[str, Any]) -> list[Evidence]:
+    """Failed steps, and steps left running or queued when the job ended."""
+    out: list[Evidence] = []
+    for step in job.get("steps") or []:
+        name = f"step {step.get('number')} '{step.get('name')}'"
+        if step.get("conclusion") == "failure":
+            out.append(Evidence("failed-step", "steps", f"{name} failed"))
+        elif step.get("status") in ("in_progress", "queued", "pending"):
+            out.append(
+                Evidence(
+                    "step-interrupted",
+                    "steps",
+                    f"{name} was still {step.get('status')} when the job ended",
+                )
+            )
+    if failed(job) and not job.get("runner_name") and job.get("steps"):
+        out.append(Evidence("runner-gone", "job", "the job records no runner"))
+    return out
+
+
+def report_window(report: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(started, ended) of a gpu-monitor report, seconds since the epoch; None if absent."""
+    start, end = report.get("started"), report.get("ended")
+    if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+        return None
+    return float(start), float(end)
+
+
+def report_is_for(report: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """The report's window lies within the job's start..end (give or take ``SLACK_S``)."""
+    window = report_window(report)
+    start = parse_time(job.get("started_at"))
+    end = parse_time(job.get("completed_at"))
+    if window is None or start is None or end is None:
+        return False
+    return start.timestamp() - SLACK_S <= window[0] and window[1] <= end.timestamp() + SLACK_S
+
+
+def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]:
+    """GPU lost / Xid 79 / sampler ended, from a report's documented fields (schema_version 1:
+    ``findings[].code``, ``gpus[].lost_at_s``); a report of another schema gives nothing."""
+    if report.get("schema_version") != 1:
+        return []
+    out: list[Evidence] = []
+    codes = [str(f.get("code")) for f in report.get("findings") or [] if isinstance(f, Mapping)]
+    lost = [c for c in codes if c in GPU_LOST_CODES]
+    lost_gpus = [
+        g.get("index")
+        for g in report.get("gpus") or []
+        if isinstance(g, Mapping) and isinstance(g.get("lost_at_s"), (int, float))
+    ]
+    if lost or lost_gpus:
+        what = ", ".join(lost) or "lost_at_s"
+        gpus = f" (GPU {', '.join(str(i) for i in lost_gpus)})" if lost_gpus else ""
+        out.append(Evidence("gpu-lost", "monitor-report", f"{artifact}: {what}{gpus}"))
+    if SAMPLER_ENDED in codes:
+        out.append(Evidence("sampler-ended", "monitor-report", f"{artifact}: {SAMPLER_ENDED}"))
+    return out
+
+
+def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
+    """The verdict for one job from all the evidence gathered for it (the module's rules)."""
+    name, job_id = str(job.get("name") or ""), int(job.get("id") or 0)
+    gathered = tuple(evidence)
+    if not failed(job):
+        return Verdict(job_id, name, NOT_FAILED, gathered, f"conclusion {job.get('conclusion')}")
+    codes = {e.code for e in gathered}
+    if "gpu-lost" in codes:
+        return Verdict(job_id, name, INFRASTRUCTURE, gathered, "the GPU was lost during the job")
+    if "failed-step" in codes:
+        step = next(e.detail for e in gathered if e.code == "failed-step")
+        return Verdict(job_id, name, TEST, gathered, f"{step}: a test (or workflow) failure")
+    strong = [e for e in gathered if e.code in STRONG]
+    if strong:
+        return Verdict(
+            job_id, name, INFRASTRUCTURE, gathered, f"{strong[0].code}: {strong[0].detail}"
+        )
+    if job.get("conclusion") == "cancelled":
+        return Verdict(
+            job_id, name, CANCELLED, gathered, "cancelled with the others (fail-fast, concurrency)"
+        )
+    return Verdict(
+        job_id,
+        name,
+        UNKNOWN,
+        gathered,
+        "no failed step and no record of the runner or GPU going away: not retried",
+    )
+
+
+def needs_report(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> bool:
+    """Whether a gpu-monitor report could change the verdict: only a GPU lost overrides a
+    failed step or turns an unknown into infrastructure, so a job already called
+    infrastructure needs no download."""
+    return classify(job, evidence).kind in (TEST, UNKNOWN)
+
+
+def minutes_of(job: Mapping[str, Any]) -> float:
+    """Minutes the job held its runner (started..completed); 0 when either is missing."""
+    start, end = parse_time(job.get("started_at")), parse_time(job.get("completed_at"))
+    if start is None or end is None or end < start:
+        return 0.0
+    return (end - start).total_seconds() / 60
+
+
+def pool_of(job: Mapping[str, Any]) -> str:
+    """The runner pool a job asked for: its runner group, else its labels (as gpu-spend's
+    ``runner`` column names it)."""
+    labels = sorted(str(x) for x in job.get("labels") or [])
+    return str(job.get("runner_group_name") or "") or ",".join(labels)
+
+
+# -- whether a run may be re-run --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """Whether to re-run a run's failed jobs, and why (or why not)."""
+
+    retry: bool
+    reason: str
+    code: str
+    """retry, not-infrastructure, retries-spent, no-gpu-job."""
+
+
+def retry_decision(
+    run: Mapping[str, Any], verdicts: Sequence[Verdict], gpu_job_ids: set[int], max_retries: int
+) -> RetryDecision:
+    """The run-level rule: every failed job infrastructure (``rerun-failed-jobs`` re-runs them
+    all, so one test failure among them refuses it; jobs cancelled with them neither count
+    nor refuse), at least one a GPU job, and the run's
+    attempt still within ``max_retries`` re-runs. Budget and head are the caller's checks."""
+    attempt = int(run.get("run_attempt") or 1)
+    failed_ones = [v for v in verdicts if v.kind not in (NOT_FAILED, CANCELLED)]
+    if not any(v.job_id in gpu_job_ids for v in failed_ones):
+        return RetryDecision(False, "no failed GPU job", "no-gpu-job")
+    others = [v for v in failed_ones if not v.infrastructure]
+    if others:
+        first = others[0]
+        return RetryDecision(
+            False, f"job '{first.job}' is a {first.kind} failure: {first.reason}", first.kind
+        )
+    if attempt > max_retries:
+        what = "a second loss on the retry" if attempt > 1 else "retries are off"
+        return RetryDecision(
+            False,
+            f"{what}: attempt {attempt}, retry-infra-failures is {max_retries}",
+            "retries-spent",
+        )
+    return RetryDecision(True, failed_ones[0].reason, "retry")
