@@ -599,6 +599,13 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
  *   gpu.N.procs     pid:MiB:name,pid:MiB:name  (or `-` for none)
  *   gpu.N.xid       an Xid critical-error event delivered once at this step
  *   gpu.N.lost=1    from this step on, every call for GPU N returns NVML_ERROR_GPU_IS_LOST
+ *   gpu.N.error=C   from this step on, nvmlDeviceGetUtilizationRates answers nvmlReturn_t C
+ *                   (a transient error; gpu.N.error=0 ends it)
+ *   gpu.N.sm, .occupancy, .tensor, .dram   GPM ratios (percent; Hopper and newer)
+ *   gpu.N.pcie_tx_mib, .pcie_rx_mib, .nvlink_tx_mib, .nvlink_rx_mib   MiB a step moves
+ *   gpu.N.ecc_sbe, .ecc_dbe   volatile ECC counts since boot at this step
+ *   gpu.N.remap_cor, .remap_unc, .remap_pending   remapped rows at this step
+ *   gpu.N.event=0x..  an event of that nvmlEventType bit, delivered once if registered
  *   gpu.N.buf_util  percent in the driver's sample buffer for this step (default: util)
  *   gpu.N.viol_power_ms, gpu.N.viol_thermal_ms   violation time a step adds to that
  *                   counter besides the seconds whose throttle bits name it (a slowdown
@@ -744,6 +751,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *
         /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
          * supported." */
         if (g->mig) return NVML_ERROR_NOT_SUPPORTED;
+        /* gpu.N.error=<nvmlReturn_t>: from this step the sample's first call fails with it
+         * (a transient driver error, e.g. 999 UNKNOWN or 10 TIMEOUT; 0 ends it) */
+        if (script_num(gpu_number(g), "error", 0))
+            return (nvmlReturn_t)script_num(gpu_number(g), "error", 0);
         util->gpu = (unsigned)script_num(gpu_number(g), "util", 0);
         util->memory = (unsigned)script_num(gpu_number(g), "mem_util", 0);
     }

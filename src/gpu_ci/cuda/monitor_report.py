@@ -1203,9 +1203,15 @@ def _health_cell(g: GpuUsage) -> str:
     return f"ECC {ecc}, rows remapped {rows}" + (" (pending)" if h.get("remap_pending") else "")
 
 
+SIGNALS_UNKNOWN = (
+    "DCGM-level signals (GPM activity, PCIe and NVLink bytes, ECC and remapped rows): "
+    "unknown, none is supported by these GPUs and driver (GPM needs Hopper or newer).\n"
+)
+
+
 def signals_table(report: Report) -> str:
     """DCGM-level signals per GPU: GPM activity (Hopper and newer), PCIe and NVLink bytes,
-    ECC and remapped-row growth; "" when no GPU had any of them (an older recording)."""
+    ECC and remapped-row growth; a line saying they are unknown when no GPU had any."""
     rows = []
     for g in report.gpus:
         if not (g.activity or any(v is not None for v in (*g.io.values(), *g.health.values()))):
@@ -1222,7 +1228,7 @@ def signals_table(report: Report) -> str:
             )
         )
     if not rows:
-        return ""
+        return SIGNALS_UNKNOWN if report.gpus else ""
     return _table(
         [
             "GPU",
