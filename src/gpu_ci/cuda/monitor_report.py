@@ -28,7 +28,9 @@ scripted time series. Rules, stated once:
   reported apart (v1 drivers: reserved + allocated, as v1 counts it);
 * **paid** minutes follow GitHub's rule (the job's time, rounded up to whole minutes, at
   least one); GPU-minutes paid = paid minutes × GPUs watched; **used** = busy time;
-  idle fraction = 1 − used / paid; idle cost = cost × idle fraction.
+  idle fraction = 1 − used / paid; cost = the runner's price × paid minutes, or with a
+  per-GPU price (a shared host's leased GPUs) the GPU's price × GPU-minutes paid; idle cost
+  = cost × idle fraction (per leased GPU, never the whole host's).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from typing import Any
 from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.cuda import right_size as rs
 from gpu_ci.markdown import markdown_table
-from gpu_ci.pricing import billed_minutes
+from gpu_ci.pricing import billed_minutes, job_cost
 
 SCHEMA_VERSION = 2
 """2: ``activity`` (GPM), ``io`` (PCIe/NVLink bytes), ``health`` (ECC and remapped-row deltas),
@@ -422,6 +424,9 @@ class Pricing:
     usd_per_minute: Decimal | None
     source: str
     """How the price was chosen, e.g. ``price-per-hour: 3.12`` or the SKU and its date."""
+    per_gpu: bool = False
+    """The price is one GPU's (``price-per-gpu-hour``): the job pays it for each GPU it
+    watched (those CUDA_VISIBLE_DEVICES gave it, e.g. a gpu-lease), not the whole runner."""
 
 
 @dataclass(frozen=True)
@@ -507,6 +512,8 @@ class Cost:
     price_source: str
     cost_usd: Decimal | None
     idle_cost_usd: Decimal | None
+    per_gpu: bool = False
+    """``usd_per_minute`` is one GPU's: cost = price × GPU-minutes paid."""
 
 
 @dataclass(frozen=True)
@@ -791,7 +798,11 @@ def compute(
     used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
     idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
     price = pricing.usd_per_minute
-    cost = _money(price * paid) if price is not None else None
+    cost = (
+        _money(job_cost(price, paid, len(rec.gpus), per_gpu=pricing.per_gpu))
+        if price is not None
+        else None
+    )
     idle_cost = (
         _money(cost * Decimal(str(round(idle, 6))))
         if cost is not None and idle is not None
@@ -808,6 +819,7 @@ def compute(
         pricing.source,
         cost,
         idle_cost,
+        pricing.per_gpu,
     )
     report = Report(rec, end, gpus, phases, phases_from, report_cost)
     advice = right_size(gpus, paid, sizes) if sizes is not None else None
@@ -1294,7 +1306,9 @@ def markdown(report: Report) -> str:
     if signals:
         parts.append(signals)
     price = (
-        f"${_trim(c.usd_per_minute)}/min ({c.price_source})"
+        f"${_trim(c.usd_per_minute)}/min"
+        + (" per GPU" if c.per_gpu else "")
+        + f" ({c.price_source})"
         if c.usd_per_minute is not None
         else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)"
     )
@@ -1456,6 +1470,7 @@ def as_json(report: Report) -> dict[str, Any]:
             "idle_fraction": c.idle_fraction,
             "usd_per_minute": money(c.usd_per_minute),
             "price_source": c.price_source,
+            "price_per_gpu": c.per_gpu,
             "cost_usd": money(c.cost_usd),
             "idle_cost_usd": money(c.idle_cost_usd),
         },
