@@ -839,18 +839,25 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
     unsigned int n;
     ENTER("nvmlSystemGetProcessName");
     script_load();
+    /* every scripted process of this namespace: a GPU's and its MIG devices' (mig.M.procs) */
     for (n = 0; n < cfg.gpu_count; n++) {
-        char buf[160], *tok, *save = NULL;
-        const char *v = script_get((int)n, "procs");
-        if (!v) continue;
-        snprintf(buf, sizeof buf, "%s", v);
-        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            unsigned int p;
-            char pname[96];
-            if (sscanf(tok, "%u:%*u:%95s", &p, pname) == 2 && p == pid)
-                return copy_str(name, length, pname);
+        int m;
+        for (m = -1; m < MAX_MIG; m++) {
+            char buf[160], key[32], *tok, *save = NULL;
+            const char *v = script_get((int)n, script_key(key, sizeof key, m, "procs"));
+            if (!v) continue;
+            snprintf(buf, sizeof buf, "%s", v);
+            for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                unsigned int p;
+                char pname[96];
+                if (sscanf(tok, "%u:%*u:%95s", &p, pname) == 2 && p == pid)
+                    return copy_str(name, length, pname);
+            }
         }
     }
+    /* the configured (unscripted) processes of list_processes: this namespace's own */
+    if (!cfg.container && pid >= 4242u && pid < 4242u + 100u * (MAX_MIG + 1))
+        return copy_str(name, length, "cuda-app");
     /* nvml.h: "NVML_ERROR_NOT_FOUND if process doesn't exists" (container=1: a host PID is
      * not in this namespace's /proc) */
     return NVML_ERROR_NOT_FOUND;
