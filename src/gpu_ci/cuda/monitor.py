@@ -22,9 +22,19 @@ read without us:
   (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
   ``board_power_mw`` (the whole GPU's, never the slice's). The start line's GPU entry of
   a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
-* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n,
-  "gi": n, "ci": n}`` (the GPU and compute instance of the event; 0xFFFFFFFF: none)
-* ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST"}``
+  Since issue 28's signals, each entry may also hold ``gpm`` ({"sm", "occupancy", "tensor",
+  "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
+  ``pcie_bytes`` / ``nvlink_kib`` ([tx, rx] driver counters from field values),
+  ``ecc`` ([corrected, uncorrected] volatile counts) and ``remap`` ([correctable,
+  uncorrectable, pending, failure] rows), each null where unsupported; a process entry has a
+  4th item ``false`` when NVML lists a PID this namespace cannot name (a host PID seen from
+  a container).
+* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe" | ...,
+  "data": n, "gi": n, "ci": n}`` (``EVENT_TYPES`` names them; the GPU and compute instance
+  of the event; 0xFFFFFFFF: none)
+* ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST",
+  "gap": bool}`` (only GPU_IS_LOST ends a GPU's samples; any other error is a gap, written
+  once, and the GPU is asked again each sample)
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
 
