@@ -30,6 +30,8 @@ from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_confi
 SCRIPT = (
     "0 gpu.{i}.util=97 gpu.{i}.mem_used_mib=40960 gpu.{i}.power_mw=450000\n"
     "0 gpu.{i}.procs=4242:30000:python,4343:700:nccl-helper\n"
+    "0 gpu.{i}.sm=80 gpu.{i}.occupancy=45 gpu.{i}.tensor=60 gpu.{i}.dram=35\n"
+    "0 gpu.{i}.pcie_tx_mib=200 gpu.{i}.pcie_rx_mib=50 gpu.{i}.nvlink_tx_mib=900\n"
 )
 
 
@@ -49,11 +51,21 @@ def measure(gpus: int, seconds: float, work: Path) -> tuple[float, float, int]:
     lib = build_fake_nvml(work / "nvml")
     config = write_config(
         work / f"nvml-{gpus}.cfg",
-        # with issue 28's signals: the driver's utilisation sample
-        # buffer (6 entries a second), the energy and violation counters
+        # with issue 28's signals: the driver's utilisation sample buffer (6 entries a
+        # second), the energy and violation counters, GPM (an H200: SM/tensor/DRAM), PCIe
+        # and NVLink counters (field values), ECC and remapped rows, the newer event types
         nvml_config(
             *[
-                gpu_config(i, util_samples=6, energy_counter=1, violation=1, reserved_mib=500)
+                gpu_config(
+                    i,
+                    util_samples=6,
+                    energy_counter=1,
+                    violation=1,
+                    reserved_mib=500,
+                    pcie_counters=1,
+                    nvlink=1,
+                    event_types="0xFF0B",
+                )
                 for i in range(gpus)
             ]
         ),

@@ -47,13 +47,25 @@ LOST_SCRIPT = """\
 
 
 def fake_gpu_env(
-    tmp: Path, script: str, *, samples: int | None = 90, gpus: int = 1, interval: str = "1"
+    tmp: Path,
+    script: str,
+    *,
+    samples: int | None = 90,
+    gpus: int = 1,
+    interval: str = "1",
+    machine: dict[str, object] | None = None,
+    **gpu: object,
 ) -> dict[str, str]:
-    """Environment for ``gpu-ci gpu-monitor`` against the fake GPU(s) playing ``script``."""
+    """Environment for ``gpu-ci gpu-monitor`` against the fake GPU(s) playing ``script``;
+    ``gpu`` adds config keys to every GPU (``cc="8.0"``, ``pcie_counters=1``), ``machine``
+    top-level ones (``container=1``)."""
     lib = build_fake_nvml(tmp / "nvml")
     config = write_config(
         tmp / "nvml.cfg",
-        nvml_config(*[gpu_config(i, uuid=UUID0 if i == 0 else None) for i in range(gpus)]),
+        nvml_config(
+            *[gpu_config(i, uuid=UUID0 if i == 0 else None, **gpu) for i in range(gpus)],
+            **(machine or {}),
+        ),
     )
     script_path = tmp / "nvml-script.txt"
     script_path.write_text(script)

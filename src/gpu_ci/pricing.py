@@ -87,6 +87,14 @@ def billed_minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
 
 
+def job_cost(usd_per_minute: Decimal, paid_minutes: int, gpus: int, *, per_gpu: bool) -> Decimal:
+    """What a job cost: a runner's price x its paid minutes, or -- on a shared multi-GPU
+    host where each job leases its own GPUs (gpu-lease) -- a GPU's price x paid minutes x
+    the GPUs the job was given, so two jobs on one 8-GPU host are not each charged the
+    whole host."""
+    return usd_per_minute * paid_minutes * (gpus if per_gpu else 1)
+
+
 @dataclass(frozen=True)
 class Price:
     """A per-minute price: fixed (``gpu-price: 0.5``) or a SKU looked up per day."""

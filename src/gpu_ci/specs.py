@@ -737,6 +737,13 @@ GPU_MONITOR = ActionSpec(
             "minute (0.052/min), or a GitHub-hosted GPU SKU (linux_4_core_gpu).",
             "",
         ),
+        InputSpec(
+            "price-per-gpu-hour",
+            "What one GPU of a shared multi-GPU host costs, per hour (2.40) or minute: the job "
+            "is charged it for each GPU it sees (CUDA_VISIBLE_DEVICES, e.g. from gpu-lease), "
+            "idle cost per leased GPU. Not with price-per-hour.",
+            "",
+        ),
         InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),
         InputSpec(
             "max-memory", "Fail the report when a GPU's peak memory is above this (e.g. 40GiB).", ""

@@ -64,7 +64,12 @@ def test_job_metrics_reach_the_pushgateway(run_cli, tmp_path):
         "run_attempt": "2",
         "runner": "gpu-runner-1",
     }
-    gpu = {**job, "gpu_uuid": UUID0, "gpu_index": "0", "gpu_name": "NVIDIA H200"}
+    # dcgm-exporter's label names for the same things (gpu, UUID, modelName, Hostname)
+    gpu = {**job, "UUID": UUID0, "gpu": "0", "modelName": "NVIDIA H200"}
+    assert 'Hostname="' in text and "gpu_uuid" not in text
+    # GPM on the (Hopper) fake: SM activity is a ratio; PCIe is unsupported there: no series
+    assert value(text, "gpu_ci_job_gpu_sm_active_ratio", **gpu) == 0
+    assert "gpu_ci_job_gpu_pcie_tx_bytes{" not in text
     assert value(text, "gpu_ci_job_gpu_busy_seconds", **gpu) == 45  # 30 s x 100 % + 30 s x 50 %
     assert value(text, "gpu_ci_job_gpu_utilization_mean_ratio", **gpu) == 0.5
     assert value(text, "gpu_ci_job_gpu_memory_peak_bytes", **gpu) == 30720 * 2**20

@@ -33,6 +33,12 @@
  *   gpu.0.energy_counter=1   nvmlDeviceGetTotalEnergyConsumption is supported (Volta+)
  *   gpu.0.violation=1        nvmlDeviceGetViolationStatus is supported
  *   gpu.0.reserved_mib=500   memory the driver reserves: in v1's `used`, apart in v2
+ *   gpu.0.ecc=0              no ECC (a consumer board): ECC counts are NOT_SUPPORTED
+ *   gpu.0.remap=0            no row remapping (before Ampere): NOT_SUPPORTED
+ *   gpu.0.pcie_counters=1    NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES answer (else NOT_SUPPORTED)
+ *   gpu.0.nvlink=1           NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX} answer
+ *   gpu.0.event_types=0x..   the nvmlEventType* bits nvmlDeviceGetSupportedEventTypes
+ *                            answers (default: single/double-bit ECC and Xid)
  *   GPM (nvmlGpm*) is supported where gpu.N.cc is 9.0 or more (Hopper and newer)
  *   fail.<nvml function name>=<nvmlReturn_t>   (that function returns the code)
  * Every call is appended to FAKE_NVML_LOG when set, so tests can assert what ran.
@@ -70,6 +76,8 @@ typedef struct {
     int energy_counter;        /* nvmlDeviceGetTotalEnergyConsumption supported */
     int violation;             /* nvmlDeviceGetViolationStatus supported */
     unsigned long long reserved_mib; /* memory the driver reserves (nvmlMemory_v2_t) */
+    int no_ecc, no_remap, pcie_counters, nvlink;
+    unsigned long long event_types, registered;
 } gpu_t;
 
 static struct {
@@ -142,6 +150,11 @@ static void set_key(const char *key, const char *value) {
         else if (!strcmp(rest, "energy_counter")) g->energy_counter = atoi(value);
         else if (!strcmp(rest, "violation")) g->violation = atoi(value);
         else if (!strcmp(rest, "reserved_mib")) g->reserved_mib = strtoull(value, NULL, 10);
+        else if (!strcmp(rest, "ecc")) g->no_ecc = !atoi(value);
+        else if (!strcmp(rest, "remap")) g->no_remap = !atoi(value);
+        else if (!strcmp(rest, "pcie_counters")) g->pcie_counters = atoi(value);
+        else if (!strcmp(rest, "nvlink")) g->nvlink = atoi(value);
+        else if (!strcmp(rest, "event_types")) g->event_types = strtoull(value, NULL, 0);
     }
 }
 
@@ -190,6 +203,7 @@ typedef struct {
 static nvmlReturn_t fake_script_memory(gpu_t *g, int mig, nvmlMemory_t *mem);
 static int fake_script_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
                                  unsigned int *n, nvmlReturn_t *rc);
+static unsigned long long fake_script_count(gpu_t *g, const char *key);
 
 /* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
 static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
@@ -438,9 +452,18 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, nvmlMemoryErrorType_t
                                          unsigned long long *count) {
     ENTER("nvmlDeviceGetTotalEccErrors");
     DEVICE(g, dev);
-    /* uncorrected volatile only; everything else reads zero */
-    *count = (error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED &&
-              counter_type == NVML_VOLATILE_ECC) ? g->ecc_uncorrected : 0;
+    /* nvml.h: "NVML_ERROR_NOT_SUPPORTED if the device does not support this feature" */
+    if (g->no_ecc) return NVML_ERROR_NOT_SUPPORTED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    /* volatile counts: the config's uncorrected count, plus the script's gpu.N.ecc_sbe /
+     * gpu.N.ecc_dbe (the counts since boot at this step) */
+    *count = 0;
+    if (counter_type == NVML_VOLATILE_ECC) {
+        if (error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+            *count = g->ecc_uncorrected + fake_script_count(g, "ecc_dbe");
+        else
+            *count = fake_script_count(g, "ecc_sbe");
+    }
     return NVML_SUCCESS;
 }
 
@@ -456,9 +479,12 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, uns
                                        unsigned int *pending, unsigned int *failure) {
     ENTER("nvmlDeviceGetRemappedRows");
     DEVICE(g, dev);
-    *corr = 0;
-    *unc = 0;
-    *pending = (unsigned)g->remap_pending;
+    /* nvml.h: "NVML_ERROR_NOT_SUPPORTED if this query is not supported by the device" */
+    if (g->no_remap) return NVML_ERROR_NOT_SUPPORTED;
+    /* the script's gpu.N.remap_cor / gpu.N.remap_unc: rows remapped since manufacture */
+    *corr = (unsigned)fake_script_count(g, "remap_cor");
+    *unc = (unsigned)fake_script_count(g, "remap_unc");
+    *pending = (unsigned)(g->remap_pending || fake_script_count(g, "remap_pending"));
     *failure = (unsigned)g->remap_failure;
     return NVML_SUCCESS;
 }
@@ -573,6 +599,13 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned 
  *   gpu.N.procs     pid:MiB:name,pid:MiB:name  (or `-` for none)
  *   gpu.N.xid       an Xid critical-error event delivered once at this step
  *   gpu.N.lost=1    from this step on, every call for GPU N returns NVML_ERROR_GPU_IS_LOST
+ *   gpu.N.error=C   from this step on, nvmlDeviceGetUtilizationRates answers nvmlReturn_t C
+ *                   (a transient error; gpu.N.error=0 ends it)
+ *   gpu.N.sm, .occupancy, .tensor, .dram   GPM ratios (percent; Hopper and newer)
+ *   gpu.N.pcie_tx_mib, .pcie_rx_mib, .nvlink_tx_mib, .nvlink_rx_mib   MiB a step moves
+ *   gpu.N.ecc_sbe, .ecc_dbe   volatile ECC counts since boot at this step
+ *   gpu.N.remap_cor, .remap_unc, .remap_pending   remapped rows at this step
+ *   gpu.N.event=0x..  an event of that nvmlEventType bit, delivered once if registered
  *   gpu.N.buf_util  percent in the driver's sample buffer for this step (default: util)
  *   gpu.N.viol_power_ms, gpu.N.viol_thermal_ms   violation time a step adds to that
  *                   counter besides the seconds whose throttle bits name it (a slowdown
@@ -657,6 +690,12 @@ static unsigned long long script_num(int n, const char *key, unsigned long long 
 
 static int script_lost(gpu_t *g) { return script_num(gpu_number(g), "lost", 0) != 0; }
 
+/* A scripted counter's value at the current step (0 before the script sets it). */
+static unsigned long long fake_script_count(gpu_t *g, const char *key) {
+    script_load();
+    return script_num(gpu_number(g), key, 0);
+}
+
 #define SCRIPTED(var, dev)              \
     DEVICE(var, dev);                   \
     script_load();                      \
@@ -693,7 +732,8 @@ static int fake_script_processes(gpu_t *g, int mig, proc_t *out, unsigned int ca
         unsigned long long mib;
         if (sscanf(tok, "%u:%llu", &pid, &mib) != 2) continue;
         if (*n < cap) {
-            out[*n].pid = pid;
+            /* container=1: NVML reports the host's PID of the scripted process */
+            out[*n].pid = cfg.container ? HOST_PID_BASE + pid : pid;
             out[*n].used = mib * 1024ULL * 1024ULL;
         }
         (*n)++;
@@ -711,6 +751,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *
         /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
          * supported." */
         if (g->mig) return NVML_ERROR_NOT_SUPPORTED;
+        /* gpu.N.error=<nvmlReturn_t>: from this step the sample's first call fails with it
+         * (a transient driver error, e.g. 999 UNKNOWN or 10 TIMEOUT; 0 ends it) */
+        if (script_num(gpu_number(g), "error", 0))
+            return (nvmlReturn_t)script_num(gpu_number(g), "error", 0);
         util->gpu = (unsigned)script_num(gpu_number(g), "util", 0);
         util->memory = (unsigned)script_num(gpu_number(g), "mem_util", 0);
     }
@@ -795,18 +839,25 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
     unsigned int n;
     ENTER("nvmlSystemGetProcessName");
     script_load();
+    /* every scripted process of this namespace: a GPU's and its MIG devices' (mig.M.procs) */
     for (n = 0; n < cfg.gpu_count; n++) {
-        char buf[160], *tok, *save = NULL;
-        const char *v = script_get((int)n, "procs");
-        if (!v) continue;
-        snprintf(buf, sizeof buf, "%s", v);
-        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            unsigned int p;
-            char pname[96];
-            if (sscanf(tok, "%u:%*u:%95s", &p, pname) == 2 && p == pid)
-                return copy_str(name, length, pname);
+        int m;
+        for (m = -1; m < MAX_MIG; m++) {
+            char buf[160], key[32], *tok, *save = NULL;
+            const char *v = script_get((int)n, script_key(key, sizeof key, m, "procs"));
+            if (!v) continue;
+            snprintf(buf, sizeof buf, "%s", v);
+            for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                unsigned int p;
+                char pname[96];
+                if (sscanf(tok, "%u:%*u:%95s", &p, pname) == 2 && p == pid)
+                    return copy_str(name, length, pname);
+            }
         }
     }
+    /* the configured (unscripted) processes of list_processes: this namespace's own */
+    if (!cfg.container && pid >= 4242u && pid < 4242u + 100u * (MAX_MIG + 1))
+        return copy_str(name, length, "cuda-app");
     /* nvml.h: "NVML_ERROR_NOT_FOUND if process doesn't exists" (container=1: a host PID is
      * not in this namespace's /proc) */
     return NVML_ERROR_NOT_FOUND;
@@ -824,9 +875,9 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long lo
     ENTER("nvmlDeviceGetSupportedEventTypes");
     {
         DEVICE(g, dev);
-        (void)g;
-        *types = nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError |
-                 nvmlEventTypeXidCriticalError;
+        *types = g->event_types ? g->event_types
+                                : (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError |
+                                   nvmlEventTypeXidCriticalError);
     }
     return NVML_SUCCESS;
 }
@@ -834,11 +885,18 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long lo
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
                                       nvmlEventSet_t set) {
     ENTER("nvmlDeviceRegisterEvents");
-    (void)types;
     (void)set;
     {
+        unsigned long long supported;
         DEVICE(g, dev);
-        (void)g;
+        supported = g->event_types ? g->event_types
+                                   : (nvmlEventTypeSingleBitEccError |
+                                      nvmlEventTypeDoubleBitEccError |
+                                      nvmlEventTypeXidCriticalError);
+        /* nvml.h: "NVML_ERROR_NOT_SUPPORTED if the platform does not support this feature
+         * or some of requested event types" */
+        if (types & ~supported) return NVML_ERROR_NOT_SUPPORTED;
+        g->registered |= types;
     }
     return NVML_SUCCESS;
 }
@@ -851,12 +909,20 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
     script_load();
     for (r = 0; r < scr.rows; r++) {
         unsigned int gi = 0xFFFFFFFFu;
+        int other = !strcmp(scr.key[r], "event");
+        unsigned long long type = other ? strtoull(scr.value[r], NULL, 0)
+                                        : nvmlEventTypeXidCriticalError;
         if (scr.delivered[r] || (long long)scr.step[r] > scr.now) continue;
-        if (strcmp(scr.key[r], "xid") && sscanf(scr.key[r], "mig.%u.xid", &gi) != 1) continue;
+        if (!other && strcmp(scr.key[r], "xid") && sscanf(scr.key[r], "mig.%u.xid", &gi) != 1)
+            continue;
+        /* gpu.N.event=<nvmlEventType bit>: an event of another type, delivered only when the
+         * set registered it ("eventData is 0 for any other event") */
+        if (other && (scr.gpu[r] >= cfg.gpu_count || !(cfg.gpus[scr.gpu[r]].registered & type)))
+            continue;
         scr.delivered[r] = 1;
         data->device = (nvmlDevice_t)(uintptr_t)(scr.gpu[r] + 1);
-        data->eventType = nvmlEventTypeXidCriticalError;
-        data->eventData = strtoull(scr.value[r], NULL, 10);
+        data->eventType = type;
+        data->eventData = other ? 0 : strtoull(scr.value[r], NULL, 10);
         /* nvml.h: "If MIG is enabled and nvmlEventTypeXidCriticalError event is attributable
          * to a GPU instance, stores a valid GPU instance ID. gpuInstanceId is set to
          * 0xFFFFFFFF otherwise." */
@@ -986,7 +1052,9 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *id) 
  * the step and GPU instance it was taken at; nvmlGpmMetricsGet answers
  * NVML_GPM_METRIC_GRAPHICS_UTIL ("Percentage of time any compute/graphics app was active on
  * the GPU. 0.0 - 100.0") over the steps between the two samples: the script's
- * gpu.N.mig.M.util (a GPU instance) or gpu.N.util (the whole GPU) at the later sample. */
+ * gpu.N.mig.M.util (a GPU instance) or gpu.N.util (the whole GPU) at the later sample; and
+ * SM_UTIL, SM_OCCUPANCY, ANY_TENSOR_UTIL, DRAM_BW_UTIL (all "0.0 - 100.0") from the keys
+ * sm, occupancy, tensor, dram (per GPU or mig.M.). Other metrics: NOT_SUPPORTED. */
 struct nvmlGpmSample_st {
     int gpu;
     int gi; /* -1: the whole GPU */
@@ -1071,12 +1139,21 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
         char key[32];
         const char *v;
         m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
-        if (m->metricId != NVML_GPM_METRIC_GRAPHICS_UTIL) {
+        const char *name;
+        switch (m->metricId) {
+        case NVML_GPM_METRIC_GRAPHICS_UTIL: name = "util"; break;
+        case NVML_GPM_METRIC_SM_UTIL: name = "sm"; break;
+        case NVML_GPM_METRIC_SM_OCCUPANCY: name = "occupancy"; break;
+        case NVML_GPM_METRIC_ANY_TENSOR_UTIL: name = "tensor"; break;
+        case NVML_GPM_METRIC_DRAM_BW_UTIL: name = "dram"; break;
+        default: name = NULL;
+        }
+        if (!name) {
             m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             continue;
         }
         v = script_get_at(get->sample2->gpu,
-                          script_key(key, sizeof key, get->sample2->gi, "util"),
+                          script_key(key, sizeof key, get->sample2->gi, name),
                           get->sample2->step);
         m->value = v ? strtod(v, NULL) : 0.0;
         m->nvmlReturn = NVML_SUCCESS;
@@ -1127,6 +1204,61 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t dev, nvmlPerfPolicyType_t
         }
         viol->referenceTime = BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US;
         viol->violationTime = ns;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- field values ---------------------------------------------------------------------------
+ * nvml.h (nvmlDeviceGetFieldValues): "NVML_SUCCESS if any values in values were populated.
+ * Note that you must check the nvmlReturn field of each value for each individual status";
+ * (nvmlFieldValue_t) "value is undefined if nvmlReturn != NVML_SUCCESS". Answered:
+ * NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES ("PCIe transmit bytes. Value can be wrapped.")
+ * where gpu.N.pcie_counters=1, the sum of the script's gpu.N.pcie_tx_mib / pcie_rx_mib over
+ * the steps so far (MiB a step moves); NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX ("in
+ * KiB"; "A scopeId of UINT_MAX returns aggregate value summed up across all links") where
+ * gpu.N.nvlink=1, from nvlink_tx_mib / nvlink_rx_mib. Anything else: NOT_SUPPORTED. */
+static unsigned long long script_sum(gpu_t *g, const char *key, unsigned long long unit) {
+    long long s;
+    unsigned long long total = 0;
+    for (s = 1; s <= scr.now; s++) {
+        const char *v = script_get_at(gpu_number(g), key, s);
+        if (v) total += strtoull(v, NULL, 0) * unit;
+    }
+    return total;
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *values) {
+    int k;
+    ENTER("nvmlDeviceGetFieldValues");
+    {
+        SCRIPTED(g, dev);
+        if (!values || count < 0) return NVML_ERROR_INVALID_ARGUMENT;
+        for (k = 0; k < count; k++) {
+            nvmlFieldValue_t *v = &values[k];
+            const char *key = NULL;
+            unsigned long long unit = 1024ULL * 1024ULL;
+            int ok = 0;
+            switch (v->fieldId) {
+            case NVML_FI_DEV_PCIE_COUNT_TX_BYTES: key = "pcie_tx_mib"; ok = g->pcie_counters; break;
+            case NVML_FI_DEV_PCIE_COUNT_RX_BYTES: key = "pcie_rx_mib"; ok = g->pcie_counters; break;
+            case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+                key = "nvlink_tx_mib"; unit = 1024ULL; ok = g->nvlink && v->scopeId == 0xFFFFFFFFu;
+                break;
+            case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+                key = "nvlink_rx_mib"; unit = 1024ULL; ok = g->nvlink && v->scopeId == 0xFFFFFFFFu;
+                break;
+            default: break;
+            }
+            v->timestamp = (long long)(BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US);
+            v->latencyUsec = 0;
+            if (!ok || mig_ >= 0) {
+                v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+                continue;
+            }
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v->value.ullVal = script_sum(g, key, unit);
+            v->nvmlReturn = NVML_SUCCESS;
+        }
     }
     return NVML_SUCCESS;
 }

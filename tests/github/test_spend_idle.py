@@ -69,7 +69,7 @@ def test_bad_oversized_and_forged_reports_never_lower_or_inflate(
 ):
     runs = [gpu_run(server, T0 + timedelta(days=d), 3) for d in range(7)]
     good = monitor_report(monkeypatch, T0)
-    wrong = dict(good, schema_version=2)  # not the schema
+    wrong = dict(good, schema_version=99)  # not the schema
     forged = json.loads(json.dumps(good))
     forged["cost"]["idle_cost_usd"] = 1e9  # ignored: not trusted
     forged["cost"]["idle_fraction"] = 1
@@ -170,7 +170,7 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
     good = monitor_report(monkeypatch, T0)
     broken = []
     for path, value in [
-        (("schema_version",), 2),
+        (("schema_version",), 99),
         (("cost", "idle_fraction"), 1.5),
         (("cost", "idle_fraction"), "0.5"),
         (("interval_s",), 0),

@@ -9,6 +9,7 @@ the sampler and the file format :mod:`gpu_ci.cuda.monitor`, the numbers and view
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -137,7 +138,21 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
     )
 
 
-def parse_pricing(text: str, day: datetime) -> mr.Pricing:
+def pricing_inputs(inputs: Inputs, day: datetime) -> mr.Pricing:
+    """``price-per-hour`` (the runner) or ``price-per-gpu-hour`` (each GPU the job sees, on
+    a shared host whose jobs lease their GPUs), never both."""
+    runner, gpu = inputs["price-per-hour"].strip(), inputs["price-per-gpu-hour"].strip()
+    if runner and gpu:
+        raise UsageError(
+            "gpu-monitor: set either 'price-per-hour' (what the runner costs) or "
+            "'price-per-gpu-hour' (what each leased GPU of a shared host costs), not both."
+        )
+    if gpu:
+        return dataclasses.replace(parse_pricing(gpu, day, name="price-per-gpu-hour"), per_gpu=True)
+    return parse_pricing(runner, day)
+
+
+def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> mr.Pricing:
     from gpu_ci.pricing import PriceError, load_table, parse_price
 
     if not text.strip():
@@ -146,16 +161,16 @@ def parse_pricing(text: str, day: datetime) -> mr.Pricing:
     try:
         price = parse_price(text, table, per="hour")
     except PriceError as exc:
-        raise UsageError(f"input 'price-per-hour': {exc}") from None
+        raise UsageError(f"input '{name}': {exc}") from None
     amount = price.on(day.date(), table)
     if amount is None:
         raise UsageError(
-            f"input 'price-per-hour' names {price.sku}, which has no price on "
+            f"input '{name}' names {price.sku}, which has no price on "
             f"{day.date()} in the table (checked {table.checked}); write an "
             "amount instead, e.g. 3.12."
         )
     source = (
-        f"price-per-hour {text.strip()}"
+        f"{name} {text.strip()}"
         if price.sku is None
         else f"{price.sku} on {day.date()}, price table checked {table.checked}"
     )
@@ -179,7 +194,7 @@ def sizes_on(day: datetime) -> right_size.Sizes:
 def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     limits = parse_limits(inputs)
     now = time.time()
-    pricing = parse_pricing(inputs["price-per-hour"], datetime.fromtimestamp(now, timezone.utc))
+    pricing = pricing_inputs(inputs, datetime.fromtimestamp(now, timezone.utc))
     if not (directory / monitor.SAMPLES_NAME).exists():
         if (directory / control.NO_GPU_NAME).exists():
             return report_no_gpu(directory, limits, rt)

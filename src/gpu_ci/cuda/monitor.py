@@ -22,9 +22,19 @@ read without us:
   (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
   ``board_power_mw`` (the whole GPU's, never the slice's). The start line's GPU entry of
   a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
-* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe", "data": n,
-  "gi": n, "ci": n}`` (the GPU and compute instance of the event; 0xFFFFFFFF: none)
-* ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST"}``
+  Since issue 28's signals, each entry may also hold ``gpm`` ({"sm", "occupancy", "tensor",
+  "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
+  ``pcie_bytes`` / ``nvlink_kib`` ([tx, rx] driver counters from field values),
+  ``ecc`` ([corrected, uncorrected] volatile counts) and ``remap`` ([correctable,
+  uncorrectable, pending, failure] rows), each null where unsupported; a process entry has a
+  4th item ``false`` when NVML lists a PID this namespace cannot name (a host PID seen from
+  a container).
+* ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe" | ...,
+  "data": n, "gi": n, "ci": n}`` (``EVENT_TYPES`` names them; the GPU and compute instance
+  of the event; 0xFFFFFFFF: none)
+* ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST",
+  "gap": bool}`` (only GPU_IS_LOST ends a GPU's samples; any other error is a gap, written
+  once, and the GPU is asked again each sample)
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
 
@@ -87,9 +97,35 @@ ARGUMENT_VERSION_MISMATCH = 25
 VIOLATION_POLICIES = {0: "power", 1: "thermal", 3: "board_limit", 5: "reliability", 10: "total"}
 GPM_GRAPHICS_UTIL = 1
 """NVML_GPM_METRIC_GRAPHICS_UTIL: "Percentage of time any compute/graphics app was active"."""
+#: nvmlGpmMetricId_t (nvml.h) asked besides GRAPHICS_UTIL, and how the file names them:
+#: SM_UTIL "Percentage of SMs that were busy", SM_OCCUPANCY "Percentage of warps that were
+#: active vs theoretical maximum", ANY_TENSOR_UTIL "Percentage of time the GPU's SMs were
+#: doing ANY tensor operations", DRAM_BW_UTIL "Percentage of DRAM bw used vs theoretical
+#: maximum" (all 0.0 - 100.0; Hopper and newer).
+GPM_ACTIVITY = {2: "sm", 3: "occupancy", 5: "tensor", 10: "dram"}
+#: nvmlFieldValue_t ids read each sample (nvml.h): NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES
+#: ("PCIe transmit bytes. Value can be wrapped.") and NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX /
+#: _RX ("NVLink TX Data throughput in KiB"; "A scopeId of UINT_MAX returns aggregate value
+#: summed up across all links").
+ALL_LINKS = 0xFFFFFFFF
+IO_FIELDS = ((197, 0), (198, 0), (138, ALL_LINKS), (139, ALL_LINKS))
+#: nvmlMemoryErrorType_t CORRECTED / UNCORRECTED, nvmlEccCounterType_t VOLATILE (since boot).
+ECC_CORRECTED, ECC_UNCORRECTED, ECC_VOLATILE = 0, 1, 0
 
-#: nvmlEventType* bits we ask for, and how the file names them.
-EVENT_TYPES = {0x8: "xid", 0x1: "ecc-sbe", 0x2: "ecc-dbe"}
+#: nvmlEventType* bits we ask for (nvml.h), and how the file names them. eventData is the
+#: Xid for nvmlEventTypeXidCriticalError and "0 for any other event".
+EVENT_TYPES = {
+    0x8: "xid",
+    0x1: "ecc-sbe",
+    0x2: "ecc-dbe",
+    0x200: "ecc-sbe-storm",
+    0x400: "dram-retirement",
+    0x800: "dram-retirement-failure",
+    0x1000: "poison-nonfatal",
+    0x2000: "poison-fatal",
+    0x4000: "gpu-unavailable",
+    0x8000: "recovery-action",
+}
 
 
 @dataclass(frozen=True)
@@ -220,10 +256,13 @@ class _Nvml:
         self.process_names: dict[int, str] = {}
         self.buffer_last: dict[tuple[int, int | None], int] = {}
         self.no_buffer: set[tuple[int, int | None]] = set()
-        self.gpm: dict[tuple[int, int | None], tuple[Any, Any]] = {}
+        self.gpm_pairs: dict[tuple[int, int | None], tuple[Any, Any]] = {}
         self.gpm_primed: set[tuple[int, int | None]] = set()
         self.no_violations: set[tuple[int, int | None]] = set()
         self.no_v2 = False
+        self.no_io: set[int] = set()
+        self.no_ecc: set[int] = set()
+        self.no_remap: set[int] = set()
 
     def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """The value, or None when the GPU does not support the query (lost → raises)."""
@@ -235,6 +274,10 @@ class _Nvml:
             return None
 
     def process_name(self, pid: int) -> str:
+        """The process's name, or "" where NVML cannot name it: inside a container NVML
+        lists the host's PIDs, which this PID namespace does not hold (nvml.h:
+        "NVML_ERROR_NOT_FOUND if process doesn't exists"), so the process is another
+        namespace's -- possibly another container's -- and not shown as the job's."""
         if pid not in self.process_names:
             if len(self.process_names) > 1024:
                 self.process_names.clear()
@@ -242,7 +285,7 @@ class _Nvml:
             with contextlib.suppress(self.nvml.NVMLError):
                 raw = self.nvml.nvmlSystemGetProcessName(pid)
                 name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-            self.process_names[pid] = os.path.basename(name) or f"pid {pid}"
+            self.process_names[pid] = os.path.basename(name)
         return self.process_names[pid]
 
     def reasons(self, handle: Any) -> int | None:
@@ -292,36 +335,93 @@ class _Nvml:
             return None
         return _buffer_busy_s(last, entries)
 
-    def gpm_util(self, key: tuple[int, int | None], parent: Any, gi: int) -> float | None:
-        """A MIG instance's utilisation over the time since its previous GPM sample
-        (NVML_GPM_METRIC_GRAPHICS_UTIL); None for the first sample and where GPM is
-        unsupported (before Hopper)."""
+    def gpm(self, key: tuple[int, int | None], take: Callable[[Any], Any]) -> dict[str, Any]:
+        """GPM metrics over the time since this device's previous GPM sample: ``util``
+        (NVML_GPM_METRIC_GRAPHICS_UTIL) and the activity ratios of ``GPM_ACTIVITY``, each
+        None where the metric's own nvmlReturn is nonzero; {} for the first sample and
+        where GPM is unsupported (before Hopper: no sample pair was allocated). ``take``
+        reads a sample into the buffer it is given (nvmlGpmSampleGet for a GPU,
+        nvmlGpmMigSampleGet for a MIG instance)."""
         n = self.nvml
-        pair = self.gpm.get(key)
+        pair = self.gpm_pairs.get(key)
         if pair is None:
-            return None
+            return {}
         prev, cur = pair
         try:
-            n.nvmlGpmMigSampleGet(parent, gi, cur)
+            take(cur)
         except n.NVMLError as exc:
             if int(exc.value) == GPU_IS_LOST:
                 raise
-            return None
-        self.gpm[key] = (cur, prev)
+            return {}
+        self.gpm_pairs[key] = (cur, prev)
         if key not in self.gpm_primed:
             self.gpm_primed.add(key)
-            return None
+            return {}
+        ids = {GPM_GRAPHICS_UTIL: "util", **GPM_ACTIVITY}
         get = n.c_nvmlGpmMetricsGet_t()
         get.version = n.NVML_GPM_METRICS_GET_VERSION
-        get.numMetrics = 1
+        get.numMetrics = len(ids)
         get.sample1, get.sample2 = prev, cur
-        get.metrics[0].metricId = GPM_GRAPHICS_UTIL
+        for k, metric_id in enumerate(ids):
+            get.metrics[k].metricId = metric_id
         try:
             n.nvmlGpmMetricsGet(get)
         except n.NVMLError:
-            return None
-        metric = get.metrics[0]
-        return round(float(metric.value), 3) if int(metric.nvmlReturn) == 0 else None
+            return {}
+        out = {}
+        for k, name in enumerate(ids.values()):
+            m = get.metrics[k]
+            out[name] = round(float(m.value), 3) if int(m.nvmlReturn) == 0 else None
+        return out
+
+    def gpm_util(self, key: tuple[int, int | None], parent: Any, gi: int) -> dict[str, Any]:
+        """A MIG instance's GPM metrics (nvmlGpmMigSampleGet on its parent)."""
+        return self.gpm(key, lambda buf: self.nvml.nvmlGpmMigSampleGet(parent, gi, buf))
+
+    def io(self, index: int, handle: Any) -> dict[str, Any]:
+        """PCIe bytes and NVLink KiB counters (field values), each pair None where the
+        driver answers NOT_SUPPORTED for it; asked no more once nothing is supported."""
+        n = self.nvml
+        if index in self.no_io:
+            return {"pcie_bytes": None, "nvlink_kib": None}
+        try:
+            values = n.nvmlDeviceGetFieldValues(handle, list(IO_FIELDS))
+        except nvml_errors(n) as exc:
+            if error_code(n, exc) == GPU_IS_LOST:
+                raise
+            self.no_io.add(index)
+            return {"pcie_bytes": None, "nvlink_kib": None}
+        got = [_field_value(v) for v in values]
+        if all(v is None for v in got):
+            self.no_io.add(index)
+        pcie = got[:2] if None not in got[:2] else None
+        nvlink = got[2:] if None not in got[2:] else None
+        return {"pcie_bytes": pcie, "nvlink_kib": nvlink}
+
+    def health(self, index: int, handle: Any) -> dict[str, Any]:
+        """Volatile ECC error counts [corrected, uncorrected] and remapped rows [correctable,
+        uncorrectable, pending, failure]; None where the GPU has no ECC or row remapping
+        (consumer boards), asked once then."""
+        n = self.nvml
+        ecc = remap = None
+        if index not in self.no_ecc:
+            try:
+                ecc = [
+                    int(n.nvmlDeviceGetTotalEccErrors(handle, kind, ECC_VOLATILE))
+                    for kind in (ECC_CORRECTED, ECC_UNCORRECTED)
+                ]
+            except n.NVMLError as exc:
+                if int(exc.value) == GPU_IS_LOST:
+                    raise
+                self.no_ecc.add(index)
+        if index not in self.no_remap:
+            try:
+                remap = [int(x) for x in n.nvmlDeviceGetRemappedRows(handle)]
+            except n.NVMLError as exc:
+                if int(exc.value) == GPU_IS_LOST:
+                    raise
+                self.no_remap.add(index)
+        return {"ecc": ecc, "remap": remap}
 
     def board(self, handle: Any) -> dict[str, Any]:
         """Figures of the whole GPU. Utilisation first: it raises when the GPU is lost."""
@@ -352,7 +452,15 @@ class _Nvml:
             for p in self.optional(running_processes, self.nvml, handle) or []
             if p.pid is not None
         ]
-        return [[p.pid, p.used_bytes or 0, self.process_name(p.pid)] for p in procs]
+        out = []
+        for p in procs:
+            name = self.process_name(p.pid)
+            # [pid, bytes, name] for a process of this PID namespace; a 4th item, false,
+            # for one NVML lists that this namespace cannot resolve (a host PID)
+            out.append(
+                [p.pid, p.used_bytes or 0, name] if name else [p.pid, p.used_bytes or 0, "", False]
+            )
+        return out
 
     def violations(self, key: tuple[int, int | None], handle: Any) -> dict[str, int] | None:
         """The violation counters (ns below application clocks, by reason), or None where
@@ -405,16 +513,21 @@ class _Nvml:
             "procs": self.processes(handle),
             "util_busy_s": self.buffer_busy((index, None), handle),
             "energy_mj": self.optional(n.nvmlDeviceGetTotalEnergyConsumption, handle),
+            "gpm": self.gpm((index, None), lambda buf: n.nvmlGpmSampleGet(handle, buf)) or None,
+            **self.io(index, handle),
+            **self.health(index, handle),
         }
 
     def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
         """A MIG slice: its own memory, processes and GPM utilisation; the board's power
         apart (board-wide, not the slice's)."""
         mem_used, reserved = self.memory(device.handle)
+        gpm = self.gpm_util(device.key, device.parent, device.gi or 0)
         return {
             "index": device.index,
             "slice": device.slot,
-            "util": self.gpm_util(device.key, device.parent, device.gi or 0),
+            "util": gpm.pop("util", None),
+            "gpm": gpm or None,
             "mem_util": None,
             "mem_used": mem_used,
             "mem_reserved": reserved,
@@ -425,6 +538,16 @@ class _Nvml:
             "throttle": board["throttle"],
             "procs": self.processes(device.handle),
         }
+
+
+def _field_value(value: Any) -> int | None:
+    """An integer nvmlFieldValue_t's value (nvmlValueType_t 1-6), None when its nvmlReturn
+    is nonzero ("value is undefined if nvmlReturn != NVML_SUCCESS")."""
+    if int(value.nvmlReturn) != 0:
+        return None
+    kind = int(value.valueType)
+    field = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(kind)
+    return None if field is None else int(getattr(value.value, field))
 
 
 def _buffer_busy_s(last: int, entries: list[tuple[int, int]]) -> float:
@@ -488,11 +611,23 @@ def mig_devices(nvml: Any, index: int, parent: Any, environ: Mapping[str, str]) 
     return out
 
 
-def _gpu_header(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+def _gpm_pair(reader: _Nvml, key: tuple[int, int | None], handle: Any) -> bool:
+    """Allocates the two GPM samples of a device that supports GPM (Hopper and newer)."""
+    n = reader.nvml
+    with contextlib.suppress(n.NVMLError, AttributeError):
+        if n.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            reader.gpm_pairs[key] = (n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc())
+            return True
+    return False
+
+
+def _gpu_header(reader: _Nvml, index: int, handle: Any) -> dict[str, Any]:
+    nvml = reader.nvml
     total, _used = memory_info(nvml, handle)
     mig: bool | None = None
     with contextlib.suppress(nvml.NVMLError):
         mig = bool(nvml.nvmlDeviceGetMigMode(handle)[0])
+    _gpm_pair(reader, (index, None), handle)
     return {
         "index": index,
         "name": _text(nvml.nvmlDeviceGetName(handle)),
@@ -510,11 +645,7 @@ def _slice_header(reader: _Nvml, device: Device) -> dict[str, Any]:
     """A MIG slice's start-line entry; allocates its two GPM samples where GPM works."""
     n = reader.nvml
     mem = n.nvmlDeviceGetMemoryInfo(device.handle)
-    source = None
-    with contextlib.suppress(n.NVMLError, AttributeError):
-        if n.nvmlGpmQueryDeviceSupport(device.handle).isSupportedDevice:
-            reader.gpm[device.key] = (n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc())
-            source = "gpm"
+    source = "gpm" if _gpm_pair(reader, device.key, device.handle) else None
     return {
         "index": device.index,
         "slice": device.slot,
@@ -609,7 +740,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                     for entry in (
                         [_slice_header(reader, d) for d in slices[i]]
                         if slices[i]
-                        else [_gpu_header(pynvml, i, h)]
+                        else [_gpu_header(reader, i, h)]
                     )
                 ],
             }
@@ -619,6 +750,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
             + "\n"
         )
         lost: set[int] = set()
+        failing: set[int] = set()
         reason = ""
         while not stop:
             began = time.monotonic()
@@ -633,9 +765,17 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                         gpus.extend(reader.read_slice(d, board) for d in slices[i])
                     else:
                         gpus.append(reader.read(i, h))
+                    failing.discard(i)
                 except pynvml.NVMLError as exc:
+                    # Only GPU_IS_LOST ends a GPU's samples; any other failure (a TIMEOUT,
+                    # an UNKNOWN under load) is a gap: the GPU is asked again next sample,
+                    # and the error is written once per gap, not once per sample.
                     code = int(exc.value)
-                    lost.add(i)
+                    if code == GPU_IS_LOST:
+                        lost.add(i)
+                    elif i in failing:
+                        continue
+                    failing.add(i)
                     out.write(
                         {
                             "kind": "error",
@@ -644,6 +784,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                             "call": "sample",
                             "code": code,
                             "name": reader.names.get(code, "UNKNOWN"),
+                            "gap": code != GPU_IS_LOST,
                         }
                     )
             if not gpus and len(lost) == len(handles):
@@ -699,7 +840,7 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
             }
         )
     with contextlib.suppress(pynvml.NVMLError):
-        for pair in reader.gpm.values():
+        for pair in reader.gpm_pairs.values():
             for sample in pair:
                 pynvml.nvmlGpmSampleFree(sample)
         if events is not None:

@@ -2,17 +2,22 @@
 
 A fleet's dashboards already hold DCGM-exporter metrics; these gauges sit beside them, one
 group per job (``repository``, ``workflow``, ``github_job``, ``run_id``, ``run_attempt``,
-``runner``), per-GPU series labelled with the GPU's UUID, so usage and idle cost can be
-summed per repository and workflow. Base units (seconds, bytes, joules, ratios) as
-Prometheus' naming guide asks.
+``runner``), per-GPU series labelled as dcgm-exporter labels its own (``gpu`` the index,
+``UUID``, ``modelName``, ``Hostname``; ``GPU_I_ID`` the MIG GPU instance, "" for a whole
+GPU), so a query can join the two on the same names; usage and idle cost can be summed per
+repository and workflow. Base units (seconds, bytes, joules, ratios) as Prometheus' naming
+guide asks.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 
 from gpu_ci.cuda.monitor_report import Report
 
+#: Per-GPU label names: dcgm-exporter's where they mean the same thing.
+LABELS = ("gpu", "UUID", "modelName", "Hostname", "GPU_I_ID")
 PUSH_JOB = "gpu_ci_monitor"
 """The Pushgateway's own ``job`` label; the workflow's job is ``github_job``."""
 
@@ -34,7 +39,8 @@ def push(url: str, report: Report, environ: Mapping[str, str], timeout: float = 
     from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
     registry = CollectorRegistry()
-    labels = ["gpu_uuid", "gpu_index", "gpu_name"]
+    labels = list(LABELS)
+    host = environ.get("RUNNER_HOSTNAME") or socket.gethostname()
 
     def per_gpu(name: str, doc: str) -> Gauge:
         return Gauge(name, doc, labels, registry=registry)
@@ -60,10 +66,52 @@ def push(url: str, report: Report, environ: Mapping[str, str], timeout: float = 
         "where power is unsupported.",
     )
     throttled = per_gpu("gpu_ci_job_gpu_throttled_seconds", "Time with clocks slowed down.")
+    ratios = {
+        name: per_gpu(
+            f"gpu_ci_job_gpu_{name}_ratio",
+            f"Mean GPM {what} during the job (0-1; Hopper and newer, as DCGM_FI_PROF_*).",
+        )
+        for name, what in (
+            ("sm_active", "SM activity (NVML_GPM_METRIC_SM_UTIL)"),
+            ("sm_occupancy", "SM occupancy"),
+            ("tensor_active", "tensor activity (ANY_TENSOR_UTIL)"),
+            ("dram_active", "DRAM bandwidth use (DRAM_BW_UTIL)"),
+        )
+    }
+    moved = {
+        k: per_gpu(f"gpu_ci_job_gpu_{k}_bytes", f"Bytes of {k.replace('_', ' ')} during the job.")
+        for k in ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
+    }
+    health = {
+        k: per_gpu(f"gpu_ci_job_gpu_{k}", f"{k.replace('_', ' ')} during the job.")
+        for k in ("ecc_corrected_errors", "ecc_uncorrected_errors", "rows_remapped")
+    }
     for g in report.gpus:
-        key = (g.gpu.uuid, str(g.gpu.index), g.gpu.name)
+        key = (
+            str(g.gpu.index),
+            g.gpu.uuid,
+            g.gpu.name,
+            host,
+            "" if g.gpu.gi is None else str(g.gpu.gi),
+        )
+        act = {"sm_active": "sm", "sm_occupancy": "occupancy", "tensor_active": "tensor"}
+        extra = [
+            (
+                gauge,
+                None
+                if g.activity.get(act.get(n, "dram")) is None
+                else (g.activity[act.get(n, "dram")] or 0) / 100,
+            )
+            for n, gauge in ratios.items()
+        ]
+        extra += [(gauge, g.io.get(k)) for k, gauge in moved.items()]
+        extra += [
+            (health["ecc_corrected_errors"], g.health.get("ecc_corrected")),
+            (health["ecc_uncorrected_errors"], g.health.get("ecc_uncorrected")),
+            (health["rows_remapped"], g.health.get("rows_remapped")),
+        ]
         # an unknown figure is no sample at all (never 0): a query then finds no series
-        for gauge, value in (
+        for gauge, value in extra + [
             (busy, g.busy_s),
             (peak, g.peak_memory),
             (total, g.gpu.memory_total),
@@ -71,7 +119,7 @@ def push(url: str, report: Report, environ: Mapping[str, str], timeout: float = 
             (util, None if g.util_mean is None else g.util_mean / 100),
             (util95, None if g.util_p95 is None else g.util_p95 / 100),
             (energy, None if g.energy_wh is None else g.energy_wh * 3600),
-        ):
+        ]:
             if value is not None:
                 gauge.labels(*key).set(value)
     c = report.cost

@@ -28,7 +28,9 @@ scripted time series. Rules, stated once:
   reported apart (v1 drivers: reserved + allocated, as v1 counts it);
 * **paid** minutes follow GitHub's rule (the job's time, rounded up to whole minutes, at
   least one); GPU-minutes paid = paid minutes × GPUs watched; **used** = busy time;
-  idle fraction = 1 − used / paid; idle cost = cost × idle fraction.
+  idle fraction = 1 − used / paid; cost = the runner's price × paid minutes, or with a
+  per-GPU price (a shared host's leased GPUs) the GPU's price × GPU-minutes paid; idle cost
+  = cost × idle fraction (per leased GPU, never the whole host's).
 """
 
 from __future__ import annotations
@@ -41,14 +43,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.cuda import right_size as rs
 from gpu_ci.markdown import markdown_table
-from gpu_ci.pricing import billed_minutes
+from gpu_ci.pricing import billed_minutes, job_cost
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``activity`` (GPM), ``io`` (PCIe/NVLink bytes), ``health`` (ECC and remapped-row deltas),
+``foreign`` processes; a version-1 report stays readable (:func:`read_report`)."""
 MAX_FINDINGS_SHOWN = 50
 """Findings in the summary, the log's annotations and the ``findings`` output: a GPU that
 raises an ECC event every second must not push the summary past GitHub's 1 MiB per step
@@ -75,21 +80,24 @@ VIOLATION_REASONS = {
     "reliability": "reliability",
 }
 
-#: Xid codes that mean the GPU is gone or needs a reset (NVIDIA's Xid catalogue).
-XID_MEANING = {
-    79: "GPU has fallen off the bus",
-    48: "double-bit ECC error",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-}
+CATALOGUE_PATH = Path(__file__).resolve().parent.parent / "data" / "xid-catalogue.json"
+
+
+def catalogue() -> dict[str, Any]:
+    """NVIDIA's Xid catalogue's rows gpu-monitor names, and the event types' actions
+    (``data/xid-catalogue.json``, which cites its sources)."""
+    return dict(json.loads(CATALOGUE_PATH.read_text(encoding="utf-8")))
+
+
+_CATALOGUE = catalogue()
+XID_MEANING = {int(k): str(v["meaning"]) for k, v in _CATALOGUE["xids"].items()}
+"""What each catalogued Xid means; its action is ``XID_ACTION``."""
+XID_ACTION = {int(k): str(v["action"]) for k, v in _CATALOGUE["xids"].items()}
+XID_RESET = {int(k) for k, v in _CATALOGUE["xids"].items() if v["reset"]}
+EVENT_ACTIONS: dict[str, dict[str, str]] = dict(_CATALOGUE["events"])
+
+#: GPM activity ratios as the sample file names them, and as the summary shows them.
+ACTIVITY = {"sm": "SM active", "occupancy": "SM occupancy", "tensor": "tensor", "dram": "DRAM"}
 
 
 # -- the recording --------------------------------------------------------------------
@@ -143,6 +151,18 @@ class GpuSample:
     """Memory reserved by the driver (nvmlMemory_v2_t), apart from ``mem_used``."""
     violation_ns: tuple[tuple[str, int], ...] = ()
     """Cumulative violation-counter times (ns) by reason (nvmlDeviceGetViolationStatus)."""
+    activity: tuple[tuple[str, float | None], ...] = ()
+    """GPM ratios (percent) since the previous sample, by ``ACTIVITY`` name; () unread."""
+    pcie_bytes: tuple[int, int] | None = None
+    """The driver's PCIe [tx, rx] byte counters (field values; they may wrap)."""
+    nvlink_kib: tuple[int, int] | None = None
+    """The driver's NVLink [tx, rx] data counters, KiB, all links."""
+    ecc: tuple[int, int] | None = None
+    """Volatile ECC error counts [corrected, uncorrected] since boot."""
+    remap: tuple[int, int, int, int] | None = None
+    """Remapped rows [correctable, uncorrectable, pending, failure]."""
+    foreign: tuple[int, ...] = ()
+    """PIDs NVML listed that this PID namespace cannot resolve (host PIDs in a container)."""
 
     @property
     def key(self) -> tuple[int, int | None]:
@@ -220,9 +240,23 @@ def _util(value: Any) -> float | None:
     return int(out) if out.is_integer() else out
 
 
+def _ints(value: Any, n: int) -> Any:
+    """A list of ``n`` integers from the file, or None (unsupported)."""
+    if value is None:
+        return None
+    out = tuple(int(v) for v in value)
+    if len(out) != n:
+        raise ValueError(f"expected {n} numbers, got {len(out)}")
+    return out
+
+
 def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
     util = g.get("util")
     viol = g.get("violation_ns") or {}
+    gpm = dict(g.get("gpm") or {})
+    procs = list(g.get("procs", ()))
+    # a 4th item false: a PID this namespace could not resolve (not the job's to claim)
+    own = [p for p in procs if len(p) < 4 or p[3] is not False]
     return GpuSample(
         ts,
         int(g["index"]),
@@ -233,13 +267,19 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
         _int(g.get("temp")),
         _int(g.get("sm_mhz")),
         _int(g.get("throttle")),
-        tuple((int(p[0]), int(p[1]), str(p[2])) for p in g.get("procs", ())),
+        tuple((int(p[0]), int(p[1]), str(p[2])) for p in own),
         slot=_int(g.get("slice")),
         util_busy_s=_float(g.get("util_busy_s")),
         energy_mj=_int(g.get("energy_mj")),
         board_power_mw=_int(g.get("board_power_mw")),
         mem_reserved=_int(g.get("mem_reserved")),
         violation_ns=tuple(sorted((str(k), int(v)) for k, v in dict(viol).items())),
+        activity=tuple((k, _float(gpm[k])) for k in ACTIVITY if k in gpm),
+        pcie_bytes=_ints(g.get("pcie_bytes"), 2),
+        nvlink_kib=_ints(g.get("nvlink_kib"), 2),
+        ecc=_ints(g.get("ecc"), 2),
+        remap=_ints(g.get("remap"), 4),
+        foreign=tuple(int(p[0]) for p in procs if len(p) >= 4 and p[3] is False),
     )
 
 
@@ -336,6 +376,7 @@ def parse_recording(text: str) -> Recording:
                         "call": str(record.get("call", "")),
                         "code": int(record.get("code", 0)),
                         "name": str(record.get("name", "UNKNOWN")),
+                        "gap": bool(record.get("gap", False)),
                     }
                 )
             elif kind == "stop":
@@ -383,6 +424,9 @@ class Pricing:
     usd_per_minute: Decimal | None
     source: str
     """How the price was chosen, e.g. ``price-per-hour: 3.12`` or the SKU and its date."""
+    per_gpu: bool = False
+    """The price is one GPU's (``price-per-gpu-hour``): the job pays it for each GPU it
+    watched (those CUDA_VISIBLE_DEVICES gave it, e.g. a gpu-lease), not the whole runner."""
 
 
 @dataclass(frozen=True)
@@ -430,6 +474,16 @@ class GpuUsage:
     """A MIG slice: the whole board's energy, shown as such and never charged to the slice."""
     memory_reserved: int | None = None
     """The most memory the driver reserved (nvmlMemory_v2_t); None where not read."""
+    activity: dict[str, float | None] = field(default_factory=dict)
+    """Mean GPM ratio (percent) by ``ACTIVITY`` name; {} where GPM is unsupported (unknown)."""
+    io: dict[str, int | None] = field(default_factory=dict)
+    """Bytes moved during the job: ``pcie_tx``, ``pcie_rx``, ``nvlink_tx``, ``nvlink_rx``
+    (None: the counter is unsupported)."""
+    health: dict[str, int | None] = field(default_factory=dict)
+    """Growth during the job: ``ecc_corrected``, ``ecc_uncorrected``, ``rows_remapped``;
+    and ``remap_pending`` / ``remap_failure`` at the end (None: not supported)."""
+    foreign_processes: tuple[int, ...] = ()
+    """PIDs on this GPU that NVML listed but this PID namespace cannot resolve."""
 
 
 @dataclass(frozen=True)
@@ -458,6 +512,8 @@ class Cost:
     price_source: str
     cost_usd: Decimal | None
     idle_cost_usd: Decimal | None
+    per_gpu: bool = False
+    """``usd_per_minute`` is one GPU's: cost = price × GPU-minutes paid."""
 
 
 @dataclass(frozen=True)
@@ -487,7 +543,16 @@ class Report:
 
     @property
     def gpu_used(self) -> bool:
-        return any(g.processes or (g.busy_s or 0) > 0 for g in self.gpus)
+        """A process of this job's PID namespace used a GPU, or a GPU without processes of
+        another namespace was busy (a foreign process's busy time is not the job's)."""
+        return any(
+            g.processes or ((g.busy_s or 0) > 0 and not g.foreign_processes) for g in self.gpus
+        )
+
+    @property
+    def foreign_only(self) -> bool:
+        """The only GPU users were processes this PID namespace cannot resolve."""
+        return not self.gpu_used and any(g.foreign_processes for g in self.gpus)
 
 
 # -- the computation --------------------------------------------------------------------
@@ -563,6 +628,57 @@ def _energy_wh(samples: Sequence[GpuSample], power: str) -> float | None:
     return sum(joules) / 3600 if joules else None
 
 
+def _grown(values: Sequence[int]) -> int | None:
+    """How much a counter grew over its readings: the sum of the steps up (a step down is
+    a wrap or a driver reload and adds nothing); None with fewer than two readings."""
+    if len(values) < 2:
+        return None
+    return sum(max(0, b - a) for a, b in zip(values, values[1:]))
+
+
+def _activity(mine: Sequence[GpuSample]) -> dict[str, float | None]:
+    """Each GPM ratio's mean over the samples that have it, weighted by their Δt."""
+    out: dict[str, float | None] = {}
+    for name in ACTIVITY:
+        got = [(v, s.dt) for s in mine for k, v in s.activity if k == name and v is not None]
+        seen = any(k == name for s in mine for k, _v in s.activity)
+        if got:
+            weight = sum(dt for _v, dt in got)
+            out[name] = (
+                sum(v * dt for v, dt in got) / weight if weight else _mean([v for v, _ in got])
+            )
+        elif seen:
+            out[name] = None
+    return out
+
+
+def _io_health(mine: Sequence[GpuSample]) -> tuple[dict[str, int | None], dict[str, int | None]]:
+    """Bytes moved (PCIe, NVLink) and ECC / remapped-row growth across the job."""
+    pcie = [s.pcie_bytes for s in mine if s.pcie_bytes is not None]
+    nvl = [s.nvlink_kib for s in mine if s.nvlink_kib is not None]
+    ecc = [s.ecc for s in mine if s.ecc is not None]
+    remap = [s.remap for s in mine if s.remap is not None]
+
+    def kib(v: int | None) -> int | None:
+        return None if v is None else v * 1024
+
+    io = {
+        "pcie_tx": _grown([p[0] for p in pcie]),
+        "pcie_rx": _grown([p[1] for p in pcie]),
+        "nvlink_tx": kib(_grown([n[0] for n in nvl])),
+        "nvlink_rx": kib(_grown([n[1] for n in nvl])),
+    }
+    rows = [r[0] + r[1] for r in remap]
+    health = {
+        "ecc_corrected": _grown([e[0] for e in ecc]),
+        "ecc_uncorrected": _grown([e[1] for e in ecc]),
+        "rows_remapped": _grown(rows),
+        "remap_pending": remap[-1][2] if remap else None,
+        "remap_failure": remap[-1][3] if remap else None,
+    }
+    return io, health
+
+
 def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
     mine = [s for s in rec.samples if s.key == gpu.key]
     span = _Span.of(mine)
@@ -596,7 +712,10 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         throttled = grew["total"] if "total" in grew else sum(reasons.values())
     temps = [s.temp for s in mine if s.temp is not None]
     reserved = [s.mem_reserved for s in mine if s.mem_reserved is not None]
-    lost = next((e for e in rec.errors if e.get("gpu") == gpu.index), None)  # the board
+    lost = next(
+        (e for e in rec.errors if e.get("gpu") == gpu.index and not e.get("gap")), None
+    )  # the board: GPU_IS_LOST ends its samples; another error is a gap
+    io, health = _io_health(mine)
     mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
         gpu=gpu,
@@ -618,6 +737,10 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         lost_at_s=(float(lost["ts"]) - rec.started) if lost else None,
         board_energy_wh=span.board_energy_wh,
         memory_reserved=max(reserved) if reserved else None,
+        activity=_activity(mine),
+        io=io,
+        health=health,
+        foreign_processes=tuple(sorted({pid for s in mine for pid in s.foreign})),
     )
 
 
@@ -675,7 +798,11 @@ def compute(
     used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
     idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
     price = pricing.usd_per_minute
-    cost = _money(price * paid) if price is not None else None
+    cost = (
+        _money(job_cost(price, paid, len(rec.gpus), per_gpu=pricing.per_gpu))
+        if price is not None
+        else None
+    )
     idle_cost = (
         _money(cost * Decimal(str(round(idle, 6))))
         if cost is not None and idle is not None
@@ -692,6 +819,7 @@ def compute(
         pricing.source,
         cost,
         idle_cost,
+        pricing.per_gpu,
     )
     report = Report(rec, end, gpus, phases, phases_from, report_cost)
     advice = right_size(gpus, paid, sizes) if sizes is not None else None
@@ -746,51 +874,133 @@ def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
     return not gis or gi is None or gi == ALL_INSTANCES or gi in gis
 
 
-def findings(report: Report, limits: Limits) -> list[Finding]:
-    rec = report.recording
-    out: list[Finding] = []
+def _error_findings(rec: Recording) -> list[Finding]:
+    """GPU_IS_LOST ends a GPU's samples; any other NVML error is a gap the sampler retried
+    across (from the error to the GPU's next sample)."""
+    out = []
     for e in rec.errors:
         at = float(e["ts"]) - rec.started
-        lost = e.get("code") == 15
+        gpu = e.get("gpu")
+        if e.get("code") == 15:
+            out.append(
+                Finding(
+                    "warning",
+                    "gpu-lost",
+                    f"GPU {gpu}: NVML answered {e.get('name')} ({e.get('code')}) at +{_clock(at)}: "
+                    "the GPU stopped answering (fallen off the bus -- Xid 79 -- or a fatal or "
+                    "GPU-unavailable error: the kernel log's Xid says which); no samples after "
+                    "that. Drain this runner and reset the GPU.",
+                    at,
+                )
+            )
+            continue
+        back = next((s.ts for s in rec.samples if s.index == gpu and s.ts > float(e["ts"])), None)
+        gap = (
+            f"no samples from +{_clock(at)} to +{_clock(back - rec.started)}; sampling resumed"
+            if back is not None
+            else f"no samples from +{_clock(at)} on (the sampler kept asking)"
+            if e.get("gap")
+            else "no samples from this GPU after that"
+        )
         out.append(
             Finding(
                 "warning",
-                "gpu-lost" if lost else "nvml-failed",
-                f"GPU {e.get('gpu')}: NVML answered {e.get('name')} ({e.get('code')}) at "
-                f"+{_clock(at)}"
-                + (
-                    ": the GPU fell off the bus (Xid 79 in the kernel log); no "
-                    "samples after that. Drain this runner and reset the GPU."
-                    if lost
-                    else "; no samples from this GPU after that."
-                ),
+                "nvml-failed",
+                f"GPU {gpu}: NVML answered {e.get('name')} ({e.get('code')}) at +{_clock(at)}; "
+                f"{gap}.",
                 at,
             )
         )
+    return out
+
+
+def xid_finding(code: int, gpu: object, at: float) -> Finding:
+    """An Xid with the catalogue's meaning and immediate action; a reset is asked only
+    where the catalogue's action takes the GPU out of service (13/31/43 do not)."""
+    meaning = XID_MEANING.get(code)
+    action = XID_ACTION.get(code)
+    if meaning is None:
+        what, then = "see NVIDIA's Xid catalogue", f": {_CATALOGUE['source']}"
+    elif code in XID_RESET:
+        what, then = meaning, f": catalogue action {action}; drain this runner"
+    else:
+        what, then = meaning, f": catalogue action {action}; the GPU needs no reset"
+    return Finding(
+        "warning", f"xid-{code}", f"GPU {gpu}: Xid {code} ({what}) at +{_clock(at)}{then}.", at
+    )
+
+
+def _event_findings(rec: Recording) -> list[Finding]:
+    out = []
     for e in rec.events:
         if not _ours(e, rec.gpus):
             continue
         at = float(e["ts"]) - rec.started
-        if e.get("type") == "xid":
-            code = int(e.get("data", 0))
-            meaning = XID_MEANING.get(code, "see NVIDIA's Xid catalogue")
-            out.append(
-                Finding(
-                    "warning",
-                    f"xid-{code}",
-                    f"GPU {e.get('gpu')}: Xid {code} ({meaning}) at +{_clock(at)}.",
-                    at,
-                )
+        kind = str(e.get("type"))
+        if kind == "xid":
+            out.append(xid_finding(int(e.get("data", 0)), e.get("gpu"), at))
+            continue
+        known = EVENT_ACTIONS.get(kind)
+        text = f"{known['meaning']}; {known['action']}" if known else "an NVML event"
+        out.append(
+            Finding(
+                known["level"] if known else "warning",
+                kind,
+                f"GPU {e.get('gpu')}: {kind} event ({text}) at +{_clock(at)}.",
+                at,
             )
-        else:
-            out.append(
-                Finding(
-                    "warning",
-                    str(e.get("type")),
-                    f"GPU {e.get('gpu')}: {e.get('type')} event at +{_clock(at)}.",
-                    at,
-                )
+        )
+    return out
+
+
+def _health_findings(g: GpuUsage, label: str) -> list[Finding]:
+    """ECC errors and remapped rows that grew while the job ran."""
+    h = g.health
+    out = []
+    if h.get("ecc_uncorrected"):
+        out.append(
+            Finding(
+                "warning",
+                "ecc-uncorrected",
+                f"{label}: {h['ecc_uncorrected']} uncorrected ECC error(s) during the job "
+                "(volatile count): its results may be wrong; drain this runner and reset the GPU.",
             )
+        )
+    if h.get("ecc_corrected"):
+        out.append(
+            Finding(
+                "notice",
+                "ecc-corrected",
+                f"{label}: {h['ecc_corrected']} corrected ECC error(s) during the job.",
+            )
+        )
+    if h.get("rows_remapped") or h.get("remap_failure"):
+        out.append(
+            Finding(
+                "warning",
+                "rows-remapped",
+                f"{label}: {h.get('rows_remapped') or 0} memory row(s) remapped during the job"
+                + (
+                    "; a remap is pending: reset the GPU when idle to activate it"
+                    if h.get("remap_pending")
+                    else ""
+                )
+                + (
+                    "; row remapping FAILED: the GPU needs service"
+                    if h.get("remap_failure")
+                    else ""
+                )
+                + ".",
+            )
+        )
+    return out
+
+
+def findings(report: Report, limits: Limits) -> list[Finding]:
+    rec = report.recording
+    out: list[Finding] = []
+    out.extend(_error_findings(rec))
+    out.extend(_event_findings(rec))
     if rec.stop is None:
         last = (rec.sample_times[-1] - rec.started) if rec.sample_times else None
         out.append(
@@ -830,6 +1040,7 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
         )
     for g in report.gpus:
         label = f"GPU {g.gpu.index} ({g.gpu.name})"
+        out.extend(_health_findings(g, label))
         if limits.max_memory is not None and g.peak_memory > limits.max_memory:
             out.append(
                 Finding(
@@ -869,7 +1080,19 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                     f"({limits.min_utilisation:g} %).",
                 )
             )
-    if limits.expect_gpu_use and not report.gpu_used:
+    if limits.expect_gpu_use and report.foreign_only:
+        pids = sorted({p for g in report.gpus for p in g.foreign_processes})
+        out.append(
+            Finding(
+                "error" if limits.unknown_fails else "warning",
+                "gpu-use-unknown",
+                "expect-gpu-use could not be evaluated: the only GPU processes (PIDs "
+                + ", ".join(map(str, pids[:8]))
+                + ") are outside this PID namespace (NVML lists host PIDs inside a container): "
+                "they may be this job's or another container's.",
+            )
+        )
+    elif limits.expect_gpu_use and not report.gpu_used:
         out.append(
             Finding(
                 "error",
@@ -966,6 +1189,70 @@ def charts(report: Report, max_points: int = 100, max_gpus: int = 8) -> list[str
     return out
 
 
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return UNKNOWN
+    for unit, size in (("GiB", 2**30), ("MiB", MIB), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value} B"
+
+
+def _pair(a: int | None, b: int | None) -> str:
+    return UNKNOWN if a is None and b is None else f"{_bytes(a)} / {_bytes(b)}"
+
+
+def _health_cell(g: GpuUsage) -> str:
+    h = g.health
+    if h.get("ecc_uncorrected") is None and h.get("rows_remapped") is None:
+        return UNKNOWN
+    ecc = (
+        UNKNOWN
+        if h.get("ecc_uncorrected") is None
+        else f"+{h.get('ecc_corrected') or 0} / +{h['ecc_uncorrected']}"
+    )
+    rows = UNKNOWN if h.get("rows_remapped") is None else f"+{h['rows_remapped']}"
+    return f"ECC {ecc}, rows remapped {rows}" + (" (pending)" if h.get("remap_pending") else "")
+
+
+SIGNALS_UNKNOWN = (
+    "DCGM-level signals (GPM activity, PCIe and NVLink bytes, ECC and remapped rows): "
+    "unknown, none is supported by these GPUs and driver (GPM needs Hopper or newer).\n"
+)
+
+
+def signals_table(report: Report) -> str:
+    """DCGM-level signals per GPU: GPM activity (Hopper and newer), PCIe and NVLink bytes,
+    ECC and remapped-row growth; a line saying they are unknown when no GPU had any."""
+    rows = []
+    for g in report.gpus:
+        if not (g.activity or any(v is not None for v in (*g.io.values(), *g.health.values()))):
+            continue
+        rows.append(
+            (
+                f"{g.gpu.index} {g.gpu.name}",
+                " / ".join(_pct(g.activity.get(k)) for k in ("sm", "tensor", "dram"))
+                if g.activity
+                else UNKNOWN + " (GPM: Hopper and newer)",
+                _pair(g.io.get("pcie_tx"), g.io.get("pcie_rx")),
+                _pair(g.io.get("nvlink_tx"), g.io.get("nvlink_rx")),
+                _health_cell(g),
+            )
+        )
+    if not rows:
+        return SIGNALS_UNKNOWN if report.gpus else ""
+    return _table(
+        [
+            "GPU",
+            "SM active / tensor / DRAM (GPM)",
+            "PCIe tx / rx",
+            "NVLink tx / rx",
+            "ECC corrected / uncorrected, remapped rows (during the job)",
+        ],
+        rows,
+    )
+
+
 def markdown(report: Report) -> str:
     c = report.cost
     n = len(report.gpus)
@@ -1015,8 +1302,13 @@ def markdown(report: Report) -> str:
             ],
         )
     )
+    signals = signals_table(report)
+    if signals:
+        parts.append(signals)
     price = (
-        f"${_trim(c.usd_per_minute)}/min ({c.price_source})"
+        f"${_trim(c.usd_per_minute)}/min"
+        + (" per GPU" if c.per_gpu else "")
+        + f" ({c.price_source})"
         if c.usd_per_minute is not None
         else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)"
     )
@@ -1148,6 +1440,10 @@ def as_json(report: Report) -> dict[str, Any]:
                     for p in g.processes
                 ],
                 "lost_at_s": g.lost_at_s,
+                "activity": {k: r(v, 3) for k, v in g.activity.items()},
+                "io_bytes": dict(g.io),
+                "health": dict(g.health),
+                "foreign_pids": list(g.foreign_processes),
             }
             for g in report.gpus
         ],
@@ -1174,6 +1470,7 @@ def as_json(report: Report) -> dict[str, Any]:
             "idle_fraction": c.idle_fraction,
             "usd_per_minute": money(c.usd_per_minute),
             "price_source": c.price_source,
+            "price_per_gpu": c.per_gpu,
             "cost_usd": money(c.cost_usd),
             "idle_cost_usd": money(c.idle_cost_usd),
         },
@@ -1224,7 +1521,28 @@ CSV_COLUMNS = (
     "energy_counter_mj",
     "memory_reserved_mib",
     "board_power_w",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "pcie_tx_bytes",
+    "pcie_rx_bytes",
+    "nvlink_tx_kib",
+    "nvlink_rx_kib",
+    "ecc_corrected",
+    "ecc_uncorrected",
+    "remapped_rows",
+    "foreign_pids",
 )
+
+
+def _cells(values: tuple[int, ...] | None, n: int) -> list[str]:
+    return [""] * n if values is None else [str(v) for v in values]
+
+
+def _activity_cells(s: GpuSample) -> list[str]:
+    got = dict(s.activity)
+    return ["" if got.get(k) is None else f"{got[k]:g}" for k in ACTIVITY]
 
 
 def samples_csv(rec: Recording) -> str:
@@ -1255,6 +1573,12 @@ def samples_csv(rec: Recording) -> str:
                 "" if s.energy_mj is None else s.energy_mj,
                 "" if s.mem_reserved is None else f"{s.mem_reserved / MIB:.1f}",
                 "" if s.board_power_mw is None else f"{s.board_power_mw / 1000:.3f}",
+                *_activity_cells(s),
+                *_cells(s.pcie_bytes, 2),
+                *_cells(s.nvlink_kib, 2),
+                *_cells(s.ecc, 2),
+                "" if s.remap is None else s.remap[0] + s.remap[1],
+                " ".join(map(str, s.foreign)),
             ]
         )
     return buf.getvalue()

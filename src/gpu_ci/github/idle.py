@@ -204,7 +204,7 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
     errors = schema_errors(data, _schema())
     if errors:
         return None, (
-            f"{label}: not a gpu-monitor report (schema_version 1): " + "; ".join(errors[:3])
+            f"{label}: not a gpu-monitor report (schema_version 1 or 2): " + "; ".join(errors[:3])
         )
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
         return None, f"{label}: its idle fraction is unknown (no utilisation counter)"
