@@ -1,0 +1,161 @@
+"""Comment commands and trusted authors through the CLI and the loopback GitHub server: the
+REST calls each decision costs, the outputs and the summary, the budget."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import webhook
+from tests.events import on_pull_request
+from tests.github.runs import BUDGET, GPU_RUNS_ON, NOW, month_of_runs
+from tests.github_server import Commit, PullRequest
+
+REPO = "Codertocat/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+
+
+def run_gate(run_cli, server, event_name, event, args=()):
+    env = {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": REPO,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GITHUB_SHA": "d" * 40,  # an issue_comment run's GITHUB_SHA: the default branch
+        "GPU_CI_NOW": NOW,
+        "INPUT_TIERS": "mini, full",
+        **GPU_RUNS_ON,
+    }
+    return run_cli(["gpu-gate", *args], env, event=event, event_name=event_name)
+
+
+def command(body, commenter="Codertocat"):
+    return on_pull_request(webhook("issue_comment.created"), body=body, commenter=commenter)
+
+
+def test_a_maintainers_command_runs_the_head_with_its_tier_in_two_calls(run_cli, server):
+    result = run_gate(run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD[:10]} full"))
+    assert result.returncode == 0, result.stdout
+    out = result.outputs
+    assert (out["run"], out["sha"], out["pr-number"]) == ("true", HEAD, "2")
+    assert (out["labeled-by"], out["permission"], out["approval"]) == (
+        "Codertocat",
+        "write",
+        "comment",
+    )
+    assert json.loads(out["tiers"]) == ["full"]
+    assert out["runs-on"] == '["self-hosted","gpu"]'
+    assert [r.path for r in server.log] == [
+        f"/repos/{REPO}/collaborators/Codertocat/permission",
+        f"/repos/{REPO}/pulls/2",
+    ]
+    assert (
+        "| approval | comment https://github.com/Codertocat/Hello-World/pull/2#issuecomment-"
+        in (result.summary)
+    )
+    assert "| approver | Codertocat |" in result.summary
+    assert f"| SHA in the comment | {HEAD[:10]} |" in result.summary
+    assert "| decision | **run** |" in result.summary
+
+
+def test_a_strangers_command_costs_one_call_and_says_why(run_cli, server):
+    result = run_gate(run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD}", "rando"))
+    assert result.returncode == 0, result.stdout
+    assert (result.outputs["run"], result.outputs["tiers"], result.outputs["approval"]) == (
+        "false",
+        "[]",
+        "",
+    )
+    assert (
+        "rando has the 'read' role; a '/gpu-ci run' comment needs 'write'"
+        in (result.outputs["reason"])
+    )
+    assert [r.path for r in server.log] == [f"/repos/{REPO}/collaborators/rando/permission"]
+    assert "| decision | skip |" in result.summary
+
+
+def test_a_stale_and_a_missing_sha_name_the_head(run_cli, server):
+    stale = run_gate(run_cli, server, "issue_comment", command("/gpu-ci run 1111111"))
+    assert stale.outputs["run"] == "false"
+    assert (
+        f"the comment names 1111111, but the head of #2 is {HEAD[:12]}" in (stale.outputs["reason"])
+    )
+    missing = run_gate(run_cli, server, "issue_comment", command("/gpu-ci run"))
+    assert missing.outputs["run"] == "false"
+    assert f"'/gpu-ci run {HEAD}'" in missing.outputs["reason"]
+
+
+def test_the_budget_guard_refuses_a_comment_approval_as_a_label_one(run_cli, server):
+    month_of_runs(server, per_day=2, days=10)  # $12.48 spent
+    args = [BUDGET[0], "$15", *BUDGET[2:]]
+    result = run_gate(run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD}"), args)
+    assert result.returncode == 0, result.stdout
+    assert result.outputs["run"] == "false"
+    assert "$12.48 of $15.00" in result.outputs["reason"]
+    assert "| budget verdict | **over: refused** |" in result.summary
+
+
+def synchronize(author):
+    payload = webhook("pull_request.synchronize")
+    payload["pull_request"]["user"]["login"] = author
+    payload["pull_request"]["head"]["sha"] = HEAD
+    return payload
+
+
+def test_a_trusted_authors_push_runs_and_an_untrusted_push_on_top_does_not(run_cli, server):
+    server.repos[REPO].roles["alice"] = "maintain"
+    server.repos[REPO].pulls[2] = PullRequest(2, HEAD, user="alice")
+    args = ["--trusted-authors", "write"]
+    server.repos[REPO].commits[HEAD] = Commit(HEAD, author="alice", committer="alice")
+    own = run_gate(run_cli, server, "pull_request", synchronize("alice"), args)
+    assert own.returncode == 0, own.stdout
+    assert (own.outputs["run"], own.outputs["sha"], own.outputs["approval"]) == (
+        "true",
+        HEAD,
+        "trusted-author",
+    )
+    assert [r.path for r in server.log] == [
+        f"/repos/{REPO}/collaborators/alice/permission",
+        f"/repos/{REPO}/pulls/2",
+        f"/repos/{REPO}/commits/{HEAD}",
+    ]
+    # a collaborator of the fork pushes on top of alice's pull request
+    server.repos[REPO].commits[HEAD] = Commit(HEAD, author="mallory", committer="mallory")
+    pushed = run_gate(run_cli, server, "pull_request", synchronize("alice"), args)
+    assert pushed.outputs["run"] == "false"
+    assert (
+        "authored by mallory, not by the pull request's author alice" in (pushed.outputs["reason"])
+    )
+    # verified required: alice's own but unsigned head needs an approval too
+    server.repos[REPO].commits[HEAD] = Commit(HEAD, author="alice", committer="alice")
+    strict = run_gate(
+        run_cli,
+        server,
+        "pull_request",
+        synchronize("alice"),
+        [*args, "--trusted-authors-verified", "true"],
+    )
+    assert (
+        strict.outputs["run"] == "false" and "not verified (unsigned)" in strict.outputs["reason"]
+    )
+    server.repos[REPO].commits[HEAD] = Commit(
+        HEAD, author="alice", committer="web-flow", verified=True
+    )
+    signed = run_gate(
+        run_cli,
+        server,
+        "pull_request",
+        synchronize("alice"),
+        [*args, "--trusted-authors-verified", "true"],
+    )
+    assert signed.outputs["run"] == "true"
+
+
+def test_an_author_below_the_trusted_role_costs_one_call(run_cli, server):
+    result = run_gate(
+        run_cli, server, "pull_request", synchronize("rando"), ["--trusted-authors", "write"]
+    )
+    assert result.outputs["run"] == "false"
+    assert (
+        "the author rando has the 'read' role, below trusted-authors ('write')"
+        in (result.outputs["reason"])
+    )
+    assert [r.path for r in server.log] == [f"/repos/{REPO}/collaborators/rando/permission"]
