@@ -254,3 +254,28 @@ def test_without_trusted_authors_a_push_to_a_pull_request_still_needs_a_label():
     decision = gate.triage("pull_request", synchronize(), config(), "")
     assert isinstance(decision, gate.Decision) and not decision.run
     assert "'synchronize' events never run the GPU job" in decision.reason
+
+
+def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_no_cache():
+    """The comment workflow runs from the default branch: its GPU job (the pull request's
+    code) gets no permission, no secret, no persisted credential and writes no cache."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    assert workflow[True] == {"issue_comment": {"types": ["created", "edited", "deleted"]}}
+    assert workflow["permissions"] == {}
+    gate_job, tests = workflow["jobs"]["gate"], workflow["jobs"]["tests"]
+    assert gate_job["permissions"] == {"pull-requests": "read"}
+    assert tests["permissions"] == {}
+    job_text = yaml.safe_dump(tests)
+    assert "secrets." not in job_text and "github.token" not in job_text
+    steps = {step.get("uses", "").split("@")[0]: step.get("with", {}) for step in tests["steps"]}
+    assert steps["actions/checkout"]["persist-credentials"] is False
+    assert steps["actions/checkout"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    conda = steps["gpu-ci-actions/gpu-ci-actions/actions/setup-conda-from-lock"]
+    assert conda["cache-write"] == "false"
+    # an edit (which approves nothing) cannot cancel the run a new comment started
+    assert "github.event.action" in workflow["concurrency"]["group"]
