@@ -250,6 +250,15 @@ def test_an_author_below_the_trusted_role_and_a_moved_head_do_not_run():
     assert not moved.run and "the run of the newer push decides" in moved.reason
 
 
+@pytest.mark.parametrize("action", ["opened", "synchronize", "reopened", "ready_for_review"])
+def test_trusted_authors_apply_to_new_heads_and_never_to_other_actions(action):
+    payload = synchronize()
+    payload["action"] = action
+    assert isinstance(gate.triage("pull_request", payload, TRUSTED, ""), gate.TrustedCheck)
+    payload["action"] = "edited"
+    assert isinstance(gate.triage("pull_request", payload, TRUSTED, ""), gate.Decision)
+
+
 def test_without_trusted_authors_a_push_to_a_pull_request_still_needs_a_label():
     decision = gate.triage("pull_request", synchronize(), config(), "")
     assert isinstance(decision, gate.Decision) and not decision.run
