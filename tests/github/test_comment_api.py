@@ -4,10 +4,11 @@ REST calls each decision costs, the outputs and the summary, the budget."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 from tests.conftest import webhook
 from tests.events import on_pull_request
-from tests.github.runs import BUDGET, GPU_RUNS_ON, NOW, month_of_runs
+from tests.github.runs import BUDGET, GPU_RUNS_ON, NOW, gpu_run, month_of_runs, spend
 from tests.github_server import Commit, PullRequest
 
 REPO = "Codertocat/Hello-World"
@@ -159,3 +160,29 @@ def test_an_author_below_the_trusted_role_costs_one_call(run_cli, server):
         in (result.outputs["reason"])
     )
     assert [r.path for r in server.log] == [f"/repos/{REPO}/collaborators/rando/permission"]
+
+
+def test_gpu_spend_counts_a_comment_runs_gpu_job_for_the_commenter(run_cli, server, tmp_path):
+    """A comment's run is an ``issue_comment`` run of the comment workflow whose triggering
+    actor is the commenter: gpu-spend's approver column (and the budget, which reads the same
+    rows) names them, as it names the labeller of a label's run."""
+    start = datetime(2026, 11, 20, 9, 0, tzinfo=timezone.utc)
+    gpu_run(server, start, 11.5, who="Codertocat")  # a label's run
+    gpu_run(
+        server,
+        start,
+        29.5,
+        pr=None,  # GitHub lists no pull request for an issue_comment run
+        who="maint",
+        event="issue_comment",
+        path=".github/workflows/cuda-ci-comment.yml",
+    )
+    result = spend(
+        run_cli, server, tmp_path, ["--gpu-workflows", "cuda-ci.yml, cuda-ci-comment.yml"]
+    )
+    assert result.returncode == 0, result.stdout
+    doc = json.loads((tmp_path / "out" / "spend.json").read_text())
+    approvers = {r["key"]: r["minutes"] for r in doc["by"]["approver"]}
+    assert approvers == {"Codertocat": 12, "maint": 30}
+    workflows = {r["key"]: r["minutes"] for r in doc["by"]["workflow"]}
+    assert workflows == {"cuda-ci.yml": 12, "cuda-ci-comment.yml": 30}
