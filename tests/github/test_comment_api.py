@@ -4,7 +4,7 @@ REST calls each decision costs, the outputs and the summary, the budget."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from tests.conftest import webhook
 from tests.events import on_pull_request
@@ -186,3 +186,37 @@ def test_gpu_spend_counts_a_comment_runs_gpu_job_for_the_commenter(run_cli, serv
     assert approvers == {"Codertocat": 12, "maint": 30}
     workflows = {r["key"]: r["minutes"] for r in doc["by"]["workflow"]}
     assert workflows == {"cuda-ci.yml": 12, "cuda-ci-comment.yml": 30}
+
+
+def test_the_watchdog_cancels_a_comment_run_and_sets_no_status_on_the_default_branch(
+    run_cli, server
+):
+    """A comment's run has the default branch's commit as head_sha: cancelled like a label's
+    run, but its "no runner" status would land on that commit, so none is set."""
+    stuck = datetime.now(timezone.utc) - timedelta(minutes=75)
+    label_run = gpu_run(server, stuck, 0, status="queued")
+    comment_run = gpu_run(
+        server,
+        stuck,
+        0,
+        pr=None,
+        who="maint",
+        status="queued",
+        event="issue_comment",
+        path=".github/workflows/cuda-ci-comment.yml",
+    )
+    comment_run.head_sha = "d" * 40  # the default branch's head
+    for run in (label_run, comment_run):
+        run.status = "in_progress"
+        run.jobs[-1].started_at = run.jobs[-1].runner_name = None
+    env = {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "watchdog-token",
+        "INPUT_WORKFLOWS": "cuda-ci.yml, cuda-ci-comment.yml",
+    }
+    result = run_cli(["gpu-watchdog"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(json.loads(result.outputs["cancelled"])) == sorted([label_run.id, comment_run.id])
+    assert "d" * 40 not in server.repos[REPO].statuses
+    assert [s["context"] for s in server.repos[REPO].statuses[HEAD]] == ["GPU CI"]
