@@ -4,6 +4,7 @@ The tests use GitHub's own example payloads (octokit/webhooks, read from ../shar
 and the benchmarks must run without ../shared, so they get these: only the fields our actions
 and the example workflows read (``action``, ``label.name``, ``sender.login``,
 ``pull_request.number/state/draft/head/base``, ``repository.full_name``), nothing copied.
+:func:`on_pull_request` is the tests' own: it edits GitHub's example payload in place.
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ def test_a_maintainers_command_runs_the_gpu_job_at_the_head_without_token_or_sec
     assert result.outputs["tested_sha"] == HEAD  # the full head, from a short SHA
     assert json.loads(result.outputs["tiers"]) == ["full"]
     assert result.outputs["env_holds_the_token"] is False
+    assert "pull request #2 comes from a fork" in result.log
     assert [r.path for r in server.log] == [
         f"/repos/{REPO}/collaborators/maint/permission",
         f"/repos/{REPO}/pulls/2",
