@@ -4,6 +4,7 @@ The tests use GitHub's own example payloads (octokit/webhooks, read from ../shar
 and the benchmarks must run without ../shared, so they get these: only the fields our actions
 and the example workflows read (``action``, ``label.name``, ``sender.login``,
 ``pull_request.number/state/draft/head/base``, ``repository.full_name``), nothing copied.
+:func:`on_pull_request` is the tests' own: it edits GitHub's example payload in place.
 """
 
 from __future__ import annotations
@@ -59,3 +60,30 @@ def workflow_dispatch(sender: str = "Codertocat", *, repository: str = REPO) -> 
         "repository": _repository(repository),
         "workflow": ".github/workflows/cuda-ci.yml",
     }
+
+
+def on_pull_request(
+    payload: dict[str, Any],
+    *,
+    body: str,
+    commenter: str,
+    number: int = 2,
+    repository: str = REPO,
+) -> dict[str, Any]:
+    """GitHub's ``issue_comment`` payload (octokit/webhooks' example, on an issue) made one on
+    pull request ``number``: GitHub marks a pull request's issue with ``issue.pull_request``
+    (url, html_url, diff_url, patch_url, merged_at), and carries no head SHA."""
+    html = f"https://github.com/{repository}/pull/{number}"
+    payload["issue"]["number"] = number
+    payload["issue"]["pull_request"] = {
+        "url": f"https://api.github.com/repos/{repository}/pulls/{number}",
+        "html_url": html,
+        "diff_url": f"{html}.diff",
+        "patch_url": f"{html}.patch",
+        "merged_at": None,
+    }
+    payload["comment"]["body"] = body
+    payload["comment"]["user"]["login"] = commenter
+    payload["comment"]["html_url"] = f"{html}#issuecomment-{payload['comment']['id']}"
+    payload["sender"]["login"] = commenter
+    return payload

@@ -68,6 +68,19 @@ class IssueComment:
 
 
 @dataclass
+class Commit:
+    """Who made a commit, as ``GET /repos/{o}/{r}/commits/{ref}`` (repos/get-commit) shows it:
+    ``author``/``committer`` are the GitHub accounts linked to the commit's emails (None: an
+    email linked to no account, served as null), ``verified`` its signature verification."""
+
+    sha: str
+    author: str | None = "contributor"
+    committer: str | None = "contributor"
+    verified: bool = False
+    reason: str = "unsigned"
+
+
+@dataclass
 class Repo:
     full_name: str
     private: bool = False
@@ -85,6 +98,8 @@ class Repo:
     artifacts: list[Artifact] = field(default_factory=list)
     issue_comments: list[IssueComment] = field(default_factory=list)
     """Comments of every issue and pull request, in creation order (ids ascending)."""
+    commits: dict[str, Commit] = field(default_factory=dict)
+    """sha -> the commit served by repos/get-commit (a sha not here: 404)."""
 
 
 @dataclass
@@ -741,6 +756,23 @@ class FakeGitHub:
             "committer": self.user_json("contributor"),
             "parents": [],
         }
+
+    def get_commit_json(self, repo: Repo, commit: Commit) -> dict[str, Any]:
+        """A ``commit`` as repos/get-commit serves it: linked accounts and verification."""
+        body = self.commit_json(repo, commit.sha)
+        body["author"] = self.user_json(commit.author) if commit.author else None
+        body["committer"] = self.user_json(commit.committer) if commit.committer else None
+        signed = commit.verified or commit.reason != "unsigned"
+        body["commit"]["verification"] = {
+            "verified": commit.verified,
+            "reason": "valid" if commit.verified else commit.reason,
+            "payload": "tree " + "e" * 40 if signed else None,
+            "signature": "-----BEGIN PGP SIGNATURE-----" if signed else None,
+            "verified_at": "2026-11-02T09:00:01Z" if commit.verified else None,
+        }
+        body["stats"] = {"additions": 1, "deletions": 0, "total": 1}
+        body["files"] = []
+        return body
 
     def run_json(self, repo: Repo, run: WorkflowRun) -> dict[str, Any]:
         """A ``workflow-run``. A run from a fork lists no ``pull_requests`` (GitHub fills them
@@ -1434,6 +1466,11 @@ class _Handler(BaseHTTPRequestHandler):
             status = gh.status_json(repo, rest[1], payload, "github-actions[bot]")
             repo.statuses.setdefault(rest[1], []).insert(0, status)
             return 201, status, {}
+        if method == "GET" and rest[:1] == ["commits"] and len(rest) == 2:
+            commit = repo.commits.get(rest[1])
+            if commit is None:
+                return self._not_found()
+            return 200, gh.get_commit_json(repo, commit), {}
         if method == "GET" and rest[:1] == ["commits"] and len(rest) == 3:
             statuses = repo.statuses.get(rest[1], [])
             if rest[2] == "statuses":

@@ -91,7 +91,7 @@ _TOKEN_HELP = (
 
 GPU_GATE = ActionSpec(
     name="gpu-gate",
-    summary="Decide whether a GPU job runs: only for the commit a maintainer labelled.",
+    summary="Decide whether a GPU job runs: only for the commit a maintainer approved.",
     groups=("base", "github"),
     runs_on="CPU runner (decides)",
     inputs=(
@@ -181,6 +181,30 @@ GPU_GATE = ActionSpec(
             "min-permission or higher.",
             "false",
         ),
+        InputSpec(
+            "comment-command",
+            "On issue_comment: a new comment on a pull request whose first line is this "
+            "command and the head's SHA ('/gpu-ci run <sha> [tier ...]'), by someone with "
+            "min-permission, approves that commit. Empty or 'none': off.",
+            "/gpu-ci run",
+        ),
+        InputSpec(
+            "tiers",
+            "Words a comment command may name after the SHA (e.g. 'mini, full'); the "
+            "named ones become the tiers output.",
+            "",
+        ),
+        InputSpec(
+            "trusted-authors",
+            "Least role (triage, write, maintain, admin) of a pull request's author whose "
+            "own commits run on opened/synchronize/reopened without an approval. Empty: off.",
+            "",
+        ),
+        InputSpec(
+            "trusted-authors-verified",
+            "With trusted-authors: also require GitHub's signature verification of the head.",
+            "false",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
@@ -188,8 +212,15 @@ GPU_GATE = ActionSpec(
         OutputSpec("reason", "One sentence explaining the decision."),
         OutputSpec("sha", "The exact commit to check out."),
         OutputSpec("pr-number", "Pull request number, empty for other events."),
-        OutputSpec("labeled-by", "Login of the user who applied the label."),
-        OutputSpec("permission", "The labeller's role on the repository."),
+        OutputSpec(
+            "labeled-by", "Login of the approver: who applied the label or wrote the comment."
+        ),
+        OutputSpec("permission", "The approver's role on the repository."),
+        OutputSpec(
+            "approval",
+            "When run is true: label, comment or trusted-author (empty for run-on events).",
+        ),
+        OutputSpec("tiers", "JSON array of the tiers the comment named ([] otherwise)."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
         OutputSpec(
             "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."

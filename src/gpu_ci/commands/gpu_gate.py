@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,10 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         gpu_runs_on=inputs["gpu-runs-on"],
         cpu_runs_on=inputs["cpu-runs-on"],
         require_approved_review=inputs.boolean("require-approved-review"),
+        comment_command=inputs["comment-command"],
+        tiers=inputs.items("tiers"),
+        trusted_authors=inputs["trusted-authors"],
+        trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
     )
 
 
@@ -55,29 +60,78 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
             ),
         )
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
-    answer = call_api(
-        f"the role of {step.labeller}", lambda: _permission(rest, ctx.repository, step.labeller)
-    )
+    if isinstance(step, gate.CommentCheck):
+        return _decide_comment(rest, ctx.repository, step, config), config, rest.calls
+    if isinstance(step, gate.TrustedCheck):
+        return _decide_trusted(rest, ctx.repository, step, config), config, rest.calls
+    answer = _role(rest, ctx.repository, step.labeller)
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
         return refused, config, rest.calls
-    pull = call_api(
-        f"pull request #{step.number}",
-        lambda: rest.get(f"/repos/{ctx.repository}/pulls/{step.number}"),
-    )
-    files = None
-    if config.paths:
-        files = [
-            f["filename"]
-            for f in call_api(
-                f"the files of pull request #{step.number}",
-                lambda: rest.get_pages(f"/repos/{ctx.repository}/pulls/{step.number}/files"),
-            )
-        ]
+    pull = _pull(rest, ctx.repository, step.number)
+    files = _files(rest, ctx.repository, step.number, config)
     decision = gate.decide_pull(step, config, answer, pull, files)
     if decision.run and config.require_approved_review:
         decision = _review_pinning(rest, ctx.repository, step, config, answer, decision)
     return decision, config, rest.calls
+
+
+def _role(rest: Rest, repo: str, login: str) -> dict[str, Any]:
+    answer: dict[str, Any] = call_api(
+        f"the role of {login}", functools.partial(_permission, rest, repo, login)
+    )
+    return answer
+
+
+def _pull(rest: Rest, repo: str, number: int) -> dict[str, Any]:
+    pull: dict[str, Any] = call_api(
+        f"pull request #{number}", lambda: rest.get(f"/repos/{repo}/pulls/{number}")
+    )
+    return pull
+
+
+def _files(rest: Rest, repo: str, number: int, config: gate.GateConfig) -> list[str] | None:
+    """The pull request's changed files, fetched only when ``paths`` is set."""
+    if not config.paths:
+        return None
+    return [
+        f["filename"]
+        for f in call_api(
+            f"the files of pull request #{number}",
+            lambda: rest.get_pages(f"/repos/{repo}/pulls/{number}/files"),
+        )
+    ]
+
+
+def _decide_comment(
+    rest: Rest, repo: str, step: gate.CommentCheck, config: gate.GateConfig
+) -> gate.Decision:
+    """The commenter's role (a refusal stops there), the pull request, its files for paths."""
+    answer = _role(rest, repo, step.commenter)
+    pull: dict[str, Any] = {}
+    if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
+        pull = _pull(rest, repo, step.number)
+    files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else None
+    if config.paths and files is None:
+        files = []  # refused before the paths rule: the files are never read
+    return gate.decide_comment(step, config, answer, pull, files)
+
+
+def _decide_trusted(
+    rest: Rest, repo: str, step: gate.TrustedCheck, config: gate.GateConfig
+) -> gate.Decision:
+    """The author's role, then the pull request and the head commit (who made it)."""
+    answer = _role(rest, repo, step.author)
+    refused = gate.refuse_trusted(step, config, answer)
+    if refused is not None:
+        return refused
+    pull = _pull(rest, repo, step.number)
+    commit = call_api(
+        f"the head commit {step.head_sha[:12]}",
+        lambda: rest.get(f"/repos/{repo}/commits/{step.head_sha}"),
+    )
+    files = _files(rest, repo, step.number, config)
+    return gate.decide_trusted(step, config, answer, pull, commit, files)
 
 
 def _review_pinning(
@@ -107,16 +161,24 @@ def _review_pinning(
 
 def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
     fork = {None: "", True: "yes", False: "no"}[decision.fork]
+    approval = {
+        "comment": f"comment {decision.comment_url}".strip(),
+        "trusted-author": "trusted author",
+    }.get(decision.approval, f"label {decision.label or config.label}")
     rows = [
         ("event", decision.event),
-        ("label", decision.label or config.label),
-        ("labeller", decision.labeled_by),
+        ("approval", approval),
+        ("approver" if decision.approval != "label" else "labeller", decision.labeled_by),
         ("role", decision.permission),
-        ("head SHA at label time", decision.head_at_label),
+        (
+            "SHA in the comment" if decision.approval == "comment" else "head SHA at label time",
+            decision.head_at_label,
+        ),
         ("current head", decision.current_head),
         ("fork?", fork),
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
         ("approved review", "required" if config.require_approved_review else "not required"),
+        ("tiers", " ".join(decision.tiers) if config.tiers else "(no tiers configured)"),
         ("decision", "**run**" if decision.run else "skip"),
         ("reason", decision.reason),
     ]
@@ -142,6 +204,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("pr-number", decision.pr_number)
     rt.set_output("labeled-by", decision.labeled_by)
     rt.set_output("permission", decision.permission)
+    rt.set_output("approval", decision.approval if decision.run else "")
+    rt.set_output("tiers", json.dumps(list(decision.tiers) if decision.run else []))
     rt.set_output("runs-on", decision.runs_on(config))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")

@@ -3,7 +3,11 @@
 The shell (``commands/gpu_gate.py``) calls :func:`triage` on the event; a final
 :class:`Decision` needs no API call. Otherwise it fetches exactly what the returned check
 asks for (the labeller's role and the pull request: two REST calls; changed files only
-when ``paths`` is set) and calls :func:`decide_pull` or :func:`decide_push`.
+when ``paths`` is set) and calls :func:`decide_pull` or :func:`decide_push`. A comment
+command (:class:`CommentCheck`) needs the same two calls and :func:`decide_comment`; a
+trusted author's push (:class:`TrustedCheck`) those plus the head commit, and
+:func:`decide_trusted`. The comment and commit rules themselves live in
+:mod:`gpu_ci.github.comment`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github import comment
 from gpu_ci.github.event import subject_of
 from gpu_ci.github.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
 
@@ -26,6 +31,8 @@ PR_EVENTS = ("pull_request", "pull_request_target")
 #: comment, ...) can be triggered by anyone who can see the repository.
 RUN_ON_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
 NULL_SHA = "0" * 40
+#: Pull request actions that run a trusted author's head without an approval.
+TRUSTED_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,12 @@ class GateConfig:
     """Compact JSON; empty when the workflow names its GPU runners itself."""
     cpu_runs_on: str
     require_approved_review: bool = False
+    comment_command: str = ""
+    """Empty: comment commands are off."""
+    tiers: tuple[str, ...] = ()
+    trusted_authors: str = ""
+    """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
+    trusted_authors_verified: bool = False
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -90,13 +103,16 @@ def make_config(
     gpu_runs_on: str,
     cpu_runs_on: str,
     require_approved_review: bool = False,
+    comment_command: str = "",
+    tiers: Sequence[str] = (),
+    trusted_authors: str = "",
+    trusted_authors_verified: bool = False,
 ) -> GateConfig:
-    perm = min_permission.strip().lower()
-    if perm not in MIN_PERMISSIONS:
-        raise UsageError(
-            f"input 'min-permission' must be one of {', '.join(MIN_PERMISSIONS)}; got "
-            f"{min_permission!r}."
-        )
+    perm = _role_input("min-permission", min_permission)
+    trusted = trusted_authors.strip().lower()
+    trusted = "" if trusted in ("", "false", "none", "off") else trusted
+    if trusted:
+        trusted = _role_input("trusted-authors", trusted)
     if not label.strip():
         raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
     return GateConfig(
@@ -111,7 +127,21 @@ def make_config(
         gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
         cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
         require_approved_review=require_approved_review,
+        comment_command=comment.parse_command_setting(comment_command),
+        tiers=comment.parse_tiers(tiers),
+        trusted_authors=trusted,
+        trusted_authors_verified=trusted_authors_verified,
     )
+
+
+def _role_input(name: str, value: str) -> str:
+    role = value.strip().lower()
+    if role not in MIN_PERMISSIONS:
+        off = " (or empty to turn trusted authors off)" if name == "trusted-authors" else ""
+        raise UsageError(
+            f"input '{name}' must be one of {', '.join(MIN_PERMISSIONS)}{off}; got {value!r}."
+        )
+    return role
 
 
 @dataclass(frozen=True)
@@ -128,6 +158,11 @@ class Decision:
     current_head: str = ""
     fork: bool | None = None
     paths_matched: str = ""
+    approval: str = ""
+    """How the run was approved: label, comment, trusted-author, or empty (no approval, or an
+    event in run-on)."""
+    tiers: tuple[str, ...] = ()
+    comment_url: str = ""
 
     def runs_on(self, config: GateConfig) -> str:
         return config.gpu_runs_on if self.run else config.cpu_runs_on
@@ -154,7 +189,30 @@ class PushCheck:
     sha: str
 
 
-Triage = Union[Decision, PullCheck, PushCheck]
+@dataclass(frozen=True)
+class CommentCheck:
+    """A comment command on a pull request: needs the commenter's role and the pull request."""
+
+    event: str
+    number: int
+    commenter: str
+    command: comment.Command
+    url: str
+
+
+@dataclass(frozen=True)
+class TrustedCheck:
+    """A push to (or the opening of) a pull request with ``trusted-authors`` set: needs the
+    author's role, the pull request and its head commit."""
+
+    event: str
+    number: int
+    author: str
+    head_sha: str
+    fork: bool
+
+
+Triage = Union[Decision, PullCheck, PushCheck, CommentCheck, TrustedCheck]
 
 
 def _event_error(what: str) -> GpuCiError:
@@ -186,6 +244,11 @@ def triage(
             fork=fork,
             sha=head_sha,
         )
+        if action in TRUSTED_ACTIONS and config.trusted_authors:
+            author = str(((payload.get("pull_request") or {}).get("user") or {}).get("login") or "")
+            if not author:
+                raise _event_error("has no pull_request.user.login")
+            return TrustedCheck(base.event, number, author, head_sha, fork)
         if action != "labeled":
             return replace(
                 base,
@@ -212,6 +275,8 @@ def triage(
             fork=fork,
             label=label,
         )
+    if event_name == "issue_comment" and config.comment_command:
+        return triage_comment(payload, config)
     if event_name in config.run_on:
         sha = github_sha or str(payload.get("after") or "")
         if event_name == "push" and payload.get("after") == NULL_SHA:
@@ -250,6 +315,51 @@ def triage(
     )
 
 
+def triage_comment(payload: Mapping[str, Any], config: GateConfig) -> Decision | CommentCheck:
+    """An ``issue_comment`` event: only a new command on a pull request goes further."""
+    action = str(payload.get("action") or "")
+    issue = payload.get("issue") or {}
+    number = issue.get("number") if isinstance(issue, dict) else None
+    note = payload.get("comment") or {}
+    base = Decision(
+        run=False,
+        reason="",
+        event=f"issue_comment.{action}",
+        pr_number=str(number or ""),
+        approval="comment",
+        comment_url=str(note.get("html_url") or ""),
+    )
+    if not isinstance(issue, dict) or not issue.get("pull_request"):
+        return replace(
+            base, reason=f"#{number} is an issue, not a pull request: its comments run nothing."
+        )
+    if not isinstance(number, int) or not isinstance(note, dict):
+        raise _event_error("lacks issue.number or the comment object")
+    command = comment.parse_command(
+        str(note.get("body") or ""), config.comment_command, config.tiers
+    )
+    if action != "created":
+        what = "edited" if action == "edited" else action or "changed"
+        return replace(
+            base,
+            reason=(
+                f"the comment was {what}: only a new comment approves (what was approved must "
+                f"be what was written), so post a new '{config.comment_command} <sha>'."
+            ),
+        )
+    if command is None:
+        return replace(
+            base,
+            reason=f"the comment's first line is not a '{config.comment_command}' command.",
+        )
+    commenter = str((note.get("user") or {}).get("login") or "")
+    if not commenter:
+        raise _event_error("has no comment.user.login")
+    if command.problem:
+        return replace(base, labeled_by=commenter, reason=command.problem)
+    return CommentCheck(base.event, number, commenter, command, base.comment_url)
+
+
 def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
     """(role, exact) from ``GET .../collaborators/{user}/permission``.
 
@@ -276,6 +386,7 @@ def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
         head_at_label=check.head_sha,
         current_head=current,
         fork=check.fork,
+        approval="label",
     )
 
 
@@ -309,18 +420,8 @@ def decide_pull(
     role, _ = role_of(permission_answer)
     current = str((pull.get("head") or {}).get("sha") or "")
     base = _pull_decision(check, role, current)
-    state = str(pull.get("state") or "")
-    if state != "open":
-        return replace(base, reason=f"pull request #{check.number} is {state or 'not open'}.")
-    if config.skip_draft and pull.get("draft"):
-        return replace(
-            base,
-            reason=(
-                f"pull request #{check.number} is a draft and skip-draft is true: mark it ready "
-                f"for review and apply '{config.label}' again."
-            ),
-        )
-    if config.require_fresh_head and current != check.head_sha:
+    again = f"apply '{config.label}' again"
+    if config.require_fresh_head and current != check.head_sha and _is_open(pull, config):
         return replace(
             base,
             reason=(
@@ -328,25 +429,9 @@ def decide_pull(
                 f"'{config.label}' was applied: review the new commits and apply the label again."
             ),
         )
-    if config.paths:
-        assert changed_files is not None, "paths set: the shell must fetch the PR's files"
-        match = match_paths(config.paths, changed_files, PULL_FILES_MAX)
-        if match.capped:
-            base = replace(
-                base,
-                paths_matched=(
-                    f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
-                    "none of those matches; running rather than skipping"
-                ),
-            )
-        elif not match.matched:
-            return replace(
-                base,
-                paths_matched="no",
-                reason=(f"none of the {len(changed_files)} changed files matches paths."),
-            )
-        else:
-            base = replace(base, paths_matched=str(match.first_file))
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
+    if refused_now:
+        return base
     fork = " from a fork" if check.fork else ""
     return replace(
         base,
@@ -354,6 +439,207 @@ def decide_pull(
         reason=(
             f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
             f"{check.head_sha[:12]}."
+        ),
+    )
+
+
+def _is_open(pull: Mapping[str, Any], config: GateConfig) -> bool:
+    return pull.get("state") == "open" and not (config.skip_draft and pull.get("draft"))
+
+
+def _pull_rules(
+    base: Decision,
+    number: int,
+    config: GateConfig,
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+    again: str,
+) -> tuple[Decision, bool]:
+    """The rules every approval path shares: open, not a skipped draft, ``paths``.
+    Returns the decision so far and whether it is a refusal."""
+    state = str(pull.get("state") or "")
+    if state != "open":
+        return replace(base, reason=f"pull request #{number} is {state or 'not open'}."), True
+    if config.skip_draft and pull.get("draft"):
+        reason = (
+            f"pull request #{number} is a draft and skip-draft is true: mark it ready "
+            f"for review and {again}."
+        )
+        return replace(base, reason=reason), True
+    if not config.paths:
+        return base, False
+    assert changed_files is not None, "paths set: the shell must fetch the PR's files"
+    match = match_paths(config.paths, changed_files, PULL_FILES_MAX)
+    if match.capped:
+        return replace(
+            base,
+            paths_matched=(
+                f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
+                "none of those matches; running rather than skipping"
+            ),
+        ), False
+    if not match.matched:
+        reason = f"none of the {len(changed_files)} changed files matches paths."
+        return replace(base, paths_matched="no", reason=reason), True
+    return replace(base, paths_matched=str(match.first_file)), False
+
+
+def _role_refusal(
+    base: Decision, login: str, config: GateConfig, answer: Mapping[str, Any], what: str
+) -> Decision | None:
+    role, exact = role_of(answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return None
+    note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    return replace(
+        base,
+        permission=role,
+        reason=(
+            f"{login} has the '{role}' role{note}; {what} needs '{config.min_permission}' or "
+            "higher."
+        ),
+    )
+
+
+def decide_comment(
+    check: CommentCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    """A comment command: the commenter's role, then the stated SHA against the head now."""
+    current = str((pull.get("head") or {}).get("sha") or "")
+    head = (pull.get("head") or {}).get("repo") or {}
+    base_repo = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
+    base = Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        pr_number=str(check.number),
+        labeled_by=check.commenter,
+        permission=role_of(permission_answer)[0],
+        head_at_label=check.command.sha,
+        current_head=current,
+        fork=head.get("full_name") is None or head.get("full_name") != base_repo,
+        approval="comment",
+        comment_url=check.url,
+        tiers=check.command.tiers,
+    )
+    command = f"'{config.comment_command}'"
+    refused = _role_refusal(
+        base, check.commenter, config, permission_answer, f"a {command} comment"
+    )
+    if refused is not None:
+        return refused
+    again = f"comment '{config.comment_command} <sha>' again"
+    if not check.command.sha:
+        return replace(
+            base,
+            reason=(
+                f"the command names no commit: state the head you reviewed, "
+                f"'{config.comment_command} {current}'."
+            ),
+        )
+    if not comment.matches_head(check.command.sha, current):
+        return replace(
+            base,
+            reason=(
+                f"the comment names {check.command.sha[:12]}, but the head of #{check.number} is "
+                f"{current[:12] or '?'}: review the head and {again} with its SHA."
+            ),
+        )
+    base = replace(base, sha=current)
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
+    if refused_now:
+        return base
+    fork = " from a fork" if base.fork else ""
+    tiers = f" (tiers: {', '.join(base.tiers)})" if base.tiers else ""
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.commenter} ({base.permission}) commented {command} for #{check.number}"
+            f"{fork} at {current[:12]}{tiers}."
+        ),
+    )
+
+
+def refuse_trusted(
+    check: TrustedCheck, config: GateConfig, permission_answer: Mapping[str, Any]
+) -> Decision | None:
+    """The author's role alone: below ``trusted-authors``, the push needs an approval."""
+    role, _ = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.trusted_authors]:
+        return None
+    return replace(
+        _trusted_base(check, role, ""),
+        reason=(
+            f"the author {check.author} has the '{role}' role, below trusted-authors "
+            f"('{config.trusted_authors}'): {_how_to_approve(config)}"
+        ),
+    )
+
+
+def _how_to_approve(config: GateConfig) -> str:
+    way = f"a maintainer applies '{config.label}'"
+    if config.comment_command:
+        way += f" or comments '{config.comment_command} <sha>'"
+    return way + "."
+
+
+def _trusted_base(check: TrustedCheck, role: str, current: str) -> Decision:
+    return Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        sha=check.head_sha,
+        pr_number=str(check.number),
+        labeled_by=check.author,
+        permission=role,
+        head_at_label=check.head_sha,
+        current_head=current,
+        fork=check.fork,
+        approval="trusted-author",
+    )
+
+
+def decide_trusted(
+    check: TrustedCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    head_commit: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    """A trusted author's push: their role, the head unmoved, the head commit theirs."""
+    refused = refuse_trusted(check, config, permission_answer)
+    if refused is not None:
+        return refused
+    role, _ = role_of(permission_answer)
+    current = str((pull.get("head") or {}).get("sha") or "")
+    base = _trusted_base(check, role, current)
+    if current != check.head_sha and _is_open(pull, config):
+        return replace(
+            base,
+            reason=(
+                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}: the run "
+                "of the newer push decides."
+            ),
+        )
+    why = comment.untrusted_push(head_commit, check.author, config.trusted_authors_verified)
+    if why:
+        return replace(base, reason=f"{why} ({_how_to_approve(config)})")
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, "push again")
+    if refused_now:
+        return base
+    signed = " verified" if config.trusted_authors_verified else ""
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.author} ({role}) is a trusted author and the{signed} head "
+            f"{check.head_sha[:12]} of #{check.number} is their own commit."
         ),
     )
 

@@ -305,6 +305,13 @@ def for_pull_event(
                 f"{short(sha)} carries an approval of #{other}; an event of "
                 f"#{number} does not revoke it.",
             )
+    if action in NEW_HEAD and gate_run:
+        # trusted-authors: the gate ran this head without a label (the author's own commit);
+        # the approval names the author, whose pull_request run it then binds, as a label's
+        return Outcome(
+            after_gate(config, sha, True, gate_reason, labeled_by, link),
+            "a trusted author's own head.",
+        )
     if action in ("opened", "reopened", "ready_for_review"):
         return Outcome(waiting(config, sha, action, target_url=link), "new pull request head.")
     if action == "synchronize":

@@ -625,7 +625,9 @@ def _cancel(
             if forced
             else _with(record, "cancelled", f"queued {waited / 60:.0f} min: run cancelled")
         )
-    if not config.context:
+    if not config.context or run.get("event") == "issue_comment":
+        # A comment's run (cancelled like a label's) runs from the default branch: its
+        # head_sha is that branch's commit, not the approved one, so it gets no status.
         return
     labels = sorted({label for j in still for label in j.labels})
     link = str(run.get("html_url") or f"{server_url}/{repository}/actions/runs/{run_id}")

@@ -1,0 +1,138 @@
+"""Comment commands (``/gpu-ci run <sha> [tier ...]``) and trusted authors, as pure rules.
+
+A comment approves like a label: someone with ``min-permission`` states, in a comment on a
+pull request, exactly the commit they reviewed. Three rules keep it as strict as a label:
+
+* only a comment's ``created`` event approves: the text of an edited comment was not what
+  its author wrote when they approved (and anyone who can edit it, can post a new one);
+* the command is the comment's first line, so a quoted reply (``> /gpu-ci run ...``) or a
+  command mentioned in prose approves nothing;
+* the SHA is required and must be the pull request's head when the gate handles it; a
+  short SHA (at least 7 hex digits) is matched as a prefix of the head.
+
+Trusted authors run without an approval, but only for commits that are theirs: the head
+commit's GitHub ``author`` and ``committer`` (the accounts GitHub links to the commit) must
+both be the pull request's author, or ``web-flow`` as the committer (GitHub's own committer
+for edits in its web interface). Anything else is an *untrusted push* and needs a label or a
+comment. Git identities are only email addresses, which anyone may write into a commit, so
+``trusted-authors-verified`` also requires GitHub's signature verification of that commit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_ci.errors import UsageError
+
+DEFAULT_COMMAND = "/gpu-ci run"
+#: GitHub's committer for commits made in its web interface (and signed by GitHub).
+WEB_FLOW = "web-flow"
+_SHA = re.compile(r"[0-9a-f]{7,40}")
+_TIER = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+
+def parse_command_setting(value: str) -> str:
+    """``comment-command``: empty or ``none`` turns comments off; otherwise a ``/`` word."""
+    text = " ".join(value.split())
+    if not text or text.casefold() == "none":
+        return ""
+    if not text.startswith("/") or len(text) < 2:
+        raise UsageError(
+            f"input 'comment-command' must start with '/' (e.g. '{DEFAULT_COMMAND}'), or be "
+            f"empty or 'none' to turn comment commands off; got {value!r}."
+        )
+    return text
+
+
+def parse_tiers(items: Sequence[str]) -> tuple[str, ...]:
+    """``tiers``: the words a command may name after the SHA (lower case, no spaces)."""
+    out: list[str] = []
+    for item in items:
+        word = item.strip().casefold()
+        if not word:
+            continue
+        if not _TIER.fullmatch(word) or _SHA.fullmatch(word):
+            raise UsageError(
+                f"input 'tiers' lists {item.strip()!r}: a tier is one word of letters, digits, "
+                "'.', '_' or '-' that does not look like a commit SHA (e.g. mini, full)."
+            )
+        if word not in out:
+            out.append(word)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A parsed command: ``sha`` empty when none was given; ``problem`` a refusal that needs
+    no API call (an unknown tier, a word that is not a SHA)."""
+
+    sha: str
+    tiers: tuple[str, ...] = ()
+    problem: str = ""
+
+
+def parse_command(body: str, command: str, tiers: Sequence[str]) -> Command | None:
+    """The command on the comment's first line, or None when the comment is not one."""
+    lines = [line.strip() for line in body.strip().splitlines()]
+    first = lines[0] if lines else ""
+    words = first.split()
+    head = command.split()
+    if [w.casefold() for w in words[: len(head)]] != [w.casefold() for w in head]:
+        return None
+    args = [w.casefold() for w in words[len(head) :]]
+    if not args or args[0] in tiers:
+        return Command(sha="", tiers=_known(args, tiers))
+    if not _SHA.fullmatch(args[0]):
+        return Command(
+            sha="",
+            problem=(
+                f"'{words[len(head)]}' is not a commit SHA: write '{command} <sha>' with the "
+                "head commit you reviewed (at least 7 hex digits)."
+            ),
+        )
+    unknown = [w for w in args[1:] if w not in tiers]
+    if unknown:
+        allowed = ", ".join(tiers) if tiers else "none are configured (input 'tiers')"
+        return Command(
+            sha=args[0],
+            problem=f"unknown tier '{unknown[0]}' after the SHA: the tiers are {allowed}.",
+        )
+    return Command(sha=args[0], tiers=_known(args[1:], tiers))
+
+
+def _known(words: Sequence[str], tiers: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(w for w in words if w in tiers))
+
+
+def matches_head(sha: str, head: str) -> bool:
+    """A stated SHA names the head when it is the head or a prefix of at least 7 digits."""
+    return len(sha) >= 7 and len(head) == 40 and head.startswith(sha)
+
+
+def untrusted_push(commit: Mapping[str, Any], author: str, require_verified: bool) -> str:
+    """Why the head commit (``GET /repos/{o}/{r}/commits/{sha}``) is not the PR author's own,
+    or "" when it is."""
+    login = str((commit.get("author") or {}).get("login") or "")
+    committer = str((commit.get("committer") or {}).get("login") or "")
+    sha = str(commit.get("sha") or "")[:12]
+    if login != author:
+        return (
+            f"the head {sha} is authored by {login or 'an email linked to no GitHub account'}, "
+            f"not by the pull request's author {author}: an untrusted push needs an approval."
+        )
+    if committer not in (author, WEB_FLOW):
+        return (
+            f"the head {sha} was committed by {committer or 'an unlinked email'}, not by "
+            f"{author}: an untrusted push needs an approval."
+        )
+    verification = (commit.get("commit") or {}).get("verification") or {}
+    if require_verified and verification.get("verified") is not True:
+        why = str(verification.get("reason") or "unsigned")
+        return (
+            f"trusted-authors-verified is true and the head {sha} is not verified ({why}): "
+            "sign the commit, or have a maintainer approve it."
+        )
+    return ""

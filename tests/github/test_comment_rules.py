@@ -1,0 +1,290 @@
+"""Comment commands and trusted authors: gpu-gate's rules as pure functions (no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_ci.errors import UsageError
+from gpu_ci.github import comment, gate
+from tests.conftest import webhook
+from tests.events import on_pull_request
+
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+OLD = "1" * 40
+
+
+def config(**kw):
+    base = dict(
+        label="CUDA CI",
+        min_permission="write",
+        run_on=["push"],
+        require_fresh_head=True,
+        paths=[],
+        skip_draft=False,
+        gpu_runs_on="gpu",
+        cpu_runs_on="ubuntu-latest",
+        comment_command="/gpu-ci run",
+        tiers=["mini", "full"],
+    )
+    base.update(kw)
+    return gate.make_config(**base)
+
+
+def event(body, commenter="mai", action="created"):
+    return on_pull_request(webhook(f"issue_comment.{action}"), body=body, commenter=commenter)
+
+
+def pull(head=HEAD, state="open", draft=False, fork=False):
+    repo = {"full_name": "Codertocat/Hello-World"}
+    return {
+        "state": state,
+        "draft": draft,
+        "head": {"sha": head, "repo": {"full_name": "fork/Hello-World"} if fork else repo},
+        "base": {"repo": repo},
+    }
+
+
+ROLE = {"role_name": "maintain", "permission": "write"}
+
+
+def decide(body, *, answer=ROLE, pr=None, cfg=None, files=None, commenter="mai"):
+    cfg = cfg or config()
+    step = gate.triage("issue_comment", event(body, commenter), cfg, "d" * 40)
+    assert isinstance(step, gate.CommentCheck), step
+    return gate.decide_comment(step, cfg, answer, pr or pull(), files)
+
+
+def test_a_maintainers_command_with_the_head_runs_exactly_the_head():
+    decision = decide(f"/gpu-ci run {HEAD}")
+    assert decision.run and decision.sha == HEAD
+    assert (decision.labeled_by, decision.permission, decision.approval) == (
+        "mai",
+        "maintain",
+        "comment",
+    )
+    assert decision.comment_url.endswith("/pull/2#issuecomment-492700400")
+    assert "mai (maintain) commented '/gpu-ci run' for #2" in decision.reason
+
+
+def test_a_short_sha_of_seven_digits_is_matched_against_the_head_and_runs_the_full_head():
+    assert decide(f"/gpu-ci run {HEAD[:7]}").sha == HEAD
+    six = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD[:6]}"), config(), "")
+    assert isinstance(six, gate.Decision) and not six.run  # six digits are not a SHA
+    assert "'ec26c3' is not a commit SHA" in six.reason
+
+
+def test_a_stale_sha_is_refused_naming_the_head():
+    decision = decide(f"/gpu-ci run {OLD[:12]}")
+    assert not decision.run and decision.sha == ""
+    assert f"names {OLD[:12]}, but the head of #2 is {HEAD[:12]}" in decision.reason
+
+
+def test_a_missing_sha_is_refused_naming_the_full_head():
+    for body in ("/gpu-ci run", "/gpu-ci run full"):
+        decision = decide(body)
+        assert not decision.run
+        assert f"'/gpu-ci run {HEAD}'" in decision.reason, decision.reason
+
+
+def test_a_stranger_is_refused_before_the_pull_request_is_read():
+    decision = decide(
+        f"/gpu-ci run {HEAD}", answer={"role_name": "read", "permission": "read"}, pr={}
+    )
+    assert not decision.run
+    assert (
+        "stranger has the 'read' role; a '/gpu-ci run' comment needs 'write'"
+        in (
+            decide(f"/gpu-ci run {HEAD}", answer={"role_name": "read"}, pr={}, commenter="stranger")
+        ).reason
+    )
+
+
+@pytest.mark.parametrize("action", ["edited", "deleted"])
+def test_edited_and_deleted_comments_approve_nothing(action):
+    decision = gate.triage(
+        "issue_comment", event(f"/gpu-ci run {HEAD}", action=action), config(), ""
+    )
+    assert isinstance(decision, gate.Decision) and not decision.run
+    assert f"the comment was {action}: only a new comment approves" in decision.reason
+
+
+def test_a_comment_on_an_issue_is_ignored():
+    payload = webhook("issue_comment.created")  # GitHub's example: a comment on an issue
+    payload["comment"]["body"] = f"/gpu-ci run {HEAD}"
+    decision = gate.triage("issue_comment", payload, config(), "")
+    assert isinstance(decision, gate.Decision) and not decision.run
+    assert "is an issue, not a pull request" in decision.reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "LGTM",
+        f"> /gpu-ci run {HEAD}\n\nquoting the maintainer",  # a quoted reply
+        f"thanks! next: /gpu-ci run {HEAD}",  # mentioned in prose
+        f"/gpu-ci running {HEAD}",
+    ],
+)
+def test_only_a_first_line_command_counts(body):
+    decision = gate.triage("issue_comment", event(body), config(), "")
+    assert isinstance(decision, gate.Decision) and not decision.run
+    assert "first line is not a '/gpu-ci run' command" in decision.reason
+
+
+def test_the_command_is_compared_without_case_and_extra_spaces():
+    assert decide(f"  /GPU-CI   Run {HEAD.upper()}\nfine by me").run
+
+
+def test_tier_words_after_the_sha_become_the_tiers_and_unknown_ones_refuse():
+    assert decide(f"/gpu-ci run {HEAD} full").tiers == ("full",)
+    assert decide(f"/gpu-ci run {HEAD} FULL mini full").tiers == ("full", "mini")
+    assert decide(f"/gpu-ci run {HEAD}").tiers == ()
+    step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD} huge"), config(), "")
+    assert isinstance(step, gate.Decision) and not step.run
+    assert "unknown tier 'huge' after the SHA: the tiers are mini, full" in step.reason
+    no_tiers = config(tiers=[])
+    step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD} full"), no_tiers, "")
+    assert isinstance(step, gate.Decision) and "none are configured" in step.reason
+
+
+def test_role_paths_draft_and_state_apply_as_for_labels():
+    triage = {"role_name": "triage", "permission": "read"}
+    assert not decide(f"/gpu-ci run {HEAD}", answer=triage).run
+    assert decide(f"/gpu-ci run {HEAD}", answer=triage, cfg=config(min_permission="triage")).run
+    paths = config(paths=["kernels/**"])
+    assert not decide(f"/gpu-ci run {HEAD}", cfg=paths, files=["docs/a.md"]).run
+    assert decide(f"/gpu-ci run {HEAD}", cfg=paths, files=["kernels/a.cu"]).run
+    assert "is closed" in decide(f"/gpu-ci run {HEAD}", pr=pull(state="closed")).reason
+    drafts = config(skip_draft=True)
+    assert "is a draft" in decide(f"/gpu-ci run {HEAD}", cfg=drafts, pr=pull(draft=True)).reason
+    assert decide(f"/gpu-ci run {HEAD}", pr=pull(fork=True)).fork is True
+
+
+def test_comment_commands_can_be_turned_off_and_then_refuse_as_before():
+    for value in ("", "none", "NONE"):
+        off = config(comment_command=value)
+        decision = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD}"), off, "")
+        assert isinstance(decision, gate.Decision) and not decision.run
+        assert "neither a labelled pull request nor listed in run-on" in decision.reason
+
+
+def test_bad_settings_are_usage_errors():
+    with pytest.raises(UsageError, match="must start with '/'"):
+        config(comment_command="gpu-ci run")
+    with pytest.raises(UsageError, match="does not look like a commit SHA"):
+        config(tiers=["abcdef0"])
+    with pytest.raises(UsageError, match="one word"):
+        config(tiers=["two words"])
+    with pytest.raises(UsageError, match="input 'trusted-authors' must be one of"):
+        config(trusted_authors="read")
+    assert config(trusted_authors="off").trusted_authors == ""
+
+
+# -- trusted authors ----------------------------------------------------------------------
+
+
+def synchronize(author="alice", head=HEAD):
+    payload = webhook("pull_request.synchronize")
+    payload["pull_request"]["user"]["login"] = author
+    payload["pull_request"]["head"]["sha"] = head
+    return payload
+
+
+def head_commit(author="alice", committer="alice", verified=False, sha=HEAD):
+    return {
+        "sha": sha,
+        "author": {"login": author} if author else None,
+        "committer": {"login": committer} if committer else None,
+        "commit": {
+            "verification": {"verified": verified, "reason": "valid" if verified else "unsigned"}
+        },
+    }
+
+
+TRUSTED = config(trusted_authors="write")
+
+
+def trusted(commit, *, answer=ROLE, cfg=TRUSTED, pr=None):
+    step = gate.triage("pull_request", synchronize(), cfg, "")
+    assert isinstance(step, gate.TrustedCheck), step
+    return gate.decide_trusted(step, cfg, answer, pr or pull(), commit, None)
+
+
+def test_a_trusted_authors_own_push_runs_its_head_without_an_approval():
+    decision = trusted(head_commit())
+    assert decision.run and decision.sha == HEAD and decision.approval == "trusted-author"
+    assert decision.labeled_by == "alice"
+    # a commit made in GitHub's web interface: committer web-flow
+    assert trusted(head_commit(committer=comment.WEB_FLOW)).run
+
+
+@pytest.mark.parametrize(
+    ("commit", "why"),
+    [
+        (head_commit(author="mallory", committer="mallory"), "authored by mallory"),
+        (head_commit(committer="mallory"), "committed by mallory"),
+        (head_commit(author=None), "an email linked to no GitHub account"),
+    ],
+)
+def test_an_untrusted_push_on_a_trusted_authors_pull_request_needs_an_approval(commit, why):
+    decision = trusted(commit)
+    assert not decision.run
+    assert why in decision.reason and "an untrusted push needs an approval" in decision.reason
+    assert "a maintainer applies 'CUDA CI' or comments '/gpu-ci run <sha>'" in decision.reason
+
+
+def test_trusted_authors_verified_requires_a_verified_head():
+    strict = config(trusted_authors="write", trusted_authors_verified=True)
+    decision = trusted(head_commit(), cfg=strict)
+    assert not decision.run and "is not verified (unsigned)" in decision.reason
+    assert trusted(head_commit(verified=True), cfg=strict).run
+
+
+def test_an_author_below_the_trusted_role_and_a_moved_head_do_not_run():
+    triage = {"role_name": "triage", "permission": "read"}
+    step = gate.triage("pull_request", synchronize(), TRUSTED, "")
+    refused = gate.refuse_trusted(step, TRUSTED, triage)
+    assert refused is not None and not refused.run
+    assert "the author alice has the 'triage' role, below trusted-authors" in refused.reason
+    moved = trusted(head_commit(), pr=pull(head=OLD))
+    assert not moved.run and "the run of the newer push decides" in moved.reason
+
+
+@pytest.mark.parametrize("action", ["opened", "synchronize", "reopened", "ready_for_review"])
+def test_trusted_authors_apply_to_new_heads_and_never_to_other_actions(action):
+    payload = synchronize()
+    payload["action"] = action
+    assert isinstance(gate.triage("pull_request", payload, TRUSTED, ""), gate.TrustedCheck)
+    payload["action"] = "edited"
+    assert isinstance(gate.triage("pull_request", payload, TRUSTED, ""), gate.Decision)
+
+
+def test_without_trusted_authors_a_push_to_a_pull_request_still_needs_a_label():
+    decision = gate.triage("pull_request", synchronize(), config(), "")
+    assert isinstance(decision, gate.Decision) and not decision.run
+    assert "'synchronize' events never run the GPU job" in decision.reason
+
+
+def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_no_cache():
+    """The comment workflow runs from the default branch: its GPU job (the pull request's
+    code) gets no permission, no secret, no persisted credential and writes no cache."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    assert workflow[True] == {"issue_comment": {"types": ["created", "edited", "deleted"]}}
+    assert workflow["permissions"] == {}
+    gate_job, tests = workflow["jobs"]["gate"], workflow["jobs"]["tests"]
+    assert gate_job["permissions"] == {"pull-requests": "read"}
+    assert tests["permissions"] == {}
+    job_text = yaml.safe_dump(tests)
+    assert "secrets." not in job_text and "github.token" not in job_text
+    steps = {step.get("uses", "").split("@")[0]: step.get("with", {}) for step in tests["steps"]}
+    assert steps["actions/checkout"]["persist-credentials"] is False
+    assert steps["actions/checkout"]["ref"] == "${{ needs.gate.outputs.sha }}"
+    conda = steps["gpu-ci-actions/gpu-ci-actions/actions/setup-conda-from-lock"]
+    assert conda["cache-write"] == "false"
+    # an edit (which approves nothing) cannot cancel the run a new comment started
+    assert "github.event.action" in workflow["concurrency"]["group"]
