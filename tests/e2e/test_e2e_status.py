@@ -303,4 +303,4 @@ def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     ((state, description),) = gpu_ci(github, HEAD)
     assert state == "error"
     assert description.startswith("No GPU runner picked this up in 94 minutes")
-    assert len(github.log) == 7
+    assert len(github.log) == 8
