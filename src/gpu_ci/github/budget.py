@@ -194,12 +194,15 @@ def job_costs(
     used), each rounded up to whole minutes and priced on the day it started. A job still
     queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
     out = []
-    prs = run.get("pull_requests") or []
-    pr = f"#{prs[0]['number']}" if prs and isinstance(prs[0], dict) else ""
+    pr = pull_request_of(run)
     approver = str(((run.get("triggering_actor") or run.get("actor")) or {}).get("login") or "")
     workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
+    reserves = run_reserves(run)
     for job in jobs:
-        if not matcher.matches(job):
+        waiting = str(job.get("status") or "") != "completed" and not job.get("runner_name")
+        if waiting and not reserves:
+            continue  # a queued job of a run no maintainer approved: it costs nothing yet
+        if not (matcher.matches(job) or (waiting and _asks_for_group_only(job, matcher))):
             continue
         status = str(job.get("status") or "")
         started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
@@ -240,6 +243,50 @@ def job_costs(
             )
         )
     return out
+
+
+def run_reserves(run: Mapping[str, Any]) -> bool:
+    """Whether the run's queued GPU jobs reserve budget: its workflow file is this
+    repository's own (``head_repository.id`` equals ``repository.id``, both present).
+
+    That holds for the trusted events (push, schedule, workflow_dispatch), for
+    ``pull_request_target`` (the base branch's file, whose GPU job queues only when the gate
+    said run) and for a pull request from a branch of this repository (its author may write
+    to it). A fork's ``pull_request`` run is its own workflow file, which may queue any
+    number of jobs on labels no runner has: they reserve nothing until a runner picks one
+    up (then it is spend, counted as such). A run with either id absent (the schema makes
+    both optional; a deleted fork's ``head_repository`` is null) is not trusted."""
+    base = (run.get("repository") or {}).get("id")
+    head = (run.get("head_repository") or {}).get("id")
+    return isinstance(base, int) and isinstance(head, int) and base == head
+
+
+def _asks_for_group_only(job: Mapping[str, Any], matcher: GpuMatcher) -> bool:
+    """A job not yet picked up has no ``runner_group_name``: with a group-only
+    ``gpu-runs-on``, a waiting job that asks for no labels (``runs-on: {group: ...}``) is
+    counted as a GPU job, so that concurrent gates do not overcommit (it may be another
+    group's: reserving too much is the safe error)."""
+    return bool(matcher.group) and not matcher.labels and not job.get("labels")
+
+
+def pull_request_of(run: Mapping[str, Any]) -> str:
+    """``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
+    lists there never, ``owner/repo:branch`` from ``head_repository`` and ``head_branch``
+    (``(deleted fork):branch`` when the fork is gone), so that fork pull requests are not
+    one row; empty for a run of this repository that is no pull request."""
+    prs = run.get("pull_requests") or []
+    if prs and isinstance(prs[0], dict):
+        return f"#{prs[0]['number']}"
+    if not str(run.get("event") or "").startswith("pull_request"):
+        return ""
+    head = run.get("head_repository")
+    base_id = (run.get("repository") or {}).get("id")
+    branch = str(run.get("head_branch") or "")
+    if head is None and "head_repository" in run:
+        return f"(deleted fork):{branch}"
+    if isinstance(head, dict) and head.get("id") != base_id:
+        return f"{head.get('full_name') or head.get('id')}:{branch}"
+    return ""
 
 
 # -- the ledger: runs already counted -----------------------------------------------------
