@@ -18,6 +18,7 @@ from tests.github.runs import (
     gpu_run,
     month_of_runs,
     spend,
+    upload_ledger,
 )
 from tests.github_server import Job
 
@@ -137,7 +138,7 @@ def test_reruns_cancelled_and_other_workflows(run_cli, server):
     assert result.outputs["budget-spent"] == "14", result.stdout  # 10 + 4
 
 
-def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, tmp_path):
+def test_a_month_of_300_runs_costs_five_calls_with_the_ledger(run_cli, server, tmp_path):
     month_of_runs(server)  # 300 GPU runs, $187.20
     report = spend(run_cli, server, tmp_path)
     assert report.returncode == 0, report.stdout
@@ -145,13 +146,7 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     full_scan = len(api_calls(server))
     assert full_scan == 303 + 1  # 3 pages of runs + the jobs of each + gpu-monitor artifacts
     ledger = (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": ledger},
-        head_branch="master",
-        created_at="2026-11-30T12:01:00Z",
-    )
+    upload_ledger(server, ledger, created_at="2026-11-30T12:01:00Z")
     # what a pull request could upload under the same name: claims nothing was spent
     empty = json.loads(ledger)
     empty["jobs"] = []
@@ -170,9 +165,10 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     assert result.outputs["budget-spent"] == "187.82"  # 301 × $0.624: the poison is ignored
     calls = api_calls(server, before)
     budget_calls = [r.path for r in calls[GATE_CALLS:]]
-    assert len(budget_calls) <= 4, budget_calls
+    assert len(budget_calls) <= 5, budget_calls
     assert budget_calls[0].endswith("/actions/artifacts")
-    assert budget_calls[1].endswith("/zip") and budget_calls[-1].endswith("/jobs")
+    assert budget_calls[1].endswith(f"/actions/runs/{server_ledger_run(server)}")  # its event
+    assert budget_calls[2].endswith("/zip") and budget_calls[-1].endswith("/jobs")
     assert "ledger artifact #" in result.summary
     # without a ledger the same decision reads the whole month again
     before = len(server.log)
@@ -181,15 +177,15 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     assert len(api_calls(server, before)) - GATE_CALLS == 4 + 301  # 4 pages of runs + jobs
 
 
+def server_ledger_run(server) -> int:
+    """The run that uploaded the trusted ledger (the one of gpu-spend.yml)."""
+    return next(r.id for r in server.repos[REPO].runs if r.path.endswith("gpu-spend.yml"))
+
+
 def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     run = gpu_run(server, datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
-        head_branch="master",
-    )
+    upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     run.run_attempt, run.status = 2, "in_progress"
     run.jobs.append(
         Job(
@@ -217,12 +213,7 @@ def test_a_run_still_going_when_the_ledger_was_written_is_counted(run_cli, serve
     )  # yesterday, still running
     gpu_run(server, datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
-        head_branch="master",
-    )
+    upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     server.complete_job(long.jobs[1].id, "2026-11-30T13:00:00Z")  # 14 hours on the GPU
     result = gate(
         run_cli,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -148,29 +148,110 @@ def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
     return rest.get_pages(f"/repos/{repo}/actions/runs/{run_id}/jobs?filter=all", key="jobs")
 
 
+#: The events whose runs may write the ledger: a pull request's run is none of them.
+LEDGER_EVENTS = ("schedule", "push", "workflow_dispatch")
+#: Newest same-name artifacts whose run is read to check its event, at most.
+LEDGER_RUN_CHECKS = 3
+#: Newest successful default-branch runs per event whose artifacts are looked through when
+#: pull requests' uploads push the trusted ledger off the first listing page.
+LEDGER_FALLBACK_RUNS = 10
+#: The most REST calls finding the ledger may take: 1 listing, LEDGER_RUN_CHECKS runs read,
+#: one run listing per event, LEDGER_FALLBACK_RUNS runs' artifacts, 1 download.
+LEDGER_MAX_CALLS = 1 + LEDGER_RUN_CHECKS + len(LEDGER_EVENTS) + LEDGER_FALLBACK_RUNS + 1
+
+
+def _same_repository(base: Any, head: Any) -> bool:
+    """Both ids present and equal: an absent id (the schema makes them optional) is a run
+    that cannot be shown to be this repository's, so it is not trusted."""
+    return isinstance(base, int) and isinstance(head, int) and base == head
+
+
+def _trusted_run(run: Mapping[str, Any], default_branch: str) -> bool:
+    return (
+        run.get("event") in LEDGER_EVENTS
+        and run.get("head_branch") == default_branch
+        and _same_repository(
+            (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
+        )
+    )
+
+
 def trusted_ledger(
     rest: Rest, repo: str, name: str, default_branch: str
 ) -> tuple[budget.Ledger | None, str]:
-    """The newest unexpired artifact ``name`` made by a run on the default branch of this
-    repository itself (not a fork, not a pull request's branch), and its ledger.
+    """The newest unexpired artifact ``name`` made by a run of this repository itself, on its
+    default branch, of a trusted event (:data:`LEDGER_EVENTS`), and its ledger; at most
+    :data:`LEDGER_MAX_CALLS` REST calls however many same-name artifacts pull requests
+    upload (a ledger a pull request wrote could claim a lower spend).
 
-    Pull request runs can upload artifacts of any name; their ``workflow_run.head_branch`` is
-    the pull request's branch and a fork's ``head_repository_id`` differs, so they are
-    skipped: a ledger a pull request wrote could claim a lower spend."""
-    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}&per_page=30")
-    candidates = []
-    for art in listing.get("artifacts") or []:
-        wr = art.get("workflow_run") or {}
-        if art.get("expired") or art.get("name") != name:
-            continue
-        if wr.get("head_branch") != default_branch:
-            continue
-        if wr.get("head_repository_id") != wr.get("repository_id"):
-            continue
-        candidates.append(art)
-    if not candidates:
-        return None, f"no artifact '{name}' from the default branch ({default_branch})"
-    art = max(candidates, key=lambda a: (str(a.get("created_at") or ""), int(a["id"])))
+    First the newest 100 artifacts of that name: those whose ``workflow_run`` is on the
+    default branch with equal repository ids, newest first, up to :data:`LEDGER_RUN_CHECKS`
+    of them, have their run read for its event. When none passes and the listing holds more
+    than one page (pull requests' uploads may hide the trusted one), the newest successful
+    default-branch runs of each trusted event are listed instead and their own artifacts of
+    that name looked through, newest run first."""
+    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}&per_page=100")
+    arts = [
+        a
+        for a in listing.get("artifacts") or []
+        if a.get("name") == name
+        and not a.get("expired")
+        and (a.get("workflow_run") or {}).get("head_branch") == default_branch
+        and _same_repository(
+            (a.get("workflow_run") or {}).get("repository_id"),
+            (a.get("workflow_run") or {}).get("head_repository_id"),
+        )
+    ]
+    arts.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
+    for art in arts[:LEDGER_RUN_CHECKS]:
+        run_id = int(art["workflow_run"]["id"])
+        try:
+            run = rest.get(f"/repos/{repo}/actions/runs/{run_id}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            continue  # the run is gone: its artifact cannot be shown to be trusted
+        if _trusted_run(run, default_branch):
+            return _read_ledger(rest, repo, name, art)
+    if int(listing.get("total_count") or 0) <= 100 and not arts[LEDGER_RUN_CHECKS:]:
+        return None, (
+            f"no artifact '{name}' from a {'/'.join(LEDGER_EVENTS)} run of the default "
+            f"branch ({default_branch})"
+        )
+    art = _ledger_of_trusted_runs(rest, repo, name, default_branch)
+    if art is None:
+        return None, (
+            f"no artifact '{name}' among the newest {LEDGER_FALLBACK_RUNS} successful "
+            f"{'/'.join(LEDGER_EVENTS)} runs of the default branch ({default_branch})"
+        )
+    return _read_ledger(rest, repo, name, art)
+
+
+def _ledger_of_trusted_runs(
+    rest: Rest, repo: str, name: str, default_branch: str
+) -> dict[str, Any] | None:
+    runs: list[dict[str, Any]] = []
+    for event in LEDGER_EVENTS:
+        answer = rest.get(
+            f"/repos/{repo}/actions/runs?branch={quote(default_branch, safe='')}"
+            f"&event={event}&status=success&per_page={LEDGER_FALLBACK_RUNS}"
+        )
+        runs += [r for r in answer.get("workflow_runs") or [] if _trusted_run(r, default_branch)]
+    runs.sort(key=lambda r: (str(r.get("created_at") or ""), int(r["id"])), reverse=True)
+    for run in runs[:LEDGER_FALLBACK_RUNS]:
+        answer = rest.get(
+            f"/repos/{repo}/actions/runs/{int(run['id'])}/artifacts"
+            f"?name={quote(name, safe='')}&per_page=10"
+        )
+        for art in answer.get("artifacts") or []:
+            if art.get("name") == name and not art.get("expired"):
+                return dict(art)
+    return None
+
+
+def _read_ledger(
+    rest: Rest, repo: str, name: str, art: Mapping[str, Any]
+) -> tuple[budget.Ledger | None, str]:
     blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip", MAX_LEDGER_BYTES)
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
