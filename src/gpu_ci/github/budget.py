@@ -370,14 +370,19 @@ def build_ledger(
     now: datetime,
     runs: Sequence[Mapping[str, Any]],
     costs: Sequence[JobCost],
+    reused: Mapping[str, int] | None = None,
 ) -> Ledger:
-    """A ledger of the completed runs among ``runs`` (all runs of the month so far).
+    """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
+    (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
     that the gate, which lists the runs created since that day, still sees that run."""
-    done = {
-        str(r["id"]): int(r.get("run_attempt") or 1) for r in runs if r.get("status") == "completed"
-    }
+    done = dict(reused or {})
+    done.update(
+        (str(r["id"]), int(r.get("run_attempt") or 1))
+        for r in runs
+        if r.get("status") == "completed"
+    )
     through = now
     for r in runs:
         created = parse_time(r.get("created_at"))

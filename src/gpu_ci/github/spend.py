@@ -39,6 +39,9 @@ class Collected:
     windows: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Job id -> (started, completed) in epoch seconds, for the jobs fetched (not those
     reused from a ledger): what :mod:`gpu_ci.github.idle` matches gpu-monitor reports to."""
+    reused: dict[str, int] = field(default_factory=dict)
+    """Run id -> attempt of the runs whose costs came from the ledger (not listed again, or
+    listed unchanged): a ledger written from this collection keeps them."""
 
 
 #: "This endpoint will return up to 1,000 results for each search when using the following
@@ -267,6 +270,21 @@ def _read_ledger(
     return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
 
 
+#: "You can re-run a workflow ... up to 30 days after the initial run." A run created up
+#: to this many days before the month (or before the ledger) may be re-run in it.
+RERUN_DAYS = 30
+
+
+def _active_since(run: Mapping[str, Any], first: date) -> bool:
+    """The run was (re-)started or updated on or after ``first``: a re-run this month of a
+    run created before it."""
+    for key in ("run_started_at", "updated_at"):
+        moment = parse_time(run.get(key))
+        if moment is not None and moment.date() >= first:
+            return True
+    return False
+
+
 def collect(
     rest: Rest,
     repo: str,
@@ -281,10 +299,15 @@ def collect(
     skip: tuple[int, int] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Collected:
-    """Every GPU job of the month. Runs already in a usable ledger are not fetched again;
-    ``skip`` = (run id, attempt) of the gate's own run, whose GPU job is the one being
-    decided (its reservation is added by the caller)."""
-    since = month.first - timedelta(days=1)  # a run created on the last day may run into it
+    """Every GPU job of the month, re-runs included. Runs already in a usable ledger (same
+    attempt, completed) are not fetched again; ``skip`` = (run id, attempt) of the gate's own
+    run, whose GPU job is the one being decided (its reservation is added by the caller).
+
+    Runs are listed by creation time, and a run may be re-run for :data:`RERUN_DAYS` days:
+    the listing reaches back that far before the month (or, with a ledger, before the time
+    it was written, as runs created earlier could not be re-run since). Of the runs created
+    before the month's eve, only those started or updated this month have their jobs read:
+    the listing grows by its pages, not by a call per run."""
     use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
     reason = (
         "no ledger: every run of the month counted"
@@ -295,19 +318,21 @@ def collect(
             else ""
         )
     )
-    if use and ledger is not None:
-        through = parse_time(ledger.through)
-        if through is not None:
-            since = max(since, through.date())
-    runs = list_runs(rest, repo, workflows, since, month.last)
+    eve = month.first - timedelta(days=1)  # a run created on the last day may run into it
+    since = month.first - timedelta(days=RERUN_DAYS)
+    through = parse_time(ledger.through) if use and ledger is not None else None
+    if through is not None:
+        since = max(since, (through - timedelta(days=RERUN_DAYS)).date())
+    notes: list[str] = []
+    runs = list_runs(rest, repo, workflows, since, month.last, notes=notes)
     costs: list[budget.JobCost] = []
-    counted_runs: set[str] = set()
+    counted_runs: dict[str, int] = {}
     if use and ledger is not None:
         listed = {str(r["id"]): r for r in runs}
-        for run_id in ledger.runs:
+        for run_id, attempt in ledger.runs.items():
             run = listed.get(run_id)
             if run is None or ledger.counted(run):
-                counted_runs.add(run_id)
+                counted_runs[run_id] = attempt
         costs.extend(c for c in ledger.jobs if str(c.run_id) in counted_runs)
         reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
     fetched = 0
@@ -315,6 +340,9 @@ def collect(
     for run in runs:
         if str(run["id"]) in counted_runs:
             continue
+        created = parse_time(run.get("created_at"))
+        if created is not None and created.date() < eve and not _active_since(run, month.first):
+            continue  # created before the month and not re-run in it: nothing this month
         jobs = run_jobs(rest, repo, int(run["id"]))
         fetched += 1
         if skip is not None and int(run["id"]) == skip[0]:
@@ -329,7 +357,7 @@ def collect(
                 windows[int(job["id"])] = (start.timestamp(), end.timestamp())
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
-    return Collected(costs, runs, reason, windows=windows)
+    return Collected(costs, runs, reason, notes, windows, counted_runs)
 
 
 def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:
@@ -403,13 +431,15 @@ def month_spend(
         # The report trails usage by hours and never shows a job before it ends: add what
         # this repository's GPU jobs running now reserve.
         running: list[budget.JobCost] = []
+        notes: list[str] = []
         for run in list_runs(
             rest,
             repo,
             cfg.workflows,
-            month.first - timedelta(days=1),
+            month.first - timedelta(days=RERUN_DAYS),
             month.last,
             status="in_progress",
+            notes=notes,
         ):
             jobs = run_jobs(rest, repo, int(run["id"]))
             if skip is not None and int(run["id"]) == skip[0]:
@@ -430,9 +460,12 @@ def month_spend(
             extra.minutes,
             extra.usd,
         )
-        return spent, (
-            f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
-            f"{len(running)} GPU jobs running now"
+        return spent, "; ".join(
+            [
+                f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
+                f"{len(running)} GPU jobs running now",
+                *notes,
+            ]
         )
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
@@ -454,7 +487,8 @@ def month_spend(
         skip,
     )
     source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
-    return budget.total(got.costs, source), (f"{note}; {got.ledger_used}" if ledger else note)
+    said = [f"{note}; {got.ledger_used}" if ledger else note, *got.notes]
+    return budget.total(got.costs, source), "; ".join(said)
 
 
 @dataclass(frozen=True)
