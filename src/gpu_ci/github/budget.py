@@ -256,8 +256,14 @@ def run_reserves(run: Mapping[str, Any]) -> bool:
     number of jobs on labels no runner has: they reserve nothing until a runner picks one
     up (then it is spend, counted as such). A run with either id absent (the schema makes
     both optional; a deleted fork's ``head_repository`` is null) is not trusted."""
-    base = (run.get("repository") or {}).get("id")
-    head = (run.get("head_repository") or {}).get("id")
+    return same_repository(
+        (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
+    )
+
+
+def same_repository(base: Any, head: Any) -> bool:
+    """Both repository ids present and equal: an absent id (the schema makes a run's and an
+    artifact's ids optional) cannot show that the run is this repository's own."""
     return isinstance(base, int) and isinstance(head, int) and base == head
 
 

@@ -163,19 +163,11 @@ LEDGER_FALLBACK_RUNS = 10
 LEDGER_MAX_CALLS = 1 + LEDGER_RUN_CHECKS + len(LEDGER_EVENTS) + LEDGER_FALLBACK_RUNS + 1
 
 
-def _same_repository(base: Any, head: Any) -> bool:
-    """Both ids present and equal: an absent id (the schema makes them optional) is a run
-    that cannot be shown to be this repository's, so it is not trusted."""
-    return isinstance(base, int) and isinstance(head, int) and base == head
-
-
 def _trusted_run(run: Mapping[str, Any], default_branch: str) -> bool:
     return (
         run.get("event") in LEDGER_EVENTS
         and run.get("head_branch") == default_branch
-        and _same_repository(
-            (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
-        )
+        and budget.run_reserves(run)
     )
 
 
@@ -200,7 +192,8 @@ def trusted_ledger(
         if a.get("name") == name
         and not a.get("expired")
         and (a.get("workflow_run") or {}).get("head_branch") == default_branch
-        and _same_repository(
+        and isinstance((a.get("workflow_run") or {}).get("id"), int)
+        and budget.same_repository(
             (a.get("workflow_run") or {}).get("repository_id"),
             (a.get("workflow_run") or {}).get("head_repository_id"),
         )
