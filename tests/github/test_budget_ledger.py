@@ -74,3 +74,11 @@ def test_no_trusted_ledger_at_all_costs_a_bounded_number_of_calls(server):
     (ledger, note), calls = _find(server)
     assert ledger is None and "newest 10" in note
     assert len(calls) <= spend.LEDGER_MAX_CALLS
+
+
+def test_a_ledger_keeps_job_windows_and_reads_one_written_without():
+    with_windows = budget.Ledger(REPO, "2026-11", "k", "t", {"1": 1}, (), {"7": (1.0, 61.0)})
+    assert budget.Ledger.from_json(with_windows.to_json()) == with_windows
+    older = LEDGER.to_json()
+    del older["windows"]
+    assert budget.Ledger.from_json(older) == LEDGER

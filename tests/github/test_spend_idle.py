@@ -255,3 +255,25 @@ def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server, mon
         ]
         == 0
     )  # its report was on page 11
+
+
+def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
+    run_cli, server, monkeypatch, tmp_path
+):
+    """The ledger keeps the counted jobs' windows: the hourly report that reuses it (and
+    fetches no job of those runs) still matches their gpu-monitor reports."""
+    from tests.github.runs import upload_ledger
+
+    server.repos[REPO].default_branch = "master"  # the ledger's branch, asked of the API
+    run = gpu_run(server, T0, 3)
+    upload(server, run, monitor_report(monkeypatch, T0))
+    first = spend(run_cli, server, tmp_path / "first")
+    doc = json.loads((tmp_path / "first" / "out" / "spend.json").read_text())
+    assert first.returncode == 0 and doc["idle"]["jobs_with_report"] == 1, first.stdout
+    upload_ledger(server, (tmp_path / "first" / "out" / "gpu-spend-ledger.json").read_bytes())
+    before = len(server.log)
+    again = spend(run_cli, server, tmp_path / "again")
+    assert again.returncode == 0, again.stdout
+    assert not [r for r in api_calls(server, before) if r.path.endswith("/jobs")]  # reused
+    doc = json.loads((tmp_path / "again" / "out" / "spend.json").read_text())
+    assert doc["idle"]["jobs_with_report"] == 1

@@ -261,7 +261,15 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     ledger_path = p.out_dir / spend.LEDGER_FILE
     if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
         ledger = budget.build_ledger(
-            p.repo, p.month, p.matcher, p.workflows, p.now, got.runs, report.costs, got.reused
+            p.repo,
+            p.month,
+            p.matcher,
+            p.workflows,
+            p.now,
+            got.runs,
+            report.costs,
+            got.reused,
+            got.windows,
         )
         write_report(ledger_path, json.dumps(ledger.to_json()) + "\n", what="output-dir")
     return str(json_path), str(csv_path), str(ledger_path) if ledger_path.exists() else ""

@@ -319,6 +319,9 @@ class Ledger:
     here; runs created on that day or later are listed again."""
     runs: dict[str, int] = field(default_factory=dict)
     jobs: tuple[JobCost, ...] = ()
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Job id -> (started, completed) epoch seconds of the jobs counted: what gpu-spend
+    matches gpu-monitor reports to when it reuses the ledger (absent in older ledgers)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -329,6 +332,7 @@ class Ledger:
             "through": self.through,
             "runs": self.runs,
             "jobs": [j.to_json() for j in self.jobs],
+            "windows": {k: list(v) for k, v in self.windows.items()},
         }
 
     @classmethod
@@ -344,6 +348,10 @@ class Ledger:
                 str(data["through"]),
                 {str(k): int(v) for k, v in dict(data["runs"]).items()},
                 tuple(JobCost.from_json(j) for j in data["jobs"]),
+                {
+                    str(k): (float(v[0]), float(v[1]))
+                    for k, v in dict(data.get("windows") or {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
             return None
@@ -377,6 +385,7 @@ def build_ledger(
     runs: Sequence[Mapping[str, Any]],
     costs: Sequence[JobCost],
     reused: Mapping[str, int] | None = None,
+    windows: Mapping[int, tuple[float, float]] | None = None,
 ) -> Ledger:
     """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
     (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
@@ -394,13 +403,16 @@ def build_ledger(
         created = parse_time(r.get("created_at"))
         if r.get("status") != "completed" and created is not None:
             through = min(through, created)
+    kept = tuple(c for c in costs if str(c.run_id) in done and c.state == "completed")
+    spans = windows or {}
     return Ledger(
         repository,
         str(month),
         ledger_key(matcher, workflows),
         through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         done,
-        tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"),
+        kept,
+        {str(c.job_id): spans[c.job_id] for c in kept if c.job_id in spans},
     )
 
 

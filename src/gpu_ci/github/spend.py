@@ -326,10 +326,15 @@ def collect(
             run = listed.get(run_id)
             if run is None or ledger.counted(run):
                 counted_runs[run_id] = attempt
-        costs.extend(c for c in ledger.jobs if str(c.run_id) in counted_runs)
+    windows: dict[int, tuple[float, float]] = {}
+    if use and ledger is not None:
+        for c in ledger.jobs:
+            if str(c.run_id) in counted_runs:
+                costs.append(c)
+                if str(c.job_id) in ledger.windows:
+                    windows[c.job_id] = ledger.windows[str(c.job_id)]
         reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
     fetched = 0
-    windows: dict[int, tuple[float, float]] = {}
     for run in runs:
         if str(run["id"]) in counted_runs:
             continue
