@@ -1055,8 +1055,8 @@ def created_matches(created: str, value: str) -> bool:
 
 
 def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[WorkflowRun]:
-    """The ``status``, ``event``, ``head_sha`` and ``created`` filters of the list-runs API
-    (``created`` as GitHub's search syntax: ``created_matches``), newest first."""
+    """The ``status``, ``event``, ``head_sha``, ``branch`` and ``created`` filters of the
+    list-runs API (``created`` as GitHub's search syntax: ``created_matches``), newest first."""
 
     def one(name: str) -> str | None:
         return (query.get(name) or [None])[0]
@@ -1069,6 +1069,9 @@ def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[W
         value = one(name)
         if value:
             out = [r for r in out if getattr(r, name) == value]
+    branch = one("branch")
+    if branch:
+        out = [r for r in out if r.head_branch == branch]
     created = one("created")
     if created:
         out = [r for r in out if created_matches(r.created_at, created)]
@@ -1608,6 +1611,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._not_found()
             if method == "GET" and len(rest) == 2:
                 return 200, gh.run_json(repo, run), {}
+            if method == "GET" and rest[2:] == ["artifacts"]:
+                # actions/list-workflow-run-artifacts: this run's artifacts, ``name`` filter
+                name = (query.get("name") or [None])[0]
+                arts = [
+                    a
+                    for a in repo.artifacts
+                    if a.workflow_run.get("id") == run.id and name in (None, a.name)
+                ]
+                arts = sorted(arts, key=lambda a: (a.created_at, a.id), reverse=True)
+                return wrap("artifacts", [gh.artifact_json(repo, a) for a in arts])
             if method == "GET" and rest[2:] == ["jobs"]:
                 every = (query.get("filter") or ["latest"])[0] == "all"
                 jobs = [j for j in run.jobs if every or j.run_attempt == run.run_attempt]

@@ -1,4 +1,5 @@
-"""Resolving action inputs: a ``--flag`` wins over ``INPUT_<NAME>``, which wins over the default.
+"""Resolving action inputs: a ``--flag`` wins over ``INPUT_<NAME>``, which wins over the default;
+``none`` turns off an input whose spec says it may be (:data:`OFF`).
 
 Typed accessors turn the strings GitHub passes into values and refuse anything else with a
 :class:`UsageError` that names the input, so a typo in a workflow fails at once instead of
@@ -11,6 +12,10 @@ from collections.abc import Mapping
 
 from gpu_ci.errors import UsageError
 from gpu_ci.specs import ActionSpec
+
+#: The word that turns off an input marked ``off`` in its spec: through the action an empty
+#: ``with:`` value falls back to the default, so an input whose default is on needs a word.
+OFF = "none"
 
 _TRUE = {"true", "True", "TRUE"}
 _FALSE = {"false", "False", "FALSE"}
@@ -32,6 +37,8 @@ class Inputs:
                 value = environ.get(item.env_name, "").strip()
                 if not value:
                     value = item.default
+            if item.off and value.strip().lower() == OFF:
+                value = ""
             self._values[item.name] = value
             if item.required and not value:
                 raise UsageError(

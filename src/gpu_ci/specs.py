@@ -21,6 +21,9 @@ class InputSpec:
     action_default: str | None = None
     """The default written in ``action.yml`` when it differs (e.g. ``${{ github.token }}``)."""
     required: bool = False
+    off: bool = False
+    """The input may be turned off: ``none`` (any case) means empty (``gpu_ci.inputs.OFF``),
+    as an empty ``with:`` value falls back to the default through the action."""
 
     @property
     def env_name(self) -> str:
@@ -172,8 +175,9 @@ GPU_GATE = ActionSpec(
         InputSpec(
             "budget-ledger",
             "Name of the ledger artifact gpu-spend writes on the default branch, "
-            "which keeps a decision to a few API calls; empty: count every run.",
+            "which keeps a decision to a few API calls; none: count every run.",
             "gpu-spend-ledger",
+            off=True,
         ),
         InputSpec(
             "require-approved-review",
@@ -604,7 +608,10 @@ GPU_WATCHDOG = ActionSpec(
         ),
         InputSpec("cancel", "Cancel the run; false only reports.", "true"),
         InputSpec(
-            "context", "Commit status set on a cancelled run's commit; empty: none.", "GPU CI"
+            "context",
+            "Commit status set on a cancelled run's commit; none: no status.",
+            "GPU CI",
+            off=True,
         ),
         InputSpec("max-calls", "Most REST calls one sweep makes.", "200"),
         InputSpec(
@@ -722,8 +729,17 @@ GPU_SPEND = ActionSpec(
         InputSpec(
             "monitor-artifacts",
             "Name prefix of the gpu-monitor report artifacts whose idle cost is added "
-            "(empty: no idle column, no extra API call).",
+            "(none: no idle column, no extra API call).",
             "gpu-monitor-",
+            off=True,
+        ),
+        InputSpec(
+            "reuse-ledger",
+            "Name of the ledger artifact this workflow uploads on the default branch: the "
+            "runs it counted are not fetched again, so an hourly report costs a few API "
+            "calls; none: count every run.",
+            "gpu-spend-ledger",
+            off=True,
         ),
         InputSpec(
             "max-monitor-reports",

@@ -146,6 +146,34 @@ def spend(run_cli, server, tmp_path, args=(), env=None):
     )
 
 
+def upload_ledger(gh, ledger: bytes, *, created_at="2026-11-30T12:01:00Z", event="schedule"):
+    """gpu-spend's ledger artifact as its hourly run leaves it: uploaded by a ``schedule``
+    run of gpu-spend.yml on the default branch (``master``) of this repository."""
+    run = gh.add_run(
+        REPO,
+        WorkflowRun(
+            gh.next_id(),
+            "GPU spend",
+            ".github/workflows/gpu-spend.yml",
+            HEAD,
+            event=event,
+            status="completed",
+            conclusion="success",
+            head_branch="master",
+            created_at=created_at,
+            actor="github-actions[bot]",
+        ),
+    )
+    return gh.add_artifact(
+        REPO,
+        "gpu-spend-ledger",
+        {"gpu-spend-ledger.json": ledger},
+        head_branch="master",
+        run_id=run.id,
+        created_at=created_at,
+    )
+
+
 def api_calls(server, after=0):
     """REST calls (the artifact's storage download is not the API)."""
     return [r for r in server.log[after:] if not r.path.startswith("/_blobs/")]

@@ -80,6 +80,8 @@ def _run(run_id=1, attempt=1, event="pull_request", pr=7, who="maintainer"):
         "pull_requests": [{"number": pr}] if pr else [],
         "triggering_actor": {"login": who},
         "actor": {"login": "author"},
+        "repository": {"id": 1296269, "full_name": "octocat/Hello-World"},
+        "head_repository": {"id": 1296269, "full_name": "octocat/Hello-World"},
     }
 
 

@@ -18,6 +18,7 @@ from tests.github.runs import (
     gpu_run,
     month_of_runs,
     spend,
+    upload_ledger,
 )
 from tests.github_server import Job
 
@@ -137,21 +138,17 @@ def test_reruns_cancelled_and_other_workflows(run_cli, server):
     assert result.outputs["budget-spent"] == "14", result.stdout  # 10 + 4
 
 
-def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, tmp_path):
+def test_a_month_of_300_runs_costs_eight_calls_with_the_ledger(run_cli, server, tmp_path):
     month_of_runs(server)  # 300 GPU runs, $187.20
     report = spend(run_cli, server, tmp_path)
     assert report.returncode == 0, report.stdout
     assert report.outputs["minutes"] == "3600" and report.outputs["cost"] == "187.20"
     full_scan = len(api_calls(server))
-    assert full_scan == 303 + 1  # 3 pages of runs + the jobs of each + gpu-monitor artifacts
+    # the repository's default branch and the ledger's listing (none yet), 3 pages of runs,
+    # the jobs of each, the gpu-monitor artifacts
+    assert full_scan == 2 + 303 + 1
     ledger = (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": ledger},
-        head_branch="master",
-        created_at="2026-11-30T12:01:00Z",
-    )
+    upload_ledger(server, ledger, created_at="2026-11-30T12:01:00Z")
     # what a pull request could upload under the same name: claims nothing was spent
     empty = json.loads(ledger)
     empty["jobs"] = []
@@ -170,9 +167,12 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     assert result.outputs["budget-spent"] == "187.82"  # 301 × $0.624: the poison is ignored
     calls = api_calls(server, before)
     budget_calls = [r.path for r in calls[GATE_CALLS:]]
-    assert len(budget_calls) <= 4, budget_calls
+    # the ledger's listing, its run, its download, 4 pages of runs (30 days before the
+    # ledger: re-runs), the jobs of the one new run
+    assert len(budget_calls) <= 8, budget_calls
     assert budget_calls[0].endswith("/actions/artifacts")
-    assert budget_calls[1].endswith("/zip") and budget_calls[-1].endswith("/jobs")
+    assert budget_calls[1].endswith(f"/actions/runs/{server_ledger_run(server)}")  # its event
+    assert budget_calls[2].endswith("/zip") and budget_calls[-1].endswith("/jobs")
     assert "ledger artifact #" in result.summary
     # without a ledger the same decision reads the whole month again
     before = len(server.log)
@@ -181,15 +181,15 @@ def test_a_month_of_300_runs_costs_four_calls_with_the_ledger(run_cli, server, t
     assert len(api_calls(server, before)) - GATE_CALLS == 4 + 301  # 4 pages of runs + jobs
 
 
+def server_ledger_run(server) -> int:
+    """The run that uploaded the trusted ledger (the one of gpu-spend.yml)."""
+    return next(r.id for r in server.repos[REPO].runs if r.path.endswith("gpu-spend.yml"))
+
+
 def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     run = gpu_run(server, datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
-        head_branch="master",
-    )
+    upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     run.run_attempt, run.status = 2, "in_progress"
     run.jobs.append(
         Job(
@@ -217,12 +217,7 @@ def test_a_run_still_going_when_the_ledger_was_written_is_counted(run_cli, serve
     )  # yesterday, still running
     gpu_run(server, datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc), 10)
     spend(run_cli, server, tmp_path)
-    server.add_artifact(
-        REPO,
-        "gpu-spend-ledger",
-        {"gpu-spend-ledger.json": (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes()},
-        head_branch="master",
-    )
+    upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     server.complete_job(long.jobs[1].id, "2026-11-30T13:00:00Z")  # 14 hours on the GPU
     result = gate(
         run_cli,
@@ -231,7 +226,7 @@ def test_a_run_still_going_when_the_ledger_was_written_is_counted(run_cli, serve
     )
     assert result.outputs["budget-spent"] == str(10 + 14 * 60), result.stdout
     runs_query = [r.query["created"] for r in server.log if r.path.endswith("/runs")]
-    assert runs_query[-1] == ["2026-11-29..2026-11-30"]
+    assert runs_query[-1] == ["2026-10-30..2026-11-30"]  # re-runs: 30 days before the ledger
 
 
 def test_billing_token_reads_the_usage_report(run_cli, server):

@@ -18,6 +18,10 @@ from tests.shared import ROOT
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 
 
+#: Not about the ledger: counted without looking for one (reuse-ledger: none).
+NO_LEDGER = ["--reuse-ledger", "none"]
+
+
 def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch, tmp_path):
     with_report = gpu_run(server, T0, 3)  # 3 min, PR #2
     report = monitor_report(monkeypatch, T0)
@@ -32,7 +36,7 @@ def test_idle_cost_is_a_column_from_matched_reports(run_cli, server, monkeypatch
     late = gpu_run(server, T0 + timedelta(days=3), 3)
     upload(server, late, monitor_report(monkeypatch, T0 + timedelta(days=4)))  # not its window
     before = len(server.log)
-    result = spend(run_cli, server, tmp_path)
+    result = spend(run_cli, server, tmp_path, NO_LEDGER)
     assert result.returncode == 0, result.stdout
     calls = [r.path for r in api_calls(server, before)]
     assert len([p for p in calls if "/artifacts" in p]) == 3  # 1 listing + 2 downloads
@@ -204,7 +208,7 @@ def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch, tm
     for run in list(server.repos[REPO].runs):
         start = datetime.fromisoformat(run.created_at.replace("Z", "+00:00"))
         upload(server, run, monitor_report(monkeypatch, start))
-    result = spend(run_cli, server, tmp_path)
+    result = spend(run_cli, server, tmp_path, NO_LEDGER)
     assert result.returncode == 0, result.stdout
     calls = [r.path for r in api_calls(server)]
     assert len(calls) == 303 + 3 + 100 == 406  # the README's number
@@ -229,7 +233,7 @@ def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server, mon
         server.add_artifact(
             REPO, f"old-{i}", {"a.txt": b"x"}, run_id=1, created_at="2026-09-20T10:00:00Z"
         )
-    result = spend(run_cli, server, tmp_path)
+    result = spend(run_cli, server, tmp_path, NO_LEDGER)
     listings = [r for r in api_calls(server) if r.path.split("?")[0].endswith("/artifacts")]
     assert len(listings) == 2  # page 2 reaches September
     assert (
@@ -240,7 +244,7 @@ def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server, mon
             REPO, f"more-{i}", {"a.txt": b"x"}, run_id=1, created_at="2026-11-21T10:00:00Z"
         )
     before = len(server.log)
-    result = spend(run_cli, server, tmp_path / "again")
+    result = spend(run_cli, server, tmp_path / "again", NO_LEDGER)
     assert result.returncode == 0, result.stdout
     listings = [r for r in api_calls(server, before) if r.path.split("?")[0].endswith("/artifacts")]
     assert len(listings) == 10
@@ -251,3 +255,25 @@ def test_listing_stops_before_the_month_and_after_ten_pages(run_cli, server, mon
         ]
         == 0
     )  # its report was on page 11
+
+
+def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
+    run_cli, server, monkeypatch, tmp_path
+):
+    """The ledger keeps the counted jobs' windows: the hourly report that reuses it (and
+    fetches no job of those runs) still matches their gpu-monitor reports."""
+    from tests.github.runs import upload_ledger
+
+    server.repos[REPO].default_branch = "master"  # the ledger's branch, asked of the API
+    run = gpu_run(server, T0, 3)
+    upload(server, run, monitor_report(monkeypatch, T0))
+    first = spend(run_cli, server, tmp_path / "first")
+    doc = json.loads((tmp_path / "first" / "out" / "spend.json").read_text())
+    assert first.returncode == 0 and doc["idle"]["jobs_with_report"] == 1, first.stdout
+    upload_ledger(server, (tmp_path / "first" / "out" / "gpu-spend-ledger.json").read_bytes())
+    before = len(server.log)
+    again = spend(run_cli, server, tmp_path / "again")
+    assert again.returncode == 0, again.stdout
+    assert not [r for r in api_calls(server, before) if r.path.endswith("/jobs")]  # reused
+    doc = json.loads((tmp_path / "again" / "out" / "spend.json").read_text())
+    assert doc["idle"]["jobs_with_report"] == 1

@@ -17,6 +17,7 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import budget, idle, jobs, spend
 from gpu_ci.github import spend_report as sr
 from gpu_ci.github.client import Rest, connect, describe_api_failure
+from gpu_ci.github.event import load_event
 from gpu_ci.github.gate import runs_on_json
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
@@ -143,25 +144,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     except OSError as exc:
         raise GpuCiError(f"output-dir {p.out_dir} cannot be created ({exc.strerror}).") from None
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
-    try:
-        got = spend.collect(
-            rest,
-            p.repo,
-            p.workflows,
-            p.matcher,
-            p.price,
-            p.table,
-            p.reserve,
-            p.month,
-            p.now,
-            progress=rt.info,
-        )
-    except GpuCiError:
-        raise
-    except Exception as exc:  # ApiError, or an answer that is not what was asked
-        raise describe_api_failure(
-            exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs permissions: actions: read)"
-        ) from None
+    got, ledger_note = _collect(inputs, rt, p, rest)
     billed = _billed(inputs, rt, p)
     found = _idle(rest, p, got, rt)
     report = _report(p, got, billed, found)
@@ -181,7 +164,12 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
         f"({rest.calls} API calls)"
     )
-    rt.summary(summary(report, p.plan, billed, p.price is not None))
+    rt.summary(
+        summary(report, p.plan, billed, p.price is not None)
+        + _counted_from(ledger_note, got.notes, rest.calls)
+    )
+    for note in got.notes:
+        rt.warning(note, title="gpu-spend listing")
     return 0
 
 
@@ -203,6 +191,82 @@ def _report(
     return report
 
 
+def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.Collected, str]:
+    """The month's GPU jobs, reusing this workflow's own ledger (``reuse-ledger``) for the
+    current month: the runs it counted are not fetched again."""
+    ledger, note = _own_ledger(inputs, rt, p, rest)
+    try:
+        got = spend.collect(
+            rest,
+            p.repo,
+            p.workflows,
+            p.matcher,
+            p.price,
+            p.table,
+            p.reserve,
+            p.month,
+            p.now,
+            ledger,
+            progress=rt.info,
+        )
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
+        raise describe_api_failure(
+            exc, f"the GPU jobs of {p.repo} in {p.month} (the job needs permissions: actions: read)"
+        ) from None
+    return got, f"{note}; {got.ledger_used}" if ledger is not None else note
+
+
+def _own_ledger(
+    inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest
+) -> tuple[budget.Ledger | None, str]:
+    """This workflow's last ledger, for the current month; one that cannot be read is a
+    warning (every run is then counted), not a failed report."""
+    name = inputs["reuse-ledger"].strip()
+    if not name:
+        return None, "not reused (reuse-ledger: none)"
+    if p.month != budget.Month.of(p.now.date()):
+        return None, f"not reused: a ledger is of the current month, not {p.month}"
+    try:
+        return spend.trusted_ledger(rest, p.repo, name, _default_branch(rt, p, rest))
+    except Exception as exc:  # refused, failed after retries, or not understood
+        rt.warning(
+            f"the ledger artifact '{name}' could not be read ({str(exc)[:200]}): every run "
+            "of the month is counted.",
+            title="gpu-spend ledger",
+        )
+        return None, "not read: every run counted"
+
+
+def _default_branch(rt: Runtime, p: _Plan, rest: Rest) -> str:
+    """Where a trusted ledger comes from, without a call when the run says: a ``schedule``
+    run is on the default branch ("Scheduled workflows run on the latest commit on the
+    default branch"), and most events' payloads name it; else one call for the repository."""
+    env = rt.environ
+    if (
+        env.get("GITHUB_EVENT_NAME") == "schedule"
+        and env.get("GITHUB_REF_NAME")
+        and env.get("GITHUB_REPOSITORY", "").lower() == p.repo.lower()
+    ):
+        return env["GITHUB_REF_NAME"]
+    try:
+        payload = load_event(rt.environ, need_repository=False).payload
+    except GpuCiError:
+        payload = {}
+    repo = payload.get("repository") or {}
+    if str(repo.get("full_name") or "").lower() == p.repo.lower() and repo.get("default_branch"):
+        return str(repo["default_branch"])
+    return str(rest.get(f"/repos/{p.repo}").get("default_branch") or "")
+
+
+def _counted_from(ledger_note: str, notes: list[str], calls: int) -> str:
+    """How the month was counted: the ledger reused or not, listings cut short, REST calls."""
+    rows = [("ledger", ledger_note), ("REST calls", str(calls))]
+    rows += [("listing", note) for note in notes]
+    return "\n#### Counted from\n\n" + markdown_table(["", ""], rows)
+
+
 def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str, str, str]:
     """spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
     ledger not written this time and not there from before)."""
@@ -216,7 +280,15 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     ledger_path = p.out_dir / spend.LEDGER_FILE
     if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
         ledger = budget.build_ledger(
-            p.repo, p.month, p.matcher, p.workflows, p.now, got.runs, report.costs
+            p.repo,
+            p.month,
+            p.matcher,
+            p.workflows,
+            p.now,
+            got.runs,
+            report.costs,
+            got.reused,
+            got.windows,
         )
         write_report(ledger_path, json.dumps(ledger.to_json()) + "\n", what="output-dir")
     return str(json_path), str(csv_path), str(ledger_path) if ledger_path.exists() else ""

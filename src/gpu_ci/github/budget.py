@@ -194,12 +194,15 @@ def job_costs(
     used), each rounded up to whole minutes and priced on the day it started. A job still
     queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
     out = []
-    prs = run.get("pull_requests") or []
-    pr = f"#{prs[0]['number']}" if prs and isinstance(prs[0], dict) else ""
+    pr = pull_request_of(run)
     approver = str(((run.get("triggering_actor") or run.get("actor")) or {}).get("login") or "")
     workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
+    reserves = run_reserves(run)
     for job in jobs:
-        if not matcher.matches(job):
+        waiting = str(job.get("status") or "") != "completed" and not job.get("runner_name")
+        if waiting and not reserves:
+            continue  # a queued job of a run no maintainer approved: it costs nothing yet
+        if not (matcher.matches(job) or (waiting and _asks_for_group_only(job, matcher))):
             continue
         status = str(job.get("status") or "")
         started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
@@ -242,6 +245,56 @@ def job_costs(
     return out
 
 
+def run_reserves(run: Mapping[str, Any]) -> bool:
+    """Whether the run's queued GPU jobs reserve budget: its workflow file is this
+    repository's own (``head_repository.id`` equals ``repository.id``, both present).
+
+    That holds for the trusted events (push, schedule, workflow_dispatch), for
+    ``pull_request_target`` (the base branch's file, whose GPU job queues only when the gate
+    said run) and for a pull request from a branch of this repository (its author may write
+    to it). A fork's ``pull_request`` run is its own workflow file, which may queue any
+    number of jobs on labels no runner has: they reserve nothing until a runner picks one
+    up (then it is spend, counted as such). A run with either id absent (the schema makes
+    both optional; a deleted fork's ``head_repository`` is null) is not trusted."""
+    return same_repository(
+        (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
+    )
+
+
+def same_repository(base: Any, head: Any) -> bool:
+    """Both repository ids present and equal: an absent id (the schema makes a run's and an
+    artifact's ids optional) cannot show that the run is this repository's own."""
+    return isinstance(base, int) and isinstance(head, int) and base == head
+
+
+def _asks_for_group_only(job: Mapping[str, Any], matcher: GpuMatcher) -> bool:
+    """A job not yet picked up has no ``runner_group_name``: with a group-only
+    ``gpu-runs-on``, a waiting job that asks for no labels (``runs-on: {group: ...}``) is
+    counted as a GPU job, so that concurrent gates do not overcommit (it may be another
+    group's: reserving too much is the safe error)."""
+    return bool(matcher.group) and not matcher.labels and not job.get("labels")
+
+
+def pull_request_of(run: Mapping[str, Any]) -> str:
+    """``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
+    lists there never, ``owner/repo:branch`` from ``head_repository`` and ``head_branch``
+    (``(deleted fork):branch`` when the fork is gone), so that fork pull requests are not
+    one row; empty for a run of this repository that is no pull request."""
+    prs = run.get("pull_requests") or []
+    if prs and isinstance(prs[0], dict):
+        return f"#{prs[0]['number']}"
+    if not str(run.get("event") or "").startswith("pull_request"):
+        return ""
+    head = run.get("head_repository")
+    base_id = (run.get("repository") or {}).get("id")
+    branch = str(run.get("head_branch") or "")
+    if head is None and "head_repository" in run:
+        return f"(deleted fork):{branch}"
+    if isinstance(head, dict) and head.get("id") != base_id:
+        return f"{head.get('full_name') or head.get('id')}:{branch}"
+    return ""
+
+
 # -- the ledger: runs already counted -----------------------------------------------------
 
 LEDGER_VERSION = 1
@@ -266,6 +319,9 @@ class Ledger:
     here; runs created on that day or later are listed again."""
     runs: dict[str, int] = field(default_factory=dict)
     jobs: tuple[JobCost, ...] = ()
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Job id -> (started, completed) epoch seconds of the jobs counted: what gpu-spend
+    matches gpu-monitor reports to when it reuses the ledger (absent in older ledgers)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -276,6 +332,7 @@ class Ledger:
             "through": self.through,
             "runs": self.runs,
             "jobs": [j.to_json() for j in self.jobs],
+            "windows": {k: list(v) for k, v in self.windows.items()},
         }
 
     @classmethod
@@ -291,6 +348,10 @@ class Ledger:
                 str(data["through"]),
                 {str(k): int(v) for k, v in dict(data["runs"]).items()},
                 tuple(JobCost.from_json(j) for j in data["jobs"]),
+                {
+                    str(k): (float(v[0]), float(v[1]))
+                    for k, v in dict(data.get("windows") or {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
             return None
@@ -323,26 +384,35 @@ def build_ledger(
     now: datetime,
     runs: Sequence[Mapping[str, Any]],
     costs: Sequence[JobCost],
+    reused: Mapping[str, int] | None = None,
+    windows: Mapping[int, tuple[float, float]] | None = None,
 ) -> Ledger:
-    """A ledger of the completed runs among ``runs`` (all runs of the month so far).
+    """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
+    (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
     that the gate, which lists the runs created since that day, still sees that run."""
-    done = {
-        str(r["id"]): int(r.get("run_attempt") or 1) for r in runs if r.get("status") == "completed"
-    }
+    done = dict(reused or {})
+    done.update(
+        (str(r["id"]), int(r.get("run_attempt") or 1))
+        for r in runs
+        if r.get("status") == "completed"
+    )
     through = now
     for r in runs:
         created = parse_time(r.get("created_at"))
         if r.get("status") != "completed" and created is not None:
             through = min(through, created)
+    kept = tuple(c for c in costs if str(c.run_id) in done and c.state == "completed")
+    spans = windows or {}
     return Ledger(
         repository,
         str(month),
         ledger_key(matcher, workflows),
         through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         done,
-        tuple(c for c in costs if str(c.run_id) in done and c.state == "completed"),
+        kept,
+        {str(c.job_id): spans[c.job_id] for c in kept if c.job_id in spans},
     )
 
 

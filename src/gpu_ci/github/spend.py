@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -39,6 +39,9 @@ class Collected:
     windows: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Job id -> (started, completed) in epoch seconds, for the jobs fetched (not those
     reused from a ledger): what :mod:`gpu_ci.github.idle` matches gpu-monitor reports to."""
+    reused: dict[str, int] = field(default_factory=dict)
+    """Run id -> attempt of the runs whose costs came from the ledger (not listed again, or
+    listed unchanged): a ledger written from this collection keeps them."""
 
 
 #: "This endpoint will return up to 1,000 results for each search when using the following
@@ -148,29 +151,103 @@ def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
     return rest.get_pages(f"/repos/{repo}/actions/runs/{run_id}/jobs?filter=all", key="jobs")
 
 
+#: The events whose runs may write the ledger: a pull request's run is none of them.
+LEDGER_EVENTS = ("schedule", "push", "workflow_dispatch")
+#: Newest same-name artifacts whose run is read to check its event, at most.
+LEDGER_RUN_CHECKS = 3
+#: Newest successful default-branch runs per event whose artifacts are looked through when
+#: pull requests' uploads push the trusted ledger off the first listing page.
+LEDGER_FALLBACK_RUNS = 10
+#: The most REST calls finding the ledger may take: 1 listing, LEDGER_RUN_CHECKS runs read,
+#: one run listing per event, LEDGER_FALLBACK_RUNS runs' artifacts, 1 download.
+LEDGER_MAX_CALLS = 1 + LEDGER_RUN_CHECKS + len(LEDGER_EVENTS) + LEDGER_FALLBACK_RUNS + 1
+
+
+def _trusted_run(run: Mapping[str, Any], default_branch: str) -> bool:
+    return (
+        run.get("event") in LEDGER_EVENTS
+        and run.get("head_branch") == default_branch
+        and budget.run_reserves(run)
+    )
+
+
 def trusted_ledger(
     rest: Rest, repo: str, name: str, default_branch: str
 ) -> tuple[budget.Ledger | None, str]:
-    """The newest unexpired artifact ``name`` made by a run on the default branch of this
-    repository itself (not a fork, not a pull request's branch), and its ledger.
+    """The newest unexpired artifact ``name`` made by a run of this repository itself, on its
+    default branch, of a trusted event (:data:`LEDGER_EVENTS`), and its ledger; at most
+    :data:`LEDGER_MAX_CALLS` REST calls however many same-name artifacts pull requests
+    upload (a ledger a pull request wrote could claim a lower spend).
 
-    Pull request runs can upload artifacts of any name; their ``workflow_run.head_branch`` is
-    the pull request's branch and a fork's ``head_repository_id`` differs, so they are
-    skipped: a ledger a pull request wrote could claim a lower spend."""
-    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}&per_page=30")
-    candidates = []
-    for art in listing.get("artifacts") or []:
-        wr = art.get("workflow_run") or {}
-        if art.get("expired") or art.get("name") != name:
-            continue
-        if wr.get("head_branch") != default_branch:
-            continue
-        if wr.get("head_repository_id") != wr.get("repository_id"):
-            continue
-        candidates.append(art)
-    if not candidates:
-        return None, f"no artifact '{name}' from the default branch ({default_branch})"
-    art = max(candidates, key=lambda a: (str(a.get("created_at") or ""), int(a["id"])))
+    First the newest 100 artifacts of that name: those whose ``workflow_run`` is on the
+    default branch with equal repository ids, newest first, up to :data:`LEDGER_RUN_CHECKS`
+    of them, have their run read for its event. When none passes and the listing holds more
+    than one page (pull requests' uploads may hide the trusted one), the newest successful
+    default-branch runs of each trusted event are listed instead and their own artifacts of
+    that name looked through, newest run first."""
+    listing = rest.get(f"/repos/{repo}/actions/artifacts?name={quote(name, safe='')}&per_page=100")
+    arts = [
+        a
+        for a in listing.get("artifacts") or []
+        if a.get("name") == name
+        and not a.get("expired")
+        and (a.get("workflow_run") or {}).get("head_branch") == default_branch
+        and isinstance((a.get("workflow_run") or {}).get("id"), int)
+        and budget.same_repository(
+            (a.get("workflow_run") or {}).get("repository_id"),
+            (a.get("workflow_run") or {}).get("head_repository_id"),
+        )
+    ]
+    arts.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
+    for art in arts[:LEDGER_RUN_CHECKS]:
+        run_id = int(art["workflow_run"]["id"])
+        try:
+            run = rest.get(f"/repos/{repo}/actions/runs/{run_id}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            continue  # the run is gone: its artifact cannot be shown to be trusted
+        if _trusted_run(run, default_branch):
+            return _read_ledger(rest, repo, name, art)
+    if int(listing.get("total_count") or 0) <= 100 and not arts[LEDGER_RUN_CHECKS:]:
+        return None, (
+            f"no artifact '{name}' from a {'/'.join(LEDGER_EVENTS)} run of the default "
+            f"branch ({default_branch})"
+        )
+    art = _ledger_of_trusted_runs(rest, repo, name, default_branch)
+    if art is None:
+        return None, (
+            f"no artifact '{name}' among the newest {LEDGER_FALLBACK_RUNS} successful "
+            f"{'/'.join(LEDGER_EVENTS)} runs of the default branch ({default_branch})"
+        )
+    return _read_ledger(rest, repo, name, art)
+
+
+def _ledger_of_trusted_runs(
+    rest: Rest, repo: str, name: str, default_branch: str
+) -> dict[str, Any] | None:
+    runs: list[dict[str, Any]] = []
+    for event in LEDGER_EVENTS:
+        answer = rest.get(
+            f"/repos/{repo}/actions/runs?branch={quote(default_branch, safe='')}"
+            f"&event={event}&status=success&per_page={LEDGER_FALLBACK_RUNS}"
+        )
+        runs += [r for r in answer.get("workflow_runs") or [] if _trusted_run(r, default_branch)]
+    runs.sort(key=lambda r: (str(r.get("created_at") or ""), int(r["id"])), reverse=True)
+    for run in runs[:LEDGER_FALLBACK_RUNS]:
+        answer = rest.get(
+            f"/repos/{repo}/actions/runs/{int(run['id'])}/artifacts"
+            f"?name={quote(name, safe='')}&per_page=10"
+        )
+        for art in answer.get("artifacts") or []:
+            if art.get("name") == name and not art.get("expired"):
+                return dict(art)
+    return None
+
+
+def _read_ledger(
+    rest: Rest, repo: str, name: str, art: Mapping[str, Any]
+) -> tuple[budget.Ledger | None, str]:
     blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip", MAX_LEDGER_BYTES)
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
@@ -184,6 +261,21 @@ def trusted_ledger(
     if ledger is None:
         return None, f"artifact '{name}' #{art['id']} is not a ledger of this version"
     return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
+
+
+#: "You can re-run a workflow ... up to 30 days after the initial run." A run created up
+#: to this many days before the month (or before the ledger) may be re-run in it.
+RERUN_DAYS = 30
+
+
+def _active_since(run: Mapping[str, Any], first: date) -> bool:
+    """The run was (re-)started or updated on or after ``first``: a re-run this month of a
+    run created before it."""
+    for key in ("run_started_at", "updated_at"):
+        moment = parse_time(run.get(key))
+        if moment is not None and moment.date() >= first:
+            return True
+    return False
 
 
 def collect(
@@ -200,10 +292,15 @@ def collect(
     skip: tuple[int, int] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Collected:
-    """Every GPU job of the month. Runs already in a usable ledger are not fetched again;
-    ``skip`` = (run id, attempt) of the gate's own run, whose GPU job is the one being
-    decided (its reservation is added by the caller)."""
-    since = month.first - timedelta(days=1)  # a run created on the last day may run into it
+    """Every GPU job of the month, re-runs included. Runs already in a usable ledger (same
+    attempt, completed) are not fetched again; ``skip`` = (run id, attempt) of the gate's own
+    run, whose GPU job is the one being decided (its reservation is added by the caller).
+
+    Runs are listed by creation time, and a run may be re-run for :data:`RERUN_DAYS` days:
+    the listing reaches back that far before the month (or, with a ledger, before the time
+    it was written, as runs created earlier could not be re-run since). Of the runs created
+    before the month's eve, only those started or updated this month have their jobs read:
+    the listing grows by its pages, not by a call per run."""
     use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
     reason = (
         "no ledger: every run of the month counted"
@@ -214,26 +311,36 @@ def collect(
             else ""
         )
     )
-    if use and ledger is not None:
-        through = parse_time(ledger.through)
-        if through is not None:
-            since = max(since, through.date())
-    runs = list_runs(rest, repo, workflows, since, month.last)
+    eve = month.first - timedelta(days=1)  # a run created on the last day may run into it
+    since = month.first - timedelta(days=RERUN_DAYS)
+    through = parse_time(ledger.through) if use and ledger is not None else None
+    if through is not None:
+        since = max(since, (through - timedelta(days=RERUN_DAYS)).date())
+    notes: list[str] = []
+    runs = list_runs(rest, repo, workflows, since, month.last, notes=notes)
     costs: list[budget.JobCost] = []
-    counted_runs: set[str] = set()
+    counted_runs: dict[str, int] = {}
     if use and ledger is not None:
         listed = {str(r["id"]): r for r in runs}
-        for run_id in ledger.runs:
+        for run_id, attempt in ledger.runs.items():
             run = listed.get(run_id)
             if run is None or ledger.counted(run):
-                counted_runs.add(run_id)
-        costs.extend(c for c in ledger.jobs if str(c.run_id) in counted_runs)
+                counted_runs[run_id] = attempt
+    windows: dict[int, tuple[float, float]] = {}
+    if use and ledger is not None:
+        for c in ledger.jobs:
+            if str(c.run_id) in counted_runs:
+                costs.append(c)
+                if str(c.job_id) in ledger.windows:
+                    windows[c.job_id] = ledger.windows[str(c.job_id)]
         reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
     fetched = 0
-    windows: dict[int, tuple[float, float]] = {}
     for run in runs:
         if str(run["id"]) in counted_runs:
             continue
+        created = parse_time(run.get("created_at"))
+        if created is not None and created.date() < eve and not _active_since(run, month.first):
+            continue  # created before the month and not re-run in it: nothing this month
         jobs = run_jobs(rest, repo, int(run["id"]))
         fetched += 1
         if skip is not None and int(run["id"]) == skip[0]:
@@ -248,7 +355,7 @@ def collect(
                 windows[int(job["id"])] = (start.timestamp(), end.timestamp())
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
-    return Collected(costs, runs, reason, windows=windows)
+    return Collected(costs, runs, reason, notes, windows, counted_runs)
 
 
 def billing_items(rest: Rest, org: str, month: budget.Month) -> list[dict[str, Any]]:
@@ -322,13 +429,15 @@ def month_spend(
         # The report trails usage by hours and never shows a job before it ends: add what
         # this repository's GPU jobs running now reserve.
         running: list[budget.JobCost] = []
+        notes: list[str] = []
         for run in list_runs(
             rest,
             repo,
             cfg.workflows,
-            month.first - timedelta(days=1),
+            month.first - timedelta(days=RERUN_DAYS),
             month.last,
             status="in_progress",
+            notes=notes,
         ):
             jobs = run_jobs(rest, repo, int(run["id"]))
             if skip is not None and int(run["id"]) == skip[0]:
@@ -349,9 +458,12 @@ def month_spend(
             extra.minutes,
             extra.usd,
         )
-        return spent, (
-            f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
-            f"{len(running)} GPU jobs running now"
+        return spent, "; ".join(
+            [
+                f"billing usage report, SKUs {', '.join(skus)} ({cfg.scope}); "
+                f"{len(running)} GPU jobs running now",
+                *notes,
+            ]
         )
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
@@ -373,7 +485,8 @@ def month_spend(
         skip,
     )
     source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
-    return budget.total(got.costs, source), (f"{note}; {got.ledger_used}" if ledger else note)
+    said = [f"{note}; {got.ledger_used}" if ledger else note, *got.notes]
+    return budget.total(got.costs, source), "; ".join(said)
 
 
 @dataclass(frozen=True)

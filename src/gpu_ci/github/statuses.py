@@ -140,6 +140,13 @@ class Outcome:
     """Ask again with ``siblings``: the other runs of the workflow for this commit."""
 
 
+def same_context(value: Any, context: str) -> bool:
+    """Whether a status's ``context`` is ``context``: GitHub does not tell contexts apart by
+    case (a status posted as ``gpu ci`` replaces ``GPU CI``'s in the combined status and
+    satisfies a required check of that name), so neither do we."""
+    return isinstance(value, str) and value.casefold() == context.casefold()
+
+
 def validate_context(value: str) -> str:
     context = value.strip()
     if not context:
@@ -207,7 +214,7 @@ def trusted_statuses(config: StatusConfig, statuses: Sequence[Mapping[str, Any]]
     return [
         s
         for s in statuses
-        if s.get("context") == config.context
+        if same_context(s.get("context"), config.context)
         and str((s.get("creator") or {}).get("login") or "") in config.creators
     ]
 
@@ -358,7 +365,7 @@ def minutes(seconds: float) -> str:
 def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
     """The login of the latest approval of this commit among its statuses (newest first)."""
     for status in statuses:
-        if status.get("context") != context:
+        if not same_context(status.get("context"), context):
             continue
         text = str(status.get("description") or "")
         if text.startswith(_REVOKED):
@@ -375,7 +382,7 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
 
 
 def latest_of(statuses: Sequence[Mapping[str, Any]], context: str) -> Mapping[str, Any] | None:
-    return next((s for s in statuses if s.get("context") == context), None)
+    return next((s for s in statuses if same_context(s.get("context"), context)), None)
 
 
 def approval_status(
@@ -384,7 +391,7 @@ def approval_status(
     """The current approval of this commit (newest first): the newest "Approved by @x for
     <sha>: GPU run queued." not revoked by a newer "waiting" of the commit."""
     for status in statuses:
-        if status.get("context") != context:
+        if not same_context(status.get("context"), context):
             continue
         text = str(status.get("description") or "")
         if text.startswith(_REVOKED):
@@ -622,7 +629,7 @@ def _earlier_approvals(
     statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
 ) -> list[Mapping[str, Any]]:
     """The approvals of ``context`` listed below ``approval`` (revoked ones included)."""
-    ours = [s for s in statuses if s.get("context") == context]
+    ours = [s for s in statuses if same_context(s.get("context"), context)]
     below = ours[next((i for i, s in enumerate(ours) if s is approval), len(ours)) + 1 :]
     return [s for s in below if _APPROVAL.fullmatch(str(s.get("description") or ""))]
 
@@ -633,7 +640,7 @@ def _recorded_above(
     """The newest status of ``context`` when it is an "in progress" record of a run written
     above ``approval`` (so for a run bound to it), else None."""
     for status in statuses:
-        if status.get("context") != context:
+        if not same_context(status.get("context"), context):
             continue
         if status is approval:
             return None
