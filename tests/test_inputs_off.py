@@ -18,9 +18,12 @@ OFF_INPUTS = [(a.name, i.name) for a in ACTIONS.values() for i in a.inputs if i.
 def test_the_inputs_that_can_be_turned_off():
     assert sorted(OFF_INPUTS) == [
         ("gpu-gate", "budget-ledger"),
+        ("gpu-gate", "comment-command"),
         ("gpu-spend", "monitor-artifacts"),
         ("gpu-spend", "reuse-ledger"),
+        ("gpu-status", "comment-command"),
         ("gpu-watchdog", "context"),
+        ("gpu-watchdog", "monitor-artifacts"),
     ]
 
 

@@ -189,8 +189,9 @@ GPU_GATE = ActionSpec(
             "comment-command",
             "On issue_comment: a new comment on a pull request whose first line is this "
             "command and the head's SHA ('/gpu-ci run <sha> [tier ...]'), by someone with "
-            "min-permission, approves that commit. Empty or 'none': off.",
+            "min-permission, approves that commit (none: off).",
             "/gpu-ci run",
+            off=True,
         ),
         InputSpec(
             "tiers",
@@ -553,8 +554,9 @@ GPU_STATUS = ActionSpec(
         InputSpec(
             "comment-command",
             "The comment command the comment names beside the label (`/gpu-ci run <sha>`); "
-            "empty or `none`: label only. Keep it equal to gpu-gate's `comment-command`.",
+            "none: label only. Keep it equal to gpu-gate's `comment-command`.",
             "/gpu-ci run",
+            off=True,
         ),
         InputSpec(
             "comment-help",
@@ -636,8 +638,9 @@ GPU_WATCHDOG = ActionSpec(
         InputSpec(
             "monitor-artifacts",
             "Name prefix of gpu-monitor's report artifacts read for GPU-lost evidence "
-            "(empty: none).",
+            "(none: no report is read).",
             "gpu-monitor-",
+            off=True,
         ),
         InputSpec(
             "infra-file",

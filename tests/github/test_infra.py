@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_ci.github import infra
+from gpu_ci.github.idle import report_versions
 from tests.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
 
 
@@ -69,8 +70,17 @@ def test_a_report_of_another_job_or_schema_says_nothing(served):
     job, _run = served("failed")
     later = monitor_report(NOW.replace(hour=15), 600, lost_at=60)
     assert not infra.report_is_for(later, job)
-    other = {**monitor_report(NOW, 600, lost_at=60), "schema_version": 2}
+    other = {**monitor_report(NOW, 600, lost_at=60), "schema_version": 99}
     assert infra.monitor_evidence(other, "x") == []
+
+
+def test_every_report_version_gpu_monitor_writes_is_read():
+    """gpu-monitor's schema names the versions; a lost GPU in each is evidence (version 2
+    reports were once ignored, so a GPU off the bus went unretried)."""
+    assert report_versions() == (1, 2)
+    for version in report_versions():
+        report = {**monitor_report(NOW, 600, lost_at=60), "schema_version": version}
+        assert [e.code for e in infra.monitor_evidence(report, "x")] == ["gpu-lost"]
 
 
 def test_no_record_of_either_is_unknown_and_not_infrastructure(served):

@@ -73,6 +73,16 @@ def _schema() -> dict[str, Any]:
     return data
 
 
+def _versions() -> str:
+    return " or ".join(str(v) for v in report_versions())
+
+
+def report_versions() -> tuple[int, ...]:
+    """The gpu-monitor report versions this package reads: the schema's ``schema_version``
+    enum, the one place that says (the idle column, the watchdog's GPU-lost evidence)."""
+    return tuple(_schema()["properties"]["schema_version"]["enum"])
+
+
 def _type_ok(value: Any, name: str) -> bool:
     if name == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
@@ -204,7 +214,8 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
     errors = schema_errors(data, _schema())
     if errors:
         return None, (
-            f"{label}: not a gpu-monitor report (schema_version 1 or 2): " + "; ".join(errors[:3])
+            f"{label}: not a gpu-monitor report (schema_version {_versions()}): "
+            + "; ".join(errors[:3])
         )
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
         return None, f"{label}: its idle fraction is unknown (no utilisation counter)"

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_ci.github.idle import report_versions
 from gpu_ci.github.jobs import parse_time
 
 INFRASTRUCTURE = "infrastructure"
@@ -164,9 +165,10 @@ def report_is_for(report: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
 
 
 def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]:
-    """GPU lost / Xid 79 / sampler ended, from a report's documented fields (schema_version 1:
-    ``findings[].code``, ``gpus[].lost_at_s``); a report of another schema gives nothing."""
-    if report.get("schema_version") != 1:
+    """GPU lost / Xid 79 / sampler ended, from a report's documented fields
+    (``findings[].code``, ``gpus[].lost_at_s``, the same in every version
+    ``idle.report_versions()`` names); a report of another schema gives nothing."""
+    if report.get("schema_version") not in report_versions():
         return []
     out: list[Evidence] = []
     codes = [str(f.get("code")) for f in report.get("findings") or [] if isinstance(f, Mapping)]

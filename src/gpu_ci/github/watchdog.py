@@ -39,6 +39,7 @@ from urllib.parse import quote
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import budget, infra, spend
 from gpu_ci.github.client import ApiError, Rest, unanswered
+from gpu_ci.github.idle import report_versions
 from gpu_ci.github.jobs import (
     NO_RUNNER_YET,
     QUEUED,
@@ -938,8 +939,9 @@ def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
             data = json.loads(archive.read(info))
     except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError, zlib.error) as exc:
         return None, f"not a readable zip of JSON ({exc})"
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        return None, "not a gpu-monitor report (schema_version 1)"
+    versions = report_versions()
+    if not isinstance(data, dict) or data.get("schema_version") not in versions:
+        return None, f"not a gpu-monitor report (schema_version {' or '.join(map(str, versions))})"
     return data, ""
 
 
