@@ -1,8 +1,9 @@
 """The comment workflow (examples/cuda-ci-comment.yml) under act against the local server:
 a maintainer's ``/gpu-ci run <head>`` runs the GPU job at that commit, without a token or a
-secret in it, and the status and result jobs post "GPU CI" on that commit; a stranger's comment, an edited comment, a stale and a missing SHA do not, each
-with its reason in the summary. One act run per scenario; the rules' other cases are
-covered in tests/github/test_comment_*.py."""
+secret in it, and the status and result jobs post "GPU CI" on that commit; a stranger's
+comment, an edited comment, a stale and a missing SHA do not run it, each with its reason in
+the summary. One act run per scenario; the rules' other cases are covered in
+tests/github/test_comment_*.py."""
 
 from __future__ import annotations
 
