@@ -502,7 +502,7 @@ GPU_STATUS = ActionSpec(
     name="gpu-status",
     summary="Show the GPU CI state on the pull request's head as a commit status you can require.",
     groups=("base", "github"),
-    runs_on="CPU runner (`pull_request_target`, `workflow_run`)",
+    runs_on="CPU runner (`pull_request_target`, `workflow_run`, `issue_comment`)",
     inputs=(
         InputSpec(
             "context", "Name of the commit status (what branch protection requires).", "GPU CI"
@@ -534,10 +534,25 @@ GPU_STATUS = ActionSpec(
             "github-actions[bot]",
         ),
         InputSpec(
-            "gate-run", "On a label event: the `run` output of gpu-gate run in the same job.", ""
+            "gate-run",
+            "On a label event: the `run` output of gpu-gate run in the same job (on a comment "
+            "event: of the gate job).",
+            "",
         ),
         InputSpec("gate-reason", "On a label event: the `reason` output of gpu-gate.", ""),
-        InputSpec("labeled-by", "On a label event: the `labeled-by` output of gpu-gate.", ""),
+        InputSpec(
+            "labeled-by",
+            "On a label or comment event: the `labeled-by` output of gpu-gate (the approver).",
+            "",
+        ),
+        InputSpec("sha", "On a comment event (`issue_comment`): the gate's `sha` output.", ""),
+        InputSpec("pr-number", "On a comment event: the gate's `pr-number` output.", ""),
+        InputSpec(
+            "gpu-result",
+            "On a comment event, in the job after the GPU job: its `needs.<job>.result`, "
+            "posted over this run's own approval record only; empty: post the approval.",
+            "",
+        ),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
         InputSpec(
             "report-file",

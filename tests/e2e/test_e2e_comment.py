@@ -1,12 +1,14 @@
 """The comment workflow (examples/cuda-ci-comment.yml) under act against the local server:
 a maintainer's ``/gpu-ci run <head>`` runs the GPU job at that commit, without a token or a
-secret in it; a stranger's comment, an edited comment, a stale and a missing SHA do not, each
-with its reason in the summary. One act run per scenario; the rules' other cases are
-covered in tests/github/test_comment_*.py."""
+secret in it, and the status and result jobs post "GPU CI" on that commit; a stranger's
+comment, an edited comment, a stale and a missing SHA do not run it, each with its reason in
+the summary. One act run per scenario; the rules' other cases are covered in
+tests/github/test_comment_*.py."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -84,9 +86,29 @@ def test_a_maintainers_command_runs_the_gpu_job_at_the_head_without_token_or_sec
     assert json.loads(result.outputs["tiers"]) == ["full"]
     assert result.outputs["env_holds_the_token"] is False
     assert "pull request #2 comes from a fork" in result.log
-    assert [r.path for r in server.log] == [
-        f"/repos/{REPO}/collaborators/maint/permission",
-        f"/repos/{REPO}/pulls/2",
+    # the status job (after the gate) and the result job (after the GPU job) post "GPU CI" on
+    # the approved commit, both linking this run; only they call the API besides the gate
+    posted = server.repos[REPO].statuses[HEAD]
+    assert [(s["state"], s["context"]) for s in posted] == [
+        ("success", "GPU CI"),
+        ("pending", "GPU CI"),
+    ]
+    assert posted[1]["description"] == (
+        f"Approved by @maint on #2 for {HEAD[:12]} by comment: GPU run in progress."
+    )
+    assert posted[0]["description"] == (
+        f"GPU tests passed on {HEAD[:12]} (approved by @maint by comment)."
+    )
+    assert posted[0]["target_url"] == posted[1]["target_url"]
+    assert re.fullmatch(
+        rf"https?://[^/]+/{REPO}/actions/runs/\d+/attempts/\d+", posted[0]["target_url"]
+    )
+    assert [(r.method, r.path) for r in server.log] == [
+        ("GET", f"/repos/{REPO}/collaborators/maint/permission"),
+        ("GET", f"/repos/{REPO}/pulls/2"),
+        ("POST", f"/repos/{REPO}/statuses/{HEAD}"),
+        ("GET", f"/repos/{REPO}/commits/{HEAD}/statuses"),
+        ("POST", f"/repos/{REPO}/statuses/{HEAD}"),
     ]
 
 

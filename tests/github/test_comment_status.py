@@ -141,3 +141,214 @@ def test_cli_the_privileged_status_job_approves_a_trusted_authors_push(run_cli, 
     assert status.returncode == 0, status.stdout
     (posted,) = github.repos[REPO].statuses[HEAD]
     assert posted["description"] == f"Approved by @alice for {HEAD[:12]}: GPU run queued."
+
+
+# -- a comment approval (issue 31 item 5): the comment workflow's status and result jobs -----
+
+RUNS = f"https://github.com/{REPO}/actions/runs"
+THIS_RUN = f"{RUNS}/77/attempts/1"
+
+
+def listed_status(status, minutes_ago: float = 10, by: str = "github-actions[bot]") -> dict:
+    return {
+        "context": "GPU CI",
+        "state": status.state,
+        "description": status.description,
+        "target_url": status.target_url,
+        "created_at": ts(minutes_ago),
+        "creator": {"login": by},
+    }
+
+
+def record(link: str = THIS_RUN, sha: str = HEAD, by: str = "maint") -> statuses.Status:
+    out = statuses.comment_approved(CONFIG, sha, 2, True, by, link).status
+    assert out is not None
+    return out
+
+
+def test_a_comment_approval_posts_its_record_and_its_run_posts_the_result_over_it():
+    mine = record()
+    assert mine.state == "pending" and mine.sha == HEAD and mine.target_url == THIS_RUN
+    assert mine.description == (
+        f"Approved by @maint on #2 for {HEAD[:12]} by comment: GPU run in progress."
+    )
+    assert statuses.comment_approved(CONFIG, HEAD, 2, False, "", THIS_RUN).status is None
+    listed = [listed_status(mine)]
+    expected = {
+        "success": ("success", "GPU tests passed"),
+        "failure": ("failure", "GPU tests failed"),
+        "cancelled": ("error", "GPU run cancelled"),
+        "skipped": ("failure", "the GPU job was skipped"),
+    }
+    for result, (state, words) in expected.items():
+        out = statuses.comment_result(CONFIG, HEAD, result, THIS_RUN, listed).status
+        assert out is not None and (out.state, out.sha, out.target_url) == (state, HEAD, THIS_RUN)
+        assert words in out.description and "@maint" in out.description
+
+
+def test_a_comment_runs_result_posts_only_over_its_own_record():
+    """A second comment (another run's record on top), a label approval, a push, this run's
+    other attempt, another commit's record, a record planted by another writer: the result
+    of this run does not replace any of them."""
+    later = listed_status(record(f"{RUNS}/78/attempts/1", by="other-maint"), 1)
+    label = {
+        **listed_status(statuses.after_gate(CONFIG, HEAD, True, "", "maint"), 1),
+        "target_url": f"https://github.com/{REPO}/pull/2/checks",
+    }
+    push = listed_status(statuses.waiting(CONFIG, HEAD, "synchronize", "b" * 40), 1)
+    own = listed_status(record())
+    for top in (later, label, push):
+        assert statuses.comment_result(CONFIG, HEAD, "success", THIS_RUN, [top, own]).status is None
+    retry = f"{RUNS}/77/attempts/2"
+    assert statuses.comment_result(CONFIG, HEAD, "success", retry, [own]).status is None
+    other_sha = listed_status(record(sha="b" * 40))
+    assert statuses.comment_result(CONFIG, HEAD, "success", THIS_RUN, [other_sha]).status is None
+    planted = listed_status(record(), by="some-ci-app[bot]")
+    assert statuses.comment_result(CONFIG, HEAD, "success", THIS_RUN, [planted]).status is None
+    # and its own final result is final: a second result of the run posts nothing
+    passed = statuses.comment_result(CONFIG, HEAD, "success", THIS_RUN, [own]).status
+    assert passed is not None
+    again = [listed_status(passed, 1), own]
+    assert statuses.comment_result(CONFIG, HEAD, "failure", THIS_RUN, again).status is None
+
+
+def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labels():
+    """An older label approval below the record binds no pull_request run any more (the
+    comment's own run reports); a refused label and another pull request opened at the
+    commit keep the record; a push to the pull request revokes it."""
+    label = {
+        **listed_status(statuses.after_gate(CONFIG, HEAD, True, "", "maint"), 50),
+        "target_url": f"https://github.com/{REPO}/pull/2/checks",
+    }
+    listed = [listed_status(record(), 5), label]
+    pr_run = {
+        "id": 5,
+        "head_sha": HEAD,
+        "event": "pull_request",
+        "path": ".github/workflows/cuda-ci.yml",
+        "html_url": f"{RUNS}/5",
+        "run_attempt": 1,
+        "created_at": ts(51),
+        "triggering_actor": {"login": "maint"},
+        "actor": {"login": "maint"},
+        "head_repository": {"full_name": "contributor/Hello-World"},
+        "pull_requests": [],
+        "workflow_id": 9,
+    }
+    job = {"name": "tests", "status": "completed", "conclusion": "success"}
+    assert (
+        statuses.for_workflow_run(
+            CONFIG, "completed", pr_run, [job], listed, REPO, NOW, siblings=[]
+        ).status
+        is None
+    )
+    assert statuses.for_workflow_run(CONFIG, "completed", pr_run, [job], [label], REPO, NOW).status
+    refused = labeled_payload()
+    out = statuses.for_pull_event(
+        CONFIG,
+        "labeled",
+        refused,
+        False,
+        "triager has triage",
+        "",
+        "https://github.com",
+        REPO,
+        listed,
+    )
+    assert out.status is None and "stays" in out.note
+    other = push("opened")
+    other["pull_request"]["number"] = 3
+    out = statuses.for_pull_event(
+        CONFIG, "opened", other, None, "", "", "https://github.com", REPO, listed
+    )
+    assert out.status is None and "carries an approval of #2" in out.note
+    own = statuses.for_pull_event(
+        CONFIG, "synchronize", push(), None, "", "", "https://github.com", REPO, listed
+    )
+    assert own.status is not None and "waiting for approval" in own.status.description.lower()
+
+
+def labeled_payload() -> dict:
+    payload = push("labeled")
+    payload["label"] = {"name": "CUDA CI"}
+    return payload
+
+
+def test_the_comment_examples_status_jobs_write_statuses_only_and_run_no_pr_code():
+    import yaml
+
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "examples" / "cuda-ci-comment.yml").read_text("utf-8"))
+    jobs = doc["jobs"]
+    status, result = jobs["status"], jobs["result"]
+    for job in (status, result):
+        assert job["permissions"] == {"statuses": "write"}
+        (step,) = job["steps"]  # gpu-status only: no checkout, no run: of PR text
+        assert step["uses"].split("@")[0].endswith("/actions/gpu-status")
+        assert step["with"]["sha"] == "${{ needs.gate.outputs.sha }}"
+    assert status["needs"] == "gate" and status["if"] == "needs.gate.outputs.run == 'true'"
+    assert status["steps"][0]["with"]["labeled-by"] == "${{ needs.gate.outputs.labeled-by }}"
+    assert result["needs"] == ["gate", "status", "tests"]
+    assert result["if"] == "always() && needs.gate.outputs.run == 'true'"
+    assert result["steps"][0]["with"]["gpu-result"] == "${{ needs.tests.result }}"
+    assert jobs["tests"]["permissions"] == {}  # the GPU job still holds nothing
+
+
+def test_cli_a_comment_approval_then_its_result_and_a_stale_runs_result(run_cli, github):
+    """As the comment workflow's status and result jobs run them: run 77 approved by a
+    comment posts its record and its result; run 76 (an older comment's run, cancelled or
+    slower) ends after run 78's record was posted and posts nothing over it."""
+    from tests.conftest import webhook as hook
+    from tests.events import on_pull_request
+    from tests.github_server import PullRequest
+
+    github.add_repo(REPO, roles={"maint": "maintain"})
+    github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))
+    event = on_pull_request(
+        hook("issue_comment.created"), body=f"/gpu-ci run {HEAD}", commenter="maint"
+    )
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "INPUT_SHA": HEAD,
+    }
+
+    def job(run_id: int, **inputs: str):
+        extra = {f"INPUT_{k.upper()}": v for k, v in inputs.items()}
+        out = run_cli(
+            ["gpu-status"],
+            {**env, "GITHUB_RUN_ID": str(run_id), "GITHUB_RUN_ATTEMPT": "1", **extra},
+            event=event,
+            event_name="issue_comment",
+        )
+        assert out.returncode == 0, out.stdout
+        return out
+
+    approve = {"gate_run": "true", "pr_number": "2", "labeled_by": "maint"}
+    job(77, **approve)
+    job(77, gpu_result="success")
+    posted = github.repos[REPO].statuses[HEAD]
+    assert [(s["state"], s["target_url"]) for s in posted] == [
+        ("success", f"{RUNS}/77/attempts/1"),
+        ("pending", f"{RUNS}/77/attempts/1"),
+    ]
+    assert posted[0]["description"] == (
+        f"GPU tests passed on {HEAD[:12]} (approved by @maint by comment)."
+    )
+    job(78, **approve)
+    stale = job(76, gpu_result="failure")
+    assert (
+        stale.outputs["state"] == ""
+        and "not this run's comment approval" in (stale.outputs["description"])
+    )
+    assert github.repos[REPO].statuses[HEAD][0]["target_url"] == f"{RUNS}/78/attempts/1"
+    bad = run_cli(
+        ["gpu-status"],
+        {**env, "GITHUB_RUN_ID": "77", "INPUT_GPU_RESULT": "passed"},
+        event=event,
+        event_name="issue_comment",
+    )
+    assert bad.returncode == 2 and "needs.<job>.result" in bad.stdout

@@ -2,7 +2,9 @@
 
 Runs in the ``pull_request_target`` workflow (labeled: no API call besides the POST; opened,
 reopened, synchronize: the head's statuses first, a final result stays) and in a
-``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs).
+``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs),
+and in the comment workflow's status job (``issue_comment``, after the gate: the POST only)
+and result job (after the GPU job: the commit's statuses, then the POST).
 It never checks out or runs code of the pull request. With ``comment: true`` it also keeps the
 pull request's one explaining comment (:mod:`gpu_ci.github.pr_comment`) in step with the head's
 state, and collapses or deletes it on ``closed`` if asked.
@@ -126,6 +128,43 @@ def _workflow_run_event(
     return _Result(outcome, rest, f"{max(waits):.0f}" if waits else "", listed)
 
 
+def _comment_event(
+    inputs: Inputs, rt: Runtime, config: statuses.StatusConfig, ctx: EventContext
+) -> _Result:
+    """The comment workflow's own run (rule 8 of :mod:`gpu_ci.github.statuses`): the gate's
+    outputs name the commit; this run, from the runner's environment, names the record."""
+    sha = inputs["sha"].strip()
+    server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
+    link = statuses.comment_run_link(
+        server,
+        ctx.repository,
+        rt.environ.get("GITHUB_RUN_ID", ""),
+        rt.environ.get("GITHUB_RUN_ATTEMPT", ""),
+    )
+    result = inputs["gpu-result"].strip()
+    if not result:
+        number = inputs["pr-number"].strip()
+        outcome = statuses.comment_approved(
+            config,
+            sha,
+            int(number) if number.isdigit() else 0,
+            bool(_gate_run(inputs)),
+            inputs["labeled-by"].strip(),
+            link,
+        )
+        return _Result(outcome, _connect(inputs, rt) if outcome.status else None)
+    if result not in statuses.JOB_RESULTS:
+        raise UsageError(
+            f"input 'gpu-result' is '{result}': pass the GPU job's needs.<job>.result "
+            f"({', '.join(statuses.JOB_RESULTS)})."
+        )
+    if len(sha) != 40:
+        raise UsageError("input 'sha' is not a full commit SHA: pass the gate's sha output.")
+    rest = _connect(inputs, rt)
+    listed = _listed(rest, ctx.repository, sha)
+    return _Result(statuses.comment_result(config, sha, result, link, listed), rest, listed=listed)
+
+
 def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:
     attempt = int(wf_run.get("run_attempt") or 1)
     return list(
@@ -192,11 +231,13 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         result = _pull_event(inputs, rt, config, ctx, action)
     elif ctx.name == "workflow_run":
         result = _workflow_run_event(inputs, rt, config, ctx, action)
+    elif ctx.name == "issue_comment":
+        result = _comment_event(inputs, rt, config, ctx)
     else:
         raise UsageError(
-            f"gpu-status handles pull_request_target (or pull_request) and workflow_run "
-            f"events; this is '{ctx.name}'. See actions/gpu-status/README.md for the "
-            "three-workflow setup."
+            f"gpu-status handles pull_request_target (or pull_request), workflow_run and "
+            f"issue_comment events; this is '{ctx.name}'. See actions/gpu-status/README.md "
+            "for the three-workflow setup."
         )
     status, note = result.outcome.status, result.outcome.note
     if status is not None and result.rest is not None:
@@ -264,7 +305,7 @@ def _comment(
     pull_event = ctx.name in statuses.PR_EVENTS
     if rest is None and pull_event and action in (*statuses.NEW_HEAD, "labeled", "closed"):
         rest = _connect(inputs, rt, "pull-requests: write")
-    if rest is None:
+    if rest is None or ctx.name == "issue_comment":
         write: _Write | str = f"'{ctx.name}.{action}' does not change the comment."
     elif pull_event:
         write = _for_pull(rest, ctx, action, (config, commenting), status, result.listed)

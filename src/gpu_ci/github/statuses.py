@@ -14,6 +14,11 @@ The states, on the head commit::
                                               linking <run>/attempts/<n> (the record)
     workflow_run completed (that run)      -> success / failure / error, with the same link
     gpu-watchdog cancelled the run         -> error    "No GPU runner picked this up in N min"
+    gpu-watchdog re-ran a lost run         -> pending  "GPU run retried after the runner was
+                                              lost (attempt 2)", linking <run>/attempts/2
+    issue_comment, the gate approves       -> pending  "Approved by @x on #n for abc123 by
+                                              comment: GPU run in progress", linking this run
+    issue_comment, the GPU job ended       -> success / failure / error, with the same link
 
 Trust: the ``pull_request`` workflow of a fork runs the fork's copy of the workflow file, so
 its jobs, names and conclusions are controlled by the pull request's author, and so is the
@@ -30,7 +35,10 @@ a maintainer approved exactly this commit, and the GPU run that approval started
    "Approved by @x for <sha>: GPU run queued." status of the head not revoked by a newer
    "waiting" (its ``target_url`` names the pull request, its ``created_at`` the time). A
    run is that approval's run when its event is ``pull_request``, its attempt is 1 (a re-run
-   reuses the gate's old outputs: approve again), its triggering actor is the approver, it
+   reuses the gate's old outputs: approve again) or gpu-watchdog's "retried" status for
+   exactly that run and attempt lies above the approval (rule 7), its triggering actor is
+   the approver (a retried attempt: its first actor is, and the retry's is a trusted
+   creator, the watchdog's account), it
    was created in the window ``[approval - APPROVAL_LAG, approval + CLOCK_SLACK]`` (the label
    event creates the run first; the privileged job posts the approval after it), no older
    approval of the commit was posted after it was created (it is that one's run), and, when
@@ -50,6 +58,20 @@ a maintainer approved exactly this commit, and the GPU run that approval started
    ``opened``/``reopened``/``synchronize`` of *another* pull request at an approved head
    posts nothing (the approval names its pull request), a final result stays, and a refused
    label posts "Not approved" only when there is no approval, run or result to overwrite.
+7. **A retried attempt is accepted only as the watchdog's retry** (issue 32). gpu-watchdog
+   re-runs a run lost to infrastructure after checking the head's approval and the budget,
+   and posts "GPU run retried ... (attempt N)" linking ``<run>/attempts/N``. Attempt N of a
+   bound run then posts its result only on ``completed`` and only over that very record; an
+   attempt nobody retried (a re-run by hand) posts nothing, whoever started it.
+8. **A comment approval** (issue 31) runs in the ``issue_comment`` workflow of the default
+   branch, whose runs carry the default branch's commit, not the pull request's: there the
+   status job (after the gate, ``statuses: write``, no pull request code) posts the record
+   "Approved by @x on #n for <sha> by comment: GPU run in progress." on the gate's ``sha``,
+   linking *this* run and attempt (from the runner's environment, not an input), and the
+   result job after the GPU job posts its result only while that record, for this run and
+   attempt and that commit, is the newest status: a second comment, a label, a push or a
+   newer run's record on top stays. The record is also a newer approval, so a
+   ``pull_request`` run never binds to a label approval below it.
 """
 
 from __future__ import annotations
@@ -94,6 +116,15 @@ _APPROVAL = re.compile(
 _RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
 _PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
 IN_PROGRESS = "GPU run in progress"
+#: How gpu-watchdog's status for a run it re-ran begins (``watchdog._rerun`` writes it).
+RETRIED_PREFIX = "GPU run retried after the "
+#: A comment approval's record, as :func:`comment_approved` writes it (rule 8).
+_COMMENT_RECORD = re.compile(
+    r"Approved by @([A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?) on #(\d+) for "
+    r"([0-9a-f]{12}) by comment: GPU run in progress\."
+)
+#: ``needs.<job>.result`` of the comment workflow's GPU job.
+JOB_RESULTS = ("success", "failure", "cancelled", "skipped")
 WATCHDOG_PREFIX = "No GPU runner picked this up"
 NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
 FINAL = ("success", "failure", "error")
@@ -303,7 +334,7 @@ def for_pull_event(
                 f"result ({latest.get('state')}).",
             )
         approved = approval_status(listed, config.context)
-        other = pull_of(approved) if approved is not None else None
+        other = pull_of(approved) if approved is not None else comment_pull(listed, config.context)
         if other is not None and other != number:
             # Anyone can open a pull request at a commit: only the approved pull request's
             # own new head (a push back to it, reopening it) revokes its approval.
@@ -338,7 +369,9 @@ def for_pull_event(
             not gate_run
             and latest is not None
             and (
-                latest.get("state") in FINAL or approval_status(listed, config.context) is not None
+                latest.get("state") in FINAL
+                or approval_status(listed, config.context) is not None
+                or comment_pull(listed, config.context) is not None
             )
         ):
             # A refused label (a triage user's, say) must not reset a passed head or void
@@ -389,15 +422,31 @@ def approval_status(
     statuses: Sequence[Mapping[str, Any]], context: str
 ) -> Mapping[str, Any] | None:
     """The current approval of this commit (newest first): the newest "Approved by @x for
-    <sha>: GPU run queued." not revoked by a newer "waiting" of the commit."""
+    <sha>: GPU run queued." not revoked by a newer "waiting" of the commit, nor replaced by
+    a newer comment approval (rule 8: its run, not a ``pull_request`` run, reports)."""
     for status in statuses:
         if not same_context(status.get("context"), context):
             continue
         text = str(status.get("description") or "")
-        if text.startswith(_REVOKED):
+        if text.startswith(_REVOKED) or _COMMENT_RECORD.fullmatch(text):
             return None
         if _APPROVAL.fullmatch(text):
             return status
+    return None
+
+
+def comment_pull(statuses: Sequence[Mapping[str, Any]], context: str) -> int | None:
+    """The pull request of the commit's current comment approval (newest first; a newer
+    "waiting" or label approval ends it), None when there is none (rule 8)."""
+    for status in statuses:
+        if status.get("context") != context:
+            continue
+        text = str(status.get("description") or "")
+        if text.startswith(_REVOKED) or _APPROVAL.fullmatch(text):
+            return None
+        match = _COMMENT_RECORD.fullmatch(text)
+        if match:
+            return int(match.group(2))
     return None
 
 
@@ -445,19 +494,33 @@ def _binds(
     approval: Mapping[str, Any],
     approver: str,
     earlier: Sequence[Mapping[str, Any]] = (),
+    retried: bool = False,
+    retriers: Sequence[str] = (),
 ) -> str:
     """Empty when ``run`` is the run ``approval`` started (rule 3), else why not.
     ``earlier``: the commit's older approvals; a run belongs to the first approval posted
-    after it was created (a label applied twice: the first run is not the second's)."""
-    actor = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
+    after it was created (a label applied twice: the first run is not the second's).
+    ``retried``: gpu-watchdog's retry record of this very attempt is above the approval;
+    ``retriers``: the accounts whose re-run that can be (rule 7)."""
+    attempt = _attempt(run)
+    trigger = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
+    # a re-run keeps the run's first actor; the approver must have started the run itself
+    first = str((run.get("actor") or {}).get("login") or "")
+    actor = first if attempt != 1 else trigger
     if run.get("event") != "pull_request":
         return f"a '{run.get('event')}' run of a pull request is not the approval's run."
     if not approver or actor != approver:
         return f"run triggered by @{actor}, not by the approver @{approver}."
-    if _attempt(run) != 1:
+    if attempt != 1 and not retried:
         return (
-            "a re-run reuses the gate's old decision (head, budget): approve again to "
-            "run the GPU tests again."
+            f"attempt {attempt} is no re-run gpu-watchdog recorded on the head, and a re-run "
+            "reuses the gate's old decision (head, budget): approve again to run the GPU "
+            "tests again."
+        )
+    if attempt != 1 and trigger not in retriers:
+        return (
+            f"attempt {attempt} was started by @{trigger}, not by gpu-watchdog's account "
+            f"({', '.join(retriers)}), although its retry record names it."
         )
     created = parse_time(run.get("created_at"))
     approved = parse_time(approval.get("created_at"))
@@ -541,13 +604,25 @@ def for_workflow_run(
             )
         match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
         approver = match.group(1) if match else ""
+        retry = _retry_record(statuses, config.context, approval, mine, _attempt(run))
         why = _binds(
-            run, approval, approver, _earlier_approvals(statuses, config.context, approval)
+            run,
+            approval,
+            approver,
+            _earlier_approvals(statuses, config.context, approval),
+            retry is not None,
+            config.creators,
         )
         if why:
             return Outcome(None, why + " Its result is not posted.")
         recorded = _recorded_above(statuses, config.context, approval)
-        if latest is not approval and (action != "completed" or recorded is None):
+        if retry is not None and (action != "completed" or latest is not retry):
+            return Outcome(
+                None,
+                f"attempt {_attempt(run)}, gpu-watchdog's retry: only its result is posted, "
+                f"over the retry record; '{(latest or {}).get('description')}' stays.",
+            )
+        if retry is None and latest is not approval and (action != "completed" or recorded is None):
             return Outcome(
                 None,
                 "the head's newest status is not this approval's: "
@@ -634,6 +709,33 @@ def _earlier_approvals(
     return [s for s in below if _APPROVAL.fullmatch(str(s.get("description") or ""))]
 
 
+def _retry_record(
+    statuses: Sequence[Mapping[str, Any]],
+    context: str,
+    approval: Mapping[str, Any],
+    key: tuple[int, int] | None,
+    attempt: int,
+) -> Mapping[str, Any] | None:
+    """gpu-watchdog's "retried" status of run attempt ``key`` written above ``approval`` (so
+    after the approval, and the watchdog checked that it was current), else None (rule 7)."""
+    if attempt == 1 or key is None:
+        return None
+    for status in statuses:
+        if status.get("context") != context:
+            continue
+        if status is approval:
+            return None
+        text = str(status.get("description") or "")
+        url = str(status.get("target_url") or "")
+        if (
+            status.get("state") == "pending"
+            and text.startswith(RETRIED_PREFIX)
+            and run_key(url) == key
+        ):
+            return status
+    return None
+
+
 def _recorded_above(
     statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
 ) -> Mapping[str, Any] | None:
@@ -707,3 +809,64 @@ def no_runner(sha: str, waited_seconds: float, labels: Sequence[str], link: str)
         ),
         link,
     )
+
+
+# -- issue_comment: the comment workflow's status and result jobs (rule 8) ---------------------
+
+
+def comment_run_link(server_url: str, repository: str, run_id: str, attempt: str) -> str:
+    """This run's link, from the runner's ``GITHUB_RUN_ID`` and ``GITHUB_RUN_ATTEMPT``: the
+    record then names the run that posted it, whatever the inputs say."""
+    if not run_id.isdigit() or not (attempt or "1").isdigit():
+        raise UsageError(
+            f"GITHUB_RUN_ID '{run_id}' / GITHUB_RUN_ATTEMPT '{attempt}' are not run numbers: "
+            "gpu-status binds a comment's status to the run it runs in (run it in Actions)."
+        )
+    return f"{server_url}/{repository}/actions/runs/{int(run_id)}/attempts/{int(attempt or 1)}"
+
+
+def comment_approved(
+    config: StatusConfig, sha: str, number: int, gate_run: bool, approver: str, link: str
+) -> Outcome:
+    """The status job after the gate: the record of a comment's approval, on its commit."""
+    if not gate_run:
+        return Outcome(None, "the gate did not approve the comment: no status for it.")
+    if not re.fullmatch(r"[0-9a-f]{40}", sha) or number < 1 or not approver:
+        raise UsageError(
+            "a comment approval needs the gate's outputs: pass its sha (40 hex digits), "
+            "pr-number and labeled-by as the inputs sha, pr-number and labeled-by."
+        )
+    text = f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+    return Outcome(Status(sha, "pending", clip(text), link), "a comment approved the commit.")
+
+
+def comment_result(
+    config: StatusConfig, sha: str, gpu_result: str, link: str, listed: Sequence[Mapping[str, Any]]
+) -> Outcome:
+    """The result job after the GPU job: ``gpu_result`` (``needs.<job>.result``) posted over
+    this run's own record only (``link``: this run and attempt), never over anything newer."""
+    latest = latest_of(trusted_statuses(config, listed), config.context)
+    text = str((latest or {}).get("description") or "")
+    match = _COMMENT_RECORD.fullmatch(text)
+    if (
+        latest is None
+        or match is None
+        or latest.get("state") != "pending"
+        or run_key(str(latest.get("target_url") or "")) != run_key(link)
+        or match.group(3) != short(sha)
+    ):
+        return Outcome(
+            None,
+            f"{short(sha)}'s newest '{config.context}' status is not this run's comment "
+            f"approval ('{text or 'none'}' stays: a newer approval, push or result).",
+        )
+    by = f" (approved by @{match.group(1)} by comment)"
+    if gpu_result == "success":
+        state, said = "success", f"GPU tests passed on {short(sha)}{by}."
+    elif gpu_result == "failure":
+        state, said = "failure", f"GPU tests failed on {short(sha)}{by}: the GPU job failed."
+    elif gpu_result == "cancelled":
+        state, said = "error", f"GPU run cancelled on {short(sha)}{by}: comment again to rerun."
+    else:
+        state, said = "failure", f"Approved by @{match.group(1)}, but the GPU job was skipped."
+    return Outcome(Status(sha, state, clip(said), link), f"the GPU job's result: {gpu_result}.")

@@ -1,0 +1,202 @@
+"""Issue 32: the result of gpu-watchdog's retry replaces its "retried" status (rule 7 of
+``gpu_ci.github.statuses``), and no other re-run's result does.
+
+The pure rules first, then the watchdog's real re-run against the test server followed by
+``gpu-ci gpu-status`` on attempt 2's ``completed`` event, so the watchdog's wording and the
+status's rule are tested together."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from gpu_ci.github import statuses, watchdog
+from gpu_ci.github.client import connect
+from tests.conftest import webhook
+from tests.github.infra_jobs import REPO, failed_run, iso
+
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
+RUNS = f"https://github.com/{REPO}/actions/runs"
+BOT = "github-actions[bot]"
+
+
+def ts(minutes_ago: float) -> str:
+    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ours(description: str, state: str = "pending", url: str = "", at: float = 0, by=BOT):
+    return {
+        "context": "GPU CI",
+        "state": state,
+        "description": description,
+        "target_url": url,
+        "created_at": ts(at),
+        "creator": {"login": by},
+    }
+
+
+APPROVAL = ours(
+    f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+    url=f"https://github.com/{REPO}/pull/2/checks",
+    at=50,
+)
+IN_PROGRESS = ours("Approved by @maintainer: GPU run in progress.", url=f"{RUNS}/5/attempts/1")
+LOST = ours(
+    f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: failure.",
+    "failure",
+    f"{RUNS}/5/attempts/1",
+    at=20,
+)
+
+
+def retried(run_id: int = 5, attempt: int = 2, by: str = BOT) -> dict:
+    return ours(
+        f"GPU run retried after the runner was lost (attempt {attempt}); attempt "
+        f"{attempt - 1}: the job ended while step 3 was still running",
+        url=f"{RUNS}/{run_id}/attempts/{attempt}",
+        at=10,
+        by=by,
+    )
+
+
+def run(attempt: int = 2, trigger: str = BOT, actor: str = "maintainer", run_id: int = 5):
+    return {
+        "id": run_id,
+        "head_sha": HEAD,
+        "event": "pull_request",
+        "path": ".github/workflows/cuda-ci.yml",
+        "html_url": f"{RUNS}/{run_id}",
+        "run_attempt": attempt,
+        "created_at": ts(51),
+        "run_started_at": ts(9),
+        "triggering_actor": {"login": trigger},
+        "actor": {"login": actor},
+        "head_repository": {"full_name": "contributor/Hello-World"},
+        "pull_requests": [],
+        "workflow_id": 9,
+    }
+
+
+def done(wf_run: dict, listed: list, action: str = "completed") -> statuses.Outcome:
+    job = {
+        "name": "tests",
+        "status": "completed",
+        "conclusion": "success",
+        "created_at": ts(9),
+        "started_at": ts(8),
+        "runner_name": "gpu-2",
+    }
+    return statuses.for_workflow_run(CONFIG, action, wf_run, [job], listed, REPO, NOW, siblings=[])
+
+
+def test_the_watchdogs_retry_posts_its_result_over_the_retried_status():
+    listed = [retried(), LOST, IN_PROGRESS, APPROVAL]
+    out = done(run(), listed).status
+    assert out is not None and out.state == "success"
+    assert out.target_url == f"{RUNS}/5/attempts/2"
+    assert out.description.startswith(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer)")
+    # requested / in_progress of attempt 2 leave the retry record (it says what happened)
+    for action in ("requested", "in_progress"):
+        assert done(run(), listed, action).status is None
+    # attempt 1's late `completed`, handled after the retry, leaves it too
+    assert done(run(attempt=1, trigger="maintainer"), listed).status is None
+
+
+def test_a_re_run_nobody_retried_posts_nothing():
+    """A maintainer's (or anyone's) 'Re-run failed jobs' by hand: no retry record names it,
+    so it reuses the gate's old decision unchecked: approve again instead."""
+    listed = [LOST, IN_PROGRESS, APPROVAL]
+    for trigger in ("maintainer", "contributor", BOT):
+        out = done(run(trigger=trigger), listed)
+        assert out.status is None and "no re-run gpu-watchdog recorded" in out.note
+
+
+def test_a_retry_record_binds_only_its_own_run_attempt_and_writer():
+    # another attempt of the run, another run, a record planted by another status writer
+    assert done(run(attempt=3), [retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
+    assert done(run(), [retried(run_id=6), LOST, IN_PROGRESS, APPROVAL]).status is None
+    planted = [retried(by="some-ci-app[bot]"), LOST, IN_PROGRESS, APPROVAL]
+    assert done(run(), planted).status is None
+    # the record names the attempt, but someone else than the watchdog's account re-ran it
+    out = done(run(trigger="maintainer"), [retried(), LOST, IN_PROGRESS, APPROVAL])
+    assert out.status is None and "not by gpu-watchdog's account" in out.note
+    # the run itself must still be the approval's: its first actor is the approver
+    assert done(run(actor="contributor"), [retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
+
+
+def test_a_retry_below_a_newer_approval_or_push_does_not_bind():
+    newer = ours(
+        f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+        url=f"https://github.com/{REPO}/pull/2/checks",
+        at=5,
+    )
+    assert done(run(), [newer, retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
+    pushed = ours(f"New push (was {'b' * 12}): waiting for approval; ...", at=5)
+    assert done(run(), [pushed, retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
+    # and once attempt 2's result is posted, nothing of attempt 2 replaces it again
+    passed = ours("GPU tests passed on ...", "success", f"{RUNS}/5/attempts/2", at=1)
+    assert done(run(), [passed, retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
+
+
+def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_cli):
+    """The watchdog re-runs a lost run on the test server and writes its status; attempt 2
+    passes; gpu-status, handling attempt 2's `completed`, replaces "retried" by "passed"."""
+    from tests.github_server import PullRequest
+
+    sha = "a" * 40
+    github.add_repo(REPO)
+    github.add_pull(REPO, PullRequest(2, sha))
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start = now - timedelta(hours=2)
+    lost = failed_run(github, start)
+    lost.actor = "maintainer"  # the labeller's pull_request run
+    repo = github.repos[REPO]
+    approval = github.status_json(
+        repo,
+        sha,
+        {
+            "context": "GPU CI",
+            "state": "pending",
+            "description": f"Approved by @maintainer for {sha[:12]}: GPU run queued.",
+            "target_url": f"https://github.com/{REPO}/pull/2/checks",
+        },
+        BOT,
+    )
+    approval["created_at"] = approval["updated_at"] = iso(start + timedelta(minutes=2))
+    repo.statuses[sha] = [approval]
+    rest = connect("watchdog-token", {"GITHUB_API_URL": github.url}, lambda _s: None)
+    config = watchdog.make_config(
+        workflows=["cuda-ci.yml"],
+        labels=["gpu"],
+        max_queue_minutes="60",
+        cancel=True,
+        context="GPU CI",
+        max_calls="200",
+        rate_reserve="0",
+        retry_infra_failures="1",
+    )
+    assert watchdog.sweep(rest, REPO, config, now).retried == [lost.id]
+    assert repo.statuses[sha][0]["description"].startswith(statuses.RETRIED_PREFIX)
+    # GitHub records who re-ran it as the triggering actor (the test server keeps the first)
+    lost.triggering_actor = BOT
+    for job in lost.jobs:
+        if job.run_attempt == 2 and job.status != "completed":
+            job.status, job.conclusion, job.runner_name = "completed", "success", "gpu-spot-8"
+            job.started_at, job.completed_at = iso(now - timedelta(minutes=9)), iso(now)
+    lost.status, lost.conclusion = "completed", "success"
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["workflow_run"] = github.run_json(repo, lost)
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "INPUT_GPU_JOBS": "gpu-tests",
+    }
+    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+    assert result.returncode == 0, result.stdout
+    top = repo.statuses[sha][0]
+    assert top["state"] == "success", result.stdout
+    assert top["target_url"] == f"https://github.com/{REPO}/actions/runs/{lost.id}/attempts/2"
+    assert [s["state"] for s in repo.statuses[sha]] == ["success", "pending", "pending"]
