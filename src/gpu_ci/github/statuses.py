@@ -439,7 +439,7 @@ def comment_pull(statuses: Sequence[Mapping[str, Any]], context: str) -> int | N
     """The pull request of the commit's current comment approval (newest first; a newer
     "waiting" or label approval ends it), None when there is none (rule 8)."""
     for status in statuses:
-        if status.get("context") != context:
+        if not same_context(status.get("context"), context):
             continue
         text = str(status.get("description") or "")
         if text.startswith(_REVOKED) or _APPROVAL.fullmatch(text):
@@ -721,7 +721,7 @@ def _retry_record(
     if attempt == 1 or key is None:
         return None
     for status in statuses:
-        if status.get("context") != context:
+        if not same_context(status.get("context"), context):
             continue
         if status is approval:
             return None
