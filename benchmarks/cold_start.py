@@ -9,12 +9,23 @@ For each action and installer (pip; uv when available), measured side by side, m
 * boot: the warm bootstrap step alone (``bootstrap.sh``: verifying the venv against its
   manifest before reusing it), the part of "warm" that the action adds before its command;
 * bytes a cold install downloads (the wheels of the action's group locks) and the
-  distributions installed.
+  distributions installed;
+* cpu: user + system seconds of every process of the run (``RUSAGE_CHILDREN``), printed
+  beside the wall seconds with the load average before and after: the machine may be
+  shared, and CPU seconds move far less with its load than wall seconds do;
+* a container job without Python (issue 30), verify-cuda-env in a fresh overlay of the
+  Debian root that ``tests/test_bootstrap_container.py`` builds and caches: cold (a Python
+  installed, then the venv) and warm (a later action of the job), for each way of getting
+  a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
+  (the pinned uv fetched). The two uv ones need python-build-standalone from GitHub and
+  run only with ``UV_PYTHON_INSTALL_MIRROR`` set; the table says why one did not run.
 
-Ratios are to ``python3 -c pass``. Goals (issue: cold start): verify-cuda-env cold <= 3 s,
-gpu-gate cold <= 4 s, warm <= 0.5 s for every action, with the package index reachable.
+Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate cold
+<= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
+action, with the package index reachable.
 
     python benchmarks/cold_start.py [--runs 5] [--actions gpu-gate,verify-cuda-env]
+        [--container-runs 1]
 """
 
 from __future__ import annotations

@@ -476,3 +476,46 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
     assert "own GPU_CI_CACHE_DIR" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert [p.name for p in shared.iterdir()] == []  # nothing built where others can swap it
+
+
+# -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
+
+
+def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
+    """A Python with no pip of its own (a distribution's python3 with python3-venv, whose pip
+    is only the wheel that ensurepip would install): the bootstrap runs pip from that wheel
+    instead of installing pip into the venv, and compiles every module once, after the
+    RECORD check, so that runs compile nothing and leave the venv verifiable."""
+    bare = tmp_path / "bare-python"
+    venv.create(bare, with_pip=False, symlinks=True)
+    python = str(bare / "bin" / "python")
+    probe = (
+        "import ensurepip, pathlib; "
+        "print(*pathlib.Path(ensurepip.__file__).parent.glob('_bundled/pip-*.whl'))"
+    )
+    wheel = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip()
+    if not wheel:
+        pytest.skip("this Python ships no pip wheel with ensurepip")
+    cache = tmp_path / "cache"
+    env = {"PATH": "/usr/bin:/bin", "GPU_CI_BOOTSTRAP_PYTHON": python}
+    proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed base, nvml with pip" in proc.stdout
+    venv_python = exported["GPU_CI_PYTHON"]
+    have = subprocess.run(
+        [venv_python, "-c", "import importlib.util as u; print(u.find_spec('pip'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert have.stdout.strip() == "None"  # pip ran from the wheel, it is not in the venv
+    site = site_packages(venv_python)
+    sources = [p for p in site.rglob("*.py") if "__pycache__" not in p.parts]
+    assert any(p.name == "pynvml.py" for p in sources)
+    uncompiled = [
+        p for p in sources if not list((p.parent / "__pycache__").glob(f"{p.stem}.*.pyc"))
+    ]
+    assert uncompiled == []
+    assert launch(venv_python, ROOT, "verify-cuda-env", "--require-gpu", "false").returncode == 0
+    proc, _ = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
+    assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
