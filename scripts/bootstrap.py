@@ -256,8 +256,9 @@ def compile_site(site: Path) -> None:
     pid = -1  # no child
     if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
         sys.stdout.flush()
+        sys.stderr.flush()
         pid = os.fork()
-    mine = sources if pid < 0 else sources[pid == 0 :: 2]
+    mine = sources if pid < 0 else sources[(1 if pid == 0 else 0) :: 2]
     try:
         for source in mine:
             with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
