@@ -180,13 +180,14 @@ fi
 [ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
 [ ! -f /job/path.env ] || { set -a; . /job/path.env; set +a; }
 command -v python3 python >/dev/null && { echo "the root has a Python"; exit 3; }
-cpu() {  # user + system seconds of this shell's finished children (not in a pipe: a subshell)
+cpu() {  # CPU=user + system seconds of this shell's finished children. `times` runs here,
+  # not in $(...) or a pipe: a subshell's children are not this shell's.
   times > /job/.times
-  tail -1 /job/.times | sed 's/m/ /g; s/s//g' | awk '{print ($1*60+$2)+($3*60+$4)}'
+  CPU="$(tail -1 /job/.times | sed 's/m/ /g; s/s//g' | awk '{print ($1*60+$2)+($3*60+$4)}')"
 }
 step() {
   local t0 c0 t1
-  t0="${EPOCHREALTIME/[.,]/}"; c0="$(cpu)"
+  t0="${EPOCHREALTIME/[.,]/}"; cpu; c0="$CPU"
   : > "/job/$1.env"; : > "/job/$1.out"
   GITHUB_ENV="/job/$1.env" bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
     > "/job/$1.bootstrap.log" 2>&1 || { cat "/job/$1.bootstrap.log"; exit 1; }
@@ -195,7 +196,9 @@ step() {
   GITHUB_OUTPUT="/job/$1.out" INPUT_REQUIRE_GPU=true \
     "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > "/job/$1.verify.log" 2>&1 \
     || { cat "/job/$1.verify.log"; exit 1; }
-  echo "$1 $((t1 - t0)) $(( ${EPOCHREALTIME/[.,]/} - t0 )) $c0 $(cpu)" >> /job/times
+  local t2="${EPOCHREALTIME/[.,]/}"
+  cpu
+  echo "$1 $((t1 - t0)) $((t2 - t0)) $c0 $CPU" >> /job/times
 }
 step cold
 step warm
