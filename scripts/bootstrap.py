@@ -244,15 +244,11 @@ def compile_site(site: Path) -> None:
     installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
     as cheap. A file that does not compile is left as pip leaves it: Python reports it if
     it is ever imported."""
-    import importlib.util
     import py_compile
 
-    sources = sorted(
-        str(p)
-        for p in site.rglob("*.py")
-        if "__pycache__" not in p.parts
-        and not os.path.exists(importlib.util.cache_from_source(str(p)))  # ensurepip's pip
-    )
+    # Every source, even one with a .pyc already (ensurepip's pip; one a tampered installer
+    # cache slipped in): each is replaced by the compiled checked source.
+    sources = sorted(str(p) for p in site.rglob("*.py") if "__pycache__" not in p.parts)
     pid = -1  # no child
     if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
         sys.stdout.flush()

@@ -519,3 +519,46 @@ def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     assert launch(venv_python, ROOT, "verify-cuda-env", "--require-gpu", "false").returncode == 0
     proc, _ = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
     assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
+
+
+def test_a_pyc_planted_in_the_uv_cache_is_replaced_by_the_checked_source(tmp_path):
+    """uv copies whatever its cache holds, ``__pycache__`` too, and no RECORD lists a .pyc:
+    an unchecked-hash .pyc (loaded without looking at its source) planted in the cache would
+    run in every job. The bootstrap compiles every checked source itself, over it."""
+    uv = ROOT / ".venv" / "bin" / "uv"
+    if not uv.exists():
+        pytest.skip("uv is not installed in .venv")
+    env = {"PATH": f"{uv.parent}:/usr/bin:/bin", "GPU_CI_BOOTSTRAP_PYTHON": sys.executable}
+    cache = tmp_path / "cache"
+    proc, exported = run_bootstrap(cache, tmp_path, "gpu-gate", **env)
+    assert proc.returncode == 0 and "with uv" in proc.stdout, proc.stdout + proc.stderr
+    uv_cache = cache / "gpu-ci-actions" / "uv-cache"
+    cached = [p for p in uv_cache.rglob("github/__init__.py") if "dist-info" not in str(p)]
+    assert cached
+    ran = tmp_path / "ran"
+    evil = tmp_path / "evil" / "github" / "__init__.py"
+    evil.parent.mkdir(parents=True)
+    evil.write_text(f"import pathlib; pathlib.Path({str(ran)!r}).write_text('pwned')\n")
+    compiled = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import py_compile, sys; print(py_compile.compile(sys.argv[1], "
+            "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH))",
+            str(evil),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pyc = Path(compiled.stdout.strip())
+    for target in cached:
+        (target.parent / "__pycache__").mkdir(exist_ok=True)
+        shutil.copy(pyc, target.parent / "__pycache__" / pyc.name)
+    shutil.rmtree(Path(exported["GPU_CI_PYTHON"]).parents[1])  # a later job builds afresh
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = site_packages(again["GPU_CI_PYTHON"]) / "github" / "__pycache__" / pyc.name
+    assert installed.read_bytes() != pyc.read_bytes()
+    subprocess.run([again["GPU_CI_PYTHON"], "-c", "import github"], capture_output=True)
+    assert not ran.exists()
