@@ -9,12 +9,23 @@ For each action and installer (pip; uv when available), measured side by side, m
 * boot: the warm bootstrap step alone (``bootstrap.sh``: verifying the venv against its
   manifest before reusing it), the part of "warm" that the action adds before its command;
 * bytes a cold install downloads (the wheels of the action's group locks) and the
-  distributions installed.
+  distributions installed;
+* cpu: user + system seconds of every process of the run (``RUSAGE_CHILDREN``), printed
+  beside the wall seconds with the load average before and after: the machine may be
+  shared, and CPU seconds move far less with its load than wall seconds do;
+* a container job without Python (issue 30), verify-cuda-env in a fresh overlay of the
+  Debian root that ``tests/test_bootstrap_container.py`` builds and caches: cold (a Python
+  installed, then the venv) and warm (a later action of the job), for each way of getting
+  a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
+  (the pinned uv fetched). The two uv ones need python-build-standalone from GitHub and
+  run only with ``UV_PYTHON_INSTALL_MIRROR`` set; the table says why one did not run.
 
-Ratios are to ``python3 -c pass``. Goals (issue: cold start): verify-cuda-env cold <= 3 s,
-gpu-gate cold <= 4 s, warm <= 0.5 s for every action, with the package index reachable.
+Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate cold
+<= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
+action, with the package index reachable.
 
     python benchmarks/cold_start.py [--runs 5] [--actions gpu-gate,verify-cuda-env]
+        [--container-runs 1]
 """
 
 from __future__ import annotations
@@ -22,6 +33,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -90,7 +104,17 @@ def command(action: str, work: Path, github: FakeGitHub) -> tuple[list[str], dic
     return ["--lock-file", str(LOCK), "--dry-run", "true"], {}
 
 
-def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> tuple[float, float]:
+def child_cpu() -> float:
+    """User + system CPU seconds of every finished child process (and theirs): less
+    sensitive to the other load of a shared machine than wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def one_run(
+    action: str, installer: str, state: Path, github: FakeGitHub
+) -> tuple[float, float, float]:
+    """(wall seconds to the outputs, wall seconds of the bootstrap alone, CPU seconds)."""
     work = Path(tempfile.mkdtemp(prefix="cold-"))
     env_file = work / "github_env"
     out_file = work / "github_output"
@@ -115,6 +139,7 @@ def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> tup
     for key in ("GPU_CI_PYTHON", "GPU_CI_ROOT", "VIRTUAL_ENV", "PYTHONPATH"):
         base.pop(key, None)
     args, extra = command(action, work, github)
+    cpu = child_cpu()
     start = time.perf_counter()
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "bootstrap.sh"), action],
@@ -133,10 +158,174 @@ def one_run(action: str, installer: str, state: Path, github: FakeGitHub) -> tup
         text=True,
     )
     elapsed = time.perf_counter() - start
+    cpu = child_cpu() - cpu
     if proc.returncode != 0 or not out_file.read_text():
         raise SystemExit(f"{action} failed: {proc.stdout}{proc.stderr}")
     shutil.rmtree(work)
-    return elapsed, booted
+    return elapsed, booted, cpu
+
+
+#: One container job's steps inside the Debian root: the first action (a Python installed,
+#: then its venv) and a later one, each the bootstrap and then verify-cuda-env. Times in µs
+#: (bash's EPOCHREALTIME) and the CPU of each step's processes (bash's ``times``).
+CONTAINER_JOB = r"""
+set -u
+export RUNNER_TEMP=/job/runner-temp RUNNER_TOOL_CACHE=/job/tool-cache
+export FAKE_NVML_CONFIG=/etc/fake-nvml.cfg
+export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+mkdir -p "$RUNNER_TEMP" "$RUNNER_TOOL_CACHE"
+if [ -f /etc/gpu-ci-tests-ca.crt ]; then
+  export PIP_CERT=/etc/gpu-ci-tests-ca.crt SSL_CERT_FILE=/etc/gpu-ci-tests-ca.crt
+fi
+[ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
+[ ! -f /job/path.env ] || { set -a; . /job/path.env; set +a; }
+command -v python3 python >/dev/null && { echo "the root has a Python"; exit 3; }
+cpu() {  # CPU=user + system seconds of this shell's finished children. `times` runs here,
+  # not in $(...) or a pipe: a subshell's children are not this shell's.
+  times > /job/.times
+  CPU="$(tail -1 /job/.times | sed 's/m/ /g; s/s//g' | awk '{print ($1*60+$2)+($3*60+$4)}')"
+}
+step() {
+  local t0 c0 t1
+  t0="${EPOCHREALTIME/[.,]/}"; cpu; c0="$CPU"
+  : > "/job/$1.env"; : > "/job/$1.out"
+  GITHUB_ENV="/job/$1.env" bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
+    > "/job/$1.bootstrap.log" 2>&1 || { cat "/job/$1.bootstrap.log"; exit 1; }
+  t1="${EPOCHREALTIME/[.,]/}"
+  set -a; . "/job/$1.env"; set +a
+  GITHUB_OUTPUT="/job/$1.out" INPUT_REQUIRE_GPU=true \
+    "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > "/job/$1.verify.log" 2>&1 \
+    || { cat "/job/$1.verify.log"; exit 1; }
+  local t2="${EPOCHREALTIME/[.,]/}"
+  cpu
+  echo "$1 $((t1 - t0)) $((t2 - t0)) $c0 $CPU" >> /job/times
+}
+step cold
+step warm
+"""
+
+#: The ways a job without Python gets one (issue 30 item 1), and why one cannot be measured
+#: on a machine that reaches only the package registries: uv installs Python from
+#: python-build-standalone's GitHub releases unless UV_PYTHON_INSTALL_MIRROR names a mirror.
+CONTAINER_PATHS = ("package manager", "uv present", "managed uv Python")
+
+
+def container_unavailable(path: str) -> str:
+    """Why ``path`` cannot be measured here ('' when it can)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "needs Linux and root (chroot into the Debian root)"
+    if not all(shutil.which(tool) for tool in ("debootstrap", "unshare", "chroot")):
+        return "needs debootstrap, unshare and chroot"
+    if path != "package manager" and not os.environ.get("UV_PYTHON_INSTALL_MIRROR"):
+        return (
+            "uv downloads Python from GitHub (python-build-standalone), which this machine "
+            "does not reach: set UV_PYTHON_INSTALL_MIRROR to a mirror to measure it"
+        )
+    if path == "managed uv Python" and not shutil.which("node"):
+        return "needs Node.js to mount as the runner's /__e/node20 (the root has no curl/wget)"
+    return ""
+
+
+def container_run(path: str) -> dict[str, float]:
+    """One job in a fresh overlay of the cached Debian root (tests/test_bootstrap_container.py
+    builds and keeps it): seconds and CPU seconds of its first action (Python installed,
+    venv built) and of a later one, and the Python install's own seconds as the bootstrap
+    reports them."""
+    from tests import test_bootstrap_container as debian
+    from tests.cuda_env import build_fake_nvml, observed_h200, write_config
+
+    work = Path(tempfile.mkdtemp(prefix="cold-container-"))
+    try:
+        for name in ("ovl", "root", "job", "checkout"):
+            (work / name).mkdir()
+        for name in debian.CHECKOUT:
+            src = ROOT / name
+            if src.is_dir():
+                ignore = shutil.ignore_patterns("__pycache__")
+                shutil.copytree(src, work / "checkout" / name, ignore=ignore)
+            else:
+                shutil.copy2(src, work / "checkout" / name)
+        build_fake_nvml(work / "nvml")
+        write_config(work / "nvml.cfg", observed_h200()[1])
+        job = CONTAINER_JOB
+        path_env = ""
+        if path == "uv present":  # the runner's image has uv (e.g. ghcr.io/astral-sh/uv)
+            shutil.copy2(ROOT / ".venv" / "bin" / "uv", work / "job" / "uv")
+            path_env = "PATH=/job:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        elif path == "managed uv Python":  # not root: no package manager; Node.js downloads
+            node = Path(shutil.which("node") or "node").resolve()
+            (work / "job" / "node").mkdir()
+            shutil.copy2(node, work / "job" / "node" / "node")
+            path_env = "GPU_CI_INSTALL_PYTHON=managed\n"
+            job = job.replace(
+                "set -u\n",
+                "set -u\nmkdir -p /__e/node20/bin\ncp /job/node/node /__e/node20/bin/node\n",
+                1,
+            )
+        if os.environ.get("UV_PYTHON_INSTALL_MIRROR"):
+            path_env += f"UV_PYTHON_INSTALL_MIRROR={os.environ['UV_PYTHON_INSTALL_MIRROR']}\n"
+        (work / "job" / "path.env").write_text(path_env)
+        (work / "job" / "job.sh").write_text(job)
+        debian.pip_config_into(work)
+        proc = subprocess.run(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "bash",
+                "-c",
+                debian.ENTER,
+                "enter",
+                str(debian.debian_root()),
+                str(work),
+                debian.MULTIARCH[platform.machine()],
+            ],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"container job ({path}) failed: {proc.stdout}{proc.stderr}")
+        times = {}
+        for line in (work / "job" / "times").read_text().splitlines():
+            name, booted, done, cpu0, cpu1 = line.split()
+            times[name] = (int(booted) / 1e6, int(done) / 1e6, float(cpu1) - float(cpu0))
+        log = (work / "job" / "cold.bootstrap.log").read_text()
+        match = re.search(r"installed Python \S+, .*? in (\d+\.\d) s", log)
+        if not match:
+            raise SystemExit(f"container job ({path}) installed no Python:\n{log}")
+        return {
+            "cold": times["cold"][1],
+            "cold_cpu": times["cold"][2],
+            "python": float(match.group(1)),
+            "warm": times["warm"][1],
+            "warm_cpu": times["warm"][2],
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def container_report(runs: int) -> dict[str, object]:
+    """The container paths: measured where this machine allows, else why not."""
+    print("\ncontainer job without Python (Debian bookworm minbase, verify-cuda-env):")
+    print(f"{'path':24} {'cold s':>7} {'cpu s':>6} {'python s':>8} {'warm s':>7} {'cpu s':>6}")
+    report: dict[str, object] = {}
+    for path in CONTAINER_PATHS:
+        why = container_unavailable(path)
+        if why:
+            print(f"{path:24} not measured: {why}")
+            report[path] = {"not_measured": why}
+            continue
+        entries = [container_run(path) for _ in range(runs)]
+        med = {key: statistics.median(e[key] for e in entries) for key in entries[0]}
+        print(
+            f"{path:24} {med['cold']:7.2f} {med['cold_cpu']:6.2f} {med['python']:8.1f} "
+            f"{med['warm']:7.2f} {med['warm_cpu']:6.2f}"
+        )
+        report[path] = {f"{key}_s": value for key, value in med.items()}
+    return report
 
 
 def distributions(state: Path) -> int:
@@ -153,10 +342,17 @@ def main() -> int:
     parser.add_argument(
         "--actions", default="gpu-gate,remove-label,verify-cuda-env,setup-conda-from-lock"
     )
+    parser.add_argument(
+        "--container-runs",
+        type=int,
+        default=1,
+        help="runs of each container path (0: none); each installs Python from the network",
+    )
     args = parser.parse_args()
     actions = args.actions.split(",")
     installers = ["pip"] + (["uv"] if (ROOT / ".venv" / "bin" / "uv").exists() else [])
     baseline = []
+    load_before = os.getloadavg()
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     sizes: dict[tuple[str, str], tuple[int, int]] = {}
     with FakeGitHub() as github:
@@ -169,46 +365,65 @@ def main() -> int:
                 for installer in installers:
                     github.add_pull("octo/repo", PullRequest(2, "a" * 40, labels=["CUDA CI"]))
                     state = Path(tempfile.mkdtemp(prefix="state-"))
-                    cold, _ = one_run(action, installer, state, github)
-                    warm, boot = one_run(action, installer, state, github)
-                    entry = results.setdefault(
-                        (action, installer), {"cold": [], "warm": [], "boot": []}
-                    )
-                    entry["cold"].append(cold)
-                    entry["warm"].append(warm)
-                    entry["boot"].append(boot)
+                    cold, _, cold_cpu = one_run(action, installer, state, github)
+                    warm, boot, warm_cpu = one_run(action, installer, state, github)
+                    entry = results.setdefault((action, installer), {})
+                    for key, value in (
+                        ("cold", cold),
+                        ("warm", warm),
+                        ("boot", boot),
+                        ("cold_cpu", cold_cpu),
+                        ("warm_cpu", warm_cpu),
+                    ):
+                        entry.setdefault(key, []).append(value)
                     sizes[(action, installer)] = (0, distributions(state))
                     shutil.rmtree(state)
+    load_after = os.getloadavg()
     downloads = {action: wheel_bytes(action) for action in actions}
     base = statistics.median(baseline)
     print(
         f"medians of {args.runs} runs; python3 -c pass = {base * 1000:.0f} ms; "
-        f"{os.cpu_count()} cores"
+        f"{os.cpu_count()} cores; load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after (1 min)"
     )
     print(
-        f"{'action':24} {'installer':9} {'cold s':>7} {'x pass':>7} {'warm s':>7} "
-        f"{'x pass':>7} {'boot s':>7} {'MB wheels':>9} {'dists':>5}"
+        f"{'action':24} {'installer':9} {'cold s':>7} {'x pass':>7} {'cpu s':>6} "
+        f"{'warm s':>7} {'x pass':>7} {'cpu s':>6} {'boot s':>7} {'MB wheels':>9} {'dists':>5}"
     )
     report = {}
     for (action, installer), entry in results.items():
         cold, warm = statistics.median(entry["cold"]), statistics.median(entry["warm"])
         boot = statistics.median(entry["boot"])
+        cold_cpu, warm_cpu = (
+            statistics.median(entry["cold_cpu"]),
+            statistics.median(entry["warm_cpu"]),
+        )
         _, dists = sizes[(action, installer)]
         mb = downloads[action]
         print(
-            f"{action:24} {installer:9} {cold:7.2f} {cold / base:7.0f} {warm:7.2f} "
-            f"{warm / base:7.0f} {boot:7.2f} {mb / 1e6:9.1f} {dists:5d}"
+            f"{action:24} {installer:9} {cold:7.2f} {cold / base:7.0f} {cold_cpu:6.2f} "
+            f"{warm:7.2f} {warm / base:7.0f} {warm_cpu:6.2f} {boot:7.2f} {mb / 1e6:9.1f} "
+            f"{dists:5d}"
         )
         report[f"{action}/{installer}"] = {
             "cold_s": cold,
+            "cold_cpu_s": cold_cpu,
             "warm_s": warm,
+            "warm_cpu_s": warm_cpu,
             "boot_s": boot,
             "bytes": mb,
             "distributions": dists,
         }
     out = ROOT / "benchmarks" / ".cache" / "cold_start.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"python_pass_s": base, "results": report}, indent=1))
+    summary: dict[str, object] = {
+        "python_pass_s": base,
+        "load_average": [load_before, load_after],
+    }
+    if args.container_runs > 0:
+        summary["container"] = container_report(args.container_runs)
+        summary["load_average_after_container"] = os.getloadavg()
+    out.write_text(json.dumps({**summary, "results": report}, indent=1))
     return 0
 
 

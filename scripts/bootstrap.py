@@ -29,10 +29,17 @@ Safe on persistent, shared runners:
 * **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one)
   and copies files (no hard links into its cache), and the RECORD check above runs after
   it; pip verifies every wheel against the lock's hashes.
+* **Compiled once, after the checks.** Neither installer compiles: the bootstrap compiles
+  the verified sources itself (two cores), then takes the manifest; runs write no ``.pyc``.
+
+Cold start (issue 30): one installer run for all the groups, no ``pip --version`` probe, no
+pip in the venv (the host's, else the wheel shipped with this Python), the venv created in
+this process; ``benchmarks/cold_start.py`` measures it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -120,40 +127,69 @@ def check(proc: subprocess.CompletedProcess, what: str) -> None:
         raise fail(f"{what} failed with exit code {proc.returncode} (output above).")
 
 
-def host_pip_supports_python_flag() -> bool:
-    proc = run([sys.executable, "-m", "pip", "--version"])
-    match = re.search(r"pip (\d+)\.(\d+)", proc.stdout)
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (22, 3)
+def host_pip() -> list[str]:
+    """How to run a pip that is not in the venv, as ``[<venv python>, *this, "install", ...]``
+    ([] when there is none): the host pip's script for another interpreter (what ``pip
+    --python`` runs, pip >= 22.3; run directly, it saves a second interpreter and import of
+    pip), else the pip wheel that ships with this Python (ensurepip's, or the distribution's,
+    e.g. Debian's python3-pip-whl), run from the wheel. Either way no pip is installed into
+    the venv (``ensurepip`` costs ~6 CPU seconds). Found without running pip."""
+    import importlib.util
+    import sysconfig
+
+    spec = importlib.util.find_spec("pip")
+    if spec is not None and spec.origin:
+        runner = Path(spec.origin).parent / "__pip-runner__.py"
+        if runner.is_file():
+            return [str(runner)]
+    dirs = [Path("/usr/share/python-wheels")]
+    wheel_dir = sysconfig.get_config_var("WHEEL_PKG_DIR")
+    if wheel_dir:
+        dirs.insert(0, Path(wheel_dir))
+    spec = importlib.util.find_spec("ensurepip")
+    if spec is not None and spec.origin:
+        dirs.insert(0, Path(spec.origin).parent / "_bundled")
+    wheels = []
+    for directory in dirs:
+        for wheel in directory.glob("pip-*-py3-none-any.whl"):
+            match = re.match(r"pip-(\d+)\.(\d+)", wheel.name)
+            if match and (int(match.group(1)), int(match.group(2))) >= (22, 3):
+                wheels.append(((int(match.group(1)), int(match.group(2))), wheel))
+    if wheels:
+        return [str(max(wheels)[1] / "pip")]
+    return []
 
 
 class Installer:
-    """uv when on PATH, else pip: the same hash-pinned files either way."""
+    """uv when on PATH, else pip: the same hash-pinned files either way, every group's lock in
+    one run (one start-up of the installer, one resolution, downloads side by side in uv).
+    Neither compiles: :func:`compile_site` does, once the files are verified."""
 
     def __init__(self, uv_cache: Path) -> None:
         self.uv = shutil.which("uv")
-        self.host_pip = not self.uv and host_pip_supports_python_flag()
+        self.pip = [] if self.uv else host_pip()
         self.name = "uv" if self.uv else "pip"
+        self.uv_cache = uv_cache
         self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache)}
 
     def create(self, venv: Path) -> None:
-        if self.uv:
-            check(
-                run(
-                    [self.uv, "venv", "--quiet", "--python", sys.executable, str(venv)], self.uv_env
-                ),
-                "uv venv",
-            )
-        elif self.host_pip:  # no pip inside: the host's pip installs into it (faster)
-            check(run([sys.executable, "-m", "venv", "--without-pip", str(venv)]), "venv")
+        if self.uv or self.pip:  # no pip inside: uv, or a pip from outside, installs into it
+            import venv as venv_module  # in this process: no interpreter to start
+
+            try:
+                venv_module.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(venv)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                raise fail(f"creating the virtual environment {venv} failed: {exc}") from None
         else:
             check(run([sys.executable, "-m", "venv", str(venv)]), "python -m venv")
 
-    def install(self, venv: Path, lock: Path) -> None:
+    def install(self, venv: Path, locks: list[Path]) -> None:
         python = str(venv_python(venv))
+        requirements = [arg for lock in locks for arg in ("-r", str(lock))]
+        names = " ".join(f"-r {lock.name}" for lock in locks)
         if self.uv:
             # A private cache (UV_CACHE_DIR) and copies, not links: a shared or tampered uv
-            # cache cannot put files into the venv. --compile-bytecode: like pip, so that no
-            # run writes .pyc files into the venv (they would fail its verification).
+            # cache cannot put files into the venv.
             base = [
                 self.uv,
                 "pip",
@@ -167,19 +203,15 @@ class Installer:
                 ":all:",
                 "--link-mode",
                 "copy",
-                "--compile-bytecode",
-                "-r",
-                str(lock),
+                *requirements,
             ]
-            if run(base + ["--offline"], self.uv_env).returncode == 0:  # cached: no network
+            # Offline first when the cache may have everything (it is empty on a cold start).
+            cached = self.uv_cache.is_dir()
+            if cached and run(base + ["--offline"], self.uv_env).returncode == 0:
                 return
-            check(run(base, self.uv_env), f"uv pip install -r {lock.name}")
+            check(run(base, self.uv_env), f"uv pip install {names}")
             return
-        pip = (
-            [sys.executable, "-m", "pip", "--python", python]
-            if self.host_pip
-            else [python, "-m", "pip"]
-        )
+        pip = [python, *(self.pip or ["-m", "pip"])]
         check(
             run(
                 pip
@@ -192,12 +224,46 @@ class Installer:
                     "--no-deps",
                     "--only-binary",
                     ":all:",
-                    "-r",
-                    str(lock),
+                    "--no-compile",
+                    *requirements,
                 ]
             ),
-            f"pip install -r {lock.name}",
+            f"pip install {names}",
         )
+
+
+def compile_site(site: Path) -> None:
+    """Compile every module of the fresh venv, after its ``RECORD`` check (so only verified
+    sources are compiled) and before its manifest is taken: no run writes a ``.pyc`` into
+    the venv (runs set ``dont_write_bytecode``; a written one would fail the venv's
+    verification), so a module left uncompiled here would be compiled again in memory by
+    every run that imports it.
+
+    In this process (the venv's interpreter is this one, so are its ``.pyc`` files), on
+    two cores where there are two: a forked child takes every other file. Neither an
+    installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
+    as cheap. A file that does not compile is left as pip leaves it: Python reports it if
+    it is ever imported."""
+    import py_compile
+
+    # Every source, even one with a .pyc already (ensurepip's pip; one a tampered installer
+    # cache slipped in): each is replaced by the compiled checked source.
+    sources = sorted(str(p) for p in site.rglob("*.py") if "__pycache__" not in p.parts)
+    pid = -1  # no child
+    if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    mine = sources if pid < 0 else sources[(1 if pid == 0 else 0) :: 2]
+    try:
+        for source in mine:
+            with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
+                py_compile.compile(source, doraise=True, quiet=2)
+    finally:
+        if pid == 0:  # the forked child: its half is done
+            os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
 
 
 def site_packages(python: Path) -> Path:
@@ -369,10 +435,11 @@ def build(venv: Path, groups: list[str]) -> Installer:
     tmp = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
     try:
         installer.create(tmp)
+        installer.install(tmp, [LOCKS / f"{group}.txt" for group in groups])
         for group in groups:
-            installer.install(tmp, LOCKS / f"{group}.txt")
             (tmp / f".gpu-ci-group-{group}").write_text("")
-        problems = record_problems(site_packages(venv_python(tmp)))
+        site = site_packages(venv_python(tmp))
+        problems = record_problems(site)
         if problems:
             raise fail(
                 f"the freshly installed dependencies failed verification "
@@ -380,6 +447,7 @@ def build(venv: Path, groups: list[str]) -> Installer:
                 f"tampered with; nothing was used. Delete "
                 f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun."
             )
+        compile_site(site)
         restrict(tmp)
         files, stats = tree(tmp)
         manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}

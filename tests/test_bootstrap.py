@@ -476,3 +476,89 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
     assert "own GPU_CI_CACHE_DIR" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert [p.name for p in shared.iterdir()] == []  # nothing built where others can swap it
+
+
+# -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
+
+
+def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
+    """A Python with no pip of its own (a distribution's python3 with python3-venv, whose pip
+    is only the wheel that ensurepip would install): the bootstrap runs pip from that wheel
+    instead of installing pip into the venv, and compiles every module once, after the
+    RECORD check, so that runs compile nothing and leave the venv verifiable."""
+    bare = tmp_path / "bare-python"
+    venv.create(bare, with_pip=False, symlinks=True)
+    python = str(bare / "bin" / "python")
+    probe = (
+        "import ensurepip, pathlib; "
+        "print(*pathlib.Path(ensurepip.__file__).parent.glob('_bundled/pip-*.whl'))"
+    )
+    wheel = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip()
+    if not wheel:
+        pytest.skip("this Python ships no pip wheel with ensurepip")
+    cache = tmp_path / "cache"
+    env = {"PATH": "/usr/bin:/bin", "GPU_CI_BOOTSTRAP_PYTHON": python}
+    proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installed base, nvml with pip" in proc.stdout
+    venv_python = exported["GPU_CI_PYTHON"]
+    have = subprocess.run(
+        [venv_python, "-c", "import importlib.util as u; print(u.find_spec('pip'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert have.stdout.strip() == "None"  # pip ran from the wheel, it is not in the venv
+    site = site_packages(venv_python)
+    sources = [p for p in site.rglob("*.py") if "__pycache__" not in p.parts]
+    assert any(p.name == "pynvml.py" for p in sources)
+    uncompiled = [
+        p for p in sources if not list((p.parent / "__pycache__").glob(f"{p.stem}.*.pyc"))
+    ]
+    assert uncompiled == []
+    assert launch(venv_python, ROOT, "verify-cuda-env", "--require-gpu", "false").returncode == 0
+    proc, _ = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
+    assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
+
+
+def test_a_pyc_planted_in_the_uv_cache_is_replaced_by_the_checked_source(tmp_path):
+    """uv copies whatever its cache holds, ``__pycache__`` too, and no RECORD lists a .pyc:
+    an unchecked-hash .pyc (loaded without looking at its source) planted in the cache would
+    run in every job. The bootstrap compiles every checked source itself, over it."""
+    uv = ROOT / ".venv" / "bin" / "uv"
+    if not uv.exists():
+        pytest.skip("uv is not installed in .venv")
+    env = {"PATH": f"{uv.parent}:/usr/bin:/bin", "GPU_CI_BOOTSTRAP_PYTHON": sys.executable}
+    cache = tmp_path / "cache"
+    proc, exported = run_bootstrap(cache, tmp_path, "gpu-gate", **env)
+    assert proc.returncode == 0 and "with uv" in proc.stdout, proc.stdout + proc.stderr
+    uv_cache = cache / "gpu-ci-actions" / "uv-cache"
+    cached = [p for p in uv_cache.rglob("github/__init__.py") if "dist-info" not in str(p)]
+    assert cached
+    ran = tmp_path / "ran"
+    evil = tmp_path / "evil" / "github" / "__init__.py"
+    evil.parent.mkdir(parents=True)
+    evil.write_text(f"import pathlib; pathlib.Path({str(ran)!r}).write_text('pwned')\n")
+    compiled = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import py_compile, sys; print(py_compile.compile(sys.argv[1], "
+            "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH))",
+            str(evil),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pyc = Path(compiled.stdout.strip())
+    for target in cached:
+        (target.parent / "__pycache__").mkdir(exist_ok=True)
+        shutil.copy(pyc, target.parent / "__pycache__" / pyc.name)
+    shutil.rmtree(Path(exported["GPU_CI_PYTHON"]).parents[1])  # a later job builds afresh
+    proc, again = run_bootstrap(cache, tmp_path, "gpu-gate", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = site_packages(again["GPU_CI_PYTHON"]) / "github" / "__pycache__" / pyc.name
+    assert installed.read_bytes() != pyc.read_bytes()
+    subprocess.run([again["GPU_CI_PYTHON"], "-c", "import github"], capture_output=True)
+    assert not ran.exists()

@@ -480,6 +480,8 @@ step() {  # <name>: the bootstrap, then verify-cuda-env, with this step's files
   GITHUB_ENV="/job/$1.env" bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
     > "/job/$1.bootstrap.log" 2>&1 || { echo "bootstrap failed: $?"; return 1; }
   set -a; . "/job/$1.env"; set +a
+  "$GPU_CI_PYTHON" -c 'import importlib.util as u; print(u.find_spec("pip") is None)' \
+    > "/job/$1.nopip"
   GITHUB_OUTPUT="/job/$1.out" INPUT_REQUIRE_GPU=true \
     "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > "/job/$1.verify.log" 2>&1
   echo "$?" > "/job/$1.rc"
@@ -584,6 +586,8 @@ def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debi
     env = dict(line.split("=", 1) for line in (job / "first.env").read_text().splitlines())
     assert env["GPU_CI_BOOTSTRAP_PYTHON"] == "/usr/bin/python3"
     assert env["GPU_CI_PYTHON"].startswith("/job/tool-cache/gpu-ci-actions/")
+    # Debian's python3 has no pip: pip ran from its python3-pip-whl wheel (no ensurepip)
+    assert (job / "first.nopip").read_text().strip() == "True"
     outputs = parse_output_file((job / "first.out").read_text())
     assert outputs["ok"] == "true", outputs
     assert outputs["driver-version"] == "580.159.04"
