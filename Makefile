@@ -25,7 +25,14 @@ $(OPENAPI): tests/openapi/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix tests/openapi --no-audit --no-fund --loglevel=error; fi
 
-test: $(VENV)/.installed $(MERMAID) $(OPENAPI)
+# Karpenter's v1 API models (npm @kubernetes-models/karpenter) check deploy/karpenter's
+# NodePools (tests/deploy/test_karpenter.py).
+KARPENTER := tests/karpenter/node_modules/.package-lock.json
+$(KARPENTER): tests/karpenter/package-lock.json
+	if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix tests/karpenter --no-audit --no-fund --loglevel=error; fi
+
+test: $(VENV)/.installed $(MERMAID) $(OPENAPI) $(KARPENTER)
 	$(PY) -m ruff check src tests scripts benchmarks deploy
 	$(PY) -m ruff format --check src tests scripts benchmarks deploy
 	$(PY) -m mypy
