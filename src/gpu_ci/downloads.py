@@ -48,7 +48,8 @@ __all__ = [
     "file_digest",
     "part_path",
     "read_small",
-    "round_trip",
+    "Verdicts",
+    "keeps_alive",
     "route",
     "verified",
 ]
@@ -316,37 +317,34 @@ def _new_connection(url: str, timeout: float) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(host, parts.port, timeout=timeout)
 
 
-def round_trip(url: str, timeout: float, tries: int = 3) -> float | None:
-    """Seconds from a HEAD request to ``url`` to its answer (the least of ``tries``), on a
-    connection of its own and without any header of ours, when the server keeps
-    connections open (HTTP/1.1 without ``Connection: close``, whatever the status: a 401
-    says as much); None when it closes them or cannot tell. How many downloads to run at
-    once depends on both: each small archive costs a round trip, and a server that closes
-    every connection takes a new one per archive (many at once overflow a small listen
-    backlog: 1 s SYN retransmits)."""
-    import http.client
+class Verdicts:
+    """Per origin, whether its server keeps connections alive, as its responses say: an
+    HTTP/1.1 answer without ``Connection: close`` (whatever the status: a 401 says as much)
+    is True, an HTTP/1.0 one or one that closes is False. How many downloads may run at once
+    follows it (``gpu_ci.conda.fetch``): each archive costs a round trip on a kept-alive
+    connection, so many at once pay; a server that closes every connection takes a new one
+    per archive, and many at once overflow a small listen backlog (1 s SYN retransmits).
+    No timing decides it: a server with Nagle's algorithm on answers a HEAD at once and each
+    GET 40 ms late, and a loaded host delays either."""
 
-    parts = urlsplit(url)
-    if not direct(url):  # through a proxy (ALL_PROXY too): never go around it
-        return None
-    conn = _new_connection(url, timeout)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.connect()  # the handshakes are not the round trip of a kept-alive request
-        best = float("inf")
-        for _ in range(tries):  # the least of a few: a busy host delays one now and then
-            start = time.monotonic()
-            conn.request("HEAD", path)
-            response = conn.getresponse()
-            response.read()
-            best = min(best, time.monotonic() - start)
-            if response.version != 11 or response.will_close:
-                return None
-        return best
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str, int], bool] = {}
+
+    def note(self, url: str, keeps: bool) -> None:
+        with self._lock:
+            # one answer that closes is enough to stay narrow: a server may close some
+            self._seen[origin(url)] = keeps and self._seen.get(origin(url), True)
+
+    def of(self, url: str) -> bool | None:
+        """True (keeps them), False (closes them), None (nothing heard from it yet)."""
+        return self._seen.get(origin(url))
+
+
+def keeps_alive(version: int, connection: str) -> bool:
+    """What one response says of its connection: HTTP/1.1 (``version`` 11) and no ``close``
+    among its ``Connection`` header's tokens."""
+    return version == 11 and "close" not in {t.strip().lower() for t in connection.split(",")}
 
 
 def _drop(url: str) -> None:
@@ -375,7 +373,9 @@ class _Response:
         self._done()
 
 
-def _open(request: urllib.request.Request, timeout: float) -> _Response:
+def _open(
+    request: urllib.request.Request, timeout: float, verdicts: Verdicts | None = None
+) -> _Response:
     """Send ``request``, reusing this thread's connection to its origin when it can: one TCP
     (and TLS) handshake per origin and thread instead of per file. A connection the server
     closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
@@ -395,6 +395,8 @@ def _open(request: urllib.request.Request, timeout: float) -> _Response:
         try:
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
+            if verdicts is not None:
+                verdicts.note(url, not response.will_close and response.version == 11)
             break
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             _drop(url)
@@ -443,7 +445,9 @@ def _where(item: Download, to: Route) -> str:
     return mask_url(item.url)
 
 
-def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
+def _attempt(
+    item: Download, policy: RetryPolicy, verdicts: Verdicts | None = None
+) -> tuple[int, str, str]:
     """One request. A ``.part-<token>`` left by this process's cut connection is resumed with
     ``Range``; the hash then covers the old bytes and the new ones. A server that ignores
     ``Range`` (200) or a resumed file that fails the hash starts over from byte 0. The part
@@ -462,7 +466,7 @@ def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
     size = 0
     announced: int | None = None
     try:
-        with _open(request, policy.timeout) as response:
+        with _open(request, policy.timeout, verdicts) as response:
             length = response.headers.get("Content-Length")
             resumed = (
                 bool(offset)
@@ -566,7 +570,9 @@ def _disk(exc: OSError, path: Path, item: Download) -> BaseException:
     return named if named is not None else exc
 
 
-def fetch(item: Download, policy: RetryPolicy) -> Fetched:
+def fetch(item: Download, policy: RetryPolicy, verdicts: Verdicts | None = None) -> Fetched:
+    """``item`` verified at its ``dest`` (there already, or downloaded); what each response
+    says of its connection is noted in ``verdicts``."""
     if item.dest.exists():
         sha, md5 = file_digests(item.dest)
         algorithm, want = expected(item)
@@ -580,7 +586,7 @@ def fetch(item: Download, policy: RetryPolicy) -> Fetched:
     last = ""
     for attempt in range(1, policy.attempts + 1):
         try:
-            size, sha, md5 = _attempt(item, policy)
+            size, sha, md5 = _attempt(item, policy, verdicts)
             return Fetched(item, size, False, attempt, sha, md5)
         except _Retryable as exc:
             last = str(exc)

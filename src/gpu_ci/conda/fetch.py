@@ -27,17 +27,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpu_ci import locks
 from gpu_ci.conda import transaction, verified
 from gpu_ci.conda.integrity import cache_entry_problem
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.disk import as_disk_error
-from gpu_ci.downloads import TOKEN, Download, Fetched, direct, round_trip, route
+from gpu_ci.downloads import TOKEN, Download, Fetched, Verdicts, direct, keeps_alive, route
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import origin, secrets_in
+from gpu_ci.urls import DEFAULT_PORTS, origin, secrets_in
 
 SHA_MARKER = ".gpu-ci-archive-sha256"
 MD5_SIDECAR = ".gpu-ci-md5"
@@ -224,34 +225,57 @@ def stream_url(item: Download) -> str:
     return to.url if not to.headers and not secrets_in(to.url) and direct(to.url) else ""
 
 
-WIDE = 32
-"""Downloads at once from one distant server that keeps connections open: each small
-archive costs a round trip, so such a server is as fast as the number of downloads in
-flight. Measured on 2 cores, 600 packages, a server answering after 20 ms: 6 streams
-2.67 s, 32 streams 1.04-1.36 s (rattler.install 0.69-0.96 s in the same runs; 64 streams
-gave the same ratio); our downloader (credentials, proxies) 3.6 s with 4 threads, 1.1-1.4
-s with 32. On loopback (no round trip) more were no faster."""
-DISTANT = 0.005
-"""A round trip (``downloads.round_trip``) from which more downloads at once pay: a CDN or
-another region, not this host or its LAN, where the CPU, not the wait, sets the pace."""
+WIDE = 48
+"""Downloads at once from one origin whose server keeps connections alive (rattler's
+order of magnitude: its client opened 40-53 connections for 150 packages): each archive
+costs a round trip on its connection, so such a server is as fast as the number of
+downloads in flight. Measured (issue 29): a server with Nagle's algorithm on answers each
+GET after the first on a connection ~44 ms late, and 6 at once took 3.4x rattler's time.
+A server that closes every connection stays at ``streams()`` (``downloads.Verdicts``)."""
 
 
-PROBES = 4
-"""Origins probed per call, at most: a lock names its origins, and a probe is a thread and
-a connection at once, before any download (a lock with 600 origins: 600 of each)."""
+async def keeps_connections(url: str, timeout: float) -> bool | None:
+    """One HEAD to ``url``'s server on a connection of its own, in the event loop (no
+    thread), with no header of ours but ``Host`` and ``User-Agent``: whether it keeps
+    connections alive (``downloads.keeps_alive``); None when it cannot tell (no answer, a
+    proxy applies: never go around it). Only what the answer says counts, never how long
+    it took."""
+    import asyncio
 
+    if not direct(url):
+        return None
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    context = None
+    if parts.scheme == "https":
+        import ssl
 
-def widen_when_distant(url: str, timeout: float, widen: Callable[[], None]) -> None:
-    """On a daemon thread of its own (it never holds up a download, and is never waited
-    for): ask ``url``'s server for one round trip; call ``widen`` when it is distant and
-    keeps connections open."""
-
-    def probe() -> None:
-        rtt = round_trip(url, min(timeout, 10.0))
-        if rtt is not None and rtt >= DISTANT:
-            widen()
-
-    threading.Thread(target=probe, name="gpu-ci-probe", daemon=True).start()
+        context = ssl.create_default_context()
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme], ssl=context
+            ),
+            timeout,
+        )
+        try:
+            writer.write(
+                f"HEAD {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                "User-Agent: gpu-ci-actions\r\n\r\n".encode("latin-1")
+            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        finally:
+            writer.close()
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        return None
+    except (UnicodeError, ValueError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    version = {"HTTP/1.1": 11, "HTTP/1.0": 10}.get(lines[0].split(" ", 1)[0], 0)
+    connection = ",".join(
+        line.partition(":")[2] for line in lines[1:] if line.lower().startswith("connection:")
+    )
+    return keeps_alive(version, connection)
 
 
 def streams() -> int:
@@ -269,6 +293,7 @@ def stream_and_extract(
     concurrency: int = 0,
     log: Log = print,
     interval: float = 5.0,
+    verdicts: Verdicts | None = None,
 ) -> dict[int, Streamed]:
     """rattler downloads and extracts each archive in one stream (no archive written, the
     hash computed on the way) into a temporary entry, on its own threads; we check the
@@ -330,32 +355,41 @@ def stream_and_extract(
             )
 
     async def main() -> None:
-        gates = _Gates(concurrency or streams(), WIDE if not concurrency else 0, timeout)
+        gates = _Gates(
+            concurrency or streams(),
+            WIDE if not concurrency else 0,
+            timeout,
+            Verdicts() if verdicts is None else verdicts,
+        )
         reporter = asyncio.ensure_future(progress(time.monotonic()))
         try:
             await asyncio.gather(*(one(gates, *job) for job in jobs))
         finally:
             reporter.cancel()
+            for probe in gates.probes:
+                probe.cancel()
 
     asyncio.run(main())
     return done
 
 
 class _Gates:
-    """Streams at once, per origin and in all: ``narrow`` until an origin proves distant
-    (``widen_when_distant``, at most ``PROBES`` origins asked), then ``wide`` for it and in
-    all. A lock names its origins: many must not multiply the streams. Made in the event
-    loop (Python 3.9 binds a semaphore to the loop it is made in). ``_Permits`` is the same
-    rule for our downloader's threads."""
+    """Streams at once, per origin and in all: ``narrow`` until an origin's server is known
+    to keep connections alive (``verdicts``, else one ``keeps_connections``
+    probe in the event loop), then ``wide`` for it and in all; an origin that closes them,
+    or cannot tell, stays ``narrow``. A lock names its origins: many must not multiply the
+    streams. Made in the event loop (Python 3.9 binds a semaphore to the loop it is made
+    in). ``_Permits`` is the same rule for our downloader's threads."""
 
-    def __init__(self, narrow: int, wide: int, timeout: float) -> None:
+    def __init__(self, narrow: int, wide: int, timeout: float, verdicts: Verdicts) -> None:
         import asyncio
 
-        self.narrow, self.wide, self.timeout = narrow, wide, timeout
+        self.narrow, self.wide, self.timeout, self.verdicts = narrow, wide, timeout, verdicts
         self.total = asyncio.Semaphore(narrow)
         self._origins: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._widened = False
-        self._loop = asyncio.get_running_loop()
+        self.probes: list[Any] = []
+        """The probes running, cancelled when the streams are over."""
 
     def of(self, url: str) -> Any:
         import asyncio
@@ -364,13 +398,20 @@ class _Gates:
         gate = self._origins.get(key)
         if gate is None:
             gate = self._origins[key] = asyncio.Semaphore(self.narrow)
-            if self.narrow < self.wide and len(self._origins) <= PROBES:
-                widen_when_distant(url, self.timeout, lambda: self._from_the_probe(gate))
+            if self.narrow < self.wide:
+                known = self.verdicts.of(url)
+                if known:
+                    self._widen(gate)
+                elif known is None:  # only where nothing of it is known yet
+                    self.probes.append(asyncio.ensure_future(self._probe(url, gate)))
         return gate
 
-    def _from_the_probe(self, gate: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the streams are over, the loop closed
-            self._loop.call_soon_threadsafe(self._widen, gate)
+    async def _probe(self, url: str, gate: Any) -> None:
+        keeps = await keeps_connections(url, min(self.timeout, 10.0))
+        if keeps is not None:
+            self.verdicts.note(url, keeps)
+        if keeps:
+            self._widen(gate)
 
     def _widen(self, gate: Any) -> None:
         extra = self.wide - self.narrow
@@ -525,22 +566,24 @@ def fetch_and_extract(
     streamed = [i for i in todo if urls.get(i)]
     careful = [i for i in todo if not urls.get(i)]
     policy = policy or RetryPolicy()
+    verdicts = Verdicts()  # what each origin's connections do, for both paths of this call
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
         _fetch_and_extract(
-            plan, items, cache, policy, shas, slow, careful, results, facts, again=not trust
+            plan, items, cache, policy, shas, slow, careful, results, facts, not trust, verdicts
         )
     if streamed:
         jobs = []
         for i in streamed:
             entry = plan.conda[i]
             jobs.append((i, urls[i], entry_dir(cache, entry), entry.sha256, entry.md5))
-        for i, got in stream_and_extract(jobs, policy.timeout, log=log).items():
+        landed = stream_and_extract(jobs, policy.timeout, log=log, verdicts=verdicts)
+        for i, got in landed.items():
             results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
             facts[i] = got.facts
         left = [i for i in streamed if i not in results]
         if left:  # rattler's threads exist now: spawned workers
             _fetch_and_extract(
-                plan, items, cache, policy, shas, [], left, results, facts, again=False, fork=False
+                plan, items, cache, policy, shas, [], left, results, facts, False, verdicts, False
             )
     fetched = [results[i] for i in range(len(items))]
     return Fetch(
@@ -551,16 +594,18 @@ def fetch_and_extract(
 
 
 class _Permits:
-    """Our downloader's downloads per origin: ``narrow`` at once, ``wide`` once the origin
-    proves distant (``widen_when_distant``, asked of the routed URL when it goes there
-    without a proxy, as the download itself does; at most ``PROBES`` origins)."""
+    """Our downloader's downloads per origin: ``narrow`` at once until one of its responses
+    shows that its server keeps connections alive (``verdicts``, asked of the
+    routed URL, where the connection goes), then ``wide``; no probe: the downloads' own
+    answers tell. An origin that closes connections stays ``narrow``."""
 
-    def __init__(self, narrow: int, wide: int, timeout: float) -> None:
-        self.narrow, self.wide, self.timeout = narrow, wide, timeout
+    def __init__(self, narrow: int, wide: int, verdicts: Verdicts) -> None:
+        self.narrow, self.wide, self.verdicts = narrow, wide, verdicts
         self._lock = threading.Lock()
         self._origins: dict[tuple[str, str, int], threading.Semaphore] = {}
+        self._wide: set[tuple[str, str, int]] = set()
         self.widened = False
-        """An origin proved distant: ``wide`` downloads in all from now on."""
+        """An origin keeps connections alive: ``wide`` downloads in all from now on."""
         self.stopped = False
         """A download failed: one still waiting for its origin's permit never starts."""
 
@@ -570,43 +615,61 @@ class _Permits:
             permits = self._origins.get(key)
             if permits is None:
                 permits = self._origins[key] = threading.Semaphore(self.narrow)
-                if self.narrow < self.wide and direct(url) and len(self._origins) <= PROBES:
-                    widen_when_distant(url, self.timeout, lambda: self._widen(permits))
+        self._widen_if_kept(url)
         return permits
 
-    def _widen(self, permits: threading.Semaphore) -> None:
-        permits.release(self.wide - self.narrow)
+    def _widen_if_kept(self, url: str) -> None:
+        if self.narrow >= self.wide or not self.verdicts.of(url):
+            return
+        key = origin(url)
         with self._lock:
+            if key in self._wide:
+                return
+            self._wide.add(key)
+            self._origins[key].release(self.wide - self.narrow)
             self.widened = True
 
     def run(
-        self, item: Download, fetch: Callable[[Download, RetryPolicy], Fetched], policy: RetryPolicy
+        self,
+        item: Download,
+        fetch: Callable[[Download, RetryPolicy, Verdicts], Fetched],
+        policy: RetryPolicy,
     ) -> Fetched:
-        with self._of(route(item.url).url):
+        url = route(item.url).url
+        with self._of(url):
             if self.stopped:
                 from concurrent.futures import CancelledError
 
                 raise CancelledError(f"{item.label}: not started, an earlier download failed")
-            return fetch(item, policy)
+            got = fetch(item, policy, self.verdicts)
+        self._widen_if_kept(url)
+        return got
 
 
 def _downloaded(
-    items: list[Download], todo: list[int], policy: RetryPolicy, narrow: int = 0
+    items: list[Download],
+    todo: list[int],
+    policy: RetryPolicy,
+    narrow: int = 0,
+    verdicts: Verdicts | None = None,
 ) -> Iterator[tuple[int, Fetched | BaseException]]:
     """Each of ``todo`` fetched by our downloader, as it completes (or its error).
 
     Two threads per core, at most 8: more on a small runner convoy on the GIL with the
     extraction feeders (measured on 2 cores: 8 threads 0.47-1.43 s for 150 packages, 4 a
-    steady 0.44 s). ``WIDE`` in all once an origin proves distant: then threads wait, they
-    do not convoy. Threads are added only then, each with its own kept-alive connection,
-    so that a near mirror sees a few connections, not WIDE handshakes. After an error no
-    other download starts. ``narrow``: that default, or fewer."""
+    steady 0.44 s). ``WIDE`` in all once a response shows an origin keeps connections alive
+    (``_Permits``): against a server that answers each GET late (Nagle's algorithm, a CDN
+    in another region) threads wait, they do not convoy. Threads are added only then, each
+    with its own kept-alive connection; a server that closes every connection never sees
+    more than ``narrow`` at once. After an error no other download starts. ``narrow``: that
+    default, or fewer."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     from gpu_ci.downloads import fetch
 
     narrow = narrow or max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))
-    permits = _Permits(narrow, max(narrow, min(WIDE, len(todo))), policy.timeout)
+    wide = max(narrow, min(WIDE, len(todo)))
+    permits = _Permits(narrow, wide, Verdicts() if verdicts is None else verdicts)
     queue = collections.deque(todo)
     pools: list[ThreadPoolExecutor] = []
     load: list[int] = []
@@ -631,7 +694,7 @@ def _downloaded(
                 load[k] += 1
             if not pending:
                 break
-            # a timeout, to start more downloads as soon as an origin proves distant
+            # a timeout, to start more downloads soon after an origin proves kept alive
             done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
             for future in done:
                 index, k = pending.pop(future)
@@ -671,6 +734,7 @@ def _fetch_and_extract(
     results: dict[int, Fetched],
     facts: dict[int, verified.Facts | None],
     again: bool,
+    verdicts: Verdicts,
     fork: bool = True,
 ) -> None:
     """The careful path: hash the ``slow`` entries in worker processes, then download with
@@ -707,7 +771,7 @@ def _fetch_and_extract(
         todo = careful + sorted(changed)
         extractions = []
         error: BaseException | None = None
-        for index, got in _downloaded(items, todo, policy):
+        for index, got in _downloaded(items, todo, policy, verdicts=verdicts):
             if isinstance(got, BaseException):  # stop extracting; report the first error
                 error = error or got
                 continue
