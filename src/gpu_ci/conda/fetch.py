@@ -34,7 +34,16 @@ from gpu_ci.conda import transaction, verified
 from gpu_ci.conda.integrity import cache_entry_problem
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.disk import as_disk_error
-from gpu_ci.downloads import TOKEN, Download, Fetched, Verdicts, direct, keeps_alive, route
+from gpu_ci.downloads import (
+    TOKEN,
+    Download,
+    Downloader,
+    Fetched,
+    Verdicts,
+    default,
+    direct,
+    keeps_alive,
+)
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
@@ -214,14 +223,14 @@ class Streamed:
     facts: verified.Facts | None
 
 
-def stream_url(item: Download) -> str:
+def stream_url(item: Download, downloader: Downloader) -> str:
     """Where rattler's client may fetch ``item`` straight into the cache ('' when it may
     not): no credentials (it would get none of ours: its redirect rules are not ours, and it
     is told hosts, not origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no
     archive already here to verify instead."""
     if item.dest.exists():
         return ""
-    to = route(item.url)
+    to = downloader.route(item.url)
     return to.url if not to.headers and not secrets_in(to.url) and direct(to.url) else ""
 
 
@@ -533,8 +542,10 @@ def fetch_and_extract(
     trust: bool = True,
     stream: bool = True,
     log: Log = print,
+    downloader: Downloader | None = None,
 ) -> Fetch:
-    """Every entry of the plan verified in the cache: trusted, streamed or downloaded.
+    """Every entry of the plan verified in the cache: trusted, streamed or downloaded
+    (``downloader``: the run's, else ``downloads.default()``).
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
     their hash is computed, and published only when it matches; our downloader's archives
@@ -562,29 +573,35 @@ def fetch_and_extract(
                 facts[i] = fact
                 results[i] = Fetched(items[i], 0, True, 0, sha, entry.md5)
     todo = [i for i in range(len(items)) if i not in results and i not in slow]
-    urls = {i: stream_url(items[i]) for i in todo} if stream and trust else {}
+    downloader = downloader or default()
+    urls = {i: stream_url(items[i], downloader) for i in todo} if stream and trust else {}
     streamed = [i for i in todo if urls.get(i)]
     careful = [i for i in todo if not urls.get(i)]
     policy = policy or RetryPolicy()
-    verdicts = Verdicts()  # what each origin's connections do, for both paths of this call
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
-        _fetch_and_extract(
-            plan, items, cache, policy, shas, slow, careful, results, facts, not trust, verdicts
+        had = _fetch_and_extract(
+            plan, items, cache, policy, shas, slow, careful, not trust, downloader
         )
+        results.update(had.results)
+        facts.update(had.facts)
+        for i in had.changed:
+            shas[i] = ""
     if streamed:
         jobs = []
         for i in streamed:
             entry = plan.conda[i]
             jobs.append((i, urls[i], entry_dir(cache, entry), entry.sha256, entry.md5))
-        landed = stream_and_extract(jobs, policy.timeout, log=log, verdicts=verdicts)
+        landed = stream_and_extract(jobs, policy.timeout, log=log, verdicts=downloader.verdicts)
         for i, got in landed.items():
             results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
             facts[i] = got.facts
         left = [i for i in streamed if i not in results]
         if left:  # rattler's threads exist now: spawned workers
-            _fetch_and_extract(
-                plan, items, cache, policy, shas, [], left, results, facts, False, verdicts, False
+            had = _fetch_and_extract(
+                plan, items, cache, policy, shas, [], left, False, downloader, fork=False
             )
+            results.update(had.results)
+            facts.update(had.facts)
     fetched = [results[i] for i in range(len(items))]
     return Fetch(
         fetched,
@@ -599,8 +616,9 @@ class _Permits:
     routed URL, where the connection goes), then ``wide``; no probe: the downloads' own
     answers tell. An origin that closes connections stays ``narrow``."""
 
-    def __init__(self, narrow: int, wide: int, verdicts: Verdicts) -> None:
-        self.narrow, self.wide, self.verdicts = narrow, wide, verdicts
+    def __init__(self, narrow: int, wide: int, downloader: Downloader) -> None:
+        self.narrow, self.wide, self.downloader = narrow, wide, downloader
+        self.verdicts = downloader.verdicts
         self._lock = threading.Lock()
         self._origins: dict[tuple[str, str, int], threading.Semaphore] = {}
         self._wide: set[tuple[str, str, int]] = set()
@@ -629,19 +647,14 @@ class _Permits:
             self._origins[key].release(self.wide - self.narrow)
             self.widened = True
 
-    def run(
-        self,
-        item: Download,
-        fetch: Callable[[Download, RetryPolicy, Verdicts], Fetched],
-        policy: RetryPolicy,
-    ) -> Fetched:
-        url = route(item.url).url
+    def run(self, item: Download, policy: RetryPolicy) -> Fetched:
+        url = self.downloader.route(item.url).url
         with self._of(url):
             if self.stopped:
                 from concurrent.futures import CancelledError
 
                 raise CancelledError(f"{item.label}: not started, an earlier download failed")
-            got = fetch(item, policy, self.verdicts)
+            got = self.downloader.fetch(item, policy)
         self._widen_if_kept(url)
         return got
 
@@ -651,7 +664,7 @@ def _downloaded(
     todo: list[int],
     policy: RetryPolicy,
     narrow: int = 0,
-    verdicts: Verdicts | None = None,
+    downloader: Downloader | None = None,
 ) -> Iterator[tuple[int, Fetched | BaseException]]:
     """Each of ``todo`` fetched by our downloader, as it completes (or its error).
 
@@ -665,11 +678,9 @@ def _downloaded(
     default, or fewer."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    from gpu_ci.downloads import fetch
-
     narrow = narrow or max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))
     wide = max(narrow, min(WIDE, len(todo)))
-    permits = _Permits(narrow, wide, Verdicts() if verdicts is None else verdicts)
+    permits = _Permits(narrow, wide, Downloader() if downloader is None else downloader)
     queue = collections.deque(todo)
     pools: list[ThreadPoolExecutor] = []
     load: list[int] = []
@@ -690,7 +701,7 @@ def _downloaded(
         while queue or pending:
             while queue and not failed and (k := pool_with_room()) is not None:
                 index = queue.popleft()
-                pending[pools[k].submit(permits.run, items[index], fetch, policy)] = (index, k)
+                pending[pools[k].submit(permits.run, items[index], policy)] = (index, k)
                 load[k] += 1
             if not pending:
                 break
@@ -708,12 +719,15 @@ def _downloaded(
                 yield index, got
 
 
-def download_all(items: list[Download], policy: RetryPolicy) -> list[Fetched]:
+def download_all(
+    items: list[Download], policy: RetryPolicy, downloader: Downloader | None = None
+) -> list[Fetched]:
     """Every archive downloaded and verified by our downloader (``engine: conda``, which
     extracts them itself), in ``items``' order; the first error once none is running."""
     results: dict[int, Fetched] = {}
     error: BaseException | None = None
-    for index, got in _downloaded(items, list(range(len(items))), policy):
+    everything = list(range(len(items)))
+    for index, got in _downloaded(items, everything, policy, downloader=downloader or default()):
         if isinstance(got, BaseException):
             error = error or got
         else:
@@ -731,15 +745,15 @@ def _fetch_and_extract(
     shas: list[str],
     slow: list[int],
     careful: list[int],
-    results: dict[int, Fetched],
-    facts: dict[int, verified.Facts | None],
     again: bool,
-    verdicts: Verdicts,
+    downloader: Downloader,
     fork: bool = True,
-) -> None:
+) -> _Had:
     """The careful path: hash the ``slow`` entries in worker processes, then download with
     our downloader, verify, and extract in the workers what is not usable: the ``careful``
-    items and the slow entries that failed."""
+    items and the slow entries that failed (``shas``: the trusted sha256 of each slow one)."""
+    results: dict[int, Fetched] = {}
+    facts: dict[int, verified.Facts | None] = {}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -766,12 +780,11 @@ def _fetch_and_extract(
                 facts[i] = fact
                 results[i] = Fetched(items[i], 0, True, 0, shas[i], plan.conda[i].md5)
             else:
-                shas[i] = ""
                 changed.add(i)
         todo = careful + sorted(changed)
         extractions = []
         error: BaseException | None = None
-        for index, got in _downloaded(items, todo, policy, verdicts=verdicts):
+        for index, got in _downloaded(items, todo, policy, downloader=downloader):
             if isinstance(got, BaseException):  # stop extracting; report the first error
                 error = error or got
                 continue
@@ -806,3 +819,15 @@ def _fetch_and_extract(
                 )
     if error is not None:
         raise error
+    return _Had(results, facts, changed)
+
+
+@dataclass(frozen=True)
+class _Had:
+    """What the careful path had: per index, how each archive was had and its entry's
+    facts; ``changed``: trusted entries found to differ when hashed (their sha256 is no
+    longer to be trusted)."""
+
+    results: dict[int, Fetched]
+    facts: dict[int, verified.Facts | None]
+    changed: set[int]
