@@ -11,6 +11,10 @@ downloaded, never one this host did not verify.
 * The rest (credentials, proxies, failed streams, ``stream-downloads: false``) is fetched by
   our downloader (kept-alive connections, ``Range`` resume, mirrors), verified, and
   extracted in worker processes that die with us (``_fetch_and_extract``).
+
+The cache's trust rules (when an entry is usable, how an extraction is published) are
+``gpu_ci.conda.cache_trust``; the streams and how many run at once, ``gpu_ci.conda.streams``;
+here, which entry takes which path, and our downloader's threads.
 """
 
 from __future__ import annotations
@@ -18,43 +22,54 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import re
-import shutil
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
-from gpu_ci import locks
-from gpu_ci.conda import transaction, verified
-from gpu_ci.conda.integrity import cache_entry_problem
-from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
-from gpu_ci.disk import as_disk_error
+from gpu_ci.conda import verified
+from gpu_ci.conda.cache_trust import (
+    MD5_SIDECAR,
+    SHA_MARKER,
+    entry_dir,
+    extract_entry,
+    named_disk_error,
+    named_disk_error_in,
+    trusted_sha256,
+    valid_entry,
+)
+from gpu_ci.conda.lockfile import InstallPlan
+from gpu_ci.conda.streams import WIDE, keeps_connections, stream_and_extract, stream_url, streams
 from gpu_ci.downloads import (
     TOKEN,
     Download,
     Downloader,
     Fetched,
-    Verdicts,
     default,
-    direct,
-    keeps_alive,
 )
 from gpu_ci.errors import GpuCiError
-from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import DEFAULT_PORTS, origin, secrets_in
+from gpu_ci.urls import origin
 
-SHA_MARKER = ".gpu-ci-archive-sha256"
-MD5_SIDECAR = ".gpu-ci-md5"
-"""Next to rattler's ``<name>-<version>-<build>.lock``: ``<md5> <sha256>`` of the archive we
-verified against an md5-only lock entry, so that the next run can give rattler the sha256 of
-a cache entry it trusts without the archive."""
 Log = Callable[[str], None]
+
+__all__ = [
+    "MD5_SIDECAR",
+    "SHA_MARKER",
+    "WIDE",
+    "Fetch",
+    "Log",
+    "download_all",
+    "entry_dir",
+    "fetch_and_extract",
+    "keeps_connections",
+    "named_disk_error",
+    "named_disk_error_in",
+    "plan_downloads",
+    "stream_and_extract",
+    "streams",
+]
 
 
 def plan_downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
@@ -68,13 +83,6 @@ def plan_downloads(plan: InstallPlan, pkgs_dir: Path) -> list[Download]:
         )
         for e in plan.conda
     ]
-
-
-def entry_dir(cache: Path, entry: CondaEntry) -> Path:
-    return cache / entry.dist_name
-
-
-# -- worker processes ---------------------------------------------------------------------
 
 
 def _die_with_parent() -> None:
@@ -95,371 +103,6 @@ def _noop(_: int) -> None:
     return None
 
 
-def rattler_cache_sha256(cache: Path, dirname: str) -> str:
-    """The archive sha256 rattler's package cache recorded for an extracted package, '' when
-    none: its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
-    archive it extracted. (A future layout reads as '': we then fetch, never trust.)"""
-    base = os.path.join(cache, dirname)
-    try:
-        raw = verified.read_bytes(base + ".lock", 40)
-    except OSError:
-        return ""
-    return raw[8:40].hex() if len(raw) >= 40 and os.path.isdir(base) else ""
-
-
-def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
-    """The archive sha256 to give rattler for a cache entry that may be used without its
-    archive, '' when it may not: the lock's sha256, or for an md5-only lock the one our
-    sidecar recorded for that md5; and rattler's own record, when it wrote one (it leaves its
-    ``.lock`` empty for entries we extracted), must agree. Only a candidate: the entry's
-    stamp must show it unchanged since it was verified (``verified.check``), or every file
-    must match its ``paths.json`` (``_valid_entry``)."""
-    dirname = entry.dist_name
-    if not os.path.isdir(os.path.join(cache, dirname)):
-        return ""  # nothing to trust: stream or download it
-    sha = entry.sha256
-    if not sha:
-        try:
-            md5, sha = (
-                verified.read_bytes(os.path.join(cache, dirname + MD5_SIDECAR), 200)
-                .decode()
-                .split()
-            )
-        except (OSError, ValueError):
-            return ""
-        if md5 != entry.md5:
-            return ""
-    have = rattler_cache_sha256(cache, dirname)
-    return sha if not have or have == sha else ""
-
-
-def _valid_entry(dest: str, digest: str, token: str) -> verified.Facts | None:
-    """In a worker: the entry's facts when it was extracted from an archive with ``digest``
-    and every file matches its ``paths.json`` (then stamped, so that the next job need not
-    hash it), None otherwise. Under the per-entry lock, so never half-replaced."""
-    target = Path(dest)
-    lock = target.with_name(f".{target.name}.gpu-ci.lock")
-    with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        return _entry_facts(target, digest, token)
-
-
-def _entry_facts(target: Path, digest: str, token: str) -> verified.Facts | None:
-    """The facts of a usable entry: from its stamp when no file changed since it was
-    verified, else after hashing every file (and stamping it again); None when unusable."""
-    facts = verified.check(target, digest)
-    if facts is None:
-        before = verified.identities(target)  # a write while hashing is not stamped
-        if _entry_ok(target, digest):
-            facts = verified.write(target, digest, token, before=before or [])
-    return facts
-
-
-def _entry_ok(target: Path, digest: str) -> bool:
-    """Extracted from the archive with ``digest``, every file as ``paths.json`` records it,
-    and the ``index.json`` its conda-meta record is built from is there."""
-    try:
-        return (
-            verified.read_bytes(os.path.join(target, SHA_MARKER), 200) == digest.encode()
-            and (target / "info" / "index.json").is_file()
-            and not cache_entry_problem(target)
-        )
-    except OSError:
-        return False
-
-
-def named_disk_error(exc: BaseException, path: Path, what: str) -> GpuCiError | None:
-    """rattler reports I/O errors as text ('... (os error 28)'): name the disk ones."""
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return as_disk_error(exc, path, what)
-    return named_disk_error_in(str(exc), path, what)
-
-
-def named_disk_error_in(text: str, path: Path, what: str) -> GpuCiError | None:
-    """A disk error reported by a subprocess or rattler as text ('[Errno 28]', 'os error
-    28'), named as ours would be."""
-    match = re.search(r"(?:os error |\[Errno )(\d+)", text)
-    if match:
-        return as_disk_error(OSError(int(match.group(1)), text), path, what)
-    return None
-
-
-def _extract(
-    archive: str, dest: str, digest: str, token: str, again: bool = False, sha256: str = ""
-) -> verified.Facts | None:
-    """Extract one verified archive into the cache, atomically; its facts (None only when the
-    entry cannot be surveyed: then it is hashed again next time).
-
-    Runs in a worker process: rattler's extractor holds the GIL, so threads would not
-    extract in parallel. Jobs sharing the cache take a per-entry lock, so one extracts and
-    the others find the entry present and valid. The entry appears under its final name
-    only when complete, stamped with the archive's digest, so an entry from another archive
-    is never reused. ``again``: extract even a valid entry (rattler refused to use it).
-    """
-    from rattler.package_streaming import extract
-
-    target = Path(dest)
-    lock = target.with_name(f".{target.name}.gpu-ci.lock")
-    with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        facts = None if again else _entry_facts(target, digest, token)
-        if facts is not None:
-            return facts
-        tmp = target.with_name(f".{target.name}.tmp-{token}")
-        try:
-            extract(Path(archive), tmp)
-            facts = _publish(tmp, target, digest, token, sha256, parent=True)
-        except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            named = named_disk_error(exc, tmp, f"extracting {Path(archive).name}")
-            if named is not None:
-                raise named from None
-            raise
-    return facts
-
-
-@dataclass(frozen=True)
-class Streamed:
-    sha256: str
-    md5: str
-    facts: verified.Facts | None
-
-
-def stream_url(item: Download, downloader: Downloader) -> str:
-    """Where rattler's client may fetch ``item`` straight into the cache ('' when it may
-    not): no credentials (it would get none of ours: its redirect rules are not ours, and it
-    is told hosts, not origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no
-    archive already here to verify instead."""
-    if item.dest.exists():
-        return ""
-    to = downloader.route(item.url)
-    return to.url if not to.headers and not secrets_in(to.url) and direct(to.url) else ""
-
-
-WIDE = 48
-"""Downloads at once from one origin whose server keeps connections alive (rattler's
-order of magnitude: its client opened 40-53 connections for 150 packages): each archive
-costs a round trip on its connection, so such a server is as fast as the number of
-downloads in flight. Measured (issue 29): a server with Nagle's algorithm on answers each
-GET after the first on a connection ~44 ms late, and 6 at once took 3.4x rattler's time.
-A server that closes every connection stays at ``streams()`` (``downloads.Verdicts``)."""
-
-
-async def keeps_connections(url: str, timeout: float) -> bool | None:
-    """One HEAD to ``url``'s server on a connection of its own, in the event loop (no
-    thread), with no header of ours but ``Host`` and ``User-Agent``: whether it keeps
-    connections alive (``downloads.keeps_alive``); None when it cannot tell (no answer, a
-    proxy applies: never go around it). Only what the answer says counts, never how long
-    it took."""
-    import asyncio
-
-    if not direct(url):
-        return None
-    parts = urlsplit(url)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    context = None
-    if parts.scheme == "https":
-        import ssl
-
-        context = ssl.create_default_context()
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme], ssl=context
-            ),
-            timeout,
-        )
-        try:
-            writer.write(
-                f"HEAD {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-                "User-Agent: gpu-ci-actions\r\n\r\n".encode("latin-1")
-            )
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-        finally:
-            writer.close()
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-        return None
-    except (UnicodeError, ValueError):
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    version = {"HTTP/1.1": 11, "HTTP/1.0": 10}.get(lines[0].split(" ", 1)[0], 0)
-    connection = ",".join(
-        line.partition(":")[2] for line in lines[1:] if line.lower().startswith("connection:")
-    )
-    return keeps_alive(version, connection)
-
-
-def streams() -> int:
-    """How many archives to stream at once: 6 on a 2-core runner, up to 16 on bigger ones
-    (more streams hide network latency). Measured on 2 cores against a server that closes
-    every connection and listens with a backlog of 5 (Python's http.server; some proxies):
-    8 streams overflowed it (1 s SYN retransmits: 1.0-1.1 s for 150 packages), 4 or 6 took
-    0.23-0.27 s; on a kept-alive server 4, 8 and 16 were within noise (0.70-0.88 s, 600)."""
-    return max(6, min(16, 2 * (os.cpu_count() or 2)))
-
-
-def stream_and_extract(
-    jobs: Sequence[tuple[int, str, Path, str, str]],
-    timeout: float,
-    concurrency: int = 0,
-    log: Log = print,
-    interval: float = 5.0,
-    verdicts: Verdicts | None = None,
-) -> dict[int, Streamed]:
-    """rattler downloads and extracts each archive in one stream (no archive written, the
-    hash computed on the way) into a temporary entry, on its own threads; we check the
-    digest and publish it under the entry's lock. ``jobs``: (index, url, entry, sha256,
-    md5) with the lock's digests. Only what succeeded is returned: every other job takes
-    the careful path (our downloader: Range resume, named errors, credentials), so a
-    failure here costs time, never correctness. Every ``interval`` s the log says how many
-    archives are done (rattler's client reports no bytes)."""
-    import asyncio
-
-    import rattler
-    from rattler.package_streaming import download_and_extract
-
-    client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
-    done: dict[int, Streamed] = {}
-
-    async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str, md5: str) -> None:
-        async with gates.of(url), gates.total:  # the origin's, then all together
-            # held by another job: the careful path waits for it instead
-            try:
-                fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
-            except OSError:  # out of descriptors (many streams), a full disk: it names it
-                return
-            if fd is None:
-                return
-            # Not _extract's name: a stream given up (_unless_stalled) never writes there.
-            tmp = target.with_name(f".{target.name}.stream.tmp-{TOKEN}")
-            digest = sha256 or md5
-            try:
-                facts = verified.check(target, digest)
-                if facts is not None:  # another job put it there meanwhile
-                    done[index] = Streamed(sha256, md5, facts)
-                    return
-                task = asyncio.ensure_future(
-                    download_and_extract(
-                        client, url, tmp, bytes.fromhex(sha256) if sha256 else None
-                    )
-                )
-                await asyncio.sleep(0)
-                crash_point("download")
-                got_sha, got_md5 = (
-                    value.hex() for value in await _unless_stalled(task, tmp, timeout)
-                )
-                if got_sha != sha256 if sha256 else got_md5 != md5:
-                    raise ValueError("digest mismatch")  # the careful path names it
-                facts = _publish(tmp, target, digest, TOKEN, got_sha)
-                done[index] = Streamed(got_sha, got_md5, facts)
-            except Exception:
-                shutil.rmtree(tmp, ignore_errors=True)
-            finally:
-                os.close(fd)
-
-    async def progress(started: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            log(
-                f"downloading: {len(done)} of {len(jobs)} archives streamed into the package "
-                f"cache in {time.monotonic() - started:.0f} s"
-            )
-
-    async def main() -> None:
-        gates = _Gates(
-            concurrency or streams(),
-            WIDE if not concurrency else 0,
-            timeout,
-            Verdicts() if verdicts is None else verdicts,
-        )
-        reporter = asyncio.ensure_future(progress(time.monotonic()))
-        try:
-            await asyncio.gather(*(one(gates, *job) for job in jobs))
-        finally:
-            reporter.cancel()
-            for probe in gates.probes:
-                probe.cancel()
-
-    asyncio.run(main())
-    return done
-
-
-class _Gates:
-    """Streams at once, per origin and in all: ``narrow`` until an origin's server is known
-    to keep connections alive (``verdicts``, else one ``keeps_connections``
-    probe in the event loop), then ``wide`` for it and in all; an origin that closes them,
-    or cannot tell, stays ``narrow``. A lock names its origins: many must not multiply the
-    streams. Made in the event loop (Python 3.9 binds a semaphore to the loop it is made
-    in). ``_Permits`` is the same rule for our downloader's threads."""
-
-    def __init__(self, narrow: int, wide: int, timeout: float, verdicts: Verdicts) -> None:
-        import asyncio
-
-        self.narrow, self.wide, self.timeout, self.verdicts = narrow, wide, timeout, verdicts
-        self.total = asyncio.Semaphore(narrow)
-        self._origins: dict[tuple[str, str, int], asyncio.Semaphore] = {}
-        self._widened = False
-        self.probes: list[Any] = []
-        """The probes running, cancelled when the streams are over."""
-
-    def of(self, url: str) -> Any:
-        import asyncio
-
-        key = origin(url)
-        gate = self._origins.get(key)
-        if gate is None:
-            gate = self._origins[key] = asyncio.Semaphore(self.narrow)
-            if self.narrow < self.wide:
-                known = self.verdicts.of(url)
-                if known:
-                    self._widen(gate)
-                elif known is None:  # only where nothing of it is known yet
-                    self.probes.append(asyncio.ensure_future(self._probe(url, gate)))
-        return gate
-
-    async def _probe(self, url: str, gate: Any) -> None:
-        keeps = await keeps_connections(url, min(self.timeout, 10.0))
-        if keeps is not None:
-            self.verdicts.note(url, keeps)
-        if keeps:
-            self._widen(gate)
-
-    def _widen(self, gate: Any) -> None:
-        extra = self.wide - self.narrow
-        for _ in range(extra):
-            gate.release()
-        if not self._widened:
-            self._widened = True
-            for _ in range(extra):
-                self.total.release()
-
-
-async def _unless_stalled(task: Any, tmp: Path, timeout: float) -> Any:
-    """The stream's result, or TimeoutError once nothing new reached ``tmp`` for ``timeout``
-    seconds (twice in a row). rattler's client has only a total timeout, which cut every
-    archive that takes longer (a large one, or many at once on a modest link), to be
-    fetched again from its first byte. Cancelled, rattler drops the connection."""
-    import asyncio
-
-    seen = -1
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=max(1.0, timeout))
-        if done:
-            return task.result()
-        now = _tree_bytes(tmp)
-        if now == seen:
-            task.cancel()
-            raise TimeoutError(f"no progress in {timeout} s")
-        seen = now
-
-
-def _tree_bytes(root: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
-
-
 @dataclass(frozen=True)
 class Fetch:
     """Per lock entry, in the lock's order: how its archive was had, the archive's sha256,
@@ -468,70 +111,6 @@ class Fetch:
     fetched: list[Fetched]
     shas: list[str]
     facts: list[verified.Facts | None]
-
-
-def _publish(
-    tmp: Path, target: Path, digest: str, token: str, sha256: str, parent: bool = False
-) -> verified.Facts | None:
-    """Put a complete extraction in place, under the entry's lock: stamped with the
-    archive's digest and the files' identities, then renamed over whatever was there."""
-    info = _refuse_odd_info(tmp, target.name)
-    _write_marker(tmp, digest)
-    facts = verified.write(tmp, digest, token, target.name, info=info)
-    crash_point("extract", parent=parent)
-    if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
-        with transaction.exclusive(
-            target.parent / transaction.ENTRIES_LOCK, "the package cache", lambda _: None
-        ):
-            shutil.rmtree(target)
-            os.replace(tmp, target)
-    else:
-        os.replace(tmp, target)
-    _forget_other_archive(target, sha256)
-    return facts
-
-
-def _refuse_odd_info(entry: Path, name: str) -> verified.Info:
-    """``info/`` holds what we and rattler read in place of the archive: a link or a device
-    there (``info/paths.json`` -> /dev/zero) would be read instead of the package's own
-    file, before any check (and /dev/zero until the host's memory is gone). No ``info/`` at
-    all passes here: the entry is refused later (no index.json)."""
-    info = verified.scan_info(entry)
-    if info.odd:
-        raise GpuCiError(
-            f"{name}: {info.odd} is a symbolic link or a device, not a file; a "
-            "conda package never has one there: the lock names a package that "
-            "is broken or hostile.",
-            title="unsafe package",
-        )
-    return info
-
-
-def _write_marker(entry: Path, digest: str) -> None:
-    """The digest marker, in a new file: the archive may hold a symbolic link (or anything)
-    at that name, and writing through a link would write outside the cache."""
-    path = os.path.join(entry, SHA_MARKER)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileExistsError:  # the archive has something there (a link, a directory)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-        fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(digest)
-
-
-def _forget_other_archive(target: Path, sha256: str) -> None:
-    """rattler's ``<entry>.lock`` names the archive rattler last put there: when that is
-    another archive than the one just extracted, rattler would not use the entry (it would
-    fetch the package itself, which ``_no_downloads`` refuses). Emptied, as rattler leaves it
-    for an entry it did not extract."""
-    have = rattler_cache_sha256(target.parent, target.name)
-    if have and have != sha256:
-        os.truncate(target.with_name(f"{target.name}.lock"), 0)
 
 
 def fetch_and_extract(
@@ -554,7 +133,7 @@ def fetch_and_extract(
     its stamp shows no file changed since a job on this host verified it
     (``verified.check``, in this process: no worker starts for a warm cache); one whose
     files changed, or that has no stamp (restored by ``actions/cache``), is
-    hashed against its ``paths.json`` in the workers first (``_valid_entry``)."""
+    hashed against its ``paths.json`` in the workers first (``valid_entry``)."""
     items = plan_downloads(plan, pkgs_dir)
     if not items:
         return Fetch([], [], [])
@@ -769,7 +348,7 @@ def _fetch_and_extract(
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
         valid = procs.map(
-            _valid_entry,
+            valid_entry,
             [str(entry_dir(cache, plan.conda[i])) for i in slow],
             [plan.conda[i].digest for i in slow],
             [TOKEN] * len(slow),
@@ -797,7 +376,7 @@ def _fetch_and_extract(
                     index,
                     entry,
                     procs.submit(
-                        _extract,
+                        extract_entry,
                         str(got.download.dest),
                         str(entry_dir(cache, entry)),
                         entry.digest,

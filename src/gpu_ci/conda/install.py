@@ -226,7 +226,7 @@ def link_with_rattler(
         f"linking {len(entries)} packages into {target}",
     )
     # Every entry is either extracted just now from a verified archive or was checked
-    # against its stamp or its paths.json (sizes and sha256) by _extract or _valid_entry:
+    # against its stamp or its paths.json (sizes and sha256) by extract_entry or valid_entry:
     # rattler need not validate it again.
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.skip()
