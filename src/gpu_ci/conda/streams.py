@@ -53,6 +53,12 @@ GET after the first on a connection ~44 ms late, and 6 at once took 3.4x rattler
 A server that closes every connection stays at ``streams()`` (``downloads.Verdicts``)."""
 
 
+PROBES = 16
+"""Origins asked per call, at most (each ask is a connection): a lock names its origins, and
+one with hundreds must not open hundreds of connections before its first download; the
+rest stay narrow."""
+
+
 async def keeps_connections(url: str, timeout: float) -> bool | None:
     """One HEAD to ``url``'s server on a connection of its own, in the event loop (no
     thread), with no header of ours but ``Host`` and ``User-Agent``: whether it keeps
@@ -221,7 +227,7 @@ class _Gates:
                 known = self.verdicts.of(url)
                 if known:
                     self._widen(gate)
-                elif known is None:  # only where nothing of it is known yet
+                elif known is None and len(self.probes) < PROBES:  # nothing known of it yet
                     self.probes.append(asyncio.ensure_future(self._probe(url, gate)))
         return gate
 
