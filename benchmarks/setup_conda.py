@@ -8,15 +8,21 @@ Generates local channels of real packages, serves them on loopback, and prints f
   URLs, its own downloader and package cache;
 * cases: cold (empty package cache, new prefix), warm (package cache kept, new prefix),
   reused (the same lock into the same prefix again);
-* profiles: 150 and 600 small packages; ``--large``: a few ~200 MB packages of
-  incompressible content (bandwidth and decompression dominate); ``--http10``: 150 packages
-  from a server that closes every connection (HTTP/1.0, as some mirrors and proxies do);
-* floor: decompressing the same archives in parallel with rattler's own extractor (one
-  process per core), measured right before each cold run.
+* sizes: 150 and 600 small packages; ``--large``: a few ~200 MB packages of
+  incompressible content (bandwidth and decompression dominate);
+* servers (``PROFILES``, each at every size): plain loopback; keep-alive with Nagle's
+  algorithm on (Python's ``http.server`` default: each GET after the first on a connection
+  ~44 ms late, a HEAD not); 40 ms on each GET and none on HEAD; 40 ms on every request;
+  HTTP/1.0, which closes every connection (as some mirrors and proxies do; the smallest
+  size only, one run: rattler's defaults overflow its listen backlog, ~30 s);
+* the connections each side opened (counted by the server), and the load average;
+* ``--floor``: decompressing the same archives in parallel with rattler's own extractor
+  (one process per core), measured right before each cold run of the plain profile.
 
-Goals (issue 14): cold and warm <= 1.0x rattler.install, reused <= 0.15 s.
+Goals (issue 29): cold and warm <= 1.2x rattler.install on plain, nagle, get-delay and
+all-delay at 150 and 600 packages; http10 no slower than before (0.53 s, 150 packages).
 
-    python benchmarks/setup_conda.py [--packages 150 600] [--runs 5] [--large] [--http10]
+    python benchmarks/setup_conda.py [--packages 150 600] [--runs 5] [--profiles ...]
 """
 
 from __future__ import annotations
@@ -275,6 +281,25 @@ def write_records(channel: Channel, path: Path) -> None:
     )
 
 
+#: Servers as real ones behave (issue 29), each a ``ChannelServer``'s settings. Every GET
+#: after the first on a kept-alive connection to a server with Nagle's algorithm on takes
+#: ~44 ms (the body waits for the delayed ACK of the headers) while a HEAD takes < 1 ms.
+PROFILES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "nagle": {"nagle": True},
+    "get-delay": {"latency": 0.040, "head_latency": 0.0},
+    "all-delay": {"latency": 0.040},
+    "http10": {"protocol": "HTTP/1.0"},
+}
+PROFILE_TEXT = {
+    "plain": "plain loopback",
+    "nagle": "keep-alive, Nagle on (http.server default)",
+    "get-delay": "40 ms on each GET, none on HEAD",
+    "all-delay": "40 ms on every request",
+    "http10": "HTTP/1.0 (closes every connection)",
+}
+
+
 def compare(
     label: str,
     channel: Channel,
@@ -284,10 +309,15 @@ def compare(
     protocol: str = "HTTP/1.1",
     floor_too: bool = True,
     latency: float = 0.0,
+    **server: Any,
 ) -> list[tuple[Any, ...]]:
-    """Rows (case, ours, rattler, CPU ours, CPU rattler) of medians, interleaved runs;
-    phases of our cold runs."""
-    channel.server = ChannelServer(channel.root.parent, protocol=protocol, latency=latency).start()
+    """Rows (case, ours, rattler, CPU ours, CPU rattler, connections ours, connections
+    rattler) of medians, interleaved runs; phases of our cold runs. ``server``: more
+    ``ChannelServer`` settings (``PROFILES``)."""
+    channel.server = ChannelServer(
+        channel.root.parent, protocol=protocol, latency=latency, **server
+    ).start()
+    conns: dict[str, list[int]] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
     lock, records = work / "lock.txt", work / "records.json"
     lock.write_text(channel.explicit_lock())
@@ -307,15 +337,21 @@ def compare(
                     shutil.rmtree(ours / "miniforge3" / "26.3.2-3" / "envs")
                     shutil.rmtree(theirs / "prefix")
                 os.sync()
+                # the connections a GET came on (one the other side left queued in the
+                # listen backlog, accepted after its process ended, is not counted)
+                channel.server.peers = set()
                 times.setdefault(f"{case} ours", []).append(
                     run_cli(lock, ours, phases=case == "cold")
                 )
                 cpu.setdefault(f"{case} ours", []).append(LAST_CPU[0])
+                conns.setdefault(f"{case} ours", []).append(len(channel.server.peers))
                 os.sync()
+                channel.server.peers = set()
                 times.setdefault(f"{case} rattler", []).append(
                     run_rattler(records, theirs / "prefix", theirs / "pkgs")
                 )
                 cpu.setdefault(f"{case} rattler", []).append(LAST_CPU[0])
+                conns.setdefault(f"{case} rattler", []).append(len(channel.server.peers))
             shutil.rmtree(ours)
             shutil.rmtree(theirs)
     finally:
@@ -336,6 +372,8 @@ def compare(
                 statistics.median(theirs),
                 statistics.median(cpu[f"{case} ours"]),
                 statistics.median(cpu[f"{case} rattler"]),
+                statistics.median(conns[f"{case} ours"]),
+                statistics.median(conns[f"{case} rattler"]),
             )
         )
     if floors:
@@ -450,10 +488,24 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
     )
 
 
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--packages", type=int, nargs="*", default=[150, 600])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--profiles",
+        nargs="*",
+        default=list(PROFILES),
+        choices=list(PROFILES),
+        help="server profiles (default: all); http10 runs at the smallest --packages only "
+        "and with one run (rattler's defaults take ~30 s there)",
+    )
+    parser.add_argument("--floor", action="store_true", help="also the decompression floor")
     parser.add_argument(
         "--large",
         action="store_true",
@@ -461,33 +513,33 @@ def main() -> int:
     )
     parser.add_argument("--large-mb", type=int, default=200)
     parser.add_argument(
-        "--http10",
-        action="store_true",
-        help="also 150 packages from a server that closes every connection",
-    )
-    parser.add_argument(
         "--cache",
         action="store_true",
         help="also cache: true (restore + install) vs an empty cache",
     )
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
-    parser.add_argument(
-        "--latency",
-        type=float,
-        default=0.0,
-        metavar="MS",
-        help="also 600 packages from a server that answers each request "
-        "after MS milliseconds (a distant CDN; loopback has none)",
-    )
     args = parser.parse_args()
     global SCRATCH
     if args.disk:
         SCRATCH = None
     workers = os.cpu_count() or 2
+    loads = [_load()]
     table: list[tuple[Any, ...]] = []
     for count in args.packages:
-        for case, *row in compare(f"{count} packages", make_channel(count), args.runs, workers):
-            table.append((f"{count} packages", case, *row))
+        channel = make_channel(count)
+        for profile in args.profiles:
+            if profile == "http10" and count != min(args.packages):
+                continue
+            rows = compare(
+                f"{count} packages, {PROFILE_TEXT[profile]}",
+                channel,
+                1 if profile == "http10" else args.runs,
+                workers,
+                floor_too=args.floor and profile == "plain",
+                **PROFILES[profile],
+            )
+            table += [(f"{count}, {profile}", *row) for row in rows]
+            loads.append(_load())
     if args.large:
         for case, *row in compare(
             f"large ({args.large_mb} MB x 3)",
@@ -495,27 +547,7 @@ def main() -> int:
             max(1, args.runs // 2),
             workers,
         ):
-            table.append((f"large {args.large_mb} MB x 3", case, *row))
-    if args.http10:
-        for case, *row in compare(
-            "HTTP/1.0, 150 packages",
-            make_channel(150),
-            1,
-            workers,
-            protocol="HTTP/1.0",
-            floor_too=False,
-        ):
-            table.append(("150, HTTP/1.0 server", case, *row))
-    if args.latency:
-        for case, *row in compare(
-            f"{args.latency:g} ms latency, 600 packages",
-            make_channel(600),
-            max(1, args.runs // 2),
-            workers,
-            floor_too=False,
-            latency=args.latency / 1000,
-        ):
-            table.append((f"600, {args.latency:g} ms latency", case, *row))
+            table.append((f"large {args.large_mb} MB x 3, plain", case, *row))
     if args.cache:
         for count in args.packages:
             cache_case(f"{count} packages", make_channel(count), args.runs)
@@ -533,17 +565,18 @@ def main() -> int:
     )
     print(
         f"\nCLI start-up (python + gpu_ci.cli imports): {time.perf_counter() - start:.2f} s; "
-        f"{workers} cores"
+        f"{workers} cores; load average (1, 5, 15 min) at the start {loads[0]}, after each "
+        f"profile {'; '.join(loads[1:])}"
     )
     print(
-        "\n| profile | case | setup-conda-from-lock | rattler.install | ratio | CPU s, ours "
-        "vs rattler |"
+        "\n| packages, server | case | setup-conda-from-lock | rattler.install | ratio | "
+        "connections, ours vs rattler | CPU s, ours vs rattler |"
     )
-    print("|---|---|---|---|---|---|")
-    for profile, case, ours, theirs, cpu_ours, cpu_theirs in table:
+    print("|---|---|---|---|---|---|---|")
+    for profile, case, ours, theirs, cpu_ours, cpu_theirs, c_ours, c_theirs in table:
         print(
             f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
-            f"{cpu_ours:.2f} vs {cpu_theirs:.2f} |"
+            f"{c_ours:g} vs {c_theirs:g} | {cpu_ours:.2f} vs {cpu_theirs:.2f} |"
         )
     return 0
 

@@ -371,6 +371,20 @@ class ChannelServer(_Served):
     latency: float = 0.0
     """Seconds each request waits before its answer, in its own thread: a distant server
     (a CDN's round trip), where how many downloads run at once decides the time."""
+    head_latency: float | None = None
+    """Seconds a HEAD waits instead (None: ``latency``): 0 for a server whose GETs are slow
+    and whose HEADs are not, as a latency probe would be misled by."""
+    nagle: bool = False
+    """Leave Nagle's algorithm on (Python's ``http.server`` default): the body's first
+    segment then waits for the ACK of the headers' (a delayed ACK, about 40 ms) on every
+    response after the first on a kept-alive connection."""
+    connections: int = 0
+    """How many connections it accepted."""
+    gather: int = 0
+    """When set, every GET after the first ``gather`` waits (at most 2 s) until more than
+    ``gather`` are in flight: a client that widens past ``gather`` is seen to, however busy
+    the host (no timing decides what ``most_at_once`` shows)."""
+    _gets: int = 0
 
     def fail(self, rel: str, *actions: str) -> None:
         """Actions: '500', '503', '404', 'truncate', 'corrupt', 'redirect:<url>', 'slow:<s>'
@@ -385,7 +399,13 @@ class ChannelServer(_Served):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = owner.protocol
-            disable_nagle_algorithm = True  # as production servers do (nginx tcp_nodelay)
+            # off as production servers do (nginx tcp_nodelay), unless ``nagle``
+            disable_nagle_algorithm = not owner.nagle
+
+            def setup(self) -> None:
+                with owner._count_lock:
+                    owner.connections += 1
+                super().setup()
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -393,8 +413,9 @@ class ChannelServer(_Served):
             def do_HEAD(self) -> None:
                 """What a client asks before it decides how many downloads to run at once;
                 logged in ``heads`` only (``log`` and ``seen`` count the downloads)."""
-                if owner.latency:
-                    time.sleep(owner.latency)
+                wait = owner.latency if owner.head_latency is None else owner.head_latency
+                if wait:
+                    time.sleep(wait)
                 owner.heads.append({"path": self.path, **dict(self.headers.items())})
                 file = (owner.root / self.path.split("?")[0].lstrip("/")).resolve()
                 denied = (
@@ -410,7 +431,14 @@ class ChannelServer(_Served):
                 with owner._count_lock:
                     owner.peers.add(self.client_address[1])
                     owner._at_once += 1
+                    owner._gets += 1
                     owner.most_at_once = max(owner.most_at_once, owner._at_once)
+                    held = owner.gather and owner._gets > owner.gather
+                deadline = time.monotonic() + 2.0
+                while held and owner.most_at_once <= owner.gather:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.005)
                 try:
                     self._get()
                 finally:

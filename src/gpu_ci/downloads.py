@@ -43,12 +43,15 @@ __all__ = [
     "Route",
     "Router",
     "TOKEN",
+    "Downloader",
     "configure",
+    "default",
     "fetch",
     "file_digest",
     "part_path",
     "read_small",
-    "round_trip",
+    "Verdicts",
+    "keeps_alive",
     "route",
     "verified",
 ]
@@ -172,47 +175,12 @@ class Progress:
         )
 
 
-_ROUTER: Router | None = None
-_PROGRESS: Progress | None = None
-
-
-def configure(router: Router | None = None, progress: Progress | None = None) -> None:
-    """Set the mirrors/credentials and the progress reporter of every later download (one
-    command per process: the command sets them once, before downloading)."""
-    global _ROUTER, _PROGRESS
-    _ROUTER, _PROGRESS = router, progress
-
-
-def route(url: str) -> Route:
-    if _ROUTER is not None:
-        return _ROUTER.route(url)
+def _unrouted(url: str) -> Route:
+    """Where ``url`` goes without a router: to itself, with a hint for a 401/403."""
     host = urlsplit(url).netloc.rpartition("@")[2]
     return Route(
         url, hint=f"{host} asks for credentials: add a line for it to 'channel-credentials'"
     )
-
-
-@functools.cache
-def _opener() -> urllib.request.OpenerDirector:
-    import urllib.request
-
-    class _Redirects(urllib.request.HTTPRedirectHandler):
-        """Credentials never follow a redirect to another origin: they are attached as
-        unredirected headers, and the new URL gets only the credentials of its own origin."""
-
-        def redirect_request(self, req, fp, code, msg, headers, newurl):
-            new = super().redirect_request(req, fp, code, msg, headers, newurl)
-            if new is not None:
-                extra = _same_origin_auth(req.full_url, new.full_url, req.unredirected_hdrs)
-                if _ROUTER is not None:
-                    url, routed = _ROUTER.authorize(new.full_url)
-                    new.full_url = url
-                    extra.update(routed)
-                for key, value in extra.items():
-                    new.add_unredirected_header(key, value)
-            return new
-
-    return urllib.request.build_opener(_Redirects, urllib.request.ProxyHandler(proxies()))
 
 
 def proxies() -> dict[str, str]:
@@ -316,37 +284,34 @@ def _new_connection(url: str, timeout: float) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(host, parts.port, timeout=timeout)
 
 
-def round_trip(url: str, timeout: float, tries: int = 3) -> float | None:
-    """Seconds from a HEAD request to ``url`` to its answer (the least of ``tries``), on a
-    connection of its own and without any header of ours, when the server keeps
-    connections open (HTTP/1.1 without ``Connection: close``, whatever the status: a 401
-    says as much); None when it closes them or cannot tell. How many downloads to run at
-    once depends on both: each small archive costs a round trip, and a server that closes
-    every connection takes a new one per archive (many at once overflow a small listen
-    backlog: 1 s SYN retransmits)."""
-    import http.client
+class Verdicts:
+    """Per origin, whether its server keeps connections alive, as its responses say: an
+    HTTP/1.1 answer without ``Connection: close`` (whatever the status: a 401 says as much)
+    is True, an HTTP/1.0 one or one that closes is False. How many downloads may run at once
+    follows it (``gpu_ci.conda.fetch``): each archive costs a round trip on a kept-alive
+    connection, so many at once pay; a server that closes every connection takes a new one
+    per archive, and many at once overflow a small listen backlog (1 s SYN retransmits).
+    No timing decides it: a server with Nagle's algorithm on answers a HEAD at once and each
+    GET 40 ms late, and a loaded host delays either."""
 
-    parts = urlsplit(url)
-    if not direct(url):  # through a proxy (ALL_PROXY too): never go around it
-        return None
-    conn = _new_connection(url, timeout)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.connect()  # the handshakes are not the round trip of a kept-alive request
-        best = float("inf")
-        for _ in range(tries):  # the least of a few: a busy host delays one now and then
-            start = time.monotonic()
-            conn.request("HEAD", path)
-            response = conn.getresponse()
-            response.read()
-            best = min(best, time.monotonic() - start)
-            if response.version != 11 or response.will_close:
-                return None
-        return best
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        conn.close()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str, int], bool] = {}
+
+    def note(self, url: str, keeps: bool) -> None:
+        with self._lock:
+            # one answer that closes is enough to stay narrow: a server may close some
+            self._seen[origin(url)] = keeps and self._seen.get(origin(url), True)
+
+    def of(self, url: str) -> bool | None:
+        """True (keeps them), False (closes them), None (nothing heard from it yet)."""
+        return self._seen.get(origin(url))
+
+
+def keeps_alive(version: int, connection: str) -> bool:
+    """What one response says of its connection: HTTP/1.1 (``version`` 11) and no ``close``
+    among its ``Connection`` header's tokens."""
+    return version == 11 and "close" not in {t.strip().lower() for t in connection.split(",")}
 
 
 def _drop(url: str) -> None:
@@ -375,181 +340,11 @@ class _Response:
         self._done()
 
 
-def _open(request: urllib.request.Request, timeout: float) -> _Response:
-    """Send ``request``, reusing this thread's connection to its origin when it can: one TCP
-    (and TLS) handshake per origin and thread instead of per file. A connection the server
-    closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
-    per-origin credential rules of ``_Redirects``). 4xx/5xx raise ``HTTPError`` as urllib."""
-    import http.client
-    import urllib.error
-
-    url = request.full_url
-    if not direct(url):
-        response = _opener().open(request, timeout=timeout)
-        return _Response(response.status, response.headers, response, response.close)
-    parts = urlsplit(url)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    headers = {**request.headers, **request.unredirected_hdrs, "Host": parts.netloc}
-    for fresh in (False, True):
-        conn = _connection(url, timeout, fresh)
-        try:
-            conn.request("GET", path, headers=headers)
-            response = conn.getresponse()
-            break
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-            _drop(url)
-            if fresh:
-                raise
-        except BaseException:
-            _drop(url)
-            raise
-
-    def done() -> None:
-        if response.will_close or not response.isclosed():
-            _drop(url)  # not read to the end, or the server closes: never reuse it
-
-    if response.status in _REDIRECTS and response.headers.get("Location"):
-        from urllib.parse import urljoin
-
-        response.read()
-        done()
-        # the new origin gets its own credentials, if any, never this request's
-        new_url = urljoin(url, str(response.headers["Location"]))
-        kept = _same_origin_auth(url, new_url, request.unredirected_hdrs)
-        new_url, extra = _ROUTER.authorize(new_url) if _ROUTER else (new_url, {})
-        extra = {**kept, **extra}
-        followed = _opener().open(_request(new_url, extra), timeout=timeout)
-        return _Response(followed.status, followed.headers, followed, followed.close)
-    if response.status >= 400:
-        body = response.read()
-        done()
-        raise urllib.error.HTTPError(
-            url, response.status, response.reason, response.headers, io.BytesIO(body)
-        )
-    return _Response(response.status, response.headers, response, done)
-
-
-def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
-    """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
-    to = route(url)
-    with _opener().open(_request(to.url, to.headers), timeout=timeout) as response:
-        return bytes(response.read(limit))
-
-
 def _where(item: Download, to: Route) -> str:
     """The URL to name in a message: the mirror's when a mirror served it."""
     if to.mirror:
         return f"mirror {mask_url(to.mirror)} (channel-mirrors, for {mask_url(item.url)})"
     return mask_url(item.url)
-
-
-def _attempt(item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
-    """One request. A ``.part-<token>`` left by this process's cut connection is resumed with
-    ``Range``; the hash then covers the old bytes and the new ones. A server that ignores
-    ``Range`` (200) or a resumed file that fails the hash starts over from byte 0. The part
-    carries this process's token, so jobs sharing a cache never write one file together."""
-    import http.client
-    import urllib.error
-
-    algorithm, want = expected(item)
-    part = part_path(item.dest)
-    to = route(item.url)
-    offset = part.stat().st_size if part.exists() else 0
-    request = _request(to.url, to.headers)
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    sha, md5 = hashlib.sha256(), hashlib.md5()
-    size = 0
-    announced: int | None = None
-    try:
-        with _open(request, policy.timeout) as response:
-            length = response.headers.get("Content-Length")
-            resumed = (
-                bool(offset)
-                and response.status == 206
-                and str(response.headers.get("Content-Range", "")).startswith(f"bytes {offset}-")
-            )
-            if resumed:
-                with open(part, "rb") as old:
-                    for chunk in iter(lambda: old.read(CHUNK), b""):
-                        sha.update(chunk)
-                        md5.update(chunk)
-                size = offset
-            if length is not None and str(length).isdigit():
-                require_space(item.dest.parent, int(length), f"downloading {item.label}")
-                announced = size + int(length)
-            size = _stream(response, part, item, sha, md5, size, resumed)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and offset:
-            part.unlink(missing_ok=True)
-            raise _Retryable("HTTP 416 for a resumed download: starting over") from None
-        if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
-            wait = exc.headers.get("Retry-After") if exc.headers else None
-            raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
-        part.unlink(missing_ok=True)
-        hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
-        raise GpuCiError(
-            f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
-        ) from None
-    except GpuCiError:
-        part.unlink(missing_ok=True)
-        raise
-    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
-        # keep the .part: the next attempt (this process, same token) resumes from it
-        raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
-    except ValueError as exc:  # e.g. 'Location: http://[::1/x' (urlsplit): the server's doing
-        part.unlink(missing_ok=True)
-        raise GpuCiError(
-            f"downloading {item.label} failed: {_where(item, to)} answered with "
-            f"an unusable redirect or header ({exc})."
-        ) from None
-    if announced is not None and size != announced:
-        if size > announced:
-            part.unlink(missing_ok=True)
-        raise _Retryable(f"truncated: {size} of {announced} bytes (resuming)")
-    got = sha.hexdigest() if algorithm == "sha256" else md5.hexdigest()
-    if got != want:
-        part.unlink(missing_ok=True)
-        if offset:
-            raise _Retryable("the resumed file fails the hash check: starting over")
-        raise GpuCiError(
-            f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
-            f"{want}, the download has {got}. The file changed on the server"
-            f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
-            "the lock is wrong; nothing was installed.",
-            title="hash mismatch",
-        )
-    try:
-        os.replace(part, item.dest)
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        raise _disk(exc, item.dest, item) from None
-    return size, sha.hexdigest(), md5.hexdigest()
-
-
-def _stream(
-    response: object, part: Path, item: Download, sha: Any, md5: Any, size: int, append: bool
-) -> int:
-    """Copy the body to ``part`` (appending to a resumed one); a failure to write is the
-    disk's, not the network's."""
-    read = response.read  # type: ignore[attr-defined]
-    try:
-        with open(part, "ab" if append else "wb") as out:
-            for chunk in iter(lambda: read(CHUNK), b""):
-                out.write(chunk)
-                sha.update(chunk)
-                md5.update(chunk)
-                size += len(chunk)
-                if _PROGRESS is not None:
-                    _PROGRESS.add(len(chunk))
-                crash_point("download")
-    except OSError as exc:
-        named = as_disk_error(exc, part, f"downloading {item.label}")
-        if named is None:
-            raise
-        part.unlink(missing_ok=True)
-        raise named from None
-    return size
 
 
 def _seconds(value: str | None) -> float | None:
@@ -566,29 +361,302 @@ def _disk(exc: OSError, path: Path, item: Download) -> BaseException:
     return named if named is not None else exc
 
 
-def fetch(item: Download, policy: RetryPolicy) -> Fetched:
-    if item.dest.exists():
-        sha, md5 = file_digests(item.dest)
-        algorithm, want = expected(item)
-        if want and want == (sha if algorithm == "sha256" else md5):
-            return Fetched(item, item.dest.stat().st_size, True, 0, sha, md5)
-        item.dest.unlink(missing_ok=True)  # a corrupted cache entry: fetch again
-    try:
-        item.dest.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _disk(exc, item.dest.parent, item) from None
-    last = ""
-    for attempt in range(1, policy.attempts + 1):
-        try:
-            size, sha, md5 = _attempt(item, policy)
-            return Fetched(item, size, False, attempt, sha, md5)
-        except _Retryable as exc:
-            last = str(exc)
-            if attempt >= policy.attempts:
+class Downloader:
+    """The download layer of one run, as pip's and py-rattler's are one object: where each
+    URL really goes and with which credentials (``router``, e.g.
+    ``gpu_ci.conda.channels.Network``; none: every URL to itself), the progress reporter,
+    the retry ``policy``, and what each origin's connections do (``verdicts``). Every
+    download of a run goes through one, so that a redirect's credentials follow one rule
+    (``redirected``) and a route is decided once per URL."""
+
+    def __init__(
+        self,
+        router: Router | None = None,
+        progress: Progress | None = None,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        self.router, self.progress = router, progress
+        self.policy = policy or RetryPolicy()
+        self.verdicts = Verdicts()
+        self._routes: dict[str, Route] = {}
+        self._opener: urllib.request.OpenerDirector | None = None
+
+    def route(self, url: str) -> Route:
+        """Where ``url`` is fetched from, decided once (a lock asks it of each archive at
+        least twice: whether to stream it, and where its download goes)."""
+        to = self._routes.get(url)
+        if to is None:
+            to = self._routes[url] = (
+                self.router.route(url) if self.router is not None else _unrouted(url)
+            )
+        return to
+
+    def redirected(
+        self, old_url: str, new_url: str, unredirected: Mapping[str, str]
+    ) -> tuple[str, dict[str, str]]:
+        """The one rule for a redirect's credentials, on either path (our kept-alive
+        connections, urllib's): the request's ``Authorization`` only within its origin
+        (``_same_origin_auth``), and the new URL's own credentials from the router, never
+        this request's."""
+        extra = _same_origin_auth(old_url, new_url, unredirected)
+        if self.router is not None:
+            new_url, routed = self.router.authorize(new_url)
+            extra.update(routed)
+        return new_url, extra
+
+    def opener(self) -> urllib.request.OpenerDirector:
+        """urllib's opener for what may not go over a kept-alive connection (proxies) and for
+        redirects, with ``redirected`` as its redirect rule; made on first use."""
+        if self._opener is None:
+            import urllib.request
+
+            owner = self
+
+            class _Redirects(urllib.request.HTTPRedirectHandler):
+                def redirect_request(self, req, fp, code, msg, headers, newurl):
+                    new = super().redirect_request(req, fp, code, msg, headers, newurl)
+                    if new is not None:
+                        url, extra = owner.redirected(
+                            req.full_url, new.full_url, req.unredirected_hdrs
+                        )
+                        new.full_url = url
+                        for key, value in extra.items():
+                            new.add_unredirected_header(key, value)
+                    return new
+
+            self._opener = urllib.request.build_opener(
+                _Redirects, urllib.request.ProxyHandler(proxies())
+            )
+        return self._opener
+
+    def _open(self, request: urllib.request.Request, timeout: float) -> _Response:
+        """Send ``request``, reusing this thread's connection to its origin when it can: one TCP
+        (and TLS) handshake per origin and thread instead of per file. A connection the server
+        closed meanwhile is replaced once at once; a redirect is followed by urllib (with the
+        one credential rule, ``redirected``). 4xx/5xx raise ``HTTPError`` as urllib."""
+        import http.client
+        import urllib.error
+
+        url = request.full_url
+        if not direct(url):
+            response = self.opener().open(request, timeout=timeout)
+            return _Response(response.status, response.headers, response, response.close)
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = {**request.headers, **request.unredirected_hdrs, "Host": parts.netloc}
+        for fresh in (False, True):
+            conn = _connection(url, timeout, fresh)
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                self.verdicts.note(url, not response.will_close and response.version == 11)
                 break
-            time.sleep(policy.wait(attempt, exc.wait))
-    part_path(item.dest).unlink(missing_ok=True)  # nothing of ours is left behind
-    raise GpuCiError(
-        f"downloading {item.label} from {_where(item, route(item.url))} failed "
-        f"after {policy.attempts} attempts ({last})."
-    )
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                _drop(url)
+                if fresh:
+                    raise
+            except BaseException:
+                _drop(url)
+                raise
+
+        def done() -> None:
+            if response.will_close or not response.isclosed():
+                _drop(url)  # not read to the end, or the server closes: never reuse it
+
+        if response.status in _REDIRECTS and response.headers.get("Location"):
+            from urllib.parse import urljoin
+
+            response.read()
+            done()
+            new_url, extra = self.redirected(
+                url, urljoin(url, str(response.headers["Location"])), request.unredirected_hdrs
+            )
+            followed = self.opener().open(_request(new_url, extra), timeout=timeout)
+            return _Response(followed.status, followed.headers, followed, followed.close)
+        if response.status >= 400:
+            body = response.read()
+            done()
+            raise urllib.error.HTTPError(
+                url, response.status, response.reason, response.headers, io.BytesIO(body)
+            )
+        return _Response(response.status, response.headers, response, done)
+
+    def read_small(self, url: str, timeout: float, limit: int = 4096) -> bytes:
+        """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
+        to = self.route(url)
+        with self.opener().open(_request(to.url, to.headers), timeout=timeout) as response:
+            return bytes(response.read(limit))
+
+    def _attempt(self, item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
+        """One request. A ``.part-<token>`` left by this process's cut connection is resumed with
+        ``Range``; the hash then covers the old bytes and the new ones. A server that ignores
+        ``Range`` (200) or a resumed file that fails the hash starts over from byte 0. The part
+        carries this process's token, so jobs sharing a cache never write one file together."""
+        import http.client
+        import urllib.error
+
+        algorithm, want = expected(item)
+        part = part_path(item.dest)
+        to = self.route(item.url)
+        offset = part.stat().st_size if part.exists() else 0
+        request = _request(to.url, to.headers)
+        if offset:
+            request.add_header("Range", f"bytes={offset}-")
+        sha, md5 = hashlib.sha256(), hashlib.md5()
+        size = 0
+        announced: int | None = None
+        try:
+            with self._open(request, policy.timeout) as response:
+                length = response.headers.get("Content-Length")
+                resumed = (
+                    bool(offset)
+                    and response.status == 206
+                    and str(response.headers.get("Content-Range", "")).startswith(
+                        f"bytes {offset}-"
+                    )
+                )
+                if resumed:
+                    with open(part, "rb") as old:
+                        for chunk in iter(lambda: old.read(CHUNK), b""):
+                            sha.update(chunk)
+                            md5.update(chunk)
+                    size = offset
+                if length is not None and str(length).isdigit():
+                    require_space(item.dest.parent, int(length), f"downloading {item.label}")
+                    announced = size + int(length)
+                size = self._stream(response, part, item, sha, md5, size, resumed)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416 and offset:
+                part.unlink(missing_ok=True)
+                raise _Retryable("HTTP 416 for a resumed download: starting over") from None
+            if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
+                wait = exc.headers.get("Retry-After") if exc.headers else None
+                raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
+            part.unlink(missing_ok=True)
+            hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
+            raise GpuCiError(
+                f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
+            ) from None
+        except GpuCiError:
+            part.unlink(missing_ok=True)
+            raise
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+            # keep the .part: the next attempt (this process, same token) resumes from it
+            raise _Retryable(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
+        except ValueError as exc:  # e.g. 'Location: http://[::1/x' (urlsplit): the server's doing
+            part.unlink(missing_ok=True)
+            raise GpuCiError(
+                f"downloading {item.label} failed: {_where(item, to)} answered with "
+                f"an unusable redirect or header ({exc})."
+            ) from None
+        if announced is not None and size != announced:
+            if size > announced:
+                part.unlink(missing_ok=True)
+            raise _Retryable(f"truncated: {size} of {announced} bytes (resuming)")
+        got = sha.hexdigest() if algorithm == "sha256" else md5.hexdigest()
+        if got != want:
+            part.unlink(missing_ok=True)
+            if offset:
+                raise _Retryable("the resumed file fails the hash check: starting over")
+            raise GpuCiError(
+                f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
+                f"{want}, the download has {got}. The file changed on the server"
+                f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
+                "the lock is wrong; nothing was installed.",
+                title="hash mismatch",
+            )
+        try:
+            os.replace(part, item.dest)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            raise _disk(exc, item.dest, item) from None
+        return size, sha.hexdigest(), md5.hexdigest()
+
+    def _stream(
+        self,
+        response: object,
+        part: Path,
+        item: Download,
+        sha: Any,
+        md5: Any,
+        size: int,
+        append: bool,
+    ) -> int:
+        """Copy the body to ``part`` (appending to a resumed one); a failure to write is the
+        disk's, not the network's."""
+        read = response.read  # type: ignore[attr-defined]
+        try:
+            with open(part, "ab" if append else "wb") as out:
+                for chunk in iter(lambda: read(CHUNK), b""):
+                    out.write(chunk)
+                    sha.update(chunk)
+                    md5.update(chunk)
+                    size += len(chunk)
+                    if self.progress is not None:
+                        self.progress.add(len(chunk))
+                    crash_point("download")
+        except OSError as exc:
+            named = as_disk_error(exc, part, f"downloading {item.label}")
+            if named is None:
+                raise
+            part.unlink(missing_ok=True)
+            raise named from None
+        return size
+
+    def fetch(self, item: Download, policy: RetryPolicy | None = None) -> Fetched:
+        """``item`` verified at its ``dest``: there already, or downloaded (``policy``, else
+        this downloader's); what each response says of its connection goes to ``verdicts``."""
+        policy = policy or self.policy
+        if item.dest.exists():
+            sha, md5 = file_digests(item.dest)
+            algorithm, want = expected(item)
+            if want and want == (sha if algorithm == "sha256" else md5):
+                return Fetched(item, item.dest.stat().st_size, True, 0, sha, md5)
+            item.dest.unlink(missing_ok=True)  # a corrupted cache entry: fetch again
+        try:
+            item.dest.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _disk(exc, item.dest.parent, item) from None
+        last = ""
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                size, sha, md5 = self._attempt(item, policy)
+                return Fetched(item, size, False, attempt, sha, md5)
+            except _Retryable as exc:
+                last = str(exc)
+                if attempt >= policy.attempts:
+                    break
+                time.sleep(policy.wait(attempt, exc.wait))
+        part_path(item.dest).unlink(missing_ok=True)  # nothing of ours is left behind
+        raise GpuCiError(
+            f"downloading {item.label} from {_where(item, self.route(item.url))} failed "
+            f"after {policy.attempts} attempts ({last})."
+        )
+
+
+_DEFAULT: list[Downloader] = [Downloader()]
+
+
+def configure(router: Router | None = None, progress: Progress | None = None) -> Downloader:
+    """Deprecated: make the ``Downloader`` the module-level ``fetch``, ``route`` and
+    ``read_small`` use, and return it. Kept for callers not yet handed a ``Downloader``
+    (the Miniforge installer's download); new code takes one as a parameter."""
+    _DEFAULT[0] = Downloader(router, progress)
+    return _DEFAULT[0]
+
+
+def default() -> Downloader:
+    """The ``Downloader`` of ``configure`` (one without a router until then)."""
+    return _DEFAULT[0]
+
+
+def fetch(item: Download, policy: RetryPolicy | None = None) -> Fetched:
+    return default().fetch(item, policy)
+
+
+def route(url: str) -> Route:
+    return default().route(url)
+
+
+def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
+    return default().read_small(url, timeout, limit)

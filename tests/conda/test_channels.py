@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_ci.conda.channels import Network
-from gpu_ci.downloads import Progress
+from gpu_ci.downloads import Downloader, Progress, Verdicts, keeps_alive
 from gpu_ci.errors import UsageError
 
 
@@ -112,3 +112,50 @@ def test_progress_reports_bytes_and_rate_every_interval_not_per_chunk():
         "downloading: 21.0 MB in 5 s (4.2 MB/s now)",
         "downloading: 41.0 MB in 10 s (4.0 MB/s now)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("version", "connection", "keeps"),
+    [
+        (11, "", True),
+        (11, "keep-alive", True),
+        (11, "close", False),
+        (11, "Keep-Alive, Close", False),
+        (10, "", False),
+        (10, "keep-alive", False),  # HTTP/1.0 at all: narrow (its keep-alive is an extension)
+    ],
+)
+def test_what_a_response_says_of_its_connection(version, connection, keeps):
+    assert keeps_alive(version, connection) is keeps
+
+
+def test_one_answer_that_closes_keeps_an_origin_narrow():
+    """A server that closes some connections is treated as one that closes them all: many
+    downloads at once would overflow its listen backlog when it does."""
+    verdicts = Verdicts()
+    assert verdicts.of("https://h/a") is None
+    verdicts.note("https://h/a", True)
+    assert verdicts.of("https://H:443/b") is True  # one origin
+    verdicts.note("https://h/c", False)
+    verdicts.note("https://h/d", True)
+    assert verdicts.of("https://h/e") is False
+    assert verdicts.of("http://h/e") is None  # another origin
+
+
+def test_a_redirect_gets_the_credentials_of_its_own_origin_only():
+    """The one rule, for both request paths (kept-alive connections and urllib's)."""
+    net = Network.parse("", "a.example = bearer A\nb.example = bearer B\n")
+    downloader = Downloader(net)
+    sent = {"Authorization": "Bearer A"}
+    assert downloader.redirected("https://a.example/x", "https://b.example/y", sent) == (
+        "https://b.example/y",
+        {"Authorization": "Bearer B"},
+    )
+    assert downloader.redirected("https://a.example/x", "https://c.example/y", sent) == (
+        "https://c.example/y",
+        {},
+    )
+    assert downloader.redirected("https://a.example/x", "https://a.example:443/z", sent)[1] == (
+        sent
+    )
+    assert Downloader().redirected("https://a.example/x", "http://a.example/x", sent)[1] == {}

@@ -116,10 +116,11 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
 def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     channel, tmp_path, monkeypatch
 ):
-    """Two origins, one distant (widened: the second pool's threads take the queue) and one
-    near (one download at a time). Downloads handed to a thread before the first error but
-    still waiting for their near origin's permit started after it, against "after an error
-    no other download starts". The near origin's log says which were requested."""
+    """Two origins, one widened by its first answer (the second pool's threads take the
+    queue) and one whose first download still holds its one permit. Downloads handed to a
+    thread before the first error but still waiting for their origin's permit started after
+    it, against "after an error no other download starts". The near origin's log says which
+    were requested."""
     import shutil
 
     from tests.conda.jobs import PROXY_VARIABLES
@@ -137,7 +138,8 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     distant = ChannelServer(root, backlog=128, latency=0.05).start()
     near = ChannelServer(root, backlog=128).start()
     distant.fail("c/a0.conda", "slow:1.5")  # holds the one narrow thread until it widened
-    near.fail("c/b0.conda", "slow:1.5")  # holds the near origin's one permit
+    for name in ("b0", "b1", "b2", "b3"):  # whichever thread takes the near origin's one
+        near.fail(f"c/{name}.conda", "slow:1.5")  # permit first holds it past the error
     distant.fail("c/a1.conda", "404")  # the first error, while b1-b3 wait for that permit
     (tmp_path / "out").mkdir()
     items = [
@@ -156,9 +158,9 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
         distant.stop()
         near.stop()
     assert "HTTP 404" in str(got[2]), got
-    assert [
-        p for p, _ in near.log if p.rpartition("/")[2] in ("b1.conda", "b2.conda", "b3.conda")
-    ] == []
+    # one near download held the permit when the error came; none of the others started
+    # (which one is the threads' race: they reach the origin's permit in any order)
+    assert len([p for p, _ in near.log if p.rpartition("/")[2].startswith("b")]) == 1
 
 
 @pytest.mark.parametrize("stream", ["true", "false"])

@@ -802,16 +802,16 @@ def test_a_file_changed_in_the_package_cache_is_not_linked(channel, locks, tmp_p
 
 def _hash_spy(monkeypatch, tmp_path):
     """Records (in a file: the workers are forked processes) each cache entry hashed in full."""
-    from gpu_ci.conda import fetch
+    from gpu_ci.conda import cache_trust
 
-    log, real = tmp_path / "hashed.txt", fetch.cache_entry_problem
+    log, real = tmp_path / "hashed.txt", cache_trust.cache_entry_problem
 
     def spy(entry):
         with open(log, "a") as out:
             out.write(f"{entry.name}\n")
         return real(entry)
 
-    monkeypatch.setattr(fetch, "cache_entry_problem", spy)
+    monkeypatch.setattr(cache_trust, "cache_entry_problem", spy)
     log.touch()
     return lambda: sorted(log.read_text().split())
 

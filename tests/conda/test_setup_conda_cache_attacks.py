@@ -161,7 +161,7 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
     the hard link from an older environment just after the hash read it: the stamp must
     not bless that write, or every later job would link the changed file that the hash of
     each job used to catch."""
-    from gpu_ci.conda import fetch, install, lockfile
+    from gpu_ci.conda import cache_trust, install, lockfile
 
     text = channel.explicit_lock(["libhello", "hello", "hello-data"])
     plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])
@@ -171,7 +171,7 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
     original = linked.read_bytes()
     assert linked.stat().st_nlink > 1  # the cache's file
     os.utime(linked, ns=(0, linked.stat().st_mtime_ns + 1))  # the stamp no longer matches
-    real = fetch.cache_entry_problem
+    real = cache_trust.cache_entry_problem
 
     def then_written(entry):  # runs in a worker: another process writes meanwhile
         problem = real(entry)
@@ -180,9 +180,9 @@ def test_a_file_written_after_its_hash_and_before_the_stamp_is_not_trusted_later
                 out.write(b"X" * len(original))
         return problem
 
-    monkeypatch.setattr(fetch, "cache_entry_problem", then_written)
+    monkeypatch.setattr(cache_trust, "cache_entry_problem", then_written)
     install.install(plan, tmp_path / "b", pkgs, dict(os.environ), log=quiet)
-    monkeypatch.setattr(fetch, "cache_entry_problem", real)
+    monkeypatch.setattr(cache_trust, "cache_entry_problem", real)
     install.install(plan, tmp_path / "c", pkgs, dict(os.environ), log=quiet)
     assert (tmp_path / "c" / "share" / "hello" / "data.txt").read_bytes() == original
 

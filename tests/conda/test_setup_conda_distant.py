@@ -1,7 +1,7 @@
-"""How many downloads run at once: few against a server on this host or one that closes
-every connection, many (``fetch.WIDE``) against a distant server that keeps connections
-open, where each small archive costs a round trip. The server counts the requests it
-answers at once; no timing is asserted."""
+"""How many downloads run at once: few against a server that closes every connection, many
+(``fetch.WIDE``) against one that keeps connections open, where each small archive costs a
+round trip, decided from what the server's answers say, never from how long they took.
+The server counts the requests it answers at once; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.conda import fetch
-from gpu_ci.downloads import Download, round_trip
+from gpu_ci.downloads import Download
 from gpu_ci.retry import RetryPolicy
 from tests.conda_channel import ChannelServer
 
@@ -52,30 +52,35 @@ def _stream(server: ChannelServer, archive, rels: list[str], cache: Path) -> int
 
 
 @pytest.mark.parametrize(
-    ("protocol", "latency", "widens"),
+    ("protocol", "latency", "head_latency", "widens"),
     [
-        ("HTTP/1.1", LATENCY, True),  # distant and kept alive: many at once
-        ("HTTP/1.0", LATENCY, False),  # a new connection per archive: a small backlog overflows
-        ("HTTP/1.1", 0.0, False),  # near: the CPU sets the pace, more would convoy
+        ("HTTP/1.1", 0.0, None, True),  # kept alive, near or far: many at once
+        ("HTTP/1.1", LATENCY, 0.0, True),  # slow GETs, quick HEADs (Nagle): no timing decides
+        ("HTTP/1.0", LATENCY, None, False),  # a new connection per archive: a small backlog
     ],
 )
-def test_streams_widen_only_for_a_distant_server_that_keeps_connections(
-    copies, tmp_path, protocol, latency, widens
+def test_streams_widen_only_for_a_server_that_keeps_connections(
+    copies, tmp_path, protocol, latency, head_latency, widens
 ):
     root, archive, rels = copies
-    server = _server(root, protocol=protocol, latency=latency)
+    narrow = fetch.streams()
+    # held until more than ``narrow`` are in flight where it should widen (a host's load
+    # then cannot hide it); never held where it must not (each GET would wait 2 s)
+    gather = narrow if widens else 0
+    server = _server(
+        root, protocol=protocol, latency=latency, head_latency=head_latency, gather=gather
+    )
     try:
         assert _stream(server, archive, rels, tmp_path / "cache") == COPIES
     finally:
         server.stop()
-    # one probe per origin, never waited for: three round trips on one connection (all of
-    # them when it widened), or one answer that closes it
-    assert len(server.heads) == 3 if widens else len(server.heads) <= 3
+    # one probe per origin, one request on a connection of its own, nothing of ours in it
+    assert len(server.heads) == 1
     assert all("Authorization" not in h for h in server.heads)
     if widens:
-        assert server.most_at_once > fetch.streams()
+        assert narrow < server.most_at_once <= fetch.WIDE
     else:
-        assert server.most_at_once <= fetch.streams()
+        assert server.most_at_once <= narrow
 
 
 def _download(server: ChannelServer, archive, rels: list[str], folder: Path, narrow: int) -> None:
@@ -93,35 +98,45 @@ def _download(server: ChannelServer, archive, rels: list[str], folder: Path, nar
     ), got
 
 
-@pytest.mark.parametrize("latency", [LATENCY, 0.0])
-def test_our_downloader_adds_threads_only_for_a_distant_server(copies, tmp_path, latency):
+@pytest.mark.parametrize("protocol", ["HTTP/1.1", "HTTP/1.0"])
+def test_our_downloader_adds_threads_only_for_a_server_that_keeps_connections(
+    copies, tmp_path, protocol
+):
     """The careful path (credentials, proxies, ``stream-downloads: false``): ``narrow``
-    threads, each with its kept-alive connection; WIDE in all once the origin proves
-    distant. A near server sees no more connections than ``narrow``."""
+    threads, each with its kept-alive connection; WIDE in all once a response shows the
+    origin keeps connections alive (no probe: the downloads' answers tell). A server that
+    closes every connection never sees more than ``narrow`` at once. The server holds each
+    GET until more than ``narrow`` are in flight (``gather``), so what it sees does not
+    depend on how busy the host is."""
     root, archive, rels = copies
-    server = _server(root, latency=latency)
     narrow = 2
+    server = _server(root, protocol=protocol, gather=narrow if protocol == "HTTP/1.1" else 0)
     try:
         _download(server, archive, rels, tmp_path / "archives", narrow)
     finally:
         server.stop()
-    if latency:
+    assert server.heads == []
+    if protocol == "HTTP/1.1":
         assert narrow < server.most_at_once <= fetch.WIDE
+        assert len(server.peers) <= fetch.WIDE  # one connection per thread
     else:
         assert server.most_at_once <= narrow
-        assert len(server.peers) <= narrow  # one connection per thread, no more threads
+        assert server.connections == COPIES  # one per archive, as the server asks
 
 
 def test_the_probe_tells_kept_alive_from_closed_and_says_nothing_of_ours(copies):
+    import asyncio
+
     root, _, rels = copies
     kept = _server(root, authorization="Bearer secret")
     closed = _server(root, protocol="HTTP/1.0")
     try:
-        rtt = round_trip(f"{kept.url}/{rels[0]}", 5.0)  # a 401 still keeps the connection
-        assert rtt is not None and rtt >= 0
-        assert round_trip(f"{closed.url}/{rels[0]}", 5.0) is None
-        assert round_trip("http://127.0.0.1:9/nothing-listens-here", 5.0) is None
+        # a 401 still keeps the connection
+        assert asyncio.run(fetch.keeps_connections(f"{kept.url}/{rels[0]}", 5.0)) is True
+        assert asyncio.run(fetch.keeps_connections(f"{closed.url}/{rels[0]}", 5.0)) is False
+        nothing = "http://127.0.0.1:9/nothing-listens-here"
+        assert asyncio.run(fetch.keeps_connections(nothing, 5.0)) is None
     finally:
         kept.stop()
         closed.stop()
-    assert [h.get("Authorization") for h in kept.heads] == [None] * 3
+    assert [h.get("Authorization") for h in kept.heads] == [None]

@@ -50,7 +50,7 @@ from gpu_ci.conda.integrity import environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.conda.options import MARKER, is_environment
 from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
-from gpu_ci.downloads import TOKEN, Fetched
+from gpu_ci.downloads import TOKEN, Downloader, Fetched
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
@@ -226,7 +226,7 @@ def link_with_rattler(
         f"linking {len(entries)} packages into {target}",
     )
     # Every entry is either extracted just now from a verified archive or was checked
-    # against its stamp or its paths.json (sizes and sha256) by _extract or _valid_entry:
+    # against its stamp or its paths.json (sizes and sha256) by extract_entry or valid_entry:
     # rattler need not validate it again.
     package_cache = rattler.PackageCache.new_layered(
         [str(cache)], validation_mode=rattler.ValidationMode.skip()
@@ -457,9 +457,13 @@ def install(
     policy: RetryPolicy | None = None,
     log: Log = print,
     stream: bool = True,
+    downloader: Downloader | None = None,
 ) -> InstallReport:
+    """``plan`` installed at ``target`` (reused when it is there and whole); every download
+    through ``downloader`` (the run's: mirrors, credentials, progress; else
+    ``downloads.default()``)."""
     try:
-        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream)
+        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream, downloader)
     except OSError as exc:  # anywhere, the lock file and the journal included
         named = as_disk_error(exc, target.parent, f"installing {target}")
         if named is not None:
@@ -477,6 +481,7 @@ def _install(
     policy: RetryPolicy | None,
     log: Log,
     stream: bool = True,
+    downloader: Downloader | None = None,
 ) -> InstallReport:
     report = InstallReport()
     paths = transaction.Paths(target)
@@ -503,7 +508,17 @@ def _install(
             with transaction.registered(pkgs_dir):
                 transaction.begin(paths)
                 _build_and_swap(
-                    plan, paths, pkgs_dir, env, engine, conda, policy, report, stream, log
+                    plan,
+                    paths,
+                    pkgs_dir,
+                    env,
+                    engine,
+                    conda,
+                    policy,
+                    report,
+                    stream,
+                    log,
+                    downloader,
                 )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -529,16 +544,19 @@ def _build_and_swap(
     report: InstallReport,
     stream: bool = True,
     log: Log = print,
+    downloader: Downloader | None = None,
 ) -> None:
     staging, target, work = paths.staging, paths.target, paths.work
     work.mkdir(exist_ok=True)
     started = time.monotonic()
     cache = pkgs_dir / "rattler"
     if engine == "conda":
-        fetched = download_all(plan_downloads(plan, pkgs_dir), policy or RetryPolicy())
+        fetched = download_all(plan_downloads(plan, pkgs_dir), policy or RetryPolicy(), downloader)
         report.phases["download+verify"] = time.monotonic() - started
     else:
-        got = fetch_and_extract(plan, pkgs_dir, cache, policy, stream=stream, log=log)
+        got = fetch_and_extract(
+            plan, pkgs_dir, cache, policy, stream=stream, log=log, downloader=downloader
+        )
         fetched = got.fetched
         report.phases["download+verify+extract"] = time.monotonic() - started
     _count(report, fetched)
@@ -561,7 +579,9 @@ def _build_and_swap(
             # A trusted entry was not usable after all: fetch and verify every archive,
             # extract each again, and link once more.
             shutil.rmtree(staging, ignore_errors=True)
-            got = fetch_and_extract(plan, pkgs_dir, cache, policy, trust=False)
+            got = fetch_and_extract(
+                plan, pkgs_dir, cache, policy, trust=False, downloader=downloader
+            )
             fetched = got.fetched
             link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
             _count(report, fetched)
