@@ -44,15 +44,12 @@ __all__ = [
     "Router",
     "TOKEN",
     "Downloader",
-    "configure",
     "default",
     "fetch",
     "file_digest",
     "part_path",
-    "read_small",
     "Verdicts",
     "keeps_alive",
-    "route",
     "verified",
 ]
 
@@ -634,29 +631,12 @@ class Downloader:
         )
 
 
-_DEFAULT: list[Downloader] = [Downloader()]
-
-
-def configure(router: Router | None = None, progress: Progress | None = None) -> Downloader:
-    """Deprecated: make the ``Downloader`` the module-level ``fetch``, ``route`` and
-    ``read_small`` use, and return it. Kept for callers not yet handed a ``Downloader``
-    (the Miniforge installer's download); new code takes one as a parameter."""
-    _DEFAULT[0] = Downloader(router, progress)
-    return _DEFAULT[0]
-
-
 def default() -> Downloader:
-    """The ``Downloader`` of ``configure`` (one without a router until then)."""
-    return _DEFAULT[0]
+    """A ``Downloader`` without a router (every URL fetched from itself), for callers handed
+    none: no module state, so one run's routes and credentials never reach another's."""
+    return Downloader()
 
 
 def fetch(item: Download, policy: RetryPolicy | None = None) -> Fetched:
+    """``item`` fetched by an unrouted ``Downloader`` (see :func:`default`)."""
     return default().fetch(item, policy)
-
-
-def route(url: str) -> Route:
-    return default().route(url)
-
-
-def read_small(url: str, timeout: float, limit: int = 4096) -> bytes:
-    return default().read_small(url, timeout, limit)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpu_ci.conda.isolation import VendorConda
     from gpu_ci.conda.lockfile import InstallPlan
     from gpu_ci.conda.miniforge import Miniforge, Pending
+    from gpu_ci.downloads import Downloader
 
 
 def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.SetupOptions:
@@ -64,9 +65,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     from gpu_ci import downloads
 
     isolation = pipeline.isolate(opts, rt.environ)
-    downloads.configure(network, downloads.Progress(rt.info))
+    downloader = downloads.Downloader(network, downloads.Progress(rt.info), opts.retry)
     phases: dict[str, float] = {}
-    report, mf = install(rt, opts, plan, isolation.env, phases)
+    report, mf = install(rt, opts, plan, isolation.env, phases, downloader)
     phases.update(report.phases)
     publish(rt, opts, mf, report, isolation.env)
     verb = "reused" if report.reused else "created"
@@ -89,6 +90,7 @@ def install(
     plan: InstallPlan,
     env: Mapping[str, str],
     phases: dict[str, float],
+    downloader: Downloader,
 ) -> tuple[InstallReport, Miniforge | None]:
     """The environment, and Miniforge where the job installs it. ``engine: conda`` waits
     for Miniforge (its conda creates the environment); otherwise Miniforge is downloaded
@@ -96,7 +98,7 @@ def install(
     from gpu_ci.conda import install as env_install
     from gpu_ci.conda import miniforge as conda_miniforge
 
-    pending = conda_miniforge.start(opts, env) if opts.miniforge else None
+    pending = conda_miniforge.start(opts, env, downloader) if opts.miniforge else None
     mf = miniforge(rt, opts, pending, phases) if pending and opts.engine == "conda" else None
     try:
         report = env_install.install(
@@ -109,6 +111,7 @@ def install(
             policy=opts.retry,
             log=rt.info,
             stream=opts.stream,
+            downloader=downloader,
         )
     except BaseException:
         if pending is not None and mf is None:  # never leave its installer running half-way

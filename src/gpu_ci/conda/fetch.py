@@ -124,7 +124,7 @@ def fetch_and_extract(
     downloader: Downloader | None = None,
 ) -> Fetch:
     """Every entry of the plan verified in the cache: trusted, streamed or downloaded
-    (``downloader``: the run's, else ``downloads.default()``).
+    (``downloader``: the run's, else an unrouted one, ``downloads.default()``).
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
     their hash is computed, and published only when it matches; our downloader's archives

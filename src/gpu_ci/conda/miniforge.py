@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_ci import locks
-from gpu_ci.downloads import CHUNK, Download, RetryPolicy, fetch, read_small, route
+from gpu_ci.downloads import CHUNK, Download, Downloader, RetryPolicy
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
 
@@ -99,13 +99,13 @@ def installer_name(version: str, system: str | None = None, machine: str | None 
     return f"Miniforge3-{version}-{os_name}-{arch}.sh"
 
 
-def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
+def _checksum_from_release(url: str, policy: RetryPolicy, downloader: Downloader) -> str:
     try:
-        text = read_small(url + ".sha256", policy.timeout).decode("utf-8", "replace")
+        text = downloader.read_small(url + ".sha256", policy.timeout).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise GpuCiError(
-                f"HTTP {exc.code} for {mask_url(url)}.sha256: {route(url).hint}.",
+                f"HTTP {exc.code} for {mask_url(url)}.sha256: {downloader.route(url).hint}.",
                 title="unverified installer",
             ) from None
         raise GpuCiError(
@@ -132,14 +132,14 @@ def _checksum_from_release(url: str, policy: RetryPolicy) -> str:
 
 
 def _expected(
-    version: str, name: str, url: str, sha256: str, policy: RetryPolicy
+    version: str, name: str, url: str, sha256: str, policy: RetryPolicy, downloader: Downloader
 ) -> tuple[str, str]:
     """(sha256, where it came from): the input, else the shipped pin, else the release's."""
     if sha256.strip():
         return sha256.strip().lower(), "input"
     if name in INSTALLER_SHA256.get(version, {}):
         return INSTALLER_SHA256[version][name], "shipped"
-    return _checksum_from_release(url, policy), "release"
+    return _checksum_from_release(url, policy, downloader), "release"
 
 
 def _copy_verified(src: Path, dest: Path, want: str) -> bool:
@@ -200,7 +200,9 @@ def _publish(verified: Path, work: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def verified_installer(item: Download, policy: RetryPolicy) -> Iterator[tuple[Path, bool]]:
+def verified_installer(
+    item: Download, policy: RetryPolicy, downloader: Downloader | None = None
+) -> Iterator[tuple[Path, bool]]:
     """A private copy of the installer whose bytes hashed to ``item.sha256``, and whether it
     came from the cache at ``item.dest``; removed afterwards.
 
@@ -232,7 +234,8 @@ def verified_installer(item: Download, policy: RetryPolicy) -> Iterator[tuple[Pa
                 f"removed ({exc.strerror}); nothing was installed."
             ) from None
         if not cached:
-            fetch(Download(item.url, copy, item.label, sha256=item.sha256), policy)
+            got = Download(item.url, copy, item.label, sha256=item.sha256)
+            (downloader or Downloader(policy=policy)).fetch(got, policy)
             _publish(copy, work, item.dest)
         yield copy, cached
     finally:
@@ -260,20 +263,33 @@ class Installer:
 
 
 def installer(
-    version: str, cache_dir: Path, *, url: str = "", sha256: str = "", policy: RetryPolicy
+    version: str,
+    cache_dir: Path,
+    *,
+    url: str = "",
+    sha256: str = "",
+    policy: RetryPolicy,
+    downloader: Downloader | None = None,
 ) -> Installer:
     """The installer of ``version``, its sha256 known (else :class:`GpuCiError`): decided
     before anything is installed, so that no checksum means no install at all."""
     name = installer_name(version)
     url = url or f"{RELEASES}/{version}/{name}"
-    want, source = _expected(version, name, url, sha256, policy)
+    downloader = downloader or Downloader(policy=policy)
+    want, source = _expected(version, name, url, sha256, policy, downloader)
     item = Download(url, cache_dir / version / name, f"Miniforge {version} ({name})", sha256=want)
     return Installer(version, item, source)
 
 
-def install(found: Installer, root: Path, env: Mapping[str, str], policy: RetryPolicy) -> Miniforge:
+def install(
+    found: Installer,
+    root: Path,
+    env: Mapping[str, str],
+    policy: RetryPolicy,
+    downloader: Downloader | None = None,
+) -> Miniforge:
     """Run the verified installer into ``root``; a marker records version and sha256."""
-    with verified_installer(found.download, policy) as (script, cached):
+    with verified_installer(found.download, policy, downloader) as (script, cached):
         proc = subprocess.run(
             ["bash", str(script), "-b", "-u", "-p", str(root)],
             env=dict(env),
@@ -298,15 +314,19 @@ def ensure(
     url: str = "",
     sha256: str = "",
     policy: RetryPolicy | None = None,
+    downloader: Downloader | None = None,
 ) -> Miniforge:
     """Miniforge ``version`` in ``root``: reused when there, else installed from the
-    installer in ``cache_dir`` (downloaded once, verified each time it is used)."""
+    installer in ``cache_dir`` (downloaded once, verified each time it is used), through
+    ``downloader`` (the run's: mirrors, credentials, progress)."""
     policy = policy or RetryPolicy()
     reused = _installed(root, version)
     if reused is not None:
         return reused
-    found = installer(version, cache_dir, url=url, sha256=sha256, policy=policy)
-    return install(found, root, env, policy)
+    found = installer(
+        version, cache_dir, url=url, sha256=sha256, policy=policy, downloader=downloader
+    )
+    return install(found, root, env, policy, downloader)
 
 
 class Pending:
@@ -336,7 +356,9 @@ class Pending:
         return self._result
 
 
-def start(opts: SetupOptions, env: Mapping[str, str]) -> Pending:
+def start(
+    opts: SetupOptions, env: Mapping[str, str], downloader: Downloader | None = None
+) -> Pending:
     """Start installing Miniforge into ``opts.root`` (its ``.condarc`` first), with the
     installer kept in the package cache; the caller waits on the result when it needs it.
     A reused root and the installer's checksum are settled here, before the thread: no
@@ -351,8 +373,9 @@ def start(opts: SetupOptions, env: Mapping[str, str]) -> Pending:
         url=opts.installer_url,
         sha256=opts.installer_sha256,
         policy=opts.retry,
+        downloader=downloader,
     )
-    return Pending(functools.partial(install, found, opts.root, env, opts.retry))
+    return Pending(functools.partial(install, found, opts.root, env, opts.retry, downloader))
 
 
 def write_condarc(path: Path, pkgs_dir: Path, envs_dir: Path) -> None:
