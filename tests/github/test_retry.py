@@ -285,17 +285,3 @@ def test_a_matrix_sibling_cancelled_by_fail_fast_is_re_run_with_the_lost_job(gh)
         ("gpu-tests (py3.12)", "queued"),
     ]
     assert [i.job_id for i in result.infra] == [lost.id]  # the sibling lost nothing itself
-
-
-def test_a_comment_run_is_not_re_run_and_gets_no_status_on_the_default_branch(gh):
-    """Attack: a comment approval's run (issue_comment) runs from the default branch, so its
-    ``head_sha`` is that branch's commit, not the approved one. Re-running it checked no
-    head at all (it passed as a trusted event) and posted "retried" on the default branch's
-    commit. The watchdog cannot tell that run's approved head: it is not re-run, and says so."""
-    main = "c" * 40
-    run = failed_run(gh, now() - timedelta(hours=2), event="issue_comment", head_sha=main, pr=None)
-    (record,) = sweep(gh).retries
-    assert record.action == "not-retried" and record.code == "stale-head"
-    assert "issue_comment" in record.reason and "approve again" in record.reason
-    assert run.run_attempt == 1 and gh.requests("POST") == []
-    assert main not in gh.repos[REPO].statuses

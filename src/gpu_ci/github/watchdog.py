@@ -53,6 +53,7 @@ from gpu_ci.github.statuses import (
     TRUSTED_EVENTS,
     Status,
     StatusConfig,
+    approval_of,
     approval_status,
     clip,
     no_runner,
@@ -995,6 +996,15 @@ def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]
         )
         if approval is None:
             return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
+        # The approval's own run only (gpu-status binds no other): any run of an approved
+        # head may use GPU runners, a fork's own run of its edited workflow too.
+        approver = approval_of([approval], context)
+        actor = str((run.get("actor") or {}).get("login") or "")
+        if not approver or actor != approver:
+            return (
+                f"run {run.get('id')} was started by @{actor}, not by the approver "
+                f"@{approver}: only the approval's run is re-run"
+            )
         number = pull_of(approval) or number
     if number is None:
         return "the run names no pull request: cannot tell whether its head is still approved"
