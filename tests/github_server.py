@@ -932,11 +932,13 @@ class FakeGitHub:
             "raw_details": None,
         }
 
-    def rerun_failed_jobs(self, run: WorkflowRun, at: str) -> None:
+    def rerun_failed_jobs(self, run: WorkflowRun, at: str, by: str) -> None:
         """``rerun-failed-jobs``: a new attempt; its failed and cancelled jobs queued again
-        (new job ids), the others carried over with their results."""
+        (new job ids), the others carried over with their results. As on GitHub, the new
+        attempt's ``triggering_actor`` is the token's user (``actor`` stays the first one's)."""
         previous = [j for j in run.jobs if j.run_attempt == run.run_attempt]
         run.run_attempt += 1
+        run.triggering_actor = by
         for job in previous:
             again = job.conclusion in ("failure", "cancelled", "timed_out")
             run.jobs.append(
@@ -1668,7 +1670,7 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 if rest[2] == "rerun-failed-jobs":  # actions/re-run-workflow-failed-jobs
-                    gh.rerun_failed_jobs(run, now)
+                    gh.rerun_failed_jobs(run, now, gh.token_users.get(token, "github-actions[bot]"))
                     return 201, {}, {}
                 if run.status == "completed":  # actions/force-cancel-workflow-run
                     return (

@@ -79,6 +79,7 @@ def failed_run(
         conclusion="failure",
         created_at=iso(start),
         run_attempt=attempt,
+        actor="maintainer",  # the approver's run: attempt 1's actor is its triggering actor
         triggering_actor="maintainer",
         pull_requests=[pr] if pr else [],
     )

@@ -396,3 +396,19 @@ def test_breakdown_and_cumulative_days():
     assert [(r.key, r.minutes) for r in by_who] == [("other", 20), ("maintainer", 15)]
     days = budget.cumulative(got, NOV, date(2026, 11, 5), "minutes")
     assert [int(v) for _, v in days] == [0, 10, 10, 35, 35]
+
+
+def test_a_re_run_keeps_the_first_attempts_approver():
+    """gpu-watchdog's retry (rerun-failed-jobs) makes the token's user the run's
+    ``triggering_actor`` (GitHub records the re-runner): the run's cost, both attempts, stays
+    with its approver (the first attempt's actor), as gpu-status binds it."""
+    run = {**_run(attempt=2), "triggering_actor": {"login": "github-actions[bot]"}}
+    run["actor"] = {"login": "maintainer"}
+    got = costs(
+        [
+            _job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:10:00Z", conclusion="failure"),
+            _job(2, "2026-11-02T10:20:00Z", "2026-11-02T10:30:00Z", attempt=2),
+        ],
+        run=run,
+    )
+    assert [c.approver for c in got] == ["maintainer", "maintainer"]

@@ -288,3 +288,22 @@ def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_n
     assert conda["cache-write"] == "false"
     # an edit (which approves nothing) cannot cancel the run a new comment started
     assert "github.event.action" in workflow["concurrency"]["group"]
+
+
+def test_a_trusted_authors_pull_request_from_someone_elses_fork_needs_an_approval():
+    """Attack: anyone may open a pull request whose head is a branch of *another* user's fork.
+    A maintainer (trusted) opens one from mallory's fork; mallory pushes a commit with the
+    maintainer's public email as author and committer, so GitHub links both to the
+    maintainer. Only a head in the base repository or in the author's own fork is theirs."""
+    forked = pull(fork=True)
+    forked["head"]["repo"]["owner"] = {"login": "mallory"}
+    decision = trusted(head_commit(), pr=forked)
+    assert not decision.run
+    assert "fork/Hello-World, owned by mallory, not by alice" in decision.reason
+    assert "a maintainer applies 'CUDA CI'" in decision.reason
+    gone = pull(fork=True)
+    gone["head"]["repo"] = None  # the fork was deleted
+    assert "head repository is gone" in trusted(head_commit(), pr=gone).reason
+    own = pull(fork=True)
+    own["head"]["repo"]["owner"] = {"login": "alice"}
+    assert trusted(head_commit(), pr=own).run

@@ -345,3 +345,44 @@ def test_the_servers_comment_endpoints_answer_as_github_documents(github, pull):
     assert requests.delete(one, headers=auth, timeout=10).status_code == 204
     assert requests.get(one, headers=auth, timeout=10).status_code == 404
     assert github.contract_violations == []
+
+
+class _RacingRest:
+    """Two gpu-status events at once: both created a comment, and the other event has already
+    deleted the newer one when this one deletes it too (GitHub answers 404)."""
+
+    def __init__(self) -> None:
+        body = CONFIG.marker + "\nolder"
+        self.comments = [
+            {"id": 11, "user": {"login": BOT}, "body": body},
+            {"id": 12, "user": {"login": BOT}, "body": body},
+        ]
+        self.calls: list[tuple[str, str]] = []
+
+    def get_pages(self, path, *, key=None, limit=3000):
+        return list(self.comments)
+
+    def post(self, path, body=None):  # pragma: no cover - there is a comment of ours
+        raise AssertionError("nothing is created when ours exists")
+
+    def patch(self, path, body):
+        self.calls.append(("PATCH", path))
+        return {}
+
+    def delete(self, path):
+        from gpu_ci.github.client import ApiError
+
+        self.calls.append(("DELETE", path))
+        raise ApiError(f"DELETE {path}", 404, "Not Found")
+
+
+def test_a_duplicate_the_other_event_already_deleted_is_not_an_error():
+    """Attack (two events at once): each removes the newer duplicate; the second DELETE of it
+    answers 404, which must not fail the status job (the duplicate is gone, as wanted)."""
+    rest = _RacingRest()
+    out = pr_comment.sync(rest, CONFIG, REPO, 2, "new body")
+    assert out.action == "updated" and out.comment_id == 11
+    assert rest.calls == [
+        ("DELETE", f"/repos/{REPO}/issues/comments/12"),
+        ("PATCH", f"/repos/{REPO}/issues/comments/11"),
+    ]

@@ -178,8 +178,9 @@ def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_c
     )
     assert watchdog.sweep(rest, REPO, config, now).retried == [lost.id]
     assert repo.statuses[sha][0]["description"].startswith(statuses.RETRIED_PREFIX)
-    # GitHub records who re-ran it as the triggering actor (the test server keeps the first)
-    lost.triggering_actor = BOT
+    # GitHub records who re-ran it as the triggering actor (the token's user; actor stays)
+    served = github.run_json(repo, lost)
+    assert served["triggering_actor"]["login"] == BOT and served["actor"]["login"] == "maintainer"
     for job in lost.jobs:
         if job.run_attempt == 2 and job.status != "completed":
             job.status, job.conclusion, job.runner_name = "completed", "success", "gpu-spot-8"

@@ -195,7 +195,11 @@ def job_costs(
     queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
     out = []
     pr = pull_request_of(run)
-    approver = str(((run.get("triggering_actor") or run.get("actor")) or {}).get("login") or "")
+    # A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the approver
+    # is who started the first attempt, its actor (as gpu-status binds runs).
+    first = int(run.get("run_attempt") or 1) == 1
+    who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
+    approver = str(who.get("login") or "")
     workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
     reserves = run_reserves(run)
     for job in jobs:

@@ -13,7 +13,9 @@ pull request, exactly the commit they reviewed. Three rules keep it as strict as
 Trusted authors run without an approval, but only for commits that are theirs: the head
 commit's GitHub ``author`` and ``committer`` (the accounts GitHub links to the commit) must
 both be the pull request's author, or ``web-flow`` as the committer (GitHub's own committer
-for edits in its web interface). Anything else is an *untrusted push* and needs a label or a
+for edits in its web interface), and the head branch must be in this repository or in a
+fork the author owns (anyone may open a pull request from someone else's fork, whose owner
+pushes to it). Anything else is an *untrusted push* and needs a label or a
 comment. Git identities are only email addresses, which anyone may write into a commit, so
 ``trusted-authors-verified`` also requires GitHub's signature verification of that commit.
 """
@@ -110,6 +112,25 @@ def _known(words: Sequence[str], tiers: Sequence[str]) -> tuple[str, ...]:
 def matches_head(sha: str, head: str) -> bool:
     """A stated SHA names the head when it is the head or a prefix of at least 7 digits."""
     return len(sha) >= 7 and len(head) == 40 and head.startswith(sha)
+
+
+def foreign_head(pull: Mapping[str, Any], author: str) -> str:
+    """Why the pull request's head branch (``GET /pulls/{n}``: ``head.repo``) is not one only
+    its author (or this repository's writers) push to, or "" when it is: the base repository
+    itself, or a fork the author owns. Anyone may open a pull request from a branch of
+    *someone else's* fork, whose owner then pushes to it, and commit emails can be forged."""
+    head = (pull.get("head") or {}).get("repo")
+    base = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
+    if not isinstance(head, Mapping):
+        return "the pull request's head repository is gone (a deleted fork): it needs an approval."
+    name = str(head.get("full_name") or "")
+    owner = str((head.get("owner") or {}).get("login") or "")
+    if (name and name == base) or (owner and owner == author):
+        return ""
+    return (
+        f"the head branch is in {name or 'a repository'}, owned by {owner or 'someone else'}, "
+        f"not by {author}: whoever owns it can push there, so it needs an approval."
+    )
 
 
 def untrusted_push(commit: Mapping[str, Any], author: str, require_verified: bool) -> str:

@@ -627,7 +627,9 @@ def decide_trusted(
                 "of the newer push decides."
             ),
         )
-    why = comment.untrusted_push(head_commit, check.author, config.trusted_authors_verified)
+    why = comment.foreign_head(pull, check.author) or comment.untrusted_push(
+        head_commit, check.author, config.trusted_authors_verified
+    )
     if why:
         return replace(base, reason=f"{why} ({_how_to_approve(config)})")
     base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, "push again")

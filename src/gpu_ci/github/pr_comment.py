@@ -18,7 +18,7 @@ Trust, and why each rule is here:
   must not hide ours on page 2 and make us post a second one.
 * **One comment.** Two events handled at once may both find none and both create one: after
   creating, the list is read again and every newer comment of ours is deleted (the oldest
-  stays, edited to this body).
+  stays, edited to this body); both may delete the same duplicate, so a 404 there is fine.
 * **Text from the pull request is text.** The state's description (it quotes the gate's reason,
   job names, logins) goes through :func:`gpu_ci.markdown.escape` (no link, image, HTML or
   marker), and an ``@`` in it is followed by a word joiner (U+2060), so that a login is not
@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github.client import ApiError
 from gpu_ci.markdown import escape
 
 #: GitHub's limit of an issue comment's body (422 "body is too long (maximum is 65536
@@ -269,6 +270,16 @@ def _check_author(
     )
 
 
+def _delete(rest: CommentRest, repository: str, comment_id: int) -> None:
+    """Delete one of ours; already gone (404: another event at once removed the same
+    duplicate) is what was wanted, not an error."""
+    try:
+        rest.delete(f"/repos/{repository}/issues/comments/{comment_id}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
 def _listed(rest: CommentRest, repository: str, number: int) -> list[Any]:
     return rest.get_pages(f"/repos/{repository}/issues/{number}/comments", limit=MAX_COMMENTS)
 
@@ -288,7 +299,7 @@ def sync(
     mine = ours(config, _listed(rest, repository, number))
     if body is None:
         for comment in mine:
-            rest.delete(f"/repos/{repository}/issues/comments/{int(comment['id'])}")
+            _delete(rest, repository, int(comment["id"]))
         return Result("deleted" if mine else "none", None, f"{len(mine)} comment(s) deleted.")
     if not mine and not create:
         return Result("none", None, "no comment of ours to edit.")
@@ -301,7 +312,7 @@ def sync(
             return Result("created", int(made.get("id") or 0) or None, "comment created.")
     keep, extra = mine[0], mine[1:]
     for comment in extra:
-        rest.delete(f"/repos/{repository}/issues/comments/{int(comment['id'])}")
+        _delete(rest, repository, int(comment["id"]))
     if str(keep.get("body") or "") == body:
         return Result("unchanged", int(keep["id"]), "comment already says this.")
     rest.patch(f"/repos/{repository}/issues/comments/{int(keep['id'])}", {"body": body})

@@ -50,8 +50,10 @@ from gpu_ci.github.jobs import (
 )
 from gpu_ci.github.statuses import (
     PR_EVENTS,
+    TRUSTED_EVENTS,
     Status,
     StatusConfig,
+    approval_of,
     approval_status,
     clip,
     no_runner,
@@ -970,8 +972,16 @@ def _may_retry(
 def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]) -> str:
     """A pull request's run is re-run only while its head is still the approved one: the
     head commit carries a current approval (``context``) and is still the pull request's
-    head. A trusted event's commit is in the repository already: nothing to check."""
-    if run.get("event") not in PR_EVENTS:
+    head. A trusted event's commit is in the repository already: nothing to check. Any other
+    event (a comment approval's ``issue_comment`` run) runs from the default branch: its
+    ``head_sha`` is that branch's commit, not the approved one, so it is never re-run."""
+    event = str(run.get("event") or "")
+    if event not in PR_EVENTS and event not in TRUSTED_EVENTS:
+        return (
+            f"a '{event}' run runs from the default branch (its head_sha is not the approved "
+            "commit): the watchdog cannot tell that its approval is current, approve again"
+        )
+    if event not in PR_EVENTS:
         return ""
     repository, context = result.repository, result.config.context
     sha = str(run.get("head_sha") or "")
@@ -986,6 +996,15 @@ def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]
         )
         if approval is None:
             return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
+        # The approval's own run only (gpu-status binds no other): any run of an approved
+        # head may use GPU runners, a fork's own run of its edited workflow too.
+        approver = approval_of([approval], context)
+        actor = str((run.get("actor") or {}).get("login") or "")
+        if not approver or actor != approver:
+            return (
+                f"run {run.get('id')} was started by @{actor}, not by the approver "
+                f"@{approver}: only the approval's run is re-run"
+            )
         number = pull_of(approval) or number
     if number is None:
         return "the run names no pull request: cannot tell whether its head is still approved"
