@@ -74,6 +74,17 @@ class ActionSpec:
         raise KeyError(name)
 
 
+#: gpu-status's and gpu-watchdog's: whose "GPU CI" statuses are believed (one text for both).
+TRUSTED_CREATORS = InputSpec(
+    "trusted-creators",
+    "Logins whose statuses in `context` count, "
+    "comma-separated: the account the inert workflows post as (a status from any "
+    "other writer, e.g. a CI app a pull request can steer, is ignored). Name "
+    "your App's bot (`my-app[bot]`) if they post with an App token.",
+    "github-actions[bot]",
+)
+
+
 #: Inputs of the shared bootstrap step, which every action runs first (their commands ignore
 #: them). ``install-python``, not ``python``: verify-cuda-env's ``python`` names the
 #: interpreter it checks.
@@ -525,14 +536,7 @@ GPU_STATUS = ActionSpec(
             "claimed by any fork's workflow, file paths cannot).",
             "cuda-ci.yml",
         ),
-        InputSpec(
-            "trusted-creators",
-            "Logins whose statuses in `context` count, "
-            "comma-separated: the account the inert workflows post as (a status from any "
-            "other writer, e.g. a CI app a pull request can steer, is ignored). Name "
-            "your App's bot (`my-app[bot]`) if they post with an App token.",
-            "github-actions[bot]",
-        ),
+        TRUSTED_CREATORS,
         InputSpec(
             "gate-run",
             "On a label event: the `run` output of gpu-gate run in the same job (on a comment "
@@ -657,6 +661,7 @@ GPU_WATCHDOG = ActionSpec(
             "gpu-monitor-",
             off=True,
         ),
+        TRUSTED_CREATORS,
         InputSpec(
             "infra-file",
             "Write the GPU jobs lost to infrastructure (by pool) as JSON to this path, "

@@ -35,7 +35,7 @@ def gh(github):
     return github
 
 
-def sweep(github) -> watchdog.Sweep:
+def sweep(github, creators: tuple[str, ...] = ()) -> watchdog.Sweep:
     config = watchdog.make_config(
         workflows=["cuda-ci.yml"],
         labels=["gpu"],
@@ -45,6 +45,7 @@ def sweep(github) -> watchdog.Sweep:
         max_calls="200",
         rate_reserve="0",
         retry_infra_failures="1",
+        creators=creators,
     )
     rest = connect("watchdog-token", {"GITHUB_API_URL": github.url}, lambda _s: None)
     return watchdog.sweep(rest, REPO, config, now(), "https://github.com")
@@ -77,3 +78,19 @@ def test_a_run_of_the_approved_head_that_the_approver_did_not_start_is_not_re_ru
     assert record.action == "not-retried" and record.code == "stale-head"
     assert "started by @contributor, not by the approver @maintainer" in record.reason
     assert run.run_attempt == 1 and gh.requests("POST") == []
+
+
+def test_the_retry_believes_the_approvals_of_the_configured_trusted_creators(gh):
+    """gpu-status posts with an App token as ``my-app[bot]`` (its ``trusted-creators``): the
+    watchdog's head check read approvals with the default writer only, so it never retried
+    (safe, but the feature did nothing). It takes the same input; an approval from any
+    other writer is still not believed."""
+    repo = gh.repos[REPO]
+    (approval,) = repo.statuses[HEAD]
+    repo.statuses[HEAD] = [{**approval, "creator": gh.user_json("my-app[bot]")}]
+    run = failed_run(gh, now() - timedelta(hours=2))
+    (refused,) = sweep(gh).retries
+    assert refused.code == "stale-head" and "no current approval" in refused.reason
+    assert run.run_attempt == 1
+    assert sweep(gh, creators=("my-app[bot]",)).retried == [run.id]
+    assert run.run_attempt == 2

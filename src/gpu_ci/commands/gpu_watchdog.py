@@ -122,6 +122,7 @@ def _config(inputs: Inputs) -> watchdog.WatchdogConfig:
         inputs["force-cancel-minutes"],
         inputs["retry-window-hours"],
         inputs["monitor-artifacts"],
+        inputs.items("trusted-creators"),
     )
 
 

@@ -49,6 +49,7 @@ from gpu_ci.github.jobs import (
     queue_seconds,
 )
 from gpu_ci.github.statuses import (
+    DEFAULT_CREATORS,
     PR_EVENTS,
     TRUSTED_EVENTS,
     Status,
@@ -89,6 +90,9 @@ class WatchdogConfig:
     retry_window_hours: float = 24.0
     monitor_prefix: str = "gpu-monitor-"
     """Name prefix of gpu-monitor's report artifacts (empty: none read)."""
+    creators: tuple[str, ...] = DEFAULT_CREATORS
+    """``trusted-creators``: whose approvals in ``context`` a re-run's head check believes
+    (gpu-status's own writer; with an App token, its bot)."""
 
 
 def make_config(
@@ -103,6 +107,7 @@ def make_config(
     force_cancel_minutes: str = "",
     retry_window_hours: str = "24",
     monitor_prefix: str = "gpu-monitor-",
+    creators: Sequence[str] = (),
 ) -> WatchdogConfig:
     try:
         limit = float(max_queue_minutes)
@@ -146,6 +151,7 @@ def make_config(
         _minutes(force_cancel_minutes, "force-cancel-minutes") if force_cancel_minutes else None,
         _minutes(retry_window_hours, "retry-window-hours"),
         monitor_prefix.strip(),
+        tuple(creators) or DEFAULT_CREATORS,
     )
 
 
@@ -992,7 +998,10 @@ def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]
             partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
         )
         approval = approval_status(
-            trusted_statuses(StatusConfig(context, "", "", ()), statuses), context
+            trusted_statuses(
+                StatusConfig(context, "", "", (), creators=result.config.creators), statuses
+            ),
+            context,
         )
         if approval is None:
             return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
