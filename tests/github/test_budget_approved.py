@@ -214,9 +214,12 @@ def test_the_gate_counts_an_approved_fork_runs_waiting_job(run_cli, server):
     _fork_run(server, "3" * 40)
     _approve(server, "3" * 40)
     _fork_run(server, "4" * 40, who="mallory", jobs=20, labels=("self-hosted", "gpu", "x"))
+    before = len(server.log)
     result = gate(run_cli, server, ["--monthly-budget", "$50", *BUDGET])
     assert result.outputs["budget-spent"] == "9.36", result.stdout
     assert result.outputs["run"] == "true"
+    reads = [r.path for r in api_calls(server, before) if r.path.endswith("/statuses")]
+    assert sorted(reads) == [f"/repos/{REPO}/commits/{c * 40}/statuses" for c in "34"]
     refused = gate(run_cli, server, ["--monthly-budget", "$9", *BUDGET])
     assert refused.outputs["run"] == "false", refused.stdout
 
@@ -251,3 +254,26 @@ def test_the_readme_states_the_calls_per_fork_head_and_the_bound():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "1 REST call per fork head with GPU jobs waiting for a runner" in readme
     assert f"for at most {spend.APPROVAL_HEADS} fork heads per decision" in readme
+
+
+def test_a_retried_attempt_reserves_only_as_the_watchdogs_retry(github):
+    """Attempt 2 of the approval's run reserves when gpu-watchdog's retry record of that very
+    attempt lies above the approval (rule 7), not when someone re-ran it by hand."""
+    github.add_repo(REPO)
+    retried = _fork_run(github, "5" * 40)
+    by_hand = _fork_run(github, "6" * 40)
+    for run in (retried, by_hand):
+        run.run_attempt, run.triggering_actor = 2, "github-actions[bot]"
+        for job in run.jobs:
+            job.run_attempt = 2
+        _approve(github, run.head_sha)
+    _status(
+        github,
+        "5" * 40,
+        "GPU run retried after the runner was lost (attempt 2).",
+        at=CREATED + timedelta(minutes=20),
+        url=f"https://github.com/{REPO}/actions/runs/{retried.id}/attempts/2",
+    )
+    got, _ = _collect(github)
+    assert _reserved(got, retried) == [(retried.jobs[0].id, 60, "reserved")]
+    assert _reserved(got, by_hand) == []
