@@ -53,10 +53,10 @@ def _fork_run(gh, sha, *, who="Codertocat", jobs=1, created=CREATED, labels=("se
     return gh.add_run(REPO, run)
 
 
-def _status(gh, sha, description, *, at, creator="github-actions[bot]", url=None):
+def _status(gh, sha, description, *, at, creator="github-actions[bot]", url=None, context=None):
     """A commit status on ``sha``, newest first, as ``creator`` wrote it at ``at``."""
     repo = gh.repos[REPO]
-    body = {"context": "GPU CI", "state": "pending", "description": description}
+    body = {"context": context or "GPU CI", "state": "pending", "description": description}
     body["target_url"] = url or f"https://github.com/{REPO}/pull/7/checks"
     status = dict(gh.status_json(repo, sha, body, creator), created_at=iso(at))
     repo.statuses.setdefault(sha, []).insert(0, status)
@@ -277,3 +277,16 @@ def test_a_retried_attempt_reserves_only_as_the_watchdogs_retry(github):
     got, _ = _collect(github)
     assert _reserved(got, retried) == [(retried.jobs[0].id, 60, "reserved")]
     assert _reserved(got, by_hand) == []
+
+
+def test_the_budget_reads_gpu_status_default_context_without_regard_to_case(github):
+    """The approval in ``gpu ci`` counts (GitHub does not tell contexts apart by case); the
+    same words in another context do not (the README: the budget reads the defaults)."""
+    github.add_repo(REPO)
+    lower = _fork_run(github, "7" * 40)
+    other = _fork_run(github, "8" * 40)
+    _approve(github, "7" * 40, context="gpu ci")
+    _approve(github, "8" * 40, context="CUDA CI")
+    got, _ = _collect(github)
+    assert _reserved(got, lower) == [(lower.jobs[0].id, 60, "reserved")]
+    assert _reserved(got, other) == []
