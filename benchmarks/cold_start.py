@@ -14,7 +14,7 @@ For each action and installer (pip; uv when available), measured side by side, m
   beside the wall seconds with the load average before and after: the machine may be
   shared, and CPU seconds move far less with its load than wall seconds do;
 * a container job without Python (issue 30), verify-cuda-env in a fresh overlay of the
-  Debian root that ``tests/test_bootstrap_container.py`` builds and caches: cold (a Python
+  Debian root that ``tests/debian_root.py`` builds and caches: cold (a Python
   installed, then the venv) and warm (a later action of the job), for each way of getting
   a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
   (the pinned uv fetched). The two uv ones need python-build-standalone from GitHub and
@@ -227,11 +227,11 @@ def container_unavailable(path: str) -> str:
 
 
 def container_run(path: str) -> dict[str, float]:
-    """One job in a fresh overlay of the cached Debian root (tests/test_bootstrap_container.py
+    """One job in a fresh overlay of the cached Debian root (tests/debian_root.py
     builds and keeps it): seconds and CPU seconds of its first action (Python installed,
     venv built) and of a later one, and the Python install's own seconds as the bootstrap
     reports them."""
-    from tests import test_bootstrap_container as debian
+    from tests import debian_root as debian
     from tests.cuda_env import build_fake_nvml, observed_h200, write_config
 
     work = Path(tempfile.mkdtemp(prefix="cold-container-"))

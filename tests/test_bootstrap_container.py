@@ -5,14 +5,13 @@ the pinned uv (from a loopback server holding PyPI's wheel) and checks its sha25
 
 The Debian root (``debootstrap --variant=minbase``, Debian's own tool and mirror) is built
 once and kept under ``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into
-place, one builder at a time. Each test runs in an overlay of it (a copy where overlayfs is
-missing), in a private mount namespace, so the cached root is never written.
+place, one builder at a time (``tests/debian_root.py``, which the cold-start benchmark
+shares). Each test runs in an overlay of it (a copy where overlayfs is missing), in a
+private mount namespace, so the cached root is never written.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import http.server
 import io
@@ -35,71 +34,23 @@ from gpu_ci.cuda.checks import EnvFacts, in_container, nvml_findings
 from gpu_ci.cuda.facts import NvmlSnapshot
 from tests.conftest import ROOT, parse_output_file
 from tests.cuda_env import build_fake_nvml, observed_h200, write_config
+from tests.debian_root import (
+    CHECKOUT,
+    ENTER,
+    MULTIARCH,
+    cache_dir,
+    debian_root,
+    locked,
+    pip_config_into,
+)
 
 PROVISION = ROOT / "scripts" / "provision-python.sh"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
-SUITE = "bookworm"
-MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 WHEEL_PLATFORM = {"x86_64": "musllinux_1_1_x86_64", "aarch64": "musllinux_1_1_aarch64"}
 
 linux_only = pytest.mark.skipif(
     sys.platform != "linux", reason="the bootstrap's Python provisioning is Linux only"
 )
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    path = Path(base) / "gpu-ci-tests"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """One builder at a time per cached thing (CI runs on one machine may overlap)."""
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
-def debian_mirror() -> str:
-    """The Debian mirror this machine's apt uses (GPU_CI_TEST_DEBIAN_MIRROR overrides)."""
-    if os.environ.get("GPU_CI_TEST_DEBIAN_MIRROR"):
-        return os.environ["GPU_CI_TEST_DEBIAN_MIRROR"]
-    texts = []
-    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
-        if path.suffix in ("", ".list", ".sources") and path.is_file():
-            texts.append(path.read_text(errors="replace"))
-    for text in texts:
-        for match in re.finditer(r"(?m)^(?:URIs:|deb)\s+(?:\[[^]]*\]\s+)?(\S+/debian)/?\s", text):
-            return match.group(1)
-    return "http://deb.debian.org/debian"
-
-
-def debian_root() -> Path:
-    """The cached minimal Debian root: no Python in it (checked)."""
-    final = cache_dir() / f"debian-{SUITE}-minbase"
-    if (final / "etc" / "debian_version").is_file():
-        return final
-    with locked(cache_dir() / f"debian-{SUITE}-minbase.lock"):
-        if (final / "etc" / "debian_version").is_file():
-            return final
-        for stale in cache_dir().glob(f".debian-{SUITE}-*"):  # a killed build's, lock held
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".debian-{SUITE}-", dir=cache_dir()))
-        try:
-            proc = subprocess.run(
-                ["debootstrap", "--variant=minbase", SUITE, str(tmp), debian_mirror()],
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode != 0:
-                pytest.fail(f"debootstrap failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-            os.chmod(tmp, 0o755)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def uv_pin() -> dict[str, str]:
@@ -431,38 +382,6 @@ needs_root = pytest.mark.skipif(
     "the test builds a Debian root and runs the bootstrap in it with chroot",
 )
 
-#: Copied into the job's checkout: what the actions run (no tests, no .venv, no .git).
-CHECKOUT = ("scripts", "src", "requirements", "pyproject.toml")
-
-#: Runs on the host, as root: an overlay of the cached root in a private mount namespace,
-#: the driver files the NVIDIA container toolkit injects, then the job inside it (chroot).
-ENTER = r"""
-set -euo pipefail
-lower="$1" work="$2" lib="$3"
-mount -t tmpfs tmpfs "$work/ovl"
-mkdir "$work/ovl/upper" "$work/ovl/work"
-if ! mount -t overlay overlay -o "lowerdir=$lower,upperdir=$work/ovl/upper,workdir=$work/ovl/work" \
-     "$work/root" 2>/dev/null; then
-  cp -a "$lower/." "$work/root/"   # no overlayfs: a private copy
-fi
-r="$work/root"
-mount --rbind /dev "$r/dev"
-mount -t proc proc "$r/proc"
-cp /etc/resolv.conf "$r/etc/resolv.conf"
-: > "$r/.dockerenv"   # what Docker writes into every container
-[ ! -f "$work/ca.crt" ] || cp "$work/ca.crt" "$r/etc/gpu-ci-tests-ca.crt"
-mkdir -p "$r/opt/gpu-ci" "$r/job"
-mount --bind "$work/checkout" "$r/opt/gpu-ci"
-mount --bind "$work/job" "$r/job"
-# What `--gpus all` with NVIDIA_DRIVER_CAPABILITIES=compute,utility mounts: NVML (utility)
-# and libcuda (compute), then the toolkit's ldconfig hook.
-cp "$work/nvml/libnvidia-ml.so.1" "$work/nvml/libcuda.so.1" "$r/usr/lib/$lib/"
-cp "$work/nvml.cfg" "$r/etc/fake-nvml.cfg"
-chroot "$r" /sbin/ldconfig
-exec chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  HOME=/root LANG=C.UTF-8 /bin/bash /job/job.sh
-"""
-
 #: The job's steps inside the root, as the runner runs a composite action's steps.
 JOB = r"""
 set -u
@@ -496,28 +415,6 @@ NVIDIA_DRIVER_CAPABILITIES=utility step nocompute
 rm -f /usr/lib/*/libnvidia-ml.so.1 && /sbin/ldconfig
 (unset NVIDIA_VISIBLE_DEVICES GPU_CI_PYTHON GPU_CI_ROOT GPU_CI_GROUPS; step novisible)
 """
-
-
-def pip_config_into(work: Path) -> None:
-    """This machine's way to PyPI, for pip inside the root: the CA bundle pip trusts here (a
-    proxy's CA) and an index URL set in the environment (paths on this machine do not
-    exist in the root and are left out)."""
-    cert = (
-        os.environ.get("PIP_CERT")
-        or subprocess.run(
-            [sys.executable, "-m", "pip", "config", "get", "global.cert"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    if cert and Path(cert).is_file():
-        shutil.copy(cert, work / "ca.crt")
-    lines = [
-        f"{name}={os.environ[name]}"
-        for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
-        if os.environ.get(name, "").startswith(("http://", "https://"))
-    ]
-    (work / "job" / "pip.env").write_text("".join(line + "\n" for line in lines))
 
 
 @pytest.fixture(scope="module")

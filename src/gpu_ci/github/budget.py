@@ -18,6 +18,7 @@ from typing import Any
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github.jobs import GpuMatcher, parse_time
+from gpu_ci.github.statuses import StatusConfig, approval_config
 from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
 
 #: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
@@ -189,10 +190,15 @@ def job_costs(
     reserve_minutes: int,
     month: Month,
     now: datetime,
+    reserves: bool | None = None,
 ) -> list[JobCost]:
     """The GPU jobs of one run (every attempt: re-runs and cancelled jobs count what they
     used), each rounded up to whole minutes and priced on the day it started. A job still
-    queued or running counts ``reserve_minutes`` (or what it used so far, when more)."""
+    queued or running counts ``reserve_minutes`` (or what it used so far, when more).
+
+    ``reserves``: whether the run's jobs waiting for a runner reserve; None is
+    :func:`run_reserves` (this repository's own run). The caller passes True for a fork's
+    run that holds a maintainer's current approval (``spend`` reads the head's statuses)."""
     out = []
     pr = pull_request_of(run)
     # A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the approver
@@ -201,12 +207,13 @@ def job_costs(
     who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
     approver = str(who.get("login") or "")
     workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
-    reserves = run_reserves(run)
+    if reserves is None:
+        reserves = run_reserves(run)
     for job in jobs:
-        waiting = str(job.get("status") or "") != "completed" and not job.get("runner_name")
+        waiting = _waiting(job)
         if waiting and not reserves:
             continue  # a queued job of a run no maintainer approved: it costs nothing yet
-        if not (matcher.matches(job) or (waiting and _asks_for_group_only(job, matcher))):
+        if not _is_gpu(job, matcher, waiting):
             continue
         status = str(job.get("status") or "")
         started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
@@ -249,6 +256,29 @@ def job_costs(
     return out
 
 
+def _waiting(job: Mapping[str, Any]) -> bool:
+    """Not completed and not picked up by a runner: it has cost nothing yet."""
+    return str(job.get("status") or "") != "completed" and not job.get("runner_name")
+
+
+def _is_gpu(job: Mapping[str, Any], matcher: GpuMatcher, waiting: bool) -> bool:
+    return matcher.matches(job) or (waiting and _asks_for_group_only(job, matcher))
+
+
+def needs_approval(
+    run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher: GpuMatcher
+) -> bool:
+    """Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
+    job waiting for a runner: its waiting jobs reserve only when the run holds its head's
+    current approval (:func:`gpu_ci.github.statuses.approved_run`), which costs a read of
+    the head's statuses. Any other event of a fork's run is never an approval's run."""
+    if run_reserves(run) or run.get("event") != "pull_request":
+        return False
+    if len(str(run.get("head_sha") or "")) != 40:
+        return False
+    return any(_waiting(j) and _is_gpu(j, matcher, True) for j in jobs)
+
+
 def run_reserves(run: Mapping[str, Any]) -> bool:
     """Whether the run's queued GPU jobs reserve budget: its workflow file is this
     repository's own (``head_repository.id`` equals ``repository.id``, both present).
@@ -258,8 +288,10 @@ def run_reserves(run: Mapping[str, Any]) -> bool:
     said run) and for a pull request from a branch of this repository (its author may write
     to it). A fork's ``pull_request`` run is its own workflow file, which may queue any
     number of jobs on labels no runner has: they reserve nothing until a runner picks one
-    up (then it is spend, counted as such). A run with either id absent (the schema makes
-    both optional; a deleted fork's ``head_repository`` is null) is not trusted."""
+    up (then it is spend, counted as such), unless the run holds a maintainer's current
+    approval of its head (:func:`needs_approval`, read by ``spend``). A run with either id
+    absent (the schema makes both optional; a deleted fork's ``head_repository`` is null)
+    is not trusted."""
     return same_repository(
         (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
     )
@@ -510,6 +542,9 @@ class BudgetConfig:
     scope: str
     workflows: tuple[str, ...]
     ledger_artifact: str
+    approvals: StatusConfig = field(default_factory=approval_config)
+    """Where a fork run's approval is read (gpu-status's ``context`` and
+    ``trusted-creators``; their defaults unless the caller knows better)."""
 
 
 def make_budget_config(

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github import budget
+from gpu_ci.github import budget, statuses
 from gpu_ci.github.client import ApiError, Rest, describe_api_failure
 from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.pricing import Price, PriceTable
@@ -149,6 +149,69 @@ def _run_pages(rest: Rest, url: str, splittable: bool) -> tuple[list[dict[str, A
 def run_jobs(rest: Rest, repo: str, run_id: int) -> list[dict[str, Any]]:
     """Jobs of every attempt of a run (``filter=all``): re-runs count what they used."""
     return rest.get_pages(f"/repos/{repo}/actions/runs/{run_id}/jobs?filter=all", key="jobs")
+
+
+#: Fork heads whose statuses one count reads, at most (one call each, the newest 100
+#: statuses of the head): those of the newest runs with GPU jobs waiting for a runner.
+APPROVAL_HEADS = 10
+
+#: A fork run's waiting GPU jobs, for the approval check: (run, its jobs, its costs so far).
+Waiting = tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], Sequence[budget.JobCost]]
+
+
+def approved_reservations(
+    rest: Rest,
+    repo: str,
+    waiting: Sequence[Waiting],
+    approvals: statuses.StatusConfig,
+    reserve: Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], list[budget.JobCost]],
+    notes: list[str],
+) -> list[budget.JobCost]:
+    """What fork runs that hold a maintainer's approval add: the reservations of their jobs
+    waiting for a runner (``reserve``: the run's costs had it reserved), for at most
+    :data:`APPROVAL_HEADS` heads, those of the newest runs, one call each.
+
+    A fork can queue any number of jobs on any labels but cannot write a status to this
+    repository (its ``pull_request`` token is read-only, and only the trusted creators'
+    statuses count), so only an approved head's run moves a decision. Beyond the bound the
+    older heads reserve nothing, and ``notes`` says so: reserving for heads nobody read
+    would let an unapproved flood refuse every approval, while skipping them at worst
+    leaves an approved run unreserved, as before it was read at all."""
+    heads: dict[str, list[Waiting]] = {}
+    for item in waiting:
+        heads.setdefault(str(item[0].get("head_sha") or ""), []).append(item)
+    order = sorted(
+        heads,
+        key=lambda sha: max(
+            (str(run.get("created_at") or ""), int(run.get("id") or 0)) for run, _, _ in heads[sha]
+        ),
+        reverse=True,
+    )
+    out: list[budget.JobCost] = []
+    for sha in order[:APPROVAL_HEADS]:
+        try:
+            listed = rest.get_pages(f"/repos/{repo}/commits/{sha}/statuses", limit=100)
+        except ApiError as exc:
+            if exc.status not in (404, 422):
+                raise
+            notes.append(f"the statuses of fork head {sha[:12]} cannot be read: none reserve")
+            continue
+        for run, jobs, counted in heads[sha]:
+            if statuses.approved_run(approvals, run, listed):
+                continue
+            ids = {c.job_id for c in counted}
+            out += [c for c in reserve(run, jobs) if c.job_id not in ids]
+    skipped = order[APPROVAL_HEADS:]
+    if skipped:
+        runs = sum(len(heads[sha]) for sha in skipped)
+        notes.append(
+            f"{len(order)} fork heads have GPU jobs waiting for a runner: the newest "
+            f"{APPROVAL_HEADS} were read for a maintainer's approval; the {len(skipped)} "
+            f"older {'one' if len(skipped) == 1 else 'ones'} ({runs} run"
+            f"{'' if runs == 1 else 's'}) reserve nothing (at most {APPROVAL_HEADS} heads are "
+            "read per count)."
+        )
+    return out
 
 
 #: The events whose runs may write the ledger: a pull request's run is none of them.
@@ -291,6 +354,7 @@ def collect(
     ledger: budget.Ledger | None = None,
     skip: tuple[int, int] | None = None,
     progress: Callable[[str], None] | None = None,
+    approvals: statuses.StatusConfig | None = None,
 ) -> Collected:
     """Every GPU job of the month, re-runs included. Runs already in a usable ledger (same
     attempt, completed) are not fetched again; ``skip`` = (run id, attempt) of the gate's own
@@ -300,7 +364,9 @@ def collect(
     the listing reaches back that far before the month (or, with a ledger, before the time
     it was written, as runs created earlier could not be re-run since). Of the runs created
     before the month's eve, only those started or updated this month have their jobs read:
-    the listing grows by its pages, not by a call per run."""
+    the listing grows by its pages, not by a call per run. A fork's run with GPU jobs waiting
+    for a runner costs one more call per head (:func:`approved_reservations`, ``approvals``:
+    where to read them, gpu-status's defaults when None)."""
     use = ledger is not None and ledger.usable(repo, month, matcher, workflows)
     reason = (
         "no ledger: every run of the month counted"
@@ -335,6 +401,15 @@ def collect(
                     windows[c.job_id] = ledger.windows[str(c.job_id)]
         reason = f"ledger through {ledger.through}: {len(counted_runs)} runs reused"
     fetched = 0
+    waiting: list[Waiting] = []
+
+    def cost(
+        run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]], reserves: bool | None = None
+    ) -> list[budget.JobCost]:
+        return budget.job_costs(
+            run, jobs, matcher, price, table, reserve_minutes, month, now, reserves
+        )
+
     for run in runs:
         if str(run["id"]) in counted_runs:
             continue
@@ -345,14 +420,24 @@ def collect(
         fetched += 1
         if skip is not None and int(run["id"]) == skip[0]:
             jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
-        costs.extend(
-            budget.job_costs(run, jobs, matcher, price, table, reserve_minutes, month, now)
-        )
+        counted = cost(run, jobs)
+        costs.extend(counted)
+        if budget.needs_approval(run, jobs, matcher):
+            waiting.append((run, jobs, counted))
         for job in jobs:
             start = parse_time(job.get("started_at"))
             end = parse_time(job.get("completed_at"))
             if start is not None and end is not None:
                 windows[int(job["id"])] = (start.timestamp(), end.timestamp())
+    if waiting:
+        costs += approved_reservations(
+            rest,
+            repo,
+            waiting,
+            approvals or statuses.approval_config(),
+            lambda run, jobs: cost(run, jobs, True),
+            notes,
+        )
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
     return Collected(costs, runs, reason, notes, windows, counted_runs)
@@ -430,6 +515,7 @@ def month_spend(
         # this repository's GPU jobs running now reserve.
         running: list[budget.JobCost] = []
         notes: list[str] = []
+        waiting: list[Waiting] = []
         for run in list_runs(
             rest,
             repo,
@@ -442,13 +528,22 @@ def month_spend(
             jobs = run_jobs(rest, repo, int(run["id"]))
             if skip is not None and int(run["id"]) == skip[0]:
                 jobs = [j for j in jobs if int(j.get("run_attempt") or 1) != skip[1]]
-            running += [
-                c
-                for c in budget.job_costs(
-                    run, jobs, matcher, cfg.price, table, cfg.reserve_minutes, month, now
-                )
-                if c.state == "reserved"
-            ]
+            counted = budget.job_costs(
+                run, jobs, matcher, cfg.price, table, cfg.reserve_minutes, month, now
+            )
+            running += [c for c in counted if c.state == "reserved"]
+            if budget.needs_approval(run, jobs, matcher):
+                waiting.append((run, jobs, counted))
+        running += approved_reservations(
+            rest,
+            repo,
+            waiting,
+            cfg.approvals,
+            lambda run, jobs: budget.job_costs(
+                run, jobs, matcher, cfg.price, table, cfg.reserve_minutes, month, now, True
+            ),
+            notes,
+        )
         extra = budget.total(running, "")
         spent = budget.Spend(
             spent.minutes + extra.minutes,
@@ -483,6 +578,7 @@ def month_spend(
         now,
         ledger,
         skip,
+        approvals=cfg.approvals,
     )
     source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
     said = [f"{note}; {got.ledger_used}" if ledger else note, *got.notes]

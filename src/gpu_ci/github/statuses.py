@@ -870,3 +870,59 @@ def comment_result(
     else:
         state, said = "failure", f"Approved by @{match.group(1)}, but the GPU job was skipped."
     return Outcome(Status(sha, state, clip(said), link), f"the GPU job's result: {gpu_result}.")
+
+
+# -- the budget's question: does this fork run hold a maintainer's approval? ------------------
+
+#: gpu-status's default ``context`` (what the budget reads where no other is configured).
+DEFAULT_CONTEXT = "GPU CI"
+
+
+def approval_config(
+    context: str = DEFAULT_CONTEXT, creators: Sequence[str] = DEFAULT_CREATORS
+) -> StatusConfig:
+    """The part of a :class:`StatusConfig` that reading an approval needs (context and
+    trusted creators): what the budget and the watchdog read statuses with."""
+    return StatusConfig(context, "", "", (), creators=tuple(creators) or DEFAULT_CREATORS)
+
+
+def approved_run(
+    config: StatusConfig, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
+) -> str:
+    """Empty when ``run`` is the run its head's current approval started and still holds it,
+    else why not (the budget's rule for a fork's run: only then do its jobs waiting for a
+    runner reserve).
+
+    ``statuses``: the head's, newest first; only the trusted creators' count. The approval
+    is :func:`approval_status`'s, the run must bind to it (rule 3, rule 7 for a retried
+    attempt), and the head's newest status is the approval itself (its run not yet
+    recorded) or a record of this very run and attempt (rule 4: the first bound run claims
+    the approval, so a second run a maintainer's other label started holds nothing)."""
+    trusted = trusted_statuses(config, statuses)
+    approval = approval_status(trusted, config.context)
+    if approval is None:
+        return (
+            f"{short(str(run.get('head_sha') or ''))} carries no current approval in "
+            f"'{config.context}' from {', '.join(config.creators)}."
+        )
+    match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
+    approver = match.group(1) if match else ""
+    mine = _key_of(run)
+    retry = _retry_record(trusted, config.context, approval, mine, _attempt(run))
+    why = _binds(
+        run,
+        approval,
+        approver,
+        _earlier_approvals(trusted, config.context, approval),
+        retry is not None,
+        config.creators,
+    )
+    if why:
+        return why
+    latest = latest_of(trusted, config.context)
+    if latest is approval or run_key(str((latest or {}).get("target_url") or "")) == mine:
+        return ""
+    return (
+        f"the approval's newest status '{(latest or {}).get('description')}' is another "
+        "run's: this run does not hold the approval."
+    )
