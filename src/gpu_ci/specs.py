@@ -191,6 +191,13 @@ GPU_GATE = ActionSpec(
             off=True,
         ),
         InputSpec(
+            "context",
+            "gpu-status's `context`: a fork run's GPU job waiting for a runner reserves "
+            "budget only when its head carries an approval in it, by `trusted-creators`.",
+            "GPU CI",
+        ),
+        TRUSTED_CREATORS,
+        InputSpec(
             "require-approved-review",
             "Also require an APPROVED review of the commit that runs, by someone with "
             "min-permission or higher.",

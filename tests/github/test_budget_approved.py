@@ -290,3 +290,20 @@ def test_the_budget_reads_gpu_status_default_context_without_regard_to_case(gith
     got, _ = _collect(github)
     assert _reserved(got, lower) == [(lower.jobs[0].id, 60, "reserved")]
     assert _reserved(got, other) == []
+
+
+def test_the_gate_reads_approvals_in_its_context_by_its_trusted_creators(run_cli, server):
+    """A repository whose gpu-status posts "CUDA CI" with an App token: the gate takes the
+    same ``context`` and ``trusted-creators`` (else its approved fork runs reserve nothing);
+    the approval of any other writer still does not count."""
+    for n in range(10):
+        gpu_run(server, datetime(2026, 11, 2 + n, 10, tzinfo=timezone.utc), 11.5)
+    _fork_run(server, "5" * 40)
+    _approve(server, "5" * 40, context="CUDA CI", creator="my-app[bot]")
+    _fork_run(server, "6" * 40)
+    _approve(server, "6" * 40, context="CUDA CI")  # github-actions[bot]: not trusted here
+    ours = ["--context", "CUDA CI", "--trusted-creators", "my-app[bot]"]
+    result = gate(run_cli, server, ["--monthly-budget", "$50", *BUDGET, *ours])
+    assert result.outputs["budget-spent"] == "9.36", result.stdout  # $6.24 + one reservation
+    default = gate(run_cli, server, ["--monthly-budget", "$50", *BUDGET])
+    assert default.outputs["budget-spent"] == "6.24", default.stdout

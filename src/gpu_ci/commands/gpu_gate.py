@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import budget, gate, jobs, spend
+from gpu_ci.github import budget, gate, jobs, spend, statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
@@ -235,7 +235,7 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
             "input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
             "jobs that ran on your GPU runners, so name their labels or group."
         )
-    return budget.make_budget_config(
+    cfg = budget.make_budget_config(
         inputs["monthly-budget"],
         inputs["gpu-price"],
         inputs["reserve-minutes"],
@@ -246,6 +246,12 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
         load_table(),
         jobs.now(rt.environ).date(),
     )
+    if cfg is None:
+        return None
+    approvals = statuses.approval_config(
+        statuses.validate_context(inputs["context"]), inputs.items("trusted-creators")
+    )
+    return replace(cfg, approvals=approvals)
 
 
 def _this_workflow(rt: Runtime) -> list[str]:

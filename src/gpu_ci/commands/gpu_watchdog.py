@@ -6,10 +6,11 @@ and the JSON report say what was done and what failed, and the step fails (exit 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import budget, jobs, watchdog
+from gpu_ci.github import budget, jobs, statuses, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
 from gpu_ci.github.gate import runs_on_json
@@ -150,6 +151,12 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
     )
     if cfg is None:
         return None
+    # whose approvals let a fork run's waiting job reserve: the watchdog's own context and
+    # trusted-creators, as its head check reads them
+    approvals = statuses.approval_config(
+        config.context or statuses.DEFAULT_CONTEXT, config.creators
+    )
+    cfg = dataclasses.replace(cfg, approvals=approvals)
     scheduled = rt.environ.get("GITHUB_EVENT_NAME") == "schedule"
     branch = rt.environ.get("GITHUB_REF_NAME", "") if scheduled else ""
     matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
