@@ -442,22 +442,7 @@ def sweep(
         runs: dict[int, Mapping[str, Any]] = {}
         for source in sources:
             for state in ("queued", "in_progress"):
-                url = f"{source}?status={state}&created={created}"
-                try:
-                    listed, total = _pages(rest, call, url, "workflow_runs")
-                except BudgetExhausted:
-                    raise
-                except _FAILED as exc:
-                    result.errors.append(_describe(exc, f"listing {state} runs ({source})"))
-                    result.incomplete.append(f"{state} runs of {source} not listed")
-                    continue
-                if total > len(listed):
-                    result.incomplete.append(
-                        f"{source} has {total} {state} runs; GitHub lists at most "
-                        f"{len(listed)} of one filtered listing (the newest): older ones "
-                        "were not examined"
-                    )
-                for run in listed:
+                for run in _listed_runs(rest, call, result, source, state, created):
                     if run.get("status") != "completed":
                         runs.setdefault(int(run["id"]), run)
         for _run_id, run in sorted(runs.items()):
@@ -470,6 +455,29 @@ def sweep(
     except BudgetExhausted as exc:
         result.stopped = str(exc)
     return result
+
+
+def _listed_runs(
+    rest: Rest, call: _Caller, result: Sweep, source: str, state: str, created: str
+) -> list[Any]:
+    """Every run of ``source`` in ``state`` created as ``created`` says; a listing that fails
+    is an error and an incomplete sweep, one cut short at GitHub's cap of a filtered listing
+    an incomplete sweep (never silently fewer runs)."""
+    url = f"{source}?status={state}&created={created}"
+    try:
+        listed, total = _pages(rest, call, url, "workflow_runs")
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        result.errors.append(_describe(exc, f"listing {state} runs ({source})"))
+        result.incomplete.append(f"{state} runs of {source} not listed")
+        return []
+    if total > len(listed):
+        result.incomplete.append(
+            f"{source} has {total} {state} runs; GitHub lists at most {len(listed)} of one "
+            "filtered listing (the newest): older ones were not examined"
+        )
+    return listed
 
 
 def _pages(rest: Rest, call: _Caller, url: str, key: str) -> tuple[list[Any], int]:
@@ -746,18 +754,7 @@ def _retry_sweep(rest: Rest, call: _Caller, result: Sweep, sources: Sequence[str
     created = quote(">=" + since.strftime("%Y-%m-%dT%H:%M:%SZ"), safe="")
     runs: dict[int, Mapping[str, Any]] = {}
     for source in sources:
-        url = f"{source}?status=failure&created={created}"
-        try:
-            listed, total = _pages(rest, call, url, "workflow_runs")
-        except BudgetExhausted:
-            raise
-        except _FAILED as exc:
-            result.errors.append(_describe(exc, f"listing failed runs ({source})"))
-            result.incomplete.append(f"failed runs of {source} not listed")
-            continue
-        if total > len(listed):
-            result.incomplete.append(f"{source}: {total - len(listed)} failed runs not listed")
-        for run in listed:
+        for run in _listed_runs(rest, call, result, source, "failure", created):
             if run.get("status") == "completed":
                 runs.setdefault(int(run["id"]), run)
     for _run_id, run in sorted(runs.items()):
