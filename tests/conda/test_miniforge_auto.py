@@ -14,6 +14,7 @@ from gpu_ci.commands import setup_conda_from_lock as command
 from gpu_ci.conda import install as env_install
 from gpu_ci.conda import miniforge
 from gpu_ci.conda import options as conda_options
+from gpu_ci.downloads import Downloader
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.runtime import Runtime
 from tests.conda.jobs import FAKE_MF
@@ -95,7 +96,7 @@ class Fakes:
             self.events.append("env end")
             return env_install.InstallReport()
 
-        def fake_mf(found, root, env, policy):
+        def fake_mf(found, root, env, policy, downloader=None):
             self.events.append("mf start")
             mf_side()
             self.events.append("mf end")
@@ -111,7 +112,7 @@ def test_miniforge_installs_while_the_environment_does(monkeypatch, tmp_path):
     fakes = Fakes(monkeypatch, tmp_path, both.wait, both.wait)
     opts = _options(tmp_path, "rattler", "true")
     phases: dict[str, float] = {}
-    report, mf = command.install(Runtime({}, io.StringIO()), opts, None, {}, phases)
+    report, mf = command.install(Runtime({}, io.StringIO()), opts, None, {}, phases, Downloader())
     assert mf is fakes.mf and fakes.conda_given is None
     assert sorted(fakes.events[:2]) == ["env start", "mf start"]
     assert "miniforge" in phases and (opts.root / ".condarc").exists()
@@ -120,7 +121,7 @@ def test_miniforge_installs_while_the_environment_does(monkeypatch, tmp_path):
 def test_engine_conda_waits_for_miniforge_and_uses_its_conda(monkeypatch, tmp_path):
     fakes = Fakes(monkeypatch, tmp_path, lambda: None, lambda: None)
     report, mf = command.install(
-        Runtime({}, io.StringIO()), _options(tmp_path, "conda", "auto"), None, {}, {}
+        Runtime({}, io.StringIO()), _options(tmp_path, "conda", "auto"), None, {}, {}, Downloader()
     )
     assert fakes.events == ["mf start", "mf end", "env start", "env end"]
     assert fakes.conda_given == fakes.mf.conda
@@ -129,7 +130,7 @@ def test_engine_conda_waits_for_miniforge_and_uses_its_conda(monkeypatch, tmp_pa
 def test_the_default_installs_no_miniforge(monkeypatch, tmp_path):
     fakes = Fakes(monkeypatch, tmp_path, lambda: None, lambda: None)
     opts = _options(tmp_path, "rattler", "auto")
-    report, mf = command.install(Runtime({}, io.StringIO()), opts, None, {}, {})
+    report, mf = command.install(Runtime({}, io.StringIO()), opts, None, {}, {}, Downloader())
     assert mf is None and fakes.events == ["env start", "env end"]
     assert not (opts.root / ".condarc").exists()
 
@@ -151,7 +152,12 @@ def test_a_failed_environment_waits_for_miniforge_to_finish(monkeypatch, tmp_pat
     fakes = Fakes(monkeypatch, tmp_path, env_fails, lambda: waited.wait(30))
     with pytest.raises(GpuCiError, match="the environment failed"):
         command.install(
-            Runtime({}, io.StringIO()), _options(tmp_path, "rattler", "true"), None, {}, {}
+            Runtime({}, io.StringIO()),
+            _options(tmp_path, "rattler", "true"),
+            None,
+            {},
+            {},
+            Downloader(),
         )
     assert fakes.events[-1] == "mf end"
 
