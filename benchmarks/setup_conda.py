@@ -170,10 +170,15 @@ def make_large(count: int, megabytes: int) -> Channel:
 PHASES: dict[str, list[float]] = {}
 
 
-def _clean_env(cache: Path) -> dict[str, str]:
+#: ``--baseline``: another checkout's ``src``, run as a third side in the same interleaved
+#: rounds, so that a change is measured against what it changes under the same load.
+BASELINE: Path | None = None
+
+
+def _clean_env(cache: Path, src: Path | None = None) -> dict[str, str]:
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT / "src"),
+        "PYTHONPATH": str(src or ROOT / "src"),
         "RUNNER_TOOL_CACHE": str(cache),
         "GPU_CI_PRINT_SUMMARY": "1",
     }
@@ -201,8 +206,9 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, Any]
     return elapsed, proc
 
 
-def run_cli(lock: Path, cache: Path, phases: bool = False) -> float:
-    """Ours, whole process: ``gpu-ci setup-conda-from-lock`` into the tool cache ``cache``."""
+def run_cli(lock: Path, cache: Path, phases: bool = False, src: Path | None = None) -> float:
+    """Ours, whole process: ``gpu-ci setup-conda-from-lock`` into the tool cache ``cache``
+    (``src``: the package from there, ``--baseline``)."""
     elapsed, proc = _run(
         [
             sys.executable,
@@ -216,7 +222,7 @@ def run_cli(lock: Path, cache: Path, phases: bool = False) -> float:
             "--activate",
             "false",
         ],
-        _clean_env(cache),
+        _clean_env(cache, src),
     )
     if proc.returncode != 0:
         raise SystemExit(f"ours failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
@@ -331,11 +337,18 @@ def compare(
             if floor_too:
                 os.sync()
                 floors.append(floor(channel.archives, workers))
-            ours, theirs = work / "ours", work / "theirs"
+            ours, theirs, base = work / "ours", work / "theirs", work / "base"
             for case in ("cold", "warm", "reused"):
                 if case == "warm":  # keep the package caches, start new prefixes
                     shutil.rmtree(ours / "miniforge3" / "26.3.2-3" / "envs")
                     shutil.rmtree(theirs / "prefix")
+                    if BASELINE is not None:
+                        shutil.rmtree(base / "miniforge3" / "26.3.2-3" / "envs")
+                if BASELINE is not None:
+                    os.sync()
+                    channel.server.peers = set()
+                    times.setdefault(f"{case} base", []).append(run_cli(lock, base, src=BASELINE))
+                    cpu.setdefault(f"{case} base", []).append(LAST_CPU[0])
                 os.sync()
                 # the connections a GET came on (one the other side left queued in the
                 # listen backlog, accepted after its process ended, is not counted)
@@ -354,6 +367,7 @@ def compare(
                 conns.setdefault(f"{case} rattler", []).append(len(channel.server.peers))
             shutil.rmtree(ours)
             shutil.rmtree(theirs)
+            shutil.rmtree(base, ignore_errors=True)
     finally:
         channel.server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -374,6 +388,8 @@ def compare(
                 statistics.median(cpu[f"{case} rattler"]),
                 statistics.median(conns[f"{case} ours"]),
                 statistics.median(conns[f"{case} rattler"]),
+                statistics.median(times[f"{case} base"]) if BASELINE is not None else None,
+                statistics.median(cpu[f"{case} base"]) if BASELINE is not None else None,
             )
         )
     if floors:
@@ -518,10 +534,17 @@ def main() -> int:
         help="also cache: true (restore + install) vs an empty cache",
     )
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout's src (e.g. of git archive HEAD~1 src): run as a third side "
+        "in the same rounds, for a before/after column",
+    )
     args = parser.parse_args()
-    global SCRATCH
+    global SCRATCH, BASELINE
     if args.disk:
         SCRATCH = None
+    BASELINE = args.baseline
     workers = os.cpu_count() or 2
     loads = [_load()]
     table: list[tuple[Any, ...]] = []
@@ -573,11 +596,23 @@ def main() -> int:
         "connections, ours vs rattler | CPU s, ours vs rattler |"
     )
     print("|---|---|---|---|---|---|---|")
-    for profile, case, ours, theirs, cpu_ours, cpu_theirs, c_ours, c_theirs in table:
+    for profile, case, ours, theirs, cpu_ours, cpu_theirs, c_ours, c_theirs, *_ in table:
         print(
             f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
             f"{c_ours:g} vs {c_theirs:g} | {cpu_ours:.2f} vs {cpu_theirs:.2f} |"
         )
+    if BASELINE is not None:
+        print(
+            f"\nbefore ({BASELINE}) and after (this checkout), the same interleaved rounds:\n"
+            "\n| packages, server | case | before | after | after / before | before / rattler "
+            "| after / rattler | CPU s, before vs after |\n|---|---|---|---|---|---|---|---|"
+        )
+        for profile, case, ours, theirs, cpu_ours, _, _, _, before, cpu_before in table:
+            print(
+                f"| {profile} | {case} | {before:.3f} s | {ours:.3f} s | {ours / before:.2f}x | "
+                f"{before / theirs:.2f}x | {ours / theirs:.2f}x | {cpu_before:.2f} vs "
+                f"{cpu_ours:.2f} |"
+            )
     return 0
 
 

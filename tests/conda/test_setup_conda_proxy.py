@@ -50,3 +50,45 @@ def test_no_proxy_reaches_the_server_directly(channel, locks, tmp_path, proxy):
     code, out = finish(spawn(locks["small"], tmp_path / "env", tmp_path / "pkgs", env=env))
     assert code == 0, out
     assert proxy.seen == []
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {},
+        {"https_proxy": ""},
+        {"Https_Proxy": "http://proxy.invalid:3128"},
+        {"ALL_PROXY": "proxy.invalid:3128"},
+        {"no_proxy": "*"},
+        {"HTTP_PROXY": "http://proxy.invalid:3128", "http_proxy": ""},
+    ],
+)
+def test_proxies_without_urllib_are_what_urllib_reads(monkeypatch, variables):
+    """The shortcut that skips importing urllib.request when no ``*_proxy`` variable is set
+    gives what urllib's reading gives, in every case (names in any case, empty values)."""
+    from gpu_ci import downloads
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    fast = downloads.proxies()
+    monkeypatch.setattr(downloads, "_may_name_proxies", lambda: True)
+    assert fast == downloads.proxies()
+
+
+def test_a_job_without_proxies_does_not_import_urllib_request():
+    """Deciding that an archive may be streamed directly (``downloads.direct``) costs no
+    import of urllib.request, http.client, email and ssl when no proxy is set."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    probe = (
+        "import sys; from gpu_ci import downloads; "
+        "assert downloads.direct('https://conda.anaconda.org/x.conda'); "
+        "print('urllib.request' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ("True" if sys.platform in ("darwin", "win32") else "False")

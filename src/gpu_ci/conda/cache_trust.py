@@ -206,8 +206,10 @@ def _write_marker(entry: Path, digest: str) -> None:
         else:
             os.unlink(path)
         fd = os.open(path, flags, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(digest)
+    try:
+        verified.write_all(fd, digest.encode())
+    finally:
+        os.close(fd)
 
 
 def _forget_other_archive(target: Path, sha256: str) -> None:

@@ -73,6 +73,14 @@ def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> by
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """``data`` written to ``fd`` through the raw system call (no file object: a cold
+    install writes a marker and a stamp per entry, see ``read_bytes``)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _escapes(rel: str) -> bool:
     """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
     or one no file system takes)."""
@@ -284,8 +292,11 @@ def write(
         # Beside the entry, not in it: a writer killed here leaves a name the next job's
         # sweep of the cache removes (``transaction.sweep_cache``).
         part = os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}")
-        with open(part, "w") as out:
-            out.write(json.dumps(data, separators=(",", ":")))
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, json.dumps(data, separators=(",", ":")).encode())
+        finally:
+            os.close(fd)
         os.replace(part, os.path.join(base, STAMP))
     except OSError:
         with contextlib.suppress(OSError):
