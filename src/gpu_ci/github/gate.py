@@ -675,13 +675,17 @@ def decide_review(
         return decision
     head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
     if approver is None:
+        again = {
+            "comment": f"post the '{config.comment_command}' command again",
+            "trusted-author": "re-run this workflow",
+        }.get(decision.approval, f"apply '{config.label}' again")
         return replace(
             decision,
             run=False,
             reason=(
                 f"require-approved-review is true and no review by someone with the "
                 f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
-                f"approve that commit, then apply '{config.label}' again."
+                f"approve that commit, then {again}."
             ),
         )
     return replace(
