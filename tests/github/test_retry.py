@@ -152,6 +152,33 @@ def test_a_gpu_off_the_bus_is_re_run_on_the_monitor_reports_word(gh):
     assert status["description"].startswith("GPU run retried after the GPU was lost (attempt 2)")
 
 
+@pytest.mark.parametrize("field", [{"findings": 5}, {"gpus": 5}, {"findings": [5, "x"]}])
+def test_a_monitor_artifact_of_the_wrong_shape_is_absent_evidence_not_a_crash(gh, field):
+    """PR code can upload any artifact under the monitor's name: the sweep goes on."""
+    start = now() - timedelta(hours=2)
+    run = failed_run(gh, start, "failed", annotations=(("failure", EXIT_1),))
+    report = {**monitor_report(start, 900), **field}
+    gh.add_artifact(REPO, "gpu-monitor-gpu-tests", zipped(report), run_id=run.id)
+    (record,) = sweep(gh).retries
+    assert record.code == "test" and run.run_attempt == 1
+
+
+def test_a_failure_reading_one_artifact_is_a_note(gh, monkeypatch):
+    start = now() - timedelta(hours=2)
+    run = failed_run(gh, start, "failed", annotations=(("failure", EXIT_1),))
+    gh.add_artifact(
+        REPO, "gpu-monitor-gpu-tests", zipped(monitor_report(start, 900)), run_id=run.id
+    )
+
+    def broken(report, artifact):
+        raise TypeError("bad field")
+
+    monkeypatch.setattr(watchdog.infra, "monitor_evidence", broken)
+    result = sweep(gh)
+    assert result.retries[0].code == "test"
+    assert any("gpu-monitor-gpu-tests': unreadable report (TypeError" in n for n in result.notes)
+
+
 def test_a_head_that_is_no_longer_the_approved_one_is_not_re_run(gh):
     gh.repos[REPO].pulls[2].head_sha = "b" * 40  # pushed since the approval
     run = failed_run(gh, now() - timedelta(hours=2))

@@ -915,11 +915,17 @@ def _reports(
         if report is None:
             result.notes.append(f"artifact '{art.get('name')}': {why}")
             continue
-        for job in wanting:
-            if infra.report_is_for(report, job):
-                out.setdefault(int(job["id"]), []).extend(
-                    infra.monitor_evidence(report, str(art.get("name")))
-                )
+        try:  # the artifact is PR code's to write: whatever it holds, a note, never a crash
+            found = [
+                (int(job["id"]), infra.monitor_evidence(report, str(art.get("name"))))
+                for job in wanting
+                if infra.report_is_for(report, job)
+            ]
+        except Exception as exc:  # noqa: BLE001 - one unreadable artifact must not end the sweep
+            result.notes.append(f"artifact '{art.get('name')}': unreadable report ({exc!r})")
+            continue
+        for job_id, evidence in found:
+            out.setdefault(job_id, []).extend(evidence)
     return out
 
 
