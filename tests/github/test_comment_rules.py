@@ -307,3 +307,17 @@ def test_a_trusted_authors_pull_request_from_someone_elses_fork_needs_an_approva
     own = pull(fork=True)
     own["head"]["repo"]["owner"] = {"login": "alice"}
     assert trusted(head_commit(), pr=own).run
+
+
+def test_a_fork_pull_request_needs_the_full_sha_naming_the_head_to_paste():
+    """A fork's author can grind a commit sharing a 7-digit prefix (~2^28 tries): refused."""
+    for short in (HEAD[:7], HEAD[:12], HEAD[:39]):
+        decision = decide(f"/gpu-ci run {short}", pr=pull(fork=True))
+        assert not decision.run and decision.sha == "" and decision.fork
+        assert "comes from a fork, so the comment must name the full 40-digit SHA" in (
+            decision.reason
+        )
+        assert f"'/gpu-ci run {HEAD}'" in decision.reason
+    full = decide(f"/gpu-ci run {HEAD}", pr=pull(fork=True))
+    assert full.run and full.sha == HEAD
+    assert decide(f"/gpu-ci run {HEAD[:7]}", pr=pull(fork=False)).run  # same repository

@@ -198,8 +198,8 @@ def _approval(config: CommentConfig, shown: Shown) -> str:
     how = f"applies the label {_code(config.label)}"
     if config.command:
         how += (
-            f", or comments {_code(f'{config.command} {shown.sha}')} (the commit they "
-            "reviewed; a short SHA of 7 or more digits works too)"
+            f", or comments {_code(f'{config.command} {shown.sha}')} (the full SHA of "
+            "the commit they reviewed)"
         )
     return (
         f"**To run the GPU tests** {who} {how}. An approval is for one commit: every push "
