@@ -188,6 +188,16 @@ def test_a_head_that_is_no_longer_the_approved_one_is_not_re_run(gh):
     assert gh.requests("POST") == []
 
 
+def test_without_a_context_a_pull_requests_run_is_not_re_run(gh):
+    """Approvals live in the context's statuses: without one the approval and its approver
+    cannot be checked, so an open pull request at that head is not enough."""
+    run = failed_run(gh, now() - timedelta(hours=2))
+    (record,) = sweep(gh, context="").retries  # the input `none` reads as empty
+    assert record.code == "stale-head" and run.run_attempt == 1
+    assert "no context: approvals cannot be read" in record.reason
+    assert gh.requests("POST") == []
+
+
 def guard(amount: str) -> watchdog.RetryBudget:
     table = load_table()
     cfg = budget.make_budget_config(

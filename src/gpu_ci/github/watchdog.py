@@ -996,28 +996,32 @@ def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]
     sha = str(run.get("head_sha") or "")
     listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
     number = listed[0] if listed else None
-    if context:
-        statuses = call(
-            partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
+    if not context:
+        return (
+            "no context: approvals cannot be read, so a pull request's run is never re-run "
+            "(set context to gpu-status's)"
         )
-        approval = approval_status(
-            trusted_statuses(
-                StatusConfig(context, "", "", (), creators=result.config.creators), statuses
-            ),
-            context,
+    statuses = call(
+        partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
+    )
+    approval = approval_status(
+        trusted_statuses(
+            StatusConfig(context, "", "", (), creators=result.config.creators), statuses
+        ),
+        context,
+    )
+    if approval is None:
+        return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
+    # The approval's own run only (gpu-status binds no other): any run of an approved
+    # head may use GPU runners, a fork's own run of its edited workflow too.
+    approver = approval_of([approval], context)
+    actor = str((run.get("actor") or {}).get("login") or "")
+    if not approver or actor != approver:
+        return (
+            f"run {run.get('id')} was started by @{actor}, not by the approver "
+            f"@{approver}: only the approval's run is re-run"
         )
-        if approval is None:
-            return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
-        # The approval's own run only (gpu-status binds no other): any run of an approved
-        # head may use GPU runners, a fork's own run of its edited workflow too.
-        approver = approval_of([approval], context)
-        actor = str((run.get("actor") or {}).get("login") or "")
-        if not approver or actor != approver:
-            return (
-                f"run {run.get('id')} was started by @{actor}, not by the approver "
-                f"@{approver}: only the approval's run is re-run"
-            )
-        number = pull_of(approval) or number
+    number = pull_of(approval) or number
     if number is None:
         return "the run names no pull request: cannot tell whether its head is still approved"
     pull = call(partial(rest.get, f"/repos/{repository}/pulls/{int(number)}"))
