@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from gpu_ci.errors import UsageError
 from gpu_ci.github import budget, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
@@ -196,6 +197,20 @@ def test_without_a_context_a_pull_requests_run_is_not_re_run(gh):
     assert record.code == "stale-head" and run.run_attempt == 1
     assert "no context: approvals cannot be read" in record.reason
     assert gh.requests("POST") == []
+
+
+@pytest.mark.parametrize("hours", ["inf", "1e8", "nan", "0", "-1", "721", "a day"])
+def test_retry_window_hours_must_be_finite_and_within_github_s_30_days(hours):
+    with pytest.raises(UsageError, match="input 'retry-window-hours' must be a number of hours"):
+        config(retry_window_hours=hours)
+    assert config(retry_window_hours="720").retry_window_hours == 720
+
+
+def test_a_failed_run_older_than_the_retry_window_is_not_examined(gh):
+    run = failed_run(gh, now() - timedelta(hours=3))
+    assert sweep(gh, retry_window_hours="2").retries == []
+    assert run.run_attempt == 1 and gh.requests("POST") == []
+    assert [r.run_id for r in sweep(gh, retry_window_hours="4").retries] == [run.id]
 
 
 def guard(amount: str) -> watchdog.RetryBudget:

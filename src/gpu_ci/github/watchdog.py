@@ -148,8 +148,12 @@ def make_config(
         numbers["max-calls"],
         numbers["rate-reserve"],
         _whole(retry_infra_failures, "retry-infra-failures", 0, 10),
-        _minutes(force_cancel_minutes, "force-cancel-minutes") if force_cancel_minutes else None,
-        _minutes(retry_window_hours, "retry-window-hours"),
+        (
+            _minutes(force_cancel_minutes, "force-cancel-minutes", 35 * 24 * 60, "minutes")
+            if force_cancel_minutes
+            else None
+        ),
+        _minutes(retry_window_hours, "retry-window-hours", RETRY_WINDOW_MAX_HOURS, "hours"),
         monitor_prefix.strip(),
         tuple(creators) or DEFAULT_CREATORS,
     )
@@ -163,13 +167,22 @@ def _whole(raw: str, name: str, least: int, most: int) -> int:
     return int(raw)
 
 
-def _minutes(raw: str, name: str) -> float:
+#: GitHub re-runs a workflow run only within 30 days of its creation: an older failed run
+#: cannot be retried, so a longer window only costs listing calls.
+RETRY_WINDOW_MAX_HOURS = 30 * 24
+
+
+def _minutes(raw: str, name: str, most: float, unit: str) -> float:
+    """A finite number above 0 and at most ``most`` (workflow runs last at most 35 days;
+    ``inf`` or ``1e8`` would overflow the date arithmetic into an internal error)."""
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise UsageError(f"input '{name}' must be a number above 0; got {raw!r}.")
+    if not 0 < value <= most:  # also false for nan and inf
+        raise UsageError(
+            f"input '{name}' must be a number of {unit} above 0 and at most {most:g}; got {raw!r}."
+        )
     return value
 
 
