@@ -659,7 +659,10 @@ GPU_WATCHDOG = ActionSpec(
             "1",
         ),
         InputSpec(
-            "retry-window-hours", "Failed runs created this many hours back are examined.", "24"
+            "retry-window-hours",
+            "Failed runs created this many hours back are examined (at most 720: GitHub "
+            "re-runs a run only within 30 days).",
+            "24",
         ),
         InputSpec(
             "monitor-artifacts",

@@ -76,13 +76,13 @@ def test_a_maintainers_command_runs_the_gpu_job_at_the_head_without_token_or_sec
     result = act(
         probe_workflow(tmp_path),
         "issue_comment",
-        comment(f"/gpu-ci run {HEAD[:9]} full", "maint"),
+        comment(f"/gpu-ci run {HEAD} full", "maint"),  # a fork: the full SHA
         repository=REPO,
         env={"GITHUB_API_URL": server.url},
         secrets={"GITHUB_TOKEN": SECRET},
     )
     assert result.returncode == 0, result.log
-    assert result.outputs["tested_sha"] == HEAD  # the full head, from a short SHA
+    assert result.outputs["tested_sha"] == HEAD
     assert json.loads(result.outputs["tiers"]) == ["full"]
     assert result.outputs["env_holds_the_token"] is False
     assert "pull request #2 comes from a fork" in result.log

@@ -187,3 +187,38 @@ def test_the_watchdog_cancels_a_comment_run_and_sets_no_status_on_the_default_br
     assert sorted(json.loads(result.outputs["cancelled"])) == sorted([label_run.id, comment_run.id])
     assert "d" * 40 not in server.repos[REPO].statuses
     assert [s["context"] for s in server.repos[REPO].statuses[HEAD]] == ["GPU CI"]
+
+
+# -- require-approved-review holds on every approval path, not only labels -------------------
+
+REVIEW = ["--require-approved-review", "true"]
+
+
+def test_a_comment_approval_needs_an_approved_review_of_that_commit(run_cli, server):
+    server.repos[REPO].roles["rev"] = "maintain"
+    server.repos[REPO].pulls[2].reviews = [("rev", "APPROVED", "1" * 40)]  # an older commit
+    body = command(f"/gpu-ci run {HEAD}")
+    refused = run_gate(run_cli, server, "issue_comment", body, REVIEW)
+    assert refused.returncode == 0, refused.stdout
+    assert refused.outputs["run"] == "false"
+    assert "require-approved-review is true" in refused.outputs["reason"]
+    assert "post the '/gpu-ci run' command again" in refused.outputs["reason"]
+    server.repos[REPO].pulls[2].reviews = [("rev", "APPROVED", HEAD)]
+    ran = run_gate(run_cli, server, "issue_comment", body, REVIEW)
+    assert ran.outputs["run"] == "true", ran.stdout
+    assert "rev (maintain) approved that commit" in ran.outputs["reason"]
+
+
+def test_a_trusted_author_needs_an_approved_review_of_that_commit(run_cli, server):
+    server.repos[REPO].roles["alice"] = "maintain"
+    server.repos[REPO].pulls[2] = PullRequest(2, HEAD, user="alice")
+    server.repos[REPO].commits[HEAD] = Commit(HEAD, author="alice", committer="alice")
+    args = ["--trusted-authors", "write", *REVIEW]
+    refused = run_gate(run_cli, server, "pull_request", synchronize("alice"), args)
+    assert refused.returncode == 0, refused.stdout
+    assert refused.outputs["run"] == "false"
+    assert "require-approved-review is true" in refused.outputs["reason"]
+    server.repos[REPO].pulls[2].reviews = [("alice", "APPROVED", HEAD)]
+    ran = run_gate(run_cli, server, "pull_request", synchronize("alice"), args)
+    assert ran.outputs["run"] == "true", ran.stdout
+    assert "alice (maintain) approved that commit" in ran.outputs["reason"]

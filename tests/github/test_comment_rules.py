@@ -290,6 +290,49 @@ def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_n
     assert "github.event.action" in workflow["concurrency"]["group"]
 
 
+def _group(template: str, body: str, *, login="mai", action="created", run_id="77") -> str:
+    """The example's concurrency group as Actions would expand it for one comment (only the
+    expression shapes the example uses; any other shape fails the test)."""
+    import re
+
+    values = {
+        "github.event.issue.number": "2",
+        "github.event.comment.user.login": login,
+        "github.event.action": action,
+        "github.run_id": run_id,
+    }
+
+    def expand(match: re.Match) -> str:
+        expr = match.group(1).strip()
+        if expr in values:
+            return values[expr]
+        cond = re.fullmatch(
+            r"startsWith\(github\.event\.comment\.body, '([^']*)'\) && '([^']*)' \|\| (\S+)",
+            expr,
+        )
+        assert cond, f"unexpected expression in the concurrency group: {expr}"
+        return cond.group(2) if body.startswith(cond.group(1)) else values[cond.group(3)]
+
+    return re.sub(r"\$\{\{(.*?)\}\}", expand, template)
+
+
+def test_only_a_new_command_by_the_same_maintainer_replaces_their_run():
+    """A maintainer's ordinary comment after their command must not cancel the GPU run."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
+    concurrency = yaml.safe_load(text)["concurrency"]
+    assert concurrency["cancel-in-progress"] is True
+    group = concurrency["group"]
+    running = _group(group, f"/gpu-ci run {HEAD}", run_id="1")
+    assert _group(group, f"/gpu-ci run {HEAD} full", run_id="2") == running  # replaces it
+    assert _group(group, "thanks, looks good", run_id="2") != running
+    assert _group(group, f"/gpu-ci run {HEAD}", login="other", run_id="2") != running
+    assert _group(group, f"/gpu-ci run {HEAD}", action="edited", run_id="2") != running
+
+
 def test_a_trusted_authors_pull_request_from_someone_elses_fork_needs_an_approval():
     """Attack: anyone may open a pull request whose head is a branch of *another* user's fork.
     A maintainer (trusted) opens one from mallory's fork; mallory pushes a commit with the
@@ -307,3 +350,17 @@ def test_a_trusted_authors_pull_request_from_someone_elses_fork_needs_an_approva
     own = pull(fork=True)
     own["head"]["repo"]["owner"] = {"login": "alice"}
     assert trusted(head_commit(), pr=own).run
+
+
+def test_a_fork_pull_request_needs_the_full_sha_naming_the_head_to_paste():
+    """A fork's author can grind a commit sharing a 7-digit prefix (~2^28 tries): refused."""
+    for short in (HEAD[:7], HEAD[:12], HEAD[:39]):
+        decision = decide(f"/gpu-ci run {short}", pr=pull(fork=True))
+        assert not decision.run and decision.sha == "" and decision.fork
+        assert "comes from a fork, so the comment must name the full 40-digit SHA" in (
+            decision.reason
+        )
+        assert f"'/gpu-ci run {HEAD}'" in decision.reason
+    full = decide(f"/gpu-ci run {HEAD}", pr=pull(fork=True))
+    assert full.run and full.sha == HEAD
+    assert decide(f"/gpu-ci run {HEAD[:7]}", pr=pull(fork=False)).run  # same repository

@@ -103,6 +103,8 @@ def test_the_body_never_exceeds_githubs_65536_characters():
     [
         ("/gpu `run`", "keep", "without backticks"),
         ("/x\n/y", "keep", "one line"),
+        ("gpu-ci run", "keep", "must start with '/'"),  # gpu-gate's rule: one rule, one error
+        ("/", "keep", "must start with '/'"),
         ("/gpu-ci run", "hide", "keep.*collapse.*delete"),
     ],
 )

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from gpu_ci.errors import UsageError
 from gpu_ci.github import budget, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
@@ -152,6 +153,33 @@ def test_a_gpu_off_the_bus_is_re_run_on_the_monitor_reports_word(gh):
     assert status["description"].startswith("GPU run retried after the GPU was lost (attempt 2)")
 
 
+@pytest.mark.parametrize("field", [{"findings": 5}, {"gpus": 5}, {"findings": [5, "x"]}])
+def test_a_monitor_artifact_of_the_wrong_shape_is_absent_evidence_not_a_crash(gh, field):
+    """PR code can upload any artifact under the monitor's name: the sweep goes on."""
+    start = now() - timedelta(hours=2)
+    run = failed_run(gh, start, "failed", annotations=(("failure", EXIT_1),))
+    report = {**monitor_report(start, 900), **field}
+    gh.add_artifact(REPO, "gpu-monitor-gpu-tests", zipped(report), run_id=run.id)
+    (record,) = sweep(gh).retries
+    assert record.code == "test" and run.run_attempt == 1
+
+
+def test_a_failure_reading_one_artifact_is_a_note(gh, monkeypatch):
+    start = now() - timedelta(hours=2)
+    run = failed_run(gh, start, "failed", annotations=(("failure", EXIT_1),))
+    gh.add_artifact(
+        REPO, "gpu-monitor-gpu-tests", zipped(monitor_report(start, 900)), run_id=run.id
+    )
+
+    def broken(report, artifact):
+        raise TypeError("bad field")
+
+    monkeypatch.setattr(watchdog.infra, "monitor_evidence", broken)
+    result = sweep(gh)
+    assert result.retries[0].code == "test"
+    assert any("gpu-monitor-gpu-tests': unreadable report (TypeError" in n for n in result.notes)
+
+
 def test_a_head_that_is_no_longer_the_approved_one_is_not_re_run(gh):
     gh.repos[REPO].pulls[2].head_sha = "b" * 40  # pushed since the approval
     run = failed_run(gh, now() - timedelta(hours=2))
@@ -159,6 +187,30 @@ def test_a_head_that_is_no_longer_the_approved_one_is_not_re_run(gh):
     assert record.code == "stale-head" and run.run_attempt == 1
     assert "#2 is open at bbbbbbbbbbbb, not at the approved head aaaaaaaaaaaa" in record.reason
     assert gh.requests("POST") == []
+
+
+def test_without_a_context_a_pull_requests_run_is_not_re_run(gh):
+    """Approvals live in the context's statuses: without one the approval and its approver
+    cannot be checked, so an open pull request at that head is not enough."""
+    run = failed_run(gh, now() - timedelta(hours=2))
+    (record,) = sweep(gh, context="").retries  # the input `none` reads as empty
+    assert record.code == "stale-head" and run.run_attempt == 1
+    assert "no context: approvals cannot be read" in record.reason
+    assert gh.requests("POST") == []
+
+
+@pytest.mark.parametrize("hours", ["inf", "1e8", "nan", "0", "-1", "721", "a day"])
+def test_retry_window_hours_must_be_finite_and_within_github_s_30_days(hours):
+    with pytest.raises(UsageError, match="input 'retry-window-hours' must be a number of hours"):
+        config(retry_window_hours=hours)
+    assert config(retry_window_hours="720").retry_window_hours == 720
+
+
+def test_a_failed_run_older_than_the_retry_window_is_not_examined(gh):
+    run = failed_run(gh, now() - timedelta(hours=3))
+    assert sweep(gh, retry_window_hours="2").retries == []
+    assert run.run_attempt == 1 and gh.requests("POST") == []
+    assert [r.run_id for r in sweep(gh, retry_window_hours="4").retries] == [run.id]
 
 
 def guard(amount: str) -> watchdog.RetryBudget:

@@ -65,3 +65,21 @@ def test_an_unreadable_infra_file_is_a_usage_error(run_cli, server, tmp_path):
     result = spend(run_cli, server, tmp_path, ["--infra-files", str(tmp_path / "missing.json")])
     assert result.returncode == 2
     assert "input 'infra-files': " in result.stdout + result.stderr
+
+
+def test_infra_files_of_the_wrong_shape_are_notes_not_crashes():
+    from gpu_ci.github.spend_report import INFRA_SCHEMA, read_infra
+
+    texts = {
+        "a.json": json.dumps({"schema": INFRA_SCHEMA, "failures": 5}),
+        "b.json": json.dumps({"schema": INFRA_SCHEMA, "failures": [{"job_id": 7, "evidence": 3}]}),
+        "c.json": json.dumps(
+            {"schema": INFRA_SCHEMA, "failures": [{"job_id": 8, "evidence": ["lost"]}]}
+        ),
+    }
+    lost, notes = read_infra(texts)
+    assert lost == {8: "lost"}
+    assert notes == [
+        "a.json: 'failures' is not a list, skipped",
+        "b.json: job 7's evidence is not a list, skipped",
+    ]

@@ -61,19 +61,27 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         )
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
     if isinstance(step, gate.CommentCheck):
-        return _decide_comment(rest, ctx.repository, step, config), config, rest.calls
-    if isinstance(step, gate.TrustedCheck):
-        return _decide_trusted(rest, ctx.repository, step, config), config, rest.calls
-    answer = _role(rest, ctx.repository, step.labeller)
+        decision, login, answer = _decide_comment(rest, ctx.repository, step, config)
+    elif isinstance(step, gate.TrustedCheck):
+        decision, login, answer = _decide_trusted(rest, ctx.repository, step, config)
+    else:
+        decision, login, answer = _decide_label(rest, ctx.repository, step, config)
+    if decision.run and config.require_approved_review:  # every approval path, not only labels
+        decision = _review_pinning(rest, ctx.repository, config, (login, answer), decision)
+    return decision, config, rest.calls
+
+
+Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approved, their role
+
+
+def _decide_label(rest: Rest, repo: str, step: gate.PullCheck, config: gate.GateConfig) -> Approver:
+    answer = _role(rest, repo, step.labeller)
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
-        return refused, config, rest.calls
-    pull = _pull(rest, ctx.repository, step.number)
-    files = _files(rest, ctx.repository, step.number, config)
-    decision = gate.decide_pull(step, config, answer, pull, files)
-    if decision.run and config.require_approved_review:
-        decision = _review_pinning(rest, ctx.repository, step, config, answer, decision)
-    return decision, config, rest.calls
+        return refused, step.labeller, answer
+    pull = _pull(rest, repo, step.number)
+    files = _files(rest, repo, step.number, config)
+    return gate.decide_pull(step, config, answer, pull, files), step.labeller, answer
 
 
 def _role(rest: Rest, repo: str, login: str) -> dict[str, Any]:
@@ -105,7 +113,7 @@ def _files(rest: Rest, repo: str, number: int, config: gate.GateConfig) -> list[
 
 def _decide_comment(
     rest: Rest, repo: str, step: gate.CommentCheck, config: gate.GateConfig
-) -> gate.Decision:
+) -> Approver:
     """The commenter's role (a refusal stops there), the pull request, its files for paths."""
     answer = _role(rest, repo, step.commenter)
     pull: dict[str, Any] = {}
@@ -114,43 +122,47 @@ def _decide_comment(
     files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else None
     if config.paths and files is None:
         files = []  # refused before the paths rule: the files are never read
-    return gate.decide_comment(step, config, answer, pull, files)
+    return gate.decide_comment(step, config, answer, pull, files), step.commenter, answer
 
 
 def _decide_trusted(
     rest: Rest, repo: str, step: gate.TrustedCheck, config: gate.GateConfig
-) -> gate.Decision:
+) -> Approver:
     """The author's role, then the pull request and the head commit (who made it)."""
     answer = _role(rest, repo, step.author)
     refused = gate.refuse_trusted(step, config, answer)
     if refused is not None:
-        return refused
+        return refused, step.author, answer
     pull = _pull(rest, repo, step.number)
     commit = call_api(
         f"the head commit {step.head_sha[:12]}",
         lambda: rest.get(f"/repos/{repo}/commits/{step.head_sha}"),
     )
     files = _files(rest, repo, step.number, config)
-    return gate.decide_trusted(step, config, answer, pull, commit, files)
+    decision = gate.decide_trusted(step, config, answer, pull, commit, files)
+    return decision, step.author, answer
 
 
 def _review_pinning(
     rest: Rest,
     repo: str,
-    step: gate.PullCheck,
     config: gate.GateConfig,
-    answer: dict[str, Any],
+    known: tuple[str, dict[str, Any]],
     decision: gate.Decision,
 ) -> gate.Decision:
-    """One page of reviews (per 100), then one role lookup per approver until one qualifies."""
+    """One page of reviews (per 100), then one role lookup per approver until one qualifies.
+
+    ``known`` is the approver whose role the decision already read (labeller, commenter or
+    trusted author): their own approving review costs no second lookup."""
+    number = decision.pr_number
     reviews = call_api(
-        f"the reviews of pull request #{step.number}",
-        lambda: rest.get_pages(f"/repos/{repo}/pulls/{step.number}/reviews"),
+        f"the reviews of pull request #{number}",
+        lambda: rest.get_pages(f"/repos/{repo}/pulls/{number}/reviews"),
     )
     for login in gate.approvers_of(reviews, decision.sha):
         role_answer = (
-            answer
-            if login == step.labeller
+            known[1]
+            if login == known[0]
             else call_api(f"the role of {login}", functools.partial(_permission, rest, repo, login))
         )
         role, _ = gate.role_of(role_answer)

@@ -8,7 +8,9 @@ pull request, exactly the commit they reviewed. Three rules keep it as strict as
 * the command is the comment's first line, so a quoted reply (``> /gpu-ci run ...``) or a
   command mentioned in prose approves nothing;
 * the SHA is required and must be the pull request's head when the gate handles it; a
-  short SHA (at least 7 hex digits) is matched as a prefix of the head.
+  short SHA (at least 7 hex digits) is matched as a prefix of the head, but only for a
+  pull request from this repository: a fork's needs the full 40 digits, since its author
+  could grind a commit with the same short prefix (about 2^28 tries for 7 digits).
 
 Trusted authors run without an approval, but only for commits that are theirs: the head
 commit's GitHub ``author`` and ``committer`` (the accounts GitHub links to the commit) must

@@ -549,6 +549,16 @@ def decide_comment(
                 f"{current[:12] or '?'}: review the head and {again} with its SHA."
             ),
         )
+    if base.fork and len(check.command.sha) != 40:
+        # a fork's author can grind a commit whose short SHA matches (2^28 tries for 7 digits)
+        return replace(
+            base,
+            reason=(
+                f"#{check.number} comes from a fork, so the comment must name the full 40-digit "
+                f"SHA, not {check.command.sha}: review the head and comment "
+                f"'{config.comment_command} {current}'."
+            ),
+        )
     base = replace(base, sha=current)
     base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
     if refused_now:
@@ -675,13 +685,17 @@ def decide_review(
         return decision
     head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
     if approver is None:
+        again = {
+            "comment": f"post the '{config.comment_command}' command again",
+            "trusted-author": "re-run this workflow",
+        }.get(decision.approval, f"apply '{config.label}' again")
         return replace(
             decision,
             run=False,
             reason=(
                 f"require-approved-review is true and no review by someone with the "
                 f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
-                f"approve that commit, then apply '{config.label}' again."
+                f"approve that commit, then {again}."
             ),
         )
     return replace(

@@ -164,6 +164,13 @@ def report_is_for(report: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
     return start.timestamp() - SLACK_S <= window[0] and window[1] <= end.timestamp() + SLACK_S
 
 
+def _entries(report: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The mappings of a report's list field; anything else (a number, a string, a list of
+    numbers: PR code can upload any artifact under the monitor's name) counts as absent."""
+    value = report.get(key)
+    return [e for e in value if isinstance(e, Mapping)] if isinstance(value, list) else []
+
+
 def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]:
     """GPU lost / Xid 79 / sampler ended, from a report's documented fields
     (``findings[].code``, ``gpus[].lost_at_s``, the same in every version
@@ -171,12 +178,12 @@ def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]
     if report.get("schema_version") not in report_versions():
         return []
     out: list[Evidence] = []
-    codes = [str(f.get("code")) for f in report.get("findings") or [] if isinstance(f, Mapping)]
+    codes = [str(f.get("code")) for f in _entries(report, "findings")]
     lost = [c for c in codes if c in GPU_LOST_CODES]
     lost_gpus = [
         g.get("index")
-        for g in report.get("gpus") or []
-        if isinstance(g, Mapping) and isinstance(g.get("lost_at_s"), (int, float))
+        for g in _entries(report, "gpus")
+        if isinstance(g.get("lost_at_s"), (int, float))
     ]
     if lost or lost_gpus:
         what = ", ".join(lost) or "lost_at_s"

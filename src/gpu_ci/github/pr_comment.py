@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github.client import ApiError
+from gpu_ci.github.comment import DEFAULT_COMMAND, parse_command_setting
 from gpu_ci.markdown import escape
 
 #: GitHub's limit of an issue comment's body (422 "body is too long (maximum is 65536
@@ -53,7 +54,6 @@ BODY_LIMIT = 65536
 #: is left, whatever the event says.
 HELP_LIMIT = 60000
 COMMAND_LIMIT = 100
-DEFAULT_COMMAND = "/gpu-ci run"
 ON_CLOSE = ("keep", "collapse", "delete")
 #: How many comments of a pull request are read to find ours (100 pages of 100).
 MAX_COMMENTS = 10000
@@ -120,11 +120,13 @@ class CommentRest(Protocol):
 
 
 def command_text(value: str) -> str:
-    """``comment-command``: empty or ``none`` means label only."""
-    text = value.strip()
-    if text.casefold() in ("", "none"):
+    """``comment-command``: gpu-gate's rule first (``comment.parse_command_setting``: empty
+    or ``none`` means label only, else a ``/`` word), so gpu-status never advertises a
+    command the gate refuses; then what the comment can show (one line, no backticks)."""
+    text = parse_command_setting(value)
+    if not text:
         return ""
-    if len(text) > COMMAND_LIMIT or "`" in text or "\n" in text or "\r" in text:
+    if len(text) > COMMAND_LIMIT or "`" in text or "\n" in value.strip() or "\r" in value:
         raise UsageError(
             f"input 'comment-command' is '{text[:40]}': give one line of at most "
             f"{COMMAND_LIMIT} characters without backticks (e.g. '{DEFAULT_COMMAND}'), or "
@@ -198,8 +200,8 @@ def _approval(config: CommentConfig, shown: Shown) -> str:
     how = f"applies the label {_code(config.label)}"
     if config.command:
         how += (
-            f", or comments {_code(f'{config.command} {shown.sha}')} (the commit they "
-            "reviewed; a short SHA of 7 or more digits works too)"
+            f", or comments {_code(f'{config.command} {shown.sha}')} (the full SHA of "
+            "the commit they reviewed)"
         )
     return (
         f"**To run the GPU tests** {who} {how}. An approval is for one commit: every push "

@@ -203,13 +203,20 @@ def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
         if not isinstance(doc, dict) or doc.get("schema") != INFRA_SCHEMA:
             notes.append(f"{path}: not a gpu-watchdog infra-file (schema {INFRA_SCHEMA})")
             continue
-        for row in doc.get("failures") or []:
+        failures = doc.get("failures") or []
+        if not isinstance(failures, list):
+            notes.append(f"{path}: 'failures' is not a list, skipped")
+            continue
+        for row in failures:
             job_id = row.get("job_id") if isinstance(row, dict) else None
             if not isinstance(job_id, int) or isinstance(job_id, bool):
                 notes.append(f"{path}: a failure without a job_id, skipped")
                 continue
-            codes = [str(c) for c in row.get("evidence") or []]
-            lost.setdefault(job_id, ",".join(codes))
+            evidence = row.get("evidence") or []
+            if not isinstance(evidence, list):
+                notes.append(f"{path}: job {job_id}'s evidence is not a list, skipped")
+                continue
+            lost.setdefault(job_id, ",".join(str(c) for c in evidence))
     return lost, notes
 
 

@@ -148,8 +148,12 @@ def make_config(
         numbers["max-calls"],
         numbers["rate-reserve"],
         _whole(retry_infra_failures, "retry-infra-failures", 0, 10),
-        _minutes(force_cancel_minutes, "force-cancel-minutes") if force_cancel_minutes else None,
-        _minutes(retry_window_hours, "retry-window-hours"),
+        (
+            _minutes(force_cancel_minutes, "force-cancel-minutes", 35 * 24 * 60, "minutes")
+            if force_cancel_minutes
+            else None
+        ),
+        _minutes(retry_window_hours, "retry-window-hours", RETRY_WINDOW_MAX_HOURS, "hours"),
         monitor_prefix.strip(),
         tuple(creators) or DEFAULT_CREATORS,
     )
@@ -163,13 +167,22 @@ def _whole(raw: str, name: str, least: int, most: int) -> int:
     return int(raw)
 
 
-def _minutes(raw: str, name: str) -> float:
+#: GitHub re-runs a workflow run only within 30 days of its creation: an older failed run
+#: cannot be retried, so a longer window only costs listing calls.
+RETRY_WINDOW_MAX_HOURS = 30 * 24
+
+
+def _minutes(raw: str, name: str, most: float, unit: str) -> float:
+    """A finite number above 0 and at most ``most`` (workflow runs last at most 35 days;
+    ``inf`` or ``1e8`` would overflow the date arithmetic into an internal error)."""
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise UsageError(f"input '{name}' must be a number above 0; got {raw!r}.")
+    if not 0 < value <= most:  # also false for nan and inf
+        raise UsageError(
+            f"input '{name}' must be a number of {unit} above 0 and at most {most:g}; got {raw!r}."
+        )
     return value
 
 
@@ -915,11 +928,17 @@ def _reports(
         if report is None:
             result.notes.append(f"artifact '{art.get('name')}': {why}")
             continue
-        for job in wanting:
-            if infra.report_is_for(report, job):
-                out.setdefault(int(job["id"]), []).extend(
-                    infra.monitor_evidence(report, str(art.get("name")))
-                )
+        try:  # the artifact is PR code's to write: whatever it holds, a note, never a crash
+            found = [
+                (int(job["id"]), infra.monitor_evidence(report, str(art.get("name"))))
+                for job in wanting
+                if infra.report_is_for(report, job)
+            ]
+        except Exception as exc:  # noqa: BLE001 - one unreadable artifact must not end the sweep
+            result.notes.append(f"artifact '{art.get('name')}': unreadable report ({exc!r})")
+            continue
+        for job_id, evidence in found:
+            out.setdefault(job_id, []).extend(evidence)
     return out
 
 
@@ -990,28 +1009,32 @@ def _stale_head(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]
     sha = str(run.get("head_sha") or "")
     listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
     number = listed[0] if listed else None
-    if context:
-        statuses = call(
-            partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
+    if not context:
+        return (
+            "no context: approvals cannot be read, so a pull request's run is never re-run "
+            "(set context to gpu-status's)"
         )
-        approval = approval_status(
-            trusted_statuses(
-                StatusConfig(context, "", "", (), creators=result.config.creators), statuses
-            ),
-            context,
+    statuses = call(
+        partial(rest.get_pages, f"/repos/{repository}/commits/{sha}/statuses", limit=100)
+    )
+    approval = approval_status(
+        trusted_statuses(
+            StatusConfig(context, "", "", (), creators=result.config.creators), statuses
+        ),
+        context,
+    )
+    if approval is None:
+        return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
+    # The approval's own run only (gpu-status binds no other): any run of an approved
+    # head may use GPU runners, a fork's own run of its edited workflow too.
+    approver = approval_of([approval], context)
+    actor = str((run.get("actor") or {}).get("login") or "")
+    if not approver or actor != approver:
+        return (
+            f"run {run.get('id')} was started by @{actor}, not by the approver "
+            f"@{approver}: only the approval's run is re-run"
         )
-        if approval is None:
-            return f"the head {sha[:12]} has no current approval ('{context}'): approve again"
-        # The approval's own run only (gpu-status binds no other): any run of an approved
-        # head may use GPU runners, a fork's own run of its edited workflow too.
-        approver = approval_of([approval], context)
-        actor = str((run.get("actor") or {}).get("login") or "")
-        if not approver or actor != approver:
-            return (
-                f"run {run.get('id')} was started by @{actor}, not by the approver "
-                f"@{approver}: only the approval's run is re-run"
-            )
-        number = pull_of(approval) or number
+    number = pull_of(approval) or number
     if number is None:
         return "the run names no pull request: cannot tell whether its head is still approved"
     pull = call(partial(rest.get, f"/repos/{repository}/pulls/{int(number)}"))
