@@ -602,17 +602,7 @@ def for_workflow_run(
                     "is only posted for the run a maintainer's approval started."
                 ),
             )
-        match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
-        approver = match.group(1) if match else ""
-        retry = _retry_record(statuses, config.context, approval, mine, _attempt(run))
-        why = _binds(
-            run,
-            approval,
-            approver,
-            _earlier_approvals(statuses, config.context, approval),
-            retry is not None,
-            config.creators,
-        )
+        approver, retry, why = _binding(config, statuses, run, approval, mine)
         if why:
             return Outcome(None, why + " Its result is not posted.")
         recorded = _recorded_above(statuses, config.context, approval)
@@ -886,6 +876,30 @@ def approval_config(
     return StatusConfig(context, "", "", (), creators=tuple(creators) or DEFAULT_CREATORS)
 
 
+def _binding(
+    config: StatusConfig,
+    statuses: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    approval: Mapping[str, Any],
+    mine: Any,
+) -> tuple[str, Mapping[str, Any] | None, str]:
+    """(approver, the watchdog's retry record for this attempt or None, why ``run`` does not
+    bind to ``approval`` or empty): one reading for gpu-status's result and the budget's
+    approved fork runs."""
+    match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
+    approver = match.group(1) if match else ""
+    retry = _retry_record(statuses, config.context, approval, mine, _attempt(run))
+    why = _binds(
+        run,
+        approval,
+        approver,
+        _earlier_approvals(statuses, config.context, approval),
+        retry is not None,
+        config.creators,
+    )
+    return approver, retry, why
+
+
 def approved_run(
     config: StatusConfig, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
 ) -> str:
@@ -905,18 +919,8 @@ def approved_run(
             f"{short(str(run.get('head_sha') or ''))} carries no current approval in "
             f"'{config.context}' from {', '.join(config.creators)}."
         )
-    match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
-    approver = match.group(1) if match else ""
     mine = _key_of(run)
-    retry = _retry_record(trusted, config.context, approval, mine, _attempt(run))
-    why = _binds(
-        run,
-        approval,
-        approver,
-        _earlier_approvals(trusted, config.context, approval),
-        retry is not None,
-        config.creators,
-    )
+    _approver, retry, why = _binding(config, trusted, run, approval, mine)
     if why:
         return why
     latest = latest_of(trusted, config.context)

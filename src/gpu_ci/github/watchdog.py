@@ -493,6 +493,20 @@ def _listed_runs(
     return listed
 
 
+def _run_jobs(rest: Rest, call: _Caller, result: Sweep, run_id: int, what: str) -> list[Any] | None:
+    """Every job of the run's latest attempt; None (and an error in the sweep) when the
+    listing fails."""
+    url = f"/repos/{result.repository}/actions/runs/{run_id}/jobs?filter=latest"
+    try:
+        jobs, _total = _pages(rest, call, url, "jobs")
+    except BudgetExhausted:
+        raise
+    except _FAILED as exc:
+        result.errors.append(_describe(exc, what))
+        return None
+    return jobs
+
+
 def _pages(rest: Rest, call: _Caller, url: str, key: str) -> tuple[list[Any], int]:
     """Every page of a listing (100 a page, by number), each page one call of the budget;
     and the listing's ``total_count`` (above the items when GitHub stops short of it, as a
@@ -516,14 +530,8 @@ def _sweep_run(
 ) -> None:
     config, repository = result.config, result.repository
     run_id = int(run["id"])
-    try:
-        jobs, _total = _pages(
-            rest, call, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest", "jobs"
-        )
-    except BudgetExhausted:
-        raise
-    except _FAILED as exc:
-        result.errors.append(_describe(exc, f"listing the jobs of run {run_id}"))
+    jobs = _run_jobs(rest, call, result, run_id, f"listing the jobs of run {run_id}")
+    if jobs is None:
         return
     seen, stale = stale_jobs(run, jobs, config, result.now)
     still: list[JobRecord] = []
@@ -775,16 +783,10 @@ def _retry_sweep(rest: Rest, call: _Caller, result: Sweep, sources: Sequence[str
 
 
 def _retry_run(rest: Rest, call: _Caller, result: Sweep, run: Mapping[str, Any]) -> None:
-    repository, config = result.repository, result.config
+    config = result.config
     run_id, attempt = int(run["id"]), int(run.get("run_attempt") or 1)
-    try:
-        jobs, _total = _pages(
-            rest, call, f"/repos/{repository}/actions/runs/{run_id}/jobs?filter=latest", "jobs"
-        )
-    except BudgetExhausted:
-        raise
-    except _FAILED as exc:
-        result.errors.append(_describe(exc, f"listing the jobs of failed run {run_id}"))
+    jobs = _run_jobs(rest, call, result, run_id, f"listing the jobs of failed run {run_id}")
+    if jobs is None:
         return
     failed = [j for j in jobs if infra.failed(j)]
     gpu_ids = {int(j["id"]) for j in failed if has_gpu_label(j, config.labels)}
