@@ -373,20 +373,47 @@ def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
     return (legacy if legacy in ROLE_RANK else "none"), False
 
 
-def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
+def _base(
+    *,
+    event: str,
+    number: int,
+    head_sha: str,
+    who: str,
+    role: str,
+    current: str,
+    fork: bool,
+    approval: str,
+    label: str = "",
+) -> Decision:
+    """The refused decision every approval path starts from (label, comment's pull request and
+    trusted author alike): one place says which fields an approval fills."""
     return Decision(
         run=False,
         reason="",
-        event=check.event,
-        sha=check.head_sha,
-        pr_number=str(check.number),
-        label=check.label,
-        labeled_by=check.labeller,
+        event=event,
+        sha=head_sha,
+        pr_number=str(number),
+        label=label,
+        labeled_by=who,
         permission=role,
-        head_at_label=check.head_sha,
+        head_at_label=head_sha,
         current_head=current,
+        fork=fork,
+        approval=approval,
+    )
+
+
+def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
+    return _base(
+        event=check.event,
+        number=check.number,
+        head_sha=check.head_sha,
+        who=check.labeller,
+        role=role,
+        current=current,
         fork=check.fork,
         approval="label",
+        label=check.label,
     )
 
 
@@ -599,16 +626,13 @@ def _how_to_approve(config: GateConfig) -> str:
 
 
 def _trusted_base(check: TrustedCheck, role: str, current: str) -> Decision:
-    return Decision(
-        run=False,
-        reason="",
+    return _base(
         event=check.event,
-        sha=check.head_sha,
-        pr_number=str(check.number),
-        labeled_by=check.author,
-        permission=role,
-        head_at_label=check.head_sha,
-        current_head=current,
+        number=check.number,
+        head_sha=check.head_sha,
+        who=check.author,
+        role=role,
+        current=current,
         fork=check.fork,
         approval="trusted-author",
     )
