@@ -94,6 +94,14 @@ XID_MEANING = {int(k): str(v["meaning"]) for k, v in _CATALOGUE["xids"].items()}
 """What each catalogued Xid means; its action is ``XID_ACTION``."""
 XID_ACTION = {int(k): str(v["action"]) for k, v in _CATALOGUE["xids"].items()}
 XID_RESET = {int(k) for k, v in _CATALOGUE["xids"].items() if v["reset"]}
+XID_NO_RESET = {int(k) for k, v in _CATALOGUE["xids"].items() if v["reset"] is False}
+"""Xids whose bucket needs no reset; one in neither set is a workflow (its own text decides)."""
+BUCKET_GUIDANCE = {str(k): str(v["guidance"]) for k, v in _CATALOGUE["buckets"].items()}
+RECOVERY_ACTIONS = {
+    int(k): str(v["name"]).removeprefix("NVML_GPU_RECOVERY_ACTION_")
+    for k, v in _CATALOGUE["recovery_actions"].items()
+}
+"""nvml.h's nvmlDeviceGpuRecoveryAction_t, short names (the action an Xid 154 names)."""
 EVENT_ACTIONS: dict[str, dict[str, str]] = dict(_CATALOGUE["events"])
 
 #: GPM activity ratios as the sample file names them, and as the summary shows them.
@@ -916,15 +924,23 @@ def _error_findings(rec: Recording) -> list[Finding]:
 
 def xid_finding(code: int, gpu: object, at: float) -> Finding:
     """An Xid with the catalogue's meaning and immediate action; a reset is asked only
-    where the catalogue's action takes the GPU out of service (13/31/43 do not)."""
+    where the action's bucket takes the GPU out of service (13/31/43 do not), and a
+    workflow bucket (74's NVLink registers, 154's recovery action) says what decides."""
     meaning = XID_MEANING.get(code)
     action = XID_ACTION.get(code)
     if meaning is None:
         what, then = "see NVIDIA's Xid catalogue", f": {_CATALOGUE['source']}"
     elif code in XID_RESET:
         what, then = meaning, f": catalogue action {action}; drain this runner"
-    else:
+    elif code in XID_NO_RESET:
         what, then = meaning, f": catalogue action {action}; the GPU needs no reset"
+    else:
+        guidance = BUCKET_GUIDANCE.get(str(action), "see the catalogue")
+        if action == "XID_154":
+            guidance += (
+                " (" + ", ".join(RECOVERY_ACTIONS[k] for k in sorted(RECOVERY_ACTIONS)) + ")"
+            )
+        what, then = meaning, f": catalogue action {action}; {guidance}"
     return Finding(
         "warning", f"xid-{code}", f"GPU {gpu}: Xid {code} ({what}) at +{_clock(at)}{then}.", at
     )
