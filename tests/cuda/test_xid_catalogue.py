@@ -136,3 +136,52 @@ def test_recovery_actions_are_nvml_h_s():
     }
     ours = {int(k): v["name"] for k, v in mr.catalogue()["recovery_actions"].items()}
     assert ours == declared
+
+
+#: nvml.h's nvmlEventType* macro for each event type the sampler registers.
+NVML_EVENT_MACROS = {
+    "xid": "nvmlEventTypeXidCriticalError",
+    "ecc-sbe": "nvmlEventTypeSingleBitEccError",
+    "ecc-dbe": "nvmlEventTypeDoubleBitEccError",
+    "ecc-sbe-storm": "nvmlEventTypeSingleBitEccErrorStorm",
+    "dram-retirement": "nvmlEventTypeDramRetirementEvent",
+    "dram-retirement-failure": "nvmlEventTypeDramRetirementFailure",
+    "poison-nonfatal": "nvmlEventTypeNonFatalPoisonError",
+    "poison-fatal": "nvmlEventTypeFatalPoisonError",
+    "gpu-unavailable": "nvmlEventTypeGpuUnavailableError",
+    "recovery-action": "nvmlEventTypeGpuRecoveryAction",
+}
+
+
+def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
+    import json
+
+    from gpu_ci.cuda.monitor import EVENT_TYPES
+
+    header = (require_nvml_header() / "nvml.h").read_text(encoding="utf-8", errors="replace")
+    bits = {
+        name: int(value, 16)
+        for name, value in re.findall(r"#define\s+(nvmlEventType\w+)\s+(0x[0-9A-Fa-f]+)LL", header)
+    }
+    assert {name: bits[NVML_EVENT_MACROS[name]] for name in NVML_EVENT_MACROS} == {
+        name: bit for bit, name in EVENT_TYPES.items()
+    }
+    # every type but the Xid (its row decides) has the catalogue's meaning, level and action,
+    # and the report says them: one finding per event of this job's GPU
+    events = [n for n in EVENT_TYPES.values() if n != "xid"]
+    assert set(mr.EVENT_ACTIONS) == set(events)
+    lines = [
+        {
+            "kind": "start",
+            "ts": 0,
+            "interval": 1,
+            "gpus": [{"index": 0, "name": "G", "uuid": "GPU-1", "memory_total": 1}],
+        },
+        {"kind": "sample", "ts": 1, "gpus": [{"index": 0, "util": 5, "mem_used": 0}]},
+    ] + [{"kind": "event", "ts": 1, "gpu": 0, "type": n, "data": 0} for n in events]
+    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    found = {f.code: f for f in mr.compute(rec, end=2).findings}
+    for name in events:
+        known = mr.EVENT_ACTIONS[name]
+        assert found[name].level == known["level"], name
+        assert known["action"] in found[name].message, name
