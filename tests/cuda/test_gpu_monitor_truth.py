@@ -419,6 +419,15 @@ def test_a_mig_slice_reports_the_boards_ecc_and_io_as_board_wide(run_cli, tmp_pa
     assert "board-wide 90.0 MiB / 36.0 MiB" in result.summary
     sample = next(r for r in records if r["kind"] == "sample")["gpus"][0]
     assert "board_ecc" in sample and "ecc" not in sample
+    # the CSV: the slice's own counter cells empty (unknown), the board's in board_* columns
+    import csv
+    import io
+
+    text = Path(result.outputs["samples-csv"]).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows[-1]["pcie_tx_bytes"] == "" and rows[-1]["ecc_uncorrected"] == ""
+    assert rows[-1]["board_pcie_tx_bytes"] == str(90 * MiB)
+    assert rows[-1]["board_ecc_uncorrected"] == "1"
 
 
 # -- 3. violation counters and memory v2 -----------------------------------------------------

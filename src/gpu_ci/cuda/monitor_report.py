@@ -1581,6 +1581,12 @@ CSV_COLUMNS = (
     "ecc_uncorrected",
     "remapped_rows",
     "foreign_pids",
+    "board_pcie_tx_bytes",
+    "board_pcie_rx_bytes",
+    "board_nvlink_tx_kib",
+    "board_nvlink_rx_kib",
+    "board_ecc_corrected",
+    "board_ecc_uncorrected",
 )
 
 
@@ -1627,6 +1633,9 @@ def samples_csv(rec: Recording) -> str:
                 *_cells(s.ecc, 2),
                 "" if s.remap is None else s.remap[0] + s.remap[1],
                 " ".join(map(str, s.foreign)),
+                *_cells(s.board_pcie_bytes, 2),  # a MIG slice: its whole board's counters
+                *_cells(s.board_nvlink_kib, 2),
+                *_cells(s.board_ecc, 2),
             ]
         )
     return buf.getvalue()
