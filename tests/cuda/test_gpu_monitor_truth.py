@@ -322,6 +322,114 @@ def test_a_mig_slice_without_gpm_reads_unknown_not_a_false_failure(run_cli, tmp_
     assert result.outputs["idle-fraction"] == ""
 
 
+#: the board's counters: PCIe 10 / 4 MiB and NVLink 100 / 50 MiB a step, by step 5 three
+#: corrected and one uncorrected ECC error (the board's, any tenant's)
+BOARD_COUNTERS = """\
+1 gpu.0.pcie_tx_mib=10 gpu.0.pcie_rx_mib=4 gpu.0.nvlink_tx_mib=100 gpu.0.nvlink_rx_mib=50
+5 gpu.0.ecc_sbe=3 gpu.0.ecc_dbe=1
+"""
+BOARD_QUERIES = """\
+import json, pynvml as n
+n.nvmlInit()
+parent = n.nvmlDeviceGetHandleByIndex(0)
+slice_ = n.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+UNC, VOLATILE = n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+PCIE_TX = n.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+def ask(f, *a):
+    try:
+        got = f(*a)
+    except n.NVMLError as e:
+        return "error %d" % e.value
+    return [int(x) for x in got] if isinstance(got, tuple) else int(got)
+out = {}
+for name, h in (("parent", parent), ("slice", slice_)):
+    out[name] = {
+        "ecc": ask(n.nvmlDeviceGetTotalEccErrors, h, UNC, VOLATILE),
+        "remap": ask(n.nvmlDeviceGetRemappedRows, h),
+        "fields": [int(v.nvmlReturn) for v in n.nvmlDeviceGetFieldValues(h, [PCIE_TX])],
+    }
+print(json.dumps(out))
+"""
+
+
+def test_the_fake_answers_board_queries_on_a_mig_board_as_nvml_h_documents(tmp_path):
+    # nvml.h: nvmlDeviceGetRemappedRows "NVML_ERROR_NOT_SUPPORTED If MIG is enabled"; ECC
+    # counts are "the total set of errors across the entire device" and field values take
+    # "The device handle of the GPU" (neither documents a MIG device handle, as the calls
+    # that accept one do): the parent answers, a MIG device handle NOT_SUPPORTED (3).
+    import subprocess
+    import sys
+
+    from tests.cuda_env import write_config
+    from tests.gpu_monitor_env import fake_gpu_env
+
+    env = fake_gpu_env(tmp_path, BOARD_COUNTERS, samples=None)
+    cfg = two_tenant_h200()
+    cfg.update({"gpu.0.pcie_counters": "1", "gpu.0.nvlink": "1"})
+    write_config(Path(env["FAKE_NVML_CONFIG"]), cfg)
+    got = subprocess.run(
+        [sys.executable, "-c", BOARD_QUERIES],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    answers = json.loads(got.stdout)
+    assert isinstance(answers["parent"]["ecc"], int)
+    assert answers["parent"]["fields"] == [0]
+    assert answers["parent"]["remap"] == "error 3"  # MIG enabled: not supported at all
+    assert answers["slice"] == {"ecc": "error 3", "remap": "error 3", "fields": [3]}
+
+
+def test_a_mig_slice_reports_the_boards_ecc_and_io_as_board_wide(run_cli, tmp_path):
+    # Failed before: a MIG board's ECC and PCIe/NVLink were never read (the slice's handle
+    # has none; the parent was not asked), so a double-bit ECC error on the board was silent.
+    cfg = two_tenant_h200()
+    cfg.update({"gpu.0.pcie_counters": "1", "gpu.0.nvlink": "1"})
+    result, report, records = run_monitor(
+        run_cli,
+        tmp_path,
+        TWO_TENANTS + BOARD_COUNTERS,
+        10,
+        config=cfg,
+        env_extra={"CUDA_VISIBLE_DEVICES": MIG_OURS},
+    )
+    assert result.returncode == 0, result.stdout
+    import jsonschema
+
+    schema = json.loads((mr.CATALOGUE_PATH.parent / "monitor-report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    (gpu,) = report["gpus"]
+    # the slice's own: unknown (nvml.h has none per instance), never the board's as its own
+    assert set(gpu["io_bytes"].values()) == {None}
+    assert set(gpu["health"].values()) == {None}
+    # the board's, read through the parent handle and marked as the whole GPU's
+    assert gpu["board_io_bytes"] == {
+        "pcie_tx": 90 * MiB,
+        "pcie_rx": 36 * MiB,
+        "nvlink_tx": 900 * MiB,
+        "nvlink_rx": 450 * MiB,
+    }
+    assert gpu["board_health"]["ecc_corrected"] == 3
+    assert gpu["board_health"]["ecc_uncorrected"] == 1
+    # nvml.h: remapped rows are not supported while MIG is enabled: unknown, not 0
+    assert gpu["board_health"]["rows_remapped"] is None
+    found = {f["code"]: f["message"] for f in report["findings"]}
+    assert "board-wide" in found["ecc-uncorrected"] and "1 uncorrected" in found["ecc-uncorrected"]
+    assert "board-wide 90.0 MiB / 36.0 MiB" in result.summary
+    sample = next(r for r in records if r["kind"] == "sample")["gpus"][0]
+    assert "board_ecc" in sample and "ecc" not in sample
+    # the CSV: the slice's own counter cells empty (unknown), the board's in board_* columns
+    import csv
+    import io
+
+    text = Path(result.outputs["samples-csv"]).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows[-1]["pcie_tx_bytes"] == "" and rows[-1]["ecc_uncorrected"] == ""
+    assert rows[-1]["board_pcie_tx_bytes"] == str(90 * MiB)
+    assert rows[-1]["board_ecc_uncorrected"] == "1"
+
+
 # -- 3. violation counters and memory v2 -----------------------------------------------------
 
 

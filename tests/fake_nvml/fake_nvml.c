@@ -454,6 +454,12 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, nvmlMemoryErrorType_t
     DEVICE(g, dev);
     /* nvml.h: "NVML_ERROR_NOT_SUPPORTED if the device does not support this feature" */
     if (g->no_ecc) return NVML_ERROR_NOT_SUPPORTED;
+    /* nvml.h: "The total error count is the sum of errors across each of the separate memory
+     * systems, i.e. the total set of errors across the entire device", and its device is
+     * "The identifier of the target device": a board-level count. The calls that accept a
+     * MIG device handle say so ("The device handle or MIG device handle"); this one does
+     * not, so a MIG device handle is a device without the feature: NOT_SUPPORTED. */
+    if (mig_ >= 0) return NVML_ERROR_NOT_SUPPORTED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     /* volatile counts: the config's uncorrected count, plus the script's gpu.N.ecc_sbe /
      * gpu.N.ecc_dbe (the counts since boot at this step) */
@@ -479,8 +485,10 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, uns
                                        unsigned int *pending, unsigned int *failure) {
     ENTER("nvmlDeviceGetRemappedRows");
     DEVICE(g, dev);
-    /* nvml.h: "NVML_ERROR_NOT_SUPPORTED if this query is not supported by the device" */
-    if (g->no_remap) return NVML_ERROR_NOT_SUPPORTED;
+    /* nvml.h: "NVML_ERROR_NOT_SUPPORTED If MIG is enabled or if the device doesn't support
+     * this feature" ("On MIG-enabled GPUs with active instances, querying the number of
+     * remapped rows is not supported"): the parent and its MIG device handles alike. */
+    if (g->no_remap || g->mig) return NVML_ERROR_NOT_SUPPORTED;
     /* the script's gpu.N.remap_cor / gpu.N.remap_unc: rows remapped since manufacture */
     *corr = (unsigned)fake_script_count(g, "remap_cor");
     *unc = (unsigned)fake_script_count(g, "remap_unc");
@@ -1251,6 +1259,9 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
             }
             v->timestamp = (long long)(BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US);
             v->latencyUsec = 0;
+            /* nvmlDeviceGetFieldValues takes "The device handle of the GPU"; the PCIe and
+             * NVLink counters are the board's (a MIG device handle: NOT_SUPPORTED per value,
+             * the parent handle answers for the whole board) */
             if (!ok || mig_ >= 0) {
                 v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
                 continue;

@@ -20,7 +20,9 @@ read without us:
   A MIG slice is an entry with ``"slice": slot`` (its parent's ``index``): its own memory
   and processes (through its MIG device handle), utilisation from GPM
   (``nvmlGpmMigSampleGet``; ``null`` where unsupported), and the board's power as
-  ``board_power_mw`` (the whole GPU's, never the slice's). The start line's GPU entry of
+  ``board_power_mw`` (the whole GPU's, never the slice's), and the board's counters as
+  ``board_pcie_bytes``, ``board_nvlink_kib``, ``board_ecc``, ``board_remap`` (read through
+  the parent handle: nvml.h has them per device, not per MIG device). The start line's GPU entry of
   a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
   Since issue 28's signals, each entry may also hold ``gpm`` ({"sm", "occupancy", "tensor",
   "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
@@ -518,9 +520,19 @@ class _Nvml:
             **self.health(index, handle),
         }
 
-    def read_slice(self, device: Device, board: dict[str, Any]) -> dict[str, Any]:
-        """A MIG slice: its own memory, processes and GPM utilisation; the board's power
-        apart (board-wide, not the slice's)."""
+    def board_counters(self, index: int, parent: Any) -> dict[str, Any]:
+        """A MIG board's PCIe/NVLink, ECC and remapped-row counters, read through the parent
+        handle (nvml.h documents them per device, not per MIG device handle; remapped rows
+        are NOT_SUPPORTED while MIG is enabled), as ``board_*``: the whole GPU's, every
+        tenant's, recorded apart from the slice's own figures."""
+        got = {**self.io(index, parent), **self.health(index, parent)}
+        return {f"board_{k}": v for k, v in got.items()}
+
+    def read_slice(
+        self, device: Device, board: dict[str, Any], counters: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A MIG slice: its own memory, processes and GPM utilisation; the board's power and
+        counters apart (board-wide, not the slice's)."""
         mem_used, reserved = self.memory(device.handle)
         gpm = self.gpm_util(device.key, device.parent, device.gi or 0)
         return {
@@ -537,6 +549,7 @@ class _Nvml:
             "sm_mhz": board["sm_mhz"],
             "throttle": board["throttle"],
             "procs": self.processes(device.handle),
+            **(counters or {}),
         }
 
 
@@ -762,7 +775,8 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 try:
                     if slices[i]:  # a MIG board: the job's slices, the board read once
                         board = reader.board(h)
-                        gpus.extend(reader.read_slice(d, board) for d in slices[i])
+                        counters = reader.board_counters(i, h)
+                        gpus.extend(reader.read_slice(d, board, counters) for d in slices[i])
                     else:
                         gpus.append(reader.read(i, h))
                     failing.discard(i)

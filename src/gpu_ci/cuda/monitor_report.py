@@ -94,6 +94,14 @@ XID_MEANING = {int(k): str(v["meaning"]) for k, v in _CATALOGUE["xids"].items()}
 """What each catalogued Xid means; its action is ``XID_ACTION``."""
 XID_ACTION = {int(k): str(v["action"]) for k, v in _CATALOGUE["xids"].items()}
 XID_RESET = {int(k) for k, v in _CATALOGUE["xids"].items() if v["reset"]}
+XID_NO_RESET = {int(k) for k, v in _CATALOGUE["xids"].items() if v["reset"] is False}
+"""Xids whose bucket needs no reset; one in neither set is a workflow (its own text decides)."""
+BUCKET_GUIDANCE = {str(k): str(v["guidance"]) for k, v in _CATALOGUE["buckets"].items()}
+RECOVERY_ACTIONS = {
+    int(k): str(v["name"]).removeprefix("NVML_GPU_RECOVERY_ACTION_")
+    for k, v in _CATALOGUE["recovery_actions"].items()
+}
+"""nvml.h's nvmlDeviceGpuRecoveryAction_t, short names (the action an Xid 154 names)."""
 EVENT_ACTIONS: dict[str, dict[str, str]] = dict(_CATALOGUE["events"])
 
 #: GPM activity ratios as the sample file names them, and as the summary shows them.
@@ -161,6 +169,11 @@ class GpuSample:
     """Volatile ECC error counts [corrected, uncorrected] since boot."""
     remap: tuple[int, int, int, int] | None = None
     """Remapped rows [correctable, uncorrectable, pending, failure]."""
+    board_pcie_bytes: tuple[int, int] | None = None
+    """A MIG slice: the whole board's ``pcie_bytes`` (read through the parent handle)."""
+    board_nvlink_kib: tuple[int, int] | None = None
+    board_ecc: tuple[int, int] | None = None
+    board_remap: tuple[int, int, int, int] | None = None
     foreign: tuple[int, ...] = ()
     """PIDs NVML listed that this PID namespace cannot resolve (host PIDs in a container)."""
 
@@ -279,6 +292,10 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
         nvlink_kib=_ints(g.get("nvlink_kib"), 2),
         ecc=_ints(g.get("ecc"), 2),
         remap=_ints(g.get("remap"), 4),
+        board_pcie_bytes=_ints(g.get("board_pcie_bytes"), 2),
+        board_nvlink_kib=_ints(g.get("board_nvlink_kib"), 2),
+        board_ecc=_ints(g.get("board_ecc"), 2),
+        board_remap=_ints(g.get("board_remap"), 4),
         foreign=tuple(int(p[0]) for p in procs if len(p) >= 4 and p[3] is False),
     )
 
@@ -484,6 +501,11 @@ class GpuUsage:
     and ``remap_pending`` / ``remap_failure`` at the end (None: not supported)."""
     foreign_processes: tuple[int, ...] = ()
     """PIDs on this GPU that NVML listed but this PID namespace cannot resolve."""
+    board_io: dict[str, int | None] | None = None
+    """A MIG slice: ``io`` of the whole board (every tenant's), never the slice's; None for
+    a whole GPU."""
+    board_health: dict[str, int | None] | None = None
+    """A MIG slice: ``health`` of the whole board; None for a whole GPU."""
 
 
 @dataclass(frozen=True)
@@ -652,12 +674,16 @@ def _activity(mine: Sequence[GpuSample]) -> dict[str, float | None]:
     return out
 
 
-def _io_health(mine: Sequence[GpuSample]) -> tuple[dict[str, int | None], dict[str, int | None]]:
-    """Bytes moved (PCIe, NVLink) and ECC / remapped-row growth across the job."""
-    pcie = [s.pcie_bytes for s in mine if s.pcie_bytes is not None]
-    nvl = [s.nvlink_kib for s in mine if s.nvlink_kib is not None]
-    ecc = [s.ecc for s in mine if s.ecc is not None]
-    remap = [s.remap for s in mine if s.remap is not None]
+def _io_health(
+    mine: Sequence[GpuSample], board: bool = False
+) -> tuple[dict[str, int | None], dict[str, int | None]]:
+    """Bytes moved (PCIe, NVLink) and ECC / remapped-row growth across the job; with
+    ``board``, a MIG slice's record of its whole board's counters."""
+    pre = "board_" if board else ""
+    pcie = [v for v in (getattr(s, pre + "pcie_bytes") for s in mine) if v is not None]
+    nvl = [v for v in (getattr(s, pre + "nvlink_kib") for s in mine) if v is not None]
+    ecc = [v for v in (getattr(s, pre + "ecc") for s in mine) if v is not None]
+    remap = [v for v in (getattr(s, pre + "remap") for s in mine) if v is not None]
 
     def kib(v: int | None) -> int | None:
         return None if v is None else v * 1024
@@ -716,6 +742,7 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         (e for e in rec.errors if e.get("gpu") == gpu.index and not e.get("gap")), None
     )  # the board: GPU_IS_LOST ends its samples; another error is a gap
     io, health = _io_health(mine)
+    board_io, board_health = _io_health(mine, board=True) if gpu.slot is not None else (None, None)
     mem_utils = [float(s.mem_util) for s in mine if s.mem_util is not None]
     return GpuUsage(
         gpu=gpu,
@@ -741,6 +768,8 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         io=io,
         health=health,
         foreign_processes=tuple(sorted({pid for s in mine for pid in s.foreign})),
+        board_io=board_io,
+        board_health=board_health,
     )
 
 
@@ -916,15 +945,23 @@ def _error_findings(rec: Recording) -> list[Finding]:
 
 def xid_finding(code: int, gpu: object, at: float) -> Finding:
     """An Xid with the catalogue's meaning and immediate action; a reset is asked only
-    where the catalogue's action takes the GPU out of service (13/31/43 do not)."""
+    where the action's bucket takes the GPU out of service (13/31/43 do not), and a
+    workflow bucket (74's NVLink registers, 154's recovery action) says what decides."""
     meaning = XID_MEANING.get(code)
     action = XID_ACTION.get(code)
     if meaning is None:
         what, then = "see NVIDIA's Xid catalogue", f": {_CATALOGUE['source']}"
     elif code in XID_RESET:
         what, then = meaning, f": catalogue action {action}; drain this runner"
-    else:
+    elif code in XID_NO_RESET:
         what, then = meaning, f": catalogue action {action}; the GPU needs no reset"
+    else:
+        guidance = BUCKET_GUIDANCE.get(str(action), "see the catalogue")
+        if action == "XID_154":
+            guidance += (
+                " (" + ", ".join(RECOVERY_ACTIONS[k] for k in sorted(RECOVERY_ACTIONS)) + ")"
+            )
+        what, then = meaning, f": catalogue action {action}; {guidance}"
     return Finding(
         "warning", f"xid-{code}", f"GPU {gpu}: Xid {code} ({what}) at +{_clock(at)}{then}.", at
     )
@@ -953,9 +990,8 @@ def _event_findings(rec: Recording) -> list[Finding]:
     return out
 
 
-def _health_findings(g: GpuUsage, label: str) -> list[Finding]:
+def _health_findings(h: dict[str, int | None], label: str) -> list[Finding]:
     """ECC errors and remapped rows that grew while the job ran."""
-    h = g.health
     out = []
     if h.get("ecc_uncorrected"):
         out.append(
@@ -1038,9 +1074,16 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 f"{rec.bad_lines} line(s) of the sample file were unreadable.",
             )
         )
+    boards: set[int] = set()
     for g in report.gpus:
         label = f"GPU {g.gpu.index} ({g.gpu.name})"
-        out.extend(_health_findings(g, label))
+        out.extend(_health_findings(g.health, label))
+        if g.board_health is not None and g.gpu.index not in boards:
+            # a MIG board's counters, once per board: the hardware the job ran on, any
+            # tenant's errors (never charged to the slice as its own)
+            boards.add(g.gpu.index)
+            board = f"GPU {g.gpu.index}, board-wide (the whole MIG-enabled GPU, every slice)"
+            out.extend(_health_findings(g.board_health, board))
         if limits.max_memory is not None and g.peak_memory > limits.max_memory:
             out.append(
                 Finding(
@@ -1202,8 +1245,7 @@ def _pair(a: int | None, b: int | None) -> str:
     return UNKNOWN if a is None and b is None else f"{_bytes(a)} / {_bytes(b)}"
 
 
-def _health_cell(g: GpuUsage) -> str:
-    h = g.health
+def _health_cell(h: dict[str, int | None]) -> str:
     if h.get("ecc_uncorrected") is None and h.get("rows_remapped") is None:
         return UNKNOWN
     ecc = (
@@ -1226,17 +1268,21 @@ def signals_table(report: Report) -> str:
     ECC and remapped-row growth; a line saying they are unknown when no GPU had any."""
     rows = []
     for g in report.gpus:
-        if not (g.activity or any(v is not None for v in (*g.io.values(), *g.health.values()))):
+        # a MIG slice has no counters of its own: the board's, marked board-wide
+        io, health = (g.board_io, g.board_health) if g.board_io is not None else (g.io, g.health)
+        health = health or {}
+        if not (g.activity or any(v is not None for v in (*io.values(), *health.values()))):
             continue
+        mark = "board-wide " if g.board_io is not None else ""
         rows.append(
             (
                 f"{g.gpu.index} {g.gpu.name}",
                 " / ".join(_pct(g.activity.get(k)) for k in ("sm", "tensor", "dram"))
                 if g.activity
                 else UNKNOWN + " (GPM: Hopper and newer)",
-                _pair(g.io.get("pcie_tx"), g.io.get("pcie_rx")),
-                _pair(g.io.get("nvlink_tx"), g.io.get("nvlink_rx")),
-                _health_cell(g),
+                mark + _pair(io.get("pcie_tx"), io.get("pcie_rx")),
+                mark + _pair(io.get("nvlink_tx"), io.get("nvlink_rx")),
+                mark + _health_cell(health),
             )
         )
     if not rows:
@@ -1443,6 +1489,8 @@ def as_json(report: Report) -> dict[str, Any]:
                 "activity": {k: r(v, 3) for k, v in g.activity.items()},
                 "io_bytes": dict(g.io),
                 "health": dict(g.health),
+                "board_io_bytes": None if g.board_io is None else dict(g.board_io),
+                "board_health": None if g.board_health is None else dict(g.board_health),
                 "foreign_pids": list(g.foreign_processes),
             }
             for g in report.gpus
@@ -1533,6 +1581,12 @@ CSV_COLUMNS = (
     "ecc_uncorrected",
     "remapped_rows",
     "foreign_pids",
+    "board_pcie_tx_bytes",
+    "board_pcie_rx_bytes",
+    "board_nvlink_tx_kib",
+    "board_nvlink_rx_kib",
+    "board_ecc_corrected",
+    "board_ecc_uncorrected",
 )
 
 
@@ -1579,6 +1633,9 @@ def samples_csv(rec: Recording) -> str:
                 *_cells(s.ecc, 2),
                 "" if s.remap is None else s.remap[0] + s.remap[1],
                 " ".join(map(str, s.foreign)),
+                *_cells(s.board_pcie_bytes, 2),  # a MIG slice: its whole board's counters
+                *_cells(s.board_nvlink_kib, 2),
+                *_cells(s.board_ecc, 2),
             ]
         )
     return buf.getvalue()
