@@ -306,6 +306,16 @@ PROFILE_TEXT = {
 }
 
 
+#: The servers' listen backlog, as real servers set it: nginx's default is 511 (its ``listen``
+#: directive: "backlog=number ... By default, backlog is set to -1 on FreeBSD, DragonFly BSD,
+#: and macOS, and to 511 on other platforms", https://nginx.org/en/docs/http/ngx_http_core_module.html#listen),
+#: and Linux caps it at net.core.somaxconn (4096 since 5.4). ``http.server``'s default, 5,
+#: overflowed 64-82 times per cold 600-package run here (a dropped SYN waits 1 s, then 3 s, to
+#: be retried), stalling both sides by seconds: a property of the test server, not of either
+#: installer.
+BACKLOG = 511
+
+
 def compare(
     label: str,
     channel: Channel,
@@ -321,7 +331,7 @@ def compare(
     rattler) of medians, interleaved runs; phases of our cold runs. ``server``: more
     ``ChannelServer`` settings (``PROFILES``)."""
     channel.server = ChannelServer(
-        channel.root.parent, protocol=protocol, latency=latency, **server
+        channel.root.parent, protocol=protocol, latency=latency, backlog=BACKLOG, **server
     ).start()
     conns: dict[str, list[int]] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
@@ -436,7 +446,7 @@ def cache_case(label: str, channel: Channel, runs: int) -> None:
     does (a ``tar`` of the directory through ``zstd -T0 --long=30``; its ``archives/`` are
     excluded) and installing from it, vs installing with an empty cache. The blob's transfer
     is not measured here (loopback): its size is printed, to weigh against the archives'."""
-    channel.server = ChannelServer(channel.root.parent).start()
+    channel.server = ChannelServer(channel.root.parent, backlog=BACKLOG).start()
     work = Path(tempfile.mkdtemp(prefix="bench-cache-", dir=SCRATCH))
     lock = work / "lock.txt"
     lock.write_text(channel.explicit_lock())
