@@ -31,14 +31,11 @@ Safe on persistent, shared runners:
   it; pip verifies every wheel against the lock's hashes.
 * **Compiled once, after the checks.** Neither installer compiles: the bootstrap compiles
   the verified sources itself (two cores), then takes the manifest; runs write no ``.pyc``.
-  While uv installs, what it has unpacked is compiled already, each result used only for
-  an installed file of exactly the bytes it was compiled from (:class:`Precompiler`).
 
 Cold start (issue 30): one installer run for all the groups, no ``pip --version`` probe, no
 pip in the venv (the host's, else the wheel shipped with this Python), the venv created in
-this process, its site-packages found without starting its interpreter, compiling while uv
-still installs, this checkout's ``src/`` compiled beside the rest; ``benchmarks/cold_start.py``
-measures it.
+this process, its site-packages found without starting its interpreter, this checkout's
+``src/`` compiled beside the rest; ``benchmarks/cold_start.py`` measures it.
 """
 
 from __future__ import annotations
@@ -46,14 +43,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import marshal
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -177,8 +172,6 @@ class Installer:
         self.name = "uv" if self.uv else "pip"
         self.uv_cache = uv_cache
         self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache)}
-        #: What was compiled while uv ran (None: nothing, e.g. pip or an offline install).
-        self.early: Precompiler | None = None
 
     def create(self, venv: Path) -> None:
         if self.uv or self.pip:  # no pip inside: uv, or a pip from outside, installs into it
@@ -191,24 +184,7 @@ class Installer:
         else:
             check(run([sys.executable, "-m", "venv", str(venv)]), "python -m venv")
 
-    def _uv_overlapped(self, cmd: list[str], site: Path) -> subprocess.CompletedProcess:
-        """Run uv online and meanwhile compile (:class:`Precompiler`) the wheels it has
-        already unpacked into its cache, on the core that its downloads leave idle."""
-        early = Precompiler(self.uv_cache / "archive-v0", site)
-        with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: uv never blocks on it
-            proc = subprocess.Popen(cmd, env=self.uv_env, stdout=out, stderr=out, text=True)
-            try:
-                while proc.poll() is None:
-                    if not early.step():
-                        time.sleep(0.01)
-            finally:
-                proc.wait()
-            out.seek(0)
-            output = out.read()
-        self.early = early
-        return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
-
-    def install(self, venv: Path, locks: list[Path], site: Path) -> None:
+    def install(self, venv: Path, locks: list[Path]) -> None:
         python = str(venv_python(venv))
         requirements = [arg for lock in locks for arg in ("-r", str(lock))]
         names = " ".join(f"-r {lock.name}" for lock in locks)
@@ -234,7 +210,7 @@ class Installer:
             cached = self.uv_cache.is_dir()
             if cached and run(base + ["--offline"], self.uv_env).returncode == 0:
                 return
-            check(self._uv_overlapped(base, site), f"uv pip install {names}")
+            check(run(base, self.uv_env), f"uv pip install {names}")
             return
         pip = [python, *(self.pip or ["-m", "pip"])]
         check(
@@ -257,109 +233,23 @@ class Installer:
         )
 
 
-class Precompiler:
-    """Compile the sources of the wheels uv has unpacked into its (private) cache while uv
-    still unpacks and copies the others: compiling is most of a cold bootstrap after uv
-    (issue 30). uv unpacks a wheel only once all are downloaded, so this overlaps uv's own
-    unpacking and copying, not its network wait: it gains only where a core is idle then.
-
-    Only a cache speeds things up here, it is never trusted: a code object is used for an
-    installed file only when that file's bytes are exactly the bytes it was compiled from
-    (same path in the wheel, same sha256), after the installed file passed its ``RECORD``
-    check; anything else is compiled from the installed file as before. So the ``.pyc``
-    written is what ``py_compile`` makes of the checked source, whatever the cache holds
-    (a planted ``__pycache__`` included: no ``.pyc`` is read from it)."""
-
-    def __init__(self, archives: Path, site: Path) -> None:
-        self.archives = archives
-        self.site = site
-        #: Unpacked wheels already there (an earlier, different install): not this run's.
-        self.seen = set(os.listdir(archives)) if archives.is_dir() else set()
-        self.queue: list[tuple[Path, str]] = []
-        #: (path in the wheel, sha256 of the source) -> its marshalled code object.
-        self.code: dict[tuple[str, str], bytes] = {}
-
-    def step(self) -> bool:
-        """Compile one pending source, else look for newly unpacked wheels; False when
-        there was nothing to do."""
-        if not self.queue:
-            try:
-                new = sorted(set(os.listdir(self.archives)) - self.seen)
-            except OSError:
-                return False
-            for name in new:
-                self.seen.add(name)
-                top = self.archives / name
-                for dirpath, dirnames, filenames in os.walk(top):
-                    dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-                    for filename in filenames:
-                        if filename.endswith(".py"):
-                            path = Path(dirpath) / filename
-                            self.queue.append((path, path.relative_to(top).as_posix()))
-            if not self.queue:
-                return False
-        path, rel = self.queue.pop()
-        with contextlib.suppress(OSError, SyntaxError, ValueError):
-            data = path.read_bytes()
-            filename = str(self.site / rel)
-            code = compile(data, filename, "exec", dont_inherit=True)
-            # Marshalled at once, the file name still held, as py_compile does: marshal
-            # marks shared objects by their reference counts, so that its bytes are the same.
-            self.code[(rel, hashlib.sha256(data).hexdigest())] = marshal.dumps(code)
-        return True
-
-    def write(self, source: Path, rel: str) -> bool:
-        """Write ``source``'s ``.pyc`` from the code compiled early, exactly as
-        ``py_compile`` would; False when there is none for these bytes."""
-        import importlib.util
-
-        data = source.read_bytes()
-        code = self.code.get((rel, hashlib.sha256(data).hexdigest()))
-        if code is None:
-            return False
-        # A timestamp-based .pyc (PEP 552): magic, flags 0, the source's mtime and size.
-        mtime = int(source.stat().st_mtime) & 0xFFFFFFFF
-        header = importlib.util.MAGIC_NUMBER + b"\0\0\0\0"
-        header += mtime.to_bytes(4, "little") + (len(data) & 0xFFFFFFFF).to_bytes(4, "little")
-        pyc = Path(importlib.util.cache_from_source(str(source)))
-        pyc.parent.mkdir(exist_ok=True)
-        # Written as py_compile writes it: aside, then renamed; the source's mode, plus
-        # owner write.
-        aside = pyc.with_name(f"{pyc.name}.{os.getpid()}")
-        mode = (stat.S_IMODE(source.stat().st_mode) | 0o200) & 0o666
-        try:
-            with open(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as out:
-                out.write(header + code)
-            os.replace(aside, pyc)
-        except OSError:  # py_compile's turn
-            return False
-        return True
-
-
-def compile_site(site: Path, early: Precompiler | None = None) -> None:
+def compile_site(site: Path) -> None:
     """Compile every module of the fresh venv, after its ``RECORD`` check (so only verified
     sources are compiled) and before its manifest is taken: no run writes a ``.pyc`` into
     the venv (runs set ``dont_write_bytecode``; a written one would fail the venv's
     verification), so a module left uncompiled here would be compiled again in memory by
     every run that imports it.
 
-    What ``early`` compiled while uv ran is written for the very bytes it was compiled
-    from; the rest is compiled here, in this process (the venv's interpreter is this one,
-    so are its ``.pyc`` files), on two cores where there are two: a forked child takes
-    every other file. Neither an installer's compiler nor ``compileall -j`` (a forkserver
-    and a pickle per file) is as cheap. A file that does not compile is left as pip leaves
-    it: Python reports it if it is ever imported."""
+    In this process (the venv's interpreter is this one, so are its ``.pyc`` files), on
+    two cores where there are two: a forked child takes every other file. Neither an
+    installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
+    as cheap. A file that does not compile is left as pip leaves it: Python reports it if
+    it is ever imported."""
     import py_compile
 
     # Every source, even one with a .pyc already (ensurepip's pip; one a tampered installer
     # cache slipped in): each is replaced by the compiled checked source.
-    sources = sorted(p for p in site.rglob("*.py") if "__pycache__" not in p.parts)
-    rels = {source: source.relative_to(site).as_posix() for source in sources}
-    ready = {rel for rel, _ in early.code} if early is not None else set()
-    # Both kinds spread over the two processes (writing an early one costs little).
-    sources = [s for s in sources if rels[s] not in ready] + [
-        s for s in sources if rels[s] in ready
-    ]
+    sources = sorted(str(p) for p in site.rglob("*.py") if "__pycache__" not in p.parts)
     pid = -1  # no child
     if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
         sys.stdout.flush()
@@ -368,10 +258,8 @@ def compile_site(site: Path, early: Precompiler | None = None) -> None:
     mine = sources if pid < 0 else sources[(1 if pid == 0 else 0) :: 2]
     try:
         for source in mine:
-            if early is not None and rels[source] in ready and early.write(source, rels[source]):
-                continue
             with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
-                py_compile.compile(str(source), doraise=True, quiet=2)
+                py_compile.compile(source, doraise=True, quiet=2)
     finally:
         if pid == 0:  # the forked child: its half is done
             os._exit(0)
@@ -565,7 +453,7 @@ def build(venv: Path, groups: list[str]) -> Installer:
     try:
         installer.create(tmp)
         site = site_packages(tmp)
-        installer.install(tmp, [LOCKS / f"{group}.txt" for group in groups], site)
+        installer.install(tmp, [LOCKS / f"{group}.txt" for group in groups])
         for group in groups:
             (tmp / f".gpu-ci-group-{group}").write_text("")
         problems = record_problems(site)
@@ -576,7 +464,7 @@ def build(venv: Path, groups: list[str]) -> Installer:
                 f"tampered with; nothing was used. Delete "
                 f"{installer.uv_env['UV_CACHE_DIR']} (uv) or the pip cache, then rerun."
             )
-        compile_site(site, installer.early)
+        compile_site(site)
         restrict(tmp)
         files, stats = tree(tmp)
         manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
