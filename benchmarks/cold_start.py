@@ -17,8 +17,10 @@ For each action and installer (pip; uv when available), measured side by side, m
   Debian root that ``tests/debian_root.py`` builds and caches: cold (a Python
   installed, then the venv) and warm (a later action of the job), for each way of getting
   a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
-  (the pinned uv fetched). The two uv ones need python-build-standalone from GitHub and
-  run only with ``UV_PYTHON_INSTALL_MIRROR`` set; the table says why one did not run.
+  (the pinned uv fetched). The two uv ones install python-build-standalone from GitHub
+  (``UV_PYTHON_INSTALL_MIRROR`` when set), else this host's own Python packed in that
+  layout and served on 127.0.0.1 (:func:`standalone_archive`: no transfer time); the
+  table says why one did not run.
 
 Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate cold
 <= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
@@ -31,6 +33,7 @@ action, with the package index reachable.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -174,8 +177,10 @@ export RUNNER_TEMP=/job/runner-temp RUNNER_TOOL_CACHE=/job/tool-cache
 export FAKE_NVML_CONFIG=/etc/fake-nvml.cfg
 export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 mkdir -p "$RUNNER_TEMP" "$RUNNER_TOOL_CACHE"
-if [ -f /etc/gpu-ci-tests-ca.crt ]; then
+if [ -f /etc/gpu-ci-tests-ca.crt ]; then  # this machine's way out (a proxy's CA), for
+  # pip, uv and the Node.js that downloads uv
   export PIP_CERT=/etc/gpu-ci-tests-ca.crt SSL_CERT_FILE=/etc/gpu-ci-tests-ca.crt
+  export NODE_EXTRA_CA_CERTS=/etc/gpu-ci-tests-ca.crt
 fi
 [ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
 [ ! -f /job/path.env ] || { set -a; . /job/path.env; set +a; }
@@ -204,29 +209,146 @@ step cold
 step warm
 """
 
-#: The ways a job without Python gets one (issue 30 item 1), and why one cannot be measured
-#: on a machine that reaches only the package registries: uv installs Python from
-#: python-build-standalone's GitHub releases unless UV_PYTHON_INSTALL_MIRROR names a mirror.
+#: The ways a job without Python gets one (issue 30 item 1).
 CONTAINER_PATHS = ("package manager", "uv present", "managed uv Python")
 
+#: Directories of the host's standard library left out of the standalone archive.
+STDLIB_LEFT_OUT = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo")
 
-def container_unavailable(path: str) -> str:
+
+def standalone_archive(dest: Path) -> tuple[Path | None, str]:
+    """uv installs Python from python-build-standalone's GitHub releases, which a machine
+    that reaches only the package registries cannot download. What it downloads can be
+    named instead (``UV_PYTHON_DOWNLOADS_JSON_URL``: a JSON of the form of uv's own
+    download list, each entry an archive's URL and sha256), so the uv paths are measured
+    with this host's own Python packed in python-build-standalone's ``install_only``
+    layout (``python/bin/python3.X``, ``python/lib/``), built here, served on 127.0.0.1.
+    Python finds its prefix from its executable's place; what must move is the
+    interpreter's ELF ``RUNPATH`` to its ``libpython`` (an absolute path into this
+    host's install), rewritten in place to ``$ORIGIN/../lib`` as python-build-standalone
+    sets it. (archive, '') or (None, why it cannot be built)."""
+    import tarfile
+
+    base = Path(sys.base_prefix)
+    short = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    exe = base / "bin" / f"python{short}"
+    libdir = base / "lib"
+    if not exe.is_file() or not (libdir / f"python{short}" / "os.py").is_file():
+        return None, f"this host's Python is not laid out as <prefix>/bin, <prefix>/lib ({base})"
+    binary = exe.read_bytes()
+    old = str(libdir).encode() + b"\0"
+    new = b"$ORIGIN/../lib"
+    shared = list(libdir.glob(f"libpython{short}*.so*"))
+    if shared:
+        if binary.count(old) != 1 or len(new) >= len(old):
+            return None, (
+                f"this host's Python links {shared[0].name} without a RUNPATH of {libdir} "
+                "to make relative: it cannot be packed as a standalone Python"
+            )
+        binary = binary.replace(old, new + b"\0" * (len(old) - len(new)))
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    machine = platform.machine()
+    name = f"cpython-{version}-linux-{machine}-gnu"
+    archive = dest / f"{name}-install_only.tar.gz"
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts
+        if "__pycache__" in parts or (len(parts) > 3 and parts[3] in STDLIB_LEFT_OUT):
+            return None
+        if info.issym() and info.linkname.startswith("/"):  # uv refuses absolute links
+            return None
+        return info
+
+    staged = dest / "bin"
+    staged.mkdir(parents=True, exist_ok=True)
+    (staged / exe.name).write_bytes(binary)
+    (staged / exe.name).chmod(0o755)
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        tar.add(staged / exe.name, f"python/bin/{exe.name}")
+        for alias in ("python3", "python"):
+            link = tarfile.TarInfo(f"python/bin/{alias}")
+            link.type, link.linkname = tarfile.SYMTYPE, exe.name
+            tar.addfile(link)
+        for lib in shared:
+            tar.add(lib, f"python/lib/{lib.name}", filter=keep)
+        tar.add(libdir / f"python{short}", f"python/lib/python{short}", filter=keep)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    entry = {
+        "name": "cpython",
+        "arch": {"family": machine, "variant": None},
+        "os": "linux",
+        "libc": "gnu",
+        "major": sys.version_info[0],
+        "minor": sys.version_info[1],
+        "patch": sys.version_info[2],
+        "prerelease": "",
+        "url": archive.name,  # made absolute once the server's port is known
+        "sha256": digest,
+        "variant": None,
+    }
+    (dest / "downloads.json").write_text(json.dumps({name: entry}))
+    return archive, ""
+
+
+class StandalonePython:
+    """The standalone archive and its download list, served on 127.0.0.1 (a thread)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="standalone-"))
+        self.archive, self.why = standalone_archive(self.dir)
+        self.server: object = None
+        self.url = ""
+        if self.archive is not None:
+            import functools
+            import http.server
+            import threading
+
+            class Quiet(http.server.SimpleHTTPRequestHandler):
+                def log_message(self, format: str, *args: object) -> None:
+                    pass
+
+            handler = functools.partial(Quiet, directory=str(self.dir))
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.server = server
+            self.url = f"http://127.0.0.1:{server.server_address[1]}"
+            listing = json.loads((self.dir / "downloads.json").read_text())
+            for entry in listing.values():
+                entry["url"] = f"{self.url}/{entry['url']}"
+            (self.dir / "downloads.json").write_text(json.dumps(listing))
+
+    def env(self) -> str:
+        """The job's environment lines: uv's download list, the Python version it has."""
+        short = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        return f"UV_PYTHON_DOWNLOADS_JSON_URL={self.url}/downloads.json\nGPU_CI_UV_PYTHON={short}\n"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()  # type: ignore[attr-defined]
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def container_unavailable(path: str, standalone: StandalonePython | None) -> str:
     """Why ``path`` cannot be measured here ('' when it can)."""
     if sys.platform != "linux" or os.geteuid() != 0:
         return "needs Linux and root (chroot into the Debian root)"
     if not all(shutil.which(tool) for tool in ("debootstrap", "unshare", "chroot")):
         return "needs debootstrap, unshare and chroot"
-    if path != "package manager" and not os.environ.get("UV_PYTHON_INSTALL_MIRROR"):
+    mirror = os.environ.get("UV_PYTHON_INSTALL_MIRROR")
+    built = standalone is not None and standalone.archive is not None
+    if path not in ("", "package manager") and not mirror and not built:
+        why = standalone.why if standalone is not None else "not built"
         return (
-            "uv downloads Python from GitHub (python-build-standalone), which this machine "
-            "does not reach: set UV_PYTHON_INSTALL_MIRROR to a mirror to measure it"
+            "uv downloads Python from GitHub (python-build-standalone), which this "
+            f"machine does not reach, and no standalone archive of this host's Python "
+            f"could be built: {why}"
         )
     if path == "managed uv Python" and not shutil.which("node"):
         return "needs Node.js to mount as the runner's /__e/node20 (the root has no curl/wget)"
     return ""
 
 
-def container_run(path: str) -> dict[str, float]:
+def container_run(path: str, standalone: StandalonePython | None = None) -> dict[str, float]:
     """One job in a fresh overlay of the cached Debian root (tests/debian_root.py
     builds and keeps it): seconds and CPU seconds of its first action (Python installed,
     venv built) and of a later one, and the Python install's own seconds as the bootstrap
@@ -264,6 +386,8 @@ def container_run(path: str) -> dict[str, float]:
             )
         if os.environ.get("UV_PYTHON_INSTALL_MIRROR"):
             path_env += f"UV_PYTHON_INSTALL_MIRROR={os.environ['UV_PYTHON_INSTALL_MIRROR']}\n"
+        elif path != "package manager" and standalone is not None:
+            path_env += standalone.env()
         (work / "job" / "path.env").write_text(path_env)
         (work / "job" / "job.sh").write_text(job)
         debian.pip_config_into(work)
@@ -312,19 +436,31 @@ def container_report(runs: int) -> dict[str, object]:
     print("\ncontainer job without Python (Debian bookworm minbase, verify-cuda-env):")
     print(f"{'path':24} {'cold s':>7} {'cpu s':>6} {'python s':>8} {'warm s':>7} {'cpu s':>6}")
     report: dict[str, object] = {}
-    for path in CONTAINER_PATHS:
-        why = container_unavailable(path)
-        if why:
-            print(f"{path:24} not measured: {why}")
-            report[path] = {"not_measured": why}
-            continue
-        entries = [container_run(path) for _ in range(runs)]
-        med = {key: statistics.median(e[key] for e in entries) for key in entries[0]}
+    standalone = None
+    if not os.environ.get("UV_PYTHON_INSTALL_MIRROR") and container_unavailable("", None) == "":
+        standalone = StandalonePython()
+    try:
+        for path in CONTAINER_PATHS:
+            why = container_unavailable(path, standalone)
+            if why:
+                print(f"{path:24} not measured: {why}")
+                report[path] = {"not_measured": why}
+                continue
+            entries = [container_run(path, standalone) for _ in range(runs)]
+            med = {key: statistics.median(e[key] for e in entries) for key in entries[0]}
+            print(
+                f"{path:24} {med['cold']:7.2f} {med['cold_cpu']:6.2f} {med['python']:8.1f} "
+                f"{med['warm']:7.2f} {med['warm_cpu']:6.2f}"
+            )
+            report[path] = {f"{key}_s": value for key, value in med.items()}
+    finally:
+        if standalone is not None:
+            standalone.close()
+    if standalone is not None and standalone.archive is not None:
         print(
-            f"{path:24} {med['cold']:7.2f} {med['cold_cpu']:6.2f} {med['python']:8.1f} "
-            f"{med['warm']:7.2f} {med['warm_cpu']:6.2f}"
+            "(the uv paths install this host's Python from 127.0.0.1 in python-build-"
+            "standalone's layout: a download from GitHub adds its transfer time)"
         )
-        report[path] = {f"{key}_s": value for key, value in med.items()}
     return report
 
 

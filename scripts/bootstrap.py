@@ -34,7 +34,8 @@ Safe on persistent, shared runners:
 
 Cold start (issue 30): one installer run for all the groups, no ``pip --version`` probe, no
 pip in the venv (the host's, else the wheel shipped with this Python), the venv created in
-this process; ``benchmarks/cold_start.py`` measures it.
+this process, its site-packages found without starting its interpreter, this checkout's
+``src/`` compiled beside the rest; ``benchmarks/cold_start.py`` measures it.
 """
 
 from __future__ import annotations
@@ -266,9 +267,25 @@ def compile_site(site: Path) -> None:
         os.waitpid(pid, 0)
 
 
-def site_packages(python: Path) -> Path:
+def site_packages(venv: Path) -> Path:
+    """The venv's ``purelib``: the venv's interpreter is this one, so its scheme answers in
+    this process (no interpreter to start); asked of the venv's Python where it cannot."""
+    import sysconfig
+
+    scheme = "venv" if "venv" in sysconfig.get_scheme_names() else "posix_prefix"
+    if os.name == "posix":
+        base = str(venv)
+        names = ("base", "platbase", "installed_base", "installed_platbase")
+        site = Path(sysconfig.get_path("purelib", scheme, vars=dict.fromkeys(names, base)))
+        if site.is_dir():
+            return site
     out = subprocess.run(
-        [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        [
+            str(venv_python(venv)),
+            "-I",
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -435,10 +452,10 @@ def build(venv: Path, groups: list[str]) -> Installer:
     tmp = venv.with_name(f"{venv.name}.tmp-{os.getpid()}")
     try:
         installer.create(tmp)
+        site = site_packages(tmp)
         installer.install(tmp, [LOCKS / f"{group}.txt" for group in groups])
         for group in groups:
             (tmp / f".gpu-ci-group-{group}").write_text("")
-        site = site_packages(venv_python(tmp))
         problems = record_problems(site)
         if problems:
             raise fail(
@@ -469,10 +486,14 @@ def sweep(venv: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def compile_source() -> None:
-    """Compile this checkout's ``src/`` once, so that no run recompiles it."""
-    if not list((ROOT / "src" / "gpu_ci").glob("__pycache__/cli.*.pyc")):
-        run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")])
+def compile_source() -> subprocess.Popen | None:
+    """Start compiling this checkout's ``src/`` once, so that no run recompiles it: beside
+    the venv's check or build (on a cold start, while uv waits on the network); ``finish``
+    waits for it. None when it is compiled already."""
+    if list((ROOT / "src" / "gpu_ci").glob("__pycache__/cli.*.pyc")):
+        return None
+    cmd = [sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def export(name: str, value: str) -> None:
@@ -498,6 +519,7 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     groups = wanted_groups(argv[0] if argv else "")
     venv = venv_dir(groups)
+    compiling = compile_source()
     os.umask(0o022)  # our venvs must pass the check below: writable by us alone
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
@@ -511,7 +533,7 @@ def main(argv: list[str]) -> int:
         lock_handle = open(venv.parent / (venv.name + ".lock"), "w")  # noqa: SIM115 (with below)
     except OSError as exc:
         if venv.exists() and not verify(venv):  # a read-only cache prepared by the admin
-            return finish(venv, groups, "reused (read-only cache)", start)
+            return finish(venv, groups, "reused (read-only cache)", start, compiling)
         raise fail(
             f"cannot create {venv.parent} ({exc.strerror}): set GPU_CI_CACHE_DIR to a "
             "writable directory."
@@ -532,11 +554,14 @@ def main(argv: list[str]) -> int:
             installer = build(venv, groups)
             how = f"installed {', '.join(groups)} with {installer.name}"
             sweep(venv)
-    return finish(venv, groups, how, start)
+    return finish(venv, groups, how, start, compiling)
 
 
-def finish(venv: Path, groups: list[str], how: str, start: float) -> int:
-    compile_source()
+def finish(
+    venv: Path, groups: list[str], how: str, start: float, compiling: subprocess.Popen | None
+) -> int:
+    if compiling is not None:
+        compiling.wait()
     export("GPU_CI_PYTHON", str(venv_python(venv)))
     export("GPU_CI_ROOT", str(ROOT))
     export("GPU_CI_GROUPS", " ".join(groups))

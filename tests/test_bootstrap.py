@@ -3,8 +3,11 @@ by checkouts and concurrent jobs, never the vendor conda."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import marshal
 import os
+import py_compile
 import re
 import shutil
 import subprocess
@@ -93,6 +96,21 @@ def checkout(tmp_path: Path, name: str) -> Path:
         )
     )
     return root
+
+
+def assert_compiled_from_sources(site: Path, scratch: Path) -> None:
+    """Every source under ``site`` has a ``.pyc`` whose header names its current mtime and
+    size and whose code is what ``py_compile`` makes of it now (code objects compare by
+    their code, not their file name: the venv was compiled before its rename)."""
+    sources = [p for p in site.rglob("*.py") if "__pycache__" not in p.parts]
+    assert sources
+    for source in sources:
+        pyc = Path(importlib.util.cache_from_source(str(source)))
+        with contextlib.suppress(py_compile.PyCompileError):  # left as pip leaves it
+            py_compile.compile(str(source), cfile=str(scratch), doraise=True)
+            want, got = scratch.read_bytes(), pyc.read_bytes()
+            assert got[:16] == want[:16], source
+            assert marshal.loads(got[16:]) == marshal.loads(want[16:]), source
 
 
 def bootstrap_module():
@@ -380,6 +398,8 @@ def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
     venv_path = Path(env["GPU_CI_PYTHON"]).parents[1]
     site = site_packages(env["GPU_CI_PYTHON"])
     assert (site / "github" / "__init__.py").stat().st_nlink == 1  # copies, not cache links
+    # every module compiled, each from its installed (RECORD-checked) source
+    assert_compiled_from_sources(site, tmp_path / "ref.pyc")
     cached = [p for p in uv_cache.rglob("github/__init__.py") if "dist-info" not in str(p)]
     assert cached
     for target in cached:
