@@ -204,3 +204,34 @@ def test_a_version_1_report_is_still_a_valid_report():
     jsonschema.validate(doc, SCHEMA)
     assert schema_errors(doc, SCHEMA) == []
     assert schema_errors(dict(doc, schema_version=3), SCHEMA)
+
+
+def test_a_recovery_action_names_the_action_the_driver_asks_for(run_cli, tmp_path):
+    # GPU 0's driver asks NODE_REBOOT (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 2) with the
+    # recovery-action event, then an Xid 154; GPU 1's driver (older) does not support the
+    # field: its action is unknown, never a list of what it might be
+    script = (
+        "0 gpu.0.util=10 gpu.0.procs=- gpu.1.util=10 gpu.1.procs=-\n"
+        "1 gpu.0.recovery_action=2 gpu.0.event=0x8000 gpu.1.event=0x8000\n"
+        "3 gpu.0.xid=154 gpu.1.xid=154\n"
+    )
+    records, result, report, _env = run_monitor(
+        run_cli, tmp_path, script, samples=6, gpus=2, event_types="0xFF0B"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = sorted(
+        ((r["gpu"], r["type"], r["recovery_action"]) for r in records if r["kind"] == "event"),
+    )
+    assert events == [
+        (0, "recovery-action", 2),
+        (0, "xid", 2),
+        (1, "recovery-action", None),
+        (1, "xid", None),
+    ]
+    found = [f["message"] for f in report["findings"]]
+    ours = [m for m in found if m.startswith("GPU 0:")]
+    theirs = [m for m in found if m.startswith("GPU 1:")]
+    assert len(ours) == 2 and all("NODE_REBOOT (reboot the node)" in m for m in ours), ours
+    assert len(theirs) == 2 and all("recovery action unknown" in m for m in theirs), theirs
+    for m in found:  # nvml.h's list of possible actions is no longer printed
+        assert "GPU_RESET, NODE_REBOOT" not in m and "SYSTEM_REBOOT" not in m

@@ -33,7 +33,9 @@ read without us:
   a container).
 * ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe" | ...,
   "data": n, "gi": n, "ci": n}`` (``EVENT_TYPES`` names them; the GPU and compute instance
-  of the event; 0xFFFFFFFF: none)
+  of the event; 0xFFFFFFFF: none); a recovery-action event and an Xid 154 also hold
+  ``"recovery_action"``: the driver's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION read when the
+  event arrived (nvmlDeviceGpuRecoveryAction_t), null where the field is unsupported
 * ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST",
   "gap": bool}`` (only GPU_IS_LOST ends a GPU's samples; any other error is a gap, written
   once, and the GPU is asked again each sample)
@@ -113,6 +115,12 @@ ALL_LINKS = 0xFFFFFFFF
 IO_FIELDS = ((197, 0), (198, 0), (138, ALL_LINKS), (139, ALL_LINKS))
 #: nvmlMemoryErrorType_t CORRECTED / UNCORRECTED, nvmlEccCounterType_t VOLATILE (since boot).
 ECC_CORRECTED, ECC_UNCORRECTED, ECC_VOLATILE = 0, 1, 0
+#: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h): "GPU Recovery action. See
+#: nvmlDeviceGpuRecoveryAction_t" -- what the driver asks for with a recovery-action event
+#: or an Xid 154 (GPU_RECOVERY_ACTION_CHANGED).
+FI_GPU_RECOVERY_ACTION = 230
+RECOVERY_EVENT = 0x8000
+XID_RECOVERY_ACTION_CHANGED = 154
 
 #: nvmlEventType* bits we ask for (nvml.h), and how the file names them. eventData is the
 #: Xid for nvmlEventTypeXidCriticalError and "0 for any other event".
@@ -399,6 +407,16 @@ class _Nvml:
         pcie = got[:2] if None not in got[:2] else None
         nvlink = got[2:] if None not in got[2:] else None
         return {"pcie_bytes": pcie, "nvlink_kib": nvlink}
+
+    def recovery_action(self, handle: Any) -> int | None:
+        """The nvmlDeviceGpuRecoveryAction_t the driver asks for now, or None where the
+        field is unsupported (a driver before it) or the read fails: never a guess."""
+        n = self.nvml
+        try:
+            values = n.nvmlDeviceGetFieldValues(handle, [FI_GPU_RECOVERY_ACTION])
+        except nvml_errors(n):
+            return None
+        return _field_value(values[0]) if len(values) else None
 
     def health(self, index: int, handle: Any) -> dict[str, Any]:
         """Volatile ECC error counts [corrected, uncorrected] and remapped rows [correctable,
@@ -832,17 +850,20 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                     if int(exc.value) != TIMEOUT:
                         events = None  # the event set broke: keep sampling without it
                     break
-                out.write(
-                    {
-                        "kind": "event",
-                        "ts": clock(),
-                        "gpu": by_address.get(_address(data.device), -1),
-                        "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
-                        "data": int(data.eventData),
-                        "gi": int(data.gpuInstanceId),
-                        "ci": int(data.computeInstanceId),
-                    }
-                )
+                event = {
+                    "kind": "event",
+                    "ts": clock(),
+                    "gpu": by_address.get(_address(data.device), -1),
+                    "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
+                    "data": int(data.eventData),
+                    "gi": int(data.gpuInstanceId),
+                    "ci": int(data.computeInstanceId),
+                }
+                if int(data.eventType) == RECOVERY_EVENT or (
+                    event["type"] == "xid" and event["data"] == XID_RECOVERY_ACTION_CHANGED
+                ):
+                    event["recovery_action"] = reader.recovery_action(data.device)
+                out.write(event)
                 if left <= 0:
                     break
         out.write(

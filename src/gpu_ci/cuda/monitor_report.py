@@ -102,6 +102,23 @@ RECOVERY_ACTIONS = {
     for k, v in _CATALOGUE["recovery_actions"].items()
 }
 """nvml.h's nvmlDeviceGpuRecoveryAction_t, short names (the action an Xid 154 names)."""
+RECOVERY_GUIDANCE = {int(k): str(v["guidance"]) for k, v in _CATALOGUE["recovery_actions"].items()}
+
+
+def recovery_action_text(value: object) -> str:
+    """The action the driver asked for (the event's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), or
+    "unknown" where it was not read (a driver without the field, a sampler before it):
+    never a list of the actions it might be."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in RECOVERY_ACTIONS:
+        return f"recovery action {RECOVERY_ACTIONS[value]} ({RECOVERY_GUIDANCE[value]})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"recovery action {value} (not in nvml.h's nvmlDeviceGpuRecoveryAction_t)"
+    return (
+        "recovery action unknown (the driver did not answer "
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 'nvidia-smi -q' shows it)"
+    )
+
+
 EVENT_ACTIONS: dict[str, dict[str, str]] = dict(_CATALOGUE["events"])
 
 #: GPM activity ratios as the sample file names them, and as the summary shows them.
@@ -382,6 +399,7 @@ def parse_recording(text: str) -> Recording:
                         "data": int(record.get("data", 0)),
                         "gi": _int(record.get("gi")),
                         "ci": _int(record.get("ci")),
+                        "recovery_action": _int(record.get("recovery_action")),
                     }
                 )
             elif kind == "error":
@@ -943,10 +961,11 @@ def _error_findings(rec: Recording) -> list[Finding]:
     return out
 
 
-def xid_finding(code: int, gpu: object, at: float) -> Finding:
+def xid_finding(code: int, gpu: object, at: float, recovery_action: object = None) -> Finding:
     """An Xid with the catalogue's meaning and immediate action; a reset is asked only
     where the action's bucket takes the GPU out of service (13/31/43 do not), and a
-    workflow bucket (74's NVLink registers, 154's recovery action) says what decides."""
+    workflow bucket (74's NVLink registers, 154's recovery action) says what decides: for
+    154 the action the driver asked for (``recovery_action``, read with the event)."""
     meaning = XID_MEANING.get(code)
     action = XID_ACTION.get(code)
     if meaning is None:
@@ -958,9 +977,7 @@ def xid_finding(code: int, gpu: object, at: float) -> Finding:
     else:
         guidance = BUCKET_GUIDANCE.get(str(action), "see the catalogue")
         if action == "XID_154":
-            guidance += (
-                " (" + ", ".join(RECOVERY_ACTIONS[k] for k in sorted(RECOVERY_ACTIONS)) + ")"
-            )
+            guidance += ": " + recovery_action_text(recovery_action)
         what, then = meaning, f": catalogue action {action}; {guidance}"
     return Finding(
         "warning", f"xid-{code}", f"GPU {gpu}: Xid {code} ({what}) at +{_clock(at)}{then}.", at
@@ -975,10 +992,14 @@ def _event_findings(rec: Recording) -> list[Finding]:
         at = float(e["ts"]) - rec.started
         kind = str(e.get("type"))
         if kind == "xid":
-            out.append(xid_finding(int(e.get("data", 0)), e.get("gpu"), at))
+            out.append(
+                xid_finding(int(e.get("data", 0)), e.get("gpu"), at, e.get("recovery_action"))
+            )
             continue
         known = EVENT_ACTIONS.get(kind)
         text = f"{known['meaning']}; {known['action']}" if known else "an NVML event"
+        if kind == "recovery-action":
+            text += "; " + recovery_action_text(e.get("recovery_action"))
         out.append(
             Finding(
                 known["level"] if known else "warning",
