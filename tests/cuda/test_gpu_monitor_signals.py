@@ -235,3 +235,27 @@ def test_a_recovery_action_names_the_action_the_driver_asks_for(run_cli, tmp_pat
     assert len(theirs) == 2 and all("recovery action unknown" in m for m in theirs), theirs
     for m in found:  # nvml.h's list of possible actions is no longer printed
         assert "GPU_RESET, NODE_REBOOT" not in m and "SYSTEM_REBOOT" not in m
+
+
+def test_an_unreadable_process_list_is_unknown_not_no_process(run_cli, tmp_path):
+    # nvml.h (nvmlDeviceGetComputeRunningProcesses_v3): "NVML_ERROR_NO_PERMISSION if the user
+    # doesn't have permission to perform this operation". The job's python holds 4 GiB at
+    # 0 % utilisation (between kernels): without the list, its use is unknown, never "no
+    # process used a GPU"
+    script = "0 gpu.0.util=0 gpu.0.mem_used_mib=4096 gpu.0.procs=4242:4000:python\n"
+    records, result, report, _env = run_monitor(
+        run_cli,
+        tmp_path,
+        script,
+        "--expect-gpu-use",
+        "true",
+        samples=4,
+        machine={"fail": {"nvmlDeviceGetComputeRunningProcesses_v3": 4}},
+    )
+    sample = next(r for r in records if r["kind"] == "sample")
+    assert sample["gpus"][0]["procs"] is None  # unknown, not []
+    found = {f["code"]: f for f in report["findings"]}
+    assert "gpu-not-used" not in found, found
+    assert found["gpu-use-unknown"]["level"] == "warning"
+    assert "process list could not be read" in found["gpu-use-unknown"]["message"]
+    assert result.returncode == 0, result.stdout + result.stderr

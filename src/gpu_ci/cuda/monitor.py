@@ -28,7 +28,8 @@ read without us:
   "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
   ``pcie_bytes`` / ``nvlink_kib`` ([tx, rx] driver counters from field values),
   ``ecc`` ([corrected, uncorrected] volatile counts) and ``remap`` ([correctable,
-  uncorrectable, pending, failure] rows), each null where unsupported; a process entry has a
+  uncorrectable, pending, failure] rows), each null where unsupported; ``procs`` is null
+  where the driver did not list the processes (NO_PERMISSION, ...); a process entry has a
   4th item ``false`` when NVML lists a PID this namespace cannot name (a host PID seen from
   a container).
 * ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe" | ...,
@@ -464,14 +465,16 @@ class _Nvml:
             "throttle": self.reasons(handle),
         }
 
-    def processes(self, handle: Any) -> list[list[Any]]:
+    def processes(self, handle: Any) -> list[list[Any]] | None:
+        """The compute processes, or None where the driver did not list them (NO_PERMISSION,
+        NOT_SUPPORTED, a list that kept growing: INSUFFICIENT_SIZE): unknown, which the
+        report must not read as "no process"."""
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
-        procs = [
-            p
-            for p in self.optional(running_processes, self.nvml, handle) or []
-            if p.pid is not None
-        ]
+        listed = self.optional(running_processes, self.nvml, handle)
+        if listed is None:
+            return None
+        procs = [p for p in listed if p.pid is not None]
         out = []
         for p in procs:
             name = self.process_name(p.pid)

@@ -193,6 +193,8 @@ class GpuSample:
     board_remap: tuple[int, int, int, int] | None = None
     foreign: tuple[int, ...] = ()
     """PIDs NVML listed that this PID namespace cannot resolve (host PIDs in a container)."""
+    procs_unknown: bool = False
+    """The driver did not list the processes (``procs`` null): ``procs`` is empty, unknown."""
 
     @property
     def key(self) -> tuple[int, int | None]:
@@ -284,7 +286,8 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
     util = g.get("util")
     viol = g.get("violation_ns") or {}
     gpm = dict(g.get("gpm") or {})
-    procs = list(g.get("procs", ()))
+    listed = g.get("procs", ())
+    procs = list(listed or ())
     # a 4th item false: a PID this namespace could not resolve (not the job's to claim)
     own = [p for p in procs if len(p) < 4 or p[3] is not False]
     return GpuSample(
@@ -314,6 +317,7 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
         board_ecc=_ints(g.get("board_ecc"), 2),
         board_remap=_ints(g.get("board_remap"), 4),
         foreign=tuple(int(p[0]) for p in procs if len(p) >= 4 and p[3] is False),
+        procs_unknown=listed is None,
     )
 
 
@@ -519,6 +523,8 @@ class GpuUsage:
     and ``remap_pending`` / ``remap_failure`` at the end (None: not supported)."""
     foreign_processes: tuple[int, ...] = ()
     """PIDs on this GPU that NVML listed but this PID namespace cannot resolve."""
+    processes_unknown_s: float = 0.0
+    """Seconds of samples whose process list the driver did not give (NO_PERMISSION, ...)."""
     board_io: dict[str, int | None] | None = None
     """A MIG slice: ``io`` of the whole board (every tenant's), never the slice's; None for
     a whole GPU."""
@@ -593,6 +599,11 @@ class Report:
     def foreign_only(self) -> bool:
         """The only GPU users were processes this PID namespace cannot resolve."""
         return not self.gpu_used and any(g.foreign_processes for g in self.gpus)
+
+    @property
+    def use_unknown(self) -> bool:
+        """No use was seen, but the driver did not list the processes of some samples."""
+        return not self.gpu_used and any(g.processes_unknown_s > 0 for g in self.gpus)
 
 
 # -- the computation --------------------------------------------------------------------
@@ -786,6 +797,7 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         io=io,
         health=health,
         foreign_processes=tuple(sorted({pid for s in mine for pid in s.foreign})),
+        processes_unknown_s=sum(s.dt for s in mine if s.procs_unknown),
         board_io=board_io,
         board_health=board_health,
     )
@@ -1154,6 +1166,22 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 + ", ".join(map(str, pids[:8]))
                 + ") are outside this PID namespace (NVML lists host PIDs inside a container): "
                 "they may be this job's or another container's.",
+            )
+        )
+    elif limits.expect_gpu_use and report.use_unknown:
+        unread = [g for g in report.gpus if g.processes_unknown_s > 0]
+        out.append(
+            Finding(
+                "error" if limits.unknown_fails else "warning",
+                "gpu-use-unknown",
+                "expect-gpu-use could not be evaluated: no GPU was busy, and the GPU process "
+                "list could not be read for "
+                + ", ".join(
+                    f"GPU {g.gpu.index} ({g.gpu.name}, {_clock(g.processes_unknown_s)})"
+                    for g in unread
+                )
+                + " (the driver refused it: NO_PERMISSION or NOT_SUPPORTED); a process may have "
+                "held GPU memory between kernels.",
             )
         )
     elif limits.expect_gpu_use and not report.gpu_used:
