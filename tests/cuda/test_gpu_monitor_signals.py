@@ -259,3 +259,22 @@ def test_an_unreadable_process_list_is_unknown_not_no_process(run_cli, tmp_path)
     assert found["gpu-use-unknown"]["level"] == "warning"
     assert "process list could not be read" in found["gpu-use-unknown"]["message"]
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_event_set_says_events_went_unwatched(run_cli, tmp_path):
+    # nvml.h (nvmlEventSetWait): besides TIMEOUT, "NVML_ERROR_GPU_IS_LOST if the target GPU
+    # has fallen off the bus" and "NVML_ERROR_UNKNOWN on any unexpected error". The sampler
+    # keeps sampling without the set; the report must say Xids went unwatched from then on,
+    # not let the missing Xid 13 read as "no Xid"
+    script = "0 gpu.0.util=50 gpu.0.procs=-\n2 gpu.0.xid=13\n"
+    records, result, report, _env = run_monitor(
+        run_cli, tmp_path, script, samples=4, machine={"fail": {"nvmlEventSetWait_v2": 999}}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    errors = [r for r in records if r["kind"] == "error"]
+    assert [(e["call"], e["name"]) for e in errors] == [("nvmlEventSetWait", "UNKNOWN")]
+    assert len([r for r in records if r["kind"] == "sample"]) == 4  # sampling went on
+    found = {f["code"]: f["message"] for f in report["findings"]}
+    assert "nvml-failed" not in found and "gpu-lost" not in found
+    assert "Xid and ECC events from +0:01 on were not watched" in found["events-unwatched"]
+    assert "events-unwatched" in result.summary

@@ -39,7 +39,8 @@ read without us:
   event arrived (nvmlDeviceGpuRecoveryAction_t), null where the field is unsupported
 * ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST",
   "gap": bool}`` (only GPU_IS_LOST ends a GPU's samples; any other error is a gap, written
-  once, and the GPU is asked again each sample)
+  once, and the GPU is asked again each sample); ``"call": "nvmlEventSetWait"`` with
+  ``"gpu": -1``: the event set failed and no events were watched after it
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
 
@@ -850,8 +851,22 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 try:
                     data = pynvml.nvmlEventSetWait(events, max(0, int(left * 1000)))
                 except pynvml.NVMLError as exc:
-                    if int(exc.value) != TIMEOUT:
-                        events = None  # the event set broke: keep sampling without it
+                    code = int(exc.value)
+                    if code != TIMEOUT:
+                        # the event set broke: keep sampling without it, and say from when
+                        # events went unwatched (no Xid after this is no evidence of none)
+                        events = None
+                        out.write(
+                            {
+                                "kind": "error",
+                                "ts": clock(),
+                                "gpu": -1,
+                                "call": "nvmlEventSetWait",
+                                "code": code,
+                                "name": reader.names.get(code, "UNKNOWN"),
+                                "gap": True,
+                            }
+                        )
                     break
                 event = {
                     "kind": "event",

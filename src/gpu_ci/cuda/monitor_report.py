@@ -933,6 +933,10 @@ def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
     return not gis or gi is None or gi == ALL_INSTANCES or gi in gis
 
 
+EVENT_WAIT = "nvmlEventSetWait"
+"""An error line of this call: the sampler's event set failed (no events after it)."""
+
+
 def _error_findings(rec: Recording) -> list[Finding]:
     """GPU_IS_LOST ends a GPU's samples; any other NVML error is a gap the sampler retried
     across (from the error to the GPU's next sample)."""
@@ -940,6 +944,19 @@ def _error_findings(rec: Recording) -> list[Finding]:
     for e in rec.errors:
         at = float(e["ts"]) - rec.started
         gpu = e.get("gpu")
+        if e.get("call") == EVENT_WAIT:
+            out.append(
+                Finding(
+                    "warning",
+                    "events-unwatched",
+                    f"NVML's event wait answered {e.get('name')} ({e.get('code')}) at "
+                    f"+{_clock(at)}: Xid and ECC events from +{_clock(at)} on were not "
+                    "watched (no Xid reported after that is no evidence of none; the kernel "
+                    "log's NVRM lines have them).",
+                    at,
+                )
+            )
+            continue
         if e.get("code") == 15:
             out.append(
                 Finding(
