@@ -333,7 +333,7 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
-    why = (directory / control.NO_GPU_NAME).read_text(encoding="utf-8").strip()
+    why = control.no_gpu_reason(directory)
     rt.set_output("ok", "false" if limits.expect_gpu_use else "true")
     rt.set_output("gpu-count", "0")
     rt.set_output("gpu-used", "false")

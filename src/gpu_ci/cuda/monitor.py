@@ -57,6 +57,7 @@ sampler that falls behind), so that the tests are deterministic.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -200,14 +201,52 @@ def make_private(directory: Path) -> str:
 # -- the lock: who owns the job's sampler ----------------------------------------------
 
 
+class NotRegular(OSError):
+    """A file of the job's directory is not a regular file: a FIFO, device, directory or
+    symbolic link that the job's later steps (same user) planted there."""
+
+
+def open_regular(path: Path) -> int:
+    """``path`` opened for reading, never blocking and never through a link: the job's own
+    steps can plant a FIFO (an open would wait for a writer forever, hanging the report
+    step that runs after a cancellation), a device or a link at any of the monitor's
+    files. Raises ``NotRegular`` for anything but a regular file, ``OSError`` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(
+                errno.ELOOP, "a symbolic link, not the monitor's file", str(path)
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegular(errno.EINVAL, "not a regular file (a FIFO or device?)", str(path))
+    return fd
+
+
+def read_small(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file of the job's directory (``open_regular``)."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        return handle.read(limit)
+
+
 def lock_held(directory: Path) -> bool:
-    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it)."""
-    return locks.held(directory / LOCK_NAME)
+    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it); a
+    lock that is no regular file (a planted FIFO) is no sampler's."""
+    try:
+        fd = open_regular(directory / LOCK_NAME)
+    except OSError:
+        return False
+    try:  # the same inode, reopened through /proc: nothing can be swapped in between
+        return locks.held(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((directory / STATE_NAME).read_text(encoding="utf-8"))
+        data = json.loads(read_small(directory / STATE_NAME, 2**16).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
