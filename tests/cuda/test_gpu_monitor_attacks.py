@@ -390,3 +390,21 @@ def test_planted_fifos_and_links_never_hang_the_report(tmp_path):
     (directory / monitor.SAMPLES_NAME).symlink_to(other)
     got = _bounded(lambda: control.read_recording(directory, {}), [])
     assert isinstance(got, GpuCiError) and "symbolic link" in got.message
+
+
+def test_a_gpu_lost_before_the_start_is_no_cpu_runner(run_cli, tmp_path):
+    # the runner's GPU fell off the bus before the job: NVML answers GPU_IS_LOST reading it,
+    # so the start reads no GPU. That is a broken GPU runner to drain, not "a CPU runner?"
+    # with "no GPU in this job" and a GPU count of 0
+    env = fake_gpu_env(
+        tmp_path, IDLE_SCRIPT, samples=3, machine={"fail": {"nvmlDeviceGetMemoryInfo": 15}}
+    )
+    started = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert started.returncode == 0, started.stdout
+    assert "CPU runner" not in started.stdout and "GPU_IS_LOST" in started.stdout
+    assert "::warning title=gpu-monitor%3A gpu-lost::" in started.stdout
+    result = run_cli(["gpu-monitor", "--mode", "report"], env)
+    assert result.returncode == 0, result.stdout
+    assert "no GPU in this job" not in result.summary and "GPU_IS_LOST" in result.summary
+    assert "::warning title=gpu-monitor%3A gpu-lost::[gpu-lost]" in result.stdout
+    assert result.outputs["gpu-count"] == ""  # unknown, not 0

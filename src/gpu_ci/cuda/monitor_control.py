@@ -31,6 +31,11 @@ NO_GPU_NAME = "no-gpu"
 """Left by a start that found no GPU: the report then says so instead of failing."""
 
 
+LOST_PREFIX = "lost: "
+"""The no-gpu note of a start that NVML answered GPU_IS_LOST: a broken GPU runner, not a
+CPU runner (the report warns ``gpu-lost`` and leaves the GPU count unknown)."""
+
+
 def no_gpu_reason(directory: Path) -> str:
     """Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters:
     the job's steps could have replaced it with anything, a FIFO included)."""
@@ -111,9 +116,13 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
     visible = visible_gpus(snapshot.gpus, environ).gpus if snapshot.ok else ()
     if not visible:
         why = (
-            f"NVML is not available ({snapshot.error_name})"
-            if not snapshot.ok
-            else "no GPU is visible to this job"
+            "no GPU is visible to this job"
+            if snapshot.ok
+            else f"{LOST_PREFIX}NVML answered GPU_IS_LOST ({snapshot.failed_call}): a GPU of "
+            "this runner fell off the bus before the job (Xid 79 or another fatal error in "
+            "the kernel log), so none was watched; drain this runner and reset the GPU"
+            if snapshot.error_code == monitor.GPU_IS_LOST
+            else f"NVML is not available ({snapshot.error_name})"
         )
         (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
         return Start(no_gpu=why)
