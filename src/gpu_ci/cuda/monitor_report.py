@@ -553,7 +553,8 @@ class Cost:
     gpu_minutes_paid: float
     gpu_minutes_used: float | None
     idle_fraction: float | None
-    """None when a GPU's busy time is unknown (no utilisation counter)."""
+    """None when a GPU's busy time is unknown (no utilisation counter) or part of the paid
+    time was not watched (``unwatched``: the sampler died or stopped on a limit)."""
     usd_per_minute: Decimal | None
     price_source: str
     cost_usd: Decimal | None
@@ -819,6 +820,19 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     )
 
 
+def unwatched(rec: Recording, end: float) -> tuple[float, float] | None:
+    """(from, to) seconds after the start that no sample covers although the job still paid
+    for them: the sampler died (``kill -9``, a full disk: no stop line) or stopped on a limit
+    (size-limit, max-duration) well before the report. None when it watched to the end
+    (within two intervals and a second: the report's own stop)."""
+    if rec.stop is not None and rec.stop.get("reason") not in ("size-limit", "max-duration"):
+        return None
+    last = rec.sample_times[-1] if rec.sample_times else rec.started
+    if end - last <= 2 * rec.interval + 1:
+        return None
+    return (last - rec.started, end - rec.started)
+
+
 def compute(
     rec: Recording,
     *,
@@ -855,7 +869,13 @@ def compute(
     gpu_paid = float(paid * len(rec.gpus))
     busy = [g.busy_s for g in gpus]
     used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
-    idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
+    # time nobody watched is not idle: the share (and its cost) is unknown then
+    watched_all = unwatched(rec, end) is None
+    idle = (
+        None
+        if used is None or not watched_all
+        else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
+    )
     price = pricing.usd_per_minute
     cost = (
         _money(job_cost(price, paid, len(rec.gpus), per_gpu=pricing.per_gpu))
@@ -1082,6 +1102,16 @@ def _health_findings(h: dict[str, int | None], label: str) -> list[Finding]:
     return out
 
 
+def _unwatched_note(report: Report) -> str:
+    gap = unwatched(report.recording, report.end)
+    if gap is None:
+        return ""
+    return (
+        f"; +{_clock(gap[0])} to +{_clock(gap[1])} was not watched, so the idle share and "
+        "idle cost are unknown (busy time counts only what was watched)"
+    )
+
+
 def findings(report: Report, limits: Limits) -> list[Finding]:
     rec = report.recording
     out: list[Finding] = []
@@ -1094,7 +1124,7 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 "warning",
                 "sampler-ended-early",
                 "the sampler ended without its last line (killed, or the disk "
-                f"filled); samples end at +{_clock(last)}.",
+                f"filled); samples end at +{_clock(last)}{_unwatched_note(report)}.",
                 last,
             )
         )
@@ -1103,7 +1133,8 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
             Finding(
                 "warning",
                 "sample-file-full",
-                "the sample file reached its size limit; later samples were not recorded.",
+                "the sample file reached its size limit; later samples were not recorded"
+                f"{_unwatched_note(report)}.",
             )
         )
     if rec.truncated_at is not None:

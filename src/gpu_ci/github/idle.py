@@ -229,7 +229,10 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
             + "; ".join(errors[:3])
         )
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
-        return None, f"{label}: its idle fraction is unknown (no utilisation counter)"
+        return (
+            None,
+            f"{label}: its idle fraction is unknown (no utilisation counter, or the sampler died)",
+        )
     return MonitorReport(
         int(art["id"]),
         str(art.get("name")),
