@@ -877,7 +877,8 @@ GPU_MONITOR = ActionSpec(
         OutputSpec(
             "idle-fraction",
             "Share of paid GPU time in which no kernel ran (0-1); "
-            "empty when a GPU has no utilisation counter.",
+            "empty when a GPU has no utilisation counter or the sampler died before the "
+            "report (unwatched time is not idle).",
         ),
         OutputSpec(
             "idle-cost-usd",

@@ -339,3 +339,72 @@ def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path)
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     assert len(report["findings"]) == 100_001
     assert result.stdout.count("::warning") <= mr.MAX_FINDINGS_SHOWN
+
+
+def _bounded(call, fifos):
+    """``call()``'s result, or a failure if it blocked on a FIFO: after a bounded wait the
+    FIFOs get a writer, which releases a blocked open (a hang bound, not a timed test)."""
+    import threading
+
+    got: list[object] = []
+
+    def run():
+        try:
+            got.append(call())
+        except Exception as exc:  # the caller asserts on it
+            got.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(30)
+        raise AssertionError(f"{call} blocked on a planted FIFO")
+    return got[0]
+
+
+def test_planted_fifos_and_links_never_hang_the_report(tmp_path):
+    from gpu_ci.cuda import monitor_control as control
+    from gpu_ci.errors import GpuCiError
+
+    directory = tmp_path / "job"
+    directory.mkdir()
+    names = (monitor.SAMPLES_NAME, monitor.LOCK_NAME, monitor.STATE_NAME, control.NO_GPU_NAME)
+    fifos = [directory / n for n in names]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    # the job's later steps replaced each file with a FIFO: an open would wait for a writer
+    got = _bounded(lambda: control.read_recording(directory, {}), fifos)
+    assert isinstance(got, GpuCiError) and "not a regular file" in got.message
+    assert _bounded(lambda: monitor.lock_held(directory), fifos) is False
+    assert _bounded(lambda: monitor.read_state(directory), fifos) is None
+    assert "unreadable" in _bounded(lambda: control.no_gpu_reason(directory), fifos)
+    assert _bounded(lambda: monitor.stop_sampler(directory), fifos) == "not-running"
+    # a link to another file of the user's is not read as the samples
+    (directory / monitor.SAMPLES_NAME).unlink()
+    other = tmp_path / "elsewhere.jsonl"
+    other.write_text("\n".join(recording()) + "\n")
+    (directory / monitor.SAMPLES_NAME).symlink_to(other)
+    got = _bounded(lambda: control.read_recording(directory, {}), [])
+    assert isinstance(got, GpuCiError) and "symbolic link" in got.message
+
+
+def test_a_gpu_lost_before_the_start_is_no_cpu_runner(run_cli, tmp_path):
+    # the runner's GPU fell off the bus before the job: NVML answers GPU_IS_LOST reading it,
+    # so the start reads no GPU. That is a broken GPU runner to drain, not "a CPU runner?"
+    # with "no GPU in this job" and a GPU count of 0
+    env = fake_gpu_env(
+        tmp_path, IDLE_SCRIPT, samples=3, machine={"fail": {"nvmlDeviceGetMemoryInfo": 15}}
+    )
+    started = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert started.returncode == 0, started.stdout
+    assert "CPU runner" not in started.stdout and "GPU_IS_LOST" in started.stdout
+    assert "::warning title=gpu-monitor%3A gpu-lost::" in started.stdout
+    result = run_cli(["gpu-monitor", "--mode", "report"], env)
+    assert result.returncode == 0, result.stdout
+    assert "no GPU in this job" not in result.summary and "GPU_IS_LOST" in result.summary
+    assert "::warning title=gpu-monitor%3A gpu-lost::[gpu-lost]" in result.stdout
+    assert result.outputs["gpu-count"] == ""  # unknown, not 0

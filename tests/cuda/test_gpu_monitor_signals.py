@@ -204,3 +204,77 @@ def test_a_version_1_report_is_still_a_valid_report():
     jsonschema.validate(doc, SCHEMA)
     assert schema_errors(doc, SCHEMA) == []
     assert schema_errors(dict(doc, schema_version=3), SCHEMA)
+
+
+def test_a_recovery_action_names_the_action_the_driver_asks_for(run_cli, tmp_path):
+    # GPU 0's driver asks NODE_REBOOT (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 2) with the
+    # recovery-action event, then an Xid 154; GPU 1's driver (older) does not support the
+    # field: its action is unknown, never a list of what it might be
+    script = (
+        "0 gpu.0.util=10 gpu.0.procs=- gpu.1.util=10 gpu.1.procs=-\n"
+        "1 gpu.0.recovery_action=2 gpu.0.event=0x8000 gpu.1.event=0x8000\n"
+        "3 gpu.0.xid=154 gpu.1.xid=154\n"
+    )
+    records, result, report, _env = run_monitor(
+        run_cli, tmp_path, script, samples=6, gpus=2, event_types="0xFF0B"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = sorted(
+        ((r["gpu"], r["type"], r["recovery_action"]) for r in records if r["kind"] == "event"),
+    )
+    assert events == [
+        (0, "recovery-action", 2),
+        (0, "xid", 2),
+        (1, "recovery-action", None),
+        (1, "xid", None),
+    ]
+    found = [f["message"] for f in report["findings"]]
+    ours = [m for m in found if m.startswith("GPU 0:")]
+    theirs = [m for m in found if m.startswith("GPU 1:")]
+    assert len(ours) == 2 and all("NODE_REBOOT (reboot the node)" in m for m in ours), ours
+    assert len(theirs) == 2 and all("recovery action unknown" in m for m in theirs), theirs
+    for m in found:  # nvml.h's list of possible actions is no longer printed
+        assert "GPU_RESET, NODE_REBOOT" not in m and "SYSTEM_REBOOT" not in m
+
+
+def test_an_unreadable_process_list_is_unknown_not_no_process(run_cli, tmp_path):
+    # nvml.h (nvmlDeviceGetComputeRunningProcesses_v3): "NVML_ERROR_NO_PERMISSION if the user
+    # doesn't have permission to perform this operation". The job's python holds 4 GiB at
+    # 0 % utilisation (between kernels): without the list, its use is unknown, never "no
+    # process used a GPU"
+    script = "0 gpu.0.util=0 gpu.0.mem_used_mib=4096 gpu.0.procs=4242:4000:python\n"
+    records, result, report, _env = run_monitor(
+        run_cli,
+        tmp_path,
+        script,
+        "--expect-gpu-use",
+        "true",
+        samples=4,
+        machine={"fail": {"nvmlDeviceGetComputeRunningProcesses_v3": 4}},
+    )
+    sample = next(r for r in records if r["kind"] == "sample")
+    assert sample["gpus"][0]["procs"] is None  # unknown, not []
+    found = {f["code"]: f for f in report["findings"]}
+    assert "gpu-not-used" not in found, found
+    assert found["gpu-use-unknown"]["level"] == "warning"
+    assert "process list could not be read" in found["gpu-use-unknown"]["message"]
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_event_set_says_events_went_unwatched(run_cli, tmp_path):
+    # nvml.h (nvmlEventSetWait): besides TIMEOUT, "NVML_ERROR_GPU_IS_LOST if the target GPU
+    # has fallen off the bus" and "NVML_ERROR_UNKNOWN on any unexpected error". The sampler
+    # keeps sampling without the set; the report must say Xids went unwatched from then on,
+    # not let the missing Xid 13 read as "no Xid"
+    script = "0 gpu.0.util=50 gpu.0.procs=-\n2 gpu.0.xid=13\n"
+    records, result, report, _env = run_monitor(
+        run_cli, tmp_path, script, samples=4, machine={"fail": {"nvmlEventSetWait_v2": 999}}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    errors = [r for r in records if r["kind"] == "error"]
+    assert [(e["call"], e["name"]) for e in errors] == [("nvmlEventSetWait", "UNKNOWN")]
+    assert len([r for r in records if r["kind"] == "sample"]) == 4  # sampling went on
+    found = {f["code"]: f["message"] for f in report["findings"]}
+    assert "nvml-failed" not in found and "gpu-lost" not in found
+    assert "Xid and ECC events from +0:01 on were not watched" in found["events-unwatched"]
+    assert "events-unwatched" in result.summary

@@ -508,3 +508,28 @@ def test_csv_keeps_unknown_empty_and_has_the_slice_and_busy_columns():
     assert [r["busy_s"] for r in rows] == ["", "0.400", "0.400"]
     assert rows[0]["utilisation"] == "" and rows[0]["power_w"] == ""
     assert rows[1]["mig_slice"] == "1" and rows[1]["board_power_w"] == "400.000"
+
+
+def test_time_after_the_sampler_died_is_not_counted_idle():
+    # kill -9 at +10 s of a 100 s window: 10 s at 100 % were watched, 90 s were not. The idle
+    # share (and idle cost, and gpu-spend's month) is unknown, not 90 %
+    from decimal import Decimal
+
+    from tests.gpu_monitor_env import EPOCH
+
+    gpus = [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0", "memory_total": 2**34}]
+    lines = [
+        {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1, "gpus": gpus},
+    ] + [{"kind": "sample", "ts": EPOCH + i, "gpus": [gpu(100)]} for i in range(10)]
+    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    report = mr.compute(rec, end=EPOCH + 100, pricing=mr.Pricing(Decimal("0.06"), "input"))
+    assert report.cost.idle_fraction is None and report.cost.idle_cost_usd is None
+    assert report.cost.gpu_minutes_used == round(10 / 60, 4)  # what was watched
+    assert mr.outputs(report)["idle-fraction"] == ""
+    ended = next(f for f in report.findings if f.code == "sampler-ended-early")
+    assert "+0:09 to +1:40 was not watched" in ended.message and "idle share" in ended.message
+    # a sampler that stopped on its own (the report's signal) keeps its idle share
+    stopped = lines + [{"kind": "stop", "ts": EPOCH + 10, "reason": "signal", "samples": 10}]
+    rec = mr.parse_recording("\n".join(json.dumps(x) for x in stopped))
+    # (10 busy seconds of the one minute the job is billed)
+    assert mr.compute(rec, end=EPOCH + 10).cost.idle_fraction == round(1 - 10 / 60, 4)

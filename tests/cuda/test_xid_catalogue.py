@@ -118,7 +118,8 @@ def test_a_workflow_bucket_neither_drains_nor_promises_no_reset():
         assert f"catalogue action {mr.XID_ACTION[code]}" in message
         assert "drain this runner" not in message and "needs no reset" not in message
     assert "decode the Xid's registers" in mr.xid_finding(74, 0, 1.0).message
-    assert "NODE_REBOOT" in mr.xid_finding(154, 0, 1.0).message
+    assert "NODE_REBOOT (reboot the node)" in mr.xid_finding(154, 0, 1.0, 2).message
+    assert "recovery action unknown" in mr.xid_finding(154, 0, 1.0).message
     # Xid 48 alone is a reset; Xid 63 (a remap recorded) is IGNORE in the catalogue
     assert "drain this runner" in mr.xid_finding(48, 0, 1.0).message
     assert "IGNORE; the GPU needs no reset" in mr.xid_finding(63, 0, 1.0).message

@@ -1224,7 +1224,9 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t dev, nvmlPerfPolicyType_t
  * where gpu.N.pcie_counters=1, the sum of the script's gpu.N.pcie_tx_mib / pcie_rx_mib over
  * the steps so far (MiB a step moves); NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX ("in
  * KiB"; "A scopeId of UINT_MAX returns aggregate value summed up across all links") where
- * gpu.N.nvlink=1, from nvlink_tx_mib / nvlink_rx_mib. Anything else: NOT_SUPPORTED. */
+ * gpu.N.nvlink=1, from nvlink_tx_mib / nvlink_rx_mib; NVML_FI_DEV_GET_GPU_RECOVERY_ACTION from the
+ * script's gpu.N.recovery_action (the board's: a MIG device handle gets NOT_SUPPORTED too).
+ * Anything else: NOT_SUPPORTED. */
 static unsigned long long script_sum(gpu_t *g, const char *key, unsigned long long unit) {
     long long s;
     unsigned long long total = 0;
@@ -1255,6 +1257,10 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
             case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
                 key = "nvlink_rx_mib"; unit = 1024ULL; ok = g->nvlink && v->scopeId == 0xFFFFFFFFu;
                 break;
+            case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+                /* "GPU Recovery action. See \ref nvmlDeviceGpuRecoveryAction_t": the script's
+                 * gpu.N.recovery_action (a driver without it: NOT_SUPPORTED) */
+                key = "recovery_action"; ok = script_get(gpu_number(g), key) != NULL; break;
             default: break;
             }
             v->timestamp = (long long)(BASE_US + (unsigned long long)(scr.now > 0 ? scr.now : 0) * STEP_US);
@@ -1264,6 +1270,12 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
              * the parent handle answers for the whole board) */
             if (!ok || mig_ >= 0) {
                 v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+                continue;
+            }
+            if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+                v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v->value.uiVal = (unsigned)strtoul(script_get(gpu_number(g), key), NULL, 0);
+                v->nvmlReturn = NVML_SUCCESS;
                 continue;
             }
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;

@@ -277,3 +277,28 @@ def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
     assert not [r for r in api_calls(server, before) if r.path.endswith("/jobs")]  # reused
     doc = json.loads((tmp_path / "again" / "out" / "spend.json").read_text())
     assert doc["idle"]["jobs_with_report"] == 1
+
+
+@pytest.mark.parametrize("field", ["idle_fraction", "started"])
+def test_a_report_with_nan_or_infinity_is_skipped_by_spend_and_watchdog(monkeypatch, field):
+    import io
+    import zipfile
+
+    from gpu_ci.github.idle import read_report
+    from gpu_ci.github.watchdog import read_monitor_report
+
+    # Python's json reads NaN and Infinity; no comparison with NaN fails, so the schema's
+    # minimum/maximum let it through and the month's idle sum became NaN
+    doc = monitor_report(monkeypatch, T0)
+    if field == "started":
+        doc["started"] = float("inf")
+    else:
+        doc["cost"]["idle_fraction"] = float("nan")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr("report.json", json.dumps(doc))
+    report, why = read_report(buf.getvalue(), {"id": 1, "name": "m", "workflow_run": {"id": 2}})
+    assert report is None and "not a readable zip of JSON" in why, why
+    assert ("NaN" if field == "idle_fraction" else "Infinity") in why
+    data, why = read_monitor_report(buf.getvalue())
+    assert data is None and "not a readable zip of JSON" in why

@@ -77,6 +77,13 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
 def _start(directory: Path, interval: float, rt: Runtime) -> int:
     started = control.start(directory, interval, rt.environ)
     samples = str(directory / monitor.SAMPLES_NAME)
+    if started.no_gpu.startswith(control.LOST_PREFIX):
+        rt.warning(
+            f"gpu-monitor: {started.no_gpu.removeprefix(control.LOST_PREFIX)}.",
+            title="gpu-monitor: gpu-lost",
+        )
+        rt.set_output("gpu-count", "")
+        return 0
     if started.no_gpu:
         rt.notice(
             f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
@@ -333,7 +340,16 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
 
 
 def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
-    why = (directory / control.NO_GPU_NAME).read_text(encoding="utf-8").strip()
+    why = control.no_gpu_reason(directory)
+    if why.startswith(control.LOST_PREFIX):  # a broken GPU runner, not a CPU one
+        why = why.removeprefix(control.LOST_PREFIX)
+        rt.set_output("ok", "false" if limits.expect_gpu_use else "true")
+        rt.set_output("gpu-count", "")
+        rt.set_output("gpu-used", "")
+        rt.summary(f"### gpu-monitor: a GPU was lost before the job\n\n{why}.\n")
+        note = rt.error if limits.expect_gpu_use else rt.warning
+        note(f"[gpu-lost] {why}.", title="gpu-monitor: gpu-lost")
+        return 1 if limits.expect_gpu_use else 0
     rt.set_output("ok", "false" if limits.expect_gpu_use else "true")
     rt.set_output("gpu-count", "0")
     rt.set_output("gpu-used", "false")

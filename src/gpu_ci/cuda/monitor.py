@@ -28,15 +28,19 @@ read without us:
   "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
   ``pcie_bytes`` / ``nvlink_kib`` ([tx, rx] driver counters from field values),
   ``ecc`` ([corrected, uncorrected] volatile counts) and ``remap`` ([correctable,
-  uncorrectable, pending, failure] rows), each null where unsupported; a process entry has a
+  uncorrectable, pending, failure] rows), each null where unsupported; ``procs`` is null
+  where the driver did not list the processes (NO_PERMISSION, ...); a process entry has a
   4th item ``false`` when NVML lists a PID this namespace cannot name (a host PID seen from
   a container).
 * ``{"kind": "event", "ts": ..., "gpu": i, "type": "xid" | "ecc-sbe" | "ecc-dbe" | ...,
   "data": n, "gi": n, "ci": n}`` (``EVENT_TYPES`` names them; the GPU and compute instance
-  of the event; 0xFFFFFFFF: none)
+  of the event; 0xFFFFFFFF: none); a recovery-action event and an Xid 154 also hold
+  ``"recovery_action"``: the driver's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION read when the
+  event arrived (nvmlDeviceGpuRecoveryAction_t), null where the field is unsupported
 * ``{"kind": "error", "ts": ..., "gpu": i, "call": "...", "code": n, "name": "GPU_IS_LOST",
   "gap": bool}`` (only GPU_IS_LOST ends a GPU's samples; any other error is a gap, written
-  once, and the GPU is asked again each sample)
+  once, and the GPU is asked again each sample); ``"call": "nvmlEventSetWait"`` with
+  ``"gpu": -1``: the event set failed and no events were watched after it
 * ``{"kind": "stop", "ts": ..., "reason": "signal" | "max-samples" | "max-duration" |
   "size-limit" | "all-gpus-lost", "samples": n}``
 
@@ -53,6 +57,7 @@ sampler that falls behind), so that the tests are deterministic.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -113,6 +118,12 @@ ALL_LINKS = 0xFFFFFFFF
 IO_FIELDS = ((197, 0), (198, 0), (138, ALL_LINKS), (139, ALL_LINKS))
 #: nvmlMemoryErrorType_t CORRECTED / UNCORRECTED, nvmlEccCounterType_t VOLATILE (since boot).
 ECC_CORRECTED, ECC_UNCORRECTED, ECC_VOLATILE = 0, 1, 0
+#: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h): "GPU Recovery action. See
+#: nvmlDeviceGpuRecoveryAction_t" -- what the driver asks for with a recovery-action event
+#: or an Xid 154 (GPU_RECOVERY_ACTION_CHANGED).
+FI_GPU_RECOVERY_ACTION = 230
+RECOVERY_EVENT = 0x8000
+XID_RECOVERY_ACTION_CHANGED = 154
 
 #: nvmlEventType* bits we ask for (nvml.h), and how the file names them. eventData is the
 #: Xid for nvmlEventTypeXidCriticalError and "0 for any other event".
@@ -190,14 +201,52 @@ def make_private(directory: Path) -> str:
 # -- the lock: who owns the job's sampler ----------------------------------------------
 
 
+class NotRegular(OSError):
+    """A file of the job's directory is not a regular file: a FIFO, device, directory or
+    symbolic link that the job's later steps (same user) planted there."""
+
+
+def open_regular(path: Path) -> int:
+    """``path`` opened for reading, never blocking and never through a link: the job's own
+    steps can plant a FIFO (an open would wait for a writer forever, hanging the report
+    step that runs after a cancellation), a device or a link at any of the monitor's
+    files. Raises ``NotRegular`` for anything but a regular file, ``OSError`` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular(
+                errno.ELOOP, "a symbolic link, not the monitor's file", str(path)
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegular(errno.EINVAL, "not a regular file (a FIFO or device?)", str(path))
+    return fd
+
+
+def read_small(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file of the job's directory (``open_regular``)."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        return handle.read(limit)
+
+
 def lock_held(directory: Path) -> bool:
-    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it)."""
-    return locks.held(directory / LOCK_NAME)
+    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it); a
+    lock that is no regular file (a planted FIFO) is no sampler's."""
+    try:
+        fd = open_regular(directory / LOCK_NAME)
+    except OSError:
+        return False
+    try:  # the same inode, reopened through /proc: nothing can be swapped in between
+        return locks.held(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((directory / STATE_NAME).read_text(encoding="utf-8"))
+        data = json.loads(read_small(directory / STATE_NAME, 2**16).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -400,6 +449,16 @@ class _Nvml:
         nvlink = got[2:] if None not in got[2:] else None
         return {"pcie_bytes": pcie, "nvlink_kib": nvlink}
 
+    def recovery_action(self, handle: Any) -> int | None:
+        """The nvmlDeviceGpuRecoveryAction_t the driver asks for now, or None where the
+        field is unsupported (a driver before it) or the read fails: never a guess."""
+        n = self.nvml
+        try:
+            values = n.nvmlDeviceGetFieldValues(handle, [FI_GPU_RECOVERY_ACTION])
+        except nvml_errors(n):
+            return None
+        return _field_value(values[0]) if len(values) else None
+
     def health(self, index: int, handle: Any) -> dict[str, Any]:
         """Volatile ECC error counts [corrected, uncorrected] and remapped rows [correctable,
         uncorrectable, pending, failure]; None where the GPU has no ECC or row remapping
@@ -446,14 +505,16 @@ class _Nvml:
             "throttle": self.reasons(handle),
         }
 
-    def processes(self, handle: Any) -> list[list[Any]]:
+    def processes(self, handle: Any) -> list[list[Any]] | None:
+        """The compute processes, or None where the driver did not list them (NO_PERMISSION,
+        NOT_SUPPORTED, a list that kept growing: INSUFFICIENT_SIZE): unknown, which the
+        report must not read as "no process"."""
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
-        procs = [
-            p
-            for p in self.optional(running_processes, self.nvml, handle) or []
-            if p.pid is not None
-        ]
+        listed = self.optional(running_processes, self.nvml, handle)
+        if listed is None:
+            return None
+        procs = [p for p in listed if p.pid is not None]
         out = []
         for p in procs:
             name = self.process_name(p.pid)
@@ -829,20 +890,37 @@ def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
                 try:
                     data = pynvml.nvmlEventSetWait(events, max(0, int(left * 1000)))
                 except pynvml.NVMLError as exc:
-                    if int(exc.value) != TIMEOUT:
-                        events = None  # the event set broke: keep sampling without it
+                    code = int(exc.value)
+                    if code != TIMEOUT:
+                        # the event set broke: keep sampling without it, and say from when
+                        # events went unwatched (no Xid after this is no evidence of none)
+                        events = None
+                        out.write(
+                            {
+                                "kind": "error",
+                                "ts": clock(),
+                                "gpu": -1,
+                                "call": "nvmlEventSetWait",
+                                "code": code,
+                                "name": reader.names.get(code, "UNKNOWN"),
+                                "gap": True,
+                            }
+                        )
                     break
-                out.write(
-                    {
-                        "kind": "event",
-                        "ts": clock(),
-                        "gpu": by_address.get(_address(data.device), -1),
-                        "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
-                        "data": int(data.eventData),
-                        "gi": int(data.gpuInstanceId),
-                        "ci": int(data.computeInstanceId),
-                    }
-                )
+                event = {
+                    "kind": "event",
+                    "ts": clock(),
+                    "gpu": by_address.get(_address(data.device), -1),
+                    "type": EVENT_TYPES.get(int(data.eventType), str(data.eventType)),
+                    "data": int(data.eventData),
+                    "gi": int(data.gpuInstanceId),
+                    "ci": int(data.computeInstanceId),
+                }
+                if int(data.eventType) == RECOVERY_EVENT or (
+                    event["type"] == "xid" and event["data"] == XID_RECOVERY_ACTION_CHANGED
+                ):
+                    event["recovery_action"] = reader.recovery_action(data.device)
+                out.write(event)
                 if left <= 0:
                     break
         out.write(

@@ -29,6 +29,24 @@ from gpu_ci.errors import GpuCiError
 
 NO_GPU_NAME = "no-gpu"
 """Left by a start that found no GPU: the report then says so instead of failing."""
+
+
+LOST_PREFIX = "lost: "
+"""The no-gpu note of a start that NVML answered GPU_IS_LOST: a broken GPU runner, not a
+CPU runner (the report warns ``gpu-lost`` and leaves the GPU count unknown)."""
+
+
+def no_gpu_reason(directory: Path) -> str:
+    """Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters:
+    the job's steps could have replaced it with anything, a FIFO included)."""
+    try:
+        raw = monitor.read_small(directory / NO_GPU_NAME, 4096)
+    except OSError as exc:
+        return f"the start's no-gpu note is unreadable ({exc.strerror})"
+    lines = raw.decode("utf-8", "replace").strip().splitlines()
+    return mr.printable(lines[0][:500]) if lines else "no GPU was found"
+
+
 READY_TIMEOUT_S = 30.0
 """How long a start waits for the sampler to hold its lock and write its header."""
 READ_SLACK = 2**20
@@ -98,9 +116,13 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
     visible = visible_gpus(snapshot.gpus, environ).gpus if snapshot.ok else ()
     if not visible:
         why = (
-            f"NVML is not available ({snapshot.error_name})"
-            if not snapshot.ok
-            else "no GPU is visible to this job"
+            "no GPU is visible to this job"
+            if snapshot.ok
+            else f"{LOST_PREFIX}NVML answered GPU_IS_LOST ({snapshot.failed_call}): a GPU of "
+            "this runner fell off the bus before the job (Xid 79 or another fatal error in "
+            "the kernel log), so none was watched; drain this runner and reset the GPU"
+            if snapshot.error_code == monitor.GPU_IS_LOST
+            else f"NVML is not available ({snapshot.error_name})"
         )
         (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
         return Start(no_gpu=why)
@@ -187,9 +209,10 @@ def space_note(directory: Path) -> str:
 
 def log_tail(directory: Path) -> str:
     try:
-        text = (directory / monitor.LOG_NAME).read_text(encoding="utf-8", errors="replace")
+        raw = monitor.read_small(directory / monitor.LOG_NAME, 2**20)
     except OSError:
         return "(no log)"
+    text = raw.decode("utf-8", "replace")
     return text.strip()[-800:] or "(empty log)"
 
 
@@ -199,11 +222,15 @@ def read_recording(directory: Path, environ: Mapping[str, str]) -> mr.Recording:
     samples = directory / monitor.SAMPLES_NAME
     limit = monitor.SamplerConfig.from_environ(directory, 1.0, environ).max_bytes
     try:
-        with open(samples, "rb") as handle:
-            data = handle.read(limit + READ_SLACK + 1)
+        data = monitor.read_small(samples, limit + READ_SLACK + 1)
         recording = mr.parse_recording(data[: limit + READ_SLACK].decode("utf-8", "replace"))
     except mr.RecordingError as exc:
         raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
+    except monitor.NotRegular as exc:
+        raise GpuCiError(
+            f"gpu-monitor: {samples} is {exc.strerror}: something in the job replaced the "
+            "sampler's file; nothing to report."
+        ) from None
     except OSError as exc:
         raise GpuCiError(f"gpu-monitor: cannot read {samples}: {exc.strerror}.") from None
     if len(data) > limit + READ_SLACK:

@@ -102,6 +102,23 @@ RECOVERY_ACTIONS = {
     for k, v in _CATALOGUE["recovery_actions"].items()
 }
 """nvml.h's nvmlDeviceGpuRecoveryAction_t, short names (the action an Xid 154 names)."""
+RECOVERY_GUIDANCE = {int(k): str(v["guidance"]) for k, v in _CATALOGUE["recovery_actions"].items()}
+
+
+def recovery_action_text(value: object) -> str:
+    """The action the driver asked for (the event's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), or
+    "unknown" where it was not read (a driver without the field, a sampler before it):
+    never a list of the actions it might be."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in RECOVERY_ACTIONS:
+        return f"recovery action {RECOVERY_ACTIONS[value]} ({RECOVERY_GUIDANCE[value]})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"recovery action {value} (not in nvml.h's nvmlDeviceGpuRecoveryAction_t)"
+    return (
+        "recovery action unknown (the driver did not answer "
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; 'nvidia-smi -q' shows it)"
+    )
+
+
 EVENT_ACTIONS: dict[str, dict[str, str]] = dict(_CATALOGUE["events"])
 
 #: GPM activity ratios as the sample file names them, and as the summary shows them.
@@ -176,6 +193,8 @@ class GpuSample:
     board_remap: tuple[int, int, int, int] | None = None
     foreign: tuple[int, ...] = ()
     """PIDs NVML listed that this PID namespace cannot resolve (host PIDs in a container)."""
+    procs_unknown: bool = False
+    """The driver did not list the processes (``procs`` null): ``procs`` is empty, unknown."""
 
     @property
     def key(self) -> tuple[int, int | None]:
@@ -267,7 +286,8 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
     util = g.get("util")
     viol = g.get("violation_ns") or {}
     gpm = dict(g.get("gpm") or {})
-    procs = list(g.get("procs", ()))
+    listed = g.get("procs", ())
+    procs = list(listed or ())
     # a 4th item false: a PID this namespace could not resolve (not the job's to claim)
     own = [p for p in procs if len(p) < 4 or p[3] is not False]
     return GpuSample(
@@ -297,6 +317,7 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
         board_ecc=_ints(g.get("board_ecc"), 2),
         board_remap=_ints(g.get("board_remap"), 4),
         foreign=tuple(int(p[0]) for p in procs if len(p) >= 4 and p[3] is False),
+        procs_unknown=listed is None,
     )
 
 
@@ -382,6 +403,7 @@ def parse_recording(text: str) -> Recording:
                         "data": int(record.get("data", 0)),
                         "gi": _int(record.get("gi")),
                         "ci": _int(record.get("ci")),
+                        "recovery_action": _int(record.get("recovery_action")),
                     }
                 )
             elif kind == "error":
@@ -501,6 +523,8 @@ class GpuUsage:
     and ``remap_pending`` / ``remap_failure`` at the end (None: not supported)."""
     foreign_processes: tuple[int, ...] = ()
     """PIDs on this GPU that NVML listed but this PID namespace cannot resolve."""
+    processes_unknown_s: float = 0.0
+    """Seconds of samples whose process list the driver did not give (NO_PERMISSION, ...)."""
     board_io: dict[str, int | None] | None = None
     """A MIG slice: ``io`` of the whole board (every tenant's), never the slice's; None for
     a whole GPU."""
@@ -529,7 +553,8 @@ class Cost:
     gpu_minutes_paid: float
     gpu_minutes_used: float | None
     idle_fraction: float | None
-    """None when a GPU's busy time is unknown (no utilisation counter)."""
+    """None when a GPU's busy time is unknown (no utilisation counter) or part of the paid
+    time was not watched (``unwatched``: the sampler died or stopped on a limit)."""
     usd_per_minute: Decimal | None
     price_source: str
     cost_usd: Decimal | None
@@ -575,6 +600,11 @@ class Report:
     def foreign_only(self) -> bool:
         """The only GPU users were processes this PID namespace cannot resolve."""
         return not self.gpu_used and any(g.foreign_processes for g in self.gpus)
+
+    @property
+    def use_unknown(self) -> bool:
+        """No use was seen, but the driver did not list the processes of some samples."""
+        return not self.gpu_used and any(g.processes_unknown_s > 0 for g in self.gpus)
 
 
 # -- the computation --------------------------------------------------------------------
@@ -768,6 +798,7 @@ def _usage(gpu: GpuInfo, rec: Recording) -> GpuUsage:
         io=io,
         health=health,
         foreign_processes=tuple(sorted({pid for s in mine for pid in s.foreign})),
+        processes_unknown_s=sum(s.dt for s in mine if s.procs_unknown),
         board_io=board_io,
         board_health=board_health,
     )
@@ -787,6 +818,19 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
         span.peak_memory,
         span.energy_wh,
     )
+
+
+def unwatched(rec: Recording, end: float) -> tuple[float, float] | None:
+    """(from, to) seconds after the start that no sample covers although the job still paid
+    for them: the sampler died (``kill -9``, a full disk: no stop line) or stopped on a limit
+    (size-limit, max-duration) well before the report. None when it watched to the end
+    (within two intervals and a second: the report's own stop)."""
+    if rec.stop is not None and rec.stop.get("reason") not in ("size-limit", "max-duration"):
+        return None
+    last = rec.sample_times[-1] if rec.sample_times else rec.started
+    if end - last <= 2 * rec.interval + 1:
+        return None
+    return (last - rec.started, end - rec.started)
 
 
 def compute(
@@ -825,7 +869,13 @@ def compute(
     gpu_paid = float(paid * len(rec.gpus))
     busy = [g.busy_s for g in gpus]
     used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
-    idle = None if used is None else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
+    # time nobody watched is not idle: the share (and its cost) is unknown then
+    watched_all = unwatched(rec, end) is None
+    idle = (
+        None
+        if used is None or not watched_all
+        else (max(0.0, 1.0 - used / gpu_paid) if gpu_paid else 0.0)
+    )
     price = pricing.usd_per_minute
     cost = (
         _money(job_cost(price, paid, len(rec.gpus), per_gpu=pricing.per_gpu))
@@ -903,6 +953,10 @@ def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
     return not gis or gi is None or gi == ALL_INSTANCES or gi in gis
 
 
+EVENT_WAIT = "nvmlEventSetWait"
+"""An error line of this call: the sampler's event set failed (no events after it)."""
+
+
 def _error_findings(rec: Recording) -> list[Finding]:
     """GPU_IS_LOST ends a GPU's samples; any other NVML error is a gap the sampler retried
     across (from the error to the GPU's next sample)."""
@@ -910,6 +964,19 @@ def _error_findings(rec: Recording) -> list[Finding]:
     for e in rec.errors:
         at = float(e["ts"]) - rec.started
         gpu = e.get("gpu")
+        if e.get("call") == EVENT_WAIT:
+            out.append(
+                Finding(
+                    "warning",
+                    "events-unwatched",
+                    f"NVML's event wait answered {e.get('name')} ({e.get('code')}) at "
+                    f"+{_clock(at)}: Xid and ECC events from +{_clock(at)} on were not "
+                    "watched (no Xid reported after that is no evidence of none; the kernel "
+                    "log's NVRM lines have them).",
+                    at,
+                )
+            )
+            continue
         if e.get("code") == 15:
             out.append(
                 Finding(
@@ -943,10 +1010,11 @@ def _error_findings(rec: Recording) -> list[Finding]:
     return out
 
 
-def xid_finding(code: int, gpu: object, at: float) -> Finding:
+def xid_finding(code: int, gpu: object, at: float, recovery_action: object = None) -> Finding:
     """An Xid with the catalogue's meaning and immediate action; a reset is asked only
     where the action's bucket takes the GPU out of service (13/31/43 do not), and a
-    workflow bucket (74's NVLink registers, 154's recovery action) says what decides."""
+    workflow bucket (74's NVLink registers, 154's recovery action) says what decides: for
+    154 the action the driver asked for (``recovery_action``, read with the event)."""
     meaning = XID_MEANING.get(code)
     action = XID_ACTION.get(code)
     if meaning is None:
@@ -958,9 +1026,7 @@ def xid_finding(code: int, gpu: object, at: float) -> Finding:
     else:
         guidance = BUCKET_GUIDANCE.get(str(action), "see the catalogue")
         if action == "XID_154":
-            guidance += (
-                " (" + ", ".join(RECOVERY_ACTIONS[k] for k in sorted(RECOVERY_ACTIONS)) + ")"
-            )
+            guidance += ": " + recovery_action_text(recovery_action)
         what, then = meaning, f": catalogue action {action}; {guidance}"
     return Finding(
         "warning", f"xid-{code}", f"GPU {gpu}: Xid {code} ({what}) at +{_clock(at)}{then}.", at
@@ -975,10 +1041,14 @@ def _event_findings(rec: Recording) -> list[Finding]:
         at = float(e["ts"]) - rec.started
         kind = str(e.get("type"))
         if kind == "xid":
-            out.append(xid_finding(int(e.get("data", 0)), e.get("gpu"), at))
+            out.append(
+                xid_finding(int(e.get("data", 0)), e.get("gpu"), at, e.get("recovery_action"))
+            )
             continue
         known = EVENT_ACTIONS.get(kind)
         text = f"{known['meaning']}; {known['action']}" if known else "an NVML event"
+        if kind == "recovery-action":
+            text += "; " + recovery_action_text(e.get("recovery_action"))
         out.append(
             Finding(
                 known["level"] if known else "warning",
@@ -1032,6 +1102,16 @@ def _health_findings(h: dict[str, int | None], label: str) -> list[Finding]:
     return out
 
 
+def _unwatched_note(report: Report) -> str:
+    gap = unwatched(report.recording, report.end)
+    if gap is None:
+        return ""
+    return (
+        f"; +{_clock(gap[0])} to +{_clock(gap[1])} was not watched, so the idle share and "
+        "idle cost are unknown (busy time counts only what was watched)"
+    )
+
+
 def findings(report: Report, limits: Limits) -> list[Finding]:
     rec = report.recording
     out: list[Finding] = []
@@ -1044,7 +1124,7 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 "warning",
                 "sampler-ended-early",
                 "the sampler ended without its last line (killed, or the disk "
-                f"filled); samples end at +{_clock(last)}.",
+                f"filled); samples end at +{_clock(last)}{_unwatched_note(report)}.",
                 last,
             )
         )
@@ -1053,7 +1133,8 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
             Finding(
                 "warning",
                 "sample-file-full",
-                "the sample file reached its size limit; later samples were not recorded.",
+                "the sample file reached its size limit; later samples were not recorded"
+                f"{_unwatched_note(report)}.",
             )
         )
     if rec.truncated_at is not None:
@@ -1133,6 +1214,22 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 + ", ".join(map(str, pids[:8]))
                 + ") are outside this PID namespace (NVML lists host PIDs inside a container): "
                 "they may be this job's or another container's.",
+            )
+        )
+    elif limits.expect_gpu_use and report.use_unknown:
+        unread = [g for g in report.gpus if g.processes_unknown_s > 0]
+        out.append(
+            Finding(
+                "error" if limits.unknown_fails else "warning",
+                "gpu-use-unknown",
+                "expect-gpu-use could not be evaluated: no GPU was busy, and the GPU process "
+                "list could not be read for "
+                + ", ".join(
+                    f"GPU {g.gpu.index} ({g.gpu.name}, {_clock(g.processes_unknown_s)})"
+                    for g in unread
+                )
+                + " (the driver refused it: NO_PERMISSION or NOT_SUPPORTED); a process may have "
+                "held GPU memory between kernels.",
             )
         )
     elif limits.expect_gpu_use and not report.gpu_used:

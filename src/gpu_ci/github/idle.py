@@ -189,6 +189,17 @@ class Found:
     downloads: int
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(raw: bytes) -> Any:
+    """A report's JSON as RFC 8259 has it: Python's json also reads NaN and Infinity, which
+    pass every minimum/maximum of the schema (no comparison with NaN fails) and made a
+    month's idle sum NaN; here they are a ValueError (an unreadable report)."""
+    return json.loads(raw, parse_constant=_no_constant)
+
+
 def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | None, str]:
     """The report in one artifact's zip, or ``None`` and why it was skipped."""
     label = f"artifact '{art.get('name')}' #{art.get('id')}"
@@ -201,7 +212,7 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
             info = (pick or members)[0]
             if info.file_size > MAX_REPORT_BYTES:
                 return None, f"{label}: {info.filename} is over {MAX_REPORT_BYTES} bytes"
-            data = json.loads(archive.read(info))
+            data = load_json(archive.read(info))
     except (
         zipfile.BadZipFile,
         ValueError,
@@ -218,7 +229,10 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
             + "; ".join(errors[:3])
         )
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
-        return None, f"{label}: its idle fraction is unknown (no utilisation counter)"
+        return (
+            None,
+            f"{label}: its idle fraction is unknown (no utilisation counter, or the sampler died)",
+        )
     return MonitorReport(
         int(art["id"]),
         str(art.get("name")),

@@ -947,11 +947,10 @@ def _reports(
 def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
     """gpu-monitor's ``report.json`` (or the zip's only JSON file) as a dict, or why not."""
     import io
-    import json
     import zipfile
     import zlib
 
-    from gpu_ci.github.idle import MAX_REPORT_BYTES
+    from gpu_ci.github.idle import MAX_REPORT_BYTES, load_json
 
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
@@ -962,7 +961,7 @@ def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
             info = (pick or members)[0]
             if info.file_size > MAX_REPORT_BYTES:
                 return None, f"{info.filename} is over {MAX_REPORT_BYTES} bytes"
-            data = json.loads(archive.read(info))
+            data = load_json(archive.read(info))
     except (zipfile.BadZipFile, ValueError, OSError, RuntimeError, EOFError, zlib.error) as exc:
         return None, f"not a readable zip of JSON ({exc})"
     versions = report_versions()
