@@ -341,7 +341,13 @@ def test_ledger_round_trip_and_what_it_vouches_for():
     assert not again.counted({"id": 1, "run_attempt": 2, "status": "completed"})  # re-run
     assert not again.counted({"id": 1, "run_attempt": 1, "status": "in_progress"})
     bad_cost = dict(ledger.to_json(), jobs=[dict(jobs[0].to_json(), usd="free")])
-    for junk in ({}, {"version": 99}, {"version": 1, "runs": "x"}, bad_cost):
+    # Decimal reads "NaN" and "Infinity": a NaN cost makes every budget comparison raise
+    # (or pass), an infinite one refuses every job
+    not_finite = [
+        dict(ledger.to_json(), jobs=[dict(jobs[0].to_json(), usd=usd)])
+        for usd in ("NaN", "sNaN", "Infinity", "-Infinity", float("nan"))
+    ]
+    for junk in ({}, {"version": 99}, {"version": 1, "runs": "x"}, bad_cost, *not_finite):
         assert budget.Ledger.from_json(junk) is None
 
 

@@ -9,6 +9,7 @@ usage report) and the dated price table (:mod:`gpu_ci.pricing`); the fetch layer
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -169,8 +170,10 @@ class JobCost:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobCost:
         ints = ("run_id", "attempt", "job_id", "minutes")
-        if data["usd"]:
-            Decimal(str(data["usd"]))  # raises on anything but a number
+        # raises on anything but a number; Decimal also reads NaN and Infinity, which would
+        # make every budget comparison raise or pass
+        if data["usd"] and not Decimal(str(data["usd"])).is_finite():
+            raise ValueError(f"usd {data['usd']!r} is not a finite number")
         values: dict[str, Any] = {
             k: int(data[k]) if k in ints else str(data[k]) for k in cls.__dataclass_fields__
         }
@@ -336,6 +339,13 @@ def pull_request_of(run: Mapping[str, Any]) -> str:
 LEDGER_VERSION = 1
 
 
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
 @dataclass(frozen=True)
 class Ledger:
     """Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
@@ -385,7 +395,7 @@ class Ledger:
                 {str(k): int(v) for k, v in dict(data["runs"]).items()},
                 tuple(JobCost.from_json(j) for j in data["jobs"]),
                 {
-                    str(k): (float(v[0]), float(v[1]))
+                    str(k): (_finite(v[0]), _finite(v[1]))
                     for k, v in dict(data.get("windows") or {}).items()
                 },
             )

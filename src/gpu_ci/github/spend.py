@@ -11,7 +11,6 @@ ledger was written, fetch the jobs of those runs.
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github import budget, statuses
+from gpu_ci.github import budget, idle, statuses
 from gpu_ci.github.client import ApiError, Rest, describe_api_failure
 from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.pricing import Price, PriceTable
@@ -317,7 +316,7 @@ def _read_ledger(
             info = archive.getinfo(LEDGER_FILE)
             if info.file_size > MAX_LEDGER_BYTES:
                 return None, f"artifact '{name}' holds an oversized ledger"
-            data = json.loads(archive.read(info))
+            data = idle.load_json(archive.read(info))
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         return None, f"artifact '{name}' #{art['id']} holds no readable {LEDGER_FILE} ({exc})"
     ledger = budget.Ledger.from_json(data) if isinstance(data, dict) else None
