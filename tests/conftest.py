@@ -61,26 +61,81 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return min(8, 2 * cores)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (--dist loadgroup)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep a module's tests that share a module-scoped fixture on one xdist worker.
+#: Where the workers write which tests share a module-scoped fixture, for the controller's
+#: scheduler (the controller collects nothing itself).
+GROUPS = pytest.StashKey[Path]()
 
-    A session-scoped fixture is built once per worker (each builds its own, in its own
-    temporary directory); a module-scoped one would be built by every worker that runs one
-    of its tests, and some are the suite's most expensive set-ups (a job in the Debian
-    root, a shared bootstrap cache). Grouped, it is built once, as in a serial run; the
-    scheduler starts the largest groups first. Every other test is spread one by one."""
+
+def _groups_file(config: pytest.Config) -> Path:
+    if GROUPS not in config.stash:
+        import tempfile
+
+        config.stash[GROUPS] = Path(tempfile.mkdtemp(prefix="gpu-ci-xdist-")) / "groups.json"
+    return config.stash[GROUPS]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if GROUPS in config.stash:
+        import shutil
+
+        shutil.rmtree(config.stash[GROUPS].parent, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(controller) Tell each worker where to write the groups."""
+    node.workerinput["gpu_ci_groups"] = str(_groups_file(node.config))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """(xdist worker) Keep a module's tests that share a module-scoped fixture on one worker.
+
+    A session-scoped fixture is built once per worker (each in its own temporary directory);
+    a module-scoped one would be built by every worker that runs one of its tests, and some
+    are the suite's most expensive set-ups (a job in the Debian root, a shared bootstrap
+    cache). Grouped, it is built once, as in a serial run; the scheduler starts the largest
+    groups first and spreads every other test one by one. (pytest-xdist's own
+    ``xdist_group`` marks are not used: on pytest 9.2 ``--dist loadgroup`` silently ignores
+    them, pytest-dev/pytest-xdist#1386.)"""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or "gpu_ci_groups" not in workerinput:
+        return
+    groups = {}
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        shared = any(
+        if info is not None and any(
             defs[-1].scope in ("module", "class")
             for name in info.names_closure
             if (defs := info.name2fixturedefs.get(name))
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        ):
+            groups[item.nodeid] = item.nodeid.split("::", 1)[0]
+    # every worker collects the same tests: each writes the same file, atomically
+    target = Path(workerinput["gpu_ci_groups"])
+    part = target.with_name(f"{target.name}.{workerinput['workerid']}")
+    part.write_text(json.dumps(groups))
+    os.replace(part, target)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """(controller) ``--dist loadgroup`` with the groups the workers found: a grouped test's
+    scope is its module, any other test is a scope of its own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    path = _groups_file(config)
+
+    class SharedFixtureScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            # called once the workers' collections are in, so the file is written
+            if self.groups is None:
+                self.groups = json.loads(path.read_text()) if path.is_file() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 def tree_digest(root: Path) -> str:
