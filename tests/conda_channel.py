@@ -428,6 +428,7 @@ class ChannelServer(_Served):
                 self.end_headers()
 
             def do_GET(self) -> None:
+                self._in_flight = True
                 with owner._count_lock:
                     owner.peers.add(self.client_address[1])
                     owner._at_once += 1
@@ -442,6 +443,14 @@ class ChannelServer(_Served):
                 try:
                     self._get()
                 finally:
+                    self._answered()
+
+            def _answered(self) -> None:
+                """This GET no longer counts as in flight: called just before its body's last
+                write, since the client may start its next download as soon as that write
+                lands, before this thread (under load, waiting for the GIL) runs again."""
+                if self._in_flight:
+                    self._in_flight = False
                     with owner._count_lock:
                         owner._at_once -= 1
 
@@ -512,6 +521,7 @@ class ChannelServer(_Served):
                             time.sleep(float(action[len("trickle:") :]) / 40)
                     return
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._answered()
                     self.wfile.write(data)
 
         self._serve(Handler, self.backlog)
