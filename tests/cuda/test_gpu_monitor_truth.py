@@ -533,3 +533,57 @@ def test_time_after_the_sampler_died_is_not_counted_idle():
     rec = mr.parse_recording("\n".join(json.dumps(x) for x in stopped))
     # (10 busy seconds of the one minute the job is billed)
     assert mr.compute(rec, end=EPOCH + 10).cost.idle_fraction == round(1 - 10 / 60, 4)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"code": 18, "name": "LIB_RM_VERSION_MISMATCH", "gap": True},  # a driver upgrade
+        {"code": 15, "name": "GPU_IS_LOST", "gap": False},
+    ],
+)
+def test_a_gpu_no_sample_covers_after_an_error_is_not_counted_idle(error):
+    # the sampler ran to the end, but GPU 1 answered no sample after +10 s of 100 s: its
+    # 90 s were not watched, so the job's idle share is unknown, not 45 %
+    from tests.gpu_monitor_env import EPOCH
+
+    gpus = [
+        {"index": i, "name": "NVIDIA H200", "uuid": f"GPU-{i}", "memory_total": 2**34}
+        for i in (0, 1)
+    ]
+    samples = [
+        {
+            "kind": "sample",
+            "ts": EPOCH + t,
+            "gpus": [gpu(100)] + ([gpu(100, index=1)] if t < 10 else []),
+        }
+        for t in range(100)
+    ]
+    lines = [
+        {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1, "gpus": gpus},
+        *samples[:10],
+        {
+            "kind": "error",
+            "ts": EPOCH + 10,
+            "gpu": 1,
+            "call": "nvmlDeviceGetUtilizationRates",
+            **error,
+        },
+        *samples[10:],
+        {"kind": "stop", "ts": EPOCH + 100, "reason": "signal", "samples": 100},
+    ]
+    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    report = mr.compute(rec, end=EPOCH + 100)
+    assert report.cost.idle_fraction is None
+    assert mr.outputs(report)["idle-fraction"] == ""
+    # both GPUs sampled to the end: the share is known again
+    whole = [
+        {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1, "gpus": gpus},
+        *(
+            {"kind": "sample", "ts": EPOCH + t, "gpus": [gpu(100), gpu(100, index=1)]}
+            for t in range(100)
+        ),
+        {"kind": "stop", "ts": EPOCH + 100, "reason": "signal", "samples": 100},
+    ]
+    rec = mr.parse_recording("\n".join(json.dumps(x) for x in whole))
+    assert mr.compute(rec, end=EPOCH + 100).cost.idle_fraction is not None

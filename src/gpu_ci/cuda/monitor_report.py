@@ -833,6 +833,18 @@ def unwatched(rec: Recording, end: float) -> tuple[float, float] | None:
     return (last - rec.started, end - rec.started)
 
 
+def gpus_unwatched(rec: Recording, end: float) -> tuple[int, ...]:
+    """The GPUs no sample covers from well before the end although the sampler ran on: an
+    NVML error that never cleared (a driver upgrade mid-job: LIB_RM_VERSION_MISMATCH) or a
+    lost GPU. Their time after the last sample is no more idle than a dead sampler's."""
+    last: dict[int, float] = {}
+    for sample in rec.samples:
+        last[sample.index] = max(sample.ts, last.get(sample.index, sample.ts))
+    return tuple(
+        g.index for g in rec.gpus if end - last.get(g.index, rec.started) > 2 * rec.interval + 1
+    )
+
+
 def compute(
     rec: Recording,
     *,
@@ -870,7 +882,7 @@ def compute(
     busy = [g.busy_s for g in gpus]
     used = None if any(b is None for b in busy) else sum(b or 0.0 for b in busy) / 60
     # time nobody watched is not idle: the share (and its cost) is unknown then
-    watched_all = unwatched(rec, end) is None
+    watched_all = unwatched(rec, end) is None and not gpus_unwatched(rec, end)
     idle = (
         None
         if used is None or not watched_all
@@ -994,7 +1006,8 @@ def _error_findings(rec: Recording) -> list[Finding]:
         gap = (
             f"no samples from +{_clock(at)} to +{_clock(back - rec.started)}; sampling resumed"
             if back is not None
-            else f"no samples from +{_clock(at)} on (the sampler kept asking)"
+            else f"no samples from +{_clock(at)} on (the sampler kept asking), so the idle "
+            "share and its cost are unknown"
             if e.get("gap")
             else "no samples from this GPU after that"
         )
