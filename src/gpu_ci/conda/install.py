@@ -59,6 +59,8 @@ from gpu_ci.urls import mask_url
 
 @dataclass
 class InstallReport:
+    """What an install did, for the outputs and the job summary."""
+
     reused: bool = False
     downloaded_bytes: int = 0
     cached_archives: int = 0

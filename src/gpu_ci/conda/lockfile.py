@@ -32,6 +32,8 @@ ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 
 @dataclass(frozen=True)
 class CondaEntry:
+    """One conda archive the lock names: its URL, file name and digests, parsed once."""
+
     name: str
     version: str
     build: str
@@ -65,6 +67,8 @@ class CondaEntry:
 
 @dataclass(frozen=True)
 class PipEntry:
+    """One pip package the lock names, installed from its URL, checked against its sha256."""
+
     name: str
     version: str
     url: str
@@ -73,6 +77,8 @@ class PipEntry:
 
 @dataclass(frozen=True)
 class LockFile:
+    """A parsed lock file, before a platform and categories are picked from it."""
+
     kind: str
     """'explicit' or 'unified'."""
     platforms: tuple[str, ...]
@@ -83,6 +89,8 @@ class LockFile:
 
 @dataclass(frozen=True)
 class InstallPlan:
+    """What one job installs: the platform's entries of the selected categories, once each."""
+
     kind: str
     platform: str
     categories: tuple[str, ...]

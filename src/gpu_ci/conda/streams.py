@@ -28,6 +28,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Streamed:
+    """A streamed archive's digests and its published entry's facts."""
+
     sha256: str
     md5: str
     facts: verified.Facts | None
