@@ -166,3 +166,26 @@ def test_python_m_gpu_ci_runs_the_command_with_the_cyclic_collector_on(tmp_path)
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
     )
     assert proc.stdout.strip() == "collector on", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(ACTIONS) + ["spend"])
+def test_an_action_named_alone_gets_argparses_flags_without_argparse(name):
+    """How every composite action runs us (inputs as INPUT_<NAME>): the flags main passes
+    on are those argparse would give, every one unset, and argparse is never imported."""
+    code = (
+        "import sys, gpu_ci.cli as c\n"
+        "c.run_command = lambda n, f, rt: print(n, sorted(f.items())) or 0\n"
+        f"c.main([{name!r}])\n"
+        "print('argparse' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
+    )
+    action = {"spend": "gpu-spend"}.get(name, name)
+    args = vars(build_parser(action).parse_args([name]))
+    args.pop("command")
+    assert proc.stdout.splitlines() == [f"{action} {sorted(args.items())}", "False"], proc.stderr
+    assert args and set(args.values()) == {None}

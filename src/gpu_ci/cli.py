@@ -7,13 +7,11 @@ NVML or conda code.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 from collections.abc import Sequence
-
-from actions_toolkit.command import issue_command
+from typing import TYPE_CHECKING
 
 from gpu_ci import __version__
 from gpu_ci.errors import GpuCiError, UsageError
@@ -21,15 +19,25 @@ from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime
 from gpu_ci.specs import ACTIONS, ActionSpec
 
+if TYPE_CHECKING:
+    import argparse
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports unusable arguments as an annotation, exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        # the message quotes the arguments: escaped, so that none becomes a workflow command
-        issue_command("error", {"title": "unusable arguments"}, f"{self.prog}: {message}")
-        sys.exit(2)
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse that reports unusable arguments as an annotation, exit code 2 (defined on
+    first use: a composite action passes no arguments, and never needs argparse)."""
+    import argparse
+
+    from actions_toolkit.command import issue_command
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            self.print_usage(sys.stderr)
+            # the message quotes the arguments: escaped, so none becomes a workflow command
+            issue_command("error", {"title": "unusable arguments"}, f"{self.prog}: {message}")
+            sys.exit(2)
+
+    return _Parser
 
 
 def _flag_help(spec: ActionSpec, name: str) -> str:
@@ -44,13 +52,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every subcommand with its flags; with ``only``, an action's name, that subcommand
     alone: ``main`` builds the one being run (the 8 subparsers and ~100 flags of every action
     cost each run several ms). Any other ``only`` builds them all, for argparse's errors."""
-    parser = _Parser(
+    parser_class = _parser_class()
+    parser = parser_class(
         prog="gpu-ci",
         description="Reusable GitHub Actions for GPU CI, as a command line. Each subcommand "
         "is one action; each flag one of its inputs (also read from INPUT_<NAME>).",
     )
     parser.add_argument("--version", action="version", version=f"gpu-ci {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="<action>", parser_class=parser_class)
     for name, spec in ACTIONS.items():
         if only in ACTIONS and name != only:
             continue
@@ -106,22 +115,38 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _no_flags(argv: Sequence[str]) -> str | None:
+    """The action when ``argv`` is its name (or alias) alone, as every composite action runs
+    us (its inputs come as INPUT_<NAME>): argparse would set every flag to None, and it and
+    the parser cost each action's start-up ~5 ms. None for anything else (argparse's)."""
+    if len(argv) == 1:
+        name = ALIASES.get(argv[0], argv[0])
+        if name in ACTIONS:
+            return name
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 2
+    arguments = sys.argv[1:] if argv is None else argv
+    command = _no_flags(arguments)
+    if command is not None:
+        flags: dict[str, str | None] = {item.name: None for item in ACTIONS[command].inputs}
+    else:
+        parser = build_parser(_command_in(arguments))
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 2
+        flags = {k: v for k, v in vars(args).items() if k != "command"}
+        command = ALIASES.get(args.command, args.command)
     rt = Runtime()
-    flags = {k: v for k, v in vars(args).items() if k != "command"}
-    args.command = ALIASES.get(args.command, args.command)
     try:
-        return run_command(args.command, flags, rt)
+        return run_command(command, flags, rt)
     except GpuCiError as exc:
-        rt.error(exc.message, title=exc.title or f"gpu-ci {args.command}")
+        rt.error(exc.message, title=exc.title or f"gpu-ci {command}")
         return exc.exit_code
     except KeyboardInterrupt:
-        rt.error("interrupted", title=f"gpu-ci {args.command}")
+        rt.error("interrupted", title=f"gpu-ci {command}")
         return 130
     except Exception as exc:  # a bug: say so plainly, traceback only when debugging
         if os.environ.get("RUNNER_DEBUG") == "1" or os.environ.get("GPU_CI_DEBUG") == "1":
@@ -131,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rt.error(
             f"internal error in gpu-ci {__version__} ({type(exc).__name__}: {exc}). Please "
             "report it with this log; set RUNNER_DEBUG=1 for a traceback.",
-            title=f"gpu-ci {args.command} internal error",
+            title=f"gpu-ci {command} internal error",
         )
         return 1
     finally:

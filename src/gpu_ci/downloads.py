@@ -67,6 +67,8 @@ TOKEN = uuid.uuid4().hex[:16]
 
 @dataclass(frozen=True)
 class Download:
+    """One file to fetch to ``dest`` and verify against its digests."""
+
     url: str
     dest: Path
     label: str
@@ -77,6 +79,8 @@ class Download:
 
 @dataclass(frozen=True)
 class Fetched:
+    """How a download was had: its size, whether from the cache, and the attempts it took."""
+
     download: Download
     size: int
     cached: bool

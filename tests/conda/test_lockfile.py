@@ -412,3 +412,31 @@ def test_secrets_in_plain_urls_are_none():
 def test_url_urlsplit_refuses_is_a_lock_error():
     with pytest.raises(GpuCiError, match=r"line 2: https://\[::1/c.* is not a valid URL"):
         lockfile.parse("@EXPLICIT\nhttps://[::1/c/linux-64/a-1-h0_0.conda#" + "0" * 32 + "\n")
+
+
+@pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)
+def test_libyaml_and_pure_python_loaders_give_the_same_lock(path):
+    """Unified locks parse with libyaml's CSafeLoader where PyYAML has it: the same LockFile
+    (and plan) as the pure-Python SafeLoader, for every real lock."""
+    import yaml
+
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML without libyaml: only SafeLoader exists here")
+    assert lockfile.yaml_loader() is yaml.CSafeLoader
+    assert lockfile.yaml_loader(libyaml=False) is yaml.SafeLoader
+    text = path.read_text()
+    fast = lockfile.parse(text, path.name)
+    slow = lockfile.parse(text, path.name, loader=yaml.SafeLoader)
+    assert fast == slow
+    assert fast.packages
+    platform = fast.platforms[0]
+    assert lockfile.plan(fast, text, platform, ["main"], path.name) == lockfile.plan(
+        slow, text, platform, ["main"], path.name
+    )
+
+
+@pytest.mark.parametrize("libyaml", [True, False], ids=["CSafeLoader", "SafeLoader"])
+def test_invalid_unified_yaml_names_its_line_with_either_loader(libyaml):
+    text = "version: 1\nmetadata:\n  platforms: [linux-64]\npackage:\n  - name: [x\n    bad: 1\n"
+    with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(line 6\)\.$"):
+        lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))

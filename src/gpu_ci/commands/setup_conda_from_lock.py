@@ -96,9 +96,12 @@ def install(
     for Miniforge (its conda creates the environment); otherwise Miniforge is downloaded
     and installed on its own thread while the environment is, and waited for after it."""
     from gpu_ci.conda import install as env_install
-    from gpu_ci.conda import miniforge as conda_miniforge
 
-    pending = conda_miniforge.start(opts, env, downloader) if opts.miniforge else None
+    pending = None
+    if opts.miniforge:  # imported only then: most jobs do not install it (~4 ms)
+        from gpu_ci.conda import miniforge as conda_miniforge
+
+        pending = conda_miniforge.start(opts, env, downloader)
     mf = miniforge(rt, opts, pending, phases) if pending and opts.engine == "conda" else None
     try:
         report = env_install.install(

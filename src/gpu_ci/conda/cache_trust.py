@@ -35,16 +35,17 @@ def entry_dir(cache: Path, entry: CondaEntry) -> Path:
     return cache / entry.dist_name
 
 
-def rattler_cache_sha256(cache: Path, dirname: str) -> str:
+def rattler_cache_sha256(cache: Path, dirname: str, is_dir: bool = False) -> str:
     """The archive sha256 rattler's package cache recorded for an extracted package, '' when
     none: its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
-    archive it extracted. (A future layout reads as '': we then fetch, never trust.)"""
+    archive it extracted. (A future layout reads as '': we then fetch, never trust.)
+    ``is_dir``: the caller has just seen the entry's directory (one ``stat`` less each)."""
     base = os.path.join(cache, dirname)
     try:
         raw = verified.read_bytes(base + ".lock", 40)
     except OSError:
         return ""
-    return raw[8:40].hex() if len(raw) >= 40 and os.path.isdir(base) else ""
+    return raw[8:40].hex() if len(raw) >= 40 and (is_dir or os.path.isdir(base)) else ""
 
 
 def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
@@ -69,7 +70,7 @@ def trusted_sha256(entry: CondaEntry, cache: Path) -> str:
             return ""
         if md5 != entry.md5:
             return ""
-    have = rattler_cache_sha256(cache, dirname)
+    have = rattler_cache_sha256(cache, dirname, is_dir=True)
     return sha if not have or have == sha else ""
 
 
@@ -215,8 +216,8 @@ def _write_marker(entry: Path, digest: str) -> None:
 def _forget_other_archive(target: Path, sha256: str) -> None:
     """rattler's ``<entry>.lock`` names the archive rattler last put there: when that is
     another archive than the one just extracted, rattler would not use the entry (it would
-    fetch the package itself, which ``_no_downloads`` refuses). Emptied, as rattler leaves it
-    for an entry it did not extract."""
+    fetch the package itself, which ``streams.CLIENT.refusing`` refuses). Emptied, as
+    rattler leaves it for an entry it did not extract."""
     have = rattler_cache_sha256(target.parent, target.name)
     if have and have != sha256:
         os.truncate(target.with_name(f"{target.name}.lock"), 0)

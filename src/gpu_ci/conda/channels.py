@@ -36,12 +36,16 @@ KINDS = ("bearer", "basic", "token")
 
 @dataclass(frozen=True)
 class Mirror:
+    """One ``channel-mirrors`` rule: URLs under ``original`` are fetched from ``mirror``."""
+
     original: str
     mirror: str
 
 
 @dataclass(frozen=True)
 class Credential:
+    """One channel credential, sent to its origin only."""
+
     origin: tuple[str, str, int]
     """(scheme, host, port), lower case: credentials go to this origin only."""
     kind: str

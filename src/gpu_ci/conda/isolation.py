@@ -30,6 +30,8 @@ SCRUBBED = (
 
 @dataclass(frozen=True)
 class VendorConda:
+    """A conda installation the runner image came with, kept out of the job's way."""
+
     root: str
     """The vendor installation's root, or '' when none was found."""
     found_by: str

@@ -73,6 +73,8 @@ INSTALLER_SHA256: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class Miniforge:
+    """The job's Miniforge installation, and how it was had."""
+
     root: Path
     conda: Path
     version: str

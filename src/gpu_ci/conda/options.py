@@ -30,6 +30,8 @@ MARKER = "conda-meta/gpu-ci-lock.json"
 
 @dataclass(frozen=True)
 class SetupOptions:
+    """The action's inputs, checked and resolved into paths and modes."""
+
     lock_file: str
     platform: str
     categories: tuple[str, ...]

@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,53 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Streamed:
+    """A streamed archive's digests and its published entry's facts."""
+
     sha256: str
     md5: str
     facts: verified.Facts | None
+
+
+class RattlerClient:
+    """The process's one rattler client: building one costs 12-32 ms (its TLS set-up), and
+    a cold install needs one to stream archives and one to link. While linking
+    (``refusing``) it refuses every request before anything is sent: every entry is in the
+    cache, verified by us, so a request means rattler did not accept one, and it must fail
+    (then everything is fetched, verified and extracted again) rather than fetch past our
+    mirrors, credentials and checks. Streams never run while it refuses."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._refusing = 0
+
+    def _headers(self, host: str, path: str) -> dict[str, str] | None:
+        if self._refusing:
+            raise RuntimeError(
+                f"rattler asked for {host}{path}, which the package cache should hold"
+            )
+        return None
+
+    def get(self) -> Any:
+        """The ``rattler.Client``, built on first use."""
+        if self._client is None:
+            import rattler
+            from rattler.networking import AddHeadersMiddleware
+
+            self._client = rattler.Client([AddHeadersMiddleware(self._headers)])
+        return self._client
+
+    @contextlib.contextmanager
+    def refusing(self) -> Iterator[Any]:
+        """The client, refusing every request until the block ends."""
+        client = self.get()
+        self._refusing += 1
+        try:
+            yield client
+        finally:
+            self._refusing -= 1
+
+
+CLIENT = RattlerClient()
 
 
 def stream_url(item: Download, downloader: Downloader) -> str:
@@ -129,10 +173,9 @@ def stream_and_extract(
     archives are done (rattler's client reports no bytes)."""
     import asyncio
 
-    import rattler
     from rattler.package_streaming import download_and_extract
 
-    client = rattler.Client()  # no total timeout: _unless_stalled gives up a stalled stream
+    client = CLIENT.get()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
 
     async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str, md5: str) -> None:
