@@ -228,14 +228,16 @@ def test_a_mirror_serving_another_file_is_refused_naming_both_urls(setup, channe
 def test_an_unreachable_mirror_is_named(setup, channel):
     import socket
 
-    with socket.socket() as sock:  # a port nobody listens on
+    # a port bound but never listened on refuses connections, and stays ours for the whole
+    # test (closed first, another test's server on another xdist worker could take it)
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    result = setup(
-        channel.explicit_lock(["libhello"]),
-        "--channel-mirrors",
-        f"{channel.url('channel/')} => http://127.0.0.1:{port}/cf/",
-    )
+        result = setup(
+            channel.explicit_lock(["libhello"]),
+            "--channel-mirrors",
+            f"{channel.url('channel/')} => http://127.0.0.1:{port}/cf/",
+        )
     assert result.returncode == 1
     assert f"from mirror http://127.0.0.1:{port}/cf/linux-64/" in result.errors[0]
     assert "failed after 3 attempts" in result.errors[0]
