@@ -440,3 +440,41 @@ def test_invalid_unified_yaml_names_its_line_with_either_loader(libyaml):
     text = "version: 1\nmetadata:\n  platforms: [linux-64]\npackage:\n  - name: [x\n    bad: 1\n"
     with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(line 6\)\.$"):
         lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))
+
+
+def _laughs(levels: int) -> str:
+    """A lock of a few hundred characters whose platform list, aliases expanded, holds
+    10**levels scalars (each anchor a list of ten aliases to the one before: "billion laughs")."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(
+        [*lines, "version: 1", "metadata:", f"  platforms: *a{levels - 1}", "package:", "  []", ""]
+    )
+
+
+@pytest.mark.parametrize("libyaml", [True, False], ids=["CSafeLoader", "SafeLoader"])
+def test_aliases_that_expand_past_the_text_are_refused(libyaml):
+    """YAML aliases share one object, so loading is cheap, but every str() of it (platforms,
+    names, URLs, error messages) writes it out: 401 characters became a 5 MB platform name,
+    each further line ×10 (GBs of memory from a 1 kB lock). A lock's data, aliases
+    expanded, is refused past a few times the text's size, with either loader."""
+    text = _laughs(6)
+    with pytest.raises(GpuCiError, match=r"^conda-lock.yml: its YAML aliases .* Re-lock it"):
+        lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))
+
+
+@pytest.mark.parametrize("libyaml", [True, False], ids=["CSafeLoader", "SafeLoader"])
+def test_aliases_that_stay_small_and_cycles_still_parse(libyaml):
+    """Only the blow-up is refused: a merge key, a small shared mapping and a list that
+    contains itself (SafeLoader builds it) parse as before."""
+    text = (
+        "base: &b {platform: linux-64, manager: conda}\n"
+        "version: 1\nmetadata:\n  platforms: [linux-64]\n  channels: []\n"
+        "package:\n  - {<<: *b, name: a}\n  - {<<: *b, name: b}\n"
+    )
+    lock = lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))
+    assert [p["name"] for p in lock.packages] == ["a", "b"]
+    assert lock.packages[1]["platform"] == "linux-64"
+    if not libyaml:
+        cyclic = text + "extra: &c [*c]\n"
+        assert lockfile.parse(cyclic, "conda-lock.yml", loader=lockfile.yaml_loader(False))

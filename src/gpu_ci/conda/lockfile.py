@@ -303,6 +303,43 @@ def yaml_loader(libyaml: bool = True) -> Any:
     return yaml.SafeLoader
 
 
+def _expanded_size(doc: Any, limit: int) -> int:
+    """The characters of ``doc``'s strings plus one per other node, each alias counted as
+    the data it stands for (stops once past ``limit``). A loader shares one object per
+    anchor, so loading stays cheap, but every ``str()`` of the data (platforms, names, URLs,
+    the messages quoting them) writes it out in full: ten aliases to a list of ten aliases
+    ... grow tenfold a line. Without aliases the count stays within a few times the text's
+    length. One pass over each container (by id; a container inside itself counts once)."""
+    if not isinstance(doc, (dict, list)):
+        return len(doc) if isinstance(doc, str) else 1
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        obj, done = stack.pop()
+        children = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+        if not done:
+            if id(obj) in sizes:
+                continue
+            sizes[id(obj)] = 1  # in progress: a cycle's back reference counts once
+            stack.append((obj, True))
+            stack.extend(
+                (c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes
+            )
+            continue
+        size = 1
+        for child in children:
+            if isinstance(child, str):
+                size += len(child)
+            elif isinstance(child, (dict, list)):
+                size += sizes[id(child)]
+            else:
+                size += 1
+        sizes[id(obj)] = size
+        if size > limit:
+            return size
+    return sizes[id(doc)]
+
+
 def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
     import yaml
 
@@ -312,6 +349,13 @@ def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise GpuCiError(f"{path} is not valid YAML{where}.") from None
+    limit = 4 * len(text) + 10_000
+    if _expanded_size(doc, limit) > limit:
+        raise GpuCiError(
+            f"{path}: its YAML aliases (*name) expand its {len(text)} characters to more "
+            f"than {limit} characters of data (anchors reused as in 'billion laughs'); "
+            "conda-lock writes none. Re-lock it."
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("package"), list):
         raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
     version = doc.get("version", 1)
