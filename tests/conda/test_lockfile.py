@@ -478,3 +478,12 @@ def test_aliases_that_stay_small_and_cycles_still_parse(libyaml):
     if not libyaml:
         cyclic = text + "extra: &c [*c]\n"
         assert lockfile.parse(cyclic, "conda-lock.yml", loader=lockfile.yaml_loader(False))
+
+
+@pytest.mark.parametrize("libyaml", [True, False], ids=["CSafeLoader", "SafeLoader"])
+def test_yaml_nested_past_the_loaders_depth_is_invalid_yaml_with_either_loader(libyaml):
+    """libyaml refuses nesting past 1000 levels (a YAML error naming the line); the pure-Python
+    SafeLoader recursed into a RecursionError: an internal error, not a lock error."""
+    text = "version: 1\nmetadata:\n  platforms: [linux-64]\npackage:\n  - " + "[" * 1200 + "\n"
+    with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(.*\)\.$"):
+        lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))

@@ -349,6 +349,8 @@ def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise GpuCiError(f"{path} is not valid YAML{where}.") from None
+    except RecursionError:  # SafeLoader recurses per level; libyaml stops at 1000 (a YAMLError)
+        raise GpuCiError(f"{path} is not valid YAML (nested too deeply).") from None
     limit = 4 * len(text) + 10_000
     if _expanded_size(doc, limit) > limit:
         raise GpuCiError(
