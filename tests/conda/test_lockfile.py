@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from gpu_ci import urls
-from gpu_ci.conda import lockfile
+from gpu_ci.conda import lockfile, pipeline
 from gpu_ci.errors import GpuCiError
 from tests.shared import lock_file, shared_params
 
@@ -487,3 +488,35 @@ def test_yaml_nested_past_the_loaders_depth_is_invalid_yaml_with_either_loader(l
     text = "version: 1\nmetadata:\n  platforms: [linux-64]\npackage:\n  - " + "[" * 1200 + "\n"
     with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(.*\)\.$"):
         lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))
+
+
+def test_a_lock_file_that_is_not_utf8_is_a_lock_error_naming_the_line(tmp_path):
+    """conda-lock writes UTF-8; a Latin-1 byte (an editor's or a hostile author's) was a
+    UnicodeDecodeError, reported as an internal error."""
+    path = tmp_path / "conda-lock.yml"
+    path.write_bytes(
+        b"version: 1\nmetadata:\n  platforms: [linux-64]\npackage:\n  - name: caf\xe9\n"
+    )
+    with pytest.raises(
+        GpuCiError,
+        match=rf"^lock-file {re.escape(str(path))} is not UTF-8 text: byte 0xe9 on line 5 ",
+    ):
+        pipeline.read_lock(str(path))
+
+
+@pytest.mark.parametrize(
+    "kind, text",
+    [
+        ("explicit", "@EXPLICIT\nhttps://c.example/c/linux-64/a-1-h0_0.conda#" + "0" * 32),
+        ("unified", "package:\n  []\nmetadata:\n  platforms: [linux-64]\n"),
+    ],
+    ids=["explicit", "unified"],
+)
+def test_a_lock_file_with_a_utf8_byte_order_mark_reads_as_without(tmp_path, kind, text):
+    """A UTF-8 BOM (Windows editors write one) made the first line unrecognised: a unified
+    lock starting with package: was 'neither an explicit lock nor a unified conda-lock.yml'."""
+    plain, marked = tmp_path / "plain.lock", tmp_path / "marked.lock"
+    plain.write_text(text + "\n", encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert pipeline.read_lock(str(marked)) == pipeline.read_lock(str(plain))
+    assert lockfile.parse(pipeline.read_lock(str(marked))).kind == kind

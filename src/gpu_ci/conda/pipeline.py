@@ -27,8 +27,19 @@ if TYPE_CHECKING:
 
 
 def read_lock(path: str) -> str:
+    """The lock's text: UTF-8 as conda-lock writes it, a leading byte order mark dropped (as
+    YAML does; an editor's BOM made the first line unrecognised), newlines as Python reads
+    them; any other byte is an error naming its line, not a traceback."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        data = exc.object if isinstance(exc.object, bytes) else b""
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise GpuCiError(
+            f"lock-file {path} is not UTF-8 text: byte 0x{data[exc.start : exc.start + 1].hex()} "
+            f"on line {line} ({exc.reason}). conda-lock writes UTF-8: re-lock it, or save it "
+            "as UTF-8."
+        ) from None
     except FileNotFoundError:
         raise GpuCiError(
             f"lock-file {path} does not exist (relative paths are read from {os.getcwd()})."
