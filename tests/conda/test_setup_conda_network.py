@@ -384,3 +384,37 @@ def test_rattler_never_downloads_while_linking(channel, tmp_path):
             plan, got.fetched, [sha], tmp_path / "staging", tmp_path / "env2", cache, got.facts
         )
     assert len(channel.server.requests(libhello.filename)) == before
+
+
+def test_the_rattler_client_refuses_for_good_once_linking_failed(channel, tmp_path):
+    """The one process-wide rattler client refuses every request while linking. When linking
+    ends in an error, rattler may still hold that client (a task past the error): it keeps
+    refusing, as the old linking-only client always did, and the next stream gets a fresh
+    client. A block that ends normally leaves the client usable."""
+    import asyncio
+
+    from rattler.package_streaming import download_and_extract
+
+    from gpu_ci.conda.streams import RattlerClient
+
+    hello = channel.archives[1]
+    url = channel.archive_url(hello)
+    clients = RattlerClient()
+
+    def fetch(client, name):
+        return asyncio.run(download_and_extract(client, url, tmp_path / name))
+
+    with clients.refusing() as first, pytest.raises(Exception, match="rattler asked for 127"):
+        fetch(first, "refused")
+    fetch(first, "after-success")  # ended normally: the same client streams again
+    assert clients.get() is first
+    before = len(channel.server.requests(hello.filename))
+    with pytest.raises(KeyError), clients.refusing() as second:
+        raise KeyError("linking failed")
+    with pytest.raises(Exception, match="rattler asked for 127.0.0.1/"):
+        fetch(second, "after-error")
+    assert len(channel.server.requests(hello.filename)) == before
+    fresh = clients.get()
+    assert fresh is not second
+    fetch(fresh, "fresh")
+    assert len(channel.server.requests(hello.filename)) == before + 1

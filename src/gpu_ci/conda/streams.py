@@ -35,24 +35,33 @@ class Streamed:
     facts: verified.Facts | None
 
 
+class _Refusal:
+    """Whether one built client refuses requests (a count: ``refusing`` blocks may nest)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def headers(self, host: str, path: str) -> dict[str, str] | None:
+        if self.depth:
+            raise RuntimeError(
+                f"rattler asked for {host}{path}, which the package cache should hold"
+            )
+        return None
+
+
 class RattlerClient:
     """The process's one rattler client: building one costs 12-32 ms (its TLS set-up), and
     a cold install needs one to stream archives and one to link. While linking
     (``refusing``) it refuses every request before anything is sent: every entry is in the
     cache, verified by us, so a request means rattler did not accept one, and it must fail
     (then everything is fetched, verified and extracted again) rather than fetch past our
-    mirrors, credentials and checks. Streams never run while it refuses."""
+    mirrors, credentials and checks. Streams never run while it refuses. When linking ends
+    in an error, rattler may still hold the client (a task past the error): that client
+    refuses for good, as a linking-only client did, and the next use builds another."""
 
     def __init__(self) -> None:
         self._client: Any = None
-        self._refusing = 0
-
-    def _headers(self, host: str, path: str) -> dict[str, str] | None:
-        if self._refusing:
-            raise RuntimeError(
-                f"rattler asked for {host}{path}, which the package cache should hold"
-            )
-        return None
+        self._refusal = _Refusal()
 
     def get(self) -> Any:
         """The ``rattler.Client``, built on first use."""
@@ -60,18 +69,23 @@ class RattlerClient:
             import rattler
             from rattler.networking import AddHeadersMiddleware
 
-            self._client = rattler.Client([AddHeadersMiddleware(self._headers)])
+            self._refusal = _Refusal()
+            self._client = rattler.Client([AddHeadersMiddleware(self._refusal.headers)])
         return self._client
 
     @contextlib.contextmanager
     def refusing(self) -> Iterator[Any]:
-        """The client, refusing every request until the block ends."""
+        """The client, refusing every request until the block ends (for good if it raises)."""
         client = self.get()
-        self._refusing += 1
+        refusal = self._refusal
+        refusal.depth += 1
         try:
             yield client
-        finally:
-            self._refusing -= 1
+        except BaseException:
+            if self._client is client:
+                self._client = None  # refusal.depth stays raised: this one never asks again
+            raise
+        refusal.depth -= 1
 
 
 CLIENT = RattlerClient()
