@@ -520,3 +520,14 @@ def test_a_lock_file_with_a_utf8_byte_order_mark_reads_as_without(tmp_path, kind
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert pipeline.read_lock(str(marked)) == pipeline.read_lock(str(plain))
     assert lockfile.parse(pipeline.read_lock(str(marked))).kind == kind
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x01", "\x7f", "\ufffe"], ids=ascii)
+@pytest.mark.parametrize("libyaml", [True, False], ids=["CSafeLoader", "SafeLoader"])
+def test_a_character_yaml_does_not_allow_names_its_line_with_either_loader(libyaml, char):
+    """YAML's reader refuses control characters with a position, not a line mark: the error
+    named no line. libyaml's position counts UTF-8 bytes (the é before it), SafeLoader's
+    characters: the same line either way, with \\r\\n and \\r line ends too."""
+    text = "version: 1\r# c\nmetadata:\r\n  platforms: [é]\npackage:\n  - name: a" + char + "b\n"
+    with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(line 6\)\.$"):
+        lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))

@@ -340,6 +340,25 @@ def _expanded_size(doc: Any, limit: int) -> int:
     return sizes[id(doc)]
 
 
+_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def _reader_line(exc: Exception, text: str, loader: Any) -> int | None:
+    """The line of a character YAML's reader refuses (a control character, U+FFFE...): its
+    error has a position, not a line mark; libyaml counts the position in UTF-8 bytes, the
+    pure-Python reader in characters. Lines end as YAML's do (``\\r\\n``, ``\\r``, ...)."""
+    import yaml
+
+    position = getattr(exc, "position", None)
+    if not isinstance(position, int):
+        return None
+    if isinstance(loader, type) and issubclass(loader, yaml.reader.Reader):
+        before = text[:position]
+    else:
+        before = text.encode("utf-8", "surrogatepass")[:position].decode("utf-8", "ignore")
+    return len(_YAML_BREAK.findall(before)) + 1
+
+
 def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
     import yaml
 
@@ -347,7 +366,8 @@ def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
         doc = yaml.load(text, Loader=loader or yaml_loader())  # a safe loader, either way
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
+        line = mark.line + 1 if mark else _reader_line(exc, text, loader or yaml_loader())
+        where = f" (line {line})" if line else ""
         raise GpuCiError(f"{path} is not valid YAML{where}.") from None
     except RecursionError:  # SafeLoader recurses per level; libyaml stops at 1000 (a YAMLError)
         raise GpuCiError(f"{path} is not valid YAML (nested too deeply).") from None
