@@ -531,3 +531,43 @@ def test_a_character_yaml_does_not_allow_names_its_line_with_either_loader(libya
     text = "version: 1\r# c\nmetadata:\r\n  platforms: [é]\npackage:\n  - name: a" + char + "b\n"
     with pytest.raises(GpuCiError, match=r"^conda-lock.yml is not valid YAML \(line 6\)\.$"):
         lockfile.parse(text, "conda-lock.yml", loader=lockfile.yaml_loader(libyaml))
+
+
+_SHAPE_BASE = "version: 1\nmetadata:\n  platforms: [linux-64]\n  channels: []\npackage:\n"
+_SHAPE_PKG = (
+    "  - {name: a, platform: linux-64, url: 'https://c.example/c/linux-64/a-1-h0_0.conda', "
+    "hash: {md5: '00000000000000000000000000000000'}"
+)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (_SHAPE_BASE + "  - 1\n", r"package 1 is not a mapping"),
+        (_SHAPE_BASE + _SHAPE_PKG + "}\n  - abc\n", r"package 2 is not a mapping"),
+        (
+            _SHAPE_BASE + _SHAPE_PKG + ", hash: [x]}\n",
+            r"package 1 \(a\): its hash is not a mapping",
+        ),
+        (
+            _SHAPE_BASE + _SHAPE_PKG + ", dependencies: [x]}\n",
+            r"package 1 \(a\): its dependencies are not a mapping",
+        ),
+        (
+            "version: 1\nmetadata:\n  - platforms\npackage:\n  []\n",
+            r"its metadata is not a mapping",
+        ),
+        (
+            "version: 1\nmetadata:\n  platforms: linux-64\npackage:\n  []\n",
+            r"its metadata's platforms are not a list",
+        ),
+    ],
+    ids=["int-package", "str-package", "hash-list", "dependencies-list", "metadata", "platforms"],
+)
+def test_a_unified_lock_of_the_wrong_shape_is_a_lock_error(text, message):
+    """conda-lock's schema, as far as we read it: each package a mapping, its hash and
+    dependencies mappings, metadata a mapping with a platforms list. Other shapes were an
+    AttributeError (an internal error), or a platform string read letter by letter."""
+    with pytest.raises(GpuCiError, match=rf"^conda-lock.yml(: | ){message}.* Re-lock it"):
+        lock = lockfile.parse(text, "conda-lock.yml")
+        lockfile.plan(lock, text, "linux-64", [], "conda-lock.yml")

@@ -387,6 +387,18 @@ def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
             "(versions 1 and 2 are); re-lock it with conda-lock >= 1."
         )
     meta = doc.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise GpuCiError(
+            f"{path}: its metadata is not a mapping (platforms:, channels:). Re-lock it."
+        )
+    if not isinstance(meta.get("platforms") or [], list):
+        raise GpuCiError(f"{path}: its metadata's platforms are not a list. Re-lock it.")
+    for index, pkg in enumerate(doc["package"]):
+        if not isinstance(pkg, dict):
+            raise GpuCiError(
+                f"{path} package {index + 1} is not a mapping (name:, url:, hash:, ...). "
+                "Re-lock it."
+            )
     platforms = tuple(str(p) for p in meta.get("platforms") or ())
     channels = tuple(
         str(c.get("url") if isinstance(c, dict) else c) for c in meta.get("channels") or ()
@@ -492,6 +504,12 @@ def plan(
                 continue  # virtual packages describe the system; nothing to install
             where = f"{path} package {index + 1} ({name})"
             hashes = pkg.get("hash") or {}
+            if not isinstance(hashes, dict):
+                raise GpuCiError(f"{where}: its hash is not a mapping (md5:, sha256:). Re-lock it.")
+            if not isinstance(pkg.get("dependencies") or {}, dict):
+                raise GpuCiError(
+                    f"{where}: its dependencies are not a mapping (name: spec). Re-lock it."
+                )
             url = str(pkg.get("url") or "")
             if not url:
                 raise GpuCiError(f"{where} has no url.")
