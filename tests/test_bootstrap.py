@@ -501,6 +501,48 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
 # -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
 
 
+@pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
+def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
+    """The bootstrap skips the checkout's compile only when every module has this Python's
+    fresh ``.pyc``: ``cli``'s alone (what it looked for) is left by a compile killed part way
+    (``cli`` comes early), by another Python, or beside a module edited since. With
+    ``SOURCE_DATE_EPOCH`` set, compileall writes hash-checked ``.pyc`` files."""
+    boot = bootstrap_module()
+    if pyc == "checked-hash":
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", "1")
+    else:
+        monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    package = tmp_path / "src" / "gpu_ci"
+    (package / "wing").mkdir(parents=True)
+    for name in ("__init__.py", "cli.py", "wing/__init__.py", "wing/rules.py"):
+        (package / name).write_text("X = 1\n")
+    monkeypatch.setattr(boot, "ROOT", tmp_path)
+
+    def compiles() -> bool:
+        child = boot.compile_source()
+        if child is None:
+            return False
+        assert child.wait() == 0
+        return True
+
+    rules = package / "wing" / "rules.py"
+    other = "cpython-313" if sys.implementation.cache_tag != "cpython-313" else "cpython-39"
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / f"cli.{other}.pyc").write_bytes(b"another Python's")
+    assert compiles()  # only another Python's cli .pyc
+    assert not compiles()  # every module fresh: no child
+    flags = int.from_bytes(
+        Path(importlib.util.cache_from_source(str(rules))).read_bytes()[4:8], "little"
+    )
+    assert flags == (3 if pyc == "checked-hash" else 0)
+    Path(importlib.util.cache_from_source(str(rules))).unlink()
+    assert compiles()  # a compile killed after cli
+    assert not compiles()
+    rules.write_text("X = 22\n")
+    assert compiles()  # an edited module
+    assert not compiles()
+
+
 def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     """A Python with no pip of its own (a distribution's python3 with python3-venv, whose pip
     is only the wheel that ensurepip would install): the bootstrap runs pip from that wheel
