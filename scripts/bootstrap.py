@@ -551,8 +551,8 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     groups = wanted_groups(argv[0] if argv else "")
     venv = venv_dir(groups)
-    compiling = compile_source()
     os.umask(0o022)  # our venvs must pass the check below: writable by us alone
+    compiling = compile_source()  # under that umask too: its __pycache__ is ours alone
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
         shared = shared_with_others(venv)

@@ -501,6 +501,23 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
 # -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
 
 
+def test_the_checkout_is_compiled_under_the_bootstraps_umask(tool_cache, tmp_path):
+    """The compile child starts under the bootstrap's umask (022), as the venv is built: a
+    job's laxer one (000, or a user-private group's 002) left this checkout's
+    ``__pycache__`` writable by others, for another account on the host to plant a ``.pyc``
+    that every later run of this checkout loads."""
+    root = checkout(tmp_path, "umask")
+    old = os.umask(0)
+    try:
+        proc, _ = run_bootstrap(tool_cache, tmp_path, root=root, **fast())
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = [*(root / "src").rglob("__pycache__"), *(root / "src").rglob("*.pyc")]
+    assert any(p.name.startswith("cli.") for p in written)
+    assert [p for p in written if p.stat().st_mode & 0o022] == []
+
+
 @pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
 def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
     """The bootstrap skips the checkout's compile only when every module has this Python's
