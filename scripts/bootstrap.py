@@ -522,9 +522,11 @@ def compile_source() -> subprocess.Popen | None:
     waits for it. None when it is compiled already (every module's ``.pyc`` fresh)."""
     if compiled(ROOT / "src" / "gpu_ci"):
         return None
+    # -I: ``-m`` puts the working directory (the job's workspace) first on sys.path, and
+    # PYTHONPATH after it: a compileall.py there would run instead of the stdlib's.
     # -f: compileall's own check reads the mtime alone, and an edit within the second left
-    # the stale .pyc (and a child every job)
-    cmd = [sys.executable, "-m", "compileall", "-f", "-q", str(ROOT / "src" / "gpu_ci")]
+    # the stale .pyc (and a child every job).
+    cmd = [sys.executable, "-I", "-m", "compileall", "-f", "-q", str(ROOT / "src" / "gpu_ci")]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -518,6 +518,28 @@ def test_the_checkout_is_compiled_under_the_bootstraps_umask(tool_cache, tmp_pat
     assert [p for p in written if p.stat().st_mode & 0o022] == []
 
 
+def test_the_compile_child_runs_no_module_of_the_jobs_directory(tmp_path, monkeypatch):
+    """The child that compiles the checkout is isolated (``-I``): ``python -m`` puts the
+    working directory (the job's workspace: a pull request's files, even in a privileged
+    job that checked them out) first on ``sys.path``, and ``PYTHONPATH`` after it, so a
+    ``compileall.py`` there ran in place of the standard library's."""
+    boot = bootstrap_module()
+    package = tmp_path / "src" / "gpu_ci"
+    package.mkdir(parents=True)
+    (package / "cli.py").write_text("X = 1\n")
+    monkeypatch.setattr(boot, "ROOT", tmp_path)
+    workspace = tmp_path / "workspace"
+    (workspace / "lib").mkdir(parents=True)
+    for planted in (workspace / "compileall.py", workspace / "lib" / "compileall.py"):
+        planted.write_text(f"open({str(planted) + '.ran'!r}, 'w')\n")
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv("PYTHONPATH", str(workspace / "lib"))
+    child = boot.compile_source()
+    assert child is not None and child.wait() == 0
+    assert sorted(p.name for p in workspace.rglob("*.ran")) == []
+    assert boot.compiled(package)
+
+
 @pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
 def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
     """The bootstrap skips the checkout's compile only when every module has this Python's
