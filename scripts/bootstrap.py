@@ -182,7 +182,9 @@ class Installer:
             except (OSError, subprocess.CalledProcessError) as exc:
                 raise fail(f"creating the virtual environment {venv} failed: {exc}") from None
         else:
-            check(run([sys.executable, "-m", "venv", str(venv)]), "python -m venv")
+            # -I, as every Python this starts: -m puts the working directory (the job's
+            # workspace) first on sys.path, and a venv.py or pip/ there would run instead
+            check(run([sys.executable, "-I", "-m", "venv", str(venv)]), "python -m venv")
 
     def install(self, venv: Path, locks: list[Path]) -> None:
         python = str(venv_python(venv))
@@ -212,7 +214,7 @@ class Installer:
                 return
             check(run(base, self.uv_env), f"uv pip install {names}")
             return
-        pip = [python, *(self.pip or ["-m", "pip"])]
+        pip = [python, "-I", *(self.pip or ["-m", "pip"])]
         check(
             run(
                 pip

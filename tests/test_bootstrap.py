@@ -540,6 +540,27 @@ def test_the_compile_child_runs_no_module_of_the_jobs_directory(tmp_path, monkey
     assert boot.compiled(package)
 
 
+@pytest.mark.parametrize("pip", [[], ["/host/pip/__pip-runner__.py"]])
+def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pip):
+    """Without uv, ``python -m venv`` (no pip outside the venv) and the venv's pip run with
+    ``-I``: ``-m`` (and a script's PYTHONPATH) would put the job's working directory, a pull
+    request's files, ahead of the standard library and of pip."""
+    boot = bootstrap_module()
+    ran: list[list[str]] = []
+
+    def run(cmd, env=None):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(boot, "run", run)
+    installer = boot.Installer(tmp_path / "uv-cache")
+    installer.uv, installer.pip = None, pip
+    if not pip:
+        installer.create(tmp_path / "venv")
+    installer.install(tmp_path / "venv", [tmp_path / "base.txt"])
+    assert ran and all(cmd[1] == "-I" for cmd in ran), ran
+
+
 @pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
 def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
     """The bootstrap skips the checkout's compile only when every module has this Python's
