@@ -561,6 +561,31 @@ def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pi
     assert ran and all(cmd[1] == "-I" for cmd in ran), ran
 
 
+def test_the_venvs_site_packages_is_found_without_starting_its_python(tmp_path, monkeypatch):
+    """``site_packages`` answers in this process (the venv's interpreter is this one) what
+    the venv's own Python says its ``purelib`` is: no interpreter is started for it."""
+    boot = bootstrap_module()
+    target = tmp_path / "venv"
+    venv.create(target, with_pip=False, symlinks=True)
+    want = subprocess.run(
+        [
+            str(target / "bin" / "python"),
+            "-I",
+            "-c",
+            "import site; print(site.getsitepackages()[0])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"an interpreter was started: {args}")
+
+    monkeypatch.setattr(boot.subprocess, "run", started)
+    assert boot.site_packages(target) == Path(want)
+
+
 @pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
 def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
     """The bootstrap skips the checkout's compile only when every module has this Python's
