@@ -182,7 +182,9 @@ class Installer:
             except (OSError, subprocess.CalledProcessError) as exc:
                 raise fail(f"creating the virtual environment {venv} failed: {exc}") from None
         else:
-            check(run([sys.executable, "-m", "venv", str(venv)]), "python -m venv")
+            # -I, as every Python this starts: -m puts the working directory (the job's
+            # workspace) first on sys.path, and a venv.py or pip/ there would run instead
+            check(run([sys.executable, "-I", "-m", "venv", str(venv)]), "python -m venv")
 
     def install(self, venv: Path, locks: list[Path]) -> None:
         python = str(venv_python(venv))
@@ -212,7 +214,7 @@ class Installer:
                 return
             check(run(base, self.uv_env), f"uv pip install {names}")
             return
-        pip = [python, *(self.pip or ["-m", "pip"])]
+        pip = [python, "-I", *(self.pip or ["-m", "pip"])]
         check(
             run(
                 pip
@@ -486,13 +488,47 @@ def sweep(venv: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+def compiled(package: Path) -> bool:
+    """Whether every module under ``package`` has this Python's ``.pyc``, fresh for its
+    source as the import system checks it (mtime and size, or the source's hash, in the
+    header). One module's ``.pyc`` is no sign of the rest: a compile killed part way, another
+    Python's ``.pyc`` or a module edited since leaves others missing or stale, and runs
+    (which write no ``.pyc``) would compile those again, each time."""
+    import importlib.util
+
+    for source in package.rglob("*.py"):
+        if "__pycache__" in source.parts:
+            continue
+        try:
+            stat = source.stat()
+            with open(importlib.util.cache_from_source(str(source)), "rb") as pyc:
+                header = pyc.read(16)
+            if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+                return False
+            if int.from_bytes(header[4:8], "little") & 1:  # hash-based (SOURCE_DATE_EPOCH)
+                if header[8:16] != importlib.util.source_hash(source.read_bytes()):
+                    return False
+            elif header[8:16] != (
+                (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+            ):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def compile_source() -> subprocess.Popen | None:
     """Start compiling this checkout's ``src/`` once, so that no run recompiles it: beside
     the venv's check or build (on a cold start, while uv waits on the network); ``finish``
-    waits for it. None when it is compiled already."""
-    if list((ROOT / "src" / "gpu_ci").glob("__pycache__/cli.*.pyc")):
+    waits for it. None when it is compiled already (every module's ``.pyc`` fresh)."""
+    if compiled(ROOT / "src" / "gpu_ci"):
         return None
-    cmd = [sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "gpu_ci")]
+    # -I: ``-m`` puts the working directory (the job's workspace) first on sys.path, and
+    # PYTHONPATH after it: a compileall.py there would run instead of the stdlib's.
+    # -f: compileall's own check reads the mtime alone, and an edit within the second left
+    # the stale .pyc (and a child every job).
+    cmd = [sys.executable, "-I", "-m", "compileall", "-f", "-q", str(ROOT / "src" / "gpu_ci")]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -519,8 +555,8 @@ def main(argv: list[str]) -> int:
     start = time.monotonic()
     groups = wanted_groups(argv[0] if argv else "")
     venv = venv_dir(groups)
-    compiling = compile_source()
     os.umask(0o022)  # our venvs must pass the check below: writable by us alone
+    compiling = compile_source()  # under that umask too: its __pycache__ is ours alone
     try:
         venv.parent.mkdir(parents=True, exist_ok=True)
         shared = shared_with_others(venv)

@@ -501,6 +501,133 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
 # -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
 
 
+def test_the_checkout_is_compiled_under_the_bootstraps_umask(tool_cache, tmp_path):
+    """The compile child starts under the bootstrap's umask (022), as the venv is built: a
+    job's laxer one (000, or a user-private group's 002) left this checkout's
+    ``__pycache__`` writable by others, for another account on the host to plant a ``.pyc``
+    that every later run of this checkout loads."""
+    root = checkout(tmp_path, "umask")
+    old = os.umask(0)
+    try:
+        proc, _ = run_bootstrap(tool_cache, tmp_path, root=root, **fast())
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = [*(root / "src").rglob("__pycache__"), *(root / "src").rglob("*.pyc")]
+    assert any(p.name.startswith("cli.") for p in written)
+    assert [p for p in written if p.stat().st_mode & 0o022] == []
+
+
+def test_the_compile_child_runs_no_module_of_the_jobs_directory(tmp_path, monkeypatch):
+    """The child that compiles the checkout is isolated (``-I``): ``python -m`` puts the
+    working directory (the job's workspace: a pull request's files, even in a privileged
+    job that checked them out) first on ``sys.path``, and ``PYTHONPATH`` after it, so a
+    ``compileall.py`` there ran in place of the standard library's."""
+    boot = bootstrap_module()
+    package = tmp_path / "src" / "gpu_ci"
+    package.mkdir(parents=True)
+    (package / "cli.py").write_text("X = 1\n")
+    monkeypatch.setattr(boot, "ROOT", tmp_path)
+    workspace = tmp_path / "workspace"
+    (workspace / "lib").mkdir(parents=True)
+    for planted in (workspace / "compileall.py", workspace / "lib" / "compileall.py"):
+        planted.write_text(f"open({str(planted) + '.ran'!r}, 'w')\n")
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv("PYTHONPATH", str(workspace / "lib"))
+    child = boot.compile_source()
+    assert child is not None and child.wait() == 0
+    assert sorted(p.name for p in workspace.rglob("*.ran")) == []
+    assert boot.compiled(package)
+
+
+@pytest.mark.parametrize("pip", [[], ["/host/pip/__pip-runner__.py"]])
+def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pip):
+    """Without uv, ``python -m venv`` (no pip outside the venv) and the venv's pip run with
+    ``-I``: ``-m`` (and a script's PYTHONPATH) would put the job's working directory, a pull
+    request's files, ahead of the standard library and of pip."""
+    boot = bootstrap_module()
+    ran: list[list[str]] = []
+
+    def run(cmd, env=None):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(boot, "run", run)
+    installer = boot.Installer(tmp_path / "uv-cache")
+    installer.uv, installer.pip = None, pip
+    if not pip:
+        installer.create(tmp_path / "venv")
+    installer.install(tmp_path / "venv", [tmp_path / "base.txt"])
+    assert ran and all(cmd[1] == "-I" for cmd in ran), ran
+
+
+def test_the_venvs_site_packages_is_found_without_starting_its_python(tmp_path, monkeypatch):
+    """``site_packages`` answers in this process (the venv's interpreter is this one) what
+    the venv's own Python says its ``purelib`` is: no interpreter is started for it."""
+    boot = bootstrap_module()
+    target = tmp_path / "venv"
+    venv.create(target, with_pip=False, symlinks=True)
+    want = subprocess.run(
+        [
+            str(target / "bin" / "python"),
+            "-I",
+            "-c",
+            "import site; print(site.getsitepackages()[0])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"an interpreter was started: {args}")
+
+    monkeypatch.setattr(boot.subprocess, "run", started)
+    assert boot.site_packages(target) == Path(want)
+
+
+@pytest.mark.parametrize("pyc", ["timestamp", "checked-hash"])
+def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, monkeypatch, pyc):
+    """The bootstrap skips the checkout's compile only when every module has this Python's
+    fresh ``.pyc``: ``cli``'s alone (what it looked for) is left by a compile killed part way
+    (``cli`` comes early), by another Python, or beside a module edited since. With
+    ``SOURCE_DATE_EPOCH`` set, compileall writes hash-checked ``.pyc`` files."""
+    boot = bootstrap_module()
+    if pyc == "checked-hash":
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", "1")
+    else:
+        monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    package = tmp_path / "src" / "gpu_ci"
+    (package / "wing").mkdir(parents=True)
+    for name in ("__init__.py", "cli.py", "wing/__init__.py", "wing/rules.py"):
+        (package / name).write_text("X = 1\n")
+    monkeypatch.setattr(boot, "ROOT", tmp_path)
+
+    def compiles() -> bool:
+        child = boot.compile_source()
+        if child is None:
+            return False
+        assert child.wait() == 0
+        return True
+
+    rules = package / "wing" / "rules.py"
+    other = "cpython-313" if sys.implementation.cache_tag != "cpython-313" else "cpython-39"
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / f"cli.{other}.pyc").write_bytes(b"another Python's")
+    assert compiles()  # only another Python's cli .pyc
+    assert not compiles()  # every module fresh: no child
+    flags = int.from_bytes(
+        Path(importlib.util.cache_from_source(str(rules))).read_bytes()[4:8], "little"
+    )
+    assert flags == (3 if pyc == "checked-hash" else 0)
+    Path(importlib.util.cache_from_source(str(rules))).unlink()
+    assert compiles()  # a compile killed after cli
+    assert not compiles()
+    rules.write_text("X = 22\n")
+    assert compiles()  # an edited module
+    assert not compiles()
+
+
 def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     """A Python with no pip of its own (a distribution's python3 with python3-venv, whose pip
     is only the wheel that ensurepip would install): the bootstrap runs pip from that wheel

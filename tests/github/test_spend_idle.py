@@ -279,7 +279,7 @@ def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
     assert doc["idle"]["jobs_with_report"] == 1
 
 
-@pytest.mark.parametrize("field", ["idle_fraction", "started"])
+@pytest.mark.parametrize("field", ["idle_fraction", "started", "started-overflow"])
 def test_a_report_with_nan_or_infinity_is_skipped_by_spend_and_watchdog(monkeypatch, field):
     import io
     import zipfile
@@ -294,11 +294,18 @@ def test_a_report_with_nan_or_infinity_is_skipped_by_spend_and_watchdog(monkeypa
         doc["started"] = float("inf")
     else:
         doc["cost"]["idle_fraction"] = float("nan")
+    text = json.dumps(doc)
+    if field == "started-overflow":  # a plain JSON number that float() reads as infinity
+        doc["cost"]["idle_fraction"] = 0.5
+        text = json.dumps(doc).replace(
+            f'"started": {json.dumps(doc["started"])}', '"started": 1e999'
+        )
+        assert "1e999" in text
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("report.json", json.dumps(doc))
+        archive.writestr("report.json", text)
     report, why = read_report(buf.getvalue(), {"id": 1, "name": "m", "workflow_run": {"id": 2}})
     assert report is None and "not a readable zip of JSON" in why, why
-    assert ("NaN" if field == "idle_fraction" else "Infinity") in why
+    assert {"idle_fraction": "NaN", "started": "Infinity"}.get(field, "1e999") in why
     data, why = read_monitor_report(buf.getvalue())
     assert data is None and "not a readable zip of JSON" in why

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import math
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -193,11 +194,19 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # RFC 8259 numbers, but too large for a float: 1e999
+        raise ValueError(f"{text} is not a finite number")
+    return number
+
+
 def load_json(raw: bytes) -> Any:
     """A report's JSON as RFC 8259 has it: Python's json also reads NaN and Infinity, which
     pass every minimum/maximum of the schema (no comparison with NaN fails) and made a
-    month's idle sum NaN; here they are a ValueError (an unreadable report)."""
-    return json.loads(raw, parse_constant=_no_constant)
+    month's idle sum NaN; here they are a ValueError (an unreadable report), and so is a
+    number such as ``1e999`` that ``float`` reads as infinity (it passes a ``minimum``)."""
+    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | None, str]:
