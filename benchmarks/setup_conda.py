@@ -209,21 +209,14 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, Any]
 def run_cli(lock: Path, cache: Path, phases: bool = False, src: Path | None = None) -> float:
     """Ours, whole process: ``gpu-ci setup-conda-from-lock`` into the tool cache ``cache``
     (``src``: the package from there, ``--baseline``)."""
-    elapsed, proc = _run(
-        [
-            sys.executable,
-            "-m",
-            "gpu_ci",
-            "setup-conda-from-lock",
-            "--lock-file",
-            str(lock),
-            "--miniforge",
-            "false",
-            "--activate",
-            "false",
-        ],
-        _clean_env(cache, src),
-    )
+    # as the composite action runs it: the action's name alone, its inputs in INPUT_<NAME>
+    env = {
+        **_clean_env(cache, src),
+        "INPUT_LOCK_FILE": str(lock),
+        "INPUT_MINIFORGE": "false",
+        "INPUT_ACTIVATE": "false",
+    }
+    elapsed, proc = _run([sys.executable, "-m", "gpu_ci", "setup-conda-from-lock"], env)
     if proc.returncode != 0:
         raise SystemExit(f"ours failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
     for line in proc.stderr.splitlines() if phases else ():  # the job summary's phase rows
