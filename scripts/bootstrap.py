@@ -521,8 +521,10 @@ def compiled(package: Path) -> bool:
 def compile_source() -> subprocess.Popen | None:
     """Start compiling this checkout's ``src/`` once, so that no run recompiles it: beside
     the venv's check or build (on a cold start, while uv waits on the network); ``finish``
-    waits for it. None when it is compiled already (every module's ``.pyc`` fresh)."""
-    if compiled(ROOT / "src" / "gpu_ci"):
+    waits for it. None when it is compiled already (every module's ``.pyc`` fresh), or
+    when this user cannot write there (a read-only checkout: runs compile in memory)."""
+    package = ROOT / "src" / "gpu_ci"
+    if compiled(package) or not os.access(package, os.W_OK):
         return None
     # -I: ``-m`` puts the working directory (the job's workspace) first on sys.path, and
     # PYTHONPATH after it: a compileall.py there would run instead of the stdlib's.

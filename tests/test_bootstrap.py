@@ -626,6 +626,14 @@ def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, m
     rules.write_text("X = 22\n")
     assert compiles()  # an edited module
     assert not compiles()
+    # a checkout the job cannot write (an admin's read-only copy): no child that can only fail,
+    # every job (the tests run as root, so the answer to "may I write here" is stubbed)
+    rules.write_text("X = 333\n")
+    writable = boot.os.access
+    monkeypatch.setattr(
+        boot.os, "access", lambda path, mode: False if mode == os.W_OK else writable(path, mode)
+    )
+    assert not compiles()
 
 
 def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
