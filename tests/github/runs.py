@@ -199,3 +199,22 @@ def upload(gh, run, report, name="gpu-monitor-tests", **kw):
         created_at=run.created_at,
         **kw,
     )
+
+
+def retry_config(**kw):
+    """gpu-watchdog's configuration for the retry tests: cuda-ci.yml's GPU jobs, one retry of
+    an infrastructure failure; ``kw`` overrides any argument of ``watchdog.make_config``."""
+    from gpu_ci.github import watchdog
+
+    args = dict(
+        workflows=["cuda-ci.yml"],
+        labels=["gpu"],
+        max_queue_minutes="60",
+        cancel=True,
+        context="GPU CI",
+        max_calls="200",
+        rate_reserve="0",
+        retry_infra_failures="1",
+    )
+    args.update(kw)
+    return watchdog.make_config(**args)

@@ -27,6 +27,23 @@ BUDGET = ["--gpu-price", "linux_4_core_gpu", "--reserve-minutes", "60"]
 BUDGET += ["--gpu-workflows", "cuda-ci.yml"]
 
 
+def _budget_config():
+    """A $50 monthly budget on linux_4_core_gpu that refuses past it."""
+    cfg = budget.make_budget_config(
+        "$50",
+        "linux_4_core_gpu",
+        "60",
+        "refuse",
+        "repository",
+        WORKFLOWS,
+        "",
+        load_table(),
+        NOW.date(),
+    )
+    assert cfg is not None
+    return cfg
+
+
 def _client(gh) -> RestClient:
     return RestClient("ghs_secret", ClientSettings(gh.url, timeout=5, retries=0, backoff=0))
 
@@ -180,17 +197,7 @@ def test_the_billing_path_adds_an_approved_fork_runs_waiting_job(github):
     run.status = "in_progress"
     _approve(github, "2" * 40)
     github.add_org("Codertocat")
-    cfg = budget.make_budget_config(
-        "$50",
-        "linux_4_core_gpu",
-        "60",
-        "refuse",
-        "repository",
-        WORKFLOWS,
-        "",
-        load_table(),
-        NOW.date(),
-    )
+    cfg = _budget_config()
     assert cfg is not None
     spent, _ = spend.month_spend(
         _client(github),
@@ -229,17 +236,7 @@ def test_the_decision_says_which_fork_heads_were_not_read(github):
     github.add_repo(REPO)
     for n in range(11):
         _fork_run(github, f"{n:x}" * 40, created=CREATED + timedelta(minutes=n))
-    cfg = budget.make_budget_config(
-        "$50",
-        "linux_4_core_gpu",
-        "60",
-        "refuse",
-        "repository",
-        WORKFLOWS,
-        "",
-        load_table(),
-        NOW.date(),
-    )
+    cfg = _budget_config()
     assert cfg is not None
     got = spend.gate_budget(
         _client(github), None, cfg, GPU, load_table(), NOW, REPO, "master", None

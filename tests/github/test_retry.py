@@ -25,6 +25,7 @@ from tests.github.infra_jobs import (
     steps,
     zipped,
 )
+from tests.github.runs import retry_config
 from tests.github_server import Job, PullRequest, WorkflowRun
 
 HEAD = "a" * 40
@@ -35,18 +36,7 @@ def now() -> datetime:
 
 
 def config(**kw) -> watchdog.WatchdogConfig:
-    args = dict(
-        workflows=["cuda-ci.yml"],
-        labels=["gpu"],
-        max_queue_minutes="60",
-        cancel=True,
-        context="GPU CI",
-        max_calls="200",
-        rate_reserve="0",
-        retry_infra_failures="1",
-    )
-    args.update(kw)
-    return watchdog.make_config(**args)
+    return retry_config(**kw)
 
 
 @pytest.fixture

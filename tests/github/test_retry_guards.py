@@ -10,6 +10,7 @@ import pytest
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
 from tests.github.infra_jobs import REPO, failed_run
+from tests.github.runs import retry_config
 from tests.github_server import PullRequest
 
 HEAD = "a" * 40
@@ -36,17 +37,7 @@ def gh(github):
 
 
 def sweep(github, creators: tuple[str, ...] = ()) -> watchdog.Sweep:
-    config = watchdog.make_config(
-        workflows=["cuda-ci.yml"],
-        labels=["gpu"],
-        max_queue_minutes="60",
-        cancel=True,
-        context="GPU CI",
-        max_calls="200",
-        rate_reserve="0",
-        retry_infra_failures="1",
-        creators=creators,
-    )
+    config = retry_config(creators=creators)
     rest = connect("watchdog-token", {"GITHUB_API_URL": github.url}, lambda _s: None)
     return watchdog.sweep(rest, REPO, config, now(), "https://github.com")
 

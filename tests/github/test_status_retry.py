@@ -13,6 +13,7 @@ from gpu_ci.github import statuses, watchdog
 from gpu_ci.github.client import connect
 from tests.conftest import webhook
 from tests.github.infra_jobs import REPO, failed_run, iso
+from tests.github.runs import retry_config
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
@@ -166,16 +167,7 @@ def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_c
     approval["created_at"] = approval["updated_at"] = iso(start + timedelta(minutes=2))
     repo.statuses[sha] = [approval]
     rest = connect("watchdog-token", {"GITHUB_API_URL": github.url}, lambda _s: None)
-    config = watchdog.make_config(
-        workflows=["cuda-ci.yml"],
-        labels=["gpu"],
-        max_queue_minutes="60",
-        cancel=True,
-        context="GPU CI",
-        max_calls="200",
-        rate_reserve="0",
-        retry_infra_failures="1",
-    )
+    config = retry_config()
     assert watchdog.sweep(rest, REPO, config, now).retried == [lost.id]
     assert repo.statuses[sha][0]["description"].startswith(statuses.RETRIED_PREFIX)
     # GitHub records who re-ran it as the triggering actor (the token's user; actor stays)
