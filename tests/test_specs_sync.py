@@ -201,3 +201,58 @@ def test_gpu_monitor_job_form_passes_inputs_as_the_python_reads_them(tmp_path):
         {"INPUT_PRICE_PER_HOUR": "3.12", "INPUT_INTERVAL": "2"},
         {"GPU_CI_PYTHON": "/v/bin/python", "GPU_CI_GROUPS": "a b"},
     ]
+
+
+def _group_modules() -> dict[str, set[str]]:
+    """Each group's top-level modules, from its lock's pins and the installed distributions'
+    files (every pin of every lock is installed in the test venv)."""
+    from importlib import metadata
+
+    from gpu_ci.specs import GROUPS
+
+    modules: dict[str, set[str]] = {}
+    for group in GROUPS:
+        text = (ROOT / "requirements" / f"{group}.txt").read_text(encoding="utf-8")
+        names = {m.group(1) for m in re.finditer(r"^([A-Za-z0-9_.-]+)==", text, re.MULTILINE)}
+        tops: set[str] = set()
+        for name in names:
+            try:
+                files = metadata.distribution(name).files or []
+            except metadata.PackageNotFoundError:
+                continue  # a pin for another Python (e.g. py-rattler's marker)
+            for file in files:
+                top = file.parts[0]
+                if top.endswith((".dist-info", ".data")) or top in ("..", "bin"):
+                    continue
+                tops.add(top.split(".")[0] if top.endswith((".py", ".so", ".pyd")) else top)
+        modules[group] = tops
+    return modules
+
+
+def test_each_command_imports_nothing_from_groups_its_action_does_not_install():
+    """An action's venv holds its groups only (packaging is the nvml group's: only the cuda
+    wing compares versions). A module-level import of another group's module would fail
+    on a runner: here a finder refuses each such module while the command is imported."""
+    from gpu_ci.specs import GROUPS
+
+    modules = _group_modules()
+    assert "packaging" in modules["nvml"] and "actions_toolkit" in modules["base"]
+    for name, spec in ACTIONS.items():
+        allowed = set().union(*(modules[g] for g in spec.groups))
+        refused = set().union(*(modules[g] for g in GROUPS)) - allowed
+        code = (
+            "import sys\n"
+            f"refused = {sorted(refused)!r}\n"
+            "class Refuse:\n"
+            "    def find_spec(self, fullname, path=None, target=None):\n"
+            "        if fullname.split('.')[0] in refused:\n"
+            "            raise ImportError(f'{fullname} belongs to another group')\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Refuse())\n"
+            "sys.path.insert(0, 'src')\n"
+            f"import {spec.command_module}\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
