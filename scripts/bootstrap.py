@@ -29,13 +29,15 @@ Safe on persistent, shared runners:
 * **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one)
   and copies files (no hard links into its cache), and the RECORD check above runs after
   it; pip verifies every wheel against the lock's hashes.
-* **Compiled once, after the checks.** Neither installer compiles: the bootstrap compiles
-  the verified sources itself (two cores), then takes the manifest; runs write no ``.pyc``.
+* **Compiled once, after the checks.** Neither installer compiles: the bootstrap removes
+  any ``.pyc`` an installer copied, compiles the verified sources itself (two cores; not
+  those no run imports, ``NEVER_IMPORTED``), then takes the manifest; runs write no ``.pyc``.
 
-Cold start (issue 30): one installer run for all the groups, no ``pip --version`` probe, no
-pip in the venv (the host's, else the wheel shipped with this Python), the venv created in
-this process, its site-packages found without starting its interpreter, this checkout's
-``src/`` compiled beside the rest; ``benchmarks/cold_start.py`` measures it.
+Cold start (issue 30): one uv run for all the groups (pip: two runs side by side, each
+package in one), no ``pip --version`` probe, no pip in the venv (the host's, else the wheel
+shipped with this Python), the venv created in this process, its site-packages found without
+starting its interpreter, each file read once for its RECORD check and the manifest, this
+checkout's ``src/`` compiled beside the rest; ``benchmarks/cold_start.py`` measures it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,21 @@ LOCKS = ROOT / "requirements"
 MANIFEST = ".gpu-ci-manifest.json"
 #: Files in site-packages that run code at start-up without being imported.
 STARTUP_HOOKS = re.compile(r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|\.[^/]*\.so$))")
+#: Sources in site-packages that no run of gpu-ci imports, paths relative to it: left
+#: uncompiled (a quarter of the gate's ``base`` + ``github`` source; compiling is most of a
+#: cold start's CPU). Should one be imported after all, Python compiles it in memory, each
+#: time: slower, never wrong. tests/test_bootstrap.py checks that the commands and what they
+#: import load none of them, and that each rule still matches a file.
+NEVER_IMPORTED_RULES = (
+    r"cffi/",  # PyNaCl's build-time compiler: at run time nacl._sodium needs _cffi_backend
+    r"idna/(?:uts46data|codec|compat|cli)\.py$",  # UTS 46 maps non-ASCII host names only
+    r"packaging/(?!(?:__init__|version)\.py$)",  # the cuda wing uses packaging.version alone
+    r"urllib3/contrib/emscripten/",  # Pyodide's fetch API
+    r"urllib3/http2/connection\.py$",  # HTTP/2, opt-in (urllib3.http2.inject_into_urllib3)
+    r"[^/]+/(?:tests?|cli)/",  # test suites, command-line front ends
+    r"[^/]+/__main__\.py$",
+)
+NEVER_IMPORTED = re.compile(f"^(?:{'|'.join(NEVER_IMPORTED_RULES)})")
 
 # The action -> groups table lives in the specs (standard library only, so importable
 # before any dependency is installed), loaded from this checkout's own src/.
@@ -215,24 +232,79 @@ class Installer:
             check(run(base, self.uv_env), f"uv pip install {names}")
             return
         pip = [python, "-I", *(self.pip or ["-m", "pip"])]
-        check(
-            run(
-                pip
-                + [
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "-q",
-                    "install",
-                    "--require-hashes",
-                    "--no-deps",
-                    "--only-binary",
-                    ":all:",
-                    "--no-compile",
-                    *requirements,
-                ]
-            ),
-            f"pip install {names}",
-        )
+        pip += ["--disable-pip-version-check", "--no-input", "-q", "install", "--require-hashes"]
+        pip += ["--no-deps", "--only-binary", ":all:", "--no-compile"]
+        halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
+        if len(halves) < 2 or (os.cpu_count() or 1) < 2:
+            check(run(pip + requirements), f"pip install {names}")
+            return
+        # pip installs one wheel after another on one core: two runs side by side, each
+        # reading its half of the entries from its stdin (nothing to clean up after kill -9)
+        try:
+            done = run_side_by_side([(pip + ["-r", "/dev/stdin"], half) for half in halves])
+        except OSError:  # no writable temporary directory for the texts: one run
+            done = [run(pip + requirements)]
+        for proc in done:
+            check(proc, f"pip install {names}")
+
+
+def pip_halves(locks: list[Path]) -> list[str]:
+    """The entries of ``locks`` as two requirement texts (one when there is one package),
+    for two pip runs into one venv. A package's entries (one per environment marker) stay
+    in one text, once: no distribution is installed by both runs."""
+    by_name: dict[str, list[str]] = {}
+    for lock in locks:
+        entry: list[str] = []
+        for line in lock.read_text(encoding="utf-8").splitlines() + [""]:
+            if line[:1].isspace() and entry:  # a continuation: hashes, "# via" comments
+                if not line.lstrip().startswith("#"):
+                    entry.append(line)
+                continue
+            if entry:
+                name = re.sub(
+                    r"[-_.]+", "-", re.split(r"[ =<>!~;\[@]", entry[0], maxsplit=1)[0]
+                ).lower()
+                text = "\n".join(entry)
+                if text not in by_name.setdefault(name, []):
+                    by_name[name].append(text)
+            entry = [line] if line.strip() and not line.lstrip().startswith("#") else []
+    names = list(by_name)
+    halves = ["".join(t + "\n" for n in names[i::2] for t in by_name[n]) for i in (0, 1)]
+    return [half for half in halves if half]
+
+
+def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.CompletedProcess]:
+    """Each ``(command, stdin text)`` started at once, then each waited for. The texts come
+    from unlinked temporary files, all written before any command starts (an OSError
+    starts none): nothing is left behind, whenever this is killed."""
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        inputs = []
+        for _, text in jobs:
+            stdin = stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+            stdin.write(text)
+            stdin.flush()
+            stdin.seek(0)
+            inputs.append(stdin)
+        procs: list[subprocess.Popen] = []
+        try:
+            for (cmd, _), stdin in zip(jobs, inputs):
+                procs.append(
+                    subprocess.Popen(
+                        cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    )
+                )
+        except OSError:  # none keeps running: the caller may install another way
+            for proc in procs:
+                proc.kill()
+                proc.communicate()
+            raise
+    done = []
+    for proc, (cmd, _) in zip(procs, jobs):
+        out, err = proc.communicate()
+        done.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
+    return done
 
 
 def compile_site(site: Path) -> None:
@@ -246,12 +318,23 @@ def compile_site(site: Path) -> None:
     two cores where there are two: a forked child takes every other file. Neither an
     installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
     as cheap. A file that does not compile is left as pip leaves it: Python reports it if
-    it is ever imported."""
+    it is ever imported. Sources no run imports (``NEVER_IMPORTED``) are not compiled."""
     import py_compile
 
-    # Every source, even one with a .pyc already (ensurepip's pip; one a tampered installer
-    # cache slipped in): each is replaced by the compiled checked source.
-    sources = sorted(str(p) for p in site.rglob("*.py") if "__pycache__" not in p.parts)
+    # No .pyc but ours: an installer copies whatever its cache holds (one a tampered uv cache
+    # slipped in, ensurepip's pip), and no RECORD lists a .pyc. Those of the sources compiled
+    # below would be replaced; those of the sources left uncompiled would stay.
+    # (A __pycache__ that is a link is removed too: compiling into it would write elsewhere.)
+    for cache in sorted(site.rglob("__pycache__"), reverse=True):
+        if cache.is_symlink() or not cache.is_dir():
+            cache.unlink()
+        else:
+            shutil.rmtree(cache)
+    sources = sorted(
+        str(p)
+        for p in site.rglob("*.py")
+        if not NEVER_IMPORTED.match(p.relative_to(site).as_posix())
+    )
     pid = -1  # no child
     if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
         sys.stdout.flush()
@@ -338,11 +421,19 @@ def tree(
 
 def record_problems(site: Path) -> list[str]:
     """Check each installed distribution's RECORD; list start-up hooks outside any RECORD."""
+    return checked_records(site)[0]
+
+
+def checked_records(site: Path) -> tuple[list[str], dict[str, tuple[list[int], str]]]:
+    """:func:`record_problems`, and the sha256 of each regular file read for it with the
+    file's stat key (by path relative to ``site``): the manifest reuses a digest whose file
+    still has that key (as :func:`verify` does) instead of reading every file again."""
     import base64
     import csv
 
     problems: list[str] = []
     recorded: set[str] = set()
+    hashed: dict[str, tuple[list[int], str]] = {}
     for record in sorted(site.glob("*.dist-info/RECORD")):
         with open(record, newline="", encoding="utf-8") as handle:
             for row in csv.reader(handle):
@@ -357,18 +448,21 @@ def record_problems(site: Path) -> list[str]:
                 if not path.is_file():
                     problems.append(f"{rel} is in {record.parent.name}/RECORD but missing")
                     continue
-                got = (
-                    base64.urlsafe_b64encode(hashlib.new(algorithm, path.read_bytes()).digest())
-                    .rstrip(b"=")
-                    .decode()
-                )
+                st = path.lstat()  # before the read: a change during it moves the key
+                digest = hashlib.new(algorithm, path.read_bytes()).digest()
+                got = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
                 if got != want:
                     problems.append(f"{rel} does not match its hash in {record.parent.name}/RECORD")
+                elif algorithm == "sha256" and stat.S_ISREG(st.st_mode):
+                    hashed[os.path.normpath(rel).replace(os.sep, "/")] = (
+                        _stat_key(st),
+                        digest.hex(),
+                    )
     for path in sorted(site.rglob("*")):
         rel = path.relative_to(site).as_posix()
         if STARTUP_HOOKS.match(rel) and rel not in recorded:
             problems.append(f"{rel} runs at start-up and belongs to no distribution")
-    return problems
+    return problems, hashed
 
 
 def _foreign(st: os.stat_result) -> str:
@@ -458,7 +552,7 @@ def build(venv: Path, groups: list[str]) -> Installer:
         installer.install(tmp, [LOCKS / f"{group}.txt" for group in groups])
         for group in groups:
             (tmp / f".gpu-ci-group-{group}").write_text("")
-        problems = record_problems(site)
+        problems, hashed = checked_records(site)
         if problems:
             raise fail(
                 f"the freshly installed dependencies failed verification "
@@ -468,7 +562,13 @@ def build(venv: Path, groups: list[str]) -> Installer:
             )
         compile_site(site)
         restrict(tmp)
-        files, stats = tree(tmp)
+        known, keys = {}, {}
+        prefix = os.path.relpath(site, tmp)
+        for rel, (key, digest) in hashed.items():
+            path = os.path.normpath(os.path.join(prefix, rel)).replace(os.sep, "/")
+            if not path.startswith("../"):
+                known[path], keys[path] = digest, key
+        files, stats = tree(tmp, known, keys)
         manifest = {"version": 1, "groups": groups, "files": files, "stats": stats}
         (tmp / MANIFEST).write_text(json.dumps(manifest, sort_keys=True), encoding="utf-8")
     except BaseException:  # a failed build (a full disk, a bad cache) leaves nothing behind

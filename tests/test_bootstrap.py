@@ -99,13 +99,18 @@ def checkout(tmp_path: Path, name: str) -> Path:
 
 
 def assert_compiled_from_sources(site: Path, scratch: Path) -> None:
-    """Every source under ``site`` has a ``.pyc`` whose header names its current mtime and
-    size and whose code is what ``py_compile`` makes of it now (code objects compare by
-    their code, not their file name: the venv was compiled before its rename)."""
+    """Every source under ``site`` that a run may import has a ``.pyc`` whose header names
+    its current mtime and size and whose code is what ``py_compile`` makes of it now (code
+    objects compare by their code, not their file name: the venv was compiled before its
+    rename); one that no run imports (``NEVER_IMPORTED``) has none at all."""
+    never = bootstrap_module().NEVER_IMPORTED
     sources = [p for p in site.rglob("*.py") if "__pycache__" not in p.parts]
     assert sources
     for source in sources:
         pyc = Path(importlib.util.cache_from_source(str(source)))
+        if never.match(source.relative_to(site).as_posix()):
+            assert not list(pyc.parent.glob(f"{source.stem}.*.pyc")), source
+            continue
         with contextlib.suppress(py_compile.PyCompileError):  # left as pip leaves it
             py_compile.compile(str(source), cfile=str(scratch), doraise=True)
             want, got = scratch.read_bytes(), pyc.read_bytes()
@@ -552,12 +557,17 @@ def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pi
         ran.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
+    def side_by_side(jobs):
+        return [run(cmd) for cmd, _ in jobs]
+
     monkeypatch.setattr(boot, "run", run)
+    monkeypatch.setattr(boot, "run_side_by_side", side_by_side)
     installer = boot.Installer(tmp_path / "uv-cache")
     installer.uv, installer.pip = None, pip
     if not pip:
         installer.create(tmp_path / "venv")
-    installer.install(tmp_path / "venv", [tmp_path / "base.txt"])
+    locks = [ROOT / "requirements" / "base.txt", ROOT / "requirements" / "nvml.txt"]
+    installer.install(tmp_path / "venv", locks)
     assert ran and all(cmd[1] == "-I" for cmd in ran), ran
 
 
@@ -670,7 +680,9 @@ def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     uncompiled = [
         p for p in sources if not list((p.parent / "__pycache__").glob(f"{p.stem}.*.pyc"))
     ]
-    assert uncompiled == []
+    never = bootstrap_module().NEVER_IMPORTED
+    assert uncompiled == [p for p in sources if never.match(p.relative_to(site).as_posix())]
+    assert any(p.parts[-2] == "packaging" for p in uncompiled)  # packaging.version alone
     assert launch(venv_python, ROOT, "verify-cuda-env", "--require-gpu", "false").returncode == 0
     proc, _ = run_bootstrap(cache, tmp_path, "verify-cuda-env", **env)
     assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
@@ -717,3 +729,172 @@ def test_a_pyc_planted_in_the_uv_cache_is_replaced_by_the_checked_source(tmp_pat
     assert installed.read_bytes() != pyc.read_bytes()
     subprocess.run([again["GPU_CI_PYTHON"], "-c", "import github"], capture_output=True)
     assert not ran.exists()
+
+
+# -- cold start: what is compiled, pip side by side, digests read once -------------------------
+
+
+def _third_party_imports() -> list[str]:
+    """Every module that src/gpu_ci imports from outside the standard library and itself,
+    at module level or inside a function (the lazy imports are most of them)."""
+    import ast
+
+    names: set[str] = set()
+    for path in (ROOT / "src" / "gpu_ci").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return sorted(n for n in names if n.split(".")[0] not in (*sys.stdlib_module_names, "gpu_ci"))
+
+
+def test_no_run_imports_a_source_the_bootstrap_leaves_uncompiled():
+    """``NEVER_IMPORTED`` sources get no ``.pyc`` (a run would compile them in memory, each
+    time): every command and every third-party module our code imports (or a name in it)
+    loads none of them, and each rule of the pattern still matches a file of this venv (a
+    rule for a file that moved away would hide nothing, silently)."""
+    from gpu_ci.specs import ACTIONS
+
+    boot = bootstrap_module()
+    imports = _third_party_imports()
+    assert {"github", "rattler", "pynvml", "packaging.version", "yaml"} <= set(imports)
+    code = (
+        "import importlib, json, sys, sysconfig\n"
+        "sys.path.insert(0, 'src')\n"
+        f"for name in {[s.command_module for s in ACTIONS.values()] + imports!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError:\n"  # 'from a import b' of a name that is no module
+        "        pass\n"
+        "files = [getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]\n"
+        "print(json.dumps(files))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    site = Path(sysconfig_purelib())
+    loaded = [
+        Path(f).relative_to(site).as_posix()
+        for f in __import__("json").loads(proc.stdout.splitlines()[-1])
+        if f and Path(f).is_relative_to(site)
+    ]
+    assert len(loaded) > 300
+    assert [f for f in loaded if boot.NEVER_IMPORTED.match(f)] == []
+    files = [p.relative_to(site).as_posix() for p in site.rglob("*.py")]
+    for rule in boot.NEVER_IMPORTED_RULES:
+        assert any(re.match(rule, f) for f in files), rule
+
+
+def sysconfig_purelib() -> str:
+    import sysconfig
+
+    return sysconfig.get_paths()["purelib"]
+
+
+def test_a_pyc_in_a_fresh_site_is_never_kept_even_beside_a_source_left_uncompiled(tmp_path):
+    """An installer copies whatever its cache holds, ``__pycache__`` included: before
+    compiling, the bootstrap removes every ``.pyc`` and ``__pycache__`` (a link too, which
+    compiling would write through); a source it leaves uncompiled keeps none."""
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    for rel in ("cffi/api.py", "mod/core.py"):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("X = 1\n")
+        (site / rel).parent.joinpath("__pycache__").mkdir()
+    tag = sys.implementation.cache_tag
+    planted = [
+        site / "cffi" / "__pycache__" / f"api.{tag}.pyc",
+        site / "mod" / "__pycache__" / "x.pyc",
+    ]
+    for pyc in planted:
+        pyc.write_bytes(b"planted")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (site / "link").mkdir()
+    (site / "link" / "m.py").write_text("Y = 2\n")
+    (site / "link" / "__pycache__").symlink_to(elsewhere)
+    boot.compile_site(site)
+    assert not any(p.exists() for p in planted)
+    assert not (site / "link" / "__pycache__").is_symlink() and list(elsewhere.iterdir()) == []
+    assert not (site / "cffi" / "__pycache__").exists()  # left uncompiled: no .pyc at all
+    assert (site / "mod" / "__pycache__" / f"core.{tag}.pyc").read_bytes() != b"planted"
+    assert (site / "link" / "__pycache__" / f"m.{tag}.pyc").is_file()
+
+
+def test_pip_installs_in_two_runs_side_by_side_each_package_once(tmp_path, monkeypatch):
+    """Without uv, two pip runs (pip installs one wheel after another, on one core), each
+    with half of the locks' entries on its stdin: every entry once, a package's entries
+    (one per environment marker) in one run, hashes kept; both isolated (``-I``)."""
+    boot = bootstrap_module()
+    locks = [ROOT / "requirements" / f"{g}.txt" for g in ("base", "github", "nvml")]
+    halves = boot.pip_halves(locks)
+    assert len(halves) == 2
+    pins = [re.findall(r"^([A-Za-z0-9_.-]+)==\S+", h, re.MULTILINE) for h in halves]
+    want = [
+        m for lock in locks for m in re.findall(r"^([A-Za-z0-9_.-]+)==", lock.read_text(), re.M)
+    ]
+    assert sorted(pins[0] + pins[1]) == sorted(want)
+    assert not set(pins[0]) & set(pins[1])
+    for half in halves:
+        assert "# via" not in half
+        for entry in re.split(r"\n(?=\S)", half.strip()):
+            assert "--hash=sha256:" in entry and entry.splitlines()[-1].rstrip()[-1] != "\\"
+    ran: list[tuple[list[str], str]] = []
+
+    def side_by_side(jobs):
+        ran.extend(jobs)
+        return [subprocess.CompletedProcess(cmd, 0, "", "") for cmd, _ in jobs]
+
+    monkeypatch.setattr(boot, "run_side_by_side", side_by_side)
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 2)
+    installer = boot.Installer(tmp_path / "uv-cache")
+    installer.uv, installer.pip = None, ["/host/pip/__pip-runner__.py"]
+    installer.install(tmp_path / "venv", locks)
+    assert [text for _, text in ran] == halves
+    assert all(cmd[1] == "-I" and cmd[-2:] == ["-r", "/dev/stdin"] for cmd, _ in ran)
+
+
+def test_run_side_by_side_runs_at_once_and_feeds_each_its_text(tmp_path):
+    script = (
+        "import sys, time, pathlib; d = pathlib.Path(sys.argv[1]); "
+        "(d / sys.argv[2]).write_text(''); "
+        "deadline = time.monotonic() + 30\n"
+        "while len(list(d.iterdir())) < 2 and time.monotonic() < deadline: time.sleep(0.01)\n"
+        "print(len(list(d.iterdir())), sys.stdin.read())"
+    )
+    jobs = [([sys.executable, "-c", script, str(tmp_path), n], f"text {n}") for n in "ab"]
+    done = bootstrap_module().run_side_by_side(jobs)
+    assert [p.stdout.split(maxsplit=1) for p in done] == [["2", "text a\n"], ["2", "text b\n"]]
+
+
+def test_the_manifest_reads_each_file_once_yet_records_what_the_venv_holds(tmp_path, monkeypatch):
+    """The RECORD check's sha256 of each file is reused for the manifest while the file's
+    stat key is unchanged: a file changed between the check and the manifest (here, by the
+    compile step) is read again, and every digest is that of the content in the venv."""
+    boot = bootstrap_module()
+    reads: list[str] = []
+    digest = boot._digest
+    monkeypatch.setattr(boot, "_digest", lambda path: reads.append(str(path)) or digest(path))
+    compile_site = boot.compile_site
+
+    def compile_and_touch(site):
+        compile_site(site)
+        target = site / "pynvml.py"
+        target.write_text(target.read_text() + "\n# changed after the check\n")
+
+    monkeypatch.setattr(boot, "compile_site", compile_and_touch)
+    monkeypatch.setattr(boot, "LOCKS", ROOT / "requirements")
+    env = fast()
+    monkeypatch.setenv("PATH", env.get("PATH", os.environ["PATH"]))
+    venv_path = tmp_path / "v" / "key"
+    venv_path.parent.mkdir()
+    boot.build(venv_path, ["base", "nvml"])
+    read = {Path(r).name for r in reads}
+    manifest = __import__("json").loads((venv_path / boot.MANIFEST).read_text())
+    fresh, _ = boot.tree(venv_path)
+    assert manifest["files"] == fresh
+    assert "pynvml.py" in read  # changed after the check: read again
+    assert "version.py" not in read  # packaging's, checked against RECORD: read once
+    assert boot.verify(venv_path) == ""
