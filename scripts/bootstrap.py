@@ -325,30 +325,42 @@ def compile_site(site: Path) -> None:
     # slipped in, ensurepip's pip), and no RECORD lists a .pyc. Those of the sources compiled
     # below would be replaced; those of the sources left uncompiled would stay.
     # (A __pycache__ that is a link is removed too: compiling into it would write elsewhere.)
-    for cache in sorted(site.rglob("__pycache__"), reverse=True):
-        if cache.is_symlink() or not cache.is_dir():
-            cache.unlink()
-        else:
+    sources = []
+    for dirpath, dirnames, filenames in os.walk(site):  # one walk (links are not followed)
+        cache = os.path.join(dirpath, "__pycache__")
+        if "__pycache__" in dirnames:
+            dirnames.remove("__pycache__")
+        if os.path.islink(cache) or "__pycache__" in filenames:
+            os.unlink(cache)
+        elif os.path.isdir(cache):
             shutil.rmtree(cache)
-    sources = sorted(
-        str(p)
-        for p in site.rglob("*.py")
-        if not NEVER_IMPORTED.match(p.relative_to(site).as_posix())
-    )
-    pid = -1  # no child
-    if hasattr(os, "fork") and (os.cpu_count() or 1) > 1 and len(sources) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        rel = os.path.relpath(dirpath, site).replace(os.sep, "/")
+        for name in filenames:
+            if name.endswith(".py"):
+                path = name if rel == "." else f"{rel}/{name}"
+                if not NEVER_IMPORTED.match(path):
+                    sources.append(os.path.join(dirpath, name))
+    sources.sort()
+    # One process per core, up to 4: a forked child takes every n-th file.
+    count = min(os.cpu_count() or 1, 4, len(sources)) if hasattr(os, "fork") else 1
+    index, children = 0, []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for i in range(1, count):
         pid = os.fork()
-    mine = sources if pid < 0 else sources[(1 if pid == 0 else 0) :: 2]
+        if pid == 0:
+            index = i
+            children = []
+            break
+        children.append(pid)
     try:
-        for source in mine:
+        for source in sources[index::count] if count else ():
             with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
                 py_compile.compile(source, doraise=True, quiet=2)
     finally:
-        if pid == 0:  # the forked child: its half is done
+        if index:  # a forked child: its share is done
             os._exit(0)
-    if pid > 0:
+    for pid in children:
         os.waitpid(pid, 0)
 
 
@@ -458,10 +470,15 @@ def checked_records(site: Path) -> tuple[list[str], dict[str, tuple[list[int], s
                         _stat_key(st),
                         digest.hex(),
                     )
-    for path in sorted(site.rglob("*")):
-        rel = path.relative_to(site).as_posix()
-        if STARTUP_HOOKS.match(rel) and rel not in recorded:
-            problems.append(f"{rel} runs at start-up and belongs to no distribution")
+    # Start-up hooks live at the top of site-packages (a .pth; sitecustomize and
+    # usercustomize as a module, an extension or a package, with what is under it)
+    for name in sorted(os.listdir(site)):
+        rels = [name]
+        if os.path.isdir(site / name) and STARTUP_HOOKS.match(name + "/"):
+            rels += sorted(p.relative_to(site).as_posix() for p in (site / name).rglob("*"))
+        for rel in rels:
+            if STARTUP_HOOKS.match(rel) and rel not in recorded:
+                problems.append(f"{rel} runs at start-up and belongs to no distribution")
     return problems, hashed
 
 

@@ -444,6 +444,21 @@ def test_startup_hooks_outside_any_record_are_reported(tmp_path):
         "other.pth runs at start-up and belongs to no distribution",
         "usercustomize.py runs at start-up and belongs to no distribution",
     ]
+    # a package or an extension, and what is under it; deeper names are no hooks
+    (site / "other.pth").unlink()
+    (site / "usercustomize.py").unlink()
+    (site / "sitecustomize" / "sub").mkdir(parents=True)
+    (site / "sitecustomize" / "sub" / "__init__.py").write_text("")
+    (site / "usercustomize.cpython-311-x86_64-linux-gnu.so").write_text("")
+    (site / "pkg" / "deeper").mkdir(parents=True)
+    (site / "pkg" / "deeper" / "x.pth").write_text("")
+    (site / "pkg" / "sitecustomize.py").write_text("")
+    assert boot.record_problems(site) == [
+        "sitecustomize/sub runs at start-up and belongs to no distribution",
+        "sitecustomize/sub/__init__.py runs at start-up and belongs to no distribution",
+        "usercustomize.cpython-311-x86_64-linux-gnu.so runs at start-up and belongs to no "
+        "distribution",
+    ]
 
 
 def test_a_failed_build_leaves_nothing_behind(tmp_path):
