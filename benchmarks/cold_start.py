@@ -26,8 +26,11 @@ Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate
 <= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
 action, with the package index reachable.
 
+* the time to create a file where the caches live (``--dir``, default the temporary
+  directory): a cold start creates ~1000 files, so a slow file system shows here.
+
     python benchmarks/cold_start.py [--runs 5] [--actions gpu-gate,verify-cuda-env]
-        [--container-runs 1]
+        [--container-runs 1] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -472,8 +475,35 @@ def distributions(state: Path) -> int:
     return int(out.stdout.strip())
 
 
+def file_creation_us(directory: Path, count: int = 300) -> float:
+    """Microseconds to create a small file as installers and ``py_compile`` do (a new
+    file, written, renamed into place) under ``directory``: a cold start creates ~1000 (the
+    venv's files and their ``.pyc``), so a file system where this is slow decides it. (On
+    the 2-core machine of issue 30, 0.5-1.5 ms under /tmp and ~70 us elsewhere on the same
+    ext4 disk.)"""
+    work = Path(tempfile.mkdtemp(prefix="files-", dir=directory))
+    try:
+        start = time.perf_counter()
+        for i in range(count):
+            sub = work / f"d{i % 30}"
+            sub.mkdir(exist_ok=True)
+            part = sub / f"f{i}.tmp"
+            part.write_bytes(b"x" * 4096)
+            os.replace(part, sub / f"f{i}")
+        return (time.perf_counter() - start) / count * 1e6
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where each run's tool cache and installer caches live (default: the "
+        "temporary directory); the time to create a file there is printed",
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
         "--actions", default="gpu-gate,remove-label,verify-cuda-env,setup-conda-from-lock"
@@ -500,7 +530,7 @@ def main() -> int:
             for action in actions:
                 for installer in installers:
                     github.add_pull("octo/repo", PullRequest(2, "a" * 40, labels=["CUDA CI"]))
-                    state = Path(tempfile.mkdtemp(prefix="state-"))
+                    state = Path(tempfile.mkdtemp(prefix="state-", dir=args.dir))
                     cold, _, cold_cpu = one_run(action, installer, state, github)
                     warm, boot, warm_cpu = one_run(action, installer, state, github)
                     entry = results.setdefault((action, installer), {})
@@ -517,10 +547,12 @@ def main() -> int:
     load_after = os.getloadavg()
     downloads = {action: wheel_bytes(action) for action in actions}
     base = statistics.median(baseline)
+    creation = file_creation_us(args.dir)
     print(
         f"medians of {args.runs} runs; python3 -c pass = {base * 1000:.0f} ms; "
         f"{os.cpu_count()} cores; load average {load_before[0]:.2f} before, "
-        f"{load_after[0]:.2f} after (1 min)"
+        f"{load_after[0]:.2f} after (1 min); caches in {args.dir}, where creating a "
+        f"file takes {creation:.0f} us"
     )
     print(
         f"{'action':24} {'installer':9} {'cold s':>7} {'x pass':>7} {'cpu s':>6} "
@@ -554,6 +586,8 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     summary: dict[str, object] = {
         "python_pass_s": base,
+        "state_dir": str(args.dir),
+        "file_creation_us": creation,
         "load_average": [load_before, load_after],
     }
     if args.container_runs > 0:
