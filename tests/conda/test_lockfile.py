@@ -415,6 +415,31 @@ def test_url_urlsplit_refuses_is_a_lock_error():
         lockfile.parse("@EXPLICIT\nhttps://[::1/c/linux-64/a-1-h0_0.conda#" + "0" * 32 + "\n")
 
 
+@pytest.mark.parametrize(
+    "netloc",
+    ["h:80", "h:0", "h:65535", "h:0080", "u:p@h:443", "u@v@h:8080", "h:", "[::1]:80"]
+    + ["h:65536", "h:99999", "h:x", "a:b:80", "u:p@h:x", "h:+80", "h:\u0663", "h:1_0"]
+    + ["h:x?@k:80", "h:x#@k:80", "h:" + "9" * 5000],
+)
+def test_a_port_is_judged_as_urlsplit_judges_it(netloc):
+    """The lock's ports skip ``urlsplit`` only where it would accept them (its cost per entry
+    is the lock's, at every start): the same URLs parse, and the same are refused."""
+    from urllib.parse import urlsplit
+
+    url = f"https://{netloc}/c/linux-64/a-1-h0_0.conda"
+    try:
+        _ = urlsplit(url).port
+        refused = False
+    except ValueError:
+        refused = True
+    line = f"@EXPLICIT\n{url}#{'0' * 32}\n"
+    if refused:
+        with pytest.raises(GpuCiError, match="is not a valid URL"):
+            lockfile.parse(line)
+    else:
+        assert lockfile.parse(line).packages[0]["entry"].url == url
+
+
 @pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)
 def test_libyaml_and_pure_python_loaders_give_the_same_lock(path):
     """Unified locks parse with libyaml's CSafeLoader where PyYAML has it: the same LockFile

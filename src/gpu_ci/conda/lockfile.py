@@ -145,6 +145,16 @@ def _url_path(url: str) -> str:
     return (match.group(1) or "") if match else urlsplit(url).path
 
 
+def _plain_port(netloc: str) -> bool:
+    """Whether ``urlsplit`` would find this ASCII, bracket-free netloc's port (what follows
+    the first ``:`` after the last ``@``) a number in range, without its cost per entry (a
+    lock served from ``host:port`` has one in every URL). False: ask ``urlsplit``."""
+    if not netloc.isascii() or any(c in netloc for c in "?#[]"):
+        return False
+    port = netloc.rpartition("@")[2].partition(":")[2]
+    return port.isdigit() and len(port) <= 5 and int(port) <= 65535
+
+
 def _check_url(url: str, where: str) -> str:
     """A URL from the lock is one token: whitespace or a control character in it would end
     a requirement line (and start an option such as ``--trusted-host``) or break the
@@ -154,8 +164,10 @@ def _check_url(url: str, where: str) -> str:
             f"{where}: the URL {mask_url(url)!r} contains whitespace or a control "
             "character; a lock's URLs are single tokens. Re-lock it."
         )
-    host = url.partition("://")[2].split("/", 1)[0].rpartition("@")[2].rpartition("]")[2]
-    if ":" in host:  # a port: one that is not a number in range fails the download, untold
+    netloc = url.partition("://")[2].split("/", 1)[0]
+    host = netloc.rpartition("@")[2].rpartition("]")[2]
+    if ":" in host and not _plain_port(netloc):
+        # a port: one that is not a number in range fails the download, untold
         try:
             _ = urlsplit(url).port
         except ValueError as exc:
