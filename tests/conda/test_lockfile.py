@@ -267,6 +267,19 @@ def test_credentials_are_masked():
     assert urls.strip_credentials(url).startswith("https://conda.example.com/")
 
 
+@pytest.mark.parametrize(
+    "url,masked",
+    [
+        ("https://h.example/t/tok-1/c/a-1-h0_0.conda", "https://h.example/t/***/c/a-1-h0_0.conda"),
+        ("https://u:pw@h.example/c/a-1-h0_0.conda", "https://***:***@h.example/c/a-1-h0_0.conda"),
+        ("https://h.example:8443/c/a-1-h0_0.conda", "https://h.example:8443/c/a-1-h0_0.conda"),
+    ],
+)
+def test_a_token_or_a_password_alone_is_masked_and_a_plain_url_kept(url, masked):
+    assert urls.mask_url(url) == masked
+    assert urls.mask_url(f"see {url} twice: {url}") == f"see {masked} twice: {masked}"
+
+
 def test_render_explicit_roundtrip():
     lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
     plan = lockfile.plan(lock, text, "linux-64", ["main"])
