@@ -91,10 +91,10 @@ def test_parser_has_one_flag_per_input():
 def test_internal_error_is_one_annotation_without_traceback(tmp_path):
     # A command module that raises an unexpected exception is reported, not dumped.
     code = (
-        "import dataclasses, gpu_ci.cli as c, types, sys\n"
+        "import gpu_ci.cli as c, types, sys\n"
         "m = types.ModuleType('boom'); m.run = lambda i, r: 1 / 0\n"
         "sys.modules['boom'] = m\n"
-        "c.ACTIONS['gpu-gate'] = dataclasses.replace(c.ACTIONS['gpu-gate'], module='boom')\n"
+        "c.ACTIONS['gpu-gate'] = c.ACTIONS['gpu-gate']._replace(module='boom')\n"
         "raise SystemExit(c.main(['gpu-gate']))\n"
     )
     proc = subprocess.run(

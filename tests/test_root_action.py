@@ -112,8 +112,8 @@ def test_two_actions_extra_steps_may_not_share_a_step_id(monkeypatch):
     step = "    - id: same\n      shell: bash\n      run: 'true'\n"
     first, second = list(ACTIONS)[:2]
     fake = dict(ACTIONS)
-    fake[first] = render_actions.ActionSpec(**{**vars(ACTIONS[first]), "steps_before": step})
-    fake[second] = render_actions.ActionSpec(**{**vars(ACTIONS[second]), "steps_after": step})
+    fake[first] = ACTIONS[first]._replace(steps_before=step)
+    fake[second] = ACTIONS[second]._replace(steps_after=step)
     monkeypatch.setattr(render_actions, "ACTIONS", fake)
     with pytest.raises(SystemExit, match="same"):
         render_actions.render_root()

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 
 def write_atomic(
     path: str | os.PathLike[str], text: str, *, mode: int = 0o644, make_parent: bool = True
 ) -> Path:
+    import tempfile  # here: it costs every action's start-up ~2 ms, and few write files
+
     target = Path(path)
     if make_parent:
         target.parent.mkdir(parents=True, exist_ok=True)

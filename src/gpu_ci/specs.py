@@ -9,11 +9,13 @@ here first. Standard library only: the bootstrap imports it before any dependenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
+
+# The specs are NamedTuples, not frozen dataclasses: every action imports them, and a frozen
+# dataclass costs ~1.3 ms to create (Python 3.11), a NamedTuple ~0.2 ms.
 
 
-@dataclass(frozen=True)
-class InputSpec:
+class InputSpec(NamedTuple):
     name: str
     description: str
     default: str = ""
@@ -35,8 +37,7 @@ class InputSpec:
         return self.default if self.action_default is None else self.action_default
 
 
-@dataclass(frozen=True)
-class OutputSpec:
+class OutputSpec(NamedTuple):
     name: str
     description: str
 
@@ -45,8 +46,7 @@ class OutputSpec:
 GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda", "monitor")
 
 
-@dataclass(frozen=True)
-class ActionSpec:
+class ActionSpec(NamedTuple):
     name: str
     summary: str
     inputs: tuple[InputSpec, ...]

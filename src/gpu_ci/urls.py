@@ -16,6 +16,8 @@ _TOKEN = re.compile(r"/t/[^/\s]+/")
 
 def mask_url(text: str) -> str:
     """Hide ``user:password@`` and anaconda.org ``/t/<token>/`` parts of URLs."""
+    if "@" not in text and "/t/" not in text:  # neither pattern can match (most lock URLs)
+        return text
     return _TOKEN.sub("/t/***/", _CREDENTIALS.sub("***:***@", text))
 
 

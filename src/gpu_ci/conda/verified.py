@@ -24,15 +24,17 @@ import errno
 import json
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 STAMP = ".gpu-ci-verified"
 VERSION = 1
 
 
-@dataclass(frozen=True)
-class Facts:
+# NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
+
+
+class Facts(NamedTuple):
     """What linking needs to know about one verified entry."""
 
     digest: str
@@ -216,8 +218,7 @@ def identities(entry: Path) -> list[list[object]] | None:
     return files
 
 
-@dataclass(frozen=True)
-class Info:
+class Info(NamedTuple):
     """One look at a new entry's ``info/``: the first thing there that is neither a file nor
     a directory ('info' itself when it is not a directory; '' when all is well, None when
     there is no ``info/``), and each regular file's identity, for the stamp."""
