@@ -74,6 +74,11 @@ NEVER_IMPORTED_RULES = (
     r"[^/]+/__main__\.py$",
 )
 NEVER_IMPORTED = re.compile(f"^(?:{'|'.join(NEVER_IMPORTED_RULES)})")
+#: Lock options that each of two pip runs needs and reads as it does from the lock itself.
+OPTIONS_FOR_BOTH = (
+    r"(?:-i|--index-url|--extra-index-url|--no-index|--trusted-host|--pre|--prefer-binary"
+    r"|--only-binary|--no-binary)(?:[\s=]|$)"
+)
 
 # The action -> groups table lives in the specs (standard library only, so importable
 # before any dependency is installed), loaded from this checkout's own src/.
@@ -251,26 +256,36 @@ class Installer:
 def pip_halves(locks: list[Path]) -> list[str]:
     """The entries of ``locks`` as two requirement texts (one when there is one package),
     for two pip runs into one venv. A package's entries (one per environment marker) stay
-    in one text, once: no distribution is installed by both runs."""
-    by_name: dict[str, list[str]] = {}
+    in one text, once: no distribution is installed by both runs. An entry is what pip
+    reads as one line (lines ending in a backslash continue it, indented or not); an index
+    option goes in both texts; [] (one run, of the locks as they are) for a line naming
+    another file, which pip reads relative to the lock and not to ``/dev/stdin``."""
+    by_name: dict[str, list[str]] = {"": []}  # "": the options both runs need
     for lock in locks:
-        entry: list[str] = []
-        for line in lock.read_text(encoding="utf-8").splitlines() + [""]:
-            if line[:1].isspace() and entry:  # a continuation: hashes, "# via" comments
-                if not line.lstrip().startswith("#"):
-                    entry.append(line)
+        lines = iter(lock.read_text(encoding="utf-8").splitlines())
+        for line in lines:
+            first = line.strip()
+            if not first or first.startswith("#"):
                 continue
-            if entry:
-                name = re.sub(
-                    r"[-_.]+", "-", re.split(r"[ =<>!~;\[@]", entry[0], maxsplit=1)[0]
-                ).lower()
-                text = "\n".join(entry)
-                if text not in by_name.setdefault(name, []):
-                    by_name[name].append(text)
-            entry = [line] if line.strip() and not line.lstrip().startswith("#") else []
+            entry = [line]
+            while entry[-1].endswith("\\") and not entry[-1].lstrip().startswith("#"):
+                more = next(lines, None)
+                if more is None:  # a backslash at the end of the file: pip's own way
+                    return []
+                entry.append(more)
+            if first.startswith("-"):
+                if not re.match(OPTIONS_FOR_BOTH, first):
+                    return []
+                name = ""
+            else:
+                name = re.sub(r"[-_.]+", "-", re.split(r"[\s=<>!~;\[@\\(]", first)[0]).lower()
+            text = "\n".join(entry)
+            if text not in by_name.setdefault(name, []):
+                by_name[name].append(text)
+    both = "".join(t + "\n" for t in by_name.pop(""))
     names = list(by_name)
     halves = ["".join(t + "\n" for n in names[i::2] for t in by_name[n]) for i in (0, 1)]
-    return [half for half in halves if half]
+    return [both + half for half in halves if half]
 
 
 def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.CompletedProcess]:

@@ -913,3 +913,48 @@ def test_the_manifest_reads_each_file_once_yet_records_what_the_venv_holds(tmp_p
     assert "pynvml.py" in read  # changed after the check: read again
     assert "version.py" not in read  # packaging's, checked against RECORD: read once
     assert boot.verify(venv_path) == ""
+
+
+def test_pip_halves_parse_a_lock_as_pip_does(tmp_path):
+    """Each half is parsed by pip as the locks are: an entry is the lines pip joins (a line
+    ending in a backslash continues, indented or not; an indented line after one that does
+    not is an entry of its own), index options reach both runs, and a line naming another
+    file (read relative to the lock, not to /dev/stdin) means one run of the locks as they
+    are. Blank lines, comments and CRLF are no entries."""
+    boot = bootstrap_module()
+    h = "    --hash=sha256:" + "a" * 64
+    lock = tmp_path / "odd.txt"
+    lock.write_bytes(
+        "\r\n".join(
+            [
+                "# a comment",
+                "--index-url https://mirror.example/simple",
+                "",
+                "alpha==1.0 \\",  # a continuation at column 0
+                "--hash=sha256:" + "b" * 64,
+                "beta==2.0 \\",
+                h,
+                "    # via alpha",
+                "    gamma==3.0 --hash=sha256:" + "c" * 64,  # indented, yet its own entry
+                "Delta_Pkg==4.0 ; python_version >= '3.9' \\",
+                h,
+                "delta-pkg==4.1 ; python_version < '3.9' \\",
+                h,
+                "",
+            ]
+        ).encode()
+    )
+    halves = boot.pip_halves([lock])
+    assert len(halves) == 2
+    for half in halves:
+        assert half.startswith("--index-url https://mirror.example/simple\n")
+    pins = [re.findall(r"^\s*([A-Za-z][\w.-]*)==", half, re.MULTILINE) for half in halves]
+    assert sorted(pins[0] + pins[1]) == ["Delta_Pkg", "alpha", "beta", "delta-pkg", "gamma"]
+    assert {"Delta_Pkg", "delta-pkg"} <= set(pins[0]) or {"Delta_Pkg", "delta-pkg"} <= set(pins[1])
+    both = "".join(halves)
+    assert "alpha==1.0 \\\n--hash=sha256:" + "b" * 64 + "\n" in both
+    assert "\r" not in both and "# via" not in both
+    for included in ("-r other.txt", "--constraint c.txt", "-e ./pkg", "--find-links ./wheels"):
+        other = tmp_path / "with-include.txt"
+        other.write_text(f"{included}\nalpha==1.0 \\\n{h}\nbeta==2.0 \\\n{h}\n")
+        assert boot.pip_halves([other]) == [], included
