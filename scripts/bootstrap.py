@@ -368,15 +368,26 @@ def compile_site(site: Path) -> None:
             children = []
             break
         children.append(pid)
-    try:
-        for source in sources[index::count] if count else ():
+
+    def share(i: int) -> None:
+        for source in sources[i::count]:
             with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
                 py_compile.compile(source, doraise=True, quiet=2)
-    finally:
-        if index:  # a forked child: its share is done
-            os._exit(0)
-    for pid in children:
-        os.waitpid(pid, 0)
+
+    if index:  # a forked child: its share, then out (never back into the caller's code)
+        code = 1
+        try:
+            share(index)
+            code = 0
+        finally:
+            os._exit(code)
+    if count:
+        share(0)
+    # A child killed part way (the OOM killer) or failing: the venv is never modified
+    # again, so its share is compiled here rather than in memory by every run.
+    for i, pid in enumerate(children, start=1):
+        if os.waitpid(pid, 0)[1] != 0:
+            share(i)
 
 
 def site_packages(venv: Path) -> Path:

@@ -958,3 +958,34 @@ def test_pip_halves_parse_a_lock_as_pip_does(tmp_path):
         other = tmp_path / "with-include.txt"
         other.write_text(f"{included}\nalpha==1.0 \\\n{h}\nbeta==2.0 \\\n{h}\n")
         assert boot.pip_halves([other]) == [], included
+
+
+def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeypatch):
+    """A forked compile child killed part way (the OOM killer on a busy runner) or failing:
+    its share is compiled by the parent, not left to be compiled in memory by every run of
+    a venv that is never modified again."""
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    for i in range(8):
+        (site / f"m{i}").mkdir(parents=True)
+        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    parent = os.getpid()
+    real = py_compile.compile
+
+    def dies_in_a_child(source, *args, **kwargs):
+        if os.getpid() != parent:
+            if source.endswith("m3/__init__.py"):
+                raise MemoryError  # not an error py_compile reports for a bad source
+            os.kill(os.getpid(), 9)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(py_compile, "compile", dies_in_a_child)
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 4)
+    boot.compile_site(site)
+    tag = sys.implementation.cache_tag
+    missing = [
+        i
+        for i in range(8)
+        if not (site / f"m{i}" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    ]
+    assert missing == []
