@@ -26,9 +26,10 @@ Safe on persistent, shared runners:
 * **Per job on self-hosted runners**: with ``RUNNER_ENVIRONMENT=self-hosted`` and no
   ``GPU_CI_CACHE_DIR``, the venv lives in ``RUNNER_TEMP`` (deleted after the job); setting
   ``GPU_CI_CACHE_DIR`` is the runner admin's opt-in to share one across jobs.
-* **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one)
-  and copies files (no hard links into its cache), and the RECORD check above runs after
-  it; pip verifies every wheel against the lock's hashes.
+* **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one),
+  reads no configuration file (the job's directory holds a pull request's files) and
+  copies files (no hard links into its cache), and the RECORD check above runs after it;
+  pip verifies every wheel against the lock's hashes.
 * **Compiled once, after the checks.** Neither installer compiles: the bootstrap removes
   any ``.pyc`` an installer copied, compiles the verified sources itself (two cores; not
   those no run imports, ``NEVER_IMPORTED``), then takes the manifest; runs write no ``.pyc``.
@@ -193,7 +194,11 @@ class Installer:
         self.pip = [] if self.uv else host_pip()
         self.name = "uv" if self.uv else "pip"
         self.uv_cache = uv_cache
-        self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache)}
+        # No configuration file either: uv reads a uv.toml or pyproject.toml of the working
+        # directory (the job's: a pull request's files) and the user's, whose ``[pip]``
+        # target, prefix or python-platform would fill the venv elsewhere or wrongly
+        # (UV_NO_CONFIG, not --no-config: an older uv ignores it rather than failing).
+        self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache), "UV_NO_CONFIG": "1"}
 
     def create(self, venv: Path) -> None:
         if self.uv or self.pip:  # no pip inside: uv, or a pip from outside, installs into it

@@ -989,3 +989,25 @@ def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeyp
         if not (site / f"m{i}" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
     ]
     assert missing == []
+
+
+def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
+    """The job's working directory (a pull request's files) and the user's configuration
+    (an earlier job's) may hold a ``uv.toml``: uv reads none (``UV_NO_CONFIG``). Otherwise
+    ``[pip] target`` sends every package elsewhere and leaves a venv that passes its checks
+    empty, kept for later jobs; ``python-platform`` installs another system's wheels."""
+    if not (UV_BIN / "uv").exists():
+        pytest.skip("uv is not installed in .venv")
+    boot = bootstrap_module()
+    work = tmp_path / "workspace"
+    work.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (work / "uv.toml").write_text(f'[pip]\ntarget = "{elsewhere}"\n')
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", f"{UV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    venv_path = tmp_path / "v" / "key"
+    venv_path.parent.mkdir()
+    assert boot.build(venv_path, ["base"]).name == "uv"
+    assert not elsewhere.exists()
+    site = boot.site_packages(venv_path)
+    assert (site / "actions_toolkit" / "__init__.py").is_file()
