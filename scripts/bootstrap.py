@@ -29,7 +29,8 @@ Safe on persistent, shared runners:
 * **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one),
   reads no configuration file (the job's directory holds a pull request's files) and
   copies files (no hard links into its cache), and the RECORD check above runs after it;
-  pip verifies every wheel against the lock's hashes.
+  pip verifies every wheel against the lock's hashes and reads no user configuration
+  (an earlier job's ``~/.config/pip/pip.conf``).
 * **Compiled once, after the checks.** Neither installer compiles: the bootstrap removes
   any ``.pyc`` an installer copied, compiles the verified sources itself (two cores; not
   those no run imports, ``NEVER_IMPORTED``), then takes the manifest; runs write no ``.pyc``.
@@ -244,16 +245,33 @@ class Installer:
         pip = [python, "-I", *(self.pip or ["-m", "pip"])]
         pip += ["--disable-pip-version-check", "--no-input", "-q", "install", "--require-hashes"]
         pip += ["--no-deps", "--only-binary", ":all:", "--no-compile"]
-        halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
-        if len(halves) < 2 or (os.cpu_count() or 1) < 2:
-            check(run(pip + requirements), f"pip install {names}")
-            return
-        # pip installs one wheel after another on one core: two runs side by side, each
-        # reading its half of the entries from its stdin (nothing to clean up after kill -9)
+        # Not the user's configuration (an earlier job's ~/.config/pip/pip.conf: its
+        # ``requirement`` adds any package, hooks and all, its ``target`` empties the
+        # venv): pip skips it for an existing PIP_CONFIG_FILE, and still reads the
+        # machine's (root's) and the environment's PIP_*.
+        env = dict(os.environ)
+        empty = venv / ".gpu-ci-pip.conf"
+        if not (env.get("PIP_CONFIG_FILE") and os.path.exists(env["PIP_CONFIG_FILE"])):
+            try:
+                empty.write_text("")
+                env["PIP_CONFIG_FILE"] = str(empty)
+            except OSError:
+                env["PIP_CONFIG_FILE"] = os.devnull  # no configuration file at all
         try:
-            done = run_side_by_side([(pip + ["-r", "/dev/stdin"], half) for half in halves])
-        except OSError:  # no writable temporary directory for the texts: one run
-            done = [run(pip + requirements)]
+            halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
+            if len(halves) < 2 or (os.cpu_count() or 1) < 2:
+                done = [run(pip + requirements, env)]
+            else:  # pip installs one wheel after another on one core: two runs side by
+                # side, each reading its half of the entries from its stdin (nothing to
+                # clean up after kill -9)
+                try:
+                    jobs = [(pip + ["-r", "/dev/stdin"], half) for half in halves]
+                    done = run_side_by_side(jobs, env)
+                except OSError:  # no writable temporary directory for the texts: one run
+                    done = [run(pip + requirements, env)]
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                empty.unlink()
         for proc in done:
             check(proc, f"pip install {names}")
 
@@ -293,7 +311,9 @@ def pip_halves(locks: list[Path]) -> list[str]:
     return [both + half for half in halves if half]
 
 
-def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.CompletedProcess]:
+def run_side_by_side(
+    jobs: list[tuple[list[str], str]], env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
     """Each ``(command, stdin text)`` started at once, then each waited for. The texts come
     from unlinked temporary files, all written before any command starts (an OSError
     starts none): nothing is left behind, whenever this is killed."""
@@ -312,7 +332,12 @@ def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.Compl
             for (cmd, _), stdin in zip(jobs, inputs):
                 procs.append(
                     subprocess.Popen(
-                        cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                        cmd,
+                        stdin=stdin,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        env=env,
                     )
                 )
         except OSError:  # none keeps running: the caller may install another way

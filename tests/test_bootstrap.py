@@ -572,7 +572,7 @@ def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pi
         ran.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    def side_by_side(jobs):
+    def side_by_side(jobs, env=None):
         return [run(cmd) for cmd, _ in jobs]
 
     monkeypatch.setattr(boot, "run", run)
@@ -858,7 +858,7 @@ def test_pip_installs_in_two_runs_side_by_side_each_package_once(tmp_path, monke
             assert "--hash=sha256:" in entry and entry.splitlines()[-1].rstrip()[-1] != "\\"
     ran: list[tuple[list[str], str]] = []
 
-    def side_by_side(jobs):
+    def side_by_side(jobs, env=None):
         ran.extend(jobs)
         return [subprocess.CompletedProcess(cmd, 0, "", "") for cmd, _ in jobs]
 
@@ -1011,3 +1011,29 @@ def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
     assert not elsewhere.exists()
     site = boot.site_packages(venv_path)
     assert (site / "actions_toolkit" / "__init__.py").is_file()
+
+
+def test_pip_reads_no_configuration_of_the_users(tmp_path, monkeypatch):
+    """An earlier job on a persistent runner (same user, same home) may leave a
+    ``~/.config/pip/pip.conf``: pip reads none of the user's, whose ``requirement`` would add
+    any package (with its own hashes and start-up hooks, in a RECORD) to a fresh venv and
+    whose ``target`` would leave the venv empty. The environment's ``PIP_*`` and the
+    machine's configuration (root's) still apply."""
+    boot = bootstrap_module()
+    home = tmp_path / "home"
+    elsewhere = tmp_path / "elsewhere"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[install]\ntarget = {elsewhere}\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    venv_path = tmp_path / "v" / "key"
+    venv_path.parent.mkdir()
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 2)  # two runs side by side
+    assert len(boot.pip_halves([boot.LOCKS / "base.txt", boot.LOCKS / "nvml.txt"])) == 2
+    assert boot.build(venv_path, ["base", "nvml"]).name == "pip"
+    assert not elsewhere.exists()
+    site = boot.site_packages(venv_path)
+    assert (site / "actions_toolkit" / "__init__.py").is_file() and (site / "pynvml.py").is_file()
+    assert not (venv_path / "pip.conf").exists()
