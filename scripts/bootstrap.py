@@ -60,7 +60,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "requirements"
 MANIFEST = ".gpu-ci-manifest.json"
 #: Files in site-packages that run code at start-up without being imported.
-STARTUP_HOOKS = re.compile(r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|\.[^/]*\.so$))")
+#: (An extension's suffix is ``.so`` or ``.pyd`` alone too, or with a tag before it.)
+STARTUP_HOOKS = re.compile(
+    r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|(\.[^/]*)?\.(so|pyd)$))"
+)
 #: Sources in site-packages that no run of gpu-ci imports, paths relative to it: left
 #: uncompiled (a quarter of the gate's ``base`` + ``github`` source; compiling is most of a
 #: cold start's CPU). Should one be imported after all, Python compiles it in memory, each

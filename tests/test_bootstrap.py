@@ -1037,3 +1037,27 @@ def test_pip_reads_no_configuration_of_the_users(tmp_path, monkeypatch):
     site = boot.site_packages(venv_path)
     assert (site / "actions_toolkit" / "__init__.py").is_file() and (site / "pynvml.py").is_file()
     assert not (venv_path / "pip.conf").exists()
+
+
+def test_every_file_the_import_system_loads_as_a_startup_hook_is_one(tmp_path):
+    """``sitecustomize``/``usercustomize`` under every suffix this Python imports a module
+    from (``.so`` alone is an extension suffix too), outside any RECORD, is reported."""
+    import importlib.machinery as machinery
+
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    site.mkdir()
+    suffixes = [
+        *machinery.EXTENSION_SUFFIXES,
+        *machinery.SOURCE_SUFFIXES,
+        *machinery.BYTECODE_SUFFIXES,
+        ".pyd",  # Windows' extension suffix, for a bootstrap there
+        ".cp311-win_amd64.pyd",
+    ]
+    names = sorted(
+        {f"{hook}{suffix}" for hook in ("sitecustomize", "usercustomize") for suffix in suffixes}
+    )
+    for name in names:
+        (site / name).write_text("")
+    reported = [p.split(" ")[0] for p in boot.record_problems(site)]
+    assert reported == names
