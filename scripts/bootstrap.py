@@ -765,7 +765,13 @@ def main(argv: list[str]) -> int:
         if problem:
             if problem != "new":
                 notice(f"not reusing {venv}: {problem}. Rebuilding it.")
-            installer = build(venv, groups)
+            try:
+                installer = build(venv, groups)
+            except OSError as exc:  # a full disk (blocks or inodes), a file we cannot write
+                raise fail(
+                    f"building {venv} failed ({exc}); nothing was kept. Free space there "
+                    "or set GPU_CI_CACHE_DIR to another directory."
+                ) from None
             how = f"installed {', '.join(groups)} with {installer.name}"
             sweep(venv)
     return finish(venv, groups, how, start, compiling)

@@ -1061,3 +1061,32 @@ def test_every_file_the_import_system_loads_as_a_startup_hook_is_one(tmp_path):
         (site / name).write_text("")
     reported = [p.split(" ")[0] for p in boot.record_problems(site)]
     assert reported == names
+
+
+def test_a_full_disk_during_a_build_is_an_error_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The disk filling up after the install (the manifest, a marker file: each needs a
+    block or an inode) is reported as the bootstrap's error, not a traceback, and the
+    half-built venv is removed."""
+    import errno
+
+    boot = bootstrap_module()
+    cache = tmp_path / "cache"
+    github_env = tmp_path / "github_env"
+    github_env.write_text("")
+    for name in [k for k in os.environ if k.startswith(("GPU_CI_", "RUNNER_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RUNNER_TOOL_CACHE", str(cache))
+    monkeypatch.setenv("GITHUB_ENV", str(github_env))
+    monkeypatch.setattr(boot.Installer, "install", lambda self, venv, locks: None)
+
+    def full(site):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(site / "x.pyc"))
+
+    monkeypatch.setattr(boot, "compile_site", full)
+    with pytest.raises(SystemExit) as exited:
+        boot.main(["gpu-gate"])
+    message = str(exited.value.code)
+    assert message.startswith("::error title=gpu-ci bootstrap::"), message
+    assert "No space left on device" in message
+    assert [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()] == []
+    assert github_env.read_text() == ""
