@@ -318,8 +318,11 @@ def run_side_by_side(
     jobs: list[tuple[list[str], str]], env: dict[str, str] | None = None
 ) -> list[subprocess.CompletedProcess]:
     """Each ``(command, stdin text)`` started at once, then each waited for. The texts come
-    from unlinked temporary files, all written before any command starts (an OSError
-    starts none): nothing is left behind, whenever this is killed."""
+    from unlinked temporary files, all written before any command starts: nothing is left
+    behind, whenever this is killed. An OSError means none started (the caller may install
+    another way); a command that cannot start after another did is a failed one (the
+    other killed: it may have written part of a package, which a second install would
+    take for installed)."""
     import tempfile
 
     with contextlib.ExitStack() as stack:
@@ -343,11 +346,17 @@ def run_side_by_side(
                         env=env,
                     )
                 )
-        except OSError:  # none keeps running: the caller may install another way
-            for proc in procs:
+        except OSError as exc:
+            if not procs:
+                raise
+            for proc in procs:  # none keeps running
                 proc.kill()
-                proc.communicate()
-            raise
+            why = f"stopped: the run beside it could not start ({exc})\n"
+            done = []
+            for proc in procs:
+                out, err = proc.communicate()
+                done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err + why))
+            return done + [subprocess.CompletedProcess(jobs[len(procs)][0], 1, "", f"{exc}\n")]
     done = []
     for proc, (cmd, _) in zip(procs, jobs):
         out, err = proc.communicate()

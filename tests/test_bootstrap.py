@@ -1090,3 +1090,36 @@ def test_a_full_disk_during_a_build_is_an_error_line_and_leaves_nothing(tmp_path
     assert "No space left on device" in message
     assert [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()] == []
     assert github_env.read_text() == ""
+
+
+def test_no_second_install_into_a_venv_a_killed_pip_may_have_touched(tmp_path, monkeypatch, capsys):
+    """The second pip cannot start (EAGAIN: the runner's process limit) after the first
+    did: the first is killed, and its venv is not installed into again by one run (a pip
+    killed part way leaves a package's files and METADATA without a RECORD: the next pip
+    calls it satisfied and the RECORD check never sees it). The build fails instead."""
+    import errno
+
+    boot = bootstrap_module()
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(cmd, **kwargs):
+        if started:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        started.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs))
+        return started[-1]
+
+    fallback: list[list[str]] = []
+    monkeypatch.setattr(boot.subprocess, "Popen", popen)
+    monkeypatch.setattr(boot, "run", lambda cmd, env=None: fallback.append(cmd))
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 2)
+    installer = boot.Installer(tmp_path / "uv-cache")
+    installer.uv, installer.pip = None, ["/host/pip/__pip-runner__.py"]
+    (tmp_path / "venv").mkdir()
+    locks = [ROOT / "requirements" / "base.txt", ROOT / "requirements" / "nvml.txt"]
+    with pytest.raises(SystemExit) as exited:
+        installer.install(tmp_path / "venv", locks)
+    assert "::error title=gpu-ci bootstrap::pip install" in str(exited.value.code)
+    assert "could not start" in capsys.readouterr().out
+    assert fallback == []
+    assert started and started[0].poll() is not None  # killed, not left running
