@@ -26,9 +26,11 @@ Safe on persistent, shared runners:
 * **Per job on self-hosted runners**: with ``RUNNER_ENVIRONMENT=self-hosted`` and no
   ``GPU_CI_CACHE_DIR``, the venv lives in ``RUNNER_TEMP`` (deleted after the job); setting
   ``GPU_CI_CACHE_DIR`` is the runner admin's opt-in to share one across jobs.
-* **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one)
-  and copies files (no hard links into its cache), and the RECORD check above runs after
-  it; pip verifies every wheel against the lock's hashes.
+* **uv** (when on PATH) gets a private cache beside the venvs (never the user's shared one),
+  reads no configuration file (the job's directory holds a pull request's files) and
+  copies files (no hard links into its cache), and the RECORD check above runs after it;
+  pip verifies every wheel against the lock's hashes and reads no user configuration
+  (an earlier job's ``~/.config/pip/pip.conf``).
 * **Compiled once, after the checks.** Neither installer compiles: the bootstrap removes
   any ``.pyc`` an installer copied, compiles the verified sources itself (two cores; not
   those no run imports, ``NEVER_IMPORTED``), then takes the manifest; runs write no ``.pyc``.
@@ -58,7 +60,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "requirements"
 MANIFEST = ".gpu-ci-manifest.json"
 #: Files in site-packages that run code at start-up without being imported.
-STARTUP_HOOKS = re.compile(r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|\.[^/]*\.so$))")
+#: (An extension's suffix is ``.so`` or ``.pyd`` alone too, or with a tag before it.)
+STARTUP_HOOKS = re.compile(
+    r"(^[^/]+\.pth$|^(sitecustomize|usercustomize)(\.py|/|(\.[^/]*)?\.(so|pyd)$))"
+)
 #: Sources in site-packages that no run of gpu-ci imports, paths relative to it: left
 #: uncompiled (a quarter of the gate's ``base`` + ``github`` source; compiling is most of a
 #: cold start's CPU). Should one be imported after all, Python compiles it in memory, each
@@ -74,6 +79,11 @@ NEVER_IMPORTED_RULES = (
     r"[^/]+/__main__\.py$",
 )
 NEVER_IMPORTED = re.compile(f"^(?:{'|'.join(NEVER_IMPORTED_RULES)})")
+#: Lock options that each of two pip runs needs and reads as it does from the lock itself.
+OPTIONS_FOR_BOTH = (
+    r"(?:-i|--index-url|--extra-index-url|--no-index|--trusted-host|--pre|--prefer-binary"
+    r"|--only-binary|--no-binary)(?:[\s=]|$)"
+)
 
 # The action -> groups table lives in the specs (standard library only, so importable
 # before any dependency is installed), loaded from this checkout's own src/.
@@ -188,7 +198,11 @@ class Installer:
         self.pip = [] if self.uv else host_pip()
         self.name = "uv" if self.uv else "pip"
         self.uv_cache = uv_cache
-        self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache)}
+        # No configuration file either: uv reads a uv.toml or pyproject.toml of the working
+        # directory (the job's: a pull request's files) and the user's, whose ``[pip]``
+        # target, prefix or python-platform would fill the venv elsewhere or wrongly
+        # (UV_NO_CONFIG, not --no-config: an older uv ignores it rather than failing).
+        self.uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache), "UV_NO_CONFIG": "1"}
 
     def create(self, venv: Path) -> None:
         if self.uv or self.pip:  # no pip inside: uv, or a pip from outside, installs into it
@@ -234,16 +248,33 @@ class Installer:
         pip = [python, "-I", *(self.pip or ["-m", "pip"])]
         pip += ["--disable-pip-version-check", "--no-input", "-q", "install", "--require-hashes"]
         pip += ["--no-deps", "--only-binary", ":all:", "--no-compile"]
-        halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
-        if len(halves) < 2 or (os.cpu_count() or 1) < 2:
-            check(run(pip + requirements), f"pip install {names}")
-            return
-        # pip installs one wheel after another on one core: two runs side by side, each
-        # reading its half of the entries from its stdin (nothing to clean up after kill -9)
+        # Not the user's configuration (an earlier job's ~/.config/pip/pip.conf: its
+        # ``requirement`` adds any package, hooks and all, its ``target`` empties the
+        # venv): pip skips it for an existing PIP_CONFIG_FILE, and still reads the
+        # machine's (root's) and the environment's PIP_*.
+        env = dict(os.environ)
+        empty = venv / ".gpu-ci-pip.conf"
+        if not (env.get("PIP_CONFIG_FILE") and os.path.exists(env["PIP_CONFIG_FILE"])):
+            try:
+                empty.write_text("")
+                env["PIP_CONFIG_FILE"] = str(empty)
+            except OSError:
+                env["PIP_CONFIG_FILE"] = os.devnull  # no configuration file at all
         try:
-            done = run_side_by_side([(pip + ["-r", "/dev/stdin"], half) for half in halves])
-        except OSError:  # no writable temporary directory for the texts: one run
-            done = [run(pip + requirements)]
+            halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
+            if len(halves) < 2 or (os.cpu_count() or 1) < 2:
+                done = [run(pip + requirements, env)]
+            else:  # pip installs one wheel after another on one core: two runs side by
+                # side, each reading its half of the entries from its stdin (nothing to
+                # clean up after kill -9)
+                try:
+                    jobs = [(pip + ["-r", "/dev/stdin"], half) for half in halves]
+                    done = run_side_by_side(jobs, env)
+                except OSError:  # no writable temporary directory for the texts: one run
+                    done = [run(pip + requirements, env)]
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                empty.unlink()
         for proc in done:
             check(proc, f"pip install {names}")
 
@@ -251,32 +282,47 @@ class Installer:
 def pip_halves(locks: list[Path]) -> list[str]:
     """The entries of ``locks`` as two requirement texts (one when there is one package),
     for two pip runs into one venv. A package's entries (one per environment marker) stay
-    in one text, once: no distribution is installed by both runs."""
-    by_name: dict[str, list[str]] = {}
+    in one text, once: no distribution is installed by both runs. An entry is what pip
+    reads as one line (lines ending in a backslash continue it, indented or not); an index
+    option goes in both texts; [] (one run, of the locks as they are) for a line naming
+    another file, which pip reads relative to the lock and not to ``/dev/stdin``."""
+    by_name: dict[str, list[str]] = {"": []}  # "": the options both runs need
     for lock in locks:
-        entry: list[str] = []
-        for line in lock.read_text(encoding="utf-8").splitlines() + [""]:
-            if line[:1].isspace() and entry:  # a continuation: hashes, "# via" comments
-                if not line.lstrip().startswith("#"):
-                    entry.append(line)
+        lines = iter(lock.read_text(encoding="utf-8").splitlines())
+        for line in lines:
+            first = line.strip()
+            if not first or first.startswith("#"):
                 continue
-            if entry:
-                name = re.sub(
-                    r"[-_.]+", "-", re.split(r"[ =<>!~;\[@]", entry[0], maxsplit=1)[0]
-                ).lower()
-                text = "\n".join(entry)
-                if text not in by_name.setdefault(name, []):
-                    by_name[name].append(text)
-            entry = [line] if line.strip() and not line.lstrip().startswith("#") else []
+            entry = [line]
+            while entry[-1].endswith("\\") and not entry[-1].lstrip().startswith("#"):
+                more = next(lines, None)
+                if more is None:  # a backslash at the end of the file: pip's own way
+                    return []
+                entry.append(more)
+            if first.startswith("-"):
+                if not re.match(OPTIONS_FOR_BOTH, first):
+                    return []
+                name = ""
+            else:
+                name = re.sub(r"[-_.]+", "-", re.split(r"[\s=<>!~;\[@\\(]", first)[0]).lower()
+            text = "\n".join(entry)
+            if text not in by_name.setdefault(name, []):
+                by_name[name].append(text)
+    both = "".join(t + "\n" for t in by_name.pop(""))
     names = list(by_name)
     halves = ["".join(t + "\n" for n in names[i::2] for t in by_name[n]) for i in (0, 1)]
-    return [half for half in halves if half]
+    return [both + half for half in halves if half]
 
 
-def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.CompletedProcess]:
+def run_side_by_side(
+    jobs: list[tuple[list[str], str]], env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess]:
     """Each ``(command, stdin text)`` started at once, then each waited for. The texts come
-    from unlinked temporary files, all written before any command starts (an OSError
-    starts none): nothing is left behind, whenever this is killed."""
+    from unlinked temporary files, all written before any command starts: nothing is left
+    behind, whenever this is killed. An OSError means none started (the caller may install
+    another way); a command that cannot start after another did is a failed one (the
+    other killed: it may have written part of a package, which a second install would
+    take for installed)."""
     import tempfile
 
     with contextlib.ExitStack() as stack:
@@ -292,14 +338,25 @@ def run_side_by_side(jobs: list[tuple[list[str], str]]) -> list[subprocess.Compl
             for (cmd, _), stdin in zip(jobs, inputs):
                 procs.append(
                     subprocess.Popen(
-                        cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                        cmd,
+                        stdin=stdin,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        env=env,
                     )
                 )
-        except OSError:  # none keeps running: the caller may install another way
-            for proc in procs:
+        except OSError as exc:
+            if not procs:
+                raise
+            for proc in procs:  # none keeps running
                 proc.kill()
-                proc.communicate()
-            raise
+            why = f"stopped: the run beside it could not start ({exc})\n"
+            done = []
+            for proc in procs:
+                out, err = proc.communicate()
+                done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err + why))
+            return done + [subprocess.CompletedProcess(jobs[len(procs)][0], 1, "", f"{exc}\n")]
     done = []
     for proc, (cmd, _) in zip(procs, jobs):
         out, err = proc.communicate()
@@ -353,15 +410,26 @@ def compile_site(site: Path) -> None:
             children = []
             break
         children.append(pid)
-    try:
-        for source in sources[index::count] if count else ():
+
+    def share(i: int) -> None:
+        for source in sources[i::count]:
             with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
                 py_compile.compile(source, doraise=True, quiet=2)
-    finally:
-        if index:  # a forked child: its share is done
-            os._exit(0)
-    for pid in children:
-        os.waitpid(pid, 0)
+
+    if index:  # a forked child: its share, then out (never back into the caller's code)
+        code = 1
+        try:
+            share(index)
+            code = 0
+        finally:
+            os._exit(code)
+    if count:
+        share(0)
+    # A child killed part way (the OOM killer) or failing: the venv is never modified
+    # again, so its share is compiled here rather than in memory by every run.
+    for i, pid in enumerate(children, start=1):
+        if os.waitpid(pid, 0)[1] != 0:
+            share(i)
 
 
 def site_packages(venv: Path) -> Path:
@@ -706,7 +774,13 @@ def main(argv: list[str]) -> int:
         if problem:
             if problem != "new":
                 notice(f"not reusing {venv}: {problem}. Rebuilding it.")
-            installer = build(venv, groups)
+            try:
+                installer = build(venv, groups)
+            except OSError as exc:  # a full disk (blocks or inodes), a file we cannot write
+                raise fail(
+                    f"building {venv} failed ({exc}); nothing was kept. Free space there "
+                    "or set GPU_CI_CACHE_DIR to another directory."
+                ) from None
             how = f"installed {', '.join(groups)} with {installer.name}"
             sweep(venv)
     return finish(venv, groups, how, start, compiling)

@@ -572,7 +572,7 @@ def test_the_pip_fallbacks_start_their_python_isolated(tmp_path, monkeypatch, pi
         ran.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    def side_by_side(jobs):
+    def side_by_side(jobs, env=None):
         return [run(cmd) for cmd, _ in jobs]
 
     monkeypatch.setattr(boot, "run", run)
@@ -858,7 +858,7 @@ def test_pip_installs_in_two_runs_side_by_side_each_package_once(tmp_path, monke
             assert "--hash=sha256:" in entry and entry.splitlines()[-1].rstrip()[-1] != "\\"
     ran: list[tuple[list[str], str]] = []
 
-    def side_by_side(jobs):
+    def side_by_side(jobs, env=None):
         ran.extend(jobs)
         return [subprocess.CompletedProcess(cmd, 0, "", "") for cmd, _ in jobs]
 
@@ -913,3 +913,213 @@ def test_the_manifest_reads_each_file_once_yet_records_what_the_venv_holds(tmp_p
     assert "pynvml.py" in read  # changed after the check: read again
     assert "version.py" not in read  # packaging's, checked against RECORD: read once
     assert boot.verify(venv_path) == ""
+
+
+def test_pip_halves_parse_a_lock_as_pip_does(tmp_path):
+    """Each half is parsed by pip as the locks are: an entry is the lines pip joins (a line
+    ending in a backslash continues, indented or not; an indented line after one that does
+    not is an entry of its own), index options reach both runs, and a line naming another
+    file (read relative to the lock, not to /dev/stdin) means one run of the locks as they
+    are. Blank lines, comments and CRLF are no entries."""
+    boot = bootstrap_module()
+    h = "    --hash=sha256:" + "a" * 64
+    lock = tmp_path / "odd.txt"
+    lock.write_bytes(
+        "\r\n".join(
+            [
+                "# a comment",
+                "--index-url https://mirror.example/simple",
+                "",
+                "alpha==1.0 \\",  # a continuation at column 0
+                "--hash=sha256:" + "b" * 64,
+                "beta==2.0 \\",
+                h,
+                "    # via alpha",
+                "    gamma==3.0 --hash=sha256:" + "c" * 64,  # indented, yet its own entry
+                "Delta_Pkg==4.0 ; python_version >= '3.9' \\",
+                h,
+                "delta-pkg==4.1 ; python_version < '3.9' \\",
+                h,
+                "",
+            ]
+        ).encode()
+    )
+    halves = boot.pip_halves([lock])
+    assert len(halves) == 2
+    for half in halves:
+        assert half.startswith("--index-url https://mirror.example/simple\n")
+    pins = [re.findall(r"^\s*([A-Za-z][\w.-]*)==", half, re.MULTILINE) for half in halves]
+    assert sorted(pins[0] + pins[1]) == ["Delta_Pkg", "alpha", "beta", "delta-pkg", "gamma"]
+    assert {"Delta_Pkg", "delta-pkg"} <= set(pins[0]) or {"Delta_Pkg", "delta-pkg"} <= set(pins[1])
+    both = "".join(halves)
+    assert "alpha==1.0 \\\n--hash=sha256:" + "b" * 64 + "\n" in both
+    assert "\r" not in both and "# via" not in both
+    for included in ("-r other.txt", "--constraint c.txt", "-e ./pkg", "--find-links ./wheels"):
+        other = tmp_path / "with-include.txt"
+        other.write_text(f"{included}\nalpha==1.0 \\\n{h}\nbeta==2.0 \\\n{h}\n")
+        assert boot.pip_halves([other]) == [], included
+
+
+def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeypatch):
+    """A forked compile child killed part way (the OOM killer on a busy runner) or failing:
+    its share is compiled by the parent, not left to be compiled in memory by every run of
+    a venv that is never modified again."""
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    for i in range(8):
+        (site / f"m{i}").mkdir(parents=True)
+        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    parent = os.getpid()
+    real = py_compile.compile
+
+    def dies_in_a_child(source, *args, **kwargs):
+        if os.getpid() != parent:
+            if source.endswith("m3/__init__.py"):
+                raise MemoryError  # not an error py_compile reports for a bad source
+            os.kill(os.getpid(), 9)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(py_compile, "compile", dies_in_a_child)
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 4)
+    boot.compile_site(site)
+    tag = sys.implementation.cache_tag
+    missing = [
+        i
+        for i in range(8)
+        if not (site / f"m{i}" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    ]
+    assert missing == []
+
+
+def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
+    """The job's working directory (a pull request's files) and the user's configuration
+    (an earlier job's) may hold a ``uv.toml``: uv reads none (``UV_NO_CONFIG``). Otherwise
+    ``[pip] target`` sends every package elsewhere and leaves a venv that passes its checks
+    empty, kept for later jobs; ``python-platform`` installs another system's wheels."""
+    if not (UV_BIN / "uv").exists():
+        pytest.skip("uv is not installed in .venv")
+    boot = bootstrap_module()
+    work = tmp_path / "workspace"
+    work.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    (work / "uv.toml").write_text(f'[pip]\ntarget = "{elsewhere}"\n')
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", f"{UV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    venv_path = tmp_path / "v" / "key"
+    venv_path.parent.mkdir()
+    assert boot.build(venv_path, ["base"]).name == "uv"
+    assert not elsewhere.exists()
+    site = boot.site_packages(venv_path)
+    assert (site / "actions_toolkit" / "__init__.py").is_file()
+
+
+def test_pip_reads_no_configuration_of_the_users(tmp_path, monkeypatch):
+    """An earlier job on a persistent runner (same user, same home) may leave a
+    ``~/.config/pip/pip.conf``: pip reads none of the user's, whose ``requirement`` would add
+    any package (with its own hashes and start-up hooks, in a RECORD) to a fresh venv and
+    whose ``target`` would leave the venv empty. The environment's ``PIP_*`` and the
+    machine's configuration (root's) still apply."""
+    boot = bootstrap_module()
+    home = tmp_path / "home"
+    elsewhere = tmp_path / "elsewhere"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[install]\ntarget = {elsewhere}\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    venv_path = tmp_path / "v" / "key"
+    venv_path.parent.mkdir()
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 2)  # two runs side by side
+    assert len(boot.pip_halves([boot.LOCKS / "base.txt", boot.LOCKS / "nvml.txt"])) == 2
+    assert boot.build(venv_path, ["base", "nvml"]).name == "pip"
+    assert not elsewhere.exists()
+    site = boot.site_packages(venv_path)
+    assert (site / "actions_toolkit" / "__init__.py").is_file() and (site / "pynvml.py").is_file()
+    assert not (venv_path / "pip.conf").exists()
+
+
+def test_every_file_the_import_system_loads_as_a_startup_hook_is_one(tmp_path):
+    """``sitecustomize``/``usercustomize`` under every suffix this Python imports a module
+    from (``.so`` alone is an extension suffix too), outside any RECORD, is reported."""
+    import importlib.machinery as machinery
+
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    site.mkdir()
+    suffixes = [
+        *machinery.EXTENSION_SUFFIXES,
+        *machinery.SOURCE_SUFFIXES,
+        *machinery.BYTECODE_SUFFIXES,
+        ".pyd",  # Windows' extension suffix, for a bootstrap there
+        ".cp311-win_amd64.pyd",
+    ]
+    names = sorted(
+        {f"{hook}{suffix}" for hook in ("sitecustomize", "usercustomize") for suffix in suffixes}
+    )
+    for name in names:
+        (site / name).write_text("")
+    reported = [p.split(" ")[0] for p in boot.record_problems(site)]
+    assert reported == names
+
+
+def test_a_full_disk_during_a_build_is_an_error_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The disk filling up after the install (the manifest, a marker file: each needs a
+    block or an inode) is reported as the bootstrap's error, not a traceback, and the
+    half-built venv is removed."""
+    import errno
+
+    boot = bootstrap_module()
+    cache = tmp_path / "cache"
+    github_env = tmp_path / "github_env"
+    github_env.write_text("")
+    for name in [k for k in os.environ if k.startswith(("GPU_CI_", "RUNNER_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RUNNER_TOOL_CACHE", str(cache))
+    monkeypatch.setenv("GITHUB_ENV", str(github_env))
+    monkeypatch.setattr(boot.Installer, "install", lambda self, venv, locks: None)
+
+    def full(site):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(site / "x.pyc"))
+
+    monkeypatch.setattr(boot, "compile_site", full)
+    with pytest.raises(SystemExit) as exited:
+        boot.main(["gpu-gate"])
+    message = str(exited.value.code)
+    assert message.startswith("::error title=gpu-ci bootstrap::"), message
+    assert "No space left on device" in message
+    assert [p.name for p in (cache / "gpu-ci-actions").glob("*/py*") if p.is_dir()] == []
+    assert github_env.read_text() == ""
+
+
+def test_no_second_install_into_a_venv_a_killed_pip_may_have_touched(tmp_path, monkeypatch, capsys):
+    """The second pip cannot start (EAGAIN: the runner's process limit) after the first
+    did: the first is killed, and its venv is not installed into again by one run (a pip
+    killed part way leaves a package's files and METADATA without a RECORD: the next pip
+    calls it satisfied and the RECORD check never sees it). The build fails instead."""
+    import errno
+
+    boot = bootstrap_module()
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(cmd, **kwargs):
+        if started:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        started.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs))
+        return started[-1]
+
+    fallback: list[list[str]] = []
+    monkeypatch.setattr(boot.subprocess, "Popen", popen)
+    monkeypatch.setattr(boot, "run", lambda cmd, env=None: fallback.append(cmd))
+    monkeypatch.setattr(boot.os, "cpu_count", lambda: 2)
+    installer = boot.Installer(tmp_path / "uv-cache")
+    installer.uv, installer.pip = None, ["/host/pip/__pip-runner__.py"]
+    (tmp_path / "venv").mkdir()
+    locks = [ROOT / "requirements" / "base.txt", ROOT / "requirements" / "nvml.txt"]
+    with pytest.raises(SystemExit) as exited:
+        installer.install(tmp_path / "venv", locks)
+    assert "::error title=gpu-ci bootstrap::pip install" in str(exited.value.code)
+    assert "could not start" in capsys.readouterr().out
+    assert fallback == []
+    assert started and started[0].poll() is not None  # killed, not left running
