@@ -24,7 +24,10 @@ For each action and installer (pip; uv when available), measured side by side, m
 
 Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate cold
 <= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
-action, with the package index reachable.
+action, with the package index reachable. Not met: remove-label warm, 0.62-0.75 s (2026-12-01,
+before and after that day's changes alike), of which ``import github`` is ~0.29 s; the gate
+here decides without the API (workflow_dispatch), so a pull request's gate, which calls it,
+costs about as much warm.
 
 * the time to create a file where the caches live (``--dir``, default the temporary
   directory): a cold start creates ~1000 files, so a slow file system shows here.
