@@ -59,6 +59,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = ROOT / "requirements"
 MANIFEST = ".gpu-ci-manifest.json"
+#: Hash algorithms a RECORD may not use (the wheel spec: sha256 or stronger).
+WEAK = frozenset({"md5", "sha1", "sha224"})
 #: Files in site-packages that run code at start-up without being imported.
 #: (An extension's suffix is ``.so`` or ``.pyd`` alone too, or with a tag before it.)
 STARTUP_HOOKS = re.compile(
@@ -527,6 +529,14 @@ def checked_records(site: Path) -> tuple[list[str], dict[str, tuple[list[int], s
                 path = site / rel
                 if not path.is_file():
                     problems.append(f"{rel} is in {record.parent.name}/RECORD but missing")
+                    continue
+                # the wheel spec's rule: a guaranteed algorithm, sha256 or stronger; anything
+                # else (a name hashlib does not know: a traceback before) is refused
+                if algorithm not in hashlib.algorithms_guaranteed or algorithm in WEAK:
+                    problems.append(
+                        f"{rel} is hashed with {algorithm!r} in {record.parent.name}/RECORD, "
+                        "which a RECORD may not use"
+                    )
                     continue
                 st = path.lstat()  # before the read: a change during it moves the key
                 digest = hashlib.new(algorithm, path.read_bytes()).digest()

@@ -1123,3 +1123,20 @@ def test_no_second_install_into_a_venv_a_killed_pip_may_have_touched(tmp_path, m
     assert "could not start" in capsys.readouterr().out
     assert fallback == []
     assert started and started[0].poll() is not None  # killed, not left running
+
+
+@pytest.mark.parametrize("algorithm", ["nosuch", "md5", "sha1"])
+def test_a_record_hashed_with_an_unknown_or_weak_algorithm_is_a_problem(tmp_path, algorithm):
+    """The wheel spec allows sha256 or stronger in a RECORD; a name hashlib does not know was
+    a traceback, md5 and sha1 were accepted."""
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    (site / "pkg-1.0.dist-info").mkdir(parents=True)
+    (site / "pkg.py").write_text("X = 1\n")
+    (site / "pkg-1.0.dist-info" / "RECORD").write_text(
+        f"pkg.py,{algorithm}=AAAA,6\npkg-1.0.dist-info/RECORD,,\n"
+    )
+    assert boot.record_problems(site) == [
+        f"pkg.py is hashed with {algorithm!r} in pkg-1.0.dist-info/RECORD, which a RECORD "
+        "may not use"
+    ]
