@@ -14,6 +14,16 @@ from gpu_ci.inputs import Inputs
 from gpu_ci.specs import ACTIONS, GPU_GATE, SETUP_CONDA_FROM_LOCK
 
 
+def run_code(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter with only this checkout's ``src`` on the path."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
+    )
+
+
 def test_help_lists_the_four_subcommands(run_cli):
     result = run_cli(["--help"])
     assert result.returncode == 0
@@ -97,12 +107,7 @@ def test_internal_error_is_one_annotation_without_traceback(tmp_path):
         "c.ACTIONS['gpu-gate'] = c.ACTIONS['gpu-gate']._replace(module='boom')\n"
         "raise SystemExit(c.main(['gpu-gate']))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
-    )
+    proc = run_code(code)
     assert proc.returncode == 1
     assert "::error title=gpu-ci gpu-gate internal error::" in proc.stdout
     assert "ZeroDivisionError" in proc.stdout
@@ -159,12 +164,7 @@ def test_python_m_gpu_ci_runs_the_command_with_the_cyclic_collector_on(tmp_path)
         "sys.modules['gpu_ci.cli'] = c\n"
         "runpy.run_module('gpu_ci', run_name='__main__')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
-    )
+    proc = run_code(code)
     assert proc.stdout.strip() == "collector on", proc.stdout + proc.stderr
 
 
@@ -178,12 +178,7 @@ def test_an_action_named_alone_gets_argparses_flags_without_argparse(name):
         f"c.main([{name!r}])\n"
         "print('argparse' in sys.modules)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src"},
-    )
+    proc = run_code(code)
     action = {"spend": "gpu-spend"}.get(name, name)
     args = vars(build_parser(action).parse_args([name]))
     args.pop("command")

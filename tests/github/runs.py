@@ -201,20 +201,25 @@ def upload(gh, run, report, name="gpu-monitor-tests", **kw):
     )
 
 
-def retry_config(**kw):
-    """gpu-watchdog's configuration for the retry tests: cuda-ci.yml's GPU jobs, one retry of
-    an infrastructure failure; ``kw`` overrides any argument of ``watchdog.make_config``."""
+def watchdog_config(**kw):
+    """gpu-watchdog's configuration for the tests: GPU jobs labelled ``gpu``, cancelled after
+    60 minutes queued; ``kw`` overrides any argument of ``watchdog.make_config``."""
     from gpu_ci.github import watchdog
 
     args = dict(
-        workflows=["cuda-ci.yml"],
+        workflows=[],
         labels=["gpu"],
         max_queue_minutes="60",
         cancel=True,
         context="GPU CI",
         max_calls="200",
         rate_reserve="0",
-        retry_infra_failures="1",
     )
     args.update(kw)
     return watchdog.make_config(**args)
+
+
+def retry_config(**kw):
+    """:func:`watchdog_config` for the retry tests: cuda-ci.yml's GPU jobs, one retry of an
+    infrastructure failure."""
+    return watchdog_config(**{"workflows": ["cuda-ci.yml"], "retry_infra_failures": "1", **kw})

@@ -9,6 +9,7 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.statuses import WATCHDOG_PREFIX
+from tests.github.runs import watchdog_config
 from tests.github_server import Job, WorkflowRun
 
 REPO = "octo-org/octo-repo"
@@ -21,17 +22,7 @@ def ago(minutes: float, now: datetime | None = None) -> str:
 
 
 def config(**kw) -> watchdog.WatchdogConfig:
-    args = dict(
-        workflows=[],
-        labels=["gpu"],
-        max_queue_minutes="60",
-        cancel=True,
-        context="GPU CI",
-        max_calls="200",
-        rate_reserve="0",
-    )
-    args.update(kw)
-    return watchdog.make_config(**args)
+    return watchdog_config(**kw)
 
 
 # -- pure -------------------------------------------------------------------------------------
