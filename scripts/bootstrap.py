@@ -32,7 +32,7 @@ Safe on persistent, shared runners:
   pip verifies every wheel against the lock's hashes and reads no user configuration
   (an earlier job's ``~/.config/pip/pip.conf``).
 * **Compiled once, after the checks.** Neither installer compiles: the bootstrap removes
-  any ``.pyc`` an installer copied, compiles the verified sources itself (two cores; not
+  any ``.pyc`` an installer copied, compiles the verified sources itself (a process per core; not
   those no run imports, ``NEVER_IMPORTED``), then takes the manifest; runs write no ``.pyc``.
 
 Cold start (issue 30): one uv run for all the groups (pip: two runs side by side, each
@@ -264,16 +264,16 @@ class Installer:
                 env["PIP_CONFIG_FILE"] = os.devnull  # no configuration file at all
         try:
             halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
-            if len(halves) < 2 or (os.cpu_count() or 1) < 2:
-                done = [run(pip + requirements, env)]
-            else:  # pip installs one wheel after another on one core: two runs side by
-                # side, each reading its half of the entries from its stdin (nothing to
-                # clean up after kill -9)
-                try:
-                    jobs = [(pip + ["-r", "/dev/stdin"], half) for half in halves]
+            done = None
+            if len(halves) == 2 and (os.cpu_count() or 1) > 1:
+                # pip installs one wheel after another on one core: two runs side by side,
+                # each reading its half of the entries from its stdin (nothing to clean up
+                # after kill -9)
+                jobs = [(pip + ["-r", "/dev/stdin"], half) for half in halves]
+                with contextlib.suppress(OSError):  # none started (no writable temp dir)
                     done = run_side_by_side(jobs, env)
-                except OSError:  # no writable temporary directory for the texts: one run
-                    done = [run(pip + requirements, env)]
+            if done is None:
+                done = [run(pip + requirements, env)]
         finally:
             with contextlib.suppress(FileNotFoundError):
                 empty.unlink()
@@ -374,7 +374,7 @@ def compile_site(site: Path) -> None:
     every run that imports it.
 
     In this process (the venv's interpreter is this one, so are its ``.pyc`` files), on
-    two cores where there are two: a forked child takes every other file. Neither an
+    one process per core, up to 4: each forked child takes every n-th file. Neither an
     installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
     as cheap. A file that does not compile is left as pip leaves it: Python reports it if
     it is ever imported. Sources no run imports (``NEVER_IMPORTED``) are not compiled."""
@@ -522,7 +522,8 @@ def checked_records(site: Path) -> tuple[list[str], dict[str, tuple[list[int], s
                 if not row:
                     continue
                 rel, spec = row[0], (row[1] if len(row) > 1 else "")
-                recorded.add(os.path.normpath(rel).replace(os.sep, "/"))
+                normal = os.path.normpath(rel).replace(os.sep, "/")
+                recorded.add(normal)
                 if not spec or "=" not in spec:
                     continue
                 algorithm, _, want = spec.partition("=")
@@ -544,10 +545,7 @@ def checked_records(site: Path) -> tuple[list[str], dict[str, tuple[list[int], s
                 if got != want:
                     problems.append(f"{rel} does not match its hash in {record.parent.name}/RECORD")
                 elif algorithm == "sha256" and stat.S_ISREG(st.st_mode):
-                    hashed[os.path.normpath(rel).replace(os.sep, "/")] = (
-                        _stat_key(st),
-                        digest.hex(),
-                    )
+                    hashed[normal] = (_stat_key(st), digest.hex())
     # Start-up hooks live at the top of site-packages (a .pth; sitecustomize and
     # usercustomize as a module, an extension or a package, with what is under it)
     for name in sorted(os.listdir(site)):
