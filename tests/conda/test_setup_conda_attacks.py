@@ -267,3 +267,20 @@ def test_a_live_rename_probe_is_never_swept_as_a_leftover(tmp_path):
     os.utime(paths.probe, (old, old))
     transaction.recover(paths, lambda _m: None)
     assert not paths.probe.exists()
+
+
+@pytest.mark.parametrize("name", ["env[1]", "env*", "e?v"])
+def test_a_prefix_named_like_a_pattern_finds_its_own_leftovers_and_no_others(tmp_path, name):
+    """The leftovers beside a prefix are found by the names we give them, not by a glob
+    built from the prefix's name: ``env[1]`` as a pattern matched ``env1``'s leftovers
+    (another prefix's staging, removed as ours) and never its own."""
+    from gpu_ci.conda import transaction
+
+    paths = transaction.Paths(tmp_path / name)
+    mine = tmp_path / f".{name}.gpu-ci-new-deadbeef"
+    other = tmp_path / ".env1.gpu-ci-new-deadbeef"
+    for folder in (mine, other):
+        (folder / "conda-meta").mkdir(parents=True)
+    assert paths.leftovers() == [mine]
+    transaction.recover(paths, lambda _m: None)
+    assert not mine.exists() and other.is_dir()

@@ -168,15 +168,24 @@ class Paths(NamedTuple):
         the lock (so never swept as another run's leftover while it may be live)."""
         return self.target.with_name(f".{self.target.name}.gpu-ci-probe-{TOKEN}")
 
+    def beside(self, *kinds: str) -> list[Path]:
+        """Our names beside the target of these kinds (``gpu-ci-new-``, ...), sorted: one
+        listing, no glob (a target named like a pattern, ``env[1]``, is matched as it is
+        written, and five globs cost a warm run 3 ms)."""
+        starts = tuple(f".{self.target.name}.{kind}" for kind in kinds)
+        parent = self.target.parent
+        try:
+            names = os.listdir(parent)
+        except OSError:  # absent, or not a directory: nothing of ours there
+            return []
+        return sorted(parent / n for n in names if n.startswith(starts))
+
     def stale_probes(self, older_than: float = 3600.0) -> list[Path]:
         """Empty probe directories a run killed inside its three-syscall probe left: a live
         probe exists for milliseconds, so an hour-old one is nobody's."""
-        parent = self.target.parent
-        if not parent.is_dir():
-            return []
         now = time.time()
         out = []
-        for p in parent.glob(f".{self.target.name}.gpu-ci-probe-*"):
+        for p in self.beside("gpu-ci-probe-"):
             with contextlib.suppress(OSError):
                 if (
                     now - p.lstat().st_mtime > older_than
@@ -189,19 +198,7 @@ class Paths(NamedTuple):
 
     def leftovers(self) -> list[Path]:
         """Staging and work directories of earlier runs (only the lock holder makes them)."""
-        name = self.target.name
-        parent = self.target.parent
-        if not parent.is_dir():
-            return []
-        return sorted(
-            p
-            for pattern in (
-                f".{name}.gpu-ci-new-*",
-                f".{name}.gpu-ci-work-*",
-                f".{name}.gpu-ci-journal.json.tmp-*",
-            )
-            for p in parent.glob(pattern)
-        )
+        return self.beside("gpu-ci-new-", "gpu-ci-work-", "gpu-ci-journal.json.tmp-")
 
 
 def begin(paths: Paths) -> None:
@@ -240,10 +237,7 @@ def recover(paths: Paths, log: Log) -> str:
                 os.rename(backup, paths.target)
                 done = "rolled back an interrupted swap (restored the old environment)"
     if not paths.target.exists() and not paths.target.is_symlink():
-        legacy = sorted(
-            paths.target.parent.glob(f".{paths.target.name}.gpu-ci-old-*"),
-            key=lambda p: p.stat().st_mtime,
-        )
+        legacy = sorted(paths.beside("gpu-ci-old-"), key=lambda p: p.stat().st_mtime)
         if legacy and (legacy[-1] / "conda-meta").is_dir():
             # gpu-ci 1.0.0 kept no journal: its backup, alone, is the environment to restore
             os.rename(legacy[-1], paths.target)
