@@ -16,8 +16,9 @@ pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 def _sidecar_of_a_job(locks, tmp_path):
     """A job whose archives our downloader fetched (``stream-downloads: false``, as with
     credentials or a proxy): its package cache, the md5 sidecar of one entry (removed, for
-    the test to plant something there) and the job's inputs. The archives are removed, so
-    that the next job fetches them again and records the sidecar after linking."""
+    the test to plant something there, and the entry's stamp) and the job's inputs. The
+    archives are removed, so that the next job fetches them again and records the sidecar
+    after linking."""
     pkgs = tmp_path / "pkgs"
     off = {"INPUT_STREAM_DOWNLOADS": "false"}
     code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
@@ -26,6 +27,8 @@ def _sidecar_of_a_job(locks, tmp_path):
     sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
     assert stat.S_ISREG(os.lstat(sidecar).st_mode)
     sidecar.unlink()
+    # the entry's stamp records the sha256 too; without it the sidecar is what is read
+    (entry / ".gpu-ci-verified").unlink()
     for archive in (pkgs / "archives").iterdir():
         archive.unlink()
     return pkgs, sidecar, off

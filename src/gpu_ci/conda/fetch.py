@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -56,6 +57,7 @@ Log = Callable[[str], None]
 
 __all__ = [
     "MD5_SIDECAR",
+    "Ahead",
     "SHA_MARKER",
     "WIDE",
     "Fetch",
@@ -69,6 +71,7 @@ __all__ = [
     "plan_downloads",
     "stream_and_extract",
     "streams",
+    "warm_checks",
 ]
 
 
@@ -100,6 +103,138 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def warm_checks(plan: InstallPlan, cache: Path) -> list[tuple[str, verified.Facts | None]]:
+    """Per lock entry, what its cache entry offers without its archive: the sha256 to give
+    rattler ('' when the entry is not to be trusted) and its stamp's facts (None: hash the
+    entry, or fetch its archive). Reads only. The stamp first: where it holds, the entry's
+    directory exists (``trusted_sha256`` need not look) and the stamp gives the sha256."""
+    base = os.fspath(cache) + os.sep
+    checked = []
+    for entry in plan.conda:
+        fact = verified.check(base + entry.dist_name, entry.digest)
+        checked.append((trusted_sha256(entry, cache, fact), fact))
+    return checked
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # a container's or a runner's share, not the host's
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class Ahead:
+    """``warm_checks`` made in a child process while this one goes on to import rattler.
+
+    Why: a warm install is one core's work until rattler links, and the two longest parts
+    of it before the link are ``import rattler`` (~70 ms: asyncio and rattler's modules) and
+    the checks (one ``lstat`` per file of each entry: ~45 ms for 600 packages at 5-7 us per
+    system call). Forked (on Linux, with a second core and before any thread exists), the
+    child closes every descriptor it inherited but the pipe's (a lock this process holds, or
+    the step's output, is never held by it), only reads the cache and sends its verdicts
+    back, then exits; it is killed when its verdicts are not wanted (``close``), and once
+    this process is gone its write fails and it exits (no ``prctl``: ctypes alone would
+    cost the child 5 ms).
+    Anything amiss with the child (it cannot start, dies, sends what does not decode)
+    costs the checks made here instead, never a verdict.
+    ``wanted``: False for an install that does not check the cache (``engine: conda``)."""
+
+    def __init__(self, plan: InstallPlan, cache: Path, wanted: bool = True) -> None:
+        self.plan, self.cache = plan, cache
+        self._pid, self._fd = 0, -1
+        if (
+            not wanted
+            or not plan.conda
+            or not sys.platform.startswith("linux")
+            or "rattler" in sys.modules  # nothing to overlap; its threads may exist
+            or threading.active_count() > 1
+            or _usable_cores() < 2
+        ):
+            return
+        read, write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            return
+        if pid == 0:  # the child: reads the cache, writes nothing but the pipe
+            code = 1
+            try:
+                # none of this process's descriptors but the pipe: a lock it holds (the
+                # prefix's) is free the moment it dies, and the step's output ends with it,
+                # not when this child ends
+                quiet = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(quiet, fd)
+                os.closerange(3, write)
+                os.closerange(write + 1, 1 << 20)
+                import marshal  # built in: no import from disk
+
+                verdicts = [
+                    (sha, None if fact is None else tuple(fact))
+                    for sha, fact in warm_checks(plan, cache)
+                ]
+                verified.write_all(write, marshal.dumps(verdicts))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        self._pid, self._fd = pid, read
+
+    def result(self) -> list[tuple[str, verified.Facts | None]]:
+        """The child's verdicts, or (without one) the checks made here."""
+        data = self._collect()
+        if data is not None:
+            import marshal
+
+            try:
+                return [
+                    (str(sha), None if fact is None else verified.Facts(*fact))
+                    for sha, fact in marshal.loads(data)
+                ]
+            except (ValueError, TypeError, EOFError):
+                pass
+        return warm_checks(self.plan, self.cache)
+
+    def _collect(self) -> bytes | None:
+        if self._fd < 0:
+            return None
+        chunks = []
+        try:
+            while chunk := os.read(self._fd, 1 << 16):
+                chunks.append(chunk)
+        except OSError:
+            chunks = []
+        os.close(self._fd)
+        self._fd = -1
+        self.close()
+        return b"".join(chunks) if chunks and self._status == 0 else None
+
+    _status = -1
+
+    def close(self) -> None:
+        """Reap the child; killed first when its verdicts were not read (a reused
+        environment, an error): it would check the whole cache for nothing."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+            if self._pid:
+                with contextlib.suppress(OSError):
+                    os.kill(self._pid, signal.SIGKILL)
+        if self._pid:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(self._pid, 0)
+                self._status = os.waitstatus_to_exitcode(status)
+            self._pid = 0
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _noop(_: int) -> None:
     return None
 
@@ -125,9 +260,11 @@ def fetch_and_extract(
     stream: bool = True,
     log: Log = print,
     downloader: Downloader | None = None,
+    ahead: Ahead | None = None,
 ) -> Fetch:
     """Every entry of the plan verified in the cache: trusted, streamed or downloaded
-    (``downloader``: the run's, else an unrouted one, ``downloads.default()``).
+    (``downloader``: the run's, else an unrouted one, ``downloads.default()``; ``ahead``:
+    the warm checks, begun earlier).
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
     their hash is computed, and published only when it matches; our downloader's archives
@@ -143,17 +280,17 @@ def fetch_and_extract(
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[int, Fetched] = {}
     facts: dict[int, verified.Facts | None] = {}
-    shas = [trusted_sha256(entry, cache) if trust else "" for entry in plan.conda]
+    checked = (ahead.result() if ahead else warm_checks(plan, cache)) if trust else []
+    shas = [sha for sha, _ in checked] or [""] * len(items)
     slow = []
-    for i, sha in enumerate(shas):
-        if sha:
-            entry = plan.conda[i]
-            fact = verified.check(os.path.join(cache, entry.dist_name), entry.digest)
-            if fact is None:
-                slow.append(i)
-            else:
-                facts[i] = fact
-                results[i] = Fetched(items[i], 0, True, 0, sha, entry.md5)
+    for i, (sha, fact) in enumerate(checked):
+        if not sha:
+            continue
+        if fact is None:
+            slow.append(i)
+        else:
+            facts[i] = fact
+            results[i] = Fetched(items[i], 0, True, 0, sha, plan.conda[i].md5)
     todo = [i for i in range(len(items)) if i not in results and i not in slow]
     downloader = downloader or default()
     urls = {i: stream_url(items[i], downloader) for i in todo} if stream and trust else {}

@@ -37,6 +37,7 @@ from gpu_ci.conda import transaction, verified
 from gpu_ci.conda.fetch import (
     MD5_SIDECAR,
     SHA_MARKER,
+    Ahead,
     Log,
     download_all,
     entry_dir,
@@ -190,17 +191,20 @@ def _silently_full(staging: Path) -> DiskError | None:
     )
 
 
-def _not_replaced(entries: Sequence[CondaEntry], cache: Path) -> None:
+def _not_replaced(
+    entries: Sequence[CondaEntry], cache: Path, facts: Sequence[verified.Facts | None]
+) -> None:
     """Under the cache's shared lock: every entry still holds the archive this job verified
     (another job with another archive of the same name, version and build may have replaced
-    it since; none can while the lock is held)."""
-    base = os.fspath(cache)
-    for entry in entries:
+    it since; none can while the lock is held). Its stamp unchanged says so in one system
+    call; else its digest marker is read (four)."""
+    base = os.fspath(cache) + os.sep
+    for entry, fact in zip(entries, facts):
+        path = base + entry.dist_name
+        if verified.unchanged_stamp(path, fact):
+            continue
         try:
-            same = (
-                verified.read_bytes(os.path.join(base, entry.dist_name, SHA_MARKER), 200)
-                == entry.digest.encode()
-            )
+            same = verified.read_bytes(os.path.join(path, SHA_MARKER), 200) == entry.digest.encode()
         except OSError:
             same = False
         if not same:
@@ -250,7 +254,7 @@ def link_with_rattler(
     )
     records = _records(entries, fetched, shas, cache)
     with transaction.shared(cache / transaction.ENTRIES_LOCK):
-        _not_replaced(entries, cache)
+        _not_replaced(entries, cache, facts)
         try:
             with CLIENT.refusing() as client:  # rattler's client, refusing every request
                 asyncio.run(
@@ -398,6 +402,14 @@ def _pip(
 
 
 def require_rattler() -> None:
+    """py-rattler imported, as ``gpu_ci.__main__`` imports us: its ~70 ms of modules,
+    classes and functions live as long as the process, so the cyclic collector does not
+    traverse them while they are created, nor in each later collection (the records of a
+    600-package install trigger several): ~5 ms of a warm run."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         import rattler  # noqa: F401
     except ImportError:
@@ -406,6 +418,10 @@ def require_rattler() -> None:
             "gpu-ci itself: add actions/setup-python (3.12) before this action, or "
             "use engine: conda."
         ) from None
+    finally:
+        if enabled:
+            gc.freeze()
+            gc.enable()
 
 
 def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
@@ -504,7 +520,10 @@ def _install(
     report = InstallReport()
     paths = transaction.Paths(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with transaction.exclusive(paths.lock, f"the lock on {target}", log):
+    held = transaction.exclusive(paths.lock, f"the lock on {target}", log)
+    # once the lock is held, the cache's warm checks on another core (while rattler is
+    # imported here)
+    with held, Ahead(plan, pkgs_dir / "rattler", engine == "rattler") as ahead:
         report.recovered = transaction.recover(paths, log)
         transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
         if marker_matches(target, plan):
@@ -517,10 +536,10 @@ def _install(
                 f"{'; '.join(problems)}: installing it again."
             )
         refuse_foreign(target)
-        if engine == "rattler":
-            require_rattler()
         if engine == "conda" and conda is None:
             raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
+        if engine == "rattler":
+            require_rattler()
         try:
             preflight(paths, pkgs_dir)
             with transaction.registered(pkgs_dir):
@@ -537,6 +556,7 @@ def _install(
                     stream,
                     log,
                     downloader,
+                    ahead,
                 )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -563,6 +583,7 @@ def _build_and_swap(
     stream: bool = True,
     log: Log = print,
     downloader: Downloader | None = None,
+    ahead: Ahead | None = None,
 ) -> None:
     staging, target, work = paths.staging, paths.target, paths.work
     work.mkdir(exist_ok=True)
@@ -573,7 +594,14 @@ def _build_and_swap(
         report.phases["download+verify"] = time.monotonic() - started
     else:
         got = fetch_and_extract(
-            plan, pkgs_dir, cache, policy, stream=stream, log=log, downloader=downloader
+            plan,
+            pkgs_dir,
+            cache,
+            policy,
+            stream=stream,
+            log=log,
+            downloader=downloader,
+            ahead=ahead,
         )
         fetched = got.fetched
         report.phases["download+verify+extract"] = time.monotonic() - started

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 STAMP = ".gpu-ci-verified"
-VERSION = 1
+VERSION = 2
+"""2: ``device`` is the stamp file's own (read with it, no ``stat`` of the entry); a
+version-1 stamp reads as absent, and its entry is hashed once more."""
 
 
 # NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
@@ -46,14 +48,29 @@ class Facts(NamedTuple):
     placeholder_bytes: int
     """Bytes of files with a prefix placeholder: linking always copies these."""
     total_bytes: int
+    stamp: tuple[int, ...] = ()
+    """The identity (device, inode, size, mtime in ns) of the stamp these facts were read
+    from or written to, () when none: while it is unchanged, the entry was not replaced
+    (``unchanged_stamp``; a replacement brings its own stamp, a new file)."""
+    sha256: str = ""
+    """The sha256 of the archive the entry was extracted from, when the stamp recorded it:
+    what rattler is given for an md5-only lock entry without reading the md5 sidecar."""
 
 
 def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> bytes:
+    """``read_file``'s bytes."""
+    return read_file(path, limit, dir_fd)[0]
+
+
+def read_file(
+    path: str, limit: int = 1 << 28, dir_fd: int | None = None
+) -> tuple[bytes, os.stat_result]:
     """A small regular file's bytes (at most ``limit``) through the raw system calls: a warm
     install reads a stamp, a marker and rattler's lock per entry, and ``open()``'s buffered
     file object cost more than the reads (15 ms against 2 ms for 600 markers). Not through
     a link, and never a FIFO or a device (an archive may hold anything at a name we read
-    later): OSError, as for a missing file. ``dir_fd``: ``path`` is relative to it."""
+    later): OSError, as for a missing file. ``dir_fd``: ``path`` is relative to it. With the
+    bytes, the file's ``fstat`` (its identity, for free)."""
     fd = os.open(
         path,
         os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
@@ -70,7 +87,7 @@ def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> by
             if len(chunk) < left:  # a regular file reads short only at its end: no
                 break  # second read() to see it (2400 fewer calls in a warm 600-package run)
             left -= len(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), info
     finally:
         os.close(fd)
 
@@ -262,12 +279,14 @@ def write(
     name: str = "",
     before: list[list[object]] | None = None,
     info: Info | None = None,
+    sha256: str = "",
 ) -> Facts | None:
     """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
     it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
     ``before``: the ``identities`` taken before the entry was hashed; a file that differs
     now was written after the hash read it, and is not stamped (the next job hashes it).
-    ``info``: the ``scan_info`` of a new entry nobody else writes to (saves a second look)."""
+    ``info``: the ``scan_info`` of a new entry nobody else writes to (saves a second look).
+    ``sha256``: the archive's, when known (it was just extracted), recorded with the rest."""
     items = listed_paths(entry)
     if isinstance(items, str):
         return Facts(digest, items.replace(entry.name, name or entry.name, 1), (), 0, 0)
@@ -275,27 +294,32 @@ def write(
     facts = survey(entry, items, name, files)
     if facts is None or facts.problem:
         return None if facts is None else Facts(digest, facts.problem, (), 0, 0)
-    facts = Facts(digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes)
+    facts = Facts(
+        digest, "", facts.escaping_links, facts.placeholder_bytes, facts.total_bytes, (), sha256
+    )
     base = os.fspath(entry)
     try:
         files.extend(list(f) for f in (info or scan_info(base)).files)
         if before is not None and files != before:
             return facts
-        data = {
-            "version": VERSION,
-            "digest": digest,
-            "device": os.stat(base).st_dev,
-            "escaping_links": list(facts.escaping_links),
-            "placeholder_bytes": facts.placeholder_bytes,
-            "total_bytes": facts.total_bytes,
-            "files": files,
-        }
         # Beside the entry, not in it: a writer killed here leaves a name the next job's
         # sweep of the cache removes (``transaction.sweep_cache``).
         part = os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            data = {
+                "version": VERSION,
+                "digest": digest,
+                "device": os.fstat(fd).st_dev,  # renamed into the entry: its device too
+                "escaping_links": list(facts.escaping_links),
+                "placeholder_bytes": facts.placeholder_bytes,
+                "total_bytes": facts.total_bytes,
+                "files": files,
+            }
+            if sha256:
+                data["sha256"] = sha256
             write_all(fd, json.dumps(data, separators=(",", ":")).encode())
+            written = os.fstat(fd)  # a rename keeps the inode and the mtime
         finally:
             os.close(fd)
         os.replace(part, os.path.join(base, STAMP))
@@ -303,7 +327,24 @@ def write(
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}"))
         return facts  # verified all the same; only the next job hashes again
-    return facts
+    return facts._replace(stamp=identity(written))
+
+
+def identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What a rewrite or a replacement of a file changes (``ctime`` aside, see above)."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def unchanged_stamp(entry: str, facts: Facts | None) -> bool:
+    """The entry's stamp is still the one ``facts`` came with (one ``lstat``): the entry was
+    not replaced since (``cache_trust.publish`` renames a new directory, its stamp a new
+    file, over the old one). False when unknown: ask its digest marker instead."""
+    if facts is None or not facts.stamp:
+        return False
+    try:
+        return identity(os.lstat(os.path.join(entry, STAMP))) == facts.stamp
+    except OSError:
+        return False
 
 
 def check(entry: Path | str, digest: str) -> Facts | None:
@@ -311,11 +352,12 @@ def check(entry: Path | str, digest: str) -> Facts | None:
     the identity it had when verified; None otherwise (hash it, or extract it again)."""
     base = os.fspath(entry)
     try:
-        data = json.loads(read_bytes(os.path.join(base, STAMP)))
+        raw, stamp = read_file(os.path.join(base, STAMP))
+        data = json.loads(raw)
         if (
             data.get("version") != VERSION
             or data.get("digest") != digest
-            or os.stat(base).st_dev != data.get("device")
+            or stamp.st_dev != data.get("device")
         ):
             return None
         lstat, prefix = os.lstat, base + os.sep
@@ -329,6 +371,8 @@ def check(entry: Path | str, digest: str) -> Facts | None:
             tuple(data["escaping_links"]),
             int(data["placeholder_bytes"]),
             int(data["total_bytes"]),
+            identity(stamp),
+            str(data.get("sha256") or ""),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

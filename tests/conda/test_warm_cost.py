@@ -1,0 +1,233 @@
+"""What a warm install costs per cache entry, counted in system calls rather than timed
+(a system call costs 5-7 us on a small VM runner, and a warm install of 600 packages makes
+thousands): the stamp read once (open, fstat, read, close), one ``lstat`` per stamped file,
+one ``stat`` of rattler's lock, and one ``lstat`` of the stamp under the cache's shared lock
+to see the entry was not replaced. And what the shortcuts must not change: a stamp rewritten
+by another job (same archive) does not fail the link, a replaced entry still does.
+
+The checks run in a child process while the job imports rattler (``fetch.Ahead``): each test
+of it runs in a fresh interpreter, as a job does (once rattler is imported, or a thread
+exists, nothing is forked), and shows whose verdicts it got."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from tests.conda_channel import SUBDIR
+from tests.conftest import ROOT
+
+pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
+
+NAMES = ["libhello", "hello", "hello-data"]
+
+
+@pytest.fixture
+def warm(channel, tmp_path):
+    """A plan installed once: its cache holds a stamped entry for each package."""
+    from gpu_ci.conda import install, lockfile
+
+    text = channel.explicit_lock(NAMES)
+    plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])
+    pkgs = tmp_path / "pkgs"
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=lambda _: None)
+    (tmp_path / "lock.txt").write_text(text)
+    return plan, pkgs
+
+
+def _counting(monkeypatch, calls: Counter) -> None:
+    for name in ("open", "stat", "lstat", "fstat", "read", "close"):
+        real = getattr(os, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, counted)
+
+
+def _stamped_files(cache, plan) -> int:
+    return sum(
+        len(json.loads((cache / e.dist_name / ".gpu-ci-verified").read_bytes())["files"])
+        for e in plan.conda
+    )
+
+
+def test_a_warm_entry_costs_its_stamp_its_files_and_one_stat_of_rattlers_lock(warm, monkeypatch):
+    from gpu_ci.conda import fetch
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    files = _stamped_files(cache, plan)
+    calls: Counter = Counter()
+    _counting(monkeypatch, calls)
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    monkeypatch.undo()
+    assert all(f.cached for f in got.fetched) and all(got.facts)
+    entries = len(plan.conda)
+    # per entry: the stamp (open, fstat, read, close), rattler's lock (stat); the files;
+    # the cache's directory looked at once (Path.mkdir's exist_ok)
+    assert calls == Counter(
+        open=entries, fstat=entries, read=entries, close=entries, stat=entries + 1, lstat=files
+    ), calls
+
+
+def test_the_link_sees_each_entry_unreplaced_in_one_lstat(warm, monkeypatch):
+    from gpu_ci.conda import fetch, install
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    calls: Counter = Counter()
+    _counting(monkeypatch, calls)
+    install._not_replaced(plan.conda, cache, got.facts)
+    monkeypatch.undo()
+    assert calls == Counter(lstat=len(plan.conda)), calls
+
+
+def test_a_stamp_rewritten_by_another_job_is_read_past_not_taken_for_a_replacement(warm):
+    """Another job hashed the entry again and rewrote its stamp (a new file) between this
+    job's check and its link: the entry still holds this job's archive (its digest marker
+    says so), so the link goes on."""
+    from gpu_ci.conda import fetch, install, verified
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    entry = plan.conda[0]
+    again = verified.write(cache / entry.dist_name, entry.digest, "other-job")
+    assert again is not None and again.stamp != got.facts[0].stamp
+    assert not verified.unchanged_stamp(os.path.join(cache, entry.dist_name), got.facts[0])
+    install._not_replaced(plan.conda, cache, got.facts)  # no error
+
+
+def test_an_entry_replaced_after_its_check_is_refused_at_the_link(warm):
+    from gpu_ci.conda import fetch, install
+    from gpu_ci.errors import GpuCiError
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    entry = plan.conda[1]
+    target = cache / entry.dist_name
+    # as cache_trust.publish replaces an entry: another directory renamed over it, its
+    # own stamp and marker (another archive's digest)
+    other = target.with_name(f".{target.name}.tmp-other")
+    os.rename(target, other)
+    os.mkdir(target)
+    (target / ".gpu-ci-archive-sha256").write_text("0" * 64)
+    (target / ".gpu-ci-verified").write_bytes((other / ".gpu-ci-verified").read_bytes())
+    with pytest.raises(GpuCiError, match="replaced by another job"):
+        install._not_replaced(plan.conda, cache, got.facts)
+
+
+AHEAD = """
+import os, signal, sys, time
+from pathlib import Path
+from gpu_ci.conda import fetch, lockfile
+
+lock, pkgs, child = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+text = open(lock).read()
+plan = lockfile.plan(lockfile.parse(text), text, "{subdir}", ["main"])
+cache = pkgs / "rattler"
+real, parent = fetch.warm_checks, os.getpid()
+here = real(plan, cache)
+
+
+def as_the_child_does(plan, cache):
+    if os.getpid() == parent:
+        print("checked-here")
+        return real(plan, cache)
+    if child == "dies":
+        os._exit(3)
+    if child == "garbles":
+        return [("x", (1, 2))] * len(plan.conda)
+    if child == "hangs":
+        time.sleep(600)
+    return real(plan, cache)
+
+
+fetch.warm_checks = as_the_child_does
+if child == "orphaned":
+    import fcntl
+
+    held = os.open(sys.argv[4], os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    child = "hangs"
+    ahead = fetch.Ahead(plan, cache)
+    print(ahead._pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+with fetch.Ahead(plan, cache) as ahead:
+    pid = ahead._pid
+    assert pid, "not forked"
+    if child == "hangs":
+        start = time.monotonic()
+        ahead.close()
+        print("closed-in", round(time.monotonic() - start, 1))
+    else:
+        print("same" if ahead.result() == here else "differs")
+try:
+    os.kill(pid, 0)
+    print("child-left")
+except ProcessLookupError:
+    print("child-gone")
+"""
+
+
+def _ahead(warm, tmp_path, child: str, code: int = 0) -> list[str]:
+    plan, pkgs = warm
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            AHEAD.format(subdir=SUBDIR),
+            str(tmp_path / "lock.txt"),
+            str(pkgs),
+            child,
+            str(tmp_path / "prefix.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert proc.returncode == code, proc.stderr
+    return proc.stdout.split()
+
+
+def test_the_warm_checks_are_made_by_a_child_while_the_job_goes_on(warm, tmp_path):
+    assert _ahead(warm, tmp_path, "checks") == ["same", "child-gone"]
+
+
+@pytest.mark.parametrize("child", ["dies", "garbles"])
+def test_a_child_that_dies_or_sends_nonsense_costs_the_checks_made_here(warm, tmp_path, child):
+    assert _ahead(warm, tmp_path, child) == ["checked-here", "same", "child-gone"]
+
+
+def test_a_child_whose_verdicts_are_not_wanted_is_killed_not_waited_for(warm, tmp_path):
+    """A reused environment (or an error) needs no verdicts: the child, still checking a
+    large cache, is killed and reaped at once."""
+    out = _ahead(warm, tmp_path, "hangs")
+    assert out[0] == "closed-in" and float(out[1]) < 30 and out[2] == "child-gone", out
+
+
+def test_a_job_killed_while_its_child_checks_leaves_no_lock_held(warm, tmp_path):
+    """``kill -9`` of the job while its child is still checking: the child kept none of the
+    job's descriptors, so the prefix lock the job held is free at once (the next job on that
+    prefix does not wait for the child's checks of a large cache), and the job's output
+    ends with the job (here: ``subprocess.run`` reads it to its end)."""
+    import fcntl
+    import signal
+
+    (pid,) = _ahead(warm, tmp_path, "orphaned", code=-signal.SIGKILL)
+    try:
+        fd = os.open(tmp_path / "prefix.lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
+        os.close(fd)
+    finally:
+        os.kill(int(pid), signal.SIGKILL)
