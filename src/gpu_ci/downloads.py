@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import io
 import os
 import sys
@@ -99,6 +98,8 @@ class _Retryable(Exception):
 
 
 def file_digest(path: Path, algorithm: str) -> str:
+    import hashlib  # here, not at the top: a warm install makes no download (~5 ms)
+
     digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
@@ -108,6 +109,8 @@ def file_digest(path: Path, algorithm: str) -> str:
 
 def file_digests(path: Path) -> tuple[str, str]:
     """(sha256, md5) in one pass."""
+    import hashlib
+
     sha, md5 = hashlib.sha256(), hashlib.md5()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
@@ -520,6 +523,8 @@ class Downloader:
         request = _request(to.url, to.headers)
         if offset:
             request.add_header("Range", f"bytes={offset}-")
+        import hashlib
+
         sha, md5 = hashlib.sha256(), hashlib.md5()
         size = 0
         announced: int | None = None

@@ -231,3 +231,26 @@ def test_a_job_killed_while_its_child_checks_leaves_no_lock_held(warm, tmp_path)
         os.close(fd)
     finally:
         os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_warm_install_loads_no_openssl_for_its_one_digest():
+    """The lock's sha256 is the one digest a warm install makes: ``hashlib`` would load
+    OpenSSL's libcrypto for it first (~5 ms of every run); the downloader imports it when
+    it downloads."""
+    code = (
+        "import sys\n"
+        "import gpu_ci.cli, gpu_ci.commands.setup_conda_from_lock, gpu_ci.downloads\n"
+        "import gpu_ci.conda.install, gpu_ci.conda.channels, gpu_ci.conda.isolation, rattler\n"
+        "from gpu_ci.conda import lockfile\n"
+        "digest = lockfile.lock_sha256('@EXPLICIT\\n')\n"
+        "loaded = 'hashlib' in sys.modules or '_hashlib' in sys.modules\n"
+        "import hashlib\n"
+        "print(loaded, digest == hashlib.sha256(b'@EXPLICIT\\n').hexdigest())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert proc.stdout.split() == ["False", "True"], proc.stderr

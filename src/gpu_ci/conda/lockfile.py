@@ -17,7 +17,6 @@ An ``environment.yml`` needs a solver and is refused with instructions to lock i
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +24,16 @@ from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
+
+_sha256: Any
+try:  # Python's own sha256, as ``random`` takes its sha512: ``hashlib`` would first load
+    # OpenSSL's libcrypto (~5 ms of every run, for the one digest a warm install makes)
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+except ImportError:  # pragma: no cover - by version: _sha256 before Python 3.12
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+    except ImportError:  # built without its own hashes: hashlib's is the same digest
+        from hashlib import sha256 as _sha256
 
 ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 
@@ -109,7 +118,7 @@ class InstallPlan(NamedTuple):
 
 
 def lock_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return str(_sha256(text.encode("utf-8")).hexdigest())
 
 
 def split_archive_name(filename: str) -> tuple[str, str, str]:
