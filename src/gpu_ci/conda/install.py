@@ -233,8 +233,7 @@ def link_with_rattler(
 
     entries = list(plan.conda)
     facts = list(facts) or [None] * len(entries)
-    dirs = [entry_dir(cache, e) for e in entries]
-    escape = link_path_problem(dirs, {d: f for d, f in zip(dirs, facts) if f is not None})
+    escape = link_path_problem(cache, [e.dist_name for e in entries], facts)
     if escape:
         raise GpuCiError(
             f"refusing to link: {escape}. A conda package never needs that; the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpu_ci.conda.verified import Facts, listed_paths, read_bytes, survey
@@ -115,7 +116,7 @@ def cache_entry_problem(entry: Path) -> str:
     return ""
 
 
-def link_path_problem(entries: list[Path], known: dict[Path, Facts] | None = None) -> str:
+def link_path_problem(cache: Path, names: Sequence[str], known: Sequence[Facts | None] = ()) -> str:
     """'' when every path the extracted packages would link stays inside the prefix, else the
     first that would not.
 
@@ -124,14 +125,15 @@ def link_path_problem(entries: list[Path], known: dict[Path, Facts] | None = Non
     it, and so would a file under a symbolic link of the package that points out of the
     prefix. A lock from a pull request can name any archive, so this is checked before
     anything is linked (verified hashes say the archive is the one locked, not that it is
-    harmless). ``known``: the facts a verified stamp recorded for an entry (see
-    ``verified``), so that its ``paths.json`` is read again only when some entry has a
-    symbolic link out of the prefix."""
-    known = known or {}
+    harmless). ``names``: the entries' directories in the package cache ``cache``;
+    ``known``: per entry, the facts a verified stamp recorded for it (see ``verified``) or
+    None, so that its ``paths.json`` is read again only when some entry has a symbolic link
+    out of the prefix (and no path is made for it: 600 cost a warm install ~3 ms)."""
     facts: list[Facts] = []
-    for entry in entries:
-        fact = known.get(entry)
+    for i, name in enumerate(names):
+        fact = known[i] if i < len(known) else None
         if fact is None:
+            entry = cache / name
             items = listed_paths(entry)
             if isinstance(items, str):
                 return items
@@ -143,7 +145,8 @@ def link_path_problem(entries: list[Path], known: dict[Path, Facts] | None = Non
     escaping_links = {rel for fact in facts for rel in fact.escaping_links}
     if not escaping_links:
         return ""
-    for entry in entries:
+    for name in names:
+        entry = cache / name
         items = listed_paths(entry)
         for item in items if not isinstance(items, str) else ():
             rel = str(item.get("_path") or "")
