@@ -231,3 +231,46 @@ def test_a_job_killed_while_its_child_checks_leaves_no_lock_held(warm, tmp_path)
         os.close(fd)
     finally:
         os.kill(int(pid), signal.SIGKILL)
+
+
+class _Killed(BaseException):
+    """``kill -9`` of a job, where it stood (nothing of it runs after)."""
+
+
+def test_a_replacement_killed_half_way_never_leaves_a_half_entry_that_passes_the_link(
+    warm, monkeypatch
+):
+    """Job B replaces an entry (``cache_trust.publish``, another archive of that name) and is
+    killed while the old entry is being removed: job A, which checked the old entry before,
+    must not find a half-removed directory still holding its stamp (and marker), take it for
+    unreplaced and link it. The old entry goes aside in one rename first; what is left of
+    it is a temporary of a dead job, which the next sweep removes."""
+    import shutil
+
+    from gpu_ci.conda import cache_trust, fetch, install, transaction
+    from gpu_ci.errors import GpuCiError
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)  # job A's checks
+    entry = plan.conda[1]
+    target = cache / entry.dist_name
+    tmp = target.with_name(f".{target.name}.tmp-deadjob")
+    shutil.copytree(target, tmp, symlinks=True)
+    (tmp / ".gpu-ci-archive-sha256").unlink()
+    listed = json.loads((target / "info" / "paths.json").read_text())["paths"][0]["_path"]
+
+    def killed_in_rmtree(path, *args, **kwargs):
+        os.unlink(os.path.join(path, listed))  # the first file removed, then the kill
+        raise _Killed
+
+    monkeypatch.setattr(cache_trust.shutil, "rmtree", killed_in_rmtree)
+    with pytest.raises(_Killed):
+        cache_trust.publish(tmp, target, "0" * 64, "deadjob", "1" * 64)
+    monkeypatch.undo()
+    if (target / listed).exists():
+        assert (target / ".gpu-ci-archive-sha256").read_text() == "0" * 64  # B's, whole
+    with pytest.raises(GpuCiError, match="replaced by another job"):
+        install._not_replaced(plan.conda, cache, got.facts)
+    transaction.sweep_cache(pkgs, cache)  # job B's token is dead: its leftovers go
+    assert sorted(p.name for p in cache.iterdir() if "deadjob" in p.name) == []
