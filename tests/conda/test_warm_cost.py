@@ -274,3 +274,59 @@ def test_a_replacement_killed_half_way_never_leaves_a_half_entry_that_passes_the
         install._not_replaced(plan.conda, cache, got.facts)
     transaction.sweep_cache(pkgs, cache)  # job B's token is dead: its leftovers go
     assert sorted(p.name for p in cache.iterdir() if "deadjob" in p.name) == []
+
+
+NO_PIPE = """
+import errno, os, sys
+from pathlib import Path
+from gpu_ci.conda import fetch, lockfile
+
+text = open(sys.argv[1]).read()
+plan = lockfile.plan(lockfile.parse(text), text, "{subdir}", ["main"])
+cache = Path(sys.argv[2]) / "rattler"
+
+
+def no_descriptor_left():
+    raise OSError(errno.EMFILE, "Too many open files")
+
+
+os.pipe = no_descriptor_left
+with fetch.Ahead(plan, cache) as ahead:
+    print("same" if ahead.result() == fetch.warm_checks(plan, cache) else "differs")
+"""
+
+
+def test_a_child_that_cannot_get_its_pipe_costs_the_checks_made_here(warm, tmp_path):
+    """Out of descriptors (a job at its limit, or a cache of many entries): no pipe, no
+    child, and the job checks the cache itself rather than failing."""
+    plan, pkgs = warm
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_PIPE.format(subdir=SUBDIR), str(tmp_path / "lock.txt"), pkgs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert (proc.returncode, proc.stdout.split()) == (0, ["same"]), proc.stderr
+
+
+def test_a_stamp_nested_past_the_parsers_depth_is_no_stamp(warm):
+    """A stamp planted in the shared cache (a job of a fork can write there) nested too
+    deep for ``json``: the entry is not trusted from it (hashed, or extracted again), not
+    a traceback in every later job on the runner."""
+    from gpu_ci.conda import verified
+
+    plan, pkgs = warm
+    entry = pkgs / "rattler" / plan.conda[0].dist_name
+    deep = "[" * 200_000 + "]" * 200_000
+    (entry / ".gpu-ci-verified").write_text(deep)
+    assert verified.check(entry, plan.conda[0].digest) is None
+    # and its paths.json, which hashing the entry reads: the entry is extracted again
+    paths = entry / "info" / "paths.json"
+    good = paths.read_bytes()
+    paths.unlink()  # the cache's file is hard-linked into the first environment
+    paths.write_text(deep)
+    from gpu_ci.conda import fetch
+
+    got = fetch.fetch_and_extract(plan, pkgs, pkgs / "rattler", None)
+    assert not got.fetched[0].cached and paths.read_bytes() == good

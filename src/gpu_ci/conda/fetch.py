@@ -151,7 +151,10 @@ class Ahead:
             or _usable_cores() < 2
         ):
             return
-        read, write = os.pipe()
+        try:
+            read, write = os.pipe()  # EMFILE: no child, the checks are made here
+        except OSError:
+            return
         try:
             pid = os.fork()
         except OSError:
