@@ -147,6 +147,10 @@ def as_the_child_does(plan, cache):
         os._exit(3)
     if child == "garbles":
         return [("x", (1, 2))] * len(plan.conda)
+    if child == "extra":  # one verdict more than the plan has entries
+        return real(plan, cache) * 2
+    if child == "foreign":  # facts of another archive than the lock's
+        return [(s, f and f._replace(digest="0" * 64)) for s, f in real(plan, cache)]
     if child == "hangs":
         time.sleep(600)
     return real(plan, cache)
@@ -204,8 +208,10 @@ def test_the_warm_checks_are_made_by_a_child_while_the_job_goes_on(warm, tmp_pat
     assert _ahead(warm, tmp_path, "checks") == ["same", "child-gone"]
 
 
-@pytest.mark.parametrize("child", ["dies", "garbles"])
+@pytest.mark.parametrize("child", ["dies", "garbles", "extra", "foreign"])
 def test_a_child_that_dies_or_sends_nonsense_costs_the_checks_made_here(warm, tmp_path, child):
+    """Verdicts that decode but cannot be this plan's (another count of entries, facts of
+    another archive) are nonsense too: never trusted more than the checks made here."""
     assert _ahead(warm, tmp_path, child) == ["checked-here", "same", "child-gone"]
 
 
