@@ -336,3 +336,18 @@ def test_a_stamp_nested_past_the_parsers_depth_is_no_stamp(warm):
 
     got = fetch.fetch_and_extract(plan, pkgs, pkgs / "rattler", None)
     assert not got.fetched[0].cached and paths.read_bytes() == good
+
+
+@pytest.mark.parametrize("known", [0, 1])
+def test_an_entry_without_facts_is_still_checked_at_the_link(warm, known):
+    """Facts for fewer entries than the plan's (none, or only the first): the entries past
+    them are still asked of their digest marker, never skipped."""
+    from gpu_ci.conda import fetch, install
+    from gpu_ci.errors import GpuCiError
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    (cache / plan.conda[-1].dist_name / ".gpu-ci-archive-sha256").write_text("0" * 64)
+    with pytest.raises(GpuCiError, match="replaced by another job"):
+        install._not_replaced(plan.conda, cache, got.facts[:known])
