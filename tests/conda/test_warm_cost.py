@@ -152,6 +152,7 @@ def as_the_child_does(plan, cache):
     if child == "foreign":  # facts of another archive than the lock's
         return [(s, f and f._replace(digest="0" * 64)) for s, f in real(plan, cache)]
     if child == "hangs":
+        open(sys.argv[4] + ".ready", "w").close()  # past the closing of its descriptors
         time.sleep(600)
     return real(plan, cache)
 
@@ -165,6 +166,8 @@ if child == "orphaned":
     child = "hangs"
     ahead = fetch.Ahead(plan, cache)
     print(ahead._pid, flush=True)
+    while not os.path.exists(sys.argv[4] + ".ready"):  # not killed before the child closed
+        time.sleep(0.01)  # its descriptors: the test is of what it keeps, not of a race
     os.kill(os.getpid(), signal.SIGKILL)
 with fetch.Ahead(plan, cache) as ahead:
     pid = ahead._pid
