@@ -147,7 +147,12 @@ def as_the_child_does(plan, cache):
         os._exit(3)
     if child == "garbles":
         return [("x", (1, 2))] * len(plan.conda)
+    if child == "extra":  # one verdict more than the plan has entries
+        return real(plan, cache) * 2
+    if child == "foreign":  # facts of another archive than the lock's
+        return [(s, f and f._replace(digest="0" * 64)) for s, f in real(plan, cache)]
     if child == "hangs":
+        open(sys.argv[4] + ".ready", "w").close()  # past the closing of its descriptors
         time.sleep(600)
     return real(plan, cache)
 
@@ -161,6 +166,8 @@ if child == "orphaned":
     child = "hangs"
     ahead = fetch.Ahead(plan, cache)
     print(ahead._pid, flush=True)
+    while not os.path.exists(sys.argv[4] + ".ready"):  # not killed before the child closed
+        time.sleep(0.01)  # its descriptors: the test is of what it keeps, not of a race
     os.kill(os.getpid(), signal.SIGKILL)
 with fetch.Ahead(plan, cache) as ahead:
     pid = ahead._pid
@@ -204,8 +211,10 @@ def test_the_warm_checks_are_made_by_a_child_while_the_job_goes_on(warm, tmp_pat
     assert _ahead(warm, tmp_path, "checks") == ["same", "child-gone"]
 
 
-@pytest.mark.parametrize("child", ["dies", "garbles"])
+@pytest.mark.parametrize("child", ["dies", "garbles", "extra", "foreign"])
 def test_a_child_that_dies_or_sends_nonsense_costs_the_checks_made_here(warm, tmp_path, child):
+    """Verdicts that decode but cannot be this plan's (another count of entries, facts of
+    another archive) are nonsense too: never trusted more than the checks made here."""
     assert _ahead(warm, tmp_path, child) == ["checked-here", "same", "child-gone"]
 
 
@@ -254,3 +263,117 @@ def test_a_warm_install_loads_no_openssl_for_its_one_digest():
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert proc.stdout.split() == ["False", "True"], proc.stderr
+
+
+class _Killed(BaseException):
+    """``kill -9`` of a job, where it stood (nothing of it runs after)."""
+
+
+def test_a_replacement_killed_half_way_never_leaves_a_half_entry_that_passes_the_link(
+    warm, monkeypatch
+):
+    """Job B replaces an entry (``cache_trust.publish``, another archive of that name) and is
+    killed while the old entry is being removed: job A, which checked the old entry before,
+    must not find a half-removed directory still holding its stamp (and marker), take it for
+    unreplaced and link it. The old entry goes aside in one rename first; what is left of
+    it is a temporary of a dead job, which the next sweep removes."""
+    import shutil
+
+    from gpu_ci.conda import cache_trust, fetch, install, transaction
+    from gpu_ci.errors import GpuCiError
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)  # job A's checks
+    entry = plan.conda[1]
+    target = cache / entry.dist_name
+    tmp = target.with_name(f".{target.name}.tmp-deadjob")
+    shutil.copytree(target, tmp, symlinks=True)
+    (tmp / ".gpu-ci-archive-sha256").unlink()
+    listed = json.loads((target / "info" / "paths.json").read_text())["paths"][0]["_path"]
+
+    def killed_in_rmtree(path, *args, **kwargs):
+        os.unlink(os.path.join(path, listed))  # the first file removed, then the kill
+        raise _Killed
+
+    monkeypatch.setattr(cache_trust.shutil, "rmtree", killed_in_rmtree)
+    with pytest.raises(_Killed):
+        cache_trust.publish(tmp, target, "0" * 64, "deadjob", "1" * 64)
+    monkeypatch.undo()
+    if (target / listed).exists():
+        assert (target / ".gpu-ci-archive-sha256").read_text() == "0" * 64  # B's, whole
+    with pytest.raises(GpuCiError, match="replaced by another job"):
+        install._not_replaced(plan.conda, cache, got.facts)
+    transaction.sweep_cache(pkgs, cache)  # job B's token is dead: its leftovers go
+    assert sorted(p.name for p in cache.iterdir() if "deadjob" in p.name) == []
+
+
+NO_PIPE = """
+import errno, os, sys
+from pathlib import Path
+from gpu_ci.conda import fetch, lockfile
+
+text = open(sys.argv[1]).read()
+plan = lockfile.plan(lockfile.parse(text), text, "{subdir}", ["main"])
+cache = Path(sys.argv[2]) / "rattler"
+
+
+def no_descriptor_left():
+    raise OSError(errno.EMFILE, "Too many open files")
+
+
+os.pipe = no_descriptor_left
+with fetch.Ahead(plan, cache) as ahead:
+    print("same" if ahead.result() == fetch.warm_checks(plan, cache) else "differs")
+"""
+
+
+def test_a_child_that_cannot_get_its_pipe_costs_the_checks_made_here(warm, tmp_path):
+    """Out of descriptors (a job at its limit, or a cache of many entries): no pipe, no
+    child, and the job checks the cache itself rather than failing."""
+    plan, pkgs = warm
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_PIPE.format(subdir=SUBDIR), str(tmp_path / "lock.txt"), pkgs],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert (proc.returncode, proc.stdout.split()) == (0, ["same"]), proc.stderr
+
+
+def test_a_stamp_nested_past_the_parsers_depth_is_no_stamp(warm):
+    """A stamp planted in the shared cache (a job of a fork can write there) nested too
+    deep for ``json``: the entry is not trusted from it (hashed, or extracted again), not
+    a traceback in every later job on the runner."""
+    from gpu_ci.conda import verified
+
+    plan, pkgs = warm
+    entry = pkgs / "rattler" / plan.conda[0].dist_name
+    deep = "[" * 200_000 + "]" * 200_000
+    (entry / ".gpu-ci-verified").write_text(deep)
+    assert verified.check(entry, plan.conda[0].digest) is None
+    # and its paths.json, which hashing the entry reads: the entry is extracted again
+    paths = entry / "info" / "paths.json"
+    good = paths.read_bytes()
+    paths.unlink()  # the cache's file is hard-linked into the first environment
+    paths.write_text(deep)
+    from gpu_ci.conda import fetch
+
+    got = fetch.fetch_and_extract(plan, pkgs, pkgs / "rattler", None)
+    assert not got.fetched[0].cached and paths.read_bytes() == good
+
+
+@pytest.mark.parametrize("known", [0, 1])
+def test_an_entry_without_facts_is_still_checked_at_the_link(warm, known):
+    """Facts for fewer entries than the plan's (none, or only the first): the entries past
+    them are still asked of their digest marker, never skipped."""
+    from gpu_ci.conda import fetch, install
+    from gpu_ci.errors import GpuCiError
+
+    plan, pkgs = warm
+    cache = pkgs / "rattler"
+    got = fetch.fetch_and_extract(plan, pkgs, cache, None)
+    (cache / plan.conda[-1].dist_name / ".gpu-ci-archive-sha256").write_text("0" * 64)
+    with pytest.raises(GpuCiError, match="replaced by another job"):
+        install._not_replaced(plan.conda, cache, got.facts[:known])

@@ -12,6 +12,7 @@ through ``publish``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -173,11 +174,22 @@ def publish(
     facts = verified.write(tmp, digest, token, target.name, info=info, sha256=sha256)
     crash_point("extract", parent=parent)
     if os.path.lexists(target):  # not while another job links from it (link_with_rattler)
+        # The old entry goes aside in one rename, never removed in place: a job killed while
+        # removing it would leave, at the entry's name, half a directory still holding its
+        # stamp and marker, which a job that checked it before would take as unreplaced
+        # and link. Aside, it is a temporary of ours (``..``: no package's name starts with
+        # a dot, so never another entry's ``tmp``), swept once this job is gone.
+        old = target.with_name(f"..{target.name}.tmp-{token}")
         with transaction.exclusive(
             target.parent / transaction.ENTRIES_LOCK, "the package cache", lambda _: None
         ):
-            shutil.rmtree(target)
+            os.replace(target, old)
             os.replace(tmp, target)
+        if old.is_dir() and not old.is_symlink():  # what fails to go is swept later
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                old.unlink()
     else:
         os.replace(tmp, target)
     _forget_other_archive(target, sha256)

@@ -199,9 +199,9 @@ def _not_replaced(
     it since; none can while the lock is held). Its stamp unchanged says so in one system
     call; else its digest marker is read (four)."""
     base = os.fspath(cache) + os.sep
-    for entry, fact in zip(entries, facts):
+    for i, entry in enumerate(entries):  # not zip: an entry past the facts is still checked
         path = base + entry.dist_name
-        if verified.unchanged_stamp(path, fact):
+        if i < len(facts) and verified.unchanged_stamp(path, facts[i]):
             continue
         try:
             same = verified.read_bytes(os.path.join(path, SHA_MARKER), 200) == entry.digest.encode()

@@ -88,7 +88,7 @@ def cache_entry_problem(entry: Path) -> str:
         paths = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get("paths") or ()
     except FileNotFoundError:
         return "" if (entry / "info" / "index.json").is_file() else "info/ is missing"
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # nested past json's depth
         return "info/paths.json cannot be read"
     for item in paths:
         rel = str(item.get("_path") or "")

@@ -127,7 +127,7 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
             ]
         except OSError:
             return []
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # nested past json's depth
         return f"{entry.name}: info/paths.json cannot be read"
 
 
@@ -374,5 +374,5 @@ def check(entry: Path | str, digest: str) -> Facts | None:
             identity(stamp),
             str(data.get("sha256") or ""),
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None  # RecursionError: a planted stamp nested past json's depth
