@@ -45,7 +45,7 @@ def rattler_cache_sha256(cache: Path, dirname: str, is_dir: bool = False) -> str
     try:
         # rattler leaves the lock of an entry we extracted empty: one stat says so, not four
         # system calls to read it (600 entries: ~15 ms)
-        if os.stat(base + ".lock").st_size < 40:
+        if os.lstat(base + ".lock").st_size < 40:  # not through a planted link
             return ""
         raw = verified.read_bytes(base + ".lock", 40)
     except OSError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -149,6 +150,9 @@ class Ahead:
             or "rattler" in sys.modules  # nothing to overlap; its threads may exist
             or threading.active_count() > 1
             or _usable_cores() < 2
+            # children reaped by the kernel: no status to read, and a pid to kill that
+            # may be another process's by then
+            or signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN
         ):
             return
         try:
@@ -164,6 +168,9 @@ class Ahead:
         if pid == 0:  # the child: reads the cache, writes nothing but the pipe
             code = 1
             try:
+                # no collection here: it would run finalizers of the parent's garbage
+                # (a temporary file's, say) a second time
+                gc.disable()
                 # none of this process's descriptors but the pipe: a lock it holds (the
                 # prefix's) is free the moment it dies, and the step's output ends with it,
                 # not when this child ends
@@ -171,7 +178,7 @@ class Ahead:
                 for fd in (0, 1, 2):
                     os.dup2(quiet, fd)
                 os.closerange(3, write)
-                os.closerange(write + 1, 1 << 20)
+                os.closerange(write + 1, max(write + 1, os.sysconf("SC_OPEN_MAX")))
                 import marshal  # built in: no import from disk
 
                 verdicts = [

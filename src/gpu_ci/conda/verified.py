@@ -319,10 +319,12 @@ def write(
             if sha256:
                 data["sha256"] = sha256
             write_all(fd, json.dumps(data, separators=(",", ":")).encode())
-            written = os.fstat(fd)  # a rename keeps the inode and the mtime
         finally:
             os.close(fd)
         os.replace(part, os.path.join(base, STAMP))
+        # after the rename, which sets its ctime; under the entry's lock (or in a directory
+        # only this job sees yet): no other stamp can be there instead
+        written = os.lstat(os.path.join(base, STAMP))
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(os.path.dirname(base), f".{entry.name}{STAMP}.tmp-{token}"))
@@ -330,9 +332,12 @@ def write(
     return facts._replace(stamp=identity(written))
 
 
-def identity(info: os.stat_result) -> tuple[int, int, int, int]:
-    """What a rewrite or a replacement of a file changes (``ctime`` aside, see above)."""
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+def identity(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What a rewrite or a replacement of the stamp changes. Its ``ctime`` too (unlike a
+    package file's, see above: a stamp is never hard-linked): on a file system with
+    1-second times, a replacement restamped within the second, at a reused inode and of
+    the same size, differs in it."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def unchanged_stamp(entry: str, facts: Facts | None) -> bool:
