@@ -18,6 +18,37 @@ def test_outputs_use_the_file_command_format_with_multiline_values(tmp_path, mon
     assert parse_output_file(out.read_text()) == {"run": "true", "reason": "line one\nline two"}
 
 
+def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(
+    tmp_path, monkeypatch
+):
+    """Outputs and variables in the toolkit's heredoc format (each value between two lines
+    of one fresh delimiter), written without ``actions_toolkit.file_command``: it imports
+    ``uuid``, which imports ``platform`` (~5 ms of every action's start-up)."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "out"
+    out.write_text("")
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    rt = Runtime()
+    rt.set_output("a", "x")
+    rt.set_output("b", "x")
+    text = out.read_text()
+    delimiters = re.findall(r"^[ab]<<(ghadelimiter_[0-9a-f]{32})$", text, re.M)
+    assert len(set(delimiters)) == 2 and all(f"\n{d}\n" in text for d in delimiters), text
+    code = "import sys, gpu_ci.runtime; print(sorted({'uuid', 'platform'} & set(sys.modules)))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
 def test_outputs_are_name_value_lines_without_github_output():
     buf = io.StringIO()
     Runtime(environ={}, stdout=buf).set_output("run", "false")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from actions_toolkit.command import issue_command
-from actions_toolkit.file_command import issue_file_command, prepare_key_value_message
+from actions_toolkit.utils import to_command_value
 
 from gpu_ci.atomic import write_atomic
 from gpu_ci.errors import GpuCiError, UsageError
@@ -59,6 +59,31 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def issue_file_command(command: str, message: str) -> None:
+    """``actions_toolkit.file_command.issue_file_command``, as it does it: one line appended
+    to the file ``GITHUB_<command>`` names. Written here because that module imports
+    ``uuid`` for its delimiters, and ``uuid`` imports ``platform``: ~5 ms of every run of
+    every action, for 16 random bytes (``key_value_message``)."""
+    path = os.getenv(f"GITHUB_{command}")
+    if not path:
+        raise GpuCiError(f"GITHUB_{command} is not set: no file to write the {command} to.")
+    if not Path(path).exists():
+        raise GpuCiError(f"GITHUB_{command} names {path}, which does not exist.")
+    with open(path, "a", encoding="utf8", newline="") as out:
+        out.write(f"{to_command_value(message)}{os.linesep}")
+
+
+def key_value_message(key: str, value: str) -> str:
+    """``actions_toolkit.file_command.prepare_key_value_message``: ``key<<delimiter``, the
+    value, the delimiter, with a delimiter of 128 random bits (the toolkit's is a uuid4, 122)
+    that neither the key nor the value holds."""
+    delimiter = f"ghadelimiter_{os.urandom(16).hex()}"
+    text = to_command_value(value)
+    if delimiter in key or delimiter in text:  # 2**-128: never, but never trusted either
+        raise GpuCiError(f"the value of {key} contains the delimiter {delimiter}")
+    return f"{key}<<{delimiter}{os.linesep}{text}{os.linesep}{delimiter}"
+
+
 class Runtime:
     """Everything a command does to the world besides its own work."""
 
@@ -78,14 +103,14 @@ class Runtime:
     def set_output(self, name: str, value: object) -> None:
         text = self.redact(value if isinstance(value, str) else str(value))
         if self.environ.get("GITHUB_OUTPUT"):
-            issue_file_command("OUTPUT", prepare_key_value_message(name, text))
+            issue_file_command("OUTPUT", key_value_message(name, text))
         else:
             self.stdout.write(f"{name}={escape_line(text)}\n")
             self.stdout.flush()
 
     def export_variable(self, name: str, value: str) -> None:
         if self.environ.get("GITHUB_ENV"):
-            issue_file_command("ENV", prepare_key_value_message(name, value))
+            issue_file_command("ENV", key_value_message(name, value))
         else:
             self.stdout.write(f"export {name}={value}\n")
 

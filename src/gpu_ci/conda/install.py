@@ -401,15 +401,18 @@ def _pip(
 
 
 def require_rattler() -> None:
-    """py-rattler imported, as ``gpu_ci.__main__`` imports us: its ~70 ms of modules,
-    classes and functions live as long as the process, so the cyclic collector does not
-    traverse them while they are created, nor in each later collection (the records of a
-    600-package install trigger several): ~5 ms of a warm run."""
+    """py-rattler imported, and asyncio, which runs its installer (rattler imports it only
+    then), as ``gpu_ci.__main__`` imports us: their ~130 ms of modules, classes and
+    functions live as long as the process, so the cyclic collector does not traverse them
+    while they are created, nor in each later collection (the records of a 600-package
+    install trigger several): ~5-10 ms of a warm run."""
     import gc
 
     enabled = gc.isenabled()
     gc.disable()
     try:
+        import asyncio  # noqa: F401
+
         import rattler  # noqa: F401
     except ImportError:
         raise GpuCiError(
@@ -519,10 +522,7 @@ def _install(
     report = InstallReport()
     paths = transaction.Paths(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    held = transaction.exclusive(paths.lock, f"the lock on {target}", log)
-    # once the lock is held, the cache's warm checks on another core (while rattler is
-    # imported here)
-    with held, Ahead(plan, pkgs_dir / "rattler", engine == "rattler") as ahead:
+    with transaction.exclusive(paths.lock, f"the lock on {target}", log):
         report.recovered = transaction.recover(paths, log)
         transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
         if marker_matches(target, plan):
@@ -537,30 +537,32 @@ def _install(
         refuse_foreign(target)
         if engine == "conda" and conda is None:
             raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
-        if engine == "rattler":
-            require_rattler()
-        try:
-            preflight(paths, pkgs_dir)
-            with transaction.registered(pkgs_dir):
-                transaction.begin(paths)
-                _build_and_swap(
-                    plan,
-                    paths,
-                    pkgs_dir,
-                    env,
-                    engine,
-                    conda,
-                    policy,
-                    report,
-                    stream,
-                    log,
-                    downloader,
-                    ahead,
-                )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                transaction.recover(paths, lambda _: None)
-            raise
+        # the cache's warm checks on another core while rattler is imported here
+        with Ahead(plan, pkgs_dir / "rattler", engine == "rattler") as ahead:
+            if engine == "rattler":
+                require_rattler()
+            try:
+                preflight(paths, pkgs_dir)
+                with transaction.registered(pkgs_dir):
+                    transaction.begin(paths)
+                    _build_and_swap(
+                        plan,
+                        paths,
+                        pkgs_dir,
+                        env,
+                        engine,
+                        conda,
+                        policy,
+                        report,
+                        stream,
+                        log,
+                        downloader,
+                        ahead,
+                    )
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    transaction.recover(paths, lambda _: None)
+                raise
     return report
 
 
