@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 from gpu_ci.errors import GpuCiError
@@ -81,7 +80,7 @@ def require_space(directory: Path, need: int, what: str) -> None:
 
 def probe_writable(directory: Path, what: str) -> None:
     """Create (then remove) a file in ``directory``: ``os.access`` misses read-only mounts."""
-    probe = directory / f".gpu-ci-probe-{uuid.uuid4().hex}"
+    probe = directory / f".gpu-ci-probe-{os.urandom(16).hex()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")

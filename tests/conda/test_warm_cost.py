@@ -265,19 +265,21 @@ def test_a_job_killed_while_its_child_checks_leaves_no_lock_held(warm, tmp_path)
         os.kill(int(pid), signal.SIGKILL)
 
 
-def test_a_warm_install_loads_no_openssl_for_its_one_digest():
-    """The lock's sha256 is the one digest a warm install makes: ``hashlib`` would load
-    OpenSSL's libcrypto for it first (~5 ms of every run); the downloader imports it when
-    it downloads."""
+def test_a_warm_install_imports_nothing_for_what_it_does_not_do():
+    """What a warm install's modules import at their top, less what it never uses: OpenSSL's
+    libcrypto (``hashlib``) for the one digest it makes, the lock's sha256 (~5 ms); ``uuid``
+    and ``platform`` for a random token and the machine's name (~3-5 ms); ``base64`` for
+    credentials it has none of. Each is imported where it is needed."""
     code = (
         "import sys\n"
         "import gpu_ci.cli, gpu_ci.commands.setup_conda_from_lock, gpu_ci.downloads\n"
         "import gpu_ci.conda.install, gpu_ci.conda.channels, gpu_ci.conda.isolation, rattler\n"
-        "from gpu_ci.conda import lockfile\n"
-        "digest = lockfile.lock_sha256('@EXPLICIT\\n')\n"
-        "loaded = 'hashlib' in sys.modules or '_hashlib' in sys.modules\n"
-        "import hashlib\n"
-        "print(loaded, digest == hashlib.sha256(b'@EXPLICIT\\n').hexdigest())\n"
+        "from gpu_ci.conda import lockfile, options\n"
+        "digest, subdir = lockfile.lock_sha256('@EXPLICIT\\n'), options.runner_subdir()\n"
+        "loaded = {'hashlib', '_hashlib', 'uuid', 'platform', 'base64'} & set(sys.modules)\n"
+        "import hashlib, platform\n"
+        "print(sorted(loaded), digest == hashlib.sha256(b'@EXPLICIT\\n').hexdigest(),\n"
+        "      subdir.split('-')[0] == {'Linux': 'linux', 'Darwin': 'osx'}[platform.system()])\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -285,7 +287,7 @@ def test_a_warm_install_loads_no_openssl_for_its_one_digest():
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    assert proc.stdout.split() == ["False", "True"], proc.stderr
+    assert proc.stdout.split() == ["[]", "True", "True"], proc.stdout + proc.stderr
 
 
 class _Killed(BaseException):

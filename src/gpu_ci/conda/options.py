@@ -9,7 +9,6 @@ refuse because replacing them would delete what we did not create.
 from __future__ import annotations
 
 import os
-import platform as _platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -66,7 +65,15 @@ class SetupOptions(NamedTuple):
 
 
 def runner_subdir() -> str:
-    system, machine = _platform.system(), _platform.machine().lower()
+    """The conda platform of this runner. ``os.uname()`` where there is one (what
+    ``platform.system()``/``machine()`` return on POSIX, without importing ``platform``:
+    ~2-4 ms of every run), ``platform`` on Windows."""
+    if hasattr(os, "uname"):
+        system, machine = os.uname().sysname, os.uname().machine.lower()
+    else:  # pragma: no cover - Windows
+        import platform as _platform
+
+        system, machine = _platform.system(), _platform.machine().lower()
     arch = {
         "x86_64": "64",
         "amd64": "64",
