@@ -15,20 +15,18 @@ pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
 def _sidecar_of_a_job(locks, tmp_path):
     """A job whose archives our downloader fetched (``stream-downloads: false``, as with
-    credentials or a proxy): its package cache, the md5 sidecar of one entry (removed, for
-    the test to plant something there, and the entry's stamp) and the job's inputs. The
-    archives are removed, so that the next job fetches them again and records the sidecar
-    after linking."""
+    credentials or a proxy): its package cache, where the md5 sidecar of one entry goes (for
+    the test to plant something there; the entry's stamp, which records the sha256 instead,
+    removed) and the job's inputs. The archives are removed, so that the next job fetches
+    them again and looks at the sidecar after linking."""
     pkgs = tmp_path / "pkgs"
     off = {"INPUT_STREAM_DOWNLOADS": "false"}
     code, out = finish(spawn(locks["small"], tmp_path / "a", pkgs, env=off))
     assert code == 0, out
     entry = rattler_entry(pkgs, "hello-data")
     sidecar = entry.with_name(entry.name + ".gpu-ci-md5")
-    assert stat.S_ISREG(os.lstat(sidecar).st_mode)
-    sidecar.unlink()
-    # the entry's stamp records the sha256 too; without it the sidecar is what is read
-    (entry / ".gpu-ci-verified").unlink()
+    assert not os.path.lexists(sidecar)  # the stamp records the sha256: no sidecar made
+    (entry / ".gpu-ci-verified").unlink()  # without it, the sidecar is what is read
     for archive in (pkgs / "archives").iterdir():
         archive.unlink()
     return pkgs, sidecar, off

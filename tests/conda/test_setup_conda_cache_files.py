@@ -29,11 +29,14 @@ def test_a_fifo_where_the_next_job_reads_neither_stops_it_nor_is_trusted(
     entry = rattler_entry(pkgs, "hello-data")
     # the md5 sidecar lies beside the entry (the lock has md5 digests only)
     path = entry.with_name(entry.name + planted) if planted == ".gpu-ci-md5" else entry / planted
-    assert stat.S_ISREG(os.lstat(path).st_mode)
-    path.unlink()
+    if planted == ".gpu-ci-md5":  # made only where the stamp does not record the sha256
+        assert not os.path.lexists(path)
+    else:
+        assert stat.S_ISREG(os.lstat(path).st_mode)
+        path.unlink()
     os.mkfifo(path)
-    if planted == ".gpu-ci-archive-sha256":  # read only where the stamp does not hold
-        (entry / ".gpu-ci-verified").unlink()
+    if planted in (".gpu-ci-archive-sha256", ".gpu-ci-md5"):  # read where the stamp does
+        (entry / ".gpu-ci-verified").unlink()  # not hold
 
     code, out = finish(spawn(locks["small"], tmp_path / "b", pkgs))
     assert code == 0, out

@@ -55,8 +55,9 @@ def rattler_cache_sha256(cache: Path, dirname: str, is_dir: bool = False) -> str
 
 def trusted_sha256(entry: CondaEntry, cache: Path, facts: verified.Facts | None = None) -> str:
     """The archive sha256 to give rattler for a cache entry that may be used without its
-    archive, '' when it may not: the lock's sha256, or for an md5-only lock the one our
-    sidecar recorded for that md5; and rattler's own record, when it wrote one (it leaves its
+    archive, '' when it may not: the lock's sha256, or for an md5-only lock the one the
+    entry's stamp recorded with that md5 (or, for an entry stamped without it, our sidecar
+    beside it); and rattler's own record, when it wrote one (it leaves its
     ``.lock`` empty for entries we extracted), must agree. Only a candidate: the entry's
     stamp must show it unchanged since it was verified (``verified.check``), or every file
     must match its ``paths.json`` (``valid_entry``). ``facts``: what the entry's stamp,
@@ -66,6 +67,9 @@ def trusted_sha256(entry: CondaEntry, cache: Path, facts: verified.Facts | None 
     if facts is None and not os.path.isdir(os.path.join(cache, dirname)):
         return ""  # nothing to trust: stream or download it
     sha = entry.sha256 or (facts.sha256 if facts is not None else "")
+    if not sha and facts is None:  # a stamp that no longer holds (a restored cache) still
+        # says which archive the entry was extracted from: it is hashed before any use
+        sha = verified.recorded_sha256(os.path.join(cache, dirname), entry.digest)
     if not sha:
         try:
             md5, sha = (
@@ -81,24 +85,25 @@ def trusted_sha256(entry: CondaEntry, cache: Path, facts: verified.Facts | None 
     return sha if not have or have == sha else ""
 
 
-def valid_entry(dest: str, digest: str, token: str) -> verified.Facts | None:
+def valid_entry(dest: str, digest: str, token: str, sha256: str = "") -> verified.Facts | None:
     """In a worker process: the entry's facts when it was extracted from an archive with ``digest``
     and every file matches its ``paths.json`` (then stamped, so that the next job need not
-    hash it), None otherwise. Under the per-entry lock, so never half-replaced."""
+    hash it), None otherwise. Under the per-entry lock, so never half-replaced. ``sha256``:
+    the archive's, trusted for it (``trusted_sha256``), recorded in the new stamp."""
     target = Path(dest)
     lock = target.with_name(f".{target.name}.gpu-ci.lock")
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        return _entry_facts(target, digest, token)
+        return _entry_facts(target, digest, token, sha256)
 
 
-def _entry_facts(target: Path, digest: str, token: str) -> verified.Facts | None:
+def _entry_facts(target: Path, digest: str, token: str, sha256: str) -> verified.Facts | None:
     """The facts of a usable entry: from its stamp when no file changed since it was
     verified, else after hashing every file (and stamping it again); None when unusable."""
     facts = verified.check(target, digest)
     if facts is None:
         before = verified.identities(target)  # a write while hashing is not stamped
         if _entry_ok(target, digest):
-            facts = verified.write(target, digest, token, before=before or [])
+            facts = verified.write(target, digest, token, before=before or [], sha256=sha256)
     return facts
 
 
@@ -148,7 +153,7 @@ def extract_entry(
     target = Path(dest)
     lock = target.with_name(f".{target.name}.gpu-ci.lock")
     with transaction.exclusive(lock, f"the cache entry {target.name}", lambda _: None):
-        facts = None if again else _entry_facts(target, digest, token)
+        facts = None if again else _entry_facts(target, digest, token, sha256)
         if facts is not None:
             return facts
         tmp = target.with_name(f".{target.name}.tmp-{token}")

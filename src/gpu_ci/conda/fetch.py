@@ -510,6 +510,7 @@ def _fetch_and_extract(
             [str(entry_dir(cache, plan.conda[i])) for i in slow],
             [plan.conda[i].digest for i in slow],
             [TOKEN] * len(slow),
+            [shas[i] for i in slow],
         )
         changed = set()  # hashed just now and found to differ: no need to hash them again
         for i, fact in zip(slow, list(valid)):

@@ -352,6 +352,21 @@ def unchanged_stamp(entry: str, facts: Facts | None) -> bool:
         return False
 
 
+def recorded_sha256(entry: str, digest: str) -> str:
+    """The archive sha256 the entry's stamp recorded with ``digest``, '' when none, whether
+    or not its files are as stamped (a restored cache's are not, until hashed): which
+    archive the entry came from is all it says."""
+    try:
+        data = json.loads(read_bytes(os.path.join(entry, STAMP)))
+        if data.get("version") == VERSION and data.get("digest") == digest:
+            sha = data.get("sha256")
+            if isinstance(sha, str) and len(sha) == 64 and not sha.strip("0123456789abcdef"):
+                return sha
+    except (OSError, ValueError, RecursionError, AttributeError):
+        pass
+    return ""
+
+
 def check(entry: Path | str, digest: str) -> Facts | None:
     """The entry's facts when its stamp names ``digest`` and every stamped file still has
     the identity it had when verified; None otherwise (hash it, or extract it again)."""
