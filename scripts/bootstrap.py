@@ -96,6 +96,16 @@ from gpu_ci.specs import groups_for  # noqa: E402
 del sys.path[0]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a runner pinned to a few cores of a
+    large host), as ``gpu_ci.cpus.usable`` says; this script runs before gpu_ci is
+    installed, so it cannot import it."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def fail(message: str) -> SystemExit:
     return SystemExit(f"::error title=gpu-ci bootstrap::{message}")
 
@@ -265,7 +275,7 @@ class Installer:
         try:
             halves = pip_halves(locks) if os.path.exists("/dev/stdin") else []
             done = None
-            if len(halves) == 2 and (os.cpu_count() or 1) > 1:
+            if len(halves) == 2 and usable_cores() > 1:
                 # pip installs one wheel after another on one core: two runs side by side,
                 # each reading its half of the entries from its stdin (nothing to clean up
                 # after kill -9)
@@ -401,7 +411,7 @@ def compile_site(site: Path) -> None:
                     sources.append(os.path.join(dirpath, name))
     sources.sort()
     # One process per core, up to 4: a forked child takes every n-th file.
-    count = min(os.cpu_count() or 1, 4, len(sources)) if hasattr(os, "fork") else 1
+    count = min(usable_cores(), 4, len(sources)) if hasattr(os, "fork") else 1
     index, children = 0, []
     sys.stdout.flush()
     sys.stderr.flush()

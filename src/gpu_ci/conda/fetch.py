@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from gpu_ci import cpus
 from gpu_ci.conda import verified
 from gpu_ci.conda.cache_trust import (
     MD5_SIDECAR,
@@ -117,13 +118,6 @@ def warm_checks(plan: InstallPlan, cache: Path) -> list[tuple[str, verified.Fact
     return checked
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # a container's or a runner's share, not the host's
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 class Ahead:
     """``warm_checks`` made in a child process while this one goes on to import rattler.
 
@@ -149,7 +143,7 @@ class Ahead:
             or not sys.platform.startswith("linux")
             or "rattler" in sys.modules  # nothing to overlap; its threads may exist
             or threading.active_count() > 1
-            or _usable_cores() < 2
+            or cpus.usable() < 2
             # children reaped by the kernel: no status to read, and a pid to kill that
             # may be another process's by then
             or signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN
@@ -415,7 +409,7 @@ def _downloaded(
     default, or fewer."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    narrow = narrow or max(1, min(8, 2 * (os.cpu_count() or 2), len(todo)))
+    narrow = narrow or max(1, min(8, 2 * cpus.usable(), len(todo)))
     wide = max(narrow, min(WIDE, len(todo)))
     permits = _Permits(narrow, wide, Downloader() if downloader is None else downloader)
     queue = collections.deque(todo)
@@ -494,7 +488,7 @@ def _fetch_and_extract(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    workers = max(1, min(os.cpu_count() or 2, len(slow) + len(careful)))
+    workers = max(1, min(cpus.usable(), len(slow) + len(careful)))
     # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
     # Windows use spawn, as Python does by default there.
     context = multiprocessing.get_context(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from gpu_ci import locks
+from gpu_ci import cpus, locks
 from gpu_ci.conda import verified
 from gpu_ci.conda.cache_trust import publish
 from gpu_ci.downloads import TOKEN, Download, Downloader, Verdicts, direct, keeps_alive
@@ -168,7 +168,7 @@ def streams() -> int:
     every connection and listens with a backlog of 5 (Python's http.server; some proxies):
     8 streams overflowed it (1 s SYN retransmits: 1.0-1.1 s for 150 packages), 4 or 6 took
     0.23-0.27 s; on a kept-alive server 4, 8 and 16 were within noise (0.70-0.88 s, 600)."""
-    return max(6, min(16, 2 * (os.cpu_count() or 2)))
+    return max(6, min(16, 2 * cpus.usable()))
 
 
 def stream_and_extract(
