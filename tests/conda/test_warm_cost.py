@@ -209,22 +209,25 @@ if child == "collects":
 """
 
 
-def _ahead(warm, tmp_path, child: str, code: int = 0) -> list[str]:
-    plan, pkgs = warm
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            AHEAD.format(subdir=SUBDIR),
-            str(tmp_path / "lock.txt"),
-            str(pkgs),
-            child,
-            str(tmp_path / "prefix.lock"),
-        ],
+def _fresh(code: str, *args: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter, as a job runs (nothing of this test process loaded)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+
+
+def _ahead(warm, tmp_path, child: str, code: int = 0) -> list[str]:
+    plan, pkgs = warm
+    proc = _fresh(
+        AHEAD.format(subdir=SUBDIR),
+        str(tmp_path / "lock.txt"),
+        str(pkgs),
+        child,
+        str(tmp_path / "prefix.lock"),
     )
     assert proc.returncode == code, proc.stderr
     return proc.stdout.split()
@@ -281,12 +284,7 @@ def test_a_warm_install_imports_nothing_for_what_it_does_not_do():
         "print(sorted(loaded), digest == hashlib.sha256(b'@EXPLICIT\\n').hexdigest(),\n"
         "      subdir.split('-')[0] == {'Linux': 'linux', 'Darwin': 'osx'}[platform.system()])\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
+    proc = _fresh(code)
     assert proc.stdout.split() == ["[]", "True", "True"], proc.stdout + proc.stderr
 
 

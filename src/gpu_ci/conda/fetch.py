@@ -136,7 +136,7 @@ class Ahead:
 
     def __init__(self, plan: InstallPlan, cache: Path, wanted: bool = True) -> None:
         self.plan, self.cache = plan, cache
-        self._pid, self._fd = 0, -1
+        self._pid, self._fd, self._status = 0, -1, -1
         if (
             not wanted
             or not plan.conda
@@ -210,6 +210,7 @@ class Ahead:
         return warm_checks(self.plan, self.cache)
 
     def _collect(self) -> bytes | None:
+        """The child's whole message, once it exited with 0; None otherwise."""
         if self._fd < 0:
             return None
         chunks = []
@@ -218,27 +219,30 @@ class Ahead:
                 chunks.append(chunk)
         except OSError:
             chunks = []
-        os.close(self._fd)
-        self._fd = -1
-        self.close()
+        self._close_pipe()
+        self._reap()
         return b"".join(chunks) if chunks and self._status == 0 else None
 
-    _status = -1
+    def _close_pipe(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
 
-    def close(self) -> None:
-        """Reap the child; killed first when its verdicts were not read (a reused
-        environment, an error): it would check the whole cache for nothing."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            if self._pid:
-                with contextlib.suppress(OSError):
-                    os.kill(self._pid, signal.SIGKILL)
+    def _reap(self) -> None:
         if self._pid:
             with contextlib.suppress(ChildProcessError):
                 _, status = os.waitpid(self._pid, 0)
                 self._status = os.waitstatus_to_exitcode(status)
             self._pid = 0
+
+    def close(self) -> None:
+        """Reap the child; killed first when its verdicts were not read (a reused
+        environment, an error): it would check the whole cache for nothing."""
+        if self._fd >= 0:
+            self._close_pipe()
+            if self._pid:
+                with contextlib.suppress(OSError):
+                    os.kill(self._pid, signal.SIGKILL)
+        self._reap()
 
     def __enter__(self) -> Ahead:
         return self
