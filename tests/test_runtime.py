@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
+from gpu_ci.errors import GpuCiError
 from gpu_ci.runtime import Runtime, markdown_table
 from tests.conftest import parse_output_file
 
 
-def test_outputs_use_the_file_command_format_with_multiline_values(tmp_path, monkeypatch):
+@pytest.fixture
+def output_file(tmp_path, monkeypatch):
+    """An empty file GITHUB_OUTPUT names, as the runner gives each step."""
     out = tmp_path / "out"
     out.write_text("")
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    return out
+
+
+def test_outputs_use_the_file_command_format_with_multiline_values(output_file):
+    out = output_file
     rt = Runtime()
     rt.set_output("run", "true")
     rt.set_output("reason", "line one\nline two")
     assert parse_output_file(out.read_text()) == {"run": "true", "reason": "line one\nline two"}
 
 
-def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(
-    tmp_path, monkeypatch
-):
+def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(output_file):
     """Outputs and variables in the toolkit's heredoc format (each value between two lines
     of one fresh delimiter), written without ``actions_toolkit.file_command``: it imports
     ``uuid``, which imports ``platform`` (~5 ms of every action's start-up)."""
@@ -30,9 +38,7 @@ def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(
 
     from tests.conftest import ROOT
 
-    out = tmp_path / "out"
-    out.write_text("")
-    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    out = output_file
     rt = Runtime()
     rt.set_output("a", "x")
     rt.set_output("b", "x")
@@ -47,6 +53,17 @@ def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")},
     )
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_file_commands_go_to_the_files_of_the_runtimes_environment(tmp_path):
+    """The Runtime's environment decides where outputs go (the toolkit read the process's,
+    after we had looked in ours); a file the runner did not create is a named error."""
+    out = tmp_path / "out"
+    out.write_text("")
+    Runtime(environ={"GITHUB_OUTPUT": str(out)}).set_output("run", "true")
+    assert parse_output_file(out.read_text()) == {"run": "true"}
+    with pytest.raises(GpuCiError, match="GITHUB_ENV names .* which does not exist"):
+        Runtime(environ={"GITHUB_ENV": str(tmp_path / "absent")}).export_variable("A", "1")
 
 
 def test_outputs_are_name_value_lines_without_github_output():

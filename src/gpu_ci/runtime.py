@@ -59,16 +59,18 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def issue_file_command(command: str, message: str) -> None:
+def issue_file_command(path: str, command: str, message: str) -> None:
     """``actions_toolkit.file_command.issue_file_command``, as it does it: one line appended
-    to the file ``GITHUB_<command>`` names. Written here because that module imports
-    ``uuid`` for its delimiters, and ``uuid`` imports ``platform``: ~5 ms of every run of
-    every action, for 16 random bytes (``key_value_message``)."""
-    path = os.getenv(f"GITHUB_{command}")
-    if not path:
-        raise GpuCiError(f"GITHUB_{command} is not set: no file to write the {command} to.")
-    if not Path(path).exists():
-        raise GpuCiError(f"GITHUB_{command} names {path}, which does not exist.")
+    to the file the runner gave for ``GITHUB_<command>`` (``path``, from the environment the
+    Runtime reads, not the process's: the toolkit read ``os.environ`` after we had looked in
+    ours). Written here because that module imports ``uuid`` for its delimiters, and
+    ``uuid`` imports ``platform``: ~5 ms of every run of every action, for 16 random bytes
+    (``key_value_message``)."""
+    if not Path(path).exists():  # the runner creates it for each step: never appended blindly
+        raise GpuCiError(
+            f"GITHUB_{command} names {path}, which does not exist: the runner creates that "
+            f"file for each step; outside a workflow, unset GITHUB_{command}."
+        )
     with open(path, "a", encoding="utf8", newline="") as out:
         out.write(f"{to_command_value(message)}{os.linesep}")
 
@@ -102,21 +104,21 @@ class Runtime:
     # -- outputs ----------------------------------------------------------------------
     def set_output(self, name: str, value: object) -> None:
         text = self.redact(value if isinstance(value, str) else str(value))
-        if self.environ.get("GITHUB_OUTPUT"):
-            issue_file_command("OUTPUT", key_value_message(name, text))
+        if file := self.environ.get("GITHUB_OUTPUT"):
+            issue_file_command(file, "OUTPUT", key_value_message(name, text))
         else:
             self.stdout.write(f"{name}={escape_line(text)}\n")
             self.stdout.flush()
 
     def export_variable(self, name: str, value: str) -> None:
-        if self.environ.get("GITHUB_ENV"):
-            issue_file_command("ENV", key_value_message(name, value))
+        if file := self.environ.get("GITHUB_ENV"):
+            issue_file_command(file, "ENV", key_value_message(name, value))
         else:
             self.stdout.write(f"export {name}={value}\n")
 
     def add_path(self, path: str) -> None:
-        if self.environ.get("GITHUB_PATH"):
-            issue_file_command("PATH", path)
+        if file := self.environ.get("GITHUB_PATH"):
+            issue_file_command(file, "PATH", path)
         else:
             self.stdout.write(f"path {path}\n")
 
