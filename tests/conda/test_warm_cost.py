@@ -172,6 +172,14 @@ if child == "orphaned":
     while not os.path.exists(sys.argv[4] + ".ready"):  # not killed before the child closed
         time.sleep(0.01)  # its descriptors: the test is of what it keeps, not of a race
     os.kill(os.getpid(), signal.SIGKILL)
+if child == "absent":  # the cache does not exist yet: a first job on this runner
+    import shutil
+
+    shutil.rmtree(cache)
+    with fetch.Ahead(plan, cache) as ahead:
+        print("forked" if ahead._pid else "not-forked")
+        print("nothing-trusted" if ahead.result() == [("", None)] * len(plan.conda) else "trusted")
+    sys.exit(0)
 if child == "sigchld":
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     print("forked" if fetch.Ahead(plan, cache)._pid else "not-forked")
@@ -407,6 +415,12 @@ def test_the_child_runs_no_finalizer_of_the_jobs_garbage(warm, tmp_path):
     the child is forked: a collection in the child would run that finalizer a second time;
     the child collects nothing."""
     assert _ahead(warm, tmp_path, "collects") == ["same", "child-gone", "not-by-child"]
+
+
+def test_a_cache_that_does_not_exist_yet_costs_no_child_and_no_check(warm, tmp_path):
+    """An ephemeral runner's first job: nothing to check, so no fork (and no checks made
+    here: ``checked-here`` would be printed)."""
+    assert _ahead(warm, tmp_path, "absent") == ["not-forked", "nothing-trusted"]
 
 
 def test_no_child_where_children_are_reaped_by_the_kernel(warm, tmp_path):

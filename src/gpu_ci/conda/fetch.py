@@ -132,13 +132,19 @@ class Ahead:
     cost the child 5 ms).
     Anything amiss with the child (it cannot start, dies, sends what does not decode)
     costs the checks made here instead, never a verdict.
-    ``wanted``: False for an install that does not check the cache (``engine: conda``)."""
+    ``wanted``: False for an install that does not check the cache (``engine: conda``).
+    A cache that does not exist yet (an ephemeral runner's first job) has nothing to check:
+    no child (its fork, and the copies of the pages this process writes while it lives,
+    cost a cold job CPU for nothing) and no check; an entry another job publishes meanwhile
+    is found by the stream that would have fetched it (``streams.stream_and_extract``)."""
 
     def __init__(self, plan: InstallPlan, cache: Path, wanted: bool = True) -> None:
         self.plan, self.cache = plan, cache
         self._pid, self._fd, self._status = 0, -1, -1
+        self._empty = wanted and not os.path.isdir(cache)
         if (
             not wanted
+            or self._empty
             or not plan.conda
             or not sys.platform.startswith("linux")
             or "rattler" in sys.modules  # nothing to overlap; its threads may exist
@@ -187,7 +193,10 @@ class Ahead:
         self._pid, self._fd = pid, read
 
     def result(self) -> list[tuple[str, verified.Facts | None]]:
-        """The child's verdicts, or (without one) the checks made here."""
+        """The child's verdicts, or (without one) the checks made here; nothing trusted when
+        the cache did not exist when the job began."""
+        if self._empty:
+            return [("", None)] * len(self.plan.conda)
         data = self._collect()
         if data is not None:
             import marshal
