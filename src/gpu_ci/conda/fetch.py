@@ -118,6 +118,21 @@ def warm_checks(plan: InstallPlan, cache: Path) -> list[tuple[str, verified.Fact
     return checked
 
 
+def _make_cache(cache: Path) -> None:
+    """The package cache's directory, made where absent; something else at its name (a
+    file, a symbolic link that leads to no directory) is named, never removed: it is not
+    ours to delete."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise GpuCiError(
+            f"{cache}, where setup-conda-from-lock keeps its package cache, exists but is not "
+            "a directory (a file, or a symbolic link that leads to none). Remove it, or pass "
+            "another pkgs-dir.",
+            title="unusable package cache",
+        ) from None
+
+
 class Ahead:
     """``warm_checks`` made in a child process while this one goes on to import rattler.
 
@@ -136,7 +151,9 @@ class Ahead:
     A cache that does not exist yet (an ephemeral runner's first job) has nothing to check:
     no child (its fork, and the copies of the pages this process writes while it lives,
     cost a cold job CPU for nothing) and no check; an entry another job publishes meanwhile
-    is found by the stream that would have fetched it (``streams.stream_and_extract``)."""
+    is found under its lock by the stream that would have fetched it
+    (``streams.stream_and_extract``), or on the careful path by its extraction, once its
+    archive is downloaded again (``cache_trust.extract_entry``)."""
 
     def __init__(self, plan: InstallPlan, cache: Path, wanted: bool = True) -> None:
         self.plan, self.cache = plan, cache
@@ -302,7 +319,7 @@ def fetch_and_extract(
     items = plan_downloads(plan, pkgs_dir)
     if not items:
         return Fetch([], [], [])
-    cache.mkdir(parents=True, exist_ok=True)
+    _make_cache(cache)
     results: dict[int, Fetched] = {}
     facts: dict[int, verified.Facts | None] = {}
     checked = (ahead.result() if ahead else warm_checks(plan, cache)) if trust else []
