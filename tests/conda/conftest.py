@@ -4,6 +4,7 @@ run through the CLI against it, the lock files of the job tests, and a Miniforge
 from __future__ import annotations
 
 import hashlib
+import os
 
 import pytest
 
@@ -22,6 +23,21 @@ def channel(tmp_path_factory):
     built.server = ChannelServer(root).start()
     yield built
     built.server.stop()
+
+
+@pytest.fixture
+def warm(channel, tmp_path):
+    """A plan of three packages installed once (``tmp_path / "a"``, package cache ``pkgs``):
+    its cache holds a stamped entry for each; the lock is ``tmp_path / "lock.txt"``."""
+    from gpu_ci.conda import install, lockfile
+    from tests.conda_channel import SUBDIR
+
+    text = channel.explicit_lock(["libhello", "hello", "hello-data"])
+    plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])
+    pkgs = tmp_path / "pkgs"
+    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=lambda _: None)
+    (tmp_path / "lock.txt").write_text(text)
+    return plan, pkgs
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from tests.conda.test_warm_cost import warm  # noqa: F401  (the fixture)
 from tests.conda_channel import SUBDIR
 from tests.conftest import ROOT
 
@@ -76,7 +75,7 @@ except BaseException as exc:
 """
 
 
-def _run(warm, tmp_path, case: str) -> str:  # noqa: F811
+def _run(warm, tmp_path, case: str) -> str:
     plan, pkgs = warm
     proc = subprocess.run(
         [
@@ -97,7 +96,7 @@ def _run(warm, tmp_path, case: str) -> str:  # noqa: F811
 
 
 def test_an_entry_published_meanwhile_is_found_by_the_stream_not_fetched(
-    warm,  # noqa: F811
+    warm,
     tmp_path,
     channel,
 ):
@@ -107,7 +106,7 @@ def test_an_entry_published_meanwhile_is_found_by_the_stream_not_fetched(
     assert after == before  # nothing downloaded
 
 
-def test_an_entry_published_meanwhile_is_kept_by_the_careful_path(warm, tmp_path):  # noqa: F811
+def test_an_entry_published_meanwhile_is_kept_by_the_careful_path(warm, tmp_path):
     """Fetched again (our downloader does not look first), but the entry is not replaced."""
     assert _run(warm, tmp_path, "published-careful") == "kept facts"
 
@@ -126,7 +125,7 @@ ODD = {
 
 
 @pytest.mark.parametrize("case", sorted(ODD))
-def test_odd_things_at_the_caches_name(warm, tmp_path, case):  # noqa: F811
+def test_odd_things_at_the_caches_name(warm, tmp_path, case):
     first, last = _run(warm, tmp_path, case).splitlines()
     assert first == "no-more"
     assert last.startswith(ODD[case]), last

@@ -24,21 +24,6 @@ from tests.conftest import ROOT
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
-NAMES = ["libhello", "hello", "hello-data"]
-
-
-@pytest.fixture
-def warm(channel, tmp_path):
-    """A plan installed once: its cache holds a stamped entry for each package."""
-    from gpu_ci.conda import install, lockfile
-
-    text = channel.explicit_lock(NAMES)
-    plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])
-    pkgs = tmp_path / "pkgs"
-    install.install(plan, tmp_path / "a", pkgs, dict(os.environ), log=lambda _: None)
-    (tmp_path / "lock.txt").write_text(text)
-    return plan, pkgs
-
 
 def _counting(monkeypatch, calls: Counter) -> None:
     for name in ("open", "stat", "lstat", "fstat", "read", "close"):
