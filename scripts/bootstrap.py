@@ -45,6 +45,7 @@ checkout's ``src/`` compiled beside the rest; ``benchmarks/cold_start.py`` measu
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -376,6 +377,10 @@ def run_side_by_side(
     return done
 
 
+#: The errors of a disk that cannot take the byte code: ``compile_site`` fails the build.
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
 def compile_site(site: Path) -> None:
     """Compile every module of the fresh venv, after its ``RECORD`` check (so only verified
     sources are compiled) and before its manifest is taken: no run writes a ``.pyc`` into
@@ -387,7 +392,9 @@ def compile_site(site: Path) -> None:
     one process per core, up to 4: each forked child takes every n-th file. Neither an
     installer's compiler nor ``compileall -j`` (a forkserver and a pickle per file) is
     as cheap. A file that does not compile is left as pip leaves it: Python reports it if
-    it is ever imported. Sources no run imports (``NEVER_IMPORTED``) are not compiled."""
+    it is ever imported; a disk that is full (``FULL_DISK``) fails the build, in the child
+    that meets it (the parent compiles that child's share again, and meets it too).
+    Sources no run imports (``NEVER_IMPORTED``) are not compiled."""
     import py_compile
 
     # No .pyc but ours: an installer copies whatever its cache holds (one a tampered uv cache
@@ -425,8 +432,15 @@ def compile_site(site: Path) -> None:
 
     def share(i: int) -> None:
         for source in sources[i::count]:
-            with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
+            try:
                 py_compile.compile(source, doraise=True, quiet=2)
+            except OSError as exc:
+                # a full disk (or quota) is the build's failure: a venv kept without its
+                # byte code would be compiled in memory by every later run that uses it
+                if exc.errno in FULL_DISK:
+                    raise
+            except (py_compile.PyCompileError, ValueError):
+                pass
 
     if index:  # a forked child: its share, then out (never back into the caller's code)
         code = 1

@@ -991,6 +991,38 @@ def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeyp
     assert missing == []
 
 
+@pytest.mark.parametrize("where", ["parent", "child"])
+def test_a_full_disk_while_compiling_fails_the_build(tmp_path, monkeypatch, where):
+    """No space for a ``.pyc`` (or the quota spent), in this process or a compile child: the
+    build fails (``build`` names it and removes the half-built venv, see the next test but
+    one) rather than keeping a venv that every later run would compile in memory. A source
+    that cannot be read is still only left uncompiled."""
+    import errno
+
+    boot = bootstrap_module()
+    site = tmp_path / "site"
+    for i in range(8):
+        (site / f"m{i}").mkdir(parents=True)
+        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    parent = os.getpid()
+    real = py_compile.compile
+
+    def full(source, *args, **kwargs):
+        if source.endswith("m1/__init__.py"):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), source)
+        # two compile processes: the parent takes m0, m2, ..., the child m1, m3, ...
+        if source.endswith("m0/__init__.py" if where == "parent" else "m3/__init__.py"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(py_compile, "compile", full)
+    monkeypatch.setattr(boot, "usable_cores", lambda: 2)
+    with pytest.raises(OSError) as raised:
+        boot.compile_site(site)
+    assert raised.value.errno == errno.ENOSPC
+    assert os.getpid() == parent
+
+
 def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
     """The job's working directory (a pull request's files) and the user's configuration
     (an earlier job's) may hold a ``uv.toml``: uv reads none (``UV_NO_CONFIG``). Otherwise
