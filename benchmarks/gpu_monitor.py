@@ -2,13 +2,18 @@
 
 Goal (issue: gpu-monitor): at most 1 % of one core and at most 30 MiB resident memory.
 
-    python benchmarks/gpu_monitor.py [--seconds 30] [--gpus 1,8]
+    python benchmarks/gpu_monitor.py [--seconds 30] [--gpus 1,8] [--mig 7]
 
 Measured against the fake libnvidia-ml.so.1 (tests/fake_nvml), playing a busy GPU with two
 processes: the Python side (nvidia-ml-py, JSON lines, the event wait) is what is measured;
 a real driver's NVML calls cost more per call (tens of microseconds each) and are not in
 these numbers. CPU is utime + stime of the sampler from /proc/<pid>/stat after a 3 s
 warm-up, over wall time; memory is the sampler's peak RSS (VmHWM).
+
+``--mig N``: also an H200 split into N MIG slices, the job given the first (by its UUID in
+``CUDA_VISIBLE_DEVICES``, as a MIG runner hands one out): the slice's own figures through
+its device handle and GPM, the board's power, energy, ECC and PCIe/NVLink counters through
+the parent handle, and the other tenants' processes and events to set aside.
 """
 
 from __future__ import annotations
@@ -47,40 +52,86 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def measure(gpus: int, seconds: float, work: Path) -> tuple[float, float, int]:
-    lib = build_fake_nvml(work / "nvml")
-    config = write_config(
-        work / f"nvml-{gpus}.cfg",
+def mig_uuid(slice_: int) -> str:
+    return f"MIG-{slice_:08d}-2222-3333-4444-555555555555"
+
+
+def mig_board(slices: int) -> tuple[dict[str, str], str]:
+    """An H200 in MIG mode split into ``slices`` 1g slices, each busy with its own tenant
+    (the job's is slice 0): its fake-NVML config and script."""
+    config = nvml_config(
+        gpu_config(
+            0,
+            mig=1,
+            mig__count=slices,
+            util_samples=6,
+            energy_counter=1,
+            violation=1,
+            pcie_counters=1,
+            nvlink=1,
+            event_types="0xFF0B",
+            **{
+                key: value
+                for k in range(slices)
+                for key, value in (
+                    (f"mig__{k}__uuid", mig_uuid(k)),
+                    (f"mig__{k}__name", "NVIDIA H200 MIG 1g.18gb"),
+                    (f"mig__{k}__memory_mib", 18 * 1024),
+                )
+            },
+        ),
+        privileged=1,
+    )
+    script = "0 gpu.0.power_mw=450000\n" + "".join(
+        f"0 gpu.0.mig.{k}.util={40 + 8 * k} gpu.0.mig.{k}.mem_used_mib={2048 + 512 * k}\n"
+        f"0 gpu.0.mig.{k}.procs={4242 + k}:{2000 + k}:python\n"
+        for k in range(slices)
+    )
+    return config, script
+
+
+def whole_gpus(gpus: int) -> tuple[dict[str, str], str]:
+    """``gpus`` whole H200s, each busy with two processes: config and script."""
+    config = nvml_config(
         # with issue 28's signals: the driver's utilisation sample buffer (6 entries a
         # second), the energy and violation counters, GPM (an H200: SM/tensor/DRAM), PCIe
         # and NVLink counters (field values), ECC and remapped rows, the newer event types
-        nvml_config(
-            *[
-                gpu_config(
-                    i,
-                    util_samples=6,
-                    energy_counter=1,
-                    violation=1,
-                    reserved_mib=500,
-                    pcie_counters=1,
-                    nvlink=1,
-                    event_types="0xFF0B",
-                )
-                for i in range(gpus)
-            ]
-        ),
+        *[
+            gpu_config(
+                i,
+                util_samples=6,
+                energy_counter=1,
+                violation=1,
+                reserved_mib=500,
+                pcie_counters=1,
+                nvlink=1,
+                event_types="0xFF0B",
+            )
+            for i in range(gpus)
+        ]
     )
-    script = work / f"script-{gpus}.txt"
-    script.write_text("".join(SCRIPT.format(i=i) for i in range(gpus)))
-    directory = work / f"monitor-{gpus}"
+    return config, "".join(SCRIPT.format(i=i) for i in range(gpus))
+
+
+def measure(gpus: int, seconds: float, work: Path, mig: int = 0) -> tuple[float, float, int]:
+    """The sampler watching ``gpus`` whole GPUs, or (``mig``) the first slice of a MIG
+    board of ``mig`` slices: CPU % of one core, peak RSS MiB, samples written."""
+    lib = build_fake_nvml(work / "nvml")
+    tag = f"mig-{mig}" if mig else str(gpus)
+    config, text = mig_board(mig) if mig else whole_gpus(gpus)
+    script = work / f"script-{tag}.txt"
+    script.write_text(text)
+    directory = work / f"monitor-{tag}"
     directory.mkdir()
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": str(lib),
-        "FAKE_NVML_CONFIG": str(config),
+        "FAKE_NVML_CONFIG": str(write_config(work / f"nvml-{tag}.cfg", config)),
         "FAKE_NVML_SCRIPT": str(script),
         "PYTHONPATH": str(ROOT / "src"),
     }
+    if mig:  # the job's slice, as a MIG runner hands it out
+        env["CUDA_VISIBLE_DEVICES"] = mig_uuid(0)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -88,7 +139,7 @@ def measure(gpus: int, seconds: float, work: Path) -> tuple[float, float, int]:
             "gpu_ci.cuda.monitor",
             str(directory),
             "1",
-            ",".join(str(i) for i in range(gpus)),
+            "0" if mig else ",".join(str(i) for i in range(gpus)),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -111,6 +162,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--gpus", default="1,8")
+    parser.add_argument(
+        "--mig", type=int, default=7, help="slices of the MIG board (0: no MIG row)"
+    )
     args = parser.parse_args()
     print(
         "gpu-monitor sampler at interval 1 s, against the fake NVML (tests/fake_nvml); "
@@ -124,6 +178,12 @@ def main() -> int:
         for n in (int(x) for x in args.gpus.split(",")):
             cpu, rss, samples = measure(n, args.seconds, Path(tmp))
             print(f"  {n:>4}  {cpu:>18.2f}  {'<= 1':>6}  {rss:>12.1f}  {'<= 30':>6}  {samples}")
+        if args.mig:
+            cpu, rss, samples = measure(1, args.seconds, Path(tmp), mig=args.mig)
+            print(
+                f"  1 MIG slice of {args.mig}: {cpu:.2f} % (<= 1), {rss:.1f} MiB (<= 30), "
+                f"{samples} samples"
+            )
     tick = 100 / os.sysconf("SC_CLK_TCK") / args.seconds
     print(f"  (CPU resolution: one clock tick = {tick:.2f} % over {args.seconds:g} s)")
     return 0
