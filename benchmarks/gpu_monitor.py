@@ -52,6 +52,19 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+#: Issue 28's signals, read every second: the driver's utilisation sample buffer (6 entries a
+#: second), the energy and violation counters, PCIe and NVLink counters (field values), the
+#: newer event types (GPM, ECC and remapped rows come with the H200 the fake plays).
+SIGNALS = {
+    "util_samples": 6,
+    "energy_counter": 1,
+    "violation": 1,
+    "pcie_counters": 1,
+    "nvlink": 1,
+    "event_types": "0xFF0B",
+}
+
+
 def mig_uuid(slice_: int) -> str:
     return f"MIG-{slice_:08d}-2222-3333-4444-555555555555"
 
@@ -64,12 +77,7 @@ def mig_board(slices: int) -> tuple[dict[str, str], str]:
             0,
             mig=1,
             mig__count=slices,
-            util_samples=6,
-            energy_counter=1,
-            violation=1,
-            pcie_counters=1,
-            nvlink=1,
-            event_types="0xFF0B",
+            **SIGNALS,
             **{
                 key: value
                 for k in range(slices)
@@ -92,24 +100,7 @@ def mig_board(slices: int) -> tuple[dict[str, str], str]:
 
 def whole_gpus(gpus: int) -> tuple[dict[str, str], str]:
     """``gpus`` whole H200s, each busy with two processes: config and script."""
-    config = nvml_config(
-        # with issue 28's signals: the driver's utilisation sample buffer (6 entries a
-        # second), the energy and violation counters, GPM (an H200: SM/tensor/DRAM), PCIe
-        # and NVLink counters (field values), ECC and remapped rows, the newer event types
-        *[
-            gpu_config(
-                i,
-                util_samples=6,
-                energy_counter=1,
-                violation=1,
-                reserved_mib=500,
-                pcie_counters=1,
-                nvlink=1,
-                event_types="0xFF0B",
-            )
-            for i in range(gpus)
-        ]
-    )
+    config = nvml_config(*[gpu_config(i, reserved_mib=500, **SIGNALS) for i in range(gpus)])
     return config, "".join(SCRIPT.format(i=i) for i in range(gpus))
 
 

@@ -960,15 +960,21 @@ def test_pip_halves_parse_a_lock_as_pip_does(tmp_path):
         assert boot.pip_halves([other]) == [], included
 
 
+def _eight_modules(tmp_path: Path) -> Path:
+    """A fresh site of eight packages ``m0`` ... ``m7`` for ``compile_site``."""
+    site = tmp_path / "site"
+    for i in range(8):
+        (site / f"m{i}").mkdir(parents=True)
+        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    return site
+
+
 def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeypatch):
     """A forked compile child killed part way (the OOM killer on a busy runner) or failing:
     its share is compiled by the parent, not left to be compiled in memory by every run of
     a venv that is never modified again."""
     boot = bootstrap_module()
-    site = tmp_path / "site"
-    for i in range(8):
-        (site / f"m{i}").mkdir(parents=True)
-        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    site = _eight_modules(tmp_path)
     parent = os.getpid()
     real = py_compile.compile
 
@@ -1000,10 +1006,7 @@ def test_a_full_disk_while_compiling_fails_the_build(tmp_path, monkeypatch, wher
     import errno
 
     boot = bootstrap_module()
-    site = tmp_path / "site"
-    for i in range(8):
-        (site / f"m{i}").mkdir(parents=True)
-        (site / f"m{i}" / "__init__.py").write_text(f"X = {i}\n")
+    site = _eight_modules(tmp_path)
     parent = os.getpid()
     real = py_compile.compile
 
