@@ -450,7 +450,16 @@ def compile_site(site: Path) -> None:
         finally:
             os._exit(code)
     if count:
-        share(0)
+        try:
+            share(0)
+        except BaseException:
+            # the build fails: no child may go on writing into the venv it removes
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)  # SIGKILL (no signal import on the start-up path)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+            raise
     # A child killed part way (the OOM killer) or failing: the venv is never modified
     # again, so its share is compiled here rather than in memory by every run.
     for i, pid in enumerate(children, start=1):

@@ -1000,9 +1000,10 @@ def test_a_compile_child_that_dies_leaves_no_module_uncompiled(tmp_path, monkeyp
 @pytest.mark.parametrize("where", ["parent", "child"])
 def test_a_full_disk_while_compiling_fails_the_build(tmp_path, monkeypatch, where):
     """No space for a ``.pyc`` (or the quota spent), in this process or a compile child: the
-    build fails (``build`` names it and removes the half-built venv, see the next test but
-    one) rather than keeping a venv that every later run would compile in memory. A source
-    that cannot be read is still only left uncompiled."""
+    build fails (``build`` names it and removes the half-built venv:
+    ``test_a_full_disk_during_a_build_is_an_error_line_and_leaves_nothing``) rather than
+    keeping a venv that every later run would compile in memory, and no compile child is
+    left writing into it. A source that cannot be read is still only left uncompiled."""
     import errno
 
     boot = bootstrap_module()
@@ -1018,12 +1019,27 @@ def test_a_full_disk_while_compiling_fails_the_build(tmp_path, monkeypatch, wher
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), source)
         return real(source, *args, **kwargs)
 
+    forked = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
     monkeypatch.setattr(py_compile, "compile", full)
     monkeypatch.setattr(boot, "usable_cores", lambda: 2)
+    monkeypatch.setattr(boot.os, "fork", fork)
     with pytest.raises(OSError) as raised:
         boot.compile_site(site)
     assert raised.value.errno == errno.ENOSPC
     assert os.getpid() == parent
+    # every compile child reaped (none still writing into a venv the build removes)
+    assert len(forked) == 1
+    for pid in forked:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
