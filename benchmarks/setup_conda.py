@@ -605,10 +605,10 @@ def main() -> int:
         "per round | connections, ours vs rattler | CPU s, ours vs rattler |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for profile, case, ours, theirs, cpu_ours, cpu_theirs, c_ours, c_theirs, *rest in table:
+    for profile, case, ours, theirs, cpu_ours, cpu_theirs, c_ours, c_theirs, *_, per_round in table:
         print(
             f"| {profile} | {case} | {ours:.3f} s | {theirs:.3f} s | {ours / theirs:.2f}x | "
-            f"{rest[-1]:.2f}x | {c_ours:g} vs {c_theirs:g} | {cpu_ours:.2f} vs {cpu_theirs:.2f} |"
+            f"{per_round:.2f}x | {c_ours:g} vs {c_theirs:g} | {cpu_ours:.2f} vs {cpu_theirs:.2f} |"
         )
     if BASELINE is not None:
         print(
