@@ -32,12 +32,15 @@ if [ -n "${GPU_CI_PYTHON:-}" ] && [ "${GPU_CI_ROOT:-}" = "$root" ] && [ -x "$GPU
   fi
 fi
 
+# Every Python started here runs isolated (-I: no PYTHONPATH, user site or script directory)
+# and from /, so nothing in the job's workspace runs in it.
 usable() {
-  "$1" - <<'PY' 2>/dev/null
+  (cd / && "$1" -I - <<'PY' 2>/dev/null
 import os, sys
 conda = any(os.path.isdir(os.path.join(p, "conda-meta")) for p in {sys.prefix, sys.base_prefix})
 sys.exit(0 if sys.version_info >= (3, 9) and not conda else 1)
 PY
+  )
 }
 
 candidates=()
@@ -76,4 +79,5 @@ if [ -z "$python" ]; then
 fi
 [ -n "$python" ] || no_python
 
-exec "$python" "$root/scripts/bootstrap.py" "$action"
+cd /
+exec "$python" -I "$root/scripts/bootstrap.py" "$action"

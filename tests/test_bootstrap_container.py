@@ -181,6 +181,7 @@ def tools_dir(where: Path, downloader: str) -> Path:
         "tail",
         "gzip",
         "sha256sum",
+        "find",
         downloader,
     ):
         found = shutil.which(tool)
@@ -368,6 +369,100 @@ def test_nothing_is_installed_where_a_python_exists(serve, tmp_path):
     assert "No Python >= 3.9 in this job" not in proc.stdout
     assert not (tmp_path / "summary.md").exists()
     assert not (tmp_path / "cache" / "gpu-ci-actions" / "python").exists()
+
+
+# -- what the job's workspace and a shared cache may not do ---------------------------------
+
+#: A uv that "installs" this interpreter and logs each call: the provisioning path without
+#: a download.
+FAKE_UV = """#!/bin/bash
+echo "$*" >> "$UV_LOG"
+case "$1 $2" in
+  "python install") exit 0 ;;
+  "python find") echo "$REAL_PYTHON" ;;
+  "--version ") echo "uv 0.0.0" ;;
+esac
+"""
+
+#: Modules a pull request could plant in the workspace: each leaves a mark when it runs.
+PLANTED = ("platform", "hashlib", "sitecustomize", "json")
+
+
+def provision_with_fake_uv(work: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    tools = tools_dir(work / "tools", "curl")
+    (tools / "uv").write_text(FAKE_UV)
+    (tools / "uv").chmod(0o755)
+    return subprocess.run(
+        [str(tools / "bash"), str(BOOTSTRAP), "verify-cuda-env"],
+        env={
+            "PATH": str(tools),
+            "HOME": str(work / "home"),
+            "GPU_CI_BOOTSTRAP_FALLBACKS": "",
+            "GITHUB_ENV": str(work / "github_env"),
+            "UV_LOG": str(work / "uv.log"),
+            "REAL_PYTHON": sys.executable,
+            **env,
+        },
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@linux_only
+def test_no_python_the_bootstrap_starts_runs_code_from_the_workspace(tmp_path):
+    workspace = tmp_path / "workspace"
+    marks = tmp_path / "marks"
+    workspace.mkdir()
+    marks.mkdir()
+    for name in PLANTED:
+        (workspace / f"{name}.py").write_text(f"open({str(marks / name)!r}, 'w').close()\n")
+    (tmp_path / "not-a-dir").write_text("")
+    proc = provision_with_fake_uv(
+        tmp_path,
+        workspace,
+        PYTHONPATH=str(workspace),
+        # bootstrap.py stops at its first write: the cache cannot be made under a file.
+        GPU_CI_CACHE_DIR=str(tmp_path / "not-a-dir" / "cache"),
+    )
+    out = proc.stdout + proc.stderr
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert f"installed Python {version}, a uv-managed Python (uv 0.0.0)" in out
+    assert "cannot create" in out and proc.returncode == 1  # bootstrap.py ran, then stopped
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+@linux_only
+@pytest.mark.parametrize("planted", ["group-writable", "another-owner", "linked-home"])
+def test_a_python_home_another_user_could_write_is_refused(tmp_path, planted):
+    home = tmp_path / "cache" / "gpu-ci-actions" / "python"
+    if planted == "linked-home":
+        (tmp_path / "elsewhere").mkdir()
+        home.parent.mkdir(parents=True)
+        home.symlink_to(tmp_path / "elsewhere")
+        why = f"{home} is a symbolic link"
+    elif planted == "group-writable":
+        (home / "managed").mkdir(parents=True)
+        (home / "managed").chmod(0o777)
+        why = f"{home / 'managed'} is writable by group or others"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a file to another user")
+        (home / "managed").mkdir(parents=True)
+        (home / "managed" / "python3").write_text("")
+        os.chown(home / "managed" / "python3", 65534, 65534)
+        why = f"{home / 'managed' / 'python3'} is owned by another user"
+    proc = provision_with_fake_uv(
+        tmp_path,
+        tmp_path,
+        GPU_CI_CACHE_DIR=str(tmp_path / "cache"),
+        GPU_CI_INSTALL_PYTHON="managed",
+    )
+    assert proc.returncode == 1
+    assert f"{why}: another user could have planted" in proc.stdout
+    assert "its own GPU_CI_CACHE_DIR" in proc.stdout
+    assert not (tmp_path / "uv.log").exists(), "uv was run in the foreign home"
 
 
 # -- a real Debian userland without Python, as root --------------------------------------
