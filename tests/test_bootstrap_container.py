@@ -43,6 +43,7 @@ from tests.debian_root import (
     locked,
     pip_config_into,
 )
+from tests.standalone_python import CONDA_PREFIX_SETUP, StandalonePython, conda_prefix_into
 
 PROVISION = ROOT / "scripts" / "provision-python.sh"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
@@ -512,12 +513,10 @@ rm -f /usr/lib/*/libnvidia-ml.so.1 && /sbin/ldconfig
 """
 
 
-@pytest.fixture(scope="module")
-def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One job in a fresh overlay of the Debian root: its steps' logs, env and output files."""
+def job_in_debian(work: Path, job: str, prepare=None) -> Path:
+    """Run ``job`` in a fresh overlay of the Debian root; its steps' files, in ``work/job``."""
     if platform.machine() not in MULTIARCH:
         pytest.skip("x86_64 and aarch64 only")
-    work = tmp_path_factory.mktemp("debian-job")
     for name in ("ovl", "root", "job", "checkout"):
         (work / name).mkdir()
     for name in CHECKOUT:
@@ -530,8 +529,10 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy2(src, work / "checkout" / name)
     build_fake_nvml(work / "nvml")
     write_config(work / "nvml.cfg", observed_h200()[1])
-    (work / "job" / "job.sh").write_text(JOB)
+    (work / "job" / "job.sh").write_text(job)
     pip_config_into(work)
+    if prepare is not None:
+        prepare(work / "job")
     proc = subprocess.run(
         [
             "unshare",
@@ -557,6 +558,12 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs
     return work / "job"
+
+
+@pytest.fixture(scope="module")
+def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job in a fresh overlay of the Debian root: its steps' logs, env and output files."""
+    return job_in_debian(tmp_path_factory.mktemp("debian-job"), JOB)
 
 
 @needs_root
@@ -619,6 +626,67 @@ def test_debian_container_without_visible_devices_is_named(debian_job):
     assert "NVIDIA_VISIBLE_DEVICES is not set in this container" in findings[0]["message"]
     assert "--gpus all" in findings[0]["fix"]
     assert "NVIDIA_VISIBLE_DEVICES: all" in findings[0]["fix"]
+
+
+#: An image like RAPIDS' ci-conda (:data:`CONDA_PREFIX_SETUP`); the conda hashed around the
+#: job.
+CONDA_JOB = (
+    r"""
+set -u
+export RUNNER_TEMP=/job/runner-temp RUNNER_TOOL_CACHE=/job/tool-cache
+export GITHUB_STEP_SUMMARY=/job/summary.md FAKE_NVML_CONFIG=/etc/fake-nvml.cfg
+export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+mkdir -p "$RUNNER_TEMP" "$RUNNER_TOOL_CACHE"
+if [ -f /etc/gpu-ci-tests-ca.crt ]; then
+  export PIP_CERT=/etc/gpu-ci-tests-ca.crt SSL_CERT_FILE=/etc/gpu-ci-tests-ca.crt
+fi
+[ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
+"""
+    + CONDA_PREFIX_SETUP
+    + r"""
+command -v python3 > /job/which.txt
+digest() { (cd /opt/conda && find . -type f -exec sha256sum {} + | sort); }
+digest > /job/conda.before
+: > /job/conda.env; : > /job/conda.out
+GITHUB_ENV=/job/conda.env bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
+  > /job/conda.bootstrap.log 2>&1
+echo "$?" > /job/conda.bootstrap.rc
+set -a; . /job/conda.env; set +a
+GITHUB_OUTPUT=/job/conda.out INPUT_REQUIRE_GPU=true \
+  "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > /job/conda.verify.log 2>&1
+echo "$?" > /job/conda.rc
+digest > /job/conda.after
+"""
+)
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_conda_python_alone_serves_the_actions_without_a_second_python(tmp_path):
+    standalone = StandalonePython()
+    try:
+        if standalone.archive is None:
+            pytest.skip(f"this host's Python cannot be packed as a prefix: {standalone.why}")
+
+        def prepare(job: Path) -> None:
+            why = conda_prefix_into(job, standalone.archive)
+            if why:
+                pytest.skip(why)
+
+        job = job_in_debian(tmp_path, CONDA_JOB, prepare)
+    finally:
+        standalone.close()
+    log = (job / "conda.bootstrap.log").read_text()
+    assert (job / "which.txt").read_text().strip() == "/opt/conda/bin/python3"
+    assert (job / "conda.bootstrap.rc").read_text().strip() == "0", log
+    assert "/opt/conda/bin/python3 creates the bootstrap's own venv" in log
+    assert "No Python >= 3.9 in this job" not in log  # no second Python installed
+    env = dict(line.split("=", 1) for line in (job / "conda.env").read_text().splitlines())
+    assert env["GPU_CI_PYTHON"].startswith("/job/tool-cache/gpu-ci-actions/")
+    assert (job / "conda.rc").read_text().strip() == "0", (job / "conda.verify.log").read_text()
+    assert parse_output_file((job / "conda.out").read_text())["ok"] == "true"
+    assert (job / "conda.after").read_text() == (job / "conda.before").read_text()
+    assert (job / "conda.before").read_text().count("\n") > 100  # the whole prefix, hashed
 
 
 # -- verify-cuda-env's container findings, one by one ------------------------------------
