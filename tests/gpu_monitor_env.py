@@ -84,7 +84,7 @@ def fake_gpu_env(
 
 
 def monitor_dir(env: dict[str, str]) -> Path:
-    from gpu_ci.cuda.monitor import job_directory
+    from gpu_ci.cuda.monitor.sampler import job_directory
 
     return job_directory(env["RUNNER_TEMP"], env)
 
@@ -108,7 +108,7 @@ def example_report():
     a 3-minute job whose tests used the GPU for 55 s, with an Xid 13 near the end."""
     from decimal import Decimal
 
-    from gpu_ci.cuda import monitor_report as mr
+    from gpu_ci.cuda.monitor import report as mr
 
     lines = [
         json.dumps(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import report as mr
 from tests.gpu_monitor_env import EPOCH
 
 GiB = 2**30

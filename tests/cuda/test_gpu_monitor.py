@@ -16,8 +16,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import sampler as monitor
 from tests.conftest import ROOT
 from tests.github_server import Job, Step, WorkflowRun
 from tests.gpu_monitor_env import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import sampler as monitor
 from tests.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
 
 EVIL = (
@@ -367,7 +367,7 @@ def _bounded(call, fifos):
 
 
 def test_planted_fifos_and_links_never_hang_the_report(tmp_path):
-    from gpu_ci.cuda import monitor_control as control
+    from gpu_ci.cuda.monitor import control
     from gpu_ci.errors import GpuCiError
 
     directory = tmp_path / "job"

@@ -14,7 +14,7 @@ import json
 
 import jsonschema
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import report as mr
 from tests.gpu_monitor_env import fake_gpu_env, monitor_dir, wait_for_stop_line
 
 MIB = 2**20

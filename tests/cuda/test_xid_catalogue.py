@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import report as mr
 from tests.cuda_env import require_nvml_header
 
 #: The 'Guidance Class' column of the workbook's sheet 'Resolution Buckets' (Xid-Catalog.xlsx,
@@ -157,7 +157,7 @@ NVML_EVENT_MACROS = {
 def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
     import json
 
-    from gpu_ci.cuda.monitor import EVENT_TYPES
+    from gpu_ci.cuda.monitor.sampler import EVENT_TYPES
 
     header = (require_nvml_header() / "nvml.h").read_text(encoding="utf-8", errors="replace")
     bits = {

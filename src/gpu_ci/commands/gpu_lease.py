@@ -2,7 +2,7 @@
 ``mode: release`` gives them back (the job's end does too).
 
 Wiring only: the rules (directory, locks, which GPU is fit, the worker map) are
-:mod:`gpu_ci.cuda.lease`, the detached holder :mod:`gpu_ci.cuda.lease_holder`.
+:mod:`gpu_ci.cuda.lease.lease`, the detached holder :mod:`gpu_ci.cuda.lease.holder`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda import lease
-from gpu_ci.cuda import lease_holder as holder
+from gpu_ci.cuda.lease import holder, lease
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table

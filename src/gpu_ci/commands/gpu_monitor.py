@@ -1,9 +1,9 @@
 """``gpu-ci gpu-monitor``: ``mode: start`` launches the sampler; ``mode: report`` stops it and
 reports what each GPU did, what it cost, and which steps used it.
 
-Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor_control`,
-the sampler and the file format :mod:`gpu_ci.cuda.monitor`, the numbers and views
-:mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
+Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor.control`,
+the sampler and the file format :mod:`gpu_ci.cuda.monitor.sampler`, the numbers and views
+:mod:`gpu_ci.cuda.monitor.report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
 :mod:`gpu_ci.pricing`.
 """
 
@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_ci.cuda import monitor, right_size
-from gpu_ci.cuda import monitor_control as control
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import control, right_size
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import sampler as monitor
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, write_report
@@ -266,7 +266,7 @@ def log_line(result: mr.Report, samples: int) -> str:
 
 def push(url: str, result: mr.Report, rt: Runtime) -> None:
     """Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it."""
-    from gpu_ci.cuda.monitor_push import push as push_metrics
+    from gpu_ci.cuda.monitor.push import push as push_metrics
 
     try:
         push_metrics(url, result, rt.environ)

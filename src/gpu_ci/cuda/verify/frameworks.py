@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpu_ci.cuda.arch import tensorflow_arch_list
+from gpu_ci.cuda.verify.arch import tensorflow_arch_list
 
 KNOWN = (
     "torch",

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci import __version__
-from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import findings as cuda_findings
-from gpu_ci.cuda import frameworks
-from gpu_ci.cuda import probe as framework_probe
 from gpu_ci.cuda.facts import NvmlSnapshot
-from gpu_ci.cuda.findings import Finding
-from gpu_ci.cuda.frameworks import CudaConsumer, ProbeFacts
-from gpu_ci.cuda.loader import locate_libcuda
-from gpu_ci.cuda.options import VerifyOptions
-from gpu_ci.cuda.table import load_table
+from gpu_ci.cuda.verify import checks as cuda_checks
+from gpu_ci.cuda.verify import findings as cuda_findings
+from gpu_ci.cuda.verify import frameworks
+from gpu_ci.cuda.verify import probe as framework_probe
+from gpu_ci.cuda.verify.findings import Finding
+from gpu_ci.cuda.verify.frameworks import CudaConsumer, ProbeFacts
+from gpu_ci.cuda.verify.loader import locate_libcuda
+from gpu_ci.cuda.verify.options import VerifyOptions
+from gpu_ci.cuda.verify.table import load_table
 from gpu_ci.cuda.visibility import Visibility, visible_gpus
 
 #: Frameworks the deep check can run a kernel with.

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
-from gpu_ci.cuda import right_size as rs
+from gpu_ci.cuda.monitor import right_size as rs
 from gpu_ci.markdown import markdown_table
 from gpu_ci.pricing import billed_minutes, job_cost
 
@@ -80,7 +80,7 @@ VIOLATION_REASONS = {
     "reliability": "reliability",
 }
 
-CATALOGUE_PATH = Path(__file__).resolve().parent.parent / "data" / "xid-catalogue.json"
+CATALOGUE_PATH = Path(__file__).resolve().parent.parent.parent / "data" / "xid-catalogue.json"
 
 
 def catalogue() -> dict[str, Any]:

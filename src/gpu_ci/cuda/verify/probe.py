@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda.arch import read_arch_list
-from gpu_ci.cuda.cudart import read_static_cudart_version
-from gpu_ci.cuda.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
+from gpu_ci.cuda.verify.arch import read_arch_list
+from gpu_ci.cuda.verify.cudart import read_static_cudart_version
+from gpu_ci.cuda.verify.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
 # the frameworks themselves.

@@ -21,11 +21,11 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_ci.cuda.arch import parse_targets, reach, sm_name
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.findings import Finding
-from gpu_ci.cuda.frameworks import CudaConsumer
-from gpu_ci.cuda.table import Build, BuildFacts, DriverTable, driver_at_least, driver_branch
+from gpu_ci.cuda.verify.arch import parse_targets, reach, sm_name
+from gpu_ci.cuda.verify.findings import Finding
+from gpu_ci.cuda.verify.frameworks import CudaConsumer
+from gpu_ci.cuda.verify.table import Build, BuildFacts, DriverTable, driver_at_least, driver_branch
 
 #: Families whose kernels are compiled ahead of time into the build (no run-time compiler).
 PREBUILT = ("torch", "tensorflow", "jax", "onnxruntime", "paddle")

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.cuda import require as require_spec
-from gpu_ci.cuda.arch import parse_targets, reach, sm_name
-from gpu_ci.cuda.compat import (
+from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.verify.arch import parse_targets, reach, sm_name
+from gpu_ci.cuda.verify.compat import (
     Context,
     consumer_findings,
     forward_compat_branch_findings,
     supported_branches,
 )
-from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.findings import LEVELS, Finding, failing
-from gpu_ci.cuda.frameworks import CudaConsumer
-from gpu_ci.cuda.table import BuildFacts, DriverTable, driver_branch, load_builds
+from gpu_ci.cuda.verify.findings import LEVELS, Finding, failing
+from gpu_ci.cuda.verify.frameworks import CudaConsumer
+from gpu_ci.cuda.verify.table import BuildFacts, DriverTable, driver_branch, load_builds
 from gpu_ci.cuda.visibility import Visibility
 
 __all__ = ["LEVELS", "CheckInput", "EnvFacts", "Finding", "failing", "run_checks"]

@@ -2,7 +2,7 @@
 appends one JSON line per sample to a file under ``RUNNER_TEMP``.
 
 Composite actions have no post step, so ``mode: start`` launches this process and returns;
-``mode: report`` stops it and reads the file (:mod:`gpu_ci.cuda.monitor_report`). The file
+``mode: report`` stops it and reads the file (:mod:`gpu_ci.cuda.monitor.report`). The file
 is the only channel between the two, so it is plain JSON Lines that a user can upload and
 read without us:
 
@@ -88,7 +88,7 @@ MAX_BYTES = 64 * 2**20
 """The sample file stops growing here (about 2 days of one GPU at 1 s)."""
 MAX_DURATION_S = 5 * 24 * 3600.0
 """GitHub's longest job (self-hosted, 5 days): a sampler nobody stopped ends by itself."""
-MARKER = "gpu_ci.cuda.monitor"
+MARKER = "gpu_ci.cuda.monitor.sampler"
 """In the sampler's command line: the report signals a pid only when it finds this there."""
 
 GPU_IS_LOST = 15
@@ -950,7 +950,7 @@ def _address(handle: Any) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m gpu_ci.cuda.monitor <directory> <interval> [visible indices]``."""
+    """``python -m gpu_ci.cuda.monitor.sampler <directory> <interval> [visible indices]``."""
     directory = Path(argv[0])
     visible = [int(x) for x in argv[2].split(",") if x] if len(argv) > 2 else None
     config = SamplerConfig.from_environ(directory, float(argv[1]), os.environ)

@@ -2,7 +2,7 @@
 
 Several self-hosted runners on one 4- or 8-GPU host collide when each job uses every GPU.
 A lease is one ``flock`` per GPU UUID on a file in a host-wide directory, held by a small
-detached holder process (:mod:`gpu_ci.cuda.lease_holder`) for as long as the job runs.
+detached holder process (:mod:`gpu_ci.cuda.lease.holder`) for as long as the job runs.
 
 Why ``flock``: the kernel releases a lock when its last fd closes, so a holder that crashes
 or is ``kill -9``-ed frees its GPUs at once; no stale lease needs reaping and none can be

@@ -1,8 +1,8 @@
 """gpu-monitor's hold on its sampler: start it detached (``mode: start``) and read back what it
 wrote (``mode: report``).
 
-The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor`; the numbers made from
-the file are :mod:`gpu_ci.cuda.monitor_report`. Here is what lies between the command and
+The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor.sampler`; the numbers made from
+the file are :mod:`gpu_ci.cuda.monitor.report`. Here is what lies between the command and
 those two: the job's private directory, the one-sampler-per-job lock, the sampler's
 environment (an allow-list: it outlives the step), waiting for it to be ready, and reading
 its file within the size the sampler may write.
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gpu_ci
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.cuda.facts import Gpu
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import sampler as monitor
 from gpu_ci.errors import GpuCiError
 
 NO_GPU_NAME = "no-gpu"

@@ -25,7 +25,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parent.parent.parent / "data"
 TABLE_PATH = DATA / "cuda-toolkit-driver-table.yaml"
 TABLE_JSON = TABLE_PATH.with_suffix(".json")
 BUILDS_PATH = DATA / "cuda-builds.yaml"

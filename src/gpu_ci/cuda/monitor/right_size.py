@@ -32,7 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parent.parent.parent / "data"
 SIZES_PATH = DATA / "gpu-sizes.yaml"
 SIZES_JSON = SIZES_PATH.with_suffix(".json")
 GB = 10**9

@@ -3,7 +3,7 @@ the job ends.
 
 Composite actions have no post step, so ``mode: lease`` starts this process (a new session,
 as gpu-monitor's sampler) and returns once it answered; it holds the locks (see
-:mod:`gpu_ci.cuda.lease`) until one of:
+:mod:`gpu_ci.cuda.lease.lease`) until one of:
 
 * ``mode: release`` (a step with ``if: always()``) sends it SIGTERM;
 * the job's process ends: it watches the process that started the step's shell (on a
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci import jobdirs
-from gpu_ci.cuda import lease
+from gpu_ci.cuda.lease import lease
 
-MARKER = "gpu_ci.cuda.lease_holder"
+MARKER = "gpu_ci.cuda.lease.holder"
 """In the holder's command line: a release signals a pid only when it finds this there."""
 POLL_S = 0.5
 """How often the holder looks for its job, and a waiting lease tries again."""
