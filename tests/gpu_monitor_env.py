@@ -84,7 +84,7 @@ def fake_gpu_env(
 
 
 def monitor_dir(env: dict[str, str]) -> Path:
-    from gpu_ci.cuda.monitor.sampler import job_directory
+    from gpu_ci.cuda.monitor.control import job_directory
 
     return job_directory(env["RUNNER_TEMP"], env)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from gpu_ci.cuda.monitor import control
 from gpu_ci.cuda.monitor import report as mr
 from gpu_ci.cuda.monitor import sampler as monitor
 from tests.conftest import ROOT
@@ -345,18 +346,18 @@ def test_two_starts_one_sampler_and_report_stops_it(run_cli, tmp_path):
     first = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert first.returncode == 0, first.stdout + first.stderr
     directory = monitor_dir(env)
-    pid = monitor.read_state(directory)["pid"]
+    pid = monitor.SAMPLER.read_state(directory)["pid"]
     second = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert second.returncode == 0
     assert f"a sampler already runs for this job (pid {pid})" in second.stdout
-    assert monitor.read_state(directory)["pid"] == pid
-    assert monitor.lock_held(directory) and monitor.is_our_sampler(pid, directory)
+    assert monitor.SAMPLER.read_state(directory)["pid"] == pid
+    assert control.lock_held(directory) and control.is_our_sampler(pid, directory)
     # The sampler outlives the step into untrusted code's steps: no token in its environment.
     environ = (Path(f"/proc/{pid}") / "environ").read_bytes()
     assert b"t0k-secret" not in environ and b"INPUT_" not in environ
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert not monitor.lock_held(directory)
+    assert not control.lock_held(directory)
     records = [json.loads(x) for x in (directory / "samples.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("start") == 1
     assert records[-1]["kind"] == "stop" and records[-1]["reason"] == "signal"
@@ -367,10 +368,10 @@ def test_sampler_killed_with_sigkill_is_reported(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05")
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
     directory = monitor_dir(env)
-    pid = monitor.read_state(directory)["pid"]
+    pid = monitor.SAMPLER.read_state(directory)["pid"]
     os.kill(pid, signal.SIGKILL)
     for _ in range(200):  # the kernel releases the lock when the process is gone
-        if not monitor.lock_held(directory):
+        if not control.lock_held(directory):
             break
         time.sleep(0.05)
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
@@ -382,8 +383,8 @@ def test_stop_never_signals_a_pid_that_is_not_our_sampler(tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
     (directory / monitor.STATE_NAME).write_text(json.dumps({"pid": os.getpid()}))
-    assert not monitor.is_our_sampler(os.getpid(), directory)
-    assert monitor.stop_sampler(directory) == "not-running"
+    assert not control.is_our_sampler(os.getpid(), directory)
+    assert control.stop_sampler(directory) == "not-running"
 
 
 def test_charts_parse_with_mermaids_parser_and_are_downsampled(run_cli, tmp_path):

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpu_ci.cuda.detached import make_private
 from gpu_ci.cuda.lease import holder, lease
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
@@ -143,7 +144,7 @@ def release(state_dir: Path, rt: Runtime) -> int:
 def job_state_dir(rt: Runtime) -> Path:
     base = rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir()
     directory = holder.state_directory(base, rt.environ)
-    why = holder.make_private(directory)
+    why = make_private(directory)
     if why:
         raise GpuCiError(
             f"gpu-lease will not use {directory}: {why}. Set RUNNER_TEMP to a "

@@ -38,7 +38,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
             title="gpu-monitor",
         )
         return 0
-    directory = monitor.job_directory(
+    directory = control.job_directory(
         rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir(), rt.environ
     )
     if mode == "start":
@@ -212,7 +212,7 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             title="gpu-monitor: no start",
         )
     control.require_private(directory)
-    if monitor.stop_sampler(directory) == "killed":
+    if control.stop_sampler(directory) == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
     recording = control.read_recording(directory, rt.environ)
     now = control.report_time(recording, rt.environ, now)

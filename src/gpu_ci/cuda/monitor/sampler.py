@@ -57,12 +57,10 @@ sampler that falls behind), so that the tests are deterministic.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import signal
-import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -70,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpu_ci import jobdirs, locks
+from gpu_ci.cuda.detached import BASE_KEEP, Detached
 from gpu_ci.cuda.nvml import (
     error_code,
     memory_info,
@@ -90,6 +88,15 @@ MAX_DURATION_S = 5 * 24 * 3600.0
 """GitHub's longest job (self-hosted, 5 days): a sampler nobody stopped ends by itself."""
 MARKER = "gpu_ci.cuda.monitor.sampler"
 """In the sampler's command line: the report signals a pid only when it finds this there."""
+SAMPLER = Detached(
+    module=MARKER,
+    state_name=STATE_NAME,
+    log_name=LOG_NAME,
+    keep=BASE_KEEP | {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "RUNNER_TEMP"},
+    keep_prefixes=("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_"),
+)
+"""The sampler as a detached process. It keeps the test knobs (``GPU_CI_MONITOR_*``,
+``FAKE_NVML_*``: the fake libnvidia-ml's files) and which GPUs the job sees."""
 
 GPU_IS_LOST = 15
 NOT_SUPPORTED = 3
@@ -170,123 +177,6 @@ class SamplerConfig:
             int(size) if size else MAX_BYTES,
             float(lag) if lag and fake else 0.0,
         )
-
-
-def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
-    """One directory per job attempt under RUNNER_TEMP (which the runner empties per job;
-    the key keeps two jobs that share a RUNNER_TEMP apart: matrix legs share run id, attempt
-    and job id, so the runner's name is part of it)."""
-    return jobdirs.job_directory(runner_temp, environ, "gpu-ci-monitor")
-
-
-def make_private(directory: Path) -> str:
-    """'' when the job's directory and the ``gpu-ci-monitor`` directory above it are real
-    directories of this user that no one else may write (made so when they are ours), else
-    why not. Without ``RUNNER_TEMP`` they live in the shared temporary directory, where
-    another user could have made them first and planted links or samples in them."""
-    for path in (directory.parent, directory):
-        try:
-            info = os.lstat(path)
-            if not stat.S_ISDIR(info.st_mode):
-                return f"{path} is not a directory (a symbolic link?)"
-            if info.st_uid != os.geteuid():
-                return f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
-            if info.st_mode & 0o022:
-                os.chmod(path, 0o700)
-        except OSError as exc:
-            return f"{path}: {exc.strerror}"
-    return ""
-
-
-# -- the lock: who owns the job's sampler ----------------------------------------------
-
-
-class NotRegular(OSError):
-    """A file of the job's directory is not a regular file: a FIFO, device, directory or
-    symbolic link that the job's later steps (same user) planted there."""
-
-
-def open_regular(path: Path) -> int:
-    """``path`` opened for reading, never blocking and never through a link: the job's own
-    steps can plant a FIFO (an open would wait for a writer forever, hanging the report
-    step that runs after a cancellation), a device or a link at any of the monitor's
-    files. Raises ``NotRegular`` for anything but a regular file, ``OSError`` otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotRegular(
-                errno.ELOOP, "a symbolic link, not the monitor's file", str(path)
-            ) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise NotRegular(errno.EINVAL, "not a regular file (a FIFO or device?)", str(path))
-    return fd
-
-
-def read_small(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file of the job's directory (``open_regular``)."""
-    with os.fdopen(open_regular(path), "rb") as handle:
-        return handle.read(limit)
-
-
-def lock_held(directory: Path) -> bool:
-    """True while a sampler holds ``sampler.lock`` (it dies → the kernel releases it); a
-    lock that is no regular file (a planted FIFO) is no sampler's."""
-    try:
-        fd = open_regular(directory / LOCK_NAME)
-    except OSError:
-        return False
-    try:  # the same inode, reopened through /proc: nothing can be swapped in between
-        return locks.held(Path(f"/proc/self/fd/{fd}"))
-    finally:
-        os.close(fd)
-
-
-def read_state(directory: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(read_small(directory / STATE_NAME, 2**16).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def is_our_sampler(pid: int, directory: Path) -> bool:
-    """The pid runs our sampler for this directory (never signal a recycled pid)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    text = [a.decode(errors="replace") for a in argv]
-    return any(MARKER in a for a in text) and str(directory) in text
-
-
-def stop_sampler(
-    directory: Path, wait_s: float = 15.0, sleep: Callable[[float], None] = time.sleep
-) -> str:
-    """Signal the job's sampler and wait for it to write its last line.
-
-    Returns ``stopped``, ``not-running`` (it had ended: killed, or finished), or ``killed``
-    (it ignored SIGTERM for ``wait_s``)."""
-    if not lock_held(directory):
-        return "not-running"
-    state = read_state(directory) or {}
-    pid = int(state.get("pid") or 0)
-    if pid <= 0 or not is_our_sampler(pid, directory):
-        return "not-running"
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not lock_held(directory):
-            return "stopped"
-        sleep(0.05)
-    if is_our_sampler(pid, directory):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        return "killed"
-    return "stopped"
 
 
 # -- reading NVML -----------------------------------------------------------------------
