@@ -486,7 +486,7 @@ def test_fail_on_unknown_makes_an_unevaluated_min_utilisation_fail(run_cli, tmp_
 
 
 def test_a_buffer_that_no_longer_reaches_back_is_not_stretched():
-    from gpu_ci.cuda.monitor.sampler import _buffer_busy_s
+    from gpu_ci.cuda.monitor.reader import _buffer_busy_s
 
     # a full buffer: six entries a second, 50 % each, since the last read 1 s ago
     step = 1_000_000 // 6

@@ -157,7 +157,7 @@ NVML_EVENT_MACROS = {
 def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
     import json
 
-    from gpu_ci.cuda.monitor.sampler import EVENT_TYPES
+    from gpu_ci.cuda.monitor.reader import EVENT_TYPES
 
     header = (require_nvml_header() / "nvml.h").read_text(encoding="utf-8", errors="replace")
     bits = {

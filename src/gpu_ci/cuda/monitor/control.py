@@ -24,6 +24,7 @@ from gpu_ci.cuda import detached
 from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.monitor import report as mr
 from gpu_ci.cuda.monitor import sampler as monitor
+from gpu_ci.cuda.nvml_codes import GPU_IS_LOST
 from gpu_ci.errors import GpuCiError
 
 NO_GPU_NAME = "no-gpu"
@@ -145,7 +146,7 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
             else f"{LOST_PREFIX}NVML answered GPU_IS_LOST ({snapshot.failed_call}): a GPU of "
             "this runner fell off the bus before the job (Xid 79 or another fatal error in "
             "the kernel log), so none was watched; drain this runner and reset the GPU"
-            if snapshot.error_code == monitor.GPU_IS_LOST
+            if snapshot.error_code == GPU_IS_LOST
             else f"NVML is not available ({snapshot.error_name})"
         )
         (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
