@@ -16,8 +16,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpu_ci.cuda.monitor import control
+from gpu_ci.cuda.monitor import control, recording, views
 from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import results as mr_results
 from gpu_ci.cuda.monitor import sampler as monitor
 from tests.conftest import ROOT
 from tests.github_server import Job, Step, WorkflowRun
@@ -127,9 +128,9 @@ def test_paid_minutes_round_up_per_job(samples, paid):
         )
         for i in range(samples)
     ]
-    rec = mr.parse_recording("\n".join(lines))
+    rec = recording.parse_recording("\n".join(lines))
     report = mr.compute(
-        rec, end=EPOCH + samples, pricing=mr.Pricing(Decimal("0.102"), "windows_4_core_gpu")
+        rec, end=EPOCH + samples, pricing=mr_results.Pricing(Decimal("0.102"), "windows_4_core_gpu")
     )
     assert report.cost.paid_minutes == paid
     assert report.cost.cost_usd == Decimal("0.102") * paid
@@ -427,8 +428,8 @@ def test_readme_example_summary_is_what_the_code_writes():
     from tests.gpu_monitor_env import example_report
 
     report = example_report()
-    assert readme_example() == mr.markdown(report)
-    jsonschema.validate(mr.as_json(report), SCHEMA)
+    assert readme_example() == views.markdown(report)
+    jsonschema.validate(views.as_json(report), SCHEMA)
     # 175 s -> 3 paid minutes, $0.156; 30 s at 96 % + 25 s at 48 % = 40.8 busy seconds of
     # 180 -> idle cost 0.156 * (1 - 40.8/180)
     assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1206")
@@ -508,12 +509,12 @@ def test_a_torn_last_line_is_counted_not_fatal():
             "gpus": [{"index": 0, "util": 40, "mem_util": 1, "mem_used": MiB}],
         }
     )
-    rec = mr.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
+    rec = recording.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
     assert rec.bad_lines == 1 and len(rec.samples) == 1
     report = mr.compute(rec, end=EPOCH + 1)
     assert [f.code for f in report.findings] == ["sampler-ended-early", "unreadable-lines"]
-    with pytest.raises(mr.RecordingError, match="no start line"):
-        mr.parse_recording(sample)
+    with pytest.raises(recording.RecordingError, match="no start line"):
+        recording.parse_recording(sample)
 
 
 def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
@@ -539,7 +540,7 @@ def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
         json.dumps({"kind": "sample", "ts": EPOCH + 0.5 * (i + 1), "gpus": [g]})
         for i, g in enumerate(gpus)
     ]
-    report = mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 2)
+    report = mr.compute(recording.parse_recording("\n".join(lines)), end=EPOCH + 2)
     (gpu,), (phase,) = report.gpus, report.phases
     assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == (
         gpu.busy_s,

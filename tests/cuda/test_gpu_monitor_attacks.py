@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda.monitor import control
-from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import control, views
+from gpu_ci.cuda.monitor import recording as mr_recording
 from gpu_ci.cuda.monitor import sampler as monitor
 from tests.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
 
@@ -116,7 +116,7 @@ def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_
 
 def test_start_prints_gpu_names_as_plain_text():
     # The start's log line names the GPUs; a name is one line of printable text.
-    text = mr.printable("NVIDIA\n::add-mask::x\r\x85\u2028y\x1b")
+    text = mr_recording.printable("NVIDIA\n::add-mask::x\r\x85\u2028y\x1b")
     assert "\n" not in text and "\r" not in text and "\x1b" not in text
     assert "\x85" not in text and "\u2028" not in text and text.startswith("NVIDIA")
 
@@ -336,10 +336,10 @@ def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path)
     assert len(result.summary.encode()) < 2**20  # GitHub drops a larger step summary whole
     assert "99951 more findings" in result.summary
     findings = json.loads(result.outputs["findings"])
-    assert len(findings) == mr.MAX_FINDINGS_SHOWN and findings[0]["level"] == "error"
+    assert len(findings) == views.MAX_FINDINGS_SHOWN and findings[0]["level"] == "error"
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     assert len(report["findings"]) == 100_001
-    assert result.stdout.count("::warning") <= mr.MAX_FINDINGS_SHOWN
+    assert result.stdout.count("::warning") <= views.MAX_FINDINGS_SHOWN
 
 
 def _bounded(call, fifos):

@@ -15,6 +15,7 @@ import zipfile
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from gpu_ci.cuda.monitor import recording, views
 from gpu_ci.cuda.monitor import report as mr
 from tests.github_server import Job, Step, WorkflowRun
 
@@ -158,8 +159,8 @@ def monitor_report(
         )
     if not killed:
         lines.append({"kind": "stop", "ts": t0 + seconds, "reason": "done"})
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
-    return mr.as_json(mr.compute(rec, end=t0 + seconds))
+    rec = recording.parse_recording("\n".join(json.dumps(x) for x in lines))
+    return views.as_json(mr.compute(rec, end=t0 + seconds))
 
 
 def zipped(report: dict[str, Any]) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from gpu_ci import jobdirs, locks
 from gpu_ci.cuda import detached
 from gpu_ci.cuda.facts import Gpu
-from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import recording as mr
 from gpu_ci.cuda.monitor import sampler as monitor
 from gpu_ci.cuda.nvml_codes import GPU_IS_LOST
 from gpu_ci.errors import GpuCiError

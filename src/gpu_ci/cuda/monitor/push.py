@@ -14,7 +14,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
-from gpu_ci.cuda.monitor.report import Report
+from gpu_ci.cuda.monitor.results import Report
 
 #: Per-GPU label names: dcgm-exporter's where they mean the same thing.
 LABELS = ("gpu", "UUID", "modelName", "Hostname", "GPU_I_ID")
