@@ -243,11 +243,10 @@ def _unwatched_note(report: Report) -> str:
     )
 
 
-def findings(report: Report, limits: Limits) -> list[Finding]:
+def _file_findings(report: Report) -> list[Finding]:
+    """What the sample file says about itself: ended early, full, too large, torn."""
     rec = report.recording
     out: list[Finding] = []
-    out.extend(_error_findings(rec))
-    out.extend(_event_findings(rec))
     if rec.stop is None:
         last = (rec.sample_times[-1] - rec.started) if rec.sample_times else None
         out.append(
@@ -286,6 +285,12 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 f"{rec.bad_lines} line(s) of the sample file were unreadable.",
             )
         )
+    return out
+
+
+def _gpu_findings(report: Report, limits: Limits) -> list[Finding]:
+    """Each GPU's health counters and its memory and utilisation limits."""
+    out: list[Finding] = []
     boards: set[int] = set()
     for g in report.gpus:
         label = f"GPU {g.gpu.index} ({g.gpu.name})"
@@ -335,6 +340,12 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                     f"({limits.min_utilisation:g} %).",
                 )
             )
+    return out
+
+
+def _use_findings(report: Report, limits: Limits) -> list[Finding]:
+    """``expect-gpu-use``: the job used a GPU, or why that is unknown."""
+    out: list[Finding] = []
     if limits.expect_gpu_use and report.foreign_only:
         pids = sorted({p for g in report.gpus for p in g.foreign_processes})
         out.append(
@@ -373,4 +384,12 @@ def findings(report: Report, limits: Limits) -> list[Finding]:
                 "see the device) or were skipped.",
             )
         )
+    return out
+
+
+def findings(report: Report, limits: Limits) -> list[Finding]:
+    """Every finding of a report, errors first, then by time."""
+    rec = report.recording
+    out = _error_findings(rec) + _event_findings(rec) + _file_findings(report)
+    out += _gpu_findings(report, limits) + _use_findings(report, limits)
     return sorted(out, key=lambda f: (f.level != "error", f.at_s is None, f.at_s or 0.0))

@@ -235,6 +235,65 @@ def _timed(samples: list[GpuSample], interval: float) -> tuple[GpuSample, ...]:
     return tuple(out)
 
 
+def _gpu_info(g: dict[str, Any]) -> GpuInfo:
+    source = g.get("util_source", "nvml")
+    return GpuInfo(
+        int(g["index"]),
+        str(g["name"]),
+        str(g["uuid"]),
+        int(g["memory_total"]),
+        g.get("mig"),
+        _int(g.get("slice")),
+        _int(g.get("gi")),
+        None if source is None else str(source),
+    )
+
+
+def _start(record: dict[str, Any]) -> dict[str, Any]:
+    header: dict[str, Any] = {
+        "ts": _time(record["ts"]),
+        "interval": _time(record["interval"]),
+        "gpus": [_gpu_info(g) for g in record["gpus"]],
+    }
+    if header["interval"] <= 0:
+        raise ValueError("interval")
+    return header
+
+
+def _event(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "event",
+        "ts": _time(record["ts"]),
+        "gpu": int(record.get("gpu", -1)),
+        "type": str(record.get("type")),
+        "data": int(record.get("data", 0)),
+        "gi": _int(record.get("gi")),
+        "ci": _int(record.get("ci")),
+        "recovery_action": _int(record.get("recovery_action")),
+    }
+
+
+def _error(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "error",
+        "ts": _time(record["ts"]),
+        "gpu": int(record.get("gpu", -1)),
+        "call": str(record.get("call", "")),
+        "code": int(record.get("code", 0)),
+        "name": str(record.get("name", "UNKNOWN")),
+        "gap": bool(record.get("gap", False)),
+    }
+
+
+def _stop(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "stop",
+        "ts": _time(record["ts"]),
+        "reason": str(record.get("reason", "")),
+        "samples": int(record.get("samples", 0)),
+    }
+
+
 def parse_recording(text: str) -> Recording:
     """The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal.
 
@@ -257,29 +316,7 @@ def parse_recording(text: str) -> Recording:
             record = json.loads(line)
             kind = record["kind"]
             if kind == "start":
-                header = {
-                    "ts": _time(record["ts"]),
-                    "interval": _time(record["interval"]),
-                    "gpus": [
-                        GpuInfo(
-                            int(g["index"]),
-                            str(g["name"]),
-                            str(g["uuid"]),
-                            int(g["memory_total"]),
-                            g.get("mig"),
-                            _int(g.get("slice")),
-                            _int(g.get("gi")),
-                            (
-                                None
-                                if g.get("util_source", "nvml") is None
-                                else str(g.get("util_source", "nvml"))
-                            ),
-                        )
-                        for g in record["gpus"]
-                    ],
-                }
-                if header["interval"] <= 0:
-                    raise ValueError("interval")
+                header = _start(record)
                 samples, times, events, errors, stop = [], [], [], [], None
             elif kind == "sample":
                 ts = _time(record["ts"])
@@ -287,37 +324,11 @@ def parse_recording(text: str) -> Recording:
                 times.append(ts)
                 samples.extend(got)
             elif kind == "event":
-                events.append(
-                    {
-                        "kind": "event",
-                        "ts": _time(record["ts"]),
-                        "gpu": int(record.get("gpu", -1)),
-                        "type": str(record.get("type")),
-                        "data": int(record.get("data", 0)),
-                        "gi": _int(record.get("gi")),
-                        "ci": _int(record.get("ci")),
-                        "recovery_action": _int(record.get("recovery_action")),
-                    }
-                )
+                events.append(_event(record))
             elif kind == "error":
-                errors.append(
-                    {
-                        "kind": "error",
-                        "ts": _time(record["ts"]),
-                        "gpu": int(record.get("gpu", -1)),
-                        "call": str(record.get("call", "")),
-                        "code": int(record.get("code", 0)),
-                        "name": str(record.get("name", "UNKNOWN")),
-                        "gap": bool(record.get("gap", False)),
-                    }
-                )
+                errors.append(_error(record))
             elif kind == "stop":
-                stop = {
-                    "kind": "stop",
-                    "ts": _time(record["ts"]),
-                    "reason": str(record.get("reason", "")),
-                    "samples": int(record.get("samples", 0)),
-                }
+                stop = _stop(record)
             else:
                 raise ValueError(kind)
         except _BAD_LINE:

@@ -15,7 +15,7 @@ from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.cuda.monitor import right_size as rs
 from gpu_ci.cuda.monitor.findings import clock_text
 from gpu_ci.cuda.monitor.recording import ACTIVITY, MIB, GpuSample, Recording, printable
-from gpu_ci.cuda.monitor.results import GpuUsage, Report
+from gpu_ci.cuda.monitor.results import Cost, GpuUsage, PhaseUsage, Report
 from gpu_ci.markdown import markdown_table
 
 SCHEMA_VERSION = 2
@@ -173,58 +173,48 @@ def signals_table(report: Report) -> str:
     )
 
 
-def markdown(report: Report) -> str:
-    c = report.cost
-    n = len(report.gpus)
-    used = UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.1f}"
-    idle = None if c.idle_fraction is None else 100 * c.idle_fraction
-    head = (
-        f"### gpu-monitor: {n} GPU(s), {used} of "
-        f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(idle)} "
-        "idle"
-        + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None else "")
-        + ")\n"
-    )
-    parts = [head]
-    parts.append(
-        _table(
-            [
-                "GPU",
-                "busy",
-                "utilisation mean / p95 / max",
-                "peak memory",
-                "by",
-                "energy",
-                "throttled",
-            ],
-            [
+def _gpu_table(report: Report) -> str:
+    """One row per GPU: busy time, utilisation, memory, energy, throttling."""
+    return _table(
+        [
+            "GPU",
+            "busy",
+            "utilisation mean / p95 / max",
+            "peak memory",
+            "by",
+            "energy",
+            "throttled",
+        ],
+        [
+            (
+                f"{g.gpu.index} {g.gpu.name}",
+                _busy(g.busy_s),
                 (
-                    f"{g.gpu.index} {g.gpu.name}",
-                    _busy(g.busy_s),
-                    (
-                        f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}"
-                        if g.util_mean is not None
-                        else UNKNOWN
-                    ),
-                    f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}",
-                    g.peak_process or "-",
-                    _energy_cell(g),
-                    _busy(g.throttled_s)
-                    + (
-                        " ("
-                        + ", ".join(f"{k} {clock_text(v)}" for k, v in g.throttle_reasons.items())
-                        + ")"
-                        if g.throttle_reasons
-                        else ""
-                    ),
-                )
-                for g in report.gpus
-            ],
-        )
+                    f"{_pct(g.util_mean)} / {_pct(g.util_p95)} / {_pct(g.util_max)}"
+                    if g.util_mean is not None
+                    else UNKNOWN
+                ),
+                f"{_mib(g.peak_memory)} of {_mib(g.gpu.memory_total)}",
+                g.peak_process or "-",
+                _energy_cell(g),
+                _busy(g.throttled_s)
+                + (
+                    " ("
+                    + ", ".join(f"{k} {clock_text(v)}" for k, v in g.throttle_reasons.items())
+                    + ")"
+                    if g.throttle_reasons
+                    else ""
+                ),
+            )
+            for g in report.gpus
+        ],
     )
-    signals = signals_table(report)
-    if signals:
-        parts.append(signals)
+
+
+def _cost_table(report: Report) -> str:
+    """Paid and used GPU-minutes, the price and what the job cost."""
+    c = report.cost
+    idle = None if c.idle_fraction is None else 100 * c.idle_fraction
     price = (
         f"${_trim(c.usd_per_minute)}/min"
         + (" per GPU" if c.per_gpu else "")
@@ -232,62 +222,64 @@ def markdown(report: Report) -> str:
         if c.usd_per_minute is not None
         else "unknown: set `price-per-hour` (an amount or a GitHub-hosted GPU SKU)"
     )
-    parts.append(
-        _table(
-            [
-                "paid minutes",
-                "GPU-minutes paid",
-                "GPU-minutes used",
-                "idle",
-                "price",
-                "cost",
-                "idle cost",
-            ],
-            [
-                (
-                    f"{c.paid_minutes} ({clock_text(c.window_s)} from the {c.window_from} "
-                    "start, rounded up)",
-                    f"{c.gpu_minutes_paid:.0f}",
-                    UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
-                    _pct(idle),
-                    price,
-                    _usd(c.cost_usd),
-                    UNKNOWN
-                    if c.idle_fraction is None and c.cost_usd is not None
-                    else _usd(c.idle_cost_usd),
-                )
-            ],
-        )
+    return _table(
+        [
+            "paid minutes",
+            "GPU-minutes paid",
+            "GPU-minutes used",
+            "idle",
+            "price",
+            "cost",
+            "idle cost",
+        ],
+        [
+            (
+                f"{c.paid_minutes} ({clock_text(c.window_s)} from the {c.window_from} "
+                "start, rounded up)",
+                f"{c.gpu_minutes_paid:.0f}",
+                UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.2f}",
+                _pct(idle),
+                price,
+                _usd(c.cost_usd),
+                UNKNOWN
+                if c.idle_fraction is None and c.cost_usd is not None
+                else _usd(c.idle_cost_usd),
+            )
+        ],
     )
+
+
+def _phase_table(report: Report) -> str:
+    """One row per step (or the one start-to-report phase)."""
     what = "step (jobs API)" if report.phases_from == "steps" else "phase"
-    parts.append(
-        _table(
-            [
-                what,
-                "start",
-                "duration",
-                "busy GPU time",
-                "mean utilisation",
-                "peak memory",
-                "energy",
-            ],
-            [
-                (
-                    p.name,
-                    ("-" if p.start_s < -0.5 else "+") + clock_text(abs(p.start_s)),
-                    clock_text(p.duration_s),
-                    _busy(p.busy_s),
-                    _pct(p.util_mean),
-                    _mib(p.peak_memory),
-                    _wh(p.energy_wh),
-                )
-                for p in report.phases
-            ],
-        )
+    return _table(
+        [
+            what,
+            "start",
+            "duration",
+            "busy GPU time",
+            "mean utilisation",
+            "peak memory",
+            "energy",
+        ],
+        [
+            (
+                p.name,
+                ("-" if p.start_s < -0.5 else "+") + clock_text(abs(p.start_s)),
+                clock_text(p.duration_s),
+                _busy(p.busy_s),
+                _pct(p.util_mean),
+                _mib(p.peak_memory),
+                _wh(p.energy_wh),
+            )
+            for p in report.phases
+        ],
     )
-    if report.right_size is not None:
-        parts.append(f"**Right size:** {printable(report.right_size.line())}.\n")
-    parts.extend(charts(report))
+
+
+def _findings_parts(report: Report) -> list[str]:
+    """The findings table, cut at ``MAX_FINDINGS_SHOWN`` with a note of the rest."""
+    parts: list[str] = []
     if report.findings:
         shown = report.findings[:MAX_FINDINGS_SHOWN]
         parts.append(
@@ -309,20 +301,112 @@ def markdown(report: Report) -> str:
                 f"… and {len(report.findings) - len(shown)} more findings (all of them "
                 "are in the JSON report).\n"
             )
+    return parts
+
+
+def markdown(report: Report) -> str:
+    """The job summary: headline, tables, right size, charts and findings."""
+    c = report.cost
+    n = len(report.gpus)
+    used = UNKNOWN if c.gpu_minutes_used is None else f"{c.gpu_minutes_used:.1f}"
+    idle = None if c.idle_fraction is None else 100 * c.idle_fraction
+    head = (
+        f"### gpu-monitor: {n} GPU(s), {used} of "
+        f"{c.gpu_minutes_paid:.0f} paid GPU-minutes used ({_pct(idle)} "
+        "idle"
+        + (f", {_usd(c.idle_cost_usd)} idle cost" if c.idle_cost_usd is not None else "")
+        + ")\n"
+    )
+    parts = [head, _gpu_table(report)]
+    signals = signals_table(report)
+    if signals:
+        parts.append(signals)
+    parts += [_cost_table(report), _phase_table(report)]
+    if report.right_size is not None:
+        parts.append(f"**Right size:** {printable(report.right_size.line())}.\n")
+    parts.extend(charts(report))
+    parts += _findings_parts(report)
     return "\n".join(parts)
+
+
+def _money(v: Decimal | None) -> float | None:
+    return None if v is None else float(v)
+
+
+def _r(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _gpu_json(g: GpuUsage) -> dict[str, Any]:
+    """One GPU's entry of the report file."""
+    return {
+        "index": g.gpu.index,
+        "name": g.gpu.name,
+        "uuid": g.gpu.uuid,
+        "memory_total_bytes": g.gpu.memory_total,
+        "samples": g.samples,
+        "mig_slice": g.gpu.slot,
+        "utilisation_source": (
+            g.gpu.util_source if g.busy_s is not None or g.util_mean is not None else None
+        ),
+        "busy_s": _r(g.busy_s, 6),
+        "utilisation": {"mean": _r(g.util_mean, 3), "p95": g.util_p95, "max": g.util_max},
+        "memory_utilisation_mean": _r(g.mem_util_mean, 3),
+        "peak_memory_bytes": g.peak_memory,
+        "peak_process": g.peak_process,
+        "peak_at_s": g.peak_at_s,
+        "energy_wh": _r(g.energy_wh, 6),
+        "board_energy_wh": _r(g.board_energy_wh, 6),
+        "memory_reserved_bytes": g.memory_reserved,
+        "power_max_w": g.power_max_w,
+        "temperature_max_c": g.temp_max,
+        "throttled_s": g.throttled_s,
+        "throttle_reasons_s": g.throttle_reasons,
+        "processes": [
+            {"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory} for p in g.processes
+        ],
+        "lost_at_s": g.lost_at_s,
+        "activity": {k: _r(v, 3) for k, v in g.activity.items()},
+        "io_bytes": dict(g.io),
+        "health": dict(g.health),
+        "board_io_bytes": None if g.board_io is None else dict(g.board_io),
+        "board_health": None if g.board_health is None else dict(g.board_health),
+        "foreign_pids": list(g.foreign_processes),
+    }
+
+
+def _phase_json(p: PhaseUsage) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "start_s": p.start_s,
+        "duration_s": p.duration_s,
+        "samples": p.samples,
+        "busy_s": _r(p.busy_s, 6),
+        "utilisation_mean": _r(p.util_mean, 3),
+        "peak_memory_bytes": p.peak_memory,
+        "energy_wh": _r(p.energy_wh, 6),
+    }
+
+
+def _cost_json(c: Cost) -> dict[str, Any]:
+    return {
+        "window_s": c.window_s,
+        "window_from": c.window_from,
+        "paid_minutes": c.paid_minutes,
+        "gpu_minutes_paid": c.gpu_minutes_paid,
+        "gpu_minutes_used": c.gpu_minutes_used,
+        "idle_fraction": c.idle_fraction,
+        "usd_per_minute": _money(c.usd_per_minute),
+        "price_source": c.price_source,
+        "price_per_gpu": c.per_gpu,
+        "cost_usd": _money(c.cost_usd),
+        "idle_cost_usd": _money(c.idle_cost_usd),
+    }
 
 
 def as_json(report: Report) -> dict[str, Any]:
     """The report file (schema: actions/gpu-monitor/report.schema.json)."""
-    c = report.cost
     rec = report.recording
-
-    def money(v: Decimal | None) -> float | None:
-        return None if v is None else float(v)
-
-    def r(v: float | None, digits: int) -> float | None:
-        return None if v is None else round(v, digits)
-
     return {
         "schema_version": SCHEMA_VERSION,
         "ok": report.ok,
@@ -331,71 +415,10 @@ def as_json(report: Report) -> dict[str, Any]:
         "interval_s": rec.interval,
         "samples": len(rec.sample_times),
         "gpu_used": report.gpu_used,
-        "gpus": [
-            {
-                "index": g.gpu.index,
-                "name": g.gpu.name,
-                "uuid": g.gpu.uuid,
-                "memory_total_bytes": g.gpu.memory_total,
-                "samples": g.samples,
-                "mig_slice": g.gpu.slot,
-                "utilisation_source": (
-                    g.gpu.util_source if g.busy_s is not None or g.util_mean is not None else None
-                ),
-                "busy_s": r(g.busy_s, 6),
-                "utilisation": {"mean": r(g.util_mean, 3), "p95": g.util_p95, "max": g.util_max},
-                "memory_utilisation_mean": r(g.mem_util_mean, 3),
-                "peak_memory_bytes": g.peak_memory,
-                "peak_process": g.peak_process,
-                "peak_at_s": g.peak_at_s,
-                "energy_wh": r(g.energy_wh, 6),
-                "board_energy_wh": r(g.board_energy_wh, 6),
-                "memory_reserved_bytes": g.memory_reserved,
-                "power_max_w": g.power_max_w,
-                "temperature_max_c": g.temp_max,
-                "throttled_s": g.throttled_s,
-                "throttle_reasons_s": g.throttle_reasons,
-                "processes": [
-                    {"pid": p.pid, "name": p.name, "peak_memory_bytes": p.peak_memory}
-                    for p in g.processes
-                ],
-                "lost_at_s": g.lost_at_s,
-                "activity": {k: r(v, 3) for k, v in g.activity.items()},
-                "io_bytes": dict(g.io),
-                "health": dict(g.health),
-                "board_io_bytes": None if g.board_io is None else dict(g.board_io),
-                "board_health": None if g.board_health is None else dict(g.board_health),
-                "foreign_pids": list(g.foreign_processes),
-            }
-            for g in report.gpus
-        ],
+        "gpus": [_gpu_json(g) for g in report.gpus],
         "phases_from": report.phases_from,
-        "phases": [
-            {
-                "name": p.name,
-                "start_s": p.start_s,
-                "duration_s": p.duration_s,
-                "samples": p.samples,
-                "busy_s": r(p.busy_s, 6),
-                "utilisation_mean": r(p.util_mean, 3),
-                "peak_memory_bytes": p.peak_memory,
-                "energy_wh": r(p.energy_wh, 6),
-            }
-            for p in report.phases
-        ],
-        "cost": {
-            "window_s": c.window_s,
-            "window_from": c.window_from,
-            "paid_minutes": c.paid_minutes,
-            "gpu_minutes_paid": c.gpu_minutes_paid,
-            "gpu_minutes_used": c.gpu_minutes_used,
-            "idle_fraction": c.idle_fraction,
-            "usd_per_minute": money(c.usd_per_minute),
-            "price_source": c.price_source,
-            "price_per_gpu": c.per_gpu,
-            "cost_usd": money(c.cost_usd),
-            "idle_cost_usd": money(c.idle_cost_usd),
-        },
+        "phases": [_phase_json(p) for p in report.phases],
+        "cost": _cost_json(report.cost),
         "findings": [
             {"level": f.level, "code": f.code, "message": f.message, "at_s": f.at_s}
             for f in report.findings

@@ -26,12 +26,12 @@ from gpu_ci.cuda.verify.compat import (
 )
 from gpu_ci.cuda.verify.findings import LEVELS, Finding, failing
 from gpu_ci.cuda.verify.frameworks import CudaConsumer
+from gpu_ci.cuda.verify.health import OUT_OF_SERVICE, health_findings
 from gpu_ci.cuda.verify.table import BuildFacts, DriverTable, driver_branch, load_builds
 from gpu_ci.cuda.visibility import Visibility
 
 __all__ = ["LEVELS", "CheckInput", "EnvFacts", "Finding", "failing", "run_checks"]
 
-OUT_OF_SERVICE = "take this GPU out of service"
 
 NO_DRIVER = (
     "no NVIDIA driver visible to this job (CPU runner, or a container started "
@@ -527,101 +527,6 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
                 "run the job on a runner that satisfies it, or change the requirement.",
             )
         )
-    return out
-
-
-def health_findings(vis: Visibility, health: str = "error") -> list[Finding]:
-    """Hardware faults (uncorrectable ECC, failed or pending row remapping, pending page
-    retirement) fail the step by default: the next test on that board can return wrong
-    numbers. ``health: warn`` downgrades them."""
-    out = []
-    for g in vis.gpus:
-        who = f"GPU {g.index} ({g.name})"
-        if g.ecc_uncorrected_volatile:
-            out.append(
-                Finding(
-                    health,
-                    "ecc-uncorrected-errors",
-                    f"{who} has {g.ecc_uncorrected_volatile} volatile uncorrected "
-                    "ECC errors since the last driver load (a hardware fault).",
-                    f"{OUT_OF_SERVICE}; reset it (nvidia-smi -r) and run a memory "
-                    "diagnostic (dcgmi diag -r 3) before using it again.",
-                )
-            )
-        if g.retired_pages_pending:
-            out.append(
-                Finding(
-                    health,
-                    "retired-pages-pending",
-                    f"{who} has retired pages pending a reboot.",
-                    "reboot the runner (or reset the GPU) to apply the retirement.",
-                )
-            )
-        if g.remapped_rows_failure:
-            out.append(
-                Finding(
-                    health,
-                    "remapped-rows-failure",
-                    f"{who} reports a row-remapping failure (a hardware fault).",
-                    f"{OUT_OF_SERVICE}: the board needs service.",
-                )
-            )
-        elif g.remapped_rows_pending:
-            out.append(
-                Finding(
-                    health,
-                    "remapped-rows-pending",
-                    f"{who} has remapped rows pending a GPU reset.",
-                    "reset the GPU (nvidia-smi -r) or reboot the runner to apply the remapping.",
-                )
-            )
-        if g.other_processes:
-            out.append(
-                Finding(
-                    "warning",
-                    "gpu-busy",
-                    f"{who} is already used by {g.other_processes} other "
-                    "process(es); tests may run out of memory or be slow.",
-                    "make sure earlier jobs cleaned up, or give this job its own GPU.",
-                )
-            )
-        if g.mig_enabled and not g.mig_selected:
-            if not g.mig_uuids:
-                out.append(
-                    Finding(
-                        "error",
-                        "mig-no-instances",
-                        f"{who} is in MIG mode with no MIG instances created: CUDA "
-                        "sees no device on it.",
-                        "create instances (nvidia-smi mig -cgi ... -C) and select "
-                        "one with CUDA_VISIBLE_DEVICES=MIG-..., or disable MIG "
-                        "(nvidia-smi -mig 0).",
-                    )
-                )
-            else:
-                out.append(
-                    Finding(
-                        "warning",
-                        "mig-enabled",
-                        f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
-                        f"({', '.join(g.mig_uuids)}): CUDA sees instances, not the "
-                        "whole GPU.",
-                        "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
-                        "disable MIG on this runner.",
-                    )
-                )
-        if g.persistence_mode is False:
-            out.append(
-                Finding(
-                    "warning",
-                    "persistence-mode-off",
-                    f"{who} has persistence mode off: each CUDA start re-initialises "
-                    "the driver (seconds).",
-                    "enable it on the runner (nvidia-smi -pm 1, or nvidia-persistenced).",
-                )
-            )
-        for what in g.unreadable:
-            out.append(Finding("info", "health-unreadable", f"{who}: could not read {what}."))
     return out
 
 
