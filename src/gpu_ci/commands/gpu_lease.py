@@ -1,5 +1,7 @@
-"""``gpu-ci gpu-lease``: ``mode: lease`` takes whole GPUs of a shared host for this job;
-``mode: release`` gives them back (the job's end does too).
+"""``gpu-ci gpu-lease``: take whole GPUs of a shared host.
+
+``mode: lease`` takes them for this job; ``mode: release`` gives them back (the job's
+end does too).
 
 Wiring only: the rules (directory, locks, which GPU is fit, the worker map) are
 :mod:`gpu_ci.cuda.lease.lease`, the detached holder :mod:`gpu_ci.cuda.lease.holder`.
@@ -60,7 +62,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
 
 def checked_directory(inputs: Inputs, rt: Runtime) -> Path:
-    """The lease directory, refused (with how to make a safe one) when it is not safe."""
+    """The lease directory, refused when it is unsafe.
+
+    The lease directory, refused (with how to make a safe one) when it is not safe.
+    """
     directory = lease.directory_from(inputs["lease-dir"], rt.environ)
     why = lease.prepare_directory(directory)
     if why:
@@ -76,8 +81,11 @@ def checked_directory(inputs: Inputs, rt: Runtime) -> Path:
 def hold(
     rt: Runtime, state_dir: Path, directory: Path, reply: dict[str, Any], per_worker: int | None
 ) -> int:
-    """Record the holder for the release step and publish the GPUs; a lease the job cannot
-    use must not outlive the step."""
+    """Record the holder and publish the leased GPUs.
+
+    Record the holder for the release step and publish the GPUs; a lease the job cannot use must not
+    outlive the step.
+    """
     gpus = reply["gpus"]
     state = {
         "pid": reply["pid"],

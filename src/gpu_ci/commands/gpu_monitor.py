@@ -1,5 +1,7 @@
-"""``gpu-ci gpu-monitor``: ``mode: start`` launches the sampler; ``mode: report`` stops it and
-reports what each GPU did, what it cost, and which steps used it.
+"""``gpu-ci gpu-monitor``: record the GPUs during a job, then report.
+
+``mode: start`` launches the sampler; ``mode: report`` stops it and reports
+what each GPU did, what it cost, and which steps used it.
 
 Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor.control`,
 the sampler and the file format :mod:`gpu_ci.cuda.monitor.sampler`, the numbers and views
@@ -148,8 +150,11 @@ def parse_limits(inputs: Inputs) -> results.Limits:
 
 
 def pricing_inputs(inputs: Inputs, day: datetime) -> results.Pricing:
-    """``price-per-hour`` (the runner) or ``price-per-gpu-hour`` (each GPU the job sees, on
-    a shared host whose jobs lease their GPUs), never both."""
+    """The price input: per runner or per GPU.
+
+    ``price-per-hour`` (the runner) or ``price-per-gpu-hour`` (each GPU the job sees, on a shared
+    host whose jobs lease their GPUs), never both.
+    """
     runner, gpu = inputs["price-per-hour"].strip(), inputs["price-per-gpu-hour"].strip()
     if runner and gpu:
         raise UsageError(
@@ -187,7 +192,10 @@ def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> res
 
 
 def sizes_on(day: datetime) -> right_size.Sizes:
-    """The right-size table, each size with a GitHub SKU priced as of ``day``."""
+    """Load the right-size table, priced as of ``day``.
+
+    The right-size table, each size with a GitHub SKU priced as of ``day``.
+    """
     from gpu_ci.pricing import load_table
 
     sizes = right_size.load_sizes()
@@ -245,7 +253,10 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
 
 
 def job_steps(job: JobTimes | None, now: float) -> list[results.Phase] | None:
-    """The job's steps as phases (a running step ends now); None without the jobs API."""
+    """The job's steps as report phases.
+
+    The job's steps as phases (a running step ends now); None without the jobs API.
+    """
     if job is None or not job.steps:
         return None
     return [
@@ -267,7 +278,10 @@ def log_line(result: results.Report, samples: int) -> str:
 
 
 def push(url: str, result: results.Report, rt: Runtime) -> None:
-    """Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it."""
+    """Send the job's metrics to a Pushgateway.
+
+    Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it.
+    """
     from gpu_ci.cuda.monitor.push import push as push_metrics
 
     try:
@@ -281,7 +295,10 @@ def push(url: str, result: results.Report, rt: Runtime) -> None:
 
 
 def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
-    """The job's steps from the jobs API, or None (no token, no permission, no answer)."""
+    """Fetch the job's steps from the jobs API.
+
+    The job's steps from the jobs API, or None (no token, no permission, no answer).
+    """
     env = rt.environ
     token = inputs["github-token"] or env.get("GITHUB_TOKEN", "")
     repository, run_id = env.get("GITHUB_REPOSITORY", ""), env.get("GITHUB_RUN_ID", "")

@@ -43,14 +43,18 @@ runner's tracking id (so the runner's clean-up of the job's processes still ends
 
 
 class NotRegular(OSError):
-    """A file of the job's directory is a FIFO, device, directory or link.
+    """A job-directory file that is not a regular file.
+
+    A file of the job's directory is a FIFO, device, directory or link.
 
     The job's later steps (same user) can plant any of them there.
     """
 
 
 def make_private(directory: Path) -> str:
-    """Make ``directory`` and its parent this user's, mode 0700; '' or why not.
+    """Make a job directory and its parent private to this user.
+
+    Make ``directory`` and its parent this user's, mode 0700; '' or why not.
 
     Both must be real directories of this user. A group or other bit is cleared. Without
     ``RUNNER_TEMP`` they live in the shared temporary directory, where another user could
@@ -100,7 +104,10 @@ def read_small(path: Path, limit: int) -> bytes:
 
 
 def open_log(path: Path) -> int:
-    """Open the process's log for appending; never through a link or into a FIFO."""
+    """Open the process's log for appending, refusing links and FIFOs.
+
+    Open the process's log for appending; never through a link or into a FIFO.
+    """
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -124,7 +131,9 @@ class Detached:
     keep_prefixes: tuple[str, ...] = ("LC_",)
 
     def read_state(self, directory: Path) -> dict[str, Any] | None:
-        """The process's state file as a dict; None when absent or not ours.
+        """Read the process's state file, refusing anything suspicious.
+
+        The process's state file as a dict; None when absent or not ours.
 
         Refused: a link, a FIFO, a device, more than ``STATE_LIMIT`` bytes, bad JSON.
         """
@@ -169,7 +178,9 @@ class Detached:
     def spawn(
         self, directory: Path, args: Sequence[str], environ: Mapping[str, str], *, pipes: bool
     ) -> subprocess.Popen[bytes]:
-        """Start the process in a new session; its stderr goes to its log.
+        """Start the process detached, in a new session.
+
+        Start the process in a new session; its stderr goes to its log.
 
         With ``pipes`` its stdin and stdout are pipes to talk through; else stdin is
         /dev/null and stdout goes to the log too.

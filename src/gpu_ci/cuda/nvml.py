@@ -102,11 +102,14 @@ def _decode(buf: Any, count: int, stride: int) -> list[Process]:
 
 
 def running_processes(pynvml: Any, handle: Any) -> list[Process]:
-    """The compute processes on ``handle`` (a GPU or a MIG device), read safely on every
-    driver generation: the newest exported call the driver has (_v3, then _v2, then v1), into
-    a buffer wide enough for any entry size a driver wrote, decoded with the header's entry
-    size unless that gives impossible PIDs (0 or 2**32-1) where 32 bytes does not (early R535).
-    Raises ``pynvml.NVMLError`` for the driver's answer (NO_PERMISSION, GPU_IS_LOST, ...)."""
+    """List a device's compute processes on every driver generation.
+
+    The compute processes on ``handle`` (a GPU or a MIG device), read safely on every driver
+    generation: the newest exported call the driver has (_v3, then _v2, then v1), into a buffer wide
+    enough for any entry size a driver wrote, decoded with the header's entry size unless that gives
+    impossible PIDs (0 or 2**32-1) where 32 bytes does not (early R535). Raises ``pynvml.NVMLError``
+    for the driver's answer (NO_PERMISSION, GPU_IS_LOST, ...).
+    """
     for name, size in PROCESS_CALLS:
         try:
             fn = pynvml._nvmlGetFunctionPointer(name)  # the binding's own symbol lookup
@@ -256,7 +259,9 @@ class _Reader:
         return None if found is None else len(found)
 
     def mig_instances(self, errors: list[str], handle: Any) -> list[MigInstance]:
-        """The MIG instances of a MIG parent, each read through its own handle.
+        """Read a MIG parent's instances, each through its own handle.
+
+        The MIG instances of a MIG parent, each read through its own handle.
 
         nvml.h: a MIG parent's aggregate information comes "only if the caller has
         appropriate privileges. Per-instance information can be queried by using specific
@@ -346,7 +351,10 @@ def _failure(failed: _Failed) -> NvmlSnapshot:
 
 
 def read_snapshot() -> NvmlSnapshot:
-    """Read the driver and every GPU; a failure is data in the snapshot."""
+    """Read the driver and every GPU.
+
+    Read the driver and every GPU; a failure is data in the snapshot.
+    """
     try:
         import pynvml
     except ImportError:  # pragma: no cover - a dependency of the package

@@ -1,5 +1,6 @@
-"""gpu-lease's holder: a detached process that takes the GPUs' locks and keeps them until
-the job ends.
+"""gpu-lease's holder: the process that keeps the GPUs' locks.
+
+It runs detached, takes the GPUs' locks and keeps them until the job ends.
 
 Composite actions have no post step, so ``mode: lease`` starts this process (a new session,
 as gpu-monitor's sampler) and returns once it answered; it holds the locks (see
@@ -110,8 +111,11 @@ def job_alive(pid: int, started: str) -> bool:
 
 
 def read_gpus(pynvml: Any) -> list[tuple[Any, lease.Candidate]]:
-    """(handle, index and UUID) of every GPU, in NVML's order; memory and processes are read
-    by :func:`reading` once a GPU's lock is ours."""
+    """List every GPU's handle, index and UUID.
+
+    (handle, index and UUID) of every GPU, in NVML's order; memory and processes are read by
+    :func:`reading` once a GPU's lock is ours.
+    """
     out = []
     for index in range(int(pynvml.nvmlDeviceGetCount())):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -122,8 +126,11 @@ def read_gpus(pynvml: Any) -> list[tuple[Any, lease.Candidate]]:
 
 
 def reading(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
-    """The GPU's memory and compute processes, read after its lock is ours (a job that
-    released it a moment ago may have left a process behind); None where NVML cannot say."""
+    """Read a locked GPU's memory and compute processes.
+
+    The GPU's memory and compute processes, read after its lock is ours (a job that released it a
+    moment ago may have left a process behind); None where NVML cannot say.
+    """
     from gpu_ci.cuda.nvml import memory_info, nvml_errors, running_processes
 
     total = free = procs = None
@@ -202,7 +209,10 @@ def acquire(req: Request) -> tuple[dict[str, tuple[int, lease.Candidate]], str]:
 
 
 def answer(message: dict[str, Any]) -> None:
-    """Write the one answer line, then detach stdin/stdout from the step that reads them."""
+    """Answer the starting step once, then detach from it.
+
+    Write the one answer line, then detach stdin/stdout from the step that reads them.
+    """
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
     null = os.open(os.devnull, os.O_RDWR)
@@ -289,7 +299,10 @@ def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str
 
 
 def holding(state: Mapping[str, Any]) -> bool:
-    """True while the holder named in the job's state still holds its first lock."""
+    """Whether the job's holder still holds its first lock.
+
+    True while the holder named in the job's state still holds its first lock.
+    """
     from gpu_ci import locks
 
     uuids = state.get("uuids") or []
@@ -299,8 +312,11 @@ def holding(state: Mapping[str, Any]) -> bool:
 
 
 def current(state_dir: Path) -> dict[str, Any]:
-    """The job's lease while its own holder still holds it, else ``{}`` (a lock held by
-    another job after ours died is not ours)."""
+    """The job's lease while its own holder still holds it.
+
+    The job's lease while its own holder still holds it, else ``{}`` (a lock held by another job
+    after ours died is not ours).
+    """
     state = HOLDER.read_state(state_dir) or {}
     pid = int(state.get("pid") or 0)
     return state if pid > 0 and holding(state) and HOLDER.is_ours(pid, state_dir) else {}

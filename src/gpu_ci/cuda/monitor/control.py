@@ -1,5 +1,6 @@
-"""gpu-monitor's hold on its sampler: start it detached (``mode: start``) and read back what it
-wrote (``mode: report``).
+"""Start gpu-monitor's sampler and read back what it wrote.
+
+``mode: start`` starts it detached; ``mode: report`` reads its file.
 
 The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor.sampler`; the numbers made from
 the file are :mod:`gpu_ci.cuda.monitor.report`. Here is what lies between the command and
@@ -37,8 +38,11 @@ CPU runner (the report warns ``gpu-lost`` and leaves the GPU count unknown)."""
 
 
 def no_gpu_reason(directory: Path) -> str:
-    """Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters:
-    the job's steps could have replaced it with anything, a FIFO included)."""
+    """Why the start found no GPU, from its note.
+
+    Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters: the job's
+    steps could have replaced it with anything, a FIFO included).
+    """
     try:
         raw = detached.read_small(directory / NO_GPU_NAME, 4096)
     except OSError as exc:
@@ -123,9 +127,12 @@ def require_private(directory: Path) -> None:
 
 
 def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start:
-    """Start the sampler for the GPUs visible to this job, unless one already runs. An
-    ``OSError`` after the directory exists (a full or read-only disk) is the caller's to name:
-    it also covers what the caller writes next (the runner's files are on the same disk)."""
+    """Start the job's sampler, unless one already runs.
+
+    Start the sampler for the GPUs visible to this job, unless one already runs. An ``OSError``
+    after the directory exists (a full or read-only disk) is the caller's to name: it also covers
+    what the caller writes next (the runner's files are on the same disk).
+    """
     from gpu_ci.cuda.nvml import read_snapshot
     from gpu_ci.cuda.visibility import visible_gpus
 
@@ -161,7 +168,10 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
 
 
 def spawn(directory: Path, interval: float, indices: list[int], environ: Mapping[str, str]) -> int:
-    """Start the detached sampler and wait until it holds its lock and wrote its header."""
+    """Start the detached sampler and wait until it is ready.
+
+    Start the detached sampler and wait until it holds its lock and wrote its header.
+    """
     args = [f"{interval:g}", ",".join(str(i) for i in indices)]
     proc = monitor.SAMPLER.spawn(directory, args, environ, pipes=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -205,8 +215,11 @@ def log_tail(directory: Path) -> str:
 
 
 def read_recording(directory: Path, environ: Mapping[str, str]) -> mr.Recording:
-    """The sampler's file, parsed; never more than the sampler writes, plus slack (more
-    means something else wrote to it: the recording says where it was cut, a finding)."""
+    """Read and parse the sampler's file, within its size bound.
+
+    The sampler's file, parsed; never more than the sampler writes, plus slack (more means something
+    else wrote to it: the recording says where it was cut, a finding).
+    """
     samples = directory / monitor.SAMPLES_NAME
     limit = monitor.SamplerConfig.from_environ(directory, 1.0, environ).max_bytes
     try:

@@ -18,8 +18,11 @@ CATALOGUE_PATH = Path(__file__).resolve().parent.parent.parent / "data" / "xid-c
 
 
 def catalogue() -> dict[str, Any]:
-    """NVIDIA's Xid catalogue's rows gpu-monitor names, and the event types' actions
-    (``data/xid-catalogue.json``, which cites its sources)."""
+    """Load the Xid catalogue that findings quote.
+
+    NVIDIA's Xid catalogue's rows gpu-monitor names, and the event types' actions
+    (``data/xid-catalogue.json``, which cites its sources).
+    """
     return dict(json.loads(CATALOGUE_PATH.read_text(encoding="utf-8")))
 
 
@@ -40,9 +43,12 @@ RECOVERY_GUIDANCE = {int(k): str(v["guidance"]) for k, v in _CATALOGUE["recovery
 
 
 def recovery_action_text(value: object) -> str:
-    """The action the driver asked for (the event's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), or
-    "unknown" where it was not read (a driver without the field, a sampler before it):
-    never a list of the actions it might be."""
+    """Describe the recovery action the driver asked for.
+
+    The action the driver asked for (the event's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), or "unknown"
+    where it was not read (a driver without the field, a sampler before it): never a list of the
+    actions it might be.
+    """
     if isinstance(value, int) and not isinstance(value, bool) and value in RECOVERY_ACTIONS:
         return f"recovery action {RECOVERY_ACTIONS[value]} ({RECOVERY_GUIDANCE[value]})"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -70,8 +76,11 @@ ALL_INSTANCES = 0xFFFFFFFF
 
 
 def _ours(event: dict[str, Any], gpus: Sequence[GpuInfo]) -> bool:
-    """An event is the job's unless it names a GPU instance other than the watched slices
-    of that GPU (another tenant's Xid on a MIG board is not this job's finding)."""
+    """Whether an event belongs to the job's GPUs or slices.
+
+    An event is the job's unless it names a GPU instance other than the watched slices of that GPU
+    (another tenant's Xid on a MIG board is not this job's finding).
+    """
     gis = {
         g.gi
         for g in gpus
@@ -86,8 +95,11 @@ EVENT_WAIT = "nvmlEventSetWait"
 
 
 def _error_findings(rec: Recording) -> list[Finding]:
-    """GPU_IS_LOST ends a GPU's samples; any other NVML error is a gap the sampler retried
-    across (from the error to the GPU's next sample)."""
+    """Findings for the NVML errors the sampler recorded.
+
+    GPU_IS_LOST ends a GPU's samples; any other NVML error is a gap the sampler retried across (from
+    the error to the GPU's next sample).
+    """
     out = []
     for e in rec.errors:
         at = float(e["ts"]) - rec.started
@@ -142,10 +154,13 @@ def _error_findings(rec: Recording) -> list[Finding]:
 
 
 def xid_finding(code: int, gpu: object, at: float, recovery_action: object = None) -> Finding:
-    """An Xid with the catalogue's meaning and immediate action; a reset is asked only
-    where the action's bucket takes the GPU out of service (13/31/43 do not), and a
-    workflow bucket (74's NVLink registers, 154's recovery action) says what decides: for
-    154 the action the driver asked for (``recovery_action``, read with the event)."""
+    """The finding for one Xid, with its documented action.
+
+    An Xid with the catalogue's meaning and immediate action; a reset is asked only where the
+    action's bucket takes the GPU out of service (13/31/43 do not), and a workflow bucket (74's
+    NVLink registers, 154's recovery action) says what decides: for 154 the action the driver asked
+    for (``recovery_action``, read with the event).
+    """
     meaning = XID_MEANING.get(code)
     action = XID_ACTION.get(code)
     if meaning is None:

@@ -91,7 +91,10 @@ class Reader:
         self.no_remap: set[int] = set()
 
     def optional(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """The value, or None when the GPU does not support the query (lost → raises)."""
+        """Call an NVML query; None when the GPU lacks it.
+
+        The value, or None when the GPU does not support the query (lost → raises).
+        """
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
@@ -115,8 +118,11 @@ class Reader:
         return self.process_names[pid]
 
     def reasons(self, handle: Any) -> int | None:
-        """Clocks-event reasons; drivers before R535 lack the renamed call (nvidia-ml-py
-        then raises FUNCTION_NOT_FOUND), so the old name is asked next."""
+        """Read the clocks-event reasons on old and new drivers.
+
+        Clocks-event reasons; drivers before R535 lack the renamed call (nvidia-ml-py then raises
+        FUNCTION_NOT_FOUND), so the old name is asked next.
+        """
         n = self.nvml
         for name in (
             "nvmlDeviceGetCurrentClocksEventReasons",
@@ -205,8 +211,11 @@ class Reader:
         return self.gpm(key, lambda buf: self.nvml.nvmlGpmMigSampleGet(parent, gi, buf))
 
     def io(self, index: int, handle: Any) -> dict[str, Any]:
-        """PCIe bytes and NVLink KiB counters (field values), each pair None where the
-        driver answers NOT_SUPPORTED for it; asked no more once nothing is supported."""
+        """Read the PCIe and NVLink traffic counters.
+
+        PCIe bytes and NVLink KiB counters (field values), each pair None where the driver answers
+        NOT_SUPPORTED for it; asked no more once nothing is supported.
+        """
         n = self.nvml
         if index in self.no_io:
             return {"pcie_bytes": None, "nvlink_kib": None}
@@ -225,8 +234,11 @@ class Reader:
         return {"pcie_bytes": pcie, "nvlink_kib": nvlink}
 
     def recovery_action(self, handle: Any) -> int | None:
-        """The nvmlDeviceGpuRecoveryAction_t the driver asks for now, or None where the
-        field is unsupported (a driver before it) or the read fails: never a guess."""
+        """Read the recovery action the driver asks for now.
+
+        The nvmlDeviceGpuRecoveryAction_t the driver asks for now, or None where the field is
+        unsupported (a driver before it) or the read fails: never a guess.
+        """
         n = self.nvml
         try:
             values = n.nvmlDeviceGetFieldValues(handle, [FI_GPU_RECOVERY_ACTION])
@@ -235,9 +247,12 @@ class Reader:
         return _field_value(values[0]) if len(values) else None
 
     def health(self, index: int, handle: Any) -> dict[str, Any]:
-        """Volatile ECC error counts [corrected, uncorrected] and remapped rows [correctable,
-        uncorrectable, pending, failure]; None where the GPU has no ECC or row remapping
-        (consumer boards), asked once then."""
+        """Read the ECC counts and remapped rows.
+
+        Volatile ECC error counts [corrected, uncorrected] and remapped rows [correctable,
+        uncorrectable, pending, failure]; None where the GPU has no ECC or row remapping (consumer
+        boards), asked once then.
+        """
         n = self.nvml
         ecc = remap = None
         if index not in self.no_ecc:
@@ -281,9 +296,12 @@ class Reader:
         }
 
     def processes(self, handle: Any) -> list[list[Any]] | None:
-        """The compute processes, or None where the driver did not list them (NO_PERMISSION,
-        NOT_SUPPORTED, a list that kept growing: INSUFFICIENT_SIZE): unknown, which the
-        report must not read as "no process"."""
+        """List the GPU's compute processes, named where possible.
+
+        The compute processes, or None where the driver did not list them (NO_PERMISSION,
+        NOT_SUPPORTED, a list that kept growing: INSUFFICIENT_SIZE): unknown, which the report must
+        not read as "no process".
+        """
         # every driver generation (R470 has no _v3; nvidia-ml-py's wrapper would raise
         # NVMLLibraryMismatchError, which is no NVMLError); unreadable entries are skipped
         listed = self.optional(running_processes, self.nvml, handle)
@@ -301,9 +319,12 @@ class Reader:
         return out
 
     def violations(self, key: tuple[int, int | None], handle: Any) -> dict[str, int] | None:
-        """The violation counters (ns below application clocks, by reason), or None where
-        the driver has none (asked once; nvml.h marks the call deprecated in 13.0 in
-        favour of field values, and drivers still export it)."""
+        """Read the violation counters: time held below application clocks.
+
+        The violation counters (ns below application clocks, by reason), or None where the driver
+        has none (asked once; nvml.h marks the call deprecated in 13.0 in favour of field values,
+        and drivers still export it).
+        """
         n = self.nvml
         if key in self.no_violations:
             return None
@@ -357,10 +378,13 @@ class Reader:
         }
 
     def board_counters(self, index: int, parent: Any) -> dict[str, Any]:
-        """A MIG board's PCIe/NVLink, ECC and remapped-row counters, read through the parent
-        handle (nvml.h documents them per device, not per MIG device handle; remapped rows
-        are NOT_SUPPORTED while MIG is enabled), as ``board_*``: the whole GPU's, every
-        tenant's, recorded apart from the slice's own figures."""
+        """Read a MIG board's counters through its parent handle.
+
+        A MIG board's PCIe/NVLink, ECC and remapped-row counters, read through the parent handle
+        (nvml.h documents them per device, not per MIG device handle; remapped rows are
+        NOT_SUPPORTED while MIG is enabled), as ``board_*``: the whole GPU's, every tenant's,
+        recorded apart from the slice's own figures.
+        """
         got = {**self.io(index, parent), **self.health(index, parent)}
         return {f"board_{k}": v for k, v in got.items()}
 
@@ -390,8 +414,11 @@ class Reader:
 
 
 def _field_value(value: Any) -> int | None:
-    """An integer nvmlFieldValue_t's value (nvmlValueType_t 1-6), None when its nvmlReturn
-    is nonzero ("value is undefined if nvmlReturn != NVML_SUCCESS")."""
+    """Read an integer field value; None when the driver failed.
+
+    An integer nvmlFieldValue_t's value (nvmlValueType_t 1-6), None when its nvmlReturn is nonzero
+    ("value is undefined if nvmlReturn != NVML_SUCCESS").
+    """
     if int(value.nvmlReturn) != 0:
         return None
     kind = int(value.valueType)
@@ -461,7 +488,10 @@ def mig_devices(nvml: Any, index: int, parent: Any, environ: Mapping[str, str]) 
 
 
 def _gpm_pair(reader: Reader, key: tuple[int, int | None], handle: Any) -> bool:
-    """Allocates the two GPM samples of a device that supports GPM (Hopper and newer)."""
+    """Allocate a GPM-capable device's two GPM samples.
+
+    Allocates the two GPM samples of a device that supports GPM (Hopper and newer).
+    """
     n = reader.nvml
     with contextlib.suppress(n.NVMLError, AttributeError):
         if n.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
@@ -491,7 +521,10 @@ def _text(value: Any) -> str:
 
 
 def slice_header(reader: Reader, device: Device) -> dict[str, Any]:
-    """A MIG slice's start-line entry; allocates its two GPM samples where GPM works."""
+    """A MIG slice's entry in the start line.
+
+    A MIG slice's start-line entry; allocates its two GPM samples where GPM works.
+    """
     n = reader.nvml
     mem = n.nvmlDeviceGetMemoryInfo(device.handle)
     source = "gpm" if _gpm_pair(reader, device.key, device.handle) else None
@@ -508,7 +541,10 @@ def slice_header(reader: Reader, device: Device) -> dict[str, Any]:
 
 
 def address(handle: Any) -> int:
-    """A device handle's pointer value (event data carries the handle, not the index)."""
+    """A device handle's pointer value, to match events to GPUs.
+
+    A device handle's pointer value (event data carries the handle, not the index).
+    """
     import ctypes
 
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)

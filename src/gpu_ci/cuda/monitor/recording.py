@@ -215,8 +215,11 @@ def _sample(ts: float, g: dict[str, Any]) -> GpuSample:
 
 
 def _timed(samples: list[GpuSample], interval: float) -> tuple[GpuSample, ...]:
-    """Each sample with the time it stands for (``dt``) and the energy counter's increase,
-    both from the same device's previous recorded sample."""
+    """Give each sample its time span and energy increase.
+
+    Each sample with the time it stands for (``dt``) and the energy counter's increase, both from
+    the same device's previous recorded sample.
+    """
     last: dict[tuple[int, int | None], GpuSample] = {}
     out = []
     for s in samples:
@@ -295,13 +298,16 @@ def _stop(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_recording(text: str) -> Recording:
-    """The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal.
+    """Parse the sample file into a recording.
+
+    The sample file's lines; a torn last line (kill -9 mid-write) is counted, not fatal.
 
     Every field is checked as it is read (a line that fails counts as unreadable), so what
     reaches the numbers has its types. The **last** start line opens the recording: the
     sampler appends, so anything before its own start line (a file another job or an
     earlier step planted at the path, a sampler killed before a second start) is not this
-    sampler's window."""
+    sampler's window.
+    """
     header: dict[str, Any] | None = None
     samples: list[GpuSample] = []
     times: list[float] = []
@@ -351,10 +357,13 @@ def parse_recording(text: str) -> Recording:
 
 
 def unwatched(rec: Recording, end: float) -> tuple[float, float] | None:
-    """(from, to) seconds after the start that no sample covers although the job still paid
-    for them: the sampler died (``kill -9``, a full disk: no stop line) or stopped on a limit
-    (size-limit, max-duration) well before the report. None when it watched to the end
-    (within two intervals and a second: the report's own stop)."""
+    """The span at the end that no sample covers.
+
+    (from, to) seconds after the start that no sample covers although the job still paid for them:
+    the sampler died (``kill -9``, a full disk: no stop line) or stopped on a limit (size-limit,
+    max-duration) well before the report. None when it watched to the end (within two intervals and
+    a second: the report's own stop).
+    """
     if rec.stop is not None and rec.stop.get("reason") not in ("size-limit", "max-duration"):
         return None
     last = rec.sample_times[-1] if rec.sample_times else rec.started
@@ -364,9 +373,12 @@ def unwatched(rec: Recording, end: float) -> tuple[float, float] | None:
 
 
 def gpus_unwatched(rec: Recording, end: float) -> tuple[int, ...]:
-    """The GPUs no sample covers from well before the end although the sampler ran on: an
-    NVML error that never cleared (a driver upgrade mid-job: LIB_RM_VERSION_MISMATCH) or a
-    lost GPU. Their time after the last sample is no more idle than a dead sampler's."""
+    """The GPUs no sample covers near the end.
+
+    The GPUs no sample covers from well before the end although the sampler ran on: an NVML error
+    that never cleared (a driver upgrade mid-job: LIB_RM_VERSION_MISMATCH) or a lost GPU. Their time
+    after the last sample is no more idle than a dead sampler's.
+    """
     last: dict[int, float] = {}
     for sample in rec.samples:
         last[sample.index] = max(sample.ts, last.get(sample.index, sample.ts))

@@ -114,10 +114,13 @@ def _money(value: Decimal) -> Decimal:
 
 @dataclass(frozen=True)
 class _Span:
-    """Busy time, utilisation, peak memory and energy of a set of samples, each standing for
-    its recorded ``dt``: one GPU's whole recording (the GPU table) or every GPU's samples
-    within a step (the phase table). Both tables state the rules of this module's docstring;
-    computing them in one place keeps the two tables from drifting apart."""
+    """Usage figures of a set of samples.
+
+    Busy time, utilisation, peak memory and energy of a set of samples, each standing for its
+    recorded ``dt``: one GPU's whole recording (the GPU table) or every GPU's samples within a step
+    (the phase table). Both tables state the rules of this module's docstring; computing them in one
+    place keeps the two tables from drifting apart.
+    """
 
     busy_s: float | None
     utils: tuple[float, ...]
@@ -150,9 +153,12 @@ class _Span:
 
 
 def _energy_wh(samples: Sequence[GpuSample], power: str) -> float | None:
-    """The energy counter's increase where a sample has one, else power × dt; None when
-    neither was read (unsupported: unknown, never 0). A device with a counter starts it at
-    its first sample, which therefore adds nothing."""
+    """Energy drawn over a set of samples.
+
+    The energy counter's increase where a sample has one, else power × dt; None when neither was
+    read (unsupported: unknown, never 0). A device with a counter starts it at its first sample,
+    which therefore adds nothing.
+    """
     joules: list[float] = []
     for s in samples:
         if power == "power_mw" and s.energy_mj is not None:
@@ -171,7 +177,10 @@ def _grown(values: Sequence[int]) -> int | None:
 
 
 def _activity(mine: Sequence[GpuSample]) -> dict[str, float | None]:
-    """Each GPM ratio's mean over the samples that have it, weighted by their Δt."""
+    """The mean of each GPM ratio, weighted by time.
+
+    Each GPM ratio's mean over the samples that have it, weighted by their Δt.
+    """
     out: dict[str, float | None] = {}
     for name in ACTIVITY:
         got = [(v, s.dt) for s in mine for k, v in s.activity if k == name and v is not None]
@@ -189,8 +198,11 @@ def _activity(mine: Sequence[GpuSample]) -> dict[str, float | None]:
 def _io_health(
     mine: Sequence[GpuSample], board: bool = False
 ) -> tuple[dict[str, int | None], dict[str, int | None]]:
-    """Bytes moved (PCIe, NVLink) and ECC / remapped-row growth across the job; with
-    ``board``, a MIG slice's record of its whole board's counters."""
+    """Traffic and error-counter growth across the job.
+
+    Bytes moved (PCIe, NVLink) and ECC / remapped-row growth across the job; with ``board``, a MIG
+    slice's record of its whole board's counters.
+    """
     pre = "board_" if board else ""
     pcie = [v for v in (getattr(s, pre + "pcie_bytes") for s in mine) if v is not None]
     nvl = [v for v in (getattr(s, pre + "nvlink_kib") for s in mine) if v is not None]

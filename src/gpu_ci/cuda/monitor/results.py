@@ -156,8 +156,11 @@ class Report:
 
     @property
     def gpu_used(self) -> bool:
-        """A process of this job's PID namespace used a GPU, or a GPU without processes of
-        another namespace was busy (a foreign process's busy time is not the job's)."""
+        """Whether this job used a GPU.
+
+        A process of this job's PID namespace used a GPU, or a GPU without processes of another
+        namespace was busy (a foreign process's busy time is not the job's).
+        """
         return any(
             g.processes or ((g.busy_s or 0) > 0 and not g.foreign_processes) for g in self.gpus
         )
@@ -169,5 +172,8 @@ class Report:
 
     @property
     def use_unknown(self) -> bool:
-        """No use was seen, but the driver did not list the processes of some samples."""
+        """Whether GPU use is unknown for lack of process lists.
+
+        No use was seen, but the driver did not list the processes of some samples.
+        """
         return not self.gpu_used and any(g.processes_unknown_s > 0 for g in self.gpus)

@@ -1,5 +1,7 @@
-"""gpu-monitor's sampler: a detached process that reads NVML every ``interval`` seconds and
-appends one JSON line per sample to a file under ``RUNNER_TEMP``.
+"""gpu-monitor's sampler: the process that records NVML readings.
+
+It reads NVML every ``interval`` seconds and appends one JSON line per sample to a
+file under ``RUNNER_TEMP``.
 
 Composite actions have no post step, so ``mode: start`` launches this process and returns;
 ``mode: report`` stops it and reads the file (:mod:`gpu_ci.cuda.monitor.report`). The file
@@ -24,7 +26,7 @@ read without us:
   ``board_pcie_bytes``, ``board_nvlink_kib``, ``board_ecc``, ``board_remap`` (read through
   the parent handle: nvml.h has them per device, not per MIG device). The start line's GPU entry of
   a slice has ``slice``, ``gi`` (its GPU instance id) and ``util_source``.
-  Since issue 28's signals, each entry may also hold ``gpm`` ({"sm", "occupancy", "tensor",
+  Each entry may also hold ``gpm`` ({"sm", "occupancy", "tensor",
   "dram"}: GPM percentages since the previous sample, Hopper and newer; null otherwise),
   ``pcie_bytes`` / ``nvlink_kib`` ([tx, rx] driver counters from field values),
   ``ecc`` ([corrected, uncorrected] volatile counts) and ``remap`` ([correctable,
@@ -166,7 +168,10 @@ def _take_lock(directory: Path) -> int | None:
 
 
 def _event_set(pynvml: Any, handles: Mapping[int, Any]) -> Any:
-    """An event set for the GPUs' Xid and ECC events; None where no GPU has any."""
+    """Create an event set for the GPUs' Xid and ECC events.
+
+    An event set for the GPUs' Xid and ECC events; None where no GPU has any.
+    """
     events: Any = None
     with contextlib.suppress(pynvml.NVMLError):
         events = pynvml.nvmlEventSetCreate()
@@ -263,7 +268,10 @@ class _Run:
         return gpus
 
     def wait(self, out: _Writer, began: float) -> None:
-        """Wait out the interval on the event set, writing the events that arrive."""
+        """Wait out the interval, writing events as they arrive.
+
+        Wait out the interval on the event set, writing the events that arrive.
+        """
         fake = self.config.fake_epoch is not None
         budget = 0.0 if fake else max(0.0, self.config.interval - (time.monotonic() - began))
         deadline = time.monotonic() + budget

@@ -62,7 +62,10 @@ def _usd(value: Decimal | None) -> str:
 
 
 def _trim(value: Decimal) -> str:
-    """A per-minute price as written in the table (0.052, not 0.05 or 0.0520000)."""
+    """Format a per-minute price as the table writes it.
+
+    A per-minute price as written in the table (0.052, not 0.05 or 0.0520000).
+    """
     text = f"{value.quantize(Decimal('0.0001'), ROUND_HALF_UP):f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
@@ -497,9 +500,12 @@ def _activity_cells(s: GpuSample) -> list[str]:
 
 
 def samples_csv(rec: Recording) -> str:
-    """One row per GPU (or MIG slice) per sample; processes as ``name:pid:MiB`` joined by
-    spaces; an unsupported reading is an empty cell. ``busy_s`` is the time with a kernel
-    running that the sample stands for (the driver's buffer, else utilisation × Δt)."""
+    """The samples as CSV, one row per GPU per sample.
+
+    One row per GPU (or MIG slice) per sample; processes as ``name:pid:MiB`` joined by spaces; an
+    unsupported reading is an empty cell. ``busy_s`` is the time with a kernel running that the
+    sample stands for (the driver's buffer, else utilisation × Δt).
+    """
     uuids = {g.key: g.uuid for g in rec.gpus}
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -539,7 +545,10 @@ def samples_csv(rec: Recording) -> str:
 
 
 def outputs(report: Report) -> dict[str, str]:
-    """The step's figures as outputs; an unknown figure is an empty string, never 0."""
+    """The step's outputs; an unknown figure is empty.
+
+    The step's figures as outputs; an unknown figure is an empty string, never 0.
+    """
     c = report.cost
     gpus = report.gpus
     busy = [g.busy_s for g in gpus]

@@ -142,8 +142,11 @@ CONTAINER_FIX = (
 
 
 def container_no_driver(env: EnvFacts) -> tuple[str, str] | None:
-    """Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
-    container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container)."""
+    """Why a job container sees no NVML.
+
+    Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
+    container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container).
+    """
     if not (
         env.in_container or env.visible_devices is not None or env.driver_capabilities is not None
     ):
@@ -307,7 +310,10 @@ def visibility_findings(
 
 
 def loader_findings(inp: CheckInput) -> list[Finding]:
-    """NVML answered, but can CUDA load its driver library, and is it the right one?"""
+    """Check that CUDA loads the right driver library.
+
+    NVML answered, but can CUDA load its driver library, and is it the right one?
+    """
     env = inp.env
     # NVML's _v2 CUDA version is libcuda's own answer: LIBRARY_NOT_FOUND there means no
     # libcuda.so.1, even where the loader was not asked

@@ -73,8 +73,11 @@ def _arch_ok(ctx: Context, build: Build, gpu: Gpu) -> bool:
 
 
 def suggest(ctx: Context, family: str, need_native: bool = False) -> str:
-    """The newest existing build of ``family`` that this driver runs and that covers every
-    visible GPU, as an install line; or a sentence saying that none exists."""
+    """The newest build of a family this host runs.
+
+    The newest existing build of ``family`` that this driver runs and that covers every visible GPU,
+    as an install line; or a sentence saying that none exists.
+    """
     candidates = []
     for build in ctx.builds.builds_of(family):
         if build.tag in ctx.installed:  # never "install" what is installed (cupy-cuda13x)
@@ -247,9 +250,12 @@ def supported_branches(builds: BuildFacts, today: str | None = None) -> str:
 def forward_compat_branch_findings(
     builds: BuildFacts, kernel: str, compat_path: str, today: str | None = None
 ) -> list[Finding]:
-    """A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life:
-    no longer supported (still listed branches are fine; unlisted ones fail with 803, which
-    the caller reports)."""
+    """Whether a compat libcuda's kernel branch reached end of life.
+
+    A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life: no longer
+    supported (still listed branches are fine; unlisted ones fail with 803, which the caller
+    reports).
+    """
     number = driver_branch(kernel)
     entry = builds.branch(number) if number is not None else None
     today = today or datetime.date.today().isoformat()
@@ -279,7 +285,10 @@ ArchKey = tuple[str, int, str]
 def _arch_groups(
     ctx: Context, consumers: Sequence[CudaConsumer]
 ) -> dict[ArchKey, list[CudaConsumer]]:
-    """The builds whose code misses a visible GPU, grouped by (code, GPU, why)."""
+    """Group the builds whose code misses a visible GPU.
+
+    The builds whose code misses a visible GPU, grouped by (code, GPU, why).
+    """
     groups: dict[tuple[str, int, str], list[CudaConsumer]] = {}
     for c in consumers:
         need = c.cuda_tuple

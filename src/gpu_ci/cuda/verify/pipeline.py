@@ -1,5 +1,7 @@
-"""verify-cuda-env's pipeline: read NVML and the target Python, run the checks, and the JSON
-report built from what was read.
+"""verify-cuda-env's run: read, check, and build the JSON report.
+
+It reads NVML and the target Python, runs the checks, and builds the JSON report from
+what was read.
 
 The command reads the inputs and writes outputs, annotations, the summary and the report
 file; everything between (what to read, in which order, what the findings are, whether they
@@ -32,7 +34,10 @@ DEEP_FAMILIES = frozenset({"torch", "cupy", "jax"})
 
 @dataclass(frozen=True)
 class Verification:
-    """What one run read and concluded; ``failed`` are the findings at or above fail-on."""
+    """What one verify-cuda-env run read and concluded.
+
+    What one run read and concluded; ``failed`` are the findings at or above fail-on.
+    """
 
     options: VerifyOptions
     snapshot: NvmlSnapshot
@@ -85,7 +90,10 @@ def env_facts(
 def verify(
     opts: VerifyOptions, environ: Mapping[str, str], clock: Callable[[], float] = time.monotonic
 ) -> Verification:
-    """Read NVML, the loader and the target Python; deep-check when asked; run the checks."""
+    """Run verify-cuda-env: read, probe, check.
+
+    Read NVML, the loader and the target Python; deep-check when asked; run the checks.
+    """
     from gpu_ci.cuda.nvml import read_snapshot  # pynvml only once there is something to read
 
     started = clock()

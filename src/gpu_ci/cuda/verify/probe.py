@@ -237,8 +237,11 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
 
 
 def static_runtimes(paths: Mapping[str, str], dists: Mapping[str, str]) -> dict[str, int]:
-    """CuPy's statically linked CUDART_VERSION, by the one ``cupy-cuda*`` distribution that
-    installed ``cupy_backends`` (two of them share that folder: then nothing is claimed)."""
+    """CuPy's statically linked CUDA runtime version.
+
+    CuPy's statically linked CUDART_VERSION, by the one ``cupy-cuda*`` distribution that installed
+    ``cupy_backends`` (two of them share that folder: then nothing is claimed).
+    """
     cupies = [name for name in dists if re.fullmatch(r"cupy-cuda\d+x?", name)]
     path = paths.get("cupy")
     if not path or len(cupies) != 1:

@@ -1,4 +1,6 @@
-"""NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
+"""NVIDIA's CUDA toolkit to driver table, with our rules' facts.
+
+NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
 
 ``cuda-toolkit-driver-table.yaml`` extends ``shared/reference/cuda-toolkit-driver-table.yaml``
 (a test keeps the reference's rows a subset of it; rows past it are under ``unconfirmed``,
