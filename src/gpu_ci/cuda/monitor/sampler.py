@@ -59,7 +59,6 @@ sampler that falls behind), so that the tests are deterministic.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -70,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpu_ci import locks
 from gpu_ci.cuda.detached import BASE_KEEP, Detached
 from gpu_ci.cuda.monitor.reader import (
     EVENT_TYPES,
@@ -154,17 +154,6 @@ class _Writer:
         self.handle.flush()
         self.written += len(line)
         return True
-
-
-def _take_lock(directory: Path) -> int | None:
-    """The sampler's exclusive lock on ``sampler.lock``; None when another holds it."""
-    lock_fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(lock_fd)
-        return None
-    return lock_fd
 
 
 def _event_set(pynvml: Any, handles: Mapping[int, Any]) -> Any:
@@ -355,7 +344,7 @@ def _error(ts: float, gpu: int, call: str, code: int, *, gap: bool) -> dict[str,
 def run_sampler(config: SamplerConfig, visible: list[int] | None = None) -> int:
     """The sampler's main loop (in the detached process). Returns its exit status."""
     directory = config.directory
-    lock_fd = _take_lock(directory)
+    lock_fd = locks.try_exclusive(directory / LOCK_NAME, mode=0o600)
     if lock_fd is None:
         print("gpu-monitor: another sampler already runs for this job", file=sys.stderr)
         return 3
