@@ -314,6 +314,26 @@ def _phase(phase: Phase, rec: Recording) -> PhaseUsage:
     )
 
 
+def _phases(
+    rec: Recording, end: float, steps: Sequence[Phase] | None
+) -> tuple[tuple[PhaseUsage, ...], str]:
+    """The job's steps as phases, or one start-to-report phase without them."""
+    if not steps:
+        return (_phase(Phase("start → report", rec.started - 1e-6, end), rec),), "monitor"
+    # Steps before the start step were paid too: listed, with nothing measured.
+    phases = tuple(
+        _phase(
+            p
+            if p.end >= rec.started
+            else Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
+            rec,
+        )
+        for p in steps
+        if p.start < end
+    )
+    return phases, "steps"
+
+
 def compute(
     rec: Recording,
     *,
@@ -328,22 +348,7 @@ def compute(
     limits = limits or Limits()
     pricing = pricing or Pricing(None, "")
     gpus = tuple(_usage(g, rec) for g in rec.gpus)
-    if steps:
-        # Steps before the start step were paid too: listed, with nothing measured.
-        phases = tuple(
-            _phase(
-                p
-                if p.end >= rec.started
-                else Phase(f"{p.name} (before gpu-monitor started)", p.start, p.end),
-                rec,
-            )
-            for p in steps
-            if p.start < end
-        )
-        phases_from = "steps"
-    else:
-        phases = (_phase(Phase("start → report", rec.started - 1e-6, end), rec),)
-        phases_from = "monitor"
+    phases, phases_from = _phases(rec, end, steps)
     window_start = job_started if job_started is not None else rec.started
     window = max(0.0, end - window_start)
     paid = billed_minutes(window)

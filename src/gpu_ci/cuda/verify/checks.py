@@ -274,39 +274,35 @@ def visibility_findings(
                 )
             )
     if not vis.gpus:
-        level = "error" if require_gpu else "info"
-        if snapshot.gpus and vis.hidden_by:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} "
-                    "hides all of them.",
-                    "fix or unset that variable for this job.",
-                )
-            )
-        elif vis.runtime_devices:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    f"the driver reports no GPU; the container was started with "
-                    f"{vis.runtime_devices}, which the container runtime reads "
-                    "on the host to choose the GPUs it injects.",
-                    "start the container with the GPUs it needs (--gpus, or "
-                    "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs).",
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    "the driver reports no GPU.",
-                    "check that the runner has a GPU attached (nvidia-smi -L).",
-                )
-            )
+        out.append(_no_gpu_finding(snapshot, vis, "error" if require_gpu else "info"))
     return out
+
+
+def _no_gpu_finding(snapshot: NvmlSnapshot, vis: Visibility, level: str) -> Finding:
+    """Why no GPU is visible: hidden by a variable, not injected, or not attached."""
+    if snapshot.gpus and vis.hidden_by:
+        return Finding(
+            level,
+            "no-visible-gpu",
+            f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} hides all of them.",
+            "fix or unset that variable for this job.",
+        )
+    if vis.runtime_devices:
+        return Finding(
+            level,
+            "no-visible-gpu",
+            f"the driver reports no GPU; the container was started with "
+            f"{vis.runtime_devices}, which the container runtime reads "
+            "on the host to choose the GPUs it injects.",
+            "start the container with the GPUs it needs (--gpus, or "
+            "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs).",
+        )
+    return Finding(
+        level,
+        "no-visible-gpu",
+        "the driver reports no GPU.",
+        "check that the runner has a GPU attached (nvidia-smi -L).",
+    )
 
 
 def loader_findings(inp: CheckInput) -> list[Finding]:
