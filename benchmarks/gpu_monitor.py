@@ -127,7 +127,7 @@ def measure(gpus: int, seconds: float, work: Path, mig: int = 0) -> tuple[float,
         [
             sys.executable,
             "-m",
-            "gpu_ci.cuda.monitor",
+            "gpu_ci.cuda.monitor.sampler",
             str(directory),
             "1",
             "0" if mig else ",".join(str(i) for i in range(gpus)),

@@ -12,7 +12,7 @@ torch 2.14.1, is PyPI's CUDA 13.0 build with its nvidia-* dependencies, a few GB
 reader scans the whole file: its slowest case), and runs verify-cuda-env against a fake
 libnvidia-ml.so.1 reporting the observed H200.
 
-It also times the generic arch reader (:func:`gpu_ci.cuda.arch.read_arch_list`, the
+It also times the generic arch reader (:func:`gpu_ci.cuda.verify.arch.read_arch_list`, the
 ``.nv_fatbin`` entry-header walk every non-torch framework binary goes through) on the largest
 library under ``torch/lib`` (``libtorch_cuda.so`` in a CUDA build: hundreds of MB of fatbin),
 or on ``--fatbin PATH``.
@@ -49,7 +49,7 @@ def torch_venv(spec: str) -> Path:
 def arch_read_ms(lib: Path, runs: int) -> tuple[float, str]:
     """Median time of reading one library's arch list (memory map + search), in ms."""
     sys.path.insert(0, str(ROOT / "src"))
-    from gpu_ci.cuda.arch import read_arch_list
+    from gpu_ci.cuda.verify.arch import read_arch_list
 
     times = []
     found: list[str] | None = None

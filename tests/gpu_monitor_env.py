@@ -84,7 +84,7 @@ def fake_gpu_env(
 
 
 def monitor_dir(env: dict[str, str]) -> Path:
-    from gpu_ci.cuda.monitor import job_directory
+    from gpu_ci.cuda.monitor.control import job_directory
 
     return job_directory(env["RUNNER_TEMP"], env)
 
@@ -108,7 +108,9 @@ def example_report():
     a 3-minute job whose tests used the GPU for 55 s, with an Xid 13 near the end."""
     from decimal import Decimal
 
-    from gpu_ci.cuda import monitor_report as mr
+    from gpu_ci.cuda.monitor import recording as mr_recording
+    from gpu_ci.cuda.monitor import report as mr
+    from gpu_ci.cuda.monitor import results
 
     lines = [
         json.dumps(
@@ -160,19 +162,19 @@ def example_report():
         json.dumps({"kind": "stop", "ts": EPOCH + 150, "reason": "signal", "samples": 150})
     )
     steps = [
-        mr.Phase("Set up job", EPOCH - 25, EPOCH - 21),
-        mr.Phase("Run actions/checkout", EPOCH - 21, EPOCH - 2),
-        mr.Phase("Run gpu-monitor (start)", EPOCH - 2, EPOCH),
-        mr.Phase("Run setup-conda-from-lock", EPOCH, EPOCH + 62),
-        mr.Phase("Run verify-cuda-env", EPOCH + 62, EPOCH + 66),
-        mr.Phase("Run python -m pytest -x", EPOCH + 66, EPOCH + 148),
-        mr.Phase("Run gpu-monitor (report)", EPOCH + 148, EPOCH + 150),
+        results.Phase("Set up job", EPOCH - 25, EPOCH - 21),
+        results.Phase("Run actions/checkout", EPOCH - 21, EPOCH - 2),
+        results.Phase("Run gpu-monitor (start)", EPOCH - 2, EPOCH),
+        results.Phase("Run setup-conda-from-lock", EPOCH, EPOCH + 62),
+        results.Phase("Run verify-cuda-env", EPOCH + 62, EPOCH + 66),
+        results.Phase("Run python -m pytest -x", EPOCH + 66, EPOCH + 148),
+        results.Phase("Run gpu-monitor (report)", EPOCH + 148, EPOCH + 150),
     ]
     return mr.compute(
-        mr.parse_recording("\n".join(lines)),
+        mr_recording.parse_recording("\n".join(lines)),
         end=EPOCH + 150,
         steps=steps,
         job_started=EPOCH - 25,
-        pricing=mr.Pricing(Decimal("0.052"), "linux_4_core_gpu on 2026-11-30"),
-        limits=mr.Limits(expect_gpu_use=True),
+        pricing=results.Pricing(Decimal("0.052"), "linux_4_core_gpu on 2026-11-30"),
+        limits=results.Limits(expect_gpu_use=True),
     )

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda.checks import EnvFacts, in_container, nvml_findings
 from gpu_ci.cuda.facts import NvmlSnapshot
+from gpu_ci.cuda.verify.checks import EnvFacts, in_container, nvml_findings
 from tests.conftest import ROOT, parse_output_file
 from tests.cuda_env import build_fake_nvml, observed_h200, write_config
 from tests.debian_root import (

@@ -203,7 +203,7 @@ def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
         [
             str(python),
             "-c",
-            "import gpu_ci.cuda.table as t; "
+            "import gpu_ci.cuda.verify.table as t; "
             "print(t.load_table().bundled_driver(13, 0), "
             "t.load_builds().builds_of('torch')[0].tag)",
         ],

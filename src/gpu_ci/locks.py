@@ -32,14 +32,14 @@ def held(path: Path) -> bool:
     return False
 
 
-def try_exclusive(path: Path) -> int | None:
+def try_exclusive(path: Path, mode: int = 0o644) -> int | None:
     """An exclusive lock on ``path`` (created if needed), as an open fd to close to release
     it; None when another process holds it (or on Windows)."""
     if sys.platform == "win32":
         return None
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import recording as mr_recording
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import results
 from tests.gpu_monitor_env import EPOCH
 
 GiB = 2**30
@@ -20,7 +22,7 @@ def recording(
     gpus: list[dict[str, Any]] | None = None,
     stop: float | None = None,
     events: list[dict[str, Any]] = (),
-) -> mr.Recording:
+) -> mr_recording.Recording:
     """A sample file's text, parsed: ``samples`` are (seconds after EPOCH, GPU entries)."""
     gpus = gpus or [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0", "memory_total": 140 * GiB}]
     lines = [
@@ -30,7 +32,7 @@ def recording(
     lines += [{"kind": "event", "ts": EPOCH + 1, **e} for e in events]
     end = stop if stop is not None else (samples[-1][0] + interval if samples else 0)
     lines.append({"kind": "stop", "ts": EPOCH + end, "reason": "signal", "samples": len(samples)})
-    return mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    return mr_recording.parse_recording("\n".join(json.dumps(x) for x in lines))
 
 
 def gpu(util: int | None, **extra: Any) -> dict[str, Any]:
@@ -48,7 +50,7 @@ def gpu(util: int | None, **extra: Any) -> dict[str, Any]:
     }
 
 
-def report_of(rec: mr.Recording, **kw: Any) -> mr.Report:
+def report_of(rec: mr_recording.Recording, **kw: Any) -> results.Report:
     end = rec.stop["ts"] if rec.stop else EPOCH
     return mr.compute(rec, end=end, **kw)
 

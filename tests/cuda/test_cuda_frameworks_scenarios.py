@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import compat, frameworks, probe
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.table import load_builds, load_table
+from gpu_ci.cuda.verify import checks as cuda_checks
+from gpu_ci.cuda.verify import compat, frameworks, probe
+from gpu_ci.cuda.verify.table import load_builds, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from tests import fatbin_build as fb
 from tests.cuda_env import make_target

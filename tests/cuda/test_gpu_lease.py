@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda import lease
-from gpu_ci.cuda.lease import GIB, Candidate, Holder
+from gpu_ci.cuda.lease import lease
+from gpu_ci.cuda.lease.lease import GIB, Candidate, Holder
 from tests.shared import ROOT
 
 DIR = stat.S_IFDIR
@@ -196,7 +196,7 @@ def test_the_readmes_conftest_gives_each_worker_its_gpu(tmp_path: Path, worker: 
 def test_the_job_process_is_the_parent_of_the_steps_shell():
     """As on a runner (Runner.Worker -> the step's bash -> python): here this test process
     plays Runner.Worker. ``; true`` keeps bash from exec-ing python in its place."""
-    code = "from gpu_ci.cuda.lease_holder import job_process; print(job_process({}))"
+    code = "from gpu_ci.cuda.lease.holder import job_process; print(job_process({}))"
     done = subprocess.run(
         ["bash", "-c", f'"{sys.executable}" -c "{code}"; true'],
         capture_output=True,
@@ -209,7 +209,7 @@ def test_the_job_process_is_the_parent_of_the_steps_shell():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 def test_a_job_is_its_pid_and_start_time():
-    from gpu_ci.cuda.lease_holder import job_alive, job_process, start_time
+    from gpu_ci.cuda.lease.holder import job_alive, job_process, start_time
 
     me = os.getpid()
     assert job_alive(me, start_time(me))

@@ -131,7 +131,7 @@ class Host:
 
     def held(self, uuid: str) -> bool:
         from gpu_ci import locks
-        from gpu_ci.cuda.lease import lock_name
+        from gpu_ci.cuda.lease.lease import lock_name
 
         return locks.held(self.leases / lock_name(uuid))
 
@@ -370,7 +370,7 @@ def test_an_unsafe_lease_directory_is_refused(host: Host, kind: str):
 
 
 def test_a_planted_fifo_or_link_as_a_lock_file_is_skipped(host: Host):
-    from gpu_ci.cuda.lease import lock_name, prepare_directory
+    from gpu_ci.cuda.lease.lease import lock_name, prepare_directory
 
     assert prepare_directory(host.leases) == ""
     os.mkfifo(host.leases / lock_name(UUIDS[0]))  # an open of it would block without O_NONBLOCK

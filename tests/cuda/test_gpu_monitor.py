@@ -16,8 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import control, recording, views
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import results as mr_results
+from gpu_ci.cuda.monitor import sampler as monitor
 from tests.conftest import ROOT
 from tests.github_server import Job, Step, WorkflowRun
 from tests.gpu_monitor_env import (
@@ -126,9 +128,9 @@ def test_paid_minutes_round_up_per_job(samples, paid):
         )
         for i in range(samples)
     ]
-    rec = mr.parse_recording("\n".join(lines))
+    rec = recording.parse_recording("\n".join(lines))
     report = mr.compute(
-        rec, end=EPOCH + samples, pricing=mr.Pricing(Decimal("0.102"), "windows_4_core_gpu")
+        rec, end=EPOCH + samples, pricing=mr_results.Pricing(Decimal("0.102"), "windows_4_core_gpu")
     )
     assert report.cost.paid_minutes == paid
     assert report.cost.cost_usd == Decimal("0.102") * paid
@@ -345,18 +347,18 @@ def test_two_starts_one_sampler_and_report_stops_it(run_cli, tmp_path):
     first = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert first.returncode == 0, first.stdout + first.stderr
     directory = monitor_dir(env)
-    pid = monitor.read_state(directory)["pid"]
+    pid = monitor.SAMPLER.read_state(directory)["pid"]
     second = run_cli(["gpu-monitor", "--mode", "start"], env)
     assert second.returncode == 0
     assert f"a sampler already runs for this job (pid {pid})" in second.stdout
-    assert monitor.read_state(directory)["pid"] == pid
-    assert monitor.lock_held(directory) and monitor.is_our_sampler(pid, directory)
+    assert monitor.SAMPLER.read_state(directory)["pid"] == pid
+    assert control.lock_held(directory) and control.is_our_sampler(pid, directory)
     # The sampler outlives the step into untrusted code's steps: no token in its environment.
     environ = (Path(f"/proc/{pid}") / "environ").read_bytes()
     assert b"t0k-secret" not in environ and b"INPUT_" not in environ
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert not monitor.lock_held(directory)
+    assert not control.lock_held(directory)
     records = [json.loads(x) for x in (directory / "samples.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("start") == 1
     assert records[-1]["kind"] == "stop" and records[-1]["reason"] == "signal"
@@ -367,10 +369,10 @@ def test_sampler_killed_with_sigkill_is_reported(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=None, interval="0.05")
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
     directory = monitor_dir(env)
-    pid = monitor.read_state(directory)["pid"]
+    pid = monitor.SAMPLER.read_state(directory)["pid"]
     os.kill(pid, signal.SIGKILL)
     for _ in range(200):  # the kernel releases the lock when the process is gone
-        if not monitor.lock_held(directory):
+        if not control.lock_held(directory):
             break
         time.sleep(0.05)
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
@@ -382,8 +384,8 @@ def test_stop_never_signals_a_pid_that_is_not_our_sampler(tmp_path):
     directory = tmp_path / "m"
     directory.mkdir()
     (directory / monitor.STATE_NAME).write_text(json.dumps({"pid": os.getpid()}))
-    assert not monitor.is_our_sampler(os.getpid(), directory)
-    assert monitor.stop_sampler(directory) == "not-running"
+    assert not control.is_our_sampler(os.getpid(), directory)
+    assert control.stop_sampler(directory) == "not-running"
 
 
 def test_charts_parse_with_mermaids_parser_and_are_downsampled(run_cli, tmp_path):
@@ -426,8 +428,8 @@ def test_readme_example_summary_is_what_the_code_writes():
     from tests.gpu_monitor_env import example_report
 
     report = example_report()
-    assert readme_example() == mr.markdown(report)
-    jsonschema.validate(mr.as_json(report), SCHEMA)
+    assert readme_example() == views.markdown(report)
+    jsonschema.validate(views.as_json(report), SCHEMA)
     # 175 s -> 3 paid minutes, $0.156; 30 s at 96 % + 25 s at 48 % = 40.8 busy seconds of
     # 180 -> idle cost 0.156 * (1 - 40.8/180)
     assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1206")
@@ -507,12 +509,12 @@ def test_a_torn_last_line_is_counted_not_fatal():
             "gpus": [{"index": 0, "util": 40, "mem_util": 1, "mem_used": MiB}],
         }
     )
-    rec = mr.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
+    rec = recording.parse_recording(f"{head}\n{sample}\n{sample[:25]}")  # kill -9 mid-write
     assert rec.bad_lines == 1 and len(rec.samples) == 1
     report = mr.compute(rec, end=EPOCH + 1)
     assert [f.code for f in report.findings] == ["sampler-ended-early", "unreadable-lines"]
-    with pytest.raises(mr.RecordingError, match="no start line"):
-        mr.parse_recording(sample)
+    with pytest.raises(recording.RecordingError, match="no start line"):
+        recording.parse_recording(sample)
 
 
 def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
@@ -538,7 +540,7 @@ def test_one_gpu_over_the_monitor_window_reads_the_same_in_both_tables():
         json.dumps({"kind": "sample", "ts": EPOCH + 0.5 * (i + 1), "gpus": [g]})
         for i, g in enumerate(gpus)
     ]
-    report = mr.compute(mr.parse_recording("\n".join(lines)), end=EPOCH + 2)
+    report = mr.compute(recording.parse_recording("\n".join(lines)), end=EPOCH + 2)
     (gpu,), (phase,) = report.gpus, report.phases
     assert (phase.busy_s, phase.util_mean, phase.peak_memory, phase.energy_wh) == (
         gpu.busy_s,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import control, views
+from gpu_ci.cuda.monitor import recording as mr_recording
+from gpu_ci.cuda.monitor import sampler as monitor
 from tests.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
 
 EVIL = (
@@ -82,7 +83,7 @@ def test_sampler_gets_an_allow_listed_environment(run_cli, tmp_path):
     }
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
     directory = monitor_dir(env)
-    pid = monitor.read_state(directory)["pid"]
+    pid = monitor.SAMPLER.read_state(directory)["pid"]
     try:
         environ = (Path(f"/proc/{pid}") / "environ").read_bytes()
         assert b"s3cret" not in environ
@@ -115,7 +116,7 @@ def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_
 
 def test_start_prints_gpu_names_as_plain_text():
     # The start's log line names the GPUs; a name is one line of printable text.
-    text = mr.printable("NVIDIA\n::add-mask::x\r\x85\u2028y\x1b")
+    text = mr_recording.printable("NVIDIA\n::add-mask::x\r\x85\u2028y\x1b")
     assert "\n" not in text and "\r" not in text and "\x1b" not in text
     assert "\x85" not in text and "\u2028" not in text and text.startswith("NVIDIA")
 
@@ -235,7 +236,7 @@ def test_full_runner_temp_is_named_and_the_report_still_reports(
     fill(small_temp)  # the sampler's next line hits a full disk
     directory = monitor_dir(env)
     for _ in range(400):
-        if not monitor.lock_held(directory):
+        if not control.lock_held(directory):
             break
         time.sleep(0.05)
     result = run_cli(["gpu-monitor", "--mode", "report"], env)
@@ -254,7 +255,7 @@ def test_two_jobs_with_one_run_id_sharing_runner_temp_keep_apart(tmp_path):
         "RUNNER_NAME": "host-1",
     }
     two = {**one, "RUNNER_NAME": "host-2"}
-    assert monitor.job_directory("/t", one) != monitor.job_directory("/t", two)
+    assert control.job_directory("/t", one) != control.job_directory("/t", two)
 
 
 def test_a_job_directory_another_user_made_is_refused(run_cli, tmp_path):
@@ -335,10 +336,10 @@ def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path)
     assert len(result.summary.encode()) < 2**20  # GitHub drops a larger step summary whole
     assert "99951 more findings" in result.summary
     findings = json.loads(result.outputs["findings"])
-    assert len(findings) == mr.MAX_FINDINGS_SHOWN and findings[0]["level"] == "error"
+    assert len(findings) == views.MAX_FINDINGS_SHOWN and findings[0]["level"] == "error"
     report = json.loads(Path(result.outputs["report-file"]).read_text())
     assert len(report["findings"]) == 100_001
-    assert result.stdout.count("::warning") <= mr.MAX_FINDINGS_SHOWN
+    assert result.stdout.count("::warning") <= views.MAX_FINDINGS_SHOWN
 
 
 def _bounded(call, fifos):
@@ -367,7 +368,6 @@ def _bounded(call, fifos):
 
 
 def test_planted_fifos_and_links_never_hang_the_report(tmp_path):
-    from gpu_ci.cuda import monitor_control as control
     from gpu_ci.errors import GpuCiError
 
     directory = tmp_path / "job"
@@ -379,10 +379,10 @@ def test_planted_fifos_and_links_never_hang_the_report(tmp_path):
     # the job's later steps replaced each file with a FIFO: an open would wait for a writer
     got = _bounded(lambda: control.read_recording(directory, {}), fifos)
     assert isinstance(got, GpuCiError) and "not a regular file" in got.message
-    assert _bounded(lambda: monitor.lock_held(directory), fifos) is False
-    assert _bounded(lambda: monitor.read_state(directory), fifos) is None
+    assert _bounded(lambda: control.lock_held(directory), fifos) is False
+    assert _bounded(lambda: monitor.SAMPLER.read_state(directory), fifos) is None
     assert "unreadable" in _bounded(lambda: control.no_gpu_reason(directory), fifos)
-    assert _bounded(lambda: monitor.stop_sampler(directory), fifos) == "not-running"
+    assert _bounded(lambda: control.stop_sampler(directory), fifos) == "not-running"
     # a link to another file of the user's is not read as the samples
     (directory / monitor.SAMPLES_NAME).unlink()
     other = tmp_path / "elsewhere.jsonl"

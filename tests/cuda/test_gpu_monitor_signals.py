@@ -14,12 +14,14 @@ import json
 
 import jsonschema
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import findings as mr_findings
+from gpu_ci.cuda.monitor import recording, views
+from gpu_ci.cuda.monitor import report as mr
 from tests.gpu_monitor_env import fake_gpu_env, monitor_dir, wait_for_stop_line
 
 MIB = 2**20
 SCHEMA = json.loads(
-    (mr.CATALOGUE_PATH.parent / "monitor-report.schema.json").read_text(encoding="utf-8")
+    (mr_findings.CATALOGUE_PATH.parent / "monitor-report.schema.json").read_text(encoding="utf-8")
 )
 
 #: 10 samples on an H200 (GPM, counters, the newer events): util 50 %, SM active 40 %,
@@ -115,7 +117,7 @@ def test_before_hopper_and_without_ecc_the_signals_read_unknown(run_cli, tmp_pat
     assert g["activity"] == {}
     assert set(g["io_bytes"].values()) == {None}
     assert set(g["health"].values()) == {None}
-    assert mr.SIGNALS_UNKNOWN in result.summary
+    assert views.SIGNALS_UNKNOWN in result.summary
     codes = {f["code"] for f in report["findings"]}
     assert not codes & {"ecc-uncorrected", "ecc-corrected", "rows-remapped"}
     # only registered types arrive: the DRAM retirement event is not an A10G's to send
@@ -159,18 +161,18 @@ def test_the_catalogue_names_an_action_and_asks_a_reset_only_where_it_does():
         (43, "IGNORE"),
         (94, "RESTART_APP"),
     ):
-        f = mr.xid_finding(code, 0, 1.0)
+        f = mr_findings.xid_finding(code, 0, 1.0)
         assert f"{action}; the GPU needs no reset" in f.message and "drain" not in f.message
     for code in (48, 79, 95, 119):
-        assert "drain this runner" in mr.xid_finding(code, 0, 1.0).message
-    unknown = mr.xid_finding(150, 0, 1.0)
+        assert "drain this runner" in mr_findings.xid_finding(code, 0, 1.0).message
+    unknown = mr_findings.xid_finding(150, 0, 1.0)
     assert "see NVIDIA's Xid catalogue" in unknown.message
     assert "docs.nvidia.com/deploy/xid-errors" in unknown.message
-    assert mr.catalogue()["source"].startswith("https://docs.nvidia.com/")
+    assert mr_findings.catalogue()["source"].startswith("https://docs.nvidia.com/")
 
 
 def test_gpu_is_lost_is_not_always_called_xid_79():
-    rec = mr.parse_recording(
+    rec = recording.parse_recording(
         "\n".join(
             json.dumps(r)
             for r in (
@@ -196,7 +198,7 @@ def test_a_version_1_report_is_still_a_valid_report():
     from gpu_ci.github.idle import schema_errors
     from tests.gpu_monitor_env import example_report
 
-    doc = mr.as_json(example_report())
+    doc = views.as_json(example_report())
     for g in doc["gpus"]:
         for key in ("activity", "io_bytes", "health", "foreign_pids"):
             del g[key]

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import findings as mr_findings
+from gpu_ci.cuda.monitor import recording as mr_recording
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import results, views
 from tests.cuda.monitor_truth import SLICE, gpu, recording, report_of, slice_sample
 
 GiB = 2**30
@@ -26,7 +29,7 @@ def test_three_percent_for_120_s_is_about_3_6_busy_seconds_and_97_percent_idle()
     assert rep.gpus[0].busy_s == pytest.approx(3.6, abs=0.05)
     assert rep.cost.paid_minutes == 2
     assert rep.cost.idle_fraction == pytest.approx(0.97, abs=0.001)
-    text = mr.markdown(rep)
+    text = views.markdown(rep)
     assert "(97 % idle" in text
 
 
@@ -61,7 +64,7 @@ def test_unsupported_utilisation_reads_unknown_and_min_utilisation_is_not_evalua
     # Failed before: "0 %" utilisation, 100 % idle and a min-utilisation failure at "0.0 %".
     rep = report_of(
         recording([(i, [gpu(None, mem_util=None)]) for i in range(60)]),
-        limits=mr.Limits(min_utilisation=50),
+        limits=results.Limits(min_utilisation=50),
     )
     g = rep.gpus[0]
     assert g.busy_s is None and g.util_mean is None
@@ -70,16 +73,16 @@ def test_unsupported_utilisation_reads_unknown_and_min_utilisation_is_not_evalua
     codes = {f.code: f for f in rep.findings}
     assert codes["min-utilisation-unknown"].level == "warning"
     assert "could not be evaluated" in codes["min-utilisation-unknown"].message
-    text = mr.markdown(rep)
+    text = views.markdown(rep)
     assert "unknown" in text and "0.0 %" not in text and "100 % idle" not in text
-    doc = mr.as_json(rep)
+    doc = views.as_json(rep)
     assert doc["gpus"][0]["busy_s"] is None and doc["cost"]["idle_fraction"] is None
     assert doc["gpus"][0]["utilisation"] == {"mean": None, "p95": None, "max": None}
 
 
 def test_an_unevaluated_check_fails_only_when_the_user_asked_for_it():
     rec = recording([(i, [gpu(None)]) for i in range(60)])
-    rep = report_of(rec, limits=mr.Limits(min_utilisation=50, unknown_fails=True))
+    rep = report_of(rec, limits=results.Limits(min_utilisation=50, unknown_fails=True))
     assert not rep.ok
     assert [f.level for f in rep.findings if f.code == "min-utilisation-unknown"] == ["error"]
 
@@ -89,7 +92,7 @@ def test_unsupported_power_and_throttle_read_unknown_not_zero():
     rep = report_of(recording([(i, [gpu(50, power_mw=None, throttle=None)]) for i in range(60)]))
     g = rep.gpus[0]
     assert g.energy_wh is None and g.throttled_s is None
-    row = next(line for line in mr.markdown(rep).splitlines() if line.startswith("| 0 "))
+    row = next(line for line in views.markdown(rep).splitlines() if line.startswith("| 0 "))
     assert "0.00 Wh" not in row and "unknown" in row
     assert row.rstrip(" |").endswith("unknown")
 
@@ -101,7 +104,7 @@ def test_util_none_is_no_zero_in_means_and_charts():
     assert rep.gpus[0].util_mean == pytest.approx(80.0)
     # the utilisation line holds the readings there are (failed before: a 0 for each None)
     util_line = next(
-        line for line in mr.charts(rep)[0].splitlines() if line.strip().startswith("line")
+        line for line in views.charts(rep)[0].splitlines() if line.strip().startswith("line")
     )
     assert util_line.strip() == "line [" + ", ".join(["80"] * 30) + "]"
 
@@ -122,21 +125,21 @@ def test_energy_comes_from_the_drivers_counter_where_there_is_one():
 
 def test_a_mig_slice_reports_its_own_figures_and_board_power_is_not_charged():
     rec = recording([(i, [slice_sample(40, 2048)]) for i in range(60)], gpus=[SLICE])
-    rep = report_of(rec, limits=mr.Limits(min_utilisation=30, max_memory=4 * GiB))
+    rep = report_of(rec, limits=results.Limits(min_utilisation=30, max_memory=4 * GiB))
     g = rep.gpus[0]
     assert rep.ok, rep.findings
     assert g.busy_s == pytest.approx(24.0) and g.util_mean == pytest.approx(40.0)
     assert g.peak_memory == 2048 * MiB
     assert g.energy_wh is None  # the board's power is not this slice's
     assert g.board_energy_wh == pytest.approx(400 * 60 / 3600)
-    text = mr.markdown(rep)
+    text = views.markdown(rep)
     assert "board-wide" in text and "MIG 3g.71gb" in text
 
 
 def test_a_mig_slice_without_gpm_is_unknown_not_a_min_utilisation_failure():
     slice_nogpm = {**SLICE, "util_source": None}
     rec = recording([(i, [slice_sample(None, 2048)]) for i in range(60)], gpus=[slice_nogpm])
-    rep = report_of(rec, limits=mr.Limits(min_utilisation=30))
+    rep = report_of(rec, limits=results.Limits(min_utilisation=30))
     assert rep.ok and rep.gpus[0].util_mean is None
 
 
@@ -397,7 +400,9 @@ def test_a_mig_slice_reports_the_boards_ecc_and_io_as_board_wide(run_cli, tmp_pa
     assert result.returncode == 0, result.stdout
     import jsonschema
 
-    schema = json.loads((mr.CATALOGUE_PATH.parent / "monitor-report.schema.json").read_text())
+    schema = json.loads(
+        (mr_findings.CATALOGUE_PATH.parent / "monitor-report.schema.json").read_text()
+    )
     jsonschema.validate(report, schema)
     (gpu,) = report["gpus"]
     # the slice's own: unknown (nvml.h has none per instance), never the board's as its own
@@ -486,7 +491,7 @@ def test_fail_on_unknown_makes_an_unevaluated_min_utilisation_fail(run_cli, tmp_
 
 
 def test_a_buffer_that_no_longer_reaches_back_is_not_stretched():
-    from gpu_ci.cuda.monitor import _buffer_busy_s
+    from gpu_ci.cuda.monitor.reader import _buffer_busy_s
 
     # a full buffer: six entries a second, 50 % each, since the last read 1 s ago
     step = 1_000_000 // 6
@@ -503,7 +508,7 @@ def test_csv_keeps_unknown_empty_and_has_the_slice_and_busy_columns():
     import io
 
     rec = recording([(i, [slice_sample(40 if i else None, 2048)]) for i in range(3)], gpus=[SLICE])
-    rows = list(csv.DictReader(io.StringIO(mr.samples_csv(rec))))
+    rows = list(csv.DictReader(io.StringIO(views.samples_csv(rec))))
     assert [r["uuid"] for r in rows] == ["MIG-aaaa"] * 3
     assert [r["busy_s"] for r in rows] == ["", "0.400", "0.400"]
     assert rows[0]["utilisation"] == "" and rows[0]["power_w"] == ""
@@ -521,16 +526,16 @@ def test_time_after_the_sampler_died_is_not_counted_idle():
     lines = [
         {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1, "gpus": gpus},
     ] + [{"kind": "sample", "ts": EPOCH + i, "gpus": [gpu(100)]} for i in range(10)]
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
-    report = mr.compute(rec, end=EPOCH + 100, pricing=mr.Pricing(Decimal("0.06"), "input"))
+    rec = mr_recording.parse_recording("\n".join(json.dumps(x) for x in lines))
+    report = mr.compute(rec, end=EPOCH + 100, pricing=results.Pricing(Decimal("0.06"), "input"))
     assert report.cost.idle_fraction is None and report.cost.idle_cost_usd is None
     assert report.cost.gpu_minutes_used == round(10 / 60, 4)  # what was watched
-    assert mr.outputs(report)["idle-fraction"] == ""
+    assert views.outputs(report)["idle-fraction"] == ""
     ended = next(f for f in report.findings if f.code == "sampler-ended-early")
     assert "+0:09 to +1:40 was not watched" in ended.message and "idle share" in ended.message
     # a sampler that stopped on its own (the report's signal) keeps its idle share
     stopped = lines + [{"kind": "stop", "ts": EPOCH + 10, "reason": "signal", "samples": 10}]
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in stopped))
+    rec = mr_recording.parse_recording("\n".join(json.dumps(x) for x in stopped))
     # (10 busy seconds of the one minute the job is billed)
     assert mr.compute(rec, end=EPOCH + 10).cost.idle_fraction == round(1 - 10 / 60, 4)
 
@@ -572,10 +577,10 @@ def test_a_gpu_no_sample_covers_after_an_error_is_not_counted_idle(error):
         *samples[10:],
         {"kind": "stop", "ts": EPOCH + 100, "reason": "signal", "samples": 100},
     ]
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    rec = mr_recording.parse_recording("\n".join(json.dumps(x) for x in lines))
     report = mr.compute(rec, end=EPOCH + 100)
     assert report.cost.idle_fraction is None
-    assert mr.outputs(report)["idle-fraction"] == ""
+    assert views.outputs(report)["idle-fraction"] == ""
     # both GPUs sampled to the end: the share is known again
     whole = [
         {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1, "gpus": gpus},
@@ -585,5 +590,5 @@ def test_a_gpu_no_sample_covers_after_an_error_is_not_counted_idle(error):
         ),
         {"kind": "stop", "ts": EPOCH + 100, "reason": "signal", "samples": 100},
     ]
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in whole))
+    rec = mr_recording.parse_recording("\n".join(json.dumps(x) for x in whole))
     assert mr.compute(rec, end=EPOCH + 100).cost.idle_fraction is not None

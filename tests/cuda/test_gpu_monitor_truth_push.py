@@ -26,7 +26,7 @@ ENV = {
 
 
 def test_unknown_figures_are_not_pushed_as_zero():
-    from gpu_ci.cuda.monitor_push import push
+    from gpu_ci.cuda.monitor.push import push
 
     # a MIG slice without GPM: busy, utilisation, energy and idle share are unknown
     rec = recording(

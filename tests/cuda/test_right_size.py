@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from gpu_ci.cuda import right_size as rs
+from gpu_ci.cuda.monitor import right_size as rs
 from gpu_ci.pricing import load_table
 from tests.conftest import ROOT
 from tests.gpu_monitor_env import BUSY_SCRIPT, LOST_SCRIPT, fake_gpu_env, wait_for_stop_line

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import frameworks
 from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.table import TABLE_PATH, driver_at_least, load_table
+from gpu_ci.cuda.verify import checks as cuda_checks
+from gpu_ci.cuda.verify import frameworks
+from gpu_ci.cuda.verify.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
 from tests.conftest import ROOT, SHARED, shared_path
@@ -84,7 +84,7 @@ def test_the_packaged_table_is_the_projects_only_copy():
 def test_json_rendering_equals_the_yaml_table():
     import json
 
-    from gpu_ci.cuda.table import TABLE_JSON
+    from gpu_ci.cuda.verify.table import TABLE_JSON
 
     assert json.loads(TABLE_JSON.read_text()) == yaml.safe_load(TABLE_PATH.read_text())
 
@@ -520,7 +520,7 @@ def test_observed_fixture_is_what_the_tests_use():
 
 
 def test_options_are_validated_once():
-    from gpu_ci.cuda.options import VerifyOptions, parse_options
+    from gpu_ci.cuda.verify.options import VerifyOptions, parse_options
 
     opts = parse_options(
         require=["cuda>=12.4"],
@@ -551,7 +551,7 @@ def test_options_are_validated_once():
 
 
 def test_python_and_selection_findings_live_in_the_wing():
-    from gpu_ci.cuda.findings import python_findings, selection_findings
+    from gpu_ci.cuda.verify.findings import python_findings, selection_findings
 
     assert [f.level for f in python_findings("/no/python", None, "")] == ["error"]
     assert [f.level for f in python_findings("", None, "")] == ["info"]

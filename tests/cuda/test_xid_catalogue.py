@@ -10,7 +10,9 @@ import re
 
 import pytest
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import findings as mr_findings
+from gpu_ci.cuda.monitor import recording
+from gpu_ci.cuda.monitor import report as mr
 from tests.cuda_env import require_nvml_header
 
 #: The 'Guidance Class' column of the workbook's sheet 'Resolution Buckets' (Xid-Catalog.xlsx,
@@ -56,7 +58,7 @@ WORKBOOK_SHA256 = "7f70ce9684be0c9d98a367770341ccc1d8bca4465cebe42dab7e23d57df5d
 
 
 def test_every_row_is_sourced_confirmed_and_its_action_is_a_catalogue_bucket():
-    doc = mr.catalogue()
+    doc = mr_findings.catalogue()
     assert doc["workbook"]["sha256"] == WORKBOOK_SHA256
     assert doc["workbook"]["url"].startswith("https://docs.nvidia.com/deploy/xid-errors/")
     assert set(doc["buckets"]) <= CATALOGUE_BUCKETS
@@ -99,30 +101,33 @@ def test_every_row_is_sourced_confirmed_and_its_action_is_a_catalogue_bucket():
     ],
 )
 def test_each_row_reads_as_the_workbook_says(code, action):
-    assert mr.XID_ACTION[code] == action
+    assert mr_findings.XID_ACTION[code] == action
 
 
 def test_the_device_plugins_application_xids_never_ask_a_reset():
     for code in DEVICE_PLUGIN_APPLICATION_XIDS:
-        message = mr.xid_finding(code, 0, 1.0).message
-        assert "drain" not in message and mr.catalogue()["xids"][str(code)]["reset"] is False
+        message = mr_findings.xid_finding(code, 0, 1.0).message
+        assert (
+            "drain" not in message and mr_findings.catalogue()["xids"][str(code)]["reset"] is False
+        )
         assert any(
-            "k8s-device-plugin" in s["url"] for s in mr.catalogue()["xids"][str(code)]["sources"]
+            "k8s-device-plugin" in s["url"]
+            for s in mr_findings.catalogue()["xids"][str(code)]["sources"]
         )
 
 
 def test_a_workflow_bucket_neither_drains_nor_promises_no_reset():
     # Xid 74 (WORKFLOW_NVLINK_ERR): the Xid's registers decide; Xid 154: the driver's action
     for code in (74, 154):
-        message = mr.xid_finding(code, 0, 1.0).message
-        assert f"catalogue action {mr.XID_ACTION[code]}" in message
+        message = mr_findings.xid_finding(code, 0, 1.0).message
+        assert f"catalogue action {mr_findings.XID_ACTION[code]}" in message
         assert "drain this runner" not in message and "needs no reset" not in message
-    assert "decode the Xid's registers" in mr.xid_finding(74, 0, 1.0).message
-    assert "NODE_REBOOT (reboot the node)" in mr.xid_finding(154, 0, 1.0, 2).message
-    assert "recovery action unknown" in mr.xid_finding(154, 0, 1.0).message
+    assert "decode the Xid's registers" in mr_findings.xid_finding(74, 0, 1.0).message
+    assert "NODE_REBOOT (reboot the node)" in mr_findings.xid_finding(154, 0, 1.0, 2).message
+    assert "recovery action unknown" in mr_findings.xid_finding(154, 0, 1.0).message
     # Xid 48 alone is a reset; Xid 63 (a remap recorded) is IGNORE in the catalogue
-    assert "drain this runner" in mr.xid_finding(48, 0, 1.0).message
-    assert "IGNORE; the GPU needs no reset" in mr.xid_finding(63, 0, 1.0).message
+    assert "drain this runner" in mr_findings.xid_finding(48, 0, 1.0).message
+    assert "IGNORE; the GPU needs no reset" in mr_findings.xid_finding(63, 0, 1.0).message
 
 
 def test_recovery_actions_are_nvml_h_s():
@@ -135,7 +140,7 @@ def test_recovery_actions_are_nvml_h_s():
         int(v): name
         for name, v in re.findall(r"(NVML_GPU_RECOVERY_ACTION_\w+)\s*=\s*(\d+)", body.group(1))
     }
-    ours = {int(k): v["name"] for k, v in mr.catalogue()["recovery_actions"].items()}
+    ours = {int(k): v["name"] for k, v in mr_findings.catalogue()["recovery_actions"].items()}
     assert ours == declared
 
 
@@ -157,7 +162,7 @@ NVML_EVENT_MACROS = {
 def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
     import json
 
-    from gpu_ci.cuda.monitor import EVENT_TYPES
+    from gpu_ci.cuda.monitor.reader import EVENT_TYPES
 
     header = (require_nvml_header() / "nvml.h").read_text(encoding="utf-8", errors="replace")
     bits = {
@@ -170,7 +175,7 @@ def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
     # every type but the Xid (its row decides) has the catalogue's meaning, level and action,
     # and the report says them: one finding per event of this job's GPU
     events = [n for n in EVENT_TYPES.values() if n != "xid"]
-    assert set(mr.EVENT_ACTIONS) == set(events)
+    assert set(mr_findings.EVENT_ACTIONS) == set(events)
     lines = [
         {
             "kind": "start",
@@ -180,9 +185,9 @@ def test_each_event_type_is_nvml_h_s_bit_and_has_an_action():
         },
         {"kind": "sample", "ts": 1, "gpus": [{"index": 0, "util": 5, "mem_used": 0}]},
     ] + [{"kind": "event", "ts": 1, "gpu": 0, "type": n, "data": 0} for n in events]
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
+    rec = recording.parse_recording("\n".join(json.dumps(x) for x in lines))
     found = {f.code: f for f in mr.compute(rec, end=2).findings}
     for name in events:
-        known = mr.EVENT_ACTIONS[name]
+        known = mr_findings.EVENT_ACTIONS[name]
         assert found[name].level == known["level"], name
         assert known["action"] in found[name].message, name

@@ -18,7 +18,7 @@ WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "lease.yml"
 
 def test_lease_verify_release_under_act(act, tmp_path):
     from gpu_ci import locks
-    from gpu_ci.cuda.lease import lock_name
+    from gpu_ci.cuda.lease.lease import lock_name
 
     env = fake_host_env(tmp_path, busy={0: 1})
     result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, env=env)

@@ -3,7 +3,7 @@
 The runner's messages are quoted as GitHub shows them in a job's annotations (actions/runner
 #2427: "The runner has received a shutdown signal. ..."; #2624, #3539: "The self-hosted
 runner: <name> lost communication with the server. ..."). gpu-monitor's reports are made by
-gpu-monitor's own report code from a sample file (``gpu_ci.cuda.monitor_report``), so the
+gpu-monitor's own report code from a sample file (``gpu_ci.cuda.monitor.report``), so the
 github wing's reading of the report's documented fields is checked against the real writer.
 """
 
@@ -15,7 +15,8 @@ import zipfile
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import recording, views
+from gpu_ci.cuda.monitor import report as mr
 from tests.github_server import Job, Step, WorkflowRun
 
 SHUTDOWN = (
@@ -158,8 +159,8 @@ def monitor_report(
         )
     if not killed:
         lines.append({"kind": "stop", "ts": t0 + seconds, "reason": "done"})
-    rec = mr.parse_recording("\n".join(json.dumps(x) for x in lines))
-    return mr.as_json(mr.compute(rec, end=t0 + seconds))
+    rec = recording.parse_recording("\n".join(json.dumps(x) for x in lines))
+    return views.as_json(mr.compute(rec, end=t0 + seconds))
 
 
 def zipped(report: dict[str, Any]) -> dict[str, bytes]:

@@ -180,11 +180,11 @@ def api_calls(server, after=0):
 
 
 def monitor_report(monkeypatch, job_start: datetime) -> dict:
-    """A real gpu-monitor JSON report (``gpu_ci.cuda.monitor_report.as_json`` of the README's
+    """A real gpu-monitor JSON report (``gpu_ci.cuda.monitor.views.as_json`` of the README's
     example recording: a 175 s job, sampler from +25 s, 55 s busy), recorded by a job that
     started at ``job_start``."""
     import tests.gpu_monitor_env as env
-    from gpu_ci.cuda import monitor_report as mr
+    from gpu_ci.cuda.monitor import views as mr
 
     monkeypatch.setattr(env, "EPOCH", job_start.timestamp() + 25)
     return mr.as_json(env.example_report())

@@ -83,7 +83,7 @@ def test_a_fork_runner_label_is_no_link_in_the_spend_report(run_cli, server, tmp
 
 
 def test_a_process_name_plants_no_html_in_the_monitor_table():
-    from gpu_ci.cuda import monitor_report as mr
+    from gpu_ci.cuda.monitor import views as mr
 
     table = mr._table(["process"], [("<img src=x onerror=alert(1)>",), ("[a](https://e.x)",)])
     assert "<img" not in table and "](https://e.x" not in table

@@ -8,8 +8,8 @@ import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from gpu_ci.cuda import monitor_report as mr
-from gpu_ci.cuda import right_size as rs
+from gpu_ci.cuda.monitor import right_size as rs
+from gpu_ci.cuda.monitor import views as mr
 from tests.github.runs import gpu_run, monitor_report, spend, upload
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)

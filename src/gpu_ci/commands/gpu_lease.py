@@ -1,8 +1,10 @@
-"""``gpu-ci gpu-lease``: ``mode: lease`` takes whole GPUs of a shared host for this job;
-``mode: release`` gives them back (the job's end does too).
+"""``gpu-ci gpu-lease``: take whole GPUs of a shared host.
+
+``mode: lease`` takes them for this job; ``mode: release`` gives them back (the job's
+end does too).
 
 Wiring only: the rules (directory, locks, which GPU is fit, the worker map) are
-:mod:`gpu_ci.cuda.lease`, the detached holder :mod:`gpu_ci.cuda.lease_holder`.
+:mod:`gpu_ci.cuda.lease.lease`, the detached holder :mod:`gpu_ci.cuda.lease.holder`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda import lease
-from gpu_ci.cuda import lease_holder as holder
+from gpu_ci.cuda.detached import make_private
+from gpu_ci.cuda.lease import holder, lease
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
@@ -60,7 +62,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
 
 def checked_directory(inputs: Inputs, rt: Runtime) -> Path:
-    """The lease directory, refused (with how to make a safe one) when it is not safe."""
+    """The lease directory, refused when it is unsafe.
+
+    The lease directory, refused (with how to make a safe one) when it is not safe.
+    """
     directory = lease.directory_from(inputs["lease-dir"], rt.environ)
     why = lease.prepare_directory(directory)
     if why:
@@ -76,8 +81,11 @@ def checked_directory(inputs: Inputs, rt: Runtime) -> Path:
 def hold(
     rt: Runtime, state_dir: Path, directory: Path, reply: dict[str, Any], per_worker: int | None
 ) -> int:
-    """Record the holder for the release step and publish the GPUs; a lease the job cannot
-    use must not outlive the step."""
+    """Record the holder and publish the leased GPUs.
+
+    Record the holder for the release step and publish the GPUs; a lease the job cannot use must not
+    outlive the step.
+    """
     gpus = reply["gpus"]
     state = {
         "pid": reply["pid"],
@@ -144,7 +152,7 @@ def release(state_dir: Path, rt: Runtime) -> int:
 def job_state_dir(rt: Runtime) -> Path:
     base = rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir()
     directory = holder.state_directory(base, rt.environ)
-    why = holder.make_private(directory)
+    why = make_private(directory)
     if why:
         raise GpuCiError(
             f"gpu-lease will not use {directory}: {why}. Set RUNNER_TEMP to a "

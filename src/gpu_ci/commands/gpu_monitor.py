@@ -1,9 +1,11 @@
-"""``gpu-ci gpu-monitor``: ``mode: start`` launches the sampler; ``mode: report`` stops it and
-reports what each GPU did, what it cost, and which steps used it.
+"""``gpu-ci gpu-monitor``: record the GPUs during a job, then report.
 
-Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor_control`,
-the sampler and the file format :mod:`gpu_ci.cuda.monitor`, the numbers and views
-:mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
+``mode: start`` launches the sampler; ``mode: report`` stops it and reports
+what each GPU did, what it cost, and which steps used it.
+
+Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor.control`,
+the sampler and the file format :mod:`gpu_ci.cuda.monitor.sampler`, the numbers and views
+:mod:`gpu_ci.cuda.monitor.report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
 :mod:`gpu_ci.pricing`.
 """
 
@@ -18,9 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_ci.cuda import monitor, right_size
-from gpu_ci.cuda import monitor_control as control
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci.cuda.monitor import control, results, right_size
+from gpu_ci.cuda.monitor import recording as mr_recording
+from gpu_ci.cuda.monitor import report as mr
+from gpu_ci.cuda.monitor import sampler as monitor
+from gpu_ci.cuda.monitor import views as mr_views
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, write_report
@@ -38,7 +42,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
             title="gpu-monitor",
         )
         return 0
-    directory = monitor.job_directory(
+    directory = control.job_directory(
         rt.environ.get("RUNNER_TEMP") or tempfile.gettempdir(), rt.environ
     )
     if mode == "start":
@@ -101,7 +105,7 @@ def _start(directory: Path, interval: float, rt: Runtime) -> int:
         rt.set_output("samples-file", samples)
         return 0
     visible = started.gpus
-    names = ", ".join(f"{g.index} {mr.printable(g.name)}" for g in visible)
+    names = ", ".join(f"{g.index} {mr_recording.printable(g.name)}" for g in visible)
     rt.info(
         f"gpu-monitor: sampling {len(visible)} GPU(s) ({names}) every {interval:g} s "
         f"(pid {started.pid}) into {samples}"
@@ -114,7 +118,7 @@ def _start(directory: Path, interval: float, rt: Runtime) -> int:
 # -- report -----------------------------------------------------------------------------
 
 
-def parse_limits(inputs: Inputs) -> mr.Limits:
+def parse_limits(inputs: Inputs) -> results.Limits:
     from gpu_ci.cuda.require import parse_bytes
 
     max_memory = None
@@ -137,7 +141,7 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
                 f"input 'min-utilisation' must be a percentage from 0 to 100 "
                 f"(e.g. 50); got {inputs['min-utilisation']!r}."
             )
-    return mr.Limits(
+    return results.Limits(
         inputs.boolean("expect-gpu-use"),
         max_memory,
         min_util,
@@ -145,9 +149,12 @@ def parse_limits(inputs: Inputs) -> mr.Limits:
     )
 
 
-def pricing_inputs(inputs: Inputs, day: datetime) -> mr.Pricing:
-    """``price-per-hour`` (the runner) or ``price-per-gpu-hour`` (each GPU the job sees, on
-    a shared host whose jobs lease their GPUs), never both."""
+def pricing_inputs(inputs: Inputs, day: datetime) -> results.Pricing:
+    """The price input: per runner or per GPU.
+
+    ``price-per-hour`` (the runner) or ``price-per-gpu-hour`` (each GPU the job sees, on a shared
+    host whose jobs lease their GPUs), never both.
+    """
     runner, gpu = inputs["price-per-hour"].strip(), inputs["price-per-gpu-hour"].strip()
     if runner and gpu:
         raise UsageError(
@@ -159,11 +166,11 @@ def pricing_inputs(inputs: Inputs, day: datetime) -> mr.Pricing:
     return parse_pricing(runner, day)
 
 
-def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> mr.Pricing:
+def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> results.Pricing:
     from gpu_ci.pricing import PriceError, load_table, parse_price
 
     if not text.strip():
-        return mr.Pricing(None, "")
+        return results.Pricing(None, "")
     table = load_table()
     try:
         price = parse_price(text, table, per="hour")
@@ -181,11 +188,14 @@ def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> mr.
         if price.sku is None
         else f"{price.sku} on {day.date()}, price table checked {table.checked}"
     )
-    return mr.Pricing(amount, source)
+    return results.Pricing(amount, source)
 
 
 def sizes_on(day: datetime) -> right_size.Sizes:
-    """The right-size table, each size with a GitHub SKU priced as of ``day``."""
+    """Load the right-size table, priced as of ``day``.
+
+    The right-size table, each size with a GitHub SKU priced as of ``day``.
+    """
     from gpu_ci.pricing import load_table
 
     sizes = right_size.load_sizes()
@@ -212,7 +222,7 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             title="gpu-monitor: no start",
         )
     control.require_private(directory)
-    if monitor.stop_sampler(directory) == "killed":
+    if control.stop_sampler(directory) == "killed":
         rt.warning("gpu-monitor: the sampler ignored SIGTERM and was killed.")
     recording = control.read_recording(directory, rt.environ)
     now = control.report_time(recording, rt.environ, now)
@@ -228,45 +238,51 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
     )
     report_path, csv_path = write_files(inputs, directory, result, rt)
     set_outputs(rt, result, report_path, csv_path)
-    annotate_findings(rt, "gpu-monitor", result.findings[: mr.MAX_FINDINGS_SHOWN])
-    if len(result.findings) > mr.MAX_FINDINGS_SHOWN:
+    annotate_findings(rt, "gpu-monitor", result.findings[: mr_views.MAX_FINDINGS_SHOWN])
+    if len(result.findings) > mr_views.MAX_FINDINGS_SHOWN:
         rt.notice(
-            f"gpu-monitor: {len(result.findings) - mr.MAX_FINDINGS_SHOWN} more findings "
+            f"gpu-monitor: {len(result.findings) - mr_views.MAX_FINDINGS_SHOWN} more findings "
             f"in {report_path or 'the JSON report'}.",
             title="gpu-monitor",
         )
     rt.info(log_line(result, len(recording.sample_times)))
-    rt.summary(mr.markdown(result))
+    rt.summary(mr_views.markdown(result))
     if inputs["pushgateway-url"]:
         push(inputs["pushgateway-url"], result, rt)
     return 0 if result.ok else 1
 
 
-def job_steps(job: JobTimes | None, now: float) -> list[mr.Phase] | None:
-    """The job's steps as phases (a running step ends now); None without the jobs API."""
+def job_steps(job: JobTimes | None, now: float) -> list[results.Phase] | None:
+    """The job's steps as report phases.
+
+    The job's steps as phases (a running step ends now); None without the jobs API.
+    """
     if job is None or not job.steps:
         return None
     return [
-        mr.Phase(s.name, s.started, s.completed if s.completed is not None else now)
+        results.Phase(s.name, s.started, s.completed if s.completed is not None else now)
         for s in job.steps
         if s.started is not None
     ]
 
 
-def log_line(result: mr.Report, samples: int) -> str:
+def log_line(result: results.Report, samples: int) -> str:
     c = result.cost
     idle = f"{100 * c.idle_fraction:.0f} %" if c.idle_fraction is not None else "unknown"
     cost = f", idle cost ${c.idle_cost_usd}" if c.idle_cost_usd is not None else ""
     return (
         f"gpu-monitor: {len(result.gpus)} GPU(s), {samples} samples; "
-        f"{mr.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
+        f"{mr_views.outputs(result)['gpu-minutes-used'] or 'unknown'} of "
         f"{c.gpu_minutes_paid:.0f} GPU-minutes used, idle {idle}{cost}"
     )
 
 
-def push(url: str, result: mr.Report, rt: Runtime) -> None:
-    """Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it."""
-    from gpu_ci.cuda.monitor_push import push as push_metrics
+def push(url: str, result: results.Report, rt: Runtime) -> None:
+    """Send the job's metrics to a Pushgateway.
+
+    Send the job's metrics to a Pushgateway; it is optional, so never fail the job for it.
+    """
+    from gpu_ci.cuda.monitor.push import push as push_metrics
 
     try:
         push_metrics(url, result, rt.environ)
@@ -279,7 +295,10 @@ def push(url: str, result: mr.Report, rt: Runtime) -> None:
 
 
 def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
-    """The job's steps from the jobs API, or None (no token, no permission, no answer)."""
+    """Fetch the job's steps from the jobs API.
+
+    The job's steps from the jobs API, or None (no token, no permission, no answer).
+    """
     env = rt.environ
     token = inputs["github-token"] or env.get("GITHUB_TOKEN", "")
     repository, run_id = env.get("GITHUB_REPOSITORY", ""), env.get("GITHUB_RUN_ID", "")
@@ -308,12 +327,14 @@ def fetch_job(inputs: Inputs, rt: Runtime) -> JobTimes | None:
     return job
 
 
-def write_files(inputs: Inputs, directory: Path, result: mr.Report, rt: Runtime) -> tuple[str, str]:
+def write_files(
+    inputs: Inputs, directory: Path, result: results.Report, rt: Runtime
+) -> tuple[str, str]:
     report_path = Path(inputs["report-file"] or directory / "report.json")
     csv_path = Path(inputs["samples-csv"] or report_path.with_name("samples.csv"))
     try:
-        write_report(report_path, json.dumps(mr.as_json(result), indent=2) + "\n")
-        write_report(csv_path, mr.samples_csv(result.recording), what="samples-csv")
+        write_report(report_path, json.dumps(mr_views.as_json(result), indent=2) + "\n")
+        write_report(csv_path, mr_views.samples_csv(result.recording), what="samples-csv")
     except GpuCiError as exc:  # the files are extras: the summary and outputs hold it all
         rt.warning(
             f"gpu-monitor: {exc.message} The summary and outputs still hold the numbers.",
@@ -323,8 +344,8 @@ def write_files(inputs: Inputs, directory: Path, result: mr.Report, rt: Runtime)
     return str(report_path), str(csv_path)
 
 
-def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str) -> None:
-    for name, value in mr.outputs(result).items():  # unknown figures are empty, never 0
+def set_outputs(rt: Runtime, result: results.Report, report_path: str, csv_path: str) -> None:
+    for name, value in mr_views.outputs(result).items():  # unknown figures are empty, never 0
         rt.set_output(name, value)
     rt.set_output("report-file", report_path)
     rt.set_output("samples-csv", csv_path)
@@ -333,13 +354,13 @@ def set_outputs(rt: Runtime, result: mr.Report, report_path: str, csv_path: str)
         json.dumps(
             [
                 {"level": f.level, "code": f.code, "message": f.message}
-                for f in result.findings[: mr.MAX_FINDINGS_SHOWN]
+                for f in result.findings[: mr_views.MAX_FINDINGS_SHOWN]
             ]
         ),
     )
 
 
-def report_no_gpu(directory: Path, limits: mr.Limits, rt: Runtime) -> int:
+def report_no_gpu(directory: Path, limits: results.Limits, rt: Runtime) -> int:
     why = control.no_gpu_reason(directory)
     if why.startswith(control.LOST_PREFIX):  # a broken GPU runner, not a CPU one
         why = why.removeprefix(control.LOST_PREFIX)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpu_ci.cuda import verify
-from gpu_ci.cuda.options import VerifyOptions, parse_options
+from gpu_ci.cuda.verify import pipeline as verify
+from gpu_ci.cuda.verify.options import VerifyOptions, parse_options
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, markdown_table, write_report
 

@@ -1,22 +1,24 @@
-"""The CUDA wing: what the driver, the GPUs and the installed frameworks are, and whether CUDA
-code will run on them (verify-cuda-env); what the GPUs did during a job (gpu-monitor).
+"""The CUDA wing: GPUs, driver and frameworks, as three actions use them.
 
-verify-cuda-env
-    :mod:`~gpu_ci.cuda.options` (inputs, validated once) → :mod:`~gpu_ci.cuda.verify` (the
-    pipeline and its JSON report), which reads :mod:`~gpu_ci.cuda.nvml` (into
-    :mod:`~gpu_ci.cuda.facts`), :mod:`~gpu_ci.cuda.visibility`, :mod:`~gpu_ci.cuda.loader` and
-    the target Python (:mod:`~gpu_ci.cuda.probe`, :mod:`~gpu_ci.cuda.frameworks`,
-    :mod:`~gpu_ci.cuda.arch`), then runs :mod:`~gpu_ci.cuda.checks` (with
-    :mod:`~gpu_ci.cuda.compat`, :mod:`~gpu_ci.cuda.require` and the driver table
-    :mod:`~gpu_ci.cuda.table`) into :mod:`~gpu_ci.cuda.findings`.
-gpu-monitor
-    :mod:`~gpu_ci.cuda.monitor_control` starts the sampler :mod:`~gpu_ci.cuda.monitor` and
-    reads its file back; :mod:`~gpu_ci.cuda.monitor_report` turns it into numbers, findings and
-    views; :mod:`~gpu_ci.cuda.monitor_push` sends them to a Pushgateway.
+One folder per action; shared facts at the root.
 
-gpu-lease
-    :mod:`~gpu_ci.cuda.lease` (the lease directory, the locks, which GPU is fit, the worker
-    map) and the detached holder :mod:`~gpu_ci.cuda.lease_holder`.
+Root (used by several actions)
+    :mod:`~gpu_ci.cuda.facts` (what NVML said, as data), :mod:`~gpu_ci.cuda.nvml` (the one
+    NVML reader), :mod:`~gpu_ci.cuda.nvml_codes` (NVML's return codes; standard library
+    only), :mod:`~gpu_ci.cuda.visibility` (which GPUs a job sees),
+    :mod:`~gpu_ci.cuda.require` (the ``require`` grammar and sizes).
+``verify/`` (verify-cuda-env)
+    ``options`` (inputs) → ``pipeline`` (the run and its JSON report), which reads NVML,
+    ``loader`` and the target Python (``probe``, ``frameworks``, ``arch``, ``cudart``),
+    then runs ``checks`` (with ``compat`` and the driver ``table``) into ``findings``.
+``monitor/`` (gpu-monitor)
+    ``control`` starts the detached ``sampler`` and reads its file back; ``report`` turns
+    it into numbers, findings and views; ``push`` sends them to a Pushgateway;
+    ``right_size`` advises a smaller GPU.
+``lease/`` (gpu-lease)
+    ``lease`` (the lease directory, the locks, which GPU is fit, the worker map) and the
+    detached ``holder``.
+
 Never imports the github or conda wings, nor the wiring (``runtime``, ``inputs``, ``cli``,
 ``commands``): commands wire it.
 """

@@ -18,27 +18,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpu_ci.cuda.facts import BRANDS, Gpu, MigInstance, NvmlSnapshot
+from gpu_ci.cuda.nvml_codes import (
+    ERROR_NAMES,
+    FUNCTION_NOT_FOUND,
+    INSUFFICIENT_SIZE,
+    LIBRARY_NOT_FOUND,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    SUCCESS,
+)
 
 T = TypeVar("T")
 
 PROC_VERSION = Path("/proc/driver/nvidia/version")
-#: nvmlReturn_t values (nvml.h).
-SUCCESS = 0
-NOT_SUPPORTED = 3
-NO_PERMISSION = 4
-INSUFFICIENT_SIZE = 7
-LIBRARY_NOT_FOUND = 12
-FUNCTION_NOT_FOUND = 13
-
-
-def error_names() -> dict[int, str]:
-    import pynvml
-
-    return {
-        getattr(pynvml, name): name[len("NVML_ERROR_") :]
-        for name in dir(pynvml)
-        if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
-    }
 
 
 def kernel_module_version(path: Path | None = None) -> str:
@@ -110,11 +102,14 @@ def _decode(buf: Any, count: int, stride: int) -> list[Process]:
 
 
 def running_processes(pynvml: Any, handle: Any) -> list[Process]:
-    """The compute processes on ``handle`` (a GPU or a MIG device), read safely on every
-    driver generation: the newest exported call the driver has (_v3, then _v2, then v1), into
-    a buffer wide enough for any entry size a driver wrote, decoded with the header's entry
-    size unless that gives impossible PIDs (0 or 2**32-1) where 32 bytes does not (early R535).
-    Raises ``pynvml.NVMLError`` for the driver's answer (NO_PERMISSION, GPU_IS_LOST, ...)."""
+    """List a device's compute processes on every driver generation.
+
+    The compute processes on ``handle`` (a GPU or a MIG device), read safely on every driver
+    generation: the newest exported call the driver has (_v3, then _v2, then v1), into a buffer wide
+    enough for any entry size a driver wrote, decoded with the header's entry size unless that gives
+    impossible PIDs (0 or 2**32-1) where 32 bytes does not (early R535). Raises ``pynvml.NVMLError``
+    for the driver's answer (NO_PERMISSION, GPU_IS_LOST, ...).
+    """
     for name, size in PROCESS_CALLS:
         try:
             fn = pynvml._nvmlGetFunctionPointer(name)  # the binding's own symbol lookup
@@ -210,161 +205,177 @@ def memory_info(pynvml: Any, handle: Any) -> tuple[int, int]:
     return total, used
 
 
+class _Reader:
+    """One reading of the driver, with NVML's failures as values.
+
+    Every call goes through ``call`` (a failure ends the reading) or ``optional`` (a
+    failure is noted on the GPU, NOT_SUPPORTED silently).
+    """
+
+    def __init__(self, pynvml: Any) -> None:
+        self.nvml = pynvml
+        self.caught = nvml_errors(pynvml)
+
+    def call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self.caught as exc:
+            raise _Failed(name, error_code(self.nvml, exc)) from None
+
+    def optional(
+        self, gpu_errors: list[str], name: str, fn: Callable[..., T], *args: Any
+    ) -> T | None:
+        try:
+            return fn(*args)
+        except self.caught as exc:
+            code = error_code(self.nvml, exc)
+            if code != NOT_SUPPORTED:
+                gpu_errors.append(f"{name}: {ERROR_NAMES.get(code, code)}")
+            return None
+
+    def cuda_version(self, extra: dict[str, Any]) -> int:
+        """The CUDA version the driver supports, through libcuda where it can.
+
+        nvml.h: _v2 is libcuda's cuDriverGetVersion(), LIBRARY_NOT_FOUND without
+        libcuda.so.1 (a container with NVIDIA_DRIVER_CAPABILITIES=utility),
+        FUNCTION_NOT_FOUND where the driver or libcuda lacks it. v1 then answers "a known
+        supported version number".
+        """
+        n = self.nvml
+        try:
+            return int(
+                self.call("nvmlSystemGetCudaDriverVersion_v2", n.nvmlSystemGetCudaDriverVersion_v2)
+            )
+        except _Failed as failed:
+            if failed.code not in (LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND):
+                raise
+            extra["cuda_driver_version_v2"] = ERROR_NAMES.get(failed.code, str(failed.code))
+            if failed.code == LIBRARY_NOT_FOUND:
+                extra["libcuda"] = "LIBRARY_NOT_FOUND"
+        return int(self.call("nvmlSystemGetCudaDriverVersion", n.nvmlSystemGetCudaDriverVersion))
+
+    def processes(self, errors: list[str], name: str, handle: Any) -> int | None:
+        found = self.optional(errors, name, running_processes, self.nvml, handle)
+        return None if found is None else len(found)
+
+    def mig_instances(self, errors: list[str], handle: Any) -> list[MigInstance]:
+        """Read a MIG parent's instances, each through its own handle.
+
+        The MIG instances of a MIG parent, each read through its own handle.
+
+        nvml.h: a MIG parent's aggregate information comes "only if the caller has
+        appropriate privileges. Per-instance information can be queried by using specific
+        MIG device handles".
+        """
+        n, optional = self.nvml, self.optional
+        slots = optional(errors, "MIG devices", n.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        instances = []
+        for slot in range(slots):
+            mig = optional([], "MIG device", n.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            uuid = (
+                None
+                if mig is None
+                else optional(errors, "MIG device UUID", n.nvmlDeviceGetUUID, mig)
+            )
+            if uuid is None:
+                continue
+            name = optional([], "MIG name", n.nvmlDeviceGetName, mig)
+            mem = optional([], "MIG memory", n.nvmlDeviceGetMemoryInfo, mig)
+            instances.append(
+                MigInstance(
+                    _text(uuid),
+                    _text(name) if name is not None else "",
+                    int(mem.total) if mem is not None else None,
+                    self.processes(errors, "MIG processes", mig),
+                )
+            )
+        return instances
+
+    def gpu(self, index: int) -> Gpu:
+        """One GPU: what every check needs, each unreadable query noted on it."""
+        n, call, optional = self.nvml, self.call, self.optional
+        handle = call("nvmlDeviceGetHandleByIndex", n.nvmlDeviceGetHandleByIndex, index)
+        errors: list[str] = []
+        brand = optional(errors, "brand", n.nvmlDeviceGetBrand, handle)
+        mig = optional(errors, "MIG mode", n.nvmlDeviceGetMigMode, handle)
+        mig_enabled = None if mig is None else bool(mig[0])
+        instances = self.mig_instances(errors, handle) if mig_enabled else []
+        memory_total, _used = call("nvmlDeviceGetMemoryInfo", memory_info, n, handle)
+        persistence = optional(errors, "persistence mode", n.nvmlDeviceGetPersistenceMode, handle)
+        uncorrected, volatile = n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+        ecc = optional(
+            errors, "ECC errors", n.nvmlDeviceGetTotalEccErrors, handle, uncorrected, volatile
+        )
+        retired = optional(
+            errors, "retired pages", n.nvmlDeviceGetRetiredPagesPendingStatus, handle
+        )
+        remap = optional(errors, "remapped rows", n.nvmlDeviceGetRemappedRows, handle)
+        if mig_enabled:
+            counts = [m.other_processes for m in instances]
+            procs = None if None in counts else sum(c or 0 for c in counts)
+        else:
+            procs = self.processes(errors, "processes", handle)
+        name = _text(call("nvmlDeviceGetName", n.nvmlDeviceGetName, handle))
+        uuid = _text(call("nvmlDeviceGetUUID", n.nvmlDeviceGetUUID, handle))
+        capability = call(
+            "nvmlDeviceGetCudaComputeCapability", n.nvmlDeviceGetCudaComputeCapability, handle
+        )
+        return Gpu(
+            index=index,
+            name=name,
+            uuid=uuid,
+            compute_capability=tuple(capability),
+            memory_total_bytes=memory_total,
+            brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
+            mig_enabled=mig_enabled,
+            mig_uuids=tuple(m.uuid for m in instances),
+            persistence_mode=None if persistence is None else bool(persistence),
+            ecc_uncorrected_volatile=None if ecc is None else int(ecc),
+            retired_pages_pending=None if retired is None else bool(retired),
+            remapped_rows_pending=None if remap is None else bool(remap[2]),
+            remapped_rows_failure=None if remap is None else bool(remap[3]),
+            other_processes=procs,
+            unreadable=tuple(errors),
+            mig_instances=tuple(instances),
+        )
+
+
+def _failure(failed: _Failed) -> NvmlSnapshot:
+    return NvmlSnapshot(
+        ok=False,
+        error_code=failed.code,
+        error_name=ERROR_NAMES.get(failed.code, "UNKNOWN"),
+        failed_call=failed.call,
+        kernel_module_version=kernel_module_version(),
+    )
+
+
 def read_snapshot() -> NvmlSnapshot:
-    """Read the driver. Every NVML call goes through ``call`` (a failure ends the reading)
-    or ``optional`` (a failure is noted on the GPU, NOT_SUPPORTED silently)."""
+    """Read the driver and every GPU.
+
+    Read the driver and every GPU; a failure is data in the snapshot.
+    """
     try:
         import pynvml
     except ImportError:  # pragma: no cover - a dependency of the package
         return NvmlSnapshot(
             ok=False, error_code=12, error_name="LIBRARY_NOT_FOUND", failed_call="import pynvml"
         )
-    names = error_names()
-    caught = nvml_errors(pynvml)
-
-    def call(name: str, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except caught as exc:
-            raise _Failed(name, error_code(pynvml, exc)) from None
-
-    def optional(gpu_errors: list[str], name: str, fn: Callable[..., T], *args: Any) -> T | None:
-        try:
-            return fn(*args)
-        except caught as exc:
-            code = error_code(pynvml, exc)
-            if code != NOT_SUPPORTED:
-                gpu_errors.append(f"{name}: {names.get(code, code)}")
-            return None
-
-    def failure(failed: _Failed) -> NvmlSnapshot:
-        return NvmlSnapshot(
-            ok=False,
-            error_code=failed.code,
-            error_name=names.get(failed.code, "UNKNOWN"),
-            failed_call=failed.call,
-            kernel_module_version=kernel_module_version(),
-        )
-
-    def cuda_version(extra: dict[str, Any]) -> int:
-        # nvml.h: _v2 is libcuda's cuDriverGetVersion(), LIBRARY_NOT_FOUND without libcuda.so.1
-        # (a container with NVIDIA_DRIVER_CAPABILITIES=utility), FUNCTION_NOT_FOUND where
-        # the driver or libcuda lacks it; v1 then answers "a known supported version number".
-        try:
-            return int(
-                call("nvmlSystemGetCudaDriverVersion_v2", pynvml.nvmlSystemGetCudaDriverVersion_v2)
-            )
-        except _Failed as failed:
-            if failed.code not in (LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND):
-                raise
-            extra["cuda_driver_version_v2"] = names.get(failed.code, str(failed.code))
-            if failed.code == LIBRARY_NOT_FOUND:
-                extra["libcuda"] = "LIBRARY_NOT_FOUND"
-        return int(call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion))
-
-    def processes(errors: list[str], name: str, handle: Any) -> int | None:
-        found = optional(errors, name, running_processes, pynvml, handle)
-        return None if found is None else len(found)
-
+    reader = _Reader(pynvml)
     try:
-        call("nvmlInit", pynvml.nvmlInit)
+        reader.call("nvmlInit", pynvml.nvmlInit)
     except _Failed as failed:
-        return failure(failed)
+        return _failure(failed)
     extra: dict[str, Any] = {}
     try:
-        driver = _text(call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
-        cuda = cuda_version(extra)
-        count = int(call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
-        gpus = []
-        for index in range(count):
-            handle = call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, index)
-            errors: list[str] = []
-            brand = optional(errors, "brand", pynvml.nvmlDeviceGetBrand, handle)
-            mig = optional(errors, "MIG mode", pynvml.nvmlDeviceGetMigMode, handle)
-            mig_enabled = None if mig is None else bool(mig[0])
-            instances: list[MigInstance] = []
-            if mig_enabled:
-                # nvml.h: a MIG parent's aggregate information comes "only if the caller has
-                # appropriate privileges. Per-instance information can be queried by using
-                # specific MIG device handles" -- so each instance is read through its own.
-                slots = (
-                    optional(errors, "MIG devices", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
-                    or 0
-                )
-                for slot in range(slots):
-                    mig_handle = optional(
-                        [], "MIG device", pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot
-                    )
-                    mig_uuid = (
-                        None
-                        if mig_handle is None
-                        else optional(
-                            errors, "MIG device UUID", pynvml.nvmlDeviceGetUUID, mig_handle
-                        )
-                    )
-                    if mig_uuid is None:
-                        continue
-                    mig_name = optional([], "MIG name", pynvml.nvmlDeviceGetName, mig_handle)
-                    mig_mem = optional([], "MIG memory", pynvml.nvmlDeviceGetMemoryInfo, mig_handle)
-                    instances.append(
-                        MigInstance(
-                            _text(mig_uuid),
-                            _text(mig_name) if mig_name is not None else "",
-                            int(mig_mem.total) if mig_mem is not None else None,
-                            processes(errors, "MIG processes", mig_handle),
-                        )
-                    )
-            memory_total, _used = call("nvmlDeviceGetMemoryInfo", memory_info, pynvml, handle)
-            persistence = optional(
-                errors, "persistence mode", pynvml.nvmlDeviceGetPersistenceMode, handle
-            )
-            ecc = optional(
-                errors,
-                "ECC errors",
-                pynvml.nvmlDeviceGetTotalEccErrors,
-                handle,
-                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                pynvml.NVML_VOLATILE_ECC,
-            )
-            retired = optional(
-                errors, "retired pages", pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
-            )
-            remap = optional(errors, "remapped rows", pynvml.nvmlDeviceGetRemappedRows, handle)
-            if mig_enabled:
-                counts = [m.other_processes for m in instances]
-                procs = None if None in counts else sum(c or 0 for c in counts)
-            else:
-                procs = processes(errors, "processes", handle)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    name=_text(call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)),
-                    uuid=_text(call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)),
-                    compute_capability=tuple(
-                        call(
-                            "nvmlDeviceGetCudaComputeCapability",
-                            pynvml.nvmlDeviceGetCudaComputeCapability,
-                            handle,
-                        )
-                    ),
-                    memory_total_bytes=memory_total,
-                    brand=BRANDS.get(int(brand), str(brand)) if brand is not None else "unknown",
-                    mig_enabled=mig_enabled,
-                    mig_uuids=tuple(m.uuid for m in instances),
-                    persistence_mode=None if persistence is None else bool(persistence),
-                    ecc_uncorrected_volatile=None if ecc is None else int(ecc),
-                    retired_pages_pending=None if retired is None else bool(retired),
-                    remapped_rows_pending=None if remap is None else bool(remap[2]),
-                    remapped_rows_failure=None if remap is None else bool(remap[3]),
-                    other_processes=procs,
-                    unreadable=tuple(errors),
-                    mig_instances=tuple(instances),
-                )
-            )
+        driver = _text(reader.call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+        cuda = reader.cuda_version(extra)
+        count = int(reader.call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
+        gpus = [reader.gpu(index) for index in range(count)]
     except _Failed as failed:
-        return failure(failed)
+        return _failure(failed)
     finally:
-        with contextlib.suppress(*caught):
+        with contextlib.suppress(*reader.caught):
             pynvml.nvmlShutdown()
     return NvmlSnapshot(
         ok=True,

@@ -1,4 +1,6 @@
-"""Which GPUs a CUDA program in this job will see, from the environment.
+"""Which GPUs a CUDA program in this job will see.
+
+Which GPUs a CUDA program in this job will see, from the environment.
 
 NVML lists every GPU the driver exposes; CUDA narrows that with ``CUDA_VISIBLE_DEVICES``:
 indices, ``GPU-`` UUIDs (a unique prefix is enough) or ``MIG-`` UUIDs; an empty value hides
@@ -83,7 +85,10 @@ def _resolve(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
 
 
 def order_uncertainty(gpus: Sequence[Gpu], environ: Mapping[str, str]) -> str:
-    """'' when CUDA numbers these GPUs as NVML does, else why not (for messages)."""
+    """Why CUDA may number these GPUs unlike NVML.
+
+    '' when CUDA numbers these GPUs as NVML does, else why not (for messages).
+    """
     order = environ.get("CUDA_DEVICE_ORDER", "").strip()
     models = sorted(
         {f"{g.name} (sm_{g.compute_capability[0]}{g.compute_capability[1]})" for g in gpus}

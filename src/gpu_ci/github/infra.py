@@ -60,7 +60,7 @@ SHUTDOWN = re.compile(r"The runner has received a shutdown signal")
 LOST = re.compile(
     r"\bThe (?:self-hosted|hosted) runner\b[^\n]{0,300}?\blost communication with the server"
 )
-#: gpu-monitor's finding codes (src/gpu_ci/cuda/monitor_report.py, ``findings``), by meaning.
+#: gpu-monitor's finding codes (src/gpu_ci/cuda/monitor/report.py, ``findings``), by meaning.
 GPU_LOST_CODES = ("gpu-lost", "xid-79")
 SAMPLER_ENDED = "sampler-ended-early"
 #: Runner clock vs GitHub's job times: a report's window may stick out this much.

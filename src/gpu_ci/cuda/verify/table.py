@@ -1,4 +1,6 @@
-"""NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
+"""NVIDIA's CUDA toolkit to driver table, with our rules' facts.
+
+NVIDIA's CUDA toolkit → bundled driver table, and the facts the rules add to it.
 
 ``cuda-toolkit-driver-table.yaml`` extends ``shared/reference/cuda-toolkit-driver-table.yaml``
 (a test keeps the reference's rows a subset of it; rows past it are under ``unconfirmed``,
@@ -25,7 +27,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parent.parent.parent / "data"
 TABLE_PATH = DATA / "cuda-toolkit-driver-table.yaml"
 TABLE_JSON = TABLE_PATH.with_suffix(".json")
 BUILDS_PATH = DATA / "cuda-builds.yaml"

@@ -1,5 +1,7 @@
-"""verify-cuda-env's pipeline: read NVML and the target Python, run the checks, and the JSON
-report built from what was read.
+"""verify-cuda-env's run: read, check, and build the JSON report.
+
+It reads NVML and the target Python, runs the checks, and builds the JSON report from
+what was read.
 
 The command reads the inputs and writes outputs, annotations, the summary and the report
 file; everything between (what to read, in which order, what the findings are, whether they
@@ -14,16 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci import __version__
-from gpu_ci.cuda import checks as cuda_checks
-from gpu_ci.cuda import findings as cuda_findings
-from gpu_ci.cuda import frameworks
-from gpu_ci.cuda import probe as framework_probe
 from gpu_ci.cuda.facts import NvmlSnapshot
-from gpu_ci.cuda.findings import Finding
-from gpu_ci.cuda.frameworks import CudaConsumer, ProbeFacts
-from gpu_ci.cuda.loader import locate_libcuda
-from gpu_ci.cuda.options import VerifyOptions
-from gpu_ci.cuda.table import load_table
+from gpu_ci.cuda.verify import checks as cuda_checks
+from gpu_ci.cuda.verify import findings as cuda_findings
+from gpu_ci.cuda.verify import frameworks
+from gpu_ci.cuda.verify import probe as framework_probe
+from gpu_ci.cuda.verify.findings import Finding
+from gpu_ci.cuda.verify.frameworks import CudaConsumer, ProbeFacts
+from gpu_ci.cuda.verify.loader import locate_libcuda
+from gpu_ci.cuda.verify.options import VerifyOptions
+from gpu_ci.cuda.verify.table import load_table
 from gpu_ci.cuda.visibility import Visibility, visible_gpus
 
 #: Frameworks the deep check can run a kernel with.
@@ -32,7 +34,10 @@ DEEP_FAMILIES = frozenset({"torch", "cupy", "jax"})
 
 @dataclass(frozen=True)
 class Verification:
-    """What one run read and concluded; ``failed`` are the findings at or above fail-on."""
+    """What one verify-cuda-env run read and concluded.
+
+    What one run read and concluded; ``failed`` are the findings at or above fail-on.
+    """
 
     options: VerifyOptions
     snapshot: NvmlSnapshot
@@ -85,7 +90,10 @@ def env_facts(
 def verify(
     opts: VerifyOptions, environ: Mapping[str, str], clock: Callable[[], float] = time.monotonic
 ) -> Verification:
-    """Read NVML, the loader and the target Python; deep-check when asked; run the checks."""
+    """Run verify-cuda-env: read, probe, check.
+
+    Read NVML, the loader and the target Python; deep-check when asked; run the checks.
+    """
     from gpu_ci.cuda.nvml import read_snapshot  # pynvml only once there is something to read
 
     started = clock()

@@ -87,8 +87,11 @@ def _covers(target: Target, cc: tuple[int, int]) -> bool:
 
 
 def reach(targets: Sequence[Target], cc: tuple[int, int]) -> str | None:
-    """'sass' when machine code runs on ``cc``, 'ptx' when only a JIT of PTX reaches it,
-    None when nothing does ("no kernel image is available for execution on the device")."""
+    """How code for ``targets`` reaches compute capability ``cc``.
+
+    'sass' when machine code runs on ``cc``, 'ptx' when only a JIT of PTX reaches it, None when
+    nothing does ("no kernel image is available for execution on the device").
+    """
     if any(t.kind == "sm" and _covers(t, cc) for t in targets):
         return "sass"
     if any(t.kind == "compute" and _covers(t, cc) for t in targets):
@@ -97,8 +100,11 @@ def reach(targets: Sequence[Target], cc: tuple[int, int]) -> str | None:
 
 
 def _lists_in(data: bytes | mmap.mmap, start: int, end: int) -> list[tuple[int, str]]:
-    """NUL-terminated strings made only of arch targets, in one literal search per target
-    kind (``sm_``, then ``compute_`` for PTX-only lists): linear in the size of ``data``."""
+    """A regex for NUL-terminated arch-list strings.
+
+    NUL-terminated strings made only of arch targets, in one literal search per target kind
+    (``sm_``, then ``compute_`` for PTX-only lists): linear in the size of ``data``.
+    """
     found: dict[int, str] = {}
     for literal in (b"sm_", b"compute_"):
         pos = start
@@ -119,7 +125,10 @@ def _lists_in(data: bytes | mmap.mmap, start: int, end: int) -> list[tuple[int, 
 
 
 def find_arch_list(data: bytes | mmap.mmap) -> list[str] | None:
-    """The arch list literal in a ``libtorch_python.so`` image (or a cut of one)."""
+    """Find the arch list literal in a libtorch_python image.
+
+    The arch list literal in a ``libtorch_python.so`` image (or a cut of one).
+    """
     anchor = data.find(ANCHOR)
     if anchor >= 0:
         near = _lists_in(data, max(0, anchor - WINDOW), anchor)
@@ -132,8 +141,11 @@ def find_arch_list(data: bytes | mmap.mmap) -> list[str] | None:
 
 
 def elf_section(data: bytes | mmap.mmap, name: bytes) -> tuple[int, int] | None:
-    """(file offset, size) of the section called ``name`` in a little-endian ELF64 image,
-    from its section header table; None when the image is not one or has no such section."""
+    """Locate a named section in an ELF64 image.
+
+    (file offset, size) of the section called ``name`` in a little-endian ELF64 image, from its
+    section header table; None when the image is not one or has no such section.
+    """
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return None
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
@@ -170,11 +182,14 @@ def _target_text(kind: int, sm: int, flags: int) -> str | None:
 
 
 def fatbin_targets(data: bytes | mmap.mmap, start: int = 0, end: int | None = None) -> list[str]:
-    """The distinct targets (``sm_90a``, ``compute_120``) of every fatbin container found in
+    """The targets of every fatbin container in a byte range.
+
+    The distinct targets (``sm_90a``, ``compute_120``) of every fatbin container found in
     ``data[start:end]``, in arch order: SASS entries as ``sm_``, PTX entries as ``compute_``.
-    Containers are found by their magic, so padding between them is skipped; an entry
-    that runs past its container ends that container (a damaged image gives what
-    could be read, never an exception)."""
+    Containers are found by their magic, so padding between them is skipped; an entry that runs past
+    its container ends that container (a damaged image gives what could be read, never an
+    exception).
+    """
     stop = len(data) if end is None else min(end, len(data))
     magic = struct.pack("<I", FATBIN_MAGIC)
     unpack = _ENTRY.unpack_from
@@ -204,8 +219,11 @@ def fatbin_targets(data: bytes | mmap.mmap, start: int = 0, end: int | None = No
 
 
 def read_fatbin_arch_list(data: bytes | mmap.mmap) -> list[str] | None:
-    """Targets of the ``.nv_fatbin`` section; None when the image has no such section (a CPU
-    build, or device code kept elsewhere)."""
+    """The targets in a library's ``.nv_fatbin`` section.
+
+    Targets of the ``.nv_fatbin`` section; None when the image has no such section (a CPU build, or
+    device code kept elsewhere).
+    """
     section = elf_section(data, FATBIN_SECTION)
     if section is None:
         return None

@@ -2,7 +2,7 @@
 
 Several self-hosted runners on one 4- or 8-GPU host collide when each job uses every GPU.
 A lease is one ``flock`` per GPU UUID on a file in a host-wide directory, held by a small
-detached holder process (:mod:`gpu_ci.cuda.lease_holder`) for as long as the job runs.
+detached holder process (:mod:`gpu_ci.cuda.lease.holder`) for as long as the job runs.
 
 Why ``flock``: the kernel releases a lock when its last fd closes, so a holder that crashes
 or is ``kill -9``-ed frees its GPUs at once; no stale lease needs reaping and none can be
@@ -96,8 +96,10 @@ def directory_from(value: str, environ: Mapping[str, str]) -> Path:
 
 
 def prepare_directory(path: Path) -> str:
-    """Create the lease directory (``1777``) if absent; '' when it is safe to use, else why
-    not."""
+    """Create the shared lease directory, or say why it is unsafe.
+
+    Create the lease directory (``1777``) if absent; '' when it is safe to use, else why not.
+    """
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -138,7 +140,10 @@ def lock_name(uuid: str) -> str:
 
 
 def open_lock(directory: Path, uuid: str) -> int:
-    """An fd on the GPU's lock file (created ``0644`` if absent); raises ``OSError``."""
+    """Open a GPU's lock file, refusing links and FIFOs.
+
+    An fd on the GPU's lock file (created ``0644`` if absent); raises ``OSError``.
+    """
     path = directory / lock_name(uuid)
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     for _ in range(3):
@@ -163,7 +168,10 @@ def open_lock(directory: Path, uuid: str) -> int:
 
 
 def try_lock(directory: Path, uuid: str) -> int | None:
-    """The GPU's lock as an open fd (close it to release), or None when another holds it."""
+    """Take a GPU's lock without waiting.
+
+    The GPU's lock as an open fd (close it to release), or None when another holds it.
+    """
     import fcntl
 
     fd = open_lock(directory, uuid)
@@ -219,8 +227,11 @@ def info_path(directory: Path, uuid: str, uid: int) -> Path:
 
 
 def write_info(directory: Path, holder: Holder) -> None:
-    """Write the holder's name beside its lock, atomically (a reader never sees half a
-    file); informational, so a full disk loses only the name, never the lease."""
+    """Record who holds a GPU, beside its lock.
+
+    Write the holder's name beside its lock, atomically (a reader never sees half a file);
+    informational, so a full disk loses only the name, never the lease.
+    """
     target = info_path(directory, holder.uuid, os.geteuid())
     with contextlib.suppress(
         OSError
@@ -261,7 +272,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def holders(directory: Path, uuids: Iterable[str]) -> dict[str, Holder]:
-    """The live holder named for each GPU that has one (the newest when several claim it)."""
+    """Name the live holder of each leased GPU.
+
+    The live holder named for each GPU that has one (the newest when several claim it).
+    """
     out: dict[str, Holder] = {}
     for uuid in uuids:
         stem = lock_name(uuid)[:-5]

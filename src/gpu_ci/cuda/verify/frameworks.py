@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpu_ci.cuda.arch import tensorflow_arch_list
+from gpu_ci.cuda.verify.arch import tensorflow_arch_list
 
 KNOWN = (
     "torch",
@@ -367,9 +367,12 @@ def _paddle(facts: ProbeFacts) -> CudaConsumer | None:
 
 
 def _cuda_bindings(facts: ProbeFacts) -> CudaConsumer | None:
-    """cuda-bindings X.Y.* is generated from CUDA X.Y's headers and loads the driver's
-    libcuda at run time (cuda-python docs): it needs a driver of CUDA X, and X.Y for the
-    newest APIs. ``cuda-python`` is its meta package."""
+    """The CUDA version of a cuda-bindings release.
+
+    cuda-bindings X.Y.* is generated from CUDA X.Y's headers and loads the driver's libcuda at run
+    time (cuda-python docs): it needs a driver of CUDA X, and X.Y for the newest APIs.
+    ``cuda-python`` is its meta package.
+    """
     for name in ("cuda-bindings", "cuda-python"):
         version = facts.dists.get(name)
         if version:
@@ -392,9 +395,12 @@ def _tensorrt(facts: ProbeFacts) -> CudaConsumer | None:
 
 
 def _triton(facts: ProbeFacts) -> CudaConsumer | None:
-    """Triton compiles kernels at run time with the ptxas it bundles; its ``cuda.h`` says
-    which CUDA that is: the driver must run that CUDA (natively, or its major through
-    minor-version compatibility, as for any build)."""
+    """The CUDA version Triton's bundled ptxas comes from.
+
+    Triton compiles kernels at run time with the ptxas it bundles; its ``cuda.h`` says which CUDA
+    that is: the driver must run that CUDA (natively, or its major through minor-version
+    compatibility, as for any build).
+    """
     version = facts.dists.get("triton")
     if version is None:
         return None

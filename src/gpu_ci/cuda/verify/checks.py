@@ -16,22 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci.cuda import require as require_spec
-from gpu_ci.cuda.arch import parse_targets, reach, sm_name
-from gpu_ci.cuda.compat import (
+from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.verify.arch import parse_targets, reach, sm_name
+from gpu_ci.cuda.verify.compat import (
     Context,
     consumer_findings,
     forward_compat_branch_findings,
     supported_branches,
 )
-from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.findings import LEVELS, Finding, failing
-from gpu_ci.cuda.frameworks import CudaConsumer
-from gpu_ci.cuda.table import BuildFacts, DriverTable, driver_branch, load_builds
+from gpu_ci.cuda.verify.findings import LEVELS, Finding, failing
+from gpu_ci.cuda.verify.frameworks import CudaConsumer
+from gpu_ci.cuda.verify.health import OUT_OF_SERVICE, health_findings
+from gpu_ci.cuda.verify.table import BuildFacts, DriverTable, driver_branch, load_builds
 from gpu_ci.cuda.visibility import Visibility
 
 __all__ = ["LEVELS", "CheckInput", "EnvFacts", "Finding", "failing", "run_checks"]
 
-OUT_OF_SERVICE = "take this GPU out of service"
 
 NO_DRIVER = (
     "no NVIDIA driver visible to this job (CPU runner, or a container started "
@@ -142,8 +142,11 @@ CONTAINER_FIX = (
 
 
 def container_no_driver(env: EnvFacts) -> tuple[str, str] | None:
-    """Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
-    container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container)."""
+    """Why a job container sees no NVML.
+
+    Why a job container sees no NVML, from what the NVIDIA container runtime reads: the
+    container-specific message and fix for LIBRARY_NOT_FOUND (None outside a container).
+    """
     if not (
         env.in_container or env.visible_devices is not None or env.driver_capabilities is not None
     ):
@@ -271,43 +274,42 @@ def visibility_findings(
                 )
             )
     if not vis.gpus:
-        level = "error" if require_gpu else "info"
-        if snapshot.gpus and vis.hidden_by:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} "
-                    "hides all of them.",
-                    "fix or unset that variable for this job.",
-                )
-            )
-        elif vis.runtime_devices:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    f"the driver reports no GPU; the container was started with "
-                    f"{vis.runtime_devices}, which the container runtime reads "
-                    "on the host to choose the GPUs it injects.",
-                    "start the container with the GPUs it needs (--gpus, or "
-                    "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs).",
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    level,
-                    "no-visible-gpu",
-                    "the driver reports no GPU.",
-                    "check that the runner has a GPU attached (nvidia-smi -L).",
-                )
-            )
+        out.append(_no_gpu_finding(snapshot, vis, "error" if require_gpu else "info"))
     return out
 
 
+def _no_gpu_finding(snapshot: NvmlSnapshot, vis: Visibility, level: str) -> Finding:
+    """Why no GPU is visible: hidden by a variable, not injected, or not attached."""
+    if snapshot.gpus and vis.hidden_by:
+        return Finding(
+            level,
+            "no-visible-gpu",
+            f"the driver sees {len(snapshot.gpus)} GPU(s) but {vis.hidden_by} hides all of them.",
+            "fix or unset that variable for this job.",
+        )
+    if vis.runtime_devices:
+        return Finding(
+            level,
+            "no-visible-gpu",
+            f"the driver reports no GPU; the container was started with "
+            f"{vis.runtime_devices}, which the container runtime reads "
+            "on the host to choose the GPUs it injects.",
+            "start the container with the GPUs it needs (--gpus, or "
+            "NVIDIA_VISIBLE_DEVICES=all or host indices/UUIDs).",
+        )
+    return Finding(
+        level,
+        "no-visible-gpu",
+        "the driver reports no GPU.",
+        "check that the runner has a GPU attached (nvidia-smi -L).",
+    )
+
+
 def loader_findings(inp: CheckInput) -> list[Finding]:
-    """NVML answered, but can CUDA load its driver library, and is it the right one?"""
+    """Check that CUDA loads the right driver library.
+
+    NVML answered, but can CUDA load its driver library, and is it the right one?
+    """
     env = inp.env
     # NVML's _v2 CUDA version is libcuda's own answer: LIBRARY_NOT_FOUND there means no
     # libcuda.so.1, even where the loader was not asked
@@ -527,101 +529,6 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
                 "run the job on a runner that satisfies it, or change the requirement.",
             )
         )
-    return out
-
-
-def health_findings(vis: Visibility, health: str = "error") -> list[Finding]:
-    """Hardware faults (uncorrectable ECC, failed or pending row remapping, pending page
-    retirement) fail the step by default: the next test on that board can return wrong
-    numbers. ``health: warn`` downgrades them."""
-    out = []
-    for g in vis.gpus:
-        who = f"GPU {g.index} ({g.name})"
-        if g.ecc_uncorrected_volatile:
-            out.append(
-                Finding(
-                    health,
-                    "ecc-uncorrected-errors",
-                    f"{who} has {g.ecc_uncorrected_volatile} volatile uncorrected "
-                    "ECC errors since the last driver load (a hardware fault).",
-                    f"{OUT_OF_SERVICE}; reset it (nvidia-smi -r) and run a memory "
-                    "diagnostic (dcgmi diag -r 3) before using it again.",
-                )
-            )
-        if g.retired_pages_pending:
-            out.append(
-                Finding(
-                    health,
-                    "retired-pages-pending",
-                    f"{who} has retired pages pending a reboot.",
-                    "reboot the runner (or reset the GPU) to apply the retirement.",
-                )
-            )
-        if g.remapped_rows_failure:
-            out.append(
-                Finding(
-                    health,
-                    "remapped-rows-failure",
-                    f"{who} reports a row-remapping failure (a hardware fault).",
-                    f"{OUT_OF_SERVICE}: the board needs service.",
-                )
-            )
-        elif g.remapped_rows_pending:
-            out.append(
-                Finding(
-                    health,
-                    "remapped-rows-pending",
-                    f"{who} has remapped rows pending a GPU reset.",
-                    "reset the GPU (nvidia-smi -r) or reboot the runner to apply the remapping.",
-                )
-            )
-        if g.other_processes:
-            out.append(
-                Finding(
-                    "warning",
-                    "gpu-busy",
-                    f"{who} is already used by {g.other_processes} other "
-                    "process(es); tests may run out of memory or be slow.",
-                    "make sure earlier jobs cleaned up, or give this job its own GPU.",
-                )
-            )
-        if g.mig_enabled and not g.mig_selected:
-            if not g.mig_uuids:
-                out.append(
-                    Finding(
-                        "error",
-                        "mig-no-instances",
-                        f"{who} is in MIG mode with no MIG instances created: CUDA "
-                        "sees no device on it.",
-                        "create instances (nvidia-smi mig -cgi ... -C) and select "
-                        "one with CUDA_VISIBLE_DEVICES=MIG-..., or disable MIG "
-                        "(nvidia-smi -mig 0).",
-                    )
-                )
-            else:
-                out.append(
-                    Finding(
-                        "warning",
-                        "mig-enabled",
-                        f"{who} is in MIG mode with {len(g.mig_uuids)} instance(s) "
-                        f"({', '.join(g.mig_uuids)}): CUDA sees instances, not the "
-                        "whole GPU.",
-                        "select an instance with CUDA_VISIBLE_DEVICES=MIG-..., or "
-                        "disable MIG on this runner.",
-                    )
-                )
-        if g.persistence_mode is False:
-            out.append(
-                Finding(
-                    "warning",
-                    "persistence-mode-off",
-                    f"{who} has persistence mode off: each CUDA start re-initialises "
-                    "the driver (seconds).",
-                    "enable it on the runner (nvidia-smi -pm 1, or nvidia-persistenced).",
-                )
-            )
-        for what in g.unreadable:
-            out.append(Finding("info", "health-unreadable", f"{who}: could not read {what}."))
     return out
 
 

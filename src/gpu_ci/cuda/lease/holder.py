@@ -1,9 +1,10 @@
-"""gpu-lease's holder: a detached process that takes the GPUs' locks and keeps them until
-the job ends.
+"""gpu-lease's holder: the process that keeps the GPUs' locks.
+
+It runs detached, takes the GPUs' locks and keeps them until the job ends.
 
 Composite actions have no post step, so ``mode: lease`` starts this process (a new session,
 as gpu-monitor's sampler) and returns once it answered; it holds the locks (see
-:mod:`gpu_ci.cuda.lease`) until one of:
+:mod:`gpu_ci.cuda.lease.lease`) until one of:
 
 * ``mode: release`` (a step with ``if: always()``) sends it SIGTERM;
 * the job's process ends: it watches the process that started the step's shell (on a
@@ -24,7 +25,6 @@ import contextlib
 import json
 import os
 import signal
-import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -33,23 +33,21 @@ from pathlib import Path
 from typing import Any
 
 from gpu_ci import jobdirs
-from gpu_ci.cuda import lease
+from gpu_ci.cuda.detached import Detached, Stop, stop
+from gpu_ci.cuda.lease import lease
 
-MARKER = "gpu_ci.cuda.lease_holder"
+MARKER = "gpu_ci.cuda.lease.holder"
 """In the holder's command line: a release signals a pid only when it finds this there."""
 POLL_S = 0.5
 """How often the holder looks for its job, and a waiting lease tries again."""
 POLL_VARIABLE = "GPU_CI_LEASE_POLL_S"
 """Tests: poll faster than ``POLL_S`` (between 0.01 and 5 s)."""
 STATE_NAME = "holder.json"
-#: What the holder keeps of the step's environment (it outlives the step, into steps that may
-#: run a pull request's code as the same user, who can read /proc/<pid>/environ): the
-#: loader's and Python's paths, locale, the runner's tracking id (so the runner's clean-up of
-#: the job's processes ends it) and the fake NVML's files of the tests; never the job's env:.
-HOLDER_KEEP = frozenset(
-    {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "LANG", "TZ", "TMPDIR", "RUNNER_TRACKING_ID"}
+HOLDER = Detached(
+    module=MARKER, state_name=STATE_NAME, log_name="holder.log", keep_prefixes=("LC_", "FAKE_NVML_")
 )
-HOLDER_KEEP_PREFIXES = ("LC_", "FAKE_NVML_")
+"""The holder as a detached process. Besides the common allow-list it keeps the fake NVML's
+files of the tests; never the job's ``env:``."""
 JOB_PID_VARIABLE = "GPU_CI_LEASE_JOB_PID"
 """Tests: the pid whose end ends the lease (instead of the step shell's parent)."""
 
@@ -113,8 +111,11 @@ def job_alive(pid: int, started: str) -> bool:
 
 
 def read_gpus(pynvml: Any) -> list[tuple[Any, lease.Candidate]]:
-    """(handle, index and UUID) of every GPU, in NVML's order; memory and processes are read
-    by :func:`reading` once a GPU's lock is ours."""
+    """List every GPU's handle, index and UUID.
+
+    (handle, index and UUID) of every GPU, in NVML's order; memory and processes are read by
+    :func:`reading` once a GPU's lock is ours.
+    """
     out = []
     for index in range(int(pynvml.nvmlDeviceGetCount())):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -125,8 +126,11 @@ def read_gpus(pynvml: Any) -> list[tuple[Any, lease.Candidate]]:
 
 
 def reading(pynvml: Any, handle: Any, gpu: lease.Candidate) -> lease.Candidate:
-    """The GPU's memory and compute processes, read after its lock is ours (a job that
-    released it a moment ago may have left a process behind); None where NVML cannot say."""
+    """Read a locked GPU's memory and compute processes.
+
+    The GPU's memory and compute processes, read after its lock is ours (a job that released it a
+    moment ago may have left a process behind); None where NVML cannot say.
+    """
     from gpu_ci.cuda.nvml import memory_info, nvml_errors, running_processes
 
     total = free = procs = None
@@ -205,7 +209,10 @@ def acquire(req: Request) -> tuple[dict[str, tuple[int, lease.Candidate]], str]:
 
 
 def answer(message: dict[str, Any]) -> None:
-    """Write the one answer line, then detach stdin/stdout from the step that reads them."""
+    """Answer the starting step once, then detach from it.
+
+    Write the one answer line, then detach stdin/stdout from the step that reads them.
+    """
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
     null = os.open(os.devnull, os.O_RDWR)
@@ -268,57 +275,9 @@ def state_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
     return jobdirs.job_directory(runner_temp, environ, "gpu-ci-lease")
 
 
-def make_private(directory: Path) -> str:
-    """Create ``directory`` (and its parent) as this user's, 0700; '' when both are real
-    directories of this user, else why not (without RUNNER_TEMP they are in the shared
-    temporary directory, where another user could have made them first)."""
-    with contextlib.suppress(OSError):  # RUNNER_TEMP itself (the runner makes it)
-        directory.parent.parent.mkdir(parents=True, exist_ok=True)
-    for path in (directory.parent, directory):
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-            info = os.lstat(path)
-            if not stat.S_ISDIR(info.st_mode):
-                return f"{path} is not a directory (a symbolic link?)"
-            if info.st_uid != os.geteuid():
-                return f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
-            if info.st_mode & 0o077:
-                os.chmod(path, 0o700)
-        except OSError as exc:
-            return f"{path}: {exc.strerror}"
-    return ""
-
-
-def holder_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allow-list above, with this checkout's source first on PYTHONPATH (the
-    bootstrapped venv holds dependencies only: the holder must run the same code)."""
-    import gpu_ci
-
-    env = {
-        k: v for k, v in environ.items() if k in HOLDER_KEEP or k.startswith(HOLDER_KEEP_PREFIXES)
-    }
-    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
 def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str, Any]:
     """Start the detached holder, send ``req`` and return its answer."""
-    import subprocess
-
-    with open(state_dir / "holder.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", MARKER, str(state_dir)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=str(state_dir),
-            env=holder_environment(environ),
-            start_new_session=True,
-            close_fds=True,
-        )
+    proc = HOLDER.spawn(state_dir, [], environ, pipes=True)
     assert proc.stdin is not None and proc.stdout is not None
     with proc.stdin:
         proc.stdin.write(json.dumps(asdict(req)).encode() + b"\n")
@@ -330,35 +289,20 @@ def spawn(req: Request, state_dir: Path, environ: Mapping[str, str]) -> dict[str
         from gpu_ci.errors import GpuCiError
 
         proc.wait(5)
-        tail = (state_dir / "holder.log").read_text(errors="replace").strip()[-800:]
         raise GpuCiError(
             f"gpu-lease: the holder exited without an answer (status "
-            f"{proc.returncode}): {tail or '(empty log)'}"
+            f"{proc.returncode}): {HOLDER.log_tail(state_dir)}"
         ) from None
     if not reply.get("ok"):
         proc.wait(5)
     return dict(reply)
 
 
-def read_state(state_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((state_dir / STATE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def is_holder(pid: int, state_dir: Path) -> bool:
-    """The pid runs our holder for this job (never signal a recycled pid)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return MARKER in argv and str(state_dir) in argv
-
-
 def holding(state: Mapping[str, Any]) -> bool:
-    """True while the holder named in the job's state still holds its first lock."""
+    """Whether the job's holder still holds its first lock.
+
+    True while the holder named in the job's state still holds its first lock.
+    """
     from gpu_ci import locks
 
     uuids = state.get("uuids") or []
@@ -368,11 +312,14 @@ def holding(state: Mapping[str, Any]) -> bool:
 
 
 def current(state_dir: Path) -> dict[str, Any]:
-    """The job's lease while its own holder still holds it, else ``{}`` (a lock held by
-    another job after ours died is not ours)."""
-    state = read_state(state_dir)
+    """The job's lease while its own holder still holds it.
+
+    The job's lease while its own holder still holds it, else ``{}`` (a lock held by another job
+    after ours died is not ours).
+    """
+    state = HOLDER.read_state(state_dir) or {}
     pid = int(state.get("pid") or 0)
-    return state if pid > 0 and holding(state) and is_holder(pid, state_dir) else {}
+    return state if pid > 0 and holding(state) and HOLDER.is_ours(pid, state_dir) else {}
 
 
 def release(state_dir: Path, wait_s: float = 10.0) -> str:
@@ -381,17 +328,9 @@ def release(state_dir: Path, wait_s: float = 10.0) -> str:
     state = current(state_dir)
     if not state:
         return "not-held"
-    pid = int(state["pid"])
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if not holding(state):
-            return "released"
-        time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return "killed"
+    how = Stop(int(state["pid"]), state_dir, lambda: not holding(state), wait_s, poll_s=0.02)
+    outcome = stop(HOLDER, how)
+    return {"stopped": "released", "not-ours": "not-held"}.get(outcome, outcome)
 
 
 if __name__ == "__main__":

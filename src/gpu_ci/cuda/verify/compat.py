@@ -21,11 +21,11 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_ci.cuda.arch import parse_targets, reach, sm_name
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
-from gpu_ci.cuda.findings import Finding
-from gpu_ci.cuda.frameworks import CudaConsumer
-from gpu_ci.cuda.table import Build, BuildFacts, DriverTable, driver_at_least, driver_branch
+from gpu_ci.cuda.verify.arch import parse_targets, reach, sm_name
+from gpu_ci.cuda.verify.findings import Finding
+from gpu_ci.cuda.verify.frameworks import CudaConsumer
+from gpu_ci.cuda.verify.table import Build, BuildFacts, DriverTable, driver_at_least, driver_branch
 
 #: Families whose kernels are compiled ahead of time into the build (no run-time compiler).
 PREBUILT = ("torch", "tensorflow", "jax", "onnxruntime", "paddle")
@@ -73,8 +73,11 @@ def _arch_ok(ctx: Context, build: Build, gpu: Gpu) -> bool:
 
 
 def suggest(ctx: Context, family: str, need_native: bool = False) -> str:
-    """The newest existing build of ``family`` that this driver runs and that covers every
-    visible GPU, as an install line; or a sentence saying that none exists."""
+    """The newest build of a family this host runs.
+
+    The newest existing build of ``family`` that this driver runs and that covers every visible GPU,
+    as an install line; or a sentence saying that none exists.
+    """
     candidates = []
     for build in ctx.builds.builds_of(family):
         if build.tag in ctx.installed:  # never "install" what is installed (cupy-cuda13x)
@@ -247,9 +250,12 @@ def supported_branches(builds: BuildFacts, today: str | None = None) -> str:
 def forward_compat_branch_findings(
     builds: BuildFacts, kernel: str, compat_path: str, today: str | None = None
 ) -> list[Finding]:
-    """A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life:
-    no longer supported (still listed branches are fine; unlisted ones fail with 803, which
-    the caller reports)."""
+    """Whether a compat libcuda's kernel branch reached end of life.
+
+    A compat libcuda on a kernel branch NVIDIA lists, that has reached its end of life: no longer
+    supported (still listed branches are fine; unlisted ones fail with 803, which the caller
+    reports).
+    """
     number = driver_branch(kernel)
     entry = builds.branch(number) if number is not None else None
     today = today or datetime.date.today().isoformat()
@@ -272,8 +278,17 @@ def forward_compat_branch_findings(
     ]
 
 
-def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:
-    """Does each build's code reach each visible GPU? Grouped by (code, GPU, CUDA major)."""
+ArchKey = tuple[str, int, str]
+"""(finding code, GPU index, why: "", "ptx" or "new-arch")."""
+
+
+def _arch_groups(
+    ctx: Context, consumers: Sequence[CudaConsumer]
+) -> dict[ArchKey, list[CudaConsumer]]:
+    """Group the builds whose code misses a visible GPU.
+
+    The builds whose code misses a visible GPU, grouped by (code, GPU, why).
+    """
     groups: dict[tuple[str, int, str], list[CudaConsumer]] = {}
     for c in consumers:
         need = c.cuda_tuple
@@ -304,75 +319,83 @@ def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Findi
             ):
                 key = "no-kernel-image" if c.family in PREBUILT else "arch-ptx-only"
                 groups.setdefault((key, gpu.index, "new-arch"), []).append(c)
-    out = []
+    return groups
+
+
+def _arch_finding(ctx: Context, key: ArchKey, gpu: Gpu, group: list[CudaConsumer]) -> Finding:
+    """One group's finding: what misses the GPU, and which builds would reach it."""
+    code, _index, why = key
+    who = f"GPU {gpu.index} ({gpu.name}, compute capability {gpu.cc})"
+    sm = sm_name(gpu.compute_capability)
+    fix = _build_fix(ctx, group)
+    lists = "; ".join(f"{label(c)} is built for {' '.join(c.arch)}" for c in group if c.arch)
+    if code.startswith("arch-dropped-by-cuda"):
+        major = code.rsplit("cuda", 1)[1]
+        oldest = ctx.builds.min_cc_by_major[int(major)]
+        msg = (
+            f"{_names(group)}: CUDA {major} does not support {who}: it needs compute "
+            f"capability {_mm(oldest)} or newer"
+            + (
+                f" ({lists}); CUDA would fail with 'no kernel image is available for "
+                "execution on the device'."
+                if lists
+                else "."
+            )
+        )
+        fix = _join(fix and f"install builds that still ship {sm}: {fix}", "run on a newer GPU")
+    elif why == "new-arch":
+        need = min(c.cuda_tuple or (0, 0) for c in group)
+        msg = (
+            f"{_names(group)}: CUDA {_mm(need)} predates the architecture of {who} "
+            f"(code for compute capability {_mm(ctx.builds.new_arch_cc)} and newer "
+            f"needs CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer), so only PTX "
+            "JIT could reach it"
+            + (
+                ": CUDA would fail with 'no kernel image is available for execution on the device'."
+                if code == "no-kernel-image"
+                else " (slow start-up; fails if the PTX is newer than the driver)."
+            )
+        )
+        fix = _join(
+            fix and f"install a build for CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer: {fix}"
+        )
+    elif code == "no-kernel-image":
+        msg = (
+            f"{lists}: none of which runs on {who}"
+            + (
+                " (only PTX, which this driver cannot JIT under minor-version compatibility)"
+                if why == "ptx"
+                else ""
+            )
+            + ": CUDA would fail with 'no kernel image is available for execution on "
+            "the device'."
+        )
+        how = (
+            f"with TORCH_CUDA_ARCH_LIST={gpu.cc}"
+            if {c.family for c in group} == {"torch"}
+            else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES={sm.split('_')[1]})"
+        )
+        fix = _join(
+            fix and f"install builds that include {sm}: {fix}",
+            "" if fix else f"no published build includes {sm}: build from source " + how,
+        )
+    else:
+        msg = (
+            f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
+            "(slow, and fails if the PTX is newer than the driver)."
+        )
+        fix = _join(fix and f"install builds that include {sm}: {fix}")
+    level = "warning" if code == "arch-ptx-only" else "error"
+    return Finding(level, code, msg, fix)
+
+
+def arch_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:
+    """Does each build's code reach each visible GPU? Grouped by (code, GPU, CUDA major)."""
     by_index = {g.index: g for g in ctx.gpus}
-    for (code, index, why), group in groups.items():
-        gpu = by_index[index]
-        who = f"GPU {gpu.index} ({gpu.name}, compute capability {gpu.cc})"
-        sm = sm_name(gpu.compute_capability)
-        fix = _build_fix(ctx, group)
-        lists = "; ".join(f"{label(c)} is built for {' '.join(c.arch)}" for c in group if c.arch)
-        if code.startswith("arch-dropped-by-cuda"):
-            major = code.rsplit("cuda", 1)[1]
-            oldest = ctx.builds.min_cc_by_major[int(major)]
-            msg = (
-                f"{_names(group)}: CUDA {major} does not support {who}: it needs compute "
-                f"capability {_mm(oldest)} or newer"
-                + (
-                    f" ({lists}); CUDA would fail with 'no kernel image is available for "
-                    "execution on the device'."
-                    if lists
-                    else "."
-                )
-            )
-            fix = _join(fix and f"install builds that still ship {sm}: {fix}", "run on a newer GPU")
-        elif why == "new-arch":
-            need = min(c.cuda_tuple or (0, 0) for c in group)
-            msg = (
-                f"{_names(group)}: CUDA {_mm(need)} predates the architecture of {who} "
-                f"(code for compute capability {_mm(ctx.builds.new_arch_cc)} and newer "
-                f"needs CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer), so only PTX "
-                "JIT could reach it"
-                + (
-                    ": CUDA would fail with 'no kernel image is available for execution "
-                    "on the device'."
-                    if code == "no-kernel-image"
-                    else " (slow start-up; fails if the PTX is newer than the driver)."
-                )
-            )
-            fix = _join(
-                fix
-                and f"install a build for CUDA {_mm(ctx.builds.new_arch_min_cuda)} or newer: {fix}"
-            )
-        elif code == "no-kernel-image":
-            msg = (
-                f"{lists}: none of which runs on {who}"
-                + (
-                    " (only PTX, which this driver cannot JIT under minor-version compatibility)"
-                    if why == "ptx"
-                    else ""
-                )
-                + ": CUDA would fail with 'no kernel image is available for execution on "
-                "the device'."
-            )
-            how = (
-                f"with TORCH_CUDA_ARCH_LIST={gpu.cc}"
-                if {c.family for c in group} == {"torch"}
-                else f"with code for {sm} (CMAKE_CUDA_ARCHITECTURES={sm.split('_')[1]})"
-            )
-            fix = _join(
-                fix and f"install builds that include {sm}: {fix}",
-                "" if fix else f"no published build includes {sm}: build from source " + how,
-            )
-        else:
-            msg = (
-                f"{lists}: no binary ({sm}) for {who}; it will JIT-compile PTX at start-up "
-                "(slow, and fails if the PTX is newer than the driver)."
-            )
-            fix = _join(fix and f"install builds that include {sm}: {fix}")
-        level = "warning" if code == "arch-ptx-only" else "error"
-        out.append(Finding(level, code, msg, fix))
-    return out
+    return [
+        _arch_finding(ctx, key, by_index[key[1]], group)
+        for key, group in _arch_groups(ctx, consumers).items()
+    ]
 
 
 def rocm_and_cpu_findings(ctx: Context, consumers: Sequence[CudaConsumer]) -> list[Finding]:

@@ -1,5 +1,6 @@
-"""Right-size advice: the smallest GPU or MIG profile that would have held a job, from its
-peak memory (with headroom) and how busy it kept the GPU.
+"""Advise the smallest GPU or MIG profile that fits a job.
+
+The advice follows the job's peak memory (with headroom) and how busy it kept the GPU.
 
 The table is ``data/gpu-sizes.yaml`` (each row sourced; code reads its JSON rendering). The
 rule, stated once:
@@ -32,7 +33,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from pathlib import Path
 
-DATA = Path(__file__).parent.parent / "data"
+DATA = Path(__file__).parent.parent.parent / "data"
 SIZES_PATH = DATA / "gpu-sizes.yaml"
 SIZES_JSON = SIZES_PATH.with_suffix(".json")
 GB = 10**9
@@ -143,7 +144,10 @@ class Advice:
 def _current(
     name: str, memory_total: int, profile: str | None, sizes: Sizes
 ) -> tuple[Size | None, Size | None]:
-    """The board row and (a MIG slice) the profile row the job ran on, where known."""
+    """The table rows the job ran on.
+
+    The board row and (a MIG slice) the profile row the job ran on, where known.
+    """
     boards = [b for b in sizes.boards if re.search(b.match, name, re.IGNORECASE)]
     if profile is not None:
         by_name = [p for p in sizes.profiles if p.profile and p.profile in name]
@@ -181,8 +185,11 @@ def advise(
     paid_minutes: int = 0,
     gpus: int = 1,
 ) -> Advice:
-    """The advice for a job whose largest GPU (NVML ``name``, ``memory_total`` bytes) peaked
-    at ``peak_memory`` bytes (see the module's docstring for the rule)."""
+    """Advise the smallest GPU or MIG profile that fits the job.
+
+    The advice for a job whose largest GPU (NVML ``name``, ``memory_total`` bytes) peaked at
+    ``peak_memory`` bytes (see the module's docstring for the rule).
+    """
     board, profile = _current(name, memory_total, name if mig_slice else None, sizes)
     here = profile or board
     current = here.name if here is not None else name

@@ -29,8 +29,11 @@ def failing(findings: Sequence[Finding], fail_on: str) -> list[Finding]:
 
 
 def python_findings(python_input: str, python: str | None, probe_error: str) -> list[Finding]:
-    """An explicit ``python`` that does not exist is an error; no python at all is only
-    noted (a CPU-less image may have none); a probe that failed is an error."""
+    """Findings about the ``python`` input.
+
+    An explicit ``python`` that does not exist is an error; no python at all is only noted (a
+    CPU-less image may have none); a probe that failed is an error.
+    """
     if python_input and python is None:
         return [
             Finding(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpu_ci.cuda import frameworks
 from gpu_ci.cuda import require as require_spec
+from gpu_ci.cuda.verify import frameworks
 from gpu_ci.errors import UsageError
 
 FAIL_ON = ("error", "warning")

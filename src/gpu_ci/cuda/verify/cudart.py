@@ -1,4 +1,6 @@
-"""The CUDA runtime version linked statically into a library, read without loading it.
+"""Read the CUDA runtime version linked into a library.
+
+The CUDA runtime version linked statically into a library, read without loading it.
 
 CuPy links cudart statically (CuPy installation guide), so ``cupy-cuda13x`` names only the
 major: its minor is that of the toolkit it was built with, and an ``nvidia-cuda-runtime``

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.cuda.arch import read_arch_list
-from gpu_ci.cuda.cudart import read_static_cudart_version
-from gpu_ci.cuda.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
+from gpu_ci.cuda.verify.arch import read_arch_list
+from gpu_ci.cuda.verify.cudart import read_static_cudart_version
+from gpu_ci.cuda.verify.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
 # the frameworks themselves.
@@ -237,8 +237,11 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
 
 
 def static_runtimes(paths: Mapping[str, str], dists: Mapping[str, str]) -> dict[str, int]:
-    """CuPy's statically linked CUDART_VERSION, by the one ``cupy-cuda*`` distribution that
-    installed ``cupy_backends`` (two of them share that folder: then nothing is claimed)."""
+    """CuPy's statically linked CUDA runtime version.
+
+    CuPy's statically linked CUDART_VERSION, by the one ``cupy-cuda*`` distribution that installed
+    ``cupy_backends`` (two of them share that folder: then nothing is claimed).
+    """
     cupies = [name for name in dists if re.fullmatch(r"cupy-cuda\d+x?", name)]
     path = paths.get("cupy")
     if not path or len(cupies) != 1:

@@ -1,8 +1,9 @@
-"""gpu-monitor's hold on its sampler: start it detached (``mode: start``) and read back what it
-wrote (``mode: report``).
+"""Start gpu-monitor's sampler and read back what it wrote.
 
-The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor`; the numbers made from
-the file are :mod:`gpu_ci.cuda.monitor_report`. Here is what lies between the command and
+``mode: start`` starts it detached; ``mode: report`` reads its file.
+
+The sampler itself and its file format are :mod:`gpu_ci.cuda.monitor.sampler`; the numbers made from
+the file are :mod:`gpu_ci.cuda.monitor.report`. Here is what lies between the command and
 those two: the job's private directory, the one-sampler-per-job lock, the sampler's
 environment (an allow-list: it outlives the step), waiting for it to be ready, and reading
 its file within the size the sampler may write.
@@ -14,17 +15,17 @@ import contextlib
 import dataclasses
 import fcntl
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import gpu_ci
-from gpu_ci.cuda import monitor
-from gpu_ci.cuda import monitor_report as mr
+from gpu_ci import jobdirs, locks
+from gpu_ci.cuda import detached
 from gpu_ci.cuda.facts import Gpu
+from gpu_ci.cuda.monitor import recording as mr
+from gpu_ci.cuda.monitor import sampler as monitor
+from gpu_ci.cuda.nvml_codes import GPU_IS_LOST
 from gpu_ci.errors import GpuCiError
 
 NO_GPU_NAME = "no-gpu"
@@ -37,10 +38,13 @@ CPU runner (the report warns ``gpu-lost`` and leaves the GPU count unknown)."""
 
 
 def no_gpu_reason(directory: Path) -> str:
-    """Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters:
-    the job's steps could have replaced it with anything, a FIFO included)."""
+    """Why the start found no GPU, from its note.
+
+    Why the start found no GPU (its ``no-gpu`` file, at most one line of 500 characters: the job's
+    steps could have replaced it with anything, a FIFO included).
+    """
     try:
-        raw = monitor.read_small(directory / NO_GPU_NAME, 4096)
+        raw = detached.read_small(directory / NO_GPU_NAME, 4096)
     except OSError as exc:
         return f"the start's no-gpu note is unreadable ({exc.strerror})"
     lines = raw.decode("utf-8", "replace").strip().splitlines()
@@ -54,26 +58,6 @@ READ_SLACK = 2**20
 LOW_SPACE = 2**20
 """Below this much free space a start that fails names the full disk."""
 
-#: What the sampler needs from the step's environment, and nothing else: the loader's and
-#: Python's paths, locale, the runner's tracking id (so the runner's clean-up still ends it),
-#: and the test knobs (``GPU_CI_MONITOR_*``, ``FAKE_NVML_*``: the fake libnvidia-ml's files).
-SAMPLER_KEEP = frozenset(
-    {
-        "PATH",
-        "LD_LIBRARY_PATH",
-        "PYTHONPATH",
-        "HOME",
-        "LANG",
-        "TZ",
-        "TMPDIR",
-        "CUDA_VISIBLE_DEVICES",
-        "NVIDIA_VISIBLE_DEVICES",
-        "RUNNER_TRACKING_ID",
-        "RUNNER_TEMP",
-    }
-)
-SAMPLER_KEEP_PREFIXES = ("LC_", "GPU_CI_MONITOR_", "FAKE_NVML_")
-
 
 @dataclass(frozen=True)
 class Start:
@@ -86,8 +70,53 @@ class Start:
     pid: int = 0
 
 
+def job_directory(runner_temp: str, environ: Mapping[str, str]) -> Path:
+    """The job's own directory under RUNNER_TEMP.
+
+    The runner empties RUNNER_TEMP per job, but jobs may share one. The key keeps them
+    apart: matrix legs share run id, attempt and job id, so the runner's name is in it.
+    """
+    return jobdirs.job_directory(runner_temp, environ, "gpu-ci-monitor")
+
+
+def lock_held(directory: Path) -> bool:
+    """Whether a sampler holds ``sampler.lock``; the kernel drops it when it dies.
+
+    A lock that is no regular file (a planted FIFO) is no sampler's.
+    """
+    try:
+        fd = detached.open_regular(directory / monitor.LOCK_NAME)
+    except OSError:
+        return False
+    try:  # the same inode, reopened through /proc: nothing can be swapped in between
+        return locks.held(Path(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
+
+
+def is_our_sampler(pid: int, directory: Path) -> bool:
+    """Whether ``pid`` runs our sampler for this directory."""
+    return monitor.SAMPLER.is_ours(pid, directory)
+
+
+def stop_sampler(
+    directory: Path, wait_s: float = 15.0, sleep: Callable[[float], None] = time.sleep
+) -> str:
+    """Stop the job's sampler and wait for its last line.
+
+    Returns ``stopped``, ``not-running`` (it had ended: killed, or finished), or ``killed``
+    (it ignored SIGTERM for ``wait_s``).
+    """
+    if not lock_held(directory):
+        return "not-running"
+    pid = int((monitor.SAMPLER.read_state(directory) or {}).get("pid") or 0)
+    how = detached.Stop(pid, directory, lambda: not lock_held(directory), wait_s, sleep=sleep)
+    outcome = detached.stop(monitor.SAMPLER, how)
+    return "not-running" if outcome == "not-ours" else outcome
+
+
 def require_private(directory: Path) -> None:
-    why = monitor.make_private(directory)
+    why = detached.make_private(directory)
     if why:
         raise GpuCiError(
             f"gpu-monitor will not use {directory}: {why}. Another user may have "
@@ -98,9 +127,12 @@ def require_private(directory: Path) -> None:
 
 
 def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start:
-    """Start the sampler for the GPUs visible to this job, unless one already runs. An
-    ``OSError`` after the directory exists (a full or read-only disk) is the caller's to name:
-    it also covers what the caller writes next (the runner's files are on the same disk)."""
+    """Start the job's sampler, unless one already runs.
+
+    Start the sampler for the GPUs visible to this job, unless one already runs. An ``OSError``
+    after the directory exists (a full or read-only disk) is the caller's to name: it also covers
+    what the caller writes next (the runner's files are on the same disk).
+    """
     from gpu_ci.cuda.nvml import read_snapshot
     from gpu_ci.cuda.visibility import visible_gpus
 
@@ -121,63 +153,34 @@ def start(directory: Path, interval: float, environ: Mapping[str, str]) -> Start
             else f"{LOST_PREFIX}NVML answered GPU_IS_LOST ({snapshot.failed_call}): a GPU of "
             "this runner fell off the bus before the job (Xid 79 or another fatal error in "
             "the kernel log), so none was watched; drain this runner and reset the GPU"
-            if snapshot.error_code == monitor.GPU_IS_LOST
+            if snapshot.error_code == GPU_IS_LOST
             else f"NVML is not available ({snapshot.error_name})"
         )
         (directory / NO_GPU_NAME).write_text(why + "\n", encoding="utf-8")
         return Start(no_gpu=why)
     with open(directory / "start.lock", "a+") as guard:
         fcntl.flock(guard.fileno(), fcntl.LOCK_EX)  # two starts at once: one sampler
-        if monitor.lock_held(directory):
-            state = monitor.read_state(directory) or {}
+        if lock_held(directory):
+            state = monitor.SAMPLER.read_state(directory) or {}
             return Start(visible, running=str(state.get("pid", "?")))
         pid = spawn(directory, interval, [g.index for g in visible], environ)
     return Start(visible, pid=pid)
 
 
-def sampler_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The sampler outlives this step, into steps that run a pull request's code as the same
-    user (who can read /proc/<pid>/environ): it gets an allow-list, never the job's ``env:``
-    (a secret there may have any name, e.g. ``GH_PAT`` or ``DATABASE_URL``)."""
-    env = {
-        k: v for k, v in environ.items() if k in SAMPLER_KEEP or k.startswith(SAMPLER_KEEP_PREFIXES)
-    }
-    # The bootstrapped venv holds dependencies only (scripts/run.py loads this checkout's
-    # src/): the sampler must load the same checkout's code, never another copy.
-    src = str(Path(gpu_ci.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
 def spawn(directory: Path, interval: float, indices: list[int], environ: Mapping[str, str]) -> int:
-    """Start the detached sampler and wait until it holds its lock and wrote its header."""
-    log = open(directory / monitor.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
-    with log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                monitor.MARKER,
-                str(directory),
-                f"{interval:g}",
-                ",".join(str(i) for i in indices),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=str(directory),
-            env=sampler_environment(environ),
-            start_new_session=True,
-            close_fds=True,
-        )
+    """Start the detached sampler and wait until it is ready.
+
+    Start the detached sampler and wait until it holds its lock and wrote its header.
+    """
+    args = [f"{interval:g}", ",".join(str(i) for i in indices)]
+    proc = monitor.SAMPLER.spawn(directory, args, environ, pipes=False)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        state = monitor.read_state(directory) or {}
+        state = monitor.SAMPLER.read_state(directory) or {}
         if state.get("pid") == proc.pid:
             return proc.pid
         if proc.poll() is not None:
-            if (monitor.read_state(directory) or {}).get("pid") == proc.pid:
+            if (monitor.SAMPLER.read_state(directory) or {}).get("pid") == proc.pid:
                 return proc.pid  # it already finished (a test's max-samples)
             raise GpuCiError(
                 f"the gpu-monitor sampler exited at once (status "
@@ -208,25 +211,23 @@ def space_note(directory: Path) -> str:
 
 
 def log_tail(directory: Path) -> str:
-    try:
-        raw = monitor.read_small(directory / monitor.LOG_NAME, 2**20)
-    except OSError:
-        return "(no log)"
-    text = raw.decode("utf-8", "replace")
-    return text.strip()[-800:] or "(empty log)"
+    return monitor.SAMPLER.log_tail(directory)
 
 
 def read_recording(directory: Path, environ: Mapping[str, str]) -> mr.Recording:
-    """The sampler's file, parsed; never more than the sampler writes, plus slack (more
-    means something else wrote to it: the recording says where it was cut, a finding)."""
+    """Read and parse the sampler's file, within its size bound.
+
+    The sampler's file, parsed; never more than the sampler writes, plus slack (more means something
+    else wrote to it: the recording says where it was cut, a finding).
+    """
     samples = directory / monitor.SAMPLES_NAME
     limit = monitor.SamplerConfig.from_environ(directory, 1.0, environ).max_bytes
     try:
-        data = monitor.read_small(samples, limit + READ_SLACK + 1)
+        data = detached.read_small(samples, limit + READ_SLACK + 1)
         recording = mr.parse_recording(data[: limit + READ_SLACK].decode("utf-8", "replace"))
     except mr.RecordingError as exc:
         raise GpuCiError(f"gpu-monitor: {exc} Sampler log: {log_tail(directory)}") from None
-    except monitor.NotRegular as exc:
+    except detached.NotRegular as exc:
         raise GpuCiError(
             f"gpu-monitor: {samples} is {exc.strerror}: something in the job replaced the "
             "sampler's file; nothing to report."

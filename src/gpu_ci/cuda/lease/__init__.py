@@ -1,0 +1,1 @@
+"""gpu-lease: whole GPUs of a shared host, one job each."""

@@ -1,0 +1,1 @@
+"""gpu-monitor: what the GPUs did during a job, and what it cost."""

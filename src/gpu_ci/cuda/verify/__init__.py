@@ -1,0 +1,1 @@
+"""verify-cuda-env: will CUDA code run on this runner?"""
