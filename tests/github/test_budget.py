@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import budget
-from gpu_ci.github.budget import GpuMatcher, Month
+from gpu_ci.github.spend import budget
+from gpu_ci.github.spend.budget import GpuMatcher, Month
 from gpu_ci.pricing import Price, PriceTable, SkuPrice, load_table
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

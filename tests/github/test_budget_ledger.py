@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from gpu_ci.github import budget, spend
+from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
+from gpu_ci.github.spend import budget
 from tests.github.runs import REPO, upload_ledger
 
 LEDGER = budget.Ledger(REPO, "2026-11", "k", "2026-11-30T12:00:00Z", {"1": 1}, ())

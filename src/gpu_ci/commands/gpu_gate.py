@@ -9,9 +9,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import budget, gate, jobs, spend, statuses
+from gpu_ci.github import gate, jobs, spend
+from gpu_ci.github import status as statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect
 from gpu_ci.github.event import load_event
+from gpu_ci.github.spend import budget
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import load_table
 from gpu_ci.runtime import Runtime, markdown_table
@@ -236,7 +238,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     return 0
 
 
-# -- budget (logic in gpu_ci.github.budget / .spend) -----------------------------------------
+# -- budget (logic in gpu_ci.github.spend.budget / .spend) -----------------------------------------
 
 
 def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:

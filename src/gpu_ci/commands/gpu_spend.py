@@ -1,7 +1,7 @@
 """``gpu-ci gpu-spend``: the month's GPU minutes and cost, who and what spent them, against
 the budget; JSON/CSV for dashboards and the ledger that keeps ``gpu-gate``'s budget check to
-a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.budget`,
-the report's documents :mod:`gpu_ci.github.spend_report`."""
+a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.spend.budget`,
+the report's documents :mod:`gpu_ci.github.spend.report`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import budget, idle, jobs, spend
-from gpu_ci.github import spend_report as sr
+from gpu_ci.github import jobs, spend
 from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.event import load_event
-from gpu_ci.github.gate import runs_on_json
+from gpu_ci.github.gate.config import runs_on_json
+from gpu_ci.github.spend import budget, idle
+from gpu_ci.github.spend import report as sr
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
 from gpu_ci.runtime import Runtime, escape, markdown_table, repository, write_report
@@ -90,11 +91,8 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         if inputs["gpu-price"]
         else None
     )
-    if plan is not None and plan.unit == "usd" and price is None:
-        raise UsageError(
-            "input 'monthly-budget' is money, so 'gpu-price' is needed (an "
-            "amount such as 0.052, or a SKU such as linux_4_core_gpu)."
-        )
+    if plan is not None:
+        budget.require_price(plan, price)
     reserve = budget.parse_reserve(inputs["reserve-minutes"])
     if not inputs["gpu-runs-on"].strip():
         raise UsageError(
@@ -196,19 +194,10 @@ def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.C
     current month: the runs it counted are not fetched again."""
     ledger, note = _own_ledger(inputs, rt, p, rest)
     try:
-        got = spend.collect(
-            rest,
-            p.repo,
-            p.workflows,
-            p.matcher,
-            p.price,
-            p.table,
-            p.reserve,
-            p.month,
-            p.now,
-            ledger,
-            progress=rt.info,
+        counting = spend.Counting(
+            p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve, p.month, p.now
         )
+        got = spend.collect(rest, counting, ledger, progress=rt.info)
     except GpuCiError:
         raise
     except Exception as exc:  # ApiError, or an answer that is not what was asked

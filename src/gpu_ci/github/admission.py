@@ -29,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.github.statuses import approval_of
+from gpu_ci.github.approval import admitting_approver
+from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
-DEFAULT_CREATORS = ("github-actions[bot]",)
 STATUS_PAGE = 100
 
 
@@ -43,7 +43,7 @@ class AdmissionConfig:
 
     workflows: tuple[str, ...]
     """Workflow files admitted from the default branch, e.g. ``.github/workflows/cuda-ci.yml``."""
-    context: str = "GPU CI"
+    context: str = DEFAULT_CONTEXT
     creators: tuple[str, ...] = DEFAULT_CREATORS
     events: tuple[str, ...] = TRUSTED_EVENTS
 
@@ -93,7 +93,7 @@ def parse_config(
             "run a definition that a pull request cannot change."
         )
     return AdmissionConfig(
-        files, context.strip() or "GPU CI", items(creators) or DEFAULT_CREATORS, wanted
+        files, context.strip() or DEFAULT_CONTEXT, items(creators) or DEFAULT_CREATORS, wanted
     )
 
 
@@ -143,14 +143,7 @@ def by_approval(
     job: Job, config: AdmissionConfig, statuses: Sequence[Mapping[str, Any]]
 ) -> Verdict:
     """Rule 2 over the head's statuses (newest first, as GitHub lists them)."""
-    context = config.context.casefold()
-    trusted = [
-        dict(s, context=config.context)
-        for s in statuses
-        if str(s.get("context") or "").casefold() == context
-        and str((s.get("creator") or {}).get("login") or "") in config.creators
-    ]
-    approver = approval_of(trusted, config.context)
+    approver = admitting_approver(config.context, config.creators, statuses)
     if approver:
         return Verdict(
             True, f"{job.head_sha[:12]} was approved by @{approver} ('{config.context}' status)."

@@ -18,8 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.approval import Reads, approval_config
 from gpu_ci.github.jobs import GpuMatcher, parse_time
-from gpu_ci.github.statuses import StatusConfig, approval_config
 from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
 
 #: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
@@ -70,6 +70,19 @@ def parse_budget(text: str) -> Budget:
     if unit.startswith("h"):
         return Budget(amount * 60, "minutes")
     return Budget(amount, "minutes")
+
+
+#: Why a budget in USD is refused without ``gpu-price``.
+NEEDS_PRICE = (
+    "input 'monthly-budget' is an amount of money, so 'gpu-price' is needed: a per-minute "
+    "amount (gpu-price: 0.052) or a GitHub-hosted GPU SKU (gpu-price: linux_4_core_gpu)."
+)
+
+
+def require_price(plan: Budget, price: Price | None) -> None:
+    """Refuse a budget in USD without ``gpu-price``: minutes cannot become money."""
+    if plan.unit == "usd" and price is None:
+        raise UsageError(NEEDS_PRICE)
 
 
 def parse_gpu_price(text: str, table: PriceTable, today: date) -> Price:
@@ -273,7 +286,7 @@ def needs_approval(
 ) -> bool:
     """Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
     job waiting for a runner: its waiting jobs reserve only when the run holds its head's
-    current approval (:func:`gpu_ci.github.statuses.approved_run`), which costs a read of
+    current approval (:func:`gpu_ci.github.approval.approved_run`), which costs a read of
     the head's statuses. Any other event of a fork's run is never an approval's run."""
     if run_reserves(run) or run.get("event") != "pull_request":
         return False
@@ -523,7 +536,7 @@ def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal
     """Refuse when month-to-date spend + this run's reservation exceeds the budget."""
     if budget.unit == "usd":
         if price_now is None:
-            raise UsageError("a budget in USD needs 'gpu-price' (an amount or a GPU SKU).")
+            raise UsageError(NEEDS_PRICE)
         spent, reservation = spend.usd, price_now * reserve_minutes
     else:
         spent, reservation = Decimal(spend.minutes), Decimal(reserve_minutes)
@@ -552,7 +565,7 @@ class BudgetConfig:
     scope: str
     workflows: tuple[str, ...]
     ledger_artifact: str
-    approvals: StatusConfig = field(default_factory=approval_config)
+    approvals: Reads = field(default_factory=approval_config)
     """Where a fork run's approval is read (gpu-status's ``context`` and
     ``trusted-creators``; their defaults unless the caller knows better)."""
 
@@ -574,12 +587,7 @@ def make_budget_config(
         return None
     parsed = parse_budget(monthly_budget)
     price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
-    if parsed.unit == "usd" and price is None:
-        raise UsageError(
-            "input 'monthly-budget' is an amount of money, so 'gpu-price' is "
-            "needed: a per-minute amount (gpu-price: 0.052) or a GitHub-hosted "
-            "GPU SKU (gpu-price: linux_4_core_gpu)."
-        )
+    require_price(parsed, price)
     unknown = on_unknown.strip().lower()
     if unknown not in BUDGET_ON_UNKNOWN:
         raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")

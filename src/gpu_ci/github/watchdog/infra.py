@@ -41,8 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.github.idle import report_versions
 from gpu_ci.github.jobs import parse_time
+from gpu_ci.github.monitor_artifact import report_versions
 
 INFRASTRUCTURE = "infrastructure"
 TEST = "test"

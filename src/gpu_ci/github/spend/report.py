@@ -1,7 +1,7 @@
 """The gpu-spend report as data: the ``spend.json`` document, the CSV rows, the ledger to keep.
 
 Pure functions of what :mod:`gpu_ci.github.spend` collected (the month's GPU jobs, their
-costs, the billing report, the idle shares of :mod:`gpu_ci.github.idle`): the command writes
+costs, the billing report, the idle shares of :mod:`gpu_ci.github.spend.idle`): the command writes
 the files, the outputs and the Markdown summary from a :class:`Report`.
 """
 
@@ -16,9 +16,9 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from gpu_ci.github import budget
-from gpu_ci.github.idle import Idle, idle_breakdown, right_size_by
 from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
+from gpu_ci.github.spend.idle import Idle, idle_breakdown, right_size_by
 from gpu_ci.pricing import Price
 
 
