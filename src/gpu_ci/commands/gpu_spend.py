@@ -19,6 +19,7 @@ from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.gate.config import runs_on_json
 from gpu_ci.github.spend import budget, idle
+from gpu_ci.github.spend import ledger as spend_ledger
 from gpu_ci.github.spend import report as sr
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
@@ -209,7 +210,7 @@ def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.C
 
 def _own_ledger(
     inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest
-) -> tuple[budget.Ledger | None, str]:
+) -> tuple[spend_ledger.Ledger | None, str]:
     """This workflow's last ledger, for the current month; one that cannot be read is a
     warning (every run is then counted), not a failed report."""
     name = inputs["reuse-ledger"].strip()
@@ -268,7 +269,7 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     )
     ledger_path = p.out_dir / spend.LEDGER_FILE
     if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
-        ledger = budget.build_ledger(
+        ledger = spend_ledger.build_ledger(
             p.repo,
             p.month,
             p.matcher,

@@ -1,8 +1,8 @@
 """gpu-spend and the gate's budget: what GPU jobs cost this month, and whether one more fits.
 
-:mod:`.budget` holds the rules (budgets, prices, job costs, the ledger, the verdict),
-:mod:`.month` counts the month's GPU jobs through the API, :mod:`.ledger_artifact` finds
-the trusted ledger, :mod:`.billing` reads the organisation's billing report,
+:mod:`.budget` holds the rules (budgets, prices, job costs, the verdict), :mod:`.ledger`
+the runs already counted and where a trusted ledger is found, :mod:`.month` counts the
+month's GPU jobs through the API, :mod:`.billing` reads the organisation's billing report,
 :mod:`.check` is the gate's budget verdict, :mod:`.report` the spend report's documents
 and :mod:`.idle` idle cost from gpu-monitor reports. This package re-exports the names
 ``commands/gpu_spend.py`` and ``commands/gpu_gate.py`` use.
@@ -15,7 +15,7 @@ from gpu_ci.github.spend.billing import (
     billing_spend,
 )
 from gpu_ci.github.spend.check import GateBudget, gate_budget
-from gpu_ci.github.spend.ledger_artifact import (
+from gpu_ci.github.spend.ledger import (
     LEDGER_EVENTS,
     LEDGER_FALLBACK_RUNS,
     LEDGER_FILE,

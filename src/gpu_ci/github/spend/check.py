@@ -66,43 +66,13 @@ def gate_budget(
         ("GPU jobs", matcher.describe()),
     ]
     try:
-        try:
-            spent, note = month_spend(
-                rest,
-                repo,
-                cfg,
-                matcher,
-                table,
-                now,
-                default_branch=default_branch,
-                skip=skip,
-                billing_rest=billing_rest,
-            )
-        except GpuCiError:
-            raise
-        except Exception as exc:  # ApiError, or an answer that is not what was asked
-            raise describe_api_failure(exc, what) from None
+        spent, note = _read_spend(
+            rest, billing_rest, cfg, matcher, table, now, (repo, default_branch, skip), what
+        )
     except BillingAccessError:
         raise
     except GpuCiError as exc:
-        rows.append(("spend", f"unknown: {exc.message}"))
-        if cfg.on_unknown == "run":
-            rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
-            return GateBudget(
-                True,
-                "",
-                tuple(rows),
-                warning=(f"could not read {what}; budget-on-unknown is run: {exc.message}"),
-            )
-        rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
-        return GateBudget(
-            False,
-            (
-                f"the GPU budget could not be checked: {what} could not be read "
-                f"({exc.message}); budget-on-unknown is refuse."
-            ),
-            tuple(rows),
-        )
+        return _unknown(cfg, rows, what, exc)
     price_now = cfg.price.on(now.date(), table) if cfg.price else None
     verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
     rows += [
@@ -121,4 +91,58 @@ def gate_budget(
         tuple(rows),
         _amount(verdict.spent, unit),
         _amount(verdict.left, unit),
+    )
+
+
+def _read_spend(
+    rest: Rest,
+    billing_rest: Rest | None,
+    cfg: budget.BudgetConfig,
+    matcher: GpuMatcher,
+    table: PriceTable,
+    now: datetime,
+    where: tuple[str, str, tuple[int, int] | None],
+    what: str,
+) -> tuple[budget.Spend, str]:
+    """:func:`month_spend`; any failure but ours is a :class:`GpuCiError` naming ``what``."""
+    repo, default_branch, skip = where
+    try:
+        return month_spend(
+            rest,
+            repo,
+            cfg,
+            matcher,
+            table,
+            now,
+            default_branch=default_branch,
+            skip=skip,
+            billing_rest=billing_rest,
+        )
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
+        raise describe_api_failure(exc, what) from None
+
+
+def _unknown(
+    cfg: budget.BudgetConfig, rows: list[tuple[str, str]], what: str, exc: GpuCiError
+) -> GateBudget:
+    """The verdict when the spend cannot be read: ``budget-on-unknown`` decides."""
+    rows.append(("spend", f"unknown: {exc.message}"))
+    if cfg.on_unknown == "run":
+        rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
+        return GateBudget(
+            True,
+            "",
+            tuple(rows),
+            warning=(f"could not read {what}; budget-on-unknown is run: {exc.message}"),
+        )
+    rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
+    return GateBudget(
+        False,
+        (
+            f"the GPU budget could not be checked: {what} could not be read "
+            f"({exc.message}); budget-on-unknown is refuse."
+        ),
+        tuple(rows),
     )

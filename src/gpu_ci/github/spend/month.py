@@ -24,7 +24,7 @@ from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.github.jobs import now as clock
 from gpu_ci.github.spend import budget
 from gpu_ci.github.spend.billing import billing_spend
-from gpu_ci.github.spend.ledger_artifact import trusted_ledger
+from gpu_ci.github.spend.ledger import Ledger, trusted_ledger
 from gpu_ci.pricing import Price, PriceTable
 
 
@@ -267,7 +267,7 @@ class Counting:
 def collect(
     rest: Rest,
     counting: Counting,
-    ledger: budget.Ledger | None = None,
+    ledger: Ledger | None = None,
     skip: tuple[int, int] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Collected:
@@ -334,7 +334,7 @@ def collect(
 
 
 def _from_ledger(
-    ledger: budget.Ledger | None,
+    ledger: Ledger | None,
     runs: Sequence[Mapping[str, Any]],
     costs: list[budget.JobCost],
     windows: dict[int, tuple[float, float]],

@@ -1,4 +1,4 @@
-"""The trusted spend ledger: found among the artifacts of default-branch runs.
+"""The spend ledger: the runs already counted, and where a trusted one is found.
 
 ``gpu-spend`` writes the ledger on a trusted event (schedule or push on the default
 branch) and uploads it; the gate reads it, checking where it came from. A ledger a pull
@@ -8,14 +8,147 @@ request could write would let it claim a lower spend.
 from __future__ import annotations
 
 import io
+import math
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.github.client import ApiError, Rest
+from gpu_ci.github.jobs import GpuMatcher, parse_time
 from gpu_ci.github.monitor_artifact import load_json
 from gpu_ci.github.spend import budget
+from gpu_ci.github.spend.budget import JobCost, Month
+
+LEDGER_VERSION = 1
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
+
+    Written by ``gpu-spend`` on a trusted event (schedule or push on the default branch) and
+    read by the gate, which checks where it came from (see ``spend.trusted_artifact``): a
+    ledger a pull request could write would let it claim a lower spend.
+    """
+
+    repository: str
+    month: str
+    matcher: str
+    """``ledger_key()`` when written: which GPU jobs of which workflows; a ledger of other
+    jobs or workflows is not reused (it would miss or add runs)."""
+    through: str
+    """ISO time: every run created before this time's day (UTC) is complete and counted
+    here; runs created on that day or later are listed again."""
+    runs: dict[str, int] = field(default_factory=dict)
+    jobs: tuple[JobCost, ...] = ()
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Job id -> (started, completed) epoch seconds of the jobs counted: what gpu-spend
+    matches gpu-monitor reports to when it reuses the ledger (absent in older ledgers)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": LEDGER_VERSION,
+            "repository": self.repository,
+            "month": self.month,
+            "matcher": self.matcher,
+            "through": self.through,
+            "runs": self.runs,
+            "jobs": [j.to_json() for j in self.jobs],
+            "windows": {k: list(v) for k, v in self.windows.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ledger | None:
+        """``None`` for anything that is not a ledger of this version (then: count afresh)."""
+        try:
+            if data.get("version") != LEDGER_VERSION:
+                return None
+            return cls(
+                str(data["repository"]),
+                str(data["month"]),
+                str(data["matcher"]),
+                str(data["through"]),
+                {str(k): int(v) for k, v in dict(data["runs"]).items()},
+                tuple(JobCost.from_json(j) for j in data["jobs"]),
+                {
+                    str(k): (_finite(v[0]), _finite(v[1]))
+                    for k, v in dict(data.get("windows") or {}).items()
+                },
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
+            return None
+
+    def usable(
+        self, repository: str, month: Month, matcher: GpuMatcher, workflows: Sequence[str]
+    ) -> bool:
+        return (
+            self.repository.lower() == repository.lower()
+            and self.month == str(month)
+            and self.matcher == ledger_key(matcher, workflows)
+        )
+
+    def counted(self, run: Mapping[str, Any]) -> bool:
+        """The run is in the ledger at the same attempt, completed then and now."""
+        return run.get("status") == "completed" and self.runs.get(str(run.get("id"))) == int(
+            run.get("run_attempt") or 1
+        )
+
+
+def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
+    return f"{matcher.describe()} in {', '.join(sorted(workflows)) or 'every workflow'}"
+
+
+def build_ledger(
+    repository: str,
+    month: Month,
+    matcher: GpuMatcher,
+    workflows: Sequence[str],
+    now: datetime,
+    runs: Sequence[Mapping[str, Any]],
+    costs: Sequence[JobCost],
+    reused: Mapping[str, int] | None = None,
+    windows: Mapping[int, tuple[float, float]] | None = None,
+) -> Ledger:
+    """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
+    (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
+
+    ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
+    that the gate, which lists the runs created since that day, still sees that run."""
+    done = dict(reused or {})
+    done.update(
+        (str(r["id"]), int(r.get("run_attempt") or 1))
+        for r in runs
+        if r.get("status") == "completed"
+    )
+    through = now
+    for r in runs:
+        created = parse_time(r.get("created_at"))
+        if r.get("status") != "completed" and created is not None:
+            through = min(through, created)
+    kept = tuple(c for c in costs if str(c.run_id) in done and c.state == "completed")
+    spans = windows or {}
+    return Ledger(
+        repository,
+        str(month),
+        ledger_key(matcher, workflows),
+        through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        done,
+        kept,
+        {str(c.job_id): spans[c.job_id] for c in kept if c.job_id in spans},
+    )
+
+
+# -- the trusted ledger artifact --------------------------------------------------------
 
 LEDGER_FILE = "gpu-spend-ledger.json"
 MAX_LEDGER_BYTES = 32 * 1024 * 1024
@@ -42,7 +175,7 @@ def _trusted_run(run: Mapping[str, Any], default_branch: str) -> bool:
 
 def trusted_ledger(
     rest: Rest, repo: str, name: str, default_branch: str
-) -> tuple[budget.Ledger | None, str]:
+) -> tuple[Ledger | None, str]:
     """The newest unexpired artifact ``name`` made by a run of this repository itself, on its
     default branch, of a trusted event (:data:`LEDGER_EVENTS`), and its ledger; at most
     :data:`LEDGER_MAX_CALLS` REST calls however many same-name artifacts pull requests
@@ -116,7 +249,7 @@ def _ledger_of_trusted_runs(
 
 def _read_ledger(
     rest: Rest, repo: str, name: str, art: Mapping[str, Any]
-) -> tuple[budget.Ledger | None, str]:
+) -> tuple[Ledger | None, str]:
     blob = rest.download(f"/repos/{repo}/actions/artifacts/{art['id']}/zip", MAX_LEDGER_BYTES)
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
@@ -126,7 +259,7 @@ def _read_ledger(
             data = load_json(archive.read(info))
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         return None, f"artifact '{name}' #{art['id']} holds no readable {LEDGER_FILE} ({exc})"
-    ledger = budget.Ledger.from_json(data) if isinstance(data, dict) else None
+    ledger = Ledger.from_json(data) if isinstance(data, dict) else None
     if ledger is None:
         return None, f"artifact '{name}' #{art['id']} is not a ledger of this version"
     return ledger, f"ledger artifact #{art['id']} written {ledger.through}"
