@@ -116,7 +116,9 @@ def _files(rest: Rest, repo: str, number: int, config: gate.GateConfig) -> list[
 def _decide_comment(
     rest: Rest, repo: str, step: gate.CommentCheck, config: gate.GateConfig
 ) -> Approver:
-    """The commenter's role (a refusal stops there), the pull request, its files for paths."""
+    """The API answers a comment command needs.
+
+    The commenter's role (a refusal stops there), the pull request, its files for paths."""
     answer = _role(rest, repo, step.commenter)
     pull: dict[str, Any] = {}
     if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
@@ -130,7 +132,9 @@ def _decide_comment(
 def _decide_trusted(
     rest: Rest, repo: str, step: gate.TrustedCheck, config: gate.GateConfig
 ) -> Approver:
-    """The author's role, then the pull request and the head commit (who made it)."""
+    """The API answers a trusted author's push needs.
+
+    The author's role, then the pull request and the head commit (who made it)."""
     answer = _role(rest, repo, step.author)
     refused = gate.refuse_trusted(step, config, answer)
     if refused is not None:
@@ -152,7 +156,9 @@ def _review_pinning(
     known: tuple[str, dict[str, Any]],
     decision: gate.Decision,
 ) -> gate.Decision:
-    """One page of reviews (per 100), then one role lookup per approver until one qualifies.
+    """The reviews' approvers, until one has the role.
+
+    One page of reviews (per 100), then one role lookup per approver until one qualifies.
 
     ``known`` is the approver whose role the decision already read (labeller, commenter or
     trusted author): their own approving review costs no second lookup."""
@@ -281,7 +287,9 @@ def apply_budget(
     inputs: Inputs,
     rt: Runtime,
 ) -> tuple[gate.Decision, list[tuple[str, str]], int]:
-    """Refuse a run that would take the month's GPU spend over the budget."""
+    """The budget's verdict on this run.
+
+    Refuse a run that would take the month's GPU spend over the budget."""
     ctx = load_event(rt.environ)
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
     billing = (

@@ -175,9 +175,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def _report(
     p: _Plan, got: spend.Collected, billed: budget.Spend | None, found: sr.IdleFound | None
 ) -> sr.Report:
-    report = sr.build(
-        p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan, got.costs, billed, found
-    )
+    scope = sr.Scope(p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan)
+    report = sr.build(scope, got.costs, billed, found)
     if p.infra_files:
         texts = {}
         for name in p.infra_files:
@@ -191,7 +190,9 @@ def _report(
 
 
 def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.Collected, str]:
-    """The month's GPU jobs, reusing this workflow's own ledger (``reuse-ledger``) for the
+    """The month's GPU jobs.
+
+    The month's GPU jobs, reusing this workflow's own ledger (``reuse-ledger``) for the
     current month: the runs it counted are not fetched again."""
     ledger, note = _own_ledger(inputs, rt, p, rest)
     try:
@@ -211,7 +212,9 @@ def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.C
 def _own_ledger(
     inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest
 ) -> tuple[spend_ledger.Ledger | None, str]:
-    """This workflow's last ledger, for the current month; one that cannot be read is a
+    """This workflow's last ledger, or None.
+
+    This workflow's last ledger, for the current month; one that cannot be read is a
     warning (every run is then counted), not a failed report."""
     name = inputs["reuse-ledger"].strip()
     if not name:
@@ -230,7 +233,9 @@ def _own_ledger(
 
 
 def _default_branch(rt: Runtime, p: _Plan, rest: Rest) -> str:
-    """Where a trusted ledger comes from, without a call when the run says: a ``schedule``
+    """Where a trusted ledger comes from.
+
+    Where a trusted ledger comes from, without a call when the run says: a ``schedule``
     run is on the default branch ("Scheduled workflows run on the latest commit on the
     default branch"), and most events' payloads name it; else one call for the repository."""
     env = rt.environ
@@ -258,7 +263,9 @@ def _counted_from(ledger_note: str, notes: list[str], calls: int) -> str:
 
 
 def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str, str, str]:
-    """spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
+    """Write the report's files and return their paths.
+
+    spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
     ledger not written this time and not there from before)."""
     json_path, csv_path = p.out_dir / "spend.json", p.out_dir / "spend.csv"
     write_report(json_path, json.dumps(report.doc, indent=2) + "\n", what="output-dir")

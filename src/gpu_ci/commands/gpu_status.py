@@ -299,7 +299,9 @@ def _comment(
     result: _Result,
     status: statuses.Status | None,
 ) -> pr_comment.Result | None:
-    """Bring the pull request's comment in step with the state just posted (or kept)."""
+    """Update the pull request's comment.
+
+    Bring the pull request's comment in step with the state just posted (or kept)."""
     config, commenting = configs
     if commenting is None:
         return None

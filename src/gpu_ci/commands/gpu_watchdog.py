@@ -199,7 +199,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
 
 def _log(result: watchdog.Sweep, rt: Runtime) -> None:
-    """A line (or a warning, for what needs a look) per stale job, then the totals."""
+    """The sweep's summary lines.
+
+    A line (or a warning, for what needs a look) per stale job, then the totals."""
     stale = result.stale
     for record in stale:
         message = (

@@ -1,4 +1,4 @@
-"""Admission on the runner: may this job use a GPU runner at all? (issue 26, item 4)
+"""Admission on the runner: may this job use a GPU runner at all?
 
 The gate is a job of the workflow it guards, so a pull request that edits that workflow
 (removes the gate, adds a job on ``[self-hosted, gpu]``) is not stopped by it: the fork's own
@@ -50,7 +50,7 @@ class AdmissionConfig:
 
 @dataclass(frozen=True)
 class Job:
-    """What the runner tells the hook about the job it is about to run."""
+    """The job the runner is about to run."""
 
     repository: str
     event: str
@@ -69,7 +69,9 @@ class Verdict:
 def parse_config(
     workflows: str, context: str = "", creators: str = "", events: str = ""
 ) -> AdmissionConfig | str:
-    """The config from comma- or newline-separated lists; a string says what is wrong."""
+    """The config from comma- or newline-separated lists.
+
+    A string says what is wrong."""
 
     def items(text: str) -> tuple[str, ...]:
         return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
@@ -98,10 +100,11 @@ def parse_config(
 
 
 def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
-    """The job's facts from the runner's default variables; a string says what is missing.
+    """The job's facts from the runner's default variables.
 
-    ``GITHUB_WORKFLOW_REF`` is ``owner/repo/.github/workflows/file.yml@ref``: the workflow
-    definition that runs (for a pull request, ``refs/pull/N/merge``: the pull request's).
+    A string says what is missing. ``GITHUB_WORKFLOW_REF`` is
+    ``owner/repo/.github/workflows/file.yml@ref``: the workflow definition that runs (for a
+    pull request, ``refs/pull/N/merge``: the pull request's).
     """
     repository = environ.get("GITHUB_REPOSITORY", "").strip()
     event = environ.get("GITHUB_EVENT_NAME", "").strip()
@@ -125,7 +128,9 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
-    """Whether rule 1 can apply (then ask for the default branch, one call)."""
+    """Whether rule 1 can apply.
+
+    Then the hook asks for the default branch (one call)."""
     return job.event in config.events and job.workflow_path in config.workflows
 
 

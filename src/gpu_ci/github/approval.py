@@ -133,7 +133,9 @@ def comment_text(approver: str, number: int, sha: str) -> str:
 
 
 def retried_text(what: str, attempt: int, reason: str) -> str:
-    """gpu-watchdog's record of its re-run of ``attempt`` (the new one is ``attempt + 1``)."""
+    """gpu-watchdog's record of its re-run of ``attempt``.
+
+    The new attempt is ``attempt + 1``."""
     return f"{RETRIED_PREFIX}{what} was lost (attempt {attempt + 1}); attempt {attempt}: {reason}"
 
 
@@ -154,7 +156,7 @@ def trusted_statuses(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> li
 
 
 def run_key(target_url: str) -> tuple[int, int] | None:
-    """(run id, attempt) of a status written for a run (its link), None for other links."""
+    """The run id and attempt a status's link names, or None."""
     match = _RUN_URL.search(target_url)
     return (int(match.group(1)), int(match.group(2) or 1)) if match else None
 
@@ -174,7 +176,7 @@ def attempt_of(run: Mapping[str, Any]) -> int:
 
 
 def key_of(run: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(run id, attempt) of a run, as :func:`run_key` reads it from a link."""
+    """The run id and attempt of a run, as links name them."""
     try:
         return int(run.get("id") or 0), attempt_of(run)
     except (TypeError, ValueError):
@@ -182,13 +184,17 @@ def key_of(run: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def pull_of(status: Mapping[str, Any]) -> int | None:
-    """The pull request an approval (or waiting) status links to, None when it names none."""
+    """The pull request a status links to, or None.
+
+    Approvals and "waiting" statuses link to theirs."""
     match = _PULL_URL.search(str(status.get("target_url") or ""))
     return int(match.group(1)) if match else None
 
 
 def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
-    """The login of the newest "Approved by" among a commit's statuses (newest first).
+    """The newest approver among a commit's statuses, or "".
+
+    The login of the newest "Approved by" among a commit's statuses (newest first).
 
     Results that name their approver count too. A newer "waiting" ends it. The match is
     anchored to our own wordings, so that a refusal quoting text cannot read as one."""
@@ -312,7 +318,9 @@ def _binds(
     retried: bool = False,
     retriers: Sequence[str] = (),
 ) -> str:
-    """Empty when ``run`` is the run ``approval`` started (rule 2), else why not.
+    """Why ``run`` is not the run ``approval`` started, or "".
+
+    Empty when ``run`` is the run ``approval`` started (rule 2), else why not.
 
     ``earlier``: the commit's older approvals; a run belongs to the first approval posted
     after it was created (a label applied twice: the first run is not the second's).
@@ -344,7 +352,9 @@ def _binds(
 def _binds_in_time(
     run: Mapping[str, Any], approval: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]]
 ) -> str:
-    """Empty when the run was created by ``approval`` (not an earlier one) for its pull."""
+    """Why the run was not created by ``approval`` for its pull request.
+
+    Empty when it was (and by no earlier approval)."""
     created = parse_time(run.get("created_at"))
     approved = parse_time(approval.get("created_at"))
     if created is None or approved is None:

@@ -1,4 +1,4 @@
-"""The event a workflow run was triggered by, read from GitHub's standard variables."""
+"""The event that triggered the workflow run, from GitHub's variables."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def subject_of(payload: Mapping[str, Any]) -> Subject:
 
 
 def label_of(payload: Mapping[str, Any]) -> str:
-    """The name of the label a ``labeled`` event applied ("" when it names none)."""
+    """The label a ``labeled`` event applied, or ""."""
     return str((payload.get("label") or {}).get("name") or "")
 
 

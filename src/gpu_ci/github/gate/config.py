@@ -43,7 +43,9 @@ class GateConfig:
 
 
 def runs_on_json(name: str, value: str) -> str:
-    """A plain runner label becomes a JSON string; JSON is validated and compacted."""
+    """A runner label or JSON value, as compact JSON.
+
+    A plain label becomes a JSON string; JSON is validated and compacted."""
     text = value.strip()
     if not text:
         raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")

@@ -43,7 +43,9 @@ def billing_error(status: int, org: str) -> str:
 
 
 class BillingAccessError(GpuCiError):
-    """The billing usage API refused the billing-token (403) or has no such report (404):
+    """The billing report cannot be read with this token.
+
+    The billing usage API refused the billing-token (403) or has no such report (404):
     a configuration to fix, not an outage to ride out."""
 
 

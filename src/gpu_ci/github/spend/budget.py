@@ -283,7 +283,9 @@ def _is_gpu(job: Mapping[str, Any], matcher: GpuMatcher, waiting: bool) -> bool:
 def needs_approval(
     run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher: GpuMatcher
 ) -> bool:
-    """Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
+    """Whether a fork's run waits for a GPU runner unreserved.
+
+    Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
     job waiting for a runner: its waiting jobs reserve only when the run holds its head's
     current approval (:func:`gpu_ci.github.approval.approved_run`), which costs a read of
     the head's statuses. Any other event of a fork's run is never an approval's run."""
@@ -327,7 +329,9 @@ def _asks_for_group_only(job: Mapping[str, Any], matcher: GpuMatcher) -> bool:
 
 
 def pull_request_of(run: Mapping[str, Any]) -> str:
-    """``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
+    """The pull request a run belongs to, as ``#123``.
+
+    ``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
     lists there never, ``owner/repo:branch`` from ``head_repository`` and ``head_branch``
     (``(deleted fork):branch`` when the fork is gone), so that fork pull requests are not
     one row; empty for a run of this repository that is no pull request."""
@@ -374,7 +378,9 @@ def total(costs: Sequence[JobCost], source: str) -> Spend:
 def billing_spend(
     items: Iterable[Mapping[str, Any]], skus: Iterable[str], repository: str | None, month: Month
 ) -> Spend:
-    """GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
+    """GPU minutes and cost from GitHub's billing usage report.
+
+    GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
     (any spelling the API uses) and, for a per-repository budget, one repository."""
     from gpu_ci.pricing import normalise_sku
 
@@ -452,7 +458,9 @@ def make_budget_config(
     table: PriceTable,
     today: date,
 ) -> BudgetConfig | None:
-    """The validated budget inputs; ``None`` when no budget is set (every other budget input
+    """The checked budget inputs, or None without a budget.
+
+    The validated budget inputs; ``None`` when no budget is set (every other budget input
     is then ignored). Every mistake is a :class:`UsageError` that says what to write."""
     if not monthly_budget.strip():
         return None
@@ -502,7 +510,9 @@ BREAKDOWNS = {
 
 
 def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
-    """Minutes, cost and job count per value of one field, the biggest first."""
+    """Minutes, cost and job count per value of one field.
+
+    The biggest come first."""
     acc: dict[str, list[Any]] = {}
     for c in costs:
         key = str(getattr(c, field_name)) or "(none)"
@@ -519,7 +529,9 @@ def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
 def cumulative(
     costs: Iterable[JobCost], month: Month, last_day: date, unit: str
 ) -> list[tuple[date, Decimal]]:
-    """Spend (USD or minutes) up to and including each day of the month up to ``last_day``."""
+    """Spend up to and including each day of the month.
+
+    In USD or minutes, through ``last_day``."""
     per_day: dict[str, Decimal] = {}
     for c in costs:
         per_day[c.day] = per_day.get(c.day, Decimal(0)) + (

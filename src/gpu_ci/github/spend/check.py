@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -17,7 +18,9 @@ from gpu_ci.pricing import Price, PriceTable
 
 @dataclass(frozen=True)
 class GateBudget:
-    """The budget's say in a gate decision, ready for outputs and the summary."""
+    """The budget's say in a gate decision.
+
+    Ready for the outputs and the summary."""
 
     ok: bool
     reason: str
@@ -67,7 +70,18 @@ def gate_budget(
     ]
     try:
         spent, note = _read_spend(
-            rest, billing_rest, cfg, matcher, table, now, (repo, default_branch, skip), what
+            lambda: month_spend(
+                rest,
+                repo,
+                cfg,
+                matcher,
+                table,
+                now,
+                default_branch=default_branch,
+                skip=skip,
+                billing_rest=billing_rest,
+            ),
+            what,
         )
     except BillingAccessError:
         raise
@@ -95,29 +109,11 @@ def gate_budget(
 
 
 def _read_spend(
-    rest: Rest,
-    billing_rest: Rest | None,
-    cfg: budget.BudgetConfig,
-    matcher: GpuMatcher,
-    table: PriceTable,
-    now: datetime,
-    where: tuple[str, str, tuple[int, int] | None],
-    what: str,
+    read: Callable[[], tuple[budget.Spend, str]], what: str
 ) -> tuple[budget.Spend, str]:
-    """:func:`month_spend`; any failure but ours is a :class:`GpuCiError` naming ``what``."""
-    repo, default_branch, skip = where
+    """``read()``; any failure but ours becomes a :class:`GpuCiError` naming ``what``."""
     try:
-        return month_spend(
-            rest,
-            repo,
-            cfg,
-            matcher,
-            table,
-            now,
-            default_branch=default_branch,
-            skip=skip,
-            billing_rest=billing_rest,
-        )
+        return read()
     except GpuCiError:
         raise
     except Exception as exc:  # ApiError, or an answer that is not what was asked

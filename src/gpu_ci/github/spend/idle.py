@@ -1,4 +1,6 @@
-"""Idle cost for the spend report, from the JSON reports ``gpu-monitor`` leaves as artifacts.
+"""Idle cost for the spend report, from gpu-monitor's reports.
+
+Idle cost for the spend report, from the JSON reports ``gpu-monitor`` leaves as artifacts.
 
 How they are found: one listing of the repository's artifacts per page (newest first, at
 most ``MAX_LISTING_PAGES`` pages, stopping at the first artifact made before the month);
@@ -87,7 +89,7 @@ class Found:
 
 
 def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | None, str]:
-    """The report in one artifact's zip, or ``None`` and why it was skipped."""
+    """The report in one artifact's zip, or None and why."""
     label = f"artifact '{art.get('name')}' #{art.get('id')}"
     data, why = read_monitor_report(blob)
     if data is None:

@@ -34,7 +34,9 @@ def _finite(value: Any) -> float:
 
 @dataclass(frozen=True)
 class Ledger:
-    """Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
+    """The runs already counted, and their GPU jobs' costs.
+
+    Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
 
     Written by ``gpu-spend`` on a trusted event (schedule or push on the default branch) and
     read by the gate, which checks where it came from (see ``spend.trusted_artifact``): a
@@ -98,7 +100,9 @@ class Ledger:
         )
 
     def counted(self, run: Mapping[str, Any]) -> bool:
-        """The run is in the ledger at the same attempt, completed then and now."""
+        """Whether the ledger counted this run as it is now.
+
+        Same attempt, completed then and now."""
         return run.get("status") == "completed" and self.runs.get(str(run.get("id"))) == int(
             run.get("run_attempt") or 1
         )
@@ -119,7 +123,9 @@ def build_ledger(
     reused: Mapping[str, int] | None = None,
     windows: Mapping[int, tuple[float, float]] | None = None,
 ) -> Ledger:
-    """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
+    """The ledger of the runs counted now.
+
+    A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
     (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
@@ -176,7 +182,9 @@ def _trusted_run(run: Mapping[str, Any], default_branch: str) -> bool:
 def trusted_ledger(
     rest: Rest, repo: str, name: str, default_branch: str
 ) -> tuple[Ledger | None, str]:
-    """The newest unexpired artifact ``name`` made by a run of this repository itself, on its
+    """The trusted ledger artifact and its ledger, if one is found.
+
+    The newest unexpired artifact ``name`` made by a run of this repository itself, on its
     default branch, of a trusted event (:data:`LEDGER_EVENTS`), and its ledger; at most
     :data:`LEDGER_MAX_CALLS` REST calls however many same-name artifacts pull requests
     upload (a ledger a pull request wrote could claim a lower spend).

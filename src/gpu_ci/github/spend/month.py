@@ -59,7 +59,9 @@ def list_runs(
     notes: list[str] | None = None,
     now: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
+    """The runs created since ``since``, newest first, every page.
+
+    Runs created on or after ``since`` (UTC), of the given workflow files (all workflows
     when none are given), newest first, every page; only those in ``status`` if given.
 
     A filtered listing stops at 1,000 results (:data:`RUN_SEARCH_CAP`) with no error, so a
@@ -127,7 +129,9 @@ def _second(moment: datetime) -> str:
 
 
 def _run_pages(rest: Rest, url: str, splittable: bool) -> tuple[list[dict[str, Any]], int]:
-    """A run listing's pages (by number) and its ``total_count``; stops after the first page
+    """A run listing's pages and its ``total_count``.
+
+    A run listing's pages (by number) and its ``total_count``; stops after the first page
     when ``total_count`` is above the 1,000 GitHub will list and the caller can split the
     window (a one-second window is read as far as GitHub goes)."""
     items: list[dict[str, Any]] = []
@@ -339,7 +343,9 @@ def _from_ledger(
     costs: list[budget.JobCost],
     windows: dict[int, tuple[float, float]],
 ) -> tuple[dict[str, int], str]:
-    """The runs a usable ledger already counted, their costs and windows added; and why."""
+    """The runs a usable ledger already counted, and why.
+
+    Their costs and windows are added to ``costs`` and ``windows``."""
     if ledger is None:
         return {}, "no ledger: every run of the month counted"
     counted_runs: dict[str, int] = {}
@@ -368,7 +374,9 @@ def month_spend(
     skip: tuple[int, int] | None,
     billing_rest: Rest | None = None,
 ) -> tuple[budget.Spend, str]:
-    """This month's GPU spend before the run being decided, and a note on how it was read."""
+    """This month's GPU spend before the run being decided.
+
+    And a note on how it was read."""
     month = budget.Month.of(now.date())
     counting = Counting(
         repo,

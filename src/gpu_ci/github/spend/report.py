@@ -70,18 +70,28 @@ class Report:
     idle: IdleFound | None
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What a spend report covers, and how it prices and judges it."""
+
+    repo: str
+    month: budget.Month
+    now: datetime
+    matcher: GpuMatcher
+    workflows: Sequence[str]
+    price: Price | None
+    plan: budget.Budget | None
+
+
 def build(
-    repo: str,
-    month: budget.Month,
-    now: datetime,
-    matcher: GpuMatcher,
-    workflows: Sequence[str],
-    price: Price | None,
-    plan: budget.Budget | None,
+    scope: Scope,
     costs: Sequence[budget.JobCost],
     billed: budget.Spend | None,
     idle: IdleFound | None,
 ) -> Report:
+    """The spend report of ``costs``, with the billing report's total and idle cost."""
+    repo, month, now, matcher = scope.repo, scope.month, scope.now, scope.matcher
+    workflows, price, plan = scope.workflows, scope.price, scope.plan
     ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
     tot = budget.total(ordered, "GPU jobs")
     unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
@@ -150,7 +160,9 @@ def idle_columns(got: Idle | None) -> dict[str, Any]:
 
 
 def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = None) -> str:
-    """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
+    """The spend report's CSV, one row per GPU job.
+
+    One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
     the end, empty for a job without a report."""
     out = io.StringIO()
     fields = [
@@ -183,13 +195,15 @@ def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = N
     return out.getvalue()
 
 
-# -- minutes lost to infrastructure (gpu-watchdog's infra-file, issue 32) ---------------------
+# -- minutes lost to infrastructure (gpu-watchdog's infra-file) ---------------------------------
 
 INFRA_SCHEMA = "gpu-ci/infra-failures/v1"
 
 
 def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
-    """Job id -> the watchdog's evidence (its codes, comma-separated), from gpu-watchdog's
+    """gpu-watchdog's evidence per job, from its infra-files.
+
+    Job id -> the watchdog's evidence (its codes, comma-separated), from gpu-watchdog's
     ``infra-file`` documents (path -> text); and a note per file or row not understood.
     Sweeps repeat, so a job listed by several files counts once."""
     lost: dict[int, str] = {}

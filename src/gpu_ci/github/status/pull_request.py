@@ -27,7 +27,9 @@ from gpu_ci.github.status.config import NEW_HEAD, Outcome, StatusConfig
 def waiting(
     config: StatusConfig, sha: str, action: str, before: str = "", target_url: str = ""
 ) -> Status:
-    """The "waiting for approval" status of a new head; it revokes older approvals."""
+    """The "waiting for approval" status of a new head.
+
+    It revokes older approvals."""
     who = f"someone with {config.min_permission} access or higher"
     if action == "synchronize":
         text = (
@@ -110,7 +112,7 @@ def for_pull_event(
 def _head_keeps(
     config: StatusConfig, listed: Sequence[Mapping[str, Any]], sha: str, number: int
 ) -> Outcome | None:
-    """Why a new head event leaves the status alone, or None to go on."""
+    """Why a new head event leaves the status alone, or None."""
     latest = latest_of(listed, config.context)
     if latest is not None and latest.get("state") in FINAL:
         # A result is about the commit, not the pull request: another pull request

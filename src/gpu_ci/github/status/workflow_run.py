@@ -62,7 +62,9 @@ def minutes(seconds: float) -> str:
 
 
 def _trusted(run: Mapping[str, Any], repository: str) -> bool:
-    """Whether the run's workflow file and code come from the base repository itself.
+    """Whether the run's workflow and code are this repository's own.
+
+    Whether the run's workflow file and code come from the base repository itself.
 
     That is an allowed event, and a head repository that *is* this one (null, a deleted
     fork, is not)."""
@@ -266,7 +268,9 @@ def _head_repo(run: Mapping[str, Any]) -> str:
 def _recorded_above(
     statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
 ) -> Mapping[str, Any] | None:
-    """The newest status when it is a run's "in progress" record above ``approval``.
+    """The newest status, when it records a run bound to ``approval``.
+
+    The newest status when it is a run's "in progress" record above ``approval``.
 
     Such a record is written only for a run bound to the approval. None otherwise."""
     for status in statuses:
@@ -285,7 +289,9 @@ def _recorded_above(
 def settle(
     config: StatusConfig, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
 ) -> Status | None:
-    """The run's own result to post again, when our "in progress" covered it (rule 5).
+    """The run's own result to post again, or None.
+
+    The run's own result to post again, when our "in progress" covered it (rule 5).
 
     ``statuses``: read again after posting "in progress" (newest first). When this run's
     own final result lies just below our record (``completed`` was handled first), that
@@ -309,7 +315,9 @@ def settle(
 def _defer_to_siblings(
     run: Mapping[str, Any], siblings: Sequence[Mapping[str, Any]] | None
 ) -> Outcome | None:
-    """Why another run of the workflow for the commit decides, or None when none is going."""
+    """Why another run of the workflow decides, or None.
+
+    None when no other run of the workflow for the commit is going."""
     if siblings is None:
         return Outcome(None, "", need_siblings=True)
     active = [

@@ -12,7 +12,9 @@ from gpu_ci.github.watchdog.result import BudgetExhausted, Sweep
 
 
 class Caller:
-    """Counts calls against the budget and the rate-limit reserve before making each one."""
+    """Each REST call, counted against the budget and the reserve.
+
+    Counts calls against the budget and the rate-limit reserve before making each one."""
 
     def __init__(self, rest: Rest, sweep: Sweep) -> None:
         self.rest, self.sweep = rest, sweep
@@ -56,7 +58,9 @@ def describe(exc: Exception, what: str) -> str:
 def listed_runs(
     rest: Rest, call: Caller, result: Sweep, source: str, state: str, created: str
 ) -> list[Any]:
-    """Every run of ``source`` in ``state`` created as ``created`` says; a listing that fails
+    """Every run of ``source`` in ``state``, created as ``created`` says.
+
+    Every run of ``source`` in ``state`` created as ``created`` says; a listing that fails
     is an error and an incomplete sweep, one cut short at GitHub's cap of a filtered listing
     an incomplete sweep (never silently fewer runs)."""
     url = f"{source}?status={state}&created={created}"
@@ -77,7 +81,9 @@ def listed_runs(
 
 
 def run_jobs(rest: Rest, call: Caller, result: Sweep, run_id: int, what: str) -> list[Any] | None:
-    """Every job of the run's latest attempt; None (and an error in the sweep) when the
+    """Every job of the run's latest attempt, or None.
+
+    Every job of the run's latest attempt; None (and an error in the sweep) when the
     listing fails."""
     url = f"/repos/{result.repository}/actions/runs/{run_id}/jobs?filter=latest"
     try:
@@ -91,7 +97,9 @@ def run_jobs(rest: Rest, call: Caller, result: Sweep, run_id: int, what: str) ->
 
 
 def pages(rest: Rest, call: Caller, url: str, key: str) -> tuple[list[Any], int]:
-    """Every page of a listing (100 a page, by number), each page one call of the budget;
+    """Every page of a listing, and its ``total_count``.
+
+    Every page of a listing (100 a page, by number), each page one call of the budget;
     and the listing's ``total_count`` (above the items when GitHub stops short of it, as a
     filtered run listing does at 1,000)."""
     items: list[Any] = []

@@ -112,7 +112,9 @@ RETRY_WINDOW_MAX_HOURS = 30 * 24
 
 
 def _minutes(raw: str, name: str, most: float, unit: str) -> float:
-    """A finite number above 0 and at most ``most`` (workflow runs last at most 35 days;
+    """A number input of minutes or hours, checked.
+
+    A finite number above 0 and at most ``most`` (workflow runs last at most 35 days;
     ``inf`` or ``1e8`` would overflow the date arithmetic into an internal error)."""
     try:
         value = float(raw)
@@ -126,7 +128,9 @@ def _minutes(raw: str, name: str, most: float, unit: str) -> float:
 
 
 def _field_values(text: str, low: int, high: int) -> list[int] | None:
-    """Values of one cron field (``*``, ``*/n``, ``a-b``, ``a-b/n``, lists); None if unknown."""
+    """The values of one cron field, or None.
+
+    Values of one cron field (``*``, ``*/n``, ``a-b``, ``a-b/n``, lists); None if unknown."""
     values: set[int] = set()
     for part in text.split(","):
         match = re.fullmatch(r"(\*|\d+(?:-\d+)?)(?:/(\d+))?", part.strip())

@@ -1,10 +1,7 @@
-"""gpu-watchdog: find GPU jobs no runner picked up, cancel their runs, keep their queue times;
-re-run once a run whose GPU job was lost to infrastructure (:mod:`gpu_ci.github.watchdog.infra`).
+"""gpu-watchdog's queue sweep, which cancels GPU jobs no runner takes.
 
-``timeout-minutes`` does not limit time in the queue: a self-hosted job waits up to 24 hours
-when no runner with its labels comes. The watchdog runs on a schedule with the repository's
-own token (``actions: write``), which needs no admin scope and works with scale-to-zero
-pools (it looks at jobs, not at registered runners).
+It keeps every GPU job's queue time, and runs the infrastructure re-runs
+(:mod:`gpu_ci.github.watchdog.retry`) in the same pass, under the same call budget.
 
 The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, at most::
 
@@ -14,7 +11,7 @@ The selection is pure (:func:`stale_jobs`); :func:`sweep` makes the REST calls, 
   + 1 per stale job (re-read: a runner may have taken it since the listing)
   + 3 per cancelled run (cancel, the run re-read to see it cancelled, then the commit
       status when a context is set), + 2 when it is force-cancelled (force-cancel, re-read)
-  + with retry-infra-failures above 0 (issue 32): 1 per workflow (its failed runs of the
+  + with retry-infra-failures above 0: 1 per workflow (its failed runs of the
       window), 1 per failed run with a failed GPU job (its jobs), 1 per failed job with no
       failed step (its annotations), 1 + 1 per GPU job a monitor report could decide (the
       run's artifacts, a download), and per re-run 2 for a pull request's head, the budget's

@@ -93,7 +93,9 @@ class BudgetExhausted(Exception):
 
 @dataclass
 class Sweep:
-    """What one sweep saw and did; rendered as summary, outputs and the JSON file."""
+    """What one sweep saw and did.
+
+    It becomes the summary, the outputs and the JSON file."""
 
     repository: str
     config: WatchdogConfig

@@ -211,7 +211,7 @@ def _may_retry(
     jobs: Sequence[Mapping[str, Any]],
     gpu_ids: set[int],
 ) -> tuple[str, str] | None:
-    """Why the head or the budget refuses the re-run; None when both allow it."""
+    """Why the head or the budget refuses the re-run, or None."""
     try:
         stale = _stale_head(rest, call, result, run)
     except BudgetExhausted:
@@ -226,7 +226,9 @@ def _may_retry(
 
 
 def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) -> str:
-    """Why the run's head is no longer the approved one, or "" when it still is.
+    """Why the run's head is no longer approved, or "".
+
+    Why the run's head is no longer the approved one, or "" when it still is.
 
     A pull request's head must hold a current approval and still be the pull request's
     head. A trusted event's commit is in the repository already: nothing to check. Any
@@ -269,7 +271,9 @@ def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any])
 
 
 def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | None:
-    """gpu-gate's budget rule for the re-run's reservation (``reserve-minutes`` per GPU job
+    """The budget's refusal of the re-run's reservation, or None.
+
+    gpu-gate's budget rule for the re-run's reservation (``reserve-minutes`` per GPU job
     it re-runs, plus what this sweep's earlier re-runs reserve)."""
     guard = result.guard
     if guard is None:
