@@ -89,7 +89,9 @@ def build(
     billed: budget.Spend | None,
     idle: IdleFound | None,
 ) -> Report:
-    """The spend report of ``costs``, with the billing report's total and idle cost."""
+    """The spend report of ``costs``.
+
+    With the billing report's total and idle cost, when they were read."""
     repo, month, now, matcher = scope.repo, scope.month, scope.now, scope.matcher
     workflows, price, plan = scope.workflows, scope.price, scope.plan
     ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
