@@ -36,7 +36,7 @@ The status rules, on the head commit:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -387,6 +387,18 @@ def _earlier_approvals(
     return [s for s in below if is_approval(s)]
 
 
+def above(
+    statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
+) -> Iterator[Mapping[str, Any]]:
+    """The statuses of ``context`` newer than ``approval``, newest first."""
+    for status in statuses:
+        if not same_context(status.get("context"), context):
+            continue
+        if status is approval:
+            return
+        yield status
+
+
 def _retry_record(
     statuses: Sequence[Mapping[str, Any]],
     context: str,
@@ -399,11 +411,7 @@ def _retry_record(
     Above it means after it, so the watchdog checked that it was current. None otherwise."""
     if attempt == 1 or key is None:
         return None
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        if status is approval:
-            return None
+    for status in above(statuses, context, approval):
         text = str(status.get("description") or "")
         url = str(status.get("target_url") or "")
         if (

@@ -15,6 +15,8 @@ PR_EVENTS = ("pull_request", "pull_request_target")
 #: Events whose commit the repository already holds: a push, the default branch, a merge
 #: queue's merge group. Any other event (a review, a comment) anyone who can see it triggers.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
+#: Pull request actions that bring a head to the pull request.
+NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from typing import Any, Union
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github import comment
 from gpu_ci.github.approval import HOW_COMMENT
-from gpu_ci.github.event import PR_EVENTS, is_gate_label, label_of, subject_of
+from gpu_ci.github.event import NEW_HEAD, PR_EVENTS, is_gate_label, label_of, subject_of
 from gpu_ci.github.gate.config import GateConfig
 
 NULL_SHA = "0" * 40
 #: Pull request actions that run a trusted author's head without an approval.
-TRUSTED_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review")
+TRUSTED_ACTIONS = NEW_HEAD
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,11 @@ from gpu_ci.github.commit_status import (
     short,
     validate_context,
 )
-from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
+from gpu_ci.github.event import NEW_HEAD, PR_EVENTS, TRUSTED_EVENTS
 from gpu_ci.github.status.config import (
     DEFAULT_WORKFLOW,
     FAILED,
     JOB_RESULTS,
-    NEW_HEAD,
     Outcome,
     StatusConfig,
     make_config,

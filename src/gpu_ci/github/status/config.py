@@ -17,7 +17,6 @@ DEFAULT_WORKFLOW = ".github/workflows/cuda-ci.yml"
 FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
 #: ``needs.<job>.result`` of the comment workflow's GPU job.
 JOB_RESULTS = ("success", "failure", "cancelled", "skipped")
-NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from gpu_ci.github.approval import (
     trusted_statuses,
 )
 from gpu_ci.github.commit_status import FINAL, Status, clip, latest_of, short
-from gpu_ci.github.event import is_gate_label, label_of
-from gpu_ci.github.status.config import NEW_HEAD, Outcome, StatusConfig
+from gpu_ci.github.event import NEW_HEAD, is_gate_label, label_of
+from gpu_ci.github.status.config import Outcome, StatusConfig
 
 
 def waiting(

@@ -34,6 +34,7 @@ from typing import Any
 
 from gpu_ci.github.approval import (
     IN_PROGRESS,
+    above,
     approval_status,
     attempt_of,
     key_of,
@@ -48,7 +49,6 @@ from gpu_ci.github.commit_status import (
     Status,
     clip,
     latest_of,
-    same_context,
     short,
 )
 from gpu_ci.github.event import TRUSTED_EVENTS
@@ -273,11 +273,7 @@ def _recorded_above(
     The newest status when it is a run's "in progress" record above ``approval``.
 
     Such a record is written only for a run bound to the approval. None otherwise."""
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        if status is approval:
-            return None
+    for status in above(statuses, context, approval):
         url = str(status.get("target_url") or "")
         text = str(status.get("description") or "")
         if status.get("state") == "pending" and run_key(url) and IN_PROGRESS in text:
