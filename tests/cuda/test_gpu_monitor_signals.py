@@ -195,7 +195,7 @@ def test_gpu_is_lost_is_not_always_called_xid_79():
 
 
 def test_a_version_1_report_is_still_a_valid_report():
-    from gpu_ci.github.idle import schema_errors
+    from gpu_ci.github.monitor_artifact import schema_errors
     from tests.gpu_monitor_env import example_report
 
     doc = views.as_json(example_report())

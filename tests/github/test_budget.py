@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import budget
-from gpu_ci.github.budget import GpuMatcher, Month
+from gpu_ci.github.spend import budget
+from gpu_ci.github.spend import ledger as spend_ledger
+from gpu_ci.github.spend.budget import GpuMatcher, Month
 from gpu_ci.pricing import Price, PriceTable, SkuPrice, load_table
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
@@ -323,14 +324,14 @@ def test_ledger_round_trip_and_what_it_vouches_for():
         dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z"),
     ]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
-    ledger = budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
+    ledger = spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
     # the run still going since yesterday keeps the ledger's horizon at its creation
     assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
     assert (
-        budget.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through
+        spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through
         == "2026-11-20T12:00:00Z"
     )
-    again = budget.Ledger.from_json(ledger.to_json())
+    again = spend_ledger.Ledger.from_json(ledger.to_json())
     assert again == ledger and again.usable("O/R", NOV, GPU, ["cuda-ci.yml"])
     assert not again.usable("o/r", Month(2026, 10), GPU, ["cuda-ci.yml"])
     assert not again.usable("o/r", NOV, GpuMatcher(frozenset({"gpu"})), ["cuda-ci.yml"])
@@ -348,7 +349,7 @@ def test_ledger_round_trip_and_what_it_vouches_for():
         for usd in ("NaN", "sNaN", "Infinity", "-Infinity", float("nan"))
     ]
     for junk in ({}, {"version": 99}, {"version": 1, "runs": "x"}, bad_cost, *not_finite):
-        assert budget.Ledger.from_json(junk) is None
+        assert spend_ledger.Ledger.from_json(junk) is None
 
 
 def test_config_validates_every_budget_input():

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_ci.github import budget, spend
+from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
 from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
 from gpu_ci.pricing import Price, load_table
 from tests.github.runs import REPO, api_calls, gate, gpu_run, iso
 from tests.github_server import Job, WorkflowRun
@@ -86,7 +87,9 @@ def _approve(gh, sha, *, by="Codertocat", at=CREATED + timedelta(minutes=2), **k
 def _collect(gh):
     rest = _client(gh)
     before = len(gh.log)
-    got = spend.collect(rest, REPO, WORKFLOWS, GPU, PRICE, load_table(), 60, NOV, NOW)
+    got = spend.collect(
+        rest, spend.Counting(REPO, WORKFLOWS, GPU, PRICE, load_table(), 60, NOV, NOW)
+    )
     reads = [r.path for r in api_calls(gh, before) if r.path.endswith("/statuses")]
     return got, reads
 

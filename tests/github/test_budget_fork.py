@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from gpu_ci.github import budget
 from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
 from gpu_ci.pricing import Price, load_table
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)

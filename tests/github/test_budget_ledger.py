@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import json
 
-from gpu_ci.github import budget, spend
+from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
+from gpu_ci.github.spend import ledger as spend_ledger
 from tests.github.runs import REPO, upload_ledger
 
-LEDGER = budget.Ledger(REPO, "2026-11", "k", "2026-11-30T12:00:00Z", {"1": 1}, ())
-FAKE = budget.Ledger(REPO, "2026-11", "k", "2026-11-30T13:00:00Z", {}, ())
+LEDGER = spend_ledger.Ledger(REPO, "2026-11", "k", "2026-11-30T12:00:00Z", {"1": 1}, ())
+FAKE = spend_ledger.Ledger(REPO, "2026-11", "k", "2026-11-30T13:00:00Z", {}, ())
 
 
 def _client(gh) -> RestClient:
     return RestClient("ghs_secret", ClientSettings(gh.url, timeout=5, retries=0, backoff=0))
 
 
-def _bytes(ledger: budget.Ledger) -> bytes:
+def _bytes(ledger: spend_ledger.Ledger) -> bytes:
     return json.dumps(ledger.to_json()).encode()
 
 
@@ -77,8 +78,8 @@ def test_no_trusted_ledger_at_all_costs_a_bounded_number_of_calls(server):
 
 
 def test_a_ledger_keeps_job_windows_and_reads_one_written_without():
-    with_windows = budget.Ledger(REPO, "2026-11", "k", "t", {"1": 1}, (), {"7": (1.0, 61.0)})
-    assert budget.Ledger.from_json(with_windows.to_json()) == with_windows
+    with_windows = spend_ledger.Ledger(REPO, "2026-11", "k", "t", {"1": 1}, (), {"7": (1.0, 61.0)})
+    assert spend_ledger.Ledger.from_json(with_windows.to_json()) == with_windows
     older = LEDGER.to_json()
     del older["windows"]
-    assert budget.Ledger.from_json(older) == LEDGER
+    assert spend_ledger.Ledger.from_json(older) == LEDGER

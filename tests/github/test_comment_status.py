@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_ci.github import statuses
+from gpu_ci.github import status as statuses
 from tests.conftest import webhook
 
 REPO = "Codertocat/Hello-World"

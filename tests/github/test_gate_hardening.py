@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import gate, labels
+from gpu_ci.github import gate
 from gpu_ci.github.event import subject_of
+from gpu_ci.github.gate import labels
 from gpu_ci.runtime import escape_line
 from tests.conftest import shared_path, webhook
 from tests.github_server import FakeGitHub, PullRequest
@@ -279,7 +280,11 @@ def test_labels_and_gate_read_the_event_through_one_parser():
         subject = subject_of(payload)
         assert labels.number_from_event("", payload) == subject.number, path.name
         if subject.pull_request:
-            assert gate._pull_fields(payload) == (subject.number, subject.head_sha, subject.fork)
+            assert gate.checks._pull_fields(payload) == (
+                subject.number,
+                subject.head_sha,
+                subject.fork,
+            )
     assert subject_of(webhook("issue_comment.created")).number is not None
     assert subject_of(webhook("workflow_run.completed.with-pull-requests")).number is not None
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import statuses
+from gpu_ci.github import status as statuses
 from tests.conftest import webhook
 from tests.github_server import Job, PullRequest, WorkflowRun
 

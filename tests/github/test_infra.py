@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.github import infra
-from gpu_ci.github.idle import report_versions
+from gpu_ci.github.monitor_artifact import report_versions
+from gpu_ci.github.watchdog import infra
 from tests.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
 
 

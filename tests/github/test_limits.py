@@ -286,7 +286,7 @@ def test_a_push_whose_301st_file_matches_paths_runs(run_cli, github):
 
 
 def test_a_full_list_at_the_cap_with_no_match_is_unknown_not_no():
-    from gpu_ci.github.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
+    from gpu_ci.github.gate.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
 
     docs = [f"docs/p{i}.md" for i in range(COMPARE_FILES_MAX)]
     assert match_paths(["src/**"], docs, COMPARE_FILES_MAX).capped

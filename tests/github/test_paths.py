@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.github.paths import glob_to_regex, match_paths
+from gpu_ci.github.gate.paths import glob_to_regex, match_paths
 
 
 @pytest.mark.parametrize(

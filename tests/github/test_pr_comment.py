@@ -13,7 +13,8 @@ import requests
 
 from gpu_ci.cli import run_command
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import pr_comment, statuses
+from gpu_ci.github import status as statuses
+from gpu_ci.github.status import pr_comment
 from gpu_ci.runtime import Runtime
 from tests.act_runner import FAST_HTTP_ENV
 from tests.conftest import webhook

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from gpu_ci.github.pr_comment import DEFAULT_COMMAND
+from gpu_ci.github.status.pr_comment import DEFAULT_COMMAND
 from gpu_ci.specs import GPU_GATE, GPU_STATUS
 from tests.conftest import ROOT
 

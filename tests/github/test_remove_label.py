@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import labels
+from gpu_ci.github.gate import labels
 from tests.conftest import webhook
 from tests.github_server import PullRequest
 

@@ -11,9 +11,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import budget, watchdog
+from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
 from gpu_ci.pricing import load_table
 from tests.github.infra_jobs import (
     EXIT_1,
@@ -225,9 +226,9 @@ def test_a_re_run_the_budget_would_refuse_is_not_made(gh):
 def test_the_re_runs_of_one_sweep_add_up_and_the_month_is_read_once(gh, monkeypatch):
     older, newer = (failed_run(gh, now() - timedelta(hours=h)) for h in (3, 2))  # 60 min spent
     reads = []
-    real = watchdog.spend.month_spend
+    real = watchdog.retry.month.month_spend
     monkeypatch.setattr(
-        watchdog.spend, "month_spend", lambda *a, **k: reads.append(1) or real(*a, **k)
+        watchdog.retry.month, "month_spend", lambda *a, **k: reads.append(1) or real(*a, **k)
     )
     result = sweep(gh, guard("150 minutes"))  # 60 spent: room for one reservation of 60
     assert result.retried == [older.id] and newer.run_attempt == 1

@@ -68,7 +68,7 @@ def test_an_unreadable_infra_file_is_a_usage_error(run_cli, server, tmp_path):
 
 
 def test_infra_files_of_the_wrong_shape_are_notes_not_crashes():
-    from gpu_ci.github.spend_report import INFRA_SCHEMA, read_infra
+    from gpu_ci.github.spend.report import INFRA_SCHEMA, read_infra
 
     texts = {
         "a.json": json.dumps({"schema": INFRA_SCHEMA, "failures": 5}),

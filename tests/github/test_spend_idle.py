@@ -164,7 +164,7 @@ def test_unusable_cap_is_exit_2_before_any_call(run_cli, server, tmp_path):
 def test_schema_checker_agrees_with_jsonschema(monkeypatch):
     import jsonschema
 
-    from gpu_ci.github.idle import schema_errors
+    from gpu_ci.github.monitor_artifact import schema_errors
 
     root = ROOT
     shipped = root / "actions" / "gpu-monitor" / "report.schema.json"
@@ -284,8 +284,8 @@ def test_a_report_with_nan_or_infinity_is_skipped_by_spend_and_watchdog(monkeypa
     import io
     import zipfile
 
-    from gpu_ci.github.idle import read_report
-    from gpu_ci.github.watchdog import read_monitor_report
+    from gpu_ci.github.monitor_artifact import read_monitor_report
+    from gpu_ci.github.spend.idle import read_report
 
     # Python's json reads NaN and Infinity; no comparison with NaN fails, so the schema's
     # minimum/maximum let it through and the month's idle sum became NaN

@@ -1,7 +1,7 @@
 """Issue 26: the "GPU CI" status is bound to the run the approval started (attacks as tests).
 
 Each test plays one attack of the issue against the pure state machine; the docstring says
-who attacks and how. See the module docstring of ``gpu_ci.github.statuses`` for the rule.
+who attacks and how. See the module docstring of ``gpu_ci.github.status`` for the rule.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpu_ci.github import jobs as jobs_rule
-from gpu_ci.github import statuses
+from gpu_ci.github import status as statuses
 from tests.conftest import ROOT
 
 REPO = "Codertocat/Hello-World"

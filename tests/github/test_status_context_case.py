@@ -4,7 +4,7 @@ status and satisfies a required check of that name)."""
 
 from __future__ import annotations
 
-from gpu_ci.github import statuses
+from gpu_ci.github import status as statuses
 
 BOT = {"login": "github-actions[bot]"}
 APPROVED = {

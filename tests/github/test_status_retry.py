@@ -1,5 +1,5 @@
 """Issue 32: the result of gpu-watchdog's retry replaces its "retried" status (rule 7 of
-``gpu_ci.github.statuses``), and no other re-run's result does.
+``gpu_ci.github.status``), and no other re-run's result does.
 
 The pure rules first, then the watchdog's real re-run against the test server followed by
 ``gpu-ci gpu-status`` on attempt 2's ``completed`` event, so the watchdog's wording and the
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gpu_ci.github import statuses, watchdog
+from gpu_ci.github import status as statuses
+from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
 from tests.conftest import webhook
 from tests.github.infra_jobs import REPO, failed_run, iso

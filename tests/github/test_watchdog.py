@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpu_ci.github import watchdog
-from gpu_ci.github.statuses import WATCHDOG_PREFIX
+from gpu_ci.github.commit_status import WATCHDOG_PREFIX
 from tests.github.runs import watchdog_config
 from tests.github_server import Job, WorkflowRun
 
@@ -112,7 +112,7 @@ def test_stale_selection_takes_gpu_jobs_queued_past_the_limit():
     ],
 )
 def test_bad_configuration_is_refused(kw, fragment):
-    with pytest.raises(watchdog.UsageError, match=fragment.replace("(", r"\(")):
+    with pytest.raises(watchdog.config.UsageError, match=fragment.replace("(", r"\(")):
         config(**kw)
 
 

@@ -9,9 +9,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import budget, gate, jobs, spend, statuses
+from gpu_ci.github import gate, jobs, spend
+from gpu_ci.github import status as statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect
 from gpu_ci.github.event import load_event
+from gpu_ci.github.spend import budget
 from gpu_ci.inputs import Inputs
 from gpu_ci.markdown import link
 from gpu_ci.pricing import load_table
@@ -115,7 +117,9 @@ def _files(rest: Rest, repo: str, number: int, config: gate.GateConfig) -> list[
 def _decide_comment(
     rest: Rest, repo: str, step: gate.CommentCheck, config: gate.GateConfig
 ) -> Approver:
-    """The commenter's role (a refusal stops there), the pull request, its files for paths."""
+    """The API answers a comment command needs.
+
+    The commenter's role (a refusal stops there), the pull request, its files for paths."""
     answer = _role(rest, repo, step.commenter)
     pull: dict[str, Any] = {}
     if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
@@ -129,7 +133,9 @@ def _decide_comment(
 def _decide_trusted(
     rest: Rest, repo: str, step: gate.TrustedCheck, config: gate.GateConfig
 ) -> Approver:
-    """The author's role, then the pull request and the head commit (who made it)."""
+    """The API answers a trusted author's push needs.
+
+    The author's role, then the pull request and the head commit (who made it)."""
     answer = _role(rest, repo, step.author)
     refused = gate.refuse_trusted(step, config, answer)
     if refused is not None:
@@ -151,7 +157,9 @@ def _review_pinning(
     known: tuple[str, dict[str, Any]],
     decision: gate.Decision,
 ) -> gate.Decision:
-    """One page of reviews (per 100), then one role lookup per approver until one qualifies.
+    """The reviews' approvers, until one has the role.
+
+    One page of reviews (per 100), then one role lookup per approver until one qualifies.
 
     ``known`` is the approver whose role the decision already read (labeller, commenter or
     trusted author): their own approving review costs no second lookup."""
@@ -237,7 +245,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     return 0
 
 
-# -- budget (logic in gpu_ci.github.budget / .spend) -----------------------------------------
+# -- budget (logic in gpu_ci.github.spend.budget / .spend) -----------------------------------------
 
 
 def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
@@ -280,7 +288,9 @@ def apply_budget(
     inputs: Inputs,
     rt: Runtime,
 ) -> tuple[gate.Decision, list[tuple[str, str]], int]:
-    """Refuse a run that would take the month's GPU spend over the budget."""
+    """The budget's verdict on this run.
+
+    Refuse a run that would take the month's GPU spend over the budget."""
     ctx = load_event(rt.environ)
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
     billing = (

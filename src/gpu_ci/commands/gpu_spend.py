@@ -1,7 +1,7 @@
 """``gpu-ci gpu-spend``: the month's GPU minutes and cost, who and what spent them, against
 the budget; JSON/CSV for dashboards and the ledger that keeps ``gpu-gate``'s budget check to
-a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.budget`,
-the report's documents :mod:`gpu_ci.github.spend_report`."""
+a few API calls. The counting is :mod:`gpu_ci.github.spend` / :mod:`gpu_ci.github.spend.budget`,
+the report's documents :mod:`gpu_ci.github.spend.report`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from typing import Any
 
 from gpu_ci.charts import Series, downsample, xychart
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import budget, idle, jobs, spend
-from gpu_ci.github import spend_report as sr
+from gpu_ci.github import jobs, spend
 from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.event import load_event
-from gpu_ci.github.gate import runs_on_json
+from gpu_ci.github.gate.config import runs_on_json
+from gpu_ci.github.spend import budget, idle
+from gpu_ci.github.spend import ledger as spend_ledger
+from gpu_ci.github.spend import report as sr
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import Price, PriceTable, load_table
 from gpu_ci.runtime import Runtime, escape, markdown_table, repository, write_report
@@ -90,11 +92,8 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         if inputs["gpu-price"]
         else None
     )
-    if plan is not None and plan.unit == "usd" and price is None:
-        raise UsageError(
-            "input 'monthly-budget' is money, so 'gpu-price' is needed (an "
-            "amount such as 0.052, or a SKU such as linux_4_core_gpu)."
-        )
+    if plan is not None:
+        budget.require_price(plan, price)
     reserve = budget.parse_reserve(inputs["reserve-minutes"])
     if not inputs["gpu-runs-on"].strip():
         raise UsageError(
@@ -176,9 +175,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def _report(
     p: _Plan, got: spend.Collected, billed: budget.Spend | None, found: sr.IdleFound | None
 ) -> sr.Report:
-    report = sr.build(
-        p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan, got.costs, billed, found
-    )
+    scope = sr.Scope(p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan)
+    report = sr.build(scope, got.costs, billed, found)
     if p.infra_files:
         texts = {}
         for name in p.infra_files:
@@ -192,23 +190,16 @@ def _report(
 
 
 def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.Collected, str]:
-    """The month's GPU jobs, reusing this workflow's own ledger (``reuse-ledger``) for the
+    """The month's GPU jobs.
+
+    The month's GPU jobs, reusing this workflow's own ledger (``reuse-ledger``) for the
     current month: the runs it counted are not fetched again."""
     ledger, note = _own_ledger(inputs, rt, p, rest)
     try:
-        got = spend.collect(
-            rest,
-            p.repo,
-            p.workflows,
-            p.matcher,
-            p.price,
-            p.table,
-            p.reserve,
-            p.month,
-            p.now,
-            ledger,
-            progress=rt.info,
+        counting = spend.Counting(
+            p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve, p.month, p.now
         )
+        got = spend.collect(rest, counting, ledger, progress=rt.info)
     except GpuCiError:
         raise
     except Exception as exc:  # ApiError, or an answer that is not what was asked
@@ -220,8 +211,10 @@ def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.C
 
 def _own_ledger(
     inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest
-) -> tuple[budget.Ledger | None, str]:
-    """This workflow's last ledger, for the current month; one that cannot be read is a
+) -> tuple[spend_ledger.Ledger | None, str]:
+    """This workflow's last ledger, or None.
+
+    This workflow's last ledger, for the current month; one that cannot be read is a
     warning (every run is then counted), not a failed report."""
     name = inputs["reuse-ledger"].strip()
     if not name:
@@ -240,7 +233,9 @@ def _own_ledger(
 
 
 def _default_branch(rt: Runtime, p: _Plan, rest: Rest) -> str:
-    """Where a trusted ledger comes from, without a call when the run says: a ``schedule``
+    """Where a trusted ledger comes from.
+
+    Where a trusted ledger comes from, without a call when the run says: a ``schedule``
     run is on the default branch ("Scheduled workflows run on the latest commit on the
     default branch"), and most events' payloads name it; else one call for the repository."""
     env = rt.environ
@@ -268,7 +263,9 @@ def _counted_from(ledger_note: str, notes: list[str], calls: int) -> str:
 
 
 def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str, str, str]:
-    """spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
+    """Write the report's files and return their paths.
+
+    spend.json, spend.csv and (for the current month) the ledger; their paths ('' for a
     ledger not written this time and not there from before)."""
     json_path, csv_path = p.out_dir / "spend.json", p.out_dir / "spend.csv"
     write_report(json_path, json.dumps(report.doc, indent=2) + "\n", what="output-dir")
@@ -279,7 +276,7 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     )
     ledger_path = p.out_dir / spend.LEDGER_FILE
     if p.month == budget.Month.of(p.now.date()):  # the gate reads this month's ledger only
-        ledger = budget.build_ledger(
+        ledger = spend_ledger.build_ledger(
             p.repo,
             p.month,
             p.matcher,

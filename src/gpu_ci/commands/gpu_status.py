@@ -5,9 +5,9 @@ reopened, synchronize: the head's statuses first, a final result stays) and in a
 ``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs),
 and in the comment workflow's status job (``issue_comment``, after the gate: the POST only)
 and result job (after the GPU job: the commit's statuses, then the POST).
-It never checks out or runs code of the pull request. With ``comment: true`` it also keeps the
-pull request's one explaining comment (:mod:`gpu_ci.github.pr_comment`) in step with the head's
-state, and collapses or deletes it on ``closed`` if asked.
+It never checks out or runs code of the pull request. With ``comment: true`` it also keeps
+the pull request's one explaining comment (:mod:`gpu_ci.github.status.pr_comment`) in step
+with the head's state, and collapses or deletes it on ``closed`` if asked.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError, UsageError
-from gpu_ci.github import jobs, pr_comment, statuses, watchdog
+from gpu_ci.github import approval, jobs, watchdog
+from gpu_ci.github import status as statuses
 from gpu_ci.github.client import RestClient, call_api, connect
 from gpu_ci.github.event import EventContext, load_event
+from gpu_ci.github.status import pr_comment
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table, write_report
 
@@ -131,7 +133,7 @@ def _workflow_run_event(
 def _comment_event(
     inputs: Inputs, rt: Runtime, config: statuses.StatusConfig, ctx: EventContext
 ) -> _Result:
-    """The comment workflow's own run (rule 8 of :mod:`gpu_ci.github.statuses`): the gate's
+    """The comment workflow's own run (rule 8 of :mod:`gpu_ci.github.status`): the gate's
     outputs name the commit; this run, from the runner's environment, names the record."""
     sha = inputs["sha"].strip()
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"
@@ -297,7 +299,9 @@ def _comment(
     result: _Result,
     status: statuses.Status | None,
 ) -> pr_comment.Result | None:
-    """Bring the pull request's comment in step with the state just posted (or kept)."""
+    """Update the pull request's comment.
+
+    Bring the pull request's comment in step with the state just posted (or kept)."""
     config, commenting = configs
     if commenting is None:
         return None
@@ -367,11 +371,8 @@ def _for_run(
     """A workflow_run event: the approval names the pull request; its head must be the run's."""
     if status is None:
         return "no status was posted."
-    approval = statuses.approval_status(
-        statuses.trusted_statuses(config, result.listed), config.context
-    )
     run_pulls = ctx.payload["workflow_run"].get("pull_requests") or []
-    number = statuses.pull_of(approval) if approval is not None else None
+    number = approval.approved_pull(config, result.listed)
     if number is None and run_pulls and isinstance(run_pulls[0], dict):
         number = run_pulls[0].get("number")
     if not isinstance(number, int):

@@ -10,11 +10,13 @@ import dataclasses
 import json
 
 from gpu_ci.errors import UsageError
-from gpu_ci.github import budget, jobs, statuses, watchdog
+from gpu_ci.github import jobs, watchdog
+from gpu_ci.github import status as statuses
 from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
-from gpu_ci.github.gate import runs_on_json
-from gpu_ci.github.watchdog import RetryBudget
+from gpu_ci.github.gate.config import runs_on_json
+from gpu_ci.github.spend import budget
+from gpu_ci.github.watchdog.result import RetryBudget
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import load_table
 from gpu_ci.runtime import Markdown, Runtime, escape, markdown_table, write_report
@@ -197,7 +199,9 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
 
 def _log(result: watchdog.Sweep, rt: Runtime) -> None:
-    """A line (or a warning, for what needs a look) per stale job, then the totals."""
+    """The sweep's summary lines.
+
+    A line (or a warning, for what needs a look) per stale job, then the totals."""
     stale = result.stale
     for record in stale:
         message = (

@@ -6,9 +6,9 @@ import json
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github import labels
 from gpu_ci.github.client import ApiError, Rest, connect, unanswered
 from gpu_ci.github.event import load_event
+from gpu_ci.github.gate import labels
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, markdown_table
 from gpu_ci.runtime import repository as repository_of

@@ -1,4 +1,4 @@
-"""Admission on the runner: may this job use a GPU runner at all? (issue 26, item 4)
+"""Admission on the runner: may this job use a GPU runner at all?
 
 The gate is a job of the workflow it guards, so a pull request that edits that workflow
 (removes the gate, adds a job on ``[self-hosted, gpu]``) is not stopped by it: the fork's own
@@ -29,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.github.statuses import approval_of
+from gpu_ci.github.approval import admitting_approver
+from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
-DEFAULT_CREATORS = ("github-actions[bot]",)
 STATUS_PAGE = 100
 
 
@@ -43,14 +43,14 @@ class AdmissionConfig:
 
     workflows: tuple[str, ...]
     """Workflow files admitted from the default branch, e.g. ``.github/workflows/cuda-ci.yml``."""
-    context: str = "GPU CI"
+    context: str = DEFAULT_CONTEXT
     creators: tuple[str, ...] = DEFAULT_CREATORS
     events: tuple[str, ...] = TRUSTED_EVENTS
 
 
 @dataclass(frozen=True)
 class Job:
-    """What the runner tells the hook about the job it is about to run."""
+    """The job the runner is about to run."""
 
     repository: str
     event: str
@@ -69,7 +69,9 @@ class Verdict:
 def parse_config(
     workflows: str, context: str = "", creators: str = "", events: str = ""
 ) -> AdmissionConfig | str:
-    """The config from comma- or newline-separated lists; a string says what is wrong."""
+    """The config from comma- or newline-separated lists.
+
+    A string says what is wrong."""
 
     def items(text: str) -> tuple[str, ...]:
         return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
@@ -93,15 +95,16 @@ def parse_config(
             "run a definition that a pull request cannot change."
         )
     return AdmissionConfig(
-        files, context.strip() or "GPU CI", items(creators) or DEFAULT_CREATORS, wanted
+        files, context.strip() or DEFAULT_CONTEXT, items(creators) or DEFAULT_CREATORS, wanted
     )
 
 
 def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
-    """The job's facts from the runner's default variables; a string says what is missing.
+    """The job's facts from the runner's default variables.
 
-    ``GITHUB_WORKFLOW_REF`` is ``owner/repo/.github/workflows/file.yml@ref``: the workflow
-    definition that runs (for a pull request, ``refs/pull/N/merge``: the pull request's).
+    A string says what is missing. ``GITHUB_WORKFLOW_REF`` is
+    ``owner/repo/.github/workflows/file.yml@ref``: the workflow definition that runs (for a
+    pull request, ``refs/pull/N/merge``: the pull request's).
     """
     repository = environ.get("GITHUB_REPOSITORY", "").strip()
     event = environ.get("GITHUB_EVENT_NAME", "").strip()
@@ -125,7 +128,9 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
-    """Whether rule 1 can apply (then ask for the default branch, one call)."""
+    """Whether rule 1 can apply.
+
+    Then the hook asks for the default branch (one call)."""
     return job.event in config.events and job.workflow_path in config.workflows
 
 
@@ -143,14 +148,7 @@ def by_approval(
     job: Job, config: AdmissionConfig, statuses: Sequence[Mapping[str, Any]]
 ) -> Verdict:
     """Rule 2 over the head's statuses (newest first, as GitHub lists them)."""
-    context = config.context.casefold()
-    trusted = [
-        dict(s, context=config.context)
-        for s in statuses
-        if str(s.get("context") or "").casefold() == context
-        and str((s.get("creator") or {}).get("login") or "") in config.creators
-    ]
-    approver = approval_of(trusted, config.context)
+    approver = admitting_approver(config.context, config.creators, statuses)
     if approver:
         return Verdict(
             True, f"{job.head_sha[:12]} was approved by @{approver} ('{config.context}' status)."

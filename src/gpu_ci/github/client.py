@@ -60,7 +60,9 @@ class ApiError(Exception):
 
     @classmethod
     def of_answer(cls, request: str, status: int, data: object) -> ApiError:
-        """From an error answer's status and JSON body (GitHub's ``message`` and
+        """The error for a failed API call.
+
+        From an error answer's status and JSON body (GitHub's ``message`` and
         ``documentation_url``, when the body has them)."""
         body = data if isinstance(data, dict) else {}
         return cls(
@@ -84,12 +86,16 @@ class ApiError(Exception):
 
 
 def unanswered(what: str, kind: str, reason: str) -> str:
-    """The one wording of an API call that got no answer after retries."""
+    """The wording for a call that got no answer.
+
+    The one wording of an API call that got no answer after retries."""
     return f"GitHub API did not answer {what} after retries ({kind}: {reason})."
 
 
 class Rest(Protocol):
-    """What the wings need of a REST client (:class:`RestClient`, or a test's fake)."""
+    """The REST calls the wings make.
+
+    What the wings need of a REST client (:class:`RestClient`, or a test's fake)."""
 
     calls: int
     rate_remaining: int | None
@@ -162,7 +168,9 @@ RETRY_STATUSES = (403, 429, 500, 502, 503, 504)
 
 
 def _retry(settings: ClientSettings) -> Any:  # a github.GithubRetry
-    """PyGithub's retry (which tells a secondary rate limit's 403 from a refusal), capped."""
+    """The retry policy for API calls.
+
+    PyGithub's retry (which tells a secondary rate limit's 403 from a refusal), capped."""
     from github import GithubRetry
 
     return _capped(GithubRetry, settings.max_wait)(
@@ -176,7 +184,9 @@ def _retry(settings: ClientSettings) -> Any:  # a github.GithubRetry
 
 
 def _download_retry(settings: ClientSettings) -> Any:  # a urllib3 Retry
-    """The same policy for a download (the artifact zip and its storage redirect), where no
+    """The retry policy for downloads.
+
+    The same policy for a download (the artifact zip and its storage redirect), where no
     403 is a rate limit: 429 and the 5xx family, connection errors and timeouts."""
     from urllib3.util.retry import Retry
 
@@ -251,7 +261,9 @@ def connect(
 
 
 def call_api(what: str, fn: Callable[[], Any]) -> Any:
-    """``fn()``, with an :class:`ApiError` (or an answer ``fn`` could not use) turned into one
+    """Run one API call; its failure becomes one clear error.
+
+    ``fn()``, with an :class:`ApiError` (or an answer ``fn`` could not use) turned into one
     error that says what could not be read; our own errors pass through."""
     try:
         return fn()

@@ -1,4 +1,6 @@
-"""Comment commands (``/gpu-ci run <sha> [tier ...]``) and trusted authors, as pure rules.
+"""Comment commands and trusted authors, as pure rules.
+
+Comment commands (``/gpu-ci run <sha> [tier ...]``) and trusted authors, as pure rules.
 
 A comment approves like a label: someone with ``min-permission`` states, in a comment on a
 pull request, exactly the commit they reviewed. Three rules keep it as strict as a label:
@@ -79,7 +81,7 @@ class Command:
 
 
 def parse_command(body: str, command: str, tiers: Sequence[str]) -> Command | None:
-    """The command on the comment's first line, or None when the comment is not one."""
+    """The command on the comment's first line, or None."""
     lines = [line.strip() for line in body.strip().splitlines()]
     first = lines[0] if lines else ""
     words = first.split()
@@ -112,7 +114,9 @@ def _known(words: Sequence[str], tiers: Sequence[str]) -> tuple[str, ...]:
 
 
 def matches_head(sha: str, head: str) -> bool:
-    """A stated SHA names the head when it is the head or a prefix of at least 7 digits."""
+    """Whether a stated SHA names the head.
+
+    A stated SHA names the head when it is the head or a prefix of at least 7 digits."""
     return len(sha) >= 7 and len(head) == 40 and head.startswith(sha)
 
 
@@ -136,7 +140,9 @@ def foreign_head(pull: Mapping[str, Any], author: str) -> str:
 
 
 def untrusted_push(commit: Mapping[str, Any], author: str, require_verified: bool) -> str:
-    """Why the head commit (``GET /repos/{o}/{r}/commits/{sha}``) is not the PR author's own,
+    """Why the head commit is not the author's own push, or "".
+
+    Why the head commit (``GET /repos/{o}/{r}/commits/{sha}``) is not the PR author's own,
     or "" when it is."""
     login = str((commit.get("author") or {}).get("login") or "")
     committer = str((commit.get("committer") or {}).get("login") or "")

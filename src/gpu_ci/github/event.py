@@ -1,4 +1,4 @@
-"""The event a workflow run was triggered by, read from GitHub's standard variables."""
+"""The event that triggered the workflow run, from GitHub's variables."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ from typing import Any
 from gpu_ci.errors import GpuCiError
 
 DEFAULT_API_URL = "https://api.github.com"
+#: The pull request events: gpu-gate and gpu-status read the pull request from them.
+PR_EVENTS = ("pull_request", "pull_request_target")
+#: Events whose commit the repository already holds: a push, the default branch, a merge
+#: queue's merge group. Any other event (a review, a comment) anyone who can see it triggers.
+TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
+#: Pull request actions that bring a head to the pull request.
+NEW_HEAD = ("opened", "reopened", "ready_for_review", "synchronize")
 
 
 @dataclass(frozen=True)
@@ -118,3 +125,15 @@ def subject_of(payload: Mapping[str, Any]) -> Subject:
         if pulls and isinstance(pulls[0], dict) and _int(pulls[0].get("number")) is not None:
             return Subject(number=_int(pulls[0].get("number")))
     return Subject(number=_int(payload.get("number")))
+
+
+def label_of(payload: Mapping[str, Any]) -> str:
+    """The label a ``labeled`` event applied, or ""."""
+    return str((payload.get("label") or {}).get("name") or "")
+
+
+def is_gate_label(name: str, gate_label: str) -> bool:
+    """Whether ``name`` is the gate label.
+
+    GitHub's label names ignore case, so this check does too."""
+    return name.casefold() == gate_label.casefold()

@@ -39,7 +39,9 @@ NO_RUNNER_YET = ("queued", "requested")
 
 
 def parse_time(value: object) -> datetime | None:
-    """An ISO 8601 time (``2026-11-02T10:00:00Z``, or with an offset such as ``+02:00``) as
+    """A GitHub time as an aware UTC datetime, or None.
+
+    An ISO 8601 time (``2026-11-02T10:00:00Z``, or with an offset such as ``+02:00``) as
     an aware UTC datetime; ``None`` for no time (``null``, empty) or one that is not ISO 8601.
     A time without a zone is read as UTC, as GitHub's times are."""
     if not isinstance(value, str) or not value.strip():
@@ -140,8 +142,8 @@ def named_gpu_jobs(
 
     Segment by segment: a reusable workflow's jobs are ``<caller job> / <its job>``, so
     ``gpu / Test on GPU`` matches ``gpu (pool-a) / Test on GPU`` and nothing else of the
-    call, and ``gpu`` matches none of them (it used to match the call's every job, its
-    results job included, which passes when the gate refused)."""
+    call, and ``gpu`` matches none of them: matching the call's every job would take in its
+    results job, which passes when the gate refused."""
     wanted = [n.casefold().split(" / ") for n in names]
     out = []
     for job in jobs:

@@ -41,7 +41,9 @@ def _epoch(value: object) -> float | None:
 
 
 def find_current_job(jobs: list[dict[str, Any]], runner_name: str) -> dict[str, Any] | None:
-    """The job in progress on ``runner_name`` (the only one a runner can hold)."""
+    """The job in progress on ``runner_name``.
+
+    A runner holds only one."""
     mine = [
         j for j in jobs if j.get("runner_name") == runner_name and j.get("status") == "in_progress"
     ]
@@ -64,7 +66,9 @@ def job_times(job: dict[str, Any]) -> JobTimes:
 def current_job_times(
     client: Rest, repository: str, run_id: str, attempt: str, runner_name: str
 ) -> JobTimes | None:
-    """The running job's steps, or None when this runner's job is not (uniquely) listed."""
+    """The running job's steps, or None.
+
+    None when this runner's job is not listed, or not once."""
     path = f"/repos/{repository}/actions/runs/{run_id}"
     path += f"/attempts/{attempt}/jobs" if attempt else "/jobs"
     jobs = client.get_pages(path, key="jobs", limit=1000)

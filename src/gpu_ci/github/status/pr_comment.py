@@ -1,4 +1,6 @@
-"""One pull-request comment that explains the GPU CI state, edited in place (issue 31).
+"""The pull request comment that explains the GPU CI state.
+
+There is one per pull request, edited in place.
 
 A commit status is terse (140 characters) and hidden in the checks list; contributors without
 a GPU ask "when does this run, and how do I test it myself?". So gpu-status (``comment:
@@ -80,7 +82,9 @@ class CommentConfig:
 
     @property
     def marker(self) -> str:
-        """The hidden first line; the context (percent-encoded, so never ``-->``) keeps the
+        """The comment's hidden first line, which marks it as ours.
+
+        The hidden first line; the context (percent-encoded, so never ``-->``) keeps the
         comments of two gpu-status configurations apart."""
         return f"<!-- gpu-ci:status context={quote(self.context, safe='')} -->"
 
@@ -176,7 +180,9 @@ def _text(value: object) -> str:
 
 
 def _code(value: str) -> str:
-    """A code span around ``value`` (config text), fenced longer than any backtick run in it."""
+    """``value`` as a code span, fenced past its own backticks.
+
+    The fence is longer than any backtick run in it."""
     run = max((len(m) for m in re.findall(r"`+", value)), default=0)
     fence = "`" * (run + 1)
     pad = " " if value.startswith("`") or value.endswith("`") else ""
@@ -241,7 +247,9 @@ def render_closed(config: CommentConfig, number: int, merged: bool) -> str:
 
 
 def is_ours(config: CommentConfig, comment: Mapping[str, Any]) -> bool:
-    """Written by one of the authors and starting with the marker (a comment of anyone else
+    """Whether ``comment`` is the one this action keeps.
+
+    Written by one of the authors and starting with the marker (a comment of anyone else
     that quotes the marker is not ours, whatever it says)."""
     login = str((comment.get("user") or {}).get("login") or "")
     return login in config.authors and str(comment.get("body") or "").startswith(config.marker)
@@ -255,7 +263,9 @@ def ours(config: CommentConfig, comments: Sequence[Mapping[str, Any]]) -> list[M
 def _check_author(
     rest: CommentRest, config: CommentConfig, repository: str, created: Mapping[str, Any]
 ) -> None:
-    """The comment just created must count as ours, or every event would create another:
+    """Check that the comment just created counts as ours.
+
+    The comment just created must count as ours, or every event would create another:
     the token writes as someone not in ``trusted-creators``. Take it back and say so."""
     login = str((created.get("user") or {}).get("login") or "")
     if login in config.authors:

@@ -9,7 +9,6 @@ usage report) and the dated price table (:mod:`gpu_ci.pricing`); the fetch layer
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -18,8 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.approval import Reads, approval_config
 from gpu_ci.github.jobs import GpuMatcher, parse_time
-from gpu_ci.github.statuses import StatusConfig, approval_config
 from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
 
 #: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
@@ -70,6 +69,19 @@ def parse_budget(text: str) -> Budget:
     if unit.startswith("h"):
         return Budget(amount * 60, "minutes")
     return Budget(amount, "minutes")
+
+
+#: Why a budget in USD is refused without ``gpu-price``.
+NEEDS_PRICE = (
+    "input 'monthly-budget' is an amount of money, so 'gpu-price' is needed: a per-minute "
+    "amount (gpu-price: 0.052) or a GitHub-hosted GPU SKU (gpu-price: linux_4_core_gpu)."
+)
+
+
+def require_price(plan: Budget, price: Price | None) -> None:
+    """Refuse a budget in USD without ``gpu-price``: minutes cannot become money."""
+    if plan.unit == "usd" and price is None:
+        raise UsageError(NEEDS_PRICE)
 
 
 def parse_gpu_price(text: str, table: PriceTable, today: date) -> Price:
@@ -271,9 +283,11 @@ def _is_gpu(job: Mapping[str, Any], matcher: GpuMatcher, waiting: bool) -> bool:
 def needs_approval(
     run: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], matcher: GpuMatcher
 ) -> bool:
-    """Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
+    """Whether a fork's run waits for a GPU runner unreserved.
+
+    Whether ``run`` is a fork's ``pull_request`` run (not :func:`run_reserves`) with a GPU
     job waiting for a runner: its waiting jobs reserve only when the run holds its head's
-    current approval (:func:`gpu_ci.github.statuses.approved_run`), which costs a read of
+    current approval (:func:`gpu_ci.github.approval.approved_run`), which costs a read of
     the head's statuses. Any other event of a fork's run is never an approval's run."""
     if run_reserves(run) or run.get("event") != "pull_request":
         return False
@@ -315,7 +329,9 @@ def _asks_for_group_only(job: Mapping[str, Any], matcher: GpuMatcher) -> bool:
 
 
 def pull_request_of(run: Mapping[str, Any]) -> str:
-    """``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
+    """The pull request a run belongs to, as ``#123``.
+
+    ``#123`` from the run's ``pull_requests``; for a fork's pull request, which GitHub
     lists there never, ``owner/repo:branch`` from ``head_repository`` and ``head_branch``
     (``(deleted fork):branch`` when the fork is gone), so that fork pull requests are not
     one row; empty for a run of this repository that is no pull request."""
@@ -332,134 +348,6 @@ def pull_request_of(run: Mapping[str, Any]) -> str:
     if isinstance(head, dict) and head.get("id") != base_id:
         return f"{head.get('full_name') or head.get('id')}:{branch}"
     return ""
-
-
-# -- the ledger: runs already counted -----------------------------------------------------
-
-LEDGER_VERSION = 1
-
-
-def _finite(value: Any) -> float:
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
-    return number
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """Completed runs already counted (``run id -> attempt``) and their GPU jobs' costs.
-
-    Written by ``gpu-spend`` on a trusted event (schedule or push on the default branch) and
-    read by the gate, which checks where it came from (see ``spend.trusted_artifact``): a
-    ledger a pull request could write would let it claim a lower spend.
-    """
-
-    repository: str
-    month: str
-    matcher: str
-    """``ledger_key()`` when written: which GPU jobs of which workflows; a ledger of other
-    jobs or workflows is not reused (it would miss or add runs)."""
-    through: str
-    """ISO time: every run created before this time's day (UTC) is complete and counted
-    here; runs created on that day or later are listed again."""
-    runs: dict[str, int] = field(default_factory=dict)
-    jobs: tuple[JobCost, ...] = ()
-    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Job id -> (started, completed) epoch seconds of the jobs counted: what gpu-spend
-    matches gpu-monitor reports to when it reuses the ledger (absent in older ledgers)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": LEDGER_VERSION,
-            "repository": self.repository,
-            "month": self.month,
-            "matcher": self.matcher,
-            "through": self.through,
-            "runs": self.runs,
-            "jobs": [j.to_json() for j in self.jobs],
-            "windows": {k: list(v) for k, v in self.windows.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Ledger | None:
-        """``None`` for anything that is not a ledger of this version (then: count afresh)."""
-        try:
-            if data.get("version") != LEDGER_VERSION:
-                return None
-            return cls(
-                str(data["repository"]),
-                str(data["month"]),
-                str(data["matcher"]),
-                str(data["through"]),
-                {str(k): int(v) for k, v in dict(data["runs"]).items()},
-                tuple(JobCost.from_json(j) for j in data["jobs"]),
-                {
-                    str(k): (_finite(v[0]), _finite(v[1]))
-                    for k, v in dict(data.get("windows") or {}).items()
-                },
-            )
-        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):
-            return None
-
-    def usable(
-        self, repository: str, month: Month, matcher: GpuMatcher, workflows: Sequence[str]
-    ) -> bool:
-        return (
-            self.repository.lower() == repository.lower()
-            and self.month == str(month)
-            and self.matcher == ledger_key(matcher, workflows)
-        )
-
-    def counted(self, run: Mapping[str, Any]) -> bool:
-        """The run is in the ledger at the same attempt, completed then and now."""
-        return run.get("status") == "completed" and self.runs.get(str(run.get("id"))) == int(
-            run.get("run_attempt") or 1
-        )
-
-
-def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
-    return f"{matcher.describe()} in {', '.join(sorted(workflows)) or 'every workflow'}"
-
-
-def build_ledger(
-    repository: str,
-    month: Month,
-    matcher: GpuMatcher,
-    workflows: Sequence[str],
-    now: datetime,
-    runs: Sequence[Mapping[str, Any]],
-    costs: Sequence[JobCost],
-    reused: Mapping[str, int] | None = None,
-    windows: Mapping[int, tuple[float, float]] | None = None,
-) -> Ledger:
-    """A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
-    (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
-
-    ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
-    that the gate, which lists the runs created since that day, still sees that run."""
-    done = dict(reused or {})
-    done.update(
-        (str(r["id"]), int(r.get("run_attempt") or 1))
-        for r in runs
-        if r.get("status") == "completed"
-    )
-    through = now
-    for r in runs:
-        created = parse_time(r.get("created_at"))
-        if r.get("status") != "completed" and created is not None:
-            through = min(through, created)
-    kept = tuple(c for c in costs if str(c.run_id) in done and c.state == "completed")
-    spans = windows or {}
-    return Ledger(
-        repository,
-        str(month),
-        ledger_key(matcher, workflows),
-        through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-        done,
-        kept,
-        {str(c.job_id): spans[c.job_id] for c in kept if c.job_id in spans},
-    )
 
 
 # -- totals and the verdict ----------------------------------------------------------------
@@ -490,7 +378,9 @@ def total(costs: Sequence[JobCost], source: str) -> Spend:
 def billing_spend(
     items: Iterable[Mapping[str, Any]], skus: Iterable[str], repository: str | None, month: Month
 ) -> Spend:
-    """GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
+    """GPU minutes and cost from GitHub's billing usage report.
+
+    GPU minutes and net cost in GitHub's billing usage report, for the given SKUs
     (any spelling the API uses) and, for a per-repository budget, one repository."""
     from gpu_ci.pricing import normalise_sku
 
@@ -523,7 +413,7 @@ def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal
     """Refuse when month-to-date spend + this run's reservation exceeds the budget."""
     if budget.unit == "usd":
         if price_now is None:
-            raise UsageError("a budget in USD needs 'gpu-price' (an amount or a GPU SKU).")
+            raise UsageError(NEEDS_PRICE)
         spent, reservation = spend.usd, price_now * reserve_minutes
     else:
         spent, reservation = Decimal(spend.minutes), Decimal(reserve_minutes)
@@ -552,7 +442,7 @@ class BudgetConfig:
     scope: str
     workflows: tuple[str, ...]
     ledger_artifact: str
-    approvals: StatusConfig = field(default_factory=approval_config)
+    approvals: Reads = field(default_factory=approval_config)
     """Where a fork run's approval is read (gpu-status's ``context`` and
     ``trusted-creators``; their defaults unless the caller knows better)."""
 
@@ -568,18 +458,15 @@ def make_budget_config(
     table: PriceTable,
     today: date,
 ) -> BudgetConfig | None:
-    """The validated budget inputs; ``None`` when no budget is set (every other budget input
+    """The checked budget inputs, or None without a budget.
+
+    The validated budget inputs; ``None`` when no budget is set (every other budget input
     is then ignored). Every mistake is a :class:`UsageError` that says what to write."""
     if not monthly_budget.strip():
         return None
     parsed = parse_budget(monthly_budget)
     price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
-    if parsed.unit == "usd" and price is None:
-        raise UsageError(
-            "input 'monthly-budget' is an amount of money, so 'gpu-price' is "
-            "needed: a per-minute amount (gpu-price: 0.052) or a GitHub-hosted "
-            "GPU SKU (gpu-price: linux_4_core_gpu)."
-        )
+    require_price(parsed, price)
     unknown = on_unknown.strip().lower()
     if unknown not in BUDGET_ON_UNKNOWN:
         raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")
@@ -623,7 +510,9 @@ BREAKDOWNS = {
 
 
 def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
-    """Minutes, cost and job count per value of one field, the biggest first."""
+    """Minutes, cost and job count per value of one field.
+
+    The biggest come first."""
     acc: dict[str, list[Any]] = {}
     for c in costs:
         key = str(getattr(c, field_name)) or "(none)"
@@ -640,7 +529,9 @@ def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:
 def cumulative(
     costs: Iterable[JobCost], month: Month, last_day: date, unit: str
 ) -> list[tuple[date, Decimal]]:
-    """Spend (USD or minutes) up to and including each day of the month up to ``last_day``."""
+    """Spend up to and including each day of the month.
+
+    In USD or minutes, through ``last_day``."""
     per_day: dict[str, Decimal] = {}
     for c in costs:
         per_day[c.day] = per_day.get(c.day, Decimal(0)) + (

@@ -1,4 +1,6 @@
-"""Idle cost for the spend report, from the JSON reports ``gpu-monitor`` leaves as artifacts.
+"""Idle cost for the spend report, from gpu-monitor's reports.
+
+Idle cost for the spend report, from the JSON reports ``gpu-monitor`` leaves as artifacts.
 
 How they are found: one listing of the repository's artifacts per page (newest first, at
 most ``MAX_LISTING_PAGES`` pages, stopping at the first artifact made before the month);
@@ -21,12 +23,6 @@ forged can neither lower nor exceed the job's counted spend.
 
 from __future__ import annotations
 
-import functools
-import io
-import json
-import math
-import zipfile
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,112 +30,14 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github import budget
 from gpu_ci.github.client import ApiError, Rest
+from gpu_ci.github.monitor_artifact import MAX_REPORT_BYTES, read_monitor_report
+from gpu_ci.github.spend import budget
 
 MAX_LISTING_PAGES = 10
 """Artifact listing pages of 100 read at most (1,000 artifacts)."""
-MAX_REPORT_BYTES = 2 * 1024 * 1024
-"""A gpu-monitor report is a few kB per GPU; a larger artifact or member is skipped."""
 SLACK_S = 120.0
 """Runner clock vs GitHub's job times: the monitor's window may stick out this much."""
-
-
-# -- the report's schema (a copy of actions/gpu-monitor/report.schema.json, tested equal) --
-
-_KNOWN = {
-    "$schema",
-    "$id",
-    "title",
-    "description",
-    "type",
-    "required",
-    "properties",
-    "additionalProperties",
-    "items",
-    "const",
-    "enum",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-}
-
-
-@functools.lru_cache(maxsize=1)
-def _schema() -> dict[str, Any]:
-    from importlib.resources import files
-
-    text = files("gpu_ci").joinpath("data/monitor-report.schema.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-def _versions() -> str:
-    return " or ".join(str(v) for v in report_versions())
-
-
-def report_versions() -> tuple[int, ...]:
-    """The gpu-monitor report versions this package reads: the schema's ``schema_version``
-    enum, the one place that says (the idle column, the watchdog's GPU-lost evidence)."""
-    return tuple(_schema()["properties"]["schema_version"]["enum"])
-
-
-def _type_ok(value: Any, name: str) -> bool:
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    kinds: dict[str, Any] = {
-        "string": str,
-        "boolean": bool,
-        "object": dict,
-        "array": list,
-        "null": type(None),
-    }
-    return isinstance(value, kinds[name])
-
-
-def schema_errors(value: Any, schema: Mapping[str, Any], where: str = "$") -> list[str]:
-    """Where ``value`` breaks ``schema``: the JSON Schema keywords report.schema.json uses
-    (see ``_KNOWN``; any other keyword raises, so a schema change cannot pass unchecked).
-    Hand-written because jsonschema would add five packages, one compiled, to every
-    github-group action (the gate included) for eleven keywords; the tests check it agrees
-    with jsonschema on good and broken reports."""
-    unknown = set(schema) - _KNOWN
-    if unknown:
-        raise ValueError(f"report schema keyword(s) not supported: {sorted(unknown)}")
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        if not any(_type_ok(value, n) for n in names):
-            return [f"{where}: not {' or '.join(names)}"]
-    if "const" in schema and value != schema["const"]:
-        return [f"{where}: must be {schema['const']!r}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{where}: must be one of {schema['enum']}"]
-    errors: list[str] = []
-    if _type_ok(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{where}: below {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{where}: above {schema['maximum']}")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            errors.append(f"{where}: not above {schema['exclusiveMinimum']}")
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        errors += [f"{where}: {k} missing" for k in schema.get("required") or [] if k not in value]
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if key in props:
-                errors += schema_errors(item, props[key], f"{where}.{key}")
-            elif extra is False:
-                errors.append(f"{where}: unexpected {key}")
-            elif isinstance(extra, dict):
-                errors += schema_errors(item, extra, f"{where}.{key}")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            errors += schema_errors(item, schema["items"], f"{where}[{i}]")
-    return errors
 
 
 # -- finding and reading the artifacts -------------------------------------------------------
@@ -190,53 +88,12 @@ class Found:
     downloads: int
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):  # RFC 8259 numbers, but too large for a float: 1e999
-        raise ValueError(f"{text} is not a finite number")
-    return number
-
-
-def load_json(raw: bytes) -> Any:
-    """A report's JSON as RFC 8259 has it: Python's json also reads NaN and Infinity, which
-    pass every minimum/maximum of the schema (no comparison with NaN fails) and made a
-    month's idle sum NaN; here they are a ValueError (an unreadable report), and so is a
-    number such as ``1e999`` that ``float`` reads as infinity (it passes a ``minimum``)."""
-    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
-
-
 def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | None, str]:
-    """The report in one artifact's zip, or ``None`` and why it was skipped."""
+    """The report in one artifact's zip, or None and why."""
     label = f"artifact '{art.get('name')}' #{art.get('id')}"
-    try:
-        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
-            members = [i for i in archive.infolist() if i.filename.endswith(".json")]
-            pick = [i for i in members if i.filename.rsplit("/", 1)[-1] == "report.json"]
-            if len(pick) != 1 and len(members) != 1:
-                return None, f"{label}: no report.json (nor a single .json file) in it"
-            info = (pick or members)[0]
-            if info.file_size > MAX_REPORT_BYTES:
-                return None, f"{label}: {info.filename} is over {MAX_REPORT_BYTES} bytes"
-            data = load_json(archive.read(info))
-    except (
-        zipfile.BadZipFile,
-        ValueError,
-        OSError,
-        RuntimeError,
-        EOFError,
-        zlib.error,
-    ) as exc:  # RuntimeError: RecursionError, unsupported compression
-        return None, f"{label}: not a readable zip of JSON ({exc})"
-    errors = schema_errors(data, _schema())
-    if errors:
-        return None, (
-            f"{label}: not a gpu-monitor report (schema_version {_versions()}): "
-            + "; ".join(errors[:3])
-        )
+    data, why = read_monitor_report(blob)
+    if data is None:
+        return None, f"{label}: {why}"
     if data["cost"]["idle_fraction"] is None:  # a GPU without a utilisation counter
         return (
             None,

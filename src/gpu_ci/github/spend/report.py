@@ -1,7 +1,7 @@
 """The gpu-spend report as data: the ``spend.json`` document, the CSV rows, the ledger to keep.
 
 Pure functions of what :mod:`gpu_ci.github.spend` collected (the month's GPU jobs, their
-costs, the billing report, the idle shares of :mod:`gpu_ci.github.idle`): the command writes
+costs, the billing report, the idle shares of :mod:`gpu_ci.github.spend.idle`): the command writes
 the files, the outputs and the Markdown summary from a :class:`Report`.
 """
 
@@ -16,9 +16,9 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from gpu_ci.github import budget
-from gpu_ci.github.idle import Idle, idle_breakdown, right_size_by
 from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
+from gpu_ci.github.spend.idle import Idle, idle_breakdown, right_size_by
 from gpu_ci.pricing import Price
 
 
@@ -70,18 +70,30 @@ class Report:
     idle: IdleFound | None
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What a spend report covers, and how it prices and judges it."""
+
+    repo: str
+    month: budget.Month
+    now: datetime
+    matcher: GpuMatcher
+    workflows: Sequence[str]
+    price: Price | None
+    plan: budget.Budget | None
+
+
 def build(
-    repo: str,
-    month: budget.Month,
-    now: datetime,
-    matcher: GpuMatcher,
-    workflows: Sequence[str],
-    price: Price | None,
-    plan: budget.Budget | None,
+    scope: Scope,
     costs: Sequence[budget.JobCost],
     billed: budget.Spend | None,
     idle: IdleFound | None,
 ) -> Report:
+    """The spend report of ``costs``.
+
+    With the billing report's total and idle cost, when they were read."""
+    repo, month, now, matcher = scope.repo, scope.month, scope.now, scope.matcher
+    workflows, price, plan = scope.workflows, scope.price, scope.plan
     ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
     tot = budget.total(ordered, "GPU jobs")
     unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
@@ -150,7 +162,9 @@ def idle_columns(got: Idle | None) -> dict[str, Any]:
 
 
 def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = None) -> str:
-    """One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
+    """The spend report's CSV, one row per GPU job.
+
+    One row per GPU job; with gpu-monitor reports read (``idle``), four idle columns at
     the end, empty for a job without a report."""
     out = io.StringIO()
     fields = [
@@ -183,13 +197,15 @@ def csv_text(jobs: Sequence[budget.JobCost], idle: Mapping[int, Idle] | None = N
     return out.getvalue()
 
 
-# -- minutes lost to infrastructure (gpu-watchdog's infra-file, issue 32) ---------------------
+# -- minutes lost to infrastructure (gpu-watchdog's infra-file) ---------------------------------
 
 INFRA_SCHEMA = "gpu-ci/infra-failures/v1"
 
 
 def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
-    """Job id -> the watchdog's evidence (its codes, comma-separated), from gpu-watchdog's
+    """gpu-watchdog's evidence per job, from its infra-files.
+
+    Job id -> the watchdog's evidence (its codes, comma-separated), from gpu-watchdog's
     ``infra-file`` documents (path -> text); and a note per file or row not understood.
     Sweeps repeat, so a job listed by several files counts once."""
     lost: dict[int, str] = {}

@@ -41,8 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.github.idle import report_versions
 from gpu_ci.github.jobs import parse_time
+from gpu_ci.github.monitor_artifact import report_versions
 
 INFRASTRUCTURE = "infrastructure"
 TEST = "test"
@@ -147,7 +147,9 @@ def step_evidence(job: Mapping[str, Any]) -> list[Evidence]:
 
 
 def report_window(report: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(started, ended) of a gpu-monitor report, seconds since the epoch; None if absent."""
+    """A report's window, in seconds since the epoch.
+
+    (started, ended) of a gpu-monitor report, seconds since the epoch; None if absent."""
     start, end = report.get("started"), report.get("ended")
     if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
         return None
@@ -165,14 +167,18 @@ def report_is_for(report: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
 
 
 def _entries(report: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    """The mappings of a report's list field; anything else (a number, a string, a list of
+    """The mappings of a report's list field.
+
+    The mappings of a report's list field; anything else (a number, a string, a list of
     numbers: PR code can upload any artifact under the monitor's name) counts as absent."""
     value = report.get(key)
     return [e for e in value if isinstance(e, Mapping)] if isinstance(value, list) else []
 
 
 def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]:
-    """GPU lost / Xid 79 / sampler ended, from a report's documented fields
+    """The evidence a gpu-monitor report gives.
+
+    GPU lost / Xid 79 / sampler ended, from a report's documented fields
     (``findings[].code``, ``gpus[].lost_at_s``, the same in every version
     ``idle.report_versions()`` names); a report of another schema gives nothing."""
     if report.get("schema_version") not in report_versions():
@@ -195,7 +201,9 @@ def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]
 
 
 def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
-    """The verdict for one job from all the evidence gathered for it (the module's rules)."""
+    """The verdict for one job, from all its evidence.
+
+    The module's rules decide."""
     name, job_id = str(job.get("name") or ""), int(job.get("id") or 0)
     gathered = tuple(evidence)
     if not failed(job):

@@ -1,0 +1,506 @@
+"""A maintainer's approval of one commit, and every reading of it.
+
+gpu-status writes an approval as a commit status on the pull request's head; the gate,
+gpu-status, the budget, gpu-watchdog and the runner admission hook read it. Each feature
+reads approvals only here. The readings differ today, and each keeps its own rule:
+
+* :func:`admitting_approver` (the runner admission hook): the newest "Approved by" of
+  the head, result statuses included. Any job at an approved head is admitted.
+* :func:`approved_run` (the budget): the run the head's current approval started, and
+  still holds it (its record is the newest status).
+* :func:`result_binding` (gpu-status's results): the same binding, and which retry record
+  a retried attempt reports over.
+* :func:`watchdog_hold` (gpu-watchdog's retry): a current approval whose approver started
+  the run; the caller then checks that the pull request is still open at that head.
+* :func:`approved_pull` (gpu-status's PR comment): the pull request the approval names.
+
+The status rules, on the head commit:
+
+1. **The approval** is the newest "Approved by @x for <sha>: GPU run queued." status of
+   the head, written by a trusted creator, not revoked by a newer "waiting" (a push, a
+   reopening) nor replaced by a newer comment approval. Its ``target_url`` names the pull
+   request; its ``created_at`` the time.
+2. **A run is the approval's run** when its event is ``pull_request``, its attempt is 1 or
+   gpu-watchdog's "retried" record of exactly that attempt lies above the approval, its
+   triggering actor is the approver (a retried attempt: its first actor is, and the
+   retry's is a trusted creator), it was created in ``[approval - APPROVAL_LAG, approval
+   + CLOCK_SLACK]``, no older approval was posted after it was created, and, when GitHub
+   lists its pull requests, the approved one is among them.
+3. **The first bound run claims the approval**: its "in progress" record is written above
+   the approval, so a second run holds nothing.
+4. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
+   run in progress.", linking the comment workflow's own run. It is also a newer approval:
+   a ``pull_request`` run never binds to a label approval below it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+from gpu_ci.github.commit_status import (
+    DEFAULT_CONTEXT,
+    DEFAULT_CREATORS,
+    latest_of,
+    same_context,
+    short,
+)
+from gpu_ci.github.jobs import parse_time
+
+#: How long before the approval status its run may have been created: the label event
+#: creates the run, then the privileged job (queued, bootstrapped) posts the approval.
+APPROVAL_LAG = timedelta(minutes=30)
+#: Tolerance for a run created just after the approval status (one GitHub event, two clocks).
+CLOCK_SLACK = timedelta(seconds=60)
+IN_PROGRESS = "GPU run in progress"
+#: How gpu-watchdog's status for a run it re-ran begins (:func:`retried_text` writes it).
+RETRIED_PREFIX = "GPU run retried after the "
+#: How an approval came about (gpu-gate's ``approval`` output says the same words). In
+#: the commit status a trusted author's own head reads as a label's.
+HOW_LABEL = "label"
+HOW_COMMENT = "comment"
+HOW_TRUSTED_AUTHOR = "trusted-author"
+
+_LOGIN = r"[A-Za-z0-9][A-Za-z0-9-]*(?:\[bot\])?"
+_APPROVER = re.compile(rf"[Aa]pproved by @({_LOGIN})")
+#: The approval itself, as :func:`queued_text` writes it.
+_APPROVAL = re.compile(rf"Approved by @({_LOGIN}) for [0-9a-f]{{12}}: GPU run queued\.")
+#: A comment approval's record, as :func:`comment_text` writes it.
+_COMMENT_RECORD = re.compile(
+    rf"Approved by @({_LOGIN}) on #(\d+) for ([0-9a-f]{{12}}) by comment: GPU run in progress\."
+)
+_RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
+_PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
+#: The wordings of gpu-status's "waiting": posted after a push, they revoke older approvals.
+REVOKED = ("Waiting for approval", "New push (was ")
+
+
+class Reads(Protocol):
+    """Where approvals are read: a status context and its trusted writers."""
+
+    @property
+    def context(self) -> str: ...
+
+    @property
+    def creators(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Source:
+    """The context and trusted creators a feature reads approvals from."""
+
+    context: str = DEFAULT_CONTEXT
+    creators: tuple[str, ...] = DEFAULT_CREATORS
+
+
+def approval_config(
+    context: str = DEFAULT_CONTEXT, creators: Sequence[str] = DEFAULT_CREATORS
+) -> Source:
+    """Where the budget and the watchdog read approvals (gpu-status's defaults)."""
+    return Source(context, tuple(creators) or DEFAULT_CREATORS)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One maintainer's approval of one commit of one pull request."""
+
+    repository: str
+    number: int | None
+    """The pull request it names; None when its status links to none."""
+    head_sha: str
+    approver: str
+    how: str
+    """:data:`HOW_LABEL` (a label, or a trusted author's own head) or :data:`HOW_COMMENT`."""
+    created_at: str
+    status: Mapping[str, Any] = field(compare=False, repr=False)
+    """The commit status it was read from."""
+
+
+# -- writing the wordings ----------------------------------------------------------------
+
+
+def queued_text(approver: str, sha: str) -> str:
+    """The approval's description, as gpu-status posts it after the gate."""
+    return f"Approved by @{approver} for {short(sha)}: GPU run queued."
+
+
+def comment_text(approver: str, number: int, sha: str) -> str:
+    """A comment approval's record, as the comment workflow's status job posts it."""
+    return f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+
+
+def retried_text(what: str, attempt: int, reason: str) -> str:
+    """gpu-watchdog's record of its re-run of ``attempt``.
+
+    The new attempt is ``attempt + 1``."""
+    return f"{RETRIED_PREFIX}{what} was lost (attempt {attempt + 1}); attempt {attempt}: {reason}"
+
+
+# -- reading the statuses ----------------------------------------------------------------
+
+
+def trusted_statuses(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The statuses of ``context`` the trusted creators wrote (newest first).
+
+    Another writer's status in our context is as if it were not there (a null creator too):
+    a CI app a pull request can steer could plant an "Approved by" or a result."""
+    return [
+        s
+        for s in statuses
+        if same_context(s.get("context"), config.context)
+        and str((s.get("creator") or {}).get("login") or "") in config.creators
+    ]
+
+
+def run_key(target_url: str) -> tuple[int, int] | None:
+    """The run id and attempt a status's link names, or None."""
+    match = _RUN_URL.search(target_url)
+    return (int(match.group(1)), int(match.group(2) or 1)) if match else None
+
+
+def run_link(run: Mapping[str, Any]) -> str:
+    """The link every status written for a run carries: it records the run id and attempt."""
+    url = str(run.get("html_url") or "").rstrip("/")
+    return f"{url}/attempts/{attempt_of(run)}" if url else ""
+
+
+def attempt_of(run: Mapping[str, Any]) -> int:
+    """The run's attempt number (1 when GitHub's answer has none that reads)."""
+    try:
+        return int(run.get("run_attempt") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def key_of(run: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The run id and attempt of a run, as links name them."""
+    try:
+        return int(run.get("id") or 0), attempt_of(run)
+    except (TypeError, ValueError):
+        return None
+
+
+def pull_of(status: Mapping[str, Any]) -> int | None:
+    """The pull request a status links to, or None.
+
+    Approvals and "waiting" statuses link to theirs."""
+    match = _PULL_URL.search(str(status.get("target_url") or ""))
+    return int(match.group(1)) if match else None
+
+
+def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
+    """The newest approver among a commit's statuses, or "".
+
+    The login of the newest "Approved by" among a commit's statuses (newest first).
+
+    Results that name their approver count too. A newer "waiting" ends it. The match is
+    anchored to our own wordings, so that a refusal quoting text cannot read as one."""
+    for status in statuses:
+        if not same_context(status.get("context"), context):
+            continue
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED):
+            return ""  # a newer push (or reopening) of this very commit asks again
+        match = (
+            _APPROVER.match(text)
+            if text.startswith("Approved")
+            else (_APPROVER.search(text) if text.startswith(("GPU tests ", "GPU run ")) else None)
+        )
+        if match:
+            return match.group(1)
+    return ""
+
+
+def approval_status(
+    statuses: Sequence[Mapping[str, Any]], context: str
+) -> Mapping[str, Any] | None:
+    """The commit's current label approval status (newest first), or None.
+
+    That is the newest "Approved by @x for <sha>: GPU run queued." not revoked by a newer
+    "waiting", nor replaced by a newer comment approval (its run, not a ``pull_request``
+    run, reports)."""
+    for status in statuses:
+        if not same_context(status.get("context"), context):
+            continue
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED) or _COMMENT_RECORD.fullmatch(text):
+            return None
+        if _APPROVAL.fullmatch(text):
+            return status
+    return None
+
+
+def comment_pull(statuses: Sequence[Mapping[str, Any]], context: str) -> int | None:
+    """The pull request of the commit's current comment approval, or None.
+
+    ``statuses`` newest first; a newer "waiting" or label approval ends it."""
+    for status in statuses:
+        if not same_context(status.get("context"), context):
+            continue
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED) or _APPROVAL.fullmatch(text):
+            return None
+        match = _COMMENT_RECORD.fullmatch(text)
+        if match:
+            return int(match.group(2))
+    return None
+
+
+def comment_record(status: Mapping[str, Any] | None) -> tuple[str, int, str] | None:
+    """(approver, pull request, short sha) of a comment approval's record, else None."""
+    match = _COMMENT_RECORD.fullmatch(str((status or {}).get("description") or ""))
+    return (match.group(1), int(match.group(2)), match.group(3)) if match else None
+
+
+def is_approval(status: Mapping[str, Any]) -> bool:
+    """Whether ``status`` is a label approval's own wording."""
+    return _APPROVAL.fullmatch(str(status.get("description") or "")) is not None
+
+
+def current(
+    config: Reads, statuses: Sequence[Mapping[str, Any]], head_sha: str, repository: str = ""
+) -> Approval | None:
+    """The head's current approval, by label or by comment, as an :class:`Approval`."""
+    trusted = trusted_statuses(config, statuses)
+    for status in trusted:
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED):
+            return None
+        label = _APPROVAL.fullmatch(text)
+        comment = _COMMENT_RECORD.fullmatch(text)
+        if label or comment:
+            return Approval(
+                repository,
+                int(comment.group(2)) if comment else pull_of(status),
+                head_sha,
+                (label or comment).group(1),  # type: ignore[union-attr]
+                HOW_COMMENT if comment else HOW_LABEL,
+                str(status.get("created_at") or ""),
+                status,
+            )
+    return None
+
+
+# -- the readings each feature uses --------------------------------------------------------
+
+
+def admitting_approver(
+    context: str, creators: Sequence[str], statuses: Sequence[Mapping[str, Any]]
+) -> str:
+    """The runner admission hook's reading: who approved the head, or "".
+
+    The newest "Approved by" of the trusted creators in ``context`` (:func:`approval_of`):
+    results that name their approver count, and any job at that head is admitted."""
+    wanted = context.casefold()
+    trusted = [
+        dict(s, context=context)
+        for s in statuses
+        if str(s.get("context") or "").casefold() == wanted
+        and str((s.get("creator") or {}).get("login") or "") in creators
+    ]
+    return approval_of(trusted, context)
+
+
+def approved_pull(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> int | None:
+    """gpu-status's PR comment: the pull request the current label approval names."""
+    approval = approval_status(trusted_statuses(config, statuses), config.context)
+    return pull_of(approval) if approval is not None else None
+
+
+def _binds(
+    run: Mapping[str, Any],
+    approval: Mapping[str, Any],
+    approver: str,
+    earlier: Sequence[Mapping[str, Any]] = (),
+    retried: bool = False,
+    retriers: Sequence[str] = (),
+) -> str:
+    """Why ``run`` is not the run ``approval`` started, or "".
+
+    Empty when ``run`` is the run ``approval`` started (rule 2), else why not.
+
+    ``earlier``: the commit's older approvals; a run belongs to the first approval posted
+    after it was created (a label applied twice: the first run is not the second's).
+    ``retried``: gpu-watchdog's retry record of this very attempt is above the approval;
+    ``retriers``: the accounts whose re-run that can be."""
+    attempt = attempt_of(run)
+    trigger = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
+    # a re-run keeps the run's first actor; the approver must have started the run itself
+    first = str((run.get("actor") or {}).get("login") or "")
+    actor = first if attempt != 1 else trigger
+    if run.get("event") != "pull_request":
+        return f"a '{run.get('event')}' run of a pull request is not the approval's run."
+    if not approver or actor != approver:
+        return f"run triggered by @{actor}, not by the approver @{approver}."
+    if attempt != 1 and not retried:
+        return (
+            f"attempt {attempt} is no re-run gpu-watchdog recorded on the head, and a re-run "
+            "reuses the gate's old decision (head, budget): approve again to run the GPU "
+            "tests again."
+        )
+    if attempt != 1 and trigger not in retriers:
+        return (
+            f"attempt {attempt} was started by @{trigger}, not by gpu-watchdog's account "
+            f"({', '.join(retriers)}), although its retry record names it."
+        )
+    return _binds_in_time(run, approval, earlier)
+
+
+def _binds_in_time(
+    run: Mapping[str, Any], approval: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]]
+) -> str:
+    """Why the run was not created by ``approval`` for its pull request.
+
+    Empty when it was (and by no earlier approval)."""
+    created = parse_time(run.get("created_at"))
+    approved = parse_time(approval.get("created_at"))
+    if created is None or approved is None:
+        return "the run or the approval has no creation time: cannot bind them."
+    if not approved - APPROVAL_LAG <= created <= approved + CLOCK_SLACK:
+        return (
+            f"run created at {run.get('created_at')}, not by the approval posted at "
+            f"{approval.get('created_at')}."
+        )
+    for older in earlier:
+        at = parse_time(older.get("created_at"))
+        if at is None or created <= at + CLOCK_SLACK:
+            return (
+                f"run created at {run.get('created_at')} belongs to the earlier approval "
+                f"posted at {older.get('created_at')}, not to the newest one."
+            )
+    number = pull_of(approval)
+    listed = [p.get("number") for p in run.get("pull_requests") or [] if isinstance(p, dict)]
+    if number is not None and listed and number not in listed:
+        return f"the run is for pull request {listed}, the approval for #{number}."
+    return ""
+
+
+def _earlier_approvals(
+    statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """The approvals of ``context`` listed below ``approval`` (revoked ones included)."""
+    ours = [s for s in statuses if same_context(s.get("context"), context)]
+    below = ours[next((i for i, s in enumerate(ours) if s is approval), len(ours)) + 1 :]
+    return [s for s in below if is_approval(s)]
+
+
+def above(
+    statuses: Sequence[Mapping[str, Any]], context: str, approval: Mapping[str, Any]
+) -> Iterator[Mapping[str, Any]]:
+    """The statuses of ``context`` newer than ``approval``, newest first."""
+    for status in statuses:
+        if not same_context(status.get("context"), context):
+            continue
+        if status is approval:
+            return
+        yield status
+
+
+def _retry_record(
+    statuses: Sequence[Mapping[str, Any]],
+    context: str,
+    approval: Mapping[str, Any],
+    key: tuple[int, int] | None,
+    attempt: int,
+) -> Mapping[str, Any] | None:
+    """gpu-watchdog's "retried" status of run attempt ``key`` written above ``approval``.
+
+    Above it means after it, so the watchdog checked that it was current. None otherwise."""
+    if attempt == 1 or key is None:
+        return None
+    for status in above(statuses, context, approval):
+        text = str(status.get("description") or "")
+        url = str(status.get("target_url") or "")
+        if (
+            status.get("state") == "pending"
+            and text.startswith(RETRIED_PREFIX)
+            and run_key(url) == key
+        ):
+            return status
+    return None
+
+
+def result_binding(
+    config: Reads,
+    statuses: Sequence[Mapping[str, Any]],
+    run: Mapping[str, Any],
+    approval: Mapping[str, Any],
+    mine: Any,
+) -> tuple[str, Mapping[str, Any] | None, str]:
+    """gpu-status's reading: (approver, retry record or None, why ``run`` does not bind).
+
+    The retry record is gpu-watchdog's for this attempt; ``why`` is empty when the run is
+    the approval's (rule 2). The budget's :func:`approved_run` reads the same binding."""
+    match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
+    approver = match.group(1) if match else ""
+    retry = _retry_record(statuses, config.context, approval, mine, attempt_of(run))
+    why = _binds(
+        run,
+        approval,
+        approver,
+        _earlier_approvals(statuses, config.context, approval),
+        retry is not None,
+        config.creators,
+    )
+    return approver, retry, why
+
+
+def approved_run(
+    config: Reads, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
+) -> str:
+    """The budget's reading: empty when ``run`` holds its head's approval, else why not.
+
+    Only then do a fork run's jobs waiting for a runner reserve. ``statuses``: the head's,
+    newest first; only the trusted creators' count. The run must bind to the current
+    approval (rule 2), and the head's newest status is the approval itself (its run not yet
+    recorded) or a record of this very run and attempt (rule 3)."""
+    trusted = trusted_statuses(config, statuses)
+    approval = approval_status(trusted, config.context)
+    if approval is None:
+        return (
+            f"{short(str(run.get('head_sha') or ''))} carries no current approval in "
+            f"'{config.context}' from {', '.join(config.creators)}."
+        )
+    mine = key_of(run)
+    _approver, _retry, why = result_binding(config, trusted, run, approval, mine)
+    if why:
+        return why
+    latest = latest_of(trusted, config.context)
+    if latest is approval or run_key(str((latest or {}).get("target_url") or "")) == mine:
+        return ""
+    return (
+        f"the approval's newest status '{(latest or {}).get('description')}' is another "
+        "run's: this run does not hold the approval."
+    )
+
+
+def watchdog_hold(
+    config: Reads, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
+) -> tuple[Approval | None, str]:
+    """gpu-watchdog's reading: the approval a pull request's run may be re-run under.
+
+    The head's current label approval, whose approver started the run. Returns it, or
+    None and why not. The caller then checks the pull request is open at that head."""
+    sha = str(run.get("head_sha") or "")
+    found = approval_status(trusted_statuses(config, statuses), config.context)
+    if found is None:
+        return (
+            None,
+            f"the head {sha[:12]} has no current approval ('{config.context}'): approve again",
+        )
+    # The approval's own run only (gpu-status binds no other): any run of an approved
+    # head may use GPU runners, a fork's own run of its edited workflow too.
+    approver = approval_of([found], config.context)
+    actor = str((run.get("actor") or {}).get("login") or "")
+    if not approver or actor != approver:
+        return None, (
+            f"run {run.get('id')} was started by @{actor}, not by the approver "
+            f"@{approver}: only the approval's run is re-run"
+        )
+    approval = Approval(
+        "", pull_of(found), sha, approver, HOW_LABEL, str(found.get("created_at") or ""), found
+    )
+    return approval, ""

@@ -1,0 +1,78 @@
+"""gpu-gate: whether this event may run the GPU job, from pure functions.
+
+The shell (``commands/gpu_gate.py``) calls :func:`triage` on the event; a final
+:class:`Decision` needs no API call. Otherwise it fetches exactly what the returned check
+asks for (the labeller's role and the pull request: two REST calls; changed files only
+when ``paths`` is set) and calls :func:`decide_pull` or :func:`decide_push`. A comment
+command (:class:`CommentCheck`) needs the same two calls and :func:`decide_comment`; a
+trusted author's push (:class:`TrustedCheck`) those plus the head commit, and
+:func:`decide_trusted`.
+
+:mod:`.config` checks the inputs, :mod:`.checks` triages the event, :mod:`.decide`
+decides, :mod:`.paths` matches ``paths``; :mod:`.labels` is remove-label's. This package
+re-exports the names ``commands/gpu_gate.py`` uses.
+"""
+
+from gpu_ci.github.event import PR_EVENTS
+from gpu_ci.github.gate.checks import (
+    NULL_SHA,
+    TRUSTED_ACTIONS,
+    CommentCheck,
+    Decision,
+    PullCheck,
+    PushCheck,
+    Triage,
+    TrustedCheck,
+    triage,
+    triage_comment,
+)
+from gpu_ci.github.gate.config import (
+    MIN_PERMISSIONS,
+    ROLE_RANK,
+    RUN_ON_EVENTS,
+    GateConfig,
+    make_config,
+    parse_run_on,
+    runs_on_json,
+)
+from gpu_ci.github.gate.decide import (
+    approvers_of,
+    decide_comment,
+    decide_pull,
+    decide_push,
+    decide_review,
+    decide_trusted,
+    refuse_role,
+    refuse_trusted,
+    role_of,
+)
+
+__all__ = [
+    "MIN_PERMISSIONS",
+    "NULL_SHA",
+    "PR_EVENTS",
+    "ROLE_RANK",
+    "RUN_ON_EVENTS",
+    "TRUSTED_ACTIONS",
+    "CommentCheck",
+    "Decision",
+    "GateConfig",
+    "PullCheck",
+    "PushCheck",
+    "Triage",
+    "TrustedCheck",
+    "approvers_of",
+    "decide_comment",
+    "decide_pull",
+    "decide_push",
+    "decide_review",
+    "decide_trusted",
+    "make_config",
+    "parse_run_on",
+    "refuse_role",
+    "refuse_trusted",
+    "role_of",
+    "runs_on_json",
+    "triage",
+    "triage_comment",
+]

@@ -1,0 +1,135 @@
+"""gpu-gate's inputs, checked: the label, roles, events, runner labels.
+
+Every mistake is a :class:`UsageError` that says what to write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpu_ci.errors import UsageError
+from gpu_ci.github import comment
+from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
+
+#: Repository roles in increasing order of trust.
+ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
+MIN_PERMISSIONS = ("triage", "write", "maintain", "admin")
+#: Events that may run without a label (:data:`gpu_ci.github.event.TRUSTED_EVENTS`).
+RUN_ON_EVENTS = TRUSTED_EVENTS
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """gpu-gate's checked inputs."""
+
+    label: str
+    min_permission: str
+    run_on: frozenset[str]
+    require_fresh_head: bool
+    paths: tuple[str, ...]
+    skip_draft: bool
+    gpu_runs_on: str
+    """Compact JSON; empty when the workflow names its GPU runners itself."""
+    cpu_runs_on: str
+    require_approved_review: bool = False
+    comment_command: str = ""
+    """Empty: comment commands are off."""
+    tiers: tuple[str, ...] = ()
+    trusted_authors: str = ""
+    """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
+    trusted_authors_verified: bool = False
+
+
+def runs_on_json(name: str, value: str) -> str:
+    """A runner label or JSON value, as compact JSON.
+
+    A plain label becomes a JSON string; JSON is validated and compacted."""
+    text = value.strip()
+    if not text:
+        raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")
+    if text[0] in '[{"':
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
+                f"{exc.colno}): {text!r}."
+            ) from None
+        if not isinstance(parsed, (str, list, dict)):
+            raise UsageError(f"input '{name}' must be a label, a list or an object: {text!r}.")
+        return json.dumps(parsed, separators=(",", ":"))
+    return json.dumps(text)
+
+
+def parse_run_on(items: Sequence[str]) -> frozenset[str]:
+    """``run-on``: only events whose commit needs no approval; anything else is refused."""
+    events = {item.strip().lower() for item in items if item.strip()}
+    label_path = sorted(events & set(PR_EVENTS))
+    if label_path:
+        raise UsageError(
+            f"input 'run-on' lists {', '.join(label_path)}: pull requests always take the "
+            "label path (a maintainer applies the gate label); remove it from run-on."
+        )
+    unknown = sorted(events - set(RUN_ON_EVENTS))
+    if unknown:
+        raise UsageError(
+            f"input 'run-on' lists {', '.join(repr(e) for e in unknown)}: only "
+            f"{', '.join(RUN_ON_EVENTS)} may run without a label (other events, such as "
+            "reviews or comments, can be triggered by anyone)."
+        )
+    return frozenset(events)
+
+
+def make_config(
+    label: str,
+    min_permission: str,
+    run_on: Sequence[str],
+    require_fresh_head: bool,
+    paths: Sequence[str],
+    skip_draft: bool,
+    gpu_runs_on: str,
+    cpu_runs_on: str,
+    require_approved_review: bool = False,
+    comment_command: str = "",
+    tiers: Sequence[str] = (),
+    trusted_authors: str = "",
+    trusted_authors_verified: bool = False,
+) -> GateConfig:
+    """The checked config (one argument per input of the action)."""
+    perm = _role_input("min-permission", min_permission)
+    trusted = trusted_authors.strip().lower()
+    trusted = "" if trusted in ("", "false", "none", "off") else trusted
+    if trusted:
+        trusted = _role_input("trusted-authors", trusted)
+    if not label.strip():
+        raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
+    return GateConfig(
+        label=label.strip(),
+        min_permission=perm,
+        run_on=parse_run_on(run_on),
+        require_fresh_head=require_fresh_head,
+        paths=tuple(paths),
+        skip_draft=skip_draft,
+        # no default: a default naming self-hosted labels would send jobs to whatever
+        # runner happens to carry them
+        gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
+        cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
+        require_approved_review=require_approved_review,
+        comment_command=comment.parse_command_setting(comment_command),
+        tiers=comment.parse_tiers(tiers),
+        trusted_authors=trusted,
+        trusted_authors_verified=trusted_authors_verified,
+    )
+
+
+def _role_input(name: str, value: str) -> str:
+    """A role input, lower-cased; anything but a known role is refused."""
+    role = value.strip().lower()
+    if role not in MIN_PERMISSIONS:
+        off = " (or empty to turn trusted authors off)" if name == "trusted-authors" else ""
+        raise UsageError(
+            f"input '{name}' must be one of {', '.join(MIN_PERMISSIONS)}{off}; got {value!r}."
+        )
+    return role

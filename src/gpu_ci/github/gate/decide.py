@@ -1,0 +1,389 @@
+"""gpu-gate's decision once the API answers a check asked for are in.
+
+The role rule, the head rule, the shared pull request rules (open, draft, ``paths``), for
+a label, a comment command, a trusted author's push and a ``push`` with ``paths``. The
+comment and commit rules themselves live in :mod:`gpu_ci.github.comment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gpu_ci.github import comment
+from gpu_ci.github.approval import HOW_COMMENT, HOW_LABEL, HOW_TRUSTED_AUTHOR
+from gpu_ci.github.gate.checks import CommentCheck, Decision, PullCheck, PushCheck, TrustedCheck
+from gpu_ci.github.gate.config import ROLE_RANK, GateConfig
+from gpu_ci.github.gate.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
+
+
+def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
+    """(role, exact) from ``GET .../collaborators/{user}/permission``.
+
+    ``role_name`` is exact; a custom role or an older server without it falls back to the
+    legacy ``permission`` field, which reports maintain as write and triage as read.
+    """
+    role = str(permission_answer.get("role_name") or "").lower()
+    if role in ROLE_RANK:
+        return role, True
+    legacy = str(permission_answer.get("permission") or "none").lower()
+    return (legacy if legacy in ROLE_RANK else "none"), False
+
+
+def _base(
+    check: PullCheck | TrustedCheck, who: str, role: str, current: str, approval: str
+) -> Decision:
+    """The refused decision a label's or a trusted author's approval starts from.
+
+    One place says which fields an approval fills."""
+    return Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        sha=check.head_sha,
+        pr_number=str(check.number),
+        label=check.label if isinstance(check, PullCheck) else "",
+        labeled_by=who,
+        permission=role,
+        head_at_label=check.head_sha,
+        current_head=current,
+        fork=check.fork,
+        approval=approval,
+    )
+
+
+def _pull_decision(check: PullCheck, role: str, current: str = "") -> Decision:
+    """A label approval's starting decision."""
+    return _base(check, check.labeller, role, current, HOW_LABEL)
+
+
+def refuse_role(
+    check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any]
+) -> Decision | None:
+    """The role rule alone: a refusal needs no further API call."""
+    role, exact = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return None
+    note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    return replace(
+        _pull_decision(check, role),
+        reason=(
+            f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
+            f"'{config.min_permission}' or higher."
+        ),
+    )
+
+
+def decide_pull(
+    check: PullCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    refused = refuse_role(check, config, permission_answer)
+    if refused is not None:
+        return refused
+    role, _ = role_of(permission_answer)
+    current = str((pull.get("head") or {}).get("sha") or "")
+    base = _pull_decision(check, role, current)
+    again = f"apply '{config.label}' again"
+    if config.require_fresh_head and current != check.head_sha and _is_open(pull, config):
+        return replace(
+            base,
+            reason=(
+                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'} after "
+                f"'{config.label}' was applied: review the new commits and apply the label again."
+            ),
+        )
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
+    if refused_now:
+        return base
+    fork = " from a fork" if check.fork else ""
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
+            f"{check.head_sha[:12]}."
+        ),
+    )
+
+
+def _is_open(pull: Mapping[str, Any], config: GateConfig) -> bool:
+    return pull.get("state") == "open" and not (config.skip_draft and pull.get("draft"))
+
+
+def _pull_rules(
+    base: Decision,
+    number: int,
+    config: GateConfig,
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+    again: str,
+) -> tuple[Decision, bool]:
+    """The rules every approval path shares: open, not a skipped draft, ``paths``.
+    Returns the decision so far and whether it is a refusal."""
+    state = str(pull.get("state") or "")
+    if state != "open":
+        return replace(base, reason=f"pull request #{number} is {state or 'not open'}."), True
+    if config.skip_draft and pull.get("draft"):
+        reason = (
+            f"pull request #{number} is a draft and skip-draft is true: mark it ready "
+            f"for review and {again}."
+        )
+        return replace(base, reason=reason), True
+    if not config.paths:
+        return base, False
+    assert changed_files is not None, "paths set: the shell must fetch the PR's files"
+    match = match_paths(config.paths, changed_files, PULL_FILES_MAX)
+    if match.capped:
+        return replace(
+            base,
+            paths_matched=(
+                f"unknown: GitHub lists at most {PULL_FILES_MAX} files of a pull request and "
+                "none of those matches; running rather than skipping"
+            ),
+        ), False
+    if not match.matched:
+        reason = f"none of the {len(changed_files)} changed files matches paths."
+        return replace(base, paths_matched="no", reason=reason), True
+    return replace(base, paths_matched=str(match.first_file)), False
+
+
+def _role_refusal(
+    base: Decision, login: str, config: GateConfig, answer: Mapping[str, Any], what: str
+) -> Decision | None:
+    role, exact = role_of(answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return None
+    note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    return replace(
+        base,
+        permission=role,
+        reason=(
+            f"{login} has the '{role}' role{note}; {what} needs '{config.min_permission}' or "
+            "higher."
+        ),
+    )
+
+
+def decide_comment(
+    check: CommentCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    """A comment command: the commenter's role, then the stated SHA against the head now."""
+    current = str((pull.get("head") or {}).get("sha") or "")
+    head = (pull.get("head") or {}).get("repo") or {}
+    base_repo = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
+    base = Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        pr_number=str(check.number),
+        labeled_by=check.commenter,
+        permission=role_of(permission_answer)[0],
+        head_at_label=check.command.sha,
+        current_head=current,
+        fork=head.get("full_name") is None or head.get("full_name") != base_repo,
+        approval=HOW_COMMENT,
+        comment_url=check.url,
+        tiers=check.command.tiers,
+    )
+    command = f"'{config.comment_command}'"
+    refused = _role_refusal(
+        base, check.commenter, config, permission_answer, f"a {command} comment"
+    )
+    if refused is not None:
+        return refused
+    again = f"comment '{config.comment_command} <sha>' again"
+    if not check.command.sha:
+        return replace(
+            base,
+            reason=(
+                f"the command names no commit: state the head you reviewed, "
+                f"'{config.comment_command} {current}'."
+            ),
+        )
+    if not comment.matches_head(check.command.sha, current):
+        return replace(
+            base,
+            reason=(
+                f"the comment names {check.command.sha[:12]}, but the head of #{check.number} is "
+                f"{current[:12] or '?'}: review the head and {again} with its SHA."
+            ),
+        )
+    if base.fork and len(check.command.sha) != 40:
+        # a fork's author can grind a commit whose short SHA matches (2^28 tries for 7 digits)
+        return replace(
+            base,
+            reason=(
+                f"#{check.number} comes from a fork, so the comment must name the full 40-digit "
+                f"SHA, not {check.command.sha}: review the head and comment "
+                f"'{config.comment_command} {current}'."
+            ),
+        )
+    base = replace(base, sha=current)
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
+    if refused_now:
+        return base
+    fork = " from a fork" if base.fork else ""
+    tiers = f" (tiers: {', '.join(base.tiers)})" if base.tiers else ""
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.commenter} ({base.permission}) commented {command} for #{check.number}"
+            f"{fork} at {current[:12]}{tiers}."
+        ),
+    )
+
+
+def refuse_trusted(
+    check: TrustedCheck, config: GateConfig, permission_answer: Mapping[str, Any]
+) -> Decision | None:
+    """The author's role alone: below ``trusted-authors``, the push needs an approval."""
+    role, _ = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.trusted_authors]:
+        return None
+    return replace(
+        _trusted_base(check, role, ""),
+        reason=(
+            f"the author {check.author} has the '{role}' role, below trusted-authors "
+            f"('{config.trusted_authors}'): {_how_to_approve(config)}"
+        ),
+    )
+
+
+def _how_to_approve(config: GateConfig) -> str:
+    way = f"a maintainer applies '{config.label}'"
+    if config.comment_command:
+        way += f" or comments '{config.comment_command} <sha>'"
+    return way + "."
+
+
+def _trusted_base(check: TrustedCheck, role: str, current: str) -> Decision:
+    """A trusted author's starting decision."""
+    return _base(check, check.author, role, current, HOW_TRUSTED_AUTHOR)
+
+
+def decide_trusted(
+    check: TrustedCheck,
+    config: GateConfig,
+    permission_answer: Mapping[str, Any],
+    pull: Mapping[str, Any],
+    head_commit: Mapping[str, Any],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    """A trusted author's push: their role, the head unmoved, the head commit theirs."""
+    refused = refuse_trusted(check, config, permission_answer)
+    if refused is not None:
+        return refused
+    role, _ = role_of(permission_answer)
+    current = str((pull.get("head") or {}).get("sha") or "")
+    base = _trusted_base(check, role, current)
+    if current != check.head_sha and _is_open(pull, config):
+        return replace(
+            base,
+            reason=(
+                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}: the run "
+                "of the newer push decides."
+            ),
+        )
+    why = comment.foreign_head(pull, check.author) or comment.untrusted_push(
+        head_commit, check.author, config.trusted_authors_verified
+    )
+    if why:
+        return replace(base, reason=f"{why} ({_how_to_approve(config)})")
+    base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, "push again")
+    if refused_now:
+        return base
+    signed = " verified" if config.trusted_authors_verified else ""
+    return replace(
+        base,
+        run=True,
+        reason=(
+            f"{check.author} ({role}) is a trusted author and the{signed} head "
+            f"{check.head_sha[:12]} of #{check.number} is their own commit."
+        ),
+    )
+
+
+def approvers_of(reviews: Sequence[Mapping[str, Any]], head_sha: str) -> list[str]:
+    """Logins whose latest deciding review approves exactly ``head_sha``, in review order.
+
+    ``GET /pulls/{n}/reviews`` lists reviews oldest first. A reviewer's latest APPROVED,
+    CHANGES_REQUESTED or DISMISSED review is their verdict (COMMENTED and PENDING change
+    nothing); an approval counts only for the commit it was given on.
+    """
+    latest: dict[str, Mapping[str, Any]] = {}
+    for review in reviews:
+        state = str(review.get("state") or "").upper()
+        login = str((review.get("user") or {}).get("login") or "")
+        if login and state in ("APPROVED", "CHANGES_REQUESTED", "DISMISSED"):
+            latest.pop(login, None)
+            latest[login] = review
+    return [
+        login
+        for login, review in latest.items()
+        if str(review.get("state")).upper() == "APPROVED" and review.get("commit_id") == head_sha
+    ]
+
+
+def decide_review(
+    decision: Decision, config: GateConfig, approver: str | None, role: str
+) -> Decision:
+    """``require-approved-review``: a run also needs an approval of the head it runs."""
+    if not decision.run or not config.require_approved_review:
+        return decision
+    head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
+    if approver is None:
+        again = {
+            "comment": f"post the '{config.comment_command}' command again",
+            "trusted-author": "re-run this workflow",
+        }.get(decision.approval, f"apply '{config.label}' again")
+        return replace(
+            decision,
+            run=False,
+            reason=(
+                f"require-approved-review is true and no review by someone with the "
+                f"'{config.min_permission}' role or higher approves the head {head[:12]}: "
+                f"approve that commit, then {again}."
+            ),
+        )
+    return replace(
+        decision, reason=(f"{decision.reason[:-1]}; {approver} ({role}) approved that commit.")
+    )
+
+
+def decide_push(check: PushCheck, config: GateConfig, changed_files: Sequence[str]) -> Decision:
+    match = match_paths(config.paths, changed_files, COMPARE_FILES_MAX)
+    if match.capped:
+        return Decision(
+            run=True,
+            event="push",
+            sha=check.sha,
+            paths_matched="unknown (compare lists at most 300 files)",
+            reason=f"none of the first {COMPARE_FILES_MAX} files changed by the "
+            "push matches paths, but GitHub's compare lists no more than "
+            f"{COMPARE_FILES_MAX}: the rest cannot be read, so the GPU job runs.",
+        )
+    if match.matched:
+        return Decision(
+            run=True,
+            event="push",
+            sha=check.sha,
+            paths_matched=str(match.first_file),
+            reason=f"push touches {match.first_file}, which matches paths.",
+        )
+    return Decision(
+        run=False,
+        event="push",
+        sha=check.sha,
+        paths_matched="no",
+        reason=f"none of the {len(changed_files)} files changed by the push matches paths.",
+    )

@@ -1,0 +1,144 @@
+"""The budget's say in a gate decision: the month's spend against this run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from gpu_ci.errors import GpuCiError
+from gpu_ci.github.client import Rest, describe_api_failure
+from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.spend import budget
+from gpu_ci.github.spend.billing import BillingAccessError
+from gpu_ci.github.spend.month import month_spend
+from gpu_ci.pricing import Price, PriceTable
+
+
+@dataclass(frozen=True)
+class GateBudget:
+    """The budget's say in a gate decision.
+
+    Ready for the outputs and the summary."""
+
+    ok: bool
+    reason: str
+    """Why the run is refused ('' when ok)."""
+    rows: tuple[tuple[str, str], ...]
+    spent: str = ""
+    left: str = ""
+    warning: str = ""
+
+
+def _amount(value: Any, unit: str) -> str:
+    return f"{value:.2f}" if unit == "usd" else str(int(value))
+
+
+def _price_row(price: Price | None, day: date, table: PriceTable) -> str:
+    if price is None:
+        return "(minutes budget)"
+    rate = price.on(day, table)
+    return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
+
+
+def gate_budget(
+    rest: Rest,
+    billing_rest: Rest | None,
+    cfg: budget.BudgetConfig,
+    matcher: GpuMatcher,
+    table: PriceTable,
+    now: datetime,
+    repo: str,
+    default_branch: str,
+    skip: tuple[int, int] | None,
+) -> GateBudget:
+    """Read the month's spend and check this run's reservation against the budget. A
+    billing-token the API refuses raises :class:`BillingAccessError`; any other failure to
+    read the spend follows ``budget-on-unknown`` and names the number it could not get."""
+    what = (
+        "the organization's billing usage report"
+        if billing_rest is not None
+        else f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
+        "(actions: read)"
+    )
+    rows = [
+        ("budget", cfg.budget.describe()),
+        ("price", _price_row(cfg.price, now.date(), table)),
+        ("reservation", f"{cfg.reserve_minutes} min"),
+        ("GPU jobs", matcher.describe()),
+    ]
+    try:
+        spent, note = _read_spend(
+            lambda: month_spend(
+                rest,
+                repo,
+                cfg,
+                matcher,
+                table,
+                now,
+                default_branch=default_branch,
+                skip=skip,
+                billing_rest=billing_rest,
+            ),
+            what,
+        )
+    except BillingAccessError:
+        raise
+    except GpuCiError as exc:
+        return _unknown(cfg, rows, what, exc)
+    price_now = cfg.price.on(now.date(), table) if cfg.price else None
+    verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
+    rows += [
+        ("spent this month", cfg.budget.describe(verdict.spent)),
+        ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
+        ("this run reserves", cfg.budget.describe(verdict.reservation)),
+        ("left before this run", cfg.budget.describe(verdict.left)),
+        ("source", spent.source),
+        ("ledger", note),
+        ("budget verdict", "within" if verdict.ok else "**over: refused**"),
+    ]
+    unit = cfg.budget.unit
+    return GateBudget(
+        verdict.ok,
+        "" if verdict.ok else verdict.reason,
+        tuple(rows),
+        _amount(verdict.spent, unit),
+        _amount(verdict.left, unit),
+    )
+
+
+def _read_spend(
+    read: Callable[[], tuple[budget.Spend, str]], what: str
+) -> tuple[budget.Spend, str]:
+    """``read()``; any failure but ours becomes a :class:`GpuCiError` naming ``what``."""
+    try:
+        return read()
+    except GpuCiError:
+        raise
+    except Exception as exc:  # ApiError, or an answer that is not what was asked
+        raise describe_api_failure(exc, what) from None
+
+
+def _unknown(
+    cfg: budget.BudgetConfig, rows: list[tuple[str, str]], what: str, exc: GpuCiError
+) -> GateBudget:
+    """The verdict when the spend cannot be read: ``budget-on-unknown`` decides."""
+    rows.append(("spend", f"unknown: {exc.message}"))
+    if cfg.on_unknown == "run":
+        rows.append(("budget verdict", "not checked (budget-on-unknown: run)"))
+        return GateBudget(
+            True,
+            "",
+            tuple(rows),
+            warning=(f"could not read {what}; budget-on-unknown is run: {exc.message}"),
+        )
+    rows.append(("budget verdict", "refused (budget-on-unknown: refuse)"))
+    return GateBudget(
+        False,
+        (
+            f"the GPU budget could not be checked: {what} could not be read "
+            f"({exc.message}); budget-on-unknown is refuse."
+        ),
+        tuple(rows),
+    )

@@ -1,0 +1,73 @@
+"""The approval record read from a head's statuses, as every feature sees it."""
+
+from __future__ import annotations
+
+from gpu_ci.github import approval
+
+SHA = "a" * 40
+BOT = {"login": "github-actions[bot]"}
+PULL = "https://github.com/o/r/pull/7/checks"
+RUN = "https://github.com/o/r/actions/runs/9/attempts/1"
+
+
+def status(description: str, url: str = PULL, creator: dict | None = None, **kw) -> dict:
+    return {
+        "context": "GPU CI",
+        "state": "pending",
+        "description": description,
+        "target_url": url,
+        "creator": BOT if creator is None else creator,
+        "created_at": "2026-11-30T12:00:00Z",
+        **kw,
+    }
+
+
+def test_a_label_approval_reads_as_one_record():
+    listed = [status(approval.queued_text("maint", SHA))]
+    got = approval.current(approval.Source(), listed, SHA, "o/r")
+    assert got == approval.Approval(
+        "o/r", 7, SHA, "maint", approval.HOW_LABEL, "2026-11-30T12:00:00Z", listed[0]
+    )
+    assert approval.approved_pull(approval.Source(), listed) == 7
+
+
+def test_a_comment_approval_names_its_pull_request_in_its_text():
+    listed = [status(approval.comment_text("maint", 3, SHA), url=RUN)]
+    got = approval.current(approval.Source(), listed, SHA)
+    assert got is not None and (got.how, got.number, got.approver) == ("comment", 3, "maint")
+    assert approval.comment_record(listed[0]) == ("maint", 3, SHA[:12])
+
+
+def test_a_newer_push_revokes_and_another_writer_is_not_read():
+    revoked = [status("Waiting for approval: ..."), status(approval.queued_text("maint", SHA))]
+    assert approval.current(approval.Source(), revoked, SHA) is None
+    planted = [status(approval.queued_text("maint", SHA), creator={"login": "ci-app"})]
+    assert approval.current(approval.Source(), planted, SHA) is None
+    assert approval.admitting_approver("GPU CI", ("github-actions[bot]",), planted) == ""
+
+
+def test_the_readings_differ_as_documented():
+    """The admission hook reads a result's approver; the budget needs the approval itself."""
+    listed = [status(f"GPU tests passed on {SHA[:12]} (approved by @maint).", url=RUN)]
+    assert approval.admitting_approver("gpu ci", ("github-actions[bot]",), listed) == "maint"
+    assert approval.current(approval.Source(), listed, SHA) is None
+    run = {"head_sha": SHA, "id": 9, "event": "pull_request", "actor": {"login": "maint"}}
+    assert "no current approval" in approval.approved_run(approval.Source(), run, listed)
+    held, why = approval.watchdog_hold(approval.Source(), run, listed)
+    assert held is None and "no current approval" in why
+
+
+def test_the_watchdog_holds_the_approval_for_the_approvers_run_only():
+    listed = [status(approval.queued_text("maint", SHA))]
+    run = {"head_sha": SHA, "id": 9, "event": "pull_request", "actor": {"login": "maint"}}
+    held, why = approval.watchdog_hold(approval.Source(), run, listed)
+    assert why == "" and held is not None and (held.number, held.approver) == (7, "maint")
+    other = {**run, "actor": {"login": "fork"}}
+    held, why = approval.watchdog_hold(approval.Source(), other, listed)
+    assert held is None and "not by the approver @maint" in why
+
+
+def test_the_retry_record_wording_is_what_gpu_status_accepts():
+    text = approval.retried_text("runner", 1, "runner-lost")
+    assert text.startswith(approval.RETRIED_PREFIX)
+    assert text == "GPU run retried after the runner was lost (attempt 2); attempt 1: runner-lost"
