@@ -1,0 +1,367 @@
+"""A pytest plugin that tells GPU failures apart: out-of-memory reruns, memory named.
+
+Load it with ``-p gpu_ci.pytest_plugin`` or ``PYTEST_PLUGINS=gpu_ci.pytest_plugin``. It
+runs in the job's own Python (3.9+) with the standard library and pytest alone; NVML is
+read through ctypes. A test that fails with a GPU out-of-memory error is rerun (after the
+frameworks' caches are released); memory other processes hold before the tests, each
+test's leftover and known peak are reported: terminal, job summary, annotations, JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+# the runner's one call that runs setup, call and teardown without logging them
+from _pytest.runner import runtestprotocol
+
+from gpu_ci.pytest_plugin import gpus, oom, options, peaks, report
+from gpu_ci.pytest_plugin.gpus import MIB
+from gpu_ci.pytest_plugin.nvml import Nvml, NvmlError
+
+NAME = "gpu_ci_pytest_plugin"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # gpu-lease's map, as its README's conftest applies it: this worker's GPU, before any
+    # test imports a framework (CUDA reads CUDA_VISIBLE_DEVICES once).
+    device = gpus.worker_device(os.environ)
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+    settings = options.read(config, os.environ)
+    config.pluginmanager.register(GpuMemory(config, settings), NAME)
+
+
+class GpuMemory:
+    """The plugin's state for one pytest process.
+
+    One per process: the controller, or one xdist worker."""
+
+    def __init__(self, config: pytest.Config, settings: options.Settings) -> None:
+        self.config = config
+        self.settings = settings
+        workerinput = getattr(config, "workerinput", None)
+        self.worker = str(workerinput["workerid"]) if workerinput else "main"
+        self.is_worker = workerinput is not None
+        self.record = report.new_record()
+        self.parts: dict[str, report.Record] = {}
+        self.mine = gpus.own_pids()
+        self.oom_reasons: dict[str, str] = {}
+        self.unmatched = False
+        self.nvml: Nvml | None = None
+        self.devices: list[gpus.Device] = []
+        opened = Nvml.open()
+        if isinstance(opened, str):
+            self._note(f"GPU memory not read: {opened}")
+            return
+        self.nvml = opened
+        try:
+            self.devices, notes = gpus.job_devices(opened, os.environ)
+        except NvmlError as exc:
+            self._note(f"GPU memory not read: {exc}")
+            return
+        for note in notes:
+            self._note(note)
+        self.record["workers"][self.worker] = {
+            "devices": [{"index": d.index, "uuid": d.uuid} for d in self.devices],
+            "pid": os.getpid(),
+        }
+
+    def _note(self, text: str) -> None:
+        if text not in self.record["notes"]:
+            self.record["notes"].append(text)
+
+    # -- before the tests -------------------------------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.record["started"] = time.time()
+        if self.is_worker or self.nvml is None:
+            return
+        for dev in self.devices:
+            try:
+                mem = self.nvml.memory(dev.handle)
+            except NvmlError as exc:
+                self._note(f"GPU {dev.index}: memory not read ({exc})")
+                continue
+            self.record["gpus"].append(
+                {
+                    "index": dev.index,
+                    "uuid": dev.uuid,
+                    "total_mib": round(mem.total / MIB, 1),
+                    "free_mib": round(mem.free / MIB, 1),
+                }
+            )
+        held = [
+            h for h in gpus.holders(self.nvml, self.devices, self.mine) if h.whose != "this process"
+        ]
+        self.record["held_before"] = [h.as_json() for h in held]
+        self._require_free()
+
+    def _require_free(self) -> None:
+        need = self.settings.require_free
+        if need is None:
+            return
+        kind, amount = need
+        short = []
+        for g in self.record["gpus"]:
+            wanted = amount * g["total_mib"] if kind == "share" else amount
+            if g["free_mib"] < wanted:
+                short.append(
+                    f"GPU {g['index']} has {g['free_mib']:,.0f} MiB free of "
+                    f"{g['total_mib']:,.0f} (wanted {wanted:,.0f})"
+                )
+        if short:
+            who = "; ".join(
+                f"pid {h['pid']} ({h['name']}, {h['whose']}) holds {h['mib']} MiB on GPU {h['gpu']}"
+                for h in self.record["held_before"]
+            )
+            pytest.exit(
+                "gpu-ci: --gpu-require-free not met before the first test: "
+                + "; ".join(short)
+                + (f". Held by: {who}" if who else ""),
+                returncode=1,
+            )
+
+    # -- each test ----------------------------------------------------------------------
+
+    def _own_bytes(self) -> int | None:
+        if self.nvml is None or not self.devices:
+            return None
+        total = 0
+        for dev in self.devices:
+            try:
+                procs = self.nvml.processes(dev.handle)
+            except NvmlError:
+                return None
+            mine = gpus.own_bytes(procs, self.mine)
+            if mine is None:
+                self.unmatched = True
+                return None
+            total += mine
+        return total
+
+    @pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_protocol")
+    def pytest_runtest_protocol_measure(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, Any, None]:
+        """This process's memory before setup and after teardown, and the known peak."""
+        start = time.time()
+        peaks.reset()
+        before = self._own_bytes()
+        yield
+        after = self._own_bytes()
+        peak, source = peaks.read()
+        reruns = getattr(item, "_gpu_ci_oom_reruns", 0)
+        path, line = _location(item)
+        self.record["tests"].append(
+            {
+                "nodeid": item.nodeid,
+                "path": path,
+                "line": line,
+                "worker": self.worker,
+                "gpus": [d.index for d in self.devices],
+                "start": round(start, 3),
+                "end": round(time.time(), 3),
+                "outcome": getattr(item, "_gpu_ci_outcome", "passed"),
+                "oom": getattr(item, "_gpu_ci_oom", None),
+                "oom_reruns": reruns,
+                "leftover_mib": None
+                if before is None or after is None
+                else round((after - before) / MIB, 1),
+                "context_created": before == 0 and bool(after),
+                "peak_mib": peak,
+                "peak_source": source,
+            }
+        )
+
+    @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_protocol")
+    def pytest_runtest_protocol_rerun(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
+        """Run the test, and again after an out-of-memory failure.
+
+        Up to ``--gpu-oom-reruns`` times.
+
+        Where pytest-rerunfailures reruns this test (``--reruns``, ``flaky``), it decides
+        alone: no test is rerun twice over."""
+        if self.settings.reruns <= 0 or _rerunfailures_owns(item):
+            return None
+        hook = item.ihook
+        hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        attempt = 0
+        while True:
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            why = self.oom_reasons.pop(item.nodeid, None)
+            failed = [r for r in reports if r.failed]
+            if why and failed and attempt < self.settings.reruns:
+                attempt += 1
+                failed[0].outcome = "rerun"  # type: ignore[assignment]
+                hook.pytest_runtest_logreport(report=failed[0])
+                _forget_failed_state(item)
+                freed = oom.release_caches()
+                item.user_properties.append(
+                    (
+                        f"gpu_oom_rerun_{attempt}",
+                        why + (f"; released {', '.join(freed)}" if freed else ""),
+                    )
+                )
+                continue
+            item._gpu_ci_oom_reruns = attempt  # type: ignore[attr-defined]
+            if attempt:  # JUnit XML: the testcase's properties (the rerun reasons are there)
+                reports[-1].user_properties.append(("gpu_oom_reruns", str(attempt)))
+            for r in reports:
+                hook.pytest_runtest_logreport(report=r)
+            break
+        hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
+        outcome = yield
+        rep = outcome.get_result()
+        # the last attempt's outcome: its setup's, then its call's, or a failed teardown
+        if call.when == "setup" or (call.when == "call" and rep.outcome != "passed"):
+            item._gpu_ci_outcome = rep.outcome  # type: ignore[attr-defined]
+        elif rep.failed:
+            item._gpu_ci_outcome = "failed"  # type: ignore[attr-defined]
+        if call.excinfo is None or not rep.failed:
+            return
+        why = oom.reason(call.excinfo.value)
+        if why is None:
+            return
+        self.oom_reasons[item.nodeid] = why
+        item._gpu_ci_oom = why  # type: ignore[attr-defined]
+        rep.sections.append(("GPU memory at the out-of-memory failure", self._who_holds()))
+        if _rerunfailures_owns(item):  # its rerun then starts with the caches released
+            oom.release_caches()
+
+    def _who_holds(self) -> str:
+        if self.nvml is None:
+            return "not known: NVML is not readable here"
+        held = gpus.holders(self.nvml, self.devices, self.mine)
+        if not held:
+            return "no process is listed on the job's GPUs" + (
+                " (NVML lists PIDs of another namespace)" if self.unmatched else ""
+            )
+        return "\n".join(
+            f"GPU {h.gpu}: pid {h.pid} ({h.name}) {h.mib} MiB, {h.whose}" for h in held
+        )
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
+        if str(report.outcome) == "rerun":  # as pytest-rerunfailures spells it
+            return "rerun", "R", ("RERUN", {"yellow": True})
+        return None
+
+    # -- after the tests ------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist: a worker's record, sent back as its ``workeroutput``."""
+        part = getattr(node, "workeroutput", {}).get(NAME)
+        if part is not None:
+            name = str(getattr(node, "workerinput", {}).get("workerid", len(self.parts)))
+            self.parts[name] = part
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.record["finished"] = time.time()
+        if self.unmatched:
+            self._note(
+                "NVML lists the processes by PIDs of another namespace (a container) and "
+                "none is this process's: per-test leftovers are unknown (run the container "
+                "with --pid=host to match them)"
+            )
+        if self.nvml is not None:
+            self.nvml.close()
+            self.nvml = None
+        if self.is_worker:
+            self.config.workeroutput[NAME] = self.record  # type: ignore[attr-defined]
+            return
+        self.record = report.merge(self.record, self.parts)
+        if self.settings.report:
+            report.write(self.record, self.settings.report)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY", "")
+        if summary:
+            text = report.markdown(self.record, self.settings.leak_mib, self.settings.top)
+            try:
+                with open(summary, "a") as f:
+                    f.write(text)
+            except OSError as exc:
+                self._note(f"job summary not written: {exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        tr = terminalreporter
+        s = self.settings
+        rec = self.record
+        lines = [
+            f"{row[0]}: {row[1]} (GPU {row[2]}{', ' + row[3] + ' MiB' if row[3] else ''}) {row[4]}"
+            for row in report.rows(rec, s.leak_mib, s.top)
+        ]
+        lines += rec["notes"]
+        if lines:
+            tr.write_sep("-", "GPU memory (gpu-ci)")
+            for line in lines:
+                tr.write_line(line)
+        for h in report.held_over(rec, s.held_warn_mib):
+            tr.write_line(
+                f"WARNING: GPU {h['gpu']}: pid {h['pid']} ({h['name']}, {h['whose']}) held "
+                f"{h['mib']} MiB before the first test"
+            )
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in report.workflow_warnings(rec, s.leak_mib, s.held_warn_mib):
+                tr.write_line(line)
+        if s.report:
+            tr.write_line(f"GPU memory report: {s.report}")
+
+
+def _location(item: pytest.Item) -> tuple[str, int | None]:
+    path, line, _ = item.location
+    return path, None if line is None else line + 1
+
+
+def _rerunfailures_owns(item: pytest.Item) -> bool:
+    """Whether pytest-rerunfailures will rerun this test's failures (its own count)."""
+    if not item.config.pluginmanager.hasplugin("rerunfailures"):
+        return False
+    import sys
+
+    module = sys.modules.get("pytest_rerunfailures")
+    count = getattr(module, "get_reruns_count", None)
+    try:
+        return bool(count(item)) if count is not None else False
+    except Exception:
+        return False
+
+
+def _forget_failed_state(item: pytest.Item) -> None:
+    """Drop what a failed attempt left on the item.
+
+    Fixtures cached with their error, the item's setup state, its class instance: the
+    next attempt starts clean."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        for fixturedef in defs:
+            cached = getattr(fixturedef, "cached_result", None)
+            if cached is not None and len(cached) > 2 and cached[2] is not None:
+                fixturedef.cached_result = None
+                finalizers = getattr(fixturedef, "_finalizers", None)
+                if isinstance(finalizers, list):
+                    finalizers.clear()
+    stack = getattr(getattr(item.session, "_setupstate", None), "stack", None)
+    if isinstance(stack, dict) and item in stack:
+        del stack[item]
+    if getattr(item, "_instance", None) is not None:
+        del item._instance  # type: ignore[attr-defined]
+        item._obj = None  # type: ignore[attr-defined]
