@@ -71,9 +71,12 @@ def _junit_properties(path: Path) -> dict[str, dict[str, str]]:
 def test_an_oom_left_by_an_earlier_failure_is_rerun_and_passes(
     pytester: pytest.Pytester, gpu_env: Path
 ) -> None:
-    """The failed test's frames (sys.last_traceback) hold 6000 MiB: the next test's
+    """An OOM left by an earlier failure's frames is rerun, and passes.
+
+    The failed test's frames (sys.last_traceback) hold 6000 MiB: the next test's
     allocation fails, the plugin lets the frames go and empties torch's cache, the rerun
-    passes; the terminal counts one rerun and JUnit XML carries it on the testcase."""
+    passes; the terminal counts the rerun and JUnit XML carries it on the testcase. A test
+    that asks for more than the GPU has fails after its rerun, naming who held memory."""
     pytester.makepyfile(
         test_a="""
         import torch
@@ -84,11 +87,22 @@ def test_an_oom_left_by_an_earlier_failure_is_rerun_and_passes(
 
         def test_needs_memory():
             torch.cuda.alloc(3000)
+
+        def test_needs_too_much():
+            torch.cuda.alloc(9000)
         """
     )
     result = pytester.runpytest_subprocess(*PLUGIN, "--junitxml=j.xml", "-rR")
-    _outcomes(result, passed=1, failed=1, rerun=1)
+    _outcomes(result, passed=1, failed=2, rerun=2)
     result.stdout.fnmatch_lines(["*test_needs_memory*passed after 1 rerun*"])
+    result.stdout.fnmatch_lines(["*test_needs_too_much*still failing after 1 rerun*"])
+    # the failure that stays says who held the memory then: this process, by its PID
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU memory at the out-of-memory failure*",
+            "GPU 0: pid * (python) 300.0 MiB, this process",
+        ]
+    )
     props = _junit_properties(pytester.path / "j.xml")
     assert props["test_needs_memory"]["gpu_oom_reruns"] == "1"
     assert props["test_needs_memory"]["gpu_oom_rerun_1"].startswith("torch.OutOfMemoryError")
