@@ -113,7 +113,8 @@ def test_a_fresh_venv_with_only_pytest_runs_it(tmp_path: Path) -> None:
     (suite / "test_s.py").write_text(
         "import gpu_ci.pytest_plugin\nfrom errors import CUPY\n\nruns = []\n\n"
         "def test_where():\n"
-        f"    assert gpu_ci.pytest_plugin.__file__.startswith({copy!r})\n\n"
+        "    # the copy under RUNNER_TEMP, not this checkout's src\n"
+        f"    assert gpu_ci.pytest_plugin.__file__.startswith({str(tmp_path)!r})\n\n"
         "def test_flaky_oom():\n    runs.append(1)\n    if len(runs) == 1:\n        raise CUPY\n"
     )
     lib = build_fake_nvml(tmp_path / "nvml", with_libcuda=False)
@@ -124,25 +125,25 @@ def test_a_fresh_venv_with_only_pytest_runs_it(tmp_path: Path) -> None:
         FAKE_NVML_CONFIG=str(tmp_path / "nvml.cfg"),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
     )
-    for how, extra in (("-p", {}), ("PYTEST_PLUGINS", {"PYTEST_PLUGINS": "gpu_ci.pytest_plugin"})):
-        args = ["-p", "gpu_ci.pytest_plugin"] if how == "-p" else []
-        report = tmp_path / f"report-{how}.json"
-        done = subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                *args,
-                f"--gpu-report={report}",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=suite,
-            env={**env, **extra},
-        )
+    readme_line = next(
+        line.split("- run: ", 1)[1]
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if "scripts/pytest_plugin_path.py" in line and "- run: " in line
+    )
+    env["PATH"] = f"{python.parent}:/usr/bin:/bin"  # the job's python first
+    env["GPU_CI_ROOT"] = str(ROOT)
+    for how in ("README", "PYTEST_PLUGINS"):
+        reports = tmp_path / f"reports-{how}"
+        run_env = {**env, "GPU_CI_PYTEST_REPORT_DIR": str(reports)}
+        if how == "README":  # the README's one line, as the step's bash runs it
+            cmd = ["bash", "-c", readme_line]
+            run_env.pop("PYTHONPATH")
+        else:
+            cmd = [str(python), "-m", "pytest"]
+            run_env["PYTEST_PLUGINS"] = "gpu_ci.pytest_plugin"
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=suite, env=run_env)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2 passed, 1 rerun" in done.stdout, done.stdout
+        (report,) = reports.glob("pytest-gpu-*.json")
         record = json.loads(report.read_text())
         assert record["workers"]["main"]["devices"][0]["index"] == 0

@@ -11,6 +11,7 @@ which the report says.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,8 +105,12 @@ def own_pids() -> frozenset[int]:
     return frozenset(pids)
 
 
+@functools.lru_cache(maxsize=4096)
 def visible_here(pid: int) -> bool:
-    """Whether ``pid`` is in this PID namespace (its /proc entry exists)."""
+    """Whether ``pid`` is in this PID namespace (its /proc entry exists).
+
+    Asked once per PID: a PID's namespace does not change, and a stat per process per
+    test would cost more than the NVML read itself."""
     return os.path.exists(f"/proc/{pid}")
 
 
