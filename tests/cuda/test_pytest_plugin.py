@@ -69,7 +69,7 @@ def _junit_properties(path: Path) -> dict[str, dict[str, str]]:
 
 
 def test_an_oom_left_by_an_earlier_failure_is_rerun_and_passes(
-    pytester: pytest.Pytester, gpu_env: Path
+    pytester: pytest.Pytester, gpu_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An OOM left by an earlier failure's frames is rerun, and passes.
 
@@ -92,10 +92,15 @@ def test_an_oom_left_by_an_earlier_failure_is_rerun_and_passes(
             torch.cuda.alloc(9000)
         """
     )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     result = pytester.runpytest_subprocess(*PLUGIN, "--junitxml=j.xml", "-rR")
     _outcomes(result, passed=1, failed=2, rerun=2)
     result.stdout.fnmatch_lines(["*test_needs_memory*passed after 1 rerun*"])
     result.stdout.fnmatch_lines(["*test_needs_too_much*still failing after 1 rerun*"])
+    # annotations: the OOM that stayed is an error, first (GitHub keeps 10 per level)
+    notes = [line for line in result.outlines if line.startswith("::")]
+    assert notes[0].startswith("::error file=test_a.py,line=10,title=gpu-ci pytest::")
+    assert notes[1].startswith("::warning file=test_a.py,line=7,")
     # the failure that stays says who held the memory then: this process, by its PID
     result.stdout.fnmatch_lines(
         [

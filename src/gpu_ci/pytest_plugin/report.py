@@ -141,14 +141,16 @@ def _escape(text: str, prop: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
-def annotation(message: str, path: str | None = None, line: int | None = None) -> str:
-    """A ``::warning`` workflow command, pointing at a file and line where known."""
+def annotation(
+    message: str, path: str | None = None, line: int | None = None, level: str = "warning"
+) -> str:
+    """A ``::warning`` (or ``::error``) workflow command, at a file and line where known."""
     props = [f"title={_escape('gpu-ci pytest', True)}"]
     if path:
         props.insert(0, f"file={_escape(path, True)}")
         if line is not None:
             props.insert(1, f"line={line}")
-    return f"::warning {','.join(props)}::{_escape(message)}"
+    return f"::{level} {','.join(props)}::{_escape(message)}"
 
 
 def held_over(record: Record, warn_mib: float) -> list[Record]:
@@ -162,9 +164,18 @@ def held_over(record: Record, warn_mib: float) -> list[Record]:
 
 
 def workflow_warnings(record: Record, threshold_mib: float, warn_mib: float) -> list[str]:
+    """The annotations, most telling first: GitHub keeps 10 of each level per step.
+
+    An OOM that stayed is an error (gpu-watchdog reads it: never infrastructure); reruns
+    that passed, leaks and memory held before are warnings."""
     out = []
+    stayed = [t for t in reruns(record) if t["outcome"] != "passed"]
+    for t in stayed:
+        msg = f"{t['nodeid']}: {rerun_detail(t)}"
+        out.append(annotation(msg, t["path"], t["line"], level="error"))
     for t in reruns(record):
-        out.append(annotation(f"{t['nodeid']}: {rerun_detail(t)}", t["path"], t["line"]))
+        if t not in stayed:
+            out.append(annotation(f"{t['nodeid']}: {rerun_detail(t)}", t["path"], t["line"]))
     for t in leaks(record, threshold_mib):
         msg = f"{t['nodeid']} left {_mib(t['leftover_mib'])} MiB of GPU memory after teardown"
         out.append(annotation(msg, t["path"], t["line"]))
