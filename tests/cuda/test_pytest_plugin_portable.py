@@ -16,6 +16,7 @@ import sys
 import venv
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from tests.cuda import plugin_standins
@@ -67,13 +68,11 @@ def test_every_file_parses_as_python_39_and_imports_only_the_stdlib_and_pytest()
     assert on_disk <= set(files)
 
 
-def test_the_codes_module_imports_nothing_else_of_the_package() -> None:
-    code = (
-        "import sys, gpu_ci.cuda.nvml_codes\n"
-        "print(sorted(m for m in sys.modules if m.startswith('gpu_ci')))"
-    )
+@pytest.mark.parametrize("module", ["gpu_ci.cuda.nvml_codes", "gpu_ci.cuda.pytest_link"])
+def test_the_cuda_modules_it_imports_pull_nothing_else_of_the_package(module: str) -> None:
+    code = f"import sys, {module}\nprint(sorted(m for m in sys.modules if m.startswith('gpu_ci')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "['gpu_ci', 'gpu_ci.cuda', 'gpu_ci.cuda.nvml_codes']"
+    assert done.stdout.strip() == str(["gpu_ci", "gpu_ci.cuda", module])
 
 
 def pytest_only_venv(root: Path) -> Path:

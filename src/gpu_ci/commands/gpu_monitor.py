@@ -3,7 +3,8 @@ reports what each GPU did, what it cost, and which steps used it.
 
 Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor_control`,
 the sampler and the file format :mod:`gpu_ci.cuda.monitor`, the numbers and views
-:mod:`gpu_ci.cuda.monitor_report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
+:mod:`gpu_ci.cuda.monitor_report`, the pytest plugin's findings by time
+:mod:`gpu_ci.cuda.pytest_link`, the jobs API :mod:`gpu_ci.github.steps`, the price table
 :mod:`gpu_ci.pricing`.
 """
 
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_ci.cuda import monitor, right_size
+from gpu_ci.cuda import monitor, pytest_link, right_size
 from gpu_ci.cuda import monitor_control as control
 from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.errors import GpuCiError, UsageError
@@ -27,6 +28,9 @@ from gpu_ci.runtime import Runtime, annotate_findings, write_report
 
 if TYPE_CHECKING:
     from gpu_ci.github.steps import JobTimes
+
+#: The start's directory for the pytest plugin's reports (inside the job's private one).
+PYTEST_REPORTS = "pytest"
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -108,6 +112,10 @@ def _start(directory: Path, interval: float, rt: Runtime) -> int:
     )
     rt.set_output("gpu-count", str(len(visible)))
     rt.set_output("samples-file", samples)
+    # the pytest plugin's reports, read back by the report step and linked by time
+    reports = directory / PYTEST_REPORTS
+    reports.mkdir(mode=0o700, exist_ok=True)
+    rt.export_variable(pytest_link.REPORT_DIR_VARIABLE, str(reports))
     return 0
 
 
@@ -237,6 +245,9 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
         )
     rt.info(log_line(result, len(recording.sample_times)))
     rt.summary(mr.markdown(result))
+    found = pytest_link.links(pytest_link.read_reports(str(directory / PYTEST_REPORTS)))
+    if found:
+        rt.summary(pytest_link.markdown(found, recording.started, recording.samples))
     if inputs["pushgateway-url"]:
         push(inputs["pushgateway-url"], result, rt)
     return 0 if result.ok else 1

@@ -53,6 +53,10 @@ class GpuMemory:
         self.worker = str(workerinput["workerid"]) if workerinput else "main"
         self.is_worker = workerinput is not None
         self.record = report.new_record()
+        self.record["settings"] = {
+            "oom_reruns": settings.reruns,
+            "leak_threshold_mib": settings.leak_mib,
+        }
         self.parts: dict[str, report.Record] = {}
         self.mine = gpus.own_pids()
         self.oom_reasons: dict[str, str] = {}

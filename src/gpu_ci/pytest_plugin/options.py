@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-REPORT_DIR_VARIABLE = "GPU_CI_PYTEST_REPORT_DIR"
+from gpu_ci.cuda.pytest_link import REPORT_DIR_VARIABLE
+
 _UNITS = {
     "": 2**20,  # a bare number is MiB
     "b": 1,

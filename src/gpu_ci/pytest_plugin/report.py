@@ -144,7 +144,9 @@ def _escape(text: str, prop: bool = False) -> str:
 def annotation(
     message: str, path: str | None = None, line: int | None = None, level: str = "warning"
 ) -> str:
-    """A ``::warning`` (or ``::error``) workflow command, at a file and line where known."""
+    """A ``::warning`` or ``::error`` workflow command.
+
+    It points at a file and line where they are known."""
     props = [f"title={_escape('gpu-ci pytest', True)}"]
     if path:
         props.insert(0, f"file={_escape(path, True)}")
