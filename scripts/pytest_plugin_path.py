@@ -33,6 +33,7 @@ FILES = (
     "gpu_ci/pytest_plugin/options.py",
     "gpu_ci/pytest_plugin/peaks.py",
     "gpu_ci/pytest_plugin/report.py",
+    "gpu_ci/pytest_plugin/reruns.py",
 )
 
 

@@ -16,14 +16,12 @@ from typing import Any
 
 import pytest
 
-# the runner's one call that runs setup, call and teardown without logging them
-from _pytest.runner import runtestprotocol
-
-from gpu_ci.pytest_plugin import gpus, oom, options, peaks, report
+from gpu_ci.pytest_plugin import gpus, options, peaks, report, reruns
 from gpu_ci.pytest_plugin.gpus import MIB
 from gpu_ci.pytest_plugin.nvml import Nvml, NvmlError
 
 NAME = "gpu_ci_pytest_plugin"
+RERUNS = "gpu_ci_pytest_plugin_reruns"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,7 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     settings = options.read(config, os.environ)
-    config.pluginmanager.register(GpuMemory(config, settings), NAME)
+    memory = GpuMemory(config, settings)
+    config.pluginmanager.register(memory, NAME)
+    config.pluginmanager.register(reruns.OomReruns(settings.reruns, memory.who_holds), RERUNS)
 
 
 class GpuMemory:
@@ -59,7 +59,6 @@ class GpuMemory:
         }
         self.parts: dict[str, report.Record] = {}
         self.mine = gpus.own_pids()
-        self.oom_reasons: dict[str, str] = {}
         self.unmatched = False
         self.nvml: Nvml | None = None
         self.devices: list[gpus.Device] = []
@@ -153,8 +152,8 @@ class GpuMemory:
             total += mine
         return total
 
-    @pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_protocol")
-    def pytest_runtest_protocol_measure(
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, Any, None]:
         """This process's memory before setup and after teardown, and the known peak."""
@@ -187,70 +186,8 @@ class GpuMemory:
             }
         )
 
-    @pytest.hookimpl(tryfirst=True, specname="pytest_runtest_protocol")
-    def pytest_runtest_protocol_rerun(
-        self, item: pytest.Item, nextitem: pytest.Item | None
-    ) -> bool | None:
-        """Run the test, and again after an out-of-memory failure.
-
-        Up to ``--gpu-oom-reruns`` times.
-
-        Where pytest-rerunfailures reruns this test (``--reruns``, ``flaky``), it decides
-        alone: no test is rerun twice over."""
-        if self.settings.reruns <= 0 or _rerunfailures_owns(item):
-            return None
-        hook = item.ihook
-        hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        attempt = 0
-        while True:
-            reports = runtestprotocol(item, nextitem=nextitem, log=False)
-            why = self.oom_reasons.pop(item.nodeid, None)
-            failed = [r for r in reports if r.failed]
-            if why and failed and attempt < self.settings.reruns:
-                attempt += 1
-                failed[0].outcome = "rerun"  # type: ignore[assignment]
-                hook.pytest_runtest_logreport(report=failed[0])
-                _forget_failed_state(item)
-                freed = oom.release_caches()
-                item.user_properties.append(
-                    (
-                        f"gpu_oom_rerun_{attempt}",
-                        why + (f"; released {', '.join(freed)}" if freed else ""),
-                    )
-                )
-                continue
-            item._gpu_ci_oom_reruns = attempt  # type: ignore[attr-defined]
-            if attempt:  # JUnit XML: the testcase's properties (the rerun reasons are there)
-                reports[-1].user_properties.append(("gpu_oom_reruns", str(attempt)))
-            for r in reports:
-                hook.pytest_runtest_logreport(report=r)
-            break
-        hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, Any, None]:
-        outcome = yield
-        rep = outcome.get_result()
-        # the last attempt's outcome: its setup's, then its call's, or a failed teardown
-        if call.when == "setup" or (call.when == "call" and rep.outcome != "passed"):
-            item._gpu_ci_outcome = rep.outcome  # type: ignore[attr-defined]
-        elif rep.failed:
-            item._gpu_ci_outcome = "failed"  # type: ignore[attr-defined]
-        if call.excinfo is None or not rep.failed:
-            return
-        why = oom.reason(call.excinfo.value)
-        if why is None:
-            return
-        self.oom_reasons[item.nodeid] = why
-        item._gpu_ci_oom = why  # type: ignore[attr-defined]
-        rep.sections.append(("GPU memory at the out-of-memory failure", self._who_holds()))
-        if _rerunfailures_owns(item):  # its rerun then starts with the caches released
-            oom.release_caches()
-
-    def _who_holds(self) -> str:
+    def who_holds(self) -> str:
+        """Who holds memory on the job's GPUs now: the out-of-memory failure's section."""
         if self.nvml is None:
             return "not known: NVML is not readable here"
         held = gpus.holders(self.nvml, self.devices, self.mine)
@@ -261,11 +198,6 @@ class GpuMemory:
         return "\n".join(
             f"GPU {h.gpu}: pid {h.pid} ({h.name}) {h.mib} MiB, {h.whose}" for h in held
         )
-
-    def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
-        if str(report.outcome) == "rerun":  # as pytest-rerunfailures spells it
-            return "rerun", "R", ("RERUN", {"yellow": True})
-        return None
 
     # -- after the tests ------------------------------------------------------------------
 
@@ -333,39 +265,3 @@ class GpuMemory:
 def _location(item: pytest.Item) -> tuple[str, int | None]:
     path, line, _ = item.location
     return path, None if line is None else line + 1
-
-
-def _rerunfailures_owns(item: pytest.Item) -> bool:
-    """Whether pytest-rerunfailures will rerun this test's failures (its own count)."""
-    if not item.config.pluginmanager.hasplugin("rerunfailures"):
-        return False
-    import sys
-
-    module = sys.modules.get("pytest_rerunfailures")
-    count = getattr(module, "get_reruns_count", None)
-    try:
-        return bool(count(item)) if count is not None else False
-    except Exception:
-        return False
-
-
-def _forget_failed_state(item: pytest.Item) -> None:
-    """Drop what a failed attempt left on the item.
-
-    Fixtures cached with their error, the item's setup state, its class instance: the
-    next attempt starts clean."""
-    info = getattr(item, "_fixtureinfo", None)
-    for defs in getattr(info, "name2fixturedefs", {}).values():
-        for fixturedef in defs:
-            cached = getattr(fixturedef, "cached_result", None)
-            if cached is not None and len(cached) > 2 and cached[2] is not None:
-                fixturedef.cached_result = None
-                finalizers = getattr(fixturedef, "_finalizers", None)
-                if isinstance(finalizers, list):
-                    finalizers.clear()
-    stack = getattr(getattr(item.session, "_setupstate", None), "stack", None)
-    if isinstance(stack, dict) and item in stack:
-        del stack[item]
-    if getattr(item, "_instance", None) is not None:
-        del item._instance  # type: ignore[attr-defined]
-        item._obj = None  # type: ignore[attr-defined]
