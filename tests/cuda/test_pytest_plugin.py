@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.pytest_plugin import oom
+from gpu_ci.pytest_plugin import oom, peaks
 from tests.cuda import plugin_standins
 from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
@@ -110,7 +110,9 @@ def test_an_oom_left_by_an_earlier_failure_is_rerun_and_passes(
     )
     props = _junit_properties(pytester.path / "j.xml")
     assert props["test_needs_memory"]["gpu_oom_reruns"] == "1"
-    assert props["test_needs_memory"]["gpu_oom_rerun_1"].startswith("torch.OutOfMemoryError")
+    assert props["test_needs_memory"]["gpu_oom_rerun_1"] == (
+        "torch.OutOfMemoryError; released torch.cuda.empty_cache"
+    )
     assert "gpu_oom_reruns" not in props["test_fails_holding"]
 
 
@@ -327,4 +329,6 @@ def test_caches_are_released_only_for_frameworks_already_imported(
     for name in ("torch", "cupy", "jax"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert oom.release_caches() == []
+    peaks.reset()
+    assert peaks.read() == (None, None)
     assert not {"torch", "cupy", "jax"} & set(sys.modules)

@@ -20,7 +20,7 @@ from typing import Any
 #: Where the plugin writes its session reports when set (gpu-monitor's start sets it).
 REPORT_DIR_VARIABLE = "GPU_CI_PYTEST_REPORT_DIR"
 MAX_FILES = 64
-MAX_BYTES = 8 * 2**20
+MAX_BYTES = 32 * 2**20  # about 100,000 tests
 MAX_ROWS = 30
 MIB = 2**20
 

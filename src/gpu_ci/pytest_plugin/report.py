@@ -52,7 +52,7 @@ def write(record: Record, path: str) -> None:
     os.makedirs(directory, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump(record, f, indent=1)
+        json.dump(record, f, separators=(",", ":"))
     os.replace(tmp, path)
 
 
