@@ -181,8 +181,9 @@ def test_beside_pytest_rerunfailures_no_test_is_rerun_twice(pytester: pytest.Pyt
     pytest.importorskip("pytest_rerunfailures")
     pytester.makepyfile(errors=plugin_standins.FRAMEWORK_ERRORS)
     pytester.makepyfile(test_r="from errors import JAX\n\ndef test_oom():\n    raise JAX\n")
-    both = pytester.runpytest(*PLUGIN, "-p", "rerunfailures", "--reruns", "2")
+    both = pytester.runpytest(*PLUGIN, "-p", "rerunfailures", "--reruns", "2", "-rA")
     _outcomes(both, failed=1, rerun=2)
+    both.stdout.fnmatch_lines(["*test_oom*RESOURCE_EXHAUSTED*still failing after 2 reruns"])
     ours = pytester.runpytest(*PLUGIN, "-p", "rerunfailures")
     _outcomes(ours, failed=1, rerun=1)
 

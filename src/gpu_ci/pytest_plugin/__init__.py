@@ -163,7 +163,10 @@ class GpuMemory:
         yield
         after = self._own_bytes()
         peak, source = peaks.read()
-        reruns = getattr(item, "_gpu_ci_oom_reruns", 0)
+        # ours, else pytest-rerunfailures' (its execution_count) where it reran the test
+        reruns = getattr(item, "_gpu_ci_oom_reruns", None)
+        if reruns is None:
+            reruns = max(0, int(getattr(item, "execution_count", 1) or 1) - 1)
         path, line = _location(item)
         self.record["tests"].append(
             {
