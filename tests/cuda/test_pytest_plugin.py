@@ -333,3 +333,73 @@ def test_caches_are_released_only_for_frameworks_already_imported(
     peaks.reset()
     assert peaks.read() == (None, None)
     assert not {"torch", "cupy", "jax"} & set(sys.modules)
+
+
+class _Pool:
+    """CuPy's MemoryPool as the plugin calls it: total_bytes and free_all_blocks."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+
+    def total_bytes(self) -> int:
+        return self.held
+
+    def free_all_blocks(self) -> None:
+        self.held = 0
+
+
+def test_cupy_and_jax_already_imported_are_read_and_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CuPy's default pool gives the peak (what it holds at teardown) and is emptied before
+    a rerun; jax.clear_caches is called; torch, absent, is left alone."""
+    import types
+
+    pool, pinned, cleared = _Pool(1536 * 2**20), _Pool(10), []
+    cupy = types.SimpleNamespace(
+        get_default_memory_pool=lambda: pool, get_default_pinned_memory_pool=lambda: pinned
+    )
+    jax = types.SimpleNamespace(clear_caches=lambda: cleared.append(True))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "jax", jax)
+    assert peaks.read() == (1536.0, "CuPy pool total_bytes at teardown")
+    assert oom.release_caches() == ["cupy default memory pool", "jax.clear_caches"]
+    assert pool.held == 0 and pinned.held == 0 and cleared == [True]
+
+
+class _Driver:
+    """Three GPUs as the plugin's NVML reader lists them."""
+
+    uuids = ("GPU-aaaa-0", "GPU-bbbb-1", "GPU-bbbc-2")
+
+    def count(self) -> int:
+        return 3
+
+    def handle(self, index: int) -> int:
+        return index
+
+    def uuid(self, handle: int) -> str:
+        return self.uuids[handle]
+
+
+@pytest.mark.parametrize(
+    ("visible", "indices", "noted"),
+    [
+        (None, [0, 1, 2], False),
+        ("2,0", [2, 0], False),
+        ("GPU-aaaa,GPU-bbbc", [0, 2], False),
+        ("1,GPU-bbb,0", [1], True),  # an ambiguous prefix ends the list, as in CUDA
+        ("", [], False),
+        ("7", [], True),
+    ],
+)
+def test_the_job_devices_are_read_as_cuda_reads_them(
+    visible: str | None, indices: list[int], noted: bool
+) -> None:
+    from gpu_ci.pytest_plugin import gpus
+
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    devices, notes = gpus.job_devices(_Driver(), environ)  # type: ignore[arg-type]
+    assert [d.index for d in devices] == indices
+    assert bool(notes) == noted
