@@ -84,7 +84,8 @@ class OomReruns:
         why = oom.reason(call.excinfo.value)
         if why is None:
             return
-        self.reasons[item.nodeid] = why
+        if self.reruns > 0:  # the protocol pops it
+            self.reasons[item.nodeid] = why
         item._gpu_ci_oom = why  # type: ignore[attr-defined]
         rep.sections.append(("GPU memory at the out-of-memory failure", self.who_holds()))
         if _rerunfailures_owns(item):  # its rerun then starts with the caches released
