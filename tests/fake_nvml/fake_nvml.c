@@ -45,6 +45,10 @@
  *
  * Time series (gpu-monitor): FAKE_NVML_SCRIPT names a file of `<step> key=value ...` lines;
  * see the "scripted time series" section at the end of this file.
+ *
+ * Allocations (the pytest plugin): FAKE_NVML_LEDGER names a directory that plays the
+ * driver's table of per-process device memory, shared by every process of the machine; see
+ * the "ledger" section at the end of this file.
  */
 #define NVML_NO_UNVERSIONED_FUNC_DEFS /* declare v1/_v2 too: each exported name is checked */
 #include <nvml.h>
@@ -204,6 +208,10 @@ static nvmlReturn_t fake_script_memory(gpu_t *g, int mig, nvmlMemory_t *mem);
 static int fake_script_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
                                  unsigned int *n, nvmlReturn_t *rc);
 static unsigned long long fake_script_count(gpu_t *g, const char *key);
+static unsigned int ledger_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
+                                     unsigned int n);
+static unsigned long long ledger_bytes(gpu_t *g, int mig);
+static int ledger_name(unsigned int pid, char *name, size_t length);
 
 /* Handles: GPU i is (i + 1); MIG device m of GPU i is 0x1000 + i * 64 + m. */
 static gpu_t *gpu_of(nvmlDevice_t dev, int *mig) {
@@ -511,14 +519,15 @@ static unsigned int list_processes(gpu_t *g, int mig, proc_t *out, unsigned int 
                                    nvmlReturn_t *rc) {
     unsigned int n = 0, k, wanted = mig >= 0 ? g->mig_processes[mig] : g->processes;
     *rc = NVML_SUCCESS;
-    if (fake_script_processes(g, mig, out, cap, &n, rc)) return n;
+    if (fake_script_processes(g, mig, out, cap, &n, rc))
+        return *rc == NVML_SUCCESS ? ledger_processes(g, mig, out, cap, n) : n;
     for (k = 0; k < wanted; k++, n++) {
         if (n >= cap) continue;
         /* container=1: NVML reports the host's PIDs, not this namespace's */
         out[n].pid = (cfg.container ? HOST_PID_BASE : 4242u) + (unsigned)(mig + 1) * 100 + k;
         out[n].used = 512ULL * 1024 * 1024;
     }
-    return n;
+    return ledger_processes(g, mig, out, cap, n);
 }
 
 /* nvml.h: "To query the current number of running compute processes, call this function
@@ -717,10 +726,9 @@ static nvmlReturn_t fake_script_memory(gpu_t *g, int mig, nvmlMemory_t *mem) {
     /* a MIG device handle: that instance's memory only (nvml.h: "Per-instance information
      * can be queried by using specific MIG device handles") */
     v = script_get(gpu_number(g), script_key(key, sizeof key, mig, "mem_used_mib"));
-    if (v) {
-        mem->used = strtoull(v, NULL, 10) * 1024ULL * 1024ULL;
-        mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
-    }
+    if (v) mem->used = strtoull(v, NULL, 10) * 1024ULL * 1024ULL;
+    else mem->used += ledger_bytes(g, mig); /* what the ledger's processes hold */
+    mem->free = mem->total > mem->used ? mem->total - mem->used : 0;
     return NVML_SUCCESS;
 }
 
@@ -862,6 +870,11 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
                     return copy_str(name, length, pname);
             }
         }
+    }
+    /* the ledger's processes, in this namespace (under container=1 NVML lists host PIDs) */
+    if (!cfg.container) {
+        char pname[96];
+        if (ledger_name(pid, pname, sizeof pname)) return copy_str(name, length, pname);
     }
     /* the configured (unscripted) processes of list_processes: this namespace's own */
     if (!cfg.container && pid >= 4242u && pid < 4242u + 100u * (MAX_MIG + 1))
@@ -1284,4 +1297,106 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValu
         }
     }
     return NVML_SUCCESS;
+}
+
+/* ---- ledger (the pytest plugin) --------------------------------------------------------
+ * FAKE_NVML_LEDGER names a directory that stands for the driver's record of which process
+ * holds how much device memory on which GPU, shared by every process of the machine, the way
+ * the real driver's is: a file `<gpu index>.<pid>` holding `<MiB> <name>` says process <pid>
+ * holds <MiB> on GPU <index> (a test allocates by writing it, frees by removing it). Each call
+ * reads it afresh. Whole GPUs only (MIG device handles list no ledger entry). Its processes
+ * come after the configured and scripted ones in nvmlDeviceGetComputeRunningProcesses*,
+ * with the host's PIDs under container=1; their memory adds to nvmlMemory_t.used (unless the
+ * script sets gpu.N.mem_used_mib); nvmlSystemGetProcessName names them. */
+#include <dirent.h>
+
+typedef struct {
+    unsigned int gpu, pid;
+    unsigned long long mib;
+    char name[96];
+} ledger_entry_t;
+
+/* Calls `fn` for each well-formed ledger entry; stops when it returns nonzero. */
+static int ledger_each(int (*fn)(const ledger_entry_t *, void *), void *arg) {
+    const char *dir = getenv("FAKE_NVML_LEDGER");
+    char path[4096];
+    struct dirent *de;
+    DIR *d;
+    int stop = 0;
+    if (!dir || !*dir || !(d = opendir(dir))) return 0;
+    while (!stop && (de = readdir(d))) {
+        ledger_entry_t e;
+        FILE *f;
+        char extra;
+        memset(&e, 0, sizeof e);
+        if (sscanf(de->d_name, "%u.%u%c", &e.gpu, &e.pid, &extra) != 2) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!(f = fopen(path, "r"))) continue; /* freed between readdir and open */
+        if (fscanf(f, "%llu %95s", &e.mib, e.name) >= 1) stop = fn(&e, arg);
+        fclose(f);
+    }
+    closedir(d);
+    return stop;
+}
+
+typedef struct {
+    gpu_t *g;
+    proc_t *out;
+    unsigned int cap, n;
+    unsigned long long bytes;
+} ledger_query_t;
+
+static int ledger_add(const ledger_entry_t *e, void *arg) {
+    ledger_query_t *q = (ledger_query_t *)arg;
+    if ((int)e->gpu != gpu_number(q->g)) return 0;
+    q->bytes += e->mib * 1048576ULL;
+    if (q->out && q->n < q->cap) {
+        q->out[q->n].pid = cfg.container ? HOST_PID_BASE + e->pid : e->pid;
+        q->out[q->n].used = e->mib * 1048576ULL;
+    }
+    q->n++;
+    return 0;
+}
+
+static unsigned int ledger_processes(gpu_t *g, int mig, proc_t *out, unsigned int cap,
+                                     unsigned int n) {
+    ledger_query_t q;
+    if (mig >= 0) return n;
+    q.g = g;
+    q.out = out;
+    q.cap = cap;
+    q.n = n;
+    q.bytes = 0;
+    ledger_each(ledger_add, &q);
+    return q.n;
+}
+
+static unsigned long long ledger_bytes(gpu_t *g, int mig) {
+    ledger_query_t q;
+    if (mig >= 0) return 0;
+    memset(&q, 0, sizeof q);
+    q.g = g;
+    ledger_each(ledger_add, &q);
+    return q.bytes;
+}
+
+typedef struct {
+    unsigned int pid;
+    char *name;
+    size_t length;
+} ledger_name_t;
+
+static int ledger_match(const ledger_entry_t *e, void *arg) {
+    ledger_name_t *q = (ledger_name_t *)arg;
+    if (e->pid != q->pid) return 0;
+    snprintf(q->name, q->length, "%s", e->name[0] ? e->name : "python");
+    return 1;
+}
+
+static int ledger_name(unsigned int pid, char *name, size_t length) {
+    ledger_name_t q;
+    q.pid = pid;
+    q.name = name;
+    q.length = length;
+    return ledger_each(ledger_match, &q);
 }

@@ -129,3 +129,37 @@ def test_a_sibling_cancelled_by_fail_fast_is_neither_cause_nor_test_failure(serv
     job = {**job, "conclusion": "cancelled", "steps": job["steps"][:2]}
     verdict = infra.classify(job, evidence_of(job, ["The operation was canceled."]))
     assert verdict.kind == "cancelled" and not verdict.infrastructure
+
+
+OOM_NOTE = (
+    "tests/test_model.py::test_train: out of memory (torch.OutOfMemoryError); "
+    "still failing after 1 rerun"
+)
+
+
+@pytest.mark.parametrize("how", ["failed", "lost"])
+def test_a_gpu_out_of_memory_failure_is_never_infrastructure(served, how):
+    """The pytest plugin's annotation of an OOM that stayed: a test failure, even with the
+    GPU reported lost or the step interrupted (never retried as the machine's fault)."""
+    job, _run = served(how)
+    report = monitor_report(NOW, 20 * 60, lost_at=600)
+    verdict = infra.classify(job, evidence_of(job, [OOM_NOTE, LOST], report))
+    assert verdict.kind == "test"
+    assert verdict.reason.startswith("GPU out of memory: tests/test_model.py::test_train")
+    assert infra.retry_decision({"run_attempt": 1}, [verdict], {verdict.job_id}, 1).retry is False
+
+
+def test_the_plugins_message_is_the_one_the_watchdog_reads():
+    """The annotation gpu_ci.pytest_plugin writes for an OOM that stayed is evidence; one
+    for an OOM that passed on its rerun, or another tool's title, is not."""
+    from gpu_ci.pytest_plugin import report
+
+    test = {"nodeid": "t.py::test_a", "oom": "torch.OutOfMemoryError", "oom_reruns": 1}
+    stayed = report.rerun_detail({**test, "outcome": "failed"})
+    passed = report.rerun_detail({**test, "outcome": "passed"})
+    notes = [
+        {"message": f"t.py::test_a: {stayed}", "title": "gpu-ci pytest"},
+        {"message": f"t.py::test_a: {passed}", "title": "gpu-ci pytest"},
+        {"message": f"t.py::test_a: {stayed}", "title": "someone else"},
+    ]
+    assert [e.code for e in infra.annotation_evidence(notes)] == ["gpu-oom"]

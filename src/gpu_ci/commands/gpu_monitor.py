@@ -5,7 +5,8 @@ what each GPU did, what it cost, and which steps used it.
 
 Wiring only: starting the sampler and reading its file are :mod:`gpu_ci.cuda.monitor.control`,
 the sampler and the file format :mod:`gpu_ci.cuda.monitor.sampler`, the numbers and views
-:mod:`gpu_ci.cuda.monitor.report`, the jobs API :mod:`gpu_ci.github.steps`, the price table
+:mod:`gpu_ci.cuda.monitor.report`, the pytest plugin's findings by time
+:mod:`gpu_ci.cuda.pytest_link`, the jobs API :mod:`gpu_ci.github.steps`, the price table
 :mod:`gpu_ci.pricing`.
 """
 
@@ -20,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpu_ci.cuda import pytest_link
 from gpu_ci.cuda.monitor import control, results, right_size
 from gpu_ci.cuda.monitor import recording as mr_recording
 from gpu_ci.cuda.monitor import report as mr
@@ -31,6 +33,9 @@ from gpu_ci.runtime import Runtime, annotate_findings, write_report
 
 if TYPE_CHECKING:
     from gpu_ci.github.steps import JobTimes
+
+#: The start's directory for the pytest plugin's reports (inside the job's private one).
+PYTEST_REPORTS = "pytest"
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -112,6 +117,10 @@ def _start(directory: Path, interval: float, rt: Runtime) -> int:
     )
     rt.set_output("gpu-count", str(len(visible)))
     rt.set_output("samples-file", samples)
+    # the pytest plugin's reports, read back by the report step and linked by time
+    reports = directory / PYTEST_REPORTS
+    reports.mkdir(mode=0o700, exist_ok=True)
+    rt.export_variable(pytest_link.REPORT_DIR_VARIABLE, str(reports))
     return 0
 
 
@@ -247,6 +256,9 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
         )
     rt.info(log_line(result, len(recording.sample_times)))
     rt.summary(mr_views.markdown(result))
+    found = pytest_link.links(pytest_link.read_reports(str(directory / PYTEST_REPORTS)))
+    if found:
+        rt.summary(pytest_link.markdown(found, recording.started, recording.samples))
     if inputs["pushgateway-url"]:
         push(inputs["pushgateway-url"], result, rt)
     return 0 if result.ok else 1

@@ -10,6 +10,9 @@ evidence the REST API records, each piece kept with the verdict:
   a shutdown signal. ..." (actions/runner#2427, #2040) and "The self-hosted runner: <name>
   lost communication with the server. ..." / "The hosted runner: <name> lost ..."
   (actions/runner#2624, #3539);
+* **the pytest plugin's annotations** (``gpu_ci.pytest_plugin``, title ``gpu-ci pytest``):
+  "<test>: out of memory (<reason>); still failing after N reruns" says the tests ran out of
+  GPU memory, the job's own doing;
 * **the job's steps**: a job that ended while a step was still ``in_progress`` (or queued),
   with no failed step: the server closed it because the runner stopped reporting; a
   ``failure`` step is the tests' (or the workflow's) own failure;
@@ -23,6 +26,8 @@ evidence the REST API records, each piece kept with the verdict:
 
 Rules, stated once (:func:`classify`):
 
+0. a GPU out-of-memory failure (the plugin's annotation) -> **test**, whatever else was
+   recorded: an OOM is never infrastructure, and a re-run would spend GPU time on it again;
 1. a GPU lost (monitor) -> **infrastructure**, even with a failed step (a CUDA call fails
    when its GPU leaves the bus);
 2. else a failed step -> **test** (whatever else was recorded: never re-run a real failure);
@@ -60,6 +65,10 @@ SHUTDOWN = re.compile(r"The runner has received a shutdown signal")
 LOST = re.compile(
     r"\bThe (?:self-hosted|hosted) runner\b[^\n]{0,300}?\blost communication with the server"
 )
+#: The pytest plugin's annotation of a test that failed with a GPU out-of-memory error
+#: (gpu_ci.pytest_plugin.report.rerun_detail; a test that passed on its rerun says "passed").
+OOM = re.compile(r"\bout of memory \([^\n]{0,300}\); still failing after \d+ reruns?\b")
+OOM_TITLE = "gpu-ci pytest"
 #: gpu-monitor's finding codes (src/gpu_ci/cuda/monitor/report.py, ``findings``), by meaning.
 GPU_LOST_CODES = ("gpu-lost", "xid-79")
 SAMPLER_ENDED = "sampler-ended-early"
@@ -75,7 +84,7 @@ class Evidence:
     """One recorded fact behind a verdict."""
 
     code: str
-    """gpu-lost, runner-shutdown, runner-lost, step-interrupted, runner-gone,
+    """gpu-oom, gpu-lost, runner-shutdown, runner-lost, step-interrupted, runner-gone,
     sampler-ended, failed-step."""
     source: str
     """Where it was read: ``annotation``, ``steps``, ``job`` or ``monitor-report``."""
@@ -114,12 +123,15 @@ def failed(job: Mapping[str, Any]) -> bool:
 
 
 def annotation_evidence(annotations: Sequence[Mapping[str, Any]]) -> list[Evidence]:
-    """The runner's shutdown / lost-communication messages among a check run's annotations
-    (``check-annotation``: ``message`` may be null)."""
+    """The runner's and the pytest plugin's messages among a check run's annotations.
+
+    ``check-annotation``: ``message`` and ``title`` may be null."""
     out: list[Evidence] = []
     for note in annotations:
         text = str(note.get("message") or "")
-        if SHUTDOWN.search(text):
+        if str(note.get("title") or OOM_TITLE) == OOM_TITLE and OOM.search(text):
+            out.append(Evidence("gpu-oom", "annotation", text[:200]))
+        elif SHUTDOWN.search(text):
             out.append(Evidence("runner-shutdown", "annotation", text[:200]))
         elif LOST.search(text):
             out.append(Evidence("runner-lost", "annotation", text[:200]))
@@ -209,6 +221,9 @@ def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
     if not failed(job):
         return Verdict(job_id, name, NOT_FAILED, gathered, f"conclusion {job.get('conclusion')}")
     codes = {e.code for e in gathered}
+    if "gpu-oom" in codes:
+        oom = next(e.detail for e in gathered if e.code == "gpu-oom")
+        return Verdict(job_id, name, TEST, gathered, f"GPU out of memory: {oom}")
     if "gpu-lost" in codes:
         return Verdict(job_id, name, INFRASTRUCTURE, gathered, "the GPU was lost during the job")
     if "failed-step" in codes:

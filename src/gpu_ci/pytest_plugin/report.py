@@ -1,0 +1,191 @@
+"""The session's findings: one JSON record, merged across workers, and its views.
+
+A record is plain JSON (it travels from xdist workers to the controller as
+``workeroutput``): the GPUs, the memory held before the tests, notes, and one entry per
+test. The views are one Markdown table for the job summary, workflow-command annotations
+pointing at the tests, and the lines of the terminal summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+Record = dict[str, Any]
+VERSION = 1
+
+
+def new_record() -> Record:
+    return {
+        "version": VERSION,
+        "started": None,
+        "finished": None,
+        "gpus": [],
+        "held_before": [],
+        "notes": [],
+        "workers": {},
+        "tests": [],
+    }
+
+
+def merge(main: Record, parts: dict[str, Record]) -> Record:
+    """``main`` (the controller's) with each worker's tests, devices and notes."""
+    out = dict(main)
+    out["tests"] = list(main["tests"])
+    out["notes"] = list(main["notes"])
+    out["workers"] = dict(main["workers"])
+    for name in sorted(parts):
+        part = parts[name]
+        out["workers"].update(part["workers"])
+        out["tests"].extend(part["tests"])
+        out["notes"].extend(n for n in part["notes"] if n not in out["notes"])
+    out["tests"].sort(key=lambda t: (t["start"], t["nodeid"]))
+    return out
+
+
+def write(record: Record, path: str) -> None:
+    """Write ``record`` whole or not at all.
+
+    A reader never sees half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def leaks(record: Record, threshold_mib: float) -> list[Record]:
+    """Tests that left at least ``threshold_mib`` behind, the largest first."""
+    found = [
+        t
+        for t in record["tests"]
+        if t["leftover_mib"] is not None
+        and t["leftover_mib"] >= threshold_mib
+        and not t["context_created"]
+    ]
+    return sorted(found, key=lambda t: -t["leftover_mib"])
+
+
+def biggest(record: Record, top: int) -> list[Record]:
+    """The ``top`` tests by their framework's peak (where one was known)."""
+    known = [t for t in record["tests"] if t["peak_mib"] is not None]
+    return sorted(known, key=lambda t: -t["peak_mib"])[:top]
+
+
+def reruns(record: Record) -> list[Record]:
+    return [t for t in record["tests"] if t["oom_reruns"] or t["oom"]]
+
+
+def _mib(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f}"
+
+
+def _gpus(test: Record) -> str:
+    return ",".join(str(g) for g in test["gpus"]) or "?"
+
+
+def rerun_detail(test: Record) -> str:
+    n = test["oom_reruns"]
+    runs = f"{n} rerun" + ("s" if n != 1 else "")
+    if test["outcome"] == "passed":
+        return f"out of memory ({test['oom']}); passed after {runs}"
+    return f"out of memory ({test['oom']}); still failing after {runs}"
+
+
+def rows(record: Record, threshold_mib: float, top: int) -> list[tuple[str, ...]]:
+    """The summary table's rows: reruns, leaks, biggest tests, memory held before."""
+    out: list[tuple[str, ...]] = []
+    for t in reruns(record):
+        out.append(("out-of-memory", t["nodeid"], _gpus(t), "", rerun_detail(t)))
+    for t in leaks(record, threshold_mib):
+        out.append(
+            ("leak", t["nodeid"], _gpus(t), f"+{_mib(t['leftover_mib'])}", "left after teardown")
+        )
+    for t in biggest(record, top):
+        out.append(("biggest", t["nodeid"], _gpus(t), _mib(t["peak_mib"]), t["peak_source"]))
+    for h in record["held_before"]:
+        out.append(
+            (
+                "held before",
+                f"pid {h['pid']} ({h['name']})",
+                str(h["gpu"]),
+                _mib(h["mib"]),
+                f"{h['whose']} process, before the first test",
+            )
+        )
+    return out
+
+
+def markdown(record: Record, threshold_mib: float, top: int) -> str:
+    """The job summary's section: one table, then the notes."""
+    body = rows(record, threshold_mib, top)
+    tests = len({t["nodeid"] for t in record["tests"]})
+    lines = [f"### gpu-ci pytest: GPU memory ({tests} tests)", ""]
+    if body:
+        lines += ["| finding | test / process | GPU | MiB | detail |", "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
+    else:
+        lines.append("No out-of-memory failure, leak or memory held before the tests.")
+    lines += [f"\n- {n}" for n in record["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def annotation(
+    message: str, path: str | None = None, line: int | None = None, level: str = "warning"
+) -> str:
+    """A ``::warning`` or ``::error`` workflow command.
+
+    It points at a file and line where they are known."""
+    props = [f"title={_escape('gpu-ci pytest', True)}"]
+    if path:
+        props.insert(0, f"file={_escape(path, True)}")
+        if line is not None:
+            props.insert(1, f"line={line}")
+    return f"::{level} {','.join(props)}::{_escape(message)}"
+
+
+def held_over(record: Record, warn_mib: float) -> list[Record]:
+    """Memory held before the tests, on GPUs above the warning.
+
+    GPUs where other processes held ``warn_mib`` or more in all."""
+    per_gpu: dict[int, float] = {}
+    for h in record["held_before"]:
+        per_gpu[h["gpu"]] = per_gpu.get(h["gpu"], 0.0) + (h["mib"] or 0.0)
+    return [h for h in record["held_before"] if per_gpu[h["gpu"]] >= warn_mib]
+
+
+def workflow_warnings(record: Record, threshold_mib: float, warn_mib: float) -> list[str]:
+    """The annotations, most telling first: GitHub keeps 10 of each level per step.
+
+    An OOM that stayed is an error (gpu-watchdog reads it: never infrastructure); reruns
+    that passed, leaks and memory held before are warnings."""
+    out = []
+    stayed = [t for t in reruns(record) if t["outcome"] != "passed"]
+    for t in stayed:
+        msg = f"{t['nodeid']}: {rerun_detail(t)}"
+        out.append(annotation(msg, t["path"], t["line"], level="error"))
+    for t in reruns(record):
+        if t not in stayed:
+            out.append(annotation(f"{t['nodeid']}: {rerun_detail(t)}", t["path"], t["line"]))
+    for t in leaks(record, threshold_mib):
+        msg = f"{t['nodeid']} left {_mib(t['leftover_mib'])} MiB of GPU memory after teardown"
+        out.append(annotation(msg, t["path"], t["line"]))
+    for h in held_over(record, warn_mib):
+        out.append(
+            annotation(
+                f"GPU {h['gpu']}: pid {h['pid']} ({h['name']}, {h['whose']}) held "
+                f"{_mib(h['mib'])} MiB before the first test"
+            )
+        )
+    return out

@@ -1,0 +1,109 @@
+"""gpu-monitor's report places the pytest plugin's findings in the job's time."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gpu_ci.cuda import pytest_link
+from gpu_ci.pytest_plugin import report
+from tests.conftest import parse_output_file
+from tests.gpu_monitor_env import BUSY_SCRIPT, EPOCH, fake_gpu_env, wait_for_stop_line
+
+
+def plugin_record(tests: list[dict[str, object]]) -> dict[str, object]:
+    """A session report in the plugin's own shape, with these tests."""
+    record = report.new_record()
+    record["settings"] = {"oom_reruns": 1, "leak_threshold_mib": 64.0}
+    base = {"path": "t.py", "line": 1, "worker": "main", "gpus": [0], "peak_mib": None}
+    base.update(peak_source=None, context_created=False, oom=None, oom_reruns=0)
+    record["tests"] = [{**base, **t} for t in tests]
+    return record
+
+
+def test_the_report_links_the_plugins_findings_by_time(run_cli, tmp_path: Path) -> None:
+    """The plugin's OOM and leak are listed at their job times.
+
+    The start exports the directory; an OOM at +1:05 (the script's 30 GiB phase) and a
+    leak at +0:35 are listed in time order with the memory the sampler saw then."""
+    env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=90)
+    env["GITHUB_ENV"] = str(tmp_path / "github_env")
+    Path(env["GITHUB_ENV"]).write_text("")
+    started = run_cli(["gpu-monitor", "--mode", "start"], env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    exported = parse_output_file(Path(env["GITHUB_ENV"]).read_text())
+    directory = Path(exported[pytest_link.REPORT_DIR_VARIABLE])
+    assert directory.is_dir() and oct(directory.stat().st_mode & 0o777) == "0o700"
+    wait_for_stop_line(env)
+    record = plugin_record(
+        [
+            {
+                "nodeid": "t.py::test_big",
+                "start": EPOCH + 65,
+                "end": EPOCH + 68,
+                "outcome": "failed",
+                "oom": "torch.OutOfMemoryError",
+                "oom_reruns": 1,
+                "leftover_mib": 0.0,
+            },
+            {
+                "nodeid": "t.py::test_leaky",
+                "start": EPOCH + 35,
+                "end": EPOCH + 36,
+                "outcome": "passed",
+                "leftover_mib": 500.0,
+            },
+            {
+                "nodeid": "t.py::test_fine",
+                "start": EPOCH + 40,
+                "end": EPOCH + 41,
+                "outcome": "passed",
+                "leftover_mib": 10.0,
+            },
+        ]
+    )
+    report.write(record, str(directory / "pytest-gpu-1.json"))
+    done = run_cli(["gpu-monitor", "--mode", "report"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    section = done.summary[done.summary.index("#### pytest (gpu-ci plugin), by time") :]
+    rows = [line for line in section.splitlines() if line.startswith("| +")]
+    assert rows == [
+        "| +0:35 | t.py::test_leaky | left 500 MiB after teardown | 0 | 10,240 MiB |",
+        "| +1:05 | t.py::test_big | out of memory, still failing after 1 rerun(s) | 0 "
+        "| 30,720 MiB |",
+    ]
+
+
+def test_what_the_job_wrote_there_is_read_within_limits(tmp_path: Path) -> None:
+    """PR code may write anything in the directory: a FIFO, a huge file, junk JSON, wrong
+    types; only the plugin's shape is read, and nothing blocks or fails."""
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "huge.json").write_bytes(b" " * (pytest_link.MAX_BYTES + 1))
+    (tmp_path / "junk.json").write_text("{not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "types.json").write_text(
+        json.dumps({"tests": [1, {"start": "x"}, {"start": 1.0, "end": True, "oom": "y"}]})
+    )
+    good = plugin_record(
+        [
+            {
+                "nodeid": "t.py::a",
+                "start": 5.0,
+                "end": 6.0,
+                "outcome": "passed",
+                "oom": "cupy.cuda.memory.OutOfMemoryError",
+                "oom_reruns": 1,
+                "leftover_mib": 0.0,
+            }
+        ]
+    )
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    records = pytest_link.read_reports(str(tmp_path))
+    found = pytest_link.links(records)
+    assert [(x.nodeid, x.finding) for x in found] == [
+        ("t.py::a", "out of memory, passed after 1 rerun(s)")
+    ]
+    assert pytest_link.markdown(found, 0.0, []).splitlines()[-1] == (
+        "| +0:05 | t.py::a | out of memory, passed after 1 rerun(s) | 0 | ? |"
+    )
