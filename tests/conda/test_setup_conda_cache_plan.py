@@ -56,6 +56,7 @@ def plan(tmp_path):
             "pkgs-dir": "",
             "prefix": "",
             "environment-name": "ci",
+            "pixi-environment": "default",
             "cache": "true",
             **inputs,
         }
@@ -63,6 +64,7 @@ def plan(tmp_path):
             "PATH": os.environ["PATH"],
             "HOME": str(tmp_path / "home"),
             "GPU_CI_PYTHON": sys.executable,
+            "GITHUB_ACTION_PATH": str(ROOT / "actions" / "setup-conda-from-lock"),
             "RUNNER_OS": "Linux",
             "RUNNER_ARCH": "X64",
             "RUNNER_TOOL_CACHE": str(tmp_path / "toolcache"),
@@ -155,7 +157,9 @@ def test_plan_step_fails_on_a_typo_before_anything_is_restored(plan):
 
 def test_root_action_runs_the_same_plan_step():
     own, root = plan_step(), plan_step("action.yml")
-    assert root["run"] == own["run"] and root["env"] == own["env"]
+    # the root action runs the scripts beside it, not two folders up
+    assert root["run"] == own["run"].replace("$GITHUB_ACTION_PATH/../../", "$GITHUB_ACTION_PATH/")
+    assert root["env"] == own["env"]
     assert root["if"] == f"inputs.command == 'setup-conda-from-lock' && ({own['if']})"
 
 

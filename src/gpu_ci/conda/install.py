@@ -68,6 +68,7 @@ class InstallReport:
         "streamed_archives",
         "recovered",
         "phases",
+        "pip_installer",
     )
 
     def __init__(
@@ -87,6 +88,8 @@ class InstallReport:
         self.recovered = recovered
         """What was finished or rolled back from an interrupted earlier run ('' if nothing)."""
         self.phases: dict[str, float] = {} if phases is None else phases
+        self.pip_installer = ""
+        """What installed the PyPI packages: ``uv``, ``pip``, or '' (none)."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -94,12 +97,16 @@ class InstallReport:
 
 
 def marker(plan: InstallPlan) -> dict[str, object]:
-    return {
+    """What the marker records: the lock, and what was picked from it."""
+    found: dict[str, object] = {
         "lock_sha256": plan.lock_sha256,
         "platform": plan.platform,
         "categories": list(plan.categories),
         "conda_records": len(plan.conda),
     }
+    if plan.environment:
+        found["pixi_environment"] = plan.environment
+    return found
 
 
 def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
@@ -337,14 +344,16 @@ def _child_dies_with_us() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 
 
-def _pip(
-    plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path
-) -> None:
+def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path) -> str:
     """pip entries into the staged environment, then make what pip wrote point at target.
 
-    ``--no-compile``: byte code compiled now would record the staging path in every code
-    object; Python compiles it on first import instead. Console scripts get a shebang with
-    the staging interpreter, which is rewritten to the final one.
+    Files are installed as locked: by URL, checked against their sha256, no dependencies,
+    no index. Editable and path entries (a pixi lock's sources in the checkout) follow,
+    built against the environment itself (no build isolation: nothing is resolved). uv
+    installs them where it is on ``PATH``, else the environment's pip. ``--no-compile``:
+    byte code compiled now would record the staging path; Python compiles it on first
+    import instead. Console scripts get a shebang with the staging interpreter, which is
+    rewritten to the final one. Returns the installer used.
     """
     python = staging / "bin" / "python"
     if not python.exists():
@@ -352,33 +361,50 @@ def _pip(
             f"the lock has {len(plan.pip)} pip entries but the environment has no "
             "python to install them with: add python (and pip) to the lock."
         )
-    requirements = work / "pip-requirements.txt"
-    requirements.write_text(
-        "".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in plan.pip)
-    )
+    uv = shutil.which("uv", path=env.get("PATH", ""))
     pip_env = {
         **env,
         "PIP_CONFIG_FILE": os.devnull,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_NO_INPUT": "1",
+        "UV_NO_CONFIG": "1",
+        "UV_PYTHON_DOWNLOADS": "never",
     }
+    if uv:
+        base = [uv, "pip", "install", "--python", str(python), "--no-cache", "--no-deps"]
+    else:
+        base = [str(python), "-m", "pip", "install", "--no-cache-dir", "--no-compile", "--no-deps"]
+    base.append("--no-index")
+    hashed = [p for p in plan.pip if not p.source]
+    sources = [p for p in plan.pip if p.source in ("editable", "path")]
     bin_dir = staging / "bin"
     before = set(os.listdir(bin_dir))
+    if hashed:
+        requirements = work / "pip-requirements.txt"
+        requirements.write_text(
+            "".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in hashed)
+        )
+        _run_installer([*base, "--require-hashes", "-r", str(requirements)], pip_env, staging)
+    if sources:
+        args = [*base, "--no-build-isolation"]
+        for p in sources:
+            args += ["-e", p.path] if p.source == "editable" else [p.path]
+        _run_installer(args, pip_env, staging)
+    old, new = str(staging).encode(), str(target).encode()
+    for name in sorted(set(os.listdir(bin_dir)) - before):
+        script = bin_dir / name
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if old in data[:4096]:
+                script.write_bytes(data.replace(old, new))
+    return "uv" if uv else "pip"
+
+
+def _run_installer(args: list[str], env: Mapping[str, str], staging: Path) -> None:
+    """One pip or uv run, dying with us; its failure an error quoting its output."""
     proc = subprocess.Popen(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--require-hashes",
-            "--no-cache-dir",
-            "--no-compile",
-            "-r",
-            str(requirements),
-        ],
-        env=pip_env,
+        args,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -392,13 +418,6 @@ def _pip(
         raise named or GpuCiError(
             f"installing the lock's pip entries failed (exit {proc.returncode}): {tail}"
         )
-    old, new = str(staging).encode(), str(target).encode()
-    for name in sorted(set(os.listdir(bin_dir)) - before):
-        script = bin_dir / name
-        if script.is_file() and not script.is_symlink():
-            data = script.read_bytes()
-            if old in data[:4096]:
-                script.write_bytes(data.replace(old, new))
 
 
 # -- the whole transaction ----------------------------------------------------------------
@@ -640,7 +659,7 @@ def _build_and_swap(
     crash_point("link")
     if plan.pip:
         started = time.monotonic()
-        _pip(plan, staging, target, env, work)
+        report.pip_installer = _pip(plan, staging, target, env, work)
         report.phases["pip"] = time.monotonic() - started
     (staging / "conda-meta").mkdir(exist_ok=True)
     (staging / MARKER).write_text(json.dumps(marker(plan)))

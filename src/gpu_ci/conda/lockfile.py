@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
+
+if TYPE_CHECKING:
+    from gpu_ci.conda.virtual import Requirement
 
 _sha256: Any
 try:  # Python's own sha256, as ``random`` takes its sha512: ``hashlib`` would first load
@@ -82,6 +85,11 @@ class PipEntry(NamedTuple):
     version: str
     url: str
     sha256: str
+    source: str = ""
+    """'' for a file checked against ``sha256``; ``editable``, ``path`` or ``git`` for a
+    pixi lock's source entries (installed from the checkout, never resolved)."""
+    path: str = ""
+    """The local path of an ``editable`` or ``path`` entry, absolute."""
 
 
 class LockFile(NamedTuple):
@@ -111,6 +119,14 @@ class InstallPlan(NamedTuple):
     conda: tuple[CondaEntry, ...]
     pip: tuple[PipEntry, ...]
     lock_sha256: str
+    environment: str = ""
+    """A pixi lock's environment ('' for conda-lock's locks)."""
+    requirements: tuple[Requirement, ...] = ()
+    """The ``__cuda``/``__glibc`` needs the machine must meet (pixi locks)."""
+    left_out: tuple[str, ...] = ()
+    """Conda packages the lock builds from source: never built, named in a notice."""
+    indexes: tuple[str, ...] = ()
+    """The PyPI indexes a pixi lock's environment was resolved against."""
 
     @property
     def count(self) -> int:  # type: ignore[override]  # tuple.count is never used on a plan
@@ -231,6 +247,10 @@ def detect_kind(text: str) -> str:
         r"^metadata:\s*$", text, re.MULTILINE
     ):
         return "unified"
+    if re.search(r"^environments:\s*$", text, re.MULTILINE) and re.search(
+        r"^version:\s*\S", text, re.MULTILINE
+    ):
+        return "pixi"
     if re.search(r"^dependencies:\s*$", text, re.MULTILINE):
         return "environment"
     return "unknown"

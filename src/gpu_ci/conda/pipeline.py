@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpu_ci import urls
-from gpu_ci.conda import lockfile
+from gpu_ci.conda import lockfile, pixi
 from gpu_ci.conda.options import SetupOptions, refuse_prefix
 from gpu_ci.errors import GpuCiError
 
 if TYPE_CHECKING:
+    from gpu_ci.conda import cachekey
     from gpu_ci.conda.isolation import VendorConda
 
 
@@ -62,26 +63,42 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
     package URL as soon as it is read (an error about the plan may quote a URL)."""
     path = opts.lock_file
     text = read_lock(path)
+    if pixi.is_pixi(path, text):
+        plan = pixi.plan(text, path, opts.pixi_environment, opts.platform)
+        lock = lockfile.LockFile("pixi", (plan.platform,), plan.channels, ())
+        _mask_plan(lock, plan, mask)
+        return Locked(lock, plan)
     lock = lockfile.parse(text, path)
     for channel in lock.channels:
         for secret in urls.secrets_in(channel):
             mask(secret)
     plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
-    for url in [*(e.url for e in plan.conda), *(e.url for e in plan.pip)]:
-        for secret in urls.secrets_in(url):
-            mask(secret)
+    _mask_plan(lock, plan, mask)
     return Locked(lock, plan)
 
 
-def cache_key(plan: lockfile.InstallPlan, opts: SetupOptions) -> str:
-    """The action's cache key: everything that changes what the prefix holds, and whether
-    the package cache holds Miniforge's installer (a cache saved without it must not
-    hide it from a job that installs Miniforge: a hit saves nothing)."""
-    return (
-        f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}"
-        f"{'+installer' if opts.miniforge else ''}-"
-        f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}"
-    )
+def _mask_plan(
+    lock: lockfile.LockFile, plan: lockfile.InstallPlan, mask: Callable[[str], None]
+) -> None:
+    """Mask every secret in the lock's channels and the plan's URLs."""
+    for url in [
+        *lock.channels,
+        *plan.indexes,
+        *(e.url for e in plan.conda),
+        *(e.url for e in plan.pip),
+    ]:
+        for secret in urls.secrets_in(url):
+            mask(secret)
+
+
+def cache_key(
+    plan: lockfile.InstallPlan, inputs: cachekey.Inputs, environ: Mapping[str, str]
+) -> str:
+    """The package cache's key, as the action's cache step computes it."""
+    from gpu_ci.conda import cachekey
+
+    data = Path(inputs["lock-file"]).read_bytes()
+    return cachekey.packages_key(cachekey.KeyInputs.of(inputs, environ, data, plan.environment))
 
 
 class Isolation(NamedTuple):
