@@ -260,41 +260,15 @@ def editable_project(checkout: Path) -> Path:
 
 
 def pixi_lock(channel, environments: dict[str, list[str]], *, wheel: bool, editable: bool) -> str:
-    """A pixi.lock (format 6) of the channel's packages; ``default`` gets the PyPI ones."""
-    archives = {a.name: a for a in channel.archives}
-    wheel_url = channel.url("wheels/" + channel.wheel.name)
-    envs = {}
-    for name, names in environments.items():
-        items: list[dict[str, str]] = [{"conda": channel.archive_url(archives[n])} for n in names]
-        if name == "default":
-            items += [{"pypi": wheel_url}] if wheel else []
-            items += [{"pypi": "./ed"}] if editable else []
-        envs[name] = {
-            "channels": [{"url": channel.url("channel/")}],
-            "indexes": [channel.url("simple")],
-            "packages": {"linux-64": items},
-        }
-    packages: list[dict[str, object]] = [
-        {
-            "conda": channel.archive_url(a),
-            "md5": a.md5,
-            "sha256": a.sha256,
-            "depends": a.depends,
-        }
-        for a in channel.archives
-    ]
-    packages.append(
-        {
-            "pypi": wheel_url,
-            "name": "gpuci-demo",
-            "version": "1.0",
-            "sha256": hashlib.sha256(channel.wheel.read_bytes()).hexdigest(),
-        }
-    )
-    packages.append({"pypi": "./ed", "name": "ed-demo", "version": "0.1", "editable": True})
-    return yaml.safe_dump(
-        {"version": 6, "environments": envs, "packages": packages}, sort_keys=False
-    )
+    """The channel's pixi.lock; ``default`` gets the served wheel and ``./ed`` if asked."""
+    pypi: list[dict[str, object]] = []
+    if wheel:
+        sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
+        url = channel.url("wheels/" + channel.wheel.name)
+        pypi.append({"pypi": url, "name": "gpuci-demo", "version": "1.0", "sha256": sha})
+    if editable:
+        pypi.append({"pypi": "./ed", "name": "ed-demo", "version": "0.1", "editable": True})
+    return channel.pixi_lock(environments, pypi=pypi)
 
 
 FULL = ["libhello", "hello", "python"]
