@@ -433,3 +433,51 @@ def test_a_driver_too_old_is_refused_and_the_override_prepares_the_environment(c
     outputs = parse_output_file(output.read_text())
     assert outputs["pixi-environment"] == "default"
     assert outputs["packages"] == "1" and outputs["pypi-packages"] == "0"
+
+
+# -- through the CLI -----------------------------------------------------------------------
+
+
+def test_a_dry_run_names_the_environment_and_what_is_left_out(run_cli, tmp_path):
+    path, _ = _shared("pixi.conditional-dependencies.pixi.lock")
+    result = run_cli(
+        [
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(path),
+            "--platform",
+            "linux-64",
+            "--dry-run",
+            "true",
+            "--miniforge",
+            "false",
+        ],
+        {"RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "::notice title=setup-conda-from-lock::" in out and "cuda_probe @ ." in out
+    assert "needs __cuda >=12 (package cuda-version, if present)" in out
+    assert result.outputs["pixi-environment"] == "default"
+    assert result.outputs["packages"] == "40" and result.outputs["pypi-packages"] == "0"
+    assert "-pixi+default-" in result.outputs["cache-key"]
+    assert "| pixi environment | default |" in result.summary
+
+
+def test_an_unknown_environment_through_the_cli_is_an_error_not_a_traceback(run_cli, tmp_path):
+    path, _ = _shared("pixi.multi_env.pixi.lock")
+    result = run_cli(
+        ["setup-conda-from-lock", "--lock-file", str(path), "--dry-run", "true"],
+        {"INPUT_PIXI_ENVIRONMENT": "cuda", "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "has no environment 'cuda'; it has default, py312, py313" in out
+    assert "Traceback" not in out
+
+
+def test_without_rattler_a_pixi_lock_says_it_needs_python_3_10(monkeypatch):
+    path, text = _shared("pixi.multi_env.pixi.lock")
+    monkeypatch.setitem(__import__("sys").modules, "rattler", None)  # as on Python 3.9
+    with pytest.raises(GpuCiError, match=r"needs Python >= 3.10 \(this is Python 3\.\d+\)"):
+        pixi.plan(text, str(path), "default", "linux-64")

@@ -293,3 +293,32 @@ def test_a_job_that_installs_miniforge_keys_its_package_cache_apart(plan, inputs
     # the finished environment holds no installer: its key is the same either way
     env = plan(cache="environment", **inputs).outputs["key"]
     assert "+installer" not in env and f"-{engine}-mf26.3.2-3-main-" in env
+
+
+@pytest.mark.parametrize("kind", ["explicit", "pixi"])
+def test_the_step_and_the_command_compute_one_key(plan, run_cli, tmp_path, kind):
+    """gpu_ci.conda.cachekey computes both: the step's key is the command's cache-key."""
+    lock = tmp_path / "conda-linux-64.lock"
+    if kind == "pixi":
+        lock = tmp_path / "pixi.lock"
+        lock.write_text(
+            "version: 6\nenvironments:\n  cuda:\n    channels: []\n    packages:\n"
+            "      linux-64: []\npackages: []\n"
+        )
+    inputs = {"lock-file": str(lock), "pixi-environment": "cuda", "platform": "linux-64"}
+    step = plan(cache="true", **inputs)
+    assert step.returncode == 0, step.stdout + step.stderr
+    result = run_cli(
+        ["setup-conda-from-lock", "--lock-file", str(lock), "--platform", "linux-64"]
+        + ["--dry-run", "true", "--miniforge", "auto"],
+        {
+            "RUNNER_OS": "Linux",
+            "RUNNER_ARCH": "X64",
+            "INPUT_PIXI_ENVIRONMENT": "cuda",
+            "RUNNER_TOOL_CACHE": str(tmp_path / "tc"),
+        },
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    command = result.outputs["cache-key"]
+    assert command == step.outputs["key"]
+    assert ("-pixi+cuda-" in command) is (kind == "pixi")
