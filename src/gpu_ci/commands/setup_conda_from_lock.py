@@ -169,8 +169,9 @@ def install(
 def miniforge(
     rt: Runtime, opts: conda_options.SetupOptions, pending: Pending, phases: dict[str, float]
 ) -> Miniforge:
-    """Miniforge installed (or reused) for the job, the time the job waited for it in
-    ``phases``; a warning when its checksum came only from beside the installer."""
+    """Miniforge installed or reused for the job, its wait in ``phases``.
+
+    A warning when its checksum came only from beside the installer."""
     waited = time.monotonic()
     mf = pending.result()
     phases["miniforge"] = time.monotonic() - max(waited, pending.started)
@@ -212,7 +213,7 @@ def publish(
     report: InstallReport,
     env: Mapping[str, str],
 ) -> None:
-    """The prefix's outputs and, with ``activate``, its variables and PATH for later steps."""
+    """The prefix's outputs and, with ``activate``, its activation for later steps."""
     prefix = opts.prefix
     python = prefix / "bin" / "python"
     rt.set_output("prefix", str(prefix))

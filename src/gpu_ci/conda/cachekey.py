@@ -1,4 +1,4 @@
-"""The action's cache keys, computed once for the cache steps and the output.
+"""The action's cache keys, for the cache steps and the output.
 
 The key holds everything that changes what is cached: the runner, the platform input, the
 engine, Miniforge's version (and whether its installer is in the package cache: a cache
@@ -17,13 +17,13 @@ from gpu_ci.conda.lockfile import _sha256
 
 
 class Inputs(Protocol):
-    """The action's inputs by name (the command's ``Inputs``; the wing never imports it)."""
+    """The action's inputs by name (the command's ``Inputs``)."""
 
     def __getitem__(self, name: str, /) -> str: ...
 
 
 class KeyInputs(NamedTuple):
-    """The raw inputs a key is made of, as the action passes them."""
+    """The raw inputs a key is made of."""
 
     runner_os: str
     runner_arch: str

@@ -58,8 +58,10 @@ from gpu_ci.urls import mask_url
 
 
 class InstallReport:
-    """What an install did, for the outputs and the job summary (a plain class, not a
-    dataclass: creating a dataclass costs ~1 ms of every run's start-up on Python 3.11)."""
+    """What an install did, for the outputs and the job summary.
+
+    A plain class, not a dataclass: creating a dataclass costs ~1 ms of every run's
+    start-up on Python 3.11."""
 
     __slots__ = (
         "reused",
@@ -181,7 +183,9 @@ def _copied_bytes(
 
 
 def _silently_full(staging: Path) -> DiskError | None:
-    """rattler 0.28 does not report a conda-meta record it could not write on a full disk:
+    """A full disk named, where rattler 0.28 reports an empty record.
+
+    rattler 0.28 does not report a conda-meta record it could not write on a full disk:
     the record is left empty, and it fails later reading it back ('EOF while parsing').
     Named as the disk error it is when the device has (almost) nothing free."""
     import errno
@@ -345,7 +349,7 @@ def _child_dies_with_us() -> None:
 
 
 def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path) -> str:
-    """pip entries into the staged environment, then make what pip wrote point at target.
+    """pip entries into the staged environment, pointing at the target.
 
     Files are installed as locked: by URL, checked against their sha256, no dependencies,
     no index. Editable and path entries (a pixi lock's sources in the checkout) follow,
@@ -401,7 +405,7 @@ def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str],
 
 
 def _run_installer(args: list[str], env: Mapping[str, str], staging: Path) -> None:
-    """One pip or uv run, dying with us; its failure an error quoting its output."""
+    """One pip or uv run, dying with us. Its failure quotes its output."""
     proc = subprocess.Popen(
         args,
         env=env,
@@ -424,11 +428,13 @@ def _run_installer(args: list[str], env: Mapping[str, str], staging: Path) -> No
 
 
 def require_rattler() -> None:
-    """py-rattler imported, and asyncio, which runs its installer (rattler imports it only
-    then), as ``gpu_ci.__main__`` imports us: their ~130 ms of modules, classes and
-    functions live as long as the process, so the cyclic collector does not traverse them
-    while they are created, nor in each later collection (the records of a 600-package
-    install trigger several): ~5-10 ms of a warm run."""
+    """py-rattler and asyncio imported, outside the cyclic collector's sight.
+
+    asyncio runs rattler's installer (rattler imports it only then). Imported as
+    ``gpu_ci.__main__`` imports us, their ~130 ms of modules, classes and functions live as long
+    as the process, so the cyclic collector does not traverse them while they are created, nor
+    in each later collection (the records of a 600-package install trigger several): ~5-10 ms of
+    a warm run."""
     import gc
 
     enabled = gc.isenabled()
@@ -450,7 +456,7 @@ def require_rattler() -> None:
 
 
 def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
-    """Fail before any download when the result could not be put in place."""
+    """Fail before any download when the result cannot be put in place."""
     target = paths.target
     probe_writable(target.parent, f"creating the environment {target}")
     probe_writable(pkgs_dir, f"the package cache {pkgs_dir}")
@@ -485,12 +491,14 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
 
 
 def check_writable(target: Path, pkgs_dir: Path) -> None:
-    """``preflight`` for callers that do not hold the prefix lock (it only makes probes)."""
+    """``preflight`` for callers without the prefix lock. It only makes probes."""
     preflight(transaction.Paths(target), pkgs_dir)
 
 
 def refuse_foreign(target: Path) -> None:
-    """The last line of "never delete what we did not create", under the prefix lock."""
+    """The last check of "never delete what we did not create".
+
+    It runs under the prefix lock."""
     if (
         target.is_dir()
         and not target.is_symlink()
@@ -518,9 +526,10 @@ def install(
     stream: bool = True,
     downloader: Downloader | None = None,
 ) -> InstallReport:
-    """``plan`` installed at ``target`` (reused when it is there and whole); every download
-    through ``downloader`` (the run's: mirrors, credentials, progress; else
-    ``downloads.default()``)."""
+    """``plan`` installed at ``target``, or reused when it is there and whole.
+
+    Every download goes through ``downloader`` (the run's: mirrors, credentials, progress;
+    else ``downloads.default()``)."""
     try:
         return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream, downloader)
     except OSError as exc:  # anywhere, the lock file and the journal included

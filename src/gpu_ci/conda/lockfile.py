@@ -79,7 +79,7 @@ class CondaEntry(NamedTuple):
 
 
 class PipEntry(NamedTuple):
-    """One pip package the lock names, installed from its URL, checked against its sha256."""
+    """One pip package the lock names: its URL and sha256."""
 
     name: str
     version: str
@@ -93,7 +93,7 @@ class PipEntry(NamedTuple):
 
 
 class LockFile(NamedTuple):
-    """A parsed lock file, before a platform and categories are picked from it."""
+    """A parsed lock file, before a platform and categories are picked."""
 
     kind: str
     """'explicit' or 'unified'."""
@@ -170,9 +170,11 @@ def _url_path(url: str) -> str:
 
 
 def _plain_port(netloc: str) -> bool:
-    """Whether ``urlsplit`` would find this ASCII, bracket-free netloc's port (what follows
-    the first ``:`` after the last ``@``) a number in range, without its cost per entry (a
-    lock served from ``host:port`` has one in every URL). False: ask ``urlsplit``."""
+    """Whether this netloc's port is a number in range, without ``urlsplit``.
+
+    For an ASCII, bracket-free netloc: the port is what follows the first ``:`` after the
+    last ``@``. ``urlsplit`` costs too much per entry (a lock served from ``host:port``
+    has one in every URL). False: ask ``urlsplit``."""
     if not netloc.isascii() or any(c in netloc for c in "?#[]"):
         return False
     port = netloc.rpartition("@")[2].partition(":")[2]
@@ -349,8 +351,10 @@ def yaml_loader(libyaml: bool = True) -> Any:
 
 
 def _expanded_size(doc: Any, limit: int) -> int:
-    """The characters of ``doc``'s strings plus one per other node, each alias counted as
-    the data it stands for (stops once past ``limit``). A loader shares one object per
+    """The size of ``doc`` written out, aliases expanded, up to ``limit``.
+
+    The characters of its strings plus one per other node, each alias counted as the
+    data it stands for (the count stops once past ``limit``). A loader shares one object per
     anchor, so loading stays cheap, but every ``str()`` of the data (platforms, names, URLs,
     the messages quoting them) writes it out in full: ten aliases to a list of ten aliases
     ... grow tenfold a line. Without aliases the count stays within a few times the text's
@@ -498,7 +502,7 @@ def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
 def plan(
     lock: LockFile, text: str, platform: str, categories: Sequence[str], path: str = "lock-file"
 ) -> InstallPlan:
-    """Pick the platform's entries (and categories) in the lock's own order, each once."""
+    """The platform's entries of the categories, in the lock's order, once each."""
     cats = selected_categories(lock, categories, path)
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []

@@ -29,8 +29,10 @@ MARKER = "conda-meta/gpu-ci-lock.json"
 
 
 class SetupOptions(NamedTuple):
-    """The action's inputs, checked and resolved into paths and modes (a NamedTuple, not a
-    frozen dataclass: that costs ~1.3 ms to create on Python 3.11, a NamedTuple ~0.2 ms)."""
+    """The action's inputs, checked and resolved into paths and modes.
+
+    A NamedTuple, not a frozen dataclass: that costs ~1.3 ms to create on Python 3.11, a
+    NamedTuple ~0.2 ms."""
 
     lock_file: str
     platform: str
@@ -55,7 +57,7 @@ class SetupOptions(NamedTuple):
     """The CUDA version a pixi.lock's ``__cuda`` needs are checked against, not the driver's."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Assigning a field raises what a frozen dataclass raised (as it always has)."""
+        """Assigning a field raises what a frozen dataclass raised."""
         from dataclasses import FrozenInstanceError
 
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -161,7 +163,7 @@ def build(
     pixi_environment: str = "default",
     cuda_override: str = "",
 ) -> SetupOptions:
-    """Validate the inputs together; every refusal names the input and how to fix it."""
+    """Validate the inputs together. Each refusal names the input and the fix."""
     if engine not in ENGINES:
         raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
     install_miniforge = wants_miniforge(engine, miniforge)

@@ -52,15 +52,17 @@ def read_lock(path: str) -> str:
 
 
 class Locked(NamedTuple):
-    """The lock file as read and the plan for this platform and these categories."""
+    """The lock file as read, and the plan picked from it."""
 
     lock: lockfile.LockFile
     plan: lockfile.InstallPlan
 
 
 def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
-    """Read, parse and plan ``opts.lock_file``; ``mask`` gets every secret in a channel or
-    package URL as soon as it is read (an error about the plan may quote a URL)."""
+    """Read, parse and plan ``opts.lock_file``, masking its secrets.
+
+    ``mask`` gets every secret in a channel or package URL as soon as it is read (an
+    error about the plan may quote a URL)."""
     path = opts.lock_file
     text = read_lock(path)
     if pixi.is_pixi(path, text):
@@ -102,16 +104,18 @@ def cache_key(
 
 
 class Isolation(NamedTuple):
-    """The vendor conda found (left alone) and the environment every child process gets."""
+    """The vendor conda found, and the environment every child gets."""
 
     vendor: VendorConda
     env: dict[str, str]
 
 
 def isolate(opts: SetupOptions, environ: Mapping[str, str]) -> Isolation:
-    """Refuse a prefix or root that is not ours to write; find the vendor conda and hide it
-    from the children; check, before anything is downloaded (Miniforge included), that the
-    result can be put in place."""
+    """Refuse what is not ours, hide the vendor conda, check the target.
+
+    A prefix or root that is not ours to write is refused; the vendor conda is found and
+    hidden from the children; before anything is downloaded (Miniforge included), the
+    result is checked to be one that can be put in place."""
     from gpu_ci.conda import install as env_install
     from gpu_ci.conda import isolation as conda_isolation
 
