@@ -448,9 +448,9 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         ),
         InputSpec(
             "cache",
-            "Restore and save with actions/cache, keyed by lock sha256, "
-            "platform, engine and version: true (the package cache), environment (the "
-            "finished environment, at its own path) or false.",
+            "Restore and save with actions/cache, keyed by lock sha256, platform, engine, "
+            "version and categories (or pixi environment): true (the package cache), "
+            "environment (the finished environment, at its own path) or false.",
             "false",
         ),
         InputSpec(
