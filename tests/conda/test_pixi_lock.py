@@ -83,6 +83,19 @@ def test_sources_records_and_system_requirements_are_read():
     assert cuda == [virtual.Requirement("__cuda", ">=12", "package cuda-version", False)]
 
 
+def test_sources_must_be_in_the_checkout_and_present(tmp_path):
+    path, text = _shared("pixi.editable-with-extras.pixi.lock")
+    plan = pixi.plan(text, str(path), "default", "linux-64")
+    with pytest.raises(GpuCiError, match="package_with_extras does not exist"):
+        pixi.check_sources(plan, path.parent)  # the shared folder holds the lock only
+    with pytest.raises(GpuCiError, match="outside the checkout"):
+        pixi.check_sources(plan, tmp_path)
+    lock = tmp_path / "pixi.lock"
+    lock.write_text(text)
+    (tmp_path / "package_with_extras").mkdir()
+    pixi.check_sources(pixi.plan(text, str(lock), "default", "linux-64"), tmp_path)
+
+
 def test_a_custom_platform_is_used_only_when_named():
     path, text = _shared("pixi.multi-machine.pixi.lock")
     plan = pixi.plan(text, str(path), "default", "p2")
@@ -114,6 +127,18 @@ def test_an_old_format_names_the_pixi_that_rewrites_it(tmp_path):
         pixi.plan(old.read_text(), str(old), "default", "linux-64")
     assert "format version 4" in caught.value.message
     assert "pixi 0.68 or later" in caught.value.message
+
+
+def test_yaml_aliases_that_explode_are_refused_before_rattler_reads_the_lock(tmp_path):
+    lines = ["version: 6", "environments: {}", "a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for n in range(1, 8):
+        lines.append(
+            f"{'abcdefgh'[n]}: &{'abcdefgh'[n]} [{', '.join(['*' + 'abcdefgh'[n - 1]] * 10)}]"
+        )
+    lock = tmp_path / "pixi.lock"
+    lock.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GpuCiError, match="billion laughs"):
+        pixi.plan(lock.read_text(), str(lock), "default", "linux-64")
 
 
 def test_an_index_package_without_a_hash_is_refused(tmp_path):

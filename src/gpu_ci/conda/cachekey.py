@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
-from gpu_ci.conda.lockfile import _sha256
+from gpu_ci.conda.lockfile import sha256_of
 
 
 class Inputs(Protocol):
@@ -53,10 +53,6 @@ class KeyInputs(NamedTuple):
             sha256_of(lock_bytes),
             pixi,
         )
-
-
-def sha256_of(data: bytes) -> str:
-    return str(_sha256(data).hexdigest())
 
 
 def _runner(k: KeyInputs, installer: bool) -> str:

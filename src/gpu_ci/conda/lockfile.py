@@ -134,7 +134,12 @@ class InstallPlan(NamedTuple):
 
 
 def lock_sha256(text: str) -> str:
-    return str(_sha256(text.encode("utf-8")).hexdigest())
+    return sha256_of(text.encode("utf-8"))
+
+
+def sha256_of(data: bytes) -> str:
+    """The sha256 of ``data`` as hex, without loading OpenSSL."""
+    return str(_sha256(data).hexdigest())
 
 
 def split_archive_name(filename: str) -> tuple[str, str, str]:
@@ -203,7 +208,7 @@ def _check_url(url: str, where: str) -> str:
     return url
 
 
-def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
+def pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
     if not _PIP_NAME.fullmatch(name):
         raise GpuCiError(
             f"{where}: pip package name {name!r} is not a distribution name "
@@ -217,7 +222,7 @@ def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> Pi
     return PipEntry(name, version, _check_url(url, where), sha256)
 
 
-def _conda_entry(
+def conda_entry(
     url: str, md5: str = "", sha256: str = "", depends: Iterable[str] = (), where: str = ""
 ) -> CondaEntry:
     try:
@@ -273,6 +278,8 @@ def parse(text: str, path: str = "lock-file", loader: Any = None) -> LockFile:
         return _parse_explicit(text, path)
     if kind == "unified":
         return _parse_unified(text, path, loader)
+    if kind == "pixi":  # read by gpu_ci.conda.pixi, which needs the environment too
+        return LockFile("pixi", (), (), ())
     if kind == "environment":
         raise GpuCiError(ENVIRONMENT_REFUSAL.format(path=path), title="not a lock file")
     raise GpuCiError(
@@ -331,7 +338,7 @@ def _parse_explicit(text: str, path: str) -> LockFile:
             md5 = fragment
         elif _SHA256.fullmatch(fragment):
             sha256 = fragment
-        entry = _conda_entry(url, md5, sha256, where=where)
+        entry = conda_entry(url, md5, sha256, where=where)
         entries.append({"manager": "conda", "entry": entry})
     platforms = (platform,) if platform else ()
     channels = tuple(dict.fromkeys(e["entry"].channel for e in entries if e["manager"] == "conda"))
@@ -408,7 +415,11 @@ def _reader_line(exc: Exception, text: str, loader: Any) -> int | None:
     return len(_YAML_BREAK.findall(before)) + 1
 
 
-def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
+def load_yaml(text: str, path: str, loader: Any = None) -> Any:
+    """A lock's YAML as plain data, or an error naming its line.
+
+    Aliases that would expand the text many times over (as in 'billion laughs') are
+    refused: lock writers use none."""
     import yaml
 
     try:
@@ -425,8 +436,13 @@ def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
         raise GpuCiError(
             f"{path}: its YAML aliases (*name) expand its {len(text)} characters to more "
             f"than {limit} characters of data (anchors reused as in 'billion laughs'); "
-            "conda-lock writes none. Re-lock it."
+            "lock writers use none. Re-lock it."
         )
+    return doc
+
+
+def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
+    doc = load_yaml(text, path, loader)
     if not isinstance(doc, dict) or not isinstance(doc.get("package"), list):
         raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
     version = doc.get("version", 1)
@@ -489,7 +505,7 @@ def selected_categories(
     return tuple(dict.fromkeys(("main", *categories)))
 
 
-def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
+def check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
     if entry.subdir not in (platform, "noarch"):
         raise GpuCiError(
             f"{where}: {entry.filename} comes from {entry.subdir or 'no'} subdir "
@@ -516,7 +532,7 @@ def plan(
             )
         for item in lock.packages:
             if item["manager"] == "conda":
-                _check_subdir(item["entry"], platform, path)
+                check_subdir(item["entry"], platform, path)
                 twin = first.get(item["entry"].name)
                 if twin is not None and twin != item["entry"]:
                     raise GpuCiError(
@@ -529,7 +545,7 @@ def plan(
                     conda.append(item["entry"])
             else:
                 pip.append(
-                    _pip_entry(
+                    pip_entry(
                         item["name"],
                         "",
                         item["url"],
@@ -577,19 +593,19 @@ def plan(
                 sha = str(hashes.get("sha256") or "")
                 if not sha:
                     raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
-                pip.append(_pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
+                pip.append(pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
             else:
                 depends = [
                     f"{dep} {spec}".strip() for dep, spec in (pkg.get("dependencies") or {}).items()
                 ]
-                entry = _conda_entry(
+                entry = conda_entry(
                     url,
                     str(hashes.get("md5") or ""),
                     str(hashes.get("sha256") or ""),
                     depends,
                     where,
                 )
-                _check_subdir(entry, platform, where)
+                check_subdir(entry, platform, where)
                 conda.append(entry)
     for entry in conda:
         if not (entry.md5 or entry.sha256):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpu_ci import urls
-from gpu_ci.conda import lockfile, pixi
+from gpu_ci.conda import lockfile
 from gpu_ci.conda.options import SetupOptions, refuse_prefix
 from gpu_ci.errors import GpuCiError
 
@@ -65,18 +65,25 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
     error about the plan may quote a URL)."""
     path = opts.lock_file
     text = read_lock(path)
-    if pixi.is_pixi(path, text):
+    lock = None if pixi_named(path) else lockfile.parse(text, path)
+    if lock is None or lock.kind == "pixi":
+        from gpu_ci.conda import pixi
+
         plan = pixi.plan(text, path, opts.pixi_environment, opts.platform)
         lock = lockfile.LockFile("pixi", (plan.platform,), plan.channels, ())
         _mask_plan(lock, plan, mask)
         return Locked(lock, plan)
-    lock = lockfile.parse(text, path)
     for channel in lock.channels:
         for secret in urls.secrets_in(channel):
             mask(secret)
     plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
     _mask_plan(lock, plan, mask)
     return Locked(lock, plan)
+
+
+def pixi_named(path: str) -> bool:
+    """A lock named ``pixi.lock`` is one, whatever it holds."""
+    return Path(path).name.endswith("pixi.lock")
 
 
 def _mask_plan(

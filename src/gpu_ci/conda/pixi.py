@@ -27,7 +27,9 @@ REWRITES = "pixi 0.68 or later (`pixi lock` writes format version 7)"
 
 def is_pixi(path: str, text: str) -> bool:
     """A pixi lock: named ``pixi.lock``, or shaped like one."""
-    return Path(path).name.endswith("pixi.lock") or lockfile.detect_kind(text) == "pixi"
+    from gpu_ci.conda.pipeline import pixi_named
+
+    return pixi_named(path) or lockfile.detect_kind(text) == "pixi"
 
 
 def require_rattler() -> Any:
@@ -45,17 +47,9 @@ def require_rattler() -> Any:
 
 def _document(text: str, path: str) -> dict[str, Any]:
     """The lock's YAML, safely loaded, its format version checked."""
-    import yaml
-
-    try:
-        doc = yaml.load(text, Loader=lockfile.yaml_loader())  # a safe loader, either way
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise GpuCiError(
-            f"{path} is not valid YAML{f' (line {mark.line + 1})' if mark else ''}."
-        ) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("environments"), dict):
-        raise GpuCiError(f"{path}: a pixi.lock needs an 'environments' mapping. Re-lock it.")
+    doc = lockfile.load_yaml(text, path)
+    if not isinstance(doc, dict):
+        raise GpuCiError(f"{path}: a pixi.lock is a mapping (version:, environments:).")
     version = doc.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise GpuCiError(f"{path}: its format version {version!r} is not a number. Re-lock it.")
@@ -72,6 +66,8 @@ def _document(text: str, path: str) -> dict[str, Any]:
             f"({', '.join(map(str, VERSIONS))}): update gpu-ci-actions.",
             title="new pixi.lock",
         )
+    if not isinstance(doc.get("environments"), dict):
+        raise GpuCiError(f"{path}: a pixi.lock needs an 'environments' mapping. Re-lock it.")
     return doc
 
 
@@ -108,7 +104,7 @@ def _pip_entry(pkg: Any, details: dict[str, Any], lock_dir: Path, where: str) ->
                 "with a current pixi (it records one for every index package).",
                 title="PyPI package without a hash",
             )
-        return lockfile._pip_entry(name, version, location, sha, where)
+        return lockfile.pip_entry(name, version, location, sha, where)
     local = location[len("file://") :] if location.startswith("file://") else location
     path = os.path.normpath(lock_dir / local)
     if item.get("editable"):
@@ -146,7 +142,7 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
         raise GpuCiError(f"{path} cannot be read as a pixi.lock: {exc}. Re-lock it.") from None
     env = lock.environment(environment)
     if env is None:
-        names = ", ".join(name for name, _ in lock.environments())
+        names = ", ".join(sorted(name for name, _ in lock.environments()))
         raise GpuCiError(
             f"{path} has no environment {environment!r}; it has {names or 'none'}. Set "
             "pixi-environment to one of them.",
@@ -171,21 +167,22 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
             name = record.name.normalized
             requirements += virtual.from_specs(record.depends, name, True)
             requirements += virtual.from_specs(record.constrains, name, False)
-            entry = lockfile._conda_entry(
+            entry = lockfile.conda_entry(
                 str(record.url),
                 _hex(record.md5),
                 _hex(record.sha256),
                 record.depends,
                 f"{where} ({name})",
             )
-            lockfile._check_subdir(entry, subdir, where)
+            lockfile.check_subdir(entry, subdir, where)
             if not entry.digest:
                 raise GpuCiError(
                     f"{where}: {entry.filename} has no md5 or sha256; a lock without "
                     "hashes cannot be verified. Re-lock it."
                 )
             conda.append(entry)
-    indexes = (doc["environments"].get(environment) or {}).get("indexes") or ()
+    body = doc["environments"].get(environment)
+    indexes = (body.get("indexes") if isinstance(body, dict) else None) or ()
     return InstallPlan(
         "pixi",
         chosen.name,
