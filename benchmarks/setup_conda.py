@@ -332,6 +332,7 @@ def compare(
     ).start()
     conns: dict[str, list[int]] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
+    baseline = None if pixi else BASELINE  # an older checkout may not read a pixi.lock
     lock, records = work / ("pixi.lock" if pixi else "lock.txt"), work / "records.json"
     lock.write_text(channel.pixi_lock() if pixi else channel.explicit_lock())
     write_records(channel, records)
@@ -349,12 +350,12 @@ def compare(
                 if case == "warm":  # keep the package caches, start new prefixes
                     shutil.rmtree(ours / "miniforge3" / "26.3.2-3" / "envs")
                     shutil.rmtree(theirs / "prefix")
-                    if BASELINE is not None:
+                    if baseline is not None:
                         shutil.rmtree(base / "miniforge3" / "26.3.2-3" / "envs")
-                if BASELINE is not None:
+                if baseline is not None:
                     os.sync()
                     channel.server.peers = set()
-                    times.setdefault(f"{case} base", []).append(run_cli(lock, base, src=BASELINE))
+                    times.setdefault(f"{case} base", []).append(run_cli(lock, base, src=baseline))
                     cpu.setdefault(f"{case} base", []).append(LAST_CPU[0])
                 os.sync()
                 # the connections a GET came on (one the other side left queued in the
@@ -395,8 +396,8 @@ def compare(
                 statistics.median(cpu[f"{case} rattler"]),
                 statistics.median(conns[f"{case} ours"]),
                 statistics.median(conns[f"{case} rattler"]),
-                statistics.median(times[f"{case} base"]) if BASELINE is not None else None,
-                statistics.median(cpu[f"{case} base"]) if BASELINE is not None else None,
+                statistics.median(times[f"{case} base"]) if baseline is not None else None,
+                statistics.median(cpu[f"{case} base"]) if baseline is not None else None,
                 # each round runs both sides back to back: its ratio is taken under one load
                 statistics.median(o / t for o, t in zip(ours, theirs)),
             )
@@ -637,6 +638,8 @@ def main() -> int:
             "| after / rattler | CPU s, before vs after |\n|---|---|---|---|---|---|---|---|"
         )
         for profile, case, ours, theirs, cpu_ours, _, _, _, before, cpu_before, _ in table:
+            if before is None:  # a pixi.lock row: the baseline does not run it
+                continue
             print(
                 f"| {profile} | {case} | {before:.3f} s | {ours:.3f} s | {ours / before:.2f}x | "
                 f"{before / theirs:.2f}x | {ours / theirs:.2f}x | {cpu_before:.2f} vs "
