@@ -189,14 +189,14 @@ RUNNER = {"RUNNER_OS": "Linux", "RUNNER_ARCH": "X64"}
 
 def test_the_cache_key_of_a_conda_lock_keeps_its_value():
     """The value the action's bash step computed before the key moved into Python."""
-    k = cachekey.KeyInputs.of(INPUTS, RUNNER, b"@EXPLICIT\n", "")
     sha = hashlib.sha256(b"@EXPLICIT\n").hexdigest()
+    k = cachekey.KeyInputs.of(INPUTS, RUNNER, sha, "")
     assert (
         cachekey.packages_key(k) == f"gpu-ci-conda-v1-Linux-X64-auto-rattler-mf26.3.2-3-main-{sha}"
     )
     assert cachekey.restore_prefix(k) == "gpu-ci-conda-v1-Linux-X64-auto-rattler-mf26.3.2-3-"
     conda = cachekey.KeyInputs.of(
-        _Inputs(INPUTS, engine="conda", categories="main,dev"), RUNNER, b"@EXPLICIT\n", ""
+        _Inputs(INPUTS, engine="conda", categories="main,dev"), RUNNER, sha, ""
     )
     assert cachekey.packages_key(conda) == (
         f"gpu-ci-conda-v1-Linux-X64-auto-conda-mf26.3.2-3+installer-main+dev-{sha}"
@@ -209,7 +209,7 @@ def test_the_cache_key_of_a_conda_lock_keeps_its_value():
 
 
 def test_a_pixi_cache_key_holds_the_environment_and_the_platform():
-    data = b"version: 6\nenvironments: {}\n"
+    data = "cd" * 32
     keys = {
         cachekey.packages_key(
             cachekey.KeyInputs.of(_Inputs(INPUTS, platform=platform), RUNNER, data, env)

@@ -295,10 +295,13 @@ def test_a_job_that_installs_miniforge_keys_its_package_cache_apart(plan, inputs
     assert "+installer" not in env and f"-{engine}-mf26.3.2-3-main-" in env
 
 
-@pytest.mark.parametrize("kind", ["explicit", "pixi"])
+@pytest.mark.parametrize("kind", ["explicit", "explicit-bom-crlf", "pixi"])
 def test_the_step_and_the_command_compute_one_key(plan, run_cli, tmp_path, kind):
-    """gpu_ci.conda.cachekey computes both: the step's key is the command's cache-key."""
+    """gpu_ci.conda.cachekey computes both: the step's key is the command's cache-key,
+    the lock's sha256 of its bytes (a BOM and CRLF line ends included)."""
     lock = tmp_path / "conda-linux-64.lock"
+    if kind == "explicit-bom-crlf":
+        lock.write_bytes(b"\xef\xbb\xbf# platform: linux-64\r\n@EXPLICIT\r\n")
     if kind == "pixi":
         lock = tmp_path / "pixi.lock"
         lock.write_text(
@@ -321,4 +324,5 @@ def test_the_step_and_the_command_compute_one_key(plan, run_cli, tmp_path, kind)
     assert result.returncode == 0, result.stdout + result.stderr
     command = result.outputs["cache-key"]
     assert command == step.outputs["key"]
+    assert command.endswith("-" + hashlib.sha256(lock.read_bytes()).hexdigest())
     assert ("-pixi+cuda-" in command) is (kind == "pixi")

@@ -62,7 +62,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("packages", str(plan.count))
     rt.set_output("pypi-packages", str(len(plan.pip)))
     rt.set_output("pixi-environment", plan.environment)
-    rt.set_output("cache-key", pipeline.cache_key(plan, inputs, rt.environ))
+    rt.set_output("cache-key", pipeline.cache_key(locked, inputs, rt.environ))
     if plan.left_out:
         rt.notice(
             f"{opts.lock_file}: left out {len(plan.left_out)} conda package(s) the lock "

@@ -39,7 +39,7 @@ class KeyInputs(NamedTuple):
 
     @classmethod
     def of(
-        cls, inputs: Inputs, environ: Mapping[str, str], lock_bytes: bytes, pixi: str
+        cls, inputs: Inputs, environ: Mapping[str, str], lock_sha256: str, pixi: str
     ) -> KeyInputs:
         """The key's inputs from the action's inputs and the runner's ``RUNNER_*``."""
         return cls(
@@ -50,7 +50,7 @@ class KeyInputs(NamedTuple):
             inputs["miniforge"],
             inputs["miniforge-version"],
             inputs["categories"],
-            sha256_of(lock_bytes),
+            lock_sha256,
             pixi,
         )
 
@@ -102,7 +102,7 @@ def step_outputs(inputs: Inputs, environ: Mapping[str, str], mode: str, path: st
         raise GpuCiError(f"lock-file {lock} cannot be read ({exc.strerror}).") from None
     text = data.decode("utf-8", "replace")
     name = inputs["pixi-environment"] if pixi.is_pixi(lock, text) else ""
-    k = KeyInputs.of(inputs, environ, data, name)
+    k = KeyInputs.of(inputs, environ, sha256_of(data), name)
     if mode == "environment":
         return f"key={environment_key(k, path)}\nrestore-prefix=\n"
     return f"key={packages_key(k)}\nrestore-prefix={restore_prefix(k)}\n"

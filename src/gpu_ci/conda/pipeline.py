@@ -27,11 +27,19 @@ if TYPE_CHECKING:
 
 
 def read_lock(path: str) -> str:
-    """The lock's text: UTF-8 as conda-lock writes it, a leading byte order mark dropped (as
-    YAML does; an editor's BOM made the first line unrecognised), newlines as Python reads
-    them; any other byte is an error naming its line, not a traceback."""
+    """The lock's text: UTF-8, a leading byte order mark dropped.
+
+    As conda-lock writes it; the BOM is dropped as YAML does (an editor's BOM made the first
+    line unrecognised), and newlines are as Python reads them. Any other byte is an error
+    naming its line, not a traceback."""
+    return _read(path)[0]
+
+
+def _read(path: str) -> tuple[str, bytes]:
+    """The lock's text (as :func:`read_lock` says) and its bytes, read once."""
     try:
-        return Path(path).read_text(encoding="utf-8-sig")
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         data = exc.object if isinstance(exc.object, bytes) else b""
         line = data.count(b"\n", 0, exc.start) + 1
@@ -46,6 +54,9 @@ def read_lock(path: str) -> str:
         ) from None
     except OSError as exc:
         raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
+    if "\r" in text:  # universal newlines, as read_text() reads them
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text, data
 
 
 # NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
@@ -56,6 +67,9 @@ class Locked(NamedTuple):
 
     lock: lockfile.LockFile
     plan: lockfile.InstallPlan
+    file_sha256: str = ""
+    """Of the file's bytes, as the cache step hashes them (``plan.lock_sha256`` is of the
+    text: a BOM and CRLF line ends dropped)."""
 
 
 def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
@@ -64,21 +78,22 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
     ``mask`` gets every secret in a channel or package URL as soon as it is read (an
     error about the plan may quote a URL)."""
     path = opts.lock_file
-    text = read_lock(path)
+    text, data = _read(path)
+    file_sha256 = lockfile.sha256_of(data)
     lock = None if pixi_named(path) else lockfile.parse(text, path)
     if lock is None or lock.kind == "pixi":
         from gpu_ci.conda import pixi
 
         plan = pixi.plan(text, path, opts.pixi_environment, opts.platform)
         lock = lockfile.LockFile("pixi", (plan.platform,), plan.channels, ())
-        _mask_plan(lock, plan, mask)
-        return Locked(lock, plan)
+        _mask_plan(plan, mask)
+        return Locked(lock, plan, file_sha256)
     for channel in lock.channels:
         for secret in urls.secrets_in(channel):
             mask(secret)
     plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
-    _mask_plan(lock, plan, mask)
-    return Locked(lock, plan)
+    _mask_plan(plan, mask)
+    return Locked(lock, plan, file_sha256)
 
 
 def pixi_named(path: str) -> bool:
@@ -86,12 +101,10 @@ def pixi_named(path: str) -> bool:
     return Path(path).name.endswith("pixi.lock")
 
 
-def _mask_plan(
-    lock: lockfile.LockFile, plan: lockfile.InstallPlan, mask: Callable[[str], None]
-) -> None:
-    """Mask every secret in the lock's channels and the plan's URLs."""
+def _mask_plan(plan: lockfile.InstallPlan, mask: Callable[[str], None]) -> None:
+    """Mask every secret in the plan's channels, indexes and URLs."""
     for url in [
-        *lock.channels,
+        *plan.channels,
         *plan.indexes,
         *(e.url for e in plan.conda),
         *(e.url for e in plan.pip),
@@ -100,14 +113,12 @@ def _mask_plan(
             mask(secret)
 
 
-def cache_key(
-    plan: lockfile.InstallPlan, inputs: cachekey.Inputs, environ: Mapping[str, str]
-) -> str:
+def cache_key(locked: Locked, inputs: cachekey.Inputs, environ: Mapping[str, str]) -> str:
     """The package cache's key, as the action's cache step computes it."""
     from gpu_ci.conda import cachekey
 
-    data = Path(inputs["lock-file"]).read_bytes()
-    return cachekey.packages_key(cachekey.KeyInputs.of(inputs, environ, data, plan.environment))
+    pixi = locked.plan.environment
+    return cachekey.packages_key(cachekey.KeyInputs.of(inputs, environ, locked.file_sha256, pixi))
 
 
 class Isolation(NamedTuple):
