@@ -375,6 +375,25 @@ def test_a_tampered_wheel_is_refused_and_nothing_is_published(checkout, channel,
     assert our_temporaries(tmp_path) == []
 
 
+def test_a_wheel_in_the_checkout_is_checked_against_its_hash(channel, tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    wheel = checkout / "links" / channel.wheel.name
+    wheel.write_bytes(channel.wheel.read_bytes())
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"pypi": f"./links/{wheel.name}", "name": "gpuci-demo", "version": "1.0"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "sha256": sha}])
+    )
+    rc, out = _job(checkout, tmp_path / "env", tmp_path / "pkgs")
+    assert rc == 0, out
+    assert _python(tmp_path / "env", "import gpuci_demo; print(gpuci_demo.VALUE)") == "42"
+    wheel.write_bytes(wheel.read_bytes() + b"\0")  # changed after it was locked
+    rc, out = _job(checkout, tmp_path / "env2", tmp_path / "pkgs")
+    assert rc == 1 and "hash" in out.lower(), out
+    assert not (tmp_path / "env2").exists()
+
+
 def test_an_editable_outside_the_checkout_is_refused_before_any_download(
     checkout, channel, tmp_path
 ):

@@ -114,8 +114,9 @@ def _pip_entry(pkg: Any, details: dict[str, Any], lock_dir: Path, where: str) ->
     path = os.path.normpath(lock_dir / local)
     if item.get("editable"):
         return PipEntry(name, version, location, "", "editable", path)
-    if sha and Path(path).suffix == ".whl":
-        return PipEntry(name, version, Path(path).as_uri(), sha, "", path)
+    if sha and Path(path).suffix == ".whl":  # a file: checked against its hash, as any
+        entry = lockfile.pip_entry(name, version, Path(path).as_uri(), sha, where)
+        return entry._replace(path=path)
     return PipEntry(name, version, location, sha, "path", path)
 
 
