@@ -153,6 +153,20 @@ def test_an_index_package_without_a_hash_is_refused(tmp_path):
         pixi.plan(lock.read_text(), str(lock), "default", "linux-64")
 
 
+def test_glibc_is_read_from_the_c_library():
+    import os
+
+    try:
+        value = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        value = ""
+    if not value.startswith("glibc "):
+        assert virtual.glibc_version() == ""
+        return
+    assert virtual.glibc_version() == value.split()[1]
+    assert virtual.glibc_version().count(".") >= 1
+
+
 def test_virtual_packages_compare_versions_and_constraints_bind_only_when_present():
     needs = [
         virtual.Requirement("__cuda", ">=12", "platform p2"),
@@ -347,7 +361,7 @@ def test_two_environments_of_one_lock_with_a_hashed_wheel_and_an_editable(checko
     assert rc == 0 and "reused" in out, out
 
 
-def test_uv_or_pip_installs_the_same_environment(checkout, tmp_path):
+def test_uv_or_pip_installs_the_same_environment(checkout, channel, tmp_path):
     import shutil
 
     uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
@@ -362,7 +376,11 @@ def test_uv_or_pip_installs_the_same_environment(checkout, tmp_path):
         summary = tmp_path / f"{name}.md"
         rc, out = _job(checkout, prefix, pkgs, PATH=path, GITHUB_STEP_SUMMARY=str(summary))
         assert rc == 0, out
-        assert f"| pip packages installed by | {name} |" in summary.read_text()
+        text = summary.read_text()
+        assert f"| pip packages installed by | {name} |" in text
+        assert f"| channels | `{channel.url('channel/')}` |" in text
+        assert f"| PyPI indexes | `{channel.url('simple')}` |" in text
+        assert "| pixi environment | default |" in text
         assert _python(prefix, "import gpuci_demo, ed_demo; print(ed_demo.VALUE)") == "7"
 
 
