@@ -245,10 +245,32 @@ def _selection(plan: InstallPlan) -> str:
     return f"categories {','.join(plan.categories)}"
 
 
-def _selection_row(plan: InstallPlan) -> tuple[str, object]:
+def _plan_rows(
+    plan: InstallPlan, path: str, report: InstallReport | None
+) -> list[tuple[str, object]]:
+    """The summary's rows on the lock: what was picked, from where, by what."""
+    picked = (
+        ("pixi environment", plan.environment)
+        if plan.kind == "pixi"
+        else ("categories", ", ".join(plan.categories))
+    )
+    rows: list[tuple[str, object]] = [
+        ("lock", f"{plan.kind} `{path}`"),
+        ("lock sha256", plan.lock_sha256),
+        ("platform", plan.platform),
+        picked,
+        ("conda packages", len(plan.conda)),
+        ("pip packages", len(plan.pip)),
+    ]
     if plan.kind == "pixi":
-        return ("pixi environment", plan.environment)
-    return ("categories", ", ".join(plan.categories))
+        rows.append(("channels", _listed(plan.channels)))
+    if plan.pip and plan.indexes:
+        rows.append(("PyPI indexes", _listed(plan.indexes)))
+    if plan.left_out:
+        rows.append(("left out (built from source)", ", ".join(plan.left_out)))
+    if report is not None and report.pip_installer:
+        rows.append(("pip packages installed by", report.pip_installer))
+    return rows
 
 
 def _listed(items: tuple[str, ...]) -> str:
@@ -264,22 +286,7 @@ def _summary(
     phases: Mapping[str, float] | None,
     dry_run: bool = False,
 ) -> str:
-    rows: list[tuple[str, object]] = [
-        ("lock", f"{plan.kind} `{path}`"),
-        ("lock sha256", plan.lock_sha256),
-        ("platform", plan.platform),
-        _selection_row(plan),
-        ("conda packages", len(plan.conda)),
-        ("pip packages", len(plan.pip)),
-    ]
-    if plan.kind == "pixi":
-        rows.append(("channels", _listed(plan.channels)))
-    if plan.pip and plan.indexes:
-        rows.append(("PyPI indexes", _listed(plan.indexes)))
-    if plan.left_out:
-        rows.append(("left out (built from source)", ", ".join(plan.left_out)))
-    if report is not None and report.pip_installer:
-        rows.append(("pip packages installed by", report.pip_installer))
+    rows = _plan_rows(plan, path, report)
     if dry_run:
         rows.append(("mode", "dry run: nothing downloaded"))
     if mf:

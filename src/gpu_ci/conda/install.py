@@ -12,8 +12,8 @@ The order is what makes it safe (see ``transaction`` for the locks and the journ
 5. link with py-rattler into a staging sibling, the final path written into prefix
    placeholders, each ``conda-meta`` record built from the package's own ``index.json``;
    rattler's client refuses every request, so it links only what we verified;
-6. install the pip entries into staging with its own interpreter, then rewrite the staging
-   path in the scripts pip wrote; write the marker;
+6. install the PyPI entries into staging (``pypi``), then rewrite the staging path in the
+   scripts they wrote; write the marker;
 7. swap staging into place (two renames, journalled); drop the old environment.
 
 Any failure, and the next run after a ``kill -9``, leaves the old environment or the new
@@ -27,13 +27,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.conda import transaction, verified
+from gpu_ci.conda import pypi, transaction, verified
 from gpu_ci.conda.fetch import (
     MD5_SIDECAR,
     SHA_MARKER,
@@ -329,99 +328,12 @@ def link_with_conda(
         env=dict(env),
         capture_output=True,
         text=True,
-        preexec_fn=_child_dies_with_us,
+        preexec_fn=pypi.child_dies_with_us,
     )
     if proc.returncode != 0:
         tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
         named = named_disk_error_in(tail, staging, "conda create")
         raise named or GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
-
-
-# -- pip ----------------------------------------------------------------------------------
-
-
-def _child_dies_with_us() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-
-
-def _pip(plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path) -> str:
-    """pip entries into the staged environment, pointing at the target.
-
-    Files are installed as locked: by URL, checked against their sha256, no dependencies,
-    no index. Editable and path entries (a pixi lock's sources in the checkout) follow,
-    built against the environment itself (no build isolation: nothing is resolved). uv
-    installs them where it is on ``PATH``, else the environment's pip. ``--no-compile``:
-    byte code compiled now would record the staging path; Python compiles it on first
-    import instead. Console scripts get a shebang with the staging interpreter, which is
-    rewritten to the final one. Returns the installer used.
-    """
-    python = staging / "bin" / "python"
-    if not python.exists():
-        raise GpuCiError(
-            f"the lock has {len(plan.pip)} pip entries but the environment has no "
-            "python to install them with: add python (and pip) to the lock."
-        )
-    uv = shutil.which("uv", path=env.get("PATH", ""))
-    pip_env = {
-        **env,
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-        "UV_NO_CONFIG": "1",
-        "UV_PYTHON_DOWNLOADS": "never",
-    }
-    if uv:
-        base = [uv, "pip", "install", "--python", str(python), "--no-cache", "--no-deps"]
-    else:
-        base = [str(python), "-m", "pip", "install", "--no-cache-dir", "--no-compile", "--no-deps"]
-    base.append("--no-index")
-    hashed = [p for p in plan.pip if not p.source]
-    sources = [p for p in plan.pip if p.source in ("editable", "path")]
-    bin_dir = staging / "bin"
-    before = set(os.listdir(bin_dir))
-    if hashed:
-        requirements = work / "pip-requirements.txt"
-        requirements.write_text(
-            "".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in hashed)
-        )
-        _run_installer([*base, "--require-hashes", "-r", str(requirements)], pip_env, staging)
-    if sources:
-        args = [*base, "--no-build-isolation"]
-        for p in sources:
-            args += ["-e", p.path] if p.source == "editable" else [p.path]
-        _run_installer(args, pip_env, staging)
-    old, new = str(staging).encode(), str(target).encode()
-    for name in sorted(set(os.listdir(bin_dir)) - before):
-        script = bin_dir / name
-        if script.is_file() and not script.is_symlink():
-            data = script.read_bytes()
-            if old in data[:4096]:
-                script.write_bytes(data.replace(old, new))
-    return "uv" if uv else "pip"
-
-
-def _run_installer(args: list[str], env: Mapping[str, str], staging: Path) -> None:
-    """One pip or uv run, dying with us. Its failure quotes its output."""
-    proc = subprocess.Popen(
-        args,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_child_dies_with_us,
-    )
-    crash_point("pip")
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        tail = mask_url((err or out).strip()[-2000:])
-        named = named_disk_error_in(tail, staging, "installing the lock's pip entries")
-        raise named or GpuCiError(
-            f"installing the lock's pip entries failed (exit {proc.returncode}): {tail}"
-        )
 
 
 # -- the whole transaction ----------------------------------------------------------------
@@ -668,7 +580,7 @@ def _build_and_swap(
     crash_point("link")
     if plan.pip:
         started = time.monotonic()
-        report.pip_installer = _pip(plan, staging, target, env, work)
+        report.pip_installer = pypi.install(plan, staging, target, env, work)
         report.phases["pip"] = time.monotonic() - started
     (staging / "conda-meta").mkdir(exist_ok=True)
     (staging / MARKER).write_text(json.dumps(marker(plan)))

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.conda import lockfile, virtual
+from gpu_ci.conda import lockfile, lockyaml, virtual
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan, PipEntry
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
@@ -70,7 +70,7 @@ def _check_version(text: str, path: str) -> None:
 
 def _document(text: str, path: str) -> dict[str, Any]:
     """The lock's YAML, safely loaded: only a lock with PyPI packages needs it."""
-    doc = lockfile.load_yaml(text, path)
+    doc = lockyaml.load_yaml(text, path)
     if not isinstance(doc, dict) or not isinstance(doc.get("environments"), dict):
         raise GpuCiError(f"{path}: a pixi.lock needs an 'environments' mapping. Re-lock it.")
     return doc
