@@ -22,7 +22,9 @@ Generates local channels of real packages, serves them on loopback, and prints f
 Goals (issue 29): cold and warm <= 1.2x rattler.install on plain, nagle, get-delay and
 all-delay at 150 and 600 packages; http10 no slower than before (0.53 s, 150 packages).
 
-    python benchmarks/setup_conda.py [--packages 150 600] [--runs 5] [--profiles ...]
+* ``--pixi``: ours from a ``pixi.lock`` (format 6) of the same archives, plain server.
+
+    python benchmarks/setup_conda.py [--packages 150 600] [--runs 5] [--profiles ...] [--pixi]
 """
 
 from __future__ import annotations
@@ -318,18 +320,21 @@ def compare(
     protocol: str = "HTTP/1.1",
     floor_too: bool = True,
     latency: float = 0.0,
+    pixi: bool = False,
     **server: Any,
 ) -> list[tuple[Any, ...]]:
     """Rows (case, ours, rattler, CPU ours, CPU rattler, connections ours, connections
     rattler) of medians, interleaved runs; phases of our cold runs. ``server``: more
-    ``ChannelServer`` settings (``PROFILES``)."""
+    ``ChannelServer`` settings (``PROFILES``). ``pixi``: ours reads a pixi.lock of the
+    same archives, not an @EXPLICIT lock."""
     channel.server = ChannelServer(
         channel.root.parent, protocol=protocol, latency=latency, backlog=BACKLOG, **server
     ).start()
     conns: dict[str, list[int]] = {}
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=SCRATCH))
-    lock, records = work / "lock.txt", work / "records.json"
-    lock.write_text(channel.explicit_lock())
+    baseline = None if pixi else BASELINE  # an older checkout may not read a pixi.lock
+    lock, records = work / ("pixi.lock" if pixi else "lock.txt"), work / "records.json"
+    lock.write_text(channel.pixi_lock() if pixi else channel.explicit_lock())
     write_records(channel, records)
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
@@ -345,12 +350,12 @@ def compare(
                 if case == "warm":  # keep the package caches, start new prefixes
                     shutil.rmtree(ours / "miniforge3" / "26.3.2-3" / "envs")
                     shutil.rmtree(theirs / "prefix")
-                    if BASELINE is not None:
+                    if baseline is not None:
                         shutil.rmtree(base / "miniforge3" / "26.3.2-3" / "envs")
-                if BASELINE is not None:
+                if baseline is not None:
                     os.sync()
                     channel.server.peers = set()
-                    times.setdefault(f"{case} base", []).append(run_cli(lock, base, src=BASELINE))
+                    times.setdefault(f"{case} base", []).append(run_cli(lock, base, src=baseline))
                     cpu.setdefault(f"{case} base", []).append(LAST_CPU[0])
                 os.sync()
                 # the connections a GET came on (one the other side left queued in the
@@ -391,8 +396,8 @@ def compare(
                 statistics.median(cpu[f"{case} rattler"]),
                 statistics.median(conns[f"{case} ours"]),
                 statistics.median(conns[f"{case} rattler"]),
-                statistics.median(times[f"{case} base"]) if BASELINE is not None else None,
-                statistics.median(cpu[f"{case} base"]) if BASELINE is not None else None,
+                statistics.median(times[f"{case} base"]) if baseline is not None else None,
+                statistics.median(cpu[f"{case} base"]) if baseline is not None else None,
                 # each round runs both sides back to back: its ratio is taken under one load
                 statistics.median(o / t for o, t in zip(ours, theirs)),
             )
@@ -538,6 +543,11 @@ def main() -> int:
         action="store_true",
         help="also cache: true (restore + install) vs an empty cache",
     )
+    parser.add_argument(
+        "--pixi",
+        action="store_true",
+        help="also ours from a pixi.lock of the same archives (plain server)",
+    )
     parser.add_argument("--disk", action="store_true", help="work in /tmp, not in RAM")
     parser.add_argument(
         "--baseline",
@@ -567,6 +577,17 @@ def main() -> int:
                 **PROFILES[profile],
             )
             table += [(f"{count}, {profile}", *row) for row in rows]
+            loads.append(_load())
+        if args.pixi:
+            rows = compare(
+                f"{count} packages, pixi.lock, {PROFILE_TEXT['plain']}",
+                channel,
+                args.runs,
+                workers,
+                floor_too=False,
+                pixi=True,
+            )
+            table += [(f"{count}, plain, pixi.lock", *row) for row in rows]
             loads.append(_load())
     if args.large:
         for case, *row in compare(
@@ -617,6 +638,8 @@ def main() -> int:
             "| after / rattler | CPU s, before vs after |\n|---|---|---|---|---|---|---|---|"
         )
         for profile, case, ours, theirs, cpu_ours, _, _, _, before, cpu_before, _ in table:
+            if before is None:  # a pixi.lock row: the baseline does not run it
+                continue
             print(
                 f"| {profile} | {case} | {before:.3f} s | {ours:.3f} s | {ours / before:.2f}x | "
                 f"{before / theirs:.2f}x | {ours / theirs:.2f}x | {cpu_before:.2f} vs "

@@ -16,7 +16,7 @@ case "$action" in
   gpu-gate|gpu-spend|gpu-status|gpu-watchdog|remove-label) groups="base github" ;;
   gpu-lease|verify-cuda-env) groups="base nvml" ;;
   gpu-monitor) groups="base nvml github monitor" ;;
-  setup-conda-from-lock) groups="base conda" ;;
+  setup-conda-from-lock) groups="base nvml conda" ;;
   *) groups="base github nvml conda monitor" ;;
 esac
 # END groups

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -139,6 +140,38 @@ class Channel:
             },
             "package": packages,
         }
+        return yaml.safe_dump(doc, sort_keys=False)
+
+    def pixi_lock(
+        self,
+        environments: dict[str, list[str]] | None = None,
+        *,
+        pypi: Sequence[dict[str, Any]] = (),
+    ) -> str:
+        """A pixi.lock (format 6) of these archives for linux-64.
+
+        ``environments``: each environment's package names (default: every archive in
+        ``default``). ``pypi``: entries of its ``packages`` list (``pypi``: the location,
+        ``name``, ``version``, ``sha256`` or ``editable``), all in ``default``."""
+        import yaml
+
+        wanted = environments or {"default": [a.name for a in self.archives]}
+        by_name = {a.name: a for a in self.archives}
+        envs = {}
+        for env, names in wanted.items():
+            items = [{"conda": self.archive_url(by_name[n])} for n in names]
+            if env == "default":
+                items += [{"pypi": str(entry["pypi"])} for entry in pypi]
+            envs[env] = {
+                "channels": [{"url": self.url("channel/")}],
+                "indexes": [self.url("simple")],
+                "packages": {SUBDIR: items},
+            }
+        packages: list[dict[str, Any]] = [
+            {"conda": self.archive_url(a), "md5": a.md5, "sha256": a.sha256, "depends": a.depends}
+            for a in self.archives
+        ]
+        doc = {"version": 6, "environments": envs, "packages": packages + list(pypi)}
         return yaml.safe_dump(doc, sort_keys=False)
 
 

@@ -281,12 +281,14 @@ _CONDA_CACHE_BEFORE = f"""\
       shell: bash
       env:
         CACHE: ${{{{ inputs.cache }}}}
-        LOCK: ${{{{ inputs.lock-file }}}}
-        PLATFORM: ${{{{ inputs.platform }}}}
-        ENGINE: ${{{{ inputs.engine }}}}
-        MINIFORGE: ${{{{ inputs.miniforge }}}}
+        INPUT_LOCK_FILE: ${{{{ inputs.lock-file }}}}
+        INPUT_PLATFORM: ${{{{ inputs.platform }}}}
+        INPUT_ENGINE: ${{{{ inputs.engine }}}}
+        INPUT_MINIFORGE: ${{{{ inputs.miniforge }}}}
+        INPUT_MINIFORGE_VERSION: ${{{{ inputs.miniforge-version }}}}
+        INPUT_CATEGORIES: ${{{{ inputs.categories }}}}
+        INPUT_PIXI_ENVIRONMENT: ${{{{ inputs.pixi-environment }}}}
         VERSION: ${{{{ inputs.miniforge-version }}}}
-        CATEGORIES: ${{{{ inputs.categories }}}}
         ROOT: ${{{{ inputs.root }}}}
         PKGS: ${{{{ inputs.pkgs-dir }}}}
         PREFIX: ${{{{ inputs.prefix }}}}
@@ -303,23 +305,11 @@ _CONDA_CACHE_BEFORE = f"""\
                   "must be one of true, false, environment; got '$got'."
              exit 2 ;;
         esac
-        sha=$("$GPU_CI_PYTHON" -c 'import hashlib, sys
-        print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$LOCK") || exit 1
         base="${{RUNNER_TOOL_CACHE:-${{RUNNER_TEMP:-$HOME/.cache/gpu-ci}}}}"
         root="${{ROOT:-$base/miniforge3/$VERSION}}"
-        runner="$RUNNER_OS-$RUNNER_ARCH-${{PLATFORM:-auto}}-$ENGINE-mf$VERSION-"
-        cats="${{CATEGORIES//[^A-Za-z0-9_.-]/+}}"
         fresh=true
         if [ "$mode" = packages ]; then
           path="${{PKGS:-$root/pkgs}}"
-          # A job that installs Miniforge (conda/options.py: miniforge true, or auto with
-          # engine conda) keeps its installer in the package cache: its key is apart, so a
-          # cache saved without the installer never hides it (a hit saves nothing).
-          case "$(printf '%s:%s' "$MINIFORGE" "$ENGINE" | tr '[:upper:]' '[:lower:]')" in
-            true:*|auto:conda) runner="${{runner%-}}+installer-" ;;
-          esac
-          restore="gpu-ci-conda-v1-$runner"
-          key="$restore$cats-$sha"
           # Restore only into an absent or empty package cache: never over one in use (a
           # persistent self-hosted runner keeps its own cache and needs none).
           [ -d "$path" ] && [ -n "$(ls -A "$path")" ] && fresh=false
@@ -333,17 +323,15 @@ _CONDA_CACHE_BEFORE = f"""\
             echo "::error title=setup-conda-from-lock::the environment's path has a line break."
             exit 2 ;;
           esac
-          where=$(printf '%s' "$path" | "$GPU_CI_PYTHON" -c 'import hashlib, sys
-        print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])') || exit 1
-          restore=""
-          key="gpu-ci-conda-env-v1-$runner$cats-$where-$sha"
           [ -L "$path" ] && fresh=false
           [ -e "$path" ] && [ ! -d "$path" ] && fresh=false
           [ -d "$path" ] && [ -n "$(ls -A "$path")" ] && fresh=false
         fi
+        # The keys: gpu_ci.conda.cachekey, as for the command's cache-key output.
+        keys=$("$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/conda_cache_key.py" \\
+          "$mode" "$path") || exit 1
         {{ echo "mode=$mode"
-          echo "key=$key"
-          echo "restore-prefix=$restore"
+          echo "$keys"
           echo "path=$path"
           echo "fresh=$fresh"; }} >> "$GITHUB_OUTPUT"
     - name: Restore the package cache
@@ -396,15 +384,34 @@ _CONDA_CACHE_AFTER = f"""\
 SETUP_CONDA_FROM_LOCK = ActionSpec(
     name="setup-conda-from-lock",
     summary="Create a conda environment from a lock file, no solver (Miniforge only if needed).",
-    groups=("base", "conda"),
+    groups=("base", "nvml", "conda"),
     runs_on="GPU runner",
     inputs=(
         InputSpec(
-            "lock-file", "Explicit (@EXPLICIT) or unified conda-lock.yml lock file.", required=True
+            "lock-file",
+            "Explicit (@EXPLICIT), unified conda-lock.yml or pixi.lock lock file.",
+            required=True,
         ),
         InputSpec("environment-name", "Name of the environment to create.", "ci"),
+        InputSpec(
+            "pixi-environment",
+            "The pixi.lock environment to install (not the one to create: environment-name).",
+            "default",
+        ),
+        InputSpec(
+            "cuda-override",
+            "CUDA version to assume for a pixi.lock's __cuda requirements instead of the "
+            "driver's (as CONDA_OVERRIDE_CUDA), for a CPU runner that only prepares the "
+            "environment.",
+            "",
+        ),
         InputSpec("prefix", "Absolute path of the environment (wins over environment-name).", ""),
-        InputSpec("platform", "conda subdir to install (default: the runner's).", ""),
+        InputSpec(
+            "platform",
+            "conda subdir to install (default: the runner's), or a pixi.lock's custom "
+            "platform by name.",
+            "",
+        ),
         InputSpec(
             "categories",
             "Comma-separated categories of a unified lock (main is always included).",
@@ -441,9 +448,9 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         ),
         InputSpec(
             "cache",
-            "Restore and save with actions/cache, keyed by lock sha256, "
-            "platform, engine and version: true (the package cache), environment (the "
-            "finished environment, at its own path) or false.",
+            "Restore and save with actions/cache, keyed by lock sha256, platform, engine, "
+            "version and categories (or pixi environment): true (the package cache), "
+            "environment (the finished environment, at its own path) or false.",
             "false",
         ),
         InputSpec(
@@ -469,6 +476,8 @@ SETUP_CONDA_FROM_LOCK = ActionSpec(
         OutputSpec("lock-sha256", "sha256 of the lock file."),
         OutputSpec("cache-key", "Key for actions/cache of pkgs-dir."),
         OutputSpec("packages", "Number of conda and pip entries installed."),
+        OutputSpec("pypi-packages", "Number of those that are PyPI (pip) packages."),
+        OutputSpec("pixi-environment", "The pixi.lock environment installed, empty for others."),
         OutputSpec("reused", "'true' when the prefix already held exactly this lock."),
     ),
     steps_before=_CONDA_CACHE_BEFORE,

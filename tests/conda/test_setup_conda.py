@@ -81,10 +81,12 @@ def test_same_lock_again_is_reused_without_downloads(setup, channel):
 
 
 def test_cache_key_names_lock_platform_engine_and_miniforge(setup, channel):
-    result = setup(channel.explicit_lock(["libhello"]), "--dry-run", "true")
+    runner = {"RUNNER_OS": "Linux", "RUNNER_ARCH": "X64"}
+    text = channel.explicit_lock(["libhello"])
+    result = setup(text, "--dry-run", "true", "--platform", "linux-64", env=runner)
     key = result.outputs["cache-key"]
-    assert "linux-64" in key and "rattler" in key and "mf26.3.2-3" in key
-    assert result.outputs["lock-sha256"][:32] in key
+    sha = hashlib.sha256(text.encode()).hexdigest()  # of the file's bytes
+    assert key == f"gpu-ci-conda-v1-Linux-X64-linux-64-rattler-mf26.3.2-3-main-{sha}"
 
 
 def test_dry_run_downloads_nothing(setup, channel):

@@ -56,6 +56,7 @@ def plan(tmp_path):
             "pkgs-dir": "",
             "prefix": "",
             "environment-name": "ci",
+            "pixi-environment": "default",
             "cache": "true",
             **inputs,
         }
@@ -63,6 +64,7 @@ def plan(tmp_path):
             "PATH": os.environ["PATH"],
             "HOME": str(tmp_path / "home"),
             "GPU_CI_PYTHON": sys.executable,
+            "GITHUB_ACTION_PATH": str(ROOT / "actions" / "setup-conda-from-lock"),
             "RUNNER_OS": "Linux",
             "RUNNER_ARCH": "X64",
             "RUNNER_TOOL_CACHE": str(tmp_path / "toolcache"),
@@ -155,7 +157,9 @@ def test_plan_step_fails_on_a_typo_before_anything_is_restored(plan):
 
 def test_root_action_runs_the_same_plan_step():
     own, root = plan_step(), plan_step("action.yml")
-    assert root["run"] == own["run"] and root["env"] == own["env"]
+    # the root action runs the scripts beside it, not two folders up
+    assert root["run"] == own["run"].replace("$GITHUB_ACTION_PATH/../../", "$GITHUB_ACTION_PATH/")
+    assert root["env"] == own["env"]
     assert root["if"] == f"inputs.command == 'setup-conda-from-lock' && ({own['if']})"
 
 
@@ -289,3 +293,36 @@ def test_a_job_that_installs_miniforge_keys_its_package_cache_apart(plan, inputs
     # the finished environment holds no installer: its key is the same either way
     env = plan(cache="environment", **inputs).outputs["key"]
     assert "+installer" not in env and f"-{engine}-mf26.3.2-3-main-" in env
+
+
+@pytest.mark.parametrize("kind", ["explicit", "explicit-bom-crlf", "pixi"])
+def test_the_step_and_the_command_compute_one_key(plan, run_cli, tmp_path, kind):
+    """gpu_ci.conda.cachekey computes both: the step's key is the command's cache-key,
+    the lock's sha256 of its bytes (a BOM and CRLF line ends included)."""
+    lock = tmp_path / "conda-linux-64.lock"
+    if kind == "explicit-bom-crlf":
+        lock.write_bytes(b"\xef\xbb\xbf# platform: linux-64\r\n@EXPLICIT\r\n")
+    if kind == "pixi":
+        lock = tmp_path / "pixi.lock"
+        lock.write_text(
+            "version: 6\nenvironments:\n  cuda:\n    channels: []\n    packages:\n"
+            "      linux-64: []\npackages: []\n"
+        )
+    inputs = {"lock-file": str(lock), "pixi-environment": "cuda", "platform": "linux-64"}
+    step = plan(cache="true", **inputs)
+    assert step.returncode == 0, step.stdout + step.stderr
+    result = run_cli(
+        ["setup-conda-from-lock", "--lock-file", str(lock), "--platform", "linux-64"]
+        + ["--dry-run", "true", "--miniforge", "auto"],
+        {
+            "RUNNER_OS": "Linux",
+            "RUNNER_ARCH": "X64",
+            "INPUT_PIXI_ENVIRONMENT": "cuda",
+            "RUNNER_TOOL_CACHE": str(tmp_path / "tc"),
+        },
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    command = result.outputs["cache-key"]
+    assert command == step.outputs["key"]
+    assert command.endswith("-" + hashlib.sha256(lock.read_bytes()).hexdigest())
+    assert ("-pixi+cuda-" in command) is (kind == "pixi")

@@ -44,6 +44,8 @@ def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.Se
         environment_name=inputs["environment-name"],
         environ=environ,
         stream=inputs.boolean("stream-downloads"),
+        pixi_environment=inputs["pixi-environment"],
+        cuda_override=inputs["cuda-override"],
     )
 
 
@@ -58,9 +60,20 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     plan = locked.plan
     rt.set_output("lock-sha256", plan.lock_sha256)
     rt.set_output("packages", str(plan.count))
-    rt.set_output("cache-key", pipeline.cache_key(plan, opts))
+    rt.set_output("pypi-packages", str(len(plan.pip)))
+    rt.set_output("pixi-environment", plan.environment)
+    rt.set_output("cache-key", pipeline.cache_key(locked, inputs, rt.environ))
+    if plan.left_out:
+        rt.notice(
+            f"{opts.lock_file}: left out {len(plan.left_out)} conda package(s) the lock "
+            f"builds from source ({', '.join(plan.left_out)}); their dependencies are "
+            "installed, the packages themselves are not built.",
+            title="setup-conda-from-lock",
+        )
     if opts.dry_run:
         return dry_run(rt, opts, locked)
+    if plan.kind == "pixi":
+        check_machine(rt, opts, plan)
 
     from gpu_ci import downloads
 
@@ -82,6 +95,33 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         )
     rt.summary(_summary(plan, opts.lock_file, mf, isolation.vendor, report, phases))
     return 0
+
+
+def check_machine(rt: Runtime, opts: conda_options.SetupOptions, plan: InstallPlan) -> None:
+    """Refuse what this machine cannot run, before any download.
+
+    The driver's CUDA version is read (through the cuda wing) only when the lock needs
+    ``__cuda`` and no override is set. PyPI sources must be in the checkout.
+    """
+    from pathlib import Path
+
+    from gpu_ci.conda import pixi, virtual
+
+    cuda, cuda_from = opts.cuda_override, "cuda-override"
+    if not cuda and any(r.name == "__cuda" for r in plan.requirements):
+        cuda, cuda_from = driver_cuda(), "the NVIDIA driver"
+    machine = virtual.Machine(cuda, virtual.glibc_version(), cuda_from)
+    virtual.check(plan.requirements, machine, opts.lock_file)
+    checkout = rt.environ.get("GITHUB_WORKSPACE") or str(Path(opts.lock_file).resolve().parent)
+    pixi.check_sources(plan, Path(checkout))
+
+
+def driver_cuda() -> str:
+    """The CUDA version the NVIDIA driver supports (``12.4``), '' without a driver."""
+    from gpu_ci.cuda import nvml
+
+    snapshot = nvml.read_snapshot()
+    return snapshot.cuda_text if snapshot.ok else ""
 
 
 def install(
@@ -129,8 +169,9 @@ def install(
 def miniforge(
     rt: Runtime, opts: conda_options.SetupOptions, pending: Pending, phases: dict[str, float]
 ) -> Miniforge:
-    """Miniforge installed (or reused) for the job, the time the job waited for it in
-    ``phases``; a warning when its checksum came only from beside the installer."""
+    """Miniforge installed or reused for the job, its wait in ``phases``.
+
+    A warning when its checksum came only from beside the installer."""
     waited = time.monotonic()
     mf = pending.result()
     phases["miniforge"] = time.monotonic() - max(waited, pending.started)
@@ -148,14 +189,19 @@ def dry_run(rt: Runtime, opts: conda_options.SetupOptions, locked: pipeline.Lock
     plan = locked.plan
     rt.info(
         f"setup-conda-from-lock (dry run): {locked.lock.kind} lock {opts.lock_file}, "
-        f"platform {plan.platform}, categories {','.join(plan.categories)}"
+        f"platform {plan.platform}, {_selection(plan)}"
     )
     rt.info(f"channels: {', '.join(urls.mask_url(c) for c in plan.channels)}")
     rt.info(f"{len(plan.conda)} conda + {len(plan.pip)} pip packages:")
     for e in plan.conda:
         rt.info(f"  {e.name} {e.version} {e.build}")
     for p in plan.pip:
-        rt.info(f"  {p.name} {p.version} (pip)")
+        rt.info(f"  {p.name} {p.version} (pip{', ' + p.source if p.source else ''})")
+    for r in dict.fromkeys(plan.requirements):
+        rt.info(
+            f"  needs {r.name} {r.spec or '(any)'} "
+            f"({r.source}{'' if r.required else ', if present'})"
+        )
     rt.summary(_summary(plan, opts.lock_file, None, None, None, None, dry_run=True))
     return 0
 
@@ -167,7 +213,7 @@ def publish(
     report: InstallReport,
     env: Mapping[str, str],
 ) -> None:
-    """The prefix's outputs and, with ``activate``, its variables and PATH for later steps."""
+    """The prefix's outputs and, with ``activate``, its activation for later steps."""
     prefix = opts.prefix
     python = prefix / "bin" / "python"
     rt.set_output("prefix", str(prefix))
@@ -192,6 +238,45 @@ def _downloaded(report: InstallReport) -> str:
     return text
 
 
+def _selection(plan: InstallPlan) -> str:
+    """What was picked from the lock: a pixi environment, or categories."""
+    if plan.kind == "pixi":
+        return f"pixi environment {plan.environment}"
+    return f"categories {','.join(plan.categories)}"
+
+
+def _plan_rows(
+    plan: InstallPlan, path: str, report: InstallReport | None
+) -> list[tuple[str, object]]:
+    """The summary's rows on the lock: what was picked, from where, by what."""
+    picked = (
+        ("pixi environment", plan.environment)
+        if plan.kind == "pixi"
+        else ("categories", ", ".join(plan.categories))
+    )
+    rows: list[tuple[str, object]] = [
+        ("lock", f"{plan.kind} `{path}`"),
+        ("lock sha256", plan.lock_sha256),
+        ("platform", plan.platform),
+        picked,
+        ("conda packages", len(plan.conda)),
+        ("pip packages", len(plan.pip)),
+    ]
+    if plan.kind == "pixi":
+        rows.append(("channels", _listed(plan.channels)))
+    if plan.pip and plan.indexes:
+        rows.append(("PyPI indexes", _listed(plan.indexes)))
+    if plan.left_out:
+        rows.append(("left out (built from source)", ", ".join(plan.left_out)))
+    if report is not None and report.pip_installer:
+        rows.append(("pip packages installed by", report.pip_installer))
+    return rows
+
+
+def _listed(items: tuple[str, ...]) -> str:
+    return ", ".join(f"`{urls.mask_url(i)}`" for i in items) or "none"
+
+
 def _summary(
     plan: InstallPlan,
     path: str,
@@ -201,14 +286,7 @@ def _summary(
     phases: Mapping[str, float] | None,
     dry_run: bool = False,
 ) -> str:
-    rows: list[tuple[str, object]] = [
-        ("lock", f"{plan.kind} `{path}`"),
-        ("lock sha256", plan.lock_sha256),
-        ("platform", plan.platform),
-        ("categories", ", ".join(plan.categories)),
-        ("conda packages", len(plan.conda)),
-        ("pip packages", len(plan.pip)),
-    ]
+    rows = _plan_rows(plan, path, report)
     if dry_run:
         rows.append(("mode", "dry run: nothing downloaded"))
     if mf:

@@ -1,4 +1,4 @@
-"""What ``conda activate`` would do to the environment, captured once for later steps.
+"""What ``conda activate`` would do, captured once for later steps.
 
 Runs the environment's ``etc/conda/activate.d/*.sh`` scripts in bash with ``CONDA_PREFIX``
 set, and diffs the environment before and after. The result goes to ``$GITHUB_ENV`` and

@@ -37,8 +37,9 @@ def entry_dir(cache: Path, entry: CondaEntry) -> Path:
 
 
 def rattler_cache_sha256(cache: Path, dirname: str, is_dir: bool = False) -> str:
-    """The archive sha256 rattler's package cache recorded for an extracted package, '' when
-    none: its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
+    """The archive sha256 rattler's cache recorded for an entry ('' if none).
+
+    Its ``<dirname>.lock`` holds an 8-byte revision, then the 32-byte sha256 of the
     archive it extracted. (A future layout reads as '': we then fetch, never trust.)
     ``is_dir``: the caller has just seen the entry's directory (one ``stat`` less each)."""
     base = os.path.join(cache, dirname)
@@ -54,8 +55,9 @@ def rattler_cache_sha256(cache: Path, dirname: str, is_dir: bool = False) -> str
 
 
 def trusted_sha256(entry: CondaEntry, cache: Path, facts: verified.Facts | None = None) -> str:
-    """The archive sha256 to give rattler for a cache entry that may be used without its
-    archive, '' when it may not: the lock's sha256, or for an md5-only lock the one the
+    """The archive sha256 under which rattler may use an entry as is.
+
+    '' when it may not. Else the lock's sha256, or for an md5-only lock the one the
     entry's stamp recorded with that md5 (or, for an entry stamped without it, our sidecar
     beside it); and rattler's own record, when it wrote one (it leaves its
     ``.lock`` empty for entries we extracted), must agree. Only a candidate: the entry's
@@ -108,8 +110,10 @@ def _entry_facts(target: Path, digest: str, token: str, sha256: str) -> verified
 
 
 def _entry_ok(target: Path, digest: str) -> bool:
-    """Extracted from the archive with ``digest``, every file as ``paths.json`` records it,
-    and the ``index.json`` its conda-meta record is built from is there."""
+    """Whether the entry is whole: extracted from ``digest``, files as recorded.
+
+    Every file is as ``paths.json`` records it, and the ``index.json`` its conda-meta
+    record is built from is there."""
     try:
         return (
             verified.read_bytes(os.path.join(target, SHA_MARKER), 200) == digest.encode()
@@ -128,8 +132,9 @@ def named_disk_error(exc: BaseException, path: Path, what: str) -> GpuCiError | 
 
 
 def named_disk_error_in(text: str, path: Path, what: str) -> GpuCiError | None:
-    """A disk error reported by a subprocess or rattler as text ('[Errno 28]', 'os error
-    28'), named as ours would be."""
+    """A disk error a subprocess or rattler reported as text, named.
+
+    The text reads '[Errno 28]' or 'os error 28'; it is named as ours would be."""
     match = re.search(r"(?:os error |\[Errno )(\d+)", text)
     if match:
         return as_disk_error(OSError(int(match.group(1)), text), path, what)
@@ -139,8 +144,9 @@ def named_disk_error_in(text: str, path: Path, what: str) -> GpuCiError | None:
 def extract_entry(
     archive: str, dest: str, digest: str, token: str, again: bool = False, sha256: str = ""
 ) -> verified.Facts | None:
-    """Extract one verified archive into the cache, atomically; its facts (None only when the
-    entry cannot be surveyed: then it is hashed again next time).
+    """Extract one verified archive into the cache, atomically; its facts.
+
+    None only when the entry cannot be surveyed: then it is hashed again next time.
 
     Runs in a worker process: rattler's extractor holds the GIL, so threads would not
     extract in parallel. Jobs sharing the cache take a per-entry lock, so one extracts and

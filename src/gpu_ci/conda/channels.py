@@ -36,7 +36,7 @@ KINDS = ("bearer", "basic", "token")
 
 
 def _b64(secret: str) -> str:
-    """A Basic credential's encoding; ``base64`` imported only for a run that has one."""
+    """A Basic credential's encoding. ``base64`` is imported only when needed."""
     import base64
 
     return base64.b64encode(secret.encode()).decode()
@@ -133,7 +133,7 @@ def parse_credentials(text: str) -> tuple[Credential, ...]:
 
 
 class Network(NamedTuple):
-    """Mirrors and credentials for every download of one run (channels and the installer)."""
+    """Mirrors and credentials for every download of one run."""
 
     mirrors: tuple[Mirror, ...] = ()
     credentials: tuple[Credential, ...] = ()

@@ -119,9 +119,10 @@ def warm_checks(plan: InstallPlan, cache: Path) -> list[tuple[str, verified.Fact
 
 
 def _make_cache(cache: Path) -> None:
-    """The package cache's directory, made where absent; something else at its name (a
-    file, a symbolic link that leads to no directory) is named, never removed: it is not
-    ours to delete."""
+    """The package cache's directory, made where absent.
+
+    Something else at its name (a file, a symbolic link that leads to no directory) is
+    named, never removed: it is not ours to delete."""
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -134,7 +135,7 @@ def _make_cache(cache: Path) -> None:
 
 
 class Ahead:
-    """``warm_checks`` made in a child process while this one goes on to import rattler.
+    """``warm_checks`` in a child process while this one imports rattler.
 
     Why: a warm install is one core's work until rattler links, and the two longest parts
     of it before the link are ``import rattler`` (~70 ms: asyncio and rattler's modules) and
@@ -210,8 +211,9 @@ class Ahead:
         self._pid, self._fd = pid, read
 
     def result(self) -> list[tuple[str, verified.Facts | None]]:
-        """The child's verdicts, or (without one) the checks made here; nothing trusted when
-        the cache did not exist when the job began."""
+        """The child's verdicts, or (without one) the checks made here.
+
+        Nothing is trusted when the cache did not exist when the job began."""
         if self._empty:
             return [("", None)] * len(self.plan.conda)
         data = self._collect()
@@ -261,8 +263,10 @@ class Ahead:
             self._pid = 0
 
     def close(self) -> None:
-        """Reap the child; killed first when its verdicts were not read (a reused
-        environment, an error): it would check the whole cache for nothing."""
+        """Reap the child, killed first when its verdicts were not read.
+
+        That is a reused environment or an error: it would check the whole cache for
+        nothing."""
         if self._fd >= 0:
             self._close_pipe()
             if self._pid:
@@ -427,7 +431,7 @@ def _downloaded(
     narrow: int = 0,
     downloader: Downloader | None = None,
 ) -> Iterator[tuple[int, Fetched | BaseException]]:
-    """Each of ``todo`` fetched by our downloader, as it completes (or its error).
+    """Each of ``todo`` fetched by our downloader, as it completes.
 
     Two threads per core, at most 8: more on a small runner convoy on the GIL with the
     extraction feeders (measured on 2 cores: 8 threads 0.47-1.43 s for 150 packages, 4 a

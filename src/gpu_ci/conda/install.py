@@ -12,8 +12,8 @@ The order is what makes it safe (see ``transaction`` for the locks and the journ
 5. link with py-rattler into a staging sibling, the final path written into prefix
    placeholders, each ``conda-meta`` record built from the package's own ``index.json``;
    rattler's client refuses every request, so it links only what we verified;
-6. install the pip entries into staging with its own interpreter, then rewrite the staging
-   path in the scripts pip wrote; write the marker;
+6. install the PyPI entries into staging (``pypi``), then rewrite the staging path in the
+   scripts they wrote; write the marker;
 7. swap staging into place (two renames, journalled); drop the old environment.
 
 Any failure, and the next run after a ``kill -9``, leaves the old environment or the new
@@ -27,13 +27,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpu_ci.conda import transaction, verified
+from gpu_ci.conda import pypi, transaction, verified
 from gpu_ci.conda.fetch import (
     MD5_SIDECAR,
     SHA_MARKER,
@@ -58,8 +57,10 @@ from gpu_ci.urls import mask_url
 
 
 class InstallReport:
-    """What an install did, for the outputs and the job summary (a plain class, not a
-    dataclass: creating a dataclass costs ~1 ms of every run's start-up on Python 3.11)."""
+    """What an install did, for the outputs and the job summary.
+
+    A plain class, not a dataclass: creating a dataclass costs ~1 ms of every run's
+    start-up on Python 3.11."""
 
     __slots__ = (
         "reused",
@@ -68,6 +69,7 @@ class InstallReport:
         "streamed_archives",
         "recovered",
         "phases",
+        "pip_installer",
     )
 
     def __init__(
@@ -87,6 +89,8 @@ class InstallReport:
         self.recovered = recovered
         """What was finished or rolled back from an interrupted earlier run ('' if nothing)."""
         self.phases: dict[str, float] = {} if phases is None else phases
+        self.pip_installer = ""
+        """What installed the PyPI packages: ``uv``, ``pip``, or '' (none)."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -94,12 +98,16 @@ class InstallReport:
 
 
 def marker(plan: InstallPlan) -> dict[str, object]:
-    return {
+    """What the marker records: the lock, and what was picked from it."""
+    found: dict[str, object] = {
         "lock_sha256": plan.lock_sha256,
         "platform": plan.platform,
         "categories": list(plan.categories),
         "conda_records": len(plan.conda),
     }
+    if plan.environment:
+        found["pixi_environment"] = plan.environment
+    return found
 
 
 def marker_matches(prefix: Path, plan: InstallPlan) -> bool:
@@ -174,7 +182,9 @@ def _copied_bytes(
 
 
 def _silently_full(staging: Path) -> DiskError | None:
-    """rattler 0.28 does not report a conda-meta record it could not write on a full disk:
+    """A full disk named, where rattler 0.28 reports an empty record.
+
+    rattler 0.28 does not report a conda-meta record it could not write on a full disk:
     the record is left empty, and it fails later reading it back ('EOF while parsing').
     Named as the disk error it is when the device has (almost) nothing free."""
     import errno
@@ -318,7 +328,7 @@ def link_with_conda(
         env=dict(env),
         capture_output=True,
         text=True,
-        preexec_fn=_child_dies_with_us,
+        preexec_fn=pypi.child_dies_with_us,
     )
     if proc.returncode != 0:
         tail = mask_url((proc.stderr or proc.stdout).strip()[-2000:])
@@ -326,90 +336,17 @@ def link_with_conda(
         raise named or GpuCiError(f"conda create failed (exit {proc.returncode}): {tail}")
 
 
-# -- pip ----------------------------------------------------------------------------------
-
-
-def _child_dies_with_us() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-
-
-def _pip(
-    plan: InstallPlan, staging: Path, target: Path, env: Mapping[str, str], work: Path
-) -> None:
-    """pip entries into the staged environment, then make what pip wrote point at target.
-
-    ``--no-compile``: byte code compiled now would record the staging path in every code
-    object; Python compiles it on first import instead. Console scripts get a shebang with
-    the staging interpreter, which is rewritten to the final one.
-    """
-    python = staging / "bin" / "python"
-    if not python.exists():
-        raise GpuCiError(
-            f"the lock has {len(plan.pip)} pip entries but the environment has no "
-            "python to install them with: add python (and pip) to the lock."
-        )
-    requirements = work / "pip-requirements.txt"
-    requirements.write_text(
-        "".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in plan.pip)
-    )
-    pip_env = {
-        **env,
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-    }
-    bin_dir = staging / "bin"
-    before = set(os.listdir(bin_dir))
-    proc = subprocess.Popen(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--require-hashes",
-            "--no-cache-dir",
-            "--no-compile",
-            "-r",
-            str(requirements),
-        ],
-        env=pip_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_child_dies_with_us,
-    )
-    crash_point("pip")
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        tail = mask_url((err or out).strip()[-2000:])
-        named = named_disk_error_in(tail, staging, "installing the lock's pip entries")
-        raise named or GpuCiError(
-            f"installing the lock's pip entries failed (exit {proc.returncode}): {tail}"
-        )
-    old, new = str(staging).encode(), str(target).encode()
-    for name in sorted(set(os.listdir(bin_dir)) - before):
-        script = bin_dir / name
-        if script.is_file() and not script.is_symlink():
-            data = script.read_bytes()
-            if old in data[:4096]:
-                script.write_bytes(data.replace(old, new))
-
-
 # -- the whole transaction ----------------------------------------------------------------
 
 
 def require_rattler() -> None:
-    """py-rattler imported, and asyncio, which runs its installer (rattler imports it only
-    then), as ``gpu_ci.__main__`` imports us: their ~130 ms of modules, classes and
-    functions live as long as the process, so the cyclic collector does not traverse them
-    while they are created, nor in each later collection (the records of a 600-package
-    install trigger several): ~5-10 ms of a warm run."""
+    """py-rattler and asyncio imported, outside the cyclic collector's sight.
+
+    asyncio runs rattler's installer (rattler imports it only then). Imported as
+    ``gpu_ci.__main__`` imports us, their ~130 ms of modules, classes and functions live as long
+    as the process, so the cyclic collector does not traverse them while they are created, nor
+    in each later collection (the records of a 600-package install trigger several): ~5-10 ms of
+    a warm run."""
     import gc
 
     enabled = gc.isenabled()
@@ -431,7 +368,7 @@ def require_rattler() -> None:
 
 
 def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
-    """Fail before any download when the result could not be put in place."""
+    """Fail before any download when the result cannot be put in place."""
     target = paths.target
     probe_writable(target.parent, f"creating the environment {target}")
     probe_writable(pkgs_dir, f"the package cache {pkgs_dir}")
@@ -466,12 +403,14 @@ def preflight(paths: transaction.Paths, pkgs_dir: Path) -> None:
 
 
 def check_writable(target: Path, pkgs_dir: Path) -> None:
-    """``preflight`` for callers that do not hold the prefix lock (it only makes probes)."""
+    """``preflight`` for callers without the prefix lock. It only makes probes."""
     preflight(transaction.Paths(target), pkgs_dir)
 
 
 def refuse_foreign(target: Path) -> None:
-    """The last line of "never delete what we did not create", under the prefix lock."""
+    """The last check of "never delete what we did not create".
+
+    It runs under the prefix lock."""
     if (
         target.is_dir()
         and not target.is_symlink()
@@ -499,9 +438,10 @@ def install(
     stream: bool = True,
     downloader: Downloader | None = None,
 ) -> InstallReport:
-    """``plan`` installed at ``target`` (reused when it is there and whole); every download
-    through ``downloader`` (the run's: mirrors, credentials, progress; else
-    ``downloads.default()``)."""
+    """``plan`` installed at ``target``, or reused when it is there and whole.
+
+    Every download goes through ``downloader`` (the run's: mirrors, credentials, progress;
+    else ``downloads.default()``)."""
     try:
         return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream, downloader)
     except OSError as exc:  # anywhere, the lock file and the journal included
@@ -640,7 +580,7 @@ def _build_and_swap(
     crash_point("link")
     if plan.pip:
         started = time.monotonic()
-        _pip(plan, staging, target, env, work)
+        report.pip_installer = pypi.install(plan, staging, target, env, work)
         report.phases["pip"] = time.monotonic() - started
     (staging / "conda-meta").mkdir(exist_ok=True)
     (staging / MARKER).write_text(json.dumps(marker(plan)))

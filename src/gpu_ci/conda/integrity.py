@@ -78,8 +78,9 @@ def environment_problems(
 
 
 def cache_entry_problem(entry: Path) -> str:
-    """'' when every file of an extracted package matches its ``info/paths.json`` (size and
-    sha256), else the first difference. Run on entries extracted by an earlier job before
+    """The first file that differs from ``info/paths.json``, '' if none.
+
+    Size and sha256 are compared. Run on entries extracted by an earlier job before
     they are linked again: a file changed in the shared cache (or through a hard link from
     an environment) must not reach a new environment."""
     import hashlib
@@ -117,8 +118,7 @@ def cache_entry_problem(entry: Path) -> str:
 
 
 def link_path_problem(cache: Path, names: Sequence[str], known: Sequence[Facts | None] = ()) -> str:
-    """'' when every path the extracted packages would link stays inside the prefix, else the
-    first that would not.
+    """The first linked path that would leave the prefix, '' if none.
 
     A package's ``paths.json`` (or ``info/files``) is the archive author's text, and the
     linker joins each path to the prefix as it is: ``../x`` or ``/x`` would write outside

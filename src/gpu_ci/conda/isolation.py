@@ -32,7 +32,7 @@ SCRUBBED = (
 
 
 class VendorConda(NamedTuple):
-    """A conda installation the runner image came with, kept out of the job's way."""
+    """The runner image's own conda, kept out of the job's way."""
 
     root: str
     """The vendor installation's root, or '' when none was found."""

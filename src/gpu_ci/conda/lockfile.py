@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
+from gpu_ci.conda.lockyaml import load_yaml
+from gpu_ci.conda.lockyaml import yaml_loader as yaml_loader  # lockfile.yaml_loader, as before
 from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
+
+if TYPE_CHECKING:
+    from gpu_ci.conda.virtual import Requirement
 
 _sha256: Any
 try:  # Python's own sha256, as ``random`` takes its sha512: ``hashlib`` would first load
@@ -76,16 +81,21 @@ class CondaEntry(NamedTuple):
 
 
 class PipEntry(NamedTuple):
-    """One pip package the lock names, installed from its URL, checked against its sha256."""
+    """One pip package the lock names: its URL and sha256."""
 
     name: str
     version: str
     url: str
     sha256: str
+    source: str = ""
+    """'' for a file checked against ``sha256``; ``editable``, ``path`` or ``git`` for a
+    pixi lock's source entries (installed from the checkout, never resolved)."""
+    path: str = ""
+    """The local path of an ``editable`` or ``path`` entry, absolute."""
 
 
 class LockFile(NamedTuple):
-    """A parsed lock file, before a platform and categories are picked from it."""
+    """A parsed lock file, before a platform and categories are picked."""
 
     kind: str
     """'explicit' or 'unified'."""
@@ -111,6 +121,14 @@ class InstallPlan(NamedTuple):
     conda: tuple[CondaEntry, ...]
     pip: tuple[PipEntry, ...]
     lock_sha256: str
+    environment: str = ""
+    """A pixi lock's environment ('' for conda-lock's locks)."""
+    requirements: tuple[Requirement, ...] = ()
+    """The ``__cuda``/``__glibc`` needs the machine must meet (pixi locks)."""
+    left_out: tuple[str, ...] = ()
+    """Conda packages the lock builds from source: never built, named in a notice."""
+    indexes: tuple[str, ...] = ()
+    """The PyPI indexes a pixi lock's environment was resolved against."""
 
     @property
     def count(self) -> int:  # type: ignore[override]  # tuple.count is never used on a plan
@@ -118,7 +136,12 @@ class InstallPlan(NamedTuple):
 
 
 def lock_sha256(text: str) -> str:
-    return str(_sha256(text.encode("utf-8")).hexdigest())
+    return sha256_of(text.encode("utf-8"))
+
+
+def sha256_of(data: bytes) -> str:
+    """The sha256 of ``data`` as hex, without loading OpenSSL."""
+    return str(_sha256(data).hexdigest())
 
 
 def split_archive_name(filename: str) -> tuple[str, str, str]:
@@ -154,9 +177,11 @@ def _url_path(url: str) -> str:
 
 
 def _plain_port(netloc: str) -> bool:
-    """Whether ``urlsplit`` would find this ASCII, bracket-free netloc's port (what follows
-    the first ``:`` after the last ``@``) a number in range, without its cost per entry (a
-    lock served from ``host:port`` has one in every URL). False: ask ``urlsplit``."""
+    """Whether this netloc's port is a number in range, without ``urlsplit``.
+
+    For an ASCII, bracket-free netloc: the port is what follows the first ``:`` after the
+    last ``@``. ``urlsplit`` costs too much per entry (a lock served from ``host:port``
+    has one in every URL). False: ask ``urlsplit``."""
     if not netloc.isascii() or any(c in netloc for c in "?#[]"):
         return False
     port = netloc.rpartition("@")[2].partition(":")[2]
@@ -185,7 +210,7 @@ def _check_url(url: str, where: str) -> str:
     return url
 
 
-def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
+def pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> PipEntry:
     if not _PIP_NAME.fullmatch(name):
         raise GpuCiError(
             f"{where}: pip package name {name!r} is not a distribution name "
@@ -199,7 +224,7 @@ def _pip_entry(name: str, version: str, url: str, sha256: str, where: str) -> Pi
     return PipEntry(name, version, _check_url(url, where), sha256)
 
 
-def _conda_entry(
+def conda_entry(
     url: str, md5: str = "", sha256: str = "", depends: Iterable[str] = (), where: str = ""
 ) -> CondaEntry:
     try:
@@ -231,6 +256,10 @@ def detect_kind(text: str) -> str:
         r"^metadata:\s*$", text, re.MULTILINE
     ):
         return "unified"
+    if re.search(r"^environments:\s*$", text, re.MULTILINE) and re.search(
+        r"^version:\s*\S", text, re.MULTILINE
+    ):
+        return "pixi"
     if re.search(r"^dependencies:\s*$", text, re.MULTILINE):
         return "environment"
     return "unknown"
@@ -251,6 +280,8 @@ def parse(text: str, path: str = "lock-file", loader: Any = None) -> LockFile:
         return _parse_explicit(text, path)
     if kind == "unified":
         return _parse_unified(text, path, loader)
+    if kind == "pixi":  # read by gpu_ci.conda.pixi, which needs the environment too
+        return LockFile("pixi", (), (), ())
     if kind == "environment":
         raise GpuCiError(ENVIRONMENT_REFUSAL.format(path=path), title="not a lock file")
     raise GpuCiError(
@@ -309,100 +340,15 @@ def _parse_explicit(text: str, path: str) -> LockFile:
             md5 = fragment
         elif _SHA256.fullmatch(fragment):
             sha256 = fragment
-        entry = _conda_entry(url, md5, sha256, where=where)
+        entry = conda_entry(url, md5, sha256, where=where)
         entries.append({"manager": "conda", "entry": entry})
     platforms = (platform,) if platform else ()
     channels = tuple(dict.fromkeys(e["entry"].channel for e in entries if e["manager"] == "conda"))
     return LockFile("explicit", platforms, channels, tuple(entries))
 
 
-def yaml_loader(libyaml: bool = True) -> Any:
-    """The safe YAML loader: libyaml's ``CSafeLoader`` where PyYAML was built with it (a
-    scikit-learn-sized CUDA lock, thousands of lines, parses several times faster than with
-    the pure-Python ``SafeLoader``), else ``SafeLoader``. Both build only plain data (the same
-    ``SafeConstructor``) and report a bad line the same way."""
-    import yaml
-
-    if libyaml and getattr(yaml, "__with_libyaml__", False):
-        return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.SafeLoader
-
-
-def _expanded_size(doc: Any, limit: int) -> int:
-    """The characters of ``doc``'s strings plus one per other node, each alias counted as
-    the data it stands for (stops once past ``limit``). A loader shares one object per
-    anchor, so loading stays cheap, but every ``str()`` of the data (platforms, names, URLs,
-    the messages quoting them) writes it out in full: ten aliases to a list of ten aliases
-    ... grow tenfold a line. Without aliases the count stays within a few times the text's
-    length. One pass over each container (by id; a container inside itself counts once)."""
-    if not isinstance(doc, (dict, list)):
-        return len(doc) if isinstance(doc, str) else 1
-    sizes: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(doc, False)]
-    while stack:
-        obj, done = stack.pop()
-        children = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
-        if not done:
-            if id(obj) in sizes:
-                continue
-            sizes[id(obj)] = 1  # in progress: a cycle's back reference counts once
-            stack.append((obj, True))
-            stack.extend(
-                (c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes
-            )
-            continue
-        size = 1
-        for child in children:
-            if isinstance(child, str):
-                size += len(child)
-            elif isinstance(child, (dict, list)):
-                size += sizes[id(child)]
-            else:
-                size += 1
-        sizes[id(obj)] = size
-        if size > limit:
-            return size
-    return sizes[id(doc)]
-
-
-_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
-
-
-def _reader_line(exc: Exception, text: str, loader: Any) -> int | None:
-    """The line of a character YAML's reader refuses (a control character, U+FFFE...): its
-    error has a position, not a line mark; libyaml counts the position in UTF-8 bytes, the
-    pure-Python reader in characters. Lines end as YAML's do (``\\r\\n``, ``\\r``, ...)."""
-    import yaml
-
-    position = getattr(exc, "position", None)
-    if not isinstance(position, int):
-        return None
-    if isinstance(loader, type) and issubclass(loader, yaml.reader.Reader):
-        before = text[:position]
-    else:
-        before = text.encode("utf-8", "surrogatepass")[:position].decode("utf-8", "ignore")
-    return len(_YAML_BREAK.findall(before)) + 1
-
-
 def _parse_unified(text: str, path: str, loader: Any = None) -> LockFile:
-    import yaml
-
-    try:
-        doc = yaml.load(text, Loader=loader or yaml_loader())  # a safe loader, either way
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else _reader_line(exc, text, loader or yaml_loader())
-        where = f" (line {line})" if line else ""
-        raise GpuCiError(f"{path} is not valid YAML{where}.") from None
-    except RecursionError:  # SafeLoader recurses per level; libyaml stops at 1000 (a YAMLError)
-        raise GpuCiError(f"{path} is not valid YAML (nested too deeply).") from None
-    limit = 4 * len(text) + 10_000
-    if _expanded_size(doc, limit) > limit:
-        raise GpuCiError(
-            f"{path}: its YAML aliases (*name) expand its {len(text)} characters to more "
-            f"than {limit} characters of data (anchors reused as in 'billion laughs'); "
-            "conda-lock writes none. Re-lock it."
-        )
+    doc = load_yaml(text, path, loader)
     if not isinstance(doc, dict) or not isinstance(doc.get("package"), list):
         raise GpuCiError(f"{path}: a unified lock needs a 'package' list.")
     version = doc.get("version", 1)
@@ -465,7 +411,7 @@ def selected_categories(
     return tuple(dict.fromkeys(("main", *categories)))
 
 
-def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
+def check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
     if entry.subdir not in (platform, "noarch"):
         raise GpuCiError(
             f"{where}: {entry.filename} comes from {entry.subdir or 'no'} subdir "
@@ -478,7 +424,7 @@ def _check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
 def plan(
     lock: LockFile, text: str, platform: str, categories: Sequence[str], path: str = "lock-file"
 ) -> InstallPlan:
-    """Pick the platform's entries (and categories) in the lock's own order, each once."""
+    """The platform's entries of the categories, in the lock's order, once each."""
     cats = selected_categories(lock, categories, path)
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []
@@ -492,7 +438,7 @@ def plan(
             )
         for item in lock.packages:
             if item["manager"] == "conda":
-                _check_subdir(item["entry"], platform, path)
+                check_subdir(item["entry"], platform, path)
                 twin = first.get(item["entry"].name)
                 if twin is not None and twin != item["entry"]:
                     raise GpuCiError(
@@ -505,7 +451,7 @@ def plan(
                     conda.append(item["entry"])
             else:
                 pip.append(
-                    _pip_entry(
+                    pip_entry(
                         item["name"],
                         "",
                         item["url"],
@@ -553,19 +499,19 @@ def plan(
                 sha = str(hashes.get("sha256") or "")
                 if not sha:
                     raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
-                pip.append(_pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
+                pip.append(pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
             else:
                 depends = [
                     f"{dep} {spec}".strip() for dep, spec in (pkg.get("dependencies") or {}).items()
                 ]
-                entry = _conda_entry(
+                entry = conda_entry(
                     url,
                     str(hashes.get("md5") or ""),
                     str(hashes.get("sha256") or ""),
                     depends,
                     where,
                 )
-                _check_subdir(entry, platform, where)
+                check_subdir(entry, platform, where)
                 conda.append(entry)
     for entry in conda:
         if not (entry.md5 or entry.sha256):

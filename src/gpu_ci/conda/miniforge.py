@@ -145,7 +145,7 @@ def _expected(
 
 
 def _copy_verified(src: Path, dest: Path, want: str) -> bool:
-    """Copy ``src`` to ``dest`` while hashing it; True if the copy's sha256 is ``want``.
+    """Copy ``src`` to ``dest`` while hashing it. True if it matches ``want``.
 
     ``src`` is opened without following a link and without blocking (a FIFO planted in the
     cache never stalls the job) and must be a regular file; otherwise it does not match."""
@@ -165,7 +165,7 @@ def _copy_verified(src: Path, dest: Path, want: str) -> bool:
 
 
 def _discard(path: Path) -> None:
-    """Remove what lies at ``path`` in the cache (a file, a link, a FIFO or a directory)."""
+    """Remove what lies at ``path`` in the cache, whatever it is."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
@@ -173,8 +173,10 @@ def _discard(path: Path) -> None:
 
 
 def _sweep(folder: Path, name: str) -> None:
-    """Remove the private folders of jobs that died (their lock, a plain file, is free); a
-    folder without its lock yet is being made, and is left alone."""
+    """Remove the private folders of jobs that died.
+
+    Their lock, a plain file, is free. A folder without its lock yet is being made, and is
+    left alone."""
     try:
         entries = [e for e in os.scandir(folder) if e.name.startswith(f".{name}.run-")]
     except OSError:
@@ -191,8 +193,9 @@ def _sweep(folder: Path, name: str) -> None:
 
 
 def _publish(verified: Path, work: Path, dest: Path) -> None:
-    """Put a copy of the verified installer in the cache under its final name, atomically:
-    a copy, so that the file that runs shares no inode with the cache."""
+    """Put a copy of the verified installer in the cache, atomically.
+
+    A copy, so that the file that runs shares no inode with the cache."""
     staged = work / "publish"
     try:
         shutil.copyfile(verified, staged)
@@ -205,8 +208,10 @@ def _publish(verified: Path, work: Path, dest: Path) -> None:
 def verified_installer(
     item: Download, policy: RetryPolicy, downloader: Downloader | None = None
 ) -> Iterator[tuple[Path, bool]]:
-    """A private copy of the installer whose bytes hashed to ``item.sha256``, and whether it
-    came from the cache at ``item.dest``; removed afterwards.
+    """A private, verified copy of the installer, and whether it was cached.
+
+    Its bytes hashed to ``item.sha256``; it came from the cache at ``item.dest`` or not. It
+    is removed afterwards.
 
     A cached file is copied while it is hashed, and used only if the copy matches: one cut
     short, changed, or not a regular file (a link, a FIFO) is downloaded again, and a cached
@@ -332,8 +337,10 @@ def ensure(
 
 
 class Pending:
-    """Miniforge being installed on a thread of its own; :meth:`result` waits for it and
-    raises what the install raised. A daemon thread: a job that fails meanwhile exits."""
+    """Miniforge being installed on a thread of its own.
+
+    :meth:`result` waits for it and raises what the install raised. A daemon thread: a job that
+    fails meanwhile exits."""
 
     def __init__(self, target: Callable[[], Miniforge]) -> None:
         self.started = time.monotonic()
@@ -361,8 +368,10 @@ class Pending:
 def start(
     opts: SetupOptions, env: Mapping[str, str], downloader: Downloader | None = None
 ) -> Pending:
-    """Start installing Miniforge into ``opts.root`` (its ``.condarc`` first), with the
-    installer kept in the package cache; the caller waits on the result when it needs it.
+    """Start installing Miniforge into ``opts.root``, its ``.condarc`` first.
+
+    The installer is kept in the package cache; the caller waits on the result when it
+    needs it.
     A reused root and the installer's checksum are settled here, before the thread: no
     checksum fails the job before the environment is made."""
     write_condarc(opts.condarc, opts.pkgs_dir, opts.envs_dir)

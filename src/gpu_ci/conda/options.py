@@ -9,6 +9,7 @@ refuse because replacing them would delete what we did not create.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -28,8 +29,10 @@ MARKER = "conda-meta/gpu-ci-lock.json"
 
 
 class SetupOptions(NamedTuple):
-    """The action's inputs, checked and resolved into paths and modes (a NamedTuple, not a
-    frozen dataclass: that costs ~1.3 ms to create on Python 3.11, a NamedTuple ~0.2 ms)."""
+    """The action's inputs, checked and resolved into paths and modes.
+
+    A NamedTuple, not a frozen dataclass: that costs ~1.3 ms to create on Python 3.11, a
+    NamedTuple ~0.2 ms."""
 
     lock_file: str
     platform: str
@@ -48,9 +51,13 @@ class SetupOptions(NamedTuple):
     retry: RetryPolicy
     stream: bool = True
     """Archives without credentials are downloaded and extracted in one stream by rattler."""
+    pixi_environment: str = "default"
+    """The environment of a pixi.lock to install."""
+    cuda_override: str = ""
+    """The CUDA version a pixi.lock's ``__cuda`` needs are checked against, not the driver's."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """Assigning a field raises what a frozen dataclass raised (as it always has)."""
+        """Assigning a field raises what a frozen dataclass raised."""
         from dataclasses import FrozenInstanceError
 
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -153,8 +160,10 @@ def build(
     environment_name: str,
     environ: Mapping[str, str],
     stream: bool = True,
+    pixi_environment: str = "default",
+    cuda_override: str = "",
 ) -> SetupOptions:
-    """Validate the inputs together; every refusal names the input and how to fix it."""
+    """Validate the inputs together. Each refusal names the input and the fix."""
     if engine not in ENGINES:
         raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
     install_miniforge = wants_miniforge(engine, miniforge)
@@ -168,6 +177,11 @@ def build(
     if not prefix and (os.sep in name or name in (".", "..")):
         raise UsageError(
             f"input 'environment-name' must be a plain name, got {name!r}: use 'prefix' for a path."
+        )
+    override = cuda_override.strip()
+    if override and not re.fullmatch(r"\d+(\.\d+){0,2}", override):
+        raise UsageError(
+            f"input 'cuda-override' must be a CUDA version such as 12.4; got {cuda_override!r}."
         )
     if pkgs_dir and not Path(pkgs_dir).is_absolute():
         raise UsageError(f"input 'pkgs-dir' must be an absolute path: {pkgs_dir!r}.")
@@ -187,6 +201,8 @@ def build(
         prefix=Path(prefix) if prefix else root_path / "envs" / name,
         retry=RetryPolicy.from_environ(environ),
         stream=stream,
+        pixi_environment=pixi_environment.strip() or "default",
+        cuda_override=override,
     )
 
 

@@ -22,15 +22,24 @@ from gpu_ci.conda.options import SetupOptions, refuse_prefix
 from gpu_ci.errors import GpuCiError
 
 if TYPE_CHECKING:
+    from gpu_ci.conda import cachekey
     from gpu_ci.conda.isolation import VendorConda
 
 
 def read_lock(path: str) -> str:
-    """The lock's text: UTF-8 as conda-lock writes it, a leading byte order mark dropped (as
-    YAML does; an editor's BOM made the first line unrecognised), newlines as Python reads
-    them; any other byte is an error naming its line, not a traceback."""
+    """The lock's text: UTF-8, a leading byte order mark dropped.
+
+    As conda-lock writes it; the BOM is dropped as YAML does (an editor's BOM made the first
+    line unrecognised), and newlines are as Python reads them. Any other byte is an error
+    naming its line, not a traceback."""
+    return _read(path)[0]
+
+
+def _read(path: str) -> tuple[str, bytes]:
+    """The lock's text (as :func:`read_lock` says) and its bytes, read once."""
     try:
-        return Path(path).read_text(encoding="utf-8-sig")
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         data = exc.object if isinstance(exc.object, bytes) else b""
         line = data.count(b"\n", 0, exc.start) + 1
@@ -45,56 +54,86 @@ def read_lock(path: str) -> str:
         ) from None
     except OSError as exc:
         raise GpuCiError(f"lock-file {path} cannot be read ({exc.strerror}).") from None
+    if "\r" in text:  # universal newlines, as read_text() reads them
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text, data
 
 
 # NamedTuples, not frozen dataclasses: each class costs every run ~0.2 ms to create, not ~1.3.
 
 
 class Locked(NamedTuple):
-    """The lock file as read and the plan for this platform and these categories."""
+    """The lock file as read, and the plan picked from it."""
 
     lock: lockfile.LockFile
     plan: lockfile.InstallPlan
+    file_sha256: str = ""
+    """Of the file's bytes, as the cache step hashes them (``plan.lock_sha256`` is of the
+    text: a BOM and CRLF line ends dropped)."""
 
 
 def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
-    """Read, parse and plan ``opts.lock_file``; ``mask`` gets every secret in a channel or
-    package URL as soon as it is read (an error about the plan may quote a URL)."""
+    """Read, parse and plan ``opts.lock_file``, masking its secrets.
+
+    ``mask`` gets every secret in a channel or package URL as soon as it is read (an
+    error about the plan may quote a URL)."""
     path = opts.lock_file
-    text = read_lock(path)
-    lock = lockfile.parse(text, path)
+    text, data = _read(path)
+    file_sha256 = lockfile.sha256_of(data)
+    lock = None if pixi_named(path) else lockfile.parse(text, path)
+    if lock is None or lock.kind == "pixi":
+        from gpu_ci.conda import pixi
+
+        plan = pixi.plan(text, path, opts.pixi_environment, opts.platform)
+        lock = lockfile.LockFile("pixi", (plan.platform,), plan.channels, ())
+        _mask_plan(plan, mask)
+        return Locked(lock, plan, file_sha256)
     for channel in lock.channels:
         for secret in urls.secrets_in(channel):
             mask(secret)
     plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
-    for url in [*(e.url for e in plan.conda), *(e.url for e in plan.pip)]:
+    _mask_plan(plan, mask)
+    return Locked(lock, plan, file_sha256)
+
+
+def pixi_named(path: str) -> bool:
+    """A lock named ``pixi.lock`` is one, whatever it holds."""
+    return Path(path).name.endswith("pixi.lock")
+
+
+def _mask_plan(plan: lockfile.InstallPlan, mask: Callable[[str], None]) -> None:
+    """Mask every secret in the plan's channels, indexes and URLs."""
+    for url in [
+        *plan.channels,
+        *plan.indexes,
+        *(e.url for e in plan.conda),
+        *(e.url for e in plan.pip),
+    ]:
         for secret in urls.secrets_in(url):
             mask(secret)
-    return Locked(lock, plan)
 
 
-def cache_key(plan: lockfile.InstallPlan, opts: SetupOptions) -> str:
-    """The action's cache key: everything that changes what the prefix holds, and whether
-    the package cache holds Miniforge's installer (a cache saved without it must not
-    hide it from a job that installs Miniforge: a hit saves nothing)."""
-    return (
-        f"gpu-ci-conda-{plan.platform}-{opts.engine}-mf{opts.miniforge_version}"
-        f"{'+installer' if opts.miniforge else ''}-"
-        f"{'+'.join(sorted(plan.categories))}-{plan.lock_sha256[:32]}"
-    )
+def cache_key(locked: Locked, inputs: cachekey.Inputs, environ: Mapping[str, str]) -> str:
+    """The package cache's key, as the action's cache step computes it."""
+    from gpu_ci.conda import cachekey
+
+    pixi = locked.plan.environment
+    return cachekey.packages_key(cachekey.KeyInputs.of(inputs, environ, locked.file_sha256, pixi))
 
 
 class Isolation(NamedTuple):
-    """The vendor conda found (left alone) and the environment every child process gets."""
+    """The vendor conda found, and the environment every child gets."""
 
     vendor: VendorConda
     env: dict[str, str]
 
 
 def isolate(opts: SetupOptions, environ: Mapping[str, str]) -> Isolation:
-    """Refuse a prefix or root that is not ours to write; find the vendor conda and hide it
-    from the children; check, before anything is downloaded (Miniforge included), that the
-    result can be put in place."""
+    """Refuse what is not ours, hide the vendor conda, check the target.
+
+    A prefix or root that is not ours to write is refused; the vendor conda is found and
+    hidden from the children; before anything is downloaded (Miniforge included), the
+    result is checked to be one that can be put in place."""
     from gpu_ci.conda import install as env_install
     from gpu_ci.conda import isolation as conda_isolation
 

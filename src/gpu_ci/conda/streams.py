@@ -1,8 +1,8 @@
-"""Archives streamed by rattler's client straight into the package cache (download, hash
-and extraction in one pass on its threads), as many at once as each origin's connections
-allow (``WIDE`` where they stay alive, ``streams()`` where the server closes them), each
-published by ``cache_trust.publish`` only when its digest matches the lock.
-"""
+"""Archives streamed by rattler's client straight into the package cache.
+
+Download, hash and extraction happen in one pass on its threads, as many at once as each
+origin's connections allow (``WIDE`` where they stay alive, ``streams()`` where the server
+closes them), each published by ``cache_trust.publish`` only when its digest matches the lock."""
 
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ class RattlerClient:
 
     @contextlib.contextmanager
     def refusing(self) -> Iterator[Any]:
-        """The client, refusing every request until the block ends (for good if it raises)."""
+        """The client, refusing every request until the block ends.
+
+        The refusal stays for good if the block raises."""
         client = self.get()
         refusal = self._refusal
         refusal.depth += 1
@@ -93,10 +95,11 @@ CLIENT = RattlerClient()
 
 
 def stream_url(item: Download, downloader: Downloader) -> str:
-    """Where rattler's client may fetch ``item`` straight into the cache ('' when it may
-    not): no credentials (it would get none of ours: its redirect rules are not ours, and it
-    is told hosts, not origins), no proxy (ours honours *_PROXY/NO_PROXY as tested), and no
-    archive already here to verify instead."""
+    """Where rattler's client may fetch ``item`` into the cache ('' if nowhere).
+
+    It may where there are no credentials (it would get none of ours: its redirect rules are not
+    ours, and it is told hosts, not origins), no proxy (ours honours *_PROXY/NO_PROXY as
+    tested), and no archive already here to verify instead."""
     if item.dest.exists():
         return ""
     to = downloader.route(item.url)
@@ -119,11 +122,12 @@ rest stay narrow."""
 
 
 async def keeps_connections(url: str, timeout: float) -> bool | None:
-    """One HEAD to ``url``'s server on a connection of its own, in the event loop (no
-    thread), with no header of ours but ``Host`` and ``User-Agent``: whether it keeps
-    connections alive (``downloads.keeps_alive``); None when it cannot tell (no answer, a
-    proxy applies: never go around it). Only what the answer says counts, never how long
-    it took."""
+    """Whether ``url``'s server keeps connections alive, asked with one HEAD.
+
+    The HEAD goes on a connection of its own, in the event loop (no thread), with no header
+    of ours but ``Host`` and ``User-Agent``; ``downloads.keeps_alive`` reads the answer.
+    None when it cannot tell (no answer, a proxy applies: never go around it). Only what the
+    answer says counts, never how long it took."""
     import asyncio
 
     if not direct(url):
@@ -179,7 +183,9 @@ def stream_and_extract(
     interval: float = 5.0,
     verdicts: Verdicts | None = None,
 ) -> dict[int, Streamed]:
-    """rattler downloads and extracts each archive in one stream (no archive written, the
+    """Archives fetched and extracted by rattler in one stream each, then published.
+
+    rattler downloads and extracts each archive in one stream (no archive written, the
     hash computed on the way) into a temporary entry, on its own threads; we check the
     digest and publish it under the entry's lock. ``jobs``: (index, url, entry, sha256,
     md5) with the lock's digests. Only what succeeded is returned: every other job takes
@@ -307,8 +313,10 @@ class _Gates:
 
 
 async def _unless_stalled(task: Any, tmp: Path, timeout: float) -> Any:
-    """The stream's result, or TimeoutError once nothing new reached ``tmp`` for ``timeout``
-    seconds (twice in a row). rattler's client has only a total timeout, which cut every
+    """The stream's result, or TimeoutError once its download stalls.
+
+    It stalls when nothing new reached ``tmp`` for ``timeout`` seconds (twice in a
+    row). rattler's client has only a total timeout, which cut every
     archive that takes longer (a large one, or many at once on a modest link), to be
     fetched again from its first byte. Cancelled, rattler drops the connection."""
     import asyncio

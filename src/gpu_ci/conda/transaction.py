@@ -36,7 +36,7 @@ RUNS = ".gpu-ci-runs"
 
 @contextlib.contextmanager
 def exclusive(path: Path, what: str, log: Log) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created if needed); log while waiting for it."""
+    """Hold an exclusive lock on ``path``, logging while waiting for it."""
     if sys.platform == "win32":  # no flock; jobs on one Windows host are not serialised
         yield
         return
@@ -63,7 +63,7 @@ def exclusive(path: Path, what: str, log: Log) -> Iterator[None]:
 
 @contextlib.contextmanager
 def registered(pkgs_dir: Path) -> Iterator[None]:
-    """Mark this process as a live writer of ``pkgs_dir`` for as long as the block runs.
+    """Mark this process as a live writer of ``pkgs_dir`` meanwhile.
 
     The lock is taken on a temporary name and then renamed into ``.gpu-ci-runs/<token>``, so
     a sweeper never sees a registration that is not locked yet.
@@ -138,7 +138,7 @@ def sweep_cache(pkgs_dir: Path, cache: Path) -> int:
 
 
 class Paths(NamedTuple):
-    """The names one transaction on ``target`` uses, all beside it and all ours."""
+    """The names one transaction on ``target`` uses, all beside it."""
 
     target: Path
 
@@ -197,7 +197,9 @@ class Paths(NamedTuple):
         return sorted(out)
 
     def leftovers(self) -> list[Path]:
-        """Staging and work directories of earlier runs (only the lock holder makes them)."""
+        """Staging and work directories of earlier runs.
+
+        Only the lock holder makes them."""
         return self.beside("gpu-ci-new-", "gpu-ci-work-", "gpu-ci-journal.json.tmp-")
 
 
@@ -216,7 +218,9 @@ def begin(paths: Paths) -> None:
 
 
 def recover(paths: Paths, log: Log) -> str:
-    """Finish or roll back what a killed (or failed) run left; call with the lock held.
+    """Finish or roll back what a killed or failed run left.
+
+    Call it with the lock held.
 
     Returns what was done, '' when there was nothing to do.
     """

@@ -1,4 +1,4 @@
-"""What this host verified about a package-cache entry, and how the entry looked then.
+"""What this host verified about a package-cache entry, and when.
 
 Issue 12 made every job hash each file of each reused cache entry against its
 ``paths.json`` before linking it: a file changed in the shared cache (or written through a
@@ -65,8 +65,9 @@ def read_bytes(path: str, limit: int = 1 << 28, dir_fd: int | None = None) -> by
 def read_file(
     path: str, limit: int = 1 << 28, dir_fd: int | None = None
 ) -> tuple[bytes, os.stat_result]:
-    """A small regular file's bytes (at most ``limit``) through the raw system calls: a warm
-    install reads a stamp, a marker and rattler's lock per entry, and ``open()``'s buffered
+    """A small regular file's bytes (at most ``limit``), by raw system calls.
+
+    A warm install reads a stamp, a marker and rattler's lock per entry, and ``open()``'s buffered
     file object cost more than the reads (15 ms against 2 ms for 600 markers). Not through
     a link, and never a FIFO or a device (an archive may hold anything at a name we read
     later): OSError, as for a missing file. ``dir_fd``: ``path`` is relative to it. With the
@@ -101,16 +102,18 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def _escapes(rel: str) -> bool:
-    """A relative path that leaves the directory it is joined to (absolute, ``..`` above it,
-    or one no file system takes)."""
+    """A relative path that leaves the directory it is joined to.
+
+    It is absolute, has ``..`` above it, or no file system takes it."""
     if not rel or rel.startswith("/") or "\0" in rel:
         return True
     return os.path.normpath(rel).split("/")[0] == ".."
 
 
 def listed_paths(entry: Path) -> list[dict[str, object]] | str:
-    """The entry's ``paths.json`` items (or ``info/files`` lines for old packages), or why
-    they cannot be read."""
+    """The entry's ``paths.json`` items, or why they cannot be read.
+
+    Old packages have ``info/files`` lines instead."""
     try:
         items = json.loads(read_bytes(os.path.join(entry, "info", "paths.json"))).get("paths") or []
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -132,8 +135,9 @@ def listed_paths(entry: Path) -> list[dict[str, object]] | str:
 
 
 def _under_a_link_out(base: str, rel: str, seen: dict[str, bool]) -> str:
-    """The directory above ``rel`` that is a symbolic link out of the entry, '' if none: the
-    listed file would be another file of this host (hard-linked into the environment).
+    """The directory above ``rel`` linking out of the entry, or ''.
+
+    The listed file would be another file of this host (hard-linked into the environment).
     ``seen``: each directory's verdict, so that each is looked at once per entry."""
     parts = os.path.normpath(rel).split("/")
     for i in range(1, len(parts)):
@@ -245,8 +249,10 @@ class Info(NamedTuple):
 
 
 def scan_info(entry: Path | str) -> Info:
-    """``info/`` holds what we and rattler read in place of the archive (``paths.json``,
-    ``index.json``): looked at once, without following a link, before anything reads it."""
+    """``info/`` looked at once, without following a link, before it is read.
+
+    It holds what we and rattler read in place of the archive (``paths.json``,
+    ``index.json``)."""
     path = os.path.join(entry, "info")
     try:
         fd = os.open(
@@ -281,10 +287,11 @@ def write(
     info: Info | None = None,
     sha256: str = "",
 ) -> Facts | None:
-    """Survey ``entry`` (already verified against ``digest``) and stamp it; None when a file
-    it lists is missing. A stamp that cannot be written costs the next job a hash, no more.
-    ``before``: the ``identities`` taken before the entry was hashed; a file that differs
-    now was written after the hash read it, and is not stamped (the next job hashes it).
+    """Survey ``entry``, already verified against ``digest``, and stamp it.
+
+    None when a file it lists is missing. A stamp that cannot be written costs the next job a
+    hash, no more. ``before``: the ``identities`` taken before the entry was hashed; a file that
+    differs now was written after the hash read it, and is not stamped (the next job hashes it).
     ``info``: the ``scan_info`` of a new entry nobody else writes to (saves a second look).
     ``sha256``: the archive's, when known (it was just extracted), recorded with the rest."""
     items = listed_paths(entry)
@@ -353,9 +360,10 @@ def unchanged_stamp(entry: str, facts: Facts | None) -> bool:
 
 
 def recorded_sha256(entry: str, digest: str) -> str:
-    """The archive sha256 the entry's stamp recorded with ``digest``, '' when none, whether
-    or not its files are as stamped (a restored cache's are not, until hashed): which
-    archive the entry came from is all it says."""
+    """The archive sha256 the entry's stamp recorded with ``digest``, or ''.
+
+    Whether or not its files are as stamped (a restored cache's are not, until hashed):
+    which archive the entry came from is all it says."""
     try:
         data = json.loads(read_bytes(os.path.join(entry, STAMP)))
         if data.get("version") == VERSION and data.get("digest") == digest:
@@ -368,8 +376,10 @@ def recorded_sha256(entry: str, digest: str) -> str:
 
 
 def check(entry: Path | str, digest: str) -> Facts | None:
-    """The entry's facts when its stamp names ``digest`` and every stamped file still has
-    the identity it had when verified; None otherwise (hash it, or extract it again)."""
+    """The entry's facts when its stamp still holds, else None.
+
+    It holds when the stamp names ``digest`` and every stamped file still has the identity
+    it had when verified. None: hash it, or extract it again."""
     base = os.fspath(entry)
     try:
         raw, stamp = read_file(os.path.join(base, STAMP))
