@@ -291,6 +291,8 @@ class FakeGitHub:
         self.outside_contract: list[str] = []
         """Answers deliberately outside GitHub.com's description (older GHES shapes)."""
         self.storage = BlobStorage(self)
+        self.runners: dict[str, list[SelfHostedRunner]] = {}
+        """full_name -> the repository's self-hosted runners (see the runners block)."""
         self._ids = 1000
         self.hooks: list[tuple[str, re.Pattern[str], Any]] = []
         """(method, path regex, callback(path)) run before a matching request is answered."""
@@ -1425,6 +1427,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._not_found()
             notes = [gh.annotation_json(repo, lvl, msg) for lvl, msg in job.annotations]
             return self._paginate(path, query, notes)
+        if rest[:2] == ["actions", "runners"]:
+            return runner_route(self, method, path, query, repo, rest[2:], raw_body)
         if rest[:1] == ["actions"]:
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
@@ -1983,3 +1987,94 @@ class BlobStorage:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+# -- self-hosted runners (actions/runners): gpu-cloud-runner's registrations ---------------
+
+
+@dataclass
+class SelfHostedRunner:
+    """A repository's self-hosted runner, as the ``runner`` schema shows it."""
+
+    id: int
+    name: str
+    labels: list[str]
+    status: str = "offline"
+    busy: bool = False
+    ephemeral: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        read_only = ["self-hosted", "Linux", "X64"]
+        return {
+            "id": self.id,
+            "runner_group_id": 1,
+            "name": self.name,
+            "os": "linux",
+            "status": self.status,
+            "busy": self.busy,
+            "ephemeral": self.ephemeral,
+            "labels": [
+                {"id": i + 1, "name": n, "type": "read-only" if n in read_only else "custom"}
+                for i, n in enumerate(read_only + self.labels)
+            ],
+        }
+
+
+def add_runner(gh: FakeGitHub, full_name: str, name: str, **kwargs: Any) -> SelfHostedRunner:
+    """A registration made outside the API (an old one, a foreign runner)."""
+    runner = SelfHostedRunner(gh.next_id(), name, **kwargs)
+    gh.runners.setdefault(full_name, []).append(runner)
+    return runner
+
+
+def _runner_invalid(message: str) -> tuple[int, Any, dict[str, str]]:
+    return 422, {"message": message, "documentation_url": DOCS, "status": "422"}, {}
+
+
+def runner_route(
+    handler: Any,
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    repo: Repo,
+    rest: list[str],
+    raw_body: bytes,
+) -> tuple[int, Any, dict[str, str]]:
+    """generate-jitconfig (201; 409 for a name in use; 422 for a body GitHub refuses), the
+    list (``name`` filter, paginated), get and delete (204; 404 when gone; 422 while busy)."""
+    import base64
+
+    gh = handler.gh
+    runners = gh.runners.setdefault(repo.full_name, [])
+    if method == "POST" and rest == ["generate-jitconfig"]:
+        body = json.loads(raw_body or b"{}")
+        labels = body.get("labels")
+        if not isinstance(body.get("name"), str) or not body["name"]:
+            return _runner_invalid("Invalid request. name is required.")
+        if not isinstance(body.get("runner_group_id"), int):
+            return _runner_invalid("Invalid request. runner_group_id is required.")
+        if not isinstance(labels, list) or not 1 <= len(labels) <= 100:
+            return _runner_invalid("Invalid request. labels must hold 1 to 100 names.")
+        if any(r.name == body["name"] for r in runners):
+            message = f"Already exists - A runner with the name {body['name']} already exists."
+            return 409, {"message": message, "documentation_url": DOCS, "status": "409"}, {}
+        runner = add_runner(gh, repo.full_name, body["name"], labels=[str(n) for n in labels])
+        config = json.dumps({".runner": f"runner-{runner.id}", "name": runner.name})
+        encoded = base64.b64encode(config.encode()).decode()
+        return 201, {"runner": runner.to_json(), "encoded_jit_config": encoded}, {}
+    if method == "GET" and not rest:
+        name = (query.get("name") or [""])[0]
+        found = [r for r in runners if not name or r.name == name]
+        status, page, headers = handler._paginate(path, query, found, render=lambda r: r.to_json())
+        return status, {"total_count": len(found), "runners": page}, headers
+    if len(rest) == 1 and rest[0].isdigit() and method in ("GET", "DELETE"):
+        runner = next((r for r in runners if r.id == int(rest[0])), None)
+        if runner is None:
+            return handler._not_found()
+        if method == "GET":
+            return 200, runner.to_json(), {}
+        if runner.busy:
+            return _runner_invalid(f'Bad request - Runner "{runner.name}" is still running a job"')
+        runners.remove(runner)
+        return 204, None, {}
+    return handler._not_found()
