@@ -74,6 +74,8 @@ class FakeAws:
     requests: list[Recorded] = field(default_factory=list)
     delay: dict[str, float] = field(default_factory=dict)
     """action -> seconds the wrapper waits before answering it."""
+    after_launch: Any = None
+    """Called once a launch's answer has been sent (e.g. to kill the start job there)."""
 
     def __post_init__(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -113,6 +115,7 @@ class FakeAws:
         conn.close()
         with self._lock:
             self.errors.clear()
+            self.after_launch = None
             self.parameters.clear()
             self.requests.clear()
             self.delay.clear()
@@ -184,6 +187,39 @@ class FakeAws:
         answer = self.client().describe_instances(Filters=filters)
         return [i for r in answer["Reservations"] for i in r["Instances"]]
 
+    def tagged(self, subnet: str, image: str, tags: dict[str, str], spot: bool = False) -> str:
+        """A VM carrying ``tags`` at creation, as if a start had launched it."""
+        extra: dict[str, Any] = {}
+        if spot:
+            extra["InstanceMarketOptions"] = {"MarketType": "spot"}
+        answer = self.client().run_instances(
+            ImageId=image,
+            InstanceType="g5.xlarge",
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=subnet,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+            **extra,
+        )
+        return str(answer["Instances"][0]["InstanceId"])
+
+    def reclaim_spot(self, instance_id: str) -> None:
+        """AWS takes a spot VM back: terminated, with the state reason AWS records."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        instance = ec2_backends[ACCOUNT][REGION].get_instance(instance_id)
+        instance.terminate()
+        instance.state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination",
+        )
+
     def untagged(self, subnet: str, image: str) -> str:
         """A VM someone else launched (no tags of ours)."""
         answer = self.client().run_instances(
@@ -219,6 +255,9 @@ def _handler(aws: FakeAws, host: str, port: int) -> type[BaseHTTPRequestHandler]
                 answer = self._forward(body)
             record.answered = answer[0]
             self._send(*answer)
+            if action == "RunInstances" and answer[0] == 200 and aws.after_launch:
+                self.wfile.flush()
+                aws.after_launch()
 
         def _own(self, action: str, params: dict[str, str]) -> tuple[int, bytes, str] | None:
             if action == "GetParameter" and params.get("Name", "").startswith("/aws/"):
