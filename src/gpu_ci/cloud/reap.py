@@ -52,7 +52,8 @@ def expired(instance: Instance, now: datetime) -> Leak | None:
             instance, "its expires-at tag is missing or unreadable", instance.launched_at, now
         )
     if expires <= now:
-        return Leak(instance, f"expired at {naming.iso(expires)}", expires, now)
+        since = max(expires, instance.launched_at)
+        return Leak(instance, f"expired at {naming.iso(expires)}", since, now)
     return None
 
 

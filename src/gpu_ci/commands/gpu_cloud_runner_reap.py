@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +18,7 @@ from gpu_ci.cloud import naming, reap
 from gpu_ci.cloud.aws import AwsProvider
 from gpu_ci.cloud.provider import MANAGED, CloudError, Instance
 from gpu_ci.errors import GpuCiError, UsageError
+from gpu_ci.github import jobs
 from gpu_ci.github.client import ApiError, RestClient, call_api, connect
 from gpu_ci.github.runners import registration as runners
 from gpu_ci.inputs import Inputs
@@ -130,7 +131,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="Administration: write")
     try:
         provider = AwsProvider(inputs["region"].strip())
-        leaks, ghosts = sweep(provider, rest, repo, datetime.now(timezone.utc), grace)
+        leaks, ghosts = sweep(provider, rest, repo, jobs.now(rt.environ), grace)
         if not dry:
             provider.terminate([lk.instance.instance_id for lk in leaks])
     except CloudError as exc:
