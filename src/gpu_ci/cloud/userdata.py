@@ -43,6 +43,8 @@ _TIMERS = """\
 # gpu-ci cloud runner. Timers first: whatever fails later, this VM ends.
 set -u
 IMDS="{imds}"
+RUNNER_URL="{url}"
+RUNNER_HOME=/home/gpuci
 # The hard timer: power off (= terminate) after max-minutes, by two means.
 shutdown -h +{max_minutes} "gpu-ci: max-minutes ({max_minutes}) reached" || true
 (sleep {max_seconds}; poweroff -f) >/dev/null 2>&1 &
@@ -76,11 +78,11 @@ _SPOT = """\
 
 _RUNNER = """\
 # The runner: one job (JIT), as an unprivileged user; the VM ends when it exits.
-id gpuci >/dev/null 2>&1 || useradd -m -s /bin/bash gpuci
+id gpuci >/dev/null 2>&1 || useradd -m -d "$RUNNER_HOME" -s /bin/bash gpuci
 getent group docker >/dev/null && usermod -aG docker gpuci
-cd /home/gpuci
+cd "$RUNNER_HOME" || {{ shutdown -h now; exit 1; }}
 if ! curl -fsSL --retry 5 -o runner.tar.gz \\
-    "{url}/v{version}/actions-runner-linux-x64-{version}.tar.gz" \\
+    "$RUNNER_URL/v{version}/actions-runner-linux-x64-{version}.tar.gz" \\
   || ! echo "{sha256}  runner.tar.gz" | sha256sum -c -; then
   echo "gpu-ci: the runner download failed or its sha256 differs" >&2
   shutdown -h now
@@ -99,6 +101,7 @@ def render(boot: Boot) -> str:
         raise ValueError(problem)
     text = _TIMERS.format(
         imds=IMDS,
+        url=RUNNER_URL,
         max_minutes=boot.max_minutes,
         max_seconds=boot.max_minutes * 60 + 60,
         idle_minutes=boot.idle_minutes,
