@@ -66,7 +66,10 @@ def market_of(params: dict[str, str]) -> str:
 
 @dataclass
 class FakeAws:
-    """moto's server plus the wrapper; ``url`` is what ``AWS_ENDPOINT_URL`` names."""
+    """moto's server plus the wrapper; ``url`` is what ``AWS_ENDPOINT_URL`` names.
+
+    moto keeps its state in the process, shared by every server it runs: ``reset`` empties
+    it for all of them."""
 
     errors: list[Injected] = field(default_factory=list)
     parameters: dict[str, str] = field(default_factory=dict)
@@ -76,6 +79,8 @@ class FakeAws:
     """action -> seconds the wrapper waits before answering it."""
     after_launch: Any = None
     """Called once a launch's answer has been sent (e.g. to kill the start job there)."""
+    on_launch: Any = None
+    """Called when a launch request arrives, before it is answered (a launch in flight)."""
 
     def __post_init__(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -116,6 +121,7 @@ class FakeAws:
         with self._lock:
             self.errors.clear()
             self.after_launch = None
+            self.on_launch = None
             self.parameters.clear()
             self.requests.clear()
             self.delay.clear()
@@ -248,6 +254,8 @@ def _handler(aws: FakeAws, host: str, port: int) -> type[BaseHTTPRequestHandler]
             record = Recorded(action, params, time.monotonic())
             with aws._lock:
                 aws.requests.append(record)
+            if action == "RunInstances" and aws.on_launch:
+                aws.on_launch()
             if aws.delay.get(action):
                 time.sleep(aws.delay[action])
             answer = self._own(action, params)
