@@ -934,15 +934,16 @@ class FakeGitHub:
             "raw_details": None,
         }
 
-    def rerun_failed_jobs(self, run: WorkflowRun, at: str, by: str) -> None:
+    def rerun_failed_jobs(self, run: WorkflowRun, at: str, by: str, *, every: bool = False) -> None:
         """``rerun-failed-jobs``: a new attempt; its failed and cancelled jobs queued again
-        (new job ids), the others carried over with their results. As on GitHub, the new
-        attempt's ``triggering_actor`` is the token's user (``actor`` stays the first one's)."""
+        (new job ids), the others carried over with their results (``every``: ``rerun``, all
+        of them queued again). As on GitHub, the new attempt's ``triggering_actor`` is the
+        token's user (``actor`` stays the first one's)."""
         previous = [j for j in run.jobs if j.run_attempt == run.run_attempt]
         run.run_attempt += 1
         run.triggering_actor = by
         for job in previous:
-            again = job.conclusion in ("failure", "cancelled", "timed_out")
+            again = every or job.conclusion in ("failure", "cancelled", "timed_out")
             run.jobs.append(
                 Job(
                     self.next_id(),
@@ -1661,7 +1662,11 @@ class _Handler(BaseHTTPRequestHandler):
                 arts = [a for a in repo.artifacts if a.workflow_run.get("id") == run.id]
                 arts = sorted(arts, key=lambda a: (a.created_at, a.id), reverse=True)
                 return wrap("artifacts", [gh.artifact_json(repo, a) for a in arts])
-            if method == "POST" and rest[2:] in (["rerun-failed-jobs"], ["force-cancel"]):
+            if method == "POST" and rest[2:] in (
+                ["rerun-failed-jobs"],
+                ["rerun"],
+                ["force-cancel"],
+            ):
                 if token in gh.read_only_tokens:
                     return (
                         403,
@@ -1673,8 +1678,12 @@ class _Handler(BaseHTTPRequestHandler):
                         {},
                     )
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                if rest[2] == "rerun-failed-jobs":  # actions/re-run-workflow-failed-jobs
-                    gh.rerun_failed_jobs(run, now, gh.token_users.get(token, "github-actions[bot]"))
+                if rest[2] in (
+                    "rerun-failed-jobs",
+                    "rerun",
+                ):  # actions/re-run-workflow(-failed-jobs)
+                    by = gh.token_users.get(token, "github-actions[bot]")
+                    gh.rerun_failed_jobs(run, now, by, every=rest[2] == "rerun")
                     return 201, {}, {}
                 if run.status == "completed":  # actions/force-cancel-workflow-run
                     return (
