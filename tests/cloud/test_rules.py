@@ -113,3 +113,50 @@ def test_only_our_old_offline_idle_registrations_with_no_vm_are_stale():
     assert not reap.stale_registration(name, "offline", False, 7, {"7"}, NOW, grace)
     assert not reap.stale_registration(name, "offline", False, 7, set(), NOW, timedelta(hours=1))
     assert not reap.stale_registration("gpu-box-1", "offline", False, 7, set(), NOW, grace)
+
+
+class _Cloud:
+    """A provider whose launches answer from a script: one failure code or None each."""
+
+    name, region = "test", "test-1"
+
+    def __init__(self, script):
+        self.script, self.calls, self.tokens = list(script), 0, []
+
+    def launch(self, spec, candidate, token):
+        from gpu_ci.cloud.aws import classify
+        from gpu_ci.cloud.provider import LaunchFailure
+
+        self.calls += 1
+        self.tokens.append(token)
+        code = self.script.pop(0)
+        if code is None:
+            return Instance(
+                "i-1", candidate.instance_type, candidate.zone, "pending", NOW, {}, candidate.market
+            )
+        return LaunchFailure(classify(code), code, "scripted")
+
+
+def _spec():
+    from gpu_ci.cloud.provider import LaunchSpec
+
+    return LaunchSpec("ami-1", "sg-1", "#!/bin/bash", {}, "tok")
+
+
+def _plan():
+    return launch.candidates((Market.SPOT,), PRICES, {"subnet-a": "az-a", "subnet-b": "az-b"})
+
+
+def test_throttling_that_never_ends_stops_the_walk_with_its_own_reason():
+    cloud = _Cloud(["RequestLimitExceeded"] * 3)
+    waits = []
+    walk = launch.walk(cloud, _spec(), _plan(), launch.Backoff(retries=2), sleep=waits.append)
+    assert walk.instance is None and "throttling" in walk.error
+    assert waits == [1.0, 2.0] and len(set(cloud.tokens)) == 1  # one candidate, one token
+
+
+def test_no_new_candidate_is_tried_past_the_launch_timeout():
+    cloud = _Cloud(["InsufficientInstanceCapacity"] * 4)
+    walk = launch.walk(cloud, _spec(), _plan(), deadline=0.0)  # already past after the first
+    assert cloud.calls == 1 and walk.instance is None
+    assert "launch-timeout passed after 1 of 4 candidates" in walk.error
