@@ -102,7 +102,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     try:
         provider = AwsProvider(inputs["region"].strip())
         vms = _find(provider, owner, float(wait), pending=bool(found))
-        provider.terminate([v.instance_id for v in vms if v.live or v.state == "pending"])
+        provider.terminate([v.instance_id for v in vms if v.live])
         vms = provider.find(owner.tags()) if vms else vms
     except CloudError as exc:
         raise GpuCiError(f"{exc} The reaper ends what this left.", title=TITLE) from None
