@@ -135,3 +135,17 @@ def test_the_image_comes_from_a_public_ssm_parameter(cloud, repo, run_cli):
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, image=f"ssm:{name}"))
     assert result.returncode == 0, result.stdout
     assert cloud.aws.calls("RunInstances")[0].params["ImageId"] == cloud.image
+
+
+def test_no_cloud_credentials_says_how_to_give_them_and_deletes_the_registration(
+    cloud, repo, run_cli
+):
+    env = job_env(cloud, repo)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        env[name] = ""
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"})
+    env["AWS_CONFIG_FILE"] = "/nonexistent"
+    result = run_cli(["gpu-cloud-runner"], env)
+    assert result.returncode == 1
+    assert "NoCredentialsError" in result.stdout and "configure-aws-credentials" in result.stdout
+    assert repo.runners[REPO] == [] and cloud.aws.calls("RunInstances") == []

@@ -160,3 +160,13 @@ def test_no_new_candidate_is_tried_past_the_launch_timeout():
     walk = launch.walk(cloud, _spec(), _plan(), deadline=0.0)  # already past after the first
     assert cloud.calls == 1 and walk.instance is None
     assert "launch-timeout passed after 1 of 4 candidates" in walk.error
+
+
+def test_no_answer_is_waited_out_and_no_credentials_is_configuration():
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
+
+    from gpu_ci.cloud.aws import _kind
+    from gpu_ci.cloud.provider import Failure
+
+    assert _kind(EndpointConnectionError(endpoint_url="http://x")) is Failure.THROTTLED
+    assert _kind(NoCredentialsError()) is Failure.CONFIGURATION

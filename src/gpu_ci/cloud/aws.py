@@ -49,6 +49,10 @@ THROTTLED = frozenset(
         "Unavailable",
     }
 )
+CREDENTIALS = (
+    ". Give the job AWS credentials: aws-actions/configure-aws-credentials with the OIDC "
+    "role (see actions/gpu-cloud-runner/README.md)."
+)
 #: Every state a VM we launched can be listed in (terminated ones for about an hour).
 STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 
@@ -126,6 +130,26 @@ def _instance(data: Mapping[str, Any]) -> Instance:
     )
 
 
+#: botocore's exceptions for a request that got no answer: asking again is safe (the launch
+#: carries its idempotency token), so they are waited out like throttling.
+NO_ANSWER = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ConnectionError",
+    }
+)
+
+
+def _kind(exc: BaseException) -> Failure:
+    code, _message = _code(exc)
+    if getattr(exc, "response", None) is None:
+        return Failure.THROTTLED if type(exc).__name__ in NO_ANSWER else Failure.CONFIGURATION
+    return classify(code)
+
+
 def _code(exc: BaseException) -> tuple[str, str]:
     """The cloud's error code and message. No answer: the exception's type."""
     response = getattr(exc, "response", None)
@@ -173,8 +197,9 @@ class AwsProvider:
                 return fn(**kwargs)
             except (ClientError, BotoCoreError) as exc:
                 code, message = _code(exc)
-                if classify(code) is not Failure.THROTTLED or n == self._retries:
-                    raise CloudError(f"AWS refused {what}: {code}: {message}") from None
+                if _kind(exc) is not Failure.THROTTLED or n == self._retries:
+                    hint = CREDENTIALS if code == "NoCredentialsError" else ""
+                    raise CloudError(f"AWS refused {what}: {code}: {message}{hint}") from None
                 self._sleep(min(20.0, 2.0**n))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -204,11 +229,9 @@ class AwsProvider:
         self.calls += 1
         try:
             answer = self._ec2.run_instances(**launch_request(spec, candidate, token))
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             code, message = _code(exc)
-            return LaunchFailure(classify(code), code, message)
-        except BotoCoreError as exc:  # no answer: the token makes asking again safe
-            return LaunchFailure(Failure.THROTTLED, type(exc).__name__, str(exc))
+            return LaunchFailure(_kind(exc), code, message)
         return _instance(answer["Instances"][0])
 
     def find(self, tags: Mapping[str, str]) -> list[Instance]:
