@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -106,7 +106,7 @@ def plan(inputs: Inputs, rt: Runtime, now: datetime) -> Plan:
 
 def _spec(plan: Plan, name: naming.RunnerName, reg: runners.Registration, image: str) -> LaunchSpec:
     expires = name.created + timedelta(minutes=plan.boot.max_minutes)
-    boot = userdata.Boot(**{**plan.boot.__dict__, "jit_config": reg.jit_config})
+    boot = replace(plan.boot, jit_config=reg.jit_config)
     tags = {
         **plan.owner.tags(),
         "Name": str(name),
