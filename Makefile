@@ -57,3 +57,5 @@ lock: $(VENV)/.installed
 	$(UV_COMPILE) requirements/nvml.in -o requirements/nvml.txt
 	$(UV_COMPILE) requirements/conda.in -o requirements/conda.txt
 	$(UV_COMPILE) requirements/monitor.in -o requirements/monitor.txt
+	# boto3's urllib3 is the github group's own pin (one venv holds both groups).
+	$(UV_COMPILE) -c requirements/github.txt requirements/cloud.in -o requirements/cloud.txt

@@ -13,11 +13,12 @@ action="${1:-all}"
 
 # BEGIN groups (rendered from src/gpu_ci/specs.py by scripts/render_actions.py)
 case "$action" in
+  gpu-cloud-runner|gpu-cloud-runner/reap|gpu-cloud-runner/stop) groups="base github cloud" ;;
   gpu-gate|gpu-spend|gpu-status|gpu-watchdog|remove-label) groups="base github" ;;
   gpu-lease|verify-cuda-env) groups="base nvml" ;;
   gpu-monitor) groups="base nvml github monitor" ;;
   setup-conda-from-lock) groups="base nvml conda" ;;
-  *) groups="base github nvml conda monitor" ;;
+  *) groups="base github nvml conda monitor cloud" ;;
 esac
 # END groups
 

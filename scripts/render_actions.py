@@ -64,6 +64,17 @@ def _env_lines(inputs: list[InputSpec]) -> str:
     return "".join(f"        {item.env_name}: ${{{{ inputs.{item.name} }}}}\n" for item in inputs)
 
 
+def up(spec: ActionSpec) -> str:
+    """The path from ``actions/<name>/`` back to the root (``gpu-cloud-runner/stop`` is one
+    folder deeper)."""
+    return "../" * (spec.name.count("/") + 2)
+
+
+def readme_of(name: str) -> str:
+    """An action's README: a sub-action (``gpu-cloud-runner/stop``) shares its family's."""
+    return f"actions/{name.split('/')[0]}/README.md"
+
+
 def render_action(spec: ActionSpec) -> str:
     out = [
         "# Generated from src/gpu_ci/specs.py by scripts/render_actions.py; edit the spec.\n",
@@ -80,13 +91,12 @@ def render_action(spec: ActionSpec) -> str:
             f"    value: ${{{{ steps.run.outputs.{o.name} }}}}\n"
         )
     out.append("runs:\n  using: composite\n  steps:\n")
-    out.append(BOOTSTRAP_STEP.format(rel="../../", action=spec.name))
+    out.append(BOOTSTRAP_STEP.format(rel=up(spec), action=spec.name))
     out.append(spec.steps_before)
     out.append(f"    - name: gpu-ci {spec.name}\n      id: run\n      shell: bash\n      env:\n")
     out.append(_env_lines(list(spec.inputs)))
-    out.append(
-        f'      run: \'"$GPU_CI_PYTHON" "$GITHUB_ACTION_PATH/../../scripts/run.py" {spec.name}\'\n'
-    )
+    script = f"$GITHUB_ACTION_PATH/{up(spec)}scripts/run.py"
+    out.append(f'      run: \'"$GPU_CI_PYTHON" "{script}" {spec.name}\'\n')
     out.append(spec.steps_after)
     return "".join(out)
 
@@ -286,14 +296,14 @@ def actions_overview() -> str:
     """The root README's table of actions, each linking its own README."""
     rows = ["| action | what it does | runs on |", "|---|---|---|"]
     rows += [
-        f"| [`{name}`](actions/{name}/README.md) | {spec.summary} | {spec.runs_on} |"
+        f"| [`{name}`]({readme_of(name)}) | {spec.summary} | {spec.runs_on} |"
         for name, spec in ACTIONS.items()
     ]
     return "\n".join(rows) + "\n"
 
 
 def render_action_readme(name: str, text: str) -> str:
-    return _between(text, f"{name} table", readme_table(ACTIONS[name]), f"actions/{name}/README.md")
+    return _between(text, f"{name} table", readme_table(ACTIONS[name]), readme_of(name))
 
 
 #: Said of a group beside what its lock file names.
@@ -393,9 +403,10 @@ def targets() -> dict[Path, str]:
     files[ROOT / "src" / "gpu_ci" / "data" / "gpu-sizes.json"] = data_json("gpu-sizes")
     readme = ROOT / "README.md"
     files[readme] = embed_examples(render_root_readme(readme.read_text(encoding="utf-8")))
-    for name in ACTIONS:
-        path = ROOT / "actions" / name / "README.md"
-        files[path] = embed_examples(render_action_readme(name, path.read_text(encoding="utf-8")))
+    for name in ACTIONS:  # a family's README holds each of its actions' tables
+        path = ROOT / readme_of(name)
+        text = files[path] if path in files else path.read_text(encoding="utf-8")
+        files[path] = embed_examples(render_action_readme(name, text))
     sh = ROOT / "scripts" / "bootstrap.sh"
     files[sh] = render_bootstrap(sh.read_text(encoding="utf-8"))
     return files

@@ -291,6 +291,8 @@ class FakeGitHub:
         self.outside_contract: list[str] = []
         """Answers deliberately outside GitHub.com's description (older GHES shapes)."""
         self.storage = BlobStorage(self)
+        self.runners: dict[str, list[SelfHostedRunner]] = {}
+        """full_name -> the repository's self-hosted runners (see the runners block)."""
         self._ids = 1000
         self.hooks: list[tuple[str, re.Pattern[str], Any]] = []
         """(method, path regex, callback(path)) run before a matching request is answered."""
@@ -932,15 +934,16 @@ class FakeGitHub:
             "raw_details": None,
         }
 
-    def rerun_failed_jobs(self, run: WorkflowRun, at: str, by: str) -> None:
+    def rerun_failed_jobs(self, run: WorkflowRun, at: str, by: str, *, every: bool = False) -> None:
         """``rerun-failed-jobs``: a new attempt; its failed and cancelled jobs queued again
-        (new job ids), the others carried over with their results. As on GitHub, the new
-        attempt's ``triggering_actor`` is the token's user (``actor`` stays the first one's)."""
+        (new job ids), the others carried over with their results (``every``: ``rerun``, all
+        of them queued again). As on GitHub, the new attempt's ``triggering_actor`` is the
+        token's user (``actor`` stays the first one's)."""
         previous = [j for j in run.jobs if j.run_attempt == run.run_attempt]
         run.run_attempt += 1
         run.triggering_actor = by
         for job in previous:
-            again = job.conclusion in ("failure", "cancelled", "timed_out")
+            again = every or job.conclusion in ("failure", "cancelled", "timed_out")
             run.jobs.append(
                 Job(
                     self.next_id(),
@@ -1425,6 +1428,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._not_found()
             notes = [gh.annotation_json(repo, lvl, msg) for lvl, msg in job.annotations]
             return self._paginate(path, query, notes)
+        if rest[:2] == ["actions", "runners"]:
+            return runner_route(self, method, path, query, repo, rest[2:], raw_body)
         if rest[:1] == ["actions"]:
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
@@ -1657,7 +1662,11 @@ class _Handler(BaseHTTPRequestHandler):
                 arts = [a for a in repo.artifacts if a.workflow_run.get("id") == run.id]
                 arts = sorted(arts, key=lambda a: (a.created_at, a.id), reverse=True)
                 return wrap("artifacts", [gh.artifact_json(repo, a) for a in arts])
-            if method == "POST" and rest[2:] in (["rerun-failed-jobs"], ["force-cancel"]):
+            if method == "POST" and rest[2:] in (
+                ["rerun-failed-jobs"],
+                ["rerun"],
+                ["force-cancel"],
+            ):
                 if token in gh.read_only_tokens:
                     return (
                         403,
@@ -1669,8 +1678,12 @@ class _Handler(BaseHTTPRequestHandler):
                         {},
                     )
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                if rest[2] == "rerun-failed-jobs":  # actions/re-run-workflow-failed-jobs
-                    gh.rerun_failed_jobs(run, now, gh.token_users.get(token, "github-actions[bot]"))
+                if rest[2] in (
+                    "rerun-failed-jobs",
+                    "rerun",
+                ):  # actions/re-run-workflow(-failed-jobs)
+                    by = gh.token_users.get(token, "github-actions[bot]")
+                    gh.rerun_failed_jobs(run, now, by, every=rest[2] == "rerun")
                     return 201, {}, {}
                 if run.status == "completed":  # actions/force-cancel-workflow-run
                     return (
@@ -1983,3 +1996,94 @@ class BlobStorage:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+# -- self-hosted runners (actions/runners): gpu-cloud-runner's registrations ---------------
+
+
+@dataclass
+class SelfHostedRunner:
+    """A repository's self-hosted runner, as the ``runner`` schema shows it."""
+
+    id: int
+    name: str
+    labels: list[str]
+    status: str = "offline"
+    busy: bool = False
+    ephemeral: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        read_only = ["self-hosted", "Linux", "X64"]
+        return {
+            "id": self.id,
+            "runner_group_id": 1,
+            "name": self.name,
+            "os": "linux",
+            "status": self.status,
+            "busy": self.busy,
+            "ephemeral": self.ephemeral,
+            "labels": [
+                {"id": i + 1, "name": n, "type": "read-only" if n in read_only else "custom"}
+                for i, n in enumerate(read_only + self.labels)
+            ],
+        }
+
+
+def add_runner(gh: FakeGitHub, full_name: str, name: str, **kwargs: Any) -> SelfHostedRunner:
+    """A registration made outside the API (an old one, a foreign runner)."""
+    runner = SelfHostedRunner(gh.next_id(), name, **kwargs)
+    gh.runners.setdefault(full_name, []).append(runner)
+    return runner
+
+
+def _runner_invalid(message: str) -> tuple[int, Any, dict[str, str]]:
+    return 422, {"message": message, "documentation_url": DOCS, "status": "422"}, {}
+
+
+def runner_route(
+    handler: Any,
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    repo: Repo,
+    rest: list[str],
+    raw_body: bytes,
+) -> tuple[int, Any, dict[str, str]]:
+    """generate-jitconfig (201; 409 for a name in use; 422 for a body GitHub refuses), the
+    list (``name`` filter, paginated), get and delete (204; 404 when gone; 422 while busy)."""
+    import base64
+
+    gh = handler.gh
+    runners = gh.runners.setdefault(repo.full_name, [])
+    if method == "POST" and rest == ["generate-jitconfig"]:
+        body = json.loads(raw_body or b"{}")
+        labels = body.get("labels")
+        if not isinstance(body.get("name"), str) or not body["name"]:
+            return _runner_invalid("Invalid request. name is required.")
+        if not isinstance(body.get("runner_group_id"), int):
+            return _runner_invalid("Invalid request. runner_group_id is required.")
+        if not isinstance(labels, list) or not 1 <= len(labels) <= 100:
+            return _runner_invalid("Invalid request. labels must hold 1 to 100 names.")
+        if any(r.name == body["name"] for r in runners):
+            message = f"Already exists - A runner with the name {body['name']} already exists."
+            return 409, {"message": message, "documentation_url": DOCS, "status": "409"}, {}
+        runner = add_runner(gh, repo.full_name, body["name"], labels=[str(n) for n in labels])
+        config = json.dumps({".runner": f"runner-{runner.id}", "name": runner.name})
+        encoded = base64.b64encode(config.encode()).decode()
+        return 201, {"runner": runner.to_json(), "encoded_jit_config": encoded}, {}
+    if method == "GET" and not rest:
+        name = (query.get("name") or [""])[0]
+        found = [r for r in runners if not name or r.name == name]
+        status, page, headers = handler._paginate(path, query, found, render=lambda r: r.to_json())
+        return status, {"total_count": len(found), "runners": page}, headers
+    if len(rest) == 1 and rest[0].isdigit() and method in ("GET", "DELETE"):
+        runner = next((r for r in runners if r.id == int(rest[0])), None)
+        if runner is None:
+            return handler._not_found()
+        if method == "GET":
+            return 200, runner.to_json(), {}
+        if runner.busy:
+            return _runner_invalid(f'Bad request - Runner "{runner.name}" is still running a job"')
+        runners.remove(runner)
+        return 204, None, {}
+    return handler._not_found()

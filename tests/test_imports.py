@@ -92,7 +92,7 @@ def test_missing_extra_is_explained(tmp_path):
     assert "pip install 'gpu-ci-actions[conda]'" in proc.stdout
 
 
-WINGS = ("github", "conda", "cuda")
+WINGS = ("github", "conda", "cuda", "cloud")
 #: root modules a wing must not import: only the command layer wires runtime and inputs
 WIRING = ("gpu_ci.runtime", "gpu_ci.inputs", "gpu_ci.cli", "gpu_ci.commands")
 

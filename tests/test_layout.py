@@ -46,7 +46,7 @@ def test_no_test_module_imports_another():
 
 def test_test_modules_sit_in_their_wing():
     flat = sorted(p.name for p in TESTS.glob("test_*.py"))
-    wings = {"github", "conda", "cuda", "e2e", "deploy"}
+    wings = {"github", "conda", "cuda", "cloud", "e2e", "deploy"}
     assert {
         p.parent.name for p in TESTS.rglob("test_*.py") if "node_modules" not in p.parts
     } <= wings | {"tests"}

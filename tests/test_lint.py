@@ -195,7 +195,12 @@ def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
         # only privileged workflows use
         moved = tmp_path / "privileged.yml"
         moved.write_text(
-            re.sub(r"(actions/(remove-label|gpu-status|gpu-watchdog))@\S+ +# \S+", r"\1@v1", text)
+            re.sub(
+                r"(actions/(remove-label|gpu-status|gpu-watchdog|gpu-cloud-runner(/stop|/reap)?))"
+                r"@\S+ +# \S+",
+                r"\1@v1",
+                text,
+            )
         )
         assert "@v1\n" in moved.read_text()
         proc = subprocess.run(

@@ -84,7 +84,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 ALIASES = {"spend": "gpu-spend"}
 
 #: third-party module -> the extra of gpu-ci-actions that provides it
-EXTRAS = {"rattler": "conda", "yaml": "conda", "prometheus_client": "monitor"}
+EXTRAS = {
+    "rattler": "conda",
+    "yaml": "conda",
+    "prometheus_client": "monitor",
+    "boto3": "cloud",
+    "botocore": "cloud",
+}
 
 
 def run_command(name: str, flags: dict[str, str | None], rt: Runtime) -> int:

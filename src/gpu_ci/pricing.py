@@ -156,3 +156,47 @@ def parse_price(text: str, table: PriceTable, *, per: str = "minute") -> Price:
             f"known GitHub-hosted GPU SKU ({', '.join(table.skus)})."
         )
     return Price(sku=sku)
+
+
+@dataclass(frozen=True)
+class InstancePrice:
+    """A cloud instance type's on-demand price in one region, from the table."""
+
+    provider: str
+    region: str
+    instance_type: str
+    usd_per_hour: Decimal
+    valid_from: date
+    valid_until: date | None
+    source: str
+
+    def valid_on(self, day: date) -> bool:
+        return self.valid_from <= day and (self.valid_until is None or day <= self.valid_until)
+
+
+def load_instance_prices(path: Path = TABLE_PATH) -> tuple[InstancePrice, ...]:
+    """The table's cloud rows (gpu-cloud-runner's prices): one file for every price."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(
+        InstancePrice(
+            str(row["provider"]),
+            str(row["region"]),
+            str(row["instance_type"]),
+            Decimal(str(row["usd_per_hour"])),
+            date.fromisoformat(row["valid_from"]) if row.get("valid_from") else date.min,
+            date.fromisoformat(row["valid_until"]) if row.get("valid_until") else None,
+            str(row["source"]),
+        )
+        for row in doc.get("cloud", ())
+    )
+
+
+def instance_price(
+    prices: tuple[InstancePrice, ...], provider: str, region: str, instance_type: str, day: date
+) -> Decimal | None:
+    """A type's on-demand USD per hour in a region on a day."""
+    for row in prices:
+        same = (row.provider, row.region, row.instance_type) == (provider, region, instance_type)
+        if same and row.valid_on(day):
+            return row.usd_per_hour
+    return None

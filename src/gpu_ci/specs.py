@@ -43,7 +43,7 @@ class OutputSpec(NamedTuple):
 
 
 #: Every dependency group, in install order: ``requirements/<group>.txt`` (hash-pinned).
-GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda", "monitor")
+GROUPS: tuple[str, ...] = ("base", "github", "nvml", "conda", "monitor", "cloud")
 
 
 class ActionSpec(NamedTuple):
@@ -957,6 +957,178 @@ GPU_LEASE = ActionSpec(
     ),
 )
 
+_CLOUD_TOKEN = InputSpec(
+    "github-token",
+    "A token that may manage the repository's self-hosted runners: a GitHub App's "
+    "installation token (Administration: write) or a fine-grained token. The job's "
+    "GITHUB_TOKEN cannot register runners.",
+    "",
+    action_default="${{ github.token }}",
+)
+_CLOUD_REGION = InputSpec("region", "The AWS region.", "us-east-1")
+_CLOUD_JOB_KEY = InputSpec(
+    "job-key",
+    "Names this VM among the run's cloud runners (lower case, digits, -; at most 16): "
+    "start, stop and the GPU job's label agree on it.",
+    "gpu",
+)
+_CLOUD_GROUPS = ("base", "github", "cloud")
+#: The default image: AWS's Deep Learning Base AMI (NVIDIA driver, Docker, NVIDIA Container
+#: Toolkit) on Ubuntu 22.04, through AWS's public SSM parameter.
+DLAMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+
+GPU_CLOUD_RUNNER = ActionSpec(
+    name="gpu-cloud-runner",
+    summary="Start an ephemeral cloud GPU VM as a just-in-time runner for one job: spot "
+    "first, within the budget, never leaked.",
+    module="gpu_ci.commands.gpu_cloud_runner",
+    groups=_CLOUD_GROUPS,
+    runs_on="CPU runner (before the GPU job)",
+    inputs=(
+        _CLOUD_TOKEN,
+        _CLOUD_REGION,
+        InputSpec(
+            "instance-types",
+            "EC2 instance types to try, in order, comma- or newline-separated (g5.xlarge, "
+            "g4dn.xlarge).",
+            required=True,
+        ),
+        InputSpec("subnets", "Subnet ids to try, one per availability zone.", required=True),
+        InputSpec(
+            "security-group", "The VM's security group id (outbound HTTPS only).", required=True
+        ),
+        InputSpec(
+            "image",
+            "An AMI id, or ssm:<parameter> naming one (default: AWS's Deep Learning Base "
+            "AMI with NVIDIA's driver, Ubuntu 22.04).",
+            "ssm:" + DLAMI_PARAMETER,
+        ),
+        InputSpec(
+            "market",
+            "spot-then-on-demand (a re-run, attempt 2 or later, goes on-demand), spot or "
+            "on-demand.",
+            "spot-then-on-demand",
+        ),
+        InputSpec(
+            "max-minutes",
+            "The VM's hard lifetime: it powers itself off (and is terminated) after this; "
+            "the reaper ends it past this too.",
+            "120",
+        ),
+        InputSpec("idle-minutes", "Power off when no job has started this long after boot.", "15"),
+        InputSpec(
+            "launch-timeout",
+            "Seconds the launch walk may take; no new candidate is tried after them.",
+            "300",
+        ),
+        _CLOUD_JOB_KEY,
+        InputSpec(
+            "budget-left",
+            "gpu-gate's budget-left output (USD), or '$12.50', or '120 minutes': refuse "
+            "before any cloud call when max-minutes at the dearest type's price is more. "
+            "Empty: no budget check.",
+            "",
+        ),
+        InputSpec(
+            "instance-prices",
+            "On-demand USD per hour by type (g5.xlarge=1.006, ...), for types or regions "
+            "the packaged price table lacks; they win over the table.",
+            "",
+        ),
+        InputSpec("runner-version", "The GitHub Actions runner release the VM runs.", "2.329.0"),
+        InputSpec(
+            "runner-sha256",
+            "sha256 of that release's actions-runner-linux-x64 tarball (checked on the VM).",
+            "194f1e1e4bd02f80b7e9633fc546084d8d4e19f3928a324d512ea53430102e1d",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
+    outputs=(
+        OutputSpec(
+            "label",
+            "The runner's one label, with an unguessable nonce: the GPU job's runs-on "
+            "(through needs).",
+        ),
+        OutputSpec("runner-id", "The just-in-time runner's id."),
+        OutputSpec("instance-id", "The VM's id."),
+        OutputSpec("instance-type", "The type that launched."),
+        OutputSpec("availability-zone", "Where it launched."),
+        OutputSpec("market", "spot or on-demand."),
+        OutputSpec(
+            "hourly-price", "USD per hour at most (on-demand's price; a spot VM pays less)."
+        ),
+        OutputSpec("expires-at", "When the VM ends at the latest (UTC, ISO 8601)."),
+        OutputSpec("attempts", "JSON list of every candidate tried and its outcome."),
+    ),
+)
+
+GPU_CLOUD_RUNNER_STOP = ActionSpec(
+    name="gpu-cloud-runner/stop",
+    summary="End a job's cloud GPU VM and runner, found by tags; report its minutes and cost.",
+    module="gpu_ci.commands.gpu_cloud_runner_stop",
+    groups=_CLOUD_GROUPS,
+    runs_on="CPU runner (`if: always()`)",
+    inputs=(
+        _CLOUD_TOKEN,
+        _CLOUD_REGION,
+        _CLOUD_JOB_KEY,
+        InputSpec(
+            "wait-seconds",
+            "How long to wait for a VM whose launch may still be in flight (the start "
+            "job registered a runner but was cancelled).",
+            "60",
+        ),
+        InputSpec(
+            "report-file",
+            "Write the VMs' minutes and cost as JSON here (default: "
+            "$RUNNER_TEMP/gpu-cloud-runner-<job-key>.json).",
+            "",
+        ),
+    )
+    + BOOTSTRAP_INPUTS,
+    outputs=(
+        OutputSpec("instance-ids", "JSON list of the VMs found (each now terminated)."),
+        OutputSpec("vm-minutes", "The VMs' minutes from launch to now."),
+        OutputSpec("vm-cost", "Their cost in USD (at most: a spot VM is priced at on-demand)."),
+        OutputSpec(
+            "spot-interrupted",
+            "'true' when AWS reclaimed a spot VM (its state reason), an infrastructure loss.",
+        ),
+        OutputSpec("report-file", "Path of the JSON report."),
+    ),
+)
+
+GPU_CLOUD_RUNNER_REAP = ActionSpec(
+    name="gpu-cloud-runner/reap",
+    summary="Terminate leaked cloud GPU VMs and delete ghost runner registrations.",
+    module="gpu_ci.commands.gpu_cloud_runner_reap",
+    groups=_CLOUD_GROUPS,
+    runs_on="CPU runner (`schedule`)",
+    inputs=(
+        _CLOUD_TOKEN,
+        _CLOUD_REGION,
+        InputSpec(
+            "grace-minutes",
+            "An offline registration younger than this is kept (a start may be between "
+            "registering and launching).",
+            "15",
+        ),
+        InputSpec("dry-run", "Report what would be reaped; change nothing.", "false"),
+        InputSpec("report-file", "Write what was reaped as JSON here.", ""),
+    )
+    + BOOTSTRAP_INPUTS,
+    outputs=(
+        OutputSpec("terminated", "JSON list of the VMs terminated (would be, in a dry run)."),
+        OutputSpec("deleted", "JSON list of the runner ids deleted (would be, in a dry run)."),
+        OutputSpec(
+            "leaked-minutes", "VM minutes past the moment each leaked VM should have ended."
+        ),
+        OutputSpec("leaked-cost", "Their cost in USD, at each VM's price tag."),
+    ),
+)
+
 ACTIONS: dict[str, ActionSpec] = {
     spec.name: spec
     for spec in (
@@ -969,6 +1141,9 @@ ACTIONS: dict[str, ActionSpec] = {
         GPU_SPEND,
         GPU_MONITOR,
         GPU_LEASE,
+        GPU_CLOUD_RUNNER,
+        GPU_CLOUD_RUNNER_STOP,
+        GPU_CLOUD_RUNNER_REAP,
     )
 }
 

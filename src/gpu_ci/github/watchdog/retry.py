@@ -50,7 +50,9 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
     if jobs is None:
         return
     failed = [j for j in jobs if infra.failed(j)]
-    gpu_ids = {int(j["id"]) for j in failed if has_gpu_label(j, config.labels)}
+    gpu_ids = {
+        int(j["id"]) for j in failed if has_gpu_label(j, config.labels) or cloud_runner_job(j)
+    }
     if not gpu_ids:
         return  # no GPU job failed: not the watchdog's business
     verdicts = tuple(_verdicts(rest, call, result, run, failed, gpu_ids))
@@ -71,7 +73,8 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
         verdicts,
     )
     if code == "retry":
-        record = _rerun(rest, call, result, run, record)
+        every = any(cloud_runner_job(j) for j in failed if int(j["id"]) in gpu_ids)
+        record = _rerun(rest, call, result, run, record, every=every)
     result.retries.append(record)
     by_id = {int(j["id"]): j for j in failed}
     for verdict in verdicts:
@@ -314,14 +317,32 @@ def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | 
     return None
 
 
+#: The label prefix of gpu-cloud-runner's just-in-time runners (one label per VM).
+CLOUD_RUNNER_PREFIX = "gpu-ci-"
+
+
+def cloud_runner_job(job: Mapping[str, Any]) -> bool:
+    """Whether the job asked for a gpu-cloud-runner VM (its label carries our prefix)."""
+    return any(str(label).startswith(CLOUD_RUNNER_PREFIX) for label in job.get("labels") or [])
+
+
 def _rerun(
-    rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any], record: RetryRecord
+    rest: Rest,
+    call: Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    record: RetryRecord,
+    *,
+    every: bool = False,
 ) -> RetryRecord:
-    """POST rerun-failed-jobs, read the new attempt back, say so on the commit."""
+    """POST rerun-failed-jobs (``every``: rerun), read the new attempt back, say so.
+
+    A GPU job on a cloud runner needs its start job again, which succeeded and so is no
+    failed job: then the whole run is re-run, and the new attempt starts its own VM."""
     repository, run_id = result.repository, record.run_id
     base = f"/repos/{repository}/actions/runs/{run_id}"
     try:
-        call(partial(rest.post, f"{base}/rerun-failed-jobs"))
+        call(partial(rest.post, f"{base}/{'rerun' if every else 'rerun-failed-jobs'}"))
     except BudgetExhausted:
         raise
     except FAILED as exc:

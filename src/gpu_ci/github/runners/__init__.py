@@ -1,0 +1,1 @@
+"""Self-hosted runner registrations: just-in-time runners for one job, listed and removed."""
