@@ -49,6 +49,21 @@ def escape(value: object) -> str:
     return _BREAK.sub("<br>", text)
 
 
+def code(value: object) -> Markdown:
+    """``value`` as a code span, safe in a table cell.
+
+    A code span shows its text as written, so no entity and no word joiner goes in: a URL
+    in it copies whole and links nowhere. The fence outruns any backtick run inside; a
+    pipe is escaped (GitHub's tables split cells on it even in code); line breaks become
+    spaces.
+    """
+    text = _BREAK.sub(" ", "" if value is None else str(value)).replace("|", "\\|")
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return Markdown(f"{fence}{pad}{text}{pad}{fence}")
+
+
 #: A URL that may be a link's target: http(s), no space and nothing Markdown reads.
 _LINKABLE = re.compile(r"https?://[^\s<>()\[\]`]{1,2000}")
 

@@ -12,6 +12,7 @@ from gpu_ci import urls
 from gpu_ci.conda import options as conda_options
 from gpu_ci.conda import pipeline
 from gpu_ci.inputs import Inputs
+from gpu_ci.markdown import Markdown, code, escape
 from gpu_ci.runtime import Runtime, markdown_table
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ def _plan_rows(
         else ("categories", ", ".join(plan.categories))
     )
     rows: list[tuple[str, object]] = [
-        ("lock", f"{plan.kind} `{path}`"),
+        ("lock", Markdown(f"{escape(plan.kind)} {code(path)}")),
         ("lock sha256", plan.lock_sha256),
         ("platform", plan.platform),
         picked,
@@ -274,7 +275,7 @@ def _plan_rows(
 
 
 def _listed(items: tuple[str, ...]) -> str:
-    return ", ".join(f"`{urls.mask_url(i)}`" for i in items) or "none"
+    return Markdown(", ".join(code(urls.mask_url(i)) for i in items)) or "none"
 
 
 def _summary(
