@@ -19,7 +19,7 @@ $(MERMAID): tests/mermaid/package-lock.json
 	  npm ci --prefix tests/mermaid --no-audit --no-fund --loglevel=error; fi
 
 # GitHub's OpenAPI description (npm @octokit/openapi): every answer of the test GitHub server
-# is validated against it (tests/openapi_contract.py); without npm, validation is off (warned).
+# is validated against it (testkit/openapi_contract.py); without npm, validation is off (warned).
 OPENAPI := tests/openapi/node_modules/.package-lock.json
 $(OPENAPI): tests/openapi/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \

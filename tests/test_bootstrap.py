@@ -21,7 +21,8 @@ from packaging.utils import canonicalize_name
 
 from gpu_ci import __version__
 from gpu_ci.specs import GROUPS
-from tests.conftest import ROOT, tree_digest
+from testkit.cli import tree_digest
+from testkit.shared import ROOT
 
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 LAUNCHER = ROOT / "scripts" / "run.py"

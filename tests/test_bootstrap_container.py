@@ -5,7 +5,7 @@ the pinned uv (from a loopback server holding PyPI's wheel) and checks its sha25
 
 The Debian root (``debootstrap --variant=minbase``, Debian's own tool and mirror) is built
 once and kept under ``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into
-place, one builder at a time (``tests/debian_root.py``, which the cold-start benchmark
+place, one builder at a time (``testkit/debian_root.py``, which the cold-start benchmark
 shares). Each test runs in an overlay of it (a copy where overlayfs is missing), in a
 private mount namespace, so the cached root is never written.
 """
@@ -32,9 +32,9 @@ import pytest
 
 from gpu_ci.cuda.checks import EnvFacts, in_container, nvml_findings
 from gpu_ci.cuda.facts import NvmlSnapshot
-from tests.conftest import ROOT, parse_output_file
-from tests.cuda_env import build_fake_nvml, observed_h200, write_config
-from tests.debian_root import (
+from testkit.cli import parse_output_file
+from testkit.cuda_env import build_fake_nvml, observed_h200, write_config
+from testkit.debian_root import (
     CHECKOUT,
     ENTER,
     MULTIARCH,
@@ -43,6 +43,7 @@ from tests.debian_root import (
     locked,
     pip_config_into,
 )
+from testkit.shared import ROOT
 
 PROVISION = ROOT / "scripts" / "provision-python.sh"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"

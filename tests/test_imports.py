@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT, webhook
-from tests.github_server import PullRequest
-from tests.shared import lock_file
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, lock_file, webhook
 
 RUNNER = """
 import atexit, json, sys

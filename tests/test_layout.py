@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import hashlib
 
-from tests.shared import ROOT, shared_path
+from testkit.shared import ROOT, shared_path
 
 TESTS = ROOT / "tests"
 SKIP = {

@@ -14,7 +14,7 @@ import yaml
 
 from gpu_ci import __version__, release
 from gpu_ci.specs import ACTIONS
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
 

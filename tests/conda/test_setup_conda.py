@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from tests.conda.jobs import (  # noqa: E402
+from testkit.cli import parse_output_file, tree_digest  # noqa: E402
+from testkit.conda.jobs import (  # noqa: E402
     FAKE_MF,
     ROOT,
     SMALL,
@@ -28,7 +29,6 @@ from tests.conda.jobs import (  # noqa: E402
     spawn,
     survivors,
 )
-from tests.conftest import parse_output_file, tree_digest  # noqa: E402
 
 
 def test_explicit_lock_creates_a_working_environment(setup, channel):
@@ -652,20 +652,9 @@ def test_an_environment_made_by_rattler_alone_is_replaced(channel, locks, tmp_pa
 
 
 @pytest.fixture
-def small_fs(tmp_path):
+def small_fs(tmpfs):
     """A 1 MiB tmpfs, mounted for the test (needs root and mount; skipped otherwise)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return tmpfs("small")
 
 
 @pytest.mark.parametrize("free_kib", [0, 8, 24, 56, 96, 128])
@@ -691,48 +680,26 @@ def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(
 
 
 @pytest.mark.parametrize("where", ["pkgs", "prefix"])
-def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp_path, where):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
-    try:
-        before = len(channel.server.log)
-        prefix = ro / "env" if where == "prefix" else tmp_path / "env"
-        pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
-        rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
-        assert rc == 1, out
-        assert "read-only file system" in out and str(ro) in out
-        assert "internal error" not in out
-        assert len(channel.server.log) == before
-    finally:
-        subprocess.run(["umount", "-l", str(ro)], check=False)
+def test_read_only_cache_or_prefix_fails_before_any_download(
+    channel, locks, tmp_path, tmpfs, where
+):
+    ro = tmpfs("ro", "ro,size=1m")
+    before = len(channel.server.log)
+    prefix = ro / "env" if where == "prefix" else tmp_path / "env"
+    pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
+    rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
+    assert rc == 1, out
+    assert "read-only file system" in out and str(ro) in out
+    assert "internal error" not in out
+    assert len(channel.server.log) == before
 
 
-def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    try:
-        before = len(channel.server.log)
-        rc, out = job(locks["small"], mnt, tmp_path / "pkgs")
-        assert rc == 1 and f"prefix {mnt} is a mount point" in out, out
-        assert len(channel.server.log) == before
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path, tmpfs):
+    mnt = tmpfs("mnt")
+    before = len(channel.server.log)
+    rc, out = job(locks["small"], mnt, tmp_path / "pkgs")
+    assert rc == 1 and f"prefix {mnt} is a mount point" in out, out
+    assert len(channel.server.log) == before
 
 
 def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_path):

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from gpu_ci.conda import options as conda_options
-from tests.conftest import ROOT, parse_output_file
+from testkit.cli import parse_output_file
+from testkit.shared import ROOT
 
 MESSAGE = (
     "input 'cache' of setup-conda-from-lock must be one of true, false, environment; got 'yes'."

@@ -15,8 +15,8 @@ from gpu_ci.cuda import compat, frameworks, probe
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import load_builds, load_table
 from gpu_ci.cuda.visibility import visible_gpus
-from tests import fatbin_build as fb
-from tests.cuda_env import make_target
+from testkit import fatbin_build as fb
+from testkit.cuda_env import make_target
 
 GIB = 2**30
 H200 = Gpu(0, "NVIDIA H200", "GPU-h200", (9, 0), 141 * GIB, brand="tesla")

@@ -18,9 +18,8 @@ import pytest
 
 from gpu_ci.cuda import monitor
 from gpu_ci.cuda import monitor_report as mr
-from tests.conftest import ROOT
-from tests.github_server import Job, Step, WorkflowRun
-from tests.gpu_monitor_env import (
+from testkit.github_server import Job, Step, WorkflowRun
+from testkit.gpu_monitor_env import (
     BUSY_SCRIPT,
     EPOCH,
     IDLE_SCRIPT,
@@ -30,7 +29,8 @@ from tests.gpu_monitor_env import (
     monitor_dir,
     wait_for_stop_line,
 )
-from tests.mermaid_check import assert_charts_parse, parse, require_mermaid
+from testkit.mermaid_check import assert_charts_parse, parse, require_mermaid
+from testkit.shared import ROOT
 
 SCHEMA = json.loads((ROOT / "actions" / "gpu-monitor" / "report.schema.json").read_text())
 GiB = 2**30
@@ -423,7 +423,7 @@ def readme_example() -> str:
 
 
 def test_readme_example_summary_is_what_the_code_writes():
-    from tests.gpu_monitor_env import example_report
+    from testkit.gpu_monitor_env import example_report
 
     report = example_report()
     assert readme_example() == mr.markdown(report)

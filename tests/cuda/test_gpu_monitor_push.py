@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.gpu_monitor_env import BUSY_SCRIPT, UUID0, fake_gpu_env, wait_for_stop_line
-from tests.pushgateway import binary, metrics, pushgateway
+from testkit.gpu_monitor_env import BUSY_SCRIPT, UUID0, fake_gpu_env, wait_for_stop_line
+from testkit.pushgateway import binary, metrics, pushgateway
 
 pytestmark = pytest.mark.skipif(
     binary() is None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cuda.monitor_truth import SLICE, recording, report_of, slice_sample
-from tests.pushgateway import binary, metrics, pushgateway
+from testkit.cuda.monitor_truth import SLICE, recording, report_of, slice_sample
+from testkit.pushgateway import binary, metrics, pushgateway
 
 pytestmark = pytest.mark.skipif(
     binary() is None,

@@ -1,6 +1,6 @@
 """verify-cuda-env's architecture rules and the readers of real build records.
 
-The inputs are written at test time from the facts of real wheels (tests/cuda/wheelfacts.py
+The inputs are written at test time from the facts of real wheels (testkit/cuda/wheelfacts.py
 and tests/fixtures/README.md name each wheel and its sha256): ``torch/lib/libtorch_python.so``
 (an ELF built by gcc with the wheel's arch-list literal), TensorFlow's generated
 ``build_info.py``, onnxruntime-gpu's ``build_and_package_info.py``, paddle's
@@ -17,7 +17,7 @@ from gpu_ci.cuda import checks as cuda_checks
 from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import load_builds, load_table
 from gpu_ci.cuda.visibility import visible_gpus
-from tests.cuda import wheelfacts
+from testkit.cuda import wheelfacts
 
 GIB = 2**30
 H200 = Gpu(0, "NVIDIA H200", "GPU-h200", (9, 0), 141 * GIB, brand="tesla")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.cuda_env import (
+from testkit.cuda_env import (
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
@@ -495,7 +495,7 @@ def test_requirements_apply_to_the_selected_mig_slice(verify):
 
 
 def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_path):
-    from tests.cuda_env import real_torch_target
+    from testkit.cuda_env import real_torch_target
 
     python = real_torch_target(tmp_path / "env", "2.14.1+cu130")
     config = nvml_config(gpu_config(0, name="Tesla V100-SXM2-32GB", cc="7.0", memory_mib=32768))

@@ -12,8 +12,8 @@ from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
 from gpu_ci.cuda.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
-from tests.conftest import ROOT, SHARED, shared_path
-from tests.cuda import wheelfacts
+from testkit.cuda import wheelfacts
+from testkit.shared import ROOT, SHARED, shared_path
 
 H200 = Gpu(
     0,

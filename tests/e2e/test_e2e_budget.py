@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from tests.conftest import ROOT, webhook
-from tests.github.runs import HEAD, REPO, month_of_runs
-from tests.github_server import PullRequest
+from testkit.github.runs import HEAD, REPO, month_of_runs
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,7 @@ def test_gate_refuses_over_budget_with_summary(act, server):
 
 
 def test_spend_report(act, server, monkeypatch):
-    from tests.github.runs import iso, monitor_report, upload
+    from testkit.github.runs import iso, monitor_report, upload
 
     first = server.repos[REPO].runs[0]  # a gpu-monitor report for one job
     start = datetime.fromisoformat(first.created_at.replace("Z", "+00:00"))

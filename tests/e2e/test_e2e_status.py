@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.act_runner import run_act
-from tests.conftest import ROOT, webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.act_runner import run_act
+from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.github.runs import (
+from testkit.github.runs import (
     BUDGET,
     GATE_CALLS,
     REPO,
@@ -20,7 +20,7 @@ from tests.github.runs import (
     spend,
     upload_ledger,
 )
-from tests.github_server import Job
+from testkit.github_server import Job
 
 
 def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):

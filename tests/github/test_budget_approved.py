@@ -13,9 +13,9 @@ from gpu_ci.github import budget, spend
 from gpu_ci.github.client import ClientSettings, RestClient
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.pricing import Price, load_table
-from tests.github.runs import REPO, api_calls, gate, gpu_run, iso
-from tests.github_server import Job, WorkflowRun
-from tests.shared import ROOT
+from testkit.github.runs import REPO, api_calls, gate, gpu_run, iso
+from testkit.github_server import Job, WorkflowRun
+from testkit.shared import ROOT
 
 FORK = "mallory/Hello-World"
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ import json
 
 from gpu_ci.github import budget, spend
 from gpu_ci.github.client import ClientSettings, RestClient
-from tests.github.runs import REPO, upload_ledger
+from testkit.github.runs import REPO, upload_ledger
 
 LEDGER = budget.Ledger(REPO, "2026-11", "k", "2026-11-30T12:00:00Z", {"1": 1}, ())
 FAKE = budget.Ledger(REPO, "2026-11", "k", "2026-11-30T13:00:00Z", {}, ())

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.github.runs import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, spend
-from tests.mermaid_check import assert_charts_parse, require_mermaid
+from testkit.github.runs import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, spend
+from testkit.mermaid_check import assert_charts_parse, require_mermaid
 
 
 @pytest.fixture

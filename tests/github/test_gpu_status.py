@@ -9,8 +9,8 @@ import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import statuses
-from tests.conftest import webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"

@@ -7,7 +7,7 @@ import pytest
 
 from gpu_ci.github import infra
 from gpu_ci.github.idle import report_versions
-from tests.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
+from testkit.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
 
 
 @pytest.fixture

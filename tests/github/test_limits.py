@@ -9,8 +9,8 @@ from datetime import date, datetime, timedelta, timezone
 
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
-from tests.conftest import webhook
-from tests.github_server import FakeGitHub, Job, WorkflowRun
+from testkit.github_server import FakeGitHub, Job, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -182,7 +182,7 @@ def test_jobs_waiting_for_reviewers_or_a_concurrency_group_are_not_cancelled(
 
 
 def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
-    from tests.github_server import PullRequest
+    from testkit.github_server import PullRequest
 
     github.add_repo(REPO, roles={"maintainer": "write"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))
@@ -302,8 +302,8 @@ def test_the_readme_states_the_rest_calls_at_300_runs_a_month(run_cli, server, t
     """300 GPU runs in the month (10 a day), no ledger, no billing-token: the gate's budget
     and gpu-spend's report, as the README states them (1 call per 100 runs listed, 1 per run
     for its jobs; the gate's own calls and gpu-spend's artifact listing on top)."""
-    from tests.github.runs import BUDGET, GPU_RUNS_ON, api_calls, gate, month_of_runs, spend
-    from tests.shared import ROOT
+    from testkit.github.runs import BUDGET, GPU_RUNS_ON, api_calls, gate, month_of_runs, spend
+    from testkit.shared import ROOT
 
     month_of_runs(server)
     before = len(server.log)

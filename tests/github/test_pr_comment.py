@@ -15,9 +15,9 @@ from gpu_ci.cli import run_command
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import pr_comment, statuses
 from gpu_ci.runtime import Runtime
-from tests.act_runner import FAST_HTTP_ENV
-from tests.conftest import webhook
-from tests.github_server import PullRequest
+from testkit.act_runner import FAST_HTTP_ENV
+from testkit.github_server import PullRequest
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"

@@ -15,7 +15,7 @@ from gpu_ci.github import budget, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.pricing import load_table
-from tests.github.infra_jobs import (
+from testkit.github.infra_jobs import (
     EXIT_1,
     LOST,
     REPO,
@@ -25,8 +25,8 @@ from tests.github.infra_jobs import (
     steps,
     zipped,
 )
-from tests.github.runs import retry_config
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github.runs import retry_config
+from testkit.github_server import Job, PullRequest, WorkflowRun
 
 HEAD = "a" * 40
 

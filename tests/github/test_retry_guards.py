@@ -9,9 +9,9 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
-from tests.github.infra_jobs import REPO, failed_run
-from tests.github.runs import retry_config
-from tests.github_server import PullRequest
+from testkit.github.infra_jobs import REPO, failed_run
+from testkit.github.runs import retry_config
+from testkit.github_server import PullRequest
 
 HEAD = "a" * 40
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gpu_ci.commands.runner_admission import main
-from tests.github_server import FakeGitHub
+from testkit.github_server import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "deploy" / "runner-hooks" / "gpu-admission.sh"

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from gpu_ci.cuda import monitor_report as mr
 from gpu_ci.cuda import right_size as rs
-from tests.github.runs import gpu_run, monitor_report, spend, upload
+from testkit.github.runs import gpu_run, monitor_report, spend, upload
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 GiB = 2**30

@@ -12,7 +12,7 @@ import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import statuses
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"

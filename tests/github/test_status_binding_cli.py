@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tests.conftest import webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"

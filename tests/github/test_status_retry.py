@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 from gpu_ci.github import statuses, watchdog
 from gpu_ci.github.client import connect
-from tests.conftest import webhook
-from tests.github.infra_jobs import REPO, failed_run, iso
-from tests.github.runs import retry_config
+from testkit.github.infra_jobs import REPO, failed_run, iso
+from testkit.github.runs import retry_config
+from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
@@ -143,7 +143,7 @@ def test_a_retry_below_a_newer_approval_or_push_does_not_bind():
 def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_cli):
     """The watchdog re-runs a lost run on the test server and writes its status; attempt 2
     passes; gpu-status, handling attempt 2's `completed`, replaces "retried" by "passed"."""
-    from tests.github_server import PullRequest
+    from testkit.github_server import PullRequest
 
     sha = "a" * 40
     github.add_repo(REPO)

@@ -9,8 +9,8 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.statuses import WATCHDOG_PREFIX
-from tests.github.runs import watchdog_config
-from tests.github_server import Job, WorkflowRun
+from testkit.github.runs import watchdog_config
+from testkit.github_server import Job, WorkflowRun
 
 REPO = "octo-org/octo-repo"
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)

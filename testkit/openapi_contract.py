@@ -1,6 +1,6 @@
 """GitHub's REST contract, from GitHub's own OpenAPI description, for the test GitHub server.
 
-The test server (``tests/github_server.py``) is only worth its name while it answers what
+The test server (``testkit/github_server.py``) is only worth its name while it answers what
 GitHub answers: an object the product reads but GitHub never sends (or a field GitHub always
 sends but the server forgets) lets a test pass against a server that is not GitHub. So every
 response the server serves is validated against the response schema of the matching operation
@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-PACKAGE = Path(__file__).resolve().parent / "openapi" / "node_modules" / "@octokit" / "openapi"
+PACKAGE = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "openapi"
+    / "node_modules"
+    / "@octokit"
+    / "openapi"
+)
 DESCRIPTION = PACKAGE / "generated" / "api.github.com.json"
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 #: Parameters every request may carry though no operation lists them (none today: GitHub's

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared import ROOT
+from testkit.shared import ROOT
 
 __all__ = [
     "ROOT",

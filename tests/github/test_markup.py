@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gpu_ci.markdown import Markdown, escape, markdown_table
-from tests.github.runs import GPU_RUNS_ON, gpu_run, spend
+from testkit.github.runs import GPU_RUNS_ON, gpu_run, spend
 
 LINK = "[Approve this PR](https://evil.example/approve)"
 HOSTILE = [
@@ -66,7 +66,7 @@ def test_a_process_name_plants_no_html_in_the_monitor_table():
 def _results_step() -> str:
     import yaml
 
-    from tests.shared import ROOT
+    from testkit.shared import ROOT
 
     flow = yaml.safe_load((ROOT / ".github/workflows/gpu-ci.yml").read_text())
     (step,) = [s for s in flow["jobs"]["results"]["steps"] if s.get("name") == "Results"]

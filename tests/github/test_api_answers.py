@@ -9,7 +9,7 @@ import pytest
 
 from gpu_ci.github import spend
 from gpu_ci.github.client import ApiError, ClientSettings, RestClient
-from tests.github_server import PullRequest
+from testkit.github_server import PullRequest
 
 REPO = "octo/repo"
 
@@ -74,7 +74,7 @@ def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli
     says the run was cancelled."""
     from datetime import datetime, timedelta, timezone
 
-    from tests.github_server import Job, WorkflowRun
+    from testkit.github_server import Job, WorkflowRun
 
     def ago(minutes):
         return (datetime.now(timezone.utc) - timedelta(minutes=minutes)).strftime(

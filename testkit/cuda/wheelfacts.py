@@ -159,7 +159,7 @@ def torch_version_py(version: str) -> str:
 
 
 _LIBRARY_C = """\
-/* Built by tests/cuda/wheelfacts.py: the arch list of {wheel} as its
+/* Built by testkit/cuda/wheelfacts.py: the arch list of {wheel} as its
    libtorch_python.so holds it in .rodata, then the Module.cpp path {gap} bytes on. */
 __attribute__((used, aligned(8))) const char gpu_ci_rodata[] =
     "{arch_list}\\0" "{padding}" "{module_path}";
@@ -222,7 +222,7 @@ def tensorflow_build_info() -> str:
     """The generated module's shape: one ``collections.OrderedDict([...])`` of the fields."""
     fields = ", ".join(f"({k!r}, {v!r})" for k, v in TENSORFLOW_BUILD_INFO)
     return (
-        '"""Written by tests/cuda/wheelfacts.py with the fields of tensorflow 2.21.0."""\n'
+        '"""Written by testkit/cuda/wheelfacts.py with the fields of tensorflow 2.21.0."""\n'
         f"import collections\n\nbuild_info = collections.OrderedDict([{fields}])\n"
     )
 
@@ -249,7 +249,7 @@ def paddle_version_py() -> str:
         ("xpu_version", "False"),
         ("xpu_xccl_version", "False"),
     )
-    lines = ["# Written by tests/cuda/wheelfacts.py with the fields of paddlepaddle-gpu 2.6.2"]
+    lines = ["# Written by testkit/cuda/wheelfacts.py with the fields of paddlepaddle-gpu 2.6.2"]
     lines += [f"{name:<16} = {value!r}" for name, value in fields]
     lines += ["istaged          = True", "", "def cuda():", "    return cuda_version"]
     return "\n".join(lines) + "\n"
@@ -283,7 +283,7 @@ def metadata(dist_info: str) -> str:
         "Metadata-Version: 2.4",
         f"Name: {name}",
         f"Version: {version}",
-        "Summary: written by tests/cuda/wheelfacts.py from the wheel's METADATA",
+        "Summary: written by testkit/cuda/wheelfacts.py from the wheel's METADATA",
     ]
     lines += [f"Requires-Dist: {r}" for r in requires]
     return "\n".join(lines) + "\n"

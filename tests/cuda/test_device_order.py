@@ -15,7 +15,7 @@ import pytest
 
 from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.visibility import visible_gpus
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 << 20, brand="tesla")
 RTX = Gpu(1, "NVIDIA GeForce RTX 4090", "GPU-bbbb2222", (8, 9), 24564 << 20, brand="geforce")

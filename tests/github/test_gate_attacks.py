@@ -13,8 +13,8 @@ from gpu_ci.errors import UsageError
 from gpu_ci.github import gate, labels
 from gpu_ci.github.event import subject_of
 from gpu_ci.runtime import escape_line
-from tests.conftest import shared_path, webhook
-from tests.github_server import FakeGitHub, PullRequest
+from testkit.github_server import FakeGitHub, PullRequest
+from testkit.shared import shared_path, webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from tests.github_server import Job, WorkflowRun
-from tests.shared import webhook
+from testkit.github_server import Job, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -183,7 +183,7 @@ def monitor_report(monkeypatch, job_start: datetime) -> dict:
     """A real gpu-monitor JSON report (``gpu_ci.cuda.monitor_report.as_json`` of the README's
     example recording: a 175 s job, sampler from +25 s, 55 s busy), recorded by a job that
     started at ``job_start``."""
-    import tests.gpu_monitor_env as env
+    import testkit.gpu_monitor_env as env
     from gpu_ci.cuda import monitor_report as mr
 
     monkeypatch.setattr(env, "EPOCH", job_start.timestamp() + 25)

@@ -1,6 +1,6 @@
 """Building blocks for verify-cuda-env tests: the fake NVML library and fake environments.
 
-The fake ``libnvidia-ml.so.1`` is compiled from ``tests/fake_nvml/fake_nvml.c`` with gcc
+The fake ``libnvidia-ml.so.1`` is compiled from ``testkit/fake_nvml/fake_nvml.c`` with gcc
 against NVIDIA's ``nvml.h`` (the nvidia-nvml-dev wheel of the test extra) and loaded by the
 real nvidia-ml-py through LD_LIBRARY_PATH in a subprocess. One machine is one config: the
 driver's CUDA version (``cuda_driver_version``) is answered by the fake libcuda, which the
@@ -164,7 +164,7 @@ def nvml_config(
 def observed_h200() -> tuple[dict[str, Any], dict[str, str]]:
     """The first H200 reading of ../shared/reference/observed-gpu-machines.yaml, and a
     fake-NVML config of it (the caller is skipped where ../shared is absent)."""
-    from tests.shared import shared_path
+    from testkit.shared import shared_path
 
     observed = shared_path("reference", "observed-gpu-machines.yaml")
     machine = yaml.safe_load(observed.read_text())[0]
@@ -245,8 +245,8 @@ def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
     """A venv holding torch ``version`` as its real wheel laid it out, as far as the fast path
     reads it: ``torch/version.py`` and ``torch/lib/libtorch_python.so`` (an ELF built by gcc
     holding the wheel's arch-list literal), both written from the wheel's facts
-    (tests/cuda/wheelfacts.py); ``import torch`` raises."""
-    from tests.cuda import wheelfacts
+    (testkit/cuda/wheelfacts.py); ``import torch`` raises."""
+    from testkit.cuda import wheelfacts
 
     python = make_target(
         root,

@@ -11,7 +11,7 @@ attempts, steps, timestamps), moved through queued → in_progress → completed
 SHA; and the enhanced billing platform's usage report per organization.
 
 GitHub's contract: every request must name an operation of GitHub's OpenAPI description and
-every answer is validated against that operation's response schema (tests/openapi_contract.py;
+every answer is validated against that operation's response schema (testkit/openapi_contract.py;
 a violation answers 500 naming the field and fails the test at ``stop()``). GitHub's documented
 limits are served: 1,000 results for a filtered run listing, compare's 300 files on page 1 only,
 ``per_page`` at most 100, ``created`` bounds to the second, every job state, ``head_repository:
@@ -264,7 +264,7 @@ class FakeGitHub:
     ) -> None:
         """``run_search_cap``: GitHub's 1,000-result limit of filtered run listings (None:
         off). ``contract``: validate every request and response against GitHub's OpenAPI
-        description (tests/openapi_contract.py). ``max_concurrent`` / ``writes_per_minute``:
+        description (testkit/openapi_contract.py). ``max_concurrent`` / ``writes_per_minute``:
         GitHub's documented secondary rate limits ("No more than 100 concurrent requests",
         "no more than 80 content-generating requests per minute"), answered as 403 with
         ``retry-after``; None: off."""
@@ -501,7 +501,7 @@ class FakeGitHub:
 
     # -- JSON shapes ------------------------------------------------------------------------
     # Complete objects, as GitHub's OpenAPI description requires them (every response is
-    # validated against it: tests/openapi_contract.py): a field the product reads but GitHub
+    # validated against it: testkit/openapi_contract.py): a field the product reads but GitHub
     # never sends, or one GitHub always sends that is missing here, fails the test.
     def user_json(self, login: str) -> dict[str, Any]:
         """A ``simple-user``."""
@@ -1893,7 +1893,7 @@ def _fault_body(status: int, request_number: int = 0) -> dict[str, Any]:
 
 
 def _load_contract() -> Any:
-    from tests.openapi_contract import contract
+    from testkit.openapi_contract import contract
 
     return contract()
 

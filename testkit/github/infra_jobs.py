@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpu_ci.cuda import monitor_report as mr
-from tests.github_server import Job, Step, WorkflowRun
+from testkit.github_server import Job, Step, WorkflowRun
 
 SHUTDOWN = (
     "The runner has received a shutdown signal. This can happen when the runner service is "

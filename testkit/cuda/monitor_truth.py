@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gpu_ci.cuda import monitor_report as mr
-from tests.gpu_monitor_env import EPOCH
+from testkit.gpu_monitor_env import EPOCH
 
 GiB = 2**30
 MiB = 2**20

@@ -1,6 +1,6 @@
 """Building blocks for gpu-monitor tests: a fake GPU that plays a scripted time series.
 
-The fake ``libnvidia-ml.so.1`` (tests/fake_nvml/fake_nvml.c) reads ``FAKE_NVML_SCRIPT``:
+The fake ``libnvidia-ml.so.1`` (testkit/fake_nvml/fake_nvml.c) reads ``FAKE_NVML_SCRIPT``:
 ``<step> key=value ...`` lines, where a step is one sample. The sampler's clock is faked
 through ``GPU_CI_MONITOR_FAKE_CLOCK`` (sample *i* is at ``epoch + i * interval``) and it stops
 after ``GPU_CI_MONITOR_MAX_SAMPLES``, so every number is known in advance: no timed tests.
@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 EPOCH = 1_790_000_000.0
 """2026-09-21T14:13:20Z: the fake clock's start (a whole second)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cuda_env import build_fake_nvml
-from tests.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
+from testkit.cuda_env import build_fake_nvml
+from testkit.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
 
 SCRIPT = "0 gpu.0.util=50 gpu.0.temp=61 gpu.0.throttle=4 gpu.0.procs=-\n"
 

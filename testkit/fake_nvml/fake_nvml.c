@@ -2,7 +2,7 @@
  * A fake libnvidia-ml.so.1 for tests: the real nvidia-ml-py loads it through ctypes
  * (dlopen honours LD_LIBRARY_PATH), so the code path of a GPU runner runs without a GPU.
  *
- * It is compiled with NVIDIA's own nvml.h (the nvidia-nvml-dev wheel; tests/cuda_env.py
+ * It is compiled with NVIDIA's own nvml.h (the nvidia-nvml-dev wheel; testkit/cuda_env.py
  * finds it) and NVML_NO_UNVERSIONED_FUNC_DEFS, so every entry point below is checked against
  * the header's prototype for its exported (versioned) name, and every struct is the
  * header's. Behaviour follows the header's documentation comments; each case cites them as

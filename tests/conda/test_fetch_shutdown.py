@@ -66,7 +66,7 @@ def test_a_consumer_raising_keyboard_interrupt_leaves_no_download_running(channe
 
 @pytest.fixture
 def proxy():
-    from tests.conda_channel import ForwardProxy
+    from testkit.conda_channel import ForwardProxy
 
     started = ForwardProxy().start()
     yield started
@@ -80,7 +80,7 @@ def test_all_proxy_without_a_scheme_is_an_http_proxy(
     """curl reads ``ALL_PROXY=host:port`` as an HTTP proxy (rattler's client too); urllib's
     ``HTTP_PROXY=host:port`` as well. Our downloader went around it (and said 'direct', so
     the streams went to rattler's client, which took the proxy)."""
-    from tests.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
+    from testkit.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -97,7 +97,7 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
     """``ALL_PROXY=socks5://...`` (curl takes it; urllib cannot speak SOCKS): the job
     connected straight to the server, around the proxy the runner names. Now a specific
     error, nothing downloaded, the proxy's password masked."""
-    from tests.conda.jobs import PROXY_VARIABLES, finish, spawn
+    from testkit.conda.jobs import PROXY_VARIABLES, finish, spawn
 
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -123,8 +123,8 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     were requested."""
     import shutil
 
-    from tests.conda.jobs import PROXY_VARIABLES
-    from tests.conda_channel import ChannelServer
+    from testkit.conda.jobs import PROXY_VARIABLES
+    from testkit.conda_channel import ChannelServer
 
     for name in PROXY_VARIABLES:  # the probe goes only where no proxy applies
         monkeypatch.delenv(name, raising=False)

@@ -16,9 +16,9 @@ import pytest
 
 from gpu_ci.cuda.cudart import read_static_cudart_version
 from gpu_ci.cuda.probe import collect
-from tests.cuda_env import build_fake_nvml, gpu_config, make_target, nvml_config, write_config
-from tests.cudart_build import add_cupy_runtime, static_cudart_library
-from tests.fatbin_build import have_compiler
+from testkit.cuda_env import build_fake_nvml, gpu_config, make_target, nvml_config, write_config
+from testkit.cudart_build import add_cupy_runtime, static_cudart_library
+from testkit.fatbin_build import have_compiler
 
 pytestmark = [
     pytest.mark.skipif(not have_compiler(), reason="needs gcc to build the test libraries"),

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from tests.conda.jobs import finish, rattler_entry, spawn
+from testkit.conda.jobs import finish, rattler_entry, spawn
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -117,8 +117,8 @@ def test_out_of_file_descriptors_streams_are_left_to_the_careful_path(channel, t
     import subprocess
     import sys
 
-    from tests.conda.jobs import ROOT
-    from tests.conda_channel import ChannelServer
+    from testkit.conda.jobs import ROOT
+    from testkit.conda_channel import ChannelServer
 
     archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
     root = tmp_path / "served"
@@ -193,7 +193,7 @@ def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path, monk
     import shutil
 
     from gpu_ci.conda import fetch
-    from tests.conda_channel import ChannelServer
+    from testkit.conda_channel import ChannelServer
 
     archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
     root = tmp_path / "served"
@@ -239,7 +239,7 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     from gpu_ci.conda import fetch
     from gpu_ci.downloads import Download
     from gpu_ci.retry import RetryPolicy
-    from tests.conda_channel import ChannelServer
+    from testkit.conda_channel import ChannelServer
 
     archive = next(a for a in channel.archives if a.filename.endswith(".conda"))
     root = tmp_path / "served"
@@ -287,8 +287,8 @@ def test_the_probe_does_not_go_around_all_proxy(channel, tmp_path, bypass):
     import subprocess
     import sys
 
-    from tests.conda.jobs import ROOT
-    from tests.conda_channel import ChannelServer
+    from testkit.conda.jobs import ROOT
+    from testkit.conda_channel import ChannelServer
 
     server = ChannelServer(channel.root).start()
     proxy = ChannelServer(tmp_path).start()  # answers 404 to whatever it is asked

@@ -1,6 +1,6 @@
 """Building blocks for gpu-lease tests and the demo: a fake multi-GPU host.
 
-The fake ``libnvidia-ml.so.1`` (tests/fake_nvml/fake_nvml.c) plays the host's GPUs; a GPU
+The fake ``libnvidia-ml.so.1`` (testkit/fake_nvml/fake_nvml.c) plays the host's GPUs; a GPU
 may run "foreign" compute processes (``busy``: index -> count), as a GPU that another
 runner or a zombie of an earlier job holds does.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 UUIDS = tuple(f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(16))
 

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parent / "mermaid"
+PROJECT = Path(__file__).resolve().parent.parent / "tests" / "mermaid"
 SCRIPT = PROJECT / "parse.mjs"
 
 _FENCE = re.compile(r"^```mermaid[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
