@@ -1,9 +1,10 @@
-# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`; `make check` is
+# the fast loop while editing (lint, types, and every test not marked e2e or slow).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo lint lock render
+.PHONY: test check demo lint lock render
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +33,19 @@ $(KARPENTER): tests/karpenter/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix tests/karpenter --no-audit --no-fund --loglevel=error; fi
 
+LINTED := src tests testkit scripts benchmarks deploy
+
 test: $(VENV)/.installed $(MERMAID) $(OPENAPI) $(KARPENTER)
-	$(PY) -m ruff check src tests scripts benchmarks deploy
-	$(PY) -m ruff format --check src tests scripts benchmarks deploy
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m mypy
 	$(PY) -m pytest
+
+check: $(VENV)/.installed $(MERMAID) $(OPENAPI) $(KARPENTER)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
+	$(PY) -m pytest -m "not e2e and not slow"
 
 demo: $(VENV)/.installed
 	$(PY) scripts/demo.py

@@ -19,6 +19,7 @@ import testkit.cli
 from testkit.act_runner import ActResult, run_act
 from testkit.cli import CliResult
 from testkit.github_server import FakeGitHub
+from testkit.marks import missing_marks
 from testkit.shared import ROOT
 from testkit.tmpfs import Tmpfs, tmpfs_mounts
 
@@ -89,7 +90,8 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """(xdist worker) Keep a module's tests that share a module-scoped fixture on one worker.
+    """Refuse a long test without its mark (testkit.marks); then (xdist worker) keep a
+    module's tests that share a module-scoped fixture on one worker.
 
     A session-scoped fixture is built once per worker (each in its own temporary directory);
     a module-scoped one would be built by every worker that runs one of its tests, and some
@@ -98,6 +100,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups first and spreads every other test one by one. (pytest-xdist's own
     ``xdist_group`` marks are not used: on pytest 9.2 ``--dist loadgroup`` silently ignores
     them, pytest-dev/pytest-xdist#1386.)"""
+    missing = missing_marks(items)
+    if missing:
+        raise pytest.UsageError("tests without the mark their set-up needs:\n" + "\n".join(missing))
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or "gpu_ci_groups" not in workerinput:
         return

@@ -466,6 +466,7 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debian_job):
     job = debian_job
     first = (job / "first.bootstrap.log").read_text()
@@ -500,6 +501,7 @@ def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debi
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_container_without_compute_capability_is_named(debian_job):
     job = debian_job
     bootstrap = (job / "nocompute.bootstrap.log").read_text()
@@ -517,6 +519,7 @@ def test_debian_container_without_compute_capability_is_named(debian_job):
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_container_without_visible_devices_is_named(debian_job):
     job = debian_job
     assert (job / "novisible.rc").read_text().strip() == "1"

@@ -173,6 +173,7 @@ def test_dependabot_watches_actions_and_the_locks():
 # -- the PyPI path: what `pipx run --spec gpu-ci-actions gpu-ci ...` installs ------------------
 
 
+@pytest.mark.slow
 def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
     dist = tmp_path / "dist"
     subprocess.run(

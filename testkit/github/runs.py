@@ -79,6 +79,68 @@ def gpu_run(
     return gh.add_run(REPO, run)
 
 
+#: When a job was created, started and completed (GitHub's timestamps).
+Times = tuple[str, str, str]
+
+
+def played_run(gh, gate: Times, gpu: Times, *, repo=REPO, sha=HEAD, path=WF, **fields):
+    """A CUDA CI run whose gate job (CPU) and GPU job ``tests`` ran at these times."""
+    run = WorkflowRun(gh.next_id(), "CUDA CI", path, sha, **fields)
+    run.jobs = [
+        Job(gh.next_id(), "gate", ["ubuntu-latest"], created_at=gate[0]),
+        Job(gh.next_id(), "tests", ["self-hosted", "gpu"], created_at=gpu[0]),
+    ]
+    gh.add_run(repo, run)
+    for job, (_, started, completed) in zip(run.jobs, (gate, gpu)):
+        gh.start_job(job.id, started)
+        gh.complete_job(job.id, completed)
+    return run
+
+
+def forged_review_run(gh, at: Times, *, repo=REPO):
+    """A fork's workflow named ``CUDA CI`` on pull_request_review: its job ``tests`` ran
+    on ubuntu-latest at ``at`` (the forged-success attack on gpu-status)."""
+    run = WorkflowRun(
+        gh.next_id(),
+        "CUDA CI",
+        ".github/workflows/fake.yml",
+        HEAD,
+        event="pull_request_review",
+        actor="contributor",
+    )
+    run.jobs = [Job(gh.next_id(), "tests", ["ubuntu-latest"], created_at=at[0])]
+    gh.add_run(repo, run)
+    gh.start_job(run.jobs[0].id, at[1])
+    gh.complete_job(run.jobs[0].id, at[2])
+    return run
+
+
+def finished_jobs(gh, count: int, at: Times, *, runner: str, name="lint ({n})", labels=None):
+    """``count`` successful jobs (``name`` formatted with ``n``), all run at ``at``."""
+    return [
+        Job(
+            gh.next_id(),
+            name.format(n=n),
+            list(labels or ["ubuntu-latest"]),
+            status="completed",
+            conclusion="success",
+            created_at=at[0],
+            started_at=at[1],
+            completed_at=at[2],
+            runner_name=runner,
+        )
+        for n in range(count)
+    ]
+
+
+def run_event(run, action: str = "completed", **fields):
+    """The ``workflow_run`` webhook of ``run`` (GitHub's example, with the run's fields)."""
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["action"] = action
+    event["workflow_run"].update(id=run.id, head_sha=run.head_sha, path=run.path, **fields)
+    return event
+
+
 def month_of_runs(gh, per_day=10, days=30, minutes=11.5):
     """``per_day × days`` GPU runs in November 2026, each billed 12 minutes ($0.624)."""
     for day in range(1, days + 1):

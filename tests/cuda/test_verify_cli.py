@@ -267,7 +267,7 @@ def two_gpus():
 )
 def test_visible_devices(verify, env, count, codes):
     # NVML's order (PCI bus): the default order on this 2-model host is in
-    # tests/test_cuda_leftovers_device_order.py
+    # tests/test_device_order.py
     result = verify(config=two_gpus(), env={**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert result.outputs["gpu-count"] == str(count)
     assert result.codes == codes

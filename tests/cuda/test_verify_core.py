@@ -193,7 +193,7 @@ GPUS = (H200, RTX)
 )
 def test_visible_devices(env, names):
     # NVML's order (PCI bus): the default order on this 2-model host is in
-    # tests/test_cuda_leftovers_device_order.py
+    # tests/test_device_order.py
     env = {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert [g.name for g in visible_gpus(GPUS, env).gpus] == names
 

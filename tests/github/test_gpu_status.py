@@ -9,6 +9,8 @@ import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import statuses
+from testkit.github.approvals import post_approval
+from testkit.github.runs import played_run, run_event
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
 
@@ -283,44 +285,12 @@ def test_cli_other_events_are_refused(run_cli, env):
 
 def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github, env, tmp_path):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        dict(
-            github.status_json(
-                repo,
-                HEAD,
-                {
-                    "context": "GPU CI",
-                    "state": "pending",
-                    "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                },
-                "github-actions[bot]",
-            ),
-            created_at=ts(39),
-        )
-    ]
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/cuda-ci.yml",
-        HEAD,
-        pull_requests=[],
-        actor="maintainer",
-    )
-    run.jobs = [
-        Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(40)),
-        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ts(39)),
-    ]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, ts(40))
-    github.complete_job(run.jobs[0].id, ts(39))
-    github.start_job(run.jobs[1].id, ts(30))
-    github.complete_job(run.jobs[1].id, ts(5))
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"].update(
-        id=run.id,
-        head_sha=HEAD,
+    post_approval(github, created_at=ts(39))
+    gate, gpu = (ts(40), ts(40), ts(39)), (ts(39), ts(30), ts(5))
+    run = played_run(github, gate, gpu, pull_requests=[], actor="maintainer")
+    event = run_event(
+        run,
         event="pull_request",
-        path=run.path,
         created_at=ts(40),
         triggering_actor={"login": "maintainer"},
         head_repository={"full_name": "contributor/Hello-World"},
@@ -347,21 +317,7 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
 
 def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        dict(
-            github.status_json(
-                repo,
-                HEAD,
-                {
-                    "context": "GPU CI",
-                    "state": "pending",
-                    "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                },
-                "github-actions[bot]",
-            ),
-            created_at=ts(39),
-        )
-    ]
+    post_approval(github, created_at=ts(39))
     skipped = WorkflowRun(
         github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD, actor="maintainer"
     )

@@ -16,6 +16,7 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import pr_comment, statuses
 from gpu_ci.runtime import Runtime
 from testkit.act_runner import FAST_HTTP_ENV
+from testkit.github.approvals import checks_url, post_approval
 from testkit.github_server import PullRequest
 from testkit.shared import webhook
 
@@ -261,19 +262,7 @@ def test_a_second_comment_of_ours_is_removed_and_the_oldest_kept(github, pull, s
 
 
 def test_a_run_of_a_head_the_pull_request_moved_on_from_leaves_the_comment(github, pull, status):
-    github.repos[REPO].statuses[HEAD] = [
-        github.status_json(
-            github.repos[REPO],
-            HEAD,
-            {
-                "state": "pending",
-                "context": "GPU CI",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/2/checks",
-            },
-            BOT,
-        )
-    ]
+    post_approval(github, url=checks_url())
     pull.head_sha = PUSHES[0]
     out = status("workflow_run", requested())
     assert out["state"] == "pending" and out["comment"] == "none"

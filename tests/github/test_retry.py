@@ -15,6 +15,7 @@ from gpu_ci.github import budget, watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.pricing import load_table
+from testkit.github.approvals import approved_pull
 from testkit.github.infra_jobs import (
     EXIT_1,
     LOST,
@@ -26,7 +27,7 @@ from testkit.github.infra_jobs import (
     zipped,
 )
 from testkit.github.runs import retry_config
-from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.github_server import Job, WorkflowRun
 
 HEAD = "a" * 40
 
@@ -41,22 +42,7 @@ def config(**kw) -> watchdog.WatchdogConfig:
 
 @pytest.fixture
 def gh(github):
-    github.add_repo(REPO)
-    github.add_pull(REPO, PullRequest(2, HEAD))
-    repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        github.status_json(
-            repo,
-            HEAD,
-            {
-                "context": "GPU CI",
-                "state": "pending",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/2",
-            },
-            "github-actions[bot]",
-        )
-    ]
+    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
     return github
 
 

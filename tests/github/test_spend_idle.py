@@ -201,6 +201,7 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
         schema_errors({}, {"pattern": "x"})
 
 
+@pytest.mark.slow
 def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch, tmp_path):
     from testkit.github.runs import month_of_runs
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from testkit.github.runs import (
     BUDGET,
     GATE_CALLS,
@@ -61,6 +63,7 @@ def test_a_rerun_this_month_of_a_run_created_last_month_counts(run_cli, server, 
     assert report.outputs["minutes"] == "600", report.stdout
 
 
+@pytest.mark.slow
 def test_the_readme_states_the_rest_calls_with_the_ledger(run_cli, server, tmp_path):
     """300 GPU runs in the month and one since gpu-spend's last hourly ledger: a gate
     decision and the next hourly report, each within the issue's goal of 10 REST calls,

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from testkit.github.runs import forged_review_run
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
 
@@ -115,18 +116,7 @@ def workflow_run(action: str, **fields) -> dict:
 
 def test_cli_a_forged_run_of_a_deleted_fork_posts_nothing(run_cli, github, env):
     """`name: CUDA CI` on pull_request_review in a fork that is deleted while it runs."""
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/fake.yml",
-        HEAD,
-        event="pull_request_review",
-        actor="contributor",
-    )
-    run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=stamp(99))]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, stamp(98))
-    github.complete_job(run.jobs[0].id, stamp(1))
+    run = forged_review_run(github, (stamp(99), stamp(98), stamp(1)), repo=REPO)
     forged = workflow_run(
         "completed",
         id=run.id,
