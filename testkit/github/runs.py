@@ -97,6 +97,49 @@ def played_run(gh, gate: Times, gpu: Times, *, repo=REPO, sha=HEAD, path=WF, **f
     return run
 
 
+def stuck_run(
+    gh,
+    created: str,
+    queued_since: str,
+    *,
+    sha: str | None = HEAD,
+    runner: str = "GitHub Actions 2",
+    labels=("self-hosted", "gpu"),
+    status: str = "queued",
+    path: str = WF,
+    extra_jobs=(),
+    repo: str = REPO,
+):
+    """A CUDA CI run in progress: its gate job took a CPU ``runner`` at ``created``, its GPU
+    job ``tests`` has waited since ``queued_since``. ``sha=None``: a fresh head."""
+    run_id = gh.next_id()
+    run = WorkflowRun(
+        run_id,
+        "CUDA CI",
+        path,
+        sha or f"{gh.next_id():040d}",
+        status="in_progress",
+        created_at=created,
+    )
+    run.jobs.append(
+        Job(
+            gh.next_id(),
+            "gate",
+            ["ubuntu-latest"],
+            status="completed",
+            conclusion="success",
+            created_at=created,
+            started_at=created,
+            runner_name=runner,
+        )
+    )
+    run.jobs.append(
+        Job(gh.next_id(), "tests", list(labels), status=status, created_at=queued_since)
+    )
+    run.jobs.extend(extra_jobs)
+    return gh.add_run(repo, run)
+
+
 def forged_review_run(gh, at: Times, *, repo=REPO):
     """A fork's workflow named ``CUDA CI`` on pull_request_review: its job ``tests`` ran
     on ubuntu-latest at ``at`` (the forged-success attack on gpu-status)."""
@@ -139,6 +182,43 @@ def run_event(run, action: str = "completed", **fields):
     event["action"] = action
     event["workflow_run"].update(id=run.id, head_sha=run.head_sha, path=run.path, **fields)
     return event
+
+
+FORK = "contributor/Hello-World"
+
+
+def approved_run_event(action: str, created_at: str, **fields):
+    """The ``workflow_run`` webhook of run 5: attempt 1 of the GPU workflow on a fork's
+    pull request at ``HEAD``, triggered by @maintainer (the approved run)."""
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["action"] = action
+    event["workflow_run"].update(
+        id=5,
+        head_sha=HEAD,
+        event="pull_request",
+        run_attempt=1,
+        pull_requests=[],
+        path=WF,
+        html_url=f"https://github.com/{REPO}/actions/runs/5",
+        created_at=created_at,
+        triggering_actor={"login": "maintainer"},
+        head_repository={"full_name": FORK},
+    )
+    event["workflow_run"].update(fields)
+    return event
+
+
+def watchdog_env(github, tmp_path, repo: str = REPO, **inputs: str) -> dict[str, str]:
+    """gpu-watchdog's environment on ``repo`` (added to the server) for cuda-ci.yml."""
+    github.add_repo(repo)
+    return {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": repo,
+        "GITHUB_TOKEN": "watchdog-token",
+        "INPUT_WORKFLOWS": "cuda-ci.yml",
+        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
+        **inputs,
+    }
 
 
 def month_of_runs(gh, per_day=10, days=30, minutes=11.5):

@@ -13,8 +13,8 @@ import pytest
 
 from testkit.act_runner import run_act
 from testkit.github.approvals import checks_url, post_approval
-from testkit.github.runs import forged_review_run, played_run
-from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.github.runs import forged_review_run, played_run, run_event, stuck_run
+from testkit.github_server import PullRequest
 from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
@@ -195,15 +195,11 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
     cuda-ci-status.yml posts nothing, with or without an approval of the head."""
     github.add_repo(REPO, roles={"maintainer": "write"})
     run = forged_review_run(github, (ago(30), ago(29), ago(1)), repo=REPO)
-    forged = webhook("workflow_run.completed.with-pull-requests")
-    forged["repository"]["full_name"] = REPO
-    forged["workflow_run"].update(
-        id=run.id,
-        head_sha=HEAD,
+    forged = run_event(
+        run,
         event="pull_request_review",
         run_attempt=1,
         pull_requests=[],
-        path=run.path,
         head_repository=None,
         created_at=ago(30),
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
@@ -211,6 +207,7 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
         actor={"login": "contributor"},
         workflow_id=run.workflow_id,
     )
+    forged["repository"]["full_name"] = REPO
     env = {"GITHUB_API_URL": github.url}
     approval = post_approval(github, url=checks_url(), created_at=ago(31))
     for approved in ([], [approval]):
@@ -224,28 +221,7 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
 
 def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     github.add_repo(REPO)
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/cuda-ci.yml",
-        HEAD,
-        status="in_progress",
-        created_at=ago(95),
-    )
-    run.jobs = [
-        Job(
-            github.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(95),
-            started_at=ago(95),
-            runner_name="GitHub Actions 1",
-        ),
-        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(94)),
-    ]
-    github.add_run(REPO, run)
+    run = stuck_run(github, ago(95), ago(94), runner="GitHub Actions 1")
     result = act(
         WATCHDOG,
         "schedule",

@@ -4,19 +4,14 @@ pull_request run as a label's approval is bound to the labeller's."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 from gpu_ci.github import statuses
+from testkit.github.approvals import CLOCK, ts
 from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
-
-
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def push(action="synchronize"):

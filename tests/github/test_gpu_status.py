@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import statuses
-from testkit.github.approvals import post_approval
+from testkit.github.approvals import CLOCK, post_approval, ts
 from testkit.github.runs import played_run, run_event
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
-
-
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ours(description: str, state: str = "pending", context: str = "GPU CI") -> dict:

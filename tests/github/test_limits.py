@@ -12,7 +12,7 @@ import pytest
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
 from testkit.github.approvals import post_approval
-from testkit.github.runs import finished_jobs, run_event
+from testkit.github.runs import finished_jobs, run_event, watchdog_env
 from testkit.github_server import FakeGitHub, Job, WorkflowRun
 from testkit.shared import webhook
 
@@ -91,15 +91,7 @@ def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github)
 
 
 def _watchdog_env(github, tmp_path):
-    github.add_repo(REPO)
-    return {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "watchdog-token",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
-        "INPUT_MAX_CALLS": "400",
-    }
+    return watchdog_env(github, tmp_path, REPO, INPUT_MAX_CALLS="400")
 
 
 def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:

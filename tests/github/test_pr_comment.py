@@ -17,6 +17,7 @@ from gpu_ci.github import pr_comment, statuses
 from gpu_ci.runtime import Runtime
 from testkit.act_runner import FAST_HTTP_ENV
 from testkit.github.approvals import checks_url, post_approval
+from testkit.github.runs import approved_run_event
 from testkit.github_server import PullRequest
 from testkit.shared import webhook
 
@@ -172,24 +173,8 @@ def mine(github) -> list:
 
 
 def requested(sha: str = HEAD) -> dict:
-    event = webhook("workflow_run.completed.with-pull-requests")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
-    event.update(action="requested")
-    event["workflow_run"].update(
-        id=5,
-        head_sha=sha,
-        event="pull_request",
-        run_attempt=1,
-        pull_requests=[],
-        path=".github/workflows/cuda-ci.yml",
-        status="queued",
-        conclusion=None,
-        html_url=f"https://github.com/{REPO}/actions/runs/5",
-        created_at=stamp,
-        triggering_actor={"login": "maintainer"},
-        head_repository={"full_name": FORK},
-    )
-    return event
+    return approved_run_event("requested", stamp, head_sha=sha, status="queued", conclusion=None)
 
 
 def test_one_comment_is_edited_in_place_across_three_pushes_and_a_close(github, pull, status):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testkit.github.runs import forged_review_run
+from testkit.github.runs import approved_run_event, forged_review_run
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
 
@@ -95,23 +95,8 @@ def env(github):
     }
 
 
-def workflow_run(action: str, **fields) -> dict:
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["action"] = action
-    event["workflow_run"].update(
-        id=5,
-        head_sha=HEAD,
-        event="pull_request",
-        run_attempt=1,
-        pull_requests=[],
-        path=".github/workflows/cuda-ci.yml",
-        html_url=f"{RUNS}/5",
-        created_at=stamp(150),
-        triggering_actor={"login": "maintainer"},
-        head_repository={"full_name": FORK},
-    )
-    event["workflow_run"].update(fields)
-    return event
+def workflow_run(action: str, created_at: str | None = None, **fields) -> dict:
+    return approved_run_event(action, created_at or stamp(150), **fields)
 
 
 def test_cli_a_forged_run_of_a_deleted_fork_posts_nothing(run_cli, github, env):
