@@ -143,6 +143,19 @@ def gpu_config(
     return {f"gpu.{index}.{k}": v for k, v in cfg.items()}
 
 
+def rtx_4090(index: int = 1, **extra: Any) -> dict[str, str]:
+    """A GeForce RTX 4090's NVML facts (the second model of a two-model host)."""
+    return gpu_config(
+        index,
+        name="NVIDIA GeForce RTX 4090",
+        cc="8.9",
+        memory_mib=24564,
+        brand=5,
+        uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
+        **extra,
+    )
+
+
 def nvml_config(
     *gpus: dict[str, str],
     driver: str = "580.159.04",

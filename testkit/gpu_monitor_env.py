@@ -15,6 +15,15 @@ from pathlib import Path
 from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 EPOCH = 1_790_000_000.0
+
+
+def start_line(name: str = "G", uuid: str = "U", memory_total: int = 2**30) -> str:
+    """The sampler's first line: one GPU, 1 s interval, started at ``EPOCH``."""
+    gpu = {"index": 0, "name": name, "uuid": uuid, "memory_total": memory_total}
+    record = {"kind": "start", "version": 1, "ts": EPOCH, "interval": 1.0, "pid": 1}
+    return json.dumps({**record, "gpus": [gpu]})
+
+
 """2026-09-21T14:13:20Z: the fake clock's start (a whole second)."""
 UUID0 = "GPU-00000000-aaaa-bbbb-cccc-000000000000"
 

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.visibility import visible_gpus
-from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, rtx_4090, write_config
 
 H200 = Gpu(0, "NVIDIA H200", "GPU-aaaa1111", (9, 0), 143771 << 20, brand="tesla")
 RTX = Gpu(1, "NVIDIA GeForce RTX 4090", "GPU-bbbb2222", (8, 9), 24564 << 20, brand="geforce")
@@ -64,14 +64,7 @@ def verify(run_cli, tmp_path):
 def two_models():
     return nvml_config(
         gpu_config(0),  # an H200
-        gpu_config(
-            1,
-            name="NVIDIA GeForce RTX 4090",
-            cc="8.9",
-            memory_mib=24564,
-            brand=5,
-            uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
-        ),
+        rtx_4090(),
     )
 
 

@@ -27,6 +27,7 @@ from testkit.gpu_monitor_env import (
     UUID0,
     fake_gpu_env,
     monitor_dir,
+    start_line,
     wait_for_stop_line,
 )
 from testkit.mermaid_check import assert_charts_parse, parse, require_mermaid
@@ -104,18 +105,7 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
 
 @pytest.mark.parametrize(("samples", "paid"), [(60, 1), (61, 2), (120, 2), (121, 3)])
 def test_paid_minutes_round_up_per_job(samples, paid):
-    lines = [
-        json.dumps(
-            {
-                "kind": "start",
-                "version": 1,
-                "ts": EPOCH,
-                "interval": 1.0,
-                "pid": 1,
-                "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
-            }
-        )
-    ]
+    lines = [start_line()]
     lines += [
         json.dumps(
             {
@@ -490,16 +480,7 @@ def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, 
 
 
 def test_a_torn_last_line_is_counted_not_fatal():
-    head = json.dumps(
-        {
-            "kind": "start",
-            "version": 1,
-            "ts": EPOCH,
-            "interval": 1.0,
-            "pid": 1,
-            "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
-        }
-    )
+    head = start_line()
     sample = json.dumps(
         {
             "kind": "sample",

@@ -15,7 +15,7 @@ import pytest
 
 from gpu_ci.cuda import monitor
 from gpu_ci.cuda import monitor_report as mr
-from testkit.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
+from testkit.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir, start_line
 
 EVIL = (
     'py\r::set-output name=ok::true\n::add-mask::s3cret%0A::warning::x|y`\u2028```"][\x1b[2J\x85z'
@@ -23,18 +23,7 @@ EVIL = (
 
 
 def recording(name: str = "H200", proc: str = "python", samples: int = 5) -> list[str]:
-    lines = [
-        json.dumps(
-            {
-                "kind": "start",
-                "version": 1,
-                "ts": EPOCH,
-                "interval": 1.0,
-                "pid": 1,
-                "gpus": [{"index": 0, "name": name, "uuid": "GPU-1", "memory_total": 16 * 2**30}],
-            }
-        )
-    ]
+    lines = [start_line(name, "GPU-1", 16 * 2**30)]
     lines += [
         json.dumps(
             {

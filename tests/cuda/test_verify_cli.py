@@ -13,6 +13,7 @@ from testkit.cuda_env import (
     make_target,
     nvml_config,
     observed_h200,
+    rtx_4090,
     torch_target,
     write_config,
 )
@@ -233,13 +234,7 @@ def test_unsupported_health_queries_are_silent_other_failures_noted(verify):
 def two_gpus():
     return nvml_config(
         gpu_config(0),
-        gpu_config(
-            1,
-            name="NVIDIA GeForce RTX 4090",
-            cc="8.9",
-            memory_mib=24564,
-            brand=5,
-            uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
+        rtx_4090(
             mig=1,
             mig__count=2,
             mig__0__uuid="MIG-11111111-2222-3333-4444-555555555555",
