@@ -15,11 +15,33 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 BINARIES = ("prometheus-pushgateway", "pushgateway")
 
 
 def binary() -> str | None:
     return next((found for name in BINARIES if (found := shutil.which(name))), None)
+
+
+#: Skips a test where the Pushgateway is not installed.
+needs_pushgateway = pytest.mark.skipif(
+    binary() is None,
+    reason="prometheus-pushgateway is not installed (apt-get install "
+    "prometheus-pushgateway; .ci/run does)",
+)
+
+
+def job_env(run_id: str, attempt: str, runner: str) -> dict[str, str]:
+    """The job's GitHub variables gpu-monitor labels its pushed metrics with."""
+    return {
+        "GITHUB_REPOSITORY": "octo-org/octo-repo",
+        "GITHUB_WORKFLOW": "CUDA CI",
+        "GITHUB_JOB": "tests",
+        "GITHUB_RUN_ID": run_id,
+        "GITHUB_RUN_ATTEMPT": attempt,
+        "RUNNER_NAME": runner,
+    }
 
 
 @contextmanager

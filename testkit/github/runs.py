@@ -249,9 +249,15 @@ BUDGET = [
 GPU_RUNS_ON = {"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'}
 
 
-def gate(run_cli, server, args=(), env=None):
+def labeled(name: str = "CUDA CI"):
+    """GitHub's example ``pull_request`` labeled webhook, for the label ``name``."""
     event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event["label"]["name"] = name
+    return event
+
+
+def gate(run_cli, server, args=(), env=None):
+    event = labeled()
     full_env = {
         "GITHUB_API_URL": server.url,
         "GITHUB_REPOSITORY": REPO,

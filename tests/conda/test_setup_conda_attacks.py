@@ -16,20 +16,27 @@ from testkit.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 EVIL_NAME = "evil"
 
 
-def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
+def planted_lock(channel, tmp_path: Path, rel: str) -> Path:
+    """A lock of one package whose paths.json hard-links ``rel`` to its share/x.txt."""
     data = b"planted\n"
     entry = {
-        "_path": "../escaped.txt",
+        "_path": rel,
         "path_type": "hardlink",
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_in_bytes": len(data),
     }
-    # The file the link would take sits where ../ from the cache entry points.
     archive = hostile_archive(
         channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
     )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive, "md5"))
+    return lock
+
+
+def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
+    # The file the link would take sits where ../ from the cache entry points.
+    lock = planted_lock(channel, tmp_path, "../escaped.txt")
+    data = b"planted\n"
     pkgs = tmp_path / "pkgs"
     (pkgs / "rattler").mkdir(parents=True)
     (pkgs / "rattler" / "escaped.txt").write_bytes(data)  # <cache>/<entry>/../escaped.txt
@@ -98,18 +105,7 @@ def test_conda_urls_with_control_characters_are_refused(setup, channel):
 
 @pytest.mark.parametrize("rel", ["/abs-escaped.txt", "share/../../escaped.txt"])
 def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):
-    data = b"planted\n"
-    entry = {
-        "_path": rel,
-        "path_type": "hardlink",
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size_in_bytes": len(data),
-    }
-    archive = hostile_archive(
-        channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
-    )
-    lock = tmp_path / "lock.txt"
-    lock.write_text(explicit_lock_of(channel, archive, "md5"))
+    lock = planted_lock(channel, tmp_path, rel)
     rc, out = job(lock, tmp_path / "home" / "env", tmp_path / "pkgs")
     assert rc == 1 and "outside the prefix" in out, out
     assert not Path("/abs-escaped.txt").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.github.runs import labeled
 from testkit.github_server import PullRequest
 from testkit.shared import ROOT, webhook
 
@@ -22,8 +23,7 @@ def server(github):
 
 
 def test_labelled_pull_request_runs_on_gpu(act, server):
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     result = act(
         EXAMPLE,
         "pull_request",

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from testkit.github.runs import approved_run_event, forged_review_run
+from testkit.github.runs import approved_run_event, forged_review_run, labeled
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
 
@@ -148,8 +148,7 @@ def test_cli_in_progress_landing_on_the_result_is_put_back(run_cli, github, env)
 
 def test_cli_a_refused_label_leaves_a_passed_head_alone(run_cli, github, env):
     github.repos[REPO].statuses[HEAD] = [PASSED, approval()]
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     event["sender"]["login"] = "triager"
     result = run_cli(
         ["gpu-status"],
