@@ -208,16 +208,24 @@ def approved_run_event(action: str, created_at: str, **fields):
     return event
 
 
-def watchdog_env(github, tmp_path, repo: str = REPO, **inputs: str) -> dict[str, str]:
-    """gpu-watchdog's environment on ``repo`` (added to the server) for cuda-ci.yml."""
-    github.add_repo(repo)
+def watchdog_env(github, repo: str = REPO, token: str = "watchdog-token", **inputs: str):
+    """gpu-watchdog's environment on ``repo`` for cuda-ci.yml, with these ``INPUT_*``."""
     return {
         "GITHUB_API_URL": github.url,
         "GITHUB_REPOSITORY": repo,
-        "GITHUB_TOKEN": "watchdog-token",
+        "GITHUB_TOKEN": token,
         "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
         **inputs,
+    }
+
+
+def gate_env(server, repo: str = REPO) -> dict[str, str]:
+    """gpu-gate's environment on ``repo``: the API, a token, the merge commit."""
+    return {
+        "GITHUB_API_URL": server.url,
+        "GITHUB_REPOSITORY": repo,
+        "INPUT_GITHUB_TOKEN": "ghs_secret",
+        "GITHUB_SHA": "d" * 40,
     }
 
 
@@ -258,14 +266,7 @@ def labeled(name: str = "CUDA CI"):
 
 def gate(run_cli, server, args=(), env=None):
     event = labeled()
-    full_env = {
-        "GITHUB_API_URL": server.url,
-        "GITHUB_REPOSITORY": REPO,
-        "INPUT_GITHUB_TOKEN": "ghs_secret",
-        "GITHUB_SHA": "d" * 40,
-        "GPU_CI_NOW": NOW,
-        **GPU_RUNS_ON,
-    }
+    full_env = {**gate_env(server), "GPU_CI_NOW": NOW, **GPU_RUNS_ON}
     full_env.update(env or {})
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name="pull_request")
 

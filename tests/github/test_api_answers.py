@@ -9,6 +9,7 @@ import pytest
 
 from gpu_ci.github import spend
 from gpu_ci.github.client import ApiError, ClientSettings, RestClient
+from testkit.github.runs import watchdog_env
 from testkit.github_server import PullRequest
 
 REPO = "octo/repo"
@@ -93,13 +94,7 @@ def test_a_cancel_github_accepts_but_does_not_do_is_not_called_cancelled(run_cli
     run.jobs.append(Job(github.next_id(), "tests", ["gpu"], created_at=ago(90)))
     github.add_run(REPO, run)
     github.inject("POST", rf"/actions/runs/{run.id}/cancel$", 202, body={})
-    env = {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "w",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_REPORT_FILE": str(tmp_path / "q.json"),
-    }
+    env = watchdog_env(github, REPO, "w", INPUT_REPORT_FILE=str(tmp_path / "q.json"))
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout
     assert run.status == "in_progress"

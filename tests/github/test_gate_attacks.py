@@ -13,6 +13,7 @@ from gpu_ci.errors import UsageError
 from gpu_ci.github import gate, labels
 from gpu_ci.github.event import subject_of
 from gpu_ci.runtime import escape_line
+from testkit.github.runs import gate_env
 from testkit.github_server import FakeGitHub, PullRequest
 from testkit.shared import shared_path, webhook
 
@@ -34,13 +35,7 @@ def gate_cli(
     event = payload or webhook("pull_request.labeled")
     if payload is None:
         event["label"]["name"] = label
-    full = {
-        "GITHUB_API_URL": server.url,
-        "GITHUB_REPOSITORY": REPO,
-        "INPUT_GITHUB_TOKEN": "ghs_secret",
-        "GITHUB_SHA": "d" * 40,
-    }
-    full.update(env or {})
+    full = {**gate_env(server, REPO), **(env or {})}
     return run_cli(["gpu-gate"], full, event=event, event_name=event_name)
 
 

@@ -91,7 +91,9 @@ def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github)
 
 
 def _watchdog_env(github, tmp_path):
-    return watchdog_env(github, tmp_path, REPO, INPUT_MAX_CALLS="400")
+    github.add_repo(REPO)
+    report = str(tmp_path / "queue.json")
+    return watchdog_env(github, REPO, INPUT_REPORT_FILE=report, INPUT_MAX_CALLS="400")
 
 
 def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:

@@ -26,7 +26,7 @@ from testkit.github.infra_jobs import (
     steps,
     zipped,
 )
-from testkit.github.runs import retry_config
+from testkit.github.runs import retry_config, watchdog_env
 from testkit.github_server import Job, WorkflowRun
 
 HEAD = "a" * 40
@@ -267,13 +267,7 @@ def test_a_run_that_ignores_cancel_is_force_cancelled_after_the_grace(gh):
 
 def test_the_cli_writes_the_infra_file_and_the_retried_output(run_cli, gh, tmp_path):
     run = failed_run(gh, now() - timedelta(hours=2))
-    env = {
-        "GITHUB_API_URL": gh.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "watchdog-token",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_INFRA_FILE": str(tmp_path / "infra.json"),
-    }
+    env = watchdog_env(gh, REPO, INPUT_INFRA_FILE=str(tmp_path / "infra.json"))
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.outputs["retried"]) == [run.id]

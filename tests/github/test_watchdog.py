@@ -143,7 +143,8 @@ def add_run(
 
 @pytest.fixture
 def env(github, tmp_path):
-    return watchdog_env(github, tmp_path, REPO)
+    github.add_repo(REPO)
+    return watchdog_env(github, REPO, INPUT_REPORT_FILE=str(tmp_path / "queue.json"))
 
 
 def test_a_job_no_runner_took_is_cancelled_and_the_commit_says_so(run_cli, github, env, tmp_path):
