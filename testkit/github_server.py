@@ -428,6 +428,11 @@ class FakeGitHub:
             Fault(method.upper(), re.compile(path_regex), status, times, hdrs, body, delay)
         )
 
+    def forbid(self, method: str, path_regex: str, *, times: int = 20) -> None:
+        """Answer the next ``times`` matching requests as a token lacking the permission."""
+        body = {"message": "Resource not accessible by integration"}
+        self.inject(method, path_regex, 403, times=times, body=body)
+
     def on_request(self, method: str, path_regex: str, callback: Any) -> None:
         """Call ``callback(path)`` before answering each matching request: state changes
         between two calls of a client (a runner picks a job up between list and re-read)."""

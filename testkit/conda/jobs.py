@@ -55,6 +55,12 @@ echo "installed into $prefix"
 #: against its same-origin .sha256 (the shipped hashes would, rightly, refuse it).
 FAKE_MF = "0.0.1-0"
 
+
+def miniforge_args(url: str) -> tuple[str, ...]:
+    """setup-conda-from-lock's arguments for the fake Miniforge installer at ``url``."""
+    return ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
+
+
 #: The proxy variables a job may inherit; the proxy tests set only the ones they choose.
 PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"]
 

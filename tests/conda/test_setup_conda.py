@@ -25,6 +25,7 @@ from testkit.conda.jobs import (  # noqa: E402
     assert_cache_valid,
     assert_environment,
     job,
+    miniforge_args,
     our_temporaries,
     spawn,
     survivors,
@@ -209,7 +210,7 @@ def test_miniforge_installed_from_verified_installer_then_reused(
     setup, channel, installer, tmp_path
 ):
     url, sha = installer
-    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
+    args = miniforge_args(url)
     first = setup(channel.explicit_lock(["libhello"]), *args)
     assert first.returncode == 0, first.stdout + first.stderr
     conda = Path(first.outputs["conda"])
@@ -231,14 +232,9 @@ def test_miniforge_wrong_checksum_installs_nothing(setup, channel, installer):
     url, _ = installer
     result = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--installer-sha256",
         "0" * 64,
-        "--miniforge-version",
-        FAKE_MF,
     )
     assert result.returncode == 1
     assert f"sha256 mismatch for Miniforge {FAKE_MF}" in result.errors[0]
@@ -250,12 +246,7 @@ def test_miniforge_without_any_checksum_is_refused(setup, channel, installer):
     channel.server.fail(url.split("/", 3)[3] + ".sha256", "404")
     result = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
-        "--miniforge-version",
-        FAKE_MF,
+        *miniforge_args(url),
     )
     assert result.returncode == 1
     assert "no checksum for the Miniforge installer" in result.errors[0]
@@ -422,28 +413,18 @@ def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer
     url, _ = installer
     first = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--dry-run",
         "false",
-        "--miniforge-version",
-        FAKE_MF,
     )
     conda = Path(first.outputs["conda"])
     log = tmp_path / "conda-call"
     conda.write_text(FAKE_CONDA.format(log=log))
     result = setup(
         channel.explicit_lock(["libhello", "hello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--engine",
         "conda",
-        "--miniforge-version",
-        FAKE_MF,
         env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"},
     )
     assert result.returncode == 0, result.stdout + result.stderr

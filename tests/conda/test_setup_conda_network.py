@@ -295,7 +295,7 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     import hashlib
 
     from gpu_ci.conda.miniforge import installer_name
-    from testkit.conda.jobs import FAKE_INSTALLER, FAKE_MF
+    from testkit.conda.jobs import FAKE_INSTALLER, FAKE_MF, miniforge_args
 
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
@@ -308,7 +308,7 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
         f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n"
     )
     url = f"{server.url}/mf-private/{script.name}"
-    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
+    args = miniforge_args(url)
     refused = setup(channel.explicit_lock(["libhello"]), *args)
     assert refused.returncode == 1
     assert f"HTTP 401 for {url}.sha256" in refused.errors[0]

@@ -265,13 +265,7 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
 def test_jobs_api_refusal_falls_back_to_one_phase(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=5)
     github.add_repo("octo-org/octo-repo")
-    github.inject(
-        "GET",
-        r"/actions/runs/555/",
-        403,
-        times=10,
-        body={"message": "Resource not accessible by integration"},
-    )
+    github.forbid("GET", r"/actions/runs/555/", times=10)
     env.update(
         {
             "GITHUB_API_URL": github.url,

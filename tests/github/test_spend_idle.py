@@ -142,13 +142,7 @@ def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch, tm
 
 def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server, tmp_path):
     gpu_run(server, T0, 3)
-    server.inject(
-        "GET",
-        r"/actions/artifacts$",
-        403,
-        times=20,
-        body={"message": "Resource not accessible by integration"},
-    )
+    server.forbid("GET", r"/actions/artifacts$")
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0 and result.outputs["minutes"] == "3", result.stdout
     assert "could not be listed" in result.stdout
