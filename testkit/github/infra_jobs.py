@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpu_ci.cuda import monitor_report as mr
+from testkit.github.runs import gate_job
 from testkit.github_server import Job, Step, WorkflowRun
 
 SHUTDOWN = (
@@ -83,20 +84,8 @@ def failed_run(
         triggering_actor="maintainer",
         pull_requests=[pr] if pr else [],
     )
-    run.jobs.append(
-        Job(
-            gh.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=iso(start),
-            started_at=iso(start),
-            completed_at=iso(start + timedelta(minutes=1)),
-            runner_name="GitHub Actions 2",
-            run_attempt=attempt,
-        )
-    )
+    done = iso(start + timedelta(minutes=1))
+    run.jobs.append(gate_job(gh, iso(start), done, "GitHub Actions 2", attempt))
     run.jobs.append(
         Job(
             gh.next_id(),

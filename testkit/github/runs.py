@@ -22,6 +22,22 @@ def iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def gate_job(gh, created: str, completed: str | None, runner: str, attempt: int = 1):
+    """The gate job of a CUDA CI run: it took a CPU ``runner`` at ``created`` and passed."""
+    return Job(
+        gh.next_id(),
+        "gate",
+        ["ubuntu-latest"],
+        status="completed",
+        conclusion="success",
+        created_at=created,
+        started_at=created,
+        completed_at=completed,
+        runner_name=runner,
+        run_attempt=attempt,
+    )
+
+
 def gpu_run(
     gh,
     start: datetime,
@@ -50,19 +66,7 @@ def gpu_run(
         pull_requests=[pr] if pr else [],
     )
     end = start + timedelta(minutes=minutes)
-    run.jobs.append(
-        Job(
-            gh.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=iso(start),
-            started_at=iso(start),
-            completed_at=iso(start + timedelta(seconds=20)),
-            runner_name="cpu",
-        )
-    )
+    run.jobs.append(gate_job(gh, iso(start), iso(start + timedelta(seconds=20)), "cpu"))
     gpu = Job(
         gh.next_id(),
         "tests",
@@ -121,18 +125,7 @@ def stuck_run(
         status="in_progress",
         created_at=created,
     )
-    run.jobs.append(
-        Job(
-            gh.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=created,
-            started_at=created,
-            runner_name=runner,
-        )
-    )
+    run.jobs.append(gate_job(gh, created, None, runner))
     run.jobs.append(
         Job(gh.next_id(), "tests", list(labels), status=status, created_at=queued_since)
     )
