@@ -70,9 +70,10 @@ _SKU_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 def normalise_sku(text: str) -> str:
-    """``linux_4_core_gpu``, ``actions_linux_4_core_gpu``, ``Actions Linux 4-core GPU`` and
-    ``Linux 4-core GPU`` all name one SKU: lower case, words joined by ``_``, without the
-    ``actions`` product prefix."""
+    """One spelling of a SKU: lower case, words joined by ``_``.
+
+    ``linux_4_core_gpu``, ``actions_linux_4_core_gpu``, ``Actions Linux 4-core GPU`` and
+    ``Linux 4-core GPU`` all name one SKU; the ``actions`` product prefix goes."""
     words = [w for w in _SKU_WORDS.split(text.lower()) if w]
     if words[:1] == ["actions"]:
         words = words[1:]
@@ -80,7 +81,9 @@ def normalise_sku(text: str) -> str:
 
 
 def billed_minutes(seconds: float) -> int:
-    """GitHub rounds each job's run time up to the whole minute; a job that ran at all is at
+    """The minutes GitHub bills for a job that ran ``seconds``.
+
+    GitHub rounds each job's run time up to the whole minute; a job that ran at all is at
     least one minute (never free)."""
     if seconds <= 0:
         return 0
@@ -115,7 +118,9 @@ class Price:
 
 
 class PriceError(ValueError):
-    """A price the user wrote that cannot be used; the message says what to write."""
+    """A price the user wrote that cannot be used.
+
+    The message says what to write."""
 
 
 def parse_price(text: str, table: PriceTable, *, per: str = "minute") -> Price:
