@@ -1,9 +1,9 @@
-"""Run a workflow of this repository under the real act runner, in host mode (no Docker).
+"""Run a workflow of this repository under the real act runner.
 
-Shared by the e2e tests and ``make demo``. The workflow runs in a committed copy of the
-repository with an origin remote (so that act knows ``github.repository``); a workflow step
-may append JSON lines to ``$E2E_OUT``, which come back as ``ActResult.outputs``.
-"""
+act runs in host mode (no Docker). Shared by the e2e tests and ``make demo``. The workflow
+runs in a committed copy of the repository with an origin remote (so that act knows
+``github.repository``); a workflow step may append JSON lines to ``$E2E_OUT``, which come
+back as ``ActResult.outputs``."""
 
 from __future__ import annotations
 
@@ -60,8 +60,10 @@ class ActResult:
 def interrupted(
     cmd: list[str], cwd: Path, env: dict[str, str], when: Path, timeout: float
 ) -> subprocess.CompletedProcess[str]:
-    """Run act until a step creates ``when``, then cancel the run (SIGINT) and let it end.
-    Polls a file the workflow creates: the wait bounds a hang, it times nothing."""
+    """Run act until a step creates ``when``, then cancel it.
+
+    The run gets SIGINT and may end as it would. Polls a file the workflow creates: the wait
+    bounds a hang, it times nothing."""
     import signal
     import tempfile
     import time

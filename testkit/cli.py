@@ -55,7 +55,7 @@ def parse_output_file(text: str) -> dict[str, str]:
 
 
 def tree_digest(root: Path) -> str:
-    """One hash of a directory tree's names and file contents (byte-identical or not)."""
+    """One hash of a tree's names and file contents."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         digest.update(str(path.relative_to(root)).encode())

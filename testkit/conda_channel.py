@@ -1,9 +1,9 @@
-"""A local conda channel of real packages, served over loopback HTTP with injectable faults.
+"""A local conda channel of real packages, served over loopback HTTP.
 
-Packages are assembled with py-rattler-build and indexed with py-rattler, so that what the
-action installs is exactly what conda-forge ships in form: ``.conda`` archives with
-``info/index.json``, ``paths.json``, prefix placeholders and activation scripts.
-"""
+Faults can be injected. Packages are assembled with py-rattler-build and indexed with
+py-rattler, so that what the action installs is exactly what conda-forge ships in form:
+``.conda`` archives with ``info/index.json``, ``paths.json``, prefix placeholders and
+activation scripts."""
 
 from __future__ import annotations
 
@@ -143,8 +143,10 @@ class Channel:
 
 
 def _record_placeholder(archive: Path, placeholder: str) -> None:
-    """Record ``placeholder`` in info/paths.json and info/has_prefix of a .tar.bz2 archive,
-    as conda-build does for files that embed the build prefix."""
+    """Record ``placeholder`` in a .tar.bz2 archive's info files.
+
+    It goes into info/paths.json and info/has_prefix, as conda-build does for files that embed
+    the build prefix."""
     import io
     import tarfile
 
@@ -218,8 +220,9 @@ def _assemble(
 
 
 def build_wheel(out: Path) -> Path:
-    """A tiny real wheel, for the lock's pip entries, with a console script (pip writes its
-    shebang with the interpreter that installs it)."""
+    """A tiny real wheel with a console script, for pip entries.
+
+    pip writes the script's shebang with the interpreter that installs it."""
     wheel = out / "gpuci_demo-1.0-py3-none-any.whl"
     files = {
         "gpuci_demo/__init__.py": "VALUE = 42\n\n\ndef main():\n    print(VALUE)\n",
@@ -411,8 +414,9 @@ class ChannelServer(_Served):
                 pass
 
             def do_HEAD(self) -> None:
-                """What a client asks before it decides how many downloads to run at once;
-                logged in ``heads`` only (``log`` and ``seen`` count the downloads)."""
+                """What a client asks before it sizes its downloads.
+
+                Logged in ``heads`` only (``log`` and ``seen`` count the downloads)."""
                 wait = owner.latency if owner.head_latency is None else owner.head_latency
                 if wait:
                     time.sleep(wait)
@@ -575,9 +579,11 @@ def hostile_archive(
 
 
 def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> str:
-    """An explicit lock of the one ``archive`` (a file under ``channel.root.parent``, which
-    the channel's server serves), pinned by ``md5`` (``#<hex>``) or ``sha256``
-    (``#sha256:<hex>``): the two forms a lock from a pull request can take."""
+    """An explicit lock of the one ``archive``, pinned by md5 or sha256.
+
+    The archive is a file under ``channel.root.parent``, which the channel's server serves.
+    ``md5`` pins as ``#<hex>``, ``sha256`` as ``#sha256:<hex>``: the two forms a lock from a
+    pull request can take."""
     data = archive.read_bytes()
     digest = (
         hashlib.md5(data).hexdigest()
@@ -590,9 +596,11 @@ def explicit_lock_of(channel: Channel, archive: Path, pin: str = "sha256") -> st
 
 @dataclass
 class ForwardProxy(_Served):
-    """An HTTP forward proxy on 127.0.0.1 (what ``HTTP_PROXY``/``ALL_PROXY`` point at in a
-    corporate network): it is sent absolute URLs, fetches each from its origin without any
-    proxy, and relays status, length and body. ``seen``: each URL asked for."""
+    """An HTTP forward proxy on 127.0.0.1.
+
+    It is what ``HTTP_PROXY``/``ALL_PROXY`` point at in a corporate network: it is sent absolute
+    URLs, fetches each from its origin without any proxy, and relays status, length and body.
+    ``seen``: each URL asked for."""
 
     seen: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None

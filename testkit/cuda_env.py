@@ -27,8 +27,10 @@ CUDA_SOURCE = HERE / "fake_nvml" / "fake_cuda.c"
 
 
 def nvml_include_dir() -> Path | None:
-    """The directory holding NVIDIA's nvml.h, from the nvidia-nvml-dev wheel (the test extra
-    installs it: nvidia/cu13/include/nvml.h, or another nvidia/*/include in other releases)."""
+    """The directory holding NVIDIA's nvml.h, from the nvidia-nvml-dev wheel.
+
+    The test extra installs it: nvidia/cu13/include/nvml.h, or another nvidia/*/include in other
+    releases."""
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         for header in sorted(Path(root).glob("*/include/nvml.h")):
@@ -37,8 +39,9 @@ def nvml_include_dir() -> Path | None:
 
 
 def require_nvml_header() -> Path:
-    """nvml.h's directory; skips the test when the header is absent (``make test`` installs
-    nvidia-nvml-dev through the test extra, so there it is present)."""
+    """nvml.h's directory, or a skip where the header is absent.
+
+    ``make test`` installs nvidia-nvml-dev through the test extra, so there it is present."""
     include = nvml_include_dir()
     if include is None:
         pytest.skip(
@@ -60,9 +63,10 @@ GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3", "-DFAKE_NVML_NO_NVML
 
 
 def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current") -> Path:
-    """The fake libnvidia-ml.so.1 in ``out_dir``, compiled against nvml.h with -Werror (a
-    signature that differs from NVIDIA's is a build error). ``generation="r470"`` builds a
-    driver before R510, which exports no ``nvmlDeviceGetComputeRunningProcesses_v3``."""
+    """The fake libnvidia-ml.so.1 in ``out_dir``, compiled against nvml.h.
+
+    -Werror: a signature that differs from NVIDIA's is a build error. ``generation="r470"``
+    builds a driver before R510, which exports no ``nvmlDeviceGetComputeRunningProcesses_v3``."""
     include = require_nvml_header()
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / "libnvidia-ml.so.1"
@@ -91,8 +95,10 @@ def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = 
 
 
 def build_fake_libcuda(out_dir: Path, version: str = "", cuda: int | None = None) -> Path:
-    """A loadable libcuda.so.1 (as ``libcuda.so.<version>`` with the soname link, the way
-    the driver and the cuda-compat package install it, when a version is given). Its
+    """A loadable libcuda.so.1 for the fake NVML's driver.
+
+    With a version, it is ``libcuda.so.<version>`` with the soname link, the way the driver
+    and the cuda-compat package install it. Its
     ``cuDriverGetVersion`` answers ``cuda`` when given (a forward-compatibility library has
     its own CUDA version), else the driver's ``cuda_driver_version`` from the fake NVML's
     config."""
@@ -144,7 +150,7 @@ def gpu_config(
 
 
 def rtx_4090(index: int = 1, **extra: Any) -> dict[str, str]:
-    """A GeForce RTX 4090's NVML facts (the second model of a two-model host)."""
+    """A GeForce RTX 4090's NVML facts: a two-model host's second GPU."""
     return gpu_config(
         index,
         name="NVIDIA GeForce RTX 4090",
@@ -163,8 +169,10 @@ def nvml_config(
     fail: dict[str, int] | None = None,
     **machine: Any,
 ) -> dict[str, str]:
-    """A fake-NVML config; ``machine`` adds top-level keys (``driver__generation="r535early"``,
-    ``privileged=1``, ``container=1``; ``__`` stands for ``.``)."""
+    """A fake-NVML config of these GPUs.
+
+    ``machine`` adds top-level keys (``driver__generation="r535early"``, ``privileged=1``,
+    ``container=1``; ``__`` stands for ``.``)."""
     cfg = {"driver_version": driver, "cuda_driver_version": str(cuda), "gpu.count": str(len(gpus))}
     cfg.update({k.replace("__", "."): str(v) for k, v in machine.items()})
     for gpu in gpus:
@@ -175,8 +183,10 @@ def nvml_config(
 
 
 def observed_h200() -> tuple[dict[str, Any], dict[str, str]]:
-    """The first H200 reading of ../shared/reference/observed-gpu-machines.yaml, and a
-    fake-NVML config of it (the caller is skipped where ../shared is absent)."""
+    """The first observed H200 reading, and a fake-NVML config of it.
+
+    Read from ../shared/reference/observed-gpu-machines.yaml; the caller is skipped where
+    ../shared is absent."""
     from testkit.shared import shared_path
 
     observed = shared_path("reference", "observed-gpu-machines.yaml")
@@ -213,7 +223,9 @@ def make_target(
     files: dict[str, str] | None = None,
     conda_meta: list[str] | None = None,
 ) -> Path:
-    """A real venv (no pip) holding the given distributions and files; returns its python."""
+    """A real venv without pip, holding these distributions and files.
+
+    Returns its python."""
     venv.create(root, with_pip=False, symlinks=True)
     site = next((root / "lib").glob("python3*/site-packages"))
     for name, version in (dists or {}).items():
@@ -255,10 +267,12 @@ def torch_target(root: Path, version: str, cuda: str | None, **extra_dists: str)
 
 
 def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
-    """A venv holding torch ``version`` as its real wheel laid it out, as far as the fast path
-    reads it: ``torch/version.py`` and ``torch/lib/libtorch_python.so`` (an ELF built by gcc
-    holding the wheel's arch-list literal), both written from the wheel's facts
-    (testkit/cuda/wheelfacts.py); ``import torch`` raises."""
+    """A venv holding torch ``version``, as far as the fast path reads.
+
+    The files are as its real wheel laid them out: ``torch/version.py`` and
+    ``torch/lib/libtorch_python.so`` (an ELF built by gcc holding the wheel's arch-list
+    literal), both written from the wheel's facts (testkit/cuda/wheelfacts.py); ``import torch``
+    raises."""
     from testkit.cuda import wheelfacts
 
     python = make_target(

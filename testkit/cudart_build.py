@@ -1,10 +1,10 @@
-"""A library in the format of CuPy's runtime module, built at test time (no wheel bytes).
+"""A library shaped like CuPy's runtime module, built at test time.
 
-cupy-cuda13x 14.2.0's ``cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so``
-links cudart statically; its ``cudaRuntimeGetVersion`` reaches a function that stores the
-constant CUDART_VERSION (13020) and returns 0 (tests/fixtures/README.md). ``gcc -O2`` compiles
-``int f(int *v) { *v = 13020; return 0; }`` to the same instruction bytes.
-"""
+No wheel bytes are kept. cupy-cuda13x 14.2.0's
+``cupy_backends/cuda/api/runtime.cpython-311-x86_64-linux-gnu.so`` links cudart statically;
+its ``cudaRuntimeGetVersion`` reaches a function that stores the constant CUDART_VERSION
+(13020) and returns 0 (tests/fixtures/README.md). ``gcc -O2`` compiles
+``int f(int *v) { *v = 13020; return 0; }`` to the same instruction bytes."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""The cached minimal Debian root (no Python) and how a job enters it: what
-``tests/test_bootstrap_container.py`` and ``benchmarks/cold_start.py`` share.
+"""The cached minimal Debian root, without Python, and how jobs enter it.
 
-The root (``debootstrap --variant=minbase``, Debian's own tool and mirror) is built once and
-kept under ``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into place, one
-builder at a time. A job runs in an overlay of it (a copy where overlayfs is missing), in a
-private mount namespace (:data:`ENTER`), so the cached root is never written.
-"""
+``tests/test_bootstrap_container.py`` and ``benchmarks/cold_start.py`` share it. The root
+(``debootstrap --variant=minbase``, Debian's own tool and mirror) is built once and kept under
+``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into place, one builder at
+a time. A job runs in an overlay of it (a copy where overlayfs is missing), in a private
+mount namespace (:data:`ENTER`), so the cached root is never written."""
 
 from __future__ import annotations
 
@@ -35,7 +34,9 @@ def cache_dir() -> Path:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """One builder at a time per cached thing (CI runs on one machine may overlap)."""
+    """One builder at a time per cached thing.
+
+    CI runs on one machine may overlap."""
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield

@@ -70,9 +70,11 @@ def on_pull_request(
     number: int = 2,
     repository: str = REPO,
 ) -> dict[str, Any]:
-    """GitHub's ``issue_comment`` payload (octokit/webhooks' example, on an issue) made one on
-    pull request ``number``: GitHub marks a pull request's issue with ``issue.pull_request``
-    (url, html_url, diff_url, patch_url, merged_at), and carries no head SHA."""
+    """GitHub's ``issue_comment`` payload, moved onto pull request ``number``.
+
+    octokit/webhooks' example is on an issue. GitHub marks a pull request's issue with
+    ``issue.pull_request`` (url, html_url, diff_url, patch_url, merged_at), and carries no head
+    SHA."""
     html = f"https://github.com/{repository}/pull/{number}"
     payload["issue"]["number"] = number
     payload["issue"]["pull_request"] = {

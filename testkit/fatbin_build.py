@@ -39,7 +39,9 @@ class Entry:
 
     @staticmethod
     def parse(target: str) -> Entry:
-        """'sm_90a' -> SASS entry, 'compute_120' -> PTX entry (header sizes as nvcc 13.0)."""
+        """The entries of target names: 'sm_90a' is SASS, 'compute_120' PTX.
+
+        Header sizes are nvcc 13.0's."""
         kind, _, rest = target.partition("_")
         suffix = rest[-1] if rest[-1] in "af" else ""
         sm = int(rest.rstrip("af"))
@@ -80,7 +82,9 @@ def container(entries: Iterable[Entry]) -> bytes:
 
 
 def section_for(targets_per_container: Sequence[Sequence[str]]) -> bytes:
-    """One container per inner list (a library has one per translation unit), 8-aligned."""
+    """A fatbin section, one container per inner list, 8-aligned.
+
+    A library has one container per translation unit."""
     return b"".join(container(Entry.parse(t) for t in targets) for targets in targets_per_container)
 
 
@@ -89,8 +93,9 @@ def have_compiler() -> bool:
 
 
 def build_library(path: Path, section: bytes, *, name: str = ".nv_fatbin", filler: int = 0) -> Path:
-    """A shared object whose ``name`` section holds ``section`` (plus ``filler`` bytes of
-    ordinary read-only data, to make the image large)."""
+    """A shared object whose ``name`` section holds ``section``.
+
+    ``filler`` bytes of ordinary read-only data make the image large."""
     data = ", ".join(str(b) for b in section) or "0"
     source = path.with_suffix(".c")
     source.write_text(

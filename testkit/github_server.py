@@ -57,7 +57,9 @@ class PullRequest:
 
 @dataclass
 class IssueComment:
-    """A comment on an issue or pull request (the ``issue-comment`` schema's fields we keep)."""
+    """A comment on an issue or pull request.
+
+    The ``issue-comment`` schema's fields we keep."""
 
     id: int
     issue_number: int
@@ -485,8 +487,10 @@ class FakeGitHub:
         return self
 
     def stop(self) -> None:
-        """Stop both servers; a test whose requests or answers broke GitHub's contract fails
-        here even when the product swallowed the 500 it got for it."""
+        """Stop both servers; fail on a broken contract.
+
+        A test whose requests or answers broke GitHub's contract fails here even when the product
+        swallowed the 500 it got for it."""
         if self._server:
             self._server.shutdown()
             self._server.server_close()
@@ -538,8 +542,10 @@ class FakeGitHub:
         return _stable_id(full_name, 10**8)
 
     def repo_json(self, repo: Repo, *, fork: bool = False) -> dict[str, Any]:
-        """A ``repository`` (a superset of ``minimal-repository``, and of ``full-repository``
-        once ``has_discussions``, ``network_count`` and ``subscribers_count`` are added)."""
+        """A ``repository`` as GitHub serves it.
+
+        A superset of ``minimal-repository``, and of ``full-repository`` once ``has_discussions``,
+        ``network_count`` and ``subscribers_count`` are added."""
         owner, name = repo.full_name.split("/")
         api = f"{self.url}/repos/{repo.full_name}"
         out: dict[str, Any] = {
@@ -1062,8 +1068,10 @@ def created_matches(created: str, value: str) -> bool:
 
 
 def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[WorkflowRun]:
-    """The ``status``, ``event``, ``head_sha``, ``branch`` and ``created`` filters of the
-    list-runs API (``created`` as GitHub's search syntax: ``created_matches``), newest first."""
+    """The list-runs API's filters, newest first.
+
+    ``status``, ``event``, ``head_sha``, ``branch`` and ``created`` (GitHub's search syntax:
+    ``created_matches``)."""
 
     def one(name: str) -> str | None:
         return (query.get(name) or [None])[0]
@@ -1086,7 +1094,9 @@ def _runs_filter(runs: list[WorkflowRun], query: dict[str, list[str]]) -> list[W
 
 
 def _stable_id(text: str, modulo: int) -> int:
-    """An id that is the same in every process (``hash()`` of a str is salted per process)."""
+    """An id that is the same in every process.
+
+    ``hash()`` of a str is salted per process."""
     return zlib.crc32(text.encode()) % modulo + 1
 
 
@@ -1236,8 +1246,10 @@ class _Handler(BaseHTTPRequestHandler):
         body: Any,
         headers: dict[str, str],
     ) -> tuple[int, Any, dict[str, str]]:
-        """The answer, or a 500 naming what broke GitHub's contract (also recorded, so the
-        test fails at ``stop()`` even where the product copes with a 500)."""
+        """The answer, or a 500 naming what broke GitHub's contract.
+
+        The break is also recorded, so the test fails at ``stop()`` even where the product copes
+        with a 500."""
         contract = self.gh.contract
         outside = headers.pop(OUTSIDE_CONTRACT, None)
         if contract is None:

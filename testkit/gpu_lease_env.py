@@ -17,9 +17,10 @@ UUIDS = tuple(f"GPU-{i:08d}-aaaa-bbbb-cccc-{i:012d}" for i in range(16))
 def fake_host_env(
     root: Path, *, gpus: int = 8, busy: dict[int, int] | None = None, mig: tuple[int, ...] = ()
 ) -> dict[str, str]:
-    """Environment for ``gpu-ci gpu-lease`` (and verify-cuda-env, gpu-monitor) on a fake
-    host of ``gpus`` H200s, its lease directory under ``root``; the GPUs in ``mig`` have MIG
-    mode on (one 1g.18gb instance)."""
+    """Environment for ``gpu-ci gpu-lease`` on a fake host of ``gpus`` H200s.
+
+    verify-cuda-env and gpu-monitor run in it too. The lease directory is under ``root``; the
+    GPUs in ``mig`` have MIG mode on (one 1g.18gb instance)."""
     lib = build_fake_nvml(root / "nvml")
 
     def extra(i: int) -> dict[str, object]:

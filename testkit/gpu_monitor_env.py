@@ -65,7 +65,8 @@ def fake_gpu_env(
     machine: dict[str, object] | None = None,
     **gpu: object,
 ) -> dict[str, str]:
-    """Environment for ``gpu-ci gpu-monitor`` against the fake GPU(s) playing ``script``;
+    """Environment for ``gpu-ci gpu-monitor`` against fake GPUs playing ``script``.
+
     ``gpu`` adds config keys to every GPU (``cc="8.0"``, ``pcie_counters=1``), ``machine``
     top-level ones (``container=1``)."""
     lib = build_fake_nvml(tmp / "nvml")
@@ -99,7 +100,8 @@ def monitor_dir(env: dict[str, str]) -> Path:
 
 
 def wait_for_stop_line(env: dict[str, str], timeout: float = 60) -> list[dict]:
-    """Wait until the (fake-clock) sampler wrote its last line; returns the file's records.
+    """Wait until the fake-clock sampler wrote its last line; return the records.
+
     Polls a file the sampler finishes by itself: the wait bounds a hang, it times nothing."""
     path = monitor_dir(env) / "samples.jsonl"
     deadline = time.monotonic() + timeout
@@ -113,8 +115,10 @@ def wait_for_stop_line(env: dict[str, str], timeout: float = 60) -> list[dict]:
 
 
 def example_report():
-    """The README's example summary, from a recording built here (no process, no clock):
-    a 3-minute job whose tests used the GPU for 55 s, with an Xid 13 near the end."""
+    """The README's example summary, from a recording built here.
+
+    No process, no clock: a 3-minute job whose tests used the GPU for 55 s, with an Xid 13
+    near the end."""
     from decimal import Decimal
 
     from gpu_ci.cuda import monitor_report as mr

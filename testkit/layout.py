@@ -62,7 +62,7 @@ def imported_names(path: Path, name: str, is_package: bool) -> Iterator[str]:
 
 
 def import_graph(src: Path, package: str) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports (files, not names)."""
+    """Each module -> the modules of its package it imports."""
     known = modules(src, package)
     graph: dict[str, set[str]] = {name: set() for name in known}
     for module in known.values():
@@ -108,7 +108,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def wing_crossings(src: Path, package: str, wings: Iterable[str] = WINGS) -> list[str]:
-    """``file imports name`` for each import from one wing into another."""
+    """``file imports name`` for each import between two wings."""
     wings = tuple(wings)
     crossings = []
     for module in modules(src, package).values():
@@ -124,7 +124,7 @@ def wing_crossings(src: Path, package: str, wings: Iterable[str] = WINGS) -> lis
 
 
 def tests_package_imports(paths: Iterable[Path], root: Path) -> list[str]:
-    """``file imports name`` for each import of the ``tests`` package from these files."""
+    """``file imports name`` for each import of the ``tests`` package."""
     found = []
     for path in paths:
         for target in sorted(set(imported_names(path, path.stem, False))):
@@ -134,7 +134,9 @@ def tests_package_imports(paths: Iterable[Path], root: Path) -> list[str]:
 
 
 def process_named(paths: Iterable[Path]) -> list[str]:
-    """The test modules whose name tells a process (a review, a round) instead of a subject."""
+    """The test modules named after a process, not a subject.
+
+    A process: a review, a round of findings, an issue."""
     return sorted(
         str(path)
         for path in paths

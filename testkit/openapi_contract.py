@@ -1,4 +1,4 @@
-"""GitHub's REST contract, from GitHub's own OpenAPI description, for the test GitHub server.
+"""GitHub's REST contract, from its OpenAPI description, for the test server.
 
 The test server (``testkit/github_server.py``) is only worth its name while it answers what
 GitHub answers: an object the product reads but GitHub never sends (or a field GitHub always
@@ -180,7 +180,9 @@ class Contract:
 
     # -- responses -------------------------------------------------------------------------
     def _response_schema(self, op: Operation, status: int) -> tuple[str, Any] | None:
-        """(where, schema) for a JSON answer with ``status``; None when it has no body."""
+        """(where, schema) of a JSON answer with ``status``.
+
+        None when the answer has no body."""
         node: Any = self._document
         for part in op.pointer.strip("/").split("/"):
             node = node[part.replace("~1", "/").replace("~0", "~")]
@@ -256,11 +258,12 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 
 
 class _Compiler:
-    """Compiles (JSON-Schema-translated) OpenAPI schemas into checks that append
-    ``(field, message)`` for each violation. Keywords: $ref, type, required, properties,
-    additionalProperties, items, enum, allOf, anyOf, oneOf, min/maxItems, min/maxLength,
-    minimum/maximum, pattern, maxProperties. Compiled once per schema object (refs lazily,
-    so recursive schemas work)."""
+    """Compiles OpenAPI schemas into checks that list each violation.
+
+    The schemas are JSON-Schema-translated; each check appends ``(field, message)``. Keywords:
+    $ref, type, required, properties, additionalProperties, items, enum, allOf, anyOf, oneOf,
+    min/maxItems, min/maxLength, minimum/maximum, pattern, maxProperties. Compiled once per
+    schema object (refs lazily, so recursive schemas work)."""
 
     def __init__(self, root: dict[str, Any]) -> None:
         self._root = root
@@ -426,7 +429,9 @@ _LOAD_LOCK = threading.Lock()
 
 
 def contract() -> Contract | None:
-    """The description, loaded once per session; None (one warning) where it is absent."""
+    """The description, loaded once per session.
+
+    None, with one warning, where it is absent."""
     global _CONTRACT, _LOADED
     with _LOAD_LOCK:
         if not _LOADED:

@@ -50,8 +50,9 @@ def shared_params(folder: str, pattern: str = "*") -> list[Any]:
 
 
 def webhook(name: str) -> dict[str, Any]:
-    """GitHub's example payload ``<event>.<action>[.variant]`` from
-    ../shared/fixtures/webhooks (octokit/webhooks), a deep copy safe to edit."""
+    """GitHub's example payload ``<event>.<action>[.variant]``, safe to edit.
+
+    Read from ../shared/fixtures/webhooks (octokit/webhooks) and deep-copied."""
     path = shared_path("fixtures", "webhooks", f"{name}.json")
     with open(path, encoding="utf-8") as handle:
         return copy.deepcopy(json.load(handle))

@@ -15,7 +15,7 @@ import pytest
 
 
 class Tmpfs:
-    """Mounts tmpfs folders for one test and unmounts them all at its end."""
+    """Mounts tmpfs folders for one test and unmounts them after."""
 
     def __init__(self, parent: Path) -> None:
         self.parent = parent

@@ -1,5 +1,6 @@
-"""A mirror that serves Miniforge-shaped installers, for the tests of ``gpu_ci.conda.miniforge``
-(not a test module: the tests that share it import it)."""
+"""A mirror that serves Miniforge-shaped installers.
+
+The tests of ``gpu_ci.conda.miniforge`` share it."""
 
 from __future__ import annotations
 

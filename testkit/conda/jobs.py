@@ -1,9 +1,8 @@
-"""Jobs of setup-conda-from-lock as a runner starts them, and what the tests check after them.
+"""Jobs of setup-conda-from-lock as a runner starts them, and their checks.
 
 Shared by the tests of tests/conda/ (their fixtures are in tests/conda/conftest.py): a job in
 its own process (:func:`spawn`, :func:`job`, :func:`finish`), the processes and temporary
-files it may leave, and the checks of a complete environment and a valid package cache.
-"""
+files it may leave, and the checks of a complete environment and a valid package cache."""
 
 from __future__ import annotations
 
@@ -195,7 +194,9 @@ def assert_cache_valid(pkgs: Path, channel) -> None:
 
 
 def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
-    """(exit status, output) of a spawned job; a job that hangs (a FIFO read) fails the test."""
+    """(exit status, output) of a spawned job.
+
+    A job that hangs (a FIFO read) fails the test."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

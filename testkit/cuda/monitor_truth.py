@@ -1,5 +1,6 @@
-"""Recordings and reports for gpu-monitor's truth tests (issue 28), shared by the report-math
-and the Pushgateway tests."""
+"""Recordings and reports for gpu-monitor's truth tests.
+
+The report-math and the Pushgateway tests share them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What real PyPI wheels record about their CUDA build, as facts, and their files rebuilt.
+"""What real PyPI wheels record of their CUDA build; their files rebuilt.
 
 verify-cuda-env reads a few files of installed wheels without importing them: the arch-list
 string literal in ``torch/lib/libtorch_python.so`` (next to the path of
@@ -10,8 +10,7 @@ copy of those files: this module records, per wheel (file name and sha256 in
 read from the real wheel, and writes files in the same format from them at test time. The
 library is a real ELF shared object built with gcc whose ``.rodata`` holds the arch list and
 the Module.cpp path in the order the wheel's library has them (the list first, the path a
-few dozen bytes after it).
-"""
+few dozen bytes after it)."""
 
 from __future__ import annotations
 
@@ -196,8 +195,10 @@ def _built_library(version: str) -> bytes:
 
 
 def libtorch_python(version: str) -> bytes:
-    """A real ELF ``libtorch_python.so`` (gcc, built once per session) holding torch
-    ``version``'s arch list and Module.cpp path as the wheel's library does."""
+    """A real ELF ``libtorch_python.so`` for torch ``version``.
+
+    Built by gcc once per session, it holds the version's arch list and Module.cpp path as the
+    wheel's library does."""
     return _built_library(version)
 
 

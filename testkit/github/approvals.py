@@ -50,7 +50,7 @@ def post(
     creator: str = BOT,
     created_at: str | None = None,
 ) -> dict[str, Any]:
-    """Put a commit status on ``sha`` as GitHub holds it (newest first); return it."""
+    """Put a commit status on ``sha``, newest first; return it."""
     target = github.repos[repo]
     body = {"context": context, "state": state, "description": description}
     if url is not None:

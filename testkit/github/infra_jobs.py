@@ -1,4 +1,4 @@
-"""Real-shaped failed GPU jobs for the infrastructure-failure tests (issue 32).
+"""Real-shaped failed GPU jobs for the infrastructure-failure tests.
 
 The runner's messages are quoted as GitHub shows them in a job's annotations (actions/runner
 #2427: "The runner has received a shutdown signal. ..."; #2624, #3539: "The self-hosted
@@ -110,8 +110,9 @@ def failed_run(
 def monitor_report(
     start: datetime, seconds: int, *, lost_at: int | None = None, killed: bool = False
 ) -> dict:
-    """gpu-monitor's report.json for a sampler that ran ``seconds`` from ``start``; with
-    ``lost_at``, NVML answered GPU_IS_LOST then and the kernel logged Xid 79 just before;
+    """gpu-monitor's report.json for a sampler that ran ``seconds`` from ``start``.
+
+    With ``lost_at``, NVML answered GPU_IS_LOST then and the kernel logged Xid 79 just before;
     ``killed``: the sampler never wrote its last line."""
     t0 = start.timestamp() + 180
     lines = [

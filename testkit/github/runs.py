@@ -1,7 +1,8 @@
-"""A month of GPU runs on the loopback GitHub server, and gpu-gate's and gpu-spend's runs
-through the CLI against it: what the budget, spend and idle tests (and the act test of the
-budget workflow, and `make demo`) share. The ``server`` fixture is in tests/github/conftest.py.
-"""
+"""GPU runs on the loopback GitHub server, and actions run against them.
+
+A month of runs, gpu-gate's and gpu-spend's runs through the CLI, and builders of runs,
+jobs and webhooks: what the budget, spend, status and watchdog tests (and the act tests, and
+`make demo`) share. The ``server`` fixture is in tests/github/conftest.py."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ Times = tuple[str, str, str]
 
 
 def played_run(gh, gate: Times, gpu: Times, *, repo=REPO, sha=HEAD, path=WF, **fields):
-    """A CUDA CI run whose gate job (CPU) and GPU job ``tests`` ran at these times."""
+    """A CUDA CI run: its gate and GPU jobs ran at these times."""
     run = WorkflowRun(gh.next_id(), "CUDA CI", path, sha, **fields)
     run.jobs = [
         Job(gh.next_id(), "gate", ["ubuntu-latest"], created_at=gate[0]),
@@ -223,7 +224,9 @@ def gate_env(server, repo: str = REPO) -> dict[str, str]:
 
 
 def month_of_runs(gh, per_day=10, days=30, minutes=11.5):
-    """``per_day × days`` GPU runs in November 2026, each billed 12 minutes ($0.624)."""
+    """``per_day × days`` GPU runs in November 2026.
+
+    Each is billed 12 minutes ($0.624)."""
     for day in range(1, days + 1):
         for hour in range(per_day):
             gpu_run(
@@ -246,7 +249,7 @@ BUDGET = [
     "cuda-ci.yml",
 ]
 
-#: gpu-runs-on has no default since issue 11: the GPU runners these runs use.
+#: gpu-runs-on has no default: the GPU runners these runs use.
 GPU_RUNS_ON = {"INPUT_GPU_RUNS_ON": '["self-hosted", "gpu"]'}
 
 
