@@ -19,8 +19,10 @@ For each action and installer (pip; uv when available), measured side by side, m
   a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
   (the pinned uv fetched). The two uv ones install python-build-standalone from GitHub
   (``UV_PYTHON_INSTALL_MIRROR`` when set), else this host's own Python packed in that
-  layout and served on 127.0.0.1 (:func:`standalone_archive`: no transfer time); the
-  table says why one did not run.
+  layout and served on 127.0.0.1 (:func:`standalone_archive`: no transfer time); and
+  an image like RAPIDS' ci-conda, whose only Python is conda's (that same Python unpacked
+  as a read-only conda prefix): no Python installed, conda's creates the venv. The table
+  says why a path did not run.
 
 Ratios are to ``python3 -c pass``. Goals (issue 30 item 5, on 2 cores): gpu-gate cold
 <= 4 s with pip and <= 2 s with uv, verify-cuda-env cold <= 3 s, warm <= 0.5 s for every
@@ -39,7 +41,6 @@ costs about as much warm.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -60,6 +61,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpu_ci.specs import groups_for  # noqa: E402
 from testkit.events import workflow_dispatch  # noqa: E402
 from testkit.github_server import FakeGitHub, PullRequest  # noqa: E402
+from testkit.standalone_python import (  # noqa: E402
+    CONDA_PREFIX_SETUP,
+    StandalonePython,
+    conda_prefix_into,
+)
 
 LOCK = ROOT / "tests" / "fixtures" / "self-test.linux-64.lock"
 """The project's own explicit lock (six packages): a dry run plans it, downloads nothing."""
@@ -215,123 +221,13 @@ step cold
 step warm
 """
 
-#: The ways a job without Python gets one (issue 30 item 1).
-CONTAINER_PATHS = ("package manager", "uv present", "managed uv Python")
+#: The line that makes sure the root has no Python yet; the conda path puts one there.
+NO_PYTHON_YET = """command -v python3 python >/dev/null && { echo "the root has a Python"; exit 3; }
+"""
+assert NO_PYTHON_YET in CONTAINER_JOB
 
-#: Directories of the host's standard library left out of the standalone archive.
-STDLIB_LEFT_OUT = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo")
-
-
-def standalone_archive(dest: Path) -> tuple[Path | None, str]:
-    """uv installs Python from python-build-standalone's GitHub releases, which a machine
-    that reaches only the package registries cannot download. What it downloads can be
-    named instead (``UV_PYTHON_DOWNLOADS_JSON_URL``: a JSON of the form of uv's own
-    download list, each entry an archive's URL and sha256), so the uv paths are measured
-    with this host's own Python packed in python-build-standalone's ``install_only``
-    layout (``python/bin/python3.X``, ``python/lib/``), built here, served on 127.0.0.1.
-    Python finds its prefix from its executable's place; what must move is the
-    interpreter's ELF ``RUNPATH`` to its ``libpython`` (an absolute path into this
-    host's install), rewritten in place to ``$ORIGIN/../lib`` as python-build-standalone
-    sets it. (archive, '') or (None, why it cannot be built)."""
-    import tarfile
-
-    base = Path(sys.base_prefix)
-    short = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    exe = base / "bin" / f"python{short}"
-    libdir = base / "lib"
-    if not exe.is_file() or not (libdir / f"python{short}" / "os.py").is_file():
-        return None, f"this host's Python is not laid out as <prefix>/bin, <prefix>/lib ({base})"
-    binary = exe.read_bytes()
-    old = str(libdir).encode() + b"\0"
-    new = b"$ORIGIN/../lib"
-    shared = list(libdir.glob(f"libpython{short}*.so*"))
-    if shared:
-        if binary.count(old) != 1 or len(new) >= len(old):
-            return None, (
-                f"this host's Python links {shared[0].name} without a RUNPATH of {libdir} "
-                "to make relative: it cannot be packed as a standalone Python"
-            )
-        binary = binary.replace(old, new + b"\0" * (len(old) - len(new)))
-    version = ".".join(str(part) for part in sys.version_info[:3])
-    machine = platform.machine()
-    name = f"cpython-{version}-linux-{machine}-gnu"
-    archive = dest / f"{name}-install_only.tar.gz"
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        parts = Path(info.name).parts
-        if "__pycache__" in parts or (len(parts) > 3 and parts[3] in STDLIB_LEFT_OUT):
-            return None
-        if info.issym() and info.linkname.startswith("/"):  # uv refuses absolute links
-            return None
-        return info
-
-    staged = dest / "bin"
-    staged.mkdir(parents=True, exist_ok=True)
-    (staged / exe.name).write_bytes(binary)
-    (staged / exe.name).chmod(0o755)
-    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
-        tar.add(staged / exe.name, f"python/bin/{exe.name}")
-        for alias in ("python3", "python"):
-            link = tarfile.TarInfo(f"python/bin/{alias}")
-            link.type, link.linkname = tarfile.SYMTYPE, exe.name
-            tar.addfile(link)
-        for lib in shared:
-            tar.add(lib, f"python/lib/{lib.name}", filter=keep)
-        tar.add(libdir / f"python{short}", f"python/lib/python{short}", filter=keep)
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    entry = {
-        "name": "cpython",
-        "arch": {"family": machine, "variant": None},
-        "os": "linux",
-        "libc": "gnu",
-        "major": sys.version_info[0],
-        "minor": sys.version_info[1],
-        "patch": sys.version_info[2],
-        "prerelease": "",
-        "url": archive.name,  # made absolute once the server's port is known
-        "sha256": digest,
-        "variant": None,
-    }
-    (dest / "downloads.json").write_text(json.dumps({name: entry}))
-    return archive, ""
-
-
-class StandalonePython:
-    """The standalone archive and its download list, served on 127.0.0.1 (a thread)."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="standalone-"))
-        self.archive, self.why = standalone_archive(self.dir)
-        self.server: object = None
-        self.url = ""
-        if self.archive is not None:
-            import functools
-            import http.server
-            import threading
-
-            class Quiet(http.server.SimpleHTTPRequestHandler):
-                def log_message(self, format: str, *args: object) -> None:
-                    pass
-
-            handler = functools.partial(Quiet, directory=str(self.dir))
-            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.server = server
-            self.url = f"http://127.0.0.1:{server.server_address[1]}"
-            listing = json.loads((self.dir / "downloads.json").read_text())
-            for entry in listing.values():
-                entry["url"] = f"{self.url}/{entry['url']}"
-            (self.dir / "downloads.json").write_text(json.dumps(listing))
-
-    def env(self) -> str:
-        """The job's environment lines: uv's download list, the Python version it has."""
-        short = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        return f"UV_PYTHON_DOWNLOADS_JSON_URL={self.url}/downloads.json\nGPU_CI_UV_PYTHON={short}\n"
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()  # type: ignore[attr-defined]
-        shutil.rmtree(self.dir, ignore_errors=True)
+#: The ways a job without Python gets one (issue 30 item 1), and conda's Python alone.
+CONTAINER_PATHS = ("package manager", "uv present", "managed uv Python", "conda's Python")
 
 
 def container_unavailable(path: str, standalone: StandalonePython | None) -> str:
@@ -349,6 +245,9 @@ def container_unavailable(path: str, standalone: StandalonePython | None) -> str
             f"machine does not reach, and no standalone archive of this host's Python "
             f"could be built: {why}"
         )
+    if path == "conda's Python" and not built:
+        why = standalone.why if standalone is not None else "not built"
+        return f"needs this host's Python packed as a conda-like prefix: {why}"
     if path == "managed uv Python" and not shutil.which("node"):
         return "needs Node.js to mount as the runner's /__e/node20 (the root has no curl/wget)"
     return ""
@@ -392,8 +291,14 @@ def container_run(path: str, standalone: StandalonePython | None = None) -> dict
             )
         if os.environ.get("UV_PYTHON_INSTALL_MIRROR"):
             path_env += f"UV_PYTHON_INSTALL_MIRROR={os.environ['UV_PYTHON_INSTALL_MIRROR']}\n"
-        elif path != "package manager" and standalone is not None:
+        elif path not in ("package manager", "conda's Python") and standalone is not None:
             path_env += standalone.env()
+        if path == "conda's Python":  # RAPIDS' ci-conda: conda's Python, and no other
+            assert standalone is not None and standalone.archive is not None
+            why = conda_prefix_into(work / "job", standalone.archive)
+            if why:
+                raise SystemExit(f"container job ({path}): {why}")
+            job = job.replace(NO_PYTHON_YET, CONDA_PREFIX_SETUP, 1)
         (work / "job" / "path.env").write_text(path_env)
         (work / "job" / "job.sh").write_text(job)
         debian.pip_config_into(work)
@@ -424,6 +329,10 @@ def container_run(path: str, standalone: StandalonePython | None = None) -> dict
             times[name] = (int(booted) / 1e6, int(done) / 1e6, float(cpu1) - float(cpu0))
         log = (work / "job" / "cold.bootstrap.log").read_text()
         match = re.search(r"installed Python \S+, .*? in (\d+\.\d) s", log)
+        if path == "conda's Python":
+            if match or "creates the bootstrap's own venv" not in log:
+                raise SystemExit(f"container job ({path}) did not use conda's Python:\n{log}")
+            match = re.match("(0.0)", "0.0")  # no Python installed
         if not match:
             raise SystemExit(f"container job ({path}) installed no Python:\n{log}")
         return {
@@ -443,7 +352,7 @@ def container_report(runs: int) -> dict[str, object]:
     print(f"{'path':24} {'cold s':>7} {'cpu s':>6} {'python s':>8} {'warm s':>7} {'cpu s':>6}")
     report: dict[str, object] = {}
     standalone = None
-    if not os.environ.get("UV_PYTHON_INSTALL_MIRROR") and container_unavailable("", None) == "":
+    if container_unavailable("", None) == "":  # the uv paths' Python, and conda's
         standalone = StandalonePython()
     try:
         for path in CONTAINER_PATHS:

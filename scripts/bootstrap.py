@@ -90,10 +90,14 @@ OPTIONS_FOR_BOTH = (
 
 # The action -> groups table lives in the specs (standard library only, so importable
 # before any dependency is installed), loaded from this checkout's own src/.
+# No .pyc from this import: the job's umask may be laxer than ours, and the compile child
+# writes the checkout's byte code under ours (022).
 sys.path.insert(0, str(ROOT / "src"))
+_WRITES_BYTECODE, sys.dont_write_bytecode = sys.dont_write_bytecode, True
 from gpu_ci.specs import GROUPS as ALL  # noqa: E402
 from gpu_ci.specs import groups_for  # noqa: E402
 
+sys.dont_write_bytecode = _WRITES_BYTECODE
 del sys.path[0]
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Bootstrap gpu-ci for a composite action: find a Python >= 3.9 that is not a (possibly
-# read-only) vendor conda, then let bootstrap.py create, or verify and reuse, a virtual
-# environment with the dependency groups that <action> needs (dependencies only: the action
-# runs this checkout's src/ through scripts/run.py). Later actions of this checkout in the
-# job see GPU_CI_PYTHON and skip the work when their groups are already there.
+# Bootstrap gpu-ci for a composite action: find a Python >= 3.9, preferably not a (possibly
+# read-only) vendor conda's, which only ever creates a venv; then let bootstrap.py create, or
+# verify and reuse, a virtual environment with the dependency groups that <action> needs
+# (dependencies only: the action runs this checkout's src/ through scripts/run.py). Later
+# actions of this checkout in the job see GPU_CI_PYTHON and skip the work when their groups
+# are already there.
 # Usage: bootstrap.sh <action>
 set -euo pipefail
 
@@ -32,12 +33,15 @@ if [ -n "${GPU_CI_PYTHON:-}" ] && [ "${GPU_CI_ROOT:-}" = "$root" ] && [ -x "$GPU
   fi
 fi
 
-usable() {
-  "$1" - <<'PY' 2>/dev/null
+# Every Python started here runs isolated (-I: no PYTHONPATH, user site or script directory)
+# and from /, so nothing in the job's workspace runs in it.
+usable() {  # <python> [any]: 3.9 or newer, and outside a conda installation unless "any"
+  (cd / && "$1" -I - "${2:-}" <<'PY' 2>/dev/null
 import os, sys
 conda = any(os.path.isdir(os.path.join(p, "conda-meta")) for p in {sys.prefix, sys.base_prefix})
-sys.exit(0 if sys.version_info >= (3, 9) and not conda else 1)
+sys.exit(0 if sys.version_info >= (3, 9) and (not conda or sys.argv[1:] == ["any"]) else 1)
 PY
+  )
 }
 
 candidates=()
@@ -48,18 +52,27 @@ candidates+=(python3 python)
 read -r -a fallbacks <<< "${GPU_CI_BOOTSTRAP_FALLBACKS-/usr/bin/python3 /usr/local/bin/python3}"
 candidates+=("${fallbacks[@]}")
 
-find_python() {
+find_python() {  # [any]: the first usable candidate
   local cand path
   for cand in "${candidates[@]}"; do
     path="$(command -v "$cand" 2>/dev/null)" || continue
-    if usable "$path"; then echo "$path"; return 0; fi
+    if usable "$path" "${1:-}"; then echo "$path"; return 0; fi
   done
 }
 
 python="$(find_python)"
+if [ -z "$python" ]; then
+  # Only a conda installation's Python (RAPIDS' images): it creates the bootstrap's own venv,
+  # which is all it is used for. Nothing is installed into that conda, and no second Python.
+  python="$(find_python any)"
+  if [ -n "$python" ]; then
+    echo "gpu-ci bootstrap: no Python >= 3.9 outside a conda installation; $python creates" \
+         "the bootstrap's own venv (nothing is installed into that conda)."
+  fi
+fi
 
 no_python() {
-  echo "::error title=gpu-ci bootstrap::No Python >= 3.9 found outside a conda installation" \
+  echo "::error title=gpu-ci bootstrap::No Python >= 3.9 found" \
        "(tried: ${candidates[*]}).${provision_error:+ Installing one failed: $provision_error}" \
        "Add 'uses: actions/setup-python@v5' with 'python-version: \"3.12\"' before this" \
        "action, or, in a Linux container job, choose how the bootstrap installs one (input" \
@@ -76,4 +89,5 @@ if [ -z "$python" ]; then
 fi
 [ -n "$python" ] || no_python
 
-exec "$python" "$root/scripts/bootstrap.py" "$action"
+cd /
+exec "$python" -I "$root/scripts/bootstrap.py" "$action"

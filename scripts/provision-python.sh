@@ -42,6 +42,30 @@ prov_home() {
   printf '%s/gpu-ci-actions/python' "$base"
 }
 
+# The venvs' rule (bootstrap.py's _foreign), for the home before anything in it is reused or
+# added to: every entry owned by this user or root and, unless a link, writable by no one else.
+prov_foreign() {  # <path> [find options]: "<entry> is <why>" for the first foreign entry, or ''
+  local path="$1" uid out
+  shift
+  [ -e "$path" ] || [ -L "$path" ] || return 0
+  command -v find >/dev/null 2>&1 || { echo "$path cannot be checked (no find in this image)"; return 0; }
+  uid="$(id -u)"
+  out="$(find "$path" "$@" ! -user "$uid" ! -user 0 -print 2>/dev/null)" \
+    || { echo "$path cannot be read through"; return 0; }
+  [ -z "$out" ] || { echo "${out%%$'\n'*} is owned by another user"; return 0; }
+  out="$(find "$path" "$@" ! -type l \( -perm -020 -o -perm -002 \) -print 2>/dev/null)"
+  [ -z "$out" ] || echo "${out%%$'\n'*} is writable by group or others"
+}
+
+prov_check_home() {  # fail unless only this user (or root) could have written the home
+  local home why
+  home="$(prov_home)"
+  why="$(prov_foreign "$(dirname "$home")" -maxdepth 0)"
+  [ -n "$why" ] || [ ! -L "$home" ] || why="$home is a symbolic link"
+  [ -n "$why" ] || why="$(prov_foreign "$home")"
+  [ -z "$why" ] || prov_fail "$why: another user could have planted what the bootstrap would run from there. Give each runner user its own GPU_CI_CACHE_DIR (a directory only that user can write)."
+}
+
 prov_sha256() {  # <file> -> hex digest on stdout, with whatever the image has
   if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -d' ' -f1
   elif command -v shasum >/dev/null 2>&1; then shasum -a 256 "$1" | cut -d' ' -f1
@@ -94,6 +118,7 @@ le32() {  # <number> -> the printf escapes of its 4 little-endian bytes
 # The pinned uv, downloaded (GPU_CI_UV_URL: a mirror of the same wheel) and checked.
 prov_fetch_uv() {
   local arch pin url wsha off csize crc size bsha dir tmp got
+  prov_check_home
   arch="$(uname -m)"
   pin="$(uv_pin "$arch")" || prov_fail "no pinned uv for machine type $arch: install Python 3.9+ in the image."
   read -r url wsha off csize crc size bsha <<< "$pin"
@@ -137,6 +162,7 @@ prov_fetch_uv() {
 
 prov_uv_python() {  # a uv-managed Python with $uv, in a directory of our own; 1 when it fails
   local home
+  prov_check_home
   home="$(prov_home)"
   export UV_PYTHON_INSTALL_DIR="$home/managed" UV_CACHE_DIR="$home/uv-cache"
   prov_note "installing a uv-managed Python $UV_PYTHON with $uv"
@@ -214,7 +240,8 @@ provision_python() {
   else
     ms=$(( (SECONDS - t0) * 1000 ))
   fi
-  version="$("$python" -c 'import platform; print(platform.python_version())')"
+  # Isolated (-I) and from /: never the job's workspace, PYTHONPATH or site customizations.
+  version="$(cd / && "$python" -I -c 'import platform; print(platform.python_version())')"
   local line
   line="No Python >= 3.9 in this job: installed Python $version, $provision_how, in $((ms / 1000)).$(printf '%03d' $((ms % 1000)) | cut -c1) s (install-python: $mode)."
   echo "gpu-ci bootstrap: $line"

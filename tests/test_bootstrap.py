@@ -244,6 +244,39 @@ def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cach
     subprocess.run(["chmod", "-R", "u+w", str(vendor)], check=True)
 
 
+def test_a_conda_python_alone_makes_the_venv_and_no_second_python(tmp_path):
+    """RAPIDS' images have conda's Python and no other: it creates the bootstrap's own venv
+    (each matrix leg used to install a second Python), and the conda stays untouched."""
+    vendor = tmp_path / "vendor-conda"
+    venv.create(vendor, with_pip=False, symlinks=True)
+    (vendor / "conda-meta").mkdir()
+    (vendor / "conda-meta" / "history").write_text("# vendor\n")
+    subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
+    before = tree_digest(vendor)
+    tools = tmp_path / "tools"  # no other Python on PATH, no fallbacks
+    tools.mkdir()
+    os.symlink("/usr/bin/dirname", tools / "dirname")
+    if (UV_BIN / "uv").exists():
+        os.symlink(UV_BIN / "uv", tools / "uv")
+    try:
+        proc, exported = run_bootstrap(
+            tmp_path / "cache",
+            tmp_path,
+            "gpu-gate",
+            PATH=f"{vendor / 'bin'}:{tools}",
+            GPU_CI_BOOTSTRAP_FALLBACKS="",
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"{vendor / 'bin' / 'python3'} creates the bootstrap's own venv" in proc.stdout
+        assert "No Python >= 3.9 in this job" not in proc.stdout  # nothing provisioned
+        python = exported["GPU_CI_PYTHON"]
+        assert python.startswith(str(tmp_path / "cache" / "gpu-ci-actions"))
+        assert launch(python, ROOT, "--version").stdout.startswith(f"gpu-ci {__version__}")
+        assert tree_digest(vendor) == before
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(vendor)], check=True)
+
+
 def test_no_usable_python_names_setup_python(tmp_path, tool_cache):
     empty = tmp_path / "bin"
     empty.mkdir()

@@ -44,6 +44,7 @@ from testkit.debian_root import (
     pip_config_into,
 )
 from testkit.shared import ROOT
+from testkit.standalone_python import CONDA_PREFIX_SETUP, StandalonePython, conda_prefix_into
 
 PROVISION = ROOT / "scripts" / "provision-python.sh"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
@@ -182,6 +183,7 @@ def tools_dir(where: Path, downloader: str) -> Path:
         "tail",
         "gzip",
         "sha256sum",
+        "find",
         downloader,
     ):
         found = shutil.which(tool)
@@ -371,6 +373,100 @@ def test_nothing_is_installed_where_a_python_exists(serve, tmp_path):
     assert not (tmp_path / "cache" / "gpu-ci-actions" / "python").exists()
 
 
+# -- what the job's workspace and a shared cache may not do ---------------------------------
+
+#: A uv that "installs" this interpreter and logs each call: the provisioning path without
+#: a download.
+FAKE_UV = """#!/bin/bash
+echo "$*" >> "$UV_LOG"
+case "$1 $2" in
+  "python install") exit 0 ;;
+  "python find") echo "$REAL_PYTHON" ;;
+  "--version ") echo "uv 0.0.0" ;;
+esac
+"""
+
+#: Modules a pull request could plant in the workspace: each leaves a mark when it runs.
+PLANTED = ("platform", "hashlib", "sitecustomize", "json")
+
+
+def provision_with_fake_uv(work: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    tools = tools_dir(work / "tools", "curl")
+    (tools / "uv").write_text(FAKE_UV)
+    (tools / "uv").chmod(0o755)
+    return subprocess.run(
+        [str(tools / "bash"), str(BOOTSTRAP), "verify-cuda-env"],
+        env={
+            "PATH": str(tools),
+            "HOME": str(work / "home"),
+            "GPU_CI_BOOTSTRAP_FALLBACKS": "",
+            "GITHUB_ENV": str(work / "github_env"),
+            "UV_LOG": str(work / "uv.log"),
+            "REAL_PYTHON": sys.executable,
+            **env,
+        },
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@linux_only
+def test_no_python_the_bootstrap_starts_runs_code_from_the_workspace(tmp_path):
+    workspace = tmp_path / "workspace"
+    marks = tmp_path / "marks"
+    workspace.mkdir()
+    marks.mkdir()
+    for name in PLANTED:
+        (workspace / f"{name}.py").write_text(f"open({str(marks / name)!r}, 'w').close()\n")
+    (tmp_path / "not-a-dir").write_text("")
+    proc = provision_with_fake_uv(
+        tmp_path,
+        workspace,
+        PYTHONPATH=str(workspace),
+        # bootstrap.py stops at its first write: the cache cannot be made under a file.
+        GPU_CI_CACHE_DIR=str(tmp_path / "not-a-dir" / "cache"),
+    )
+    out = proc.stdout + proc.stderr
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert f"installed Python {version}, a uv-managed Python (uv 0.0.0)" in out
+    assert "cannot create" in out and proc.returncode == 1  # bootstrap.py ran, then stopped
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+@linux_only
+@pytest.mark.parametrize("planted", ["group-writable", "another-owner", "linked-home"])
+def test_a_python_home_another_user_could_write_is_refused(tmp_path, planted):
+    home = tmp_path / "cache" / "gpu-ci-actions" / "python"
+    if planted == "linked-home":
+        (tmp_path / "elsewhere").mkdir()
+        home.parent.mkdir(parents=True)
+        home.symlink_to(tmp_path / "elsewhere")
+        why = f"{home} is a symbolic link"
+    elif planted == "group-writable":
+        (home / "managed").mkdir(parents=True)
+        (home / "managed").chmod(0o777)
+        why = f"{home / 'managed'} is writable by group or others"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a file to another user")
+        (home / "managed").mkdir(parents=True)
+        (home / "managed" / "python3").write_text("")
+        os.chown(home / "managed" / "python3", 65534, 65534)
+        why = f"{home / 'managed' / 'python3'} is owned by another user"
+    proc = provision_with_fake_uv(
+        tmp_path,
+        tmp_path,
+        GPU_CI_CACHE_DIR=str(tmp_path / "cache"),
+        GPU_CI_INSTALL_PYTHON="managed",
+    )
+    assert proc.returncode == 1
+    assert f"{why}: another user could have planted" in proc.stdout
+    assert "its own GPU_CI_CACHE_DIR" in proc.stdout
+    assert not (tmp_path / "uv.log").exists(), "uv was run in the foreign home"
+
+
 # -- a real Debian userland without Python, as root --------------------------------------
 
 needs_root = pytest.mark.skipif(
@@ -418,12 +514,10 @@ rm -f /usr/lib/*/libnvidia-ml.so.1 && /sbin/ldconfig
 """
 
 
-@pytest.fixture(scope="module")
-def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One job in a fresh overlay of the Debian root: its steps' logs, env and output files."""
+def job_in_debian(work: Path, job: str, prepare=None) -> Path:
+    """Run ``job`` in a fresh overlay of the Debian root; its steps' files, in ``work/job``."""
     if platform.machine() not in MULTIARCH:
         pytest.skip("x86_64 and aarch64 only")
-    work = tmp_path_factory.mktemp("debian-job")
     for name in ("ovl", "root", "job", "checkout"):
         (work / name).mkdir()
     for name in CHECKOUT:
@@ -436,8 +530,10 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy2(src, work / "checkout" / name)
     build_fake_nvml(work / "nvml")
     write_config(work / "nvml.cfg", observed_h200()[1])
-    (work / "job" / "job.sh").write_text(JOB)
+    (work / "job" / "job.sh").write_text(job)
     pip_config_into(work)
+    if prepare is not None:
+        prepare(work / "job")
     proc = subprocess.run(
         [
             "unshare",
@@ -463,6 +559,12 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs
     return work / "job"
+
+
+@pytest.fixture(scope="module")
+def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One job in a fresh overlay of the Debian root: its steps' logs, env and output files."""
+    return job_in_debian(tmp_path_factory.mktemp("debian-job"), JOB)
 
 
 @needs_root
@@ -528,6 +630,67 @@ def test_debian_container_without_visible_devices_is_named(debian_job):
     assert "NVIDIA_VISIBLE_DEVICES is not set in this container" in findings[0]["message"]
     assert "--gpus all" in findings[0]["fix"]
     assert "NVIDIA_VISIBLE_DEVICES: all" in findings[0]["fix"]
+
+
+#: An image like RAPIDS' ci-conda (:data:`CONDA_PREFIX_SETUP`); the conda hashed around the
+#: job.
+CONDA_JOB = (
+    r"""
+set -u
+export RUNNER_TEMP=/job/runner-temp RUNNER_TOOL_CACHE=/job/tool-cache
+export GITHUB_STEP_SUMMARY=/job/summary.md FAKE_NVML_CONFIG=/etc/fake-nvml.cfg
+export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+mkdir -p "$RUNNER_TEMP" "$RUNNER_TOOL_CACHE"
+if [ -f /etc/gpu-ci-tests-ca.crt ]; then
+  export PIP_CERT=/etc/gpu-ci-tests-ca.crt SSL_CERT_FILE=/etc/gpu-ci-tests-ca.crt
+fi
+[ ! -f /job/pip.env ] || { set -a; . /job/pip.env; set +a; }
+"""
+    + CONDA_PREFIX_SETUP
+    + r"""
+command -v python3 > /job/which.txt
+digest() { (cd /opt/conda && find . -type f -exec sha256sum {} + | sort); }
+digest > /job/conda.before
+: > /job/conda.env; : > /job/conda.out
+GITHUB_ENV=/job/conda.env bash /opt/gpu-ci/scripts/bootstrap.sh verify-cuda-env \
+  > /job/conda.bootstrap.log 2>&1
+echo "$?" > /job/conda.bootstrap.rc
+set -a; . /job/conda.env; set +a
+GITHUB_OUTPUT=/job/conda.out INPUT_REQUIRE_GPU=true \
+  "$GPU_CI_PYTHON" /opt/gpu-ci/scripts/run.py verify-cuda-env > /job/conda.verify.log 2>&1
+echo "$?" > /job/conda.rc
+digest > /job/conda.after
+"""
+)
+
+
+@needs_root
+@pytest.mark.slow
+def test_a_conda_python_alone_serves_the_actions_without_a_second_python(tmp_path):
+    standalone = StandalonePython()
+    try:
+        if standalone.archive is None:
+            pytest.skip(f"this host's Python cannot be packed as a prefix: {standalone.why}")
+
+        def prepare(job: Path) -> None:
+            why = conda_prefix_into(job, standalone.archive)
+            if why:
+                pytest.skip(why)
+
+        job = job_in_debian(tmp_path, CONDA_JOB, prepare)
+    finally:
+        standalone.close()
+    log = (job / "conda.bootstrap.log").read_text()
+    assert (job / "which.txt").read_text().strip() == "/opt/conda/bin/python3"
+    assert (job / "conda.bootstrap.rc").read_text().strip() == "0", log
+    assert "/opt/conda/bin/python3 creates the bootstrap's own venv" in log
+    assert "No Python >= 3.9 in this job" not in log  # no second Python installed
+    env = dict(line.split("=", 1) for line in (job / "conda.env").read_text().splitlines())
+    assert env["GPU_CI_PYTHON"].startswith("/job/tool-cache/gpu-ci-actions/")
+    assert (job / "conda.rc").read_text().strip() == "0", (job / "conda.verify.log").read_text()
+    assert parse_output_file((job / "conda.out").read_text())["ok"] == "true"
+    assert (job / "conda.after").read_text() == (job / "conda.before").read_text()
+    assert (job / "conda.before").read_text().count("\n") > 100  # the whole prefix, hashed
 
 
 # -- verify-cuda-env's container findings, one by one ------------------------------------

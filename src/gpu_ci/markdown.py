@@ -21,6 +21,10 @@ from collections.abc import Iterable, Sequence
 _BREAK = re.compile(r"\r\n|[\r\n\u2028\u2029]")
 _SPECIAL = {"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;"}
 _SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
+#: Where GitHub's Markdown (cmark-gfm's autolink extension) would start a link in plain
+#: text: a scheme before ``:``, ``www.``, an e-mail's ``@``. A word joiner (U+2060) there
+#: keeps the text as it reads and makes no link.
+_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|xmpp)(?=:)|\bwww(?=\.)|(?<=[\w.+-])@(?=[\w-])")
 
 
 class Markdown(str):
@@ -35,14 +39,34 @@ def escape(value: object) -> str:
 
     Backslash, pipe, angle brackets and square brackets are escaped (brackets and angle
     brackets as entities, which CommonMark never reads as structure); a line break becomes
-    ``<br>`` (the line, or the table row, stays one). Emphasis and code spans are left:
-    they cannot point anywhere.
+    ``<br>`` (the line, or the table row, stays one). A bare URL, ``www.`` name or e-mail
+    address is no autolink (a word joiner after its scheme, ``www`` or ``@``). Emphasis and
+    code spans are left: they cannot point anywhere.
     """
     text = "" if value is None else str(value)
     if isinstance(value, Markdown):
         return text
+    text = _AUTOLINK.sub(lambda m: m.group(0) + "\u2060", text)
     text = _SPECIAL_RE.sub(lambda m: _SPECIAL[m.group(0)], text)
     return _BREAK.sub("<br>", text)
+
+
+#: A URL that may be a link's target: http(s), no space and nothing Markdown reads.
+_LINKABLE = re.compile(r"https?://[^\s<>()\[\]`]{1,2000}")
+
+
+def linkable(url: str) -> bool:
+    """Whether ``url`` may be a link's target."""
+    return _LINKABLE.fullmatch(url) is not None
+
+
+def link(text: str, url: str) -> Markdown:
+    """A link to ``url`` labelled ``text``.
+
+    Plain text where ``url`` is not linkable."""
+    if linkable(url):
+        return Markdown(f"[{escape(text)}]({url})")
+    return Markdown(f"{escape(text)} {escape(url)}".strip())
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -49,7 +49,7 @@ def test_a_maintainers_command_runs_the_head_with_its_tier_in_two_calls(run_cli,
         f"/repos/{REPO}/pulls/2",
     ]
     assert (
-        "| approval | comment https://github.com/Codertocat/Hello-World/pull/2#issuecomment-"
+        "| approval | [comment](https://github.com/Codertocat/Hello-World/pull/2#issuecomment-"
         in (result.summary)
     )
     assert "| approver | Codertocat |" in result.summary

@@ -35,10 +35,37 @@ def test_escape_shows_links_images_html_and_pipes_as_text(text):
     assert rendered_markup(out) == [] and "\n" not in out
 
 
+#: Text GitHub's Markdown turns into a link with no markup at all (its autolinks).
+BARE = [
+    "GPU tests failed: see https://evil.example/approve",
+    "www.evil.example/approve",
+    "mail maintainer.bot+gpu@evil.example",
+    "HTTP://EVIL.EXAMPLE",
+    "mailto:x@evil.example and xmpp:x@evil.example",
+]
+
+
+def github_html(markdown: str) -> str:
+    """What GitHub shows for ``markdown``: its own renderer, cmark-gfm with autolinks."""
+    cmarkgfm = pytest.importorskip("cmarkgfm", reason="cmarkgfm (GitHub's cmark-gfm)")
+    from cmarkgfm.cmark import Options
+
+    # raw HTML kept (GitHub keeps the <br> escape writes; it would drop a <script>)
+    return cmarkgfm.github_flavored_markdown_to_html(markdown, options=Options.CMARK_OPT_UNSAFE)
+
+
+@pytest.mark.parametrize("text", HOSTILE + BARE)
+def test_github_renders_escaped_text_with_no_link_image_or_tag(text):
+    html = github_html(escape(text))
+    assert re.findall(r"<(?!/?p>|br>)[^>]*>", html) == [], html
+    if text in BARE:
+        assert "<a " in github_html(text)  # unescaped, GitHub links it
+
+
 def test_a_table_cell_is_text_and_a_markdown_cell_is_ours():
     table = markdown_table(["runner", "link"], [(LINK, Markdown("[run 7](https://x/7)"))])
     row = table.splitlines()[2]
-    assert "&#91;Approve this PR&#93;(https://evil.example/approve)" in row
+    assert "&#91;Approve this PR&#93;(https\u2060://evil.example/approve)" in row
     assert "[run 7](https://x/7)" in row and row.count(" | ") == 1
 
 
@@ -77,6 +104,7 @@ REASONS = [
     "skip\n::error title=GPU CI::all tests passed\n::stop-commands::x",
     f"label {LINK} by <b>x</b> | y \\ z\r\n[ref]: https://evil.example",
     "a\u2028b\u2029c ![i](https://evil.example/i.png)",
+    "see HTTPS://evil.example, www.evil.example or gpu+ci@evil.example (mailto:x@y.z)\n",
 ]
 
 

@@ -77,6 +77,15 @@ def test_text_from_the_pull_request_is_shown_as_text():
     assert "@\u2060maintainer" in state and "<br>run" in state
 
 
+def test_a_url_quoted_from_the_pull_request_is_no_link_on_github():
+    cmarkgfm = pytest.importorskip("cmarkgfm", reason="cmarkgfm (GitHub's cmark-gfm)")
+    job = "GPU tests failed: job 'see https://evil.example/approve or www.evil.example' failed"
+    body = pr_comment.render(CONFIG, shown(job, target_url="https://github.com/o/r/actions/runs/7"))
+    html = cmarkgfm.github_flavored_markdown_to_html(body)
+    assert re.findall(r'href="([^"]*)"', html) == ["https://github.com/o/r/actions/runs/7"]
+    assert "evil.example/approve" in html  # still there to read
+
+
 def test_the_body_never_exceeds_githubs_65536_characters():
     help_text = "h" * pr_comment.HELP_LIMIT
     config = pr_comment.make_config(

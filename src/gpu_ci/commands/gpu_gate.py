@@ -13,6 +13,7 @@ from gpu_ci.github import budget, gate, jobs, spend, statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect
 from gpu_ci.github.event import load_event
 from gpu_ci.inputs import Inputs
+from gpu_ci.markdown import link
 from gpu_ci.pricing import load_table
 from gpu_ci.runtime import Runtime, markdown_table
 
@@ -174,7 +175,7 @@ def _review_pinning(
 def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
     fork = {None: "", True: "yes", False: "no"}[decision.fork]
     approval = {
-        "comment": f"comment {decision.comment_url}".strip(),
+        "comment": link("comment", decision.comment_url),
         "trusted-author": "trusted author",
     }.get(decision.approval, f"label {decision.label or config.label}")
     rows = [

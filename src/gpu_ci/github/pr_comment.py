@@ -45,7 +45,7 @@ from urllib.parse import quote
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github.client import ApiError
 from gpu_ci.github.comment import DEFAULT_COMMAND, parse_command_setting
-from gpu_ci.markdown import escape
+from gpu_ci.markdown import escape, link, linkable
 
 #: GitHub's limit of an issue comment's body (422 "body is too long (maximum is 65536
 #: characters)").
@@ -63,7 +63,6 @@ _STATE_WORDS = {
     "failure": "❌ failed",
     "error": "⚠️ error",
 }
-_URL = re.compile(r"https?://[^\s<>()\[\]`]{1,2000}")
 
 
 @dataclass(frozen=True)
@@ -190,8 +189,8 @@ def _state_line(config: CommentConfig, shown: Shown) -> str:
         return f"**{_text(config.context)}** on {head}: no status yet."
     word = _STATE_WORDS.get(shown.state, _text(shown.state))
     line = f"**{_text(config.context)}** on {head}: {word}: {_text(shown.description)}"
-    if _URL.fullmatch(shown.target_url):
-        line += f" ([details]({shown.target_url}))"
+    if linkable(shown.target_url):
+        line += f" ({link('details', shown.target_url)})"
     return line
 
 
