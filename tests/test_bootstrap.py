@@ -228,14 +228,19 @@ def test_later_action_in_the_same_job_skips_the_bootstrap(bootstrapped, tool_cac
     assert exported == {}
 
 
-@pytest.mark.slow
-def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):
+def read_only_conda(tmp_path: Path) -> tuple[Path, str]:
+    """A vendor's conda installation nobody may write, and the digest of its tree."""
     vendor = tmp_path / "vendor-conda"
     venv.create(vendor, with_pip=False, symlinks=True)
     (vendor / "conda-meta").mkdir()
     (vendor / "conda-meta" / "history").write_text("# vendor\n")
     subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
-    before = tree_digest(vendor)
+    return vendor, tree_digest(vendor)
+
+
+@pytest.mark.slow
+def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):
+    vendor, before = read_only_conda(tmp_path)
     path = f"{vendor / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
     proc, exported = run_bootstrap(tool_cache, tmp_path, PATH=path, CONDA=str(vendor))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -244,15 +249,11 @@ def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cach
     subprocess.run(["chmod", "-R", "u+w", str(vendor)], check=True)
 
 
+@pytest.mark.slow
 def test_a_conda_python_alone_makes_the_venv_and_no_second_python(tmp_path):
     """RAPIDS' images have conda's Python and no other: it creates the bootstrap's own venv
     (each matrix leg used to install a second Python), and the conda stays untouched."""
-    vendor = tmp_path / "vendor-conda"
-    venv.create(vendor, with_pip=False, symlinks=True)
-    (vendor / "conda-meta").mkdir()
-    (vendor / "conda-meta" / "history").write_text("# vendor\n")
-    subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
-    before = tree_digest(vendor)
+    vendor, before = read_only_conda(tmp_path)
     tools = tmp_path / "tools"  # no other Python on PATH, no fallbacks
     tools.mkdir()
     os.symlink("/usr/bin/dirname", tools / "dirname")
