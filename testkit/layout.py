@@ -42,33 +42,46 @@ def modules(src: Path, package: str) -> dict[str, Module]:
     return found
 
 
-def imported_names(path: Path, name: str, is_package: bool) -> Iterator[str]:
-    """The dotted names a file imports, relative imports resolved against ``name``.
+def imports(path: Path, name: str, is_package: bool) -> Iterator[tuple[str, list[str]]]:
+    """(module, names) of each import in a file, relative ones resolved.
 
-    ``from a import b`` yields ``a`` and ``a.b``: the caller keeps what is a module."""
+    Relative imports are resolved against the module ``name``.
+
+    ``import a.b`` is ``("a.b", [])``; ``from .c import d, e`` in ``a.b`` is
+    ``("a.c", ["d", "e"])``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     base = name.split(".") if is_package else name.split(".")[:-1]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            yield from ((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 anchor = base[: len(base) - (node.level - 1)] if node.level > 1 else base
                 module = ".".join([*anchor, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            yield module
-            yield from (f"{module}.{alias.name}" for alias in node.names)
+            yield module, [alias.name for alias in node.names]
+
+
+def imported_names(path: Path, name: str, is_package: bool) -> Iterator[str]:
+    """The dotted names a file imports: ``from a import b`` gives ``a`` and ``a.b``."""
+    for module, names in imports(path, name, is_package):
+        yield module
+        yield from (f"{module}.{alias}" for alias in names)
 
 
 def import_graph(src: Path, package: str) -> dict[str, set[str]]:
-    """Each module -> the modules of its package it imports."""
+    """Each module -> the modules of its package it imports.
+
+    ``from pkg import sub`` is an edge to the module ``pkg.sub`` alone; ``from pkg import
+    name`` of anything else is an edge to ``pkg`` (its ``__init__``)."""
     known = modules(src, package)
     graph: dict[str, set[str]] = {name: set() for name in known}
     for module in known.values():
-        for target in imported_names(module.path, module.name, module.is_package):
-            if target in known and target != module.name:
-                graph[module.name].add(target)
+        for target, names in imports(module.path, module.name, module.is_package):
+            subs = {f"{target}.{alias}" for alias in names} & known.keys()
+            targets = subs if names and len(subs) == len(names) else {target, *subs}
+            graph[module.name] |= {t for t in targets if t in known and t != module.name}
     return graph
 
 
