@@ -1,9 +1,10 @@
-# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`; `make check` is
+# the fast loop while editing (lint, types, and every test not marked e2e or slow).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo lint lock render
+.PHONY: test check demo lint lock render
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,7 @@ $(MERMAID): tests/mermaid/package-lock.json
 	  npm ci --prefix tests/mermaid --no-audit --no-fund --loglevel=error; fi
 
 # GitHub's OpenAPI description (npm @octokit/openapi): every answer of the test GitHub server
-# is validated against it (tests/openapi_contract.py); without npm, validation is off (warned).
+# is validated against it (testkit/openapi_contract.py); without npm, validation is off (warned).
 OPENAPI := tests/openapi/node_modules/.package-lock.json
 $(OPENAPI): tests/openapi/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \
@@ -32,11 +33,19 @@ $(KARPENTER): tests/karpenter/package-lock.json
 	if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix tests/karpenter --no-audit --no-fund --loglevel=error; fi
 
+LINTED := src tests testkit scripts benchmarks deploy
+
 test: $(VENV)/.installed $(MERMAID) $(OPENAPI) $(KARPENTER)
-	$(PY) -m ruff check src tests scripts benchmarks deploy
-	$(PY) -m ruff format --check src tests scripts benchmarks deploy
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m mypy
 	$(PY) -m pytest
+
+check: $(VENV)/.installed $(MERMAID) $(OPENAPI) $(KARPENTER)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
+	$(PY) -m pytest -m "not e2e and not slow"
 
 demo: $(VENV)/.installed
 	$(PY) scripts/demo.py

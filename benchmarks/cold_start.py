@@ -14,7 +14,7 @@ For each action and installer (pip; uv when available), measured side by side, m
   beside the wall seconds with the load average before and after: the machine may be
   shared, and CPU seconds move far less with its load than wall seconds do;
 * a container job without Python (issue 30), verify-cuda-env in a fresh overlay of the
-  Debian root that ``tests/debian_root.py`` builds and caches: cold (a Python
+  Debian root that ``testkit/debian_root.py`` builds and caches: cold (a Python
   installed, then the venv) and warm (a later action of the job), for each way of getting
   a Python: the package manager (root, apt-get), a uv in the image, a uv-managed Python
   (the pinned uv fetched). The two uv ones install python-build-standalone from GitHub
@@ -59,9 +59,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpu_ci.specs import groups_for  # noqa: E402
-from tests.events import workflow_dispatch  # noqa: E402
-from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
-from tests.standalone_python import (  # noqa: E402
+from testkit.events import workflow_dispatch  # noqa: E402
+from testkit.github_server import FakeGitHub, PullRequest  # noqa: E402
+from testkit.standalone_python import (  # noqa: E402
     CONDA_PREFIX_SETUP,
     StandalonePython,
     conda_prefix_into,
@@ -254,12 +254,12 @@ def container_unavailable(path: str, standalone: StandalonePython | None) -> str
 
 
 def container_run(path: str, standalone: StandalonePython | None = None) -> dict[str, float]:
-    """One job in a fresh overlay of the cached Debian root (tests/debian_root.py
+    """One job in a fresh overlay of the cached Debian root (testkit/debian_root.py
     builds and keeps it): seconds and CPU seconds of its first action (Python installed,
     venv built) and of a later one, and the Python install's own seconds as the bootstrap
     reports them."""
-    from tests import debian_root as debian
-    from tests.cuda_env import build_fake_nvml, observed_h200, write_config
+    from testkit import debian_root as debian
+    from testkit.cuda_env import build_fake_nvml, observed_h200, write_config
 
     work = Path(tempfile.mkdtemp(prefix="cold-container-"))
     try:

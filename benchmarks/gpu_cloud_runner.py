@@ -6,7 +6,7 @@ GitHub call), the image and the subnets (one call each), then the walk.
 
     python benchmarks/gpu_cloud_runner.py [--runs 7] [--failures 2]
 
-Measured against moto's server behind the test wrapper (tests/cloud/moto_ec2.py) and the test
+Measured against moto's server behind the test wrapper (testkit/cloud/moto_ec2.py) and the test
 GitHub server, both on 127.0.0.1. Printed side by side with the yardstick: a bare
 ``python -c`` that imports boto3 and calls ``run_instances`` with the same image and subnet,
 the least any boto3 launcher can do. ``--failures`` makes that many candidates fail with
@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cloud.conftest import REPO, Cloud, job_env  # noqa: E402
-from tests.cloud.moto_ec2 import FakeAws  # noqa: E402
-from tests.github_server import FakeGitHub  # noqa: E402
+from testkit.cloud.jobs import REPO, Cloud, job_env  # noqa: E402
+from testkit.cloud.moto_ec2 import FakeAws  # noqa: E402
+from testkit.github_server import FakeGitHub  # noqa: E402
 
 YARDSTICK = (
     "import boto3, sys; boto3.client('ec2', region_name='us-east-1').run_instances("

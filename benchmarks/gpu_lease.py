@@ -5,7 +5,7 @@ directory made, a free GPU).
 
     python benchmarks/gpu_lease.py [--runs 15] [--gpus 8] [--lease 2]
 
-Measured against the fake libnvidia-ml.so.1 (tests/fake_nvml) on an 8-GPU host: the command
+Measured against the fake libnvidia-ml.so.1 (testkit/fake_nvml) on an 8-GPU host: the command
 (imports, inputs, directory check) plus its detached holder (an interpreter start, nvmlInit,
 one scan with flock per GPU, the answer). Each run leases, then its "job" ends and the next
 run starts once the locks are free. Printed side by side with the yardstick of a bare
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
 
 YARDSTICK = "import pynvml; pynvml.nvmlInit(); pynvml.nvmlDeviceGetCount()"
 

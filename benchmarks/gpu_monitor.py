@@ -4,7 +4,7 @@ Goal (issue: gpu-monitor): at most 1 % of one core and at most 30 MiB resident m
 
     python benchmarks/gpu_monitor.py [--seconds 30] [--gpus 1,8] [--mig 7]
 
-Measured against the fake libnvidia-ml.so.1 (tests/fake_nvml), playing a busy GPU with two
+Measured against the fake libnvidia-ml.so.1 (testkit/fake_nvml), playing a busy GPU with two
 processes: the Python side (nvidia-ml-py, JSON lines, the event wait) is what is measured;
 a real driver's NVML calls cost more per call (tens of microseconds each) and are not in
 these numbers. CPU is utime + stime of the sampler from /proc/<pid>/stat after a 3 s
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
 
 SCRIPT = (
     "0 gpu.{i}.util=97 gpu.{i}.mem_used_mib=40960 gpu.{i}.power_mw=450000\n"
@@ -158,7 +158,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     print(
-        "gpu-monitor sampler at interval 1 s, against the fake NVML (tests/fake_nvml); "
+        "gpu-monitor sampler at interval 1 s, against the fake NVML (testkit/fake_nvml); "
         f"{args.seconds:g} s measured after a 3 s warm-up"
     )
     print(

@@ -5,7 +5,7 @@ Goal (issue 47): at most 1 ms per test, NVML reads included.
     python benchmarks/pytest_plugin.py [--rounds 9] [--tests 2000] [--gpus 1] [--others 3]
 
 The suite is ``--tests`` trivial tests (the plugin's cost, not the tests', is measured), run
-by ``python -m pytest`` with the fake libnvidia-ml.so.1 (tests/fake_nvml) answering NVML:
+by ``python -m pytest`` with the fake libnvidia-ml.so.1 (testkit/fake_nvml) answering NVML:
 ``--gpus`` job GPUs, each with ``--others`` processes of other jobs in the driver's ledger,
 so every read of the process list walks a real directory and decodes entries. Rounds
 alternate with and without ``-p gpu_ci.pytest_plugin`` (after one warm-up each); the
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config  # noqa: E402
 
 #: The plugin's two reads per test (before setup, after teardown), timed alone.
 NVML_READS = """

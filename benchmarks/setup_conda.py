@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conda_channel import Archive, Channel, ChannelServer, _assemble  # noqa: E402
+from testkit.conda_channel import Archive, Channel, ChannelServer, _assemble  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 #: Work directories: RAM when available, so that the disk's write-back (which lands on

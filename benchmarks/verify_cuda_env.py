@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.cuda_env import build_fake_nvml, observed_h200, write_config  # noqa: E402
+from testkit.cuda_env import build_fake_nvml, observed_h200, write_config  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 

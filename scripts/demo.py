@@ -14,10 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.act_runner import run_act  # noqa: E402
-from tests.events import HEAD, REPO  # noqa: E402
-from tests.events import pull_request_labeled as labeled_event  # noqa: E402
-from tests.github_server import FakeGitHub, PullRequest  # noqa: E402
+from testkit.act_runner import run_act  # noqa: E402
+from testkit.events import HEAD, REPO  # noqa: E402
+from testkit.events import pull_request_labeled as labeled_event  # noqa: E402
+from testkit.github_server import FakeGitHub, PullRequest  # noqa: E402
 
 
 def show(title: str, result, keys: list[str]) -> bool:
@@ -101,7 +101,7 @@ def main() -> int:
             ok &= show(title, result, keys)
         # The GPU job on this machine (no GPU): a locked environment from a local channel,
         # then the driver check, which reports that no driver is visible.
-        from tests.conda_channel import ChannelServer, build_channel
+        from testkit.conda_channel import ChannelServer, build_channel
 
         channel = build_channel(work / "channel")
         channel.server = ChannelServer(work / "channel").start()
@@ -127,7 +127,7 @@ def main() -> int:
             print(f"    finding {finding['level']}: [{finding['code']}] {finding['message']}")
         # The budget: a month of GPU runs ($12.48 of a $15 budget), a gate that refuses the
         # next one (its 60-minute reservation would pass the budget), and the spend report.
-        from tests.github.runs import month_of_runs
+        from testkit.github.runs import month_of_runs
 
         month_of_runs(github, per_day=2, days=10)
         budget_env = {**env, "GPU_CI_NOW": "2026-11-30T14:00:00Z"}
@@ -163,7 +163,7 @@ def main() -> int:
             ["minutes", "cost", "ledger"],
         )
         # gpu-monitor on a fake H200: the tests' fake libnvidia-ml plays a scripted series.
-        from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
+        from testkit.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
 
         (work / "monitor").mkdir()
         gpu_env = fake_gpu_env(work / "monitor", E2E_SCRIPT, samples=45)
@@ -184,7 +184,7 @@ def main() -> int:
         )
         # gpu-lease on a fake 8-GPU host shared by several runners; GPU 0 runs a foreign
         # process (a zombie of an earlier job), so the lease takes GPUs 1 and 2.
-        from tests.gpu_lease_env import fake_host_env
+        from testkit.gpu_lease_env import fake_host_env
 
         (work / "lease").mkdir()
         result = run_act(
@@ -205,7 +205,7 @@ def main() -> int:
         # The watchdog: a GPU job queued for 95 minutes, no runner took it.
         from datetime import datetime, timedelta, timezone
 
-        from tests.github_server import Job, WorkflowRun
+        from testkit.github_server import Job, WorkflowRun
 
         then = (datetime.now(timezone.utc) - timedelta(minutes=95)).strftime("%Y-%m-%dT%H:%M:%SZ")
         stuck = WorkflowRun(

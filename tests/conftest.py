@@ -1,25 +1,27 @@
-"""Shared fixtures: the loopback GitHub server, the CLI in a subprocess, and the act runner;
-and how pytest-xdist spreads the suite over workers (see the two hooks below)."""
+"""Shared fixtures and pytest hooks; the helpers they use live in ``testkit``.
+
+The fixtures: the loopback GitHub server, the CLI in a subprocess, tmpfs mounts and the act
+runner. The hooks: bytecode compiled once, and how pytest-xdist spreads the suite.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.act_runner import FAST_HTTP_ENV, ActResult, run_act
-from tests.github_server import FakeGitHub
-from tests.shared import ROOT, SHARED, shared_path, webhook
-
-__all__ = ["ROOT", "SHARED", "shared_path", "webhook", "tree_digest", "parse_output_file"]
-
+import testkit.cli
+from testkit.act_runner import ActResult, run_act
+from testkit.cli import CliResult
+from testkit.github_server import FakeGitHub
+from testkit.marks import missing_marks
+from testkit.shared import ROOT
+from testkit.tmpfs import Tmpfs, tmpfs_mounts
 
 # -- run-wide set-up -------------------------------------------------------------------------
 
@@ -88,7 +90,8 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """(xdist worker) Keep a module's tests that share a module-scoped fixture on one worker.
+    """Refuse a long test without its mark (testkit.marks); then (xdist worker) keep a
+    module's tests that share a module-scoped fixture on one worker.
 
     A session-scoped fixture is built once per worker (each in its own temporary directory);
     a module-scoped one would be built by every worker that runs one of its tests, and some
@@ -97,6 +100,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups first and spreads every other test one by one. (pytest-xdist's own
     ``xdist_group`` marks are not used: on pytest 9.2 ``--dist loadgroup`` silently ignores
     them, pytest-dev/pytest-xdist#1386.)"""
+    missing = missing_marks(items)
+    if missing:
+        raise pytest.UsageError("tests without the mark their set-up needs:\n" + "\n".join(missing))
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None or "gpu_ci_groups" not in workerinput:
         return
@@ -138,111 +144,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SharedFixtureScheduling(config, log)
 
 
-def tree_digest(root: Path) -> str:
-    """One hash of a directory tree's names and file contents (byte-identical or not)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode())
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 @pytest.fixture
 def github() -> Iterator[FakeGitHub]:
     with FakeGitHub() as server:
         yield server
 
 
-@dataclass
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
-    outputs: dict[str, str]
-    summary: str
-
-    @property
-    def errors(self) -> list[str]:
-        return [line for line in self.stdout.splitlines() if line.startswith("::error")]
-
-
-def parse_output_file(text: str) -> dict[str, str]:
-    """Parse GitHub's file-command format (``name<<DELIM`` blocks and ``name=value``)."""
-    out: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
-            name, delim = line.split("<<", 1)
-            j = lines.index(delim, i + 1)
-            out[name] = "\n".join(lines[i + 1 : j])
-            i = j + 1
-        elif "=" in line:
-            name, value = line.split("=", 1)
-            out[name] = value
-            i += 1
-        else:
-            i += 1
-    return out
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., CliResult]:
+    """Run ``python -m gpu_ci`` in a subprocess as a runner would, reading its outputs."""
+    return functools.partial(testkit.cli.run_cli, tmp_path)
 
 
 @pytest.fixture
-def run_cli(tmp_path: Path):
-    """Run ``python -m gpu_ci`` in a subprocess as a runner would, reading its outputs."""
-
-    def run(
-        args: list[str],
-        env: dict[str, str] | None = None,
-        *,
-        event: dict[str, Any] | None = None,
-        event_name: str | None = None,
-        timeout: float = 60,
-    ) -> CliResult:
-        output = tmp_path / "github_output"
-        summary = tmp_path / "step_summary"
-        output.write_text("")
-        summary.write_text("")
-        full_env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("INPUT_", "GITHUB_", "RUNNER_"))
-        }
-        full_env.update(
-            {
-                "GITHUB_OUTPUT": str(output),
-                "GITHUB_STEP_SUMMARY": str(summary),
-                "GITHUB_ACTIONS": "true",
-                "PYTHONPATH": str(ROOT / "src"),
-            }
-        )
-        full_env.update(FAST_HTTP_ENV)
-        if event is not None:
-            path = tmp_path / "event.json"
-            path.write_text(json.dumps(event))
-            full_env["GITHUB_EVENT_PATH"] = str(path)
-        if event_name is not None:
-            full_env["GITHUB_EVENT_NAME"] = event_name
-        full_env.update(env or {})
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpu_ci", *args],
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        return CliResult(
-            proc.returncode,
-            proc.stdout,
-            proc.stderr,
-            parse_output_file(output.read_text()),
-            summary.read_text(),
-        )
-
-    return run
+def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
+    """Mounts small tmpfs folders under ``tmp_path`` (``tmpfs("name", "ro,size=1m")``),
+    unmounted after the test; the test is skipped where mounting needs root it lacks."""
+    with tmpfs_mounts(tmp_path) as mounts:
+        yield mounts
 
 
 # -- act -----------------------------------------------------------------------------------
@@ -263,7 +182,7 @@ def tool_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def act(tmp_path: Path, tool_cache: Path):
-    """Run a workflow under the real act runner (see tests/act_runner.py)."""
+    """Run a workflow under the real act runner (see testkit/act_runner.py)."""
 
     def run(workflow: Path, event_name: str, event: dict[str, Any], **kwargs: Any) -> ActResult:
         return run_act(tmp_path, workflow, event_name, event, tool_cache=tool_cache, **kwargs)

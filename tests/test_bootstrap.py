@@ -21,7 +21,8 @@ from packaging.utils import canonicalize_name
 
 from gpu_ci import __version__
 from gpu_ci.specs import GROUPS
-from tests.conftest import ROOT, tree_digest
+from testkit.cli import tree_digest
+from testkit.shared import ROOT
 
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 LAUNCHER = ROOT / "scripts" / "run.py"
@@ -134,6 +135,7 @@ def bootstrapped(tool_cache: Path, tmp_path_factory) -> dict[str, str]:
     return exported
 
 
+@pytest.mark.slow
 def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, tool_cache):
     python = bootstrapped["GPU_CI_PYTHON"]
     assert python.startswith(str(tool_cache / "gpu-ci-actions" / __version__))
@@ -171,6 +173,7 @@ def test_bootstrap_installs_the_checkout_version_from_the_lock(bootstrapped, too
     assert installed <= pins, installed - pins
 
 
+@pytest.mark.slow
 def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
     cache = tmp_path / "cache"
     proc, exported = run_bootstrap(cache, tmp_path, "verify-cuda-env", **fast())
@@ -200,6 +203,7 @@ def test_actions_install_only_their_groups_and_never_modify_a_venv(tmp_path):
     assert "bootstrapped earlier in this job" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cache_dir_override_wins_over_the_tool_cache(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(
         tmp_path / "elsewhere", tmp_path, GPU_CI_CACHE_DIR=str(tool_cache)
@@ -208,6 +212,7 @@ def test_cache_dir_override_wins_over_the_tool_cache(bootstrapped, tool_cache, t
     assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
 
 
+@pytest.mark.slow
 def test_second_bootstrap_reuses_the_venv(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(tool_cache, tmp_path)
     assert proc.returncode == 0
@@ -215,6 +220,7 @@ def test_second_bootstrap_reuses_the_venv(bootstrapped, tool_cache, tmp_path):
     assert exported["GPU_CI_PYTHON"] == bootstrapped["GPU_CI_PYTHON"]
 
 
+@pytest.mark.slow
 def test_later_action_in_the_same_job_skips_the_bootstrap(bootstrapped, tool_cache, tmp_path):
     proc, exported = run_bootstrap(tool_cache, tmp_path, **bootstrapped)
     assert proc.returncode == 0
@@ -222,13 +228,19 @@ def test_later_action_in_the_same_job_skips_the_bootstrap(bootstrapped, tool_cac
     assert exported == {}
 
 
-def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):
+def read_only_conda(tmp_path: Path) -> tuple[Path, str]:
+    """A vendor's conda installation nobody may write, and the digest of its tree."""
     vendor = tmp_path / "vendor-conda"
     venv.create(vendor, with_pip=False, symlinks=True)
     (vendor / "conda-meta").mkdir()
     (vendor / "conda-meta" / "history").write_text("# vendor\n")
     subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
-    before = tree_digest(vendor)
+    return vendor, tree_digest(vendor)
+
+
+@pytest.mark.slow
+def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cache, tmp_path):
+    vendor, before = read_only_conda(tmp_path)
     path = f"{vendor / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
     proc, exported = run_bootstrap(tool_cache, tmp_path, PATH=path, CONDA=str(vendor))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -237,15 +249,11 @@ def test_read_only_vendor_conda_first_on_path_is_skipped(bootstrapped, tool_cach
     subprocess.run(["chmod", "-R", "u+w", str(vendor)], check=True)
 
 
+@pytest.mark.slow
 def test_a_conda_python_alone_makes_the_venv_and_no_second_python(tmp_path):
     """RAPIDS' images have conda's Python and no other: it creates the bootstrap's own venv
     (each matrix leg used to install a second Python), and the conda stays untouched."""
-    vendor = tmp_path / "vendor-conda"
-    venv.create(vendor, with_pip=False, symlinks=True)
-    (vendor / "conda-meta").mkdir()
-    (vendor / "conda-meta" / "history").write_text("# vendor\n")
-    subprocess.run(["chmod", "-R", "a-w", str(vendor)], check=True)
-    before = tree_digest(vendor)
+    vendor, before = read_only_conda(tmp_path)
     tools = tmp_path / "tools"  # no other Python on PATH, no fallbacks
     tools.mkdir()
     os.symlink("/usr/bin/dirname", tools / "dirname")
@@ -290,6 +298,7 @@ def shared_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shared-cache")
 
 
+@pytest.mark.slow
 def test_two_checkouts_in_sequence_each_run_their_own_code(tmp_path):
     cache = tmp_path / "cache"
     a, b = checkout(tmp_path, "A"), checkout(tmp_path, "B")
@@ -307,6 +316,7 @@ def test_two_checkouts_in_sequence_each_run_their_own_code(tmp_path):
     assert launch(env_a["GPU_CI_PYTHON"], a, "--version").stdout.strip().endswith("from A")
 
 
+@pytest.mark.slow
 def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
     cache = tmp_path / "cache"
     roots = [checkout(tmp_path, name) for name in ("A", "B", "C")]
@@ -338,6 +348,7 @@ def test_two_checkouts_bootstrapping_at_once_share_one_complete_venv(tmp_path):
 @pytest.mark.parametrize(
     "plant", ["pth", "sitecustomize", "pyc", "changed", "same-size-mtime", "extra-dist"]
 )
+@pytest.mark.slow
 def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plant):
     cache = shared_cache
     proc, env = run_bootstrap(cache, tmp_path, "gpu-gate", **fast())
@@ -395,6 +406,7 @@ def test_a_planted_file_in_a_reused_venv_never_runs(shared_cache, tmp_path, plan
     assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_running_the_actions_leaves_the_venv_verifiable(bootstrapped, tool_cache, tmp_path):
     python = bootstrapped["GPU_CI_PYTHON"]
     for args in (["--version"], ["verify-cuda-env", "--require-gpu", "false"]):
@@ -403,6 +415,7 @@ def test_running_the_actions_leaves_the_venv_verifiable(bootstrapped, tool_cache
     assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_half_built_venv_is_never_used(shared_cache, tmp_path):
     boot = bootstrap_module()
     cache = shared_cache
@@ -421,6 +434,7 @@ def test_a_half_built_venv_is_never_used(shared_cache, tmp_path):
     assert boot.verify(venv_path) == ""
 
 
+@pytest.mark.slow
 def test_a_tampered_uv_cache_cannot_install_into_a_fresh_venv(tmp_path):
     uv = ROOT / ".venv" / "bin" / "uv"
     if not uv.exists():
@@ -513,6 +527,7 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["other-writable", "other-owner"])
+@pytest.mark.slow
 def test_a_venv_another_user_could_write_is_never_reused(shared_cache, tmp_path, how):
     """The manifest lives in the venv: it vouches only for files no one else could write (a
     user sharing GPU_CI_CACHE_DIR could plant files and a matching manifest)."""
@@ -694,6 +709,7 @@ def test_the_checkout_is_compiled_again_unless_every_module_is_fresh(tmp_path, m
     assert not compiles()
 
 
+@pytest.mark.slow
 def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     """A Python with no pip of its own (a distribution's python3 with python3-venv, whose pip
     is only the wheel that ensurepip would install): the bootstrap runs pip from that wheel
@@ -736,6 +752,7 @@ def test_a_python_without_pip_runs_the_pip_wheel_it_ships_with(tmp_path):
     assert ": reused: " in proc.stdout and "not reusing" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_pyc_planted_in_the_uv_cache_is_replaced_by_the_checked_source(tmp_path):
     """uv copies whatever its cache holds, ``__pycache__`` too, and no RECORD lists a .pyc:
     an unchecked-hash .pyc (loaded without looking at its source) planted in the cache would
@@ -798,6 +815,7 @@ def _third_party_imports() -> list[str]:
     return sorted(n for n in names if n.split(".")[0] not in (*sys.stdlib_module_names, "gpu_ci"))
 
 
+@pytest.mark.slow
 def test_no_run_imports_a_source_the_bootstrap_leaves_uncompiled():
     """``NEVER_IMPORTED`` sources get no ``.pyc`` (a run would compile them in memory, each
     time): every command and every third-party module our code imports (or a name in it)
@@ -1097,6 +1115,7 @@ def test_uv_reads_no_configuration_of_the_jobs_directory(tmp_path, monkeypatch):
     assert (site / "actions_toolkit" / "__init__.py").is_file()
 
 
+@pytest.mark.slow
 def test_pip_reads_no_configuration_of_the_users(tmp_path, monkeypatch):
     """An earlier job on a persistent runner (same user, same home) may leave a
     ``~/.config/pip/pip.conf``: pip reads none of the user's, whose ``requirement`` would add

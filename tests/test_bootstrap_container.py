@@ -5,7 +5,7 @@ the pinned uv (from a loopback server holding PyPI's wheel) and checks its sha25
 
 The Debian root (``debootstrap --variant=minbase``, Debian's own tool and mirror) is built
 once and kept under ``${XDG_CACHE_HOME:-~/.cache}/gpu-ci-tests``: built aside, renamed into
-place, one builder at a time (``tests/debian_root.py``, which the cold-start benchmark
+place, one builder at a time (``testkit/debian_root.py``, which the cold-start benchmark
 shares). Each test runs in an overlay of it (a copy where overlayfs is missing), in a
 private mount namespace, so the cached root is never written.
 """
@@ -32,9 +32,9 @@ import pytest
 
 from gpu_ci.cuda.facts import NvmlSnapshot
 from gpu_ci.cuda.verify.checks import EnvFacts, in_container, nvml_findings
-from tests.conftest import ROOT, parse_output_file
-from tests.cuda_env import build_fake_nvml, observed_h200, write_config
-from tests.debian_root import (
+from testkit.cli import parse_output_file
+from testkit.cuda_env import build_fake_nvml, observed_h200, write_config
+from testkit.debian_root import (
     CHECKOUT,
     ENTER,
     MULTIARCH,
@@ -43,7 +43,8 @@ from tests.debian_root import (
     locked,
     pip_config_into,
 )
-from tests.standalone_python import CONDA_PREFIX_SETUP, StandalonePython, conda_prefix_into
+from testkit.shared import ROOT
+from testkit.standalone_python import CONDA_PREFIX_SETUP, StandalonePython, conda_prefix_into
 
 PROVISION = ROOT / "scripts" / "provision-python.sh"
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
@@ -567,6 +568,7 @@ def debian_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debian_job):
     job = debian_job
     first = (job / "first.bootstrap.log").read_text()
@@ -601,6 +603,7 @@ def test_debian_without_python_gets_one_and_verify_cuda_env_reports_the_gpu(debi
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_container_without_compute_capability_is_named(debian_job):
     job = debian_job
     bootstrap = (job / "nocompute.bootstrap.log").read_text()
@@ -618,6 +621,7 @@ def test_debian_container_without_compute_capability_is_named(debian_job):
 
 
 @needs_root
+@pytest.mark.slow
 def test_debian_container_without_visible_devices_is_named(debian_job):
     job = debian_job
     assert (job / "novisible.rc").read_text().strip() == "1"

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from gpu_ci import cpus
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 
 @pytest.fixture

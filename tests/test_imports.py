@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT, webhook
-from tests.github_server import PullRequest
-from tests.shared import lock_file
+from testkit.github.runs import labeled
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, lock_file
 
 RUNNER = """
 import atexit, json, sys
@@ -42,8 +42,7 @@ def test_gpu_gate_never_imports_nvml_or_conda_code(tmp_path, github):
     github.add_pull(
         "Codertocat/Hello-World", PullRequest(2, "ec26c3e57ca3a959ca5aad62de7213c562f8c821")
     )
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     path = tmp_path / "event.json"
     path.write_text(json.dumps(event))
     proc, top, modules = loaded(

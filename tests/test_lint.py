@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 BIN = Path(sys.executable).parent
 

@@ -14,7 +14,7 @@ import yaml
 
 from gpu_ci import __version__, release
 from gpu_ci.specs import ACTIONS
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
 
@@ -174,6 +174,7 @@ def test_dependabot_watches_actions_and_the_locks():
 # -- the PyPI path: what `pipx run --spec gpu-ci-actions gpu-ci ...` installs ------------------
 
 
+@pytest.mark.slow
 def test_wheel_installs_and_runs_verify_cuda_env(tmp_path):
     dist = tmp_path / "dist"
     subprocess.run(

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpu_ci.specs import ACTIONS
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 try:

@@ -8,7 +8,7 @@ import pytest
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.runtime import Runtime, markdown_table
-from tests.conftest import parse_output_file
+from testkit.cli import parse_output_file
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_file_commands_are_written_as_the_toolkit_writes_them_without_its_uuid(o
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from testkit.shared import ROOT
 
     out = output_file
     rt = Runtime()

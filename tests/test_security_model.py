@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 DOC = ROOT / "SECURITY-MODEL.md"
 

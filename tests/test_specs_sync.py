@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpu_ci.specs import ACTIONS
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 
 def load(path):

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 
 def _parser_class() -> type[argparse.ArgumentParser]:
-    """argparse that reports unusable arguments as an annotation, exit code 2 (defined on
-    first use: a composite action passes no arguments, and never needs argparse)."""
+    """argparse that reports unusable arguments as an annotation, exit 2.
+
+    Defined on first use: a composite action passes no arguments and never needs argparse."""
     import argparse
 
     from actions_toolkit.command import issue_command
@@ -49,9 +50,10 @@ def _flag_help(spec: ActionSpec, name: str) -> str:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every subcommand with its flags; with ``only``, an action's name, that subcommand
-    alone: ``main`` builds the one being run (the 8 subparsers and ~100 flags of every action
-    cost each run several ms). Any other ``only`` builds them all, for argparse's errors."""
+    """The parser of every subcommand, or of the action named ``only``.
+
+    ``main`` builds the one being run: the 8 subparsers and ~100 flags of every action cost
+    each run several ms. Any other ``only`` builds them all, for argparse's errors."""
     parser_class = _parser_class()
     parser = parser_class(
         prog="gpu-ci",
@@ -122,9 +124,11 @@ def _command_in(argv: Sequence[str]) -> str | None:
 
 
 def _no_flags(argv: Sequence[str]) -> str | None:
-    """The action when ``argv`` is its name (or alias) alone, as every composite action runs
-    us (its inputs come as INPUT_<NAME>): argparse would set every flag to None, and it and
-    the parser cost each action's start-up ~5 ms. None for anything else (argparse's)."""
+    """The action when ``argv`` is its name (or alias) alone; else None.
+
+    Every composite action runs us so, its inputs in INPUT_<NAME>. argparse would set every
+    flag to None, and it and the parser cost each action's start-up ~5 ms. Anything else is
+    argparse's."""
     if len(argv) == 1:
         name = ALIASES.get(argv[0], argv[0])
         if name in ACTIONS:

@@ -11,8 +11,10 @@ import os
 
 
 def usable() -> int:
-    """The cores the scheduler lets this process use (``sched_getaffinity``), where the
-    platform tells; else the machine's (``os.cpu_count()``); at least 1."""
+    """The cores this process may use; at least 1.
+
+    The scheduler's set (``sched_getaffinity``) where the platform tells; else the machine's
+    (``os.cpu_count()``)."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # macOS, Windows

@@ -1,4 +1,4 @@
-"""Disk space and permission failures as named errors, never as retried network errors.
+"""Disk and permission failures as named errors, never retried as network errors.
 
 A full disk (``ENOSPC``, ``EDQUOT``), a read-only file system (``EROFS``) or a missing
 permission (``EACCES``, ``EPERM``) will not heal by retrying: each becomes a
@@ -39,7 +39,7 @@ def mb(n: float) -> str:
 def as_disk_error(
     exc: BaseException, path: Path | str, what: str, need: int | None = None
 ) -> DiskError | None:
-    """The named error for ``exc`` when it is a disk/permission failure, else None."""
+    """The named error for a disk or permission failure ``exc``; else None."""
     if not isinstance(exc, OSError) or exc.errno is None:
         return None
     where = getattr(exc, "filename", None) or path

@@ -151,7 +151,7 @@ class Router(Protocol):
 
 
 class Progress:
-    """Bytes and rate of all downloads together, reported at most every ``interval`` s."""
+    """Bytes and rate of all downloads, reported at most every ``interval`` s."""
 
     def __init__(
         self,
@@ -190,10 +190,12 @@ def _unrouted(url: str) -> Route:
 
 
 def proxies() -> dict[str, str]:
-    """urllib's proxies from the environment, with ``ALL_PROXY`` (an http or https proxy)
-    for http and https where no ``HTTP_PROXY``/``HTTPS_PROXY`` is set: curl and rattler's
-    client take it so, and urllib does not (the archives it streams would go through the
-    proxy and ours around it). ``NO_PROXY`` applies as urllib reads it."""
+    """urllib's proxies from the environment, ``ALL_PROXY`` included.
+
+    ``ALL_PROXY`` (an http or https proxy) serves http and https where no
+    ``HTTP_PROXY``/``HTTPS_PROXY`` is set: curl and rattler's client take it so, and urllib
+    does not (the archives it streams would go through the proxy and ours around it).
+    ``NO_PROXY`` applies as urllib reads it."""
     if not _may_name_proxies():
         return {}
     import urllib.request
@@ -385,8 +387,9 @@ def _disk(exc: OSError, path: Path, item: Download) -> BaseException:
 
 
 class Downloader:
-    """The download layer of one run, as pip's and py-rattler's are one object: where each
-    URL really goes and with which credentials (``router``, e.g.
+    """The download layer of one run: one object, as in pip.
+
+    It holds where each URL really goes and with which credentials (``router``, e.g.
     ``gpu_ci.conda.channels.Network``; none: every URL to itself), the progress reporter,
     the retry ``policy``, and what each origin's connections do (``verdicts``). Every
     download of a run goes through one, so that a redirect's credentials follow one rule
@@ -405,8 +408,10 @@ class Downloader:
         self._opener: urllib.request.OpenerDirector | None = None
 
     def route(self, url: str) -> Route:
-        """Where ``url`` is fetched from, decided once (a lock asks it of each archive at
-        least twice: whether to stream it, and where its download goes)."""
+        """Where ``url`` is fetched from, decided once.
+
+        A lock asks it of each archive at least twice: whether to stream it, and where its
+        download goes."""
         to = self._routes.get(url)
         if to is None:
             to = self._routes[url] = (
@@ -417,10 +422,11 @@ class Downloader:
     def redirected(
         self, old_url: str, new_url: str, unredirected: Mapping[str, str]
     ) -> tuple[str, dict[str, str]]:
-        """The one rule for a redirect's credentials, on either path (our kept-alive
-        connections, urllib's): the request's ``Authorization`` only within its origin
-        (``_same_origin_auth``), and the new URL's own credentials from the router, never
-        this request's."""
+        """The one rule for a redirect's credentials, on either path.
+
+        On our kept-alive connections and on urllib's: the request's ``Authorization`` only
+        within its origin (``_same_origin_auth``), and the new URL's own credentials from
+        the router, never this request's."""
         extra = _same_origin_auth(old_url, new_url, unredirected)
         if self.router is not None:
             new_url, routed = self.router.authorize(new_url)
@@ -428,8 +434,10 @@ class Downloader:
         return new_url, extra
 
     def opener(self) -> urllib.request.OpenerDirector:
-        """urllib's opener for what may not go over a kept-alive connection (proxies) and for
-        redirects, with ``redirected`` as its redirect rule; made on first use."""
+        """urllib's opener for proxies and redirects, made on first use.
+
+        It takes what may not go over a kept-alive connection (proxies) and redirects, with
+        ``redirected`` as its redirect rule."""
         if self._opener is None:
             import urllib.request
 
@@ -607,8 +615,9 @@ class Downloader:
         size: int,
         append: bool,
     ) -> int:
-        """Copy the body to ``part`` (appending to a resumed one); a failure to write is the
-        disk's, not the network's."""
+        """Copy the body to ``part``, appending to a resumed one.
+
+        A failure to write is the disk's, not the network's."""
         read = response.read  # type: ignore[attr-defined]
         try:
             with open(part, "ab" if append else "wb") as out:
@@ -660,8 +669,10 @@ class Downloader:
 
 
 def default() -> Downloader:
-    """A ``Downloader`` without a router (every URL fetched from itself), for callers handed
-    none: no module state, so one run's routes and credentials never reach another's."""
+    """A ``Downloader`` without a router, for callers handed none.
+
+    Every URL is fetched from itself. No module state, so one run's routes and credentials
+    never reach another's."""
     return Downloader()
 
 

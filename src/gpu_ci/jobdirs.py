@@ -1,5 +1,7 @@
-"""One directory per job attempt under ``RUNNER_TEMP``, for the detached helpers of a job
-(gpu-monitor's sampler, gpu-lease's holder). Root module, so both wings use the one rule."""
+"""One directory per job attempt under ``RUNNER_TEMP``, for a job's detached helpers.
+
+They are gpu-monitor's sampler and gpu-lease's holder. A root module, so both wings use the
+one rule."""
 
 from __future__ import annotations
 

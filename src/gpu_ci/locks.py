@@ -14,7 +14,9 @@ from pathlib import Path
 
 
 def held(path: Path) -> bool:
-    """True while some process holds a lock on ``path``; False when it is free or absent."""
+    """True while some process holds a lock on ``path``.
+
+    False when it is free or absent."""
     if sys.platform == "win32":
         return True
     import fcntl
@@ -33,8 +35,9 @@ def held(path: Path) -> bool:
 
 
 def try_exclusive(path: Path, mode: int = 0o644) -> int | None:
-    """An exclusive lock on ``path`` (created if needed), as an open fd to close to release
-    it; None when another process holds it (or on Windows)."""
+    """An exclusive lock on ``path`` as an open fd; None if held.
+
+    The file is created if needed; closing the fd releases the lock. None on Windows."""
     if sys.platform == "win32":
         return None
     import fcntl

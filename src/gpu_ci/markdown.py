@@ -1,4 +1,4 @@
-"""The one escaping rule for Markdown the actions write (job summaries and their tables).
+"""The one escaping rule for the Markdown of job summaries and tables.
 
 Text that comes from an API answer or an event (a job or runner name, a label, a process
 name, GitHub's own error message, the gate's reason) is chosen by whoever wrote the
@@ -28,8 +28,10 @@ _AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|xmpp)(?=:)|\bwww(?=\.)|(?<=[
 
 
 class Markdown(str):
-    """Markdown written by this package on purpose; text quoted inside it went through
-    :func:`escape`. :func:`markdown_table` puts it into a cell as it is."""
+    """Markdown this package wrote on purpose.
+
+    Text quoted inside it went through :func:`escape`. :func:`markdown_table` puts it into a
+    cell as it is."""
 
 
 def escape(value: object) -> str:
@@ -74,15 +76,18 @@ def linkable(url: str) -> bool:
 
 
 def link(text: str, url: str) -> Markdown:
-    """A link to ``url`` labelled ``text``; plain text where ``url`` is not linkable."""
+    """A link to ``url`` labelled ``text``.
+
+    Plain text where ``url`` is not linkable."""
     if linkable(url):
         return Markdown(f"[{escape(text)}]({url})")
     return Markdown(f"{escape(text)} {escape(url)}".strip())
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table; every cell through :func:`escape` (a
-    :class:`Markdown` cell as it is)."""
+    """A GitHub-flavoured Markdown table, every cell escaped.
+
+    Each cell goes through :func:`escape`; a :class:`Markdown` cell goes as it is."""
     lines = [
         "| " + " | ".join(escape(h) for h in headers) + " |",
         "|" + "|".join("---" for _ in headers) + "|",

@@ -70,11 +70,10 @@ _SKU_WORDS = re.compile(r"[^a-z0-9]+")
 
 
 def normalise_sku(text: str) -> str:
-    """A SKU name in any of its spellings, normalised.
+    """One spelling of a SKU: lower case, words joined by ``_``.
 
     ``linux_4_core_gpu``, ``actions_linux_4_core_gpu``, ``Actions Linux 4-core GPU`` and
-    ``Linux 4-core GPU`` all name one SKU: lower case, words joined by ``_``, without the
-    ``actions`` product prefix."""
+    ``Linux 4-core GPU`` all name one SKU; the ``actions`` product prefix goes."""
     words = [w for w in _SKU_WORDS.split(text.lower()) if w]
     if words[:1] == ["actions"]:
         words = words[1:]
@@ -82,7 +81,7 @@ def normalise_sku(text: str) -> str:
 
 
 def billed_minutes(seconds: float) -> int:
-    """The minutes GitHub bills for a job.
+    """The minutes GitHub bills for a job that ran ``seconds``.
 
     GitHub rounds each job's run time up to the whole minute; a job that ran at all is at
     least one minute (never free)."""

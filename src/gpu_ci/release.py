@@ -40,7 +40,7 @@ class ReleaseCheck:
 
 
 def changelog_sections(text: str) -> dict[str, tuple[str, str]]:
-    """version -> (date or '', body) for every ``## [version] - date`` section."""
+    """The changelog's sections by version: (date or '', body)."""
     matches = list(SECTION.finditer(text))
     out = {}
     for i, match in enumerate(matches):
@@ -106,7 +106,7 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 def pin_uses(text: str, version: str, sha: str) -> str:
-    """Every ``uses:`` of our actions in ``text`` pinned to ``sha`` with a version comment."""
+    """``text`` with our actions' ``uses:`` pinned to ``sha`` and a version comment."""
     if not SHA.match(sha):
         raise ValueError(f"not a full commit SHA: {sha!r}")
     if not TAG.match(f"v{version}"):
@@ -120,8 +120,9 @@ UNRELEASED = "unreleased"
 
 
 def unpinned_uses(text: str) -> list[str]:
-    """``uses:`` of our actions that are not a full SHA with a ``# vX.Y.Z`` (or
-    ``# unreleased``) comment."""
+    """Our actions' ``uses:`` that lack a full SHA and a version comment.
+
+    The comment is ``# vX.Y.Z`` or ``# unreleased``."""
     bad = []
     for match in OWN_USES.finditer(text):
         comment = (match.group("comment") or "").strip().lstrip("# ")

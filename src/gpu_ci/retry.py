@@ -37,8 +37,10 @@ class _Policy(NamedTuple):
 
 
 class RetryPolicy(_Policy):
-    """How often and how patiently a request is tried (a NamedTuple, not a frozen dataclass:
-    every action imports it, and a frozen dataclass costs ~1.3 ms to create)."""
+    """How often and how patiently a request is tried.
+
+    A NamedTuple, not a frozen dataclass: every action imports it, and a frozen dataclass
+    costs ~1.3 ms to create."""
 
     __slots__ = ()
 

@@ -30,7 +30,7 @@ from gpu_ci.markdown import markdown_table as markdown_table
 
 
 def escape_line(text: str) -> str:
-    """One log line that no runner reads as a workflow command, whatever ``text`` holds.
+    """``text`` as a log line no runner reads as a workflow command.
 
     The runner treats a line whose trimmed text starts with ``::`` (or the legacy ``##[``) as
     a command. Text from an event or an API answer (a label name, a login, an error
@@ -52,7 +52,9 @@ MIN_SECRET = 4
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by ``***`` (longest first, so no piece survives)."""
+    """``text`` with every secret replaced by ``***``.
+
+    Longest first, so no piece survives."""
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= MIN_SECRET:
             text = text.replace(secret, "***")
@@ -124,7 +126,7 @@ class Runtime:
 
     # -- logging ----------------------------------------------------------------------
     def mask(self, secret: str) -> None:
-        """Hide ``secret`` in the runner's log and redact it from everything we write."""
+        """Hide ``secret`` in the runner's log; redact it from all we write."""
         if not secret:
             return
         self._secrets.append(secret)
@@ -135,7 +137,9 @@ class Runtime:
         return redact(text, self._secrets)
 
     def info(self, message: str) -> None:
-        """One log line, redacted and escaped (it may quote an event or an API answer)."""
+        """One log line, redacted and escaped.
+
+        It may quote an event or an API answer."""
         self.stdout.write(escape_line(self.redact(message)) + "\n")
         self.stdout.flush()
 
@@ -225,8 +229,9 @@ def annotate_findings(rt: Runtime, action: str, findings: Iterable[Finding]) -> 
 def repository(
     value: str, environ: Mapping[str, str], *, input_name: str | None = "repository"
 ) -> str:
-    """``owner/name`` from an input, else from ``GITHUB_REPOSITORY`` (one rule for every action;
-    ``input_name=None`` for an action that has no such input).
+    """``owner/name`` from an input, else from ``GITHUB_REPOSITORY``.
+
+    One rule for every action; ``input_name=None`` for an action that has no such input.
 
     Surrounding blanks are ignored; anything that is not exactly one ``/`` between two
     non-empty parts is a :class:`UsageError` naming where the value came from.

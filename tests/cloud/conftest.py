@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 moto = pytest.importorskip("moto", reason="moto[server] (the test extra) is not installed")
 
-from tests.cloud.moto_ec2 import FakeAws  # noqa: E402
-
-REPO = "octo-org/octo-repo"
-RUN_ID = 8812345678
-TYPES = "g5.xlarge, g4dn.xlarge, g6.xlarge"
-
-
-@dataclass
-class Cloud:
-    aws: FakeAws
-    subnets: list[str]
-    group: str
-    image: str
+from testkit.cloud.jobs import REPO, Cloud  # noqa: E402
+from testkit.cloud.moto_ec2 import FakeAws  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -47,23 +35,3 @@ def cloud(aws_server: FakeAws) -> Cloud:
 def repo(github: Any) -> Any:
     github.add_repo(REPO)
     return github
-
-
-def job_env(cloud: Cloud, github: Any, attempt: int = 1, **inputs: str) -> dict[str, str]:
-    """A CPU job's environment for the three actions: moto, the test GitHub, the inputs."""
-    env = {
-        **cloud.aws.env(),
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_RUN_ID": str(RUN_ID),
-        "GITHUB_RUN_ATTEMPT": str(attempt),
-        "INPUT_GITHUB_TOKEN": "ghs_app_installation_token",
-        "INPUT_REGION": "us-east-1",
-        "INPUT_INSTANCE_TYPES": TYPES,
-        "INPUT_SUBNETS": ",".join(cloud.subnets),
-        "INPUT_SECURITY_GROUP": cloud.group,
-        "INPUT_IMAGE": cloud.image,
-        "INPUT_WAIT_SECONDS": "0",
-    }
-    env.update({"INPUT_" + k.upper(): v for k, v in inputs.items()})
-    return env

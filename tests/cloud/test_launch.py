@@ -6,8 +6,8 @@ import base64
 import json
 
 from gpu_ci.specs import DLAMI_PARAMETER
-from tests.cloud.conftest import REPO, RUN_ID, job_env
-from tests.cloud.moto_ec2 import market_of
+from testkit.cloud.jobs import REPO, RUN_ID, job_env
+from testkit.cloud.moto_ec2 import market_of
 
 MANAGED = "gpu-ci:managed"
 

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpu_ci.cloud import naming
-from tests.cloud.conftest import REPO, job_env
-from tests.github_server import WorkflowRun, add_runner
+from testkit.cloud.jobs import REPO, job_env
+from testkit.github_server import WorkflowRun, add_runner
 
 #: The reaper's now (GPU_CI_NOW): two hours after the VMs of the test were launched.
 AT = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=2)

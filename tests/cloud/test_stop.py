@@ -12,9 +12,9 @@ import time
 from datetime import datetime, timezone
 
 from gpu_ci.cloud import naming
-from tests.cloud.conftest import REPO, RUN_ID, job_env
-from tests.conftest import ROOT
-from tests.github_server import add_runner
+from testkit.cloud.jobs import REPO, RUN_ID, job_env
+from testkit.github_server import add_runner
+from testkit.shared import ROOT
 
 OWNER = naming.Owner(REPO, RUN_ID, 1, "gpu")
 

@@ -8,15 +8,15 @@ import os
 
 import pytest
 
-from tests.conda.jobs import FAKE_INSTALLER, FAKE_MF, SMALL
-from tests.conftest import parse_output_file
+from testkit.cli import parse_output_file
+from testkit.conda.jobs import FAKE_INSTALLER, FAKE_MF, SMALL
 
 
 @pytest.fixture(scope="session")
 def channel(tmp_path_factory):
     pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
     pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
-    from tests.conda_channel import ChannelServer, build_channel
+    from testkit.conda_channel import ChannelServer, build_channel
 
     root = tmp_path_factory.mktemp("channel")
     built = build_channel(root)
@@ -30,7 +30,7 @@ def warm(channel, tmp_path):
     """A plan of three packages installed once (``tmp_path / "a"``, package cache ``pkgs``):
     its cache holds a stamped entry for each; the lock is ``tmp_path / "lock.txt"``."""
     from gpu_ci.conda import install, lockfile
-    from tests.conda_channel import SUBDIR
+    from testkit.conda_channel import SUBDIR
 
     text = channel.explicit_lock(["libhello", "hello", "hello-data"])
     plan = lockfile.plan(lockfile.parse(text), text, SUBDIR, ["main"])

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.conda_channel import SUBDIR
-from tests.conftest import ROOT
+from testkit.conda_channel import SUBDIR
+from testkit.shared import ROOT
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -142,7 +142,7 @@ def test_kill_9_of_a_first_job_then_the_next_run_installs_cleanly(channel, locks
     import signal
     import uuid
 
-    from tests.conda.jobs import (
+    from testkit.conda.jobs import (
         assert_cache_valid,
         assert_environment,
         job,

@@ -7,7 +7,7 @@ import json
 import os
 
 from gpu_ci.conda.integrity import environment_problems
-from tests.conda.jobs import SMALL, job
+from testkit.conda.jobs import SMALL, job
 
 
 def test_environment_problems_name_each_damage(channel, locks, tmp_path):

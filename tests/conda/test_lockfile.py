@@ -11,7 +11,7 @@ import pytest
 from gpu_ci import urls
 from gpu_ci.conda import lockfile, pipeline
 from gpu_ci.errors import GpuCiError
-from tests.shared import lock_file, shared_params
+from testkit.shared import lock_file, shared_params
 
 LOCKS = [  # pixi.lock files: tests/conda/test_pixi_lock.py
     p

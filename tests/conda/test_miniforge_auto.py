@@ -17,7 +17,7 @@ from gpu_ci.conda import options as conda_options
 from gpu_ci.downloads import Downloader
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.runtime import Runtime
-from tests.conda.jobs import FAKE_MF
+from testkit.conda.jobs import FAKE_MF
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ import pytest
 
 from gpu_ci.conda import miniforge
 from gpu_ci.downloads import RetryPolicy
-from tests.conda.installers import FAKE, Mirror, evil
-from tests.conftest import ROOT
+from testkit.conda.installers import FAKE, Mirror, evil
+from testkit.shared import ROOT
 
 VERSION = "0.0.1-0"
 SHA = hashlib.sha256(FAKE).hexdigest()

@@ -11,7 +11,7 @@ from gpu_ci.conda import miniforge
 from gpu_ci.downloads import RetryPolicy
 from gpu_ci.errors import GpuCiError
 from gpu_ci.specs import ACTIONS
-from tests.conda.installers import FAKE, Mirror
+from testkit.conda.installers import FAKE, Mirror
 
 
 def test_the_default_version_ships_a_hash_for_every_installer():

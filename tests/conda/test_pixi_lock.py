@@ -20,9 +20,9 @@ import yaml
 
 from gpu_ci.conda import cachekey, pixi, virtual
 from gpu_ci.errors import GpuCiError
-from tests.conda.jobs import assert_environment, job, our_temporaries, survivors
-from tests.conftest import parse_output_file, tree_digest
-from tests.shared import shared_params
+from testkit.cli import parse_output_file, tree_digest
+from testkit.conda.jobs import assert_environment, job, our_temporaries, survivors
+from testkit.shared import shared_params
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -59,7 +59,7 @@ def test_every_shared_pixi_lock_is_planned_for_every_environment_and_platform(pa
 
 
 def _shared(name: str) -> tuple[Path, str]:
-    from tests.shared import lock_file
+    from testkit.shared import lock_file
 
     path = lock_file(name)
     return path, path.read_text()
@@ -458,7 +458,7 @@ def test_kill_9_in_each_phase_leaves_nothing_half_done(checkout, tmp_path, phase
 
 
 def test_a_driver_too_old_is_refused_and_the_override_prepares_the_environment(channel, tmp_path):
-    from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+    from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
     lib = build_fake_nvml(tmp_path / "nvml")
     config = write_config(tmp_path / "nvml.cfg", nvml_config(gpu_config(0), cuda=11080))

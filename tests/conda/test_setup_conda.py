@@ -17,18 +17,19 @@ import pytest
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from tests.conda.jobs import (  # noqa: E402
+from testkit.cli import parse_output_file, tree_digest  # noqa: E402
+from testkit.conda.jobs import (  # noqa: E402
     FAKE_MF,
     ROOT,
     SMALL,
     assert_cache_valid,
     assert_environment,
     job,
+    miniforge_args,
     our_temporaries,
     spawn,
     survivors,
 )
-from tests.conftest import parse_output_file, tree_digest  # noqa: E402
 
 
 def test_explicit_lock_creates_a_working_environment(setup, channel):
@@ -211,7 +212,7 @@ def test_miniforge_installed_from_verified_installer_then_reused(
     setup, channel, installer, tmp_path
 ):
     url, sha = installer
-    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
+    args = miniforge_args(url)
     first = setup(channel.explicit_lock(["libhello"]), *args)
     assert first.returncode == 0, first.stdout + first.stderr
     conda = Path(first.outputs["conda"])
@@ -233,14 +234,9 @@ def test_miniforge_wrong_checksum_installs_nothing(setup, channel, installer):
     url, _ = installer
     result = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--installer-sha256",
         "0" * 64,
-        "--miniforge-version",
-        FAKE_MF,
     )
     assert result.returncode == 1
     assert f"sha256 mismatch for Miniforge {FAKE_MF}" in result.errors[0]
@@ -252,12 +248,7 @@ def test_miniforge_without_any_checksum_is_refused(setup, channel, installer):
     channel.server.fail(url.split("/", 3)[3] + ".sha256", "404")
     result = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
-        "--miniforge-version",
-        FAKE_MF,
+        *miniforge_args(url),
     )
     assert result.returncode == 1
     assert "no checksum for the Miniforge installer" in result.errors[0]
@@ -424,28 +415,18 @@ def test_engine_conda_runs_the_writable_conda_isolated(setup, channel, installer
     url, _ = installer
     first = setup(
         channel.explicit_lock(["libhello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--dry-run",
         "false",
-        "--miniforge-version",
-        FAKE_MF,
     )
     conda = Path(first.outputs["conda"])
     log = tmp_path / "conda-call"
     conda.write_text(FAKE_CONDA.format(log=log))
     result = setup(
         channel.explicit_lock(["libhello", "hello"]),
-        "--miniforge",
-        "true",
-        "--installer-url",
-        url,
+        *miniforge_args(url),
         "--engine",
         "conda",
-        "--miniforge-version",
-        FAKE_MF,
         env={"CONDA_PREFIX": "/opt/vendor", "PYTHONPATH": "/opt/vendor/lib"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -654,20 +635,9 @@ def test_an_environment_made_by_rattler_alone_is_replaced(channel, locks, tmp_pa
 
 
 @pytest.fixture
-def small_fs(tmp_path):
+def small_fs(tmpfs):
     """A 1 MiB tmpfs, mounted for the test (needs root and mount; skipped otherwise)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return tmpfs("small")
 
 
 @pytest.mark.parametrize("free_kib", [0, 8, 24, 56, 96, 128])
@@ -693,48 +663,26 @@ def test_disk_full_is_a_named_error_and_leaves_no_temporary_files(
 
 
 @pytest.mark.parametrize("where", ["pkgs", "prefix"])
-def test_read_only_cache_or_prefix_fails_before_any_download(channel, locks, tmp_path, where):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a read-only tmpfs needs root and mount(8)")
-    try:
-        before = len(channel.server.log)
-        prefix = ro / "env" if where == "prefix" else tmp_path / "env"
-        pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
-        rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
-        assert rc == 1, out
-        assert "read-only file system" in out and str(ro) in out
-        assert "internal error" not in out
-        assert len(channel.server.log) == before
-    finally:
-        subprocess.run(["umount", "-l", str(ro)], check=False)
+def test_read_only_cache_or_prefix_fails_before_any_download(
+    channel, locks, tmp_path, tmpfs, where
+):
+    ro = tmpfs("ro", "ro,size=1m")
+    before = len(channel.server.log)
+    prefix = ro / "env" if where == "prefix" else tmp_path / "env"
+    pkgs = ro / "pkgs" if where == "pkgs" else tmp_path / "pkgs"
+    rc, out = job(locks["small"], prefix, pkgs, toolcache=tmp_path / "tc")
+    assert rc == 1, out
+    assert "read-only file system" in out and str(ro) in out
+    assert "internal error" not in out
+    assert len(channel.server.log) == before
 
 
-def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
-    try:
-        before = len(channel.server.log)
-        rc, out = job(locks["small"], mnt, tmp_path / "pkgs")
-        assert rc == 1 and f"prefix {mnt} is a mount point" in out, out
-        assert len(channel.server.log) == before
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def test_a_mount_point_prefix_fails_before_any_download(channel, locks, tmp_path, tmpfs):
+    mnt = tmpfs("mnt")
+    before = len(channel.server.log)
+    rc, out = job(locks["small"], mnt, tmp_path / "pkgs")
+    assert rc == 1 and f"prefix {mnt} is a mount point" in out, out
+    assert len(channel.server.log) == before
 
 
 def test_conda_meta_records_are_what_rattler_install_writes(channel, locks, tmp_path):

@@ -5,32 +5,38 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conda.jobs import job
-from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
+from testkit.conda.jobs import job
+from testkit.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 
 EVIL_NAME = "evil"
 
 
-def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
+def planted_lock(channel, tmp_path: Path, rel: str) -> Path:
+    """A lock of one package whose paths.json hard-links ``rel`` to its share/x.txt."""
     data = b"planted\n"
     entry = {
-        "_path": "../escaped.txt",
+        "_path": rel,
         "path_type": "hardlink",
         "sha256": hashlib.sha256(data).hexdigest(),
         "size_in_bytes": len(data),
     }
-    # The file the link would take sits where ../ from the cache entry points.
     archive = hostile_archive(
         channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
     )
     lock = tmp_path / "lock.txt"
     lock.write_text(explicit_lock_of(channel, archive, "md5"))
+    return lock
+
+
+def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
+    # The file the link would take sits where ../ from the cache entry points.
+    lock = planted_lock(channel, tmp_path, "../escaped.txt")
+    data = b"planted\n"
     pkgs = tmp_path / "pkgs"
     (pkgs / "rattler").mkdir(parents=True)
     (pkgs / "rattler" / "escaped.txt").write_bytes(data)  # <cache>/<entry>/../escaped.txt
@@ -99,18 +105,7 @@ def test_conda_urls_with_control_characters_are_refused(setup, channel):
 
 @pytest.mark.parametrize("rel", ["/abs-escaped.txt", "share/../../escaped.txt"])
 def test_paths_json_absolute_or_dotdot_is_refused(channel, tmp_path, rel):
-    data = b"planted\n"
-    entry = {
-        "_path": rel,
-        "path_type": "hardlink",
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size_in_bytes": len(data),
-    }
-    archive = hostile_archive(
-        channel.root.parent / "evil-channel" / SUBDIR, EVIL_NAME, [entry], {"share/x.txt": data}
-    )
-    lock = tmp_path / "lock.txt"
-    lock.write_text(explicit_lock_of(channel, archive, "md5"))
+    lock = planted_lock(channel, tmp_path, rel)
     rc, out = job(lock, tmp_path / "home" / "env", tmp_path / "pkgs")
     assert rc == 1 and "outside the prefix" in out, out
     assert not Path("/abs-escaped.txt").exists()
@@ -144,8 +139,8 @@ def test_a_file_under_a_symlink_out_of_the_prefix_is_refused(channel, tmp_path):
 
 # -- kill -9, then a different lock; a prefix that is a link ---------------------------------
 
-from tests.conda.jobs import SMALL, assert_environment, our_temporaries  # noqa: E402
-from tests.conftest import tree_digest  # noqa: E402
+from testkit.cli import tree_digest  # noqa: E402
+from testkit.conda.jobs import SMALL, assert_environment, our_temporaries  # noqa: E402
 
 
 @pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
@@ -187,50 +182,38 @@ def test_a_prefix_that_is_a_symlink_is_refused_and_both_kept(channel, locks, tmp
         assert link.is_symlink() and tree_digest(real) == before
 
 
-def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel, tmp_path):
+def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel, tmp_path, tmpfs):
     """The README: 'A download that announces its size is checked against the free space
     first' (without the check the same run fails later, as 'no space left' mid-write)."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    try:
-        blob = os.urandom(400_000)  # incompressible: the archive is about this big
-        archive = hostile_archive(
-            channel.root.parent / "big-channel" / SUBDIR,
-            EVIL_NAME,
-            [
-                {
-                    "_path": "share/blob",
-                    "path_type": "hardlink",
-                    "size_in_bytes": len(blob),
-                    "sha256": hashlib.sha256(blob).hexdigest(),
-                }
-            ],
-            {"share/blob": blob},
-        )
-        lock = tmp_path / "lock.txt"
-        lock.write_text(explicit_lock_of(channel, archive, "md5"))
-        with open(small / "filler", "wb") as out:  # leave 200 kB: less than the archive
-            out.write(b"\0" * (1024 * 1024 - 200 * 1024))
-        rc, out = job(lock, tmp_path / "env", small / "pkgs")
-        assert rc == 1, out
-        assert f"downloading {EVIL_NAME} 1.0 (0) needs" in out and "is free" in out, out
-        assert list((small / "pkgs" / "archives").glob("*")) == []
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False)
+    small = tmpfs("small")
+    blob = os.urandom(400_000)  # incompressible: the archive is about this big
+    archive = hostile_archive(
+        channel.root.parent / "big-channel" / SUBDIR,
+        EVIL_NAME,
+        [
+            {
+                "_path": "share/blob",
+                "path_type": "hardlink",
+                "size_in_bytes": len(blob),
+                "sha256": hashlib.sha256(blob).hexdigest(),
+            }
+        ],
+        {"share/blob": blob},
+    )
+    lock = tmp_path / "lock.txt"
+    lock.write_text(explicit_lock_of(channel, archive, "md5"))
+    with open(small / "filler", "wb") as out:  # leave 200 kB: less than the archive
+        out.write(b"\0" * (1024 * 1024 - 200 * 1024))
+    rc, out = job(lock, tmp_path / "env", small / "pkgs")
+    assert rc == 1, out
+    assert f"downloading {EVIL_NAME} 1.0 (0) needs" in out and "is free" in out, out
+    assert list((small / "pkgs" / "archives").glob("*")) == []
 
 
 def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):
     # Three jobs, three locks, one prefix and one cache, started together (5 trials): each
     # succeeds in turn, and the prefix ends as exactly one of the locks' environments.
-    from tests.conda.jobs import spawn
+    from testkit.conda.jobs import spawn
 
     wanted = {"old": ["libhello"], "small": SMALL, "pip": ["libhello", "hello", "python"]}
     for trial in range(5):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conda.jobs import job, our_temporaries, spawn
-from tests.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
+from testkit.conda.jobs import job, our_temporaries, spawn
+from testkit.conda_channel import SUBDIR, explicit_lock_of, hostile_archive
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 
@@ -278,7 +278,7 @@ def test_a_listed_file_under_an_unlisted_link_out_of_the_package_is_refused(
 @pytest.fixture(scope="module")
 def big(channel):
     """A noarch .conda of 3 MB that compresses little: extraction shows steady progress."""
-    from tests.conda_channel import _assemble
+    from testkit.conda_channel import _assemble
 
     text = os.urandom(3 << 19).hex()
     return _assemble(

@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from tests.conda.jobs import finish, rattler_entry, spawn
+from testkit.conda.jobs import finish, rattler_entry, spawn
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 

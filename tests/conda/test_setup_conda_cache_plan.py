@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from gpu_ci.conda import options as conda_options
-from tests.conftest import ROOT, parse_output_file
+from testkit.cli import parse_output_file
+from testkit.shared import ROOT
 
 MESSAGE = (
     "input 'cache' of setup-conda-from-lock must be one of true, false, environment; got 'yes'."
@@ -91,53 +92,24 @@ def plan(tmp_path):
 def test_command_refuses_a_cache_value_other_than_the_three(run_cli, tmp_path):
     lock = tmp_path / "lock.txt"
     lock.write_text("@EXPLICIT\n")
-    result = run_cli(
-        [
-            "setup-conda-from-lock",
-            "--lock-file",
-            str(lock),
-            "--miniforge",
-            "false",
-            "--dry-run",
-            "true",
-        ],
-        {"INPUT_CACHE": "yes", "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
-    )
+    args = ["setup-conda-from-lock", "--lock-file", str(lock), "--miniforge", "false"]
+
+    def dry_run(**inputs: str):
+        env = {f"INPUT_{k.upper()}": v for k, v in inputs.items()}
+        return run_cli(
+            [*args, "--dry-run", "true"], {**env, "RUNNER_TOOL_CACHE": str(tmp_path / "tc")}
+        )
+
+    result = dry_run(cache="yes")
     assert result.returncode == 2, result.stdout + result.stderr
     assert MESSAGE in result.stdout + result.stderr
-    bad_write = run_cli(
-        [
-            "setup-conda-from-lock",
-            "--lock-file",
-            str(lock),
-            "--miniforge",
-            "false",
-            "--dry-run",
-            "true",
-        ],
-        {
-            "INPUT_CACHE": "environment",
-            "INPUT_CACHE_WRITE": "no",
-            "RUNNER_TOOL_CACHE": str(tmp_path / "tc"),
-        },
-    )
+    bad_write = dry_run(cache="environment", cache_write="no")
     assert bad_write.returncode == 2
     assert "input 'cache-write' of setup-conda-from-lock must be true or false" in (
         bad_write.stdout + bad_write.stderr
     )
     for value in ("environment", "Environment", "true", "false"):
-        ok = run_cli(
-            [
-                "setup-conda-from-lock",
-                "--lock-file",
-                str(lock),
-                "--miniforge",
-                "false",
-                "--dry-run",
-                "true",
-            ],
-            {"INPUT_CACHE": value, "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
-        )
+        ok = dry_run(cache=value)
         assert ok.returncode == 0, (value, ok.stdout + ok.stderr)
 
 

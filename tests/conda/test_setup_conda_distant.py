@@ -13,7 +13,7 @@ import pytest
 from gpu_ci.conda import fetch
 from gpu_ci.downloads import Download
 from gpu_ci.retry import RetryPolicy
-from tests.conda_channel import ChannelServer
+from testkit.conda_channel import ChannelServer
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 

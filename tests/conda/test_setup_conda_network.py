@@ -1,6 +1,6 @@
 """setup-conda-from-lock over the network: resumed downloads, mirrors and credentials.
 
-Real packages from a loopback channel (tests/conda_channel.py); the mirrors are second
+Real packages from a loopback channel (testkit/conda_channel.py); the mirrors are second
 servers over the same files that demand credentials.
 """
 
@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
+from testkit.conda_channel import ChannelServer, build_channel  # noqa: E402
 
 TOKEN = "s3cr3t-bearer-7f1c"
 USER, PASSWORD = "ci-bot", "pa55-basic-9e2d"
@@ -295,7 +295,7 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
     import hashlib
 
     from gpu_ci.conda.miniforge import installer_name
-    from tests.conda.jobs import FAKE_INSTALLER, FAKE_MF
+    from testkit.conda.jobs import FAKE_INSTALLER, FAKE_MF, miniforge_args
 
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
@@ -308,7 +308,7 @@ def test_installer_url_behind_credentials(setup, channel, mirror):
         f"{hashlib.sha256(script.read_bytes()).hexdigest()}  {script.name}\n"
     )
     url = f"{server.url}/mf-private/{script.name}"
-    args = ("--miniforge", "true", "--installer-url", url, "--miniforge-version", FAKE_MF)
+    args = miniforge_args(url)
     refused = setup(channel.explicit_lock(["libhello"]), *args)
     assert refused.returncode == 1
     assert f"HTTP 401 for {url}.sha256" in refused.errors[0]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
-from tests.conda_channel import ForwardProxy
+from testkit.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
+from testkit.conda_channel import ForwardProxy
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 

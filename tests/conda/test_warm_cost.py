@@ -19,8 +19,8 @@ from collections import Counter
 
 import pytest
 
-from tests.conda_channel import SUBDIR
-from tests.conftest import ROOT
+from testkit.conda_channel import SUBDIR
+from testkit.shared import ROOT
 
 pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
 

@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from gpu_ci.cuda.verify import arch
-from tests import fatbin_build as fb
+from testkit import fatbin_build as fb
 
 pytestmark = pytest.mark.skipif(not fb.have_compiler(), reason="gcc is needed to link a test .so")
 

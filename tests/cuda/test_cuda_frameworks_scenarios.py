@@ -10,36 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.verify import checks as cuda_checks
 from gpu_ci.cuda.verify import compat, frameworks, probe
-from gpu_ci.cuda.verify.table import load_builds, load_table
-from gpu_ci.cuda.visibility import visible_gpus
-from tests import fatbin_build as fb
-from tests.cuda_env import make_target
+from gpu_ci.cuda.verify.table import load_builds
+from testkit import fatbin_build as fb
+from testkit.cuda.verify import check, snapshot
+from testkit.cuda_env import make_target
 
 GIB = 2**30
 H200 = Gpu(0, "NVIDIA H200", "GPU-h200", (9, 0), 141 * GIB, brand="tesla")
 B200 = Gpu(0, "NVIDIA B200", "GPU-b200", (10, 0), 180 * GIB, brand="tesla")
 GB10 = Gpu(0, "NVIDIA GB10", "GPU-gb10", (12, 1), 128 * GIB, brand="nvidia")
 A100 = Gpu(0, "NVIDIA A100-SXM4-80GB", "GPU-a100", (8, 0), 80 * GIB, brand="tesla")
-
-
-def snapshot(*gpus, driver="580.159.04", cuda=13000):
-    return NvmlSnapshot(ok=True, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
-
-
-def check(snap, found=(), env=None, installed=frozenset()):
-    return cuda_checks.run_checks(
-        cuda_checks.CheckInput(
-            snapshot=snap,
-            visibility=visible_gpus(snap.gpus, {}),
-            consumers=found,
-            table=load_table(),
-            env=env or cuda_checks.EnvFacts(),
-            installed=installed,
-        )
-    )
 
 
 def consumers(**kwargs):

@@ -16,7 +16,7 @@ import pytest
 
 from gpu_ci.cuda.lease import lease
 from gpu_ci.cuda.lease.lease import GIB, Candidate, Holder
-from tests.shared import ROOT
+from testkit.shared import ROOT
 
 DIR = stat.S_IFDIR
 

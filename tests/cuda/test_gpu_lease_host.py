@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import parse_output_file
-from tests.gpu_lease_env import UUIDS as HOST_UUIDS
-from tests.gpu_lease_env import fake_host_env
-from tests.gpu_monitor_env import wait_for_stop_line
-from tests.shared import ROOT
+from testkit.cli import parse_output_file
+from testkit.gpu_lease_env import UUIDS as HOST_UUIDS
+from testkit.gpu_lease_env import fake_host_env
+from testkit.gpu_monitor_env import wait_for_stop_line
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="gpu-lease's locks and holders are Linux's"

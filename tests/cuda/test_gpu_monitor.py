@@ -20,9 +20,8 @@ from gpu_ci.cuda.monitor import control, recording, views
 from gpu_ci.cuda.monitor import report as mr
 from gpu_ci.cuda.monitor import results as mr_results
 from gpu_ci.cuda.monitor import sampler as monitor
-from tests.conftest import ROOT
-from tests.github_server import Job, Step, WorkflowRun
-from tests.gpu_monitor_env import (
+from testkit.github_server import Job, Step, WorkflowRun
+from testkit.gpu_monitor_env import (
     BUSY_SCRIPT,
     EPOCH,
     IDLE_SCRIPT,
@@ -30,9 +29,11 @@ from tests.gpu_monitor_env import (
     UUID0,
     fake_gpu_env,
     monitor_dir,
+    start_line,
     wait_for_stop_line,
 )
-from tests.mermaid_check import assert_charts_parse, parse, require_mermaid
+from testkit.mermaid_check import assert_charts_parse, parse, require_mermaid
+from testkit.shared import ROOT
 
 SCHEMA = json.loads((ROOT / "actions" / "gpu-monitor" / "report.schema.json").read_text())
 GiB = 2**30
@@ -106,18 +107,7 @@ def test_report_numbers_match_the_script(run_cli, tmp_path):
 
 @pytest.mark.parametrize(("samples", "paid"), [(60, 1), (61, 2), (120, 2), (121, 3)])
 def test_paid_minutes_round_up_per_job(samples, paid):
-    lines = [
-        json.dumps(
-            {
-                "kind": "start",
-                "version": 1,
-                "ts": EPOCH,
-                "interval": 1.0,
-                "pid": 1,
-                "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
-            }
-        )
-    ]
+    lines = [start_line()]
     lines += [
         json.dumps(
             {
@@ -277,13 +267,7 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
 def test_jobs_api_refusal_falls_back_to_one_phase(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=5)
     github.add_repo("octo-org/octo-repo")
-    github.inject(
-        "GET",
-        r"/actions/runs/555/",
-        403,
-        times=10,
-        body={"message": "Resource not accessible by integration"},
-    )
+    github.forbid("GET", r"/actions/runs/555/", times=10)
     env.update(
         {
             "GITHUB_API_URL": github.url,
@@ -425,7 +409,7 @@ def readme_example() -> str:
 
 
 def test_readme_example_summary_is_what_the_code_writes():
-    from tests.gpu_monitor_env import example_report
+    from testkit.gpu_monitor_env import example_report
 
     report = example_report()
     assert readme_example() == views.markdown(report)
@@ -492,16 +476,7 @@ def test_gpu_without_utilisation_counters_reports_memory_and_processes(run_cli, 
 
 
 def test_a_torn_last_line_is_counted_not_fatal():
-    head = json.dumps(
-        {
-            "kind": "start",
-            "version": 1,
-            "ts": EPOCH,
-            "interval": 1.0,
-            "pid": 1,
-            "gpus": [{"index": 0, "name": "G", "uuid": "U", "memory_total": GiB}],
-        }
-    )
+    head = start_line()
     sample = json.dumps(
         {
             "kind": "sample",

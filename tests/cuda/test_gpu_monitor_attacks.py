@@ -16,7 +16,7 @@ import pytest
 from gpu_ci.cuda.monitor import control, views
 from gpu_ci.cuda.monitor import recording as mr_recording
 from gpu_ci.cuda.monitor import sampler as monitor
-from tests.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir
+from testkit.gpu_monitor_env import EPOCH, IDLE_SCRIPT, fake_gpu_env, monitor_dir, start_line
 
 EVIL = (
     'py\r::set-output name=ok::true\n::add-mask::s3cret%0A::warning::x|y`\u2028```"][\x1b[2J\x85z'
@@ -24,18 +24,7 @@ EVIL = (
 
 
 def recording(name: str = "H200", proc: str = "python", samples: int = 5) -> list[str]:
-    lines = [
-        json.dumps(
-            {
-                "kind": "start",
-                "version": 1,
-                "ts": EPOCH,
-                "interval": 1.0,
-                "pid": 1,
-                "gpus": [{"index": 0, "name": name, "uuid": "GPU-1", "memory_total": 16 * 2**30}],
-            }
-        )
-    ]
+    lines = [start_line(name, "GPU-1", 16 * 2**30)]
     lines += [
         json.dumps(
             {
@@ -108,7 +97,7 @@ def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_
             assert line.endswith("|") and "\r" not in line and "\x85" not in line, repr(line)
     rows = [x for x in result.summary.splitlines() if x.startswith("| 0 H200")]
     assert len(rows) == 1 and "\x1b" not in rows[0]
-    from tests.mermaid_check import assert_charts_parse, unavailable
+    from testkit.mermaid_check import assert_charts_parse, unavailable
 
     if unavailable() is None:  # the chart's title carries the GPU name
         assert_charts_parse(result.summary, expect=1)
@@ -167,7 +156,7 @@ def test_a_file_planted_before_start_is_not_reported(run_cli, tmp_path):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=10)
     plant(env, recording(samples=50))
     assert run_cli(["gpu-monitor", "--mode", "start"], env).returncode == 0
-    from tests.gpu_monitor_env import wait_for_stop_line
+    from testkit.gpu_monitor_env import wait_for_stop_line
 
     wait_for_stop_line(env)
     result = run_cli(["gpu-monitor", "--mode", "report", "--expect-gpu-use", "true"], env)
@@ -187,20 +176,9 @@ def test_a_huge_sample_file_is_read_up_to_the_samplers_limit(run_cli, tmp_path):
 
 
 @pytest.fixture
-def small_temp(tmp_path):
+def small_temp(tmpfs):
     """RUNNER_TEMP (as fake_gpu_env names it) on a 1 MiB tmpfs (needs root and mount)."""
-    mnt = tmp_path / "runner_temp"
-    mnt.mkdir(exist_ok=True)
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True
-        ).returncode
-        != 0
-    ):
-        pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return tmpfs("runner_temp")
 
 
 def fill(directory: Path) -> None:

@@ -1,6 +1,6 @@
 """Issue 33: on a shared multi-GPU host whose jobs lease their GPUs (gpu-lease), gpu-monitor
 charges ``price-per-gpu-hour`` for each GPU the job sees, and the idle cost per leased GPU,
-never the whole host's price (the fake 8-GPU host of tests/gpu_lease_env.py)."""
+never the whole host's price (the fake 8-GPU host of testkit/gpu_lease_env.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from decimal import Decimal
 
 from gpu_ci.pricing import job_cost
-from tests.gpu_lease_env import UUIDS, fake_host_env
-from tests.gpu_monitor_env import EPOCH, monitor_dir, wait_for_stop_line
+from testkit.gpu_lease_env import UUIDS, fake_host_env
+from testkit.gpu_monitor_env import EPOCH, monitor_dir, wait_for_stop_line
 
 
 def leased_job(tmp_path, gpus):

@@ -6,23 +6,12 @@ import re
 
 import pytest
 
-from tests.gpu_monitor_env import BUSY_SCRIPT, UUID0, fake_gpu_env, wait_for_stop_line
-from tests.pushgateway import binary, metrics, pushgateway
+from testkit.gpu_monitor_env import BUSY_SCRIPT, UUID0, fake_gpu_env, wait_for_stop_line
+from testkit.pushgateway import job_env, metrics, needs_pushgateway, pushgateway
 
-pytestmark = pytest.mark.skipif(
-    binary() is None,
-    reason="prometheus-pushgateway is not installed (apt-get install "
-    "prometheus-pushgateway; .ci/run does)",
-)
+pytestmark = needs_pushgateway
 
-JOB_ENV = {
-    "GITHUB_REPOSITORY": "octo-org/octo-repo",
-    "GITHUB_WORKFLOW": "CUDA CI",
-    "GITHUB_JOB": "tests",
-    "GITHUB_RUN_ID": "555",
-    "GITHUB_RUN_ATTEMPT": "2",
-    "RUNNER_NAME": "gpu-runner-1",
-}
+JOB_ENV = job_env("555", "2", "gpu-runner-1")
 
 
 def value(text: str, name: str, **labels: str) -> float:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gpu_ci.cuda import pytest_link
 from gpu_ci.pytest_plugin import report
-from tests.conftest import parse_output_file
-from tests.gpu_monitor_env import BUSY_SCRIPT, EPOCH, fake_gpu_env, wait_for_stop_line
+from testkit.cli import parse_output_file
+from testkit.gpu_monitor_env import BUSY_SCRIPT, EPOCH, fake_gpu_env, wait_for_stop_line
 
 
 def plugin_record(tests: list[dict[str, object]]) -> dict[str, object]:

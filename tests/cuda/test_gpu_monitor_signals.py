@@ -17,7 +17,7 @@ import jsonschema
 from gpu_ci.cuda.monitor import findings as mr_findings
 from gpu_ci.cuda.monitor import recording, views
 from gpu_ci.cuda.monitor import report as mr
-from tests.gpu_monitor_env import fake_gpu_env, monitor_dir, wait_for_stop_line
+from testkit.gpu_monitor_env import fake_gpu_env, monitor_dir, wait_for_stop_line
 
 MIB = 2**20
 SCHEMA = json.loads(
@@ -196,7 +196,7 @@ def test_gpu_is_lost_is_not_always_called_xid_79():
 
 def test_a_version_1_report_is_still_a_valid_report():
     from gpu_ci.github.monitor_artifact import schema_errors
-    from tests.gpu_monitor_env import example_report
+    from testkit.gpu_monitor_env import example_report
 
     doc = views.as_json(example_report())
     for g in doc["gpus"]:

@@ -4,7 +4,7 @@ counter, the driver's energy counter, and a MIG slice that reports only its own 
 
 The first half checks the report's math on recordings built here (no process, no clock); the
 second half runs the real sampler against the fake libnvidia-ml, which plays each case as
-nvml.h documents it (tests/fake_nvml/fake_nvml.c)."""
+nvml.h documents it (testkit/fake_nvml/fake_nvml.c)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpu_ci.cuda.monitor import findings as mr_findings
 from gpu_ci.cuda.monitor import recording as mr_recording
 from gpu_ci.cuda.monitor import report as mr
 from gpu_ci.cuda.monitor import results, views
-from tests.cuda.monitor_truth import SLICE, gpu, recording, report_of, slice_sample
+from testkit.cuda.monitor_truth import SLICE, gpu, recording, report_of, slice_sample
 
 GiB = 2**30
 MiB = 2**20
@@ -172,8 +172,8 @@ def run_monitor(
     env_extra: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
 ):
-    from tests.cuda_env import write_config
-    from tests.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
+    from testkit.cuda_env import write_config
+    from testkit.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
 
     env = fake_gpu_env(tmp_path, script, samples=samples)
     env.update(env_extra or {})
@@ -262,7 +262,7 @@ TWO_TENANTS = """\
 
 
 def two_tenant_h200(cc: str = "9.0") -> dict[str, str]:
-    from tests.cuda_env import gpu_config, nvml_config
+    from testkit.cuda_env import gpu_config, nvml_config
 
     return nvml_config(
         gpu_config(
@@ -363,8 +363,8 @@ def test_the_fake_answers_board_queries_on_a_mig_board_as_nvml_h_documents(tmp_p
     import subprocess
     import sys
 
-    from tests.cuda_env import write_config
-    from tests.gpu_monitor_env import fake_gpu_env
+    from testkit.cuda_env import write_config
+    from testkit.gpu_monitor_env import fake_gpu_env
 
     env = fake_gpu_env(tmp_path, BOARD_COUNTERS, samples=None)
     cfg = two_tenant_h200()
@@ -520,7 +520,7 @@ def test_time_after_the_sampler_died_is_not_counted_idle():
     # share (and idle cost, and gpu-spend's month) is unknown, not 90 %
     from decimal import Decimal
 
-    from tests.gpu_monitor_env import EPOCH
+    from testkit.gpu_monitor_env import EPOCH
 
     gpus = [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0", "memory_total": 2**34}]
     lines = [
@@ -550,7 +550,7 @@ def test_time_after_the_sampler_died_is_not_counted_idle():
 def test_a_gpu_no_sample_covers_after_an_error_is_not_counted_idle(error):
     # the sampler ran to the end, but GPU 1 answered no sample after +10 s of 100 s: its
     # 90 s were not watched, so the job's idle share is unknown, not 45 %
-    from tests.gpu_monitor_env import EPOCH
+    from testkit.gpu_monitor_env import EPOCH
 
     gpus = [
         {"index": i, "name": "NVIDIA H200", "uuid": f"GPU-{i}", "memory_total": 2**34}

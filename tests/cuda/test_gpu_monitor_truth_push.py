@@ -4,25 +4,12 @@ text says what busy and idle measure."""
 
 from __future__ import annotations
 
-import pytest
+from testkit.cuda.monitor_truth import SLICE, recording, report_of, slice_sample
+from testkit.pushgateway import job_env, metrics, needs_pushgateway, pushgateway
 
-from tests.cuda.monitor_truth import SLICE, recording, report_of, slice_sample
-from tests.pushgateway import binary, metrics, pushgateway
+pytestmark = needs_pushgateway
 
-pytestmark = pytest.mark.skipif(
-    binary() is None,
-    reason="prometheus-pushgateway is not installed (apt-get install "
-    "prometheus-pushgateway; .ci/run does)",
-)
-
-ENV = {
-    "GITHUB_REPOSITORY": "octo-org/octo-repo",
-    "GITHUB_WORKFLOW": "CUDA CI",
-    "GITHUB_JOB": "tests",
-    "GITHUB_RUN_ID": "556",
-    "GITHUB_RUN_ATTEMPT": "1",
-    "RUNNER_NAME": "gpu-runner-2",
-}
+ENV = job_env("556", "1", "gpu-runner-2")
 
 
 def test_unknown_figures_are_not_pushed_as_zero():

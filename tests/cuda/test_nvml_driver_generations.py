@@ -12,14 +12,14 @@ import json
 
 import pytest
 
-from tests.cuda_env import (
+from testkit.cuda_env import (
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
     nvml_config,
     write_config,
 )
-from tests.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
+from testkit.gpu_monitor_env import fake_gpu_env, wait_for_stop_line
 
 MIG_UUID = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.pytest_plugin import oom, peaks
-from tests.cuda import plugin_standins
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda import plugin_standins
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 pytest_plugins = ["pytester"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.cuda import plugin_standins
-from tests.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda import plugin_standins
+from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "pytest_plugin_path.py"

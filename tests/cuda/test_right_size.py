@@ -11,8 +11,8 @@ import jsonschema
 
 from gpu_ci.cuda.monitor import right_size as rs
 from gpu_ci.pricing import load_table
-from tests.conftest import ROOT
-from tests.gpu_monitor_env import BUSY_SCRIPT, LOST_SCRIPT, fake_gpu_env, wait_for_stop_line
+from testkit.gpu_monitor_env import BUSY_SCRIPT, LOST_SCRIPT, fake_gpu_env, wait_for_stop_line
+from testkit.shared import ROOT
 
 GiB = 2**30
 MiB = 2**20

@@ -1,6 +1,6 @@
 """verify-cuda-env's architecture rules and the readers of real build records.
 
-The inputs are written at test time from the facts of real wheels (tests/cuda/wheelfacts.py
+The inputs are written at test time from the facts of real wheels (testkit/cuda/wheelfacts.py
 and tests/fixtures/README.md name each wheel and its sha256): ``torch/lib/libtorch_python.so``
 (an ELF built by gcc with the wheel's arch-list literal), TensorFlow's generated
 ``build_info.py``, onnxruntime-gpu's ``build_and_package_info.py``, paddle's
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_ci.cuda.facts import Gpu, NvmlSnapshot
+from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.verify import arch, frameworks
 from gpu_ci.cuda.verify import checks as cuda_checks
-from gpu_ci.cuda.verify.table import load_builds, load_table
-from gpu_ci.cuda.visibility import visible_gpus
-from tests.cuda import wheelfacts
+from gpu_ci.cuda.verify.table import load_builds
+from testkit.cuda import wheelfacts
+from testkit.cuda.verify import check, snapshot
 
 GIB = 2**30
 H200 = Gpu(0, "NVIDIA H200", "GPU-h200", (9, 0), 141 * GIB, brand="tesla")
@@ -178,23 +178,6 @@ def test_rocm_torch_is_named_as_such():
 )
 def test_reach(targets, cc, expected):
     assert arch.reach(arch.parse_targets(targets), cc) == expected
-
-
-def snapshot(*gpus, driver="580.159.04", cuda=13000):
-    return NvmlSnapshot(ok=True, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
-
-
-def check(snap, found=(), env=None, installed=frozenset()):
-    return cuda_checks.run_checks(
-        cuda_checks.CheckInput(
-            snapshot=snap,
-            visibility=visible_gpus(snap.gpus, {}),
-            consumers=found,
-            table=load_table(),
-            env=env or cuda_checks.EnvFacts(),
-            installed=installed,
-        )
-    )
 
 
 def torch(version, cuda, targets=None):

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from tests.cuda_env import (
+from testkit.cuda_env import (
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
     make_target,
     nvml_config,
     observed_h200,
+    rtx_4090,
     torch_target,
     write_config,
 )
@@ -233,13 +234,7 @@ def test_unsupported_health_queries_are_silent_other_failures_noted(verify):
 def two_gpus():
     return nvml_config(
         gpu_config(0),
-        gpu_config(
-            1,
-            name="NVIDIA GeForce RTX 4090",
-            cc="8.9",
-            memory_mib=24564,
-            brand=5,
-            uuid="GPU-4090aaaa-0000-0000-0000-000000000000",
+        rtx_4090(
             mig=1,
             mig__count=2,
             mig__0__uuid="MIG-11111111-2222-3333-4444-555555555555",
@@ -267,7 +262,7 @@ def two_gpus():
 )
 def test_visible_devices(verify, env, count, codes):
     # NVML's order (PCI bus): the default order on this 2-model host is in
-    # tests/test_cuda_leftovers_device_order.py
+    # tests/test_device_order.py
     result = verify(config=two_gpus(), env={**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert result.outputs["gpu-count"] == str(count)
     assert result.codes == codes
@@ -495,7 +490,7 @@ def test_requirements_apply_to_the_selected_mig_slice(verify):
 
 
 def test_torch_arch_list_is_read_in_the_fast_path_without_import(verify, tmp_path):
-    from tests.cuda_env import real_torch_target
+    from testkit.cuda_env import real_torch_target
 
     python = real_torch_target(tmp_path / "env", "2.14.1+cu130")
     config = nvml_config(gpu_config(0, name="Tesla V100-SXM2-32GB", cc="7.0", memory_mib=32768))

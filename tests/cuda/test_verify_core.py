@@ -12,8 +12,8 @@ from gpu_ci.cuda.verify import frameworks
 from gpu_ci.cuda.verify.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
-from tests.conftest import ROOT, SHARED, shared_path
-from tests.cuda import wheelfacts
+from testkit.cuda import wheelfacts
+from testkit.shared import ROOT, SHARED, shared_path
 
 H200 = Gpu(
     0,
@@ -193,7 +193,7 @@ GPUS = (H200, RTX)
 )
 def test_visible_devices(env, names):
     # NVML's order (PCI bus): the default order on this 2-model host is in
-    # tests/test_cuda_leftovers_device_order.py
+    # tests/test_device_order.py
     env = {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert [g.name for g in visible_gpus(GPUS, env).gpus] == names
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import cudart_build, fatbin_build
-from tests.conftest import ROOT
-from tests.cuda import wheelfacts
-from tests.cuda_env import (
+from testkit import cudart_build, fatbin_build
+from testkit.cuda import wheelfacts
+from testkit.cuda_env import (
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
@@ -27,6 +26,7 @@ from tests.cuda_env import (
     real_torch_target,
     write_config,
 )
+from testkit.shared import ROOT
 
 README = ROOT / "actions" / "verify-cuda-env" / "README.md"
 

@@ -13,7 +13,7 @@ import pytest
 from gpu_ci.cuda.monitor import findings as mr_findings
 from gpu_ci.cuda.monitor import recording
 from gpu_ci.cuda.monitor import report as mr
-from tests.cuda_env import require_nvml_header
+from testkit.cuda_env import require_nvml_header
 
 #: The 'Guidance Class' column of the workbook's sheet 'Resolution Buckets' (Xid-Catalog.xlsx,
 #: sha256 7f70ce96...d5a5, as the JSON's ``workbook`` names it): every bucket a row's

@@ -28,7 +28,7 @@ import yaml
 
 from gpu_ci.cuda import require
 from gpu_ci.cuda.facts import Gpu
-from tests.conftest import ROOT, shared_path
+from testkit.shared import ROOT, shared_path
 
 DEPLOY = ROOT / "deploy"
 ARC = DEPLOY / "arc"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "gpu-ci.yml"
 EXAMPLE = ROOT / "examples" / "cuda-ci-reusable.yml"

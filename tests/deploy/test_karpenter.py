@@ -23,7 +23,7 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 MANIFEST = ROOT / "deploy" / "karpenter" / "nodepools.yaml"
 MODELS = ROOT / "tests" / "karpenter"

@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from tests.conftest import ROOT, webhook
-from tests.github.runs import HEAD, REPO, month_of_runs
-from tests.github_server import PullRequest
+from testkit.github.runs import HEAD, REPO, labeled, month_of_runs
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -33,8 +33,7 @@ def env(server):
 
 
 def test_gate_refuses_over_budget_with_summary(act, server):
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     result = act(WORKFLOW, "pull_request", event, job="gate", repository=REPO, env=env(server))
     assert result.returncode == 0, result.log
     out = result.outputs
@@ -45,7 +44,7 @@ def test_gate_refuses_over_budget_with_summary(act, server):
 
 
 def test_spend_report(act, server, monkeypatch):
-    from tests.github.runs import iso, monitor_report, upload
+    from testkit.github.runs import iso, monitor_report, upload
 
     first = server.repos[REPO].runs[0]  # a gpu-monitor report for one job
     start = datetime.fromisoformat(first.created_at.replace("Z", "+00:00"))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.act_runner import run_act
-from tests.conftest import ROOT
+from testkit.act_runner import run_act
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("moto", reason="moto[server] (the test extra) is not installed")
 
-from tests.cloud.conftest import REPO  # noqa: E402
-from tests.cloud.moto_ec2 import FakeAws  # noqa: E402
+from testkit.cloud.jobs import REPO  # noqa: E402
+from testkit.cloud.moto_ec2 import FakeAws  # noqa: E402
 
 WORKFLOW = ROOT / "tests" / "e2e" / "workflows" / "cloud-runner.yml"
 STOP_ONLY = ROOT / "tests" / "e2e" / "workflows" / "cloud-runner-stop.yml"

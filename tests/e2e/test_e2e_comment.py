@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, webhook
-from tests.events import on_pull_request
-from tests.github_server import PullRequest
+from testkit.events import on_pull_request
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 

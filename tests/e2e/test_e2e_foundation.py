@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_ci import __version__
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT, webhook
-from tests.github_server import PullRequest
+from testkit.github.runs import labeled
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -22,8 +23,7 @@ def server(github):
 
 
 def test_labelled_pull_request_runs_on_gpu(act, server):
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     result = act(
         EXAMPLE,
         "pull_request",

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.gpu_lease_env import UUIDS, fake_host_env
+from testkit.gpu_lease_env import UUIDS, fake_host_env
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
-from tests.mermaid_check import assert_charts_parse, unavailable
+from testkit.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
+from testkit.mermaid_check import assert_charts_parse, unavailable
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
+from testkit.gpu_monitor_env import E2E_SCRIPT, fake_gpu_env
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT, webhook
-from tests.github_server import PullRequest
+from testkit.github.runs import labeled
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -16,8 +17,7 @@ EXAMPLE = ROOT / "examples" / "cuda-ci-remove-label.yml"
 def test_remover_takes_the_label_off(act, github):
     github.add_repo(REPO)
     github.add_pull(REPO, PullRequest(2, "a" * 40, labels=["CUDA CI", "bug"]))
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     result = act(
         EXAMPLE,
         "pull_request_target",

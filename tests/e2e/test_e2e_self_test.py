@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

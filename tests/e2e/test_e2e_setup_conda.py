@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.10")
 
-from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from testkit.conda_channel import ChannelServer, build_channel  # noqa: E402
+from testkit.shared import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,9 @@ pytest.importorskip("rattler_build", reason="py-rattler-build needs Python >= 3.
 
 from gpu_ci.conda.miniforge import installer_name  # noqa: E402
 from gpu_ci.specs import ACTIONS, ACTIONS_CACHE_SHA  # noqa: E402
-from tests.conda.installers import FAKE  # noqa: E402
-from tests.conda_channel import ChannelServer, build_channel  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from testkit.conda.installers import FAKE  # noqa: E402
+from testkit.conda_channel import ChannelServer, build_channel  # noqa: E402
+from testkit.shared import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

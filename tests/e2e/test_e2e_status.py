@@ -11,9 +11,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tests.act_runner import run_act
-from tests.conftest import ROOT, webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.act_runner import run_act
+from testkit.github.approvals import checks_url, post_approval
+from testkit.github.runs import forged_review_run, played_run, run_event, stuck_run
+from testkit.github_server import PullRequest
+from testkit.shared import ROOT, webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -108,23 +110,8 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert "Approved by @\u2060maintainer" in the_comment(github)[1]
 
     # 3. the GPU workflow's run (its jobs as GitHub reports them) completes
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/cuda-ci.yml",
-        HEAD,
-        actor="maintainer",
-        head_branch="changes",
-    )
-    run.jobs = [
-        Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ago(30)),
-        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(29)),
-    ]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, ago(30))
-    github.complete_job(run.jobs[0].id, ago(29))
-    github.start_job(run.jobs[1].id, ago(22))
-    github.complete_job(run.jobs[1].id, ago(2))
+    gate, gpu = (ago(30), ago(30), ago(29)), (ago(29), ago(22), ago(2))
+    run = played_run(github, gate, gpu, repo=REPO, actor="maintainer", head_branch="changes")
     done = webhook("workflow_run.completed.with-pull-requests")
     done["repository"]["full_name"] = REPO
     approved_at = github.repos[REPO].statuses[HEAD][0]["created_at"]  # the label created the run
@@ -207,27 +194,12 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
     request and deletes the fork while it runs (head_repository null). The unmodified
     cuda-ci-status.yml posts nothing, with or without an approval of the head."""
     github.add_repo(REPO, roles={"maintainer": "write"})
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/fake.yml",
-        HEAD,
-        event="pull_request_review",
-        actor="contributor",
-    )
-    run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=ago(30))]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, ago(29))
-    github.complete_job(run.jobs[0].id, ago(1))
-    forged = webhook("workflow_run.completed.with-pull-requests")
-    forged["repository"]["full_name"] = REPO
-    forged["workflow_run"].update(
-        id=run.id,
-        head_sha=HEAD,
+    run = forged_review_run(github, (ago(30), ago(29), ago(1)), repo=REPO)
+    forged = run_event(
+        run,
         event="pull_request_review",
         run_attempt=1,
         pull_requests=[],
-        path=run.path,
         head_repository=None,
         created_at=ago(30),
         html_url=f"https://github.com/{REPO}/actions/runs/{run.id}",
@@ -235,22 +207,9 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
         actor={"login": "contributor"},
         workflow_id=run.workflow_id,
     )
+    forged["repository"]["full_name"] = REPO
     env = {"GITHUB_API_URL": github.url}
-    repo = github.repos[REPO]
-    approval = dict(
-        github.status_json(
-            repo,
-            HEAD,
-            {
-                "context": "GPU CI",
-                "state": "pending",
-                "target_url": f"https://github.com/{REPO}/pull/2/checks",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-            },
-            "github-actions[bot]",
-        ),
-        created_at=ago(31),
-    )
+    approval = post_approval(github, url=checks_url(), created_at=ago(31))
     for approved in ([], [approval]):
         github.repos[REPO].statuses[HEAD] = list(approved)
         result = act_steps(STATUS, "workflow_run", forged, repository=REPO, env=env)
@@ -262,28 +221,7 @@ def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, githu
 
 def test_the_watchdog_cancels_a_run_no_gpu_runner_took(act, github):
     github.add_repo(REPO)
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/cuda-ci.yml",
-        HEAD,
-        status="in_progress",
-        created_at=ago(95),
-    )
-    run.jobs = [
-        Job(
-            github.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(95),
-            started_at=ago(95),
-            runner_name="GitHub Actions 1",
-        ),
-        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ago(94)),
-    ]
-    github.add_run(REPO, run)
+    run = stuck_run(github, ago(95), ago(94), runner="GitHub Actions 1")
     result = act(
         WATCHDOG,
         "schedule",

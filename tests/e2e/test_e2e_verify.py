@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.cuda_env import build_fake_nvml, observed_h200, write_config
+from testkit.cuda_env import build_fake_nvml, observed_h200, write_config
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 

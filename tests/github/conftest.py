@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.github.runs import HEAD, REPO
-from tests.github_server import PullRequest
+from testkit.github.runs import HEAD, REPO
+from testkit.github_server import PullRequest
 
 
 @pytest.fixture

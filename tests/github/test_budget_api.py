@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.github.runs import (
+from testkit.github.runs import (
     BUDGET,
     GATE_CALLS,
     REPO,
@@ -20,7 +20,7 @@ from tests.github.runs import (
     spend,
     upload_ledger,
 )
-from tests.github_server import Job
+from testkit.github_server import Job
 
 
 def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):
@@ -138,6 +138,7 @@ def test_reruns_cancelled_and_other_workflows(run_cli, server):
     assert result.outputs["budget-spent"] == "14", result.stdout  # 10 + 4
 
 
+@pytest.mark.slow
 def test_a_month_of_300_runs_costs_eight_calls_with_the_ledger(run_cli, server, tmp_path):
     month_of_runs(server)  # 300 GPU runs, $187.20
     report = spend(run_cli, server, tmp_path)

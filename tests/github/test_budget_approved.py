@@ -14,9 +14,10 @@ from gpu_ci.github.client import ClientSettings, RestClient
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.github.spend import budget
 from gpu_ci.pricing import Price, load_table
-from tests.github.runs import REPO, api_calls, gate, gpu_run, iso
-from tests.github_server import Job, WorkflowRun
-from tests.shared import ROOT
+from testkit.github.approvals import checks_url, post, queued
+from testkit.github.runs import REPO, api_calls, gate, gpu_run, iso
+from testkit.github_server import Job, WorkflowRun
+from testkit.shared import ROOT
 
 FORK = "mallory/Hello-World"
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=timezone.utc)
@@ -73,15 +74,13 @@ def _fork_run(gh, sha, *, who="Codertocat", jobs=1, created=CREATED, labels=("se
 
 def _status(gh, sha, description, *, at, creator="github-actions[bot]", url=None, context=None):
     """A commit status on ``sha``, newest first, as ``creator`` wrote it at ``at``."""
-    repo = gh.repos[REPO]
-    body = {"context": context or "GPU CI", "state": "pending", "description": description}
-    body["target_url"] = url or f"https://github.com/{REPO}/pull/7/checks"
-    status = dict(gh.status_json(repo, sha, body, creator), created_at=iso(at))
-    repo.statuses.setdefault(sha, []).insert(0, status)
+    url = url or checks_url(7)
+    context = context or "GPU CI"
+    post(gh, description, sha=sha, url=url, creator=creator, context=context, created_at=iso(at))
 
 
 def _approve(gh, sha, *, by="Codertocat", at=CREATED + timedelta(minutes=2), **kw):
-    _status(gh, sha, f"Approved by @{by} for {sha[:12]}: GPU run queued.", at=at, **kw)
+    _status(gh, sha, queued(by, sha), at=at, **kw)
 
 
 def _collect(gh):

@@ -134,8 +134,8 @@ def test_fork_pull_requests_are_one_row_each():
 def test_the_gate_refuses_nothing_for_a_forks_flood(run_cli, server):
     """Through the CLI and the test server: 10 runs ($6.24) and a fork's run of its own
     workflow with 20 GPU jobs queued on a label no runner has; a $50 budget still runs."""
-    from tests.github.runs import REPO, gate, gpu_run
-    from tests.github_server import Job, WorkflowRun
+    from testkit.github.runs import REPO, gate, gpu_run
+    from testkit.github_server import Job, WorkflowRun
 
     for n in range(10):
         gpu_run(server, datetime(2026, 11, 2 + n, 10, tzinfo=timezone.utc), 11.5)

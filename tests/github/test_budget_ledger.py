@@ -9,7 +9,7 @@ import json
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
 from gpu_ci.github.spend import ledger as spend_ledger
-from tests.github.runs import REPO, upload_ledger
+from testkit.github.runs import REPO, upload_ledger
 
 LEDGER = spend_ledger.Ledger(REPO, "2026-11", "k", "2026-11-30T12:00:00Z", {"1": 1}, ())
 FAKE = spend_ledger.Ledger(REPO, "2026-11", "k", "2026-11-30T13:00:00Z", {}, ())

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from tests.conftest import webhook
-from tests.events import on_pull_request
-from tests.github.runs import BUDGET, GPU_RUNS_ON, NOW, gpu_run, month_of_runs, spend
-from tests.github_server import Commit, PullRequest
+from testkit.events import on_pull_request
+from testkit.github.runs import BUDGET, GPU_RUNS_ON, NOW, gpu_run, month_of_runs, spend
+from testkit.github_server import Commit, PullRequest
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"

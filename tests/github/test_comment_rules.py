@@ -6,8 +6,8 @@ import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment, gate
-from tests.conftest import webhook
-from tests.events import on_pull_request
+from testkit.events import on_pull_request
+from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 OLD = "1" * 40
@@ -270,7 +270,7 @@ def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_n
     code) gets no permission, no secret, no persisted credential and writes no cache."""
     import yaml
 
-    from tests.conftest import ROOT
+    from testkit.shared import ROOT
 
     text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
     workflow = yaml.safe_load(text)
@@ -320,7 +320,7 @@ def test_only_a_new_command_by_the_same_maintainer_replaces_their_run():
     """A maintainer's ordinary comment after their command must not cancel the GPU run."""
     import yaml
 
-    from tests.conftest import ROOT
+    from testkit.shared import ROOT
 
     text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
     concurrency = yaml.safe_load(text)["concurrency"]

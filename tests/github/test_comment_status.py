@@ -4,19 +4,14 @@ pull_request run as a label's approval is bound to the labeller's."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 from gpu_ci.github import status as statuses
-from tests.conftest import webhook
+from testkit.github.approvals import CLOCK, ts
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
-
-
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def push(action="synchronize"):
@@ -106,7 +101,7 @@ def test_the_trusted_authors_run_binds_to_that_approval_and_posts_its_result():
 def test_cli_the_privileged_status_job_approves_a_trusted_authors_push(run_cli, github):
     """As in cuda-ci-remove-label.yml's status job with trusted-authors set in its gate (and
     the gate step run on new heads too): gpu-gate, then gpu-status with its outputs."""
-    from tests.github_server import Commit, PullRequest
+    from testkit.github_server import Commit, PullRequest
 
     github.add_repo(REPO, roles={"alice": "maintain"})
     github.add_pull(REPO, PullRequest(2, HEAD, user="alice", head_repo="alice/Hello-World"))
@@ -277,7 +272,7 @@ def labeled_payload() -> dict:
 def test_the_comment_examples_status_jobs_write_statuses_only_and_run_no_pr_code():
     import yaml
 
-    from tests.conftest import ROOT
+    from testkit.shared import ROOT
 
     doc = yaml.safe_load((ROOT / "examples" / "cuda-ci-comment.yml").read_text("utf-8"))
     jobs = doc["jobs"]
@@ -299,9 +294,9 @@ def test_cli_a_comment_approval_then_its_result_and_a_stale_runs_result(run_cli,
     """As the comment workflow's status and result jobs run them: run 77 approved by a
     comment posts its record and its result; run 76 (an older comment's run, cancelled or
     slower) ends after run 78's record was posted and posts nothing over it."""
-    from tests.conftest import webhook as hook
-    from tests.events import on_pull_request
-    from tests.github_server import PullRequest
+    from testkit.events import on_pull_request
+    from testkit.github_server import PullRequest
+    from testkit.shared import webhook as hook
 
     github.add_repo(REPO, roles={"maint": "maintain"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))

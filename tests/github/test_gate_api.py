@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import webhook
-from tests.github_server import PullRequest
+from testkit.github.runs import gate_env
+from testkit.github_server import PullRequest
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -51,13 +52,7 @@ def gate(
     if payload is None:
         event["label"]["name"] = label
         event["sender"]["login"] = sender
-    full_env = {
-        "GITHUB_API_URL": server.url,
-        "GITHUB_REPOSITORY": REPO,
-        "INPUT_GITHUB_TOKEN": "ghs_secret",
-        "GITHUB_SHA": "d" * 40,
-    }
-    full_env.update(env or {})
+    full_env = {**gate_env(server, REPO), **(env or {})}
     return run_cli(["gpu-gate", *args], full_env, event=event, event_name=event_name)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate
-from tests.conftest import webhook
+from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # head.sha in the fixtures
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github.client import ClientSettings, RestClient, describe_api_failure
-from tests.github_server import PullRequest
+from testkit.github_server import PullRequest
 
 FAST = dict(timeout=1.0, retries=3, backoff=0.05, max_wait=5.0)
 
@@ -95,7 +95,7 @@ def test_not_found_is_not_retried(github):
 
 def test_a_refusal_is_the_clients_own_error_with_githubs_answer(github):
     from gpu_ci.github.client import ApiError
-    from tests.github_server import DOCS
+    from testkit.github_server import DOCS
 
     make_repo(github)
     with pytest.raises(ApiError) as info:

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.github_server import Job, PullRequest, Step, WorkflowRun
+from testkit.github_server import Job, PullRequest, Step, WorkflowRun
 
 REPO = "octo-org/octo-repo"
 SHA = "a" * 40

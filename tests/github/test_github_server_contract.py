@@ -1,7 +1,7 @@
 """The test GitHub server speaks GitHub's contract (issue 25 item 1).
 
 Every request the tests make and every answer the server gives is validated against GitHub's
-OpenAPI description (npm ``@octokit/openapi``; tests/openapi_contract.py): these tests prove
+OpenAPI description (npm ``@octokit/openapi``; testkit/openapi_contract.py): these tests prove
 that the validation fails on a missing required field, a wrong type and an unknown path, that
 every shape the server serves passes it, and that the server has GitHub's documented limits.
 """
@@ -15,8 +15,8 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tests import openapi_contract
-from tests.github_server import FakeGitHub, Job, PullRequest, WorkflowRun
+from testkit import openapi_contract
+from testkit.github_server import FakeGitHub, Job, PullRequest, WorkflowRun
 
 REPO = "octo-org/octo-repo"
 FORK = "contributor/octo-repo"
@@ -337,7 +337,7 @@ def test_job_states_are_githubs(gh, state):
 
 def test_a_run_from_a_deleted_fork_has_no_head_repository(gh):
     """GitHub serves ``head_repository: null`` once the fork is gone, though its description
-    says otherwise (github/rest-api-description#1586; tests/openapi_contract.py allows it)."""
+    says otherwise (github/rest-api-description#1586; testkit/openapi_contract.py allows it)."""
     r = run(gh, fork_deleted=True)
     status, body, _ = call(f"{gh.url}/repos/{REPO}/actions/runs/{r.id}")
     assert status == 200 and body["head_repository"] is None

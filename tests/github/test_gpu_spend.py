@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.github.runs import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, spend
-from tests.mermaid_check import assert_charts_parse, require_mermaid
+from testkit.github.runs import GPU_RUNS_ON, REPO, gpu_run, month_of_runs, spend
+from testkit.mermaid_check import assert_charts_parse, require_mermaid
 
 
 @pytest.fixture
@@ -139,13 +139,7 @@ def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, mon
 
 
 def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_path):
-    month.inject(
-        "GET",
-        r"/actions/workflows/.*/runs$",
-        403,
-        times=20,
-        body={"message": "Resource not accessible by integration"},
-    )
+    month.forbid("GET", r"/actions/workflows/.*/runs$")
     result = spend(run_cli, month, tmp_path)
     assert result.returncode == 1
     assert "actions: read" in "".join(result.errors)

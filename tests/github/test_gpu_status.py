@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import status as statuses
-from tests.conftest import webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github.approvals import CLOCK, post_approval, ts
+from testkit.github.runs import played_run, run_event
+from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
-
-
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ours(description: str, state: str = "pending", context: str = "GPU CI") -> dict:
@@ -283,44 +280,12 @@ def test_cli_other_events_are_refused(run_cli, env):
 
 def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github, env, tmp_path):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        dict(
-            github.status_json(
-                repo,
-                HEAD,
-                {
-                    "context": "GPU CI",
-                    "state": "pending",
-                    "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                },
-                "github-actions[bot]",
-            ),
-            created_at=ts(39),
-        )
-    ]
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/cuda-ci.yml",
-        HEAD,
-        pull_requests=[],
-        actor="maintainer",
-    )
-    run.jobs = [
-        Job(github.next_id(), "gate", ["ubuntu-latest"], created_at=ts(40)),
-        Job(github.next_id(), "tests", ["self-hosted", "gpu"], created_at=ts(39)),
-    ]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, ts(40))
-    github.complete_job(run.jobs[0].id, ts(39))
-    github.start_job(run.jobs[1].id, ts(30))
-    github.complete_job(run.jobs[1].id, ts(5))
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"].update(
-        id=run.id,
-        head_sha=HEAD,
+    post_approval(github, created_at=ts(39))
+    gate, gpu = (ts(40), ts(40), ts(39)), (ts(39), ts(30), ts(5))
+    run = played_run(github, gate, gpu, pull_requests=[], actor="maintainer")
+    event = run_event(
+        run,
         event="pull_request",
-        path=run.path,
         created_at=ts(40),
         triggering_actor={"login": "maintainer"},
         head_repository={"full_name": "contributor/Hello-World"},
@@ -347,21 +312,7 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
 
 def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        dict(
-            github.status_json(
-                repo,
-                HEAD,
-                {
-                    "context": "GPU CI",
-                    "state": "pending",
-                    "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                },
-                "github-actions[bot]",
-            ),
-            created_at=ts(39),
-        )
-    ]
+    post_approval(github, created_at=ts(39))
     skipped = WorkflowRun(
         github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD, actor="maintainer"
     )

@@ -7,7 +7,7 @@ import pytest
 
 from gpu_ci.github.monitor_artifact import report_versions
 from gpu_ci.github.watchdog import infra
-from tests.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
+from testkit.github.infra_jobs import EXIT_1, LOST, NOW, REPO, SHUTDOWN, failed_run, monitor_report
 
 
 @pytest.fixture

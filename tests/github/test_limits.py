@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, timedelta, timezone
 
+import pytest
+
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
-from tests.conftest import webhook
-from tests.github_server import FakeGitHub, Job, WorkflowRun
+from testkit.github.approvals import post_approval
+from testkit.github.runs import finished_jobs, run_event, watchdog_env
+from testkit.github_server import FakeGitHub, Job, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -70,6 +74,7 @@ def test_a_window_that_still_hits_the_cap_says_so():
     assert notes and "incomplete" in notes[0] and "1,000" not in notes[0] and "5" in notes[0]
 
 
+@pytest.mark.slow
 def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github):
     github.add_repo(REPO)
     for _ in range(1001):
@@ -87,14 +92,8 @@ def test_a_second_with_more_than_1000_runs_is_read_as_far_as_github_goes(github)
 
 def _watchdog_env(github, tmp_path):
     github.add_repo(REPO)
-    return {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "watchdog-token",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
-        "INPUT_MAX_CALLS": "400",
-    }
+    report = str(tmp_path / "queue.json")
+    return watchdog_env(github, REPO, INPUT_REPORT_FILE=report, INPUT_MAX_CALLS="400")
 
 
 def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:
@@ -104,20 +103,7 @@ def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:
 
 def test_a_running_gpu_job_on_the_second_page_of_jobs_keeps_the_run(run_cli, github, tmp_path):
     env = _watchdog_env(github, tmp_path)
-    cpu = [
-        Job(
-            github.next_id(),
-            f"lint ({n})",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(95),
-            started_at=ago(95),
-            completed_at=ago(94),
-            runner_name="GitHub Actions 2",
-        )
-        for n in range(100)
-    ]
+    cpu = finished_jobs(github, 100, (ago(95), ago(95), ago(94)), runner="GitHub Actions 2")
     running = Job(
         github.next_id(),
         "tests (2)",
@@ -182,23 +168,12 @@ def test_jobs_waiting_for_reviewers_or_a_concurrency_group_are_not_cancelled(
 
 
 def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
-    from tests.github_server import PullRequest
+    from testkit.github_server import PullRequest
 
     github.add_repo(REPO, roles={"maintainer": "write"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))
     repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        github.status_json(
-            repo,
-            HEAD,
-            {
-                "context": "GPU CI",
-                "state": "pending",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-            },
-            "github-actions[bot]",
-        )
-    ]
+    post_approval(github)
     run = WorkflowRun(
         github.next_id(),
         "CUDA CI",
@@ -209,42 +184,16 @@ def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
         status="completed",
         conclusion="success",
     )
-    run.jobs = [
-        Job(
-            github.next_id(),
-            f"lint ({n})",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(40),
-            started_at=ago(40),
-            completed_at=ago(39),
-            runner_name="cpu",
-        )
-        for n in range(100)
-    ]
-    run.jobs.append(
-        Job(
-            github.next_id(),
-            "tests",
-            ["self-hosted", "gpu"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(39),
-            started_at=ago(30),
-            completed_at=ago(5),
-            runner_name="gpu-1",
-        )
-    )
+    run.jobs = finished_jobs(github, 100, (ago(40), ago(40), ago(39)), runner="cpu")
+    gpu = (ago(39), ago(30), ago(5))
+    gpu_labels = ["self-hosted", "gpu"]
+    run.jobs += finished_jobs(github, 1, gpu, runner="gpu-1", name="tests", labels=gpu_labels)
     github.add_run(REPO, run)
-    event = webhook("workflow_run.completed.with-pull-requests")
-    # the approval's own run (issue 26's binding): the GPU workflow's file, attempt 1,
-    # created with the approval, triggered by the approver
-    event["workflow_run"].update(
-        id=run.id,
-        head_sha=HEAD,
+    # the approval's own run: the GPU workflow's file, attempt 1, created with the
+    # approval, triggered by the approver
+    event = run_event(
+        run,
         event="pull_request",
-        path=WF,
         run_attempt=1,
         pull_requests=[],
         created_at=repo.statuses[HEAD][0]["created_at"],
@@ -298,12 +247,13 @@ def test_a_full_list_at_the_cap_with_no_match_is_unknown_not_no():
 # -- what the limits cost: the README's numbers, measured -------------------------------------
 
 
+@pytest.mark.slow
 def test_the_readme_states_the_rest_calls_at_300_runs_a_month(run_cli, server, tmp_path):
     """300 GPU runs in the month (10 a day), no ledger, no billing-token: the gate's budget
     and gpu-spend's report, as the README states them (1 call per 100 runs listed, 1 per run
     for its jobs; the gate's own calls and gpu-spend's artifact listing on top)."""
-    from tests.github.runs import BUDGET, GPU_RUNS_ON, api_calls, gate, month_of_runs, spend
-    from tests.shared import ROOT
+    from testkit.github.runs import BUDGET, GPU_RUNS_ON, api_calls, gate, month_of_runs, spend
+    from testkit.shared import ROOT
 
     month_of_runs(server)
     before = len(server.log)

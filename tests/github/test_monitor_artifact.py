@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpu_ci.github.monitor_artifact import read_monitor_report
 from gpu_ci.github.spend.idle import read_report
-from tests.github.infra_jobs import NOW, monitor_report, zip_bytes
+from testkit.github.infra_jobs import NOW, monitor_report, zip_bytes
 
 
 def test_a_report_gpu_monitor_wrote_is_read():

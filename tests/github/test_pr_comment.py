@@ -16,9 +16,11 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import status as statuses
 from gpu_ci.github.status import pr_comment
 from gpu_ci.runtime import Runtime
-from tests.act_runner import FAST_HTTP_ENV
-from tests.conftest import webhook
-from tests.github_server import PullRequest
+from testkit.act_runner import FAST_HTTP_ENV
+from testkit.github.approvals import checks_url, post_approval
+from testkit.github.runs import approved_run_event
+from testkit.github_server import PullRequest
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"
@@ -181,24 +183,8 @@ def mine(github) -> list:
 
 
 def requested(sha: str = HEAD) -> dict:
-    event = webhook("workflow_run.completed.with-pull-requests")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
-    event.update(action="requested")
-    event["workflow_run"].update(
-        id=5,
-        head_sha=sha,
-        event="pull_request",
-        run_attempt=1,
-        pull_requests=[],
-        path=".github/workflows/cuda-ci.yml",
-        status="queued",
-        conclusion=None,
-        html_url=f"https://github.com/{REPO}/actions/runs/5",
-        created_at=stamp,
-        triggering_actor={"login": "maintainer"},
-        head_repository={"full_name": FORK},
-    )
-    return event
+    return approved_run_event("requested", stamp, head_sha=sha, status="queued", conclusion=None)
 
 
 def test_one_comment_is_edited_in_place_across_three_pushes_and_a_close(github, pull, status):
@@ -271,19 +257,7 @@ def test_a_second_comment_of_ours_is_removed_and_the_oldest_kept(github, pull, s
 
 
 def test_a_run_of_a_head_the_pull_request_moved_on_from_leaves_the_comment(github, pull, status):
-    github.repos[REPO].statuses[HEAD] = [
-        github.status_json(
-            github.repos[REPO],
-            HEAD,
-            {
-                "state": "pending",
-                "context": "GPU CI",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/2/checks",
-            },
-            BOT,
-        )
-    ]
+    post_approval(github, url=checks_url())
     pull.head_sha = PUSHES[0]
     out = status("workflow_run", requested())
     assert out["state"] == "pending" and out["comment"] == "none"

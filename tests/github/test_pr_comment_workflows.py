@@ -9,7 +9,7 @@ import yaml
 
 from gpu_ci.github.status.pr_comment import DEFAULT_COMMAND
 from gpu_ci.specs import GPU_GATE, GPU_STATUS
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 EXAMPLES = ROOT / "examples"
 #: The inert privileged workflows (no checkout, no run: step; tests/github/test_status_workflows.py)

@@ -8,8 +8,8 @@ import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github.gate import labels
-from tests.conftest import webhook
-from tests.github_server import PullRequest
+from testkit.github_server import PullRequest
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 

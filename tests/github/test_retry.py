@@ -16,7 +16,8 @@ from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.github.spend import budget
 from gpu_ci.pricing import load_table
-from tests.github.infra_jobs import (
+from testkit.github.approvals import approved_pull
+from testkit.github.infra_jobs import (
     EXIT_1,
     LOST,
     REPO,
@@ -26,8 +27,8 @@ from tests.github.infra_jobs import (
     steps,
     zipped,
 )
-from tests.github.runs import retry_config
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github.runs import retry_config, watchdog_env
+from testkit.github_server import Job, WorkflowRun
 
 HEAD = "a" * 40
 
@@ -42,22 +43,7 @@ def config(**kw) -> watchdog.WatchdogConfig:
 
 @pytest.fixture
 def gh(github):
-    github.add_repo(REPO)
-    github.add_pull(REPO, PullRequest(2, HEAD))
-    repo = github.repos[REPO]
-    repo.statuses[HEAD] = [
-        github.status_json(
-            repo,
-            HEAD,
-            {
-                "context": "GPU CI",
-                "state": "pending",
-                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/2",
-            },
-            "github-actions[bot]",
-        )
-    ]
+    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
     return github
 
 
@@ -282,13 +268,7 @@ def test_a_run_that_ignores_cancel_is_force_cancelled_after_the_grace(gh):
 
 def test_the_cli_writes_the_infra_file_and_the_retried_output(run_cli, gh, tmp_path):
     run = failed_run(gh, now() - timedelta(hours=2))
-    env = {
-        "GITHUB_API_URL": gh.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "watchdog-token",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_INFRA_FILE": str(tmp_path / "infra.json"),
-    }
+    env = watchdog_env(gh, REPO, INPUT_INFRA_FILE=str(tmp_path / "infra.json"))
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.outputs["retried"]) == [run.id]

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
-from tests.github.infra_jobs import REPO, failed_run
-from tests.github.runs import retry_config
-from tests.github_server import PullRequest
+from testkit.github.infra_jobs import REPO, failed_run
+from testkit.github.runs import retry_config
+from testkit.github_server import PullRequest
 
 HEAD = "a" * 40
 LABEL = "gpu-ci-8812345678-1-1796538608-f2c8c756a201ac6e-gpu"

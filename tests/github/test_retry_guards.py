@@ -9,9 +9,9 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
-from tests.github.infra_jobs import REPO, failed_run
-from tests.github.runs import retry_config
-from tests.github_server import PullRequest
+from testkit.github.approvals import approved_pull
+from testkit.github.infra_jobs import REPO, failed_run
+from testkit.github.runs import retry_config
 
 HEAD = "a" * 40
 
@@ -23,16 +23,7 @@ def now() -> datetime:
 @pytest.fixture
 def gh(github):
     """Pull request #2 at HEAD, approved by @maintainer (gpu-status's wording and writer)."""
-    github.add_repo(REPO)
-    github.add_pull(REPO, PullRequest(2, HEAD))
-    repo = github.repos[REPO]
-    approval = {
-        "context": "GPU CI",
-        "state": "pending",
-        "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-        "target_url": f"https://github.com/{REPO}/pull/2",
-    }
-    repo.statuses[HEAD] = [github.status_json(repo, HEAD, approval, "github-actions[bot]")]
+    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
     return github
 
 

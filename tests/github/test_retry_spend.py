@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timezone
 
 from gpu_ci.github import watchdog
-from tests.github.runs import gpu_run, month_of_runs, spend
+from testkit.github.runs import gpu_run, month_of_runs, spend
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
 

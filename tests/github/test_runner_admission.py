@@ -10,6 +10,7 @@ the runner does (``bash -e <file>``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 
 from gpu_ci.commands.runner_admission import main
-from tests.github_server import FakeGitHub
+from testkit.github.approvals import post
+from testkit.github_server import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "deploy" / "runner-hooks" / "gpu-admission.sh"
@@ -63,22 +65,8 @@ def _env(
     return env
 
 
-def _status(
-    server: FakeGitHub,
-    description: str,
-    *,
-    state: str = "pending",
-    context: str = "GPU CI",
-    creator: str = "github-actions[bot]",
-    sha: str = HEAD,
-) -> None:
-    repo = server.repos[REPO]
-    repo.statuses.setdefault(sha, []).insert(
-        0,
-        server.status_json(
-            repo, sha, {"state": state, "description": description, "context": context}, creator
-        ),
-    )
+#: A commit status on this repository's head, newest first.
+_status = functools.partial(post, repo=REPO, sha=HEAD)
 
 
 @pytest.fixture

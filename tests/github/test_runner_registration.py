@@ -10,7 +10,7 @@ import pytest
 
 from gpu_ci.github.client import ApiError, ClientSettings, RestClient
 from gpu_ci.github.runners import registration as runners
-from tests.github_server import add_runner
+from testkit.github_server import add_runner
 
 REPO = "octo-org/octo-repo"
 

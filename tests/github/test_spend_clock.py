@@ -6,7 +6,7 @@ from datetime import date, datetime, timezone
 
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
-from tests.github_server import FakeGitHub, WorkflowRun
+from testkit.github_server import FakeGitHub, WorkflowRun
 
 REPO = "Codertocat/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"

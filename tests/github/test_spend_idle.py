@@ -12,8 +12,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.github.runs import REPO, api_calls, gpu_run, monitor_report, spend, upload
-from tests.shared import ROOT
+from testkit.github.runs import REPO, api_calls, gpu_run, monitor_report, spend, upload
+from testkit.shared import ROOT
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 
@@ -142,13 +142,7 @@ def test_max_monitor_reports_caps_the_downloads(run_cli, server, monkeypatch, tm
 
 def test_listing_failure_leaves_the_spend_report_without_idle(run_cli, server, tmp_path):
     gpu_run(server, T0, 3)
-    server.inject(
-        "GET",
-        r"/actions/artifacts$",
-        403,
-        times=20,
-        body={"message": "Resource not accessible by integration"},
-    )
+    server.forbid("GET", r"/actions/artifacts$")
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0 and result.outputs["minutes"] == "3", result.stdout
     assert "could not be listed" in result.stdout
@@ -201,8 +195,9 @@ def test_schema_checker_agrees_with_jsonschema(monkeypatch):
         schema_errors({}, {"pattern": "x"})
 
 
+@pytest.mark.slow
 def test_a_month_of_300_reports_costs_406_calls(run_cli, server, monkeypatch, tmp_path):
-    from tests.github.runs import month_of_runs
+    from testkit.github.runs import month_of_runs
 
     month_of_runs(server)  # 300 GPU runs of 12 min
     for run in list(server.repos[REPO].runs):
@@ -262,7 +257,7 @@ def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
 ):
     """The ledger keeps the counted jobs' windows: the hourly report that reuses it (and
     fetches no job of those runs) still matches their gpu-monitor reports."""
-    from tests.github.runs import upload_ledger
+    from testkit.github.runs import upload_ledger
 
     server.repos[REPO].default_branch = "master"  # the ledger's branch, asked of the API
     run = gpu_run(server, T0, 3)

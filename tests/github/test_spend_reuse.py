@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from tests.github.runs import (
+import pytest
+
+from testkit.github.runs import (
     BUDGET,
     GATE_CALLS,
     REPO,
@@ -17,8 +19,8 @@ from tests.github.runs import (
     spend,
     upload_ledger,
 )
-from tests.github_server import Job
-from tests.shared import ROOT
+from testkit.github_server import Job
+from testkit.shared import ROOT
 
 #: gpu-spend's hourly run: on a schedule, so on the default branch (no call to ask which).
 HOURLY = {"GITHUB_EVENT_NAME": "schedule", "GITHUB_REF_NAME": "master"}
@@ -61,6 +63,7 @@ def test_a_rerun_this_month_of_a_run_created_last_month_counts(run_cli, server, 
     assert report.outputs["minutes"] == "600", report.stdout
 
 
+@pytest.mark.slow
 def test_the_readme_states_the_rest_calls_with_the_ledger(run_cli, server, tmp_path):
     """300 GPU runs in the month and one since gpu-spend's last hourly ledger: a gate
     decision and the next hourly report, each within the issue's goal of 10 REST calls,
@@ -109,8 +112,8 @@ def test_the_readme_states_the_rest_calls_with_the_ledger(run_cli, server, tmp_p
 def test_a_listing_still_over_the_cap_is_said_in_both_summaries(run_cli, tmp_path):
     """Eight runs in one second, GitHub serving 5 of a filtered listing (the cap, scaled
     down): no window splits them, and the gate's and gpu-spend's summaries say so."""
-    from tests.github.runs import HEAD
-    from tests.github_server import FakeGitHub, PullRequest
+    from testkit.github.runs import HEAD
+    from testkit.github_server import FakeGitHub, PullRequest
 
     with FakeGitHub(run_search_cap=5) as gh:
         gh.add_repo(REPO, roles={"Codertocat": "write"})

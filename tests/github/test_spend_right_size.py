@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from gpu_ci.cuda.monitor import right_size as rs
 from gpu_ci.cuda.monitor import views as mr
-from tests.github.runs import gpu_run, monitor_report, spend, upload
+from testkit.github.runs import gpu_run, monitor_report, spend, upload
 
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
 GiB = 2**30
@@ -23,6 +23,15 @@ def with_advice(
     sizes = rs.load_sizes().with_prices(prices or {})
     advice = rs.advise(name, memory, peak, activity, sizes, paid_minutes=3)
     return dict(report, right_size=mr.right_size_json(advice))
+
+
+def a10g_run(server, monkeypatch):
+    """A 5-minute run on an A10G that used 2 GiB, its report advising a priced T4."""
+    run = gpu_run(server, T0, 5)
+    report = monitor_report(monkeypatch, T0)
+    t4 = {"Tesla T4 16GB": Decimal("0.04")}
+    upload(server, run, with_advice(report, "NVIDIA A10G", 23028 * MiB, 2 * GiB, 3.0, t4))
+    return run
 
 
 def test_month_names_the_size_that_would_have_held_each_workflow(
@@ -51,15 +60,7 @@ def test_month_names_the_size_that_would_have_held_each_workflow(
 
 
 def test_largest_need_on_the_smallest_size_gives_no_advice(run_cli, server, monkeypatch, tmp_path):
-    a10g = ("NVIDIA A10G", 23028 * MiB)
-    run = gpu_run(server, T0, 5)
-    upload(
-        server,
-        run,
-        with_advice(
-            monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0, {"Tesla T4 16GB": Decimal("0.04")}
-        ),
-    )
+    a10g_run(server, monkeypatch)
     big = gpu_run(server, T0 + timedelta(days=1), 2)  # already the smallest
     upload(
         server,
@@ -81,15 +82,7 @@ def test_largest_need_on_the_smallest_size_gives_no_advice(run_cli, server, monk
 
 
 def test_priced_suggestion_costs_the_counted_minutes(run_cli, server, monkeypatch, tmp_path):
-    a10g = ("NVIDIA A10G", 23028 * MiB)
-    run = gpu_run(server, T0, 5)
-    upload(
-        server,
-        run,
-        with_advice(
-            monitor_report(monkeypatch, T0), *a10g, 2 * GiB, 3.0, {"Tesla T4 16GB": Decimal("0.04")}
-        ),
-    )
+    a10g_run(server, monkeypatch)
     result = spend(run_cli, server, tmp_path)
     assert result.returncode == 0, result.stdout
     [row] = json.loads((tmp_path / "out" / "spend.json").read_text())["right_size"]

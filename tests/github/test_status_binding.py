@@ -6,51 +6,31 @@ who attacks and how. See the module docstring of ``gpu_ci.github.status`` for th
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import status as statuses
-from tests.conftest import ROOT
+from testkit.github.approvals import CLOCK, checks_url, queued, running, status, ts
+from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
 RUNS = f"https://github.com/{REPO}/actions/runs"
 
 
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def ours(description: str, state: str = "pending", url: str = "", at: float = 0) -> dict:
-    return {
-        "context": "GPU CI",
-        "state": state,
-        "description": description,
-        "target_url": url,
-        "created_at": ts(at),
-        "creator": {"login": "github-actions[bot]"},
-    }
+    return status(description, state, url=url, created_at=ts(at))
 
 
 def approval(at: float = 50, number: int = 2, by: str = "maintainer") -> dict:
-    return ours(
-        f"Approved by @{by} for {HEAD[:12]}: GPU run queued.",
-        url=f"https://github.com/{REPO}/pull/{number}/checks",
-        at=at,
-    )
+    return ours(queued(by), url=checks_url(number), at=at)
 
 
 def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
-    return ours(
-        "Approved by @maintainer: GPU run in progress.",
-        url=f"{RUNS}/{run_id}/attempts/{attempt}",
-        at=at,
-    )
+    return ours(running(), url=f"{RUNS}/{run_id}/attempts/{attempt}", at=at)
 
 
 def run(

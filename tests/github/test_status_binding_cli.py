@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from tests.conftest import webhook
-from tests.github_server import Job, PullRequest, WorkflowRun
+from testkit.github.runs import approved_run_event, forged_review_run, labeled
+from testkit.github_server import Job, PullRequest, WorkflowRun
+from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
 FORK = "contributor/Hello-World"
@@ -94,39 +95,13 @@ def env(github):
     }
 
 
-def workflow_run(action: str, **fields) -> dict:
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["action"] = action
-    event["workflow_run"].update(
-        id=5,
-        head_sha=HEAD,
-        event="pull_request",
-        run_attempt=1,
-        pull_requests=[],
-        path=".github/workflows/cuda-ci.yml",
-        html_url=f"{RUNS}/5",
-        created_at=stamp(150),
-        triggering_actor={"login": "maintainer"},
-        head_repository={"full_name": FORK},
-    )
-    event["workflow_run"].update(fields)
-    return event
+def workflow_run(action: str, created_at: str | None = None, **fields) -> dict:
+    return approved_run_event(action, created_at or stamp(150), **fields)
 
 
 def test_cli_a_forged_run_of_a_deleted_fork_posts_nothing(run_cli, github, env):
     """`name: CUDA CI` on pull_request_review in a fork that is deleted while it runs."""
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        ".github/workflows/fake.yml",
-        HEAD,
-        event="pull_request_review",
-        actor="contributor",
-    )
-    run.jobs = [Job(github.next_id(), "tests", ["ubuntu-latest"], created_at=stamp(99))]
-    github.add_run(REPO, run)
-    github.start_job(run.jobs[0].id, stamp(98))
-    github.complete_job(run.jobs[0].id, stamp(1))
+    run = forged_review_run(github, (stamp(99), stamp(98), stamp(1)), repo=REPO)
     forged = workflow_run(
         "completed",
         id=run.id,
@@ -173,8 +148,7 @@ def test_cli_in_progress_landing_on_the_result_is_put_back(run_cli, github, env)
 
 def test_cli_a_refused_label_leaves_a_passed_head_alone(run_cli, github, env):
     github.repos[REPO].statuses[HEAD] = [PASSED, approval()]
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
+    event = labeled()
     event["sender"]["login"] = "triager"
     result = run_cli(
         ["gpu-status"],

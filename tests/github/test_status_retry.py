@@ -12,38 +12,32 @@ from datetime import datetime, timedelta, timezone
 from gpu_ci.github import status as statuses
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
-from tests.conftest import webhook
-from tests.github.infra_jobs import REPO, failed_run, iso
-from tests.github.runs import retry_config
+from testkit.github.approvals import (
+    CLOCK,
+    checks_url,
+    post_approval,
+    queued,
+    running,
+    status,
+    ts,
+)
+from testkit.github.infra_jobs import REPO, failed_run, iso
+from testkit.github.runs import retry_config
+from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
+NOW = CLOCK
 CONFIG = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"])
 RUNS = f"https://github.com/{REPO}/actions/runs"
 BOT = "github-actions[bot]"
 
 
-def ts(minutes_ago: float) -> str:
-    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def ours(description: str, state: str = "pending", url: str = "", at: float = 0, by=BOT):
-    return {
-        "context": "GPU CI",
-        "state": state,
-        "description": description,
-        "target_url": url,
-        "created_at": ts(at),
-        "creator": {"login": by},
-    }
+    return status(description, state, url=url, created_at=ts(at), creator=by)
 
 
-APPROVAL = ours(
-    f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-    url=f"https://github.com/{REPO}/pull/2/checks",
-    at=50,
-)
-IN_PROGRESS = ours("Approved by @maintainer: GPU run in progress.", url=f"{RUNS}/5/attempts/1")
+APPROVAL = ours(queued(), url=checks_url(repo=REPO), at=50)
+IN_PROGRESS = ours(running(), url=f"{RUNS}/5/attempts/1")
 LOST = ours(
     f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): tests: failure.",
     "failure",
@@ -144,7 +138,7 @@ def test_a_retry_below_a_newer_approval_or_push_does_not_bind():
 def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_cli):
     """The watchdog re-runs a lost run on the test server and writes its status; attempt 2
     passes; gpu-status, handling attempt 2's `completed`, replaces "retried" by "passed"."""
-    from tests.github_server import PullRequest
+    from testkit.github_server import PullRequest
 
     sha = "a" * 40
     github.add_repo(REPO)
@@ -154,19 +148,8 @@ def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_c
     lost = failed_run(github, start)
     lost.actor = "maintainer"  # the labeller's pull_request run
     repo = github.repos[REPO]
-    approval = github.status_json(
-        repo,
-        sha,
-        {
-            "context": "GPU CI",
-            "state": "pending",
-            "description": f"Approved by @maintainer for {sha[:12]}: GPU run queued.",
-            "target_url": f"https://github.com/{REPO}/pull/2/checks",
-        },
-        BOT,
-    )
+    approval = post_approval(github, repo=REPO, sha=sha, url=checks_url(repo=REPO))
     approval["created_at"] = approval["updated_at"] = iso(start + timedelta(minutes=2))
-    repo.statuses[sha] = [approval]
     rest = connect("watchdog-token", {"GITHUB_API_URL": github.url}, lambda _s: None)
     config = retry_config()
     assert watchdog.sweep(rest, REPO, config, now).retried == [lost.id]

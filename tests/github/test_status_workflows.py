@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from tests.conftest import ROOT
+from testkit.shared import ROOT
 
 EXAMPLES = ROOT / "examples"
 PRIVILEGED = ("cuda-ci-remove-label.yml", "cuda-ci-status.yml", "cuda-ci-watchdog.yml")

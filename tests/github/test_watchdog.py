@@ -9,8 +9,8 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.commit_status import WATCHDOG_PREFIX
-from tests.github.runs import watchdog_config
-from tests.github_server import Job, WorkflowRun
+from testkit.github.runs import stuck_run, watchdog_config, watchdog_env
+from testkit.github_server import Job, WorkflowRun
 
 REPO = "octo-org/octo-repo"
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
@@ -128,44 +128,23 @@ def add_run(
     path=".github/workflows/cuda-ci.yml",
     extra_jobs=(),
 ) -> WorkflowRun:
-    run = WorkflowRun(
-        github.next_id(),
-        "CUDA CI",
-        path,
-        f"{github.next_id():040d}",
-        status="in_progress",
-        created_at=ago(minutes + 1),
+    return stuck_run(
+        github,
+        ago(minutes + 1),
+        ago(minutes),
+        sha=None,
+        labels=labels,
+        status=status,
+        path=path,
+        extra_jobs=extra_jobs,
+        repo=REPO,
     )
-    run.jobs.append(
-        Job(
-            github.next_id(),
-            "gate",
-            ["ubuntu-latest"],
-            status="completed",
-            conclusion="success",
-            created_at=ago(minutes + 1),
-            started_at=ago(minutes + 1),
-            runner_name="GitHub Actions 2",
-        )
-    )
-    run.jobs.append(
-        Job(github.next_id(), "tests", list(labels), status=status, created_at=ago(minutes))
-    )
-    run.jobs.extend(extra_jobs)
-    github.add_run(REPO, run)
-    return run
 
 
 @pytest.fixture
 def env(github, tmp_path):
     github.add_repo(REPO)
-    return {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "watchdog-token",
-        "INPUT_WORKFLOWS": "cuda-ci.yml",
-        "INPUT_REPORT_FILE": str(tmp_path / "queue.json"),
-    }
+    return watchdog_env(github, REPO, INPUT_REPORT_FILE=str(tmp_path / "queue.json"))
 
 
 def test_a_job_no_runner_took_is_cancelled_and_the_commit_says_so(run_cli, github, env, tmp_path):

@@ -1,0 +1,1 @@
+"""Helpers of the conda wing's tests: lock files, jobs and installers."""
