@@ -67,6 +67,22 @@ def test_lock_files_refuse_links_and_fifos_and_lock_once(tmp_path: Path):
     assert stat.S_IMODE((tmp_path / lease.lock_name(uuid)).stat().st_mode) & 0o044
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_lock_file_of_another_non_root_user_is_refused(tmp_path: Path):
+    """Its owner may delete it from the sticky directory after we lock it: a third job then
+    creates and locks a new file for the same GPU while our lease still holds the old one."""
+    theirs = tmp_path / lease.lock_name("GPU-theirs")
+    theirs.write_text("")
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(OSError, match="belongs to uid 65534, who may delete it"):
+        lease.open_lock(tmp_path, "GPU-theirs")
+    root_owned = tmp_path / lease.lock_name("GPU-admin")
+    root_owned.write_text("")  # pre-created by an admin: root's, 0644
+    fd = lease.try_lock(tmp_path, "GPU-admin")
+    assert fd is not None
+    os.close(fd)
+
+
 def test_lock_name_keeps_a_uuid_inside_the_directory():
     assert lease.lock_name("GPU-../../etc/x") == "GPU-.._.._etc_x.lock"
     assert "/" not in lease.lock_name("a/b")

@@ -353,6 +353,28 @@ def test_jobs_of_two_os_users_share_the_host(host: Host):
     assert rm.returncode != 0 and (host.leases / f"{UUIDS[3]}.lock").exists()
 
 
+def test_a_lock_file_planted_by_another_user_never_holds_a_lease(host: Host):
+    """Another OS user creates GPU 0's lock file first, waits for a victim to lock it, then
+    deletes it and leases GPU 0 again on a new file: two holders of one GPU. The victim now
+    skips that file and names why; a root-owned one an admin made is used by everyone."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to plant a second OS user's file")
+    from gpu_ci.cuda.lease.lease import lock_name, prepare_directory
+
+    assert prepare_directory(host.leases) == ""
+    planted = host.leases / lock_name(UUIDS[0])
+    subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "touch", str(planted)],
+        check=True,
+    )
+    victim = host.lease("victim", gpus=1)
+    assert victim.uuids == [UUIDS[1]]  # GPU 0's file is nobody's: skipped
+    short = host.start("short", gpus=8, wait="0")
+    assert short.finish() == 1
+    assert f"GPU 0 {UUIDS[0]}: its lock file cannot be used" in short.stdout
+    assert "belongs to uid" in short.stdout and "root-owned lock files" in short.stdout
+
+
 @pytest.mark.parametrize("kind", ["symlink", "open"])
 def test_an_unsafe_lease_directory_is_refused(host: Host, kind: str):
     real = host.root / "real"

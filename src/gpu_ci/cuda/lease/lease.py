@@ -22,8 +22,12 @@ Why these file rules (the directory is shared among OS users, like ``/tmp``):
   blocks the open) and must be regular files. An existing file is opened *without*
   ``O_CREAT``: Linux's ``fs.protected_regular`` refuses ``O_CREAT`` on another user's file in
   a sticky world-writable directory. It is opened read-write where we may, else read-only:
-  ``flock`` needs only an open fd, so a lock file that another user created (``0644``) is
-  still lockable.
+  ``flock`` needs only an open fd. A lock file must be this user's or root's: its owner
+  may delete it from the sticky directory, and a job that then creates a new one locks
+  another file than the job still holding the old one. Another user's lock file is
+  skipped and named; an admin pre-creates root-owned ones for GPUs that several OS users
+  lease. Among jobs of one OS user the lease is cooperative: each may delete the other's
+  files.
 * The info file's name carries the uid, so every user replaces only their own files (a
   rename over another user's file in a sticky directory fails).
 
@@ -154,9 +158,17 @@ def open_lock(directory: Path, uuid: str) -> int:
                 continue
             except FileNotFoundError:
                 break
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 os.close(fd)
                 raise OSError(f"{path} is not a regular file")
+            if info.st_uid not in (os.geteuid(), 0):
+                os.close(fd)
+                raise OSError(
+                    f"{path} belongs to uid {info.st_uid}, who may delete it and so free "
+                    "the lease; for GPUs that several users lease, an admin creates "
+                    "root-owned lock files (see the gpu-lease README)"
+                )
             return fd
         else:
             raise PermissionError(f"cannot open {path} (neither read-write nor read-only)")
