@@ -40,9 +40,13 @@ def try_exclusive(path: Path, mode: int = 0o644) -> int | None:
     The file is created if needed; closing the fd releases the lock. None on Windows."""
     if sys.platform == "win32":
         return None
+    return lock_now(os.open(path, os.O_RDWR | os.O_CREAT, mode))
+
+
+def lock_now(fd: int) -> int | None:
+    """Lock an open file exclusively without waiting: ``fd``, or None (closed) if held."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -248,6 +248,11 @@ def conda_entry(
     )
 
 
+def pixi_named(path: str) -> bool:
+    """A lock named ``pixi.lock`` is one, whatever it holds."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1].endswith("pixi.lock")
+
+
 def detect_kind(text: str) -> str:
     lines = [line.strip() for line in text.splitlines()]
     if "@EXPLICIT" in lines:

@@ -80,7 +80,7 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
     path = opts.lock_file
     text, data = _read(path)
     file_sha256 = lockfile.sha256_of(data)
-    lock = None if pixi_named(path) else lockfile.parse(text, path)
+    lock = None if lockfile.pixi_named(path) else lockfile.parse(text, path)
     if lock is None or lock.kind == "pixi":
         from gpu_ci.conda import pixi
 
@@ -94,11 +94,6 @@ def load(opts: SetupOptions, mask: Callable[[str], None]) -> Locked:
     plan = lockfile.plan(lock, text, opts.platform, opts.categories, path)
     _mask_plan(plan, mask)
     return Locked(lock, plan, file_sha256)
-
-
-def pixi_named(path: str) -> bool:
-    """A lock named ``pixi.lock`` is one, whatever it holds."""
-    return Path(path).name.endswith("pixi.lock")
 
 
 def _mask_plan(plan: lockfile.InstallPlan, mask: Callable[[str], None]) -> None:

@@ -28,9 +28,7 @@ REWRITES = "pixi 0.68 or later (`pixi lock` writes format version 7)"
 
 def is_pixi(path: str, text: str) -> bool:
     """A pixi lock: named ``pixi.lock``, or shaped like one."""
-    from gpu_ci.conda.pipeline import pixi_named
-
-    return pixi_named(path) or lockfile.detect_kind(text) == "pixi"
+    return lockfile.pixi_named(path) or lockfile.detect_kind(text) == "pixi"
 
 
 def require_rattler() -> Any:

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpu_ci.atomic import write_atomic
+from gpu_ci.locks import lock_now
 
 DEFAULT_DIRECTORY = "/tmp/gpu-ci-leases"
 DIRECTORY_VARIABLE = "GPU_CI_LEASE_DIR"
@@ -184,15 +185,7 @@ def try_lock(directory: Path, uuid: str) -> int | None:
 
     The GPU's lock as an open fd (close it to release), or None when another holds it.
     """
-    import fcntl
-
-    fd = open_lock(directory, uuid)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return lock_now(open_lock(directory, uuid))
 
 
 def unfit(gpu: Candidate, min_free: int) -> str:
