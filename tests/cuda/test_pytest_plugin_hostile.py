@@ -1,0 +1,99 @@
+"""The pytest plugin against what others control: names, tests, a full disk, a kill.
+
+Another job on the host names its processes; the job's tests raise and name what they like;
+the disk fills; pytest is killed. None of it reaches a workflow command, the summary's markup,
+a rerun it should not have, or the run's exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_ci.pytest_plugin import gpus
+from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+#: A line that, printed to the job's log, would be a workflow command of its own.
+PLANTED = "x\n::error title=gpu-ci pytest::t.py::t: out of memory (y); still failing after 1 rerun"
+
+
+class _Names:
+    """An NVML stand-in that names every process as the driver was told."""
+
+    def __init__(self, name: str | None) -> None:
+        self.name = name
+
+    def process_name(self, pid: int) -> str | None:
+        return self.name
+
+
+def _plain(name: str) -> None:
+    assert name.isprintable() and len(name) <= gpus.NAME_CHARS, repr(name)
+    for mark in ("\n", "\r", "\x1b", "[", "]", "<", ">", "(", ")", "|", "`", ":"):
+        assert mark not in name, repr(name)
+
+
+def test_a_foreign_executables_name_is_plain_text() -> None:
+    """NVML names a process by its executable's path, which another job chooses."""
+    for name in (f"/tmp/{PLANTED}", "/tmp/[x](https://evil.example)<img src=x>", "\x1b[2Kok"):
+        _plain(gpus.name_of(_Names(name), os.getpid()))  # type: ignore[arg-type]
+    assert gpus.name_of(_Names("/usr/bin/python3.11"), 1) == "python3.11"  # type: ignore[arg-type]
+    assert gpus.name_of(_Names("x" * 300), 1) == "x" * gpus.NAME_CHARS  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def named_process() -> Iterator[int]:
+    """A process that named itself (prctl PR_SET_NAME) with a workflow command."""
+    code = (
+        "import ctypes, sys, time\n"
+        "ctypes.CDLL(None).prctl(15, b'a\\n::error::b', 0, 0, 0)\n"
+        "print('named', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"named\n"
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_foreign_process_comm_is_plain_text(named_process: int) -> None:
+    """Where NVML does not name it, /proc/PID/comm does: it may hold a newline."""
+    with open(f"/proc/{named_process}/comm") as f:
+        assert "\n::error::" in f.read()
+    name = gpus.name_of(_Names(None), named_process)  # type: ignore[arg-type]
+    _plain(name)
+    assert name.startswith("a")
+
+
+def test_a_foreign_name_reaches_neither_markup_nor_the_terminal_raw(
+    pytester: pytest.Pytester,
+    gpu_env: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """End to end: a foreign process's name in the ledger, in the summary and the log."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        (gpu_env / f"0.{proc.pid}").write_text("2000 \x1b[2K[x](evil.example)<b>\n")
+        summary = pytester.path / "summary.md"
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        monkeypatch.setenv("GITHUB_ACTIONS", "true")
+        pytester.makepyfile(test_n="def test_ok():\n    pass\n")
+        result = pytester.runpytest_subprocess(*PLUGIN, "--gpu-held-warning=1GiB")
+    finally:
+        proc.kill()
+        proc.wait()
+    result.assert_outcomes(passed=1)
+    log = result.stdout.str()
+    assert f"pid {proc.pid}" in log
+    for text in (log, summary.read_text()):
+        assert "\x1b[2K" not in text and "](evil" not in text and "<b>" not in text
