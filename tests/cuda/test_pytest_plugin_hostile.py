@@ -7,6 +7,7 @@ a rerun it should not have, or the run's exit status.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.pytest_plugin import gpus
+from tests.cuda import plugin_standins
 from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -97,3 +99,61 @@ def test_a_foreign_name_reaches_neither_markup_nor_the_terminal_raw(
     assert f"pid {proc.pid}" in log
     for text in (log, summary.read_text()):
         assert "\x1b[2K" not in text and "](evil" not in text and "<b>" not in text
+
+
+FLAKY_TESTS = """
+import sys
+import pytest
+from errors import CUPY
+
+runs = {}
+
+def first(name):
+    runs[name] = runs.get(name, 0) + 1
+    return runs[name] == 1
+
+@pytest.fixture
+def frees_badly(request):
+    yield
+    if first(request.node.name + "-teardown"):
+        raise CUPY
+
+def test_assertion_then_an_oom_in_teardown(frees_badly):
+    assert not first("assertion"), "the real failure"
+
+def test_fallback_asserted_after_an_oom():
+    try:
+        raise CUPY
+    except MemoryError:
+        assert not first("fallback"), "the fallback is wrong"
+
+def test_a_group_with_a_real_failure_beside_the_oom():
+    if first("group"):
+        raise ExceptionGroup("tasks", [CUPY, ValueError("wrong shape")])
+
+def test_a_group_of_ooms_only():
+    if first("ooms"):
+        wrapped = RuntimeError("worker died")
+        wrapped.__cause__ = CUPY
+        raise ExceptionGroup("tasks", [wrapped, CUPY])
+"""
+
+
+def test_a_rerun_never_hides_a_failure_that_is_not_an_oom(pytester: pytest.Pytester) -> None:
+    """Only an attempt whose every failure is an OOM is rerun.
+
+    An assertion beside an OOM in teardown, an assertion raised while handling an OOM, an
+    exception group holding another error: each a real failure, shown, not rerun away."""
+    pytester.makepyfile(errors=plugin_standins.FRAMEWORK_ERRORS)
+    pytester.makepyfile(test_k=FLAKY_TESTS)
+    result = pytester.runpytest(*PLUGIN, "--gpu-report=r.json", "-p", "no:randomly", "-rA")
+    record = json.loads((pytester.path / "r.json").read_text())
+    tests = {t["nodeid"].split("::")[1]: t for t in record["tests"]}
+    assert {n: t["oom_reruns"] for n, t in tests.items()} == {
+        "test_assertion_then_an_oom_in_teardown": 0,
+        "test_fallback_asserted_after_an_oom": 0,
+        "test_a_group_with_a_real_failure_beside_the_oom": 0,
+        "test_a_group_of_ooms_only": 1,
+    }
+    assert tests["test_a_group_of_ooms_only"]["outcome"] == "passed"
+    result.stdout.fnmatch_lines(["*the real failure*", "*the fallback is wrong*"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 #: Out-of-memory classes by module and qualified name (any class in the MRO).
@@ -49,8 +49,19 @@ MESSAGES = re.compile(
 )
 
 
-def chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and every exception chained to it, each once."""
+def _members(e: BaseException) -> list[BaseException]:
+    members = getattr(e, "exceptions", None)  # ExceptionGroup (3.11+, or the backport)
+    if not isinstance(members, (list, tuple)):
+        return []
+    return [m for m in members if isinstance(m, BaseException)]
+
+
+def reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is a GPU out-of-memory error, or None.
+
+    The reason is the matching type's name or the message's matching words. An
+    assertion (or ``pytest.fail``) is the test's own verdict, even while it handles an
+    OOM; an exception group is an OOM only when each of its members is one."""
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -58,32 +69,30 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
         if id(e) in seen:
             continue
         seen.add(id(e))
-        yield e
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-        members = getattr(e, "exceptions", None)  # ExceptionGroup (3.11+, or the backport)
-        if isinstance(members, (list, tuple)):
-            todo.extend(m for m in members if isinstance(m, BaseException))
-
-
-def reason(exc: BaseException) -> str | None:
-    """Why ``exc`` is a GPU out-of-memory error, or None.
-
-    The reason is the matching type's name or the message's matching words."""
-    for e in chain(exc):
         for cls in type(e).__mro__:
             name = f"{cls.__module__}.{cls.__qualname__}"
             if name in TYPES:
                 return name
         if isinstance(e, AssertionError) or _is_outcome(e):
             continue
-        try:
-            text = str(e)
-        except Exception:  # a broken __str__ is not ours to fix
+        members = _members(e)
+        if members:
+            whys = [reason(m) for m in members]
+            if all(whys):
+                return whys[0]
             continue
-        found = MESSAGES.search(text)
+        found = MESSAGES.search(_text(e))
         if found:
             return f"{type(e).__name__}: {found.group(0)}"
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return None
+
+
+def _text(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # a broken __str__ is not ours to fix
+        return ""
 
 
 def _is_outcome(e: BaseException) -> bool:
