@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_ci.cuda import pytest_link
 from gpu_ci.pytest_plugin import gpus
 from tests.cuda import plugin_standins
 from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
@@ -157,3 +158,56 @@ def test_a_rerun_never_hides_a_failure_that_is_not_an_oom(pytester: pytest.Pytes
     }
     assert tests["test_a_group_of_ooms_only"]["outcome"] == "passed"
     result.stdout.fnmatch_lines(["*the real failure*", "*the fallback is wrong*"])
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A small tmpfs, filled to its last byte."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"no tmpfs can be mounted here (needs root): {done.stderr.decode()[:200]}")
+    try:
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError):
+                while True:
+                    os.write(fd, b"x" * 512)
+        finally:
+            os.close(fd)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_turns_no_passing_run_into_a_failure(
+    pytester: pytest.Pytester, full_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report and the job summary cannot be written: the run passes, says so, and
+    leaves no half-written file behind."""
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(full_disk / "summary.md"))
+    pytester.makepyfile(errors=plugin_standins.FRAMEWORK_ERRORS)
+    pytester.makepyfile(test_d="def test_ok():\n    pass\n")
+    result = pytester.runpytest(*PLUGIN, f"--gpu-report={full_disk / 'r.json'}")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*GPU memory report not written*No space left on device*"])
+    assert sorted(p.name for p in full_disk.iterdir()) in (["filler"], ["filler", "summary.md"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_two_sessions_with_one_pid_keep_both_reports(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two test steps of one job in fresh containers have the same small PID: the second
+    session's report does not replace the first's in gpu-monitor's directory."""
+    reports = pytester.path / "reports"
+    monkeypatch.setenv(pytest_link.REPORT_DIR_VARIABLE, str(reports))
+    monkeypatch.setattr(os, "getpid", lambda: 7)
+    pytester.makepyfile(test_p="def test_ok():\n    pass\n")
+    for _ in range(2):
+        pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
+    assert len(pytest_link.read_reports(str(reports))) == 2

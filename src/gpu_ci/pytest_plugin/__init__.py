@@ -58,6 +58,7 @@ class GpuMemory:
             "leak_threshold_mib": settings.leak_mib,
         }
         self.parts: dict[str, report.Record] = {}
+        self.written = False
         self.mine = gpus.own_pids()
         self.unmatched = False
         self.nvml: Nvml | None = None
@@ -228,7 +229,10 @@ class GpuMemory:
             return
         self.record = report.merge(self.record, self.parts)
         if self.settings.report:
-            report.write(self.record, self.settings.report)
+            failed = report.write(self.record, self.settings.report)
+            if failed:
+                self._note(f"GPU memory report not written to {self.settings.report}: {failed}")
+            self.written = failed is None
         summary = os.environ.get("GITHUB_STEP_SUMMARY", "")
         if summary:
             text = report.markdown(self.record, self.settings.leak_mib, self.settings.top)
@@ -261,7 +265,7 @@ class GpuMemory:
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for line in report.workflow_warnings(rec, s.leak_mib, s.held_warn_mib):
                 tr.write_line(line)
-        if s.report:
+        if self.written:
             tr.write_line(f"GPU memory report: {s.report}")
 
 

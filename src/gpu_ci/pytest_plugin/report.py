@@ -8,8 +8,10 @@ pointing at the tests, and the lines of the terminal summary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from typing import Any
 
 Record = dict[str, Any]
@@ -44,16 +46,27 @@ def merge(main: Record, parts: dict[str, Record]) -> Record:
     return out
 
 
-def write(record: Record, path: str) -> None:
-    """Write ``record`` whole or not at all.
+def write(record: Record, path: str) -> str | None:
+    """Write ``record`` whole or not at all; None, or why it was not written.
 
-    A reader never sees half a file."""
+    A reader never sees half a file, and a full disk leaves none behind: the report is
+    not worth failing the tests for."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".pytest-gpu-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        return str(exc)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            json.dump(record, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return str(exc)
+    return None
 
 
 def leaks(record: Record, threshold_mib: float) -> list[Record]:
