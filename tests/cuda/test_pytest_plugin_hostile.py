@@ -211,3 +211,34 @@ def test_two_sessions_with_one_pid_keep_both_reports(
     for _ in range(2):
         pytester.runpytest(*PLUGIN).assert_outcomes(passed=1)
     assert len(pytest_link.read_reports(str(reports))) == 2
+
+
+def test_memory_a_caching_allocator_keeps_free_is_no_leak(
+    pytester: pytest.Pytester,
+    gpu_env: Path,  # noqa: F811
+) -> None:
+    """torch keeps a freed block reserved: NVML still counts it for the process, but the
+    test left nothing in use. Only memory the test took and still uses is its leftover."""
+    pytester.makepyfile(
+        test_c="""
+        import torch
+        KEEP = []
+
+        def test_warm_up():
+            torch.cuda.alloc(100)
+
+        def test_big_then_freed():
+            torch.cuda.alloc(2000)
+
+        def test_leaky():
+            KEEP.append(torch.cuda.alloc(3000))
+        """
+    )
+    result = pytester.runpytest_subprocess(*PLUGIN, "--gpu-report=r.json")
+    result.assert_outcomes(passed=3)
+    tests = {t["nodeid"]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
+    assert tests["test_c.py::test_big_then_freed"]["leftover_mib"] == 0
+    # 1000 MiB taken from the GPU beyond the 2000 cached, all of it still in use
+    assert tests["test_c.py::test_leaky"]["leftover_mib"] == 1000
+    assert "test_big_then_freed" not in "".join(x for x in result.outlines if "leak:" in x)
+    result.stdout.fnmatch_lines(["leak: test_c.py::test_leaky (GPU 0,1, +1,000 MiB)*"])

@@ -160,9 +160,9 @@ class GpuMemory:
         """This process's memory before setup and after teardown, and the known peak."""
         start = time.time()
         peaks.reset()
-        before = self._own_bytes()
+        before, cached_before = self._own_bytes(), peaks.cached()
         yield
-        after = self._own_bytes()
+        after, cached_after = self._own_bytes(), peaks.cached()
         peak, source = peaks.read()
         # ours, else pytest-rerunfailures' (its execution_count) where it reran the test
         reruns = getattr(item, "_gpu_ci_oom_reruns", None)
@@ -181,9 +181,7 @@ class GpuMemory:
                 "outcome": getattr(item, "_gpu_ci_outcome", "passed"),
                 "oom": getattr(item, "_gpu_ci_oom", None),
                 "oom_reruns": reruns,
-                "leftover_mib": None
-                if before is None or after is None
-                else round((after - before) / MIB, 1),
+                "leftover_mib": _leftover(before, after, cached_before, cached_after),
                 "context_created": before == 0 and bool(after),
                 "peak_mib": peak,
                 "peak_source": source,
@@ -267,6 +265,18 @@ class GpuMemory:
                 tr.write_line(line)
         if self.written:
             tr.write_line(f"GPU memory report: {s.report}")
+
+
+def _leftover(before: int | None, after: int | None, cached_0: int, cached_1: int) -> float | None:
+    """What the test took from the GPU and still uses, in MiB.
+
+    NVML's growth of this process, but no more than its growth beyond the caching
+    allocators' unused blocks: a block freed and kept cached is not a leak."""
+    if before is None or after is None:
+        return None
+    grown = after - before
+    in_use = (after - cached_1) - (before - cached_0)
+    return round(min(grown, in_use) / MIB, 1)
 
 
 def _location(item: pytest.Item) -> tuple[str, int | None]:
