@@ -160,3 +160,12 @@ def test_many_big_reports_are_read_within_one_total(
         (tmp_path / f"r{i:02d}.json").write_text(raw)
     records = pytest_link.read_reports(str(tmp_path))
     assert len(records) == 4
+
+
+def test_a_test_id_is_text_in_the_monitors_table() -> None:
+    """The job names its tests: HTML, a link or a code span in an id stays text."""
+    link = pytest_link.Link(5.0, 6.0, "t.py::t[<img src=x>[a](https://e.example)`c`]", "f", (0,))
+    row = pytest_link.markdown([link], 0.0, []).splitlines()[-1]
+    assert row == (
+        "| +0:05 | t.py::t\\[&lt;img src=x&gt;\\[a\\](https://e.example)\\`c\\`\\] | f | 0 | ? |"
+    )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.cuda import pytest_link
-from gpu_ci.pytest_plugin import gpus
+from gpu_ci.pytest_plugin import gpus, report
 from tests.cuda import plugin_standins
 from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
 
@@ -242,3 +242,41 @@ def test_memory_a_caching_allocator_keeps_free_is_no_leak(
     assert tests["test_c.py::test_leaky"]["leftover_mib"] == 1000
     assert "test_big_then_freed" not in "".join(x for x in result.outlines if "leak:" in x)
     result.stdout.fnmatch_lines(["leak: test_c.py::test_leaky (GPU 0,1, +1,000 MiB)*"])
+
+
+MANY_TESTS = """
+import pytest
+from errors import CUPY
+
+@pytest.mark.parametrize("u", ["<img src=x>", "[a](https://e.example)", "`c`*b*&amp;", "x" * 5000])
+def test_markup(u):
+    raise CUPY
+
+@pytest.mark.parametrize("n", range(40))
+def test_many(n):
+    raise CUPY
+"""
+
+
+def test_the_summary_and_annotations_stay_bounded_and_plain(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test ids are the job's: HTML, links and code spans in them stay text in the job
+    summary; thousands of findings do not make a summary past GitHub's 1 MiB limit, nor
+    a log of annotations GitHub would drop (it keeps 10 of each level per step)."""
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    pytester.makepyfile(errors=plugin_standins.FRAMEWORK_ERRORS)
+    pytester.makepyfile(test_m=MANY_TESTS)
+    result = pytester.runpytest(*PLUGIN, "-p", "no:randomly")
+    _ = result.parseoutcomes()
+    text = summary.read_text()
+    for planted in ("<img", "[a](", "`c`", "*b*", "x" * 400):
+        assert planted not in text, planted
+    assert "&lt;img src=x&gt;" in text and "\\[a\\](https" in text and "&amp;amp;" in text
+    rows = [line for line in text.splitlines() if line.startswith("| out-of-memory |")]
+    assert len(rows) == report.MAX_ROWS
+    assert f"{44 - report.MAX_ROWS} more out-of-memory findings" in text
+    commands = [line for line in result.outlines if line.startswith("::")]
+    assert len(commands) == 10 and all(len(line) < 1000 for line in commands)

@@ -123,6 +123,19 @@ def seen(samples: Sequence[Any], link: Link) -> int | None:
     return max(during) if during else None
 
 
+_MARKUP = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "\r": " ", "\n": " "}
+_MARKUP.update({c: "\\" + c for c in "\\`*[]!~"})
+
+
+def cell(text: str, limit: int = 300) -> str:
+    """``text`` as it reads, in one Markdown table cell: no HTML, link, code span or emphasis.
+
+    Test ids are the job's; cut at ``limit`` characters."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return "".join(_MARKUP.get(c, c) for c in text)
+
+
 def _clock(seconds: float) -> str:
     sign = "-" if seconds < 0 else "+"
     whole = int(abs(seconds))
@@ -141,11 +154,11 @@ def markdown(found: Sequence[Link], started: float, samples: Sequence[Any]) -> s
     ]
     for link in found[:MAX_ROWS]:
         used = seen(samples, link)
-        cell = "?" if used is None else f"{used / MIB:,.0f} MiB"
-        test = link.nodeid.replace("|", "\\|").replace("\n", " ")
+        then = "?" if used is None else f"{used / MIB:,.0f} MiB"
+        test = cell(link.nodeid)
         gpus = ",".join(str(g) for g in link.gpus) or "?"
         rows.append(
-            f"| {_clock(link.start - started)} | {test} | {link.finding} | {gpus} | {cell} |"
+            f"| {_clock(link.start - started)} | {test} | {link.finding} | {gpus} | {then} |"
         )
     if len(found) > MAX_ROWS:
         rows.append(f"\n{len(found) - MAX_ROWS} more in the plugin's JSON report.")
