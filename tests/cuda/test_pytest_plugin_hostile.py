@@ -280,3 +280,70 @@ def test_the_summary_and_annotations_stay_bounded_and_plain(
     assert f"{44 - report.MAX_ROWS} more out-of-memory findings" in text
     commands = [line for line in result.outlines if line.startswith("::")]
     assert len(commands) == 10 and all(len(line) < 1000 for line in commands)
+
+
+def test_a_session_killed_leaves_the_earlier_report_whole(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 mid-session: no report, no half-written JSON; the earlier one reads whole."""
+    reports = pytester.path / "reports"
+    monkeypatch.setenv(pytest_link.REPORT_DIR_VARIABLE, str(reports))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    pytester.runpytest_subprocess(*PLUGIN, "test_ok.py").assert_outcomes(passed=1)
+    pytester.makepyfile(
+        test_kill="import os, signal\n\ndef test_killed():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = pytester.runpytest_subprocess(*PLUGIN, "test_kill.py")
+    assert killed.ret == -9
+    (record,) = pytest_link.read_reports(str(reports))
+    assert [t["nodeid"] for t in record["tests"]] == ["test_ok.py::test_ok"]
+    assert len(list(reports.iterdir())) == 1
+
+
+def test_an_xdist_worker_that_crashes_loses_only_its_own_record(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker dies (os._exit): xdist replaces it; the controller still writes one JSON with
+    the tests of the workers that finished, and the run fails for the crash alone."""
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(
+        test_x="""
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_fine(n):
+            pass
+
+        def test_dies():
+            os._exit(3)
+        """
+    )
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "xdist", "-n", "2", "--gpu-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out and "Traceback" not in out
+    record = json.loads((pytester.path / "r.json").read_text())
+    names = {t["nodeid"] for t in record["tests"]}
+    assert names and "test_x.py::test_dies" not in names
+    assert names <= {f"test_x.py::test_fine[{n}]" for n in range(6)}
+
+
+def test_a_rerunfailures_rerun_of_another_failure_is_no_oom(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest-rerunfailures reruns every failure: an assertion it reran twice is not listed,
+    annotated or reported as an out-of-memory failure (gpu-watchdog reads that as the
+    tests' own OOM, outranking a lost GPU)."""
+    pytest.importorskip("pytest_rerunfailures")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    pytester.makepyfile(test_a="def test_wrong():\n    assert 1 == 2\n")
+    result = pytester.runpytest(
+        *PLUGIN, "-p", "rerunfailures", "--reruns", "2", "--gpu-report=r.json"
+    )
+    (test,) = json.loads((pytester.path / "r.json").read_text())["tests"]
+    assert test["oom"] is None
+    out = result.stdout.str()
+    assert "out of memory" not in out and "out-of-memory" not in out, out

@@ -164,10 +164,12 @@ class GpuMemory:
         yield
         after, cached_after = self._own_bytes(), peaks.cached()
         peak, source = peaks.read()
-        # ours, else pytest-rerunfailures' (its execution_count) where it reran the test
+        # ours, else pytest-rerunfailures' (its execution_count) where it reran an OOM: it
+        # reruns any failure, and an assertion it reran is no out-of-memory rerun
         reruns = getattr(item, "_gpu_ci_oom_reruns", None)
         if reruns is None:
-            reruns = max(0, int(getattr(item, "execution_count", 1) or 1) - 1)
+            ran = int(getattr(item, "execution_count", 1) or 1)
+            reruns = max(0, ran - 1) if getattr(item, "_gpu_ci_oom", None) else 0
         path, line = _location(item)
         self.record["tests"].append(
             {

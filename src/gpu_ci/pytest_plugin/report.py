@@ -96,7 +96,8 @@ def biggest(record: Record, top: int) -> list[Record]:
 
 
 def reruns(record: Record) -> list[Record]:
-    return [t for t in record["tests"] if t["oom_reruns"] or t["oom"]]
+    """Tests that failed with an out-of-memory error, rerun or not."""
+    return [t for t in record["tests"] if t["oom"]]
 
 
 def _mib(value: float | None) -> str:
