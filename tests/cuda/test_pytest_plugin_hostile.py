@@ -292,7 +292,8 @@ def test_a_session_killed_leaves_the_earlier_report_whole(
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
     pytester.runpytest_subprocess(*PLUGIN, "test_ok.py").assert_outcomes(passed=1)
     pytester.makepyfile(
-        test_kill="import os, signal\n\ndef test_killed():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        test_kill="import os, signal\n\n"
+        "def test_killed():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     killed = pytester.runpytest_subprocess(*PLUGIN, "test_kill.py")
     assert killed.ret == -9
