@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.cuda import pytest_link
-from gpu_ci.pytest_plugin import gpus, report
+from gpu_ci.pytest_plugin import gpus, oom, report
 from tests.cuda import plugin_standins
 from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
 
@@ -348,3 +348,62 @@ def test_a_rerunfailures_rerun_of_another_failure_is_no_oom(
     assert test["oom"] is None
     out = result.stdout.str()
     assert "out of memory" not in out and "out-of-memory" not in out, out
+
+
+def _raised_in_handler(outer: BaseException, inner: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException:
+            raise outer  # noqa: B904 -- the implicit __context__ is the point
+    except BaseException as e:
+        return e
+
+
+class OutOfMemoryError(Exception):
+    """A project's own exception, named as torch's and CuPy's are."""
+
+
+def _nested_group(depth: int) -> BaseException:
+    exc: BaseException = MemoryError("cudaErrorMemoryAllocation")
+    for _ in range(depth):
+        exc = ExceptionGroup("g", [exc])  # noqa: F821 -- Python 3.11 here
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "is_oom"),
+    [
+        (OutOfMemoryError("Out of memory in the queue"), False),
+        (MemoryError("out of memory"), False),
+        (
+            _raised_in_handler(
+                AssertionError("fallback wrong"), RuntimeError("CUDA out of memory")
+            ),
+            False,
+        ),
+        (
+            _raised_in_handler(pytest.fail.Exception("no"), RuntimeError("CUDA out of memory")),
+            False,
+        ),
+        (_raised_in_handler(KeyError("model"), RuntimeError("CUDA out of memory")), True),
+        (pytest.fail.Exception("expected no CUDA out of memory"), False),
+        (_nested_group(3), True),
+        (_nested_group(5000), False),
+    ],
+    ids=[
+        "own-class",
+        "host",
+        "assert-in-handler",
+        "fail-in-handler",
+        "wrapped",
+        "fail-quoting",
+        "group",
+        "deep",
+    ],
+)
+def test_what_counts_as_an_oom(exc: BaseException, is_oom: bool) -> None:
+    """A project's class named OutOfMemoryError is not a framework's; an assertion or
+    pytest.fail raised while handling an OOM is the test's verdict; groups nested past
+    Python's recursion give no answer rather than an internal error."""
+    assert (oom.reason(exc) is not None) is is_oom

@@ -3,7 +3,8 @@
 An error is an out-of-memory error when it, or any exception in its chain
 (``__cause__``, ``__context__``, an exception group's members), is of a
 framework's out-of-memory type or carries a framework's documented message.
-Assertion failures never count by message: a test may assert on such text.
+An assertion or ``pytest.fail`` never counts, even while it handles an OOM: it is the
+test's own verdict; a group counts when each of its members is an OOM.
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def reason(exc: BaseException) -> str | None:
     The reason is the matching type's name or the message's matching words. An
     assertion (or ``pytest.fail``) is the test's own verdict, even while it handles an
     OOM; an exception group is an OOM only when each of its members is one."""
+    try:
+        return _reason(exc)
+    except RecursionError:  # groups nested past Python's limit: no answer, not an error
+        return None
+
+
+def _reason(exc: BaseException) -> str | None:
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -77,7 +85,7 @@ def reason(exc: BaseException) -> str | None:
             continue
         members = _members(e)
         if members:
-            whys = [reason(m) for m in members]
+            whys = [_reason(m) for m in members]
             if all(whys):
                 return whys[0]
             continue
@@ -96,8 +104,10 @@ def _text(e: BaseException) -> str:
 
 
 def _is_outcome(e: BaseException) -> bool:
-    # pytest.fail / skip / xfail carry the test's own words
-    return type(e).__module__.startswith("_pytest.")
+    # pytest.fail / skip / xfail carry the test's own words; their classes name their
+    # module "builtins" (pytest >= 7 shows them so), hence the base class, not the module
+    base = getattr(sys.modules.get("_pytest.outcomes"), "OutcomeException", None)
+    return isinstance(base, type) and isinstance(e, base)
 
 
 def release_caches() -> list[str]:
