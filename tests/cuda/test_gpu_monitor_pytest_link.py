@@ -169,3 +169,14 @@ def test_a_test_id_is_text_in_the_monitors_table() -> None:
     assert row == (
         "| +0:05 | t.py::t\\[&lt;img src=x&gt;\\[a\\](https://e.example)\\`c\\`\\] | f | 0 | ? |"
     )
+
+
+def test_the_reports_directory_replaced_by_a_link_is_not_read(tmp_path: Path) -> None:
+    """The job swaps the directory for a link to another: nothing is read through it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    record = plugin_record([{"nodeid": "x", "start": 1.0, "end": 2.0, "oom": "y"}])
+    (elsewhere / "r.json").write_text(json.dumps(record))
+    assert len(pytest_link.read_reports(str(elsewhere))) == 1
+    (tmp_path / "pytest").symlink_to(elsewhere)
+    assert pytest_link.read_reports(str(tmp_path / "pytest")) == []

@@ -41,33 +41,40 @@ class Link:
 def read_reports(directory: str) -> list[dict[str, Any]]:
     """The plugin's session reports in ``directory`` (regular files, within the size).
 
-    Links are not followed (a planted one could name any file of the host), and the
-    files' bytes in all stay within ``MAX_TOTAL_BYTES``."""
+    Links are not followed, the directory's nor its files' (a planted one could name any
+    file of the host), and the files' bytes in all stay within ``MAX_TOTAL_BYTES``."""
     out: list[dict[str, Any]] = []
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))[:MAX_FILES]
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow)
     except OSError:
         return out
-    budget = MAX_TOTAL_BYTES
-    for name in names:
-        raw = _read_regular(os.path.join(directory, name), min(MAX_BYTES, budget))
-        if raw is None:
-            continue
-        budget -= len(raw)
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):  # RecursionError: nested past the parser
-            continue
-        if isinstance(record, dict) and isinstance(record.get("tests"), list):
-            out.append(record)
+    try:
+        names = sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))[:MAX_FILES]
+        budget = MAX_TOTAL_BYTES
+        for name in names:
+            raw = _read_regular(name, dir_fd, min(MAX_BYTES, budget))
+            if raw is None:
+                continue
+            budget -= len(raw)
+            try:
+                record = json.loads(raw)
+            except (ValueError, RecursionError):  # RecursionError: nested past the parser
+                continue
+            if isinstance(record, dict) and isinstance(record.get("tests"), list):
+                out.append(record)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
     return out
 
 
-def _read_regular(path: str, limit: int) -> bytes | None:
+def _read_regular(name: str, dir_fd: int, limit: int) -> bytes | None:
     """A regular file's bytes, not through a link; None when over ``limit`` or unreadable."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
