@@ -112,7 +112,9 @@ def test_what_the_job_wrote_there_is_read_within_limits(tmp_path: Path) -> None:
 
 
 def test_deep_json_and_odd_numbers_are_skipped_not_a_traceback(tmp_path: Path) -> None:
-    """JSON nested past the parser's recursion, infinite or NaN times (Python's json reads
+    """Deep JSON and odd numbers are skipped.
+
+    JSON nested past the parser's recursion, infinite or NaN times (Python's json reads
     ``Infinity``), a non-list ``gpus``: skipped, and the good test still listed."""
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "deep_dict.json").write_text('{"tests": ' + "[" * 100_000 + "]" * 100_000 + "}")
@@ -135,7 +137,9 @@ def test_deep_json_and_odd_numbers_are_skipped_not_a_traceback(tmp_path: Path) -
 
 
 def test_a_planted_symlink_is_not_followed_out_of_the_directory(tmp_path: Path) -> None:
-    """A link in the reports' directory to a file elsewhere on the host is not read."""
+    """A planted link is not followed.
+
+    A link in the reports' directory to a file elsewhere on the host is not read."""
     outside = tmp_path / "outside.json"
     outside.write_text(
         json.dumps(plugin_record([{"nodeid": "secret", "start": 1.0, "end": 2.0, "oom": "x"}]))
@@ -149,7 +153,9 @@ def test_a_planted_symlink_is_not_followed_out_of_the_directory(tmp_path: Path) 
 def test_many_big_reports_are_read_within_one_total(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """64 files each just under the per-file limit are not all held at once: the bytes
+    """The reports are read within one total.
+
+    64 files each just under the per-file limit are not all held at once: the bytes
     read in all stay within the total."""
     monkeypatch.setattr(pytest_link, "MAX_BYTES", 1000)
     monkeypatch.setattr(pytest_link, "MAX_TOTAL_BYTES", 4000)

@@ -202,7 +202,9 @@ def test_a_full_disk_turns_no_passing_run_into_a_failure(
 def test_two_sessions_with_one_pid_keep_both_reports(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two test steps of one job in fresh containers have the same small PID: the second
+    """Two sessions with one PID keep two reports.
+
+    Two test steps of one job in fresh containers have the same small PID: the second
     session's report does not replace the first's in gpu-monitor's directory."""
     reports = pytester.path / "reports"
     monkeypatch.setenv(pytest_link.REPORT_DIR_VARIABLE, str(reports))
@@ -403,7 +405,34 @@ def _nested_group(depth: int) -> BaseException:
     ],
 )
 def test_what_counts_as_an_oom(exc: BaseException, is_oom: bool) -> None:
-    """A project's class named OutOfMemoryError is not a framework's; an assertion or
+    """What is an OOM, and what is not.
+
+    A project's class named OutOfMemoryError is not a framework's; an assertion or
     pytest.fail raised while handling an OOM is the test's verdict; groups nested past
     Python's recursion give no answer rather than an internal error."""
     assert (oom.reason(exc) is not None) is is_oom
+
+
+def test_two_sessions_writing_one_report_at_once_leave_it_whole(tmp_path: Path) -> None:
+    """Two writers of one report never leave half of it.
+
+    Two processes write the same --gpu-report path over and over while it is read: every
+    read is one whole record, and no temporary file stays."""
+    path = tmp_path / "r.json"
+    code = (
+        "import sys\n"
+        "from gpu_ci.pytest_plugin import report\n"
+        "rec = report.new_record()\n"
+        "rec['tests'] = [{'nodeid': sys.argv[2] * 2000}] * 20\n"
+        "for _ in range(100):\n"
+        "    assert report.write(rec, sys.argv[1]) is None\n"
+    )
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(path), n]) for n in "ab"]
+    reads = 0
+    while any(w.poll() is None for w in writers):
+        if path.exists():
+            record = json.loads(path.read_text())
+            assert {t["nodeid"][0] for t in record["tests"]} in ({"a"}, {"b"})
+            reads += 1
+    assert [w.returncode for w in writers] == [0, 0]
+    assert reads > 0 and [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -71,7 +71,9 @@ def read_reports(directory: str) -> list[dict[str, Any]]:
 
 
 def _read_regular(name: str, dir_fd: int, limit: int) -> bytes | None:
-    """A regular file's bytes, not through a link; None when over ``limit`` or unreadable."""
+    """A regular file's bytes, not through a link.
+
+    None when over ``limit`` or unreadable."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)

@@ -55,7 +55,9 @@ def merge(main: Record, parts: dict[str, Record]) -> Record:
 
 
 def write(record: Record, path: str) -> str | None:
-    """Write ``record`` whole or not at all; None, or why it was not written.
+    """Write ``record`` whole or not at all.
+
+    None, or why it was not written.
 
     A reader never sees half a file, and a full disk leaves none behind: the report is
     not worth failing the tests for."""
