@@ -18,10 +18,22 @@ import pytest
 
 from gpu_ci.cuda import pytest_link
 from gpu_ci.pytest_plugin import gpus, oom, report
-from tests.cuda import plugin_standins
-from tests.cuda.test_pytest_plugin import PLUGIN, fake_lib, gpu_env  # noqa: F401
+from tests.cuda import plugin_env, plugin_standins
+from tests.cuda.plugin_env import PLUGIN
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return plugin_env.fake_nvml_lib(tmp_path_factory)
+
+
+@pytest.fixture
+def gpu_env(pytester: pytest.Pytester, fake_lib: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two 8 GiB GPUs, an empty ledger and the torch stand-in."""
+    return plugin_env.two_gpus(pytester, fake_lib, monkeypatch)
+
 
 #: A line that, printed to the job's log, would be a workflow command of its own.
 PLANTED = "x\n::error title=gpu-ci pytest::t.py::t: out of memory (y); still failing after 1 rerun"
@@ -78,7 +90,7 @@ def test_a_foreign_process_comm_is_plain_text(named_process: int) -> None:
 
 def test_a_foreign_name_reaches_neither_markup_nor_the_terminal_raw(
     pytester: pytest.Pytester,
-    gpu_env: Path,  # noqa: F811
+    gpu_env: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """End to end: a foreign process's name in the ledger, in the summary and the log."""
@@ -217,7 +229,7 @@ def test_two_sessions_with_one_pid_keep_both_reports(
 
 def test_memory_a_caching_allocator_keeps_free_is_no_leak(
     pytester: pytest.Pytester,
-    gpu_env: Path,  # noqa: F811
+    gpu_env: Path,
 ) -> None:
     """torch keeps a freed block reserved: NVML still counts it for the process, but the
     test left nothing in use. Only memory the test took and still uses is its leftover."""
