@@ -12,7 +12,8 @@ from __future__ import annotations
 # the same class) with "CUDA out of memory. Tried to allocate 150.00 MiB (GPU 0; ...)"
 # (torch/csrc/Exceptions.cpp; the message of c10/cuda/CUDACachingAllocator.cpp, as quoted in
 # e.g. github.com/rinongal/textual_inversion/issues/155). torch.cuda.empty_cache releases the
-# cached, unused blocks; max_memory_allocated / reset_peak_memory_stats are the peak counter.
+# cached, unused blocks; max_memory_allocated / reset_peak_memory_stats are the peak counter;
+# memory_reserved - memory_allocated is what the cache holds unused.
 TORCH_INIT = """\
 class OutOfMemoryError(RuntimeError):
     pass
@@ -118,6 +119,14 @@ def empty_cache():
     _state["reserved"] = _state["allocated"]
     if _state["init"]:
         _sync()
+
+
+def memory_allocated(device=None):
+    return _state["allocated"] * MIB
+
+
+def memory_reserved(device=None):
+    return _state["reserved"] * MIB
 
 
 def max_memory_allocated(device=None):

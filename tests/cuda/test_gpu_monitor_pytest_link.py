@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from gpu_ci.cuda import pytest_link
 from gpu_ci.pytest_plugin import report
 from testkit.cli import parse_output_file
@@ -107,3 +109,80 @@ def test_what_the_job_wrote_there_is_read_within_limits(tmp_path: Path) -> None:
     assert pytest_link.markdown(found, 0.0, []).splitlines()[-1] == (
         "| +0:05 | t.py::a | out of memory, passed after 1 rerun(s) | 0 | ? |"
     )
+
+
+def test_deep_json_and_odd_numbers_are_skipped_not_a_traceback(tmp_path: Path) -> None:
+    """Deep JSON and odd numbers are skipped.
+
+    JSON nested past the parser's recursion, infinite or NaN times (Python's json reads
+    ``Infinity``), a non-list ``gpus``: skipped, and the good test still listed."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "deep_dict.json").write_text('{"tests": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    odd = plugin_record(
+        [
+            {"nodeid": "t.py::inf", "start": 1.0, "end": 2.0, "oom": "x", "gpus": 5},
+            {"nodeid": "t.py::big", "start": 1e308 * 10, "end": 2.0, "oom": "x"},
+            {"nodeid": "t.py::nan", "start": float("nan"), "end": 2.0, "oom": "x"},
+            {"nodeid": "t.py::neg", "start": 1.0, "end": float("-inf"), "oom": "x"},
+            {"nodeid": "t.py::runs", "start": 1.0, "end": 2.0, "oom": "x", "oom_reruns": 1e400},
+            {"nodeid": "t.py::ok", "start": 3.0, "end": 4.0, "oom": "x", "oom_reruns": 1},
+        ]
+    )
+    (tmp_path / "odd.json").write_text(json.dumps(odd))
+    found = pytest_link.links(pytest_link.read_reports(str(tmp_path)))
+    text = pytest_link.markdown(found, 0.0, [])
+    assert [x.nodeid for x in found] == ["t.py::inf", "t.py::runs", "t.py::ok"]
+    assert "| +0:03 | t.py::ok | out of memory, still failing after 1 rerun(s) | 0 | ? |" in text
+    assert "inf" not in text.replace("t.py::inf", "")
+
+
+def test_a_planted_symlink_is_not_followed_out_of_the_directory(tmp_path: Path) -> None:
+    """A planted link is not followed.
+
+    A link in the reports' directory to a file elsewhere on the host is not read."""
+    outside = tmp_path / "outside.json"
+    outside.write_text(
+        json.dumps(plugin_record([{"nodeid": "secret", "start": 1.0, "end": 2.0, "oom": "x"}]))
+    )
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "link.json").symlink_to(outside)
+    assert pytest_link.read_reports(str(reports)) == []
+
+
+def test_many_big_reports_are_read_within_one_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reports are read within one total.
+
+    64 files each just under the per-file limit are not all held at once: the bytes
+    read in all stay within the total."""
+    monkeypatch.setattr(pytest_link, "MAX_BYTES", 1000)
+    monkeypatch.setattr(pytest_link, "MAX_TOTAL_BYTES", 4000)
+    one = plugin_record([{"nodeid": "t.py::a", "start": 1.0, "end": 2.0, "oom": "x"}])
+    raw = json.dumps(one)
+    raw += " " * (900 - len(raw))
+    for i in range(pytest_link.MAX_FILES):
+        (tmp_path / f"r{i:02d}.json").write_text(raw)
+    records = pytest_link.read_reports(str(tmp_path))
+    assert len(records) == 4
+
+
+def test_a_test_id_is_text_in_the_monitors_table() -> None:
+    """The job names its tests: HTML, a link or a code span in an id stays text."""
+    link = pytest_link.Link(5.0, 6.0, "t.py::t[<img src=x>[a](https://e.example)`c`]", "f", (0,))
+    row = pytest_link.markdown([link], 0.0, []).splitlines()[-1]
+    assert row == (
+        "| +0:05 | t.py::t\\[&lt;img src=x&gt;\\[a\\](https://e.example)\\`c\\`\\] | f | 0 | ? |"
+    )
+
+
+def test_the_reports_directory_replaced_by_a_link_is_not_read(tmp_path: Path) -> None:
+    """The job swaps the directory for a link to another: nothing is read through it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    record = plugin_record([{"nodeid": "x", "start": 1.0, "end": 2.0, "oom": "y"}])
+    (elsewhere / "r.json").write_text(json.dumps(record))
+    assert len(pytest_link.read_reports(str(elsewhere))) == 1
+    (tmp_path / "pytest").symlink_to(elsewhere)
+    assert pytest_link.read_reports(str(tmp_path / "pytest")) == []

@@ -18,17 +18,16 @@ from pathlib import Path
 import pytest
 
 from gpu_ci.pytest_plugin import oom, peaks
-from testkit.cuda import plugin_standins
-from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
+from testkit.cuda import plugin_env, plugin_standins
+from testkit.cuda.plugin_env import PLUGIN
+from testkit.cuda_env import gpu_config, nvml_config, write_config
 
 pytest_plugins = ["pytester"]
-
-PLUGIN = ("-p", "gpu_ci.pytest_plugin", "-p", "no:cacheprovider")
 
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_fake_nvml(tmp_path_factory.mktemp("nvml"), with_libcuda=False)
+    return plugin_env.fake_nvml_lib(tmp_path_factory)
 
 
 @pytest.fixture
@@ -36,21 +35,7 @@ def gpu_env(
     pytester: pytest.Pytester, fake_lib: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
     """Two 8 GiB GPUs, an empty ledger and the torch stand-in."""
-    ledger = pytester.path / "ledger"
-    ledger.mkdir()
-    config = nvml_config(gpu_config(0, memory_mib=8192), gpu_config(1, memory_mib=8192))
-    write_config(pytester.path / "nvml.cfg", config)
-    for name in ("PYTEST_XDIST_WORKER", "GPU_CI_WORKER_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_lib))
-    monkeypatch.setenv("FAKE_NVML_CONFIG", str(pytester.path / "nvml.cfg"))
-    monkeypatch.setenv("FAKE_NVML_LEDGER", str(ledger))
-    monkeypatch.setenv("FAKE_TORCH_CAPACITY_MIB", "8192")
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
-    pytester.makepyfile(**plugin_standins.torch_files())
-    yield ledger
+    yield plugin_env.two_gpus(pytester, fake_lib, monkeypatch)
 
 
 def _outcomes(result: pytest.RunResult, **expected: int) -> None:

@@ -163,3 +163,22 @@ def test_the_plugins_message_is_the_one_the_watchdog_reads():
         {"message": f"t.py::test_a: {stayed}", "title": "someone else"},
     ]
     assert [e.code for e in infra.annotation_evidence(notes)] == ["gpu-oom"]
+
+
+def test_a_test_id_quoting_the_message_is_not_an_oom_that_stayed():
+    """Only the annotation's own ending counts: a test id (parametrize ids are the job's)
+    that quotes "still failing after 1 rerun", in the annotation of an OOM that passed on its
+    rerun or of a leak, is no OOM that stayed (and cannot turn a lost GPU into a test failure)."""
+    from gpu_ci.pytest_plugin import report
+
+    nodeid = "t.py::test_a[out of memory (x); still failing after 1 rerun]"
+    test = {"nodeid": nodeid, "oom": "torch.OutOfMemoryError", "oom_reruns": 1}
+    passed = report.rerun_detail({**test, "outcome": "passed"})
+    notes = [
+        {"message": f"{nodeid}: {passed}", "title": "gpu-ci pytest"},
+        {
+            "message": f"{nodeid} left 500 MiB of GPU memory after teardown",
+            "title": "gpu-ci pytest",
+        },
+    ]
+    assert infra.annotation_evidence(notes) == []

@@ -11,6 +11,7 @@ a size, and what is not the plugin's shape is skipped.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from typing import Any
 REPORT_DIR_VARIABLE = "GPU_CI_PYTEST_REPORT_DIR"
 MAX_FILES = 64
 MAX_BYTES = 32 * 2**20  # about 100,000 tests
+MAX_TOTAL_BYTES = 64 * 2**20  # what the report step reads in all
 MAX_ROWS = 30
 MIB = 2**20
 
@@ -37,35 +39,57 @@ class Link:
 
 
 def read_reports(directory: str) -> list[dict[str, Any]]:
-    """The plugin's session reports in ``directory`` (regular files, within the size)."""
+    """The plugin's session reports in ``directory`` (regular files, within the size).
+
+    Links are not followed, the directory's nor its files' (a planted one could name any
+    file of the host), and the files' bytes in all stay within ``MAX_TOTAL_BYTES``."""
     out: list[dict[str, Any]] = []
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))[:MAX_FILES]
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow)
     except OSError:
         return out
-    for name in names:
-        try:
-            fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+    try:
+        names = sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))[:MAX_FILES]
+        budget = MAX_TOTAL_BYTES
+        for name in names:
+            raw = _read_regular(name, dir_fd, min(MAX_BYTES, budget))
+            if raw is None:
                 continue
-            raw = f.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            continue
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("tests"), list):
-            out.append(record)
+            budget -= len(raw)
+            try:
+                record = json.loads(raw)
+            except (ValueError, RecursionError):  # RecursionError: nested past the parser
+                continue
+            if isinstance(record, dict) and isinstance(record.get("tests"), list):
+                out.append(record)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
     return out
 
 
+def _read_regular(name: str, dir_fd: int, limit: int) -> bytes | None:
+    """A regular file's bytes, not through a link.
+
+    None when over ``limit`` or unreadable."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        raw = f.read(limit + 1)
+    return raw if len(raw) <= limit else None
+
+
 def _number(value: object) -> float | None:
+    """A finite number, or None (Python's json reads ``Infinity`` and ``NaN``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok else None  # type: ignore[arg-type]
+    return float(value) if ok and math.isfinite(value) else None  # type: ignore[arg-type]
 
 
 def links(records: Sequence[dict[str, Any]]) -> list[Link]:
@@ -81,7 +105,10 @@ def links(records: Sequence[dict[str, Any]]) -> list[Link]:
             start, end = _number(t.get("start")), _number(t.get("end"))
             if start is None or end is None:
                 continue
-            gpus = tuple(g for g in t.get("gpus") or () if isinstance(g, int))
+            listed = t.get("gpus")
+            gpus = (
+                tuple(g for g in listed if isinstance(g, int)) if isinstance(listed, list) else ()
+            )
             leftover = _number(t.get("leftover_mib"))
             finding = ""
             if t.get("oom"):
@@ -105,6 +132,19 @@ def seen(samples: Sequence[Any], link: Link) -> int | None:
     return max(during) if during else None
 
 
+_MARKUP = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "\r": " ", "\n": " "}
+_MARKUP.update({c: "\\" + c for c in "\\`*[]!~"})
+
+
+def cell(text: str, limit: int = 300) -> str:
+    """``text`` as it reads, in one Markdown table cell: no HTML, link, code span or emphasis.
+
+    Test ids are the job's; cut at ``limit`` characters."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return "".join(_MARKUP.get(c, c) for c in text)
+
+
 def _clock(seconds: float) -> str:
     sign = "-" if seconds < 0 else "+"
     whole = int(abs(seconds))
@@ -123,11 +163,11 @@ def markdown(found: Sequence[Link], started: float, samples: Sequence[Any]) -> s
     ]
     for link in found[:MAX_ROWS]:
         used = seen(samples, link)
-        cell = "?" if used is None else f"{used / MIB:,.0f} MiB"
-        test = link.nodeid.replace("|", "\\|").replace("\n", " ")
+        then = "?" if used is None else f"{used / MIB:,.0f} MiB"
+        test = cell(link.nodeid)
         gpus = ",".join(str(g) for g in link.gpus) or "?"
         rows.append(
-            f"| {_clock(link.start - started)} | {test} | {link.finding} | {gpus} | {cell} |"
+            f"| {_clock(link.start - started)} | {test} | {link.finding} | {gpus} | {then} |"
         )
     if len(found) > MAX_ROWS:
         rows.append(f"\n{len(found) - MAX_ROWS} more in the plugin's JSON report.")

@@ -58,6 +58,7 @@ class GpuMemory:
             "leak_threshold_mib": settings.leak_mib,
         }
         self.parts: dict[str, report.Record] = {}
+        self.written = False
         self.mine = gpus.own_pids()
         self.unmatched = False
         self.nvml: Nvml | None = None
@@ -159,14 +160,16 @@ class GpuMemory:
         """This process's memory before setup and after teardown, and the known peak."""
         start = time.time()
         peaks.reset()
-        before = self._own_bytes()
+        before, cached_before = self._own_bytes(), peaks.cached()
         yield
-        after = self._own_bytes()
+        after, cached_after = self._own_bytes(), peaks.cached()
         peak, source = peaks.read()
-        # ours, else pytest-rerunfailures' (its execution_count) where it reran the test
+        # ours, else pytest-rerunfailures' (its execution_count) where it reran an OOM: it
+        # reruns any failure, and an assertion it reran is no out-of-memory rerun
         reruns = getattr(item, "_gpu_ci_oom_reruns", None)
         if reruns is None:
-            reruns = max(0, int(getattr(item, "execution_count", 1) or 1) - 1)
+            ran = int(getattr(item, "execution_count", 1) or 1)
+            reruns = max(0, ran - 1) if getattr(item, "_gpu_ci_oom", None) else 0
         path, line = _location(item)
         self.record["tests"].append(
             {
@@ -180,9 +183,7 @@ class GpuMemory:
                 "outcome": getattr(item, "_gpu_ci_outcome", "passed"),
                 "oom": getattr(item, "_gpu_ci_oom", None),
                 "oom_reruns": reruns,
-                "leftover_mib": None
-                if before is None or after is None
-                else round((after - before) / MIB, 1),
+                "leftover_mib": _leftover(before, after, cached_before, cached_after),
                 "context_created": before == 0 and bool(after),
                 "peak_mib": peak,
                 "peak_source": source,
@@ -228,7 +229,10 @@ class GpuMemory:
             return
         self.record = report.merge(self.record, self.parts)
         if self.settings.report:
-            report.write(self.record, self.settings.report)
+            failed = report.write(self.record, self.settings.report)
+            if failed:
+                self._note(f"GPU memory report not written to {self.settings.report}: {failed}")
+            self.written = failed is None
         summary = os.environ.get("GITHUB_STEP_SUMMARY", "")
         if summary:
             text = report.markdown(self.record, self.settings.leak_mib, self.settings.top)
@@ -261,8 +265,20 @@ class GpuMemory:
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for line in report.workflow_warnings(rec, s.leak_mib, s.held_warn_mib):
                 tr.write_line(line)
-        if s.report:
+        if self.written:
             tr.write_line(f"GPU memory report: {s.report}")
+
+
+def _leftover(before: int | None, after: int | None, cached_0: int, cached_1: int) -> float | None:
+    """What the test took from the GPU and still uses, in MiB.
+
+    NVML's growth of this process, but no more than its growth beyond the caching
+    allocators' unused blocks: a block freed and kept cached is not a leak."""
+    if before is None or after is None:
+        return None
+    grown = after - before
+    in_use = (after - cached_1) - (before - cached_0)
+    return round(min(grown, in_use) / MIB, 1)
 
 
 def _location(item: pytest.Item) -> tuple[str, int | None]:

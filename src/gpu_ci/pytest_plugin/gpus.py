@@ -13,12 +13,17 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_ci.pytest_plugin.nvml import Nvml, NvmlError, Process
 
 MIB = 1024 * 1024
+#: The longest process name reported; the rest is cut.
+NAME_CHARS = 64
+#: What a reported name keeps: anything else (newlines, escapes, markup) becomes ``?``.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]")
 
 
 @dataclass(frozen=True)
@@ -125,14 +130,22 @@ def whose(pid: int, mine: frozenset[int]) -> str:
 
 
 def name_of(nvml: Nvml, pid: int) -> str:
+    """A process's name as plain text: letters, digits and ``._+@-``.
+
+    Another job chooses its executable's path and its comm (a newline included): printed
+    raw, it would be a workflow command or markup in this job's log and summary."""
     name = nvml.process_name(pid)
     if name:
-        return os.path.basename(name)
+        return _plain(os.path.basename(name))
     try:
         with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() or "?"
+            return _plain(f.read().rstrip("\n"))
     except OSError:
         return "?"
+
+
+def _plain(name: str) -> str:
+    return _UNSAFE.sub("?", name[:NAME_CHARS]) or "?"
 
 
 def holders(nvml: Nvml, devices: list[Device], mine: frozenset[int]) -> list[Held]:

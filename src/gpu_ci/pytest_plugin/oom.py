@@ -3,7 +3,8 @@
 An error is an out-of-memory error when it, or any exception in its chain
 (``__cause__``, ``__context__``, an exception group's members), is of a
 framework's out-of-memory type or carries a framework's documented message.
-Assertion failures never count by message: a test may assert on such text.
+An assertion or ``pytest.fail`` never counts, even while it handles an OOM: it is the
+test's own verdict; a group counts when each of its members is an OOM.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import gc
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 #: Out-of-memory classes by module and qualified name (any class in the MRO).
@@ -49,8 +50,26 @@ MESSAGES = re.compile(
 )
 
 
-def chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and every exception chained to it, each once."""
+def _members(e: BaseException) -> list[BaseException]:
+    members = getattr(e, "exceptions", None)  # ExceptionGroup (3.11+, or the backport)
+    if not isinstance(members, (list, tuple)):
+        return []
+    return [m for m in members if isinstance(m, BaseException)]
+
+
+def reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is a GPU out-of-memory error, or None.
+
+    The reason is the matching type's name or the message's matching words. An
+    assertion (or ``pytest.fail``) is the test's own verdict, even while it handles an
+    OOM; an exception group is an OOM only when each of its members is one."""
+    try:
+        return _reason(exc)
+    except RecursionError:  # groups nested past Python's limit: no answer, not an error
+        return None
+
+
+def _reason(exc: BaseException) -> str | None:
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -58,37 +77,37 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
         if id(e) in seen:
             continue
         seen.add(id(e))
-        yield e
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-        members = getattr(e, "exceptions", None)  # ExceptionGroup (3.11+, or the backport)
-        if isinstance(members, (list, tuple)):
-            todo.extend(m for m in members if isinstance(m, BaseException))
-
-
-def reason(exc: BaseException) -> str | None:
-    """Why ``exc`` is a GPU out-of-memory error, or None.
-
-    The reason is the matching type's name or the message's matching words."""
-    for e in chain(exc):
         for cls in type(e).__mro__:
             name = f"{cls.__module__}.{cls.__qualname__}"
             if name in TYPES:
                 return name
         if isinstance(e, AssertionError) or _is_outcome(e):
             continue
-        try:
-            text = str(e)
-        except Exception:  # a broken __str__ is not ours to fix
+        members = _members(e)
+        if members:
+            whys = [_reason(m) for m in members]
+            if all(whys):
+                return whys[0]
             continue
-        found = MESSAGES.search(text)
+        found = MESSAGES.search(_text(e))
         if found:
             return f"{type(e).__name__}: {found.group(0)}"
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return None
 
 
+def _text(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # a broken __str__ is not ours to fix
+        return ""
+
+
 def _is_outcome(e: BaseException) -> bool:
-    # pytest.fail / skip / xfail carry the test's own words
-    return type(e).__module__.startswith("_pytest.")
+    # pytest.fail / skip / xfail carry the test's own words; their classes name their
+    # module "builtins" (pytest >= 7 shows them so), hence the base class, not the module
+    base = getattr(sys.modules.get("_pytest.outcomes"), "OutcomeException", None)
+    return isinstance(base, type) and isinstance(e, base)
 
 
 def release_caches() -> list[str]:

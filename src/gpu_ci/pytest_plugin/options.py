@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +129,9 @@ def read(config: Any, environ: Mapping[str, str]) -> Settings:
     report = opt("gpu_report").strip() or None
     directory = environ.get(REPORT_DIR_VARIABLE, "").strip()
     if report is None and directory:
-        report = os.path.join(directory, f"pytest-gpu-{os.getpid()}.json")
+        # by time, then unique: containers of one job reuse small PIDs
+        name = f"pytest-gpu-{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}.json"
+        report = os.path.join(directory, name)
     return Settings(
         reruns=reruns,
         leak_mib=size_mib(opt("gpu_leak_threshold"), "--gpu-leak-threshold"),

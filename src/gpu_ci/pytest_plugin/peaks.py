@@ -30,6 +30,23 @@ def reset() -> None:
             cuda.reset_peak_memory_stats()
 
 
+def cached() -> int:
+    """Bytes the frameworks' caches hold unused (NVML counts them for the process).
+
+    torch: ``memory_reserved() - memory_allocated()``; CuPy: the default pool's
+    ``free_bytes()``; both of the current device."""
+    total = 0
+    cuda = _torch_cuda()
+    if cuda is not None:
+        with contextlib.suppress(Exception):
+            total += max(0, int(cuda.memory_reserved()) - int(cuda.memory_allocated()))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):
+            total += max(0, int(cupy.get_default_memory_pool().free_bytes()))
+    return total
+
+
 def read() -> tuple[float | None, str | None]:
     """The test's peak in MiB and its source, or (None, None)."""
     cuda = _torch_cuda()

@@ -8,12 +8,22 @@ pointing at the tests, and the lines of the terminal summary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from typing import Any
+
+from gpu_ci.cuda import pytest_link
 
 Record = dict[str, Any]
 VERSION = 1
+#: Rows of each finding in the job summary (GitHub refuses a step's summary past 1 MiB).
+MAX_ROWS = 20
+#: Annotations of each level: GitHub keeps 10 per level per step.
+MAX_ANNOTATIONS = 10
+#: The longest test id shown in the summary and annotations; the JSON keeps it whole.
+MAX_ID = 300
 
 
 def new_record() -> Record:
@@ -44,16 +54,29 @@ def merge(main: Record, parts: dict[str, Record]) -> Record:
     return out
 
 
-def write(record: Record, path: str) -> None:
+def write(record: Record, path: str) -> str | None:
     """Write ``record`` whole or not at all.
 
-    A reader never sees half a file."""
+    None, or why it was not written.
+
+    A reader never sees half a file, and a full disk leaves none behind: the report is
+    not worth failing the tests for."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(record, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".pytest-gpu-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        return str(exc)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            json.dump(record, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return str(exc)
+    return None
 
 
 def leaks(record: Record, threshold_mib: float) -> list[Record]:
@@ -75,7 +98,8 @@ def biggest(record: Record, top: int) -> list[Record]:
 
 
 def reruns(record: Record) -> list[Record]:
-    return [t for t in record["tests"] if t["oom_reruns"] or t["oom"]]
+    """Tests that failed with an out-of-memory error, rerun or not."""
+    return [t for t in record["tests"] if t["oom"]]
 
 
 def _mib(value: float | None) -> str:
@@ -119,21 +143,35 @@ def rows(record: Record, threshold_mib: float, top: int) -> list[tuple[str, ...]
 
 
 def markdown(record: Record, threshold_mib: float, top: int) -> str:
-    """The job summary's section: one table, then the notes."""
+    """The job summary's section: one table, then the notes.
+
+    Each finding's first ``MAX_ROWS`` rows; the cells are text, never markup."""
     body = rows(record, threshold_mib, top)
     tests = len({t["nodeid"] for t in record["tests"]})
     lines = [f"### gpu-ci pytest: GPU memory ({tests} tests)", ""]
     if body:
         lines += ["| finding | test / process | GPU | MiB | detail |", "|---|---|---|---|---|"]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
-    else:
+    shown: dict[str, int] = {}
+    for row in body:
+        shown[row[0]] = shown.get(row[0], 0) + 1
+        if shown[row[0]] <= MAX_ROWS:
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    if not body:
         lines.append("No out-of-memory failure, leak or memory held before the tests.")
-    lines += [f"\n- {n}" for n in record["notes"]]
+    for kind, count in shown.items():
+        if count > MAX_ROWS:
+            lines.append(f"\n{count - MAX_ROWS} more {kind} findings in the terminal summary.")
+    lines += [f"\n- {_cell(n)}" for n in record["notes"]]
     return "\n".join(lines) + "\n"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return pytest_link.cell(text, MAX_ID)
+
+
+def short(text: str) -> str:
+    """``text`` cut at ``MAX_ID`` characters (a test id can be any length)."""
+    return text if len(text) <= MAX_ID else text[: MAX_ID - 1] + "\u2026"
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -169,23 +207,26 @@ def workflow_warnings(record: Record, threshold_mib: float, warn_mib: float) -> 
     """The annotations, most telling first: GitHub keeps 10 of each level per step.
 
     An OOM that stayed is an error (gpu-watchdog reads it: never infrastructure); reruns
-    that passed, leaks and memory held before are warnings."""
-    out = []
+    that passed, leaks and memory held before are warnings. ``MAX_ANNOTATIONS`` of each."""
+    errors, warnings = [], []
     stayed = [t for t in reruns(record) if t["outcome"] != "passed"]
     for t in stayed:
-        msg = f"{t['nodeid']}: {rerun_detail(t)}"
-        out.append(annotation(msg, t["path"], t["line"], level="error"))
+        msg = f"{short(t['nodeid'])}: {rerun_detail(t)}"
+        errors.append(annotation(msg, t["path"], t["line"], level="error"))
     for t in reruns(record):
         if t not in stayed:
-            out.append(annotation(f"{t['nodeid']}: {rerun_detail(t)}", t["path"], t["line"]))
+            msg = f"{short(t['nodeid'])}: {rerun_detail(t)}"
+            warnings.append(annotation(msg, t["path"], t["line"]))
     for t in leaks(record, threshold_mib):
-        msg = f"{t['nodeid']} left {_mib(t['leftover_mib'])} MiB of GPU memory after teardown"
-        out.append(annotation(msg, t["path"], t["line"]))
+        msg = (
+            f"{short(t['nodeid'])} left {_mib(t['leftover_mib'])} MiB of GPU memory after teardown"
+        )
+        warnings.append(annotation(msg, t["path"], t["line"]))
     for h in held_over(record, warn_mib):
-        out.append(
+        warnings.append(
             annotation(
                 f"GPU {h['gpu']}: pid {h['pid']} ({h['name']}, {h['whose']}) held "
                 f"{_mib(h['mib'])} MiB before the first test"
             )
         )
-    return out
+    return errors[:MAX_ANNOTATIONS] + warnings[:MAX_ANNOTATIONS]

@@ -26,6 +26,8 @@ class OomReruns:
         self.reruns = reruns
         self.who_holds = who_holds
         self.reasons: dict[str, str] = {}
+        #: tests whose attempt failed otherwise too (an assertion beside a teardown's OOM)
+        self.not_oom: set[str] = set()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(
@@ -45,6 +47,9 @@ class OomReruns:
         while True:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
             why = self.reasons.pop(item.nodeid, None)
+            if item.nodeid in self.not_oom:
+                self.not_oom.discard(item.nodeid)
+                why = None
             failed = [r for r in reports if r.failed]
             if why and failed and attempt < self.reruns:
                 attempt += 1
@@ -83,6 +88,8 @@ class OomReruns:
             return
         why = oom.reason(call.excinfo.value)
         if why is None:
+            if self.reruns > 0:  # a real failure in this attempt: no rerun hides it
+                self.not_oom.add(item.nodeid)
             return
         if self.reruns > 0:  # the protocol pops it
             self.reasons[item.nodeid] = why

@@ -67,7 +67,9 @@ LOST = re.compile(
 )
 #: The pytest plugin's annotation of a test that failed with a GPU out-of-memory error
 #: (gpu_ci.pytest_plugin.report.rerun_detail; a test that passed on its rerun says "passed").
-OOM = re.compile(r"\bout of memory \([^\n]{0,300}\); still failing after \d+ reruns?\b")
+#: Anchored at the message's end: a test id quoting the words earlier in a message (an OOM
+#: that passed on its rerun, a leak) is not one.
+OOM = re.compile(r"\bout of memory \([^\n]{0,300}\); still failing after \d+ reruns?\s*\Z")
 OOM_TITLE = "gpu-ci pytest"
 #: gpu-monitor's finding codes (src/gpu_ci/cuda/monitor/report.py, ``findings``), by meaning.
 GPU_LOST_CODES = ("gpu-lost", "xid-79")
