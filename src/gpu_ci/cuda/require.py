@@ -72,7 +72,7 @@ EARLIEST = "earliest"
 
 
 def split_outside_quotes(text: str, separators: str, origin: str, line: str) -> list[str]:
-    """Split ``text`` at any of ``separators`` that is not inside quotes; quotes are kept.
+    """Split ``text`` at separators outside quotes, keeping the quotes.
 
     An unclosed quote is a usage error naming its column in ``line``.
     """
@@ -103,7 +103,10 @@ def split_outside_quotes(text: str, separators: str, origin: str, line: str) -> 
 
 
 def unquote(value: str, token: str, origin: str) -> str:
-    """The value without its surrounding quotes; a quote anywhere else is an error."""
+    """The value without its surrounding quotes.
+
+    A quote anywhere else is an error.
+    """
     if len(value) >= 2 and value[0] in QUOTES and value[-1] == value[0]:
         inner = value[1:-1]
         if not inner.strip():
@@ -111,8 +114,7 @@ def unquote(value: str, token: str, origin: str) -> str:
         return inner
     if any(q in value for q in QUOTES):
         raise UsageError(
-            f"{origin}: {token!r}: quotes must enclose the whole value, e.g. "
-            'name="RTX PRO 6000".'
+            f'{origin}: {token!r}: quotes must enclose the whole value, e.g. name="RTX PRO 6000".'
         )
     return value
 
@@ -197,7 +199,10 @@ def _branch(driver: str) -> str:
 
 
 def explain(cond: Condition, facts: Facts) -> str:
-    """The failing condition, with what it was compared with where that is not obvious."""
+    """The failing condition, with what it was compared with.
+
+    Only ``driver=earliest`` needs saying: the branch expected and the one found.
+    """
     if cond.key != "driver" or cond.value != EARLIEST:
         return str(cond)
     if not facts.earliest_driver:

@@ -189,7 +189,7 @@ def conda_meta(prefix: str) -> list[str]:
 
 
 def conda_records(prefix: str, names: list[str]) -> dict[str, dict[str, str]]:
-    """The name and version conda recorded for the CUDA packages, by file name.
+    """What conda recorded for the CUDA packages, by file name.
 
     Only the few ``conda-meta`` files whose name starts with a CUDA package are opened; a
     record that cannot be read leaves its file name as the only evidence.

@@ -36,7 +36,10 @@ def origin(consumer: CudaConsumer) -> str:
 
 
 def provides(consumer: CudaConsumer) -> bool:
-    """Does it bring a CUDA version (not a CPU, ROCm or unreadable build)?"""
+    """Does it bring a CUDA version?
+
+    A CPU, ROCm or unreadable build brings none.
+    """
     return consumer.cuda_tuple is not None and not (consumer.cpu_only or consumer.rocm)
 
 
@@ -57,7 +60,10 @@ class CudaSource:
 
     @property
     def cuda_text(self) -> str:
-        """The job's CUDA as its consumer wrote it ('12.9', or '12.x' for any minor)."""
+        """The job's CUDA as its consumer wrote it.
+
+        '12.9', or '12.x' for any minor of 12.
+        """
         judged = [c for c in self.judged if provides(c)]
         newest = max(judged, key=lambda c: c.cuda_tuple or (0, 0), default=None)
         return newest.cuda or "" if newest else ""
