@@ -216,3 +216,23 @@ def test_report_names_the_prefix_it_read(tmp_path):
     assert source.findings == () and source.cuda_text == "12.9"
     empty = choose([], "env", str(Path("/nowhere")))
     assert "/nowhere/conda-meta" in empty.findings[0].message
+
+
+def test_a_fifo_planted_as_a_conda_record_is_not_opened(tmp_path):
+    # opening a FIFO without a writer blocks forever: the record is skipped, its name read
+    import os
+    import threading
+
+    python = conda_cuda_env(tmp_path / "env", "12.9")
+    meta = tmp_path / "env" / "conda-meta"
+    (meta / "cuda-version-12.9-h4f385c5_3.json").unlink()
+    os.mkfifo(meta / "cuda-version-12.9-h4f385c5_3.json")
+    got: list[ProbeFacts] = []
+    worker = threading.Thread(
+        target=lambda: got.append(probe.collect(str(python), {"PATH": ""})[0]), daemon=True
+    )
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and got
+    found = {c.name: c.cuda for c in frameworks.consumers(got[0])}
+    assert found["conda cuda-version"] == "12.9"

@@ -198,8 +198,11 @@ def conda_records(prefix: str, names: list[str]) -> dict[str, dict[str, str]]:
     for filename in names:
         if not filename.startswith(CONDA_CUDA):
             continue
+        path = Path(prefix) / "conda-meta" / filename
+        if not path.is_file():  # a FIFO or folder planted under the name would block or fail
+            continue
         try:
-            with open(Path(prefix) / "conda-meta" / filename, encoding="utf-8") as handle:
+            with open(path, encoding="utf-8") as handle:
                 doc = json.load(handle)
         except (OSError, ValueError):
             continue
