@@ -127,6 +127,15 @@ def test_unknown_cuda_from_is_a_usage_error(verify, tmp_path):
     assert "input 'cuda-from' must be one of auto, env, wheels, system" in result.stdout
 
 
+def test_cuda_from_a_source_frameworks_leaves_out_is_a_usage_error(verify, tmp_path):
+    python = conda_cuda_env(tmp_path / "env", "12.9")
+    result = verify("--cuda-from", "env", "--frameworks", "torch", python=python)
+    assert result.returncode == 2
+    assert "'frameworks' (torch) leaves out conda, which env judges: add conda" in result.stdout
+    ok = verify("--cuda-from", "env", "--frameworks", "conda", python=python)
+    assert ok.returncode == 0 and ok.codes == ["minor-version-compatibility"]
+
+
 def test_framework_builds_shadow_the_system_toolkit_and_stay_judged(verify, tmp_path):
     python = torch_target(tmp_path / "env", "2.7.1+cu126", "12.6")
     system = fake_toolkit(tmp_path / "cuda-13.0", "13.0.88")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.verify import frameworks
-from gpu_ci.cuda.verify.source import CUDA_FROM
+from gpu_ci.cuda.verify.source import CUDA_FROM, FAMILY
 from gpu_ci.errors import UsageError
 
 FAIL_ON = ("error", "warning")
@@ -67,6 +67,13 @@ def parse_options(
             raise UsageError(
                 f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
                 f"of {', '.join(frameworks.KNOWN)}."
+            )
+        family = FAMILY.get(source)
+        if family and family not in chosen:
+            raise UsageError(
+                f"input 'cuda-from' is {source}, but 'frameworks' ({', '.join(chosen)}) leaves "
+                f"out {family}, which {source} judges: add {family} to 'frameworks' or set "
+                "cuda-from: auto."
             )
     return VerifyOptions(
         requirements=requirements,

@@ -22,6 +22,8 @@ CUDA_FROM = ("auto", "env", "wheels", "system")
 
 #: Where each provider family's CUDA comes from; every other family is a framework build.
 ORIGIN = {"conda": "env", "cuda-runtime": "wheels", "nvcc": "system"}
+#: The ``frameworks`` name of each source.
+FAMILY = {source: family for family, source in ORIGIN.items()}
 
 WHERE = {
     "env": "the conda environment",
