@@ -12,6 +12,7 @@ few files) that pip or conda would have written for torch, cupy, jax and friends
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import venv
@@ -284,4 +285,69 @@ def real_torch_target(root: Path, version: str, **extra_dists: str) -> Path:
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)
     (lib / "libtorch_python.so").write_bytes(wheelfacts.libtorch_python(version))
+    return python
+
+
+#: What ``nvcc --version`` prints (CUDA 13.0's, with the release and build fields filled in).
+NVCC_VERSION = """\
+nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Wed_Aug_20_01:58:59_PM_PDT_2025
+Cuda compilation tools, release {release}, V{version}
+Build cuda_{release}.r{release}/compiler.36424714_0
+"""
+
+
+def fake_toolkit(root: Path, version: str) -> Path:
+    """A system CUDA toolkit whose nvcc answers ``--version`` as NVIDIA's does.
+
+    ``version`` is '13.0.88'; there is no version.json, so the version comes from nvcc
+    itself. Returns the ``bin`` folder (to put on PATH).
+    """
+    release = ".".join(version.split(".")[:2])
+    text = NVCC_VERSION.format(release=release, version=version)
+    nvcc = root / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True, exist_ok=True)
+    nvcc.write_text(f"#!/bin/sh\ncat <<'END'\n{text}END\n")
+    nvcc.chmod(0o755)
+    return nvcc.parent
+
+
+def conda_record(name: str, version: str, build: str, cuda: str = "") -> dict[str, Any]:
+    """A ``conda-meta`` record as conda and rattler write it.
+
+    It holds the fields verify reads, and the cuda-version pin a CUDA component of
+    conda-forge depends on.
+    """
+    depends = [f"cuda-version >={cuda},<{cuda}.1.0a0"] if cuda and name != "cuda-version" else []
+    return {
+        "name": name,
+        "version": version,
+        "build": build,
+        "build_number": int(build.split("_")[1]),
+        "channel": "https://conda.anaconda.org/conda-forge/",
+        "subdir": "noarch" if name == "cuda-version" else "linux-64",
+        "depends": depends,
+        "files": [],
+    }
+
+
+def conda_cuda_env(root: Path, cuda: str, **dists: str) -> Path:
+    """A conda environment holding CUDA ``cuda`` ('12.9') as conda-forge installs it.
+
+    A prefix with cuda-version, cuda-cudart and cuda-nvrtc records in ``conda-meta``;
+    returns its python.
+    """
+    python = make_target(root, dists)
+    meta = root / "conda-meta"
+    meta.mkdir()
+    minor = {"12.9": "79", "12.8": "57", "13.0": "96"}.get(cuda, "0")
+    for name, version, build in (
+        ("cuda-version", cuda, "h4f385c5_3"),
+        ("cuda-cudart", f"{cuda}.{minor}", "h5888daf_0"),
+        ("cuda-nvrtc", f"{cuda}.86", "h5888daf_0"),
+        ("python", "3.12.11", "h9e4cc4f_0_cpython"),
+    ):
+        record = conda_record(name, version, build, cuda)
+        (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(record))
     return python

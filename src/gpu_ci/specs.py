@@ -493,7 +493,8 @@ VERIFY_CUDA_ENV = ActionSpec(
         InputSpec(
             "require",
             "Constraint lines in the NVIDIA_REQUIRE_CUDA grammar (all must "
-            "hold), extended with gpu-count, memory and name.",
+            "hold), extended with gpu-count, memory, name, quoted values "
+            '(name="RTX PRO 6000") and driver=earliest.',
             "",
         ),
         InputSpec(
@@ -511,6 +512,13 @@ VERIFY_CUDA_ENV = ActionSpec(
             "Level of GPU hardware faults (uncorrectable ECC, failed or "
             "pending row remapping): error, or warn to only report them.",
             "error",
+        ),
+        InputSpec(
+            "cuda-from",
+            "Which CUDA is judged: auto (the job's environment: its conda env, NVIDIA "
+            "wheels and framework builds; the system toolkit only when none provides "
+            "CUDA), env, wheels or system. Framework builds are always judged.",
+            "auto",
         ),
     )
     + BOOTSTRAP_INPUTS,

@@ -20,6 +20,7 @@ def options_from(inputs: Inputs) -> VerifyOptions:
         python=inputs["python"],
         report_file=inputs["report-file"],
         health=inputs["health"],
+        cuda_from=inputs["cuda-from"],
     )
 
 
@@ -36,6 +37,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         )
     for c in found:
         rt.info(f"verify-cuda-env: {c.name} {c.version}: CUDA {c.cuda or '-'} ({c.source})")
+    rt.info(f"verify-cuda-env: {result.source.describe()}")
     annotate_findings(rt, "verify-cuda-env", findings)
     verdict = "failed" if result.failed else "ok"
     rt.info(
@@ -80,10 +82,16 @@ def summarize(result: verify.Verification, verdict: str) -> str:
             )
         )
     if found:
+        judged = result.source.describe()
+        parts.append(f"{judged[0].upper()}{judged[1:]}.\n")
+        noted = set(result.source.noted)
         parts.append(
             markdown_table(
-                ["framework", "version", "built for CUDA", "learned from"],
-                [(c.name, c.version, c.cuda or "-", c.source) for c in found],
+                ["framework", "version", "built for CUDA", "learned from", "judged"],
+                [
+                    (c.name, c.version, c.cuda or "-", c.source, "no" if c in noted else "yes")
+                    for c in found
+                ],
             )
         )
     if findings:

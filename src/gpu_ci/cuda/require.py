@@ -6,6 +6,10 @@ the GPU is a Tesla-brand board with driver 535 or newer. Keys: ``cuda`` (the dri
 version), ``driver``, ``arch`` (compute capability), ``brand``; and, our extensions,
 ``gpu-count``, ``memory`` (per GPU, e.g. ``memory>=40GiB``) and ``name`` (substring, e.g.
 ``name=H100``). GPU conditions must hold for every visible GPU.
+
+Also our extensions: a value in double or single quotes may hold spaces and commas
+(``name="RTX PRO 6000"``), and ``driver=earliest`` holds when the driver is on the oldest
+driver branch that runs the job's CUDA (the caller says which driver that is).
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ class Condition:
     value: str
 
     def __str__(self) -> str:
-        return f"{self.key}{self.op}{self.value}"
+        value = self.value
+        if re.search(r"[\s,]", value):
+            value = f"'{value}'" if '"' in value else f'"{value}"'
+        return f"{self.key}{self.op}{value}"
 
 
 @dataclass(frozen=True)
@@ -60,34 +67,102 @@ def parse_bytes(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
+QUOTES = "\"'"
+EARLIEST = "earliest"
+
+
+def split_outside_quotes(text: str, separators: str, origin: str, line: str) -> list[str]:
+    """Split ``text`` at separators outside quotes, keeping the quotes.
+
+    An unclosed quote is a usage error naming its column in ``line``.
+    """
+    parts: list[str] = []
+    current: list[str] = []
+    quote = ""
+    opened = 0
+    for index, char in enumerate(text):
+        if quote:
+            current.append(char)
+            if char == quote:
+                quote = ""
+        elif char in QUOTES:
+            quote, opened = char, index
+            current.append(char)
+        elif char in separators or (separators == " " and char.isspace()):
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if quote:
+        raise UsageError(
+            f"{origin}: the quote {quote} at column {line.find(text) + opened + 1} of {line!r} "
+            f"is never closed: close it, e.g. name={quote}RTX PRO 6000{quote}."
+        )
+    parts.append("".join(current))
+    return [p for p in parts if p.strip()]
+
+
+def unquote(value: str, token: str, origin: str) -> str:
+    """The value without its surrounding quotes.
+
+    A quote anywhere else is an error.
+    """
+    if len(value) >= 2 and value[0] in QUOTES and value[-1] == value[0]:
+        inner = value[1:-1]
+        if not inner.strip():
+            raise UsageError(f"{origin}: {token!r} has an empty quoted value: write the text.")
+        return inner
+    if any(q in value for q in QUOTES):
+        raise UsageError(
+            f'{origin}: {token!r}: quotes must enclose the whole value, e.g. name="RTX PRO 6000".'
+        )
+    return value
+
+
+def _condition(token: str, line: str, origin: str) -> Condition:
+    match = _CONDITION.match(token.strip())
+    if not match or match.group(1).lower() not in KEYS:
+        raise UsageError(
+            f"{origin}: cannot read {token!r} in {line!r}: write key<op>value with key "
+            f"one of {', '.join(KEYS)} and op one of {' '.join(OPERATORS)} "
+            '(space = OR, comma = AND; quote a value with spaces: name="RTX PRO 6000").'
+        )
+    key, op, raw = match.groups()
+    key = key.lower()
+    value = unquote(raw.strip(), token.strip(), origin)
+    if key == "driver" and value.lower() == EARLIEST:
+        if op != "=":
+            raise UsageError(
+                f"{origin}: {token.strip()!r}: earliest takes only = (driver=earliest: the "
+                "driver is on the oldest branch that runs the job's CUDA)."
+            )
+        return Condition(key, op, EARLIEST)
+    try:
+        if key in ("cuda", "driver", "arch"):
+            Version(value)
+        elif key == "gpu-count":
+            int(value)
+        elif key == "memory":
+            parse_bytes(value)
+    except (InvalidVersion, ValueError):
+        hint = " (or earliest)" if key == "driver" else ""
+        raise UsageError(
+            f"{origin}: {token.strip()!r} in {line!r} has an unreadable value {value!r}{hint}."
+        ) from None
+    if key in ("brand", "name") and op not in ("=", "!="):
+        raise UsageError(f"{origin}: {token.strip()!r}: {key} takes only = or !=.")
+    return Condition(key, op, value)
+
+
 def parse_requirement(line: str, origin: str = "require") -> Requirement:
     alternatives = []
-    for group in line.split():
-        conditions = []
-        for token in group.split(","):
-            match = _CONDITION.match(token.strip())
-            if not match or match.group(1).lower() not in KEYS:
-                raise UsageError(
-                    f"{origin}: cannot read {token!r} in {line!r}: write key<op>value with key "
-                    f"one of {', '.join(KEYS)} and op one of {' '.join(OPERATORS)} "
-                    "(space = OR, comma = AND)."
-                )
-            key, op, value = match.groups()
-            key = key.lower()
-            try:
-                if key in ("cuda", "driver", "arch"):
-                    Version(value)
-                elif key == "gpu-count":
-                    int(value)
-                elif key == "memory":
-                    parse_bytes(value)
-            except (InvalidVersion, ValueError):
-                raise UsageError(
-                    f"{origin}: {token!r} in {line!r} has an unreadable value {value!r}."
-                ) from None
-            if key in ("brand", "name") and op not in ("=", "!="):
-                raise UsageError(f"{origin}: {token!r}: {key} takes only = or !=.")
-            conditions.append(Condition(key, op, value))
+    for group in split_outside_quotes(line, " ", origin, line):
+        conditions = [
+            _condition(token, line, origin)
+            for token in split_outside_quotes(group, ",", origin, line)
+        ]
+        if not conditions:
+            raise UsageError(f"{origin}: {group!r} in {line!r} holds no condition.")
         alternatives.append(tuple(conditions))
     if not alternatives:
         raise UsageError(f"{origin}: empty requirement.")
@@ -112,11 +187,44 @@ class Facts:
     cuda: str
     driver: str
     gpus: tuple[Gpu, ...]
+    job_cuda: str = ""
+    """The CUDA the job's tests load ('12.9'); '' when none was found."""
+    earliest_driver: str = ""
+    """The oldest driver that runs ``job_cuda`` (from the shipped driver table)."""
+
+
+def _branch(driver: str) -> str:
+    head = driver.split(".")[0]
+    return head if head.isdigit() else ""
+
+
+def explain(cond: Condition, facts: Facts) -> str:
+    """The failing condition, with what it was compared with.
+
+    Only ``driver=earliest`` needs saying: the branch expected and the one found.
+    """
+    if cond.key != "driver" or cond.value != EARLIEST:
+        return str(cond)
+    if not facts.earliest_driver:
+        why = (
+            f"no driver for CUDA {facts.job_cuda} is in the driver table"
+            if facts.job_cuda
+            else "no CUDA was found in the job to take the earliest driver of"
+        )
+        return f"{cond} ({why})"
+    return (
+        f"{cond} (CUDA {facts.job_cuda}'s earliest driver branch is "
+        f"R{_branch(facts.earliest_driver)}, its minimum driver {facts.earliest_driver}; "
+        f"driver {facts.driver or '?'} is on R{_branch(facts.driver) or '?'})"
+    )
 
 
 def _holds(cond: Condition, facts: Facts) -> bool:
     if cond.key == "cuda":
         return bool(facts.cuda) and _compare(Version(facts.cuda), cond.op, Version(cond.value))
+    if cond.key == "driver" and cond.value == EARLIEST:
+        branch = _branch(facts.driver)
+        return bool(branch) and branch == _branch(facts.earliest_driver)
     if cond.key == "driver":
         try:
             return _compare(Version(facts.driver), cond.op, Version(cond.value))

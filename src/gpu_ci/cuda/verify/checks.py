@@ -197,6 +197,9 @@ class CheckInput:
     installed: frozenset[str] = frozenset()
     """Distribution names in the target interpreter (for helper packages such as
     pynvjitlink)."""
+    job_cuda: str = ""
+    """The CUDA the job's tests load ('12.9', '12.x'; see :mod:`.source`), for
+    ``driver=earliest``."""
 
 
 DATA_CENTER = re.compile(
@@ -497,10 +500,13 @@ def deep_findings(inp: CheckInput) -> list[Finding]:
 
 def requirement_findings(inp: CheckInput) -> list[Finding]:
     snap = inp.snapshot
+    major = inp.job_cuda.split(".")[0]
     facts = require_spec.Facts(
         cuda=snap.cuda_text,
         driver=snap.driver_version,
         gpus=inp.visibility.gpus if inp.visibility else (),
+        job_cuda=inp.job_cuda,
+        earliest_driver=(inp.table.min_driver(int(major)) or "") if major.isdigit() else "",
     )
     out = []
     reqs = list(inp.requirements)
@@ -524,7 +530,8 @@ def requirement_findings(inp: CheckInput) -> list[Finding]:
                 "error",
                 code,
                 f"{source} '{req.text}' does not hold: "
-                f"{', '.join(str(c) for c in failing_conditions)} fails for "
+                f"{', '.join(require_spec.explain(c, facts) for c in failing_conditions)} "
+                "fails for "
                 f"{require_spec.describe(facts)}.",
                 "run the job on a runner that satisfies it, or change the requirement.",
             )

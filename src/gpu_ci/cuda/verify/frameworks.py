@@ -100,6 +100,9 @@ class ProbeFacts:
     files: Mapping[str, str] = None  # type: ignore[assignment]
     conda_meta: Sequence[str] = ()
     """File names under <prefix>/conda-meta (name-version-build.json)."""
+    conda_records: Mapping[str, Mapping[str, str]] = None  # type: ignore[assignment]
+    """{'name': ..., 'version': ...} conda recorded in the CUDA packages' files, by file
+    name (a file that could not be read is absent: its name is the evidence)."""
     nvcc: Mapping[str, str] = None  # type: ignore[assignment]
     """{'path': ..., 'version_json': ..., 'nvcc_output': ...}"""
     arch_lists: Mapping[str, Sequence[str]] = None  # type: ignore[assignment]
@@ -110,7 +113,7 @@ class ProbeFacts:
     runtime*.so``, see :mod:`.cudart`), by distribution name: {'cupy-cuda13x': 13020}."""
 
     def __post_init__(self) -> None:
-        for name in ("dists", "files", "nvcc", "arch_lists", "runtime_versions"):
+        for name in ("dists", "files", "conda_records", "nvcc", "arch_lists", "runtime_versions"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, {})
 
@@ -416,26 +419,56 @@ def _triton(facts: ProbeFacts) -> CudaConsumer | None:
     return CudaConsumer("triton", version, None, "no bundled cuda.h found")
 
 
+#: NVIDIA wheels whose version is the CUDA version they come from (cuBLAS, cuFFT, ... have
+#: their own numbering: their ``-cuXX`` suffix gives only the major).
+VERSIONED_WHEELS = re.compile(r"nvidia-(cuda-nvrtc|cuda-nvcc|cuda-cupti|nvjitlink)(-cu\d+)?")
+
+
+def _library_wheel(dists: Mapping[str, str]) -> CudaConsumer | None:
+    """One NVIDIA library wheel (``nvidia-*-cu12``) standing for the CUDA it brings."""
+    for name in sorted(dists):
+        version = dists[name]
+        if VERSIONED_WHEELS.fullmatch(name):
+            return CudaConsumer(name, version, _major_minor(version), "wheel version")
+    for name in sorted(dists):
+        match = re.fullmatch(r"nvidia-[a-z0-9-]+-cu(\d+)", name)
+        if match:
+            cuda = f"{match.group(1)}.x"
+            return CudaConsumer(name, dists[name], cuda, f"wheel name {name} (CUDA {cuda})")
+    return None
+
+
 def _runtime_wheels(facts: ProbeFacts) -> list[CudaConsumer]:
     out = []
     runtime = _runtime_wheel(facts.dists)
     if runtime:
         out.append(CudaConsumer(runtime[0], runtime[1], _major_minor(runtime[1]), "wheel version"))
+    else:
+        library = _library_wheel(facts.dists)
+        out += [library] if library else []
     if "cuda-toolkit" in facts.dists:
         version = facts.dists["cuda-toolkit"]
         out.append(CudaConsumer("cuda-toolkit", version, _major_minor(version), "wheel version"))
     return out
 
 
+#: conda packages that say which CUDA a conda environment holds (``cuda-version`` is the
+#: pin every CUDA 12+ component of conda-forge and the nvidia channel depends on).
+CONDA_CUDA = ("cuda-version", "cudatoolkit", "pytorch-cuda", "cuda-cudart", "cuda-nvcc")
+
+
 def _conda(facts: ProbeFacts) -> list[CudaConsumer]:
     out = []
     for filename in facts.conda_meta:
-        stem = filename[:-5] if filename.endswith(".json") else filename
-        parts = stem.rsplit("-", 2)
-        if len(parts) != 3:
-            continue
-        name, version, _build = parts
-        if name in ("cuda-version", "cudatoolkit", "pytorch-cuda", "cuda-cudart"):
+        record = facts.conda_records.get(filename)
+        if record and record.get("version"):
+            name, version = record["name"], record["version"]
+        else:
+            parts = (filename[:-5] if filename.endswith(".json") else filename).rsplit("-", 2)
+            if len(parts) != 3:
+                continue
+            name, version = parts[0], parts[1]
+        if name in CONDA_CUDA:
             out.append(
                 CudaConsumer(
                     f"conda {name}", version, _major_minor(version), f"conda-meta/{filename}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.verify import frameworks
+from gpu_ci.cuda.verify.source import CUDA_FROM, FAMILY
 from gpu_ci.errors import UsageError
 
 FAIL_ON = ("error", "warning")
@@ -29,6 +30,9 @@ class VerifyOptions:
     report_file: str = ""
     health: str = "error"
     """Level of hardware-health faults: 'error' (default) or 'warning' (``health: warn``)."""
+    cuda_from: str = "auto"
+    """Which CUDA is judged: 'auto' (the job's environment, else the system toolkit), 'env',
+    'wheels' or 'system'."""
 
 
 def parse_options(
@@ -41,6 +45,7 @@ def parse_options(
     python: str = "",
     report_file: str = "",
     health: str = "error",
+    cuda_from: str = "auto",
 ) -> VerifyOptions:
     requirements = tuple(require_spec.parse_lines(list(require)))
     fail = fail_on.strip().lower()
@@ -49,6 +54,12 @@ def parse_options(
     level = HEALTH.get(health.strip().lower())
     if level is None:
         raise UsageError(f"input 'health' must be error or warn; got {health!r}.")
+    source = cuda_from.strip().lower() or "auto"
+    if source not in CUDA_FROM:
+        raise UsageError(
+            f"input 'cuda-from' must be one of {', '.join(CUDA_FROM)}; got {cuda_from!r} "
+            "(auto: the job's environment, else the system toolkit)."
+        )
     chosen = frameworks.parse_selection(frameworks_text)
     if chosen:
         unknown = [n for n in chosen if n not in frameworks.KNOWN]
@@ -56,6 +67,13 @@ def parse_options(
             raise UsageError(
                 f"input 'frameworks' names {', '.join(unknown)}; use auto or any "
                 f"of {', '.join(frameworks.KNOWN)}."
+            )
+        family = FAMILY.get(source)
+        if family and family not in chosen:
+            raise UsageError(
+                f"input 'cuda-from' is {source}, but 'frameworks' ({', '.join(chosen)}) leaves "
+                f"out {family}, which {source} judges: add {family} to 'frameworks' or set "
+                "cuda-from: auto."
             )
     return VerifyOptions(
         requirements=requirements,
@@ -66,4 +84,5 @@ def parse_options(
         python=python.strip(),
         report_file=report_file.strip(),
         health=level,
+        cuda_from=source,
     )

@@ -25,6 +25,7 @@ from gpu_ci.cuda.verify.findings import Finding
 from gpu_ci.cuda.verify.frameworks import CudaConsumer, ProbeFacts
 from gpu_ci.cuda.verify.loader import locate_libcuda
 from gpu_ci.cuda.verify.options import VerifyOptions
+from gpu_ci.cuda.verify.source import CudaSource, choose
 from gpu_ci.cuda.verify.table import load_table
 from gpu_ci.cuda.visibility import Visibility, visible_gpus
 
@@ -44,6 +45,7 @@ class Verification:
     visibility: Visibility | None
     facts: ProbeFacts
     found: list[CudaConsumer]
+    source: CudaSource
     deep: list[dict[str, Any]]
     findings: list[Finding]
     failed: list[Finding]
@@ -111,10 +113,12 @@ def verify(
         extra += cuda_findings.selection_findings(
             opts.frameworks, [c.family for c in found], facts.python
         )
+    source = choose(found, opts.cuda_from, facts.prefix)
+    extra += source.findings
 
     deep: list[dict[str, Any]] = []
     if opts.deep and python and snapshot.ok and vis is not None:
-        families = sorted({c.family for c in found} & DEEP_FAMILIES)
+        families = sorted({c.family for c in source.judged} & DEEP_FAMILIES)
         if families:
             deep, deep_error = framework_probe.deep_probe(python, families, len(vis.gpus), environ)
             if deep_error:
@@ -124,7 +128,8 @@ def verify(
         cuda_checks.CheckInput(
             snapshot=snapshot,
             visibility=vis,
-            consumers=found,
+            consumers=source.judged,
+            job_cuda=source.cuda_text,
             table=load_table(),
             env=env_facts(libcuda, libcuda_error, environ),
             requirements=opts.requirements,
@@ -140,6 +145,7 @@ def verify(
         vis,
         facts,
         found,
+        source,
         deep,
         findings,
         cuda_checks.failing(findings, opts.fail_on),

@@ -19,7 +19,13 @@ from typing import Any
 
 from gpu_ci.cuda.verify.arch import read_arch_list
 from gpu_ci.cuda.verify.cudart import read_static_cudart_version
-from gpu_ci.cuda.verify.frameworks import BINARIES, FILES, ProbeFacts, wants_arch_list
+from gpu_ci.cuda.verify.frameworks import (
+    BINARIES,
+    CONDA_CUDA,
+    FILES,
+    ProbeFacts,
+    wants_arch_list,
+)
 
 # Runs in the target interpreter (any Python >= 3.8): standard library only, no imports of
 # the frameworks themselves.
@@ -70,7 +76,8 @@ for entry in sys.path:
             static_cudart["cupy"] = os.path.abspath(os.path.join(folder, name))
             break
     break
-print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "dists": dists,
+print(json.dumps({"python": sys.executable, "prefix": sys.prefix,
+                  "base_prefix": getattr(sys, "base_prefix", sys.prefix), "dists": dists,
                   "files": files, "binaries": binaries, "static_cudart": static_cudart}))
 """
 
@@ -181,7 +188,56 @@ def conda_meta(prefix: str) -> list[str]:
         return []
 
 
-def find_nvcc(environ: Mapping[str, str]) -> dict[str, str]:
+def conda_records(prefix: str, names: list[str]) -> dict[str, dict[str, str]]:
+    """What conda recorded for the CUDA packages, by file name.
+
+    Only the few ``conda-meta`` files whose name starts with a CUDA package are opened; a
+    record that cannot be read leaves its file name as the only evidence.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for filename in names:
+        if not filename.startswith(CONDA_CUDA):
+            continue
+        path = Path(prefix) / "conda-meta" / filename
+        if not path.is_file():  # a FIFO or folder planted under the name would block or fail
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                doc = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("name"), str):
+            out[filename] = {"name": doc["name"], "version": str(doc.get("version") or "")}
+    return out
+
+
+def conda_prefix(raw: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    """The conda environment the tests load: the interpreter's, else the active one.
+
+    The target interpreter's prefix, then its base (a venv made from a conda Python), then
+    CONDA_PREFIX: the first that holds a ``conda-meta`` folder; else the interpreter's.
+    """
+    candidates = [str(raw.get(k) or "") for k in ("prefix", "base_prefix")]
+    candidates.append(environ.get("CONDA_PREFIX", ""))
+    for prefix in candidates:
+        if prefix and (Path(prefix) / "conda-meta").is_dir():
+            return prefix
+    return candidates[0] or candidates[2]
+
+
+def _inside(path: Path, prefix: str) -> bool:
+    try:
+        return bool(prefix) and path.resolve().is_relative_to(Path(prefix).resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def find_nvcc(environ: Mapping[str, str], prefix: str = "") -> dict[str, str]:
+    """The system CUDA toolkit's nvcc: on PATH, else under CUDA_HOME or CUDA_PATH.
+
+    An nvcc inside the job's conda environment (``prefix``) is the environment's own
+    (conda's cuda-nvcc, whose record says its version), never the system toolkit.
+    """
     candidates = []
     on_path = shutil.which("nvcc", path=environ.get("PATH"))
     if on_path:
@@ -190,7 +246,7 @@ def find_nvcc(environ: Mapping[str, str]) -> dict[str, str]:
         if environ.get(var):
             candidates.append(Path(environ[var]) / "bin" / "nvcc")
     for nvcc in candidates:
-        if not nvcc.is_file():
+        if not nvcc.is_file() or _inside(nvcc, prefix):
             continue
         info = {"path": str(nvcc)}
         version_json = nvcc.resolve().parent.parent / "version.json"
@@ -214,7 +270,7 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
     if python:
         got, error = probe_python(python, environ)
         raw = got or {}
-    prefix = str(raw.get("prefix") or environ.get("CONDA_PREFIX") or "")
+    prefix = conda_prefix(raw, environ)
     arch_lists: dict[str, list[str]] = {}
     for rel, path in (raw.get("binaries") or {}).items():
         if not wants_arch_list(rel, raw.get("files") or {}):
@@ -223,13 +279,15 @@ def collect(python: str | None, environ: Mapping[str, str]) -> tuple[ProbeFacts,
         if found is not None:  # unreadable: the build's arch stays unknown, as before
             arch_lists[rel] = found
     dists = raw.get("dists") or {}
+    meta = conda_meta(prefix) if prefix else []
     facts = ProbeFacts(
         python=str(raw.get("python") or python or ""),
         prefix=prefix,
         dists=dists,
         files=raw.get("files") or {},
-        conda_meta=conda_meta(prefix) if prefix else [],
-        nvcc=find_nvcc(environ),
+        conda_meta=meta,
+        conda_records=conda_records(prefix, meta),
+        nvcc=find_nvcc(environ, prefix),
         arch_lists=arch_lists,
         runtime_versions=static_runtimes(raw.get("static_cudart") or {}, dists),
     )
