@@ -10,7 +10,7 @@ from gpu_ci.cuda import require as require_spec
 from gpu_ci.cuda.facts import Gpu
 from gpu_ci.cuda.verify.table import driver_branch, load_table
 from gpu_ci.errors import UsageError
-from tests.cuda_env import (
+from testkit.cuda_env import (
     build_fake_nvml,
     conda_cuda_env,
     gpu_config,

@@ -16,7 +16,7 @@ from gpu_ci.cuda.verify import frameworks, probe
 from gpu_ci.cuda.verify.frameworks import CudaConsumer, ProbeFacts
 from gpu_ci.cuda.verify.source import choose
 from gpu_ci.cuda.verify.table import load_table
-from tests.cuda_env import (
+from testkit.cuda_env import (
     build_fake_nvml,
     conda_cuda_env,
     fake_toolkit,
