@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpu_ci.downloads import Download, RetryPolicy, _same_origin_auth, fetch
+from gpu_ci.downloads import Download, RetryPolicy, fetch
+from gpu_ci.routing import same_origin_auth
 from gpu_ci.urls import origin
 
 BODY = b"conda package bytes\n"
@@ -90,7 +91,7 @@ def test_one_origin_with_or_without_the_default_port(a, b):
     # The four helpers this replaced disagreed: two kept a missing port as None, so
     # https://h and https://h:443 were two origins for a redirect's Authorization.
     assert origin(a) == origin(b)
-    assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {"Authorization": "Basic x"}
+    assert same_origin_auth(a, b, {"Authorization": "Basic x"}) == {"Authorization": "Basic x"}
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_one_origin_with_or_without_the_default_port(a, b):
 )
 def test_other_origins_never_get_the_credentials(a, b):
     assert origin(a) != origin(b)
-    assert _same_origin_auth(a, b, {"Authorization": "Basic x"}) == {}
+    assert same_origin_auth(a, b, {"Authorization": "Basic x"}) == {}
 
 
 def test_origin_fills_in_the_documented_default_ports():

@@ -14,10 +14,8 @@ really fetched from; ``Progress`` reports bytes and rate every few seconds for l
 
 from __future__ import annotations
 
-import functools
 import io
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +28,8 @@ from gpu_ci.disk import as_disk_error, require_space
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import mask_url, origin, strip_credentials
+from gpu_ci.routing import direct, proxies, request_for, same_origin_auth
+from gpu_ci.urls import mask_url, origin
 
 __all__ = [
     "CHUNK",
@@ -49,6 +48,8 @@ __all__ = [
     "Verdicts",
     "keeps_alive",
     "verified",
+    "direct",
+    "proxies",
 ]
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
@@ -189,95 +190,8 @@ def _unrouted(url: str) -> Route:
     )
 
 
-def proxies() -> dict[str, str]:
-    """urllib's proxies from the environment, ``ALL_PROXY`` included.
-
-    ``ALL_PROXY`` (an http or https proxy) serves http and https where no
-    ``HTTP_PROXY``/``HTTPS_PROXY`` is set: curl and rattler's client take it so, and urllib
-    does not (the archives it streams would go through the proxy and ours around it).
-    ``NO_PROXY`` applies as urllib reads it."""
-    if not _may_name_proxies():
-        return {}
-    import urllib.request
-
-    found = dict(urllib.request.getproxies())
-    every = found.get("all", "")
-    if every and "://" not in every:  # 'host:port': curl and rattler take it as http://
-        every = f"http://{every}"
-    if urlsplit(every).scheme in ("http", "https"):
-        for scheme in ("http", "https"):
-            found.setdefault(scheme, every)
-    elif every and not {"http", "https"} <= found.keys() and found.get("no") != "*":
-        # e.g. socks5://: curl takes it, urllib cannot; never go around the proxy named
-        raise GpuCiError(
-            f"ALL_PROXY is {mask_url(every)}, a proxy our downloader cannot use (HTTP proxies "
-            "only). Set HTTPS_PROXY and HTTP_PROXY to an HTTP proxy (they take precedence), "
-            "or NO_PROXY='*' to connect directly.",
-            title="unsupported proxy",
-        )
-    return found
-
-
-def _may_name_proxies() -> bool:
-    """False only where urllib's ``getproxies()`` is certainly empty: it reads nothing but
-    the environment's ``*_proxy`` variables (not on macOS or Windows, which also ask the
-    system), and none is set. Saves importing ``urllib.request`` (and ``http.client``,
-    ``email``, ``ssl``) in a job that streams every archive (measured: 25-50 ms of a cold
-    start)."""
-    if sys.platform in ("darwin", "win32"):
-        return True
-    return any(value and name[-6:].lower() == "_proxy" for name, value in os.environ.items())
-
-
-def _request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
-    import urllib.request
-
-    parts = urlsplit(url)
-    request = urllib.request.Request(
-        strip_credentials(url), headers={"User-Agent": "gpu-ci-actions"}
-    )
-    if parts.username:
-        import base64  # only for credentials in a URL
-
-        token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
-        request.add_unredirected_header("Authorization", f"Basic {token}")
-    for key, value in (headers or {}).items():
-        request.add_unredirected_header(key, value)
-    return request
-
-
-def _same_origin_auth(
-    old_url: str, new_url: str, unredirected: Mapping[str, str]
-) -> dict[str, str]:
-    """A redirect within one origin keeps the request's ``Authorization`` (e.g. from
-    ``user:password@`` in a lock URL); to another origin it is never sent."""
-    value = unredirected.get("Authorization")
-    if value and origin(old_url) == origin(new_url):
-        return {"Authorization": value}
-    return {}
-
-
 _LOCAL = threading.local()
 _REDIRECTS = (301, 302, 303, 307, 308)
-
-
-def direct(url: str) -> bool:
-    """Whether ``url`` may go over a reused connection: http(s) and no proxy applies
-    (requests through a proxy take urllib's path: *_PROXY, ALL_PROXY, NO_PROXY; ``proxies``)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or parts.username or not parts.hostname:
-        return False
-    return _unproxied(parts.scheme, parts.hostname)
-
-
-@functools.lru_cache(maxsize=256)
-def _unproxied(scheme: str, host: str) -> bool:
-    """Once per origin: reading the proxy settings scans the whole environment."""
-    if scheme not in proxies():
-        return True
-    import urllib.request
-
-    return bool(urllib.request.proxy_bypass(host))
 
 
 def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
@@ -427,7 +341,7 @@ class Downloader:
         On our kept-alive connections and on urllib's: the request's ``Authorization`` only
         within its origin (``_same_origin_auth``), and the new URL's own credentials from
         the router, never this request's."""
-        extra = _same_origin_auth(old_url, new_url, unredirected)
+        extra = same_origin_auth(old_url, new_url, unredirected)
         if self.router is not None:
             new_url, routed = self.router.authorize(new_url)
             extra.update(routed)
@@ -444,8 +358,8 @@ class Downloader:
             owner = self
 
             class _Redirects(urllib.request.HTTPRedirectHandler):
-                def redirect_request(self, req, fp, code, msg, headers, newurl):
-                    new = super().redirect_request(req, fp, code, msg, headers, newurl)
+                def redirectrequest_for(self, req, fp, code, msg, headers, newurl):
+                    new = super().redirectrequest_for(req, fp, code, msg, headers, newurl)
                     if new is not None:
                         url, extra = owner.redirected(
                             req.full_url, new.full_url, req.unredirected_hdrs
@@ -502,7 +416,7 @@ class Downloader:
             new_url, extra = self.redirected(
                 url, urljoin(url, str(response.headers["Location"])), request.unredirected_hdrs
             )
-            followed = self.opener().open(_request(new_url, extra), timeout=timeout)
+            followed = self.opener().open(request_for(new_url, extra), timeout=timeout)
             return _Response(followed.status, followed.headers, followed, followed.close)
         if response.status >= 400:
             body = response.read()
@@ -515,7 +429,7 @@ class Downloader:
     def read_small(self, url: str, timeout: float, limit: int = 4096) -> bytes:
         """The first ``limit`` bytes at ``url``, through the router (e.g. a checksum file)."""
         to = self.route(url)
-        with self.opener().open(_request(to.url, to.headers), timeout=timeout) as response:
+        with self.opener().open(request_for(to.url, to.headers), timeout=timeout) as response:
             return bytes(response.read(limit))
 
     def _attempt(self, item: Download, policy: RetryPolicy) -> tuple[int, str, str]:
@@ -530,7 +444,7 @@ class Downloader:
         part = part_path(item.dest)
         to = self.route(item.url)
         offset = part.stat().st_size if part.exists() else 0
-        request = _request(to.url, to.headers)
+        request = request_for(to.url, to.headers)
         if offset:
             request.add_header("Range", f"bytes={offset}-")
         import hashlib

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_ci import routing
 from testkit.conda.jobs import PROXY_VARIABLES, SMALL, finish, spawn
 from testkit.conda_channel import ForwardProxy
 
@@ -71,7 +72,7 @@ def test_proxies_without_urllib_are_what_urllib_reads(monkeypatch, variables):
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     fast = downloads.proxies()
-    monkeypatch.setattr(downloads, "_may_name_proxies", lambda: True)
+    monkeypatch.setattr(routing, "_may_name_proxies", lambda: True)
     assert fast == downloads.proxies()
 
 
