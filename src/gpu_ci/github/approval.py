@@ -4,8 +4,9 @@ gpu-status writes an approval as a commit status on the pull request's head; the
 gpu-status, the budget, gpu-watchdog and the runner admission hook read it. Each feature
 reads approvals only here. The readings differ today, and each keeps its own rule:
 
-* :func:`admitting_approver` (the runner admission hook): the newest "Approved by" of
-  the head, result statuses included. Any job at an approved head is admitted.
+* :func:`current` (the runner admission hook, the PR comment): the head's approval as one
+  :class:`Approval` record, with the runs recorded above it; :func:`claimed_by` and
+  :func:`starts` say whether a job's run is one it started.
 * :func:`approved_run` (the budget): the run the head's current approval started, and
   still holds it (its record is the newest status).
 * :func:`result_binding` (gpu-status's results): the same binding, and which retry record
@@ -28,7 +29,11 @@ The status rules, on the head commit:
    lists its pull requests, the approved one is among them.
 3. **The first bound run claims the approval**: its "in progress" record is written above
    the approval, so a second run holds nothing.
-4. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
+4. **An approval ends** with a newer "waiting" (a new push, a reopening) or "ended" status
+   (gpu-status posts it when the approved pull request closes): another pull request at
+   the same commit needs its own approval. For new runs it also ends once a run claimed it
+   (rule 3): only that run, and re-runs of it, are the approval's.
+5. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
    run in progress.", linking the comment workflow's own run. It is also a newer approval:
    a ``pull_request`` run never binds to a label approval below it.
 """
@@ -74,8 +79,11 @@ _COMMENT_RECORD = re.compile(
 )
 _RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
 _PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
-#: The wordings of gpu-status's "waiting": posted after a push, they revoke older approvals.
-REVOKED = ("Waiting for approval", "New push (was ")
+#: How gpu-status's status begins when the approved pull request closes (:func:`ended_text`).
+ENDED_PREFIX = "Approval ended: "
+#: The wordings that end older approvals: gpu-status's "waiting" (a push, a reopening) and
+#: its "ended" (the approved pull request closed).
+REVOKED = ("Waiting for approval", "New push (was ", ENDED_PREFIX)
 
 
 class Reads(Protocol):
@@ -117,6 +125,12 @@ class Approval:
     created_at: str
     status: Mapping[str, Any] = field(compare=False, repr=False)
     """The commit status it was read from."""
+    workflows: tuple[str, ...] = ()
+    """The GPU workflow files it covers (the reader's configured ones)."""
+    runs: tuple[tuple[int, int], ...] = ()
+    """The runs it started, oldest first, as (run id, attempt) from the records above it.
+
+    The first one claimed it; a comment approval's own record names its run."""
 
 
 # -- writing the wordings ----------------------------------------------------------------
@@ -130,6 +144,13 @@ def queued_text(approver: str, sha: str) -> str:
 def comment_text(approver: str, number: int, sha: str) -> str:
     """A comment approval's record, as the comment workflow's status job posts it."""
     return f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+
+
+def ended_text(number: int) -> str:
+    """gpu-status's status when pull request ``number``, the approved one, closes."""
+    return (
+        f"{ENDED_PREFIX}#{number} was closed. A pull request at this commit needs its own approval."
+    )
 
 
 def retried_text(what: str, attempt: int, reason: str) -> str:
@@ -261,17 +282,26 @@ def is_approval(status: Mapping[str, Any]) -> bool:
 
 
 def current(
-    config: Reads, statuses: Sequence[Mapping[str, Any]], head_sha: str, repository: str = ""
+    config: Reads,
+    statuses: Sequence[Mapping[str, Any]],
+    head_sha: str,
+    repository: str = "",
+    workflows: Sequence[str] = (),
 ) -> Approval | None:
-    """The head's current approval, by label or by comment, as an :class:`Approval`."""
+    """The head's current approval, by label or by comment, as an :class:`Approval`.
+
+    ``workflows``: the GPU workflow files the reader knows it covers. A newer "waiting"
+    or "ended" status ends it; the runs recorded above it are its runs."""
     trusted = trusted_statuses(config, statuses)
-    for status in trusted:
+    for index, status in enumerate(trusted):
         text = str(status.get("description") or "")
         if text.startswith(REVOKED):
             return None
         label = _APPROVAL.fullmatch(text)
         comment = _COMMENT_RECORD.fullmatch(text)
         if label or comment:
+            records = trusted[: index + 1] if comment else trusted[:index]
+            keys = [run_key(str(s.get("target_url") or "")) for s in reversed(records)]
             return Approval(
                 repository,
                 int(comment.group(2)) if comment else pull_of(status),
@@ -280,28 +310,13 @@ def current(
                 HOW_COMMENT if comment else HOW_LABEL,
                 str(status.get("created_at") or ""),
                 status,
+                tuple(workflows),
+                tuple(dict.fromkeys(k for k in keys if k is not None)),
             )
     return None
 
 
 # -- the readings each feature uses --------------------------------------------------------
-
-
-def admitting_approver(
-    context: str, creators: Sequence[str], statuses: Sequence[Mapping[str, Any]]
-) -> str:
-    """The runner admission hook's reading: who approved the head, or "".
-
-    The newest "Approved by" of the trusted creators in ``context`` (:func:`approval_of`):
-    results that name their approver count, and any job at that head is admitted."""
-    wanted = context.casefold()
-    trusted = [
-        dict(s, context=context)
-        for s in statuses
-        if str(s.get("context") or "").casefold() == wanted
-        and str((s.get("creator") or {}).get("login") or "") in creators
-    ]
-    return approval_of(trusted, context)
 
 
 def approved_pull(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> int | None:
@@ -376,6 +391,49 @@ def _binds_in_time(
     if number is not None and listed and number not in listed:
         return f"the run is for pull request {listed}, the approval for #{number}."
     return ""
+
+
+def claimed_by(approval: Approval, run_id: int) -> str:
+    """Why run ``run_id`` is not one of the approval's runs, or "".
+
+    Only when runs are recorded above it (rule 3); the first one claimed it, and a
+    re-run of it (any attempt) is still that run."""
+    ids = [run for run, _attempt in approval.runs]
+    if run_id in ids:
+        return ""
+    return (
+        f"the approval started run {ids[0]} (its record on the head) and ends with that "
+        f"run's results; run {run_id} is another run at this head."
+    )
+
+
+def starts(
+    approval: Approval,
+    run: Mapping[str, Any],
+    trusted: Sequence[Mapping[str, Any]],
+    starters: Sequence[str] = (),
+) -> str:
+    """Why ``run`` is not the approval's run, or "" (none recorded yet).
+
+    ``run``: GitHub's record of it; ``trusted``: the head's trusted statuses, newest first;
+    ``starters``: the accounts besides the approver whose label starts it (a relay bot).
+    Rule 2, with the first actor of the run in place of the approver's own login."""
+    first = str((run.get("actor") or {}).get("login") or "")
+    if run.get("event") != "pull_request":
+        return f"a '{run.get('event')}' run is not the approval's run."
+    if not first or first not in (approval.approver, *starters):
+        return f"run started by @{first}, not by the approver @{approval.approver}."
+    context = str(approval.status.get("context") or "")
+    earlier = _earlier_approvals(trusted, context, approval.status)
+    return _binds_in_time(run, approval.status, earlier)
+
+
+def retry_recorded(
+    config: Reads, statuses: Sequence[Mapping[str, Any]], approval: Approval, key: tuple[int, int]
+) -> bool:
+    """Whether gpu-watchdog recorded its re-run of attempt ``key`` above ``approval``."""
+    trusted = trusted_statuses(config, statuses)
+    return _retry_record(trusted, config.context, approval.status, key, key[1]) is not None
 
 
 def _earlier_approvals(
