@@ -52,7 +52,7 @@ def _client(rt: Runtime) -> RestClient:
             title=TITLE,
         )
     environ = {k: v for k, v in rt.environ.items() if k != "GITHUB_TOKEN"}
-    return connect(token, environ, rt.mask, needs="statuses: read")
+    return connect(token, environ, rt.mask, needs="statuses, pull-requests, actions: read")
 
 
 def decide(rt: Runtime) -> admission.Verdict:

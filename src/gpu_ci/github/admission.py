@@ -248,8 +248,14 @@ def by_approval(
     """Rule 2c: the approval of the job's pull request, or the refusal.
 
     ``statuses``: the head's, newest first."""
+    if job.number is None:
+        return _refuse(
+            "its own pull request",
+            "the event names no pull request number.",
+            "Only a pull request's own run carries its approval.",
+        )
     found = approval.current(config, statuses, job.head_sha, job.repository, config.workflows)
-    number = f"#{job.number}" if job.number is not None else "the pull request"
+    number = f"#{job.number}"
     if found is None:
         return _refuse(
             "approved head",
