@@ -2,11 +2,13 @@
 
 gpu-status writes an approval as a commit status on the pull request's head; the gate,
 gpu-status, the budget, gpu-watchdog and the runner admission hook read it. Each feature
-reads approvals only here. The readings differ today, and each keeps its own rule:
+reads approvals only here, and one walk of the statuses (rules 1, 4, 5) finds the current
+approval for all of them. What each then asks of it:
 
-* :func:`current` (the runner admission hook, the PR comment): the head's approval as one
-  :class:`Approval` record, with the runs recorded above it; :func:`claimed_by` and
-  :func:`starts` say whether a job's run is one it started.
+* :func:`current` (the runner admission hook, gpu-watchdog, the PR comment): the head's
+  approval as one :class:`Approval` record (its pull request, approver, how, covered
+  workflow files, the runs recorded above it, when); :func:`claimed_by` and :func:`starts`
+  say whether a job's run is one it started.
 * :func:`approved_run` (the budget): the run the head's current approval started, and
   still holds it (its record is the newest status).
 * :func:`result_binding` (gpu-status's results): the same binding, and which retry record
@@ -18,8 +20,8 @@ reads approvals only here. The readings differ today, and each keeps its own rul
 The status rules, on the head commit:
 
 1. **The approval** is the newest "Approved by @x for <sha>: GPU run queued." status of
-   the head, written by a trusted creator, not revoked by a newer "waiting" (a push, a
-   reopening) nor replaced by a newer comment approval. Its ``target_url`` names the pull
+   the head, written by a trusted creator, not ended (rule 4) nor replaced by a newer
+   comment approval. Its ``target_url`` names the pull
    request; its ``created_at`` the time.
 2. **A run is the approval's run** when its event is ``pull_request``, its attempt is 1 or
    gpu-watchdog's "retried" record of exactly that attempt lies above the approval, its
@@ -235,39 +237,41 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
     return ""
 
 
+def _newest(
+    statuses: Sequence[Mapping[str, Any]], context: str
+) -> tuple[int, Mapping[str, Any]] | None:
+    """The one rule: the commit's current approval status of ``context``, and its index.
+
+    ``statuses`` newest first. The newest label approval or comment record, unless a
+    newer "waiting" or "ended" status ended it. None when there is none."""
+    ours = [s for s in statuses if same_context(s.get("context"), context)]
+    for index, status in enumerate(ours):
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED):
+            return None
+        if _APPROVAL.fullmatch(text) or _COMMENT_RECORD.fullmatch(text):
+            return index, status
+    return None
+
+
 def approval_status(
     statuses: Sequence[Mapping[str, Any]], context: str
 ) -> Mapping[str, Any] | None:
     """The commit's current label approval status (newest first), or None.
 
-    That is the newest "Approved by @x for <sha>: GPU run queued." not revoked by a newer
-    "waiting", nor replaced by a newer comment approval (its run, not a ``pull_request``
-    run, reports)."""
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED) or _COMMENT_RECORD.fullmatch(text):
-            return None
-        if _APPROVAL.fullmatch(text):
-            return status
-    return None
+    That is the current approval (:func:`_newest`) when it is a label's: a newer comment
+    approval replaces it (its run, not a ``pull_request`` run, reports)."""
+    found = _newest(statuses, context)
+    return found[1] if found is not None and is_approval(found[1]) else None
 
 
 def comment_pull(statuses: Sequence[Mapping[str, Any]], context: str) -> int | None:
     """The pull request of the commit's current comment approval, or None.
 
-    ``statuses`` newest first; a newer "waiting" or label approval ends it."""
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED) or _APPROVAL.fullmatch(text):
-            return None
-        match = _COMMENT_RECORD.fullmatch(text)
-        if match:
-            return int(match.group(2))
-    return None
+    ``statuses`` newest first; a newer "waiting", "ended" or label approval ends it."""
+    found = _newest(statuses, context)
+    record = comment_record(found[1]) if found is not None else None
+    return record[1] if record is not None else None
 
 
 def comment_record(status: Mapping[str, Any] | None) -> tuple[str, int, str] | None:
@@ -293,27 +297,29 @@ def current(
     ``workflows``: the GPU workflow files the reader knows it covers. A newer "waiting"
     or "ended" status ends it; the runs recorded above it are its runs."""
     trusted = trusted_statuses(config, statuses)
-    for index, status in enumerate(trusted):
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED):
-            return None
-        label = _APPROVAL.fullmatch(text)
-        comment = _COMMENT_RECORD.fullmatch(text)
-        if label or comment:
-            records = trusted[: index + 1] if comment else trusted[:index]
-            keys = [run_key(str(s.get("target_url") or "")) for s in reversed(records)]
-            return Approval(
-                repository,
-                int(comment.group(2)) if comment else pull_of(status),
-                head_sha,
-                (label or comment).group(1),  # type: ignore[union-attr]
-                HOW_COMMENT if comment else HOW_LABEL,
-                str(status.get("created_at") or ""),
-                status,
-                tuple(workflows),
-                tuple(dict.fromkeys(k for k in keys if k is not None)),
-            )
-    return None
+    found = _newest(trusted, config.context)
+    if found is None:
+        return None
+    index, status = found
+    comment = comment_record(status)
+    records = trusted[: index + 1] if comment else trusted[:index]
+    keys = [run_key(str(s.get("target_url") or "")) for s in reversed(records)]
+    return Approval(
+        repository,
+        comment[1] if comment else pull_of(status),
+        head_sha,
+        comment[0] if comment else _approver(status),
+        HOW_COMMENT if comment else HOW_LABEL,
+        str(status.get("created_at") or ""),
+        status,
+        tuple(workflows),
+        tuple(dict.fromkeys(k for k in keys if k is not None)),
+    )
+
+
+def _approver(status: Mapping[str, Any]) -> str:
+    match = _APPROVAL.fullmatch(str(status.get("description") or ""))
+    return match.group(1) if match else ""
 
 
 # -- the readings each feature uses --------------------------------------------------------
@@ -321,8 +327,8 @@ def current(
 
 def approved_pull(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> int | None:
     """gpu-status's PR comment: the pull request the current label approval names."""
-    approval = approval_status(trusted_statuses(config, statuses), config.context)
-    return pull_of(approval) if approval is not None else None
+    found = current(config, statuses, "")
+    return found.number if found is not None and found.how == HOW_LABEL else None
 
 
 def _binds(
@@ -543,22 +549,18 @@ def watchdog_hold(
     The head's current label approval, whose approver started the run. Returns it, or
     None and why not. The caller then checks the pull request is open at that head."""
     sha = str(run.get("head_sha") or "")
-    found = approval_status(trusted_statuses(config, statuses), config.context)
-    if found is None:
+    found = current(config, statuses, sha)
+    if found is None or found.how != HOW_LABEL:
         return (
             None,
             f"the head {sha[:12]} has no current approval ('{config.context}'): approve again",
         )
     # The approval's own run only (gpu-status binds no other): any run of an approved
     # head may use GPU runners, a fork's own run of its edited workflow too.
-    approver = approval_of([found], config.context)
     actor = str((run.get("actor") or {}).get("login") or "")
-    if not approver or actor != approver:
+    if not found.approver or actor != found.approver:
         return None, (
             f"run {run.get('id')} was started by @{actor}, not by the approver "
-            f"@{approver}: only the approval's run is re-run"
+            f"@{found.approver}: only the approval's run is re-run"
         )
-    approval = Approval(
-        "", pull_of(found), sha, approver, HOW_LABEL, str(found.get("created_at") or ""), found
-    )
-    return approval, ""
+    return found, ""
