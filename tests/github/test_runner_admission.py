@@ -479,3 +479,13 @@ def test_a_relay_bot_starts_the_approved_run_for_the_commenter(server, tmp_path,
     assert code == 1 and "not by the approver @maintainer" in out
     code, out = _run(dict(env, GPU_CI_RELAY_LOGINS="gpu-relay[bot]"), capsys)
     assert code == 0, out
+
+
+def test_the_run_github_records_must_be_of_the_jobs_file_and_head(server, tmp_path, capsys):
+    """Before any record, the run is read: GitHub's record, not the job's variables, decides."""
+    _pull(server)
+    _workflow_run(server, path=".github/workflows/miner.yml")
+    _status(server, APPROVED)
+    code, out = _run(_env(server, tmp_path), capsys)
+    assert code == 1
+    assert "rule 'the approval's run': the run is of .github/workflows/miner.yml" in out

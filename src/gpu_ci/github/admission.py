@@ -305,8 +305,9 @@ def run_refusal(
         raise ValueError("no run is recorded: pass GitHub's record of the job's run")
     else:
         why = (
-            f"the run is of {run.get('path')}, the job of {job.workflow_path}."
-            if run.get("path") != job.workflow_path
+            f"the run is of {run.get('path')} at {short(str(run.get('head_sha') or ''))}, the "
+            f"job of {job.workflow_path} at {short(job.head_sha)}."
+            if (run.get("path"), run.get("head_sha")) != (job.workflow_path, job.head_sha)
             else approval.starts(
                 found, run, approval.trusted_statuses(config, statuses), config.relays
             )
@@ -370,6 +371,6 @@ def refusal(job: Job, config: AdmissionConfig) -> Verdict:
         (
             f"a '{job.event}' job of {job.workflow_path}@{job.workflow_ref}: GPU runners take jobs "
             f"of the allowed workflows ({allowed}) from the default branch on "
-            f"{', '.join(config.events)}, or of a pull request whose head a maintainer approved."
+            f"{', '.join(config.events)}, or the pull request run a maintainer approved."
         ),
     )
