@@ -688,7 +688,7 @@ def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
                 "is not set: the admission hook cannot read the approval status and refuses "
                 "every pull request job.",
                 "add it with valueFrom.secretKeyRef (Secret gpu-ci-admission, key token: a token "
-                "that may read commit statuses).",
+                "that may read commit statuses, pull requests, actions and metadata).",
             )
         )
     elif "valueFrom" not in token:

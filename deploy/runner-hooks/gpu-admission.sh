@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Job-started hook for self-hosted GPU runners: refuses a job whose workflow a pull request
-# could have changed, unless a maintainer approved the pull request's head (issue 26).
+# could have changed, unless it is the run a maintainer approved: that pull request's own
+# pull_request run of a GPU workflow file, open at the approved head, started by the
+# approver (a re-run: by gpu-watchdog or someone with the re-run role).
 #
 #   ACTIONS_RUNNER_HOOK_JOB_STARTED=/opt/gpu-ci/gpu-admission.sh   (the runner's environment)
-#   GPU_CI_ADMISSION_TOKEN=<token>       read commit statuses (fine-grained: "Commit statuses: read")
-#   GPU_CI_ALLOWED_WORKFLOWS=.github/workflows/cuda-ci.yml   admitted from the default branch
+#   GPU_CI_ADMISSION_TOKEN=<token>   fine-grained, read: commit statuses, pull requests, actions
+#   GPU_CI_ALLOWED_WORKFLOWS=.github/workflows/cuda-ci.yml   the GPU workflow files
 #   GPU_CI_APPROVAL_CONTEXT=GPU CI        (default) the status gpu-status writes
+#   GPU_CI_RELAY_LOGINS=<bot>[bot]        bots whose label relays a comment approval
+#   GPU_CI_RERUN_PERMISSION=write         (default) the least role whose re-run is admitted
 #
 # The runner runs this file with `bash -e` before the job's first step; a non-zero exit fails
 # the job without running it. The rules: gpu_ci.github.admission (README, "Runner admission").

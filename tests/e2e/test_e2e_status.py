@@ -188,6 +188,34 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     assert len(github.requests("POST", "/comments")) == 1
 
 
+def test_closing_the_approved_pull_request_ends_its_approval_under_act(act_steps, github):
+    """The example's ``pull_request_target: closed`` ends #2's approval of its head: a pull
+    request opened later at that commit waits for its own."""
+    act = act_steps
+    github.add_repo(REPO, roles={"maintainer": "write", "contributor": "read"})
+    pr = github.add_pull(REPO, PullRequest(2, HEAD, head_repo=FORK, user="contributor"))
+    env = {"GITHUB_API_URL": github.url}
+    pr.labels.append("CUDA CI")
+    event = from_fork(webhook("pull_request.labeled"), "maintainer")
+    event["label"]["name"] = "CUDA CI"
+    labeled = act(REMOVER, "pull_request_target", event, repository=REPO, env=env)
+    assert labeled.returncode == 0, labeled.log
+    assert gpu_ci(github, HEAD)[-1][1].startswith("Approved by @maintainer")
+    pr.state = "closed"
+    closed = act(
+        REMOVER,
+        "pull_request_target",
+        from_fork(webhook("pull_request.closed"), "contributor"),
+        repository=REPO,
+        env=env,
+    )
+    assert closed.returncode == 0, closed.log
+    assert gpu_ci(github, HEAD)[-1] == (
+        "pending",
+        "Approval ended: #2 was closed. A pull request at this commit needs its own approval.",
+    )
+
+
 def test_a_forged_run_of_a_deleted_fork_posts_nothing_under_act(act_steps, github):
     """Issue 26, forged success: a fork adds a workflow `name: CUDA CI` on
     pull_request_review whose job `tests` sleeps on ubuntu-latest, reviews its own pull

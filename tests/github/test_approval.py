@@ -43,13 +43,11 @@ def test_a_newer_push_revokes_and_another_writer_is_not_read():
     assert approval.current(approval.Source(), revoked, SHA) is None
     planted = [status(approval.queued_text("maint", SHA), creator={"login": "ci-app"})]
     assert approval.current(approval.Source(), planted, SHA) is None
-    assert approval.admitting_approver("GPU CI", ("github-actions[bot]",), planted) == ""
 
 
-def test_the_readings_differ_as_documented():
-    """The admission hook reads a result's approver; the budget needs the approval itself."""
+def test_a_result_without_its_approval_is_no_approval():
+    """A result names its approver, but only the approval below it is one."""
     listed = [status(f"GPU tests passed on {SHA[:12]} (approved by @maint).", url=RUN)]
-    assert approval.admitting_approver("gpu ci", ("github-actions[bot]",), listed) == "maint"
     assert approval.current(approval.Source(), listed, SHA) is None
     run = {"head_sha": SHA, "id": 9, "event": "pull_request", "actor": {"login": "maint"}}
     assert "no current approval" in approval.approved_run(approval.Source(), run, listed)
@@ -71,3 +69,27 @@ def test_the_retry_record_wording_is_what_gpu_status_accepts():
     text = approval.retried_text("runner", 1, "runner-lost")
     assert text.startswith(approval.RETRIED_PREFIX)
     assert text == "GPU run retried after the runner was lost (attempt 2); attempt 1: runner-lost"
+
+
+def test_the_record_names_the_runs_recorded_above_it_and_its_workflows():
+    listed = [
+        status(
+            "GPU tests failed (approved by @maint).", url=RUN.replace("/1", "/2"), state="failure"
+        ),
+        status("Approved by @maint: GPU run in progress.", url=RUN),
+        status(approval.queued_text("maint", SHA)),
+    ]
+    got = approval.current(approval.Source(), listed, SHA, "o/r", [".github/workflows/ci.yml"])
+    assert got is not None
+    assert got.runs == ((9, 1), (9, 2)) and got.workflows == (".github/workflows/ci.yml",)
+    assert approval.claimed_by(got, 9) == ""
+    assert "the approval started run 9" in approval.claimed_by(got, 10)
+
+
+def test_the_closing_of_its_pull_request_ends_the_approval_for_every_reader():
+    ended = status(approval.ended_text(7), state="error")
+    listed = [ended, status(approval.queued_text("maint", SHA))]
+    assert approval.current(approval.Source(), listed, SHA) is None
+    assert approval.approval_status(listed, "GPU CI") is None
+    assert approval.approved_pull(approval.Source(), listed) is None
+    assert approval.approval_of(listed, "GPU CI") == ""

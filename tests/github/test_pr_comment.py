@@ -372,3 +372,52 @@ def test_a_duplicate_the_other_event_already_deleted_is_not_an_error():
         ("DELETE", f"/repos/{REPO}/issues/comments/12"),
         ("PATCH", f"/repos/{REPO}/issues/comments/11"),
     ]
+
+
+def _approved(github, number: int) -> None:
+    github.repos[REPO].statuses[HEAD] = [
+        github.status_json(
+            github.repos[REPO],
+            HEAD,
+            {
+                "state": "pending",
+                "context": "GPU CI",
+                "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
+                "target_url": f"https://github.com/{REPO}/pull/{number}/checks",
+            },
+            BOT,
+        )
+    ]
+
+
+def test_closing_the_approved_pull_request_ends_its_approval(github, pull, status):
+    """A later pull request at the same commit then waits for its own approval."""
+    _approved(github, 2)
+    out = status("pull_request_target", pr_event("closed", state="closed"))
+    assert out["state"] == "pending"  # no result: a later pull request waits for approval
+    assert out["description"] == (
+        "Approval ended: #2 was closed. A pull request at this commit needs its own approval."
+    )
+    newest = github.repos[REPO].statuses[HEAD][0]
+    assert newest["description"] == out["description"] and newest["creator"]["login"] == BOT
+    assert not statuses.approval_status(github.repos[REPO].statuses[HEAD], "GPU CI")
+    github.add_pull(REPO, PullRequest(9, HEAD, head_repo=FORK))
+    reopened = status("pull_request_target", pr_event("opened", number=9))
+    assert reopened["description"].startswith("Waiting for approval")
+
+
+def test_closing_another_pull_request_or_after_the_result_leaves_the_status(github, pull, status):
+    _approved(github, 5)
+    assert status("pull_request_target", pr_event("closed", state="closed"))["state"] == ""
+    github.repos[REPO].statuses[HEAD].insert(
+        0,
+        github.status_json(
+            github.repos[REPO],
+            HEAD,
+            {"state": "failure", "context": "GPU CI", "description": "GPU tests failed."},
+            BOT,
+        ),
+    )
+    _before = list(github.repos[REPO].statuses[HEAD])
+    assert status("pull_request_target", pr_event("closed", state="closed"))["state"] == ""
+    assert github.repos[REPO].statuses[HEAD] == _before

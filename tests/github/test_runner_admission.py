@@ -10,19 +10,19 @@ the runner does (``bash -e <file>``).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_ci.commands.runner_admission import main
-from testkit.github.approvals import post
-from testkit.github_server import FakeGitHub
+from gpu_ci.github import status as status_events
+from testkit.github_server import FakeGitHub, PullRequest, WorkflowRun
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = ROOT / "deploy" / "runner-hooks" / "gpu-admission.sh"
@@ -31,11 +31,17 @@ HEAD = "c0ffee" + "0" * 34
 WORKFLOW = ".github/workflows/cuda-ci.yml"
 
 
-def _payload(tmp_path: Path, head: str | None = HEAD) -> Path:
+FORK = "fork-owner/gpu-project"
+RUN_ID = 4242
+PULL_URL = f"https://github.com/{REPO}/pull/7/checks"
+APPROVED = "Approved by @maintainer for c0ffee000000: GPU run queued."
+
+
+def _payload(tmp_path: Path, head: str | None = HEAD, number: int = 7) -> Path:
     """The fields the hook reads of a pull_request payload (GitHub's schema: head.sha)."""
-    body: dict[str, Any] = {"action": "labeled", "number": 7}
+    body: dict[str, Any] = {"action": "labeled", "number": number}
     if head is not None:
-        body["pull_request"] = {"number": 7, "head": {"sha": head, "ref": "feature"}}
+        body["pull_request"] = {"number": number, "head": {"sha": head, "ref": "feature"}}
     path = tmp_path / "event.json"
     path.write_text(json.dumps(body))
     return path
@@ -48,14 +54,22 @@ def _env(
     event: str = "pull_request",
     ref: str = "refs/pull/7/merge",
     head: str | None = HEAD,
+    number: int = 7,
+    run: int = RUN_ID,
+    attempt: int = 1,
+    actor: str = "maintainer",
+    workflow: str = WORKFLOW,
     **extra: str,
 ) -> dict[str, str]:
     env = {
         "GITHUB_ACTIONS": "true",
         "GITHUB_REPOSITORY": REPO,
         "GITHUB_EVENT_NAME": event,
-        "GITHUB_EVENT_PATH": str(_payload(tmp_path, head)),
-        "GITHUB_WORKFLOW_REF": f"{REPO}/{WORKFLOW}@{ref}",
+        "GITHUB_EVENT_PATH": str(_payload(tmp_path, head, number)),
+        "GITHUB_WORKFLOW_REF": f"{REPO}/{workflow}@{ref}",
+        "GITHUB_RUN_ID": str(run),
+        "GITHUB_RUN_ATTEMPT": str(attempt),
+        "GITHUB_TRIGGERING_ACTOR": actor,
         "GITHUB_API_URL": server.url,
         "GPU_CI_ADMISSION_TOKEN": "admission-token-1234",
         "GPU_CI_ALLOWED_WORKFLOWS": WORKFLOW,
@@ -65,8 +79,49 @@ def _env(
     return env
 
 
-#: A commit status on this repository's head, newest first.
-_status = functools.partial(post, repo=REPO, sha=HEAD)
+def _status(
+    server: FakeGitHub,
+    description: str,
+    *,
+    state: str = "pending",
+    context: str = "GPU CI",
+    creator: str = "github-actions[bot]",
+    sha: str = HEAD,
+    url: str = PULL_URL,
+) -> dict[str, Any]:
+    repo = server.repos[REPO]
+    body = {"state": state, "description": description, "context": context, "target_url": url}
+    status = server.status_json(repo, sha, body, creator)
+    repo.statuses.setdefault(sha, []).insert(0, status)
+    return status
+
+
+def _run_link(run: int = RUN_ID, attempt: int = 1) -> str:
+    return f"https://github.com/{REPO}/actions/runs/{run}/attempts/{attempt}"
+
+
+def _pull(server: FakeGitHub, number: int = 7, state: str = "open") -> None:
+    server.add_pull(REPO, PullRequest(number, HEAD, head_repo=FORK, state=state))
+
+
+def _workflow_run(
+    server: FakeGitHub, run: int = RUN_ID, path: str = WORKFLOW, actor: str = "maintainer"
+) -> None:
+    """GitHub's record of the job's run, created now (with the approval)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    server.add_run(
+        REPO,
+        WorkflowRun(run, "CUDA CI", path, HEAD, actor=actor, created_at=now, head_repo=FORK),
+    )
+
+
+def _approve(server: FakeGitHub, *, record: bool = False) -> None:
+    """The maintainer's label approval of #7 at HEAD, and its open pull request and run."""
+    _pull(server)
+    _workflow_run(server)
+    _status(server, APPROVED)
+    if record:
+        _status(server, "Approved by @maintainer: GPU run in progress.", url=_run_link())
 
 
 @pytest.fixture
@@ -86,60 +141,76 @@ def test_a_pull_request_job_whose_head_nobody_approved_is_refused(server, tmp_pa
     code, out = _run(_env(server, tmp_path), capsys)
     assert code == 1
     assert "::error title=GPU runner admission::" in out
-    assert "carries no approval in 'GPU CI'" in out
-    assert len(server.requests("GET")) == 1
+    assert "rule 'approved head': c0ffee000000 carries no current approval in 'GPU CI'" in out
+    assert "A maintainer approves #7 at this head" in out
 
 
-def test_a_pull_request_job_whose_head_a_maintainer_approved_is_admitted(server, tmp_path, capsys):
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+def test_the_approved_run_is_admitted_before_gpu_status_recorded_it(server, tmp_path, capsys):
+    """No record yet: the run is read and binds as gpu-status binds it (rule 2)."""
+    _approve(server)
     code, out = _run(_env(server, tmp_path), capsys)
     assert code == 0, out
-    assert "admitted: c0ffee000000 was approved by @maintainer" in out
-    assert len(server.requests("GET")) == 1
+    assert f"admitted: run {RUN_ID} attempt 1 of {WORKFLOW} is the run @maintainer approved" in out
+    assert [r.path.split("?")[0].rsplit("/", 2)[-2:] for r in server.requests("GET")] == [
+        ["c0ffee" + "0" * 34, "statuses"],
+        ["pulls", "7"],
+        ["runs", str(RUN_ID)],
+    ]
+
+
+def test_the_recorded_run_is_admitted_without_reading_the_run(server, tmp_path, capsys):
+    _approve(server, record=True)
+    code, out = _run(_env(server, tmp_path), capsys)
+    assert code == 0, out
+    assert len(server.requests("GET")) == 2
 
 
 def test_an_approval_written_by_anyone_but_the_trusted_creator_is_not_one(server, tmp_path, capsys):
-    _status(
-        server, "Approved by @maintainer for c0ffee000000: GPU run queued.", creator="contributor"
-    )
+    _approve(server)
+    server.repos[REPO].statuses[HEAD][0]["creator"] = server.user_json("contributor")
     code, out = _run(_env(server, tmp_path), capsys)
-    assert code == 1 and "carries no approval" in out
+    assert code == 1 and "carries no current approval" in out
 
 
 def test_a_refusal_quoting_an_approval_is_not_one(server, tmp_path, capsys):
+    _pull(server)
+    _workflow_run(server)
     _status(server, "Not approved: approved by @maintainer is what they said")
     code, out = _run(_env(server, tmp_path), capsys)
-    assert code == 1 and "carries no approval" in out
+    assert code == 1 and "carries no current approval" in out
 
 
 def test_a_revocation_after_the_approval_refuses(server, tmp_path, capsys):
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+    _approve(server)
     _status(server, "Waiting for approval: a maintainer applies the label")  # newer
     code, out = _run(_env(server, tmp_path), capsys)
-    assert code == 1 and "carries no approval" in out
+    assert code == 1 and "carries no current approval" in out
 
 
 def test_a_later_refused_label_does_not_void_the_approval_of_the_commit(server, tmp_path, capsys):
     """A triage user's refused label (issue 26: "a refused label from someone without the
     role does not reset" the head) leaves the maintainer's approval of this commit standing."""
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+    _approve(server)
     _status(server, "Not approved: @triager has triage, the label needs write")
     code, out = _run(_env(server, tmp_path), capsys)
-    assert code == 0 and "approved by @maintainer" in out
+    assert code == 0 and "@maintainer approved" in out
 
 
 def test_the_approval_context_is_compared_as_github_does_case_insensitively(
     server, tmp_path, capsys
 ):
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.", context="gpu ci")
+    _approve(server)
+    server.repos[REPO].statuses[HEAD][0]["context"] = "gpu ci"
     code, out = _run(_env(server, tmp_path), capsys)
     assert code == 0, out
 
 
 def test_an_approval_of_another_commit_does_not_admit(server, tmp_path, capsys):
-    _status(server, "Approved by @maintainer for abc: GPU run queued.", sha="a" * 40)
+    _pull(server)
+    _workflow_run(server)
+    _status(server, "Approved by @maintainer for aaaaaaaaaaaa: GPU run queued.", sha="a" * 40)
     code, out = _run(_env(server, tmp_path), capsys)
-    assert code == 1
+    assert code == 1 and "rule 'approved head'" in out
 
 
 @pytest.mark.parametrize(
@@ -188,7 +259,7 @@ def test_a_workflow_of_another_repository_is_refused(server, tmp_path, capsys):
 
 @pytest.mark.parametrize("status", [401, 404, 500])
 def test_api_errors_fail_closed(server, tmp_path, capsys, status):
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+    _approve(server)
     server.inject("GET", r"/statuses", status, times=10)
     code, out = _run(_env(server, tmp_path), capsys)
     assert code == 1
@@ -196,7 +267,7 @@ def test_api_errors_fail_closed(server, tmp_path, capsys, status):
 
 
 def test_no_token_refuses_and_the_jobs_token_is_not_used(server, tmp_path, capsys):
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+    _approve(server)
     env = _env(server, tmp_path, GITHUB_TOKEN="job-token-abcdef")
     del env["GPU_CI_ADMISSION_TOKEN"]
     code, out = _run(env, capsys)
@@ -227,7 +298,7 @@ def test_the_hook_script_end_to_end_as_the_runner_runs_it(server, tmp_path):
     )
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "::error title=GPU runner admission::" in refused.stdout
-    _status(server, "Approved by @maintainer for c0ffee000000: GPU run queued.")
+    _approve(server)
     admitted = subprocess.run(
         ["bash", "-e", str(HOOK)], env=env, capture_output=True, text=True, timeout=60
     )
@@ -258,3 +329,163 @@ def test_an_allowed_workflow_written_with_a_leading_dot_slash_is_that_file(
     )
     code, out = _run(env, capsys)
     assert code == 0 and "admitted" in out
+
+
+# -- what was approved, and nothing else: a hostile fork author's attempts, through the
+# shipped hook script as the runner runs it ---------------------------------------------------
+
+
+def _hook(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ, **env, GPU_CI_PYTHON=sys.executable)
+    full.pop("GITHUB_TOKEN", None)
+    return subprocess.run(["bash", "-e", str(HOOK)], env=full, capture_output=True, text=True)
+
+
+def _close(server: FakeGitHub, number: int) -> None:
+    """gpu-status on ``pull_request_target: closed`` of ``number``, as the example runs it."""
+    pr = server.repos[REPO].pulls[number]
+    pr.state = "closed"
+    payload = {
+        "action": "closed",
+        "number": number,
+        "pull_request": {"number": number, "state": "closed", "head": {"sha": pr.head_sha}},
+    }
+    outcome = status_events.for_pull_event(
+        status_events.make_config("GPU CI", "CUDA CI", "write", ["tests"]),
+        "closed",
+        payload,
+        None,
+        "",
+        "",
+        "https://github.com",
+        REPO,
+        server.repos[REPO].statuses.get(pr.head_sha, []),
+    )
+    assert outcome.status is not None, outcome.note
+    body = outcome.status.body("GPU CI")
+    _status(server, body["description"], state=body["state"], url=body["target_url"])
+
+
+def test_an_approval_of_a_closed_pull_request_admits_no_other_at_that_commit(server, tmp_path):
+    """Approve commit X of #1, close #1, open #7 at X: #7's jobs are refused, before and
+    after gpu-status ends #1's approval."""
+    _pull(server, number=1)
+    _workflow_run(server)
+    _status(server, APPROVED, url=f"https://github.com/{REPO}/pull/1/checks")
+    _pull(server, number=7)
+    before = _hook(_env(server, tmp_path, number=7))
+    assert before.returncode == 1
+    assert "rule 'its own pull request': c0ffee000000 was approved for #1, not for #7" in (
+        before.stdout
+    )
+    assert "a maintainer approves #7" in before.stdout
+    _close(server, 1)
+    assert server.repos[REPO].statuses[HEAD][0]["description"].startswith("Approval ended: #1")
+    after = _hook(_env(server, tmp_path, number=7))
+    assert after.returncode == 1 and "rule 'approved head'" in after.stdout
+    again = _hook(_env(server, tmp_path, number=1, ref="refs/pull/1/merge"))
+    assert again.returncode == 1 and "rule 'approved head'" in again.stdout
+
+
+def test_a_closed_pull_request_admits_nothing_even_before_its_approval_ends(server, tmp_path):
+    _approve(server, record=True)
+    server.repos[REPO].pulls[7].state = "closed"
+    out = _hook(_env(server, tmp_path))
+    assert out.returncode == 1 and "rule 'open at that head': #7 is closed" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("event", "workflow", "actor", "rule"),
+    [
+        # the author's comment review fires their own workflow file at the approved head
+        ("pull_request_review", ".github/workflows/miner.yml", "contributor", "pull_request only"),
+        ("pull_request_review", WORKFLOW, "contributor", "pull_request only"),
+        # the maintainer's label fires every `pull_request: labeled` file of the merge commit
+        ("pull_request", ".github/workflows/miner.yml", "maintainer", "covered workflow"),
+    ],
+)
+def test_another_event_or_workflow_file_at_an_approved_head_is_refused(
+    server, tmp_path, event, workflow, actor, rule
+):
+    _approve(server)
+    _workflow_run(server, run=5151, path=workflow, actor=actor)
+    out = _hook(_env(server, tmp_path, event=event, workflow=workflow, actor=actor, run=5151))
+    assert out.returncode == 1, out.stdout
+    assert f"rule '{rule}'" in out.stdout
+
+
+def test_a_run_of_the_approved_file_not_started_by_the_approval_is_refused(server, tmp_path):
+    """The author's own ``pull_request`` run of cuda-ci.yml (a push of an empty commit is a
+    new head; a ``synchronize`` re-trigger of this one): not the approver's."""
+    _approve(server)
+    _workflow_run(server, run=5151, actor="contributor")
+    out = _hook(_env(server, tmp_path, run=5151, actor="contributor"))
+    assert out.returncode == 1
+    assert "rule 'the approval's run': run started by @contributor" in out.stdout
+
+
+@pytest.mark.parametrize("result", ["failure", "success"])
+def test_after_the_approved_run_finished_further_runs_are_refused(server, tmp_path, result):
+    _approve(server, record=True)
+    _status(server, f"GPU tests {result} (approved by @maintainer).", state=result, url=_run_link())
+    _workflow_run(server, run=5151)
+    out = _hook(_env(server, tmp_path, run=5151))
+    assert out.returncode == 1
+    assert f"the approval started run {RUN_ID}" in out.stdout
+    assert "a maintainer re-runs it or approves again" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("who", "role", "admitted"), [("maint2", "write", True), ("contributor", "read", False)]
+)
+def test_a_re_run_of_the_approved_run_needs_the_role(server, tmp_path, who, role, admitted):
+    """A maintainer presses "Re-run" after the run failed: that approval's run again."""
+    server.repos[REPO].roles[who] = role
+    _approve(server, record=True)
+    _status(server, "GPU tests failed (approved by @maintainer).", state="failure", url=_run_link())
+    out = _hook(_env(server, tmp_path, attempt=2, actor=who))
+    assert out.returncode == (0 if admitted else 1), out.stdout
+    if admitted:
+        assert f"a re-run by @{who} (write)" in out.stdout
+    else:
+        assert f"attempt 2 was started by @{who} (read); a re-run needs write" in out.stdout
+
+
+def test_the_watchdogs_retry_of_the_approved_run_is_admitted(server, tmp_path):
+    _approve(server, record=True)
+    _status(
+        server,
+        "GPU run retried after the runner was lost (attempt 2); attempt 1: lost",
+        url=_run_link(attempt=2),
+    )
+    out = _hook(_env(server, tmp_path, attempt=2, actor="github-actions[bot]"))
+    assert out.returncode == 0, out.stdout
+    assert "gpu-watchdog's retry (@github-actions[bot])" in out.stdout
+    assert not server.requests("GET", "/permission")
+
+
+def test_attempt_one_started_by_someone_else_is_refused(server, tmp_path, capsys):
+    _approve(server, record=True)
+    code, out = _run(_env(server, tmp_path, actor="contributor"), capsys)
+    assert code == 1 and "rule 'who started it': attempt 1 was started by @contributor" in out
+
+
+def test_a_relay_bot_starts_the_approved_run_for_the_commenter(server, tmp_path, capsys):
+    _pull(server)
+    _workflow_run(server, actor="gpu-relay[bot]")
+    _status(server, APPROVED)
+    env = _env(server, tmp_path, actor="gpu-relay[bot]")
+    code, out = _run(env, capsys)
+    assert code == 1 and "not by the approver @maintainer" in out
+    code, out = _run(dict(env, GPU_CI_RELAY_LOGINS="gpu-relay[bot]"), capsys)
+    assert code == 0, out
+
+
+def test_the_run_github_records_must_be_of_the_jobs_file_and_head(server, tmp_path, capsys):
+    """Before any record, the run is read: GitHub's record, not the job's variables, decides."""
+    _pull(server)
+    _workflow_run(server, path=".github/workflows/miner.yml")
+    _status(server, APPROVED)
+    code, out = _run(_env(server, tmp_path), capsys)
+    assert code == 1
+    assert "rule 'the approval's run': the run is of .github/workflows/miner.yml" in out

@@ -1,7 +1,8 @@
 """``gpu-ci gpu-status``: post the GPU CI commit status for this event (privileged, inert).
 
 Runs in the ``pull_request_target`` workflow (labeled: no API call besides the POST; opened,
-reopened, synchronize: the head's statuses first, a final result stays) and in a
+reopened, synchronize: the head's statuses first, a final result stays; closed: ends the
+pull request's approval of its head) and in a
 ``workflow_run`` workflow (requested: the commit's statuses; completed: also the run's jobs),
 and in the comment workflow's status job (``issue_comment``, after the gate: the POST only)
 and result job (after the GPU job: the commit's statuses, then the POST).
@@ -69,9 +70,10 @@ def _pull_event(
     listed: list[Any] = []
     head = str(((ctx.payload.get("pull_request") or {}).get("head") or {}).get("sha") or "")
     # a final result, an approval of another pull request or one in flight stays
-    if (action in statuses.NEW_HEAD or action == "labeled" and _gate_run(inputs) is False) and len(
-        head
-    ) == 40:
+    reads = action in (*statuses.NEW_HEAD, "closed") or (
+        action == "labeled" and _gate_run(inputs) is False
+    )
+    if reads and len(head) == 40:
         rest = _connect(inputs, rt)
         listed = _listed(rest, ctx.repository, head)
     server = rt.environ.get("GITHUB_SERVER_URL", "").rstrip("/") or "https://github.com"

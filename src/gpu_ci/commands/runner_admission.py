@@ -4,14 +4,15 @@ Not an action: the runner runs it (``ACTIONS_RUNNER_HOOK_JOB_STARTED`` names
 ``deploy/runner-hooks/gpu-admission.sh``, which runs this module) before the job's first
 step, with the job's default variables. Exit 0 admits the job; any other exit code makes the
 runner fail the job without running it. Every error refuses (fail closed). The rules are in
-:mod:`gpu_ci.github.admission`; this module reads the runner's variables, makes at most two
-REST calls and says why.
+:mod:`gpu_ci.github.admission`; this module reads the runner's variables, makes the REST calls
+the rules need (at most four) and says why.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github import admission
@@ -25,10 +26,14 @@ TITLE = "GPU runner admission"
 
 def _config(environ: Mapping[str, str]) -> admission.AdmissionConfig:
     config = admission.parse_config(
-        environ.get("GPU_CI_ALLOWED_WORKFLOWS", ""),
-        environ.get("GPU_CI_APPROVAL_CONTEXT", ""),
-        environ.get("GPU_CI_APPROVAL_CREATORS", ""),
-        environ.get("GPU_CI_TRUSTED_EVENTS", ""),
+        admission.Settings(
+            environ.get("GPU_CI_ALLOWED_WORKFLOWS", ""),
+            environ.get("GPU_CI_APPROVAL_CONTEXT", ""),
+            environ.get("GPU_CI_APPROVAL_CREATORS", ""),
+            environ.get("GPU_CI_TRUSTED_EVENTS", ""),
+            environ.get("GPU_CI_RELAY_LOGINS", ""),
+            environ.get("GPU_CI_RERUN_PERMISSION", ""),
+        )
     )
     if isinstance(config, str):
         raise GpuCiError(config, title=TITLE)
@@ -41,12 +46,13 @@ def _client(rt: Runtime) -> RestClient:
     if not token.strip():
         raise GpuCiError(
             f"{TOKEN_VARIABLE} is not set on this runner: give the runner a "
-            "token that may read the repository's commit statuses (a "
-            "fine-grained token with 'Commit statuses: read').",
+            "token that may read the repository's commit statuses, pull requests, "
+            "actions and collaborators (a fine-grained token with 'Commit statuses', "
+            "'Pull requests', 'Actions' and 'Metadata': read).",
             title=TITLE,
         )
     environ = {k: v for k, v in rt.environ.items() if k != "GITHUB_TOKEN"}
-    return connect(token, environ, rt.mask, needs="statuses: read")
+    return connect(token, environ, rt.mask, needs="statuses, pull-requests, actions: read")
 
 
 def decide(rt: Runtime) -> admission.Verdict:
@@ -62,12 +68,29 @@ def decide(rt: Runtime) -> admission.Verdict:
             return verdict
     if not job.head_sha:
         return admission.refusal(job, config)
+    early = admission.before_approval(job, config)
+    if early is not None:
+        return early
     # newest first; one page (get_pages stops at the limit): an older approval buried under
     # 100 newer statuses of one commit refuses, which is the safe side
     page = rest.get_pages(
         f"/repos/{job.repository}/commits/{job.head_sha}/statuses", limit=admission.STATUS_PAGE
     )
-    return admission.by_approval(job, config, page)
+    found = admission.by_approval(job, config, page)
+    if isinstance(found, admission.Verdict):
+        return found
+    pull = rest.get(f"/repos/{job.repository}/pulls/{job.number}")
+    run = None if found.runs else rest.get(f"/repos/{job.repository}/actions/runs/{job.run_id}")
+    verdict = (
+        admission.pull_refusal(job, pull)
+        or admission.run_refusal(job, config, found, run, page)
+        or admission.actor_refusal(job, config, found, page)
+    )
+    if verdict is not None:
+        return verdict
+    login = quote(job.triggering_actor, safe="")
+    answer = rest.get(f"/repos/{job.repository}/collaborators/{login}/permission")
+    return admission.by_role(job, config, found, answer)
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

@@ -13,12 +13,27 @@ answers:
    ``@refs/heads/<default branch>``), and the event is one only people with write access can
    cause (``push``, ``schedule``, ``workflow_dispatch``). One call: the repository's
    ``default_branch`` (the API's answer, not the payload's).
-2. **Otherwise an approval of this exact commit.** A pull request's job (its workflow is the
-   merge commit's: whatever the pull request says) runs only when the pull request's head
-   carries the approval status the inert privileged workflow writes ("Approved by @x ...",
-   in the approval context, default ``GPU CI``), written by a trusted creator (default
-   ``github-actions[bot]``: a fork's token cannot write statuses to the base repository).
-   One call: the newest 100 statuses of the head.
+2. **Otherwise what a maintainer approved** (:mod:`gpu_ci.github.approval`). A pull
+   request's job (its workflow is the merge commit's: whatever the pull request says) runs
+   only when all of these hold, checked in this order:
+
+   a. its event is ``pull_request`` (a ``pull_request_review`` or any other event of the
+      same head is not the approval's run);
+   b. its workflow file is a GPU workflow file an approval covers on this runner (the
+      allowed workflows above: the admin's allow-list);
+   c. its head carries a current approval, written by a trusted creator (default
+      ``github-actions[bot]``), of *this* pull request (another pull request at the same
+      commit needs its own);
+   d. that pull request is open, and its head is still that commit;
+   e. its run is one the approval started: the run recorded above the approval, or, before
+      gpu-status recorded one, a ``pull_request`` run of the approver (or a relay bot that
+      applied the label for them) created with the approval;
+   f. who started this attempt: for attempt 1 the approver or a relay bot; for a re-run,
+      gpu-watchdog (its retry record of that attempt is on the head) or someone with the
+      re-run role (default ``write``).
+
+   REST calls: the head's newest 100 statuses, the pull request, and only when needed the
+   run (nothing recorded yet) and the re-runner's permission.
 
 Anything else, and any API error, refuses: the hook fails closed.
 """
@@ -29,8 +44,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.github.approval import admitting_approver
-from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS
+from gpu_ci.github import approval
+from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS, short
+from gpu_ci.github.gate.config import ROLE_RANK
+from gpu_ci.github.gate.decide import role_of
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
@@ -42,10 +59,17 @@ class AdmissionConfig:
     """What the runner admin allows (environment variables of the runner, see README)."""
 
     workflows: tuple[str, ...]
-    """Workflow files admitted from the default branch, e.g. ``.github/workflows/cuda-ci.yml``."""
+    """The GPU workflow files, e.g. ``.github/workflows/cuda-ci.yml``.
+
+    Admitted from the default branch, and the only files an approval covers here."""
     context: str = DEFAULT_CONTEXT
     creators: tuple[str, ...] = DEFAULT_CREATORS
+    """Who writes the approval statuses, and gpu-watchdog's account for its retries."""
     events: tuple[str, ...] = TRUSTED_EVENTS
+    relays: tuple[str, ...] = ()
+    """Bots whose label relays a comment approval: their run counts as the approver's."""
+    rerun_role: str = "write"
+    """The least role whose "Re-run" of the approval's run is admitted."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,12 @@ class Job:
     workflow_ref: str
     head_sha: str
     """The pull request's head (from the payload), or "" for events without one."""
+    number: int | None = None
+    """The pull request's number (from the payload)."""
+    run_id: int = 0
+    attempt: int = 1
+    triggering_actor: str = ""
+    """Who started this attempt (``GITHUB_TRIGGERING_ACTOR``)."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +96,28 @@ class Verdict:
     reason: str
 
 
-def parse_config(
-    workflows: str, context: str = "", creators: str = "", events: str = ""
-) -> AdmissionConfig | str:
+@dataclass(frozen=True)
+class Settings:
+    """The admin's variables, as text (see the README)."""
+
+    workflows: str
+    context: str = ""
+    creators: str = ""
+    events: str = ""
+    relays: str = ""
+    rerun_role: str = ""
+
+
+def parse_config(settings: Settings) -> AdmissionConfig | str:
     """The config from comma- or newline-separated lists.
 
     A string says what is wrong."""
+    workflows, context, creators, events = (
+        settings.workflows,
+        settings.context,
+        settings.creators,
+        settings.events,
+    )
 
     def items(text: str) -> tuple[str, ...]:
         return tuple(p.strip() for p in text.replace("\n", ",").split(",") if p.strip())
@@ -94,8 +140,19 @@ def parse_config(
             f"GPU_CI_TRUSTED_EVENTS names {unsafe[0]!r}: only {', '.join(TRUSTED_EVENTS)} "
             "run a definition that a pull request cannot change."
         )
+    role = settings.rerun_role.strip().lower() or "write"
+    if role not in ROLE_RANK or ROLE_RANK[role] < ROLE_RANK["triage"]:
+        return (
+            f"GPU_CI_RERUN_PERMISSION is {settings.rerun_role!r}: give one of triage, write, "
+            "maintain, admin (the least role whose re-run of an approved run is admitted)."
+        )
     return AdmissionConfig(
-        files, context.strip() or DEFAULT_CONTEXT, items(creators) or DEFAULT_CREATORS, wanted
+        files,
+        context.strip() or DEFAULT_CONTEXT,
+        items(creators) or DEFAULT_CREATORS,
+        wanted,
+        items(settings.relays),
+        role,
     )
 
 
@@ -124,7 +181,21 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
     pull = payload.get("pull_request")
     head = (pull.get("head") or {}) if isinstance(pull, Mapping) else {}
     sha = str(head.get("sha") or "") if isinstance(head, Mapping) else ""
-    return Job(repository, event, where[len(prefix) :], git_ref, sha)
+    number = pull.get("number") if isinstance(pull, Mapping) else None
+    run_id, attempt = environ.get("GITHUB_RUN_ID", ""), environ.get("GITHUB_RUN_ATTEMPT", "1")
+    if sha and not (run_id.isdigit() and attempt.isdigit()):
+        return "GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT must be set (the runner sets them)."
+    return Job(
+        repository,
+        event,
+        where[len(prefix) :],
+        git_ref,
+        sha,
+        number if isinstance(number, int) else None,
+        int(run_id or 0),
+        int(attempt or 1),
+        (environ.get("GITHUB_TRIGGERING_ACTOR") or environ.get("GITHUB_ACTOR") or "").strip(),
+    )
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
@@ -144,20 +215,151 @@ def by_definition(job: Job, config: AdmissionConfig, default_branch: str) -> Ver
     return None
 
 
-def by_approval(
-    job: Job, config: AdmissionConfig, statuses: Sequence[Mapping[str, Any]]
-) -> Verdict:
-    """Rule 2 over the head's statuses (newest first, as GitHub lists them)."""
-    approver = admitting_approver(config.context, config.creators, statuses)
-    if approver:
-        return Verdict(
-            True, f"{job.head_sha[:12]} was approved by @{approver} ('{config.context}' status)."
+def _refuse(rule: str, why: str, todo: str) -> Verdict:
+    return Verdict(False, f"rule '{rule}': {why} {todo}")
+
+
+def before_approval(job: Job, config: AdmissionConfig) -> Verdict | None:
+    """Rules 2a and 2b, which need no call: a refusal, or None to go on."""
+    if job.event != "pull_request":
+        return _refuse(
+            "pull_request only",
+            f"a '{job.event}' job at the head {short(job.head_sha)} is not a run an approval "
+            "started.",
+            "An approval runs the GPU workflow on 'pull_request'; a maintainer applies the "
+            "label to start it.",
         )
-    return Verdict(
-        False,
-        f"{job.head_sha[:12]} carries no approval in '{config.context}' "
-        f"from {', '.join(config.creators)}: a maintainer approves the "
-        "commit first (the label), then the GPU job may run.",
+    if job.workflow_path not in config.workflows:
+        return _refuse(
+            "covered workflow",
+            f"{job.workflow_path} is not a GPU workflow file that approvals cover on this "
+            f"runner ({', '.join(config.workflows) or 'none'}).",
+            "A pull request cannot add one: the runner admin lists it in "
+            "GPU_CI_ALLOWED_WORKFLOWS once it is on the default branch.",
+        )
+    return None
+
+
+def by_approval(
+    job: Job,
+    config: AdmissionConfig,
+    statuses: Sequence[Mapping[str, Any]],
+) -> approval.Approval | Verdict:
+    """Rule 2c: the approval of the job's pull request, or the refusal.
+
+    ``statuses``: the head's, newest first."""
+    if job.number is None:
+        return _refuse(
+            "its own pull request",
+            "the event names no pull request number.",
+            "Only a pull request's own run carries its approval.",
+        )
+    found = approval.current(config, statuses, job.head_sha, job.repository, config.workflows)
+    number = f"#{job.number}"
+    if found is None:
+        return _refuse(
+            "approved head",
+            f"{short(job.head_sha)} carries no current approval in '{config.context}' from "
+            f"{', '.join(config.creators)} (a new push or a closed pull request ends one).",
+            f"A maintainer approves {number} at this head (the label), then the GPU job may run.",
+        )
+    if found.number != job.number:
+        return _refuse(
+            "its own pull request",
+            f"{short(job.head_sha)} was approved for #{found.number}, not for {number}.",
+            f"Another pull request at the same commit needs its own approval: a maintainer "
+            f"approves {number}.",
+        )
+    return found
+
+
+def pull_refusal(job: Job, pull: Mapping[str, Any]) -> Verdict | None:
+    """Rule 2d: a refusal, or None when the pull request is open at the job's head.
+
+    ``pull``: GitHub's record of the job's pull request."""
+    number = f"#{job.number}"
+    head = str((pull.get("head") or {}).get("sha") or "")
+    if pull.get("state") != "open" or head != job.head_sha:
+        return _refuse(
+            "open at that head",
+            f"{number} is {pull.get('state')} at {short(head)}; the approval was of "
+            f"{short(job.head_sha)} while it was open.",
+            f"A maintainer approves {number}'s current head.",
+        )
+    return None
+
+
+def run_refusal(
+    job: Job,
+    config: AdmissionConfig,
+    found: approval.Approval,
+    run: Mapping[str, Any] | None,
+    statuses: Sequence[Mapping[str, Any]],
+) -> Verdict | None:
+    """Rule 2e: a refusal, or None when the job's run is one ``found`` started.
+
+    ``run``: GitHub's record of the job's run, needed only when no run is recorded."""
+    if found.runs:
+        why = approval.claimed_by(found, job.run_id)
+    elif run is None:
+        raise ValueError("no run is recorded: pass GitHub's record of the job's run")
+    else:
+        why = (
+            f"the run is of {run.get('path')} at {short(str(run.get('head_sha') or ''))}, the "
+            f"job of {job.workflow_path} at {short(job.head_sha)}."
+            if (run.get("path"), run.get("head_sha")) != (job.workflow_path, job.head_sha)
+            else approval.starts(
+                found, run, approval.trusted_statuses(config, statuses), config.relays
+            )
+        )
+    if why:
+        return _refuse(
+            "the approval's run",
+            why,
+            "An approval starts one run; a maintainer re-runs it or approves again.",
+        )
+    return None
+
+
+def actor_refusal(
+    job: Job,
+    config: AdmissionConfig,
+    found: approval.Approval,
+    statuses: Sequence[Mapping[str, Any]],
+) -> Verdict | None:
+    """Rule 2f without a call: a refusal, the admission, or None to ask the role."""
+    who = job.triggering_actor
+    if job.attempt == 1:
+        if who in (found.approver, *config.relays):
+            return Verdict(True, _admitted(job, found, f"started by @{who}"))
+        return _refuse(
+            "who started it",
+            f"attempt 1 was started by @{who}, not by the approver @{found.approver}.",
+            "The approver's label starts the approved run.",
+        )
+    key = (job.run_id, job.attempt)
+    if who in config.creators and approval.retry_recorded(config, statuses, found, key):
+        return Verdict(True, _admitted(job, found, f"gpu-watchdog's retry (@{who})"))
+    return None
+
+
+def by_role(job: Job, config: AdmissionConfig, found: approval.Approval, answer: Any) -> Verdict:
+    """Rule 2f for a re-run by hand: ``answer`` is the re-runner's permission answer."""
+    role, _exact = role_of(answer if isinstance(answer, Mapping) else {})
+    if ROLE_RANK[role] >= ROLE_RANK[config.rerun_role]:
+        return Verdict(True, _admitted(job, found, f"a re-run by @{job.triggering_actor} ({role})"))
+    return _refuse(
+        "who started it",
+        f"attempt {job.attempt} was started by @{job.triggering_actor} ({role}); a re-run "
+        f"needs {config.rerun_role} or gpu-watchdog's recorded retry.",
+        "A maintainer re-runs the approved run.",
+    )
+
+
+def _admitted(job: Job, found: approval.Approval, how: str) -> str:
+    return (
+        f"run {job.run_id} attempt {job.attempt} of {job.workflow_path} is the run "
+        f"@{found.approver} approved for #{found.number} at {short(job.head_sha)} ({how})."
     )
 
 
@@ -169,6 +371,6 @@ def refusal(job: Job, config: AdmissionConfig) -> Verdict:
         (
             f"a '{job.event}' job of {job.workflow_path}@{job.workflow_ref}: GPU runners take jobs "
             f"of the allowed workflows ({allowed}) from the default branch on "
-            f"{', '.join(config.events)}, or of a pull request whose head a maintainer approved."
+            f"{', '.join(config.events)}, or the pull request run a maintainer approved."
         ),
     )

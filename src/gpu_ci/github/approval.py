@@ -2,10 +2,13 @@
 
 gpu-status writes an approval as a commit status on the pull request's head; the gate,
 gpu-status, the budget, gpu-watchdog and the runner admission hook read it. Each feature
-reads approvals only here. The readings differ today, and each keeps its own rule:
+reads approvals only here, and one walk of the statuses (rules 1, 4, 5) finds the current
+approval for all of them. What each then asks of it:
 
-* :func:`admitting_approver` (the runner admission hook): the newest "Approved by" of
-  the head, result statuses included. Any job at an approved head is admitted.
+* :func:`current` (the runner admission hook, gpu-watchdog, the PR comment): the head's
+  approval as one :class:`Approval` record (its pull request, approver, how, covered
+  workflow files, the runs recorded above it, when); :func:`claimed_by` and :func:`starts`
+  say whether a job's run is one it started.
 * :func:`approved_run` (the budget): the run the head's current approval started, and
   still holds it (its record is the newest status).
 * :func:`result_binding` (gpu-status's results): the same binding, and which retry record
@@ -17,8 +20,8 @@ reads approvals only here. The readings differ today, and each keeps its own rul
 The status rules, on the head commit:
 
 1. **The approval** is the newest "Approved by @x for <sha>: GPU run queued." status of
-   the head, written by a trusted creator, not revoked by a newer "waiting" (a push, a
-   reopening) nor replaced by a newer comment approval. Its ``target_url`` names the pull
+   the head, written by a trusted creator, not ended (rule 4) nor replaced by a newer
+   comment approval. Its ``target_url`` names the pull
    request; its ``created_at`` the time.
 2. **A run is the approval's run** when its event is ``pull_request``, its attempt is 1 or
    gpu-watchdog's "retried" record of exactly that attempt lies above the approval, its
@@ -28,7 +31,11 @@ The status rules, on the head commit:
    lists its pull requests, the approved one is among them.
 3. **The first bound run claims the approval**: its "in progress" record is written above
    the approval, so a second run holds nothing.
-4. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
+4. **An approval ends** with a newer "waiting" (a new push, a reopening) or "ended" status
+   (gpu-status posts it when the approved pull request closes): another pull request at
+   the same commit needs its own approval. For new runs it also ends once a run claimed it
+   (rule 3): only that run, and re-runs of it, are the approval's.
+5. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
    run in progress.", linking the comment workflow's own run. It is also a newer approval:
    a ``pull_request`` run never binds to a label approval below it.
 """
@@ -74,8 +81,11 @@ _COMMENT_RECORD = re.compile(
 )
 _RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
 _PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
-#: The wordings of gpu-status's "waiting": posted after a push, they revoke older approvals.
-REVOKED = ("Waiting for approval", "New push (was ")
+#: How gpu-status's status begins when the approved pull request closes (:func:`ended_text`).
+ENDED_PREFIX = "Approval ended: "
+#: The wordings that end older approvals: gpu-status's "waiting" (a push, a reopening) and
+#: its "ended" (the approved pull request closed).
+REVOKED = ("Waiting for approval", "New push (was ", ENDED_PREFIX)
 
 
 class Reads(Protocol):
@@ -117,6 +127,12 @@ class Approval:
     created_at: str
     status: Mapping[str, Any] = field(compare=False, repr=False)
     """The commit status it was read from."""
+    workflows: tuple[str, ...] = ()
+    """The GPU workflow files it covers (the reader's configured ones)."""
+    runs: tuple[tuple[int, int], ...] = ()
+    """The runs it started, oldest first, as (run id, attempt) from the records above it.
+
+    The first one claimed it; a comment approval's own record names its run."""
 
 
 # -- writing the wordings ----------------------------------------------------------------
@@ -130,6 +146,13 @@ def queued_text(approver: str, sha: str) -> str:
 def comment_text(approver: str, number: int, sha: str) -> str:
     """A comment approval's record, as the comment workflow's status job posts it."""
     return f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+
+
+def ended_text(number: int) -> str:
+    """gpu-status's status when pull request ``number``, the approved one, closes."""
+    return (
+        f"{ENDED_PREFIX}#{number} was closed. A pull request at this commit needs its own approval."
+    )
 
 
 def retried_text(what: str, attempt: int, reason: str) -> str:
@@ -214,39 +237,41 @@ def approval_of(statuses: Sequence[Mapping[str, Any]], context: str) -> str:
     return ""
 
 
+def _newest(
+    statuses: Sequence[Mapping[str, Any]], context: str
+) -> tuple[int, Mapping[str, Any]] | None:
+    """The one rule: the commit's current approval status of ``context``, and its index.
+
+    ``statuses`` newest first. The newest label approval or comment record, unless a
+    newer "waiting" or "ended" status ended it. None when there is none."""
+    ours = [s for s in statuses if same_context(s.get("context"), context)]
+    for index, status in enumerate(ours):
+        text = str(status.get("description") or "")
+        if text.startswith(REVOKED):
+            return None
+        if _APPROVAL.fullmatch(text) or _COMMENT_RECORD.fullmatch(text):
+            return index, status
+    return None
+
+
 def approval_status(
     statuses: Sequence[Mapping[str, Any]], context: str
 ) -> Mapping[str, Any] | None:
     """The commit's current label approval status (newest first), or None.
 
-    That is the newest "Approved by @x for <sha>: GPU run queued." not revoked by a newer
-    "waiting", nor replaced by a newer comment approval (its run, not a ``pull_request``
-    run, reports)."""
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED) or _COMMENT_RECORD.fullmatch(text):
-            return None
-        if _APPROVAL.fullmatch(text):
-            return status
-    return None
+    That is the current approval (:func:`_newest`) when it is a label's: a newer comment
+    approval replaces it (its run, not a ``pull_request`` run, reports)."""
+    found = _newest(statuses, context)
+    return found[1] if found is not None and is_approval(found[1]) else None
 
 
 def comment_pull(statuses: Sequence[Mapping[str, Any]], context: str) -> int | None:
     """The pull request of the commit's current comment approval, or None.
 
-    ``statuses`` newest first; a newer "waiting" or label approval ends it."""
-    for status in statuses:
-        if not same_context(status.get("context"), context):
-            continue
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED) or _APPROVAL.fullmatch(text):
-            return None
-        match = _COMMENT_RECORD.fullmatch(text)
-        if match:
-            return int(match.group(2))
-    return None
+    ``statuses`` newest first; a newer "waiting", "ended" or label approval ends it."""
+    found = _newest(statuses, context)
+    record = comment_record(found[1]) if found is not None else None
+    return record[1] if record is not None else None
 
 
 def comment_record(status: Mapping[str, Any] | None) -> tuple[str, int, str] | None:
@@ -261,53 +286,49 @@ def is_approval(status: Mapping[str, Any]) -> bool:
 
 
 def current(
-    config: Reads, statuses: Sequence[Mapping[str, Any]], head_sha: str, repository: str = ""
+    config: Reads,
+    statuses: Sequence[Mapping[str, Any]],
+    head_sha: str,
+    repository: str = "",
+    workflows: Sequence[str] = (),
 ) -> Approval | None:
-    """The head's current approval, by label or by comment, as an :class:`Approval`."""
+    """The head's current approval, by label or by comment, as an :class:`Approval`.
+
+    ``workflows``: the GPU workflow files the reader knows it covers. A newer "waiting"
+    or "ended" status ends it; the runs recorded above it are its runs."""
     trusted = trusted_statuses(config, statuses)
-    for status in trusted:
-        text = str(status.get("description") or "")
-        if text.startswith(REVOKED):
-            return None
-        label = _APPROVAL.fullmatch(text)
-        comment = _COMMENT_RECORD.fullmatch(text)
-        if label or comment:
-            return Approval(
-                repository,
-                int(comment.group(2)) if comment else pull_of(status),
-                head_sha,
-                (label or comment).group(1),  # type: ignore[union-attr]
-                HOW_COMMENT if comment else HOW_LABEL,
-                str(status.get("created_at") or ""),
-                status,
-            )
-    return None
+    found = _newest(trusted, config.context)
+    if found is None:
+        return None
+    index, status = found
+    comment = comment_record(status)
+    records = trusted[: index + 1] if comment else trusted[:index]
+    keys = [run_key(str(s.get("target_url") or "")) for s in reversed(records)]
+    return Approval(
+        repository,
+        comment[1] if comment else pull_of(status),
+        head_sha,
+        comment[0] if comment else _approver(status),
+        HOW_COMMENT if comment else HOW_LABEL,
+        str(status.get("created_at") or ""),
+        status,
+        tuple(workflows),
+        tuple(dict.fromkeys(k for k in keys if k is not None)),
+    )
+
+
+def _approver(status: Mapping[str, Any]) -> str:
+    match = _APPROVAL.fullmatch(str(status.get("description") or ""))
+    return match.group(1) if match else ""
 
 
 # -- the readings each feature uses --------------------------------------------------------
 
 
-def admitting_approver(
-    context: str, creators: Sequence[str], statuses: Sequence[Mapping[str, Any]]
-) -> str:
-    """The runner admission hook's reading: who approved the head, or "".
-
-    The newest "Approved by" of the trusted creators in ``context`` (:func:`approval_of`):
-    results that name their approver count, and any job at that head is admitted."""
-    wanted = context.casefold()
-    trusted = [
-        dict(s, context=context)
-        for s in statuses
-        if str(s.get("context") or "").casefold() == wanted
-        and str((s.get("creator") or {}).get("login") or "") in creators
-    ]
-    return approval_of(trusted, context)
-
-
 def approved_pull(config: Reads, statuses: Sequence[Mapping[str, Any]]) -> int | None:
     """gpu-status's PR comment: the pull request the current label approval names."""
-    approval = approval_status(trusted_statuses(config, statuses), config.context)
-    return pull_of(approval) if approval is not None else None
+    found = current(config, statuses, "")
+    return found.number if found is not None and found.how == HOW_LABEL else None
 
 
 def _binds(
@@ -376,6 +397,49 @@ def _binds_in_time(
     if number is not None and listed and number not in listed:
         return f"the run is for pull request {listed}, the approval for #{number}."
     return ""
+
+
+def claimed_by(approval: Approval, run_id: int) -> str:
+    """Why run ``run_id`` is not one of the approval's runs, or "".
+
+    Only when runs are recorded above it (rule 3); the first one claimed it, and a
+    re-run of it (any attempt) is still that run."""
+    ids = [run for run, _attempt in approval.runs]
+    if run_id in ids:
+        return ""
+    return (
+        f"the approval started run {ids[0]} (its record on the head) and ends with that "
+        f"run's results; run {run_id} is another run at this head."
+    )
+
+
+def starts(
+    approval: Approval,
+    run: Mapping[str, Any],
+    trusted: Sequence[Mapping[str, Any]],
+    starters: Sequence[str] = (),
+) -> str:
+    """Why ``run`` is not the approval's run, or "" (none recorded yet).
+
+    ``run``: GitHub's record of it; ``trusted``: the head's trusted statuses, newest first;
+    ``starters``: the accounts besides the approver whose label starts it (a relay bot).
+    Rule 2, with the first actor of the run in place of the approver's own login."""
+    first = str((run.get("actor") or {}).get("login") or "")
+    if run.get("event") != "pull_request":
+        return f"a '{run.get('event')}' run is not the approval's run."
+    if not first or first not in (approval.approver, *starters):
+        return f"run started by @{first}, not by the approver @{approval.approver}."
+    context = str(approval.status.get("context") or "")
+    earlier = _earlier_approvals(trusted, context, approval.status)
+    return _binds_in_time(run, approval.status, earlier)
+
+
+def retry_recorded(
+    config: Reads, statuses: Sequence[Mapping[str, Any]], approval: Approval, key: tuple[int, int]
+) -> bool:
+    """Whether gpu-watchdog recorded its re-run of attempt ``key`` above ``approval``."""
+    trusted = trusted_statuses(config, statuses)
+    return _retry_record(trusted, config.context, approval.status, key, key[1]) is not None
 
 
 def _earlier_approvals(
@@ -485,22 +549,18 @@ def watchdog_hold(
     The head's current label approval, whose approver started the run. Returns it, or
     None and why not. The caller then checks the pull request is open at that head."""
     sha = str(run.get("head_sha") or "")
-    found = approval_status(trusted_statuses(config, statuses), config.context)
-    if found is None:
+    found = current(config, statuses, sha)
+    if found is None or found.how != HOW_LABEL:
         return (
             None,
             f"the head {sha[:12]} has no current approval ('{config.context}'): approve again",
         )
     # The approval's own run only (gpu-status binds no other): any run of an approved
     # head may use GPU runners, a fork's own run of its edited workflow too.
-    approver = approval_of([found], config.context)
     actor = str((run.get("actor") or {}).get("login") or "")
-    if not approver or actor != approver:
+    if not found.approver or actor != found.approver:
         return None, (
             f"run {run.get('id')} was started by @{actor}, not by the approver "
-            f"@{approver}: only the approval's run is re-run"
+            f"@{found.approver}: only the approval's run is re-run"
         )
-    approval = Approval(
-        "", pull_of(found), sha, approver, HOW_LABEL, str(found.get("created_at") or ""), found
-    )
-    return approval, ""
+    return found, ""

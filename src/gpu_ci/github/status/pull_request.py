@@ -1,6 +1,8 @@
 """gpu-status on ``pull_request_target``: opened, reopened, synchronize, labeled.
 
-Only the head's own approval state changes the status: an ``opened``, ``reopened`` or
+When the approved pull request closes, its approval of the head ends ("Approval ended");
+a later pull request at the same commit needs its own. Otherwise only the head's own
+approval state changes the status: an ``opened``, ``reopened`` or
 ``synchronize`` of *another* pull request at an approved head posts nothing (the approval
 names its pull request), a final result stays, and a refused label posts "Not approved"
 only when there is no approval, run or result to overwrite.
@@ -15,6 +17,8 @@ from gpu_ci.errors import UsageError
 from gpu_ci.github.approval import (
     approval_status,
     comment_pull,
+    current,
+    ended_text,
     pull_of,
     queued_text,
     trusted_statuses,
@@ -86,6 +90,8 @@ def for_pull_event(
     if len(sha) != 40 or not isinstance(number, int):
         return Outcome(None, "the event lacks pull_request.number or pull_request.head.sha.")
     link = f"{server_url}/{repository}/pull/{number}/checks"
+    if action == "closed":
+        return _closed(config, listed, sha, number, link)
     if pr.get("state") == "closed":
         return Outcome(None, f"pull request #{number} is closed.")
     if action in NEW_HEAD:
@@ -107,6 +113,25 @@ def for_pull_event(
     if action == "labeled":
         return _labeled(config, payload, listed, sha, (gate_run, gate_reason, labeled_by), link)
     return Outcome(None, f"'{action}' does not change the status.")
+
+
+def _closed(
+    config: StatusConfig, listed: Sequence[Mapping[str, Any]], sha: str, number: int, link: str
+) -> Outcome:
+    """The approved pull request closed: its approval of the head ends.
+
+    A final result stays (the approval already ended with it); an approval of another
+    pull request, or none, leaves the head alone."""
+    latest = latest_of(listed, config.context)
+    if latest is None or latest.get("state") in FINAL:
+        return Outcome(None, f"pull request #{number} closed; no approval of it is open.")
+    found = current(config, listed, sha)
+    if found is None or found.number != number:
+        return Outcome(None, f"#{number} closed; {short(sha)} holds no approval of it.")
+    return Outcome(
+        Status(sha, "pending", clip(ended_text(number)), link),
+        f"pull request #{number} closed: its approval of {short(sha)} ends.",
+    )
 
 
 def _head_keeps(
