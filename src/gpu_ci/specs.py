@@ -179,8 +179,7 @@ GPU_GATE = ActionSpec(
         ),
         InputSpec(
             "gpu-workflows",
-            "Workflow files whose GPU jobs count, newline- or comma-separated "
-            "(default: this workflow).",
+            "Deprecated, ignored with a warning: the budget counts the GPU jobs of every workflow.",
             "",
         ),
         InputSpec(
@@ -741,7 +740,7 @@ GPU_SPEND = ActionSpec(
         ),
         InputSpec(
             "gpu-workflows",
-            "Workflow files with GPU jobs, newline- or comma-separated (default: every workflow).",
+            "Deprecated, ignored with a warning: gpu-spend counts the GPU jobs of every workflow.",
             "",
         ),
         InputSpec(

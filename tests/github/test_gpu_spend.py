@@ -141,7 +141,7 @@ def test_unwritable_output_is_an_error_and_leaves_no_temporary_file(run_cli, mon
 def test_token_without_actions_read_names_the_permission(run_cli, month, tmp_path):
     month.inject(
         "GET",
-        r"/actions/workflows/.*/runs$",
+        r"/actions/runs$",
         403,
         times=20,
         body={"message": "Resource not accessible by integration"},

@@ -138,15 +138,14 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
             "input 'monthly-budget' needs 'gpu-runs-on' (as gpu-gate's): the budget counts "
             "the jobs that ran on your GPU runners, so name their labels or group."
         )
-    flows = [w for w in config.workflows if w.endswith((".yml", ".yaml"))]
-    table = load_table()
+    table = load_table()  # the guard counts every workflow's GPU jobs, as gpu-gate's budget
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
         inputs["gpu-price"],
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         "repository",
-        flows,
+        (),
         inputs["budget-ledger"],
         table,
         jobs.now(rt.environ).date(),

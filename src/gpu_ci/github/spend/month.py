@@ -380,7 +380,7 @@ def month_spend(
     month = budget.Month.of(now.date())
     counting = Counting(
         repo,
-        cfg.workflows,
+        (),
         matcher,
         cfg.price,
         table,
@@ -398,7 +398,7 @@ def month_spend(
         else:
             note = "the event names no default branch: ledger not used"
     got = collect(rest, counting, ledger, skip)
-    source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
+    source = "GPU jobs of every workflow"
     said = [f"{note}; {got.ledger_used}" if ledger else note, *got.notes]
     return budget.total(got.costs, source), "; ".join(said)
 
@@ -422,7 +422,7 @@ def _billed_month(
     for run in list_runs(
         rest,
         c.repo,
-        cfg.workflows,
+        (),
         month.first - timedelta(days=RERUN_DAYS),
         month.last,
         status="in_progress",
