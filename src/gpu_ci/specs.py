@@ -670,6 +670,13 @@ GPU_WATCHDOG = ActionSpec(
             "gpu-monitor-",
             off=True,
         ),
+        InputSpec(
+            "machine-records",
+            "Path of a JSON file of the runners' machine records kept outside the jobs "
+            "(gpu-ci/machine-records/v1: cloud, ARC events, another user's hook): they "
+            "rank above a job's own evidence.",
+            "",
+        ),
         TRUSTED_CREATORS,
         InputSpec(
             "infra-file",

@@ -1,4 +1,4 @@
-"""The budget counts the GPU jobs of every workflow, by labels or runner group.
+"""The budget counts every workflow's GPU jobs, by labels or runner group.
 
 A pull request can add a workflow file of its own: counting only ``gpu-workflows`` let 200
 GPU hours of a ``miner.yml`` on ``[self-hosted, gpu]`` leave the gate at $0.00 spent.
@@ -16,7 +16,9 @@ MONEY = ["--monthly-budget", "$50", "--gpu-price", "0.052", "--reserve-minutes",
 
 
 def test_a_hostile_workflows_gpu_hours_are_counted_and_the_gate_refuses(run_cli, server):
-    """200 GPU hours of an admitted ``miner.yml`` run (a ``pull_request_review`` run of the
+    """A hostile workflow's 200 GPU hours are counted: refused.
+
+    200 GPU hours of an admitted ``miner.yml`` run (a ``pull_request_review`` run of the
     fork author's own file) are $624 at $0.052/min: over a $50 budget, whatever
     ``gpu-workflows`` says. Calls: the ledger's listing, 1 page of runs, 1 jobs call per
     run of the month (here 2: the miner and the CPU-only lint run)."""
@@ -95,7 +97,9 @@ def test_a_group_only_gpu_runs_on_reserves_for_queued_scale_set_jobs(run_cli, se
 
 
 def test_a_group_only_gpu_runs_on_does_not_reserve_for_labelled_sets(run_cli, server):
-    """A queued job asking for several labels (``[self-hosted, cpu]``) is a label set of
+    """A queued job of a self-hosted label set: no group reservation.
+
+    A queued job asking for several labels (``[self-hosted, cpu]``) is a label set of
     self-hosted runners, not a scale set: a group-only ``gpu-runs-on`` leaves it out."""
     _queued(server, ["self-hosted", "cpu"])
     result = gate(run_cli, server, ["--monthly-budget", "60 minutes"], env=GROUP)
