@@ -139,7 +139,7 @@ def test_reruns_cancelled_and_other_workflows(run_cli, server):
     assert "'gpu-workflows' is deprecated" in result.stdout
 
 
-def test_a_month_of_300_runs_costs_eight_calls_with_the_ledger(run_cli, server, tmp_path):
+def test_a_month_of_300_runs_costs_nine_calls_with_the_ledger(run_cli, server, tmp_path):
     month_of_runs(server)  # 300 GPU runs, $187.20
     report = spend(run_cli, server, tmp_path)
     assert report.returncode == 0, report.stdout

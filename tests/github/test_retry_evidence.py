@@ -158,6 +158,8 @@ def test_a_record_from_outside_the_job_is_named_and_allows_the_configured_retrie
         f"(from outside the job, the cloud's record of the machine: {SPOT})"
     )
     assert record.verdicts[0].outside is True
+    status = gh.repos[REPO].statuses[HEAD][0]["description"]
+    assert status.startswith("GPU run retried after the runner was lost (attempt 2); attempt 1: ")
     assert gh.requests("GET", "/annotations") == []  # a failed step: none read, none needed
     again = lose_again(run, "failed", [("failure", EXIT_1)])
     second = sweep(gh, (*records, spot(again + timedelta(minutes=5))))

@@ -129,6 +129,8 @@ class Verdict:
     reason: str
     outside: bool = False
     """The deciding evidence was kept outside the job (:attr:`Evidence.outside`)."""
+    cause: str = ""
+    """The deciding evidence's code, for an infrastructure verdict."""
 
     @property
     def infrastructure(self) -> bool:
@@ -279,7 +281,7 @@ def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
 def _lost(job_id: int, name: str, gathered: tuple[Evidence, ...], first: Evidence) -> Verdict:
     """An infrastructure verdict naming its evidence and where it came from."""
     reason = f"{first.code}: {WORDS[first.code]} ({first.origin()}: {first.detail})"
-    return Verdict(job_id, name, INFRASTRUCTURE, gathered, reason, first.outside)
+    return Verdict(job_id, name, INFRASTRUCTURE, gathered, reason, first.outside, first.code)
 
 
 def needs_report(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> bool:

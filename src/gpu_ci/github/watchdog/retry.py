@@ -344,7 +344,7 @@ def _rerun(
     links = (*record.links, _attempt_link(run, new))
     done = replace(record, action="retried", links=links, reason=f"{record.reason}: re-run")
     verdict = next(v for v in record.verdicts if v.infrastructure)
-    what = "GPU" if any(e.code == "gpu-lost" for e in verdict.evidence) else "runner"
+    what = "GPU" if verdict.cause == "gpu-lost" else "runner"
     if result.config.context:
         status = Status(
             record.head_sha,
