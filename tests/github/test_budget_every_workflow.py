@@ -105,3 +105,14 @@ def test_a_group_only_gpu_runs_on_does_not_reserve_for_labelled_sets(run_cli, se
     result = gate(run_cli, server, ["--monthly-budget", "60 minutes"], env=GROUP)
     assert result.outputs["budget-spent"] == "0", result.stdout
     assert result.outputs["run"] == "true"
+
+
+def test_a_scale_set_gpu_runs_on_reserves_for_its_queued_jobs(run_cli, server):
+    """``gpu-runs-on: arc-gpu`` (the scale set's name, its one label): a queued job asking
+    for it reserves, whatever its workflow; one asking for another scale set does not."""
+    _queued(server, ["arc-gpu"], path=HOSTILE)
+    _queued(server, ["arc-cpu"])
+    scale_set = {"INPUT_GPU_RUNS_ON": '"arc-gpu"'}
+    result = gate(run_cli, server, ["--monthly-budget", "120 minutes"], env=scale_set)
+    assert result.outputs["budget-spent"] == "60", result.stdout
+    assert result.outputs["run"] == "true"  # 60 + 60 = 120
