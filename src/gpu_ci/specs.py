@@ -179,8 +179,7 @@ GPU_GATE = ActionSpec(
         ),
         InputSpec(
             "gpu-workflows",
-            "Workflow files whose GPU jobs count, newline- or comma-separated "
-            "(default: this workflow).",
+            "Deprecated, ignored with a warning: the budget counts the GPU jobs of every workflow.",
             "",
         ),
         InputSpec(
@@ -688,6 +687,13 @@ GPU_WATCHDOG = ActionSpec(
             "gpu-monitor-",
             off=True,
         ),
+        InputSpec(
+            "machine-records",
+            "Path of a JSON file of the runners' machine records kept outside the jobs "
+            "(gpu-ci/machine-records/v1: cloud, ARC events, another user's hook): they "
+            "rank above a job's own evidence.",
+            "",
+        ),
         TRUSTED_CREATORS,
         InputSpec(
             "infra-file",
@@ -758,7 +764,7 @@ GPU_SPEND = ActionSpec(
         ),
         InputSpec(
             "gpu-workflows",
-            "Workflow files with GPU jobs, newline- or comma-separated (default: every workflow).",
+            "Deprecated, ignored with a warning: gpu-spend counts the GPU jobs of every workflow.",
             "",
         ),
         InputSpec(

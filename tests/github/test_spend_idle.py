@@ -269,7 +269,9 @@ def test_a_report_that_reuses_its_ledger_keeps_the_idle_column(
     before = len(server.log)
     again = spend(run_cli, server, tmp_path / "again")
     assert again.returncode == 0, again.stdout
-    assert not [r for r in api_calls(server, before) if r.path.endswith("/jobs")]  # reused
+    fetched = [r.path for r in api_calls(server, before) if r.path.endswith("/jobs")]
+    assert f"/runs/{run.id}/jobs" not in " ".join(fetched)  # reused
+    assert len(fetched) == 1  # the run that wrote the ledger: every workflow's jobs count
     doc = json.loads((tmp_path / "again" / "out" / "spend.json").read_text())
     assert doc["idle"]["jobs_with_report"] == 1
 

@@ -262,23 +262,19 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         inputs["budget-scope"],
-        inputs.items("gpu-workflows") or _this_workflow(rt),
+        inputs.items("gpu-workflows"),
         inputs["budget-ledger"],
         load_table(),
         jobs.now(rt.environ).date(),
     )
     if cfg is None:
         return None
+    if inputs.items("gpu-workflows"):
+        rt.warning(budget.EVERY_WORKFLOW, title="gpu-gate budget")
     approvals = statuses.approval_config(
         statuses.validate_context(inputs["context"]), inputs.items("trusted-creators")
     )
     return replace(cfg, approvals=approvals)
-
-
-def _this_workflow(rt: Runtime) -> list[str]:
-    """``GITHUB_WORKFLOW_REF`` = ``owner/repo/.github/workflows/<file>@<ref>``."""
-    ref = rt.environ.get("GITHUB_WORKFLOW_REF", "").split("@", 1)[0]
-    return [ref.rsplit("/", 1)[-1]] if "/.github/workflows/" in ref else []
 
 
 def apply_budget(

@@ -73,7 +73,6 @@ class _Plan:
     price: Price | None
     reserve: int
     matcher: jobs.GpuMatcher
-    workflows: list[str]
     repo: str
     prefix: str
     max_reports: int
@@ -105,6 +104,8 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
     repo = repository(inputs["repository"], rt.environ)
     prefix = inputs["monitor-artifacts"].strip()
     max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
+    if inputs.items("gpu-workflows"):
+        rt.warning(budget.EVERY_WORKFLOW, title="gpu-spend")
     return _Plan(
         now,
         table,
@@ -113,7 +114,6 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         price,
         reserve,
         matcher,
-        inputs.items("gpu-workflows"),
         repo,
         prefix,
         max_reports,
@@ -175,7 +175,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def _report(
     p: _Plan, got: spend.Collected, billed: budget.Spend | None, found: sr.IdleFound | None
 ) -> sr.Report:
-    scope = sr.Scope(p.repo, p.month, p.now, p.matcher, p.workflows, p.price, p.plan)
+    scope = sr.Scope(p.repo, p.month, p.now, p.matcher, (), p.price, p.plan)
     report = sr.build(scope, got.costs, billed, found)
     if p.infra_files:
         texts = {}
@@ -197,7 +197,7 @@ def _collect(inputs: Inputs, rt: Runtime, p: _Plan, rest: Rest) -> tuple[spend.C
     ledger, note = _own_ledger(inputs, rt, p, rest)
     try:
         counting = spend.Counting(
-            p.repo, p.workflows, p.matcher, p.price, p.table, p.reserve, p.month, p.now
+            p.repo, (), p.matcher, p.price, p.table, p.reserve, p.month, p.now
         )
         got = spend.collect(rest, counting, ledger, progress=rt.info)
     except GpuCiError:
@@ -280,7 +280,7 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
             p.repo,
             p.month,
             p.matcher,
-            p.workflows,
+            (),
             p.now,
             got.runs,
             report.costs,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import jobs, watchdog
@@ -16,6 +17,7 @@ from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
 from gpu_ci.github.gate.config import runs_on_json
 from gpu_ci.github.spend import budget
+from gpu_ci.github.watchdog import machine
 from gpu_ci.github.watchdog.result import RetryBudget
 from gpu_ci.inputs import Inputs
 from gpu_ci.pricing import load_table
@@ -138,15 +140,14 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
             "input 'monthly-budget' needs 'gpu-runs-on' (as gpu-gate's): the budget counts "
             "the jobs that ran on your GPU runners, so name their labels or group."
         )
-    flows = [w for w in config.workflows if w.endswith((".yml", ".yaml"))]
-    table = load_table()
+    table = load_table()  # the guard counts every workflow's GPU jobs, as gpu-gate's budget
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
         inputs["gpu-price"],
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         "repository",
-        flows,
+        (),
         inputs["budget-ledger"],
         table,
         jobs.now(rt.environ).date(),
@@ -165,8 +166,21 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
     return RetryBudget(cfg, matcher, table, branch)
 
 
+def _machines(path: str) -> tuple[machine.MachineRecord, ...]:
+    """``machine-records``: the records file, read and checked (a fault: exit 2)."""
+    if not path.strip():
+        return ()
+    try:
+        return machine.parse_records(json.loads(Path(path).read_text("utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(
+            f"input 'machine-records': {path} cannot be read as {machine.SCHEMA} ({exc}); "
+            "hand over the file gpu-cloud-runner, ARC's event export or the runner hook writes."
+        ) from None
+
+
 def run(inputs: Inputs, rt: Runtime) -> int:
-    config = _config(inputs)
+    config = dataclasses.replace(_config(inputs), machines=_machines(inputs["machine-records"]))
     guard = _guard(inputs, rt, config)
     interval, source = _interval(inputs, rt)
     warning = watchdog.schedule_warning(config.max_queue_minutes, interval)

@@ -320,12 +320,24 @@ def same_repository(base: Any, head: Any) -> bool:
     return isinstance(base, int) and isinstance(head, int) and base == head
 
 
+#: The labels of GitHub's hosted images: a job that asks for one never runs in a group of
+#: self-hosted or scale-set runners.
+HOSTED_IMAGE = re.compile(r"(?:ubuntu|windows|macos)-[a-z0-9.-]+", re.IGNORECASE)
+
+
 def _asks_for_group_only(job: Mapping[str, Any], matcher: GpuMatcher) -> bool:
-    """A job not yet picked up has no ``runner_group_name``: with a group-only
-    ``gpu-runs-on``, a waiting job that asks for no labels (``runs-on: {group: ...}``) is
-    counted as a GPU job, so that concurrent gates do not overcommit (it may be another
-    group's: reserving too much is the safe error)."""
-    return bool(matcher.group) and not matcher.labels and not job.get("labels")
+    """A waiting job that a group-only ``gpu-runs-on`` may run: counted as a GPU job.
+
+    A job not yet picked up has no ``runner_group_name``, so with a group-only
+    ``gpu-runs-on`` the group cannot be matched until a runner takes it. A waiting job that
+    asks for no labels (``runs-on: {group: x}``) or for one label that names no hosted image
+    (an ARC scale set's name, ``runs-on: arc-gpu``) is counted, so that concurrent gates do
+    not overcommit. It may be another group's or a CPU scale set's: reserving too much,
+    while it waits, is the safe error."""
+    if not matcher.group or matcher.labels:
+        return False
+    labels = [str(x) for x in job.get("labels") or []]
+    return not labels or (len(labels) == 1 and not HOSTED_IMAGE.fullmatch(labels[0]))
 
 
 def pull_request_of(run: Mapping[str, Any]) -> str:
@@ -432,6 +444,13 @@ def check(budget: Budget, spend: Spend, reserve_minutes: int, price_now: Decimal
 
 SCOPES = ("repository", "organization")
 
+#: Why the budget counts every workflow's GPU jobs, for the deprecated ``gpu-workflows``.
+EVERY_WORKFLOW = (
+    "input 'gpu-workflows' is deprecated and no longer narrows the count: the budget "
+    "counts the GPU jobs (gpu-runs-on's labels or runner group) of every workflow of the "
+    "repository, because a pull request can add a workflow file of its own. Remove the input."
+)
+
 
 @dataclass(frozen=True)
 class BudgetConfig:
@@ -440,7 +459,6 @@ class BudgetConfig:
     reserve_minutes: int
     on_unknown: str
     scope: str
-    workflows: tuple[str, ...]
     ledger_artifact: str
     approvals: Reads = field(default_factory=approval_config)
     """Where a fork run's approval is read (gpu-status's ``context`` and
@@ -461,7 +479,10 @@ def make_budget_config(
     """The checked budget inputs, or None without a budget.
 
     The validated budget inputs; ``None`` when no budget is set (every other budget input
-    is then ignored). Every mistake is a :class:`UsageError` that says what to write."""
+    is then ignored). Every mistake is a :class:`UsageError` that says what to write.
+
+    ``workflows`` (the deprecated ``gpu-workflows``) is checked for its spelling only: the
+    budget counts the GPU jobs of every workflow (:data:`EVERY_WORKFLOW`)."""
     if not monthly_budget.strip():
         return None
     parsed = parse_budget(monthly_budget)
@@ -485,7 +506,6 @@ def make_budget_config(
         parse_reserve(reserve_minutes),
         unknown,
         where,
-        tuple(w.strip("/") for w in workflows),
         ledger_artifact.strip(),
     )
 

@@ -59,8 +59,7 @@ def gate_budget(
     what = (
         "the organization's billing usage report"
         if billing_rest is not None
-        else f"this month's GPU jobs of {', '.join(cfg.workflows) or 'every workflow'} "
-        "(actions: read)"
+        else "this month's GPU jobs of every workflow (actions: read)"
     )
     rows = [
         ("budget", cfg.budget.describe()),

@@ -1,8 +1,9 @@
 """Fetching the month's GPU spend: the thin layer between the REST API and :mod:`budget`.
 
 Two sources. With a token that may read the organisation's billing, one call to the billing
-usage report. Otherwise the workflow's own token (``actions: read``): the month's runs of the
-GPU workflow(s), and the jobs of each run not yet in the ledger. The ledger (written by
+usage report. Otherwise the workflow's own token (``actions: read``): the month's runs of
+every workflow (a pull request can add a workflow file of its own, and its GPU jobs cost the
+same), and the jobs of each run not yet in the ledger. The ledger (written by
 ``gpu-spend`` on a trusted event and uploaded as an artifact) keeps the cost of a decision
 flat over the month: list the ledger artifact, download it, list the runs created since the
 ledger was written, fetch the jobs of those runs.
@@ -380,7 +381,7 @@ def month_spend(
     month = budget.Month.of(now.date())
     counting = Counting(
         repo,
-        cfg.workflows,
+        (),
         matcher,
         cfg.price,
         table,
@@ -398,7 +399,7 @@ def month_spend(
         else:
             note = "the event names no default branch: ledger not used"
     got = collect(rest, counting, ledger, skip)
-    source = "GPU jobs of " + (", ".join(cfg.workflows) or "every workflow")
+    source = "GPU jobs of every workflow"
     said = [f"{note}; {got.ledger_used}" if ledger else note, *got.notes]
     return budget.total(got.costs, source), "; ".join(said)
 
@@ -422,7 +423,7 @@ def _billed_month(
     for run in list_runs(
         rest,
         c.repo,
-        cfg.workflows,
+        (),
         month.first - timedelta(days=RERUN_DAYS),
         month.last,
         status="in_progress",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github.commit_status import DEFAULT_CREATORS, validate_context
+from gpu_ci.github.watchdog.machine import MachineRecord
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class WatchdogConfig:
     creators: tuple[str, ...] = DEFAULT_CREATORS
     """``trusted-creators``: whose approvals in ``context`` a re-run's head check believes
     (gpu-status's own writer; with an App token, its bot)."""
+    machines: tuple[MachineRecord, ...] = ()
+    """``machine-records``: records of the runners' machines kept outside the jobs."""
 
 
 def make_config(

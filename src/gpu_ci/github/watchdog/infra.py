@@ -24,12 +24,23 @@ evidence the REST API records, each piece kept with the verdict:
   explains a test step that then failed; ``sampler-ended-early`` (the sampler ended with the
   machine, or was killed) is supporting only.
 
+* **a record kept outside the job** (:mod:`.machine`: the cloud's record of the machine,
+  ARC's pod and node events, a hook running as another OS user): the only evidence the
+  job's code cannot write.
+
+Everything else above is **the job's own evidence**: on a self-hosted runner the job's code
+runs as the runner's user, so it can print the runner's messages, stop the runner mid-step
+or upload any report under gpu-monitor's name. It still decides (GPU runners do get lost),
+but a verdict built on it alone allows one re-run per run at most, and its reason says where
+its evidence came from; outside evidence ranks first and allows ``retry-infra-failures``.
+
 Rules, stated once (:func:`classify`):
 
 0. a GPU out-of-memory failure (the plugin's annotation) -> **test**, whatever else was
    recorded: an OOM is never infrastructure, and a re-run would spend GPU time on it again;
-1. a GPU lost (monitor) -> **infrastructure**, even with a failed step (a CUDA call fails
-   when its GPU leaves the bus);
+1. a GPU lost (monitor or outside record), or an outside record of the machine or runner
+   lost -> **infrastructure**, even with a failed step (a CUDA call fails when its GPU
+   leaves the bus, a test step fails when its machine is reclaimed);
 2. else a failed step -> **test** (whatever else was recorded: never re-run a real failure);
 3. else a runner message or an interrupted step -> **infrastructure**;
 4. else a job ``cancelled`` -> **cancelled**: stopped with the others (a matrix's
@@ -48,6 +59,7 @@ from typing import Any
 
 from gpu_ci.github.jobs import parse_time
 from gpu_ci.github.monitor_artifact import report_versions
+from gpu_ci.github.watchdog.machine import SOURCES, MachineRecord, records_for
 
 INFRASTRUCTURE = "infrastructure"
 TEST = "test"
@@ -77,8 +89,19 @@ SAMPLER_ENDED = "sampler-ended-early"
 #: Runner clock vs GitHub's job times: a report's window may stick out this much.
 SLACK_S = 120.0
 
-#: Evidence codes that decide "infrastructure" (rules 1 and 3); the others only support.
-STRONG = ("gpu-lost", "runner-shutdown", "runner-lost", "step-interrupted")
+#: Evidence codes that decide "infrastructure" (rules 1 and 3), the one named first
+#: first; the others only support.
+STRONG = ("gpu-lost", "machine-lost", "runner-lost", "runner-shutdown", "step-interrupted")
+#: Each deciding code in words, for the summary and the commit status.
+WORDS = {
+    "gpu-lost": "the GPU was lost during the job: it fell off the bus",
+    "machine-lost": "the machine went away (reclaimed, stopped or evicted)",
+    "runner-lost": "the runner lost communication with the server",
+    "runner-shutdown": "the runner received a shutdown signal",
+    "step-interrupted": "the runner stopped reporting mid-step",
+}
+#: Where a job's own evidence is read (the job's code can write each of them).
+OWN_SOURCES = ("annotation", "steps", "job", "monitor-report")
 
 
 @dataclass(frozen=True)
@@ -89,8 +112,20 @@ class Evidence:
     """gpu-oom, gpu-lost, runner-shutdown, runner-lost, step-interrupted, runner-gone,
     sampler-ended, failed-step."""
     source: str
-    """Where it was read: ``annotation``, ``steps``, ``job`` or ``monitor-report``."""
+    """Where it was read: ``annotation``, ``steps``, ``job`` or ``monitor-report`` (the
+    job's own), or ``cloud``, ``arc``, ``hook`` (outside the job, :mod:`.machine`)."""
     detail: str
+
+    @property
+    def outside(self) -> bool:
+        """Kept where the job's code cannot write it."""
+        return self.source not in OWN_SOURCES
+
+    def origin(self) -> str:
+        """Where it came from, in words."""
+        if self.outside:
+            return f"from outside the job, {SOURCES.get(self.source, self.source)}"
+        return "from the job itself, which its code could have written"
 
 
 @dataclass(frozen=True)
@@ -103,6 +138,10 @@ class Verdict:
     """infrastructure, test, cancelled, unknown or not-failed."""
     evidence: tuple[Evidence, ...]
     reason: str
+    outside: bool = False
+    """The deciding evidence was kept outside the job (:attr:`Evidence.outside`)."""
+    cause: str = ""
+    """The deciding evidence's code, for an infrastructure verdict."""
 
     @property
     def infrastructure(self) -> bool:
@@ -114,8 +153,10 @@ class Verdict:
             "job": self.job,
             "kind": self.kind,
             "reason": self.reason,
+            "outside": self.outside,
             "evidence": [
-                {"code": e.code, "source": e.source, "detail": e.detail} for e in self.evidence
+                {"code": e.code, "source": e.source, "outside": e.outside, "detail": e.detail}
+                for e in self.evidence
             ],
         }
 
@@ -214,6 +255,11 @@ def monitor_evidence(report: Mapping[str, Any], artifact: str) -> list[Evidence]
     return out
 
 
+def machine_evidence(records: Sequence[MachineRecord], job: Mapping[str, Any]) -> list[Evidence]:
+    """The outside records of the job's machine (:func:`.machine.records_for`), as evidence."""
+    return [Evidence(r.code, r.source, r.detail or r.code) for r in records_for(records, job)]
+
+
 def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
     """The verdict for one job, from all its evidence.
 
@@ -222,20 +268,20 @@ def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
     gathered = tuple(evidence)
     if not failed(job):
         return Verdict(job_id, name, NOT_FAILED, gathered, f"conclusion {job.get('conclusion')}")
-    codes = {e.code for e in gathered}
-    if "gpu-oom" in codes:
+    if any(e.code == "gpu-oom" for e in gathered):
         oom = next(e.detail for e in gathered if e.code == "gpu-oom")
         return Verdict(job_id, name, TEST, gathered, f"GPU out of memory: {oom}")
-    if "gpu-lost" in codes:
-        return Verdict(job_id, name, INFRASTRUCTURE, gathered, "the GPU was lost during the job")
-    if "failed-step" in codes:
+    strong = sorted(
+        (e for e in gathered if e.code in STRONG),
+        key=lambda e: (not e.outside, STRONG.index(e.code)),
+    )
+    if strong and (strong[0].outside or strong[0].code == "gpu-lost"):
+        return _lost(job_id, name, gathered, strong[0])
+    if any(e.code == "failed-step" for e in gathered):
         step = next(e.detail for e in gathered if e.code == "failed-step")
         return Verdict(job_id, name, TEST, gathered, f"{step}: a test (or workflow) failure")
-    strong = [e for e in gathered if e.code in STRONG]
     if strong:
-        return Verdict(
-            job_id, name, INFRASTRUCTURE, gathered, f"{strong[0].code}: {strong[0].detail}"
-        )
+        return _lost(job_id, name, gathered, strong[0])
     if job.get("conclusion") == "cancelled":
         return Verdict(
             job_id, name, CANCELLED, gathered, "cancelled with the others (fail-fast, concurrency)"
@@ -247,6 +293,12 @@ def classify(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> Verdict:
         gathered,
         "no failed step and no record of the runner or GPU going away: not retried",
     )
+
+
+def _lost(job_id: int, name: str, gathered: tuple[Evidence, ...], first: Evidence) -> Verdict:
+    """An infrastructure verdict naming its evidence and where it came from."""
+    reason = f"{first.code}: {WORDS[first.code]} ({first.origin()}: {first.detail})"
+    return Verdict(job_id, name, INFRASTRUCTURE, gathered, reason, first.outside, first.code)
 
 
 def needs_report(job: Mapping[str, Any], evidence: Sequence[Evidence]) -> bool:
@@ -284,13 +336,21 @@ class RetryDecision:
     """retry, not-infrastructure, retries-spent, no-gpu-job."""
 
 
+#: Re-runs a run gets at most when a failed job's verdict rests on its own evidence.
+OWN_EVIDENCE_RETRIES = 1
+
+
 def retry_decision(
     run: Mapping[str, Any], verdicts: Sequence[Verdict], gpu_job_ids: set[int], max_retries: int
 ) -> RetryDecision:
-    """The run-level rule: every failed job infrastructure (``rerun-failed-jobs`` re-runs them
-    all, so one test failure among them refuses it; jobs cancelled with them neither count
-    nor refuse), at least one a GPU job, and the run's
-    attempt still within ``max_retries`` re-runs. Budget and head are the caller's checks."""
+    """The run-level rule for a re-run of a run's failed jobs.
+
+    Every failed job infrastructure (``rerun-failed-jobs`` re-runs them all, so one test
+    failure among them refuses it; jobs cancelled with them neither count nor refuse), at
+    least one a GPU job, and the run's attempt still within ``max_retries`` re-runs, or
+    within :data:`OWN_EVIDENCE_RETRIES` when a verdict rests on the job's own evidence (the
+    job's code could have written it, so it buys no more). Budget and head are the
+    caller's checks."""
     attempt = int(run.get("run_attempt") or 1)
     failed_ones = [v for v in verdicts if v.kind not in (NOT_FAILED, CANCELLED)]
     if not any(v.job_id in gpu_job_ids for v in failed_ones):
@@ -301,11 +361,18 @@ def retry_decision(
         return RetryDecision(
             False, f"job '{first.job}' is a {first.kind} failure: {first.reason}", first.kind
         )
-    if attempt > max_retries:
+    own = not all(v.outside for v in failed_ones)
+    allowed = min(max_retries, OWN_EVIDENCE_RETRIES) if own else max_retries
+    if attempt > allowed:
         what = "a second loss on the retry" if attempt > 1 else "retries are off"
+        bound = (
+            f"; the evidence came from the job itself, so {OWN_EVIDENCE_RETRIES} re-run at most"
+            if own and allowed < max_retries
+            else ""
+        )
         return RetryDecision(
             False,
-            f"{what}: attempt {attempt}, retry-infra-failures is {max_retries}",
+            f"{what}: attempt {attempt}, retry-infra-failures is {max_retries}{bound}",
             "retries-spent",
         )
     return RetryDecision(True, failed_ones[0].reason, "retry")

@@ -115,12 +115,14 @@ def _verdicts(
     failed: Sequence[Mapping[str, Any]],
     gpu_ids: set[int],
 ) -> list[infra.Verdict]:
-    """One verdict per failed job: steps first (free), the check run's annotations only when
-    no step failed (a failed step is a test failure whatever they say), gpu-monitor's
-    report only for a GPU job whose verdict it could change."""
+    """One verdict per failed job.
+
+    Steps and the machine records kept outside the job first (free), the check run's
+    annotations only when no step failed (a failed step is a test failure whatever they
+    say), gpu-monitor's report only for a GPU job whose verdict it could change."""
     evidence: dict[int, list[infra.Evidence]] = {}
     for job in failed:
-        found = infra.step_evidence(job)
+        found = infra.step_evidence(job) + infra.machine_evidence(result.config.machines, job)
         if not any(e.code == "failed-step" for e in found):
             found += _annotations(rest, call, result, job)
         evidence[int(job["id"])] = found
@@ -363,7 +365,7 @@ def _rerun(
     links = (*record.links, _attempt_link(run, new))
     done = replace(record, action="retried", links=links, reason=f"{record.reason}: re-run")
     verdict = next(v for v in record.verdicts if v.infrastructure)
-    what = "GPU" if any(e.code == "gpu-lost" for e in verdict.evidence) else "runner"
+    what = "GPU" if verdict.cause == "gpu-lost" else "runner"
     if result.config.context:
         status = Status(
             record.head_sha,
