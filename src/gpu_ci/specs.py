@@ -228,12 +228,23 @@ GPU_GATE = ActionSpec(
             "With trusted-authors: also require GitHub's signature verification of the head.",
             "false",
         ),
+        InputSpec(
+            "test-merge",
+            "Run a pull request's merge commit (refs/pull/N/merge) instead of its head: sha "
+            "becomes the merge commit GitHub prepared, once its parents are the base's current "
+            "commit and the approved head (else the gate refuses).",
+            "false",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
         OutputSpec("reason", "One sentence explaining the decision."),
         OutputSpec("sha", "The exact commit to check out."),
+        OutputSpec(
+            "head-sha",
+            "The approved pull request head (with test-merge, the second parent of sha).",
+        ),
         OutputSpec("pr-number", "Pull request number, empty for other events."),
         OutputSpec(
             "labeled-by", "Login of the approver: who applied the label or wrote the comment."

@@ -35,6 +35,7 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         tiers=inputs.items("tiers"),
         trusted_authors=inputs["trusted-authors"],
         trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
+        test_merge=inputs.boolean("test-merge"),
     )
 
 
@@ -71,6 +72,8 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         decision, login, answer = _decide_label(rest, ctx.repository, step, config)
     if decision.run and config.require_approved_review:  # every approval path, not only labels
         decision = _review_pinning(rest, ctx.repository, config, (login, answer), decision)
+    if decision.run and config.test_merge:
+        decision = _merge_commit(rest, ctx.repository, decision)
     return decision, config, rest.calls
 
 
@@ -150,6 +153,21 @@ def _decide_trusted(
     return decision, step.author, answer
 
 
+def _merge_commit(rest: Rest, repo: str, decision: gate.Decision) -> gate.Decision:
+    """``test-merge``: the pull request as it is now, then its merge commit's parents."""
+    pull = _pull(rest, repo, int(decision.pr_number))
+    merge_sha = gate.merge_sha_of(pull)
+    commit = (
+        call_api(
+            f"the merge commit {merge_sha[:12]}",
+            lambda: rest.get(f"/repos/{repo}/commits/{merge_sha}"),
+        )
+        if merge_sha
+        else None
+    )
+    return gate.decide_merge(decision, pull, commit)
+
+
 def _review_pinning(
     rest: Rest,
     repo: str,
@@ -196,6 +214,7 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
             decision.head_at_label,
         ),
         ("current head", decision.current_head),
+        ("tested commit", _tested(decision, config)),
         ("fork?", fork),
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
         ("approved review", "required" if config.require_approved_review else "not required"),
@@ -204,6 +223,13 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
         ("reason", decision.reason),
     ]
     return "### gpu-gate\n\n" + markdown_table(["", ""], rows)
+
+
+def _tested(decision: gate.Decision, config: gate.GateConfig) -> str:
+    """The summary's row: the merge commit and its head, or the head alone."""
+    if decision.head_sha and decision.run:
+        return f"merge commit {decision.sha} of the head {decision.head_sha}"
+    return "the merge commit (test-merge)" if config.test_merge else "the head (no test-merge)"
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -222,6 +248,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("run", "true" if decision.run else "false")
     rt.set_output("reason", decision.reason)
     rt.set_output("sha", decision.sha)
+    rt.set_output("head-sha", decision.head_sha or (decision.sha if decision.pr_number else ""))
     rt.set_output("pr-number", decision.pr_number)
     rt.set_output("labeled-by", decision.labeled_by)
     rt.set_output("permission", decision.permission)

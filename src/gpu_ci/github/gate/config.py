@@ -40,6 +40,8 @@ class GateConfig:
     trusted_authors: str = ""
     """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
     trusted_authors_verified: bool = False
+    test_merge: bool = False
+    """Run a pull request's merge commit (``refs/pull/N/merge``) instead of its head."""
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -96,6 +98,7 @@ def make_config(
     tiers: Sequence[str] = (),
     trusted_authors: str = "",
     trusted_authors_verified: bool = False,
+    test_merge: bool = False,
 ) -> GateConfig:
     """The checked config (one argument per input of the action)."""
     perm = _role_input("min-permission", min_permission)
@@ -121,6 +124,7 @@ def make_config(
         tiers=comment.parse_tiers(tiers),
         trusted_authors=trusted,
         trusted_authors_verified=trusted_authors_verified,
+        test_merge=test_merge,
     )
 
 
