@@ -1,0 +1,87 @@
+"""The porting guides' example workflows, unmodified, under act against the local server.
+
+Only their CPU-side jobs run here (the gate, the label remover, a build): the GPU jobs need
+GPU runners and GitHub's checkout."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT, webhook
+from tests.github_server import Commit, PullRequest
+
+pytestmark = pytest.mark.e2e
+
+REPO = "Codertocat/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+BASE = "ba5e" * 10
+MERGE = "3e7e" * 10
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture
+def sklearn(github):
+    github.add_repo(REPO, roles={"Codertocat": "maintain"})
+    github.add_pull(
+        REPO,
+        PullRequest(
+            2,
+            HEAD,
+            labels=["CUDA CI"],
+            base_sha=BASE,
+            mergeable=True,
+            merge_commit_sha=MERGE,
+        ),
+    )
+    github.repos[REPO].commits[MERGE] = Commit(MERGE, parents=[BASE, HEAD])
+    return github
+
+
+def labelled() -> dict:
+    event = webhook("pull_request.labeled")
+    event["label"]["name"] = "CUDA CI"
+    return event
+
+
+def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
+    result = act(
+        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
+        "pull_request",
+        labelled(),
+        job="gate",
+        repository=REPO,
+        env={"GITHUB_API_URL": sklearn.url},
+    )
+    assert result.returncode == 0, result.log
+    assert (result.outputs["run"], result.outputs["sha"]) == ("true", MERGE)
+    assert result.outputs["head-sha"] == HEAD
+    assert result.outputs["runs-on"] == '{"group":"cuda-gpu-runner-group"}'
+    assert [r.path for r in sklearn.log][-1] == f"/repos/{REPO}/commits/{MERGE}"
+
+
+def test_scikit_learn_port_refuses_a_stale_merge_commit(act, sklearn):
+    sklearn.repos[REPO].pulls[2].base_sha = "c" * 40  # main moved since GitHub computed it
+    result = act(
+        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
+        "pull_request",
+        labelled(),
+        job="gate",
+        repository=REPO,
+        env={"GITHUB_API_URL": sklearn.url},
+    )
+    assert result.returncode == 0, result.log
+    assert result.outputs["run"] == "false"
+    assert "re-run this workflow's gate job" in result.outputs["reason"]
+
+
+def test_scikit_learn_port_remover_takes_the_label_off(act, sklearn):
+    result = act(
+        EXAMPLES / "port-scikit-learn-label-remover.yml",
+        "pull_request_target",
+        labelled(),
+        job="label-remover",
+        repository=REPO,
+        env={"GITHUB_API_URL": sklearn.url},
+    )
+    assert result.returncode == 0, result.log
+    assert sklearn.repos[REPO].pulls[2].labels == []
