@@ -92,6 +92,7 @@ PRIVILEGED_EXAMPLES = (
     "examples/cuda-ci-remove-label.yml",
     "examples/cuda-ci-status.yml",
     "examples/cuda-ci-watchdog.yml",
+    "examples/port-scikit-learn-label-remover.yml",
 )
 #: Workflows of this repository that others call: their nested ``uses:`` are pinned alike.
 PINNED_WORKFLOWS = (".github/workflows/gpu-ci.yml",)
