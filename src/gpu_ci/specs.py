@@ -235,6 +235,13 @@ GPU_GATE = ActionSpec(
             "commit and the approved head (else the gate refuses).",
             "false",
         ),
+        InputSpec(
+            "gpu-runner-kinds",
+            "Named GPU runner kinds, a JSON object: each a label, a list of labels or "
+            '{"group": ..., "labels": [...], "price": "3.12/h"} (the budget counts each '
+            "kind at its price). Jobs index the runs-on-kinds output by kind.",
+            "",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
@@ -256,6 +263,12 @@ GPU_GATE = ActionSpec(
         ),
         OutputSpec("tiers", "JSON array of the tiers the comment named ([] otherwise)."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
+        OutputSpec(
+            "runs-on-kinds",
+            "With gpu-runner-kinds: a JSON object of kind to runs-on (the CPU value for "
+            "every kind when run is false), e.g. fromJSON(...)[matrix.kind].",
+        ),
+        OutputSpec("kinds", "With gpu-runner-kinds: a JSON array of the kind names."),
         OutputSpec(
             "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."
         ),

@@ -47,6 +47,7 @@ from gpu_ci.github.gate.decide import (
     refuse_trusted,
     role_of,
 )
+from gpu_ci.github.gate.kinds import RunnerKind, kinds_json, parse_kinds
 from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "CommentCheck",
     "Decision",
     "GateConfig",
+    "RunnerKind",
     "PullCheck",
     "PushCheck",
     "Triage",
@@ -70,8 +72,10 @@ __all__ = [
     "decide_push",
     "decide_review",
     "decide_trusted",
+    "kinds_json",
     "make_config",
     "merge_sha_of",
+    "parse_kinds",
     "parse_run_on",
     "refuse_role",
     "refuse_trusted",
