@@ -848,6 +848,13 @@ GPU_MONITOR = ActionSpec(
             "idle cost per leased GPU. Not with price-per-hour.",
             "",
         ),
+        InputSpec(
+            "price-key",
+            "With a price input that is a JSON object of prices by runner group or kind "
+            '(\'{"gpu-b200": "6.50", "h100x8": "24"}\'): the key of this job\'s runner, '
+            "e.g. ${{ matrix.kind }}.",
+            "",
+        ),
         InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),
         InputSpec(
             "max-memory", "Fail the report when a GPU's peak memory is above this (e.g. 40GiB).", ""
