@@ -5,6 +5,8 @@ GPU runners and GitHub's checkout."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import ROOT, webhook
@@ -85,3 +87,36 @@ def test_scikit_learn_port_remover_takes_the_label_off(act, sklearn):
     )
     assert result.returncode == 0, result.log
     assert sklearn.repos[REPO].pulls[2].labels == []
+
+
+JAX = EXAMPLES / "port-jax-bazel-cuda.yml"
+
+
+def test_jax_port_gives_each_kind_its_runs_on_and_prices_each_kind(act, github):
+    from datetime import datetime, timezone
+
+    from tests.github.runs import gpu_run
+
+    github.add_repo(REPO)
+    day = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
+    path = f".github/workflows/{JAX.name}"
+    # 10 min on the B200 kind at $12/h, 20 min on the H100 kind at $90/h
+    gpu_run(github, day, 10, labels=("linux-x86-a4-224-b200-1gpu",), path=path, pr=None)
+    gpu_run(github, day, 20, labels=("linux-x86-a3-8g-h100-8gpu",), path=path, pr=None)
+    result = act(
+        JAX,
+        "schedule",
+        {"schedule": "0 */2 * * *"},
+        job="gate",
+        repository=REPO,
+        env={"GITHUB_API_URL": github.url, "GPU_CI_NOW": "2026-11-30T14:00:00Z"},
+    )
+    assert result.returncode == 0, result.log
+    out = result.outputs
+    assert out["run"] == "true", result.log
+    assert json.loads(out["runs-on-kinds"]) == {
+        "b200": {"labels": ["linux-x86-a4-224-b200-1gpu"]},
+        "h100x8": {"labels": ["linux-x86-a3-8g-h100-8gpu"]},
+    }
+    assert out["budget-spent"] == "32.00"  # $2.00 + $30.00
+    assert "gpu-runs-on is not set" not in result.log
