@@ -19,6 +19,7 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 BASE = "ba5e" * 10
 MERGE = "3e7e" * 10
 EXAMPLES = ROOT / "examples"
+ACTIONS = "gpu-ci-actions/gpu-ci-actions"
 
 
 @pytest.fixture
@@ -120,3 +121,30 @@ def test_jax_port_gives_each_kind_its_runs_on_and_prices_each_kind(act, github):
     }
     assert out["budget-spent"] == "32.00"  # $2.00 + $30.00
     assert "gpu-runs-on is not set" not in result.log
+
+
+RAPIDS = EXAMPLES / "port-rapids-conda-python-tests.yml"
+
+
+def test_rapids_port_gates_each_leg_through_the_reusable_workflow(act, github, tmp_path):
+    from gpu_ci.release import OWN_USES
+
+    github.add_repo(REPO, roles={"Codertocat": "maintain"})
+    github.add_pull(REPO, PullRequest(2, HEAD, labels=["CUDA CI"]))
+    reusable = (ROOT / ".github" / "workflows" / "gpu-ci.yml").read_text(encoding="utf-8")
+    pins = {m.group("ref") for m in OWN_USES.finditer(reusable)}
+    mapped = [a for ref in pins for a in ("--local-repository", f"{ACTIONS}@{ref}={tmp_path}/repo")]
+    result = act(
+        RAPIDS,
+        "pull_request",
+        labelled(),
+        repository=REPO,
+        env={"GITHUB_API_URL": github.url},
+        act_args=["--matrix", "cuda:12.9.1", *mapped],
+    )
+    out = result.outputs
+    assert (out["run"], out["sha"]) == ("true", HEAD), result.log
+    assert out["runs-on"] == '"linux-amd64-gpu-h100-latest-1"'  # this leg's GPU and driver
+    # the leg's build then starts in its CUDA version's image: a container job, which
+    # needs Docker (not on this machine), so act stops there
+    assert "Build on CPU" in result.log and "docker" in result.log.lower()
