@@ -852,7 +852,7 @@ GPU_MONITOR = ActionSpec(
             "price-key",
             "With a price input that is a JSON object of prices by runner group or kind "
             '(\'{"gpu-b200": "6.50", "h100x8": "24"}\'): the key of this job\'s runner, '
-            "e.g. ${{ matrix.kind }}.",
+            "e.g. the matrix's kind.",
             "",
         ),
         InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),
