@@ -40,6 +40,7 @@ ACT_TREE = [
     "README.md",
     "examples",
     "tests/fixtures",
+    ".github/workflows/gpu-ci.yml",  # the reusable workflow examples call by `uses:`
 ]
 
 
@@ -99,8 +100,9 @@ def prepare_repo(repo: Path, workflows: list[Path], repository: str) -> None:
                 src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
             )
         elif src.exists():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, repo / name)
-    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows").mkdir(parents=True, exist_ok=True)
     for workflow in workflows:
         shutil.copy2(workflow, repo / ".github" / "workflows" / workflow.name)
     git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]

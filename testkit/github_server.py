@@ -53,6 +53,12 @@ class PullRequest:
     files: list[str] = field(default_factory=list)
     reviews: list[tuple[str, str, str]] = field(default_factory=list)
     """(login, state, commit_id) in submission order: APPROVED, CHANGES_REQUESTED, ..."""
+    base_sha: str = "b" * 40
+    """The base branch's commit as GitHub reports it now."""
+    mergeable: bool | None = None
+    """None: GitHub is still computing; False: a conflict (then no merge commit)."""
+    merge_commit_sha: str | None = None
+    """``refs/pull/N/merge``: serve its parents through ``Repo.commits``."""
 
 
 @dataclass
@@ -80,6 +86,8 @@ class Commit:
     committer: str | None = "contributor"
     verified: bool = False
     reason: str = "unsigned"
+    parents: list[str] = field(default_factory=list)
+    """Parent SHAs in order (a merge commit: the base, then the merged head)."""
 
 
 @dataclass
@@ -652,7 +660,7 @@ class FakeGitHub:
             "base": {
                 "label": f"{base_owner}:{pr.base_ref}",
                 "ref": pr.base_ref,
-                "sha": "b" * 40,
+                "sha": pr.base_sha,
                 "user": self.user_json(base_owner),
                 "repo": self.repo_json(repo),
             },
@@ -682,7 +690,7 @@ class FakeGitHub:
             "updated_at": "2026-11-02T10:00:00Z",
             "closed_at": closed,
             "merged_at": closed if pr.merged else None,
-            "merge_commit_sha": None,
+            "merge_commit_sha": pr.merge_commit_sha,
             "assignee": None,
             "assignees": [],
             "requested_reviewers": [],
@@ -691,9 +699,9 @@ class FakeGitHub:
             "author_association": "CONTRIBUTOR",
             "auto_merge": None,
             "active_lock_reason": None,
-            "mergeable": None,
-            "rebaseable": None,
-            "mergeable_state": "unknown",
+            "mergeable": pr.mergeable,
+            "rebaseable": pr.mergeable,
+            "mergeable_state": {None: "unknown", True: "clean", False: "dirty"}[pr.mergeable],
             "merged_by": None,
             "comments": 0,
             "review_comments": 0,
@@ -783,6 +791,14 @@ class FakeGitHub:
             "signature": "-----BEGIN PGP SIGNATURE-----" if signed else None,
             "verified_at": "2026-11-02T09:00:01Z" if commit.verified else None,
         }
+        body["parents"] = [
+            {
+                "sha": parent,
+                "url": f"{self.url}/repos/{repo.full_name}/commits/{parent}",
+                "html_url": f"https://github.com/{repo.full_name}/commit/{parent}",
+            }
+            for parent in commit.parents
+        ]
         body["stats"] = {"additions": 1, "deletions": 0, "total": 1}
         body["files"] = []
         return body

@@ -240,3 +240,15 @@ def test_gpu_example_concurrency_group_includes_the_label():
     assert "github.event.label.name" in doc["concurrency"]["group"]
     gate = next(s for s in doc["jobs"]["gate"]["steps"] if "gpu-gate" in s.get("uses", ""))
     assert "self-hosted" not in gate["with"]["gpu-runs-on"]
+
+
+def test_no_action_description_holds_an_expression():
+    """The runner refuses a composite action whose description holds ``${{`` (act: "expressions
+    are not allowed here"), so one input's example would break every action of the file."""
+    import yaml
+
+    for path in ACTION_FILES:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for kind in ("inputs", "outputs"):
+            for name, item in (doc.get(kind) or {}).items():
+                assert "${{" not in str(item.get("description", "")), (path, name)

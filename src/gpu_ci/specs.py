@@ -227,12 +227,30 @@ GPU_GATE = ActionSpec(
             "With trusted-authors: also require GitHub's signature verification of the head.",
             "false",
         ),
+        InputSpec(
+            "test-merge",
+            "Run a pull request's merge commit (refs/pull/N/merge) instead of its head: sha "
+            "becomes the merge commit GitHub prepared, once its parents are the base's current "
+            "commit and the approved head (else the gate refuses).",
+            "false",
+        ),
+        InputSpec(
+            "gpu-runner-kinds",
+            "Named GPU runner kinds, a JSON object: each a label, a list of labels or "
+            '{"group": ..., "labels": [...], "price": "3.12/h"} (the budget counts each '
+            "kind at its price). Jobs index the runs-on-kinds output by kind.",
+            "",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("run", "'true' when the GPU job should run, else 'false'."),
         OutputSpec("reason", "One sentence explaining the decision."),
         OutputSpec("sha", "The exact commit to check out."),
+        OutputSpec(
+            "head-sha",
+            "The approved pull request head (with test-merge, the second parent of sha).",
+        ),
         OutputSpec("pr-number", "Pull request number, empty for other events."),
         OutputSpec(
             "labeled-by", "Login of the approver: who applied the label or wrote the comment."
@@ -244,6 +262,12 @@ GPU_GATE = ActionSpec(
         ),
         OutputSpec("tiers", "JSON array of the tiers the comment named ([] otherwise)."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
+        OutputSpec(
+            "runs-on-kinds",
+            "With gpu-runner-kinds: a JSON object of kind to runs-on (the CPU value for "
+            "every kind when run is false), e.g. fromJSON(...)[matrix.kind].",
+        ),
+        OutputSpec("kinds", "With gpu-runner-kinds: a JSON array of the kind names."),
         OutputSpec(
             "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."
         ),
@@ -845,6 +869,13 @@ GPU_MONITOR = ActionSpec(
             "What one GPU of a shared multi-GPU host costs, per hour (2.40) or minute: the job "
             "is charged it for each GPU it sees (CUDA_VISIBLE_DEVICES, e.g. from gpu-lease), "
             "idle cost per leased GPU. Not with price-per-hour.",
+            "",
+        ),
+        InputSpec(
+            "price-key",
+            "With a price input that is a JSON object of prices by runner group or kind "
+            '(\'{"gpu-b200": "6.50", "h100x8": "24"}\'): the key of this job\'s runner, '
+            "e.g. the matrix's kind.",
             "",
         ),
         InputSpec("expect-gpu-use", "Fail the report when no process used a GPU.", "false"),

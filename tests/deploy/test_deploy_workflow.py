@@ -63,9 +63,15 @@ def test_jobs_run_gate_then_build_on_cpu_then_test_on_gpu_then_results(workflow)
     assert jobs["test"]["needs"] == ["gate", "build"]
     assert jobs["results"]["needs"] == ["gate", "build", "test"]
     assert jobs["results"]["if"] == "always()"
-    for job in ("gate", "build", "results"):
+    for job in ("gate", "results"):
         assert jobs[job]["runs-on"] == "${{ inputs.cpu-runs-on }}"
-    assert jobs["test"]["runs-on"] == "${{ fromJSON(needs.gate.outputs.runs-on) }}"
+    # the build runs on build-runs-on (a label or JSON), else the CPU runner
+    assert jobs["build"]["runs-on"].endswith("|| inputs.build-runs-on || inputs.cpu-runs-on }}")
+    # the GPU job: the gate's runs-on, or its kind's when the caller names one
+    assert jobs["test"]["runs-on"] == (
+        "${{ inputs.gpu-kind != '' && fromJSON(needs.gate.outputs.runs-on-kinds)[inputs.gpu-kind]"
+        " || fromJSON(needs.gate.outputs.runs-on) }}"
+    )
     for job in ("build", "test"):
         assert jobs[job]["if"] == (
             "needs.gate.outputs.run == 'true' && needs.gate.outputs.attempt == github.run_attempt"
@@ -91,6 +97,35 @@ def test_the_gpu_job_installs_checks_tests_and_reports_in_that_order(workflow):
     first, last = steps(workflow, "test")[0], steps(workflow, "test")[-1]
     assert first["with"] == {"mode": "start"}
     assert last["with"] == {"mode": "report"} and last["if"] == "always()"
+
+
+def test_a_conda_environment_is_optional_in_both_jobs(workflow):
+    inputs = trigger(workflow)["workflow_call"]["inputs"]
+    assert inputs["lock-file"]["default"] == "" and not inputs["lock-file"].get("required")
+    setups = {
+        job: next(s for s in steps(workflow, job) if "setup-conda-from-lock" in uses(s))
+        for job in ("build", "test")
+    }
+    assert setups["test"]["if"] == "inputs.lock-file != ''"
+    assert setups["build"]["if"] == (
+        "inputs.build-lock-file != 'none' && (inputs.build-lock-file || inputs.lock-file) != ''"
+    )
+
+
+def test_groups_kinds_containers_and_the_merge_commit_reach_the_jobs(workflow):
+    inputs = trigger(workflow)["workflow_call"]["inputs"]
+    assert {"build-runs-on", "build-container", "container", "gpu-runner-kinds", "gpu-kind"} <= set(
+        inputs
+    )
+    assert "group" in inputs["gpu-runs-on"]["description"]
+    gate = steps(workflow, "gate")[0]["with"]
+    assert gate["gpu-runner-kinds"] == "${{ inputs.gpu-runner-kinds }}"
+    assert gate["test-merge"] == "${{ inputs.test-merge }}"
+    outputs = workflow["jobs"]["gate"]["outputs"]
+    assert outputs["runs-on-kinds"] == "${{ steps.gate.outputs.runs-on-kinds }}"
+    for job, name in (("build", "build-container"), ("test", "container")):
+        expression = f"startsWith(inputs.{name}, '{{') && fromJSON(inputs.{name}) || inputs.{name}"
+        assert workflow["jobs"][job]["container"] == "${{ " + expression + " }}"
 
 
 def test_the_artifact_built_on_cpu_is_the_one_the_gpu_job_downloads(workflow):

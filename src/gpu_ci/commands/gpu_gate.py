@@ -35,6 +35,8 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         tiers=inputs.items("tiers"),
         trusted_authors=inputs["trusted-authors"],
         trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
+        test_merge=inputs.boolean("test-merge"),
+        runner_kinds=inputs["gpu-runner-kinds"],
     )
 
 
@@ -71,6 +73,8 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         decision, login, answer = _decide_label(rest, ctx.repository, step, config)
     if decision.run and config.require_approved_review:  # every approval path, not only labels
         decision = _review_pinning(rest, ctx.repository, config, (login, answer), decision)
+    if decision.run and config.test_merge:
+        decision = _merge_commit(rest, ctx.repository, decision)
     return decision, config, rest.calls
 
 
@@ -150,6 +154,21 @@ def _decide_trusted(
     return decision, step.author, answer
 
 
+def _merge_commit(rest: Rest, repo: str, decision: gate.Decision) -> gate.Decision:
+    """``test-merge``: the pull request as it is now, then its merge commit's parents."""
+    pull = _pull(rest, repo, int(decision.pr_number))
+    merge_sha = gate.merge_sha_of(pull)
+    commit = (
+        call_api(
+            f"the merge commit {merge_sha[:12]}",
+            lambda: rest.get(f"/repos/{repo}/commits/{merge_sha}"),
+        )
+        if merge_sha
+        else None
+    )
+    return gate.decide_merge(decision, pull, commit)
+
+
 def _review_pinning(
     rest: Rest,
     repo: str,
@@ -196,6 +215,7 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
             decision.head_at_label,
         ),
         ("current head", decision.current_head),
+        ("tested commit", _tested(decision, config)),
         ("fork?", fork),
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
         ("approved review", "required" if config.require_approved_review else "not required"),
@@ -206,13 +226,23 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
     return "### gpu-gate\n\n" + markdown_table(["", ""], rows)
 
 
+def _tested(decision: gate.Decision, config: gate.GateConfig) -> str:
+    """The summary's row: the merge commit and its head, or the head alone."""
+    if decision.head_sha and decision.run:
+        return f"merge commit {decision.sha} of the head {decision.head_sha}"
+    return "the merge commit (test-merge)" if config.test_merge else "the head (no test-merge)"
+
+
 def run(inputs: Inputs, rt: Runtime) -> int:
     try:
-        budget_cfg = budget_config(inputs, rt)  # bad budget inputs: exit 2 before any call
+        # bad budget inputs: exit 2 before any call
+        budgeted = bool(inputs["monthly-budget"].strip())
+        matcher = gpu_matcher(config_from(inputs), rt) if budgeted else None
+        budget_cfg = budget_config(inputs, rt)
         decision, config, calls = evaluate(inputs, rt)
         budget_rows: list[tuple[str, str]] = []
-        if budget_cfg is not None and decision.run:
-            decision, budget_rows, more = apply_budget(budget_cfg, decision, config, inputs, rt)
+        if budget_cfg is not None and matcher is not None and decision.run:
+            decision, budget_rows, more = apply_budget(budget_cfg, matcher, decision, inputs, rt)
             calls += more
     except GpuCiError as exc:
         if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
@@ -222,15 +252,21 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("run", "true" if decision.run else "false")
     rt.set_output("reason", decision.reason)
     rt.set_output("sha", decision.sha)
+    rt.set_output("head-sha", decision.head_sha or (decision.sha if decision.pr_number else ""))
     rt.set_output("pr-number", decision.pr_number)
     rt.set_output("labeled-by", decision.labeled_by)
     rt.set_output("permission", decision.permission)
     rt.set_output("approval", decision.approval if decision.run else "")
     rt.set_output("tiers", json.dumps(list(decision.tiers) if decision.run else []))
     rt.set_output("runs-on", decision.runs_on(config))
+    if config.kinds:
+        rt.set_output("kinds", json.dumps([k.name for k in config.kinds]))
+        rt.set_output(
+            "runs-on-kinds", gate.kinds_json(config.kinds, decision.run, config.cpu_runs_on)
+        )
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
-    if decision.run and not config.gpu_runs_on:
+    if decision.run and not config.gpu_runs_on and not config.kinds:
         rt.notice(
             "gpu-runs-on is not set, so the runs-on output is empty: set it to your GPU "
             "runners' labels or group to use that output.",
@@ -251,14 +287,15 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     if not inputs["monthly-budget"].strip():
         return None
-    if not inputs["gpu-runs-on"].strip():
+    kinds = gate.parse_kinds(inputs["gpu-runner-kinds"])
+    if not inputs["gpu-runs-on"].strip() and not kinds:
         raise UsageError(
-            "input 'monthly-budget' needs 'gpu-runs-on': the budget counts the "
-            "jobs that ran on your GPU runners, so name their labels or group."
+            "input 'monthly-budget' needs 'gpu-runs-on' or 'gpu-runner-kinds': the budget "
+            "counts the jobs that ran on your GPU runners, so name their labels or group."
         )
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
-        inputs["gpu-price"],
+        _default_price(inputs, kinds),
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         inputs["budget-scope"],
@@ -277,10 +314,42 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     return replace(cfg, approvals=approvals)
 
 
+def _default_price(inputs: Inputs, kinds: tuple[gate.RunnerKind, ...]) -> str:
+    """``gpu-price``, or a kind's price when only priced kinds exist.
+
+    That price then prices no job (each kind has its own); it only satisfies the rule that a
+    budget in money needs a price."""
+    if inputs["gpu-price"].strip() or inputs["gpu-runs-on"].strip():
+        return inputs["gpu-price"]
+    return kinds[0].price if kinds and all(k.price for k in kinds) else ""
+
+
+def gpu_matcher(config: gate.GateConfig, rt: Runtime) -> jobs.GpuMatcher:
+    """The budget's GPU jobs: ``gpu-runs-on`` and each runner kind at its price.
+
+    A kind without a price is priced by ``gpu-price`` (a budget in money needs one)."""
+    base = jobs.GpuMatcher.from_runs_on(config.gpu_runs_on) if config.gpu_runs_on else None
+    table, today = load_table(), jobs.now(rt.environ).date()
+    kinds = []
+    for kind in config.kinds:
+        price = None
+        if kind.price:
+            try:
+                price = budget.parse_gpu_price(kind.price, table, today)
+            except UsageError as exc:
+                raise UsageError(
+                    f"input 'gpu-runner-kinds', kind {kind.name!r}: "
+                    + exc.message.removeprefix("input 'gpu-price': ")
+                ) from None
+        matcher = jobs.GpuMatcher.from_runs_on(kind.runs_on)
+        kinds.append(jobs.PricedKind(kind.name, matcher, price))
+    return replace(base or jobs.GpuMatcher(), kinds=tuple(kinds))
+
+
 def apply_budget(
     cfg: budget.BudgetConfig,
+    matcher: jobs.GpuMatcher,
     decision: gate.Decision,
-    config: gate.GateConfig,
     inputs: Inputs,
     rt: Runtime,
 ) -> tuple[gate.Decision, list[tuple[str, str]], int]:
@@ -299,7 +368,7 @@ def apply_budget(
         rest,
         billing,
         cfg,
-        jobs.GpuMatcher.from_runs_on(config.gpu_runs_on),
+        matcher,
         load_table(),
         jobs.now(rt.environ),
         ctx.repository,

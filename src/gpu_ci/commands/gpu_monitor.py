@@ -170,9 +170,46 @@ def pricing_inputs(inputs: Inputs, day: datetime) -> results.Pricing:
             "gpu-monitor: set either 'price-per-hour' (what the runner costs) or "
             "'price-per-gpu-hour' (what each leased GPU of a shared host costs), not both."
         )
+    key = inputs["price-key"].strip()
     if gpu:
-        return dataclasses.replace(parse_pricing(gpu, day, name="price-per-gpu-hour"), per_gpu=True)
-    return parse_pricing(runner, day)
+        name = "price-per-gpu-hour"
+        pricing = parse_pricing(priced_by_key(gpu, key, name), day, name=name)
+        return dataclasses.replace(pricing, per_gpu=True)
+    return parse_pricing(priced_by_key(runner, key, "price-per-hour"), day)
+
+
+def priced_by_key(text: str, key: str, name: str) -> str:
+    """A price input, or its ``price-key`` entry when it is an object.
+
+    One gpu-monitor configuration then serves every runner group or kind of a matrix."""
+    if not text.startswith("{"):
+        if key:
+            raise UsageError(
+                f"input 'price-key' is {key!r} but '{name}' is one price, not a JSON object "
+                "of prices by runner group or kind: drop price-key or key the prices."
+            )
+        return text
+    try:
+        prices = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
+            f"{exc.colno}): write an object of prices by runner group or kind."
+        ) from None
+    if not isinstance(prices, dict) or not all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in prices.values()
+    ):
+        raise UsageError(
+            f"input '{name}' must be an object of prices by runner group or kind, e.g. "
+            '{"gpu-b200": "6.50", "h100x8": "24"}.'
+        )
+    if key not in prices:
+        raise UsageError(
+            f"input '{name}' prices {', '.join(sorted(prices)) or 'nothing'}, but price-key "
+            f"is {key or 'empty'!r}: set price-key to this job's runner group or kind "
+            "(e.g. ${{ matrix.kind }})."
+        )
+    return str(prices[key])
 
 
 def parse_pricing(text: str, day: datetime, name: str = "price-per-hour") -> results.Pricing:

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.pricing import Price
 
 #: Job statuses of a job that no runner has taken yet.
 QUEUED = ("queued", "waiting", "pending", "requested")
@@ -95,10 +96,13 @@ def queue_seconds(job: Mapping[str, Any], at: datetime) -> float | None:
 @dataclass(frozen=True)
 class GpuMatcher:
     """``gpu-runs-on``: a job is a GPU job when its ``labels`` include all of ``labels`` (a
-    ``runs-on`` label list), or when it ran in the runner group ``group``."""
+    ``runs-on`` label list), or when it ran in the runner group ``group``.
+
+    ``kinds`` (``gpu-runner-kinds``) adds named runners, each with its own price."""
 
     labels: frozenset[str] = frozenset()
     group: str = ""
+    kinds: tuple[PricedKind, ...] = ()
 
     @classmethod
     def from_runs_on(cls, runs_on_json: str) -> GpuMatcher:
@@ -114,11 +118,21 @@ class GpuMatcher:
             labels = [labels]
         return cls(frozenset(str(v).lower() for v in labels), str(value.get("group") or ""))
 
-    def matches(self, job: Mapping[str, Any]) -> bool:
+    def _own(self, job: Mapping[str, Any]) -> bool:
         if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
             return True
         labels = {str(x).lower() for x in job.get("labels") or []}
         return bool(self.labels) and self.labels <= labels
+
+    def matches(self, job: Mapping[str, Any]) -> bool:
+        return self._own(job) or any(k.matcher.matches(job) for k in self.kinds)
+
+    def price_for(self, job: Mapping[str, Any], default: Price | None) -> Price | None:
+        """The price of the first kind ``job`` ran on; ``default`` otherwise."""
+        for kind in self.kinds:
+            if kind.matcher.matches(job):
+                return kind.price or default
+        return default
 
     def describe(self) -> str:
         parts = []
@@ -126,7 +140,19 @@ class GpuMatcher:
             parts.append("labels " + ", ".join(sorted(self.labels)))
         if self.group:
             parts.append(f"runner group {self.group}")
+        for kind in self.kinds:
+            price = f" at {kind.price.describe()}" if kind.price else ""
+            parts.append(f"kind {kind.name} ({kind.matcher.describe()}{price})")
         return " or ".join(parts)
+
+
+@dataclass(frozen=True)
+class PricedKind:
+    """A ``gpu-runner-kinds`` entry as the budget counts it."""
+
+    name: str
+    matcher: GpuMatcher
+    price: Price | None
 
 
 def has_gpu_label(job: Mapping[str, Any], labels: frozenset[str]) -> bool:

@@ -9,8 +9,9 @@ trusted author's push (:class:`TrustedCheck`) those plus the head commit, and
 :func:`decide_trusted`.
 
 :mod:`.config` checks the inputs, :mod:`.checks` triages the event, :mod:`.decide`
-decides, :mod:`.paths` matches ``paths``; :mod:`.labels` is remove-label's. This package
-re-exports the names ``commands/gpu_gate.py`` uses.
+decides, :mod:`.paths` matches ``paths``;
+:mod:`.merge` swaps in the merge commit (``test-merge``); :mod:`.labels` is remove-label's.
+This package re-exports the names ``commands/gpu_gate.py`` uses.
 """
 
 from gpu_ci.github.event import PR_EVENTS
@@ -46,6 +47,8 @@ from gpu_ci.github.gate.decide import (
     refuse_trusted,
     role_of,
 )
+from gpu_ci.github.gate.kinds import RunnerKind, kinds_json, parse_kinds
+from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
 
 __all__ = [
     "MIN_PERMISSIONS",
@@ -57,17 +60,22 @@ __all__ = [
     "CommentCheck",
     "Decision",
     "GateConfig",
+    "RunnerKind",
     "PullCheck",
     "PushCheck",
     "Triage",
     "TrustedCheck",
     "approvers_of",
     "decide_comment",
+    "decide_merge",
     "decide_pull",
     "decide_push",
     "decide_review",
     "decide_trusted",
+    "kinds_json",
     "make_config",
+    "merge_sha_of",
+    "parse_kinds",
     "parse_run_on",
     "refuse_role",
     "refuse_trusted",

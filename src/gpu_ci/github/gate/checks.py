@@ -42,6 +42,8 @@ class Decision:
     event in run-on)."""
     tiers: tuple[str, ...] = ()
     comment_url: str = ""
+    head_sha: str = ""
+    """With test-merge: the approved head whose merge commit is ``sha``."""
 
     def runs_on(self, config: GateConfig) -> str:
         """The runner labels the GPU job gets: the GPU runners, or the CPU ones."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment
 from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
+from gpu_ci.github.gate.kinds import RunnerKind, parse_kinds
 
 #: Repository roles in increasing order of trust.
 ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
@@ -40,6 +41,10 @@ class GateConfig:
     trusted_authors: str = ""
     """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
     trusted_authors_verified: bool = False
+    test_merge: bool = False
+    """Run a pull request's merge commit (``refs/pull/N/merge``) instead of its head."""
+    kinds: tuple[RunnerKind, ...] = ()
+    """``gpu-runner-kinds``: named GPU runners, each with its own runs-on and price."""
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -96,6 +101,8 @@ def make_config(
     tiers: Sequence[str] = (),
     trusted_authors: str = "",
     trusted_authors_verified: bool = False,
+    test_merge: bool = False,
+    runner_kinds: str = "",
 ) -> GateConfig:
     """The checked config (one argument per input of the action)."""
     perm = _role_input("min-permission", min_permission)
@@ -121,6 +128,8 @@ def make_config(
         tiers=comment.parse_tiers(tiers),
         trusted_authors=trusted,
         trusted_authors_verified=trusted_authors_verified,
+        test_merge=test_merge,
+        kinds=parse_kinds(runner_kinds),
     )
 
 

@@ -249,7 +249,8 @@ def job_costs(
         day = started.date()
         if day not in month or minutes == 0:
             continue
-        rate = price.on(day, table) if price is not None else None
+        job_price = matcher.price_for(job, price)  # a runner kind's own price
+        rate = job_price.on(day, table) if job_price is not None else None
         labels = sorted(str(x) for x in job.get("labels") or [])
         out.append(
             JobCost(

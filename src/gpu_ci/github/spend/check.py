@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 from gpu_ci.errors import GpuCiError
@@ -64,7 +65,11 @@ def gate_budget(
     rows = [
         ("budget", cfg.budget.describe()),
         ("price", _price_row(cfg.price, now.date(), table)),
-        ("reservation", f"{cfg.reserve_minutes} min"),
+        *(
+            (f"price of kind {k.name}", _price_row(k.price or cfg.price, now.date(), table))
+            for k in matcher.kinds
+        ),
+        ("reservation", f"{cfg.reserve_minutes} min" + (" per kind" if matcher.kinds else "")),
         ("GPU jobs", matcher.describe()),
     ]
     try:
@@ -86,8 +91,8 @@ def gate_budget(
         raise
     except GpuCiError as exc:
         return _unknown(cfg, rows, what, exc)
-    price_now = cfg.price.on(now.date(), table) if cfg.price else None
-    verdict = budget.check(cfg.budget, spent, cfg.reserve_minutes, price_now)
+    reserve, price_now = _reservation(cfg, matcher, table, now.date())
+    verdict = budget.check(cfg.budget, spent, reserve, price_now)
     rows += [
         ("spent this month", cfg.budget.describe(verdict.spent)),
         ("of which still running (reserved)", f"{spent.reserved_minutes} min"),
@@ -105,6 +110,23 @@ def gate_budget(
         _amount(verdict.spent, unit),
         _amount(verdict.left, unit),
     )
+
+
+def _reservation(
+    cfg: budget.BudgetConfig, matcher: GpuMatcher, table: PriceTable, day: date
+) -> tuple[int, Decimal | None]:
+    """(minutes, price per minute) this run reserves: one job per runner kind.
+
+    Each kind reserves ``reserve-minutes`` at its own price; the price returned is their
+    mean, so that minutes x price is the sum over the kinds."""
+    if not matcher.kinds:
+        return cfg.reserve_minutes, cfg.price.on(day, table) if cfg.price else None
+    rates = [(k.price or cfg.price) for k in matcher.kinds]
+    known = [p.on(day, table) for p in rates if p is not None]
+    if len(known) != len(rates) or any(r is None for r in known):
+        return cfg.reserve_minutes * len(rates), None
+    total = sum((r for r in known if r is not None), Decimal(0))
+    return cfg.reserve_minutes * len(rates), total / len(rates)
 
 
 def _read_spend(
