@@ -210,7 +210,11 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
 
 
 def check_sources(plan: InstallPlan, checkout: Path) -> None:
-    """Refuse, before any download, PyPI sources that are not in the checkout."""
+    """Refuse, before any download, PyPI sources that are not in the checkout.
+
+    Every local entry counts, a hashed wheel too: the lock's author picks its hash, so a
+    hash proves nothing about a file elsewhere on a shared runner (another job's build, a
+    cache). Symbolic links are followed before the check."""
     root = checkout.resolve()
     for entry in plan.pip:
         if entry.source == "git":
@@ -221,7 +225,7 @@ def check_sources(plan: InstallPlan, checkout: Path) -> None:
                 "beside the lock and lock it as a path.",
                 title="PyPI source not in the checkout",
             )
-        if entry.source in ("editable", "path"):
+        if entry.path:  # an editable, a path, or a hashed file on this machine
             where = Path(entry.path).resolve()
             if where != root and root not in where.parents:
                 raise GpuCiError(

@@ -1,0 +1,189 @@
+"""pixi.lock written by a fork's author: what it may point at, and what is checked.
+
+The author of a pull request controls the lock and the checkout, hashes included: a hash
+proves only that a file is the one the author chose. What the action still owes everyone
+else on a shared runner is that nothing outside the checkout is read as a source, that a
+lock's ``__cuda`` need is checked however it is spelt, and that a malformed one is an
+error, not a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_ci.conda import pixi, virtual
+from gpu_ci.errors import GpuCiError
+from testkit.conda.jobs import job, our_temporaries
+
+pytest.importorskip("rattler", reason="py-rattler needs Python >= 3.10")
+
+SHA = "ab" * 32
+PYTHON = "https://conda.anaconda.org/conda-forge/linux-64/python-3.12.0-hab00c5b_0_cpython.conda"
+FULL = ["libhello", "hello", "python"]
+
+
+def lock_text(
+    pypi: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    depends: list[str] = (),  # type: ignore[assignment]
+    constrains: list[str] = (),  # type: ignore[assignment]
+    virtual_packages: list[str] | None = None,
+) -> str:
+    """A format-7 lock of one conda record (and ``pypi`` entries) for linux-64."""
+    env = {
+        "channels": [{"url": "https://conda.anaconda.org/conda-forge/"}],
+        "indexes": ["https://pypi.org/simple"],
+        "packages": {"linux-64": [{"conda": PYTHON}, *({"pypi": p["pypi"]} for p in pypi)]},
+    }
+    record = {
+        "conda": PYTHON,
+        "sha256": SHA,
+        "md5": "cd" * 16,
+        "depends": list(depends),
+        "constrains": list(constrains),
+    }
+    platform: dict[str, Any] = {"name": "linux-64"}
+    if virtual_packages is not None:
+        platform["virtual-packages"] = virtual_packages
+    doc = {
+        "version": 7,
+        "platforms": [platform],
+        "environments": {"default": env},
+        "packages": [record, *pypi],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def planned(checkout: Path, text: str) -> Any:
+    lock = checkout / "pixi.lock"
+    checkout.mkdir(exist_ok=True)
+    lock.write_text(text)
+    return pixi.plan(text, str(lock), "default", "linux-64")
+
+
+# -- PyPI entries that point outside the checkout ----------------------------------------
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent", "symlink"])
+def test_a_hashed_wheel_outside_the_checkout_is_refused(tmp_path, where):
+    outside = tmp_path / "other-job" / "x-1.0-py3-none-any.whl"
+    outside.parent.mkdir()
+    outside.write_bytes(b"another job's wheel")
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    location = {
+        "absolute": str(outside),
+        "parent": "../other-job/x-1.0-py3-none-any.whl",
+        "symlink": "./links/x-1.0-py3-none-any.whl",
+    }[where]
+    if where == "symlink":
+        (checkout / "links" / outside.name).symlink_to(outside)
+    sha = hashlib.sha256(outside.read_bytes()).hexdigest()
+    entry = {"pypi": location, "name": "x", "version": "1.0", "sha256": sha}
+    plan = planned(checkout, lock_text([entry]))
+    assert [p.sha256 for p in plan.pip] == [sha]  # a hashed file, not a source entry
+    with pytest.raises(GpuCiError, match="outside the checkout"):
+        pixi.check_sources(plan, checkout)
+
+
+def test_a_hashed_wheel_in_the_checkout_passes_the_check(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    wheel = checkout / "links" / "x-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"wheel")
+    entry = {"pypi": "./links/" + wheel.name, "name": "x", "version": "1.0", "sha256": SHA}
+    pixi.check_sources(planned(checkout, lock_text([entry])), checkout)
+
+
+def test_a_job_never_installs_a_wheel_from_outside_the_checkout(channel, tmp_path):
+    """The wheel is real and its hash right: only its place is wrong."""
+    channel.server.faults.clear()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    wheel = elsewhere / channel.wheel.name
+    shutil.copyfile(channel.wheel, wheel)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"pypi": f"../elsewhere/{wheel.name}", "name": "gpuci-demo", "version": "1.0"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "sha256": sha}])
+    )
+    rc, out = job(
+        checkout / "pixi.lock",
+        tmp_path / "env",
+        tmp_path / "pkgs",
+        env={"GITHUB_WORKSPACE": str(checkout)},
+    )
+    assert rc == 1 and "outside the checkout" in out, out
+    assert "Traceback" not in out
+    assert not (tmp_path / "env").exists()
+    assert not (tmp_path / "pkgs").exists() or not any((tmp_path / "pkgs").iterdir())
+    assert our_temporaries(tmp_path) == []
+
+
+# -- __cuda and __glibc however the lock spells them ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["__cuda>=12", "__cuda >=12", "__cuda[version='>=12']", "  __cuda>=12.0  "],
+)
+def test_a_cuda_dependency_is_read_however_it_is_spelt(tmp_path, spec):
+    plan = planned(tmp_path, lock_text(depends=[spec]))
+    cuda = [r for r in plan.requirements if r.name == "__cuda"]
+    assert len(cuda) == 1 and cuda[0].required, plan.requirements
+    assert virtual.problems(plan.requirements, virtual.Machine("11.8", "2.36"))
+    assert virtual.problems(plan.requirements, virtual.Machine("12.4", "2.36")) == []
+
+
+def test_a_glibc_constraint_without_a_space_still_binds(tmp_path):
+    plan = planned(tmp_path, lock_text(constrains=["__glibc>=99"]))
+    assert virtual.problems(plan.requirements, virtual.Machine("", "2.36")) == [
+        "__glibc >=99 (package python): this machine's C library offers 2.36"
+    ]
+
+
+def test_packages_whose_names_only_start_like_a_virtual_package_are_not_checked(tmp_path):
+    plan = planned(tmp_path, lock_text(depends=["__cuda_helpers >=1", "__glibcxx"]))
+    assert plan.requirements == ()
+
+
+@pytest.mark.parametrize("spec", ["__cuda >=abc!!", "__cuda >=12 foo bar"])
+def test_a_malformed_virtual_spec_is_an_error_naming_it(tmp_path, spec):
+    with pytest.raises(GpuCiError) as caught:
+        planned(tmp_path, lock_text(depends=[spec]))
+    assert repr(spec) in caught.value.message and "package python" in caught.value.message
+
+
+def test_a_malformed_platform_virtual_package_is_an_error_naming_it(tmp_path):
+    with pytest.raises(GpuCiError) as caught:
+        planned(tmp_path, lock_text(virtual_packages=["__cuda=12!!"]))
+    assert "'__cuda=12!!'" in caught.value.message
+    assert "platform linux-64" in caught.value.message
+
+
+def test_the_cli_reports_a_malformed_virtual_spec_without_a_traceback(run_cli, tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "pixi.lock").write_text(lock_text(depends=["__cuda >=abc!!"]))
+    result = run_cli(
+        [
+            "setup-conda-from-lock",
+            "--lock-file",
+            str(checkout / "pixi.lock"),
+            "--dry-run",
+            "true",
+        ],
+        {"RUNNER_TOOL_CACHE": str(tmp_path / "tc"), "GITHUB_WORKSPACE": str(checkout)},
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "not a valid match spec" in out and "Traceback" not in out
+    assert os.listdir(checkout) == ["pixi.lock"]
