@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,111 @@ def test_the_cli_reports_a_malformed_virtual_spec_without_a_traceback(run_cli, t
     assert result.returncode == 1, out
     assert "not a valid match spec" in out and "Traceback" not in out
     assert os.listdir(checkout) == ["pixi.lock"]
+
+
+# -- a full disk while the PyPI packages are installed ------------------------------------
+
+
+def big_wheel(folder: Path, size: int) -> Path:
+    """A real wheel of ``size`` incompressible bytes, for filling a disk."""
+    import base64
+    import zipfile
+
+    info = "big_blob-1.0.dist-info"
+    files = {
+        "big_blob/__init__.py": b"",
+        "big_blob/blob.bin": os.urandom(size),
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: big-blob\nVersion: 1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    wheel = folder / "big_blob-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_disk_that_fills_during_the_pypi_install_publishes_nothing(
+    channel, tmp_path, tmpfs, installer
+):
+    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
+    if installer == "uv" and not Path(uv).exists():
+        pytest.skip("uv is not installed")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    if installer == "uv":
+        (bare / "uv").symlink_to(uv)
+    path = {"PATH": f"{bare}:/usr/bin:/bin"}
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    wheel = big_wheel(checkout / "links", 3 << 20)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"pypi": f"./links/{wheel.name}", "name": "big-blob", "version": "1.0"}
+    lock = checkout / "pixi.lock"
+    lock.write_text(channel.pixi_lock({"default": FULL}, pypi=[{**entry, "sha256": sha}]))
+    small = tmpfs("small", "size=64m")
+    pkgs, env = tmp_path / "pkgs", {"GITHUB_WORKSPACE": str(checkout), **path}
+    plain = checkout / "plain.lock"  # the same conda packages, no PyPI: what linking takes
+    plain.write_text(channel.pixi_lock({"default": FULL}))
+    free = shutil.disk_usage(small).free
+    rc, out = job(plain, small / "probe", pkgs, env=env)
+    assert rc == 0, out
+    linked = free - shutil.disk_usage(small).free
+    shutil.rmtree(small / "probe")
+    with open(small / "filler", "wb") as filler:  # room to link, not for the 3 MB wheel
+        filler.write(b"\0" * (shutil.disk_usage(small).free - linked - (1 << 20)))
+    rc, out = job(lock, small / "env", pkgs, env=env)
+    assert rc == 1, out
+    assert "Traceback" not in out
+    assert "installing the lock's pip entries" in out and "space" in out.lower(), out
+    assert not (small / "env").exists()
+    assert our_temporaries(small, tmp_path) == []
+    assert [n for n in os.listdir(small) if not n.endswith(".gpu-ci.lock")] == ["filler"]
+
+
+# -- two jobs at once ------------------------------------------------------------------------
+
+
+def test_two_jobs_install_one_pixi_environment_at_once_into_one_package_cache(channel, tmp_path):
+    """Runners on one host share the package cache: both environments come out whole."""
+    from testkit.conda.jobs import assert_environment, spawn
+
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
+    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
+    )
+    pkgs = tmp_path / "pkgs"
+    env = {"GITHUB_WORKSPACE": str(checkout)}
+    jobs = [spawn(checkout / "pixi.lock", tmp_path / f"env{i}", pkgs, env=env) for i in (1, 2)]
+    for proc in jobs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    for i in (1, 2):
+        prefix = tmp_path / f"env{i}"
+        assert_environment(prefix, FULL)
+        run = subprocess.run(
+            [str(prefix / "bin" / "python"), "-c", "import gpuci_demo; print(gpuci_demo.VALUE)"],
+            capture_output=True,
+            text=True,
+        )
+        assert run.stdout.strip() == "42", run.stderr
+    for archive in channel.archives:  # a pixi lock's records are checked by sha256
+        path = pkgs / "archives" / archive.filename
+        if archive.name in FULL:
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == archive.sha256
+            entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
+            assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.sha256
+    assert our_temporaries(tmp_path) == []
