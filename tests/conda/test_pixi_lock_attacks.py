@@ -129,6 +129,36 @@ def test_a_job_never_installs_a_wheel_from_outside_the_checkout(channel, tmp_pat
     assert our_temporaries(tmp_path) == []
 
 
+@pytest.mark.parametrize("form", ["file:///{path}", "file://localhost/{path}"])
+def test_a_wheel_locked_by_file_url_keeps_its_hash(tmp_path, form):
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    wheel = checkout / "links" / "x-1.0-py3-none-any.whl"
+    location = form.format(path=str(wheel).lstrip("/"))
+    entry = {"pypi": location, "name": "x", "version": "1.0", "sha256": SHA}
+    (pip,) = planned(checkout, lock_text([entry])).pip
+    assert (pip.sha256, pip.source, pip.path) == (SHA, "", str(wheel))
+
+
+def test_a_changed_wheel_locked_by_file_url_is_refused(channel, tmp_path):
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    (checkout / "links").mkdir(parents=True)
+    wheel = checkout / "links" / channel.wheel.name
+    shutil.copyfile(channel.wheel, wheel)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    entry = {"pypi": wheel.as_uri(), "name": "gpuci-demo", "version": "1.0", "sha256": sha}
+    (checkout / "pixi.lock").write_text(channel.pixi_lock({"default": FULL}, pypi=[entry]))
+    env = {"GITHUB_WORKSPACE": str(checkout)}
+    wheel.write_bytes(wheel.read_bytes() + b"\0")  # changed after it was locked
+    rc, out = job(checkout / "pixi.lock", tmp_path / "env", tmp_path / "pkgs", env=env)
+    assert rc == 1 and "hash" in out.lower(), out
+    assert not (tmp_path / "env").exists()
+    shutil.copyfile(channel.wheel, wheel)
+    rc, out = job(checkout / "pixi.lock", tmp_path / "env", tmp_path / "pkgs", env=env)
+    assert rc == 0, out
+
+
 # -- __cuda and __glibc however the lock spells them ---------------------------------------
 
 

@@ -77,16 +77,32 @@ def _document(text: str, path: str) -> dict[str, Any]:
 
 
 def _pypi_details(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each PyPI entry of the ``packages`` list by location (v5: ``url``/``path``)."""
+    """Each PyPI entry of the ``packages`` list by location (v5: ``url``/``path``).
+
+    rattler gives a ``file:`` URL's location as its path: the entry is found by both, so
+    such a wheel keeps its hash (and is checked against it)."""
     found: dict[str, dict[str, Any]] = {}
     for item in doc.get("packages") or ():
         if not isinstance(item, dict):
             continue
         if "pypi" in item:
-            found[str(item["pypi"])] = item
+            location = str(item["pypi"])
         elif item.get("kind") == "pypi":
-            found[str(item.get("url") or item.get("path") or "")] = item
+            location = str(item.get("url") or item.get("path") or "")
+        else:
+            continue
+        found[location] = item
+        if location.startswith("file:"):
+            found.setdefault(_file_path(location), item)
     return found
+
+
+def _file_path(url: str) -> str:
+    """A ``file:`` URL's local path, as rattler gives it."""
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    return url2pathname(urlsplit(url).path)
 
 
 def _hex(value: bytes | None) -> str:
