@@ -32,6 +32,8 @@ FULL = ["libhello", "hello", "python"]
 
 def lock_text(
     pypi: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    *,
+    conda: str = PYTHON,
     depends: list[str] = (),  # type: ignore[assignment]
     constrains: list[str] = (),  # type: ignore[assignment]
     virtual_packages: list[str] | None = None,
@@ -40,10 +42,10 @@ def lock_text(
     env = {
         "channels": [{"url": "https://conda.anaconda.org/conda-forge/"}],
         "indexes": ["https://pypi.org/simple"],
-        "packages": {"linux-64": [{"conda": PYTHON}, *({"pypi": p["pypi"]} for p in pypi)]},
+        "packages": {"linux-64": [{"conda": conda}, *({"pypi": p["pypi"]} for p in pypi)]},
     }
     record = {
-        "conda": PYTHON,
+        "conda": conda,
         "sha256": SHA,
         "md5": "cd" * 16,
         "depends": list(depends),
@@ -220,6 +222,20 @@ def test_the_cli_reports_a_malformed_virtual_spec_without_a_traceback(run_cli, t
     assert os.listdir(checkout) == ["pixi.lock"]
 
 
+@pytest.mark.parametrize("name", ["__cuda", "__glibc", "__linux"])
+def test_a_conda_package_named_as_a_virtual_package_is_refused(tmp_path, name):
+    url = PYTHON.replace("python-3.12.0-hab00c5b_0_cpython", f"{name}-99.0-0")
+    with pytest.raises(GpuCiError) as caught:
+        planned(tmp_path, lock_text(conda=url))
+    assert f"conda package named {name}" in caught.value.message
+
+
+def test_a_double_underscore_name_that_is_no_virtual_package_is_installed(tmp_path):
+    url = PYTHON.replace("python-3.12.0-hab00c5b_0_cpython", "__anaconda_core_depends-1-0")
+    plan = planned(tmp_path, lock_text(conda=url))
+    assert [e.name for e in plan.conda] == ["__anaconda_core_depends"]
+
+
 # -- a full disk while the PyPI packages are installed ------------------------------------
 
 
@@ -319,10 +335,11 @@ def test_two_jobs_install_one_pixi_environment_at_once_into_one_package_cache(ch
             text=True,
         )
         assert run.stdout.strip() == "42", run.stderr
-    for archive in channel.archives:  # a pixi lock's records are checked by sha256
+    locked = {a.name: a for a in channel.archives}  # as channel.pixi_lock picks them
+    for archive in (locked[name] for name in FULL):  # checked by sha256: the lock has it
         path = pkgs / "archives" / archive.filename
-        if archive.name in FULL:
+        if path.exists():  # a streamed archive is extracted, not kept
             assert hashlib.sha256(path.read_bytes()).hexdigest() == archive.sha256
-            entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
-            assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.sha256
+        entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
+        assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.sha256
     assert our_temporaries(tmp_path) == []

@@ -192,6 +192,7 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
         else:
             record = pkg.repo_data_record()
             name = record.name.normalized
+            virtual.refuse_installed(name, f"{where} ({name})")
             requirements += virtual.from_specs(record.depends, name, True)
             requirements += virtual.from_specs(record.constrains, name, False)
             entry = lockfile.conda_entry(

@@ -18,6 +18,11 @@ from gpu_ci.errors import GpuCiError
 
 CHECKED = ("__cuda", "__glibc")
 
+MACHINE_PROVIDED = frozenset(
+    ("__archspec", "__cuda", "__glibc", "__linux", "__osx", "__unix", "__win")
+)
+"""Virtual packages: the machine provides them; a lock never installs one."""
+
 
 class Requirement(NamedTuple):
     """One virtual package the environment needs, and who asked for it."""
@@ -96,6 +101,19 @@ def _checked(spec: str, entry: str, source: str) -> str:
             title="virtual packages",
         ) from None
     return spec
+
+
+def refuse_installed(name: str, where: str) -> None:
+    """Refuse a conda package that takes a virtual package's name."""
+    if name in MACHINE_PROVIDED:
+        raise GpuCiError(
+            f"{where}: the lock installs a conda package named {name}, the name of a "
+            "virtual package the machine provides (its driver or C library): installed, it "
+            "would tell conda and pixi in this environment that the machine has what it may "
+            "lack. Remove it from the lock; set cuda-override to prepare a CUDA environment "
+            "on a machine without one.",
+            title="virtual packages",
+        )
 
 
 def glibc_version() -> str:
