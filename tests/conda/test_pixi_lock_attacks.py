@@ -343,3 +343,28 @@ def test_two_jobs_install_one_pixi_environment_at_once_into_one_package_cache(ch
         entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
         assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.sha256
     assert our_temporaries(tmp_path) == []
+
+
+# -- an environment name chosen to reach the log, the summary and the cache key --------------
+
+
+def test_a_hostile_environment_name_stays_text(run_cli, tmp_path):
+    name = "a/../b\n::warning::pwned [x](https://evil.example)|<img>"
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    doc = yaml.safe_load(lock_text())
+    doc["environments"] = {name: doc["environments"]["default"]}
+    (checkout / "pixi.lock").write_text(yaml.safe_dump(doc))
+    result = run_cli(
+        ["setup-conda-from-lock", "--lock-file", str(checkout / "pixi.lock"), "--dry-run", "true"],
+        {"INPUT_PIXI_ENVIRONMENT": name, "RUNNER_TOOL_CACHE": str(tmp_path / "tc")},
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert not [line for line in out.splitlines() if line.lstrip().startswith("::warning")]
+    assert result.outputs["pixi-environment"] == name
+    key = result.outputs["cache-key"]
+    assert "-pixi+a+..+b+++warning++pwned+" in key
+    assert all(c.isalnum() or c in "+-._" for c in key), key
+    assert "](https://evil.example)" not in result.summary and "<img>" not in result.summary
+    assert list(tmp_path.glob("**/b")) == []
