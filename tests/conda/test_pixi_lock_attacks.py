@@ -161,6 +161,17 @@ def test_a_changed_wheel_locked_by_file_url_is_refused(channel, tmp_path):
     assert rc == 0, out
 
 
+@pytest.mark.parametrize("scheme", ["git", "hg", "svn", "bzr"])
+def test_a_version_control_entry_is_refused_even_with_a_hash(tmp_path, scheme):
+    """pip fetches these schemes; a hash cannot vouch for a repository."""
+    location = f"{scheme}+https://example.org/repo@0123abcd"
+    entry = {"pypi": location, "name": "x", "version": "1.0", "sha256": SHA}
+    plan = planned(tmp_path, lock_text([entry]))
+    assert [p.source for p in plan.pip] == [scheme]
+    with pytest.raises(GpuCiError, match=f"comes from {scheme} "):
+        pixi.check_sources(plan, tmp_path)
+
+
 # -- __cuda and __glibc however the lock spells them ---------------------------------------
 
 

@@ -22,6 +22,8 @@ from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
 
 VERSIONS = (5, 6, 7)
+VCS = ("git", "hg", "svn", "bzr")
+"""Version-control sources of PyPI entries (pip's schemes): never fetched."""
 REWRITES = "pixi 0.68 or later (`pixi lock` writes format version 7)"
 """What rewrites an older lock: pixi 0.68.0 (2026-05-07) moved the format to version 7."""
 
@@ -115,8 +117,9 @@ def _pip_entry(pkg: Any, details: dict[str, Any], lock_dir: Path, where: str) ->
     item = details.get(location) or {}
     name, version = str(pkg.name), str(item.get("version") or "")
     sha = str(item.get("sha256") or "").lower()
-    if location.startswith("git+"):
-        return PipEntry(name, version, location, "", "git")
+    vcs = re.match(r"(git|hg|svn|bzr)\+", location)
+    if vcs:  # a repository elsewhere: refused by check_sources, with its reason
+        return PipEntry(name, version, location, "", vcs.group(1))
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", location) and not location.startswith("file:"):
         if not sha:
             raise GpuCiError(
@@ -234,10 +237,11 @@ def check_sources(plan: InstallPlan, checkout: Path) -> None:
     cache). Symbolic links are followed before the check."""
     root = checkout.resolve()
     for entry in plan.pip:
-        if entry.source == "git":
+        if entry.source in VCS:
             raise GpuCiError(
-                f"PyPI package {entry.name} comes from git ({mask_url(entry.url)}): it is "
-                "not in the checkout, and this action never fetches or builds a source "
+                f"PyPI package {entry.name} comes from {entry.source} "
+                f"({mask_url(entry.url)}): it is not in the checkout, and this action never "
+                "fetches or builds a source "
                 "from elsewhere. Build a wheel and lock it, or check the source out "
                 "beside the lock and lock it as a path.",
                 title="PyPI source not in the checkout",
