@@ -379,3 +379,30 @@ def test_a_hostile_environment_name_stays_text(run_cli, tmp_path):
     assert all(c.isalnum() or c in "+-._" for c in key), key
     assert "](https://evil.example)" not in result.summary and "<img>" not in result.summary
     assert list(tmp_path.glob("**/b")) == []
+
+
+# -- cuda-override does what it says, no more ---------------------------------------------
+
+
+def test_cuda_override_stands_for_the_driver_and_leaves_glibc_checked(channel, tmp_path):
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    doc = yaml.safe_load(channel.pixi_lock({"default": ["libhello"]}))
+    doc["version"] = 7
+
+    def run(needs: list[str], override: str) -> tuple[int, str]:
+        doc["platforms"] = [{"name": "linux-64", "virtual-packages": needs}]
+        (checkout / "pixi.lock").write_text(yaml.safe_dump(doc, sort_keys=False))
+        env = {"GITHUB_WORKSPACE": str(checkout), "INPUT_CUDA_OVERRIDE": override}
+        env["LD_LIBRARY_PATH"] = str(tmp_path / "no-driver")
+        return job(checkout / "pixi.lock", tmp_path / "env", tmp_path / "pkgs", env=env)
+
+    rc, out = run(["__cuda=12"], "11.8")  # a version, not a pass
+    assert rc == 1 and "__cuda >=12 (platform linux-64): cuda-override offers 11.8" in out, out
+    rc, out = run(["__cuda=12", "__glibc=99"], "12.4")
+    assert rc == 1 and "__glibc >=99 (platform linux-64)" in out, out
+    assert "__cuda" not in out.split("does not meet")[1].split("Run the job")[0], out
+    assert not (tmp_path / "env").exists()
+    rc, out = run(["__cuda=12"], "12.4")
+    assert rc == 0, out
