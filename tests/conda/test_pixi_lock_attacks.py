@@ -406,3 +406,47 @@ def test_cuda_override_stands_for_the_driver_and_leaves_glibc_checked(channel, t
     assert not (tmp_path / "env").exists()
     rc, out = run(["__cuda=12"], "12.4")
     assert rc == 0, out
+
+
+# -- kill -9 while uv installs ---------------------------------------------------------------
+
+
+def test_kill_9_while_uv_installs_publishes_nothing_and_leaves_no_uv(channel, tmp_path):
+    """uv, with no cache of its own to trust later, dies with the job."""
+    import signal
+    import uuid
+
+    from testkit.conda.jobs import survivors
+
+    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
+    if not Path(uv).exists():
+        pytest.skip("uv is not installed")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "uv").symlink_to(uv)
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
+    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"GITHUB_WORKSPACE": str(checkout), "PATH": f"{bare}:/usr/bin:/bin", "TMPDIR": str(temp)}
+    tag = uuid.uuid4().hex
+    rc, out = job(
+        checkout / "pixi.lock",
+        tmp_path / "env",
+        tmp_path / "pkgs",
+        tag=tag,
+        env={**env, "GPU_CI_TEST_KILL_AT": "pip"},
+    )
+    assert rc == -signal.SIGKILL, out
+    assert survivors(tag) == []
+    assert not (tmp_path / "env").exists()
+    rc, out = job(checkout / "pixi.lock", tmp_path / "env", tmp_path / "pkgs", env=env)
+    assert rc == 0 and "| pip packages installed by | uv |" in out, out
+    assert our_temporaries(tmp_path) == []
+    assert not list((tmp_path / "pkgs").rglob("*uv*")), "no uv cache beside the packages"
