@@ -412,7 +412,7 @@ def test_cuda_override_stands_for_the_driver_and_leaves_glibc_checked(channel, t
 
 
 def test_kill_9_while_uv_installs_publishes_nothing_and_leaves_no_uv(channel, tmp_path):
-    """uv, with no cache of its own to trust later, dies with the job."""
+    """uv dies with the job and keeps no cache to trust later."""
     import signal
     import uuid
 
