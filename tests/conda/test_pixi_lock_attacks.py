@@ -172,6 +172,22 @@ def test_a_version_control_entry_is_refused_even_with_a_hash(tmp_path, scheme):
         pixi.check_sources(plan, tmp_path)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://Files.PythonHosted.org/packages/ab/x-1.0-py3-none-any.whl",
+        "https://files.pythonhosted.org:443/packages/ab/x-1.0-py3-none-any.whl",
+        "https://files.pythonhosted.org/packages/cd/../ab/x-1.0-py3-none-any.whl",
+    ],
+)
+def test_an_index_wheel_written_unlike_rattler_keeps_its_hash(tmp_path, url):
+    """rattler gives such a URL normalised; the entry's sha256 is still found."""
+    entry = {"pypi": url, "name": "x", "version": "1.0", "sha256": SHA}
+    (pip,) = planned(tmp_path, lock_text([entry])).pip
+    assert pip.sha256 == SHA
+    assert pip.url == "https://files.pythonhosted.org/packages/ab/x-1.0-py3-none-any.whl"
+
+
 # -- __cuda and __glibc however the lock spells them ---------------------------------------
 
 

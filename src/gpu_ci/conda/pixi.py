@@ -96,7 +96,36 @@ def _pypi_details(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         found[location] = item
         if location.startswith("file:"):
             found.setdefault(_file_path(location), item)
+        elif "://" in location:
+            found.setdefault(_normal_url(location), item)
     return found
+
+
+def _normal_url(url: str) -> str:
+    """``url`` as rattler writes it: host in lower case, no default port, no dot segments.
+
+    A lock written by hand may spell a URL otherwise; its entry must still be found (else
+    its sha256 would read as missing)."""
+    import posixpath
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
+        host = f"{host}:{port}"
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{host}" if userinfo else host
+    path = parts.path
+    if "/." in path:
+        path = posixpath.normpath(path) + ("/" if path.endswith("/") else "")
+    return urlunsplit((scheme, netloc, path, parts.query, parts.fragment))
 
 
 def _file_path(url: str) -> str:
@@ -114,7 +143,7 @@ def _hex(value: bytes | None) -> str:
 def _pip_entry(pkg: Any, details: dict[str, Any], lock_dir: Path, where: str) -> PipEntry:
     """A PyPI entry: a hashed file, or a source from the checkout."""
     location = str(pkg.location)
-    item = details.get(location) or {}
+    item = details.get(location) or details.get(_normal_url(location)) or {}
     name, version = str(pkg.name), str(item.get("version") or "")
     sha = str(item.get("sha256") or "").lower()
     vcs = re.match(r"(git|hg|svn|bzr)\+", location)
