@@ -88,8 +88,9 @@ class PipEntry(NamedTuple):
     url: str
     sha256: str
     source: str = ""
-    """'' for a file checked against ``sha256``; ``editable``, ``path`` or ``git`` for a
-    pixi lock's source entries (installed from the checkout, never resolved)."""
+    """'' for a file checked against ``sha256``; ``editable`` or ``path`` for a pixi lock's
+    source entries (installed from the checkout, never resolved); ``git``, ``hg``, ``svn``
+    or ``bzr`` for a repository elsewhere (refused)."""
     path: str = ""
     """The local path of an ``editable`` or ``path`` entry, absolute."""
 

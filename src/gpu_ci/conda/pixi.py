@@ -22,6 +22,8 @@ from gpu_ci.errors import GpuCiError
 from gpu_ci.urls import mask_url
 
 VERSIONS = (5, 6, 7)
+VCS = ("git", "hg", "svn", "bzr")
+"""Version-control sources of PyPI entries (pip's schemes): never fetched."""
 REWRITES = "pixi 0.68 or later (`pixi lock` writes format version 7)"
 """What rewrites an older lock: pixi 0.68.0 (2026-05-07) moved the format to version 7."""
 
@@ -75,16 +77,61 @@ def _document(text: str, path: str) -> dict[str, Any]:
 
 
 def _pypi_details(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each PyPI entry of the ``packages`` list by location (v5: ``url``/``path``)."""
+    """Each PyPI entry of the ``packages`` list by location (v5: ``url``/``path``).
+
+    rattler gives a ``file:`` URL's location as its path: the entry is found by both, so
+    such a wheel keeps its hash (and is checked against it)."""
     found: dict[str, dict[str, Any]] = {}
     for item in doc.get("packages") or ():
         if not isinstance(item, dict):
             continue
         if "pypi" in item:
-            found[str(item["pypi"])] = item
+            location = str(item["pypi"])
         elif item.get("kind") == "pypi":
-            found[str(item.get("url") or item.get("path") or "")] = item
+            location = str(item.get("url") or item.get("path") or "")
+        else:
+            continue
+        found[location] = item
+        if location.startswith("file:"):
+            found.setdefault(_file_path(location), item)
+        elif "://" in location:
+            found.setdefault(_normal_url(location), item)
     return found
+
+
+def _normal_url(url: str) -> str:
+    """``url`` as rattler writes it: host in lower case, no default port, no dot segments.
+
+    A lock written by hand may spell a URL otherwise; its entry must still be found (else
+    its sha256 would read as missing)."""
+    import posixpath
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
+        host = f"{host}:{port}"
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{host}" if userinfo else host
+    path = parts.path
+    if "/." in path:
+        path = posixpath.normpath(path) + ("/" if path.endswith("/") else "")
+    return urlunsplit((scheme, netloc, path, parts.query, parts.fragment))
+
+
+def _file_path(url: str) -> str:
+    """A ``file:`` URL's local path, as rattler gives it."""
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    return url2pathname(urlsplit(url).path)
 
 
 def _hex(value: bytes | None) -> str:
@@ -94,11 +141,12 @@ def _hex(value: bytes | None) -> str:
 def _pip_entry(pkg: Any, details: dict[str, Any], lock_dir: Path, where: str) -> PipEntry:
     """A PyPI entry: a hashed file, or a source from the checkout."""
     location = str(pkg.location)
-    item = details.get(location) or {}
+    item = details.get(location) or details.get(_normal_url(location)) or {}
     name, version = str(pkg.name), str(item.get("version") or "")
     sha = str(item.get("sha256") or "").lower()
-    if location.startswith("git+"):
-        return PipEntry(name, version, location, "", "git")
+    vcs = re.match(r"(git|hg|svn|bzr)\+", location)
+    if vcs:  # a repository elsewhere: refused by check_sources, with its reason
+        return PipEntry(name, version, location, "", vcs.group(1))
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", location) and not location.startswith("file:"):
         if not sha:
             raise GpuCiError(
@@ -174,6 +222,7 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
         else:
             record = pkg.repo_data_record()
             name = record.name.normalized
+            virtual.refuse_installed(name, f"{where} ({name})")
             requirements += virtual.from_specs(record.depends, name, True)
             requirements += virtual.from_specs(record.constrains, name, False)
             entry = lockfile.conda_entry(
@@ -208,18 +257,23 @@ def plan(text: str, path: str, environment: str, platform: str) -> InstallPlan:
 
 
 def check_sources(plan: InstallPlan, checkout: Path) -> None:
-    """Refuse, before any download, PyPI sources that are not in the checkout."""
+    """Refuse, before any download, PyPI sources that are not in the checkout.
+
+    Every local entry counts, a hashed wheel too: the lock's author picks its hash, so a
+    hash proves nothing about a file elsewhere on a shared runner (another job's build, a
+    cache). Symbolic links are followed before the check."""
     root = checkout.resolve()
     for entry in plan.pip:
-        if entry.source == "git":
+        if entry.source in VCS:
             raise GpuCiError(
-                f"PyPI package {entry.name} comes from git ({mask_url(entry.url)}): it is "
-                "not in the checkout, and this action never fetches or builds a source "
+                f"PyPI package {entry.name} comes from {entry.source} "
+                f"({mask_url(entry.url)}): it is not in the checkout, and this action never "
+                "fetches or builds a source "
                 "from elsewhere. Build a wheel and lock it, or check the source out "
                 "beside the lock and lock it as a path.",
                 title="PyPI source not in the checkout",
             )
-        if entry.source in ("editable", "path"):
+        if entry.path:  # an editable, a path, or a hashed file on this machine
             where = Path(entry.path).resolve()
             if where != root and root not in where.parents:
                 raise GpuCiError(

@@ -18,6 +18,11 @@ from gpu_ci.errors import GpuCiError
 
 CHECKED = ("__cuda", "__glibc")
 
+MACHINE_PROVIDED = frozenset(
+    ("__archspec", "__cuda", "__glibc", "__linux", "__osx", "__unix", "__win")
+)
+"""Virtual packages: the machine provides them; a lock never installs one."""
+
 
 class Requirement(NamedTuple):
     """One virtual package the environment needs, and who asked for it."""
@@ -47,20 +52,68 @@ def from_platform(entries: Iterable[str], platform: str) -> list[Requirement]:
         name, _, version = entry.partition("=")
         if name in CHECKED:
             version = version.split("=")[0]
-            found.append(
-                Requirement(name, f">={version}" if version else "", f"platform {platform}")
-            )
+            spec = _checked(f">={version}", entry, f"platform {platform}") if version else ""
+            found.append(Requirement(name, spec, f"platform {platform}"))
     return found
 
 
 def from_specs(specs: Iterable[str], package: str, required: bool) -> list[Requirement]:
-    """Requirements from a package's ``depends`` (required) or ``constrains``."""
+    """Requirements from a package's ``depends`` (required) or ``constrains``.
+
+    Each spec that names a checked package is read as a match spec: ``__cuda>=12``,
+    ``__cuda >=12`` and ``__cuda[version='>=12']`` are one requirement. A spec that
+    is not one is an error, never skipped (a skipped ``__cuda`` is an unchecked one)."""
     found = []
     for spec in specs:
-        name, _, rest = spec.strip().partition(" ")
+        text = spec.strip()
+        if not text.startswith(_PREFIXES):
+            continue
+        import rattler
+
+        try:
+            match = rattler.MatchSpec(text, strict=True)
+        except Exception as exc:  # rattler's InvalidMatchSpecError
+            raise GpuCiError(
+                f"package {package}: its requirement {text!r} is not a valid match spec "
+                f"({exc}). Re-lock it.",
+                title="virtual packages",
+            ) from None
+        name = match.name.normalized if match.name else ""
         if name in CHECKED:
-            found.append(Requirement(name, rest.strip(), f"package {package}", required))
+            version = str(match.version) if match.version else ""
+            found.append(Requirement(name, version, f"package {package}", required))
     return found
+
+
+_PREFIXES = tuple(CHECKED)
+
+
+def _checked(spec: str, entry: str, source: str) -> str:
+    """``spec`` when it is a version spec; else an error naming ``entry``."""
+    import rattler
+
+    try:
+        rattler.VersionSpec(spec)
+    except Exception as exc:  # rattler's InvalidVersionSpecError
+        raise GpuCiError(
+            f"{source}: virtual package {entry!r} does not give a valid version ({exc}). "
+            "Re-lock it.",
+            title="virtual packages",
+        ) from None
+    return spec
+
+
+def refuse_installed(name: str, where: str) -> None:
+    """Refuse a conda package that takes a virtual package's name."""
+    if name in MACHINE_PROVIDED:
+        raise GpuCiError(
+            f"{where}: the lock installs a conda package named {name}, the name of a "
+            "virtual package the machine provides (its driver or C library): installed, it "
+            "would tell conda and pixi in this environment that the machine has what it may "
+            "lack. Remove it from the lock; set cuda-override to prepare a CUDA environment "
+            "on a machine without one.",
+            title="virtual packages",
+        )
 
 
 def glibc_version() -> str:
