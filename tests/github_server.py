@@ -272,6 +272,9 @@ class FakeGitHub:
         self.log: list[LoggedRequest] = []
         self.faults: list[Fault] = []
         self.read_only_tokens: set[str] = set()
+        self.label_writes: list[tuple[str, int, str, str]] = []
+        """(method, issue number, label, login of the token) of every label added or removed:
+        which account applied a label (GitHub's ``sender`` of the event it makes)."""
         self.token_users: dict[str, str] = {}
         """token -> the login its writes are authored by (default ``github-actions[bot]``,
         the identity of a workflow's GITHUB_TOKEN)."""
@@ -1401,12 +1404,16 @@ class _Handler(BaseHTTPRequestHandler):
                         {},
                     )
                 pr.labels.remove(match)
+                who = gh.token_users.get(token, "github-actions[bot]")
+                gh.label_writes.append(("DELETE", pr.number, match, who))
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
             if method == "POST" and len(rest) == 3:
                 payload = json.loads(raw_body or b"{}")
+                who = gh.token_users.get(token, "github-actions[bot]")
                 for name in payload.get("labels", []):
                     if name not in pr.labels:
                         pr.labels.append(name)
+                        gh.label_writes.append(("POST", pr.number, name, who))
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
         if rest[:1] == ["issues"] and "comments" in rest[1:3]:
             return self._issue_comments(method, path, query, repo, rest[1:], token, raw_body)

@@ -110,7 +110,11 @@ GPU_GATE = ActionSpec(
     runs_on="CPU runner (decides)",
     inputs=(
         InputSpec(
-            "label", "Label that approves a GPU run (compared case-insensitively).", "CUDA CI"
+            "label",
+            "Label that approves a GPU run (compared case-insensitively); none: labels "
+            "approve nothing (comment commands or trusted authors only).",
+            "CUDA CI",
+            off=True,
         ),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
         InputSpec(
@@ -205,16 +209,36 @@ GPU_GATE = ActionSpec(
         ),
         InputSpec(
             "comment-command",
-            "On issue_comment: a new comment on a pull request whose first line is this "
-            "command and the head's SHA ('/gpu-ci run <sha> [tier ...]'), by someone with "
-            "min-permission, approves that commit (none: off).",
-            "/gpu-ci run",
+            "Off unless set (e.g. '/gpu-ci run'). On issue_comment: a new comment on a pull "
+            "request whose first line is this command and the head's SHA ('/gpu-ci run "
+            "<sha> [tier ...]'), by someone with min-permission, is relayed as relay-label "
+            "with relay-token; the pull_request labeled run re-reads it and runs.",
+            "",
             off=True,
         ),
         InputSpec(
+            "relay-token",
+            "With comment-command, in the issue_comment workflow: a token that can start "
+            "workflows (a GitHub App installation token or a fine-grained PAT, "
+            "pull-requests: write) that applies relay-label. Empty: commands approve nothing.",
+            "",
+        ),
+        InputSpec(
+            "relay-bot",
+            "With comment-command: the login whose relay-label counts (the App's "
+            "'<slug>[bot]' or the PAT's user), and only with a command for the head.",
+            "",
+        ),
+        InputSpec(
+            "relay-label",
+            "With comment-command: the label the relay applies (default: label); required "
+            "when label is none. Only relay-bot may apply it.",
+            "",
+        ),
+        InputSpec(
             "tiers",
-            "Words a comment command may name after the SHA (e.g. 'mini, full'); the "
-            "named ones become the tiers output.",
+            "Words a comment command may name after the SHA (e.g. 'mini, full'), "
+            "separated by commas, spaces or lines; the named ones become the tiers output.",
             "",
         ),
         InputSpec(
@@ -245,6 +269,10 @@ GPU_GATE = ActionSpec(
         ),
         OutputSpec("tiers", "JSON array of the tiers the comment named ([] otherwise)."),
         OutputSpec("runs-on", "JSON runs-on value: the GPU value when run is true, else the CPU."),
+        OutputSpec(
+            "relayed", "On issue_comment: the label a valid command was relayed as, else empty."
+        ),
+        OutputSpec("base-ref", "The branch the pull request targets; empty for other events."),
         OutputSpec(
             "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."
         ),
@@ -581,7 +609,7 @@ GPU_STATUS = ActionSpec(
             "comment-command",
             "The comment command the comment names beside the label (`/gpu-ci run <sha>`); "
             "none: label only. Keep it equal to gpu-gate's `comment-command`.",
-            "/gpu-ci run",
+            "",
             off=True,
         ),
         InputSpec(

@@ -25,6 +25,7 @@ def config(**kw):
         cpu_runs_on="ubuntu-latest",
         comment_command="/gpu-ci run",
         tiers=["mini", "full"],
+        relay_bot="gpu-ci-relay[bot]",
     )
     base.update(kw)
     return gate.make_config(**base)
@@ -79,11 +80,36 @@ def test_a_stale_sha_is_refused_naming_the_head():
     assert f"names {OLD[:12]}, but the head of #2 is {HEAD[:12]}" in decision.reason
 
 
-def test_a_missing_sha_is_refused_naming_the_full_head():
-    for body in ("/gpu-ci run", "/gpu-ci run full"):
+def test_a_missing_sha_is_refused_naming_the_full_head_and_keeping_the_tiers():
+    for body, hint in (
+        ("/gpu-ci run", ""),
+        ("/gpu-ci run full", " full"),
+        ("/gpu-ci run mini,full", " mini full"),
+    ):
         decision = decide(body)
         assert not decision.run
-        assert f"'/gpu-ci run {HEAD}'" in decision.reason, decision.reason
+        assert f"'/gpu-ci run {HEAD}{hint}'" in decision.reason, decision.reason
+
+
+def test_tiers_are_separated_by_commas_or_spaces_in_the_command_and_the_input():
+    cfg = config(tiers=["mini rocm", "full,cuda13"])
+    assert cfg.tiers == ("mini", "rocm", "full", "cuda13")
+    for body in (f"/gpu-ci run {HEAD} mini,rocm", f"/gpu-ci run {HEAD} mini rocm"):
+        decision = decide(body, cfg=cfg)
+        assert decision.run and decision.tiers == ("mini", "rocm"), decision.reason
+    test = config(comment_command="/test", tiers=["mini", "rocm"])
+    assert decide("/test mini,rocm", cfg=test).tiers == ("mini", "rocm")
+
+
+def test_a_refused_commenter_is_told_only_what_the_gate_read():
+    """The pull request is not read for a commenter below the role: whether it comes from a
+    fork is unknown, so nothing says it does."""
+    cfg = config()
+    step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD}"), cfg, "d" * 40)
+    assert isinstance(step, gate.CommentCheck)
+    decision = gate.decide_comment(step, cfg, {"role_name": "read"}, {}, None)  # PR unread
+    assert not decision.run and decision.fork is None
+    assert "fork" not in decision.reason
 
 
 def test_a_stranger_is_refused_before_the_pull_request_is_read():
@@ -174,7 +200,15 @@ def test_bad_settings_are_usage_errors():
     with pytest.raises(UsageError, match="does not look like a commit SHA"):
         config(tiers=["abcdef0"])
     with pytest.raises(UsageError, match="one word"):
-        config(tiers=["two words"])
+        config(tiers=["two/words"])
+    with pytest.raises(UsageError, match="needs 'relay-bot'"):
+        config(relay_bot="")
+    with pytest.raises(UsageError, match="comment approvals need a 'relay-label'"):
+        config(label="none")
+    off = config(label="none", relay_label="gpu-ci: comment")
+    assert (off.label, off.relay_label_name) == ("", "gpu-ci: comment")
+    assert off.ways() == "comments '/gpu-ci run <sha>'."
+    assert config(relay_label="cuda ci").relay_label == ""  # the gate label itself
     with pytest.raises(UsageError, match="input 'trusted-authors' must be one of"):
         config(trusted_authors="read")
     assert config(trusted_authors="off").trusted_authors == ""

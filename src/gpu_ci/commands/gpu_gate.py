@@ -11,7 +11,7 @@ from urllib.parse import quote
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate, jobs, spend
 from gpu_ci.github import status as statuses
-from gpu_ci.github.client import ApiError, Rest, call_api, connect
+from gpu_ci.github.client import ApiError, Rest, call_api, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.spend import budget
 from gpu_ci.inputs import Inputs
@@ -35,6 +35,8 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         tiers=inputs.items("tiers"),
         trusted_authors=inputs["trusted-authors"],
         trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
+        relay_bot=inputs["relay-bot"],
+        relay_label=inputs["relay-label"],
     )
 
 
@@ -65,12 +67,17 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
     if isinstance(step, gate.CommentCheck):
         decision, login, answer = _decide_comment(rest, ctx.repository, step, config)
+    elif isinstance(step, gate.RelayCheck):
+        decision, login, answer = _decide_relay(rest, ctx.repository, step, config)
     elif isinstance(step, gate.TrustedCheck):
         decision, login, answer = _decide_trusted(rest, ctx.repository, step, config)
     else:
         decision, login, answer = _decide_label(rest, ctx.repository, step, config)
     if decision.run and config.require_approved_review:  # every approval path, not only labels
         decision = _review_pinning(rest, ctx.repository, config, (login, answer), decision)
+    if isinstance(step, gate.CommentCheck):  # a comment never runs PR code: it is relayed
+        decision, calls = _relay(decision, config, inputs["relay-token"], ctx.repository, rt)
+        return decision, config, rest.calls + calls
     return decision, config, rest.calls
 
 
@@ -141,13 +148,77 @@ def _decide_trusted(
     if refused is not None:
         return refused, step.author, answer
     pull = _pull(rest, repo, step.number)
-    commit = call_api(
-        f"the head commit {step.head_sha[:12]}",
-        lambda: rest.get(f"/repos/{repo}/commits/{step.head_sha}"),
-    )
+    try:
+        commit = rest.get(f"/repos/{repo}/commits/{step.head_sha}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise describe_api_failure(exc, f"the head commit {step.head_sha[:12]}") from None
+        why = f"HTTP 404{': ' + exc.message if exc.message else ''}"
+        role = gate.role_of(answer)[0]
+        return gate.refuse_unreadable(step, config, role, why), step.author, answer
     files = _files(rest, repo, step.number, config)
     decision = gate.decide_trusted(step, config, answer, pull, commit, files)
     return decision, step.author, answer
+
+
+def _relay(
+    decision: gate.Decision, config: gate.GateConfig, token: str, repo: str, rt: Runtime
+) -> tuple[gate.Decision, int]:
+    """A valid command becomes the relay label, applied with ``token``.
+
+    GitHub runs an ``issue_comment`` workflow from the default branch, so the pull
+    request's code never runs in it: the label starts a ``pull_request`` run instead,
+    which only a token other than GITHUB_TOKEN can do. Returns the decision (never a run)
+    and the API calls made."""
+    if not decision.run:
+        return decision, 0
+    label = config.relay_label_name
+    if not token:
+        why = gate.relay_unset(decision, label)
+        rt.warning(why, title="gpu-gate")
+        return replace(decision, run=False, reason=why), 0
+    writer = connect(token, rt.environ, rt.mask)
+    path = f"/repos/{repo}/issues/{decision.pr_number}/labels"
+    try:  # a label already on the pull request would start nothing: take it off first
+        writer.delete(f"{path}/{quote(label, safe='')}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise describe_api_failure(exc, f"removing '{label}' before relaying") from None
+    call_api(f"applying '{label}' with relay-token", lambda: writer.post(path, {"labels": [label]}))
+    return gate.relayed(decision, label, config.relay_bot), writer.calls
+
+
+#: How many commenters' roles one relay decision reads at most (newest commands first).
+RELAY_ROLE_LOOKUPS = 10
+
+
+def _decide_relay(
+    rest: Rest, repo: str, step: gate.RelayCheck, config: gate.GateConfig
+) -> Approver:
+    """The API answers the relay bot's label needs.
+
+    The pull request, its comments, then the commenters' roles, newest command first, until
+    one has the role."""
+    pull = _pull(rest, repo, step.number)
+    comments = call_api(
+        f"the comments of pull request #{step.number}",
+        lambda: rest.get_pages(f"/repos/{repo}/issues/{step.number}/comments", limit=10000),
+    )
+    found: list[tuple[gate.Candidate, dict[str, Any]]] = []
+    roles: dict[str, dict[str, Any]] = {}
+    for candidate in gate.relay_candidates(comments, config, step.head_sha, step.fork):
+        if candidate.login not in roles:
+            if len(roles) == RELAY_ROLE_LOOKUPS:
+                break
+            roles[candidate.login] = _role(rest, repo, candidate.login)
+        answer = roles[candidate.login]
+        found.append((candidate, answer))
+        if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
+            break
+    files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else []
+    decision = gate.decide_relay(step, config, pull, found, files)
+    login = decision.labeled_by
+    return decision, login, roles.get(login, {"permission": "none", "role_name": "none"})
 
 
 def _review_pinning(
@@ -200,6 +271,7 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
         ("approved review", "required" if config.require_approved_review else "not required"),
         ("tiers", " ".join(decision.tiers) if config.tiers else "(no tiers configured)"),
+        ("relayed as label", decision.relayed or "-"),
         ("decision", "**run**" if decision.run else "skip"),
         ("reason", decision.reason),
     ]
@@ -228,6 +300,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("approval", decision.approval if decision.run else "")
     rt.set_output("tiers", json.dumps(list(decision.tiers) if decision.run else []))
     rt.set_output("runs-on", decision.runs_on(config))
+    rt.set_output("relayed", decision.relayed)
+    rt.set_output("base-ref", _base_ref(load_event(rt.environ).payload))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
     if decision.run and not config.gpu_runs_on:
@@ -243,6 +317,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
     rt.summary(summary)
     return 0
+
+
+def _base_ref(payload: dict[str, Any]) -> str:
+    """The branch a pull request targets (``pull_request.base.ref``), or ""."""
+    return str(((payload.get("pull_request") or {}).get("base") or {}).get("ref") or "")
 
 
 # -- budget (logic in gpu_ci.github.spend.budget / .spend) -----------------------------------------

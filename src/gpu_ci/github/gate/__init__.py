@@ -6,7 +6,10 @@ asks for (the labeller's role and the pull request: two REST calls; changed file
 when ``paths`` is set) and calls :func:`decide_pull` or :func:`decide_push`. A comment
 command (:class:`CommentCheck`) needs the same two calls and :func:`decide_comment`; a
 trusted author's push (:class:`TrustedCheck`) those plus the head commit, and
-:func:`decide_trusted`.
+:func:`decide_trusted`. In an ``issue_comment`` event a valid command is never run: the
+shell relays it as a label applied with ``relay-token``; the relay bot's label
+(:class:`RelayCheck`) then runs only when :func:`decide_relay` re-reads a valid command for
+the head by someone with the role.
 
 :mod:`.config` checks the inputs, :mod:`.checks` triages the event, :mod:`.decide`
 decides, :mod:`.paths` matches ``paths``; :mod:`.labels` is remove-label's. This package
@@ -21,6 +24,7 @@ from gpu_ci.github.gate.checks import (
     Decision,
     PullCheck,
     PushCheck,
+    RelayCheck,
     Triage,
     TrustedCheck,
     triage,
@@ -36,14 +40,20 @@ from gpu_ci.github.gate.config import (
     runs_on_json,
 )
 from gpu_ci.github.gate.decide import (
+    Candidate,
     approvers_of,
     decide_comment,
     decide_pull,
     decide_push,
+    decide_relay,
     decide_review,
     decide_trusted,
     refuse_role,
     refuse_trusted,
+    refuse_unreadable,
+    relay_candidates,
+    relay_unset,
+    relayed,
     role_of,
 )
 
@@ -54,23 +64,30 @@ __all__ = [
     "ROLE_RANK",
     "RUN_ON_EVENTS",
     "TRUSTED_ACTIONS",
+    "Candidate",
     "CommentCheck",
     "Decision",
     "GateConfig",
     "PullCheck",
     "PushCheck",
+    "RelayCheck",
     "Triage",
     "TrustedCheck",
     "approvers_of",
     "decide_comment",
     "decide_pull",
     "decide_push",
+    "decide_relay",
     "decide_review",
     "decide_trusted",
     "make_config",
     "parse_run_on",
     "refuse_role",
     "refuse_trusted",
+    "refuse_unreadable",
+    "relay_candidates",
+    "relay_unset",
+    "relayed",
     "role_of",
     "runs_on_json",
     "triage",

@@ -25,6 +25,7 @@ class GateConfig:
     """gpu-gate's checked inputs."""
 
     label: str
+    """Empty: the label path is off (only comments, trusted authors or run-on approve)."""
     min_permission: str
     run_on: frozenset[str]
     require_fresh_head: bool
@@ -40,6 +41,26 @@ class GateConfig:
     trusted_authors: str = ""
     """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
     trusted_authors_verified: bool = False
+    relay_bot: str = ""
+    """The login whose label relays a comment approval (an App's ``<slug>[bot]``)."""
+    relay_label: str = ""
+    """The label the relay applies: the gate label unless set (required with the label off)."""
+
+    @property
+    def relay_label_name(self) -> str:
+        """The label a relayed comment approval arrives as."""
+        return self.relay_label or self.label
+
+    def ways(self) -> str:
+        """How this repository approves a commit, for refusal texts."""
+        ways = []
+        if self.label:
+            ways.append(f"a maintainer applies '{self.label}'")
+        if self.comment_command:
+            ways.append(f"comments '{self.comment_command} <sha>'")
+        if not ways:
+            return "only a trusted author's own push runs here."
+        return " or ".join(ways) + "."
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -96,6 +117,8 @@ def make_config(
     tiers: Sequence[str] = (),
     trusted_authors: str = "",
     trusted_authors_verified: bool = False,
+    relay_bot: str = "",
+    relay_label: str = "",
 ) -> GateConfig:
     """The checked config (one argument per input of the action)."""
     perm = _role_input("min-permission", min_permission)
@@ -103,10 +126,16 @@ def make_config(
     trusted = "" if trusted in ("", "false", "none", "off") else trusted
     if trusted:
         trusted = _role_input("trusted-authors", trusted)
-    if not label.strip():
-        raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
+    gate_label = "" if label.strip().casefold() in ("", "none") else label.strip()
+    command = comment.parse_command_setting(comment_command)
+    relay = _relay_inputs(gate_label, command, relay_bot, relay_label)
+    if not (gate_label or command or trusted):
+        raise UsageError(
+            "input 'label' is none and neither comment-command nor trusted-authors is set: "
+            "nothing could approve a pull request. Name the gate label, or set comment-command."
+        )
     return GateConfig(
-        label=label.strip(),
+        label=gate_label,
         min_permission=perm,
         run_on=parse_run_on(run_on),
         require_fresh_head=require_fresh_head,
@@ -117,11 +146,36 @@ def make_config(
         gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
         cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
         require_approved_review=require_approved_review,
-        comment_command=comment.parse_command_setting(comment_command),
+        comment_command=command,
         tiers=comment.parse_tiers(tiers),
         trusted_authors=trusted,
         trusted_authors_verified=trusted_authors_verified,
+        relay_bot=relay[0],
+        relay_label=relay[1],
     )
+
+
+def _relay_inputs(label: str, command: str, bot: str, relay_label: str) -> tuple[str, str]:
+    """(relay-bot, relay-label), checked against the label and the comment command."""
+    bot, relay_label = bot.strip(), relay_label.strip()
+    if relay_label.casefold() == "none":
+        relay_label = ""
+    if not command:
+        return "", ""
+    if not bot:
+        raise UsageError(
+            "input 'comment-command' needs 'relay-bot': the comment workflow relays a valid "
+            "command as a label applied with an App's token, and the gate accepts that label "
+            "only from that account (e.g. 'my-gpu-ci-app[bot]')."
+        )
+    if not (relay_label or label):
+        raise UsageError(
+            "input 'label' is none, so comment approvals need a 'relay-label' of their own "
+            "(e.g. 'gpu-ci: comment'): the label the relay applies and only it may apply."
+        )
+    if relay_label.casefold() == label.casefold():
+        relay_label = ""
+    return bot, relay_label
 
 
 def _role_input(name: str, value: str) -> str:
