@@ -214,7 +214,6 @@ GPU_GATE = ActionSpec(
             "<sha> [tier ...]'), by someone with min-permission, is relayed as relay-label "
             "with relay-token; the pull_request labeled run re-reads it and runs.",
             "",
-            off=True,
         ),
         InputSpec(
             "relay-token",
@@ -608,9 +607,8 @@ GPU_STATUS = ActionSpec(
         InputSpec(
             "comment-command",
             "The comment command the comment names beside the label (`/gpu-ci run <sha>`); "
-            "none: label only. Keep it equal to gpu-gate's `comment-command`.",
+            "empty: label only. Keep it equal to gpu-gate's `comment-command`.",
             "",
-            off=True,
         ),
         InputSpec(
             "comment-help",
