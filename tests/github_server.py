@@ -190,6 +190,8 @@ class Organization:
     pricePerUnit, grossAmount, discountAmount, netAmount, organizationName, repositoryName."""
     billing_tokens: set[str] | None = None
     """Tokens that may read billing (None: any token)."""
+    members: set[str] = field(default_factory=set)
+    """Logins of its members (orgs/check-membership-for-user: 204, else 404)."""
 
 
 @dataclass
@@ -1319,6 +1321,12 @@ class _Handler(BaseHTTPRequestHandler):
             }
             search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset, "resource": "search"}
             return 200, {"resources": {"core": core, "search": search}, "rate": core}, {}
+        if method == "GET" and len(parts) == 4 and parts[0] == "orgs" and parts[2] == "members":
+            # orgs/check-membership-for-user, as an organisation member's token sees it
+            org = gh.orgs.get(parts[1].lower())
+            if org is not None and parts[3].lower() in {m.lower() for m in org.members}:
+                return 204, None, {}
+            return 404, None, {}  # GitHub documents no body for this 404
         if len(parts) < 3 or parts[0] != "repos":
             return self._not_found()
         repo = gh.repos.get(f"{parts[1]}/{parts[2]}")

@@ -123,6 +123,13 @@ GPU_GATE = ActionSpec(
             "write",
         ),
         InputSpec(
+            "approvers",
+            "Logins, and @org for an organisation's members, who approve besides those with "
+            "min-permission (comma- or space-separated; org membership is read through the "
+            "API: GITHUB_TOKEN sees public members only).",
+            "",
+        ),
+        InputSpec(
             "run-on",
             "Comma-separated events that run without a label.",
             "push,schedule,workflow_dispatch,merge_group",

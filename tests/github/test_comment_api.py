@@ -83,6 +83,7 @@ def test_the_relayed_label_runs_the_head_in_the_commenters_name_with_their_tier(
     assert json.loads(out["tiers"]) == ["full"]
     assert out["runs-on"] == '["self-hosted","gpu"]'
     assert "(relayed by gpu-ci-relay[bot] as 'CUDA CI')" in out["reason"]
+    assert out["base-ref"] == "main"  # the branch #2 targets
     assert "| approver | Codertocat |" in result.summary
 
 
@@ -358,3 +359,37 @@ def test_the_comment_command_is_off_unless_configured(run_cli, server):
     assert result.outputs["run"] == "false"
     assert "'issue_comment' is neither a labelled pull request" in result.outputs["reason"]
     assert server.log == [] and server.label_writes == []
+
+
+def test_approvers_lists_logins_and_organisation_members_beside_the_role(run_cli, server):
+    """CuPy's OWNER/MEMBER: members of an organisation (read through the API at decision
+    time) and listed logins approve although their repository role is below min-permission."""
+    server.add_org("cupy", members={"member1"})
+    args = ["--approvers", "listed-user, @cupy"]
+    by_member = run_gate(
+        run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD}", "member1"), args
+    )
+    assert by_member.outputs["relayed"] == "CUDA CI", by_member.stdout
+    assert "member1 (read; approvers: @cupy member) commented" in by_member.outputs["reason"]
+    assert [r.path for r in server.log][:2] == [
+        f"/repos/{REPO}/collaborators/member1/permission",
+        "/orgs/cupy/members/member1",
+    ]
+    listed = run_gate(
+        run_cli, server, "pull_request", relayed_label("listed-user", "CUDA CI"), args
+    )
+    assert listed.outputs["run"] == "true", listed.stdout
+    assert listed.outputs["reason"].startswith("listed-user (read; approvers: listed-user)")
+    server.log.clear()
+    stranger = run_gate(
+        run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD}", "rando"), args
+    )
+    assert stranger.outputs["relayed"] == ""
+    assert stranger.outputs["reason"] == (
+        "rando has the 'read' role; a '/gpu-ci run' comment needs 'write' or higher, or to be "
+        "listed in approvers (listed-user, @cupy)."
+    )
+    assert [r.path for r in server.log] == [
+        f"/repos/{REPO}/collaborators/rando/permission",
+        "/orgs/cupy/members/rando",
+    ]

@@ -201,6 +201,8 @@ def test_bad_settings_are_usage_errors():
         config(tiers=["abcdef0"])
     with pytest.raises(UsageError, match="one word"):
         config(tiers=["two/words"])
+    with pytest.raises(UsageError, match="input .approvers. lists"):
+        config(approvers=["a/b"])
     with pytest.raises(UsageError, match="needs 'relay-bot'"):
         config(relay_bot="")
     with pytest.raises(UsageError, match="comment approvals need a 'relay-label'"):

@@ -37,6 +37,7 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
         relay_bot=inputs["relay-bot"],
         relay_label=inputs["relay-label"],
+        approvers=inputs.items("approvers"),
     )
 
 
@@ -85,7 +86,7 @@ Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approv
 
 
 def _decide_label(rest: Rest, repo: str, step: gate.PullCheck, config: gate.GateConfig) -> Approver:
-    answer = _role(rest, repo, step.labeller)
+    answer = _role(rest, repo, step.labeller, config)
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
         return refused, step.labeller, answer
@@ -94,11 +95,40 @@ def _decide_label(rest: Rest, repo: str, step: gate.PullCheck, config: gate.Gate
     return gate.decide_pull(step, config, answer, pull, files), step.labeller, answer
 
 
-def _role(rest: Rest, repo: str, login: str) -> dict[str, Any]:
+def _role(
+    rest: Rest, repo: str, login: str, config: gate.GateConfig | None = None
+) -> dict[str, Any]:
+    """The account's permission answer; with ``config``, marked when ``approvers`` lists it.
+
+    ``approvers`` is read only for an account below the role: a login listed, then each
+    ``@org`` whose membership the API confirms (one call per organisation)."""
     answer: dict[str, Any] = call_api(
         f"the role of {login}", functools.partial(_permission, rest, repo, login)
     )
+    if config is None or not config.approvers or gate.qualifies(answer, config):
+        return answer
+    for entry in config.approvers:
+        if not entry.startswith("@") and entry.casefold() == login.casefold():
+            return {**answer, gate.ALLOWED_BY: entry}
+    for entry in config.approvers:
+        if entry.startswith("@") and _member(rest, entry[1:], login):
+            return {**answer, gate.ALLOWED_BY: f"{entry} member"}
     return answer
+
+
+def _member(rest: Rest, org: str, login: str) -> bool:
+    """Whether ``login`` is a member of ``org`` (``GET /orgs/{org}/members/{username}``).
+
+    GitHub answers 204 for a member, 404 otherwise; a token outside the organisation is
+    redirected to its public members."""
+    path = f"/orgs/{quote(org, safe='')}/members/{quote(login, safe='')}"
+    try:
+        rest.download(path, 4096)  # a 204 has no JSON body for get() to read
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise describe_api_failure(exc, f"whether {login} is a member of {org}") from None
+    return True
 
 
 def _pull(rest: Rest, repo: str, number: int) -> dict[str, Any]:
@@ -127,9 +157,9 @@ def _decide_comment(
     """The API answers a comment command needs.
 
     The commenter's role (a refusal stops there), the pull request, its files for paths."""
-    answer = _role(rest, repo, step.commenter)
+    answer = _role(rest, repo, step.commenter, config)
     pull: dict[str, Any] = {}
-    if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
+    if gate.qualifies(answer, config):
         pull = _pull(rest, repo, step.number)
     files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else None
     if config.paths and files is None:
@@ -210,10 +240,10 @@ def _decide_relay(
         if candidate.login not in roles:
             if len(roles) == RELAY_ROLE_LOOKUPS:
                 break
-            roles[candidate.login] = _role(rest, repo, candidate.login)
+            roles[candidate.login] = _role(rest, repo, candidate.login, config)
         answer = roles[candidate.login]
         found.append((candidate, answer))
-        if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
+        if gate.qualifies(answer, config):
             break
     files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else []
     decision = gate.decide_relay(step, config, pull, found, files)

@@ -40,6 +40,7 @@ from gpu_ci.github.gate.config import (
     runs_on_json,
 )
 from gpu_ci.github.gate.decide import (
+    ALLOWED_BY,
     Candidate,
     approvers_of,
     decide_comment,
@@ -48,6 +49,7 @@ from gpu_ci.github.gate.decide import (
     decide_relay,
     decide_review,
     decide_trusted,
+    qualifies,
     refuse_role,
     refuse_trusted,
     refuse_unreadable,
@@ -58,6 +60,7 @@ from gpu_ci.github.gate.decide import (
 )
 
 __all__ = [
+    "ALLOWED_BY",
     "MIN_PERMISSIONS",
     "NULL_SHA",
     "PR_EVENTS",
@@ -81,6 +84,7 @@ __all__ = [
     "decide_review",
     "decide_trusted",
     "make_config",
+    "qualifies",
     "parse_run_on",
     "refuse_role",
     "refuse_trusted",

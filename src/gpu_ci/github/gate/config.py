@@ -6,6 +6,7 @@ Every mistake is a :class:`UsageError` that says what to write.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ class GateConfig:
     """The login whose label relays a comment approval (an App's ``<slug>[bot]``)."""
     relay_label: str = ""
     """The label the relay applies: the gate label unless set (required with the label off)."""
+    approvers: tuple[str, ...] = ()
+    """Logins, and ``@org`` for an organisation's members, who approve below the role."""
 
     @property
     def relay_label_name(self) -> str:
@@ -119,6 +122,7 @@ def make_config(
     trusted_authors_verified: bool = False,
     relay_bot: str = "",
     relay_label: str = "",
+    approvers: Sequence[str] = (),
 ) -> GateConfig:
     """The checked config (one argument per input of the action)."""
     perm = _role_input("min-permission", min_permission)
@@ -152,7 +156,25 @@ def make_config(
         trusted_authors_verified=trusted_authors_verified,
         relay_bot=relay[0],
         relay_label=relay[1],
+        approvers=_approvers(approvers),
     )
+
+
+_LOGIN = re.compile(r"@?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
+
+
+def _approvers(items: Sequence[str]) -> tuple[str, ...]:
+    """``approvers``: logins and ``@org`` names, as GitHub spells them."""
+    out: list[str] = []
+    for item in (w for text in items for w in text.replace(",", " ").split()):
+        if not _LOGIN.fullmatch(item):
+            raise UsageError(
+                f"input 'approvers' lists {item!r}: give GitHub logins (alice) or "
+                "organisations as @org (their members approve), separated by commas or spaces."
+            )
+        if item.casefold() not in (o.casefold() for o in out):
+            out.append(item)
+    return tuple(out)
 
 
 def _relay_inputs(label: str, command: str, bot: str, relay_label: str) -> tuple[str, str]:

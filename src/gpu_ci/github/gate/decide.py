@@ -38,6 +38,33 @@ def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
     return (legacy if legacy in ROLE_RANK else "none"), False
 
 
+#: The key the shell adds to a permission answer when ``approvers`` lists its login.
+ALLOWED_BY = "allowed_by"
+
+
+def qualifies(permission_answer: Mapping[str, Any], config: GateConfig) -> bool:
+    """Whether the account may approve: ``min-permission`` or listed in ``approvers``."""
+    role, _ = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return True
+    return bool(permission_answer.get(ALLOWED_BY))
+
+
+def _who(login: str, permission_answer: Mapping[str, Any]) -> str:
+    """How a reason names an approver: their role, or the approvers entry that lists them."""
+    role, _ = role_of(permission_answer)
+    listed = permission_answer.get(ALLOWED_BY)
+    return f"{login} ({role}; approvers: {listed})" if listed else f"{login} ({role})"
+
+
+def _needs(config: GateConfig, what: str) -> str:
+    """What ``what`` needs, in a refusal by role."""
+    listed = f", or to be listed in approvers ({', '.join(config.approvers)})"
+    return f"{what} needs '{config.min_permission}' or higher" + (
+        listed if config.approvers else ""
+    )
+
+
 def _base(
     check: PullCheck | TrustedCheck, who: str, role: str, current: str, approval: str
 ) -> Decision:
@@ -70,15 +97,13 @@ def refuse_role(
 ) -> Decision | None:
     """The role rule alone: a refusal needs no further API call."""
     role, exact = role_of(permission_answer)
-    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+    if qualifies(permission_answer, config):
         return None
     note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    what = f"applying '{config.label}'"
     return replace(
         _pull_decision(check, role),
-        reason=(
-            f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
-            f"'{config.min_permission}' or higher."
-        ),
+        reason=f"{check.labeller} has the '{role}' role{note}; {_needs(config, what)}.",
     )
 
 
@@ -112,7 +137,8 @@ def decide_pull(
         base,
         run=True,
         reason=(
-            f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
+            f"{_who(check.labeller, permission_answer)} applied '{config.label}' to "
+            f"#{check.number}{fork} at "
             f"{check.head_sha[:12]}."
         ),
     )
@@ -163,16 +189,13 @@ def _role_refusal(
     base: Decision, login: str, config: GateConfig, answer: Mapping[str, Any], what: str
 ) -> Decision | None:
     role, exact = role_of(answer)
-    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+    if qualifies(answer, config):
         return None
     note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
     return replace(
         base,
         permission=role,
-        reason=(
-            f"{login} has the '{role}' role{note}; {what} needs '{config.min_permission}' or "
-            "higher."
-        ),
+        reason=f"{login} has the '{role}' role{note}; {_needs(config, what)}.",
     )
 
 
@@ -248,7 +271,7 @@ def decide_comment(
         base,
         run=True,
         reason=(
-            f"{check.commenter} ({base.permission}) commented {command} for #{check.number}"
+            f"{_who(check.commenter, permission_answer)} commented {command} for #{check.number}"
             f"{fork} at {current[:12]}{named}."
         ),
     )
@@ -374,7 +397,7 @@ def decide_relay(
 
     ``candidates``: :func:`relay_candidates` with each commenter's role answer."""
     for found, answer in candidates:
-        if ROLE_RANK[role_of(answer)[0]] < ROLE_RANK[config.min_permission]:
+        if not qualifies(answer, config):
             continue
         step = CommentCheck(check.event, check.number, found.login, found.command, found.url)
         decision = decide_comment(step, config, answer, pull, changed_files)
