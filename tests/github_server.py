@@ -100,6 +100,8 @@ class Repo:
     """Comments of every issue and pull request, in creation order (ids ascending)."""
     commits: dict[str, Commit] = field(default_factory=dict)
     """sha -> the commit served by repos/get-commit (a sha not here: 404)."""
+    files: dict[str, dict[str, str]] = field(default_factory=dict)
+    """branch -> {path: text}: what repos/get-content serves at ``?ref=<branch>``."""
 
 
 @dataclass
@@ -1377,6 +1379,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._paginate(
                     path, query, [gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)]
                 )
+        if method == "GET" and len(rest) >= 2 and rest[0] == "contents":
+            return self._content(repo, "/".join(rest[1:]), query)
         if method == "GET" and rest[:1] == ["compare"] and len(rest) >= 2:
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:
@@ -1522,6 +1526,42 @@ class _Handler(BaseHTTPRequestHandler):
                     {},
                 )
         return self._not_found()
+
+    def _content(
+        self, repo: Repo, path: str, query: dict[str, list[str]]
+    ) -> tuple[int, Any, dict[str, str]]:
+        """repos/get-content of a file (``content-file``: base64, its blob's SHA)."""
+        import base64
+        import hashlib
+
+        ref = (query.get("ref") or [repo.default_branch])[0]
+        text = repo.files.get(ref, {}).get(path)
+        if text is None:
+            return self._not_found()
+        data = text.encode()
+        sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        api = f"{self.gh.url}/repos/{repo.full_name}"
+        html = f"https://github.com/{repo.full_name}/blob/{ref}/{path}"
+        git = f"{api}/git/blobs/{sha}"
+        url = f"{api}/contents/{path}?ref={ref}"
+        return (
+            200,
+            {
+                "type": "file",
+                "encoding": "base64",
+                "size": len(data),
+                "name": path.rsplit("/", 1)[-1],
+                "path": path,
+                "content": base64.b64encode(data).decode(),
+                "sha": sha,
+                "url": url,
+                "git_url": git,
+                "html_url": html,
+                "download_url": f"https://raw.githubusercontent.com/{repo.full_name}/{ref}/{path}",
+                "_links": {"git": git, "html": html, "self": url},
+            },
+            {},
+        )
 
     def _issue_comments(
         self,

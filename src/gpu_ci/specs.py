@@ -244,7 +244,9 @@ GPU_GATE = ActionSpec(
         InputSpec(
             "tiers",
             "Words a comment command may name after the SHA (e.g. 'mini, full'), "
-            "separated by commas, spaces or lines; the named ones become the tiers output.",
+            "separated by commas, spaces or lines, or 'file:<path>', a file of the default "
+            "branch read through the API (contents: read); the named ones become the tiers "
+            "output.",
             "",
         ),
         InputSpec(

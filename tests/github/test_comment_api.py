@@ -393,3 +393,33 @@ def test_approvers_lists_logins_and_organisation_members_beside_the_role(run_cli
         f"/repos/{REPO}/collaborators/rando/permission",
         "/orgs/cupy/members/rando",
     ]
+
+
+def test_tiers_are_read_from_a_file_of_the_default_branch_never_the_pull_requests(run_cli, server):
+    event = command(f"/gpu-ci run {HEAD} mini,rocm")
+    branch = event["repository"]["default_branch"]
+    server.repos[REPO].files = {
+        branch: {".github/gpu-tiers.txt": "# CuPy's tiers\nmini\nrocm, cuda13  # AMD\n"},
+        "feature": {".github/gpu-tiers.txt": "anything\n"},  # the pull request's copy
+    }
+    args = ["--tiers", "file:.github/gpu-tiers.txt"]
+    result = run_gate(run_cli, server, "issue_comment", event, args)
+    assert result.outputs["relayed"] == "CUDA CI", result.stdout
+    assert "(tiers: mini, rocm)" in result.outputs["reason"]
+    first = server.log[0]
+    assert (first.path, first.query) == (
+        f"/repos/{REPO}/contents/.github/gpu-tiers.txt",
+        {"ref": [branch]},
+    )
+    unknown = run_gate(
+        run_cli, server, "issue_comment", command(f"/gpu-ci run {HEAD} anything"), args
+    )
+    assert unknown.outputs["relayed"] == ""
+    assert (
+        "unknown tier 'anything' after the SHA: the tiers are mini, rocm, cuda13"
+        in (unknown.outputs["reason"])
+    )
+    server.repos[REPO].files = {}
+    missing = run_gate(run_cli, server, "issue_comment", event, args)
+    assert missing.returncode == 1 and missing.outputs["run"] == "false"
+    assert "the tiers file .github/gpu-tiers.txt on" in missing.outputs["reason"]

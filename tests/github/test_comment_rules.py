@@ -201,6 +201,9 @@ def test_bad_settings_are_usage_errors():
         config(tiers=["abcdef0"])
     with pytest.raises(UsageError, match="one word"):
         config(tiers=["two/words"])
+    with pytest.raises(UsageError, match="write exactly one 'file:<path>'"):
+        config(tiers=["file:a.txt", "mini"])
+    assert config(tiers=["file: .github/t.txt"]).tiers_file == ".github/t.txt"
     with pytest.raises(UsageError, match="input .approvers. lists"):
         config(approvers=["a/b"])
     with pytest.raises(UsageError, match="needs 'relay-bot'"):

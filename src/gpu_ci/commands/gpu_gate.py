@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from dataclasses import replace
@@ -54,10 +55,13 @@ def _permission(rest: Rest, repo: str, login: str) -> dict[str, Any]:
 def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfig, int]:
     config = config_from(inputs)
     ctx = load_event(rt.environ)
+    rest = connect(inputs["github-token"], rt.environ, rt.mask) if config.tiers_file else None
+    if rest is not None:
+        config = _read_tiers(rest, ctx.repository, ctx.payload, config)
     step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
     if isinstance(step, gate.Decision):
-        return step, config, 0
-    rest = connect(inputs["github-token"], rt.environ, rt.mask)
+        return step, config, rest.calls if rest is not None else 0
+    rest = rest or connect(inputs["github-token"], rt.environ, rt.mask)
     if isinstance(step, gate.PushCheck):
         files = call_api(
             "the push's changed files",
@@ -80,6 +84,30 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         decision, calls = _relay(decision, config, inputs["relay-token"], ctx.repository, rt)
         return decision, config, rest.calls + calls
     return decision, config, rest.calls
+
+
+def _read_tiers(
+    rest: Rest, repo: str, payload: dict[str, Any], config: gate.GateConfig
+) -> gate.GateConfig:
+    """The tiers ``tiers: file:<path>`` lists on the default branch.
+
+    Never the pull request's copy.
+
+    One word or more a line, separated by commas or spaces; ``#`` starts a comment."""
+    branch = str((payload.get("repository") or {}).get("default_branch") or "")
+    if not branch:
+        raise UsageError("'tiers: file:' needs repository.default_branch in the event payload.")
+    path = f"/repos/{repo}/contents/{quote(config.tiers_file)}?ref={quote(branch, safe='')}"
+    answer = call_api(f"the tiers file {config.tiers_file} on {branch}", lambda: rest.get(path))
+    try:
+        text = base64.b64decode(str(answer.get("content") or "")).decode("utf-8")
+    except ValueError:
+        raise GpuCiError(f"the tiers file {config.tiers_file} is not UTF-8 text.") from None
+    words = [line.split("#", 1)[0] for line in text.splitlines()]
+    try:
+        return replace(config, tiers=gate.parse_tiers(words))
+    except UsageError as exc:
+        raise UsageError(f"{config.tiers_file} on {branch}: {exc.message}") from None
 
 
 Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approved, their role

@@ -16,6 +16,7 @@ decides, :mod:`.paths` matches ``paths``; :mod:`.labels` is remove-label's. This
 re-exports the names ``commands/gpu_gate.py`` uses.
 """
 
+from gpu_ci.github.comment import parse_tiers
 from gpu_ci.github.event import PR_EVENTS
 from gpu_ci.github.gate.checks import (
     NULL_SHA,
@@ -86,6 +87,7 @@ __all__ = [
     "make_config",
     "qualifies",
     "parse_run_on",
+    "parse_tiers",
     "refuse_role",
     "refuse_trusted",
     "refuse_unreadable",

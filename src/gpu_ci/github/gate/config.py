@@ -46,6 +46,8 @@ class GateConfig:
     """The login whose label relays a comment approval (an App's ``<slug>[bot]``)."""
     relay_label: str = ""
     """The label the relay applies: the gate label unless set (required with the label off)."""
+    tiers_file: str = ""
+    """A file of the default branch that lists the tiers (``tiers: file:<path>``)."""
     approvers: tuple[str, ...] = ()
     """Logins, and ``@org`` for an organisation's members, who approve below the role."""
 
@@ -130,6 +132,7 @@ def make_config(
     trusted = "" if trusted in ("", "false", "none", "off") else trusted
     if trusted:
         trusted = _role_input("trusted-authors", trusted)
+    tiers_file = _tiers_file(tiers)
     gate_label = "" if label.strip().casefold() in ("", "none") else label.strip()
     command = comment.parse_command_setting(comment_command)
     relay = _relay_inputs(gate_label, command, relay_bot, relay_label)
@@ -151,13 +154,27 @@ def make_config(
         cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
         require_approved_review=require_approved_review,
         comment_command=command,
-        tiers=comment.parse_tiers(tiers),
+        tiers=() if tiers_file else comment.parse_tiers(tiers),
+        tiers_file=tiers_file,
         trusted_authors=trusted,
         trusted_authors_verified=trusted_authors_verified,
         relay_bot=relay[0],
         relay_label=relay[1],
         approvers=_approvers(approvers),
     )
+
+
+def _tiers_file(items: Sequence[str]) -> str:
+    """The path of ``tiers: file:<path>``, or "" for a list of words."""
+    files = [item.strip()[5:].strip() for item in items if item.strip().startswith("file:")]
+    if not files:
+        return ""
+    if len(files) != 1 or len(items) != 1 or not files[0] or files[0].startswith("/"):
+        raise UsageError(
+            "input 'tiers' names a file: write exactly one 'file:<path>', the path relative to "
+            f"the repository root (read from the default branch); got {', '.join(items)!r}."
+        )
+    return files[0]
 
 
 _LOGIN = re.compile(r"@?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
