@@ -110,6 +110,8 @@ class Repo:
     """Comments of every issue and pull request, in creation order (ids ascending)."""
     commits: dict[str, Commit] = field(default_factory=dict)
     """sha -> the commit served by repos/get-commit (a sha not here: 404)."""
+    files: dict[str, dict[str, str]] = field(default_factory=dict)
+    """branch -> {path: text}: what repos/get-content serves at ``?ref=<branch>``."""
 
 
 @dataclass
@@ -200,6 +202,8 @@ class Organization:
     pricePerUnit, grossAmount, discountAmount, netAmount, organizationName, repositoryName."""
     billing_tokens: set[str] | None = None
     """Tokens that may read billing (None: any token)."""
+    members: set[str] = field(default_factory=set)
+    """Logins of its members (orgs/check-membership-for-user: 204, else 404)."""
 
 
 @dataclass
@@ -282,6 +286,9 @@ class FakeGitHub:
         self.log: list[LoggedRequest] = []
         self.faults: list[Fault] = []
         self.read_only_tokens: set[str] = set()
+        self.label_writes: list[tuple[str, int, str, str]] = []
+        """(method, issue number, label, login of the token) of every label added or removed:
+        which account applied a label (GitHub's ``sender`` of the event it makes)."""
         self.token_users: dict[str, str] = {}
         """token -> the login its writes are authored by (default ``github-actions[bot]``,
         the identity of a workflow's GITHUB_TOKEN)."""
@@ -1352,6 +1359,12 @@ class _Handler(BaseHTTPRequestHandler):
             }
             search = {"limit": 30, "remaining": 30, "used": 0, "reset": reset, "resource": "search"}
             return 200, {"resources": {"core": core, "search": search}, "rate": core}, {}
+        if method == "GET" and len(parts) == 4 and parts[0] == "orgs" and parts[2] == "members":
+            # orgs/check-membership-for-user, as an organisation member's token sees it
+            org = gh.orgs.get(parts[1].lower())
+            if org is not None and parts[3].lower() in {m.lower() for m in org.members}:
+                return 204, None, {}
+            return 404, None, {}  # GitHub documents no body for this 404
         if len(parts) < 3 or parts[0] != "repos":
             return self._not_found()
         repo = gh.repos.get(f"{parts[1]}/{parts[2]}")
@@ -1402,6 +1415,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._paginate(
                     path, query, [gh.review_json(repo, pr, i, r) for i, r in enumerate(pr.reviews)]
                 )
+        if method == "GET" and len(rest) >= 2 and rest[0] == "contents":
+            return self._content(repo, "/".join(rest[1:]), query)
         if method == "GET" and rest[:1] == ["compare"] and len(rest) >= 2:
             basehead = "/".join(rest[1:])
             if basehead not in repo.compares:
@@ -1437,12 +1452,16 @@ class _Handler(BaseHTTPRequestHandler):
                         {},
                     )
                 pr.labels.remove(match)
+                who = gh.token_users.get(token, "github-actions[bot]")
+                gh.label_writes.append(("DELETE", pr.number, match, who))
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
             if method == "POST" and len(rest) == 3:
                 payload = json.loads(raw_body or b"{}")
+                who = gh.token_users.get(token, "github-actions[bot]")
                 for name in payload.get("labels", []):
                     if name not in pr.labels:
                         pr.labels.append(name)
+                        gh.label_writes.append(("POST", pr.number, name, who))
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
         if rest[:1] == ["issues"] and "comments" in rest[1:3]:
             return self._issue_comments(method, path, query, repo, rest[1:], token, raw_body)
@@ -1545,6 +1564,42 @@ class _Handler(BaseHTTPRequestHandler):
                     {},
                 )
         return self._not_found()
+
+    def _content(
+        self, repo: Repo, path: str, query: dict[str, list[str]]
+    ) -> tuple[int, Any, dict[str, str]]:
+        """repos/get-content of a file (``content-file``: base64, its blob's SHA)."""
+        import base64
+        import hashlib
+
+        ref = (query.get("ref") or [repo.default_branch])[0]
+        text = repo.files.get(ref, {}).get(path)
+        if text is None:
+            return self._not_found()
+        data = text.encode()
+        sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        api = f"{self.gh.url}/repos/{repo.full_name}"
+        html = f"https://github.com/{repo.full_name}/blob/{ref}/{path}"
+        git = f"{api}/git/blobs/{sha}"
+        url = f"{api}/contents/{path}?ref={ref}"
+        return (
+            200,
+            {
+                "type": "file",
+                "encoding": "base64",
+                "size": len(data),
+                "name": path.rsplit("/", 1)[-1],
+                "path": path,
+                "content": base64.b64encode(data).decode(),
+                "sha": sha,
+                "url": url,
+                "git_url": git,
+                "html_url": html,
+                "download_url": f"https://raw.githubusercontent.com/{repo.full_name}/{ref}/{path}",
+                "_links": {"git": git, "html": html, "self": url},
+            },
+            {},
+        )
 
     def _issue_comments(
         self,

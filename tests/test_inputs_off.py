@@ -18,10 +18,9 @@ OFF_INPUTS = [(a.name, i.name) for a in ACTIONS.values() for i in a.inputs if i.
 def test_the_inputs_that_can_be_turned_off():
     assert sorted(OFF_INPUTS) == [
         ("gpu-gate", "budget-ledger"),
-        ("gpu-gate", "comment-command"),
+        ("gpu-gate", "label"),
         ("gpu-spend", "monitor-artifacts"),
         ("gpu-spend", "reuse-ledger"),
-        ("gpu-status", "comment-command"),
         ("gpu-watchdog", "context"),
         ("gpu-watchdog", "monitor-artifacts"),
     ]
@@ -50,5 +49,5 @@ def test_every_input_documented_as_off_when_empty_has_the_word():
 
 def test_none_is_a_value_for_other_inputs():
     spec = ACTIONS["gpu-gate"]
-    label = spec.input("label")
-    assert Inputs(spec, {}, {label.env_name: "none"})["label"] == "none"
+    runs_on = spec.input("cpu-runs-on")
+    assert Inputs(spec, {}, {runs_on.env_name: "none"})["cpu-runs-on"] == "none"

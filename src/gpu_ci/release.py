@@ -88,7 +88,7 @@ def moving_tags(version: str) -> list[str]:
 #: our actions there are pinned to a release commit, so that moving a tag cannot change what
 #: runs with a write token.
 PRIVILEGED_EXAMPLES = (
-    "examples/cuda-ci-comment.yml",  # issue_comment: the default branch's scope, statuses: write
+    "examples/cuda-ci-comment.yml",  # issue_comment: the relay App's token can write labels
     "examples/cuda-ci-remove-label.yml",
     "examples/cuda-ci-status.yml",
     "examples/cuda-ci-watchdog.yml",

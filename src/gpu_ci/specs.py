@@ -110,13 +110,24 @@ GPU_GATE = ActionSpec(
     runs_on="CPU runner (decides)",
     inputs=(
         InputSpec(
-            "label", "Label that approves a GPU run (compared case-insensitively).", "CUDA CI"
+            "label",
+            "Label that approves a GPU run (compared case-insensitively); none: labels "
+            "approve nothing (comment commands or trusted authors only).",
+            "CUDA CI",
+            off=True,
         ),
         InputSpec("github-token", _TOKEN_HELP, "", action_default="${{ github.token }}"),
         InputSpec(
             "min-permission",
             "Least role the labeller needs: triage, write, maintain or admin.",
             "write",
+        ),
+        InputSpec(
+            "approvers",
+            "Logins, and @org for an organisation's members, who approve besides those with "
+            "min-permission (comma- or space-separated; org membership is read through the "
+            "API: GITHUB_TOKEN sees public members only).",
+            "",
         ),
         InputSpec(
             "run-on",
@@ -204,16 +215,37 @@ GPU_GATE = ActionSpec(
         ),
         InputSpec(
             "comment-command",
-            "On issue_comment: a new comment on a pull request whose first line is this "
-            "command and the head's SHA ('/gpu-ci run <sha> [tier ...]'), by someone with "
-            "min-permission, approves that commit (none: off).",
-            "/gpu-ci run",
-            off=True,
+            "Off unless set (e.g. '/gpu-ci run'). On issue_comment: a new comment on a pull "
+            "request whose first line is this command and the head's SHA ('/gpu-ci run "
+            "<sha> [tier ...]'), by someone with min-permission, is relayed as relay-label "
+            "with relay-token; the pull_request labeled run re-reads it and runs.",
+            "",
+        ),
+        InputSpec(
+            "relay-token",
+            "With comment-command, in the issue_comment workflow: a token that can start "
+            "workflows (a GitHub App installation token or a fine-grained PAT, "
+            "pull-requests: write) that applies relay-label. Empty: commands approve nothing.",
+            "",
+        ),
+        InputSpec(
+            "relay-bot",
+            "With comment-command: the login whose relay-label counts (the App's "
+            "'<slug>[bot]' or the PAT's user), and only with a command for the head.",
+            "",
+        ),
+        InputSpec(
+            "relay-label",
+            "With comment-command: the label the relay applies (default: label); required "
+            "when label is none. Only relay-bot may apply it.",
+            "",
         ),
         InputSpec(
             "tiers",
-            "Words a comment command may name after the SHA (e.g. 'mini, full'); the "
-            "named ones become the tiers output.",
+            "Words a comment command may name after the SHA (e.g. 'mini, full'), "
+            "separated by commas, spaces or lines, or 'file:<path>', a file of the default "
+            "branch read through the API (contents: read); the named ones become the tiers "
+            "output.",
             "",
         ),
         InputSpec(
@@ -268,6 +300,10 @@ GPU_GATE = ActionSpec(
             "every kind when run is false), e.g. fromJSON(...)[matrix.kind].",
         ),
         OutputSpec("kinds", "With gpu-runner-kinds: a JSON array of the kind names."),
+        OutputSpec(
+            "relayed", "On issue_comment: the label a valid command was relayed as, else empty."
+        ),
+        OutputSpec("base-ref", "The branch the pull request targets; empty for other events."),
         OutputSpec(
             "budget-spent", "GPU spend this month before this run (USD or minutes, as the budget)."
         ),
@@ -620,9 +656,8 @@ GPU_STATUS = ActionSpec(
         InputSpec(
             "comment-command",
             "The comment command the comment names beside the label (`/gpu-ci run <sha>`); "
-            "none: label only. Keep it equal to gpu-gate's `comment-command`.",
-            "/gpu-ci run",
-            off=True,
+            "empty: label only. Keep it equal to gpu-gate's `comment-command`.",
+            "",
         ),
         InputSpec(
             "comment-help",

@@ -92,7 +92,8 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
         )
     ]
     comment_id, body = the_comment(github)
-    assert "Waiting for approval" in body and f"`/gpu-ci run {HEAD}`" in body
+    assert "Waiting for approval" in body and "applies the label `CUDA CI`" in body
+    assert "/gpu-ci run" not in body  # the example has no comment relay: none is offered
     assert "No GPU? Run the tests on a free GPU in Colab" in body
 
     # 2. a maintainer applies the label: the label comes off, the status names the approver

@@ -25,6 +25,7 @@ def config(**kw):
         cpu_runs_on="ubuntu-latest",
         comment_command="/gpu-ci run",
         tiers=["mini", "full"],
+        relay_bot="gpu-ci-relay[bot]",
     )
     base.update(kw)
     return gate.make_config(**base)
@@ -79,11 +80,36 @@ def test_a_stale_sha_is_refused_naming_the_head():
     assert f"names {OLD[:12]}, but the head of #2 is {HEAD[:12]}" in decision.reason
 
 
-def test_a_missing_sha_is_refused_naming_the_full_head():
-    for body in ("/gpu-ci run", "/gpu-ci run full"):
+def test_a_missing_sha_is_refused_naming_the_full_head_and_keeping_the_tiers():
+    for body, hint in (
+        ("/gpu-ci run", ""),
+        ("/gpu-ci run full", " full"),
+        ("/gpu-ci run mini,full", " mini full"),
+    ):
         decision = decide(body)
         assert not decision.run
-        assert f"'/gpu-ci run {HEAD}'" in decision.reason, decision.reason
+        assert f"'/gpu-ci run {HEAD}{hint}'" in decision.reason, decision.reason
+
+
+def test_tiers_are_separated_by_commas_or_spaces_in_the_command_and_the_input():
+    cfg = config(tiers=["mini rocm", "full,cuda13"])
+    assert cfg.tiers == ("mini", "rocm", "full", "cuda13")
+    for body in (f"/gpu-ci run {HEAD} mini,rocm", f"/gpu-ci run {HEAD} mini rocm"):
+        decision = decide(body, cfg=cfg)
+        assert decision.run and decision.tiers == ("mini", "rocm"), decision.reason
+    test = config(comment_command="/test", tiers=["mini", "rocm"])
+    assert decide("/test mini,rocm", cfg=test).tiers == ("mini", "rocm")
+
+
+def test_a_refused_commenter_is_told_only_what_the_gate_read():
+    """The pull request is not read for a commenter below the role: whether it comes from a
+    fork is unknown, so nothing says it does."""
+    cfg = config()
+    step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD}"), cfg, "d" * 40)
+    assert isinstance(step, gate.CommentCheck)
+    decision = gate.decide_comment(step, cfg, {"role_name": "read"}, {}, None)  # PR unread
+    assert not decision.run and decision.fork is None
+    assert "fork" not in decision.reason
 
 
 def test_a_stranger_is_refused_before_the_pull_request_is_read():
@@ -174,7 +200,20 @@ def test_bad_settings_are_usage_errors():
     with pytest.raises(UsageError, match="does not look like a commit SHA"):
         config(tiers=["abcdef0"])
     with pytest.raises(UsageError, match="one word"):
-        config(tiers=["two words"])
+        config(tiers=["two/words"])
+    with pytest.raises(UsageError, match="write exactly one 'file:<path>'"):
+        config(tiers=["file:a.txt", "mini"])
+    assert config(tiers=["file: .github/t.txt"]).tiers_file == ".github/t.txt"
+    with pytest.raises(UsageError, match="input .approvers. lists"):
+        config(approvers=["a/b"])
+    with pytest.raises(UsageError, match="needs 'relay-bot'"):
+        config(relay_bot="")
+    with pytest.raises(UsageError, match="comment approvals need a 'relay-label'"):
+        config(label="none")
+    off = config(label="none", relay_label="gpu-ci: comment")
+    assert (off.label, off.relay_label_name) == ("", "gpu-ci: comment")
+    assert off.ways() == "comments '/gpu-ci run <sha>'."
+    assert config(relay_label="cuda ci").relay_label == ""  # the gate label itself
     with pytest.raises(UsageError, match="input 'trusted-authors' must be one of"):
         config(trusted_authors="read")
     assert config(trusted_authors="off").trusted_authors == ""
@@ -263,74 +302,6 @@ def test_without_trusted_authors_a_push_to_a_pull_request_still_needs_a_label():
     decision = gate.triage("pull_request", synchronize(), config(), "")
     assert isinstance(decision, gate.Decision) and not decision.run
     assert "'synchronize' events never run the GPU job" in decision.reason
-
-
-def test_the_comment_examples_gpu_job_has_no_write_token_no_secrets_and_writes_no_cache():
-    """The comment workflow runs from the default branch: its GPU job (the pull request's
-    code) gets no permission, no secret, no persisted credential and writes no cache."""
-    import yaml
-
-    from testkit.shared import ROOT
-
-    text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
-    workflow = yaml.safe_load(text)
-    assert workflow[True] == {"issue_comment": {"types": ["created", "edited", "deleted"]}}
-    assert workflow["permissions"] == {}
-    gate_job, tests = workflow["jobs"]["gate"], workflow["jobs"]["tests"]
-    assert gate_job["permissions"] == {"pull-requests": "read"}
-    assert tests["permissions"] == {}
-    job_text = yaml.safe_dump(tests)
-    assert "secrets." not in job_text and "github.token" not in job_text
-    steps = {step.get("uses", "").split("@")[0]: step.get("with", {}) for step in tests["steps"]}
-    assert steps["actions/checkout"]["persist-credentials"] is False
-    assert steps["actions/checkout"]["ref"] == "${{ needs.gate.outputs.sha }}"
-    conda = steps["gpu-ci-actions/gpu-ci-actions/actions/setup-conda-from-lock"]
-    assert conda["cache-write"] == "false"
-    # an edit (which approves nothing) cannot cancel the run a new comment started
-    assert "github.event.action" in workflow["concurrency"]["group"]
-
-
-def _group(template: str, body: str, *, login="mai", action="created", run_id="77") -> str:
-    """The example's concurrency group as Actions would expand it for one comment (only the
-    expression shapes the example uses; any other shape fails the test)."""
-    import re
-
-    values = {
-        "github.event.issue.number": "2",
-        "github.event.comment.user.login": login,
-        "github.event.action": action,
-        "github.run_id": run_id,
-    }
-
-    def expand(match: re.Match) -> str:
-        expr = match.group(1).strip()
-        if expr in values:
-            return values[expr]
-        cond = re.fullmatch(
-            r"startsWith\(github\.event\.comment\.body, '([^']*)'\) && '([^']*)' \|\| (\S+)",
-            expr,
-        )
-        assert cond, f"unexpected expression in the concurrency group: {expr}"
-        return cond.group(2) if body.startswith(cond.group(1)) else values[cond.group(3)]
-
-    return re.sub(r"\$\{\{(.*?)\}\}", expand, template)
-
-
-def test_only_a_new_command_by_the_same_maintainer_replaces_their_run():
-    """A maintainer's ordinary comment after their command must not cancel the GPU run."""
-    import yaml
-
-    from testkit.shared import ROOT
-
-    text = (ROOT / "examples" / "cuda-ci-comment.yml").read_text(encoding="utf-8")
-    concurrency = yaml.safe_load(text)["concurrency"]
-    assert concurrency["cancel-in-progress"] is True
-    group = concurrency["group"]
-    running = _group(group, f"/gpu-ci run {HEAD}", run_id="1")
-    assert _group(group, f"/gpu-ci run {HEAD} full", run_id="2") == running  # replaces it
-    assert _group(group, "thanks, looks good", run_id="2") != running
-    assert _group(group, f"/gpu-ci run {HEAD}", login="other", run_id="2") != running
-    assert _group(group, f"/gpu-ci run {HEAD}", action="edited", run_id="2") != running
 
 
 def test_a_trusted_authors_pull_request_from_someone_elses_fork_needs_an_approval():

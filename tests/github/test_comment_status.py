@@ -269,27 +269,6 @@ def labeled_payload() -> dict:
     return payload
 
 
-def test_the_comment_examples_status_jobs_write_statuses_only_and_run_no_pr_code():
-    import yaml
-
-    from testkit.shared import ROOT
-
-    doc = yaml.safe_load((ROOT / "examples" / "cuda-ci-comment.yml").read_text("utf-8"))
-    jobs = doc["jobs"]
-    status, result = jobs["status"], jobs["result"]
-    for job in (status, result):
-        assert job["permissions"] == {"statuses": "write"}
-        (step,) = job["steps"]  # gpu-status only: no checkout, no run: of PR text
-        assert step["uses"].split("@")[0].endswith("/actions/gpu-status")
-        assert step["with"]["sha"] == "${{ needs.gate.outputs.sha }}"
-    assert status["needs"] == "gate" and status["if"] == "needs.gate.outputs.run == 'true'"
-    assert status["steps"][0]["with"]["labeled-by"] == "${{ needs.gate.outputs.labeled-by }}"
-    assert result["needs"] == ["gate", "status", "tests"]
-    assert result["if"] == "always() && needs.gate.outputs.run == 'true'"
-    assert result["steps"][0]["with"]["gpu-result"] == "${{ needs.tests.result }}"
-    assert jobs["tests"]["permissions"] == {}  # the GPU job still holds nothing
-
-
 def test_cli_a_comment_approval_then_its_result_and_a_stale_runs_result(run_cli, github):
     """As the comment workflow's status and result jobs run them: run 77 approved by a
     comment posts its record and its result; run 76 (an older comment's run, cancelled or

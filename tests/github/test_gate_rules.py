@@ -243,7 +243,7 @@ def test_bad_inputs_are_usage_errors():
         config(min_permission="read")
     with pytest.raises(UsageError, match="gpu-runs-on.*does not parse"):
         config(gpu_runs_on='["self-hosted",')
-    with pytest.raises(UsageError, match="'label' is empty"):
+    with pytest.raises(UsageError, match="'label' is none and neither"):
         config(label=" ")
 
 

@@ -158,6 +158,7 @@ def status(github, tmp_path):
             "GITHUB_EVENT_NAME": event_name,
             "GITHUB_EVENT_PATH": str(path),
             "INPUT_COMMENT": "true",
+            "INPUT_COMMENT_COMMAND": "/gpu-ci run",  # off by default: named only when set
             **FAST_HTTP_ENV,
             **{f"INPUT_{k.upper()}": v for k, v in inputs.items()},
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from dataclasses import replace
@@ -11,7 +12,7 @@ from urllib.parse import quote
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate, jobs, spend
 from gpu_ci.github import status as statuses
-from gpu_ci.github.client import ApiError, Rest, call_api, connect
+from gpu_ci.github.client import ApiError, Rest, call_api, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.spend import budget
 from gpu_ci.inputs import Inputs
@@ -37,6 +38,9 @@ def config_from(inputs: Inputs) -> gate.GateConfig:
         trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
         test_merge=inputs.boolean("test-merge"),
         runner_kinds=inputs["gpu-runner-kinds"],
+        relay_bot=inputs["relay-bot"],
+        relay_label=inputs["relay-label"],
+        approvers=inputs.items("approvers"),
     )
 
 
@@ -53,10 +57,13 @@ def _permission(rest: Rest, repo: str, login: str) -> dict[str, Any]:
 def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfig, int]:
     config = config_from(inputs)
     ctx = load_event(rt.environ)
+    rest = connect(inputs["github-token"], rt.environ, rt.mask) if config.tiers_file else None
+    if rest is not None:
+        config = _read_tiers(rest, ctx.repository, ctx.payload, config)
     step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
     if isinstance(step, gate.Decision):
-        return step, config, 0
-    rest = connect(inputs["github-token"], rt.environ, rt.mask)
+        return step, config, rest.calls if rest is not None else 0
+    rest = rest or connect(inputs["github-token"], rt.environ, rt.mask)
     if isinstance(step, gate.PushCheck):
         files = call_api(
             "the push's changed files",
@@ -67,22 +74,51 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
         return gate.decide_push(step, config, [f["filename"] for f in files]), config, rest.calls
     if isinstance(step, gate.CommentCheck):
         decision, login, answer = _decide_comment(rest, ctx.repository, step, config)
+    elif isinstance(step, gate.RelayCheck):
+        decision, login, answer = _decide_relay(rest, ctx.repository, step, config)
     elif isinstance(step, gate.TrustedCheck):
         decision, login, answer = _decide_trusted(rest, ctx.repository, step, config)
     else:
         decision, login, answer = _decide_label(rest, ctx.repository, step, config)
     if decision.run and config.require_approved_review:  # every approval path, not only labels
         decision = _review_pinning(rest, ctx.repository, config, (login, answer), decision)
+    if isinstance(step, gate.CommentCheck):  # a comment never runs PR code: it is relayed
+        decision, calls = _relay(decision, config, inputs["relay-token"], ctx.repository, rt)
+        return decision, config, rest.calls + calls
     if decision.run and config.test_merge:
         decision = _merge_commit(rest, ctx.repository, decision)
     return decision, config, rest.calls
+
+
+def _read_tiers(
+    rest: Rest, repo: str, payload: dict[str, Any], config: gate.GateConfig
+) -> gate.GateConfig:
+    """The tiers ``tiers: file:<path>`` lists on the default branch.
+
+    Never the pull request's copy.
+
+    One word or more a line, separated by commas or spaces; ``#`` starts a comment."""
+    branch = str((payload.get("repository") or {}).get("default_branch") or "")
+    if not branch:
+        raise UsageError("'tiers: file:' needs repository.default_branch in the event payload.")
+    path = f"/repos/{repo}/contents/{quote(config.tiers_file)}?ref={quote(branch, safe='')}"
+    answer = call_api(f"the tiers file {config.tiers_file} on {branch}", lambda: rest.get(path))
+    try:
+        text = base64.b64decode(str(answer.get("content") or "")).decode("utf-8")
+    except ValueError:
+        raise GpuCiError(f"the tiers file {config.tiers_file} is not UTF-8 text.") from None
+    words = [line.split("#", 1)[0] for line in text.splitlines()]
+    try:
+        return replace(config, tiers=gate.parse_tiers(words))
+    except UsageError as exc:
+        raise UsageError(f"{config.tiers_file} on {branch}: {exc.message}") from None
 
 
 Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approved, their role
 
 
 def _decide_label(rest: Rest, repo: str, step: gate.PullCheck, config: gate.GateConfig) -> Approver:
-    answer = _role(rest, repo, step.labeller)
+    answer = _role(rest, repo, step.labeller, config)
     refused = gate.refuse_role(step, config, answer)
     if refused is not None:
         return refused, step.labeller, answer
@@ -91,11 +127,40 @@ def _decide_label(rest: Rest, repo: str, step: gate.PullCheck, config: gate.Gate
     return gate.decide_pull(step, config, answer, pull, files), step.labeller, answer
 
 
-def _role(rest: Rest, repo: str, login: str) -> dict[str, Any]:
+def _role(
+    rest: Rest, repo: str, login: str, config: gate.GateConfig | None = None
+) -> dict[str, Any]:
+    """The account's permission answer; with ``config``, marked when ``approvers`` lists it.
+
+    ``approvers`` is read only for an account below the role: a login listed, then each
+    ``@org`` whose membership the API confirms (one call per organisation)."""
     answer: dict[str, Any] = call_api(
         f"the role of {login}", functools.partial(_permission, rest, repo, login)
     )
+    if config is None or not config.approvers or gate.qualifies(answer, config):
+        return answer
+    for entry in config.approvers:
+        if not entry.startswith("@") and entry.casefold() == login.casefold():
+            return {**answer, gate.ALLOWED_BY: entry}
+    for entry in config.approvers:
+        if entry.startswith("@") and _member(rest, entry[1:], login):
+            return {**answer, gate.ALLOWED_BY: f"{entry} member"}
     return answer
+
+
+def _member(rest: Rest, org: str, login: str) -> bool:
+    """Whether ``login`` is a member of ``org`` (``GET /orgs/{org}/members/{username}``).
+
+    GitHub answers 204 for a member, 404 otherwise; a token outside the organisation is
+    redirected to its public members."""
+    path = f"/orgs/{quote(org, safe='')}/members/{quote(login, safe='')}"
+    try:
+        rest.download(path, 4096)  # a 204 has no JSON body for get() to read
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise describe_api_failure(exc, f"whether {login} is a member of {org}") from None
+    return True
 
 
 def _pull(rest: Rest, repo: str, number: int) -> dict[str, Any]:
@@ -124,9 +189,9 @@ def _decide_comment(
     """The API answers a comment command needs.
 
     The commenter's role (a refusal stops there), the pull request, its files for paths."""
-    answer = _role(rest, repo, step.commenter)
+    answer = _role(rest, repo, step.commenter, config)
     pull: dict[str, Any] = {}
-    if gate.ROLE_RANK[gate.role_of(answer)[0]] >= gate.ROLE_RANK[config.min_permission]:
+    if gate.qualifies(answer, config):
         pull = _pull(rest, repo, step.number)
     files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else None
     if config.paths and files is None:
@@ -145,10 +210,14 @@ def _decide_trusted(
     if refused is not None:
         return refused, step.author, answer
     pull = _pull(rest, repo, step.number)
-    commit = call_api(
-        f"the head commit {step.head_sha[:12]}",
-        lambda: rest.get(f"/repos/{repo}/commits/{step.head_sha}"),
-    )
+    try:
+        commit = rest.get(f"/repos/{repo}/commits/{step.head_sha}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise describe_api_failure(exc, f"the head commit {step.head_sha[:12]}") from None
+        why = f"HTTP 404{': ' + exc.message if exc.message else ''}"
+        role = gate.role_of(answer)[0]
+        return gate.refuse_unreadable(step, config, role, why), step.author, answer
     files = _files(rest, repo, step.number, config)
     decision = gate.decide_trusted(step, config, answer, pull, commit, files)
     return decision, step.author, answer
@@ -167,6 +236,66 @@ def _merge_commit(rest: Rest, repo: str, decision: gate.Decision) -> gate.Decisi
         else None
     )
     return gate.decide_merge(decision, pull, commit)
+
+
+def _relay(
+    decision: gate.Decision, config: gate.GateConfig, token: str, repo: str, rt: Runtime
+) -> tuple[gate.Decision, int]:
+    """A valid command becomes the relay label, applied with ``token``.
+
+    GitHub runs an ``issue_comment`` workflow from the default branch, so the pull
+    request's code never runs in it: the label starts a ``pull_request`` run instead,
+    which only a token other than GITHUB_TOKEN can do. Returns the decision (never a run)
+    and the API calls made."""
+    if not decision.run:
+        return decision, 0
+    label = config.relay_label_name
+    if not token:
+        why = gate.relay_unset(decision, label)
+        rt.warning(why, title="gpu-gate")
+        return replace(decision, run=False, reason=why), 0
+    writer = connect(token, rt.environ, rt.mask)
+    path = f"/repos/{repo}/issues/{decision.pr_number}/labels"
+    try:  # a label already on the pull request would start nothing: take it off first
+        writer.delete(f"{path}/{quote(label, safe='')}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise describe_api_failure(exc, f"removing '{label}' before relaying") from None
+    call_api(f"applying '{label}' with relay-token", lambda: writer.post(path, {"labels": [label]}))
+    return gate.relayed(decision, label, config.relay_bot), writer.calls
+
+
+#: How many commenters' roles one relay decision reads at most (newest commands first).
+RELAY_ROLE_LOOKUPS = 10
+
+
+def _decide_relay(
+    rest: Rest, repo: str, step: gate.RelayCheck, config: gate.GateConfig
+) -> Approver:
+    """The API answers the relay bot's label needs.
+
+    The pull request, its comments, then the commenters' roles, newest command first, until
+    one has the role."""
+    pull = _pull(rest, repo, step.number)
+    comments = call_api(
+        f"the comments of pull request #{step.number}",
+        lambda: rest.get_pages(f"/repos/{repo}/issues/{step.number}/comments", limit=10000),
+    )
+    found: list[tuple[gate.Candidate, dict[str, Any]]] = []
+    roles: dict[str, dict[str, Any]] = {}
+    for candidate in gate.relay_candidates(comments, config, step.head_sha, step.fork):
+        if candidate.login not in roles:
+            if len(roles) == RELAY_ROLE_LOOKUPS:
+                break
+            roles[candidate.login] = _role(rest, repo, candidate.login, config)
+        answer = roles[candidate.login]
+        found.append((candidate, answer))
+        if gate.qualifies(answer, config):
+            break
+    files = _files(rest, repo, step.number, config) if pull.get("state") == "open" else []
+    decision = gate.decide_relay(step, config, pull, found, files)
+    login = decision.labeled_by
+    return decision, login, roles.get(login, {"permission": "none", "role_name": "none"})
 
 
 def _review_pinning(
@@ -220,6 +349,7 @@ def summarize(decision: gate.Decision, config: gate.GateConfig) -> str:
         ("paths matched", decision.paths_matched if config.paths else "(no paths filter)"),
         ("approved review", "required" if config.require_approved_review else "not required"),
         ("tiers", " ".join(decision.tiers) if config.tiers else "(no tiers configured)"),
+        ("relayed as label", decision.relayed or "-"),
         ("decision", "**run**" if decision.run else "skip"),
         ("reason", decision.reason),
     ]
@@ -264,6 +394,8 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         rt.set_output(
             "runs-on-kinds", gate.kinds_json(config.kinds, decision.run, config.cpu_runs_on)
         )
+    rt.set_output("relayed", decision.relayed)
+    rt.set_output("base-ref", _base_ref(load_event(rt.environ).payload))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
     rt.info(f"gpu-gate: {verdict}: {decision.reason} ({calls} API calls)")
     if decision.run and not config.gpu_runs_on and not config.kinds:
@@ -279,6 +411,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
     rt.summary(summary)
     return 0
+
+
+def _base_ref(payload: dict[str, Any]) -> str:
+    """The branch a pull request targets (``pull_request.base.ref``), or ""."""
+    return str(((payload.get("pull_request") or {}).get("base") or {}).get("ref") or "")
 
 
 # -- budget (logic in gpu_ci.github.spend.budget / .spend) -----------------------------------------

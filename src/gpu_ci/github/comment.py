@@ -54,15 +54,16 @@ def parse_command_setting(value: str) -> str:
 
 
 def parse_tiers(items: Sequence[str]) -> tuple[str, ...]:
-    """``tiers``: the words a command may name after the SHA (lower case, no spaces)."""
+    """``tiers``: the words a command may name after the SHA (lower case).
+
+    Items may hold several words, separated by commas or spaces."""
     out: list[str] = []
-    for item in items:
-        word = item.strip().casefold()
+    for word in (w.casefold() for item in items for w in item.replace(",", " ").split()):
         if not word:
             continue
         if not _TIER.fullmatch(word) or _SHA.fullmatch(word):
             raise UsageError(
-                f"input 'tiers' lists {item.strip()!r}: a tier is one word of letters, digits, "
+                f"input 'tiers' lists {word!r}: a tier is one word of letters, digits, "
                 "'.', '_' or '-' that does not look like a commit SHA (e.g. mini, full)."
             )
         if word not in out:
@@ -88,7 +89,10 @@ def parse_command(body: str, command: str, tiers: Sequence[str]) -> Command | No
     head = command.split()
     if [w.casefold() for w in words[: len(head)]] != [w.casefold() for w in head]:
         return None
-    args = [w.casefold() for w in words[len(head) :]]
+    # tiers may be separated by commas as well as spaces: '/test mini,rocm'
+    rest = " ".join(words[len(head) :]).replace(",", " ").split()
+    words = words[: len(head)] + rest
+    args = [w.casefold() for w in rest]
     if not args or args[0] in tiers:
         return Command(sha="", tiers=_known(args, tiers))
     if not _SHA.fullmatch(args[0]):

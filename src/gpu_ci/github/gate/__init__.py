@@ -6,7 +6,10 @@ asks for (the labeller's role and the pull request: two REST calls; changed file
 when ``paths`` is set) and calls :func:`decide_pull` or :func:`decide_push`. A comment
 command (:class:`CommentCheck`) needs the same two calls and :func:`decide_comment`; a
 trusted author's push (:class:`TrustedCheck`) those plus the head commit, and
-:func:`decide_trusted`.
+:func:`decide_trusted`. In an ``issue_comment`` event a valid command is never run: the
+shell relays it as a label applied with ``relay-token``; the relay bot's label
+(:class:`RelayCheck`) then runs only when :func:`decide_relay` re-reads a valid command for
+the head by someone with the role.
 
 :mod:`.config` checks the inputs, :mod:`.checks` triages the event, :mod:`.decide`
 decides, :mod:`.paths` matches ``paths``;
@@ -14,6 +17,7 @@ decides, :mod:`.paths` matches ``paths``;
 This package re-exports the names ``commands/gpu_gate.py`` uses.
 """
 
+from gpu_ci.github.comment import parse_tiers
 from gpu_ci.github.event import PR_EVENTS
 from gpu_ci.github.gate.checks import (
     NULL_SHA,
@@ -22,6 +26,7 @@ from gpu_ci.github.gate.checks import (
     Decision,
     PullCheck,
     PushCheck,
+    RelayCheck,
     Triage,
     TrustedCheck,
     triage,
@@ -37,32 +42,43 @@ from gpu_ci.github.gate.config import (
     runs_on_json,
 )
 from gpu_ci.github.gate.decide import (
+    ALLOWED_BY,
+    Candidate,
     approvers_of,
     decide_comment,
     decide_pull,
     decide_push,
+    decide_relay,
     decide_review,
     decide_trusted,
+    qualifies,
     refuse_role,
     refuse_trusted,
+    refuse_unreadable,
+    relay_candidates,
+    relay_unset,
+    relayed,
     role_of,
 )
 from gpu_ci.github.gate.kinds import RunnerKind, kinds_json, parse_kinds
 from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
 
 __all__ = [
+    "ALLOWED_BY",
     "MIN_PERMISSIONS",
     "NULL_SHA",
     "PR_EVENTS",
     "ROLE_RANK",
     "RUN_ON_EVENTS",
     "TRUSTED_ACTIONS",
+    "Candidate",
     "CommentCheck",
     "Decision",
     "GateConfig",
     "RunnerKind",
     "PullCheck",
     "PushCheck",
+    "RelayCheck",
     "Triage",
     "TrustedCheck",
     "approvers_of",
@@ -70,15 +86,22 @@ __all__ = [
     "decide_merge",
     "decide_pull",
     "decide_push",
+    "decide_relay",
     "decide_review",
     "decide_trusted",
     "kinds_json",
     "make_config",
     "merge_sha_of",
     "parse_kinds",
+    "qualifies",
     "parse_run_on",
+    "parse_tiers",
     "refuse_role",
     "refuse_trusted",
+    "refuse_unreadable",
+    "relay_candidates",
+    "relay_unset",
+    "relayed",
     "role_of",
     "runs_on_json",
     "triage",

@@ -44,6 +44,8 @@ class Decision:
     comment_url: str = ""
     head_sha: str = ""
     """With test-merge: the approved head whose merge commit is ``sha``."""
+    relayed: str = ""
+    """The label a comment command was relayed as (an ``issue_comment`` event never runs)."""
 
     def runs_on(self, config: GateConfig) -> str:
         """The runner labels the GPU job gets: the GPU runners, or the CPU ones."""
@@ -83,6 +85,21 @@ class CommentCheck:
 
 
 @dataclass(frozen=True)
+class RelayCheck:
+    """The relay bot's label: needs the pull request and a command for its head.
+
+    The gate re-reads the pull request's comments for a valid command naming the head, by
+    someone with the role (read at decision time): the label alone approves nothing."""
+
+    event: str
+    number: int
+    bot: str
+    head_sha: str
+    fork: bool
+    label: str
+
+
+@dataclass(frozen=True)
 class TrustedCheck:
     """A trusted author's push to (or opening of) a pull request.
 
@@ -95,7 +112,7 @@ class TrustedCheck:
     fork: bool
 
 
-Triage = Union[Decision, PullCheck, PushCheck, CommentCheck, TrustedCheck]
+Triage = Union[Decision, PullCheck, PushCheck, CommentCheck, TrustedCheck, RelayCheck]
 
 
 def _event_error(what: str) -> GpuCiError:
@@ -156,20 +173,39 @@ def _triage_pull(event_name: str, payload: Mapping[str, Any], config: GateConfig
         return replace(
             base,
             reason=(
-                f"'{action}' events never run the GPU job: a maintainer approves a commit by "
-                f"applying the '{config.label}' label (new commits need a new approval)."
+                f"'{action}' events never run the GPU job: {config.ways()[:-1]} (new commits "
+                "need a new approval)."
             ),
         )
     label = label_of(payload)
+    sender = str((payload.get("sender") or {}).get("login") or "")
+    if not sender:
+        raise _event_error("has no sender.login for the labeled event")
+    relay = config.relay_label_name if config.comment_command else ""
+    if relay and is_gate_label(label, relay) and sender.casefold() == config.relay_bot.casefold():
+        return RelayCheck(base.event, number, sender, head_sha, fork, label)
+    if relay and is_gate_label(label, relay) and not is_gate_label(label, config.label):
+        return replace(
+            base,
+            label=label,
+            labeled_by=sender,
+            reason=(
+                f"'{label}' is the comment relay's label: it counts only when "
+                f"{config.relay_bot} applies it for a command; {config.ways()}"
+            ),
+        )
+    if not config.label:
+        return replace(
+            base,
+            label=label,
+            reason=f"labels approve nothing here (input 'label' is none): {config.ways()}",
+        )
     if not is_gate_label(label, config.label):
         return replace(
             base,
             label=label,
-            reason=(f"the label applied was '{label}', not the gate label '{config.label}'."),
+            reason=f"the label applied was '{label}', not the gate label '{config.label}'.",
         )
-    sender = str((payload.get("sender") or {}).get("login") or "")
-    if not sender:
-        raise _event_error("has no sender.login for the labeled event")
     return PullCheck(
         event=base.event,
         number=number,

@@ -6,6 +6,7 @@ Every mistake is a :class:`UsageError` that says what to write.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ class GateConfig:
     """gpu-gate's checked inputs."""
 
     label: str
+    """Empty: the label path is off (only comments, trusted authors or run-on approve)."""
     min_permission: str
     run_on: frozenset[str]
     require_fresh_head: bool
@@ -45,6 +47,30 @@ class GateConfig:
     """Run a pull request's merge commit (``refs/pull/N/merge``) instead of its head."""
     kinds: tuple[RunnerKind, ...] = ()
     """``gpu-runner-kinds``: named GPU runners, each with its own runs-on and price."""
+    relay_bot: str = ""
+    """The login whose label relays a comment approval (an App's ``<slug>[bot]``)."""
+    relay_label: str = ""
+    """The label the relay applies: the gate label unless set (required with the label off)."""
+    tiers_file: str = ""
+    """A file of the default branch that lists the tiers (``tiers: file:<path>``)."""
+    approvers: tuple[str, ...] = ()
+    """Logins, and ``@org`` for an organisation's members, who approve below the role."""
+
+    @property
+    def relay_label_name(self) -> str:
+        """The label a relayed comment approval arrives as."""
+        return self.relay_label or self.label
+
+    def ways(self) -> str:
+        """How this repository approves a commit, for refusal texts."""
+        ways = []
+        if self.label:
+            ways.append(f"a maintainer applies '{self.label}'")
+        if self.comment_command:
+            ways.append(f"comments '{self.comment_command} <sha>'")
+        if not ways:
+            return "only a trusted author's own push runs here."
+        return " or ".join(ways) + "."
 
 
 def runs_on_json(name: str, value: str) -> str:
@@ -103,6 +129,9 @@ def make_config(
     trusted_authors_verified: bool = False,
     test_merge: bool = False,
     runner_kinds: str = "",
+    relay_bot: str = "",
+    relay_label: str = "",
+    approvers: Sequence[str] = (),
 ) -> GateConfig:
     """The checked config (one argument per input of the action)."""
     perm = _role_input("min-permission", min_permission)
@@ -110,10 +139,17 @@ def make_config(
     trusted = "" if trusted in ("", "false", "none", "off") else trusted
     if trusted:
         trusted = _role_input("trusted-authors", trusted)
-    if not label.strip():
-        raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
+    tiers_file = _tiers_file(tiers)
+    gate_label = "" if label.strip().casefold() in ("", "none") else label.strip()
+    command = comment.parse_command_setting(comment_command)
+    relay = _relay_inputs(gate_label, command, relay_bot, relay_label)
+    if not (gate_label or command or trusted):
+        raise UsageError(
+            "input 'label' is none and neither comment-command nor trusted-authors is set: "
+            "nothing could approve a pull request. Name the gate label, or set comment-command."
+        )
     return GateConfig(
-        label=label.strip(),
+        label=gate_label,
         min_permission=perm,
         run_on=parse_run_on(run_on),
         require_fresh_head=require_fresh_head,
@@ -124,13 +160,70 @@ def make_config(
         gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
         cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
         require_approved_review=require_approved_review,
-        comment_command=comment.parse_command_setting(comment_command),
-        tiers=comment.parse_tiers(tiers),
+        comment_command=command,
+        tiers=() if tiers_file else comment.parse_tiers(tiers),
+        tiers_file=tiers_file,
         trusted_authors=trusted,
         trusted_authors_verified=trusted_authors_verified,
         test_merge=test_merge,
         kinds=parse_kinds(runner_kinds),
+        relay_bot=relay[0],
+        relay_label=relay[1],
+        approvers=_approvers(approvers),
     )
+
+
+def _tiers_file(items: Sequence[str]) -> str:
+    """The path of ``tiers: file:<path>``, or "" for a list of words."""
+    files = [item.strip()[5:].strip() for item in items if item.strip().startswith("file:")]
+    if not files:
+        return ""
+    if len(files) != 1 or len(items) != 1 or not files[0] or files[0].startswith("/"):
+        raise UsageError(
+            "input 'tiers' names a file: write exactly one 'file:<path>', the path relative to "
+            f"the repository root (read from the default branch); got {', '.join(items)!r}."
+        )
+    return files[0]
+
+
+_LOGIN = re.compile(r"@?[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
+
+
+def _approvers(items: Sequence[str]) -> tuple[str, ...]:
+    """``approvers``: logins and ``@org`` names, as GitHub spells them."""
+    out: list[str] = []
+    for item in (w for text in items for w in text.replace(",", " ").split()):
+        if not _LOGIN.fullmatch(item):
+            raise UsageError(
+                f"input 'approvers' lists {item!r}: give GitHub logins (alice) or "
+                "organisations as @org (their members approve), separated by commas or spaces."
+            )
+        if item.casefold() not in (o.casefold() for o in out):
+            out.append(item)
+    return tuple(out)
+
+
+def _relay_inputs(label: str, command: str, bot: str, relay_label: str) -> tuple[str, str]:
+    """(relay-bot, relay-label), checked against the label and the comment command."""
+    bot, relay_label = bot.strip(), relay_label.strip()
+    if relay_label.casefold() == "none":
+        relay_label = ""
+    if not command:
+        return "", ""
+    if not bot:
+        raise UsageError(
+            "input 'comment-command' needs 'relay-bot': the comment workflow relays a valid "
+            "command as a label applied with an App's token, and the gate accepts that label "
+            "only from that account (e.g. 'my-gpu-ci-app[bot]')."
+        )
+    if not (relay_label or label):
+        raise UsageError(
+            "input 'label' is none, so comment approvals need a 'relay-label' of their own "
+            "(e.g. 'gpu-ci: comment'): the label the relay applies and only it may apply."
+        )
+    if relay_label.casefold() == label.casefold():
+        relay_label = ""
+    return bot, relay_label
 
 
 def _role_input(name: str, value: str) -> str:

@@ -8,12 +8,19 @@ comment and commit rules themselves live in :mod:`gpu_ci.github.comment`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpu_ci.github import comment
 from gpu_ci.github.approval import HOW_COMMENT, HOW_LABEL, HOW_TRUSTED_AUTHOR
-from gpu_ci.github.gate.checks import CommentCheck, Decision, PullCheck, PushCheck, TrustedCheck
+from gpu_ci.github.gate.checks import (
+    CommentCheck,
+    Decision,
+    PullCheck,
+    PushCheck,
+    RelayCheck,
+    TrustedCheck,
+)
 from gpu_ci.github.gate.config import ROLE_RANK, GateConfig
 from gpu_ci.github.gate.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
 
@@ -29,6 +36,33 @@ def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
         return role, True
     legacy = str(permission_answer.get("permission") or "none").lower()
     return (legacy if legacy in ROLE_RANK else "none"), False
+
+
+#: The key the shell adds to a permission answer when ``approvers`` lists its login.
+ALLOWED_BY = "allowed_by"
+
+
+def qualifies(permission_answer: Mapping[str, Any], config: GateConfig) -> bool:
+    """Whether the account may approve: ``min-permission`` or listed in ``approvers``."""
+    role, _ = role_of(permission_answer)
+    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+        return True
+    return bool(permission_answer.get(ALLOWED_BY))
+
+
+def _who(login: str, permission_answer: Mapping[str, Any]) -> str:
+    """How a reason names an approver: their role, or the approvers entry that lists them."""
+    role, _ = role_of(permission_answer)
+    listed = permission_answer.get(ALLOWED_BY)
+    return f"{login} ({role}; approvers: {listed})" if listed else f"{login} ({role})"
+
+
+def _needs(config: GateConfig, what: str) -> str:
+    """What ``what`` needs, in a refusal by role."""
+    listed = f", or to be listed in approvers ({', '.join(config.approvers)})"
+    return f"{what} needs '{config.min_permission}' or higher" + (
+        listed if config.approvers else ""
+    )
 
 
 def _base(
@@ -63,15 +97,13 @@ def refuse_role(
 ) -> Decision | None:
     """The role rule alone: a refusal needs no further API call."""
     role, exact = role_of(permission_answer)
-    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+    if qualifies(permission_answer, config):
         return None
     note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    what = f"applying '{config.label}'"
     return replace(
         _pull_decision(check, role),
-        reason=(
-            f"{check.labeller} has the '{role}' role{note}; applying '{config.label}' needs "
-            f"'{config.min_permission}' or higher."
-        ),
+        reason=f"{check.labeller} has the '{role}' role{note}; {_needs(config, what)}.",
     )
 
 
@@ -105,7 +137,8 @@ def decide_pull(
         base,
         run=True,
         reason=(
-            f"{check.labeller} ({role}) applied '{config.label}' to #{check.number}{fork} at "
+            f"{_who(check.labeller, permission_answer)} applied '{config.label}' to "
+            f"#{check.number}{fork} at "
             f"{check.head_sha[:12]}."
         ),
     )
@@ -156,16 +189,13 @@ def _role_refusal(
     base: Decision, login: str, config: GateConfig, answer: Mapping[str, Any], what: str
 ) -> Decision | None:
     role, exact = role_of(answer)
-    if ROLE_RANK[role] >= ROLE_RANK[config.min_permission]:
+    if qualifies(answer, config):
         return None
     note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
     return replace(
         base,
         permission=role,
-        reason=(
-            f"{login} has the '{role}' role{note}; {what} needs '{config.min_permission}' or "
-            "higher."
-        ),
+        reason=f"{login} has the '{role}' role{note}; {_needs(config, what)}.",
     )
 
 
@@ -189,7 +219,10 @@ def decide_comment(
         permission=role_of(permission_answer)[0],
         head_at_label=check.command.sha,
         current_head=current,
-        fork=head.get("full_name") is None or head.get("full_name") != base_repo,
+        # unknown until the pull request is read (a refused commenter's is never read)
+        fork=None
+        if not pull
+        else head.get("full_name") is None or head.get("full_name") != base_repo,
         approval=HOW_COMMENT,
         comment_url=check.url,
         tiers=check.command.tiers,
@@ -201,12 +234,13 @@ def decide_comment(
     if refused is not None:
         return refused
     again = f"comment '{config.comment_command} <sha>' again"
+    tiers = "".join(f" {tier}" for tier in check.command.tiers)
     if not check.command.sha:
         return replace(
             base,
             reason=(
                 f"the command names no commit: state the head you reviewed, "
-                f"'{config.comment_command} {current}'."
+                f"'{config.comment_command} {current}{tiers}'."
             ),
         )
     if not comment.matches_head(check.command.sha, current):
@@ -224,7 +258,7 @@ def decide_comment(
             reason=(
                 f"#{check.number} comes from a fork, so the comment must name the full 40-digit "
                 f"SHA, not {check.command.sha}: review the head and comment "
-                f"'{config.comment_command} {current}'."
+                f"'{config.comment_command} {current}{tiers}'."
             ),
         )
     base = replace(base, sha=current)
@@ -232,13 +266,13 @@ def decide_comment(
     if refused_now:
         return base
     fork = " from a fork" if base.fork else ""
-    tiers = f" (tiers: {', '.join(base.tiers)})" if base.tiers else ""
+    named = f" (tiers: {', '.join(base.tiers)})" if base.tiers else ""
     return replace(
         base,
         run=True,
         reason=(
-            f"{check.commenter} ({base.permission}) commented {command} for #{check.number}"
-            f"{fork} at {current[:12]}{tiers}."
+            f"{_who(check.commenter, permission_answer)} commented {command} for #{check.number}"
+            f"{fork} at {current[:12]}{named}."
         ),
     )
 
@@ -260,10 +294,18 @@ def refuse_trusted(
 
 
 def _how_to_approve(config: GateConfig) -> str:
-    way = f"a maintainer applies '{config.label}'"
-    if config.comment_command:
-        way += f" or comments '{config.comment_command} <sha>'"
-    return way + "."
+    return config.ways()
+
+
+def refuse_unreadable(check: TrustedCheck, config: GateConfig, role: str, why: str) -> Decision:
+    """A trusted author's head commit the API cannot show: it needs an approval."""
+    return replace(
+        _trusted_base(check, role, ""),
+        reason=(
+            f"the head commit {check.head_sha[:12]} cannot be read ({why}), so whose commit "
+            f"it is is unknown: {_how_to_approve(config)}"
+        ),
+    )
 
 
 def _trusted_base(check: TrustedCheck, role: str, current: str) -> Decision:
@@ -310,6 +352,99 @@ def decide_trusted(
             f"{check.author} ({role}) is a trusted author and the{signed} head "
             f"{check.head_sha[:12]} of #{check.number} is their own commit."
         ),
+    )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A comment whose first line is a command naming a given head."""
+
+    login: str
+    command: comment.Command
+    url: str
+
+
+def relay_candidates(
+    comments: Sequence[Mapping[str, Any]], config: GateConfig, head: str, fork: bool
+) -> list[Candidate]:
+    """The unedited commands naming ``head`` among a pull request's comments, newest first.
+
+    ``comments`` as ``GET /issues/{n}/comments`` lists them (oldest first). An edited
+    comment's text is not what its author wrote when the relay ran, so it is skipped."""
+    out = []
+    for note in reversed(comments):
+        if note.get("updated_at") != note.get("created_at"):
+            continue
+        login = str((note.get("user") or {}).get("login") or "")
+        body = str(note.get("body") or "")
+        command = comment.parse_command(body, config.comment_command, config.tiers)
+        if not login or command is None or command.problem:
+            continue
+        if not comment.matches_head(command.sha, head) or (fork and len(command.sha) != 40):
+            continue
+        out.append(Candidate(login, command, str(note.get("html_url") or "")))
+    return out
+
+
+def decide_relay(
+    check: RelayCheck,
+    config: GateConfig,
+    pull: Mapping[str, Any],
+    candidates: Sequence[tuple[Candidate, Mapping[str, Any]]],
+    changed_files: Sequence[str] | None,
+) -> Decision:
+    """The relay bot's label: the newest command for its head by someone with the role.
+
+    ``candidates``: :func:`relay_candidates` with each commenter's role answer."""
+    for found, answer in candidates:
+        if not qualifies(answer, config):
+            continue
+        step = CommentCheck(check.event, check.number, found.login, found.command, found.url)
+        decision = decide_comment(step, config, answer, pull, changed_files)
+        relayed = f" (relayed by {check.bot} as '{check.label}')"
+        reason = decision.reason[:-1] + relayed + "." if decision.run else decision.reason
+        return replace(decision, label=check.label, reason=reason)
+    current = str((pull.get("head") or {}).get("sha") or "")
+    return Decision(
+        run=False,
+        event=check.event,
+        pr_number=str(check.number),
+        label=check.label,
+        labeled_by=check.bot,
+        head_at_label=check.head_sha,
+        current_head=current,
+        fork=check.fork,
+        approval=HOW_COMMENT,
+        reason=(
+            f"{check.bot} applied '{check.label}', but no unedited comment on #{check.number} "
+            f"by someone with the '{config.min_permission}' role or higher names the head "
+            f"{check.head_sha[:12]}: the relay's label approves nothing by itself; comment "
+            f"'{config.comment_command} {check.head_sha}' to approve it."
+        ),
+    )
+
+
+def relayed(decision: Decision, label: str, bot: str) -> Decision:
+    """A valid command, relayed as ``label``: the ``labeled`` run re-reads it and decides."""
+    return replace(
+        decision,
+        run=False,
+        relayed=label,
+        reason=(
+            f"{decision.reason[:-1]}; relayed as '{label}' by {bot}: the pull_request "
+            "'labeled' run re-reads the command and runs the GPU job."
+        ),
+    )
+
+
+def relay_unset(decision: Decision, label: str) -> str:
+    """Why a command approves nothing without ``relay-token``, and what to set up."""
+    return (
+        f"{decision.reason[:-1]}, but relay-token is empty, so it approves nothing: the "
+        f"comment workflow relays a command as the label '{label}', applied with a GitHub "
+        "App installation token (actions/create-github-app-token) or a fine-grained PAT "
+        "with pull-requests: write, passed as relay-token (a label applied with "
+        "GITHUB_TOKEN starts no workflow)."
     )
 
 
