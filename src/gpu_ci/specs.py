@@ -795,6 +795,20 @@ GPU_SPEND = ActionSpec(
             "GPU minutes lost to infrastructure, by pool (no API call).",
             "",
         ),
+        InputSpec(
+            "cloud-artifacts",
+            "Name prefix of the gpu-cloud-runner report artifacts (stop and reap) whose VM "
+            "minutes and cost are shown beside the GPU jobs: boot, idle and leaked minutes "
+            "included (none: not read).",
+            "gpu-cloud-runner-",
+            off=True,
+        ),
+        InputSpec(
+            "max-cloud-reports",
+            "At most this many gpu-cloud-runner reports are downloaded (one API call each, "
+            "the newest first).",
+            "100",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
@@ -804,6 +818,11 @@ GPU_SPEND = ActionSpec(
         OutputSpec("json", "Path of spend.json."),
         OutputSpec("csv", "Path of spend.csv (one row per GPU job)."),
         OutputSpec("ledger", "Path of the ledger for gpu-gate's budget-ledger artifact."),
+        OutputSpec(
+            "vm-cost",
+            "gpu-cloud-runner VMs' cost this month in USD, from their reports (information, "
+            "not in cost); empty when none were read.",
+        ),
     ),
 )
 

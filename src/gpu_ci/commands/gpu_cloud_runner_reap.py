@@ -16,6 +16,7 @@ from typing import Any
 
 from gpu_ci.cloud import naming, reap
 from gpu_ci.cloud.aws import AwsProvider
+from gpu_ci.cloud.cost import vm_cost
 from gpu_ci.cloud.provider import MANAGED, CloudError, Instance
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import jobs
@@ -111,8 +112,7 @@ def _report(leaks: list[reap.Leak], ghosts: list[tuple[runners.Runner, str]], dr
         "dry_run": dry,
         "terminated": [
             {
-                "instance_id": lk.instance.instance_id,
-                "instance_type": lk.instance.instance_type,
+                **vm_cost(lk.instance, lk.now).to_json(),
                 "run_id": naming.tag(lk.instance.tags, naming.RUN_ID),
                 "why": lk.why,
                 "leaked_minutes": lk.minutes,
