@@ -149,3 +149,18 @@ def test_no_cloud_credentials_says_how_to_give_them_and_deletes_the_registration
     assert result.returncode == 1
     assert "NoCredentialsError" in result.stdout and "configure-aws-credentials" in result.stdout
     assert repo.runners[REPO] == [] and cloud.aws.calls("RunInstances") == []
+
+
+def test_every_candidate_has_its_own_token_whatever_the_job_key(cloud, repo, run_cli):
+    # A 16-character job key makes the name 66 characters: a token cut to 64 from its end
+    # lost the candidate's index, and every candidate of the walk shared one token.
+    cloud.aws.inject("InsufficientInstanceCapacity", instance_type="g5.xlarge")
+    cloud.aws.inject("InsufficientInstanceCapacity", instance_type="g4dn.xlarge", market="spot")
+    env = job_env(cloud, repo, job_key="cuda-12-tests-ab")
+    env["GITHUB_RUN_ID"] = "98765432101"  # run ids have 11 digits now
+    result = run_cli(["gpu-cloud-runner"], env)
+    assert result.returncode == 0, result.stdout
+    tokens = [p.params["ClientToken"] for p in cloud.aws.calls("RunInstances")]
+    assert len(tokens) == 3 and len(set(tokens)) == 3
+    assert all(len(t) <= 64 for t in tokens)  # EC2's limit
+    assert all(result.outputs["label"].split("-")[5] in t for t in tokens)  # the nonce
