@@ -1039,7 +1039,8 @@ GPU_CLOUD_RUNNER = ActionSpec(
         InputSpec("idle-minutes", "Power off when no job has started this long after boot.", "15"),
         InputSpec(
             "launch-timeout",
-            "Seconds the launch walk may take; no new candidate is tried after them.",
+            "Seconds the launch walk may take (at most 600, within the reaper's grace); "
+            "no new candidate is tried after them.",
             "300",
         ),
         _CLOUD_JOB_KEY,
@@ -1131,7 +1132,7 @@ GPU_CLOUD_RUNNER_REAP = ActionSpec(
         InputSpec(
             "grace-minutes",
             "An offline registration younger than this is kept (a start may be between "
-            "registering and launching).",
+            "registering and launching); at least 15.",
             "15",
         ),
         InputSpec("dry-run", "Report what would be reaped; change nothing.", "false"),

@@ -164,3 +164,21 @@ def test_every_candidate_has_its_own_token_whatever_the_job_key(cloud, repo, run
     assert len(tokens) == 3 and len(set(tokens)) == 3
     assert all(len(t) <= 64 for t in tokens)  # EC2's limit
     assert all(result.outputs["label"].split("-")[5] in t for t in tokens)  # the nonce
+
+
+def test_a_registration_reaped_while_launching_ends_the_vm_and_fails(cloud, repo, run_cli):
+    # The reaper deletes an offline registration with no VM once it is older than its grace:
+    # a start still walking the candidates then launches a VM whose runner cannot connect,
+    # and the GPU job would wait in the queue for a runner nobody can bring.
+    cloud.aws.on_launch = lambda: repo.runners[REPO].clear()  # the reaper's DELETE
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
+    assert result.returncode == 1, result.stdout
+    assert "was deleted while the VM launched" in result.stdout
+    assert cloud.aws.live() == [] and len(cloud.aws.calls("TerminateInstances")) == 1
+    assert "label" not in result.outputs
+
+
+def test_the_launch_timeout_stays_within_the_reapers_shortest_grace(cloud, repo, run_cli):
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, launch_timeout="601"))
+    assert result.returncode == 2 and "from 10 to 600" in result.stdout
+    assert cloud.aws.calls() == [] and repo.log == []

@@ -27,6 +27,8 @@ from gpu_ci.pricing import instance_price, load_instance_prices
 from gpu_ci.runtime import Runtime, repository
 
 TITLE = "gpu-cloud-runner"
+#: The longest launch walk: within the reaper's shortest grace (15 min), calls included.
+MAX_LAUNCH_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def plan(inputs: Inputs, rt: Runtime, now: datetime) -> Plan:
     if not subnets or not group:
         raise UsageError("inputs 'subnets' and 'security-group' are required.")
     markets = launch.markets_for(inputs.choice("market", launch.MARKETS), owner.attempt)
-    timeout = _number(inputs, "launch-timeout", 10, 3600)
+    timeout = _number(inputs, "launch-timeout", 10, MAX_LAUNCH_SECONDS)
     return Plan(owner, region, prices, subnets, group, inputs["image"], markets, boot, timeout)
 
 
@@ -143,6 +145,7 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
         walk = launch.walk(provider, spec, candidates, deadline=deadline)
         if walk.instance is None:
             raise CloudError(walk.error, walk)
+        _still_registered(provider, rest, repo, reg, walk.instance)
         return Started(walk.instance, walk, spec)
     except BaseException as exc:
         gone = _unregister(rest, repo, reg.runner.id)
@@ -152,6 +155,24 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
                 rt.summary(attempts_table(tried))
             raise GpuCiError(f"{exc.args[0]} {gone}", title=TITLE) from None
         raise
+
+
+def _still_registered(
+    provider: AwsProvider, rest: RestClient, repo: str, reg: runners.Registration, vm: Instance
+) -> None:
+    """Ends ``vm`` when its registration is gone (the reaper took it while launching).
+
+    Its runner could never connect, so the GPU job would wait for it in the queue."""
+    found = call_api(
+        f"runner {reg.runner.id}", lambda: runners.get_runner(rest, repo, reg.runner.id)
+    )
+    if found is None:
+        provider.terminate([vm.instance_id])
+        raise CloudError(
+            f"the runner registration {reg.runner.id} was deleted while the VM launched "
+            f"(by gpu-cloud-runner/reap, whose grace-minutes must be longer than a start): "
+            f"the VM {vm.instance_id} was terminated and nothing queues for it."
+        )
 
 
 def _unregister(rest: RestClient, repository: str, runner_id: int) -> str:

@@ -27,6 +27,8 @@ from gpu_ci.markdown import markdown_table
 from gpu_ci.runtime import Runtime, repository, write_report
 
 TITLE = "gpu-cloud-runner/reap"
+#: A start's launch walk (at most 600 s) and its other calls end within this.
+MIN_GRACE_MINUTES = 15
 
 
 def _run_state(rest: RestClient, repo: str, run_id: str) -> reap.RunState:
@@ -89,8 +91,11 @@ def _summary(leaks: list[reap.Leak], ghosts: list[tuple[runners.Runner, str]], d
 
 def _grace(inputs: Inputs) -> timedelta:
     text = inputs["grace-minutes"].strip()
-    if not text.isdigit() or int(text) < 5:
-        raise UsageError(f"input 'grace-minutes' is {text!r}: a whole number, at least 5.")
+    if not text.isdigit() or int(text) < MIN_GRACE_MINUTES:
+        raise UsageError(
+            f"input 'grace-minutes' is {text!r}: a whole number, at least {MIN_GRACE_MINUTES} "
+            "(a start may take that long between registering and launching)."
+        )
     return timedelta(minutes=int(text))
 
 
