@@ -182,3 +182,20 @@ def test_the_launch_timeout_stays_within_the_reapers_shortest_grace(cloud, repo,
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, launch_timeout="601"))
     assert result.returncode == 2 and "from 10 to 600" in result.stdout
     assert cloud.aws.calls() == [] and repo.log == []
+
+
+def test_a_second_start_with_the_same_job_key_in_a_run_launches_nothing(cloud, repo, run_cli):
+    # Two starts of one run attempt with one job key (a matrix leg each) tag their VMs alike:
+    # either stop would find and terminate both VMs, the other leg's mid-job.
+    from datetime import datetime, timezone
+
+    from gpu_ci.cloud import naming
+    from testkit.github_server import add_runner
+
+    first = naming.RunnerName.new(RUN_ID, 1, "gpu", datetime.now(timezone.utc))
+    theirs = add_runner(repo, REPO, str(first), labels=[str(first)])
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
+    assert result.returncode == 1, result.stdout
+    assert f"runner {theirs.id}" in result.stdout and "its own job-key" in result.stdout
+    assert cloud.aws.calls("RunInstances") == []
+    assert [r.id for r in repo.runners[REPO]] == [theirs.id]  # ours deleted, theirs kept

@@ -135,6 +135,7 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
     )
     rt.mask(reg.jit_config)
     try:
+        _alone(rest, plan.owner, reg.runner.id)
         provider = AwsProvider(plan.region)
         spec = _spec(plan, name, reg, provider.resolve_image(plan.image.strip()))
         zones = provider.zones(plan.subnets)
@@ -157,10 +158,27 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
         raise
 
 
+def _alone(rest: RestClient, owner: naming.Owner, runner_id: int) -> None:
+    """Fails when another start of this run attempt has this job key.
+
+    Their VMs would carry the same tags, and either stop would end both."""
+    listed = call_api(
+        "the repository's runners (the token needs Administration: read)",
+        lambda: runners.list_runners(rest, owner.repository),
+    )
+    twins = [r for r in listed if r.id != runner_id and owner.owns(naming.RunnerName.parse(r.name))]
+    if twins:
+        raise CloudError(
+            f"another start of this run attempt uses job-key {owner.job_key!r} (runner "
+            f"{twins[0].id}, {twins[0].name}): nothing was launched. Give each start, each "
+            "matrix leg, its own job-key (e.g. gpu-${{ strategy.job-index }})."
+        )
+
+
 def _still_registered(
     provider: AwsProvider, rest: RestClient, repo: str, reg: runners.Registration, vm: Instance
 ) -> None:
-    """Ends ``vm`` when its registration is gone (the reaper took it while launching).
+    """Ends ``vm`` when the reaper took its registration while launching.
 
     Its runner could never connect, so the GPU job would wait for it in the queue."""
     found = call_api(
