@@ -176,6 +176,7 @@ def test_a_registration_reaped_while_launching_ends_the_vm_and_fails(cloud, repo
     assert "was deleted while the VM launched" in result.stdout
     assert cloud.aws.live() == [] and len(cloud.aws.calls("TerminateInstances")) == 1
     assert "label" not in result.outputs
+    assert repo.contract_violations == []
 
 
 def test_the_launch_timeout_stays_within_the_reapers_shortest_grace(cloud, repo, run_cli):
@@ -199,3 +200,4 @@ def test_a_second_start_with_the_same_job_key_in_a_run_launches_nothing(cloud, r
     assert f"runner {theirs.id}" in result.stdout and "its own job-key" in result.stdout
     assert cloud.aws.calls("RunInstances") == []
     assert [r.id for r in repo.runners[REPO]] == [theirs.id]  # ours deleted, theirs kept
+    assert repo.contract_violations == []
