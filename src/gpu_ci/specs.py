@@ -1043,6 +1043,13 @@ GPU_CLOUD_RUNNER = ActionSpec(
             "no new candidate is tried after them.",
             "300",
         ),
+        InputSpec(
+            "online-timeout",
+            "Seconds to wait for the VM's runner to come online (boot, runner start); when it "
+            "does not, the VM is terminated and the start fails, so the GPU job is skipped "
+            "rather than queued for a day. 0: do not wait.",
+            "600",
+        ),
         _CLOUD_JOB_KEY,
         InputSpec(
             "budget-left",

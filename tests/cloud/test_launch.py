@@ -201,3 +201,34 @@ def test_a_second_start_with_the_same_job_key_in_a_run_launches_nothing(cloud, r
     assert cloud.aws.calls("RunInstances") == []
     assert [r.id for r in repo.runners[REPO]] == [theirs.id]  # ours deleted, theirs kept
     assert repo.contract_violations == []
+
+
+def _boots(repo):
+    """What a VM that boots does: its JIT runner connects, and GitHub lists it online."""
+
+    def online():
+        for runner in repo.runners[REPO]:
+            runner.status = "online"
+
+    return online
+
+
+def test_a_vm_that_never_boots_is_ended_and_the_start_fails(cloud, repo, run_cli):
+    # No runner ever connects: without the wait the start passed, and the GPU job waited in
+    # GitHub's queue for a day for a runner that could not come (no timer ran on the VM).
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, online_timeout="6"))
+    assert result.returncode == 1, result.stdout
+    assert "did not come online within online-timeout (6 s)" in result.stdout
+    assert cloud.aws.live() == [] and repo.runners[REPO] == []
+    assert "label" not in result.outputs
+    assert repo.contract_violations == []
+
+
+def test_the_start_returns_once_its_runner_is_online(cloud, repo, run_cli):
+    cloud.aws.after_launch = _boots(repo)
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, online_timeout="600"))
+    assert result.returncode == 0, result.stdout
+    (vm,) = cloud.aws.live()
+    assert vm["InstanceId"] == result.outputs["instance-id"]
+    assert [r.status for r in repo.runners[REPO]] == ["online"]
+    assert repo.contract_violations == []

@@ -29,6 +29,7 @@ from gpu_ci.runtime import Runtime, repository
 TITLE = "gpu-cloud-runner"
 #: The longest launch walk: within the reaper's shortest grace (15 min), calls included.
 MAX_LAUNCH_SECONDS = 600
+ONLINE_POLL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Plan:
     markets: tuple[Market, ...]
     boot: userdata.Boot
     launch_timeout: int
+    online_timeout: int = 0
+    """Seconds to wait for the runner to come online; 0: only check it still exists."""
 
 
 def _number(inputs: Inputs, name: str, low: int, high: int) -> int:
@@ -103,7 +106,10 @@ def plan(inputs: Inputs, rt: Runtime, now: datetime) -> Plan:
         raise UsageError("inputs 'subnets' and 'security-group' are required.")
     markets = launch.markets_for(inputs.choice("market", launch.MARKETS), owner.attempt)
     timeout = _number(inputs, "launch-timeout", 10, MAX_LAUNCH_SECONDS)
-    return Plan(owner, region, prices, subnets, group, inputs["image"], markets, boot, timeout)
+    online = _number(inputs, "online-timeout", 0, 1800)
+    return Plan(
+        owner, region, prices, subnets, group, inputs["image"], markets, boot, timeout, online
+    )
 
 
 def _spec(plan: Plan, name: naming.RunnerName, reg: runners.Registration, image: str) -> LaunchSpec:
@@ -146,7 +152,7 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
         walk = launch.walk(provider, spec, candidates, deadline=deadline)
         if walk.instance is None:
             raise CloudError(walk.error, walk)
-        _still_registered(provider, rest, repo, reg, walk.instance)
+        _online(provider, rest, repo, reg, walk.instance, plan.online_timeout)
         return Started(walk.instance, walk, spec)
     except BaseException as exc:
         gone = _unregister(rest, repo, reg.runner.id)
@@ -175,22 +181,40 @@ def _alone(rest: RestClient, owner: naming.Owner, runner_id: int) -> None:
         )
 
 
-def _still_registered(
-    provider: AwsProvider, rest: RestClient, repo: str, reg: runners.Registration, vm: Instance
+def _online(
+    provider: AwsProvider,
+    rest: RestClient,
+    repo: str,
+    reg: runners.Registration,
+    vm: Instance,
+    timeout: int,
 ) -> None:
-    """Ends ``vm`` when the reaper took its registration while launching.
+    """Waits for the runner to come online, else ends the VM.
 
-    Its runner could never connect, so the GPU job would wait for it in the queue."""
-    found = call_api(
-        f"runner {reg.runner.id}", lambda: runners.get_runner(rest, repo, reg.runner.id)
-    )
-    if found is None:
-        provider.terminate([vm.instance_id])
-        raise CloudError(
-            f"the runner registration {reg.runner.id} was deleted while the VM launched "
-            f"(by gpu-cloud-runner/reap, whose grace-minutes must be longer than a start): "
-            f"the VM {vm.instance_id} was terminated and nothing queues for it."
+    A registration the reaper took while launching, or a VM that never boots (so no timer
+    of its user data runs), would leave the GPU job queued for a runner that cannot come."""
+    end = time.monotonic() + timeout
+    while True:
+        found = call_api(
+            f"runner {reg.runner.id}", lambda: runners.get_runner(rest, repo, reg.runner.id)
         )
+        if found is None:
+            provider.terminate([vm.instance_id])
+            raise CloudError(
+                f"the runner registration {reg.runner.id} was deleted while the VM launched "
+                "(by gpu-cloud-runner/reap, whose grace-minutes must be longer than a start): "
+                f"the VM {vm.instance_id} was terminated and nothing queues for it."
+            )
+        if timeout == 0 or found.status == "online" or found.busy:
+            return
+        if time.monotonic() >= end:
+            provider.terminate([vm.instance_id])
+            raise CloudError(
+                f"the VM {vm.instance_id} launched but its runner did not come online within "
+                f"online-timeout ({timeout} s): it never booted, or the runner could not start "
+                "(image, network, runner download). The VM was terminated; nothing queues."
+            )
+        time.sleep(ONLINE_POLL_SECONDS)
 
 
 def _unregister(rest: RestClient, repository: str, runner_id: int) -> str:
