@@ -81,6 +81,7 @@ def main(argv: list[str]) -> int:
             last.append(launched)
             calls.append(n)
             gh_calls.append(len(github.log) - before)
+            github.runners[REPO].clear()  # the stop's part: a run's job key starts once
             cloud = _fresh(aws, 0)
             cmd = [sys.executable, "-c", YARDSTICK, cloud.image, cloud.subnets[0]]
             bare.append(_to_launch(aws, cmd, _environ(cloud.aws.env()))[1])

@@ -19,6 +19,7 @@ def test_the_inputs_that_can_be_turned_off():
     assert sorted(OFF_INPUTS) == [
         ("gpu-gate", "budget-ledger"),
         ("gpu-gate", "label"),
+        ("gpu-spend", "cloud-artifacts"),
         ("gpu-spend", "monitor-artifacts"),
         ("gpu-spend", "reuse-ledger"),
         ("gpu-watchdog", "context"),

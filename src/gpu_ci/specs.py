@@ -868,6 +868,20 @@ GPU_SPEND = ActionSpec(
             "GPU minutes lost to infrastructure, by pool (no API call).",
             "",
         ),
+        InputSpec(
+            "cloud-artifacts",
+            "Name prefix of the gpu-cloud-runner report artifacts (stop and reap) whose VM "
+            "minutes and cost are shown beside the GPU jobs: boot, idle and leaked minutes "
+            "included (none: not read).",
+            "gpu-cloud-runner-",
+            off=True,
+        ),
+        InputSpec(
+            "max-cloud-reports",
+            "At most this many gpu-cloud-runner reports are downloaded (one API call each, "
+            "the newest first).",
+            "100",
+        ),
     )
     + BOOTSTRAP_INPUTS,
     outputs=(
@@ -877,6 +891,11 @@ GPU_SPEND = ActionSpec(
         OutputSpec("json", "Path of spend.json."),
         OutputSpec("csv", "Path of spend.csv (one row per GPU job)."),
         OutputSpec("ledger", "Path of the ledger for gpu-gate's budget-ledger artifact."),
+        OutputSpec(
+            "vm-cost",
+            "gpu-cloud-runner VMs' cost this month in USD, from their reports (information, "
+            "not in cost); empty when none were read.",
+        ),
     ),
 )
 
@@ -1100,8 +1119,16 @@ GPU_CLOUD_RUNNER = ActionSpec(
         InputSpec("idle-minutes", "Power off when no job has started this long after boot.", "15"),
         InputSpec(
             "launch-timeout",
-            "Seconds the launch walk may take; no new candidate is tried after them.",
+            "Seconds the launch walk may take (at most 600, within the reaper's grace); "
+            "no new candidate is tried after them.",
             "300",
+        ),
+        InputSpec(
+            "online-timeout",
+            "Seconds to wait for the VM's runner to come online (boot, runner start); when it "
+            "does not, the VM is terminated and the start fails, so the GPU job is skipped "
+            "rather than queued for a day. 0: do not wait.",
+            "600",
         ),
         _CLOUD_JOB_KEY,
         InputSpec(
@@ -1192,7 +1219,7 @@ GPU_CLOUD_RUNNER_REAP = ActionSpec(
         InputSpec(
             "grace-minutes",
             "An offline registration younger than this is kept (a start may be between "
-            "registering and launching).",
+            "registering and launching); at least 15.",
             "15",
         ),
         InputSpec("dry-run", "Report what would be reaped; change nothing.", "false"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ def job_env(cloud: Cloud, github: Any, attempt: int = 1, **inputs: str) -> dict[
         "INPUT_SECURITY_GROUP": cloud.group,
         "INPUT_IMAGE": cloud.image,
         "INPUT_WAIT_SECONDS": "0",
+        "INPUT_ONLINE_TIMEOUT": "0",  # no runner boots here; the tests that wait say so
+        "RUNNER_TEMP": tempfile.mkdtemp(prefix="gpu-ci-cloud-"),  # the stop's report
     }
     env.update({"INPUT_" + k.upper(): v for k, v in inputs.items()})
     return env

@@ -149,3 +149,86 @@ def test_no_cloud_credentials_says_how_to_give_them_and_deletes_the_registration
     assert result.returncode == 1
     assert "NoCredentialsError" in result.stdout and "configure-aws-credentials" in result.stdout
     assert repo.runners[REPO] == [] and cloud.aws.calls("RunInstances") == []
+
+
+def test_every_candidate_has_its_own_token_whatever_the_job_key(cloud, repo, run_cli):
+    # A 16-character job key makes the name 66 characters: a token cut to 64 from its end
+    # lost the candidate's index, and every candidate of the walk shared one token.
+    cloud.aws.inject("InsufficientInstanceCapacity", instance_type="g5.xlarge")
+    cloud.aws.inject("InsufficientInstanceCapacity", instance_type="g4dn.xlarge", market="spot")
+    env = job_env(cloud, repo, job_key="cuda-12-tests-ab")
+    env["GITHUB_RUN_ID"] = "98765432101"  # run ids have 11 digits now
+    result = run_cli(["gpu-cloud-runner"], env)
+    assert result.returncode == 0, result.stdout
+    tokens = [p.params["ClientToken"] for p in cloud.aws.calls("RunInstances")]
+    assert len(tokens) == 3 and len(set(tokens)) == 3
+    assert all(len(t) <= 64 for t in tokens)  # EC2's limit
+    assert all(result.outputs["label"].split("-")[5] in t for t in tokens)  # the nonce
+
+
+def test_a_registration_reaped_while_launching_ends_the_vm_and_fails(cloud, repo, run_cli):
+    # The reaper deletes an offline registration with no VM once it is older than its grace:
+    # a start still walking the candidates then launches a VM whose runner cannot connect,
+    # and the GPU job would wait in the queue for a runner nobody can bring.
+    cloud.aws.on_launch = lambda: repo.runners[REPO].clear()  # the reaper's DELETE
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
+    assert result.returncode == 1, result.stdout
+    assert "was deleted while the VM launched" in result.stdout
+    assert cloud.aws.live() == [] and len(cloud.aws.calls("TerminateInstances")) == 1
+    assert "label" not in result.outputs
+    assert repo.contract_violations == []
+
+
+def test_the_launch_timeout_stays_within_the_reapers_shortest_grace(cloud, repo, run_cli):
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, launch_timeout="601"))
+    assert result.returncode == 2 and "from 10 to 600" in result.stdout
+    assert cloud.aws.calls() == [] and repo.log == []
+
+
+def test_a_second_start_with_the_same_job_key_in_a_run_launches_nothing(cloud, repo, run_cli):
+    # Two starts of one run attempt with one job key (a matrix leg each) tag their VMs alike:
+    # either stop would find and terminate both VMs, the other leg's mid-job.
+    from datetime import datetime, timezone
+
+    from gpu_ci.cloud import naming
+    from testkit.github_server import add_runner
+
+    first = naming.RunnerName.new(RUN_ID, 1, "gpu", datetime.now(timezone.utc))
+    theirs = add_runner(repo, REPO, str(first), labels=[str(first)])
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
+    assert result.returncode == 1, result.stdout
+    assert f"runner {theirs.id}" in result.stdout and "its own job-key" in result.stdout
+    assert cloud.aws.calls("RunInstances") == []
+    assert [r.id for r in repo.runners[REPO]] == [theirs.id]  # ours deleted, theirs kept
+    assert repo.contract_violations == []
+
+
+def _boots(repo):
+    """What a VM that boots does: its JIT runner connects, and GitHub lists it online."""
+
+    def online():
+        for runner in repo.runners[REPO]:
+            runner.status = "online"
+
+    return online
+
+
+def test_a_vm_that_never_boots_is_ended_and_the_start_fails(cloud, repo, run_cli):
+    # No runner ever connects: without the wait the start passed, and the GPU job waited in
+    # GitHub's queue for a day for a runner that could not come (no timer ran on the VM).
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, online_timeout="6"))
+    assert result.returncode == 1, result.stdout
+    assert "did not come online within online-timeout (6 s)" in result.stdout
+    assert cloud.aws.live() == [] and repo.runners[REPO] == []
+    assert "label" not in result.outputs
+    assert repo.contract_violations == []
+
+
+def test_the_start_returns_once_its_runner_is_online(cloud, repo, run_cli):
+    cloud.aws.after_launch = _boots(repo)
+    result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, online_timeout="600"))
+    assert result.returncode == 0, result.stdout
+    (vm,) = cloud.aws.live()
+    assert vm["InstanceId"] == result.outputs["instance-id"]
+    assert [r.status for r in repo.runners[REPO]] == ["online"]
+    assert repo.contract_violations == []

@@ -81,3 +81,22 @@ def test_a_dry_run_changes_nothing(cloud, repo, run_cli, estate):
     assert not repo.requests("DELETE")
     assert len(cloud.aws.live()) == 4 and len(repo.runners[REPO]) == 3
     assert "dry run" in result.summary
+
+
+def test_the_grace_is_longer_than_the_longest_start(cloud, repo, run_cli):
+    result = run_cli(["gpu-cloud-runner/reap"], reap_env(cloud, repo, grace_minutes="14"))
+    assert result.returncode == 2 and "at least 15" in result.stdout
+    assert cloud.aws.calls() == [] and repo.log == []
+
+
+def test_another_repositorys_vms_are_never_touched(cloud, repo, run_cli):
+    expired = naming.iso(AT - timedelta(hours=1))
+    theirs = naming.Owner("octo-org/other-repo", 7, 1, "gpu").tags()
+    theirs |= {naming.EXPIRES_AT: expired, naming.PRICE: "1"}
+    vm = cloud.aws.tagged(cloud.subnets[0], cloud.image, theirs)
+    no_repo = {"gpu-ci:managed": "true", naming.EXPIRES_AT: expired}
+    bare = cloud.aws.tagged(cloud.subnets[0], cloud.image, no_repo)
+    result = run_cli(["gpu-cloud-runner/reap"], reap_env(cloud, repo))
+    assert result.returncode == 0, result.stdout
+    assert result.outputs["terminated"] == "[]"
+    assert {v["InstanceId"] for v in cloud.aws.live()} == {vm, bare}

@@ -30,6 +30,8 @@ def test_a_failed_gpu_job_still_ends_its_vm_and_runner(act, github):
             "E2E_GROUP": group,
             "E2E_IMAGE": aws.image(),
         }
+        # the JIT runner connects once the VM boots: here, as soon as AWS answers the launch
+        aws.after_launch = lambda: [setattr(r, "status", "online") for r in github.runners[REPO]]
         result = act(WORKFLOW, "workflow_dispatch", {"inputs": {}}, repository=REPO, env=env)
         assert result.returncode != 0  # the GPU job failed, on purpose
         out = result.outputs

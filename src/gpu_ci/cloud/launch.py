@@ -123,7 +123,7 @@ def walk(
     for index, candidate in enumerate(plan):
         if deadline is not None and time.monotonic() > deadline and attempts:
             return Walk(None, tuple(attempts), _late(attempts, len(plan)))
-        token = f"{spec.client_token}-{index}"[:64]
+        token = f"{index}-{spec.client_token}"[:64]  # EC2's limit cuts the tail, not the index
         result, tries = _try(provider, spec, candidate, token, backoff, sleep)
         if isinstance(result, Instance):
             attempts.append(Attempt(candidate, "launched", tries=tries))

@@ -27,6 +27,9 @@ from gpu_ci.pricing import instance_price, load_instance_prices
 from gpu_ci.runtime import Runtime, repository
 
 TITLE = "gpu-cloud-runner"
+#: The longest launch walk: within the reaper's shortest grace (15 min), calls included.
+MAX_LAUNCH_SECONDS = 600
+ONLINE_POLL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Plan:
     markets: tuple[Market, ...]
     boot: userdata.Boot
     launch_timeout: int
+    online_timeout: int = 0
+    """Seconds to wait for the runner to come online; 0: only check it still exists."""
 
 
 def _number(inputs: Inputs, name: str, low: int, high: int) -> int:
@@ -100,8 +105,11 @@ def plan(inputs: Inputs, rt: Runtime, now: datetime) -> Plan:
     if not subnets or not group:
         raise UsageError("inputs 'subnets' and 'security-group' are required.")
     markets = launch.markets_for(inputs.choice("market", launch.MARKETS), owner.attempt)
-    timeout = _number(inputs, "launch-timeout", 10, 3600)
-    return Plan(owner, region, prices, subnets, group, inputs["image"], markets, boot, timeout)
+    timeout = _number(inputs, "launch-timeout", 10, MAX_LAUNCH_SECONDS)
+    online = _number(inputs, "online-timeout", 0, 1800)
+    return Plan(
+        owner, region, prices, subnets, group, inputs["image"], markets, boot, timeout, online
+    )
 
 
 def _spec(plan: Plan, name: naming.RunnerName, reg: runners.Registration, image: str) -> LaunchSpec:
@@ -133,6 +141,7 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
     )
     rt.mask(reg.jit_config)
     try:
+        _alone(rest, plan.owner, reg.runner.id)
         provider = AwsProvider(plan.region)
         spec = _spec(plan, name, reg, provider.resolve_image(plan.image.strip()))
         zones = provider.zones(plan.subnets)
@@ -143,6 +152,7 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
         walk = launch.walk(provider, spec, candidates, deadline=deadline)
         if walk.instance is None:
             raise CloudError(walk.error, walk)
+        _online(provider, rest, repo, reg, walk.instance, plan.online_timeout)
         return Started(walk.instance, walk, spec)
     except BaseException as exc:
         gone = _unregister(rest, repo, reg.runner.id)
@@ -152,6 +162,59 @@ def start(plan: Plan, rest: RestClient, rt: Runtime, now: datetime) -> Started:
                 rt.summary(attempts_table(tried))
             raise GpuCiError(f"{exc.args[0]} {gone}", title=TITLE) from None
         raise
+
+
+def _alone(rest: RestClient, owner: naming.Owner, runner_id: int) -> None:
+    """Fails when another start of this run attempt has this job key.
+
+    Their VMs would carry the same tags, and either stop would end both."""
+    listed = call_api(
+        "the repository's runners (the token needs Administration: read)",
+        lambda: runners.list_runners(rest, owner.repository),
+    )
+    twins = [r for r in listed if r.id != runner_id and owner.owns(naming.RunnerName.parse(r.name))]
+    if twins:
+        raise CloudError(
+            f"another start of this run attempt uses job-key {owner.job_key!r} (runner "
+            f"{twins[0].id}, {twins[0].name}): nothing was launched. Give each start, each "
+            "matrix leg, its own job-key (e.g. gpu-${{ strategy.job-index }})."
+        )
+
+
+def _online(
+    provider: AwsProvider,
+    rest: RestClient,
+    repo: str,
+    reg: runners.Registration,
+    vm: Instance,
+    timeout: int,
+) -> None:
+    """Waits for the runner to come online, else ends the VM.
+
+    A registration the reaper took while launching, or a VM that never boots (so no timer
+    of its user data runs), would leave the GPU job queued for a runner that cannot come."""
+    end = time.monotonic() + timeout
+    while True:
+        found = call_api(
+            f"runner {reg.runner.id}", lambda: runners.get_runner(rest, repo, reg.runner.id)
+        )
+        if found is None:
+            provider.terminate([vm.instance_id])
+            raise CloudError(
+                f"the runner registration {reg.runner.id} was deleted while the VM launched "
+                "(by gpu-cloud-runner/reap, whose grace-minutes must be longer than a start): "
+                f"the VM {vm.instance_id} was terminated and nothing queues for it."
+            )
+        if timeout == 0 or found.status == "online" or found.busy:
+            return
+        if time.monotonic() >= end:
+            provider.terminate([vm.instance_id])
+            raise CloudError(
+                f"the VM {vm.instance_id} launched but its runner did not come online within "
+                f"online-timeout ({timeout} s): it never booted, or the runner could not start "
+                "(image, network, runner download). The VM was terminated; nothing queues."
+            )
+        time.sleep(ONLINE_POLL_SECONDS)
 
 
 def _unregister(rest: RestClient, repository: str, runner_id: int) -> str:

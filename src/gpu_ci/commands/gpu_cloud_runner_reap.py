@@ -16,6 +16,7 @@ from typing import Any
 
 from gpu_ci.cloud import naming, reap
 from gpu_ci.cloud.aws import AwsProvider
+from gpu_ci.cloud.cost import vm_cost
 from gpu_ci.cloud.provider import MANAGED, CloudError, Instance
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import jobs
@@ -26,6 +27,8 @@ from gpu_ci.markdown import markdown_table
 from gpu_ci.runtime import Runtime, repository, write_report
 
 TITLE = "gpu-cloud-runner/reap"
+#: A start's launch walk (at most 600 s) and its other calls end within this.
+MIN_GRACE_MINUTES = 15
 
 
 def _run_state(rest: RestClient, repo: str, run_id: str) -> reap.RunState:
@@ -88,8 +91,11 @@ def _summary(leaks: list[reap.Leak], ghosts: list[tuple[runners.Runner, str]], d
 
 def _grace(inputs: Inputs) -> timedelta:
     text = inputs["grace-minutes"].strip()
-    if not text.isdigit() or int(text) < 5:
-        raise UsageError(f"input 'grace-minutes' is {text!r}: a whole number, at least 5.")
+    if not text.isdigit() or int(text) < MIN_GRACE_MINUTES:
+        raise UsageError(
+            f"input 'grace-minutes' is {text!r}: a whole number, at least {MIN_GRACE_MINUTES} "
+            "(a start may take that long between registering and launching)."
+        )
     return timedelta(minutes=int(text))
 
 
@@ -111,8 +117,7 @@ def _report(leaks: list[reap.Leak], ghosts: list[tuple[runners.Runner, str]], dr
         "dry_run": dry,
         "terminated": [
             {
-                "instance_id": lk.instance.instance_id,
-                "instance_type": lk.instance.instance_type,
+                **vm_cost(lk.instance, lk.now).to_json(),
                 "run_id": naming.tag(lk.instance.tags, naming.RUN_ID),
                 "why": lk.why,
                 "leaked_minutes": lk.minutes,

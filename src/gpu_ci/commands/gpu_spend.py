@@ -18,7 +18,7 @@ from gpu_ci.github import jobs, spend
 from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.gate.config import runs_on_json
-from gpu_ci.github.spend import budget, idle
+from gpu_ci.github.spend import budget, cloud, idle
 from gpu_ci.github.spend import ledger as spend_ledger
 from gpu_ci.github.spend import report as sr
 from gpu_ci.inputs import Inputs
@@ -52,12 +52,12 @@ def chart(
     )
 
 
-def _max_reports(text: str) -> int:
+def _max_reports(text: str, name: str = "max-monitor-reports") -> int:
     value = (text or "").strip()
     if not value.isdigit():
+        what = "gpu-monitor" if name == "max-monitor-reports" else "gpu-cloud-runner"
         raise UsageError(
-            f"input 'max-monitor-reports' is {text!r}: write a whole number "
-            "(0 reads no gpu-monitor report)."
+            f"input '{name}' is {text!r}: write a whole number (0 reads no {what} report)."
         )
     return int(value)
 
@@ -79,6 +79,8 @@ class _Plan:
     out_dir: Path
     infra_files: tuple[str, ...] = ()
     """gpu-watchdog's infra-files: minutes lost to infrastructure, by pool."""
+    cloud_prefix: str = ""
+    max_cloud: int = 0
 
 
 def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
@@ -106,6 +108,10 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
     max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
     if inputs.items("gpu-workflows"):
         rt.warning(budget.EVERY_WORKFLOW, title="gpu-spend")
+    cloud_prefix = inputs["cloud-artifacts"].strip()
+    max_cloud = (
+        _max_reports(inputs["max-cloud-reports"], "max-cloud-reports") if cloud_prefix else 0
+    )
     return _Plan(
         now,
         table,
@@ -119,6 +125,8 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         max_reports,
         Path(inputs["output-dir"] or "gpu-spend"),
         tuple(inputs.items("infra-files")),
+        cloud_prefix,
+        max_cloud,
     )
 
 
@@ -145,8 +153,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rest = connect(inputs["github-token"], rt.environ, rt.mask, needs="actions: read")
     got, ledger_note = _collect(inputs, rt, p, rest)
     billed = _billed(inputs, rt, p)
-    found = _idle(rest, p, got, rt)
+    listed = _listing(rest, p, got, rt)
+    found = _idle(rest, p, got, rt, listed)
     report = _report(p, got, billed, found)
+    vm_cost = _cloud(rest, p, got, rt, listed, report)
     paths = _write_files(p, got, report)
     tot, left = report.total, report.left
     rt.set_output("minutes", str(tot.minutes))
@@ -158,6 +168,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("json", paths[0])
     rt.set_output("csv", paths[1])
     rt.set_output("ledger", paths[2])
+    rt.set_output("vm-cost", vm_cost)
     rt.info(
         f"gpu-spend: {p.repo} {p.month}: {tot.minutes} GPU minutes"
         f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
@@ -291,24 +302,40 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
     return str(json_path), str(csv_path), str(ledger_path) if ledger_path.exists() else ""
 
 
-def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFound | None:
+def _listing(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> idle.Listed | None:
+    """One listing of the month's artifacts for every report read (None: none is read, or
+    the listing failed: the report goes on without them, and a warning says so)."""
+    keeps = []
+    if p.prefix and p.max_reports:
+        runs = {c.run_id for c in got.costs if c.state == "completed"}
+        keeps.append(idle.monitor_artifact(p.prefix, runs))
+    if p.cloud_prefix and p.max_cloud:
+        keeps.append(cloud.cloud_artifact(p.cloud_prefix))
+    if not keeps:
+        return None
+    try:
+        return idle.list_artifacts(rest, p.repo, p.month, lambda a: any(k(a) for k in keeps))
+    except Exception as exc:  # listing refused, failed after retries, or not understood
+        rt.warning(
+            f"report artifacts could not be listed ({str(exc)[:200]}): the report has no "
+            "idle column and no cloud VM cost.",
+            title="gpu-spend artifacts",
+        )
+        return None
+
+
+def _idle(
+    rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime, listed: idle.Listed | None
+) -> sr.IdleFound | None:
     """Idle share per job id from gpu-monitor report artifacts (``None``: not looked for, or
     the artifacts could not be listed: the spend report goes on without the idle column).
     Every report skipped is a notice that says why."""
-    if not p.prefix or p.max_reports == 0:
+    if not p.prefix or p.max_reports == 0 or listed is None:
         return None
     costs = sorted(got.costs, key=lambda c: (c.day, c.run_id, c.job_id))
     runs = {c.run_id for c in costs if c.state == "completed"}
-    before = rest.calls
-    try:
-        found = idle.find_reports(rest, p.repo, p.prefix, runs, p.month, p.max_reports)
-    except Exception as exc:  # listing refused, failed after retries, or not understood
-        rt.warning(
-            f"gpu-monitor report artifacts could not be listed ({str(exc)[:200]}): "
-            "the report has no idle column.",
-            title="gpu-spend idle cost",
-        )
-        return None
+    before = rest.calls - listed.calls
+    found = idle.find_reports(rest, p.repo, p.prefix, runs, p.month, p.max_reports, listed)
     matched, notes = idle.match(found.reports, costs, got.windows)
     for note in (*found.notes, *notes):
         rt.notice(note, title="gpu-spend idle cost")
@@ -323,6 +350,39 @@ def _idle(rest: Rest, p: _Plan, got: spend.Collected, rt: Runtime) -> sr.IdleFou
             [*found.notes, *notes],
         ),
     )
+
+
+def _cloud(
+    rest: Rest,
+    p: _Plan,
+    got: spend.Collected,
+    rt: Runtime,
+    listed: idle.Listed | None,
+    report: sr.Report,
+) -> str:
+    """Adds the cloud VMs' minutes and cost to ``report``.
+
+    Its ``cloud`` section, which the summary shows; returns their cost in USD, or '' when
+    no report was read."""
+    if not p.cloud_prefix or p.max_cloud == 0 or listed is None:
+        return ""
+    before = rest.calls
+    runs = cloud.run_index(got.runs)
+    branch: list[str] = []
+
+    def default_branch() -> str:
+        if not branch:
+            branch.append(_default_branch(rt, p, rest))
+        return branch[0]
+
+    source = cloud.Source(p.repo, runs, default_branch)
+    keep = cloud.cloud_artifact(p.cloud_prefix)
+    found = cloud.read(rest, source, listed, keep, p.max_cloud)
+    for note in found.notes:
+        rt.notice(note, title="gpu-spend cloud VMs")
+    doc = cloud.section(p.cloud_prefix, found, runs, rest.calls - before)
+    report.doc["cloud"] = doc
+    return str(Decimal(doc["usd"]).quantize(Decimal("0.01"))) if found.reports else ""
 
 
 def summary(
@@ -340,6 +400,8 @@ def summary(
     parts += _breakdown_tables(report, bool(doc.get("idle")), priced)
     if doc.get("infra") is not None:
         parts += _infra_table(doc["infra"], priced)
+    if doc.get("cloud") is not None:
+        parts += _cloud_table(doc["cloud"])
     if doc.get("right_size"):
         parts.append("#### Right size\n")
         parts.append(
@@ -435,6 +497,32 @@ def _infra_table(infra: dict[str, Any], priced: bool) -> list[str]:
         f"#### Lost to infrastructure (gpu-watchdog): {total}\n",
         markdown_table(["pool", "GPU minutes lost", "cost", "jobs"], rows or [("(none)", 0, "", 0)])
         + notes,
+    ]
+
+
+def _cloud_table(section: dict[str, Any]) -> list[str]:
+    """Cloud VMs' minutes and cost by workflow (gpu-cloud-runner's reports)."""
+    rows = [
+        (
+            r["key"],
+            r["vms"],
+            r["minutes"],
+            _money(Decimal(r["usd"])),
+            r["leaked_minutes"],
+            _money(Decimal(r["leaked_usd"])),
+        )
+        for r in section["by_workflow"][:20]
+    ]
+    total = (
+        f"{section['minutes']} VM minutes, {_money(Decimal(section['usd']))} in "
+        f"{section['vms']} VMs ({section['reports_read']} reports)"
+    )
+    return [
+        f"#### Cloud GPU VMs (gpu-cloud-runner; information, not in the cost above): {total}\n",
+        markdown_table(
+            ["workflow", "VMs", "VM minutes", "cost", "leaked minutes", "leaked cost"],
+            rows or [("(no report)", 0, 0, "", 0, "")],
+        ),
     ]
 
 

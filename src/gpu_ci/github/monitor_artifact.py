@@ -134,11 +134,12 @@ def load_json(raw: bytes) -> Any:
     return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
 
 
-def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
-    """gpu-monitor's report in an artifact's zip, or None and why not.
+def read_json_artifact(blob: bytes) -> tuple[Any, str]:
+    """The JSON report in an artifact's zip, or None and why not.
 
-    The report is ``report.json``, or the zip's only JSON file. It must be RFC 8259 JSON
-    (:func:`load_json`) and match the report schema."""
+    The report is ``report.json``, or the zip's only JSON file; at most
+    :data:`MAX_REPORT_BYTES`, and RFC 8259 JSON (:func:`load_json`). The caller checks its
+    schema."""
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as archive:
             members = [i for i in archive.infolist() if i.filename.endswith(".json")]
@@ -148,7 +149,7 @@ def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
             info = (pick or members)[0]
             if info.file_size > MAX_REPORT_BYTES:
                 return None, f"{info.filename} is over {MAX_REPORT_BYTES} bytes"
-            data = load_json(archive.read(info))
+            return load_json(archive.read(info)), ""
     except (
         zipfile.BadZipFile,
         ValueError,
@@ -158,6 +159,15 @@ def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
         zlib.error,
     ) as exc:  # RuntimeError: RecursionError, unsupported compression
         return None, f"not a readable zip of JSON ({exc})"
+
+
+def read_monitor_report(blob: bytes) -> tuple[dict[str, Any] | None, str]:
+    """gpu-monitor's report in an artifact's zip, or None and why not.
+
+    Read by :func:`read_json_artifact`, then checked against the report schema."""
+    data, why = read_json_artifact(blob)
+    if why:
+        return None, why
     errors = schema_errors(data, _schema())
     if errors:
         return None, (

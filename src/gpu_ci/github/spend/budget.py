@@ -221,7 +221,7 @@ def job_costs(
     first = int(run.get("run_attempt") or 1) == 1
     who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
     approver = str(who.get("login") or "")
-    workflow = str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
+    workflow = workflow_name(run)
     if reserves is None:
         reserves = run_reserves(run)
     for job in jobs:
@@ -313,6 +313,11 @@ def run_reserves(run: Mapping[str, Any]) -> bool:
     return same_repository(
         (run.get("repository") or {}).get("id"), (run.get("head_repository") or {}).get("id")
     )
+
+
+def workflow_name(run: Mapping[str, Any]) -> str:
+    """A run's workflow as the report's breakdowns key it: its file's name."""
+    return str(run.get("path") or run.get("name") or "").rsplit("/", 1)[-1]
 
 
 def same_repository(base: Any, head: Any) -> bool:

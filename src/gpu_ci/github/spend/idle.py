@@ -23,7 +23,7 @@ forged can neither lower nor exceed the job's counted spend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -110,16 +110,21 @@ def read_report(blob: bytes, art: Mapping[str, Any]) -> tuple[MonitorReport | No
     ), ""
 
 
-def find_reports(
-    rest: Rest,
-    repo: str,
-    prefix: str,
-    run_ids: Iterable[int],
-    month: budget.Month,
-    max_reports: int,
-) -> Found:
-    """The gpu-monitor reports of the counted runs (see the module's docstring)."""
-    wanted = {int(r) for r in run_ids}
+@dataclass(frozen=True)
+class Listed:
+    """The month's artifacts one listing kept, and what it cost."""
+
+    artifacts: tuple[Mapping[str, Any], ...]
+    notes: tuple[str, ...]
+    calls: int
+
+
+def list_artifacts(
+    rest: Rest, repo: str, month: budget.Month, keep: Callable[[Mapping[str, Any]], bool]
+) -> Listed:
+    """The unexpired artifacts ``keep`` accepts, newest first: one listing of the
+    repository's artifacts (at most :data:`MAX_LISTING_PAGES` pages, stopping at the first
+    artifact made before the month), shared by every report gpu-spend reads."""
     oldest = (month.first - timedelta(days=1)).isoformat()
     matched: list[Mapping[str, Any]] = []
     notes: list[str] = []
@@ -128,15 +133,7 @@ def find_reports(
         got = rest.get(f"/repos/{repo}/actions/artifacts?per_page=100&page={page}")
         calls += 1
         arts = got.get("artifacts") or []
-        for art in arts:
-            wr = art.get("workflow_run") or {}
-            if (
-                str(art.get("name") or "").startswith(prefix)
-                and not art.get("expired")
-                and isinstance(wr.get("id"), int)
-                and wr["id"] in wanted
-            ):
-                matched.append(art)
+        matched += [a for a in arts if not a.get("expired") and keep(a)]
         total = got.get("total_count")
         done = (
             len(arts) < 100
@@ -151,6 +148,64 @@ def find_reports(
             f"({MAX_LISTING_PAGES * 100} artifacts): older reports not read"
         )
     matched.sort(key=lambda a: (str(a.get("created_at") or ""), int(a["id"])), reverse=True)
+    return Listed(tuple(matched), tuple(notes), calls)
+
+
+def monitor_artifact(prefix: str, run_ids: Iterable[int]) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether an artifact is a counted run's gpu-monitor report."""
+    wanted = {int(r) for r in run_ids}
+
+    def keep(art: Mapping[str, Any]) -> bool:
+        wr = art.get("workflow_run") or {}
+        return (
+            bool(prefix)
+            and str(art.get("name") or "").startswith(prefix)
+            and isinstance(wr.get("id"), int)
+            and wr["id"] in wanted
+        )
+
+    return keep
+
+
+def download(
+    rest: Rest, repo: str, art: Mapping[str, Any], notes: list[str], what: str
+) -> bytes | None:
+    """An artifact's zip, or None with a note saying why."""
+    if int(art.get("size_in_bytes") or 0) > MAX_REPORT_BYTES:
+        notes.append(
+            f"artifact '{art.get('name')}' #{art['id']}: over "
+            f"{MAX_REPORT_BYTES} bytes, skipped (upload the {what} alone)"
+        )
+        return None
+    try:
+        return rest.download(
+            f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip", MAX_REPORT_BYTES
+        )
+    except (ApiError, GpuCiError) as exc:  # expired since listed, too large: skip it
+        notes.append(
+            f"artifact '{art.get('name')}' #{art['id']}: not downloaded ({str(exc)[:120]})"
+        )
+        return None
+
+
+def find_reports(
+    rest: Rest,
+    repo: str,
+    prefix: str,
+    run_ids: Iterable[int],
+    month: budget.Month,
+    max_reports: int,
+    listed: Listed | None = None,
+) -> Found:
+    """The gpu-monitor reports of the counted runs (see the module's docstring).
+
+    ``listed``: a listing already made (:func:`list_artifacts`), of which only the monitor's
+    artifacts are read; without it, one is made here."""
+    keep = monitor_artifact(prefix, run_ids)
+    if listed is None:
+        listed = list_artifacts(rest, repo, month, keep)
+    matched = [a for a in listed.artifacts if keep(a)]
+    notes = list(listed.notes)
     if len(matched) > max_reports:
         notes.append(
             f"{len(matched) - max_reports} older gpu-monitor reports not read "
@@ -160,28 +215,17 @@ def find_reports(
     reports: list[MonitorReport] = []
     downloads = 0
     for art in matched:
-        if int(art.get("size_in_bytes") or 0) > MAX_REPORT_BYTES:
-            notes.append(
-                f"artifact '{art.get('name')}' #{art['id']}: over "
-                f"{MAX_REPORT_BYTES} bytes, skipped (upload the report alone)"
-            )
-            continue
-        downloads += 1
-        try:
-            blob = rest.download(
-                f"/repos/{repo}/actions/artifacts/{int(art['id'])}/zip", MAX_REPORT_BYTES
-            )
-        except (ApiError, GpuCiError) as exc:  # expired since listed, too large: skip it
-            notes.append(
-                f"artifact '{art.get('name')}' #{art['id']}: not downloaded ({str(exc)[:120]})"
-            )
+        if int(art.get("size_in_bytes") or 0) <= MAX_REPORT_BYTES:
+            downloads += 1
+        blob = download(rest, repo, art, notes, "report")
+        if blob is None:
             continue
         report, why = read_report(blob, art)
         if report is None:
             notes.append(why)
         else:
             reports.append(report)
-    return Found(tuple(reports), tuple(notes), calls, downloads)
+    return Found(tuple(reports), tuple(notes), listed.calls, downloads)
 
 
 # -- matching a report to a counted GPU job (pure) --------------------------------------------
