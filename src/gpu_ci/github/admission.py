@@ -18,7 +18,10 @@ answers:
    only when all of these hold, checked in this order:
 
    a. its event is ``pull_request`` (a ``pull_request_review`` or any other event of the
-      same head is not the approval's run);
+      same head is not the approval's run), of an activity that starts an approved run:
+      ``labeled`` or a trusted author's new head (the approver's ``assigned``, ``edited``
+      or ``review_requested`` run, which a fork's copy of the workflow can listen to, is
+      not the approval's run);
    b. its workflow file is a GPU workflow file an approval covers on this runner (the
       allowed workflows above: the admin's allow-list);
    c. its head carries a current approval, written by a trusted creator (default
@@ -46,12 +49,16 @@ from typing import Any
 
 from gpu_ci.github import approval
 from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS, short
+from gpu_ci.github.event import NEW_HEAD
 from gpu_ci.github.gate.config import ROLE_RANK
 from gpu_ci.github.gate.decide import role_of
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
 STATUS_PAGE = 100
+#: The ``pull_request`` activities whose run an approval starts: the gate label (applied by
+#: the maintainer or a relay bot) and a trusted author's new head.
+APPROVING_ACTIONS = ("labeled", *NEW_HEAD)
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,8 @@ class Job:
     attempt: int = 1
     triggering_actor: str = ""
     """Who started this attempt (``GITHUB_TRIGGERING_ACTOR``)."""
+    action: str = ""
+    """The payload's activity type (``labeled``, ``assigned``...); a re-run keeps it."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,7 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
         int(run_id or 0),
         int(attempt or 1),
         (environ.get("GITHUB_TRIGGERING_ACTOR") or environ.get("GITHUB_ACTOR") or "").strip(),
+        str(payload.get("action") or ""),
     )
 
 
@@ -228,6 +238,13 @@ def before_approval(job: Job, config: AdmissionConfig) -> Verdict | None:
             "started.",
             "An approval runs the GPU workflow on 'pull_request'; a maintainer applies the "
             "label to start it.",
+        )
+    if job.action not in APPROVING_ACTIONS:
+        return _refuse(
+            "approving activity",
+            f"a '{job.action}' event of the pull request does not start an approved run "
+            f"(only {', '.join(APPROVING_ACTIONS)} do).",
+            "The maintainer's label starts the approved run; a maintainer re-runs that run.",
         )
     if job.workflow_path not in config.workflows:
         return _refuse(
