@@ -512,3 +512,20 @@ def test_an_approvers_other_pull_request_event_is_not_the_approved_run(server, t
     out = _hook(env)
     assert out.returncode == 1, out.stdout
     assert f"rule 'approving activity': a '{action}' event of the pull request" in out.stdout
+
+
+@pytest.mark.parametrize(("label", "admitted"), [("bug", False), ("cuda ci", True)])
+def test_with_gate_labels_only_an_approving_labels_run_is_admitted(
+    server, tmp_path, label, admitted
+):
+    """Red team residue (issue 44): the approver adds another label (``bug``) minutes before
+    the gate label, and a fork's renamed workflow keeps gpu-status from recording the run.
+    With ``GPU_CI_GATE_LABELS`` the hook admits only a run a gate label started."""
+    _approve(server)
+    env = _env(server, tmp_path, GPU_CI_GATE_LABELS="CUDA CI, gpu-ci-relay")
+    event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text())
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps(dict(event, label={"name": label})))
+    out = _hook(env)
+    assert (out.returncode == 0) is admitted, out.stdout
+    if not admitted:
+        assert "rule 'approving label': the run was started by the label 'bug'" in out.stdout

@@ -77,6 +77,8 @@ class AdmissionConfig:
     """Bots whose label relays a comment approval: their run counts as the approver's."""
     rerun_role: str = "write"
     """The least role whose "Re-run" of the approval's run is admitted."""
+    gate_labels: tuple[str, ...] = ()
+    """The labels that approve (the gate's, the relay's); empty: any ``labeled`` run."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class Job:
     """Who started this attempt (``GITHUB_TRIGGERING_ACTOR``)."""
     action: str = ""
     """The payload's activity type (``labeled``, ``assigned``...); a re-run keeps it."""
+    label: str = ""
+    """The label a ``labeled`` event applied (from the payload)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Settings:
     events: str = ""
     relays: str = ""
     rerun_role: str = ""
+    gate_labels: str = ""
 
 
 def parse_config(settings: Settings) -> AdmissionConfig | str:
@@ -162,6 +167,7 @@ def parse_config(settings: Settings) -> AdmissionConfig | str:
         wanted,
         items(settings.relays),
         role,
+        tuple(label.casefold() for label in items(settings.gate_labels)),
     )
 
 
@@ -205,7 +211,14 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
         int(attempt or 1),
         (environ.get("GITHUB_TRIGGERING_ACTOR") or environ.get("GITHUB_ACTOR") or "").strip(),
         str(payload.get("action") or ""),
+        _label_name(payload),
     )
+
+
+def _label_name(payload: Mapping[str, Any]) -> str:
+    """The name of the label a ``labeled`` payload carries, or ""."""
+    label = payload.get("label")
+    return str(label.get("name") or "") if isinstance(label, Mapping) else ""
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
@@ -245,6 +258,17 @@ def before_approval(job: Job, config: AdmissionConfig) -> Verdict | None:
             f"a '{job.action}' event of the pull request does not start an approved run "
             f"(only {', '.join(APPROVING_ACTIONS)} do).",
             "The maintainer's label starts the approved run; a maintainer re-runs that run.",
+        )
+    if (
+        job.action == "labeled"
+        and config.gate_labels
+        and job.label.casefold() not in config.gate_labels
+    ):
+        return _refuse(
+            "approving label",
+            f"the run was started by the label {job.label!r}, not by a label that approves "
+            f"({', '.join(config.gate_labels)}).",
+            "A maintainer applies the gate label; any other label starts no GPU run.",
         )
     if job.workflow_path not in config.workflows:
         return _refuse(
