@@ -429,7 +429,7 @@ def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
 
 
 def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examples():
-    """`uses: .../gpu-ci.yml@<sha>` ran nested `@v1` actions: whatever v1 points at."""
+    """`uses: .../gpu-ci.yml@<sha>` ran nested `@v2` actions: whatever v1 points at."""
     from gpu_ci.release import PINNED_WORKFLOWS, pin_uses, unpinned_uses
 
     assert ".github/workflows/gpu-ci.yml" in PINNED_WORKFLOWS
