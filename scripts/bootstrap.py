@@ -6,7 +6,7 @@ client, and the gate never installs NVML or conda code.
 
 The venv holds third-party dependencies only. The package itself is never installed into
 it: ``scripts/run.py`` of the action's own checkout puts that checkout's ``src/`` first on
-``sys.path``, so ``@v1``, ``@v1.2.3``, ``@<sha>`` and two checkouts of one version each run
+``sys.path``, so ``@v2``, ``@v1.2.3``, ``@<sha>`` and two checkouts of one version each run
 exactly the code they name, in sequence or at the same time.
 
 Safe on persistent, shared runners:

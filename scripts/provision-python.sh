@@ -165,15 +165,19 @@ prov_uv_python() {  # a uv-managed Python with $uv, in a directory of our own; 1
   prov_check_home
   home="$(prov_home)"
   export UV_PYTHON_INSTALL_DIR="$home/managed" UV_CACHE_DIR="$home/uv-cache"
+  # From / and with no configuration file (UV_NO_CONFIG): a uv.toml or pyproject.toml of
+  # the workspace could name its own download list, and the Python would land in the home
+  # that later jobs reuse. Only the admin's UV_* variables count.
+  export UV_NO_CONFIG=1
   prov_note "installing a uv-managed Python $UV_PYTHON with $uv"
-  if ! "$uv" python install --quiet --no-bin "$UV_PYTHON" >&2; then
+  if ! (cd / && "$uv" python install --quiet --no-bin "$UV_PYTHON") >&2; then
     prov_why="uv could not install Python $UV_PYTHON (output above). Its downloads come from GitHub (python-build-standalone); UV_PYTHON_INSTALL_MIRROR names a mirror"
     return 1
   fi
-  if ! python="$("$uv" python find --managed-python "$UV_PYTHON")"; then
+  if ! python="$(cd / && "$uv" python find --managed-python "$UV_PYTHON")"; then
     python=""; prov_why="uv installed Python $UV_PYTHON but cannot find it"; return 1
   fi
-  provision_how="a uv-managed Python (uv $("$uv" --version | cut -d' ' -f2))"
+  provision_how="a uv-managed Python (uv $(cd / && "$uv" --version | cut -d' ' -f2))"
 }
 
 prov_package_manager() {  # as root: the image's own Python; returns 1 when it cannot

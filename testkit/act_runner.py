@@ -163,7 +163,7 @@ def run_act(
         "--action-cache-path",
         str(workdir / "act-cache"),
         "--local-repository",
-        f"{ACTIONS_REPO}@v1={repo}",
+        f"{ACTIONS_REPO}@v2={repo}",
     ]
     # an example that pins our action by release SHA runs this checkout under that ref too
     for ref in sorted(

@@ -212,7 +212,9 @@ def shared_tmp() -> Path:
     return path
 
 
-def bootstrap_bare(work: Path, downloader: str, **env: str) -> subprocess.CompletedProcess:
+def bootstrap_bare(
+    work: Path, downloader: str, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess:
     """bootstrap.sh with only the tools of :func:`tools_dir` (made here unless ``downloader``
     is empty: then the test made them)."""
     bin_dir = tools_dir(work / "tools", downloader) if downloader else work / "tools" / "bin"
@@ -228,6 +230,7 @@ def bootstrap_bare(work: Path, downloader: str, **env: str) -> subprocess.Comple
     return subprocess.run(
         [*as_unprivileged(), str(bin_dir / "bash"), str(BOOTSTRAP), "verify-cuda-env"],
         env=full,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
@@ -292,6 +295,38 @@ def test_a_uv_on_path_is_used_without_downloading_one(uv_wheel, serve):
         out = proc.stdout + proc.stderr
         assert "/uv.whl" not in server.asked, out
         assert f"installing a uv-managed Python 3.12 with {tools / 'uv'}" in out
+        assert any(path.startswith("/python/") for path in server.asked), server.asked
+        assert proc.returncode == 1 and "uv could not install Python 3.12" in proc.stdout
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@linux_only
+def test_a_uv_toml_in_the_workspace_does_not_steer_the_python_download(uv_wheel, serve):
+    """Red team (issue 44): the pull request's ``uv.toml`` names its own download list
+    (sha256s included); the Python it brings would land in the shared home that later jobs
+    reuse. uv runs from / without configuration files: only the admin's variables count."""
+    pin = uv_pin()
+    server = serve({"/uv.whl": uv_wheel})
+    work = shared_tmp()
+    try:
+        mine = work / "uv-bin"
+        mine.mkdir()
+        with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
+            (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
+        (mine / "uv").chmod(0o755)
+        tools = tools_dir(work / "tools", "curl")
+        os.symlink(mine / "uv", tools / "uv")
+        workspace = work / "workspace"
+        workspace.mkdir()
+        (workspace / "uv.toml").write_text(
+            f'python-downloads-json-url = "{server.url("/evil.json")}"\n'
+            f'python-install-mirror = "{server.url("/evil")}"\n'
+        )
+        proc = bootstrap_bare(
+            work, "", cwd=workspace, UV_PYTHON_INSTALL_MIRROR=server.url("/python")
+        )
+        assert not [p for p in server.asked if p.startswith("/evil")], server.asked
         assert any(path.startswith("/python/") for path in server.asked), server.asked
         assert proc.returncode == 1 and "uv could not install Python 3.12" in proc.stdout
     finally:

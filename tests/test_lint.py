@@ -160,7 +160,7 @@ def test_every_inline_zizmor_ignore_gives_a_reason():
 def test_a_nested_action_is_pinned_and_checked_like_the_others():
     from gpu_ci.release import pin_uses, unpinned_uses
 
-    text = "      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@v1\n"
+    text = "      - uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor/job@v2\n"
     assert unpinned_uses(text) == [text.strip()[2:]]
     pinned = pin_uses(text, "1.2.3", "a" * 40)
     assert pinned == (
@@ -200,11 +200,11 @@ def test_privileged_examples_must_pin_our_actions_by_sha(tmp_path):
             re.sub(
                 r"(actions/(remove-label|gpu-status|gpu-watchdog|gpu-cloud-runner(/stop|/reap)?))"
                 r"@\S+ +# \S+",
-                r"\1@v1",
+                r"\1@v2",
                 text,
             )
         )
-        assert "@v1\n" in moved.read_text()
+        assert "@v2\n" in moved.read_text()
         proc = subprocess.run(
             [
                 tool("zizmor"),

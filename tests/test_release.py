@@ -52,7 +52,7 @@ def test_notes_are_the_section_without_link_references():
     sections = release.changelog_sections(CHANGELOG)
     date, body = sections[__version__]
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)
-    assert body.startswith("### Added") and "]: https://" not in body
+    assert body.startswith(("### Migration", "### Added")) and "]: https://" not in body
     assert "Unreleased" in sections
 
 
@@ -124,11 +124,11 @@ def test_root_action_is_marketplace_ready():
     assert doc["branding"]["color"] in colors
 
 
-def test_readme_has_marketplace_header_usage_at_v1_and_pinning():
+def test_readme_has_marketplace_header_usage_at_v2_and_pinning():
     readme = (ROOT / "README.md").read_text()
     assert readme.startswith("# GPU CI Actions")
     for name in ("gpu-gate", "remove-label", "setup-conda-from-lock", "verify-cuda-env"):
-        assert f"gpu-ci-actions/gpu-ci-actions/actions/{name}@v1" in readme
+        assert f"gpu-ci-actions/gpu-ci-actions/actions/{name}@v2" in readme
     pinning = readme.split("## Pinning")[1].split("\n## ")[0]
     assert "Dependabot" in pinning and "SHA" in pinning
     assert "pipx run --spec gpu-ci-actions gpu-ci verify-cuda-env" in readme

@@ -23,8 +23,10 @@ _SPECIAL = {"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]
 _SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
 #: Where GitHub's Markdown (cmark-gfm's autolink extension) would start a link in plain
 #: text: a scheme before ``:``, ``www.``, an e-mail's ``@``. A word joiner (U+2060) there
-#: keeps the text as it reads and makes no link.
-_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp|mailto|xmpp)(?=:)|\bwww(?=\.)|(?<=[\w.+-])@(?=[\w-])")
+#: keeps the text as it reads and makes no link. No word boundary is asked for: cmark-gfm
+#: starts a scheme after any non-letter (``1https://``, ``_https://``) and ``www.`` after
+#: ``_``.
+_AUTOLINK = re.compile(r"(?i)(?:https?|ftp|mailto|xmpp)(?=:)|www(?=\.)|(?<=[\w.+-])@(?=[\w-])")
 
 
 class Markdown(str):

@@ -4,7 +4,7 @@
 ``vX.Y.Z``, equals the package version, and that CHANGELOG.md has a dated section for it;
 it prints ``tag=``/``version=`` lines for ``$GITHUB_OUTPUT``. ``notes`` prints that
 section (the GitHub release body); ``moving-tags`` prints the major and minor tags that
-must follow the release (``v1``, ``v1.2``), so that ``@v1`` always means the newest 1.x.
+must follow the release (``v1``, ``v1.2``), so that ``@v2`` always means the newest 2.x.
 ``pin-examples --version 1.2.3 --sha <commit>`` rewrites the privileged examples' ``uses:``
 of our own actions, and the reusable workflow's nested ones, to that release commit's full
 SHA with a ``# v1.2.3`` comment (run after a release; ``--check`` exits 1 when a file is not

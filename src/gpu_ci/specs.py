@@ -85,6 +85,16 @@ TRUSTED_CREATORS = InputSpec(
 )
 
 
+#: gpu-status's and gpu-watchdog's: the comment relay's account, whose run is the approver's.
+RELAY_BOT = InputSpec(
+    "relay-bot",
+    "With the comment relay: the account whose label relays a comment approval (the "
+    "App's '<slug>[bot]', as gpu-gate's relay-bot); the run it starts counts as the "
+    "approver's.",
+    "",
+)
+
+
 #: Inputs of the shared bootstrap step, which every action runs first (their commands ignore
 #: them). ``install-python``, not ``python``: verify-cuda-env's ``python`` names the
 #: interpreter it checks.
@@ -620,6 +630,7 @@ GPU_STATUS = ActionSpec(
             "cuda-ci.yml",
         ),
         TRUSTED_CREATORS,
+        RELAY_BOT,
         InputSpec(
             "gate-run",
             "On a label event: the `run` output of gpu-gate run in the same job (on a comment "
@@ -754,6 +765,7 @@ GPU_WATCHDOG = ActionSpec(
             "",
         ),
         TRUSTED_CREATORS,
+        RELAY_BOT,
         InputSpec(
             "infra-file",
             "Write the GPU jobs lost to infrastructure (by pool) as JSON to this path, "

@@ -77,7 +77,7 @@ def test_the_rule_catches_the_comment_workflow_that_ran_the_gpu_job():
     old = {
         True: {"issue_comment": {"types": ["created"]}},
         "jobs": {
-            "gate": {"runs-on": "ubuntu-latest", "steps": [{"uses": INERT_ACTIONS[0] + "x@v1"}]},
+            "gate": {"runs-on": "ubuntu-latest", "steps": [{"uses": INERT_ACTIONS[0] + "x@v2"}]},
             "tests": {
                 "runs-on": "${{ fromJSON(needs.gate.outputs.runs-on) }}",
                 "steps": [
@@ -85,7 +85,7 @@ def test_the_rule_catches_the_comment_workflow_that_ran_the_gpu_job():
                         "uses": "actions/checkout@v4",
                         "with": {"ref": "${{ needs.gate.outputs.sha }}"},
                     },
-                    {"uses": "gpu-ci-actions/gpu-ci-actions/actions/setup-conda-from-lock@v1"},
+                    {"uses": "gpu-ci-actions/gpu-ci-actions/actions/setup-conda-from-lock@v2"},
                     {"run": "python -m pytest"},
                 ],
             },
@@ -111,10 +111,10 @@ def test_the_rule_catches_the_comment_workflow_that_ran_the_gpu_job():
     assert pr_code(scheduled, ["schedule"]) == [
         "job t checks out ${{ github.event.pull_request.head.sha }} on schedule"
     ]
-    assert pr_code({"jobs": {"r": {"uses": "o/r/.github/workflows/x.yml@v1"}}}, ["workflow_run"])
-    other = {"jobs": {"j": {"steps": [{"uses": "someone/runs-make@v1"}]}}}
+    assert pr_code({"jobs": {"r": {"uses": "o/r/.github/workflows/x.yml@v2"}}}, ["workflow_run"])
+    other = {"jobs": {"j": {"steps": [{"uses": "someone/runs-make@v2"}]}}}
     assert pr_code(other, ["pull_request_target"]) == [
-        "job j uses someone/runs-make@v1, which may run checked-out code"
+        "job j uses someone/runs-make@v2, which may run checked-out code"
     ]
 
 

@@ -62,6 +62,22 @@ def test_github_renders_escaped_text_with_no_link_image_or_tag(text):
         assert "<a " in github_html(text)  # unescaped, GitHub links it
 
 
+#: Red team (issue 44): cmark-gfm starts a URL's scheme after any non-letter and ``www.``
+#: after ``_``, ``*``, ``~`` or ``(``; a word character there is no regex word boundary.
+GLUED = [
+    "job_https://evil.example/approve",
+    "step1https://evil.example/approve",
+    "caf\u00e9https://evil.example/approve",
+    "gpu_www.evil.example/approve",
+]
+
+
+@pytest.mark.parametrize("text", GLUED)
+def test_a_url_glued_to_a_word_makes_no_link(text):
+    assert "<a " in github_html(text)  # unescaped, GitHub links it
+    assert "<a " not in github_html(escape(text))
+
+
 def test_a_table_cell_is_text_and_a_markdown_cell_is_ours():
     table = markdown_table(["runner", "link"], [(LINK, Markdown("[run 7](https://x/7)"))])
     row = table.splitlines()[2]
@@ -105,6 +121,7 @@ REASONS = [
     f"label {LINK} by <b>x</b> | y \\ z\r\n[ref]: https://evil.example",
     "a\u2028b\u2029c ![i](https://evil.example/i.png)",
     "see HTTPS://evil.example, www.evil.example or gpu+ci@evil.example (mailto:x@y.z)\n",
+    "job_https://evil.example, step1https://evil.example or gpu_www.evil.example",
 ]
 
 

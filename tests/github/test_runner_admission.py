@@ -489,3 +489,43 @@ def test_the_run_github_records_must_be_of_the_jobs_file_and_head(server, tmp_pa
     code, out = _run(_env(server, tmp_path), capsys)
     assert code == 1
     assert "rule 'the approval's run': the run is of .github/workflows/miner.yml" in out
+
+
+@pytest.mark.parametrize("action", ["assigned", "review_requested", "edited", "unlabeled"])
+def test_an_approvers_other_pull_request_event_is_not_the_approved_run(server, tmp_path, action):
+    """Red team (issue 44): the fork's cuda-ci.yml listens to every ``pull_request``
+    activity and is renamed so that gpu-status's ``workflow_run`` never records a run. The
+    maintainer assigns themself (or edits, requests a review) ten minutes before the label:
+    that run's GPU job, held back by a sleeping job, starts after the approval. Only the
+    run the label (or a trusted author's push) started is the approval's."""
+    _approve(server)
+    earlier = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    server.add_run(
+        REPO,
+        WorkflowRun(
+            5151, "x", WORKFLOW, HEAD, actor="maintainer", created_at=earlier, head_repo=FORK
+        ),
+    )
+    env = _env(server, tmp_path, run=5151)
+    event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text())
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps(dict(event, action=action)))
+    out = _hook(env)
+    assert out.returncode == 1, out.stdout
+    assert f"rule 'approving activity': a '{action}' event of the pull request" in out.stdout
+
+
+@pytest.mark.parametrize(("label", "admitted"), [("bug", False), ("cuda ci", True)])
+def test_with_gate_labels_only_an_approving_labels_run_is_admitted(
+    server, tmp_path, label, admitted
+):
+    """Red team residue (issue 44): the approver adds another label (``bug``) minutes before
+    the gate label, and a fork's renamed workflow keeps gpu-status from recording the run.
+    With ``GPU_CI_GATE_LABELS`` the hook admits only a run a gate label started."""
+    _approve(server)
+    env = _env(server, tmp_path, GPU_CI_GATE_LABELS="CUDA CI, gpu-ci-relay")
+    event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text())
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps(dict(event, label={"name": label})))
+    out = _hook(env)
+    assert (out.returncode == 0) is admitted, out.stdout
+    if not admitted:
+        assert "rule 'approving label': the run was started by the label 'bug'" in out.stdout

@@ -429,7 +429,7 @@ def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
 
 
 def test_the_reusable_workflow_pins_its_nested_actions_like_the_privileged_examples():
-    """`uses: .../gpu-ci.yml@<sha>` ran nested `@v1` actions: whatever v1 points at."""
+    """`uses: .../gpu-ci.yml@<sha>` ran nested `@v2` actions: whatever v1 points at."""
     from gpu_ci.release import PINNED_WORKFLOWS, pin_uses, unpinned_uses
 
     assert ".github/workflows/gpu-ci.yml" in PINNED_WORKFLOWS
@@ -495,3 +495,21 @@ def test_an_approval_planted_by_another_creator_binds_no_run():
     Actions source accepts."""
     planted = {**approval(at=50), "creator": {"login": "ci-app[bot]"}}
     assert done(run(5, created=51), [planted]).status is None
+
+
+def test_a_run_the_relay_bot_started_binds_only_where_relay_bot_is_set():
+    """A comment approval arrives as the relay App's label: its ``pull_request`` run is the
+    App's, in the commenter's place. Only the configured account counts, and only as the
+    starter of the approval's run: any other actor's run still binds to nothing."""
+    bot = "gpu-ci-relay[bot]"
+    listed = [approval(by="maint")]
+    assert done(run(5, actor=bot), listed).status is None  # relay-bot unset
+    relayed = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"], relays=[bot])
+    out = statuses.for_workflow_run(
+        relayed, "completed", run(5, actor=bot), [job()], listed, REPO, NOW, siblings=[]
+    )
+    assert out.status is not None and out.status.state == "success"
+    other = statuses.for_workflow_run(
+        relayed, "completed", run(5, actor="author"), [job()], listed, REPO, NOW, siblings=[]
+    )
+    assert other.status is None

@@ -446,7 +446,9 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     if inputs.items("gpu-workflows"):
         rt.warning(budget.EVERY_WORKFLOW, title="gpu-gate budget")
     approvals = statuses.approval_config(
-        statuses.validate_context(inputs["context"]), inputs.items("trusted-creators")
+        statuses.validate_context(inputs["context"]),
+        inputs.items("trusted-creators"),
+        inputs.items("relay-bot"),
     )
     return replace(cfg, approvals=approvals)
 

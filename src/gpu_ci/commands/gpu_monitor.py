@@ -263,7 +263,7 @@ def report(inputs: Inputs, directory: Path, rt: Runtime) -> int:
             return report_no_gpu(directory, limits, rt)
         raise GpuCiError(
             "gpu-monitor mode: report found no samples for this job: add a step with "
-            "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v1' and 'mode: start' "
+            "'uses: gpu-ci-actions/gpu-ci-actions/actions/gpu-monitor@v2' and 'mode: start' "
             f"early in the job (looked in {directory}).",
             title="gpu-monitor: no start",
         )

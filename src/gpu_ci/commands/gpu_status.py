@@ -226,6 +226,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         inputs.items("gpu-jobs"),
         inputs["workflow"],
         inputs.items("trusted-creators"),
+        inputs.items("relay-bot"),
     )
     _gate_run(inputs)  # a bad gate-run is a usage error before the event is read
     commenting = _comment_config(inputs, config)  # so are the comment's inputs

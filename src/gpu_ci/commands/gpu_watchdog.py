@@ -157,7 +157,7 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
     # whose approvals let a fork run's waiting job reserve: the watchdog's own context and
     # trusted-creators, as its head check reads them
     approvals = statuses.approval_config(
-        config.context or statuses.DEFAULT_CONTEXT, config.creators
+        config.context or statuses.DEFAULT_CONTEXT, config.creators, inputs.items("relay-bot")
     )
     cfg = dataclasses.replace(cfg, approvals=approvals)
     scheduled = rt.environ.get("GITHUB_EVENT_NAME") == "schedule"

@@ -33,6 +33,7 @@ def _config(environ: Mapping[str, str]) -> admission.AdmissionConfig:
             environ.get("GPU_CI_TRUSTED_EVENTS", ""),
             environ.get("GPU_CI_RELAY_LOGINS", ""),
             environ.get("GPU_CI_RERUN_PERMISSION", ""),
+            environ.get("GPU_CI_GATE_LABELS", ""),
         )
     )
     if isinstance(config, str):

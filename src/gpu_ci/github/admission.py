@@ -18,7 +18,10 @@ answers:
    only when all of these hold, checked in this order:
 
    a. its event is ``pull_request`` (a ``pull_request_review`` or any other event of the
-      same head is not the approval's run);
+      same head is not the approval's run), of an activity that starts an approved run:
+      ``labeled`` or a trusted author's new head (the approver's ``assigned``, ``edited``
+      or ``review_requested`` run, which a fork's copy of the workflow can listen to, is
+      not the approval's run);
    b. its workflow file is a GPU workflow file an approval covers on this runner (the
       allowed workflows above: the admin's allow-list);
    c. its head carries a current approval, written by a trusted creator (default
@@ -46,12 +49,16 @@ from typing import Any
 
 from gpu_ci.github import approval
 from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS, short
+from gpu_ci.github.event import NEW_HEAD
 from gpu_ci.github.gate.config import ROLE_RANK
 from gpu_ci.github.gate.decide import role_of
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
 STATUS_PAGE = 100
+#: The ``pull_request`` activities whose run an approval starts: the gate label (applied by
+#: the maintainer or a relay bot) and a trusted author's new head.
+APPROVING_ACTIONS = ("labeled", *NEW_HEAD)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class AdmissionConfig:
     """Bots whose label relays a comment approval: their run counts as the approver's."""
     rerun_role: str = "write"
     """The least role whose "Re-run" of the approval's run is admitted."""
+    gate_labels: tuple[str, ...] = ()
+    """The labels that approve (the gate's, the relay's); empty: any ``labeled`` run."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,10 @@ class Job:
     attempt: int = 1
     triggering_actor: str = ""
     """Who started this attempt (``GITHUB_TRIGGERING_ACTOR``)."""
+    action: str = ""
+    """The payload's activity type (``labeled``, ``assigned``...); a re-run keeps it."""
+    label: str = ""
+    """The label a ``labeled`` event applied (from the payload)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,7 @@ class Settings:
     events: str = ""
     relays: str = ""
     rerun_role: str = ""
+    gate_labels: str = ""
 
 
 def parse_config(settings: Settings) -> AdmissionConfig | str:
@@ -153,6 +167,7 @@ def parse_config(settings: Settings) -> AdmissionConfig | str:
         wanted,
         items(settings.relays),
         role,
+        tuple(label.casefold() for label in items(settings.gate_labels)),
     )
 
 
@@ -195,7 +210,15 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
         int(run_id or 0),
         int(attempt or 1),
         (environ.get("GITHUB_TRIGGERING_ACTOR") or environ.get("GITHUB_ACTOR") or "").strip(),
+        str(payload.get("action") or ""),
+        _label_name(payload),
     )
+
+
+def _label_name(payload: Mapping[str, Any]) -> str:
+    """The name of the label a ``labeled`` payload carries, or ""."""
+    label = payload.get("label")
+    return str(label.get("name") or "") if isinstance(label, Mapping) else ""
 
 
 def needs_default_branch(job: Job, config: AdmissionConfig) -> bool:
@@ -228,6 +251,24 @@ def before_approval(job: Job, config: AdmissionConfig) -> Verdict | None:
             "started.",
             "An approval runs the GPU workflow on 'pull_request'; a maintainer applies the "
             "label to start it.",
+        )
+    if job.action not in APPROVING_ACTIONS:
+        return _refuse(
+            "approving activity",
+            f"a '{job.action}' event of the pull request does not start an approved run "
+            f"(only {', '.join(APPROVING_ACTIONS)} do).",
+            "The maintainer's label starts the approved run; a maintainer re-runs that run.",
+        )
+    if (
+        job.action == "labeled"
+        and config.gate_labels
+        and job.label.casefold() not in config.gate_labels
+    ):
+        return _refuse(
+            "approving label",
+            f"the run was started by the label {job.label!r}, not by a label that approves "
+            f"({', '.join(config.gate_labels)}).",
+            "A maintainer applies the gate label; any other label starts no GPU run.",
         )
     if job.workflow_path not in config.workflows:
         return _refuse(

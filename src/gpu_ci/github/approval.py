@@ -97,6 +97,9 @@ class Reads(Protocol):
     @property
     def creators(self) -> tuple[str, ...]: ...
 
+    @property
+    def relays(self) -> tuple[str, ...]: ...
+
 
 @dataclass(frozen=True)
 class Source:
@@ -104,13 +107,17 @@ class Source:
 
     context: str = DEFAULT_CONTEXT
     creators: tuple[str, ...] = DEFAULT_CREATORS
+    relays: tuple[str, ...] = ()
+    """Accounts whose label relays a comment approval: the run they start is the approver's."""
 
 
 def approval_config(
-    context: str = DEFAULT_CONTEXT, creators: Sequence[str] = DEFAULT_CREATORS
+    context: str = DEFAULT_CONTEXT,
+    creators: Sequence[str] = DEFAULT_CREATORS,
+    relays: Sequence[str] = (),
 ) -> Source:
     """Where the budget and the watchdog read approvals (gpu-status's defaults)."""
-    return Source(context, tuple(creators) or DEFAULT_CREATORS)
+    return Source(context, tuple(creators) or DEFAULT_CREATORS, tuple(r for r in relays if r))
 
 
 @dataclass(frozen=True)
@@ -338,6 +345,7 @@ def _binds(
     earlier: Sequence[Mapping[str, Any]] = (),
     retried: bool = False,
     retriers: Sequence[str] = (),
+    starters: Sequence[str] = (),
 ) -> str:
     """Why ``run`` is not the run ``approval`` started, or "".
 
@@ -346,7 +354,8 @@ def _binds(
     ``earlier``: the commit's older approvals; a run belongs to the first approval posted
     after it was created (a label applied twice: the first run is not the second's).
     ``retried``: gpu-watchdog's retry record of this very attempt is above the approval;
-    ``retriers``: the accounts whose re-run that can be."""
+    ``retriers``: the accounts whose re-run that can be. ``starters``: accounts whose run
+    counts as the approver's (the relay bot whose label carries a comment approval)."""
     attempt = attempt_of(run)
     trigger = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
     # a re-run keeps the run's first actor; the approver must have started the run itself
@@ -354,7 +363,7 @@ def _binds(
     actor = first if attempt != 1 else trigger
     if run.get("event") != "pull_request":
         return f"a '{run.get('event')}' run of a pull request is not the approval's run."
-    if not approver or actor != approver:
+    if not approver or actor not in (approver, *starters):
         return f"run triggered by @{actor}, not by the approver @{approver}."
     if attempt != 1 and not retried:
         return (
@@ -508,6 +517,7 @@ def result_binding(
         _earlier_approvals(statuses, config.context, approval),
         retry is not None,
         config.creators,
+        config.relays,
     )
     return approver, retry, why
 
@@ -558,7 +568,7 @@ def watchdog_hold(
     # The approval's own run only (gpu-status binds no other): any run of an approved
     # head may use GPU runners, a fork's own run of its edited workflow too.
     actor = str((run.get("actor") or {}).get("login") or "")
-    if not found.approver or actor != found.approver:
+    if not found.approver or actor not in (found.approver, *config.relays):
         return None, (
             f"run {run.get('id')} was started by @{actor}, not by the approver "
             f"@{found.approver}: only the approval's run is re-run"

@@ -93,6 +93,11 @@ def queue_seconds(job: Mapping[str, Any], at: datetime) -> float | None:
 # -- which jobs are GPU jobs ------------------------------------------------------------------
 
 
+#: The labels GitHub gives every self-hosted runner (its kind, OS and architecture): a job
+#: may leave them out of ``runs-on`` and still land on a runner that has them.
+GENERIC_LABELS = frozenset({"self-hosted", "linux", "windows", "macos", "x64", "arm", "arm64"})
+
+
 @dataclass(frozen=True)
 class GpuMatcher:
     """``gpu-runs-on``: a job is a GPU job when its ``labels`` include all of ``labels`` (a
@@ -122,7 +127,12 @@ class GpuMatcher:
         if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
             return True
         labels = {str(x).lower() for x in job.get("labels") or []}
-        return bool(self.labels) and self.labels <= labels
+        # A job need not name the labels every self-hosted runner has: ``runs-on: gpu``
+        # lands on the ``[self-hosted, gpu]`` runner too, so the distinctive ones decide.
+        distinctive = self.labels - GENERIC_LABELS
+        return bool(self.labels) and (
+            self.labels <= labels or (bool(distinctive) and distinctive <= labels)
+        )
 
     def matches(self, job: Mapping[str, Any]) -> bool:
         return self._own(job) or any(k.matcher.matches(job) for k in self.kinds)

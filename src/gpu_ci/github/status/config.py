@@ -34,6 +34,8 @@ class StatusConfig:
 
     Any other status writer (a CI app a pull request can steer) could plant an
     "Approved by" or a result."""
+    relays: tuple[str, ...] = ()
+    """``relay-bot``: the account whose label relays a comment approval (its run counts)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ def make_config(
     gpu_jobs: Sequence[str],
     workflow: str = DEFAULT_WORKFLOW,
     creators: Sequence[str] = DEFAULT_CREATORS,
+    relays: Sequence[str] = (),
 ) -> StatusConfig:
     """The checked config; a :class:`UsageError` says which input is wrong."""
     if not label.strip():
@@ -88,4 +91,5 @@ def make_config(
         tuple(gpu_jobs),
         workflow_path(workflow),
         tuple(creators) or DEFAULT_CREATORS,
+        tuple(r for r in relays if r),
     )
