@@ -1202,6 +1202,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_found(self) -> tuple[int, Any, dict[str, str]]:
         return 404, {"message": "Not Found", "documentation_url": DOCS, "status": "404"}, {}
 
+    def _forbidden(self) -> tuple[int, Any, dict[str, str]]:
+        """GitHub's answer to a token that lacks the permission."""
+        return 403, _forbidden_body(), {}
+
     def _handle(self, method: str) -> None:
         gh = self.gh
         split = urlsplit(self.path)
@@ -1429,15 +1433,7 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and len(rest) == 3:
                 return 200, [gh.label_json(repo, n) for n in pr.labels], {}
             if token in gh.read_only_tokens:
-                return (
-                    403,
-                    {
-                        "message": "Resource not accessible by integration",
-                        "documentation_url": DOCS,
-                        "status": "403",
-                    },
-                    {},
-                )
+                return self._forbidden()
             if method == "DELETE" and len(rest) == 4:
                 name = rest[3]
                 match = next((n for n in pr.labels if n.lower() == name.lower()), None)
@@ -1486,15 +1482,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._actions(method, path, query, repo, rest[1:], token)
         if rest[:1] == ["statuses"] and len(rest) == 2 and method == "POST":
             if token in gh.read_only_tokens:
-                return (
-                    403,
-                    {
-                        "message": "Resource not accessible by integration",
-                        "documentation_url": DOCS,
-                        "status": "403",
-                    },
-                    {},
-                )
+                return self._forbidden()
             payload = json.loads(raw_body or b"{}")
             if payload.get("state") not in ("error", "failure", "pending", "success"):
                 return (
@@ -1756,15 +1744,7 @@ class _Handler(BaseHTTPRequestHandler):
                 ["force-cancel"],
             ):
                 if token in gh.read_only_tokens:
-                    return (
-                        403,
-                        {
-                            "message": "Resource not accessible by integration",
-                            "documentation_url": DOCS,
-                            "status": "403",
-                        },
-                        {},
-                    )
+                    return self._forbidden()
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 if rest[2] in (
                     "rerun-failed-jobs",
@@ -1790,15 +1770,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return 202, {}, {}
             if method == "POST" and rest[2:] == ["cancel"]:
                 if token in gh.read_only_tokens:
-                    return (
-                        403,
-                        {
-                            "message": "Resource not accessible by integration",
-                            "documentation_url": DOCS,
-                            "status": "403",
-                        },
-                        {},
-                    )
+                    return self._forbidden()
                 if run.status == "completed":
                     return (
                         409,

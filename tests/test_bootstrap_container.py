@@ -273,19 +273,25 @@ def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel,
         shutil.rmtree(work, ignore_errors=True)
 
 
+def uv_on_bare_path(work: Path, uv_wheel: bytes, pin: dict[str, str]) -> Path:
+    """A bare image's tools (:func:`tools_dir`, curl) plus the pinned uv from its wheel."""
+    mine = work / "uv-bin"
+    mine.mkdir()
+    with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
+        (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
+    (mine / "uv").chmod(0o755)
+    tools = tools_dir(work / "tools", "curl")
+    os.symlink(mine / "uv", tools / "uv")
+    return tools
+
+
 @linux_only
 def test_a_uv_on_path_is_used_without_downloading_one(uv_wheel, serve):
     pin = uv_pin()
     server = serve({"/uv.whl": uv_wheel})
     work = shared_tmp()
     try:
-        mine = work / "uv-bin"
-        mine.mkdir()
-        with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
-            (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
-        (mine / "uv").chmod(0o755)
-        tools = tools_dir(work / "tools", "curl")
-        os.symlink(mine / "uv", tools / "uv")
+        tools = uv_on_bare_path(work, uv_wheel, pin)
         proc = bootstrap_bare(
             work,
             "",
@@ -310,13 +316,7 @@ def test_a_uv_toml_in_the_workspace_does_not_steer_the_python_download(uv_wheel,
     server = serve({"/uv.whl": uv_wheel})
     work = shared_tmp()
     try:
-        mine = work / "uv-bin"
-        mine.mkdir()
-        with zipfile.ZipFile(io.BytesIO(uv_wheel)) as wheel:
-            (mine / "uv").write_bytes(wheel.read(f"uv-{pin['version']}.data/scripts/uv"))
-        (mine / "uv").chmod(0o755)
-        tools = tools_dir(work / "tools", "curl")
-        os.symlink(mine / "uv", tools / "uv")
+        uv_on_bare_path(work, uv_wheel, pin)
         workspace = work / "workspace"
         workspace.mkdir()
         (workspace / "uv.toml").write_text(

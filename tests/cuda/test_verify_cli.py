@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gpu_ci.cuda import nvml_codes
 from testkit.cuda_env import (
     build_fake_libcuda,
     build_fake_nvml,
@@ -160,32 +161,9 @@ def test_warnings_fail_with_fail_on_warning(verify, tmp_path):
     assert result.returncode == 1 and result.outputs["ok"] == "false"
 
 
-NVML_CODES = {
-    1: "UNINITIALIZED",
-    2: "INVALID_ARGUMENT",
-    3: "NOT_SUPPORTED",
-    4: "NO_PERMISSION",
-    6: "NOT_FOUND",
-    8: "INSUFFICIENT_POWER",
-    9: "DRIVER_NOT_LOADED",
-    10: "TIMEOUT",
-    11: "IRQ_ISSUE",
-    12: "LIBRARY_NOT_FOUND",
-    13: "FUNCTION_NOT_FOUND",
-    14: "CORRUPTED_INFOROM",
-    15: "GPU_IS_LOST",
-    16: "RESET_REQUIRED",
-    17: "OPERATING_SYSTEM",
-    18: "LIB_RM_VERSION_MISMATCH",
-    19: "IN_USE",
-    20: "MEMORY",
-    21: "NO_DATA",
-    23: "INSUFFICIENT_RESOURCES",
-    27: "NOT_READY",
-    28: "GPU_NOT_FOUND",
-    29: "INVALID_STATE",
-    999: "UNKNOWN",
-}
+#: The init errors tested: nvml.h's codes (names from the table a test checks against it).
+INIT_ERRORS = (*range(1, 5), 6, *range(8, 22), 23, 27, 28, 29, 999)
+NVML_CODES = {c: nvml_codes.ERROR_NAMES[c] for c in INIT_ERRORS}
 
 
 @pytest.mark.parametrize("code", sorted(NVML_CODES))
