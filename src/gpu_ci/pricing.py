@@ -69,6 +69,20 @@ def load_table(path: Path = TABLE_PATH) -> PriceTable:
 _SKU_WORDS = re.compile(r"[^a-z0-9]+")
 
 
+@dataclass(frozen=True)
+class Budget:
+    """An amount of money or of GPU minutes, as every budget is written."""
+
+    amount: Decimal
+    unit: str
+    """``usd`` or ``minutes``."""
+
+    def describe(self, value: Decimal | None = None) -> str:
+        """``value`` (else the amount) as the budget's unit reads."""
+        v = self.amount if value is None else value
+        return f"${v:.2f}" if self.unit == "usd" else f"{int(v)} min"
+
+
 def normalise_sku(text: str) -> str:
     """One spelling of a SKU: lower case, words joined by ``_``.
 

@@ -12,21 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gpu_ci.pricing import Budget
+
 _LEFT = re.compile(
     r"\s*(?P<dollar>\$)?\s*(?P<num>-?[0-9]*\.?[0-9]+)\s*(?P<unit>usd|min|mins|minutes?)?\s*",
     re.IGNORECASE,
 )
 
 
-@dataclass(frozen=True)
-class BudgetLeft:
-    amount: Decimal
-    unit: str
-    """``usd`` or ``minutes``."""
-
-    def describe(self, value: Decimal | None = None) -> str:
-        v = self.amount if value is None else value
-        return f"${v:.2f}" if self.unit == "usd" else f"{int(v)} min"
+#: gpu-gate's budget-left, in USD or minutes (one type for every budget).
+BudgetLeft = Budget
 
 
 def parse_budget_left(text: str) -> BudgetLeft | str:

@@ -19,6 +19,7 @@ from typing import Any
 from gpu_ci.errors import UsageError
 from gpu_ci.github.approval import Reads, approval_config
 from gpu_ci.github.jobs import GpuMatcher, parse_time
+from gpu_ci.pricing import Budget as Budget  # re-exported: the budget type of this wing
 from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_price
 
 #: A packaged price table checked longer ago than this is refused for SKU prices: GitHub
@@ -26,17 +27,6 @@ from gpu_ci.pricing import Price, PriceError, PriceTable, billed_minutes, parse_
 TABLE_MAX_AGE = timedelta(days=366)
 
 BUDGET_ON_UNKNOWN = ("refuse", "run")
-
-
-@dataclass(frozen=True)
-class Budget:
-    amount: Decimal
-    unit: str
-    """``usd`` or ``minutes``."""
-
-    def describe(self, value: Decimal | None = None) -> str:
-        v = self.amount if value is None else value
-        return f"${v:.2f}" if self.unit == "usd" else f"{int(v)} min"
 
 
 _BUDGET = re.compile(
