@@ -79,8 +79,9 @@ def test_the_record_names_the_runs_recorded_above_it_and_its_workflows():
         status("Approved by @maint: GPU run in progress.", url=RUN),
         status(approval.queued_text("maint", SHA)),
     ]
-    got = approval.current(approval.Source(), listed, SHA, "o/r", [".github/workflows/ci.yml"])
-    assert got is not None
+    listed[-1]["target_url"] = approval.approval_link(PULL, [".github/workflows/ci.yml"])
+    got = approval.current(approval.Source(), listed, SHA, "o/r")
+    assert got is not None and got.number == 7
     assert got.runs == ((9, 1), (9, 2)) and got.workflows == (".github/workflows/ci.yml",)
     assert approval.claimed_by(got, 9) == ""
     assert "the approval started run 9" in approval.claimed_by(got, 10)

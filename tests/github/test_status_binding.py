@@ -10,7 +10,7 @@ import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, checks_url, queued, running, status, ts
+from testkit.github.approvals import CLOCK, COVERED, checks_url, queued, running, status, ts
 from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
@@ -25,8 +25,10 @@ def ours(description: str, state: str = "pending", url: str = "", at: float = 0)
     return status(description, state, url=url, created_at=ts(at))
 
 
-def approval(at: float = 50, number: int = 2, by: str = "maintainer") -> dict:
-    return ours(queued(by), url=checks_url(number), at=at)
+def approval(
+    at: float = 50, number: int = 2, by: str = "maintainer", covers: tuple[str, ...] = COVERED
+) -> dict:
+    return ours(queued(by), url=checks_url(number, covers=covers), at=at)
 
 
 def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
@@ -121,17 +123,14 @@ def test_a_run_of_another_workflow_file_does_not_count_even_when_approved():
     named = statuses.make_config(
         "GPU CI", "CUDA CI", "write", ["tests"], workflow=".github/workflows/gpu.yml"
     )
-    out = statuses.for_workflow_run(
-        named,
-        "completed",
-        run(path=".github/workflows/gpu.yml"),
-        [job()],
-        listed,
-        REPO,
-        NOW,
-        siblings=[],
-    ).status
-    assert out is not None and out.state == "success"
+    gpu = run(path=".github/workflows/gpu.yml")
+    # gpu-status follows gpu.yml, but this approval covers cuda-ci.yml only (its record)
+    out = statuses.for_workflow_run(named, "completed", gpu, [job()], listed, REPO, NOW, [])
+    assert out.status is None
+    assert "gpu.yml is not a GPU workflow file the approval of ec26c3e57ca3 covers" in out.note
+    covering = [approval(covers=(".github/workflows/gpu.yml",))]
+    out = statuses.for_workflow_run(named, "completed", gpu, [job()], covering, REPO, NOW, [])
+    assert out.status is not None and out.status.state == "success"
 
 
 def test_a_trusted_event_of_a_pull_request_event_name_is_not_trusted():

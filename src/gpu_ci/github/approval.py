@@ -23,12 +23,11 @@ The status rules, on the head commit:
    the head, written by a trusted creator, not ended (rule 4) nor replaced by a newer
    comment approval. Its ``target_url`` names the pull
    request; its ``created_at`` the time.
-2. **A run is the approval's run** when its event is ``pull_request``, its attempt is 1 or
-   gpu-watchdog's "retried" record of exactly that attempt lies above the approval, its
-   triggering actor is the approver (a retried attempt: its first actor is, and the
-   retry's is a trusted creator), it was created in ``[approval - APPROVAL_LAG, approval
-   + CLOCK_SLACK]``, no older approval was posted after it was created, and, when GitHub
-   lists its pull requests, the approved one is among them.
+2. **A run is the approval's run** when its event is ``pull_request``, its file is one the
+   approval covers (rule 6), its triggering actor is the approver (a re-run: its first
+   actor is), it was created in ``[approval - APPROVAL_LAG, approval + CLOCK_SLACK]``, no
+   older approval was posted after it was created, and, when GitHub lists its pull
+   requests, the approved one is among them. A later attempt is a re-run of it (rule 7).
 3. **The first bound run claims the approval**: its "in progress" record is written above
    the approval, so a second run holds nothing.
 4. **An approval ends** with a newer "waiting" (a new push, a reopening) or "ended" status
@@ -38,6 +37,14 @@ The status rules, on the head commit:
 5. **A comment approval** is the record "Approved by @x on #n for <sha> by comment: GPU
    run in progress.", linking the comment workflow's own run. It is also a newer approval:
    a ``pull_request`` run never binds to a label approval below it.
+6. **What it covers.** A label approval's link names its pull request and, in its query
+   (``?gpu-ci-covers=cuda-ci.yml``), the GPU workflow files it covers: gpu-status writes
+   both from its own inputs, and only the trusted creators' statuses count, so a pull
+   request's code can forge neither. A link without that list covers nothing.
+7. **A re-run** (a later attempt of the approval's recorded run) is the approval's when
+   gpu-watchdog's "retried" record of exactly that attempt lies above the approval and a
+   trusted creator started it, or when someone with the re-run role pressed "Re-run" and
+   the pull request is still open at the approved head (:func:`rerun_refusal`).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
+from urllib.parse import parse_qs, quote, urlsplit
 
 from gpu_ci.github.commit_status import (
     DEFAULT_CONTEXT,
@@ -83,6 +91,10 @@ _RUN_URL = re.compile(r"/actions/runs/(\d+)(?:/attempts/(\d+))?/?$")
 _PULL_URL = re.compile(r"/pull/(\d+)(?:/|$)")
 #: How gpu-status's status begins when the approved pull request closes (:func:`ended_text`).
 ENDED_PREFIX = "Approval ended: "
+#: The query parameter of an approval's link that names the workflow files it covers.
+COVERS = "gpu-ci-covers"
+WORKFLOWS_DIR = ".github/workflows/"
+_WORKFLOW_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.ya?ml")
 #: The wordings that end older approvals: gpu-status's "waiting" (a push, a reopening) and
 #: its "ended" (the approved pull request closed).
 REVOKED = ("Waiting for approval", "New push (was ", ENDED_PREFIX)
@@ -135,7 +147,7 @@ class Approval:
     status: Mapping[str, Any] = field(compare=False, repr=False)
     """The commit status it was read from."""
     workflows: tuple[str, ...] = ()
-    """The GPU workflow files it covers (the reader's configured ones)."""
+    """The GPU workflow files it covers, from its own link (rule 6); () for a comment's."""
     runs: tuple[tuple[int, int], ...] = ()
     """The runs it started, oldest first, as (run id, attempt) from the records above it.
 
@@ -153,6 +165,27 @@ def queued_text(approver: str, sha: str) -> str:
 def comment_text(approver: str, number: int, sha: str) -> str:
     """A comment approval's record, as the comment workflow's status job posts it."""
     return f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+
+
+def approval_link(pull_url: str, workflows: Sequence[str]) -> str:
+    """The approval's link: its pull request's page, naming the files it covers (rule 6)."""
+    names = [w[len(WORKFLOWS_DIR) :] if w.startswith(WORKFLOWS_DIR) else w for w in workflows]
+    bad = [n for n in names if not _WORKFLOW_FILE.fullmatch(n)]
+    if bad or not names:
+        raise ValueError(f"not a GPU workflow file under {WORKFLOWS_DIR}: {bad or names}")
+    return f"{pull_url}?{COVERS}={quote(','.join(names), safe=',')}"
+
+
+def covered(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The workflow files an approval's link names (rule 6); () when it names none."""
+    query = parse_qs(urlsplit(str(status.get("target_url") or "")).query)
+    values = query.get(COVERS) or []
+    if len(values) != 1:
+        return ()  # none, or two lists: which one counts is anyone's guess
+    names = values[0].split(",")
+    if not all(_WORKFLOW_FILE.fullmatch(n) for n in names):
+        return ()
+    return tuple(WORKFLOWS_DIR + n for n in names)
 
 
 def ended_text(number: int) -> str:
@@ -297,12 +330,10 @@ def current(
     statuses: Sequence[Mapping[str, Any]],
     head_sha: str,
     repository: str = "",
-    workflows: Sequence[str] = (),
 ) -> Approval | None:
     """The head's current approval, by label or by comment, as an :class:`Approval`.
 
-    ``workflows``: the GPU workflow files the reader knows it covers. A newer "waiting"
-    or "ended" status ends it; the runs recorded above it are its runs."""
+    A newer "waiting" or "ended" status ends it; the runs recorded above it are its runs."""
     trusted = trusted_statuses(config, statuses)
     found = _newest(trusted, config.context)
     if found is None:
@@ -319,7 +350,7 @@ def current(
         HOW_COMMENT if comment else HOW_LABEL,
         str(status.get("created_at") or ""),
         status,
-        tuple(workflows),
+        () if comment else covered(status),
         tuple(dict.fromkeys(k for k in keys if k is not None)),
     )
 
@@ -355,7 +386,8 @@ def _binds(
     after it was created (a label applied twice: the first run is not the second's).
     ``retried``: gpu-watchdog's retry record of this very attempt is above the approval;
     ``retriers``: the accounts whose re-run that can be. ``starters``: accounts whose run
-    counts as the approver's (the relay bot whose label carries a comment approval)."""
+    counts as the approver's (the relay bot whose label carries a comment approval). A
+    re-run by anyone else binds here; its starter's role is :func:`rerun_refusal`'s."""
     attempt = attempt_of(run)
     trigger = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
     # a re-run keeps the run's first actor; the approver must have started the run itself
@@ -365,16 +397,16 @@ def _binds(
         return f"a '{run.get('event')}' run of a pull request is not the approval's run."
     if not approver or actor not in (approver, *starters):
         return f"run triggered by @{actor}, not by the approver @{approver}."
-    if attempt != 1 and not retried:
-        return (
-            f"attempt {attempt} is no re-run gpu-watchdog recorded on the head, and a re-run "
-            "reuses the gate's old decision (head, budget): approve again to run the GPU "
-            "tests again."
-        )
-    if attempt != 1 and trigger not in retriers:
+    if attempt != 1 and retried and trigger not in retriers:
         return (
             f"attempt {attempt} was started by @{trigger}, not by gpu-watchdog's account "
             f"({', '.join(retriers)}), although its retry record names it."
+        )
+    if attempt != 1 and not retried and trigger in retriers:
+        return (
+            f"attempt {attempt} was started by @{trigger}, and no re-run gpu-watchdog "
+            "recorded on the head names it: a bot's re-run reuses the gate's old decision "
+            "(head, budget): approve again to run the GPU tests again."
         )
     return _binds_in_time(run, approval, earlier)
 
@@ -496,17 +528,29 @@ def _retry_record(
     return None
 
 
+@dataclass(frozen=True)
+class Binding:
+    """gpu-status's reading of a run against the head's current label approval."""
+
+    approver: str
+    retry: Mapping[str, Any] | None
+    """gpu-watchdog's record of this attempt above the approval, or None."""
+    why: str
+    """Why the run does not bind (rule 2); empty when it does."""
+    by_hand: str = ""
+    """Who pressed "Re-run" (rule 7): :func:`rerun_refusal` decides; "" for no re-run by hand."""
+
+
 def result_binding(
     config: Reads,
     statuses: Sequence[Mapping[str, Any]],
     run: Mapping[str, Any],
     approval: Mapping[str, Any],
     mine: Any,
-) -> tuple[str, Mapping[str, Any] | None, str]:
-    """gpu-status's reading: (approver, retry record or None, why ``run`` does not bind).
+) -> Binding:
+    """gpu-status's reading: whether ``run`` binds to ``approval``, and how.
 
-    The retry record is gpu-watchdog's for this attempt; ``why`` is empty when the run is
-    the approval's (rule 2). The budget's :func:`approved_run` reads the same binding."""
+    The budget's :func:`approved_run` reads the same binding."""
     match = _APPROVAL.fullmatch(str(approval.get("description") or ""))
     approver = match.group(1) if match else ""
     retry = _retry_record(statuses, config.context, approval, mine, attempt_of(run))
@@ -519,7 +563,62 @@ def result_binding(
         config.creators,
         config.relays,
     )
-    return approver, retry, why
+    trigger = str((run.get("triggering_actor") or run.get("actor") or {}).get("login") or "")
+    by_hand = trigger if attempt_of(run) != 1 and retry is None and not why else ""
+    return Binding(approver, retry, why, by_hand)
+
+
+def rerun_refusal(
+    found: Approval,
+    run_id: int,
+    by: str,
+    facts: tuple[Mapping[str, Any], Mapping[str, Any]],
+    least: str,
+) -> str:
+    """Why a re-run by hand of ``run_id`` is not the approval's run, or "" (rule 7).
+
+    ``by`` pressed "Re-run"; ``facts``: GitHub's answers for the approved pull request and
+    for ``by``'s permission. The runner admission hook and gpu-status both decide here."""
+    from gpu_ci.github.gate.config import ROLE_RANK  # the gate imports this module
+    from gpu_ci.github.gate.decide import role_of
+
+    pull, permission = facts
+    why = claimed_by(found, run_id) if found.runs else "the approval has recorded no run yet."
+    if why:
+        return why
+    why = open_at_head(found, pull)
+    if why:
+        return why
+    role, _exact = role_of(permission)
+    if ROLE_RANK[role] < ROLE_RANK.get(least, ROLE_RANK["admin"]):
+        return (
+            f"the re-run was started by @{by} ({role}); a re-run needs {least} or "
+            "gpu-watchdog's recorded retry."
+        )
+    return ""
+
+
+def open_at_head(found: Approval, pull: Mapping[str, Any]) -> str:
+    """Why the approved pull request is not open at the approved head, or "".
+
+    ``pull``: GitHub's record of pull request ``found.number``."""
+    head = str((pull.get("head") or {}).get("sha") or "")
+    if (pull.get("number"), pull.get("state"), head) == (found.number, "open", found.head_sha):
+        return ""
+    return (
+        f"#{found.number} is {pull.get('state')} at {short(head)}; the approval was of "
+        f"{short(found.head_sha)} while it was open."
+    )
+
+
+def not_covered(found: Approval, path: str) -> str:
+    """Why the approval does not cover workflow file ``path``, or "" (rule 6)."""
+    if path in found.workflows:
+        return ""
+    return (
+        f"{path or '(no file)'} is not a GPU workflow file the approval of "
+        f"{short(found.head_sha)} covers ({', '.join(found.workflows) or 'none'})."
+    )
 
 
 def approved_run(
@@ -539,9 +638,14 @@ def approved_run(
             f"'{config.context}' from {', '.join(config.creators)}."
         )
     mine = key_of(run)
-    _approver, _retry, why = result_binding(config, trusted, run, approval, mine)
-    if why:
-        return why
+    binding = result_binding(config, trusted, run, approval, mine)
+    if binding.why:
+        return binding.why
+    if binding.by_hand:
+        return (
+            f"attempt {attempt_of(run)} is a re-run by @{binding.by_hand}: whether their role "
+            "allows it is asked of GitHub by gpu-status and the runner admission hook only."
+        )
     latest = latest_of(trusted, config.context)
     if latest is approval or run_key(str((latest or {}).get("target_url") or "")) == mine:
         return ""

@@ -46,6 +46,8 @@ class Outcome:
     note: str
     need_siblings: bool = False
     """Ask again with ``siblings``: the other runs of the workflow for this commit."""
+    rerun_of: tuple[str, int] | None = None
+    """Ask again with ``rerun``: (who pressed "Re-run", the approved pull request's number)."""
 
 
 def workflow_path(value: str) -> str:
