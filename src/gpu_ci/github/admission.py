@@ -51,8 +51,7 @@ from typing import Any
 from gpu_ci.github import approval
 from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS, short
 from gpu_ci.github.event import NEW_HEAD
-from gpu_ci.github.gate.config import ROLE_RANK
-from gpu_ci.github.gate.decide import role_of
+from gpu_ci.github.roles import ROLE_RANK, role_of
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
