@@ -94,3 +94,23 @@ def test_the_closing_of_its_pull_request_ends_the_approval_for_every_reader():
     assert approval.approval_status(listed, "GPU CI") is None
     assert approval.approved_pull(approval.Source(), listed) is None
     assert approval.approval_of(listed, "GPU CI") == ""
+
+
+def test_an_approvals_link_names_the_files_it_covers_and_nothing_else():
+    link = approval.approval_link(PULL, [".github/workflows/cuda ci.yml", "nightly.yaml"])
+    assert link == f"{PULL}?gpu-ci-covers=cuda%20ci.yml,nightly.yaml"
+    got = approval.current(approval.Source(), [status(approval.queued_text("m", SHA), link)], SHA)
+    assert got is not None and got.number == 7
+    assert got.workflows == (".github/workflows/cuda ci.yml", ".github/workflows/nightly.yaml")
+    assert approval.not_covered(got, ".github/workflows/nightly.yaml") == ""
+    assert "miner.yml is not a GPU workflow file" in approval.not_covered(
+        got, ".github/workflows/miner.yml"
+    )
+    # a folder, a second list, no list: covers nothing
+    for query in ("?gpu-ci-covers=a%2Fminer.yml", "?gpu-ci-covers=a.yml&gpu-ci-covers=b.yml", ""):
+        assert approval.covered({"target_url": PULL + query}) == ()
+    # a comment approval's record links its own run: it covers no pull_request workflow
+    comment = approval.current(
+        approval.Source(), [status(approval.comment_text("m", 3, SHA), RUN)], SHA
+    )
+    assert comment is not None and comment.workflows == ()

@@ -418,6 +418,9 @@ def test_the_workflow_input_names_a_file_under_github_workflows(value, path):
         ("  ", "is empty"),
         ("CUDA CI", "file name"),
         ("src/cuda-ci.yml", "file name"),
+        # an approval's link lists the file it covers, comma-separated: one file, no folder
+        (".github/workflows/gpu/cuda-ci.yml", "directly under"),
+        ("a,b.yml", "no comma"),
     ],
 )
 def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):

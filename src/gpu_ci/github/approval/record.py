@@ -49,7 +49,9 @@ ENDED_PREFIX = "Approval ended: "
 #: The query parameter of an approval's link that names the workflow files it covers.
 COVERS = "gpu-ci-covers"
 WORKFLOWS_DIR = ".github/workflows/"
-_WORKFLOW_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.ya?ml")
+#: A workflow file's name in a covered list: GitHub reads no folders below WORKFLOWS_DIR,
+#: and the list is comma-separated.
+_WORKFLOW_FILE = re.compile(r"[^/\\,]+\.ya?ml")
 #: The wordings that end older approvals: gpu-status's "waiting" (a push, a reopening) and
 #: its "ended" (the approved pull request closed).
 REVOKED = ("Waiting for approval", "New push (was ", ENDED_PREFIX)
@@ -120,6 +122,11 @@ def queued_text(approver: str, sha: str) -> str:
 def comment_text(approver: str, number: int, sha: str) -> str:
     """A comment approval's record, as the comment workflow's status job posts it."""
     return f"Approved by @{approver} on #{number} for {short(sha)} by comment: {IN_PROGRESS}."
+
+
+def is_workflow_file(name: str) -> bool:
+    """Whether ``name`` can be named in an approval's covered list."""
+    return _WORKFLOW_FILE.fullmatch(name) is not None
 
 
 def approval_link(pull_url: str, workflows: Sequence[str]) -> str:
