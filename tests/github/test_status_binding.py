@@ -499,6 +499,20 @@ def test_an_approval_planted_by_another_creator_binds_no_run():
     assert done(run(5, created=51), [planted]).status is None
 
 
+def test_a_planted_record_cannot_widen_what_the_approval_covers():
+    """Another status writer re-approves the head over the maintainer's approval, its link
+    naming the fork's gpu.yml: only the trusted creators' record counts, and it covers
+    cuda-ci.yml alone."""
+    gpu_path = ".github/workflows/gpu.yml"
+    named = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"], workflow=gpu_path)
+    planted = {**approval(at=49, covers=(gpu_path,)), "creator": {"login": "ci-app[bot]"}}
+    listed = [planted, approval(at=50)]
+    out = statuses.for_workflow_run(
+        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, siblings=[]
+    )
+    assert out.status is None and "gpu.yml is not a GPU workflow file" in out.note
+
+
 def test_a_run_the_relay_bot_started_binds_only_where_relay_bot_is_set():
     """A comment approval arrives as the relay App's label: its ``pull_request`` run is the
     App's, in the commenter's place. Only the configured account counts, and only as the
