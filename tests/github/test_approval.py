@@ -56,13 +56,24 @@ def test_a_result_without_its_approval_is_no_approval():
 
 
 def test_the_watchdog_holds_the_approval_for_the_approvers_run_only():
-    listed = [status(approval.queued_text("maint", SHA))]
-    run = {"head_sha": SHA, "id": 9, "event": "pull_request", "actor": {"login": "maint"}}
+    covering = approval.approval_link(PULL, [".github/workflows/ci.yml"])
+    listed = [status(approval.queued_text("maint", SHA), covering)]
+    run = {
+        "head_sha": SHA,
+        "id": 9,
+        "event": "pull_request",
+        "path": ".github/workflows/ci.yml",
+        "actor": {"login": "maint"},
+    }
     held, why = approval.watchdog_hold(approval.Source(), run, listed)
     assert why == "" and held is not None and (held.number, held.approver) == (7, "maint")
     other = {**run, "actor": {"login": "fork"}}
     held, why = approval.watchdog_hold(approval.Source(), other, listed)
     assert held is None and "not by the approver @maint" in why
+    # the approver's label also started the fork's miner.yml: not a file the approval covers
+    miner = {**run, "path": ".github/workflows/miner.yml"}
+    held, why = approval.watchdog_hold(approval.Source(), miner, listed)
+    assert held is None and "miner.yml is not a GPU workflow file the approval" in why
 
 
 def test_the_retry_record_wording_is_what_gpu_status_accepts():

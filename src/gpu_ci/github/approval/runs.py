@@ -25,6 +25,7 @@ from gpu_ci.github.approval.record import (
     current,
     is_approval,
     key_of,
+    not_covered,
     open_at_head,
     pull_of,
     run_key,
@@ -288,7 +289,8 @@ def watchdog_hold(
 ) -> tuple[Approval | None, str]:
     """gpu-watchdog's reading: the approval a pull request's run may be re-run under.
 
-    The head's current label approval, whose approver started the run. Returns it, or
+    The head's current label approval, whose approver started the run of a file it
+    covers. Returns it, or
     None and why not. The caller then checks the pull request is open at that head."""
     sha = str(run.get("head_sha") or "")
     found = current(config, statuses, sha)
@@ -305,4 +307,7 @@ def watchdog_hold(
             f"run {run.get('id')} was started by @{actor}, not by the approver "
             f"@{found.approver}: only the approval's run is re-run"
         )
+    why = not_covered(found, str(run.get("path") or ""))
+    if why:
+        return None, f"run {run.get('id')}: {why.rstrip('.')}: only the approval's run is re-run"
     return found, ""
