@@ -32,7 +32,9 @@ BOT = "github-actions[bot]"
 
 
 def _event() -> dict:
-    """The maintainer's label on the fork's pull request #7 (a re-run keeps its payload)."""
+    """The maintainer's label on the fork's pull request #7.
+
+    A re-run keeps its payload."""
     return {
         "action": "labeled",
         "number": 7,
@@ -63,7 +65,7 @@ def _approved_run_failed(github) -> None:
 def _hook_job(
     act, tmp_path: Path, github, file: str, job: dict[str, str], allowed: str | None = None
 ):
-    """Run the GPU workflow, saved as ``file`` in the pull request's merge commit.
+    """Run the GPU workflow, saved as ``file`` in the merge commit.
 
     ``allowed``: the runner admin's GPU workflow files (default: cuda-ci.yml)."""
     workflow = tmp_path / "wf" / file
