@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Job-started hook for self-hosted GPU runners: refuses a job whose workflow a pull request
 # could have changed, unless it is the run a maintainer approved: that pull request's own
-# pull_request run of a GPU workflow file, open at the approved head, started by the
-# approver (a re-run: by gpu-watchdog or someone with the re-run role).
+# pull_request run of a GPU workflow file the approval covers, open at the approved head,
+# started by the approver (a re-run: by gpu-watchdog or someone with the re-run role).
 #
 #   ACTIONS_RUNNER_HOOK_JOB_STARTED=/opt/gpu-ci/gpu-admission.sh   (the runner's environment)
 #   GPU_CI_ADMISSION_TOKEN=<token>   fine-grained, read: commit statuses, pull requests, actions

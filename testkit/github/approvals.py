@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from gpu_ci.github.approval import approval_link
 from testkit.github.runs import HEAD, REPO
 from testkit.github_server import FakeGitHub, PullRequest
 
@@ -33,9 +34,14 @@ def running(by: str = "maintainer") -> str:
     return f"Approved by @{by}: GPU run in progress."
 
 
-def checks_url(pr: int = 2, repo: str = REPO) -> str:
-    """Where an approval's status links: the pull request's checks."""
-    return f"https://github.com/{repo}/pull/{pr}/checks"
+#: The GPU workflow file an approval covers unless a test says otherwise.
+COVERED = (".github/workflows/cuda-ci.yml",)
+
+
+def checks_url(pr: int = 2, repo: str = REPO, covers: tuple[str, ...] = COVERED) -> str:
+    """Where an approval's status links: the pull request's checks, naming what it covers."""
+    pull = f"https://github.com/{repo}/pull/{pr}/checks"
+    return approval_link(pull, covers) if covers else pull
 
 
 def post(

@@ -56,13 +56,24 @@ def test_a_result_without_its_approval_is_no_approval():
 
 
 def test_the_watchdog_holds_the_approval_for_the_approvers_run_only():
-    listed = [status(approval.queued_text("maint", SHA))]
-    run = {"head_sha": SHA, "id": 9, "event": "pull_request", "actor": {"login": "maint"}}
+    covering = approval.approval_link(PULL, [".github/workflows/ci.yml"])
+    listed = [status(approval.queued_text("maint", SHA), covering)]
+    run = {
+        "head_sha": SHA,
+        "id": 9,
+        "event": "pull_request",
+        "path": ".github/workflows/ci.yml",
+        "actor": {"login": "maint"},
+    }
     held, why = approval.watchdog_hold(approval.Source(), run, listed)
     assert why == "" and held is not None and (held.number, held.approver) == (7, "maint")
     other = {**run, "actor": {"login": "fork"}}
     held, why = approval.watchdog_hold(approval.Source(), other, listed)
     assert held is None and "not by the approver @maint" in why
+    # the approver's label also started the fork's miner.yml: not a file the approval covers
+    miner = {**run, "path": ".github/workflows/miner.yml"}
+    held, why = approval.watchdog_hold(approval.Source(), miner, listed)
+    assert held is None and "miner.yml is not a GPU workflow file the approval" in why
 
 
 def test_the_retry_record_wording_is_what_gpu_status_accepts():
@@ -79,8 +90,9 @@ def test_the_record_names_the_runs_recorded_above_it_and_its_workflows():
         status("Approved by @maint: GPU run in progress.", url=RUN),
         status(approval.queued_text("maint", SHA)),
     ]
-    got = approval.current(approval.Source(), listed, SHA, "o/r", [".github/workflows/ci.yml"])
-    assert got is not None
+    listed[-1]["target_url"] = approval.approval_link(PULL, [".github/workflows/ci.yml"])
+    got = approval.current(approval.Source(), listed, SHA, "o/r")
+    assert got is not None and got.number == 7
     assert got.runs == ((9, 1), (9, 2)) and got.workflows == (".github/workflows/ci.yml",)
     assert approval.claimed_by(got, 9) == ""
     assert "the approval started run 9" in approval.claimed_by(got, 10)
@@ -93,3 +105,23 @@ def test_the_closing_of_its_pull_request_ends_the_approval_for_every_reader():
     assert approval.approval_status(listed, "GPU CI") is None
     assert approval.approved_pull(approval.Source(), listed) is None
     assert approval.approval_of(listed, "GPU CI") == ""
+
+
+def test_an_approvals_link_names_the_files_it_covers_and_nothing_else():
+    link = approval.approval_link(PULL, [".github/workflows/cuda ci.yml", "nightly.yaml"])
+    assert link == f"{PULL}?gpu-ci-covers=cuda%20ci.yml,nightly.yaml"
+    got = approval.current(approval.Source(), [status(approval.queued_text("m", SHA), link)], SHA)
+    assert got is not None and got.number == 7
+    assert got.workflows == (".github/workflows/cuda ci.yml", ".github/workflows/nightly.yaml")
+    assert approval.not_covered(got, ".github/workflows/nightly.yaml") == ""
+    assert "miner.yml is not a GPU workflow file" in approval.not_covered(
+        got, ".github/workflows/miner.yml"
+    )
+    # a folder, a second list, no list: covers nothing
+    for query in ("?gpu-ci-covers=a%2Fminer.yml", "?gpu-ci-covers=a.yml&gpu-ci-covers=b.yml", ""):
+        assert approval.covered({"target_url": PULL + query}) == ()
+    # a comment approval's record links its own run: it covers no pull_request workflow
+    comment = approval.current(
+        approval.Source(), [status(approval.comment_text("m", 3, SHA), RUN)], SHA
+    )
+    assert comment is not None and comment.workflows == ()

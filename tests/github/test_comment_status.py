@@ -5,7 +5,7 @@ pull_request run as a label's approval is bound to the labeller's."""
 from __future__ import annotations
 
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, ts
+from testkit.github.approvals import CLOCK, checks_url, ts
 from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
@@ -42,7 +42,7 @@ def test_a_trusted_authors_head_is_approved_in_their_name_and_others_wait():
         out = event(True, action).status
         assert out is not None and out.state == "pending"
         assert out.description == f"Approved by @alice for {HEAD[:12]}: GPU run queued."
-        assert out.target_url == f"https://github.com/{REPO}/pull/2/checks"
+        assert out.target_url == checks_url(2, REPO)
     for refused in (False, None):  # an untrusted push, or no gate in the status job
         out = event(refused).status
         assert out is not None and "waiting for approval" in out.description.lower()
@@ -188,7 +188,7 @@ def test_a_comment_runs_result_posts_only_over_its_own_record():
     later = listed_status(record(f"{RUNS}/78/attempts/1", by="other-maint"), 1)
     label = {
         **listed_status(statuses.after_gate(CONFIG, HEAD, True, "", "maint"), 1),
-        "target_url": f"https://github.com/{REPO}/pull/2/checks",
+        "target_url": checks_url(2, REPO),
     }
     push = listed_status(statuses.waiting(CONFIG, HEAD, "synchronize", "b" * 40), 1)
     own = listed_status(record())
@@ -213,7 +213,7 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
     commit keep the record; a push to the pull request revokes it."""
     label = {
         **listed_status(statuses.after_gate(CONFIG, HEAD, True, "", "maint"), 50),
-        "target_url": f"https://github.com/{REPO}/pull/2/checks",
+        "target_url": checks_url(2, REPO),
     }
     listed = [listed_status(record(), 5), label]
     pr_run = {

@@ -8,7 +8,7 @@ import pytest
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, post_approval, ts
+from testkit.github.approvals import CLOCK, checks_url, post_approval, ts
 from testkit.github.runs import played_run, run_event
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
@@ -127,7 +127,9 @@ def test_bad_contexts(value, fragment):
 # -- workflow_run -----------------------------------------------------------------------------
 
 
-APPROVED = [ours(f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.")]
+APPROVED = [
+    dict(ours(f"Approved by @maintainer for {HEAD[:12]}: GPU run queued."), target_url=checks_url())
+]
 
 
 def run_outcome(action, run, jobs, listed):
@@ -280,7 +282,7 @@ def test_cli_other_events_are_refused(run_cli, env):
 
 def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github, env, tmp_path):
     repo = github.repos[REPO]
-    post_approval(github, created_at=ts(39))
+    post_approval(github, created_at=ts(39), url=checks_url())
     gate, gpu = (ts(40), ts(40), ts(39)), (ts(39), ts(30), ts(5))
     run = played_run(github, gate, gpu, pull_requests=[], actor="maintainer")
     event = run_event(
@@ -312,7 +314,7 @@ def test_cli_completed_run_posts_success_and_writes_queue_times(run_cli, github,
 
 def test_cli_skipped_approved_run_checks_the_other_runs_first(run_cli, github, env):
     repo = github.repos[REPO]
-    post_approval(github, created_at=ts(39))
+    post_approval(github, created_at=ts(39), url=checks_url())
     skipped = WorkflowRun(
         github.next_id(), "CUDA CI", ".github/workflows/cuda-ci.yml", HEAD, actor="maintainer"
     )
@@ -418,7 +420,8 @@ def test_a_new_pull_request_at_a_tested_commit_does_not_reset_its_result(action)
     out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO, passed)
     assert out.status is None and "already has a final" in out.note
     # still running: the new head waits (and revokes the approval of the unfinished run)
+    unlinked = [ours(f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.")]
     out = statuses.for_pull_event(
-        CONFIG, action, payload, None, "", "", "https://x", REPO, APPROVED
+        CONFIG, action, payload, None, "", "", "https://x", REPO, unlinked
     )
     assert out.status is not None and out.status.description.startswith(("Waiting", "New"))

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
-from testkit.github.approvals import post_approval
+from testkit.github.approvals import checks_url, post_approval
 from testkit.github.runs import finished_jobs, run_event, watchdog_env
 from testkit.github_server import FakeGitHub, Job, WorkflowRun
 from testkit.shared import webhook
@@ -173,7 +173,7 @@ def test_a_gpu_job_past_the_first_100_jobs_gets_its_status(run_cli, github):
     github.add_repo(REPO, roles={"maintainer": "write"})
     github.add_pull(REPO, PullRequest(2, HEAD, head_repo="contributor/Hello-World"))
     repo = github.repos[REPO]
-    post_approval(github)
+    post_approval(github, url=checks_url())
     run = WorkflowRun(
         github.next_id(),
         "CUDA CI",

@@ -384,7 +384,7 @@ def _approved(github, number: int) -> None:
                 "state": "pending",
                 "context": "GPU CI",
                 "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/{number}/checks",
+                "target_url": checks_url(number, REPO),
             },
             BOT,
         )

@@ -16,7 +16,7 @@ from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.github.spend import budget
 from gpu_ci.pricing import load_table
-from testkit.github.approvals import approved_pull
+from testkit.github.approvals import approved_pull, checks_url
 from testkit.github.infra_jobs import (
     EXIT_1,
     LOST,
@@ -43,7 +43,7 @@ def config(**kw) -> watchdog.WatchdogConfig:
 
 @pytest.fixture
 def gh(github):
-    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
+    approved_pull(github, REPO, HEAD, url=checks_url(2, REPO))
     return github
 
 

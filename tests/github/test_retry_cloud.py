@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
+from testkit.github.approvals import checks_url
 from testkit.github.infra_jobs import REPO, failed_run
 from testkit.github.runs import retry_config
 from testkit.github_server import PullRequest
@@ -27,7 +28,7 @@ def _approved(github):
         "context": "GPU CI",
         "state": "pending",
         "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-        "target_url": f"https://github.com/{REPO}/pull/2",
+        "target_url": checks_url(2, REPO),
     }
     repo.statuses[HEAD] = [github.status_json(repo, HEAD, body, "github-actions[bot]")]
 

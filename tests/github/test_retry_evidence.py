@@ -17,6 +17,7 @@ import pytest
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
 from gpu_ci.github.watchdog import infra, machine
+from testkit.github.approvals import checks_url
 from testkit.github.infra_jobs import (
     EXIT_1,
     LOST,
@@ -53,7 +54,7 @@ def gh(github):
                 "context": "GPU CI",
                 "state": "pending",
                 "description": f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-                "target_url": f"https://github.com/{REPO}/pull/2",
+                "target_url": checks_url(2, REPO),
             },
             "github-actions[bot]",
         )

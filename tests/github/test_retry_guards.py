@@ -9,7 +9,7 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.client import connect
-from testkit.github.approvals import approved_pull
+from testkit.github.approvals import approved_pull, checks_url
 from testkit.github.infra_jobs import REPO, failed_run
 from testkit.github.runs import retry_config
 
@@ -23,7 +23,7 @@ def now() -> datetime:
 @pytest.fixture
 def gh(github):
     """Pull request #2 at HEAD, approved by @maintainer (gpu-status's wording and writer)."""
-    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
+    approved_pull(github, REPO, HEAD, url=checks_url(2, REPO))
     return github
 
 

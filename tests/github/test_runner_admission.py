@@ -22,6 +22,7 @@ import pytest
 
 from gpu_ci.commands.runner_admission import main
 from gpu_ci.github import status as status_events
+from testkit.github.approvals import checks_url
 from testkit.github_server import FakeGitHub, PullRequest, WorkflowRun
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ WORKFLOW = ".github/workflows/cuda-ci.yml"
 
 FORK = "fork-owner/gpu-project"
 RUN_ID = 4242
-PULL_URL = f"https://github.com/{REPO}/pull/7/checks"
+PULL_URL = checks_url(7, REPO)
 APPROVED = "Approved by @maintainer for c0ffee000000: GPU run queued."
 
 
@@ -371,7 +372,7 @@ def test_an_approval_of_a_closed_pull_request_admits_no_other_at_that_commit(ser
     after gpu-status ends #1's approval."""
     _pull(server, number=1)
     _workflow_run(server)
-    _status(server, APPROVED, url=f"https://github.com/{REPO}/pull/1/checks")
+    _status(server, APPROVED, url=checks_url(1, REPO))
     _pull(server, number=7)
     before = _hook(_env(server, tmp_path, number=7))
     assert before.returncode == 1
@@ -448,7 +449,9 @@ def test_a_re_run_of_the_approved_run_needs_the_role(server, tmp_path, who, role
     if admitted:
         assert f"a re-run by @{who} (write)" in out.stdout
     else:
-        assert f"attempt 2 was started by @{who} (read); a re-run needs write" in out.stdout
+        assert f"attempt 2: the re-run was started by @{who} (read); a re-run needs write" in (
+            out.stdout
+        )
 
 
 def test_the_watchdogs_retry_of_the_approved_run_is_admitted(server, tmp_path):
@@ -529,3 +532,61 @@ def test_with_gate_labels_only_an_approving_labels_run_is_admitted(
     assert (out.returncode == 0) is admitted, out.stdout
     if not admitted:
         assert "rule 'approving label': the run was started by the label 'bug'" in out.stdout
+
+
+# -- what the approval's own record covers --------------------------------------------------
+
+MINER = ".github/workflows/miner.yml"
+
+
+@pytest.mark.parametrize(
+    ("link", "named"),
+    [
+        (
+            checks_url(7, REPO, covers=(".github/workflows/other.yml",)),
+            ".github/workflows/other.yml",
+        ),
+        (f"https://github.com/{REPO}/pull/7/checks", "none"),  # a link that names no file
+    ],
+)
+def test_a_workflow_file_the_approval_does_not_cover_is_refused(server, tmp_path, link, named):
+    """The runner admin allows cuda-ci.yml, but the approval's record covers another file
+    (or none): its run is not one the maintainer approved."""
+    _pull(server)
+    _workflow_run(server)
+    _status(server, APPROVED, url=link)
+    out = _hook(_env(server, tmp_path))
+    assert out.returncode == 1, out.stdout
+    assert "rule 'covered workflow': .github/workflows/cuda-ci.yml is not a GPU workflow" in (
+        out.stdout
+    )
+    assert f"covers ({named}" in out.stdout
+
+
+def test_a_forged_record_widening_the_approval_is_refused(server, tmp_path):
+    """A status from another writer (a CI app the pull request can steer) re-approving the
+    head with its own link naming miner.yml, and a run of miner.yml at the approved head:
+    only the trusted record counts, and it covers cuda-ci.yml alone, even where the admin's
+    allow-list names miner.yml."""
+    _approve(server)
+    _status(server, APPROVED, url=checks_url(7, REPO, covers=(MINER,)), creator="ci-app[bot]")
+    _workflow_run(server, run=5151, path=MINER)
+    env = _env(
+        server, tmp_path, workflow=MINER, run=5151, GPU_CI_ALLOWED_WORKFLOWS=f"{WORKFLOW},{MINER}"
+    )
+    out = _hook(env)
+    assert out.returncode == 1, out.stdout
+    assert f"rule 'covered workflow': {MINER} is not a GPU workflow file the approval" in (
+        out.stdout
+    )
+    assert f"covers ({WORKFLOW})" in out.stdout
+
+
+def test_a_maintainers_re_run_after_the_head_moved_is_refused(server, tmp_path):
+    server.repos[REPO].roles["maint2"] = "write"
+    _approve(server, record=True)
+    _status(server, "GPU tests failed (approved by @maintainer).", state="failure", url=_run_link())
+    server.repos[REPO].pulls[7].head_sha = "d" * 40
+    out = _hook(_env(server, tmp_path, attempt=2, actor="maint2"))
+    assert out.returncode == 1, out.stdout
+    assert "rule 'open at that head': #7 is open at dddddddddddd" in out.stdout

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, checks_url, queued, running, status, ts
+from testkit.github.approvals import CLOCK, COVERED, checks_url, queued, running, status, ts
 from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
@@ -25,8 +25,10 @@ def ours(description: str, state: str = "pending", url: str = "", at: float = 0)
     return status(description, state, url=url, created_at=ts(at))
 
 
-def approval(at: float = 50, number: int = 2, by: str = "maintainer") -> dict:
-    return ours(queued(by), url=checks_url(number), at=at)
+def approval(
+    at: float = 50, number: int = 2, by: str = "maintainer", covers: tuple[str, ...] = COVERED
+) -> dict:
+    return ours(queued(by), url=checks_url(number, covers=covers), at=at)
 
 
 def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
@@ -121,17 +123,14 @@ def test_a_run_of_another_workflow_file_does_not_count_even_when_approved():
     named = statuses.make_config(
         "GPU CI", "CUDA CI", "write", ["tests"], workflow=".github/workflows/gpu.yml"
     )
-    out = statuses.for_workflow_run(
-        named,
-        "completed",
-        run(path=".github/workflows/gpu.yml"),
-        [job()],
-        listed,
-        REPO,
-        NOW,
-        siblings=[],
-    ).status
-    assert out is not None and out.state == "success"
+    gpu = run(path=".github/workflows/gpu.yml")
+    # gpu-status follows gpu.yml, but this approval covers cuda-ci.yml only (its record)
+    out = statuses.for_workflow_run(named, "completed", gpu, [job()], listed, REPO, NOW, [])
+    assert out.status is None
+    assert "gpu.yml is not a GPU workflow file the approval of ec26c3e57ca3 covers" in out.note
+    covering = [approval(covers=(".github/workflows/gpu.yml",))]
+    out = statuses.for_workflow_run(named, "completed", gpu, [job()], covering, REPO, NOW, [])
+    assert out.status is not None and out.status.state == "success"
 
 
 def test_a_trusted_event_of_a_pull_request_event_name_is_not_trusted():
@@ -419,6 +418,9 @@ def test_the_workflow_input_names_a_file_under_github_workflows(value, path):
         ("  ", "is empty"),
         ("CUDA CI", "file name"),
         ("src/cuda-ci.yml", "file name"),
+        # an approval's link lists the file it covers, comma-separated: one file, no folder
+        (".github/workflows/gpu/cuda-ci.yml", "directly under"),
+        ("a,b.yml", "no comma"),
     ],
 )
 def test_a_workflow_input_that_is_no_file_is_refused(value, fragment):
@@ -495,6 +497,20 @@ def test_an_approval_planted_by_another_creator_binds_no_run():
     Actions source accepts."""
     planted = {**approval(at=50), "creator": {"login": "ci-app[bot]"}}
     assert done(run(5, created=51), [planted]).status is None
+
+
+def test_a_planted_record_cannot_widen_what_the_approval_covers():
+    """Another status writer re-approves the head over the maintainer's approval, its link
+    naming the fork's gpu.yml: only the trusted creators' record counts, and it covers
+    cuda-ci.yml alone."""
+    gpu_path = ".github/workflows/gpu.yml"
+    named = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"], workflow=gpu_path)
+    planted = {**approval(at=49, covers=(gpu_path,)), "creator": {"login": "ci-app[bot]"}}
+    listed = [planted, approval(at=50)]
+    out = statuses.for_workflow_run(
+        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, siblings=[]
+    )
+    assert out.status is None and "gpu.yml is not a GPU workflow file" in out.note
 
 
 def test_a_run_the_relay_bot_started_binds_only_where_relay_bot_is_set():

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from testkit.github.approvals import checks_url
 from testkit.github.runs import approved_run_event, forged_review_run, labeled
 from testkit.github_server import Job, PullRequest, WorkflowRun
 from testkit.shared import webhook
@@ -70,7 +71,7 @@ def status(description: str, state: str = "pending", url: str = "", ago: float =
 def approval(number: int = 2) -> dict:
     return status(
         f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.",
-        url=f"https://github.com/{REPO}/pull/{number}/checks",
+        url=checks_url(number, REPO),
         ago=120,
     )
 

@@ -107,6 +107,12 @@ def _workflow_run_event(
     run_jobs = _run_jobs(rest, repo, wf_run) if action == "completed" else None
     now = jobs.now(rt.environ).replace(microsecond=0)
     outcome = statuses.for_workflow_run(config, action, wf_run, run_jobs, listed, repo, now)
+    rerun = None
+    if outcome.rerun_of is not None:
+        rerun = _rerun_facts(rest, repo, *outcome.rerun_of)
+        outcome = statuses.for_workflow_run(
+            config, action, wf_run, run_jobs, listed, repo, now, rerun=rerun
+        )
     if outcome.need_siblings:
         siblings = call_api(
             f"the runs for {sha[:12]}",
@@ -121,6 +127,7 @@ def _workflow_run_event(
             repo,
             now,
             siblings=siblings.get("workflow_runs") or [],
+            rerun=rerun,
         )
     if run_jobs is None:
         return _Result(outcome, rest, listed=listed)
@@ -167,6 +174,21 @@ def _comment_event(
     rest = _connect(inputs, rt)
     listed = _listed(rest, ctx.repository, sha)
     return _Result(statuses.comment_result(config, sha, result, link, listed), rest, listed=listed)
+
+
+def _rerun_facts(
+    rest: RestClient, repository: str, by: str, number: int
+) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """A re-run by hand: GitHub's records of the approved pull request and of ``by``'s role."""
+    pull = call_api(
+        f"pull request #{number}", lambda: rest.get(f"/repos/{repository}/pulls/{number}")
+    )
+    login = quote(by, safe="")
+    permission = call_api(
+        f"the permission of @{by} (a re-run by hand needs the role)",
+        lambda: rest.get(f"/repos/{repository}/collaborators/{login}/permission"),
+    )
+    return pull, permission
 
 
 def _run_jobs(rest: RestClient, repository: str, wf_run: Mapping[str, Any]) -> list[Any]:

@@ -91,7 +91,7 @@ def decide(rt: Runtime) -> admission.Verdict:
         return verdict
     login = quote(job.triggering_actor, safe="")
     answer = rest.get(f"/repos/{job.repository}/collaborators/{login}/permission")
-    return admission.by_role(job, config, found, answer)
+    return admission.by_role(job, config, found, (pull, answer))
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

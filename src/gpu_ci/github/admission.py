@@ -22,8 +22,8 @@ answers:
       ``labeled`` or a trusted author's new head (the approver's ``assigned``, ``edited``
       or ``review_requested`` run, which a fork's copy of the workflow can listen to, is
       not the approval's run);
-   b. its workflow file is a GPU workflow file an approval covers on this runner (the
-      allowed workflows above: the admin's allow-list);
+   b. its workflow file is one the admin allows on this runner (the allowed workflows
+      above), and one the approval itself covers (its record names the files);
    c. its head carries a current approval, written by a trusted creator (default
       ``github-actions[bot]``), of *this* pull request (another pull request at the same
       commit needs its own);
@@ -33,7 +33,8 @@ answers:
       applied the label for them) created with the approval;
    f. who started this attempt: for attempt 1 the approver or a relay bot; for a re-run,
       gpu-watchdog (its retry record of that attempt is on the head) or someone with the
-      re-run role (default ``write``).
+      re-run role (default ``write``) while the pull request is open at the approved head
+      (:func:`gpu_ci.github.approval.rerun_refusal`, which gpu-status applies too).
 
    REST calls: the head's newest 100 statuses, the pull request, and only when needed the
    run (nothing recorded yet) and the re-runner's permission.
@@ -50,8 +51,7 @@ from typing import Any
 from gpu_ci.github import approval
 from gpu_ci.github.commit_status import DEFAULT_CONTEXT, DEFAULT_CREATORS, short
 from gpu_ci.github.event import NEW_HEAD
-from gpu_ci.github.gate.config import ROLE_RANK
-from gpu_ci.github.gate.decide import role_of
+from gpu_ci.github.roles import ROLE_RANK, role_of
 
 #: Events only someone with write access can cause, whose workflow definition is the ref's.
 TRUSTED_EVENTS = ("push", "schedule", "workflow_dispatch")
@@ -295,7 +295,7 @@ def by_approval(
             "the event names no pull request number.",
             "Only a pull request's own run carries its approval.",
         )
-    found = approval.current(config, statuses, job.head_sha, job.repository, config.workflows)
+    found = approval.current(config, statuses, job.head_sha, job.repository)
     number = f"#{job.number}"
     if found is None:
         return _refuse(
@@ -311,6 +311,14 @@ def by_approval(
             f"Another pull request at the same commit needs its own approval: a maintainer "
             f"approves {number}.",
         )
+    why = approval.not_covered(found, job.workflow_path)
+    if why:
+        return _refuse(
+            "covered workflow",
+            why,
+            "A pull request cannot widen an approval: the maintainer approves again once "
+            "gpu-status's 'workflow' names the file.",
+        )
     return found
 
 
@@ -318,14 +326,11 @@ def pull_refusal(job: Job, pull: Mapping[str, Any]) -> Verdict | None:
     """Rule 2d: a refusal, or None when the pull request is open at the job's head.
 
     ``pull``: GitHub's record of the job's pull request."""
-    number = f"#{job.number}"
-    head = str((pull.get("head") or {}).get("sha") or "")
-    if pull.get("state") != "open" or head != job.head_sha:
+    found = approval.Approval(job.repository, job.number, job.head_sha, "", "", "", {})
+    why = approval.open_at_head(found, pull)
+    if why:
         return _refuse(
-            "open at that head",
-            f"{number} is {pull.get('state')} at {short(head)}; the approval was of "
-            f"{short(job.head_sha)} while it was open.",
-            f"A maintainer approves {number}'s current head.",
+            "open at that head", why, f"A maintainer approves #{job.number}'s current head."
         )
     return None
 
@@ -384,17 +389,28 @@ def actor_refusal(
     return None
 
 
-def by_role(job: Job, config: AdmissionConfig, found: approval.Approval, answer: Any) -> Verdict:
-    """Rule 2f for a re-run by hand: ``answer`` is the re-runner's permission answer."""
-    role, _exact = role_of(answer if isinstance(answer, Mapping) else {})
-    if ROLE_RANK[role] >= ROLE_RANK[config.rerun_role]:
-        return Verdict(True, _admitted(job, found, f"a re-run by @{job.triggering_actor} ({role})"))
-    return _refuse(
-        "who started it",
-        f"attempt {job.attempt} was started by @{job.triggering_actor} ({role}); a re-run "
-        f"needs {config.rerun_role} or gpu-watchdog's recorded retry.",
-        "A maintainer re-runs the approved run.",
+def by_role(
+    job: Job,
+    config: AdmissionConfig,
+    found: approval.Approval,
+    facts: tuple[Mapping[str, Any], Any],
+) -> Verdict:
+    """Rule 2f for a re-run by hand: ``facts`` are the pull request and the permission answer.
+
+    :func:`gpu_ci.github.approval.rerun_refusal` decides, as it does for gpu-status."""
+    pull, answer = facts
+    permission = answer if isinstance(answer, Mapping) else {}
+    why = approval.rerun_refusal(
+        found, job.run_id, job.triggering_actor, (pull, permission), config.rerun_role
     )
+    if why:
+        return _refuse(
+            "who started it",
+            f"attempt {job.attempt}: {why}",
+            "A maintainer re-runs the approved run.",
+        )
+    role, _exact = role_of(permission)
+    return Verdict(True, _admitted(job, found, f"a re-run by @{job.triggering_actor} ({role})"))
 
 
 def _admitted(job: Job, found: approval.Approval, how: str) -> str:

@@ -14,9 +14,8 @@ from gpu_ci.errors import UsageError
 from gpu_ci.github import comment
 from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
 from gpu_ci.github.gate.kinds import RunnerKind, parse_kinds
+from gpu_ci.github.roles import ROLE_RANK as ROLE_RANK  # the gate's name for it
 
-#: Repository roles in increasing order of trust.
-ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
 MIN_PERMISSIONS = ("triage", "write", "maintain", "admin")
 #: Events that may run without a label (:data:`gpu_ci.github.event.TRUSTED_EVENTS`).
 RUN_ON_EVENTS = TRUSTED_EVENTS

@@ -23,20 +23,7 @@ from gpu_ci.github.gate.checks import (
 )
 from gpu_ci.github.gate.config import ROLE_RANK, GateConfig
 from gpu_ci.github.gate.paths import COMPARE_FILES_MAX, PULL_FILES_MAX, match_paths
-
-
-def role_of(permission_answer: Mapping[str, Any]) -> tuple[str, bool]:
-    """(role, exact) from ``GET .../collaborators/{user}/permission``.
-
-    ``role_name`` is exact; a custom role or an older server without it falls back to the
-    legacy ``permission`` field, which reports maintain as write and triage as read.
-    """
-    role = str(permission_answer.get("role_name") or "").lower()
-    if role in ROLE_RANK:
-        return role, True
-    legacy = str(permission_answer.get("permission") or "none").lower()
-    return (legacy if legacy in ROLE_RANK else "none"), False
-
+from gpu_ci.github.roles import role_of as role_of  # the gate's name for it
 
 #: The key the shell adds to a permission answer when ``approvers`` lists its login.
 ALLOWED_BY = "allowed_by"

@@ -9,6 +9,8 @@ on its own; a commit status can. The states, on the head commit::
     workflow_run requested (approval's run) -> pending  "Approved by @x: GPU run in progress",
                                                linking <run>/attempts/<n> (the record)
     workflow_run completed (that run)       -> success / failure / error, with the same link
+    a maintainer re-ran that run            -> pending "... GPU run in progress", then the
+                                               result, linking <run>/attempts/<n>
     gpu-watchdog cancelled the run          -> error    "No GPU runner picked this up in N min"
     gpu-watchdog re-ran a lost run          -> pending  "GPU run retried after the runner was
                                                lost (attempt 2)", linking <run>/attempts/2

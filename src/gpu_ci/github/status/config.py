@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu_ci.errors import UsageError
+from gpu_ci.github.approval import WORKFLOWS_DIR, is_workflow_file
 from gpu_ci.github.commit_status import DEFAULT_CREATORS, Status, validate_context
 
 DEFAULT_WORKFLOW = ".github/workflows/cuda-ci.yml"
@@ -46,6 +47,8 @@ class Outcome:
     note: str
     need_siblings: bool = False
     """Ask again with ``siblings``: the other runs of the workflow for this commit."""
+    rerun_of: tuple[str, int] | None = None
+    """Ask again with ``rerun``: (who pressed "Re-run", the approved pull request's number)."""
 
 
 def workflow_path(value: str) -> str:
@@ -59,10 +62,11 @@ def workflow_path(value: str) -> str:
         )
     if "/" not in name:
         name = f".github/workflows/{name}"
-    if not name.startswith(".github/workflows/") or not name.endswith((".yml", ".yaml")):
+    file = name[len(WORKFLOWS_DIR) :] if name.startswith(WORKFLOWS_DIR) else ""
+    if not is_workflow_file(file):
         raise UsageError(
             f"input 'workflow' is '{value}': give the GPU workflow's file name "
-            "(e.g. 'cuda-ci.yml') or its path under .github/workflows/."
+            "(e.g. 'cuda-ci.yml', no comma) or its path directly under .github/workflows/."
         )
     return name
 

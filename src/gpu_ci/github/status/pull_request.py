@@ -15,6 +15,7 @@ from typing import Any
 
 from gpu_ci.errors import UsageError
 from gpu_ci.github.approval import (
+    approval_link,
     approval_status,
     comment_pull,
     current,
@@ -53,14 +54,17 @@ def waiting(
 def after_gate(
     config: StatusConfig, sha: str, run: bool, reason: str, labeled_by: str, target_url: str = ""
 ) -> Status:
-    """The status after the gate decided on the label: approved or refused."""
+    """The status after the gate decided on the label: approved or refused.
+
+    An approval's link names the GPU workflow file it covers (``workflow``)."""
     if run:
         if not labeled_by:
             raise UsageError(
                 "input 'labeled-by' is empty although 'gate-run' is true: pass "
                 "the gate's labeled-by output."
             )
-        return Status(sha, "pending", clip(queued_text(labeled_by, sha)), target_url)
+        link = approval_link(target_url, (config.workflow,)) if target_url else ""
+        return Status(sha, "pending", clip(queued_text(labeled_by, sha)), link)
     return Status(
         sha, "pending", clip(f"Not approved: {reason or 'the gate refused.'}"), target_url
     )

@@ -22,8 +22,16 @@ this commit, and the GPU run that approval started passed.
    newer run (greater id, attempt). After posting "in progress", the command reads the
    statuses again and :func:`settle` restores the run's own result if it lies just below.
 6. **A retried attempt** posts its result only on ``completed`` and only over
-   gpu-watchdog's retry record of that very attempt; an attempt nobody retried (a re-run
-   by hand) posts nothing, whoever started it.
+   gpu-watchdog's retry record of that very attempt.
+7. **A re-run by hand** (rule 7 of :mod:`gpu_ci.github.approval`) of the approval's
+   recorded run counts when whoever pressed "Re-run" has ``min-permission`` and the pull
+   request is still open at the approved head (two calls:
+   :func:`gpu_ci.github.approval.rerun_refusal` decides, as in the admission hook). It
+   posts "in progress" and its result over its run's own newest record (an earlier
+   attempt's, or its own "in progress"); a re-run by gpu-watchdog's account without its
+   retry record posts nothing.
+8. **Covered files.** A pull request's run posts only when the approval covers its file
+   (rule 6 of :mod:`gpu_ci.github.approval`).
 """
 
 from __future__ import annotations
@@ -34,10 +42,14 @@ from typing import Any
 
 from gpu_ci.github.approval import (
     IN_PROGRESS,
+    Approval,
     above,
     approval_status,
     attempt_of,
+    current,
     key_of,
+    not_covered,
+    rerun_refusal,
     result_binding,
     run_key,
     run_link,
@@ -81,11 +93,15 @@ def for_workflow_run(
     repository: str,
     now: datetime,
     siblings: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    rerun: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> Outcome:
-    """The status a ``workflow_run`` event posts, if any (the module's rules 1-5).
+    """The status a ``workflow_run`` event posts, if any (the module's rules).
 
     ``siblings``: runs listed for ``head_sha`` (asked for only when the approver's run
-    skipped the GPU job: a run for another label may end before the approved one)."""
+    skipped the GPU job: a run for another label may end before the approved one).
+    ``rerun``: GitHub's answers for the approved pull request and the re-runner's
+    permission (asked for only for a re-run by hand, :attr:`Outcome.rerun_of`)."""
     statuses = trusted_statuses(config, statuses)
     sha = str(run.get("head_sha") or "")
     if len(sha) != 40:
@@ -103,7 +119,7 @@ def for_workflow_run(
     checked = (
         _trusted_may_post(config, action, run, statuses)
         if trusted
-        else _approved_may_post(config, action, run, statuses)
+        else _approved_may_post(config, action, run, statuses, rerun)
     )
     if isinstance(checked, Outcome):
         return checked
@@ -141,12 +157,17 @@ def _trusted_may_post(
 
 
 def _approved_may_post(
-    config: StatusConfig, action: str, run: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]
+    config: StatusConfig,
+    action: str,
+    run: Mapping[str, Any],
+    statuses: Sequence[Mapping[str, Any]],
+    rerun: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> Outcome | str:
-    """A pull request run's check (rules 3, 4, 6): its approver, or the Outcome."""
+    """A pull request run's check (rules 3, 4, 6-8): its approver, or the Outcome."""
     sha = str(run.get("head_sha") or "")
     approval = approval_status(statuses, config.context)
-    if approval is None:
+    found = current(config, statuses, sha)
+    if approval is None or found is None:
         return Outcome(
             None,
             (
@@ -156,24 +177,73 @@ def _approved_may_post(
                 "is only posted for the run a maintainer's approval started."
             ),
         )
-    approver, retry, why = result_binding(config, statuses, run, approval, key_of(run))
+    binding = result_binding(config, statuses, run, approval, key_of(run))
+    why = not_covered(found, str(run.get("path") or "")) or binding.why
     if why:
         return Outcome(None, why + " Its result is not posted.")
     latest = latest_of(statuses, config.context)
+    if binding.by_hand:
+        return _by_hand_may_post(config, action, run, (found, binding.by_hand, latest), rerun)
     recorded = _recorded_above(statuses, config.context, approval)
-    if retry is not None and (action != "completed" or latest is not retry):
+    if binding.retry is not None and (action != "completed" or latest is not binding.retry):
         return Outcome(
             None,
             f"attempt {attempt_of(run)}, gpu-watchdog's retry: only its result is posted, "
             f"over the retry record; '{(latest or {}).get('description')}' stays.",
         )
-    if retry is None and latest is not approval and (action != "completed" or recorded is None):
+    if (
+        binding.retry is None
+        and latest is not approval
+        and (action != "completed" or recorded is None)
+    ):
         return Outcome(
             None,
             "the head's newest status is not this approval's: "
             f"'{(latest or {}).get('description')}' stays.",
         )
-    return approver
+    return binding.approver
+
+
+def _by_hand_may_post(
+    config: StatusConfig,
+    action: str,
+    run: Mapping[str, Any],
+    found: tuple[Approval, str, Mapping[str, Any] | None],
+    rerun: tuple[Mapping[str, Any], Mapping[str, Any]] | None,
+) -> Outcome | str:
+    """A re-run by hand (rule 7): its approver, the Outcome that asks, or the refusal.
+
+    ``found``: the approval, who pressed "Re-run" and the head's newest status."""
+    approval, by, latest = found
+    if approval.number is None:
+        return Outcome(None, "the approval names no pull request: its re-run is not posted.")
+    if rerun is None:
+        return Outcome(None, "", rerun_of=(by, approval.number))
+    mine = key_of(run)
+    why = rerun_refusal(approval, mine[0] if mine else 0, by, rerun, config.min_permission)
+    if why:
+        return Outcome(None, f"attempt {attempt_of(run)}: {why} Its result is not posted.")
+    newest = run_key(str((latest or {}).get("target_url") or ""))
+    ours = (
+        newest is not None
+        and mine is not None
+        and newest[0] == mine[0]
+        and (
+            newest[1] < mine[1]
+            or (
+                action == "completed"
+                and newest == mine
+                and (latest or {}).get("state") == "pending"
+            )
+        )
+    )
+    if not ours:
+        return Outcome(
+            None,
+            f"a re-run posts over its run's own newest record; "
+            f"'{(latest or {}).get('description')}' stays.",
+        )
+    return approval.approver
 
 
 def _result(
