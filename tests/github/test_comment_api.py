@@ -416,7 +416,7 @@ def test_tiers_are_read_from_a_file_of_the_default_branch_never_the_pull_request
     )
     assert unknown.outputs["relayed"] == ""
     assert (
-        "unknown tier 'anything' after the SHA: the tiers are mini, rocm, cuda13"
+        "unknown tier 'anything' in the command: the tiers are mini, rocm, cuda13"
         in (unknown.outputs["reason"])
     )
     server.repos[REPO].files = {}

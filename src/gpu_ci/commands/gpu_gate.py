@@ -23,24 +23,26 @@ from gpu_ci.runtime import Runtime, markdown_table
 
 def config_from(inputs: Inputs) -> gate.GateConfig:
     return gate.make_config(
-        label=inputs["label"],
-        min_permission=inputs["min-permission"],
-        run_on=inputs.items("run-on"),
-        require_fresh_head=inputs.boolean("require-fresh-head"),
-        paths=inputs.lines("paths"),
-        skip_draft=inputs.boolean("skip-draft"),
-        gpu_runs_on=inputs["gpu-runs-on"],
-        cpu_runs_on=inputs["cpu-runs-on"],
-        require_approved_review=inputs.boolean("require-approved-review"),
-        comment_command=inputs["comment-command"],
-        tiers=inputs.items("tiers"),
-        trusted_authors=inputs["trusted-authors"],
-        trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
-        test_merge=inputs.boolean("test-merge"),
-        runner_kinds=inputs["gpu-runner-kinds"],
-        relay_bot=inputs["relay-bot"],
-        relay_label=inputs["relay-label"],
-        approvers=inputs.items("approvers"),
+        gate.GateInputs(
+            label=inputs["label"],
+            min_permission=inputs["min-permission"],
+            run_on=inputs.items("run-on"),
+            require_fresh_head=inputs.boolean("require-fresh-head"),
+            paths=inputs.lines("paths"),
+            skip_draft=inputs.boolean("skip-draft"),
+            gpu_runs_on=inputs["gpu-runs-on"],
+            cpu_runs_on=inputs["cpu-runs-on"],
+            require_approved_review=inputs.boolean("require-approved-review"),
+            comment_command=inputs["comment-command"],
+            tiers=inputs.items("tiers"),
+            trusted_authors=inputs["trusted-authors"],
+            trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
+            test_merge=inputs.boolean("test-merge"),
+            runner_kinds=inputs["gpu-runner-kinds"],
+            relay_bot=inputs["relay-bot"],
+            relay_label=inputs["relay-label"],
+            approvers=inputs.items("approvers"),
+        )
     )
 
 
@@ -97,7 +99,8 @@ def _read_tiers(
 
     Never the pull request's copy.
 
-    One word or more a line, separated by commas or spaces; ``#`` starts a comment."""
+    Entries as the input writes them (``mini``, ``full: b200 h100x8``), separated by
+    commas or lines; ``#`` starts a comment."""
     branch = str((payload.get("repository") or {}).get("default_branch") or "")
     if not branch:
         raise UsageError("'tiers: file:' needs repository.default_branch in the event payload.")
@@ -107,12 +110,19 @@ def _read_tiers(
         text = base64.b64decode(str(answer.get("content") or "")).decode("utf-8")
     except ValueError:
         raise GpuCiError(f"the tiers file {config.tiers_file} is not UTF-8 text.") from None
-    words = [line.split("#", 1)[0] for line in text.splitlines()]
+    entries = [e for line in text.splitlines() for e in line.split("#", 1)[0].split(",")]
+    where = f"the tiers file {config.tiers_file} on {branch}"
     try:
-        return replace(config, tiers=gate.parse_tiers(words))
-    except UsageError as exc:
-        raise UsageError(f"{config.tiers_file} on {branch}: {exc.message}") from None
+        specs = gate.parse_tier_specs([e for e in entries if e.strip()])
+    except UsageError as exc:  # the file is data read at run time: fail closed, exit 1
+        raise GpuCiError(f"{where} {exc.message.removeprefix(_TIERS_INPUT)}") from None
+    problem = gate.unknown_tier_kinds(specs, config.kinds)
+    if problem:
+        raise GpuCiError(f"{where} {problem}")
+    return replace(config, tiers=tuple(t.name for t in specs), tier_specs=specs)
 
+
+_TIERS_INPUT = "input 'tiers' "
 
 Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approved, their role
 
@@ -372,7 +382,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         decision, config, calls = evaluate(inputs, rt)
         budget_rows: list[tuple[str, str]] = []
         if budget_cfg is not None and matcher is not None and decision.run:
-            decision, budget_rows, more = apply_budget(budget_cfg, matcher, decision, inputs, rt)
+            selected = config.selected_kinds(decision.tiers)
+            decision, budget_rows, more = apply_budget(
+                budget_cfg, matcher, decision, inputs, rt, selected
+            )
             calls += more
     except GpuCiError as exc:
         if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
@@ -394,6 +407,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         rt.set_output(
             "runs-on-kinds", gate.kinds_json(config.kinds, decision.run, config.cpu_runs_on)
         )
+        selected = config.selected_kinds(decision.tiers) if decision.run else ()
+        rt.set_output("selected-kinds", json.dumps(list(selected)))
+    rt.set_output(
+        "tier-kinds", json.dumps(config.tier_kinds(decision.tiers) if decision.run else {})
+    )
     rt.set_output("relayed", decision.relayed)
     rt.set_output("base-ref", _base_ref(load_event(rt.environ).payload))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
@@ -491,10 +509,12 @@ def apply_budget(
     decision: gate.Decision,
     inputs: Inputs,
     rt: Runtime,
+    kinds: tuple[str, ...] | None = None,
 ) -> tuple[gate.Decision, list[tuple[str, str]], int]:
     """The budget's verdict on this run.
 
-    Refuse a run that would take the month's GPU spend over the budget."""
+    Refuse a run that would take the month's GPU spend over the budget. ``kinds``: the
+    runner kinds the approved tiers select (None: every kind), the ones reserved for."""
     ctx = load_event(rt.environ)
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
     billing = (
@@ -503,17 +523,14 @@ def apply_budget(
     run_id = rt.environ.get("GITHUB_RUN_ID", "")
     attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
     skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
-    result = spend.gate_budget(
-        rest,
-        billing,
-        cfg,
-        matcher,
-        load_table(),
-        jobs.now(rt.environ),
+    gate_run = spend.GateRun(
         ctx.repository,
+        jobs.now(rt.environ),
         str((ctx.payload.get("repository") or {}).get("default_branch") or ""),
         skip,
+        kinds,
     )
+    result = spend.gate_budget(rest, billing, cfg, matcher, load_table(), gate_run)
     calls = rest.calls + (billing.calls if billing else 0)
     if result.spent:
         rt.set_output("budget-spent", result.spent)

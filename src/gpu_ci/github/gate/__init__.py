@@ -17,7 +17,7 @@ decides, :mod:`.paths` matches ``paths``;
 This package re-exports the names ``commands/gpu_gate.py`` uses.
 """
 
-from gpu_ci.github.comment import parse_tiers
+from gpu_ci.github.comment import Tier, parse_tier_specs, parse_tiers
 from gpu_ci.github.event import PR_EVENTS
 from gpu_ci.github.gate.checks import (
     NULL_SHA,
@@ -37,9 +37,11 @@ from gpu_ci.github.gate.config import (
     ROLE_RANK,
     RUN_ON_EVENTS,
     GateConfig,
+    GateInputs,
     make_config,
     parse_run_on,
     runs_on_json,
+    unknown_tier_kinds,
 )
 from gpu_ci.github.gate.decide import (
     ALLOWED_BY,
@@ -75,7 +77,9 @@ __all__ = [
     "CommentCheck",
     "Decision",
     "GateConfig",
+    "GateInputs",
     "RunnerKind",
+    "Tier",
     "PullCheck",
     "PushCheck",
     "RelayCheck",
@@ -95,6 +99,7 @@ __all__ = [
     "parse_kinds",
     "qualifies",
     "parse_run_on",
+    "parse_tier_specs",
     "parse_tiers",
     "refuse_role",
     "refuse_trusted",
@@ -106,4 +111,5 @@ __all__ = [
     "runs_on_json",
     "triage",
     "triage_comment",
+    "unknown_tier_kinds",
 ]

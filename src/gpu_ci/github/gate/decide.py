@@ -233,8 +233,8 @@ def decide_comment(
     )
     if refused is not None:
         return refused
-    again = f"comment '{config.comment_command} <sha>' again"
     tiers = "".join(f" {tier}" for tier in check.command.tiers)
+    again = f"comment '{config.comment_command} <sha>{tiers}' again"
     if not check.command.sha:
         return replace(
             base,
