@@ -361,7 +361,7 @@ def watchdog_config(**kw):
         rate_reserve="0",
     )
     args.update(kw)
-    return watchdog.make_config(**args)
+    return watchdog.make_config(watchdog.WatchdogInputs(**args))
 
 
 def retry_config(**kw):

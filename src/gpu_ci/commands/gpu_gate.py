@@ -15,6 +15,7 @@ from gpu_ci.github import status as statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.spend import budget
+from gpu_ci.github.spend import kinds as spend_kinds
 from gpu_ci.inputs import Inputs
 from gpu_ci.markdown import link
 from gpu_ci.pricing import load_table
@@ -450,7 +451,7 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
         )
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
-        _default_price(inputs, kinds),
+        spend_kinds.default_price(inputs["gpu-price"], inputs["gpu-runs-on"], kinds),
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         inputs["budget-scope"],
@@ -471,36 +472,10 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     return replace(cfg, approvals=approvals)
 
 
-def _default_price(inputs: Inputs, kinds: tuple[gate.RunnerKind, ...]) -> str:
-    """``gpu-price``, or a kind's price when only priced kinds exist.
-
-    That price then prices no job (each kind has its own); it only satisfies the rule that a
-    budget in money needs a price."""
-    if inputs["gpu-price"].strip() or inputs["gpu-runs-on"].strip():
-        return inputs["gpu-price"]
-    return kinds[0].price if kinds and all(k.price for k in kinds) else ""
-
-
 def gpu_matcher(config: gate.GateConfig, rt: Runtime) -> jobs.GpuMatcher:
-    """The budget's GPU jobs: ``gpu-runs-on`` and each runner kind at its price.
-
-    A kind without a price is priced by ``gpu-price`` (a budget in money needs one)."""
-    base = jobs.GpuMatcher.from_runs_on(config.gpu_runs_on) if config.gpu_runs_on else None
-    table, today = load_table(), jobs.now(rt.environ).date()
-    kinds = []
-    for kind in config.kinds:
-        price = None
-        if kind.price:
-            try:
-                price = budget.parse_gpu_price(kind.price, table, today)
-            except UsageError as exc:
-                raise UsageError(
-                    f"input 'gpu-runner-kinds', kind {kind.name!r}: "
-                    + exc.message.removeprefix("input 'gpu-price': ")
-                ) from None
-        matcher = jobs.GpuMatcher.from_runs_on(kind.runs_on)
-        kinds.append(jobs.PricedKind(kind.name, matcher, price))
-    return replace(base or jobs.GpuMatcher(), kinds=tuple(kinds))
+    """The budget's GPU jobs: ``gpu-runs-on`` and each runner kind at its price."""
+    today = jobs.now(rt.environ).date()
+    return spend_kinds.priced_matcher(config.gpu_runs_on, config.kinds, load_table(), today)
 
 
 def apply_budget(

@@ -2,7 +2,8 @@
 
 A workflow with several GPU jobs (a B200 and an 8-GPU H100 job; a matrix leg per GPU)
 indexes the gate's ``runs-on-kinds`` output by kind, and the budget counts each kind's jobs
-at that kind's price.
+at that kind's price. gpu-gate, gpu-spend and gpu-watchdog read the input with this one
+parser, so one value means the same runners and prices to all three.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ _EXAMPLE = (
     '{"b200": {"group": "gpu-b200", "price": "6.50/h"}, '
     '"h100x8": {"labels": ["linux", "h100x8"], "price": "linux_4_core_gpu"}}'
 )
+
+
+def runs_on_json(name: str, value: str) -> str:
+    """A runner label or JSON value, as compact JSON.
+
+    A plain label becomes a JSON string; JSON is validated and compacted."""
+    text = value.strip()
+    if not text:
+        raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")
+    if text[0] in '[{"':
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
+                f"{exc.colno}): {text!r}."
+            ) from None
+        if not isinstance(parsed, (str, list, dict)):
+            raise UsageError(f"input '{name}' must be a label, a list or an object: {text!r}.")
+        return json.dumps(parsed, separators=(",", ":"))
+    return json.dumps(text)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from gpu_ci.github.gate.config import (
     GateInputs,
     make_config,
     parse_run_on,
-    runs_on_json,
     unknown_tier_kinds,
 )
 from gpu_ci.github.gate.decide import (
@@ -62,8 +61,8 @@ from gpu_ci.github.gate.decide import (
     relayed,
     role_of,
 )
-from gpu_ci.github.gate.kinds import RunnerKind, kinds_json, parse_kinds
 from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
+from gpu_ci.github.kinds import RunnerKind, kinds_json, parse_kinds, runs_on_json
 
 __all__ = [
     "ALLOWED_BY",

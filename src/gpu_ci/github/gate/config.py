@@ -5,7 +5,6 @@ Every mistake is a :class:`UsageError` that says what to write.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment
 from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
-from gpu_ci.github.gate.kinds import RunnerKind, parse_kinds
+from gpu_ci.github.kinds import RunnerKind, parse_kinds, runs_on_json
 
 #: Repository roles in increasing order of trust.
 ROLE_RANK = {"none": 0, "read": 1, "triage": 2, "write": 3, "maintain": 4, "admin": 5}
@@ -89,27 +88,6 @@ class GateConfig:
         if not ways:
             return "only a trusted author's own push runs here."
         return " or ".join(ways) + "."
-
-
-def runs_on_json(name: str, value: str) -> str:
-    """A runner label or JSON value, as compact JSON.
-
-    A plain label becomes a JSON string; JSON is validated and compacted."""
-    text = value.strip()
-    if not text:
-        raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")
-    if text[0] in '[{"':
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(
-                f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
-                f"{exc.colno}): {text!r}."
-            ) from None
-        if not isinstance(parsed, (str, list, dict)):
-            raise UsageError(f"input '{name}' must be a label, a list or an object: {text!r}.")
-        return json.dumps(parsed, separators=(",", ":"))
-    return json.dumps(text)
 
 
 def parse_run_on(items: Sequence[str]) -> frozenset[str]:
