@@ -64,14 +64,12 @@ def test_plain_tiers_leave_every_kind_selected():
     [
         (["mini: t4 a100"], "gives the tier 'mini' the runner kind 'a100', which gpu-runner-kinds"),
         (["full: t4", "h100"], "lists 'h100', a runner kind, as a tier: separate a tier's kinds"),
-        (["mini: t4"], "(its kinds: none: gpu-runner-kinds is empty)"),
         (["mi/ni: t4"], "a tier is one word"),
     ],
 )
 def test_a_tier_naming_an_unknown_kind_says_what_to_fix(tiers, says):
-    kinds = "" if "empty" in says else json.dumps(KINDS)
     with pytest.raises(UsageError) as err:
-        gate.make_config(inputs(tiers=tiers, runner_kinds=kinds))
+        gate.make_config(inputs(tiers=tiers))
     assert says in err.value.message
     assert err.value.message.startswith("input 'tiers' ")
 
@@ -109,7 +107,7 @@ def test_a_moved_head_hint_keeps_the_tiers():
 # -- through the CLI and the loopback server ------------------------------------------------
 
 
-def run_gate(run_cli, server, event_name, event, args=(), tiers=TIERS):
+def run_gate(run_cli, server, event_name, event, args=(), tiers=TIERS, kinds=KINDS):
     server.token_users[RELAY_TOKEN] = RELAY_BOT
     env = {
         "GITHUB_API_URL": server.url,
@@ -122,7 +120,7 @@ def run_gate(run_cli, server, event_name, event, args=(), tiers=TIERS):
         "INPUT_RELAY_BOT": RELAY_BOT,
         "INPUT_RELAY_TOKEN": RELAY_TOKEN,
         "INPUT_GPU_RUNS_ON": "",
-        "INPUT_GPU_RUNNER_KINDS": json.dumps(KINDS),
+        "INPUT_GPU_RUNNER_KINDS": json.dumps(kinds) if kinds else "",
     }
     return run_cli(["gpu-gate", *args], env, event=event, event_name=event_name)
 
@@ -183,3 +181,19 @@ def test_a_tiers_file_carries_the_mapping_and_an_unknown_kind_fails_closed(run_c
         f"the tiers file .github/tiers.txt on {branch} gives the tier 'rocm' the runner kind "
         "'mi250', which gpu-runner-kinds does not name (its kinds: t4, h100, mi300)"
     )
+
+
+def test_the_relay_needs_no_kinds_but_the_gpu_workflow_does(run_cli, server):
+    """The comment workflow runs no job: its gate may leave gpu-runner-kinds out."""
+    body = f"/test mini,rocm {HEAD}"
+    event = on_pull_request(webhook("issue_comment.created"), body=body, commenter="Codertocat")
+    relayed = run_gate(run_cli, server, "issue_comment", event, kinds=None)
+    assert relayed.outputs["relayed"] == "CUDA CI", relayed.stdout
+    server.log.clear()
+    labeled = pull_request_labeled("CUDA CI", RELAY_BOT)
+    refused = run_gate(run_cli, server, "pull_request", labeled, kinds=None)
+    assert refused.returncode == 2 and server.log == []
+    assert (
+        "input 'tiers' gives the tier 'mini' the runner kind 't4', which gpu-runner-kinds does "
+        "not name (its kinds: none: gpu-runner-kinds is empty)"
+    ) in refused.stdout

@@ -63,6 +63,16 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
     rest = connect(inputs["github-token"], rt.environ, rt.mask) if config.tiers_file else None
     if rest is not None:
         config = _read_tiers(rest, ctx.repository, ctx.payload, config)
+    # the comment relay runs no job: its tiers may name kinds it was not given
+    problem = (
+        ""
+        if ctx.name == "issue_comment"
+        else gate.unknown_tier_kinds(config.tier_specs, config.kinds)
+    )
+    if problem and config.tiers_file:
+        raise GpuCiError(f"the tiers file {config.tiers_file} {problem}")
+    if problem:
+        raise UsageError(f"input 'tiers' {problem}")
     step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
     if isinstance(step, gate.Decision):
         return step, config, rest.calls if rest is not None else 0
@@ -117,7 +127,7 @@ def _read_tiers(
         specs = gate.parse_tier_specs([e for e in entries if e.strip()])
     except UsageError as exc:  # the file is data read at run time: fail closed, exit 1
         raise GpuCiError(f"{where} {exc.message.removeprefix(_TIERS_INPUT)}") from None
-    problem = gate.unknown_tier_kinds(specs, config.kinds)
+    problem = gate.unknown_tier_kinds(specs, config.kinds) if config.kinds else ""
     if problem:
         raise GpuCiError(f"{where} {problem}")
     return replace(config, tiers=tuple(t.name for t in specs), tier_specs=specs)
