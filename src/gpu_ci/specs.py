@@ -318,6 +318,11 @@ GPU_GATE = ActionSpec(
             "false. The budget reserves these only.",
         ),
         OutputSpec(
+            "matrix",
+            'With gpu-runner-kinds: {"include": [{"kind": ..., "runs-on": ...}]} of the '
+            "selected kinds, for strategy.matrix (a job reads matrix.runs-on).",
+        ),
+        OutputSpec(
             "tier-kinds",
             "JSON object of each named tier to the kinds it selects ({} unless run is true).",
         ),
