@@ -148,6 +148,12 @@ def test_test_mini_rocm_runs_both_tiers_kinds_and_reserves_only_them(run_cli, se
     assert json.loads(out["tiers"]) == ["mini", "rocm"]
     assert json.loads(out["selected-kinds"]) == ["t4", "mi300"]
     assert json.loads(out["tier-kinds"]) == {"mini": ["t4"], "rocm": ["mi300"]}
+    assert json.loads(out["matrix"]) == {
+        "include": [
+            {"kind": "t4", "runs-on": {"labels": ["gpu-t4"]}},
+            {"kind": "mi300", "runs-on": {"labels": ["rocm-mi300"]}},
+        ]
+    }
     runs_on = json.loads(out["runs-on-kinds"])
     assert (runs_on["t4"], runs_on["mi300"]) == ({"labels": ["gpu-t4"]}, {"labels": ["rocm-mi300"]})
     assert out["budget-spent"] == "6.00"

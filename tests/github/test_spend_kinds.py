@@ -87,3 +87,15 @@ def test_the_watchdog_reserves_a_re_run_at_its_kinds_price(run_cli, github):
         ["gpu-watchdog"], watchdog_env(github, REPO, **{**inputs, "INPUT_GPU_RUNS_ON": "spot"})
     )
     assert json.loads(cheap.outputs["retried"]) == [run.id], cheap.summary
+
+
+def test_the_gate_reads_a_ledger_gpu_spend_wrote_with_the_same_kinds(run_cli, server, tmp_path):
+    from testkit.github.runs import gate, upload_ledger
+
+    gpu_run(server, DAY, 10, labels=("gpu-t4",))
+    spend(run_cli, server, tmp_path, ["--gpu-price", ""], env=ONLY_KINDS)
+    upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
+    args = ["--monthly-budget", "$100", "--reserve-minutes", "10"]
+    result = gate(run_cli, server, args, env=ONLY_KINDS)
+    assert result.outputs["budget-spent"] == "1.00", result.stdout
+    assert ": 1 runs reused |" in result.summary, result.summary

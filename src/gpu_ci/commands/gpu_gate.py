@@ -420,6 +420,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         )
         selected = config.selected_kinds(decision.tiers) if decision.run else ()
         rt.set_output("selected-kinds", json.dumps(list(selected)))
+        rt.set_output("matrix", gate.kinds_matrix(config.kinds, selected))
     rt.set_output(
         "tier-kinds", json.dumps(config.tier_kinds(decision.tiers) if decision.run else {})
     )

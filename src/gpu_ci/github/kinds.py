@@ -102,3 +102,12 @@ def kinds_json(kinds: tuple[RunnerKind, ...], run: bool, cpu_runs_on: str) -> st
     """The ``runs-on-kinds`` output: each kind's runners, or the CPU runner when not run."""
     values = {k.name: json.loads(k.runs_on if run else cpu_runs_on) for k in kinds}
     return json.dumps(values, separators=(",", ":"))
+
+
+def kinds_matrix(kinds: tuple[RunnerKind, ...], selected: tuple[str, ...]) -> str:
+    """The ``matrix`` output: a ``strategy.matrix`` of the selected kinds with their runs-on.
+
+    ``{"include": [{"kind": ..., "runs-on": ...}]}``: a job reads ``matrix.runs-on``, no
+    computed index into another output."""
+    legs = [{"kind": k.name, "runs-on": json.loads(k.runs_on)} for k in kinds if k.name in selected]
+    return json.dumps({"include": legs}, separators=(",", ":"))

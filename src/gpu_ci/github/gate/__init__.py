@@ -62,7 +62,7 @@ from gpu_ci.github.gate.decide import (
     role_of,
 )
 from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
-from gpu_ci.github.kinds import RunnerKind, kinds_json, parse_kinds, runs_on_json
+from gpu_ci.github.kinds import RunnerKind, kinds_json, kinds_matrix, parse_kinds, runs_on_json
 
 __all__ = [
     "ALLOWED_BY",
@@ -93,6 +93,7 @@ __all__ = [
     "decide_review",
     "decide_trusted",
     "kinds_json",
+    "kinds_matrix",
     "make_config",
     "merge_sha_of",
     "parse_kinds",
