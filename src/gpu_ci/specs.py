@@ -281,7 +281,9 @@ GPU_GATE = ActionSpec(
             "gpu-runner-kinds",
             "Named GPU runner kinds, a JSON object: each a label, a list of labels or "
             '{"group": ..., "labels": [...], "price": "3.12/h"} (the budget counts each '
-            "kind at its price). Jobs index the runs-on-kinds output by kind.",
+            "kind at its price). Jobs index the runs-on-kinds output by kind. "
+            '{"label-prefix": "gpu-ci-", "price": ...} counts the jobs that ask for a label '
+            "with that prefix (gpu-cloud-runner's VMs); such a kind has no runs-on.",
             "",
         ),
     )
