@@ -19,7 +19,8 @@ from gpu_ci.errors import UsageError
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _EXAMPLE = (
     '{"b200": {"group": "gpu-b200", "price": "6.50/h"}, '
-    '"h100x8": {"labels": ["linux", "h100x8"], "price": "linux_4_core_gpu"}}'
+    '"h100x8": {"labels": ["linux", "h100x8"], "price": "linux_4_core_gpu"}, '
+    '"cloud": {"label-prefix": "gpu-ci-", "price": "1.006/h"}}'
 )
 
 
@@ -50,8 +51,11 @@ class RunnerKind:
 
     name: str
     runs_on: str
+    """Compact runs-on JSON; empty for a kind matched by ``label_prefix``."""
     price: str = ""
     """An amount (3.12/h, 0.052) or a GitHub-hosted GPU SKU; empty: gpu-price."""
+    label_prefix: str = ""
+    """A job asking for a label with this prefix is this kind's (gpu-cloud-runner's VMs)."""
 
 
 def parse_kinds(text: str) -> tuple[RunnerKind, ...]:
@@ -79,16 +83,31 @@ def _kind(name: str, runner: Any) -> RunnerKind:
         return RunnerKind(name, json.dumps(runner, separators=(",", ":")))
     if not isinstance(runner, dict):
         raise _error(f"gives kind {name!r} neither a label, a list of labels nor an object")
-    extra = sorted(set(runner) - {"group", "labels", "price"})
+    extra = sorted(set(runner) - {"group", "labels", "price", PREFIX_KEY})
     if extra:
         raise _error(f"gives kind {name!r} the key(s) {', '.join(extra)}")
-    runs_on = {k: runner[k] for k in ("group", "labels") if k in runner}
-    if not runs_on:
-        raise _error(f"gives kind {name!r} no 'group' and no 'labels'")
     price = runner.get("price", "")
     if not isinstance(price, (str, int, float)) or isinstance(price, bool):
         raise _error(f"gives kind {name!r} a price that is not a string or a number")
+    runs_on = {k: runner[k] for k in ("group", "labels") if k in runner}
+    if PREFIX_KEY in runner:
+        return _prefix_kind(name, runner[PREFIX_KEY], bool(runs_on), str(price).strip())
+    if not runs_on:
+        raise _error(f"gives kind {name!r} no 'group', no 'labels' and no '{PREFIX_KEY}'")
     return RunnerKind(name, json.dumps(runs_on, separators=(",", ":")), str(price).strip())
+
+
+#: The key of a kind matched by a label prefix rather than by a runs-on of its own.
+PREFIX_KEY = "label-prefix"
+
+
+def _prefix_kind(name: str, prefix: Any, with_runs_on: bool, price: str) -> RunnerKind:
+    """A kind whose jobs ask for labels made at run time (gpu-cloud-runner's ``gpu-ci-``)."""
+    if with_runs_on:
+        raise _error(f"gives kind {name!r} both '{PREFIX_KEY}' and a group or labels")
+    if not isinstance(prefix, str) or len(prefix.strip()) < 3:
+        raise _error(f"gives kind {name!r} a '{PREFIX_KEY}' shorter than 3 characters")
+    return RunnerKind(name, "", price, prefix.strip())
 
 
 def _error(what: str) -> UsageError:
@@ -100,7 +119,7 @@ def _error(what: str) -> UsageError:
 
 def kinds_json(kinds: tuple[RunnerKind, ...], run: bool, cpu_runs_on: str) -> str:
     """The ``runs-on-kinds`` output: each kind's runners, or the CPU runner when not run."""
-    values = {k.name: json.loads(k.runs_on if run else cpu_runs_on) for k in kinds}
+    values = {k.name: json.loads(k.runs_on if run else cpu_runs_on) for k in kinds if k.runs_on}
     return json.dumps(values, separators=(",", ":"))
 
 
@@ -109,5 +128,9 @@ def kinds_matrix(kinds: tuple[RunnerKind, ...], selected: tuple[str, ...]) -> st
 
     ``{"include": [{"kind": ..., "runs-on": ...}]}``: a job reads ``matrix.runs-on``, no
     computed index into another output."""
-    legs = [{"kind": k.name, "runs-on": json.loads(k.runs_on)} for k in kinds if k.name in selected]
+    legs = [
+        {"kind": k.name, "runs-on": json.loads(k.runs_on)}
+        for k in kinds
+        if k.name in selected and k.runs_on
+    ]
     return json.dumps({"include": legs}, separators=(",", ":"))

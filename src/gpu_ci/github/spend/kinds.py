@@ -35,7 +35,12 @@ def priced_matcher(
                     f"input 'gpu-runner-kinds', kind {kind.name!r}: "
                     + exc.message.removeprefix("input 'gpu-price': ")
                 ) from None
-        priced.append(PricedKind(kind.name, GpuMatcher.from_runs_on(kind.runs_on), price))
+        matcher = (
+            GpuMatcher.from_runs_on(kind.runs_on)
+            if kind.runs_on
+            else GpuMatcher(label_prefix=kind.label_prefix)
+        )
+        priced.append(PricedKind(kind.name, matcher, price))
     return GpuMatcher(base.labels, base.group, tuple(priced))
 
 
