@@ -413,17 +413,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("approval", decision.approval if decision.run else "")
     rt.set_output("tiers", json.dumps(list(decision.tiers) if decision.run else []))
     rt.set_output("runs-on", decision.runs_on(config))
-    if config.kinds:
-        rt.set_output("kinds", json.dumps([k.name for k in config.kinds]))
-        rt.set_output(
-            "runs-on-kinds", gate.kinds_json(config.kinds, decision.run, config.cpu_runs_on)
-        )
-        selected = config.selected_kinds(decision.tiers) if decision.run else ()
-        rt.set_output("selected-kinds", json.dumps(list(selected)))
-        rt.set_output("matrix", gate.kinds_matrix(config.kinds, selected))
-    rt.set_output(
-        "tier-kinds", json.dumps(config.tier_kinds(decision.tiers) if decision.run else {})
-    )
+    _kind_outputs(decision, config, rt)
     rt.set_output("relayed", decision.relayed)
     rt.set_output("base-ref", _base_ref(load_event(rt.environ).payload))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
@@ -441,6 +431,18 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
     rt.summary(summary)
     return 0
+
+
+def _kind_outputs(decision: gate.Decision, config: gate.GateConfig, rt: Runtime) -> None:
+    """The runner kinds' outputs: every kind, and those the approved tiers select."""
+    run = decision.run
+    if config.kinds:
+        rt.set_output("kinds", json.dumps([k.name for k in config.kinds]))
+        rt.set_output("runs-on-kinds", gate.kinds_json(config.kinds, run, config.cpu_runs_on))
+        selected = config.selected_kinds(decision.tiers) if run else ()
+        rt.set_output("selected-kinds", json.dumps(list(selected)))
+        rt.set_output("matrix", gate.kinds_matrix(config.kinds, selected))
+    rt.set_output("tier-kinds", json.dumps(config.tier_kinds(decision.tiers) if run else {}))
 
 
 def _base_ref(payload: dict[str, Any]) -> str:
