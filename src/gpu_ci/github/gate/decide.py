@@ -477,8 +477,9 @@ def decide_review(
         return decision
     head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
     if approver is None:
+        tiers = "".join(f" {tier}" for tier in decision.tiers)
         again = {
-            "comment": f"post the '{config.comment_command}' command again",
+            "comment": f"post the '{config.comment_command} <sha>{tiers}' command again",
             "trusted-author": "re-run this workflow",
         }.get(decision.approval, f"apply '{config.label}' again")
         return replace(
