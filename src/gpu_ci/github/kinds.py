@@ -102,7 +102,9 @@ PREFIX_KEY = "label-prefix"
 
 
 def _prefix_kind(name: str, prefix: Any, with_runs_on: bool, price: str) -> RunnerKind:
-    """A kind whose jobs ask for labels made at run time (gpu-cloud-runner's ``gpu-ci-``)."""
+    """A kind whose jobs ask for labels made at run time.
+
+    gpu-cloud-runner's one-VM labels all start ``gpu-ci-``."""
     if with_runs_on:
         raise _error(f"gives kind {name!r} both '{PREFIX_KEY}' and a group or labels")
     if not isinstance(prefix, str) or len(prefix.strip()) < 3:

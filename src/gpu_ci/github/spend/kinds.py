@@ -19,7 +19,7 @@ from gpu_ci.pricing import Price, PriceTable
 def priced_matcher(
     gpu_runs_on: str, kinds: tuple[RunnerKind, ...], table: PriceTable, today: date
 ) -> GpuMatcher:
-    """The GPU jobs of ``gpu-runs-on`` (as written) and of each kind, each kind priced.
+    """The GPU jobs of ``gpu-runs-on`` and of each kind, at its price.
 
     A kind without a price is priced by ``gpu-price`` (a budget in money needs one)."""
     text = gpu_runs_on.strip()

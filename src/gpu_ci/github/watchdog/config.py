@@ -58,7 +58,9 @@ class WatchdogInputs:
 
 
 def make_config(given: WatchdogInputs) -> WatchdogConfig:
-    """The checked config; a bad input is a :class:`UsageError` that says what to write."""
+    """The checked config.
+
+    A bad input is a :class:`UsageError` that says what to write."""
     limit = _queue_limit(given.max_queue_minutes)
     if not given.labels:
         raise UsageError(
