@@ -36,6 +36,7 @@ def test_gpu_spend_prices_each_job_by_its_kind_and_breaks_the_month_down_by_kind
     ]
     assert doc["kind_prices"] == {"t4": "$0.1/min", "h100": "$0.1/min"}
     assert sorted(j["kind"] for j in doc["jobs"]) == ["h100", "t4"]
+    assert "| cost | $3.00 at kind t4 $0.1/min, kind h100 $0.1/min |" in result.summary
 
 
 def test_gpu_spend_without_runs_on_or_kinds_says_what_to_set(run_cli, server, tmp_path):

@@ -426,7 +426,7 @@ def _overview(
             "GPU minutes",
             f"{tot.minutes} (of which reserved for running jobs: {tot.reserved_minutes})",
         ),
-        ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)"),
+        ("cost", _money(tot.usd) + f" at {_prices(doc)}" if priced else "(no gpu-price)"),
     ]
     if plan is not None:
         spent = tot.usd if report.unit == "usd" else Decimal(tot.minutes)
@@ -448,6 +448,13 @@ def _overview(
             ("GitHub billed (billing usage API)", f"{billed.minutes} min, {_money(billed.usd)}")
         )
     return rows
+
+
+def _prices(doc: dict[str, Any]) -> str:
+    """The prices the cost was counted at: gpu-price and each runner kind's own."""
+    kinds = [f"{k} {v}" for k, v in (doc.get("kind_prices") or {}).items() if v]
+    default = [str(doc["price"])] if doc.get("price") else []
+    return ", ".join(default + [f"kind {k}" for k in kinds])
 
 
 def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[str]:
