@@ -94,6 +94,7 @@ PRIVILEGED_EXAMPLES = (
     "examples/cuda-ci-watchdog.yml",
     "examples/gpu-cloud-runner.yml",  # the cloud role (OIDC) and the App token
     "examples/gpu-cloud-runner-reap.yml",
+    "examples/port-cupy-ci-trigger.yml",  # issue_comment: the relay App's token
     "examples/port-scikit-learn-label-remover.yml",
 )
 #: Workflows of this repository that others call: their nested ``uses:`` are pinned alike.

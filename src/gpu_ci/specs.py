@@ -252,10 +252,11 @@ GPU_GATE = ActionSpec(
         ),
         InputSpec(
             "tiers",
-            "Words a comment command may name after the SHA (e.g. 'mini, full'), "
-            "separated by commas, spaces or lines, or 'file:<path>', a file of the default "
-            "branch read through the API (contents: read); the named ones become the tiers "
-            "output.",
+            "Words a comment command may name beside the SHA (e.g. 'mini, full'), "
+            "separated by commas, spaces or lines; 'tier: kind kind' makes a tier select "
+            "those gpu-runner-kinds (e.g. 'mini: t4, rocm: mi300'). Or 'file:<path>', a "
+            "file of the default branch in the same form, read through the API (contents: "
+            "read). The named ones become the tiers, selected-kinds and tier-kinds outputs.",
             "",
         ),
         InputSpec(
@@ -280,7 +281,9 @@ GPU_GATE = ActionSpec(
             "gpu-runner-kinds",
             "Named GPU runner kinds, a JSON object: each a label, a list of labels or "
             '{"group": ..., "labels": [...], "price": "3.12/h"} (the budget counts each '
-            "kind at its price). Jobs index the runs-on-kinds output by kind.",
+            "kind at its price). Jobs index the runs-on-kinds output by kind. "
+            '{"label-prefix": "gpu-ci-", "price": ...} counts the jobs that ask for a label '
+            "with that prefix (gpu-cloud-runner's VMs); such a kind has no runs-on.",
             "",
         ),
     )
@@ -310,6 +313,21 @@ GPU_GATE = ActionSpec(
             "every kind when run is false), e.g. fromJSON(...)[matrix.kind].",
         ),
         OutputSpec("kinds", "With gpu-runner-kinds: a JSON array of the kind names."),
+        OutputSpec(
+            "selected-kinds",
+            "With gpu-runner-kinds: a JSON array of the kinds to run, for strategy.matrix: "
+            "the named tiers' kinds, every kind when no tier selects kinds, [] when run is "
+            "false. The budget reserves these only.",
+        ),
+        OutputSpec(
+            "matrix",
+            'With gpu-runner-kinds: {"include": [{"kind": ..., "runs-on": ...}]} of the '
+            "selected kinds, for strategy.matrix (a job reads matrix.runs-on).",
+        ),
+        OutputSpec(
+            "tier-kinds",
+            "JSON object of each named tier to the kinds it selects ({} unless run is true).",
+        ),
         OutputSpec(
             "relayed", "On issue_comment: the label a valid command was relayed as, else empty."
         ),
@@ -779,6 +797,12 @@ GPU_WATCHDOG = ActionSpec(
             "",
         ),
         InputSpec("gpu-runs-on", "With monthly-budget: gpu-gate's gpu-runs-on.", ""),
+        InputSpec(
+            "gpu-runner-kinds",
+            "With monthly-budget: gpu-gate's gpu-runner-kinds (a re-run's GPU jobs reserve "
+            "at the price of the kind each ran on).",
+            "",
+        ),
         InputSpec("gpu-price", "With monthly-budget: gpu-gate's gpu-price.", ""),
         InputSpec(
             "reserve-minutes", "What a re-run reserves per GPU job it re-runs, in minutes.", "60"
@@ -831,6 +855,13 @@ GPU_SPEND = ActionSpec(
             "gpu-runs-on",
             "Which jobs are GPU jobs: the runs-on labels they ask for (plain label or "
             "JSON list), or a JSON object with group for a runner group.",
+            "",
+        ),
+        InputSpec(
+            "gpu-runner-kinds",
+            "gpu-gate's gpu-runner-kinds: each kind's jobs are GPU jobs, counted at the "
+            "kind's price (gpu-price for a kind without one), and the report breaks the "
+            "month down by kind.",
             "",
         ),
         InputSpec(
@@ -898,7 +929,10 @@ GPU_SPEND = ActionSpec(
     + BOOTSTRAP_INPUTS,
     outputs=(
         OutputSpec("minutes", "GPU minutes this month (reservations of running jobs included)."),
-        OutputSpec("cost", "GPU cost this month in USD (empty without gpu-price)."),
+        OutputSpec(
+            "cost",
+            "GPU cost this month in USD (empty without gpu-price or a price for every kind).",
+        ),
         OutputSpec("budget-left", "Budget left (USD or minutes), empty without a budget."),
         OutputSpec("json", "Path of spend.json."),
         OutputSpec("csv", "Path of spend.csv (one row per GPU job)."),

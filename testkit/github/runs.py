@@ -348,7 +348,7 @@ def upload(gh, run, report, name="gpu-monitor-tests", **kw):
 
 def watchdog_config(**kw):
     """gpu-watchdog's configuration for the tests: GPU jobs labelled ``gpu``, cancelled after
-    60 minutes queued; ``kw`` overrides any argument of ``watchdog.make_config``."""
+    60 minutes queued; ``kw`` overrides any field of ``watchdog.WatchdogInputs``."""
     from gpu_ci.github import watchdog
 
     args = dict(
@@ -361,7 +361,7 @@ def watchdog_config(**kw):
         rate_reserve="0",
     )
     args.update(kw)
-    return watchdog.make_config(**args)
+    return watchdog.make_config(watchdog.WatchdogInputs(**args))
 
 
 def retry_config(**kw):

@@ -354,4 +354,4 @@ def test_a_budget_without_gpu_runs_on_is_a_usage_error_before_any_call(run_cli, 
     assert result.returncode == 2 and "needs 'gpu-runs-on'" in result.stdout
     assert len(server.log) == before
     out = spend(run_cli, server, tmp_path, env={"INPUT_GPU_RUNS_ON": ""})
-    assert out.returncode == 2 and "'gpu-runs-on' is empty" in out.stdout
+    assert out.returncode == 2 and "needs 'gpu-runs-on' or 'gpu-runner-kinds'" in out.stdout

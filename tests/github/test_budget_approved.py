@@ -240,9 +240,8 @@ def test_the_decision_says_which_fork_heads_were_not_read(github):
         _fork_run(github, f"{n:x}" * 40, created=CREATED + timedelta(minutes=n))
     cfg = _budget_config()
     assert cfg is not None
-    got = spend.gate_budget(
-        _client(github), None, cfg, GPU, load_table(), NOW, REPO, "master", None
-    )
+    run = spend.GateRun(REPO, NOW, "master")
+    got = spend.gate_budget(_client(github), None, cfg, GPU, load_table(), run)
     rows = dict(got.rows)
     assert "11 fork heads have GPU jobs waiting" in rows["ledger"], rows
     assert "the 1 older one (1 run) reserve nothing" in rows["ledger"], rows

@@ -285,12 +285,13 @@ REVIEW = ["--require-approved-review", "true"]
 def test_a_comment_approval_needs_an_approved_review_of_that_commit(run_cli, server):
     server.repos[REPO].roles["rev"] = "maintain"
     server.repos[REPO].pulls[2].reviews = [("rev", "APPROVED", "1" * 40)]  # an older commit
-    body = command(f"/gpu-ci run {HEAD}")
+    body = command(f"/gpu-ci run {HEAD} full")
     refused = run_gate(run_cli, server, "issue_comment", body, REVIEW)
     assert refused.returncode == 0, refused.stdout
     assert refused.outputs["run"] == "false"
     assert "require-approved-review is true" in refused.outputs["reason"]
-    assert "post the '/gpu-ci run' command again" in refused.outputs["reason"]
+    # the hint keeps the tier the maintainer named
+    assert "post the '/gpu-ci run <sha> full' command again" in refused.outputs["reason"]
     server.repos[REPO].pulls[2].reviews = [("rev", "APPROVED", HEAD)]
     relayed = run_gate(run_cli, server, "issue_comment", body, REVIEW)
     assert relayed.outputs["relayed"] == "CUDA CI", relayed.stdout
@@ -416,7 +417,7 @@ def test_tiers_are_read_from_a_file_of_the_default_branch_never_the_pull_request
     )
     assert unknown.outputs["relayed"] == ""
     assert (
-        "unknown tier 'anything' after the SHA: the tiers are mini, rocm, cuda13"
+        "unknown tier 'anything' in the command: the tiers are mini, rocm, cuda13"
         in (unknown.outputs["reason"])
     )
     server.repos[REPO].files = {}

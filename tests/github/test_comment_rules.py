@@ -28,7 +28,7 @@ def config(**kw):
         relay_bot="gpu-ci-relay[bot]",
     )
     base.update(kw)
-    return gate.make_config(**base)
+    return gate.make_config(gate.GateInputs(**base))
 
 
 def event(body, commenter="mai", action="created"):
@@ -167,7 +167,7 @@ def test_tier_words_after_the_sha_become_the_tiers_and_unknown_ones_refuse():
     assert decide(f"/gpu-ci run {HEAD}").tiers == ()
     step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD} huge"), config(), "")
     assert isinstance(step, gate.Decision) and not step.run
-    assert "unknown tier 'huge' after the SHA: the tiers are mini, full" in step.reason
+    assert "unknown tier 'huge' in the command: the tiers are mini, full" in step.reason
     no_tiers = config(tiers=[])
     step = gate.triage("issue_comment", event(f"/gpu-ci run {HEAD} full"), no_tiers, "")
     assert isinstance(step, gate.Decision) and "none are configured" in step.reason

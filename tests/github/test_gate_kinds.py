@@ -90,7 +90,7 @@ def test_a_bad_kind_price_is_exit_2_before_any_call(run_cli, server):
     [
         ("[1]", "must be a JSON object"),
         ('{"a b": "gpu"}', "names a kind 'a b'"),
-        ('{"b200": {"price": "1"}}', "no 'group' and no 'labels'"),
+        ('{"b200": {"price": "1"}}', "no 'group', no 'labels' and no 'label-prefix'"),
         ('{"b200": {"group": "g", "runs-on": "x"}}', "the key(s) runs-on"),
         ("{", "is not JSON"),
     ],
@@ -99,3 +99,45 @@ def test_bad_kinds_say_what_to_write(text, says):
     with pytest.raises(UsageError) as err:
         gate.parse_kinds(text)
     assert says in err.value.message and '"b200": {"group"' in err.value.message
+
+
+def test_a_label_prefix_kind_counts_gpu_cloud_runner_vms_at_its_price(run_cli, server):
+    """gpu-cloud-runner's GPU job asks for its VM's own label, gpu-ci-<run>-…: a kind with
+    that label prefix counts it, completed or waiting for its VM; no runs-on of its own."""
+    from testkit.github_server import Job
+
+    kinds = {"cloud": {"label-prefix": "gpu-ci-", "price": "1.2/h"}}  # $0.02/min
+    env = {"INPUT_GPU_RUNS_ON": "", "INPUT_GPU_RUNNER_KINDS": json.dumps(kinds)}
+    day = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
+    gpu_run(server, day, 50, labels=("gpu-ci-4242-1-tests-20261103t100000",))  # $1.00
+    waiting = gpu_run(server, day, 0, status="in_progress", labels=("x",))
+    waiting.jobs[-1] = Job(
+        server.next_id(),
+        "tests",
+        ["gpu-ci-4343-1-tests-20261130t135900"],
+        status="queued",
+        created_at="2026-11-30T13:59:00Z",
+    )  # this repository's run waits for its VM: it reserves 10 minutes, $0.20
+    result = gate_cli(run_cli, server, BUDGET, env=env)
+    assert result.returncode == 0, result.stdout
+    out = result.outputs
+    assert out["run"] == "true" and out["budget-spent"] == "1.20", result.summary
+    assert json.loads(out["runs-on-kinds"]) == {}  # the VM's label comes from its start job
+    assert json.loads(out["kinds"]) == ["cloud"]
+    assert "| GPU jobs | kind cloud (labels starting gpu-ci- at $0.02/min) |" in result.summary
+    # the example's former gpu-runs-on counted none of it
+    old = {"INPUT_GPU_RUNS_ON": "gpu-ci-cloud", "INPUT_GPU_PRICE": "1.2/h"}
+    assert gate_cli(run_cli, server, BUDGET, env=old).outputs["budget-spent"] == "0.00"
+
+
+@pytest.mark.parametrize(
+    ("runner", "says"),
+    [
+        ({"label-prefix": "gpu-ci-", "group": "g"}, "both 'label-prefix' and a group or labels"),
+        ({"label-prefix": "g"}, "a 'label-prefix' shorter than 3 characters"),
+    ],
+)
+def test_a_bad_label_prefix_kind_says_what_to_write(runner, says):
+    with pytest.raises(UsageError) as err:
+        gate.parse_kinds(json.dumps({"cloud": runner}))
+    assert says in err.value.message

@@ -23,7 +23,7 @@ def config(**overrides):
         cpu_runs_on="ubuntu-latest",
     )
     values.update(overrides)
-    return gate.make_config(**values)
+    return gate.make_config(gate.GateInputs(**values))
 
 
 def labeled(name="CUDA CI", variant="pull_request.labeled"):

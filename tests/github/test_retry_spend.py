@@ -14,7 +14,9 @@ NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
 
 def infra_file(path, records) -> str:
     """An infra-file as gpu-watchdog writes it (:func:`watchdog.infra_json`)."""
-    config = watchdog.make_config([], ["gpu"], "60", True, "", "200", "0", "1")
+    config = watchdog.make_config(
+        watchdog.WatchdogInputs([], ["gpu"], "60", True, "", "200", "0", "1")
+    )
     sweep = watchdog.Sweep("Codertocat/Hello-World", config, NOW, infra=records)
     path.write_text(json.dumps(watchdog.infra_json(sweep)))
     return str(path)

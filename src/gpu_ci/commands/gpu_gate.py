@@ -15,6 +15,7 @@ from gpu_ci.github import status as statuses
 from gpu_ci.github.client import ApiError, Rest, call_api, connect, describe_api_failure
 from gpu_ci.github.event import load_event
 from gpu_ci.github.spend import budget
+from gpu_ci.github.spend import kinds as spend_kinds
 from gpu_ci.inputs import Inputs
 from gpu_ci.markdown import link
 from gpu_ci.pricing import load_table
@@ -23,24 +24,26 @@ from gpu_ci.runtime import Runtime, markdown_table
 
 def config_from(inputs: Inputs) -> gate.GateConfig:
     return gate.make_config(
-        label=inputs["label"],
-        min_permission=inputs["min-permission"],
-        run_on=inputs.items("run-on"),
-        require_fresh_head=inputs.boolean("require-fresh-head"),
-        paths=inputs.lines("paths"),
-        skip_draft=inputs.boolean("skip-draft"),
-        gpu_runs_on=inputs["gpu-runs-on"],
-        cpu_runs_on=inputs["cpu-runs-on"],
-        require_approved_review=inputs.boolean("require-approved-review"),
-        comment_command=inputs["comment-command"],
-        tiers=inputs.items("tiers"),
-        trusted_authors=inputs["trusted-authors"],
-        trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
-        test_merge=inputs.boolean("test-merge"),
-        runner_kinds=inputs["gpu-runner-kinds"],
-        relay_bot=inputs["relay-bot"],
-        relay_label=inputs["relay-label"],
-        approvers=inputs.items("approvers"),
+        gate.GateInputs(
+            label=inputs["label"],
+            min_permission=inputs["min-permission"],
+            run_on=inputs.items("run-on"),
+            require_fresh_head=inputs.boolean("require-fresh-head"),
+            paths=inputs.lines("paths"),
+            skip_draft=inputs.boolean("skip-draft"),
+            gpu_runs_on=inputs["gpu-runs-on"],
+            cpu_runs_on=inputs["cpu-runs-on"],
+            require_approved_review=inputs.boolean("require-approved-review"),
+            comment_command=inputs["comment-command"],
+            tiers=inputs.items("tiers"),
+            trusted_authors=inputs["trusted-authors"],
+            trusted_authors_verified=inputs.boolean("trusted-authors-verified"),
+            test_merge=inputs.boolean("test-merge"),
+            runner_kinds=inputs["gpu-runner-kinds"],
+            relay_bot=inputs["relay-bot"],
+            relay_label=inputs["relay-label"],
+            approvers=inputs.items("approvers"),
+        )
     )
 
 
@@ -60,6 +63,16 @@ def evaluate(inputs: Inputs, rt: Runtime) -> tuple[gate.Decision, gate.GateConfi
     rest = connect(inputs["github-token"], rt.environ, rt.mask) if config.tiers_file else None
     if rest is not None:
         config = _read_tiers(rest, ctx.repository, ctx.payload, config)
+    # the comment relay runs no job: its tiers may name kinds it was not given
+    problem = (
+        ""
+        if ctx.name == "issue_comment"
+        else gate.unknown_tier_kinds(config.tier_specs, config.kinds)
+    )
+    if problem and config.tiers_file:
+        raise GpuCiError(f"the tiers file {config.tiers_file} {problem}")
+    if problem:
+        raise UsageError(f"input 'tiers' {problem}")
     step = gate.triage(ctx.name, ctx.payload, config, ctx.sha)
     if isinstance(step, gate.Decision):
         return step, config, rest.calls if rest is not None else 0
@@ -97,7 +110,8 @@ def _read_tiers(
 
     Never the pull request's copy.
 
-    One word or more a line, separated by commas or spaces; ``#`` starts a comment."""
+    Entries as the input writes them (``mini``, ``full: b200 h100x8``), separated by
+    commas or lines; ``#`` starts a comment."""
     branch = str((payload.get("repository") or {}).get("default_branch") or "")
     if not branch:
         raise UsageError("'tiers: file:' needs repository.default_branch in the event payload.")
@@ -107,12 +121,19 @@ def _read_tiers(
         text = base64.b64decode(str(answer.get("content") or "")).decode("utf-8")
     except ValueError:
         raise GpuCiError(f"the tiers file {config.tiers_file} is not UTF-8 text.") from None
-    words = [line.split("#", 1)[0] for line in text.splitlines()]
+    entries = [e for line in text.splitlines() for e in line.split("#", 1)[0].split(",")]
+    where = f"the tiers file {config.tiers_file} on {branch}"
     try:
-        return replace(config, tiers=gate.parse_tiers(words))
-    except UsageError as exc:
-        raise UsageError(f"{config.tiers_file} on {branch}: {exc.message}") from None
+        specs = gate.parse_tier_specs([e for e in entries if e.strip()])
+    except UsageError as exc:  # the file is data read at run time: fail closed, exit 1
+        raise GpuCiError(f"{where} {exc.message.removeprefix(_TIERS_INPUT)}") from None
+    problem = gate.unknown_tier_kinds(specs, config.kinds) if config.kinds else ""
+    if problem:
+        raise GpuCiError(f"{where} {problem}")
+    return replace(config, tiers=tuple(t.name for t in specs), tier_specs=specs)
 
+
+_TIERS_INPUT = "input 'tiers' "
 
 Approver = tuple[gate.Decision, str, dict[str, Any]]  # the decision, who approved, their role
 
@@ -372,7 +393,10 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         decision, config, calls = evaluate(inputs, rt)
         budget_rows: list[tuple[str, str]] = []
         if budget_cfg is not None and matcher is not None and decision.run:
-            decision, budget_rows, more = apply_budget(budget_cfg, matcher, decision, inputs, rt)
+            selected = config.selected_kinds(decision.tiers)
+            decision, budget_rows, more = apply_budget(
+                budget_cfg, matcher, decision, inputs, rt, selected
+            )
             calls += more
     except GpuCiError as exc:
         if exc.exit_code == 1:  # fail closed: whatever else happens, never run=true
@@ -389,11 +413,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("approval", decision.approval if decision.run else "")
     rt.set_output("tiers", json.dumps(list(decision.tiers) if decision.run else []))
     rt.set_output("runs-on", decision.runs_on(config))
-    if config.kinds:
-        rt.set_output("kinds", json.dumps([k.name for k in config.kinds]))
-        rt.set_output(
-            "runs-on-kinds", gate.kinds_json(config.kinds, decision.run, config.cpu_runs_on)
-        )
+    _kind_outputs(decision, config, rt)
     rt.set_output("relayed", decision.relayed)
     rt.set_output("base-ref", _base_ref(load_event(rt.environ).payload))
     verdict = "run the GPU job" if decision.run else "skip the GPU job"
@@ -411,6 +431,18 @@ def run(inputs: Inputs, rt: Runtime) -> int:
         summary += "\n#### GPU budget\n\n" + markdown_table(["", ""], budget_rows)
     rt.summary(summary)
     return 0
+
+
+def _kind_outputs(decision: gate.Decision, config: gate.GateConfig, rt: Runtime) -> None:
+    """The runner kinds' outputs: every kind, and those the approved tiers select."""
+    run = decision.run
+    if config.kinds:
+        rt.set_output("kinds", json.dumps([k.name for k in config.kinds]))
+        rt.set_output("runs-on-kinds", gate.kinds_json(config.kinds, run, config.cpu_runs_on))
+        selected = config.selected_kinds(decision.tiers) if run else ()
+        rt.set_output("selected-kinds", json.dumps(list(selected)))
+        rt.set_output("matrix", gate.kinds_matrix(config.kinds, selected))
+    rt.set_output("tier-kinds", json.dumps(config.tier_kinds(decision.tiers) if run else {}))
 
 
 def _base_ref(payload: dict[str, Any]) -> str:
@@ -432,7 +464,7 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
         )
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
-        _default_price(inputs, kinds),
+        spend_kinds.default_price(inputs["gpu-price"], inputs["gpu-runs-on"], kinds),
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         inputs["budget-scope"],
@@ -453,36 +485,10 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
     return replace(cfg, approvals=approvals)
 
 
-def _default_price(inputs: Inputs, kinds: tuple[gate.RunnerKind, ...]) -> str:
-    """``gpu-price``, or a kind's price when only priced kinds exist.
-
-    That price then prices no job (each kind has its own); it only satisfies the rule that a
-    budget in money needs a price."""
-    if inputs["gpu-price"].strip() or inputs["gpu-runs-on"].strip():
-        return inputs["gpu-price"]
-    return kinds[0].price if kinds and all(k.price for k in kinds) else ""
-
-
 def gpu_matcher(config: gate.GateConfig, rt: Runtime) -> jobs.GpuMatcher:
-    """The budget's GPU jobs: ``gpu-runs-on`` and each runner kind at its price.
-
-    A kind without a price is priced by ``gpu-price`` (a budget in money needs one)."""
-    base = jobs.GpuMatcher.from_runs_on(config.gpu_runs_on) if config.gpu_runs_on else None
-    table, today = load_table(), jobs.now(rt.environ).date()
-    kinds = []
-    for kind in config.kinds:
-        price = None
-        if kind.price:
-            try:
-                price = budget.parse_gpu_price(kind.price, table, today)
-            except UsageError as exc:
-                raise UsageError(
-                    f"input 'gpu-runner-kinds', kind {kind.name!r}: "
-                    + exc.message.removeprefix("input 'gpu-price': ")
-                ) from None
-        matcher = jobs.GpuMatcher.from_runs_on(kind.runs_on)
-        kinds.append(jobs.PricedKind(kind.name, matcher, price))
-    return replace(base or jobs.GpuMatcher(), kinds=tuple(kinds))
+    """The budget's GPU jobs: ``gpu-runs-on`` and each runner kind at its price."""
+    today = jobs.now(rt.environ).date()
+    return spend_kinds.priced_matcher(config.gpu_runs_on, config.kinds, load_table(), today)
 
 
 def apply_budget(
@@ -491,10 +497,12 @@ def apply_budget(
     decision: gate.Decision,
     inputs: Inputs,
     rt: Runtime,
+    kinds: tuple[str, ...] | None = None,
 ) -> tuple[gate.Decision, list[tuple[str, str]], int]:
     """The budget's verdict on this run.
 
-    Refuse a run that would take the month's GPU spend over the budget."""
+    Refuse a run that would take the month's GPU spend over the budget. ``kinds``: the
+    runner kinds the approved tiers select (None: every kind), the ones reserved for."""
     ctx = load_event(rt.environ)
     rest = connect(inputs["github-token"], rt.environ, rt.mask)
     billing = (
@@ -503,17 +511,14 @@ def apply_budget(
     run_id = rt.environ.get("GITHUB_RUN_ID", "")
     attempt = rt.environ.get("GITHUB_RUN_ATTEMPT", "1")
     skip = (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
-    result = spend.gate_budget(
-        rest,
-        billing,
-        cfg,
-        matcher,
-        load_table(),
-        jobs.now(rt.environ),
+    gate_run = spend.GateRun(
         ctx.repository,
+        jobs.now(rt.environ),
         str((ctx.payload.get("repository") or {}).get("default_branch") or ""),
         skip,
+        kinds,
     )
+    result = spend.gate_budget(rest, billing, cfg, matcher, load_table(), gate_run)
     calls = rest.calls + (billing.calls if billing else 0)
     if result.spent:
         rt.set_output("budget-spent", result.spent)

@@ -17,8 +17,8 @@ from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import jobs, spend
 from gpu_ci.github.client import Rest, connect, describe_api_failure
 from gpu_ci.github.event import load_event
-from gpu_ci.github.gate.config import runs_on_json
 from gpu_ci.github.spend import budget, cloud, idle
+from gpu_ci.github.spend import kinds as spend_kinds
 from gpu_ci.github.spend import ledger as spend_ledger
 from gpu_ci.github.spend import report as sr
 from gpu_ci.inputs import Inputs
@@ -82,6 +82,11 @@ class _Plan:
     cloud_prefix: str = ""
     max_cloud: int = 0
 
+    @property
+    def priced(self) -> bool:
+        """Whether every GPU job has a price: gpu-price, or each runner kind's own."""
+        return spend_kinds.every_job_priced(self.matcher, self.price)
+
 
 def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
     """Every input checked before any API call (a bad one: exit 2)."""
@@ -93,16 +98,12 @@ def _plan(inputs: Inputs, rt: Runtime) -> _Plan:
         if inputs["gpu-price"]
         else None
     )
-    if plan is not None:
-        budget.require_price(plan, price)
     reserve = budget.parse_reserve(inputs["reserve-minutes"])
-    if not inputs["gpu-runs-on"].strip():
-        raise UsageError(
-            "input 'gpu-runs-on' is empty: name your GPU runners' labels (a label "
-            'or a JSON list) or group ({"group": "gpu-pool"}), as gpu-gate\'s '
-            "gpu-runs-on does."
-        )
-    matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
+    matcher = spend_kinds.matcher_from_inputs(
+        inputs["gpu-runs-on"], inputs["gpu-runner-kinds"], table, now.date(), "gpu-spend"
+    )
+    if plan is not None and not spend_kinds.every_job_priced(matcher, price):
+        budget.require_price(plan, price)
     repo = repository(inputs["repository"], rt.environ)
     prefix = inputs["monitor-artifacts"].strip()
     max_reports = _max_reports(inputs["max-monitor-reports"]) if prefix else 0
@@ -160,7 +161,7 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     paths = _write_files(p, got, report)
     tot, left = report.total, report.left
     rt.set_output("minutes", str(tot.minutes))
-    rt.set_output("cost", f"{tot.usd:.2f}" if p.price else "")
+    rt.set_output("cost", f"{tot.usd:.2f}" if p.priced else "")
     rt.set_output(
         "budget-left",
         "" if left is None else (f"{left:.2f}" if report.unit == "usd" else str(int(left))),
@@ -171,11 +172,11 @@ def run(inputs: Inputs, rt: Runtime) -> int:
     rt.set_output("vm-cost", vm_cost)
     rt.info(
         f"gpu-spend: {p.repo} {p.month}: {tot.minutes} GPU minutes"
-        f"{', ' + _money(tot.usd) if p.price else ''} in {len(report.costs)} GPU jobs "
+        f"{', ' + _money(tot.usd) if p.priced else ''} in {len(report.costs)} GPU jobs "
         f"({rest.calls} API calls)"
     )
     rt.summary(
-        summary(report, p.plan, billed, p.price is not None)
+        summary(report, p.plan, billed, p.priced)
         + _counted_from(ledger_note, got.notes, rest.calls)
     )
     for note in got.notes:
@@ -425,7 +426,7 @@ def _overview(
             "GPU minutes",
             f"{tot.minutes} (of which reserved for running jobs: {tot.reserved_minutes})",
         ),
-        ("cost", _money(tot.usd) + f" at {doc['price']}" if priced else "(no gpu-price)"),
+        ("cost", _money(tot.usd) + f" at {_prices(doc)}" if priced else "(no gpu-price)"),
     ]
     if plan is not None:
         spent = tot.usd if report.unit == "usd" else Decimal(tot.minutes)
@@ -447,6 +448,13 @@ def _overview(
             ("GitHub billed (billing usage API)", f"{billed.minutes} min, {_money(billed.usd)}")
         )
     return rows
+
+
+def _prices(doc: dict[str, Any]) -> str:
+    """The prices the cost was counted at: gpu-price and each runner kind's own."""
+    kinds = [f"{k} {v}" for k, v in (doc.get("kind_prices") or {}).items() if v]
+    default = [str(doc["price"])] if doc.get("price") else []
+    return ", ".join(default + [f"kind {k}" for k in kinds])
 
 
 def _breakdown_tables(report: sr.Report, with_idle: bool, priced: bool) -> list[str]:

@@ -15,8 +15,9 @@ from gpu_ci.github import jobs, watchdog
 from gpu_ci.github import status as statuses
 from gpu_ci.github.client import connect
 from gpu_ci.github.event import load_event
-from gpu_ci.github.gate.config import runs_on_json
+from gpu_ci.github.kinds import parse_kinds
 from gpu_ci.github.spend import budget
+from gpu_ci.github.spend import kinds as spend_kinds
 from gpu_ci.github.watchdog import machine
 from gpu_ci.github.watchdog.result import RetryBudget
 from gpu_ci.inputs import Inputs
@@ -116,18 +117,20 @@ def watchdog_minutes(seconds: float) -> str:
 
 def _config(inputs: Inputs) -> watchdog.WatchdogConfig:
     return watchdog.make_config(
-        inputs.items("workflows"),
-        inputs.items("gpu-labels"),
-        inputs["max-queue-minutes"],
-        inputs.boolean("cancel"),
-        inputs["context"],
-        inputs["max-calls"],
-        inputs["rate-reserve"],
-        inputs["retry-infra-failures"],
-        inputs["force-cancel-minutes"],
-        inputs["retry-window-hours"],
-        inputs["monitor-artifacts"],
-        inputs.items("trusted-creators"),
+        watchdog.WatchdogInputs(
+            inputs.items("workflows"),
+            inputs.items("gpu-labels"),
+            inputs["max-queue-minutes"],
+            inputs.boolean("cancel"),
+            inputs["context"],
+            inputs["max-calls"],
+            inputs["rate-reserve"],
+            inputs["retry-infra-failures"],
+            inputs["force-cancel-minutes"],
+            inputs["retry-window-hours"],
+            inputs["monitor-artifacts"],
+            inputs.items("trusted-creators"),
+        )
     )
 
 
@@ -135,22 +138,22 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
     """gpu-gate's budget inputs, for re-runs (None: no monthly-budget, or retries off)."""
     if not inputs["monthly-budget"].strip() or config.max_retries == 0:
         return None
-    if not inputs["gpu-runs-on"].strip():
-        raise UsageError(
-            "input 'monthly-budget' needs 'gpu-runs-on' (as gpu-gate's): the budget counts "
-            "the jobs that ran on your GPU runners, so name their labels or group."
-        )
-    table = load_table()  # the guard counts every workflow's GPU jobs, as gpu-gate's budget
+    table, today = load_table(), jobs.now(rt.environ).date()
+    # the guard counts every workflow's GPU jobs, each kind at its price, as gpu-gate's budget
+    matcher = spend_kinds.matcher_from_inputs(
+        inputs["gpu-runs-on"], inputs["gpu-runner-kinds"], table, today, "input 'monthly-budget'"
+    )
+    kinds = parse_kinds(inputs["gpu-runner-kinds"])
     cfg = budget.make_budget_config(
         inputs["monthly-budget"],
-        inputs["gpu-price"],
+        spend_kinds.default_price(inputs["gpu-price"], inputs["gpu-runs-on"], kinds),
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         "repository",
         (),
         inputs["budget-ledger"],
         table,
-        jobs.now(rt.environ).date(),
+        today,
     )
     if cfg is None:
         return None
@@ -162,7 +165,6 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
     cfg = dataclasses.replace(cfg, approvals=approvals)
     scheduled = rt.environ.get("GITHUB_EVENT_NAME") == "schedule"
     branch = rt.environ.get("GITHUB_REF_NAME", "") if scheduled else ""
-    matcher = jobs.GpuMatcher.from_runs_on(runs_on_json("gpu-runs-on", inputs["gpu-runs-on"]))
     return RetryBudget(cfg, matcher, table, branch)
 
 

@@ -53,22 +53,39 @@ def parse_command_setting(value: str) -> str:
     return text
 
 
-def parse_tiers(items: Sequence[str]) -> tuple[str, ...]:
-    """``tiers``: the words a command may name after the SHA (lower case).
+@dataclass(frozen=True)
+class Tier:
+    """A tier a command may name, and the runner kinds it selects."""
 
-    Items may hold several words, separated by commas or spaces."""
-    out: list[str] = []
-    for word in (w.casefold() for item in items for w in item.replace(",", " ").split()):
-        if not word:
-            continue
-        if not _TIER.fullmatch(word) or _SHA.fullmatch(word):
-            raise UsageError(
-                f"input 'tiers' lists {word!r}: a tier is one word of letters, digits, "
-                "'.', '_' or '-' that does not look like a commit SHA (e.g. mini, full)."
-            )
-        if word not in out:
-            out.append(word)
-    return tuple(out)
+    name: str
+    kinds: tuple[str, ...] = ()
+    """Names of ``gpu-runner-kinds``; empty: the tier selects no kind of its own."""
+
+
+def parse_tiers(items: Sequence[str]) -> tuple[str, ...]:
+    """``tiers``: the words a command may name (lower case), without their kinds."""
+    return tuple(tier.name for tier in parse_tier_specs(items))
+
+
+def parse_tier_specs(items: Sequence[str]) -> tuple[Tier, ...]:
+    """``tiers``: each entry a tier or ``tier: kind kind``.
+
+    Entries are separated by commas or lines; words without a colon are tiers each. A tier
+    named twice takes the kinds of both entries."""
+    found: dict[str, list[str]] = {}
+    for item in items:
+        name, colon, rest = item.partition(":")
+        words = [name.strip()] if colon else name.replace(",", " ").split()
+        for word in (w.casefold() for w in words):
+            if not _TIER.fullmatch(word) or _SHA.fullmatch(word):
+                raise UsageError(
+                    f"input 'tiers' lists {word!r}: a tier is one word of letters, digits, "
+                    "'.', '_' or '-' that does not look like a commit SHA (e.g. mini, full), "
+                    "optionally followed by ':' and the runner kinds it selects (mini: b200)."
+                )
+            kinds = found.setdefault(word, [])
+            kinds += [k for k in rest.split() if k not in kinds] if colon else []
+    return tuple(Tier(name, tuple(kinds)) for name, kinds in found.items())
 
 
 @dataclass(frozen=True)
@@ -93,9 +110,10 @@ def parse_command(body: str, command: str, tiers: Sequence[str]) -> Command | No
     rest = " ".join(words[len(head) :]).replace(",", " ").split()
     words = words[: len(head)] + rest
     args = [w.casefold() for w in rest]
-    if not args or args[0] in tiers:
+    shas = [i for i, w in enumerate(args) if w not in tiers and _SHA.fullmatch(w)]
+    if not shas and (not args or args[0] in tiers):
         return Command(sha="", tiers=_known(args, tiers))
-    if not _SHA.fullmatch(args[0]):
+    if not shas:
         return Command(
             sha="",
             problem=(
@@ -103,14 +121,18 @@ def parse_command(body: str, command: str, tiers: Sequence[str]) -> Command | No
                 "head commit you reviewed (at least 7 hex digits)."
             ),
         )
-    unknown = [w for w in args[1:] if w not in tiers]
+    # the SHA may come before the tiers or after them: '/test mini,rocm <sha>'
+    sha = args[shas[0]]
+    others = [w for i, w in enumerate(args) if i != shas[0]]
+    unknown = [w for w in others if w not in tiers]
     if unknown:
         allowed = ", ".join(tiers) if tiers else "none are configured (input 'tiers')"
+        what = "a second SHA" if _SHA.fullmatch(unknown[0]) else "unknown tier"
         return Command(
-            sha=args[0],
-            problem=f"unknown tier '{unknown[0]}' after the SHA: the tiers are {allowed}.",
+            sha=sha,
+            problem=f"{what} '{unknown[0]}' in the command: the tiers are {allowed}.",
         )
-    return Command(sha=args[0], tiers=_known(args[1:], tiers))
+    return Command(sha=sha, tiers=_known(others, tiers))
 
 
 def _known(words: Sequence[str], tiers: Sequence[str]) -> tuple[str, ...]:

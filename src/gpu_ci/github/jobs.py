@@ -108,6 +108,8 @@ class GpuMatcher:
     labels: frozenset[str] = frozenset()
     group: str = ""
     kinds: tuple[PricedKind, ...] = ()
+    label_prefix: str = ""
+    """A job asking for any label with this prefix (gpu-cloud-runner's one-VM labels)."""
 
     @classmethod
     def from_runs_on(cls, runs_on_json: str) -> GpuMatcher:
@@ -127,6 +129,9 @@ class GpuMatcher:
         if self.group and str(job.get("runner_group_name") or "").lower() == self.group.lower():
             return True
         labels = {str(x).lower() for x in job.get("labels") or []}
+        prefix = self.label_prefix.lower()
+        if prefix and any(label.startswith(prefix) for label in labels):
+            return True
         # A job need not name the labels every self-hosted runner has: ``runs-on: gpu``
         # lands on the ``[self-hosted, gpu]`` runner too, so the distinctive ones decide.
         distinctive = self.labels - GENERIC_LABELS
@@ -150,6 +155,8 @@ class GpuMatcher:
             parts.append("labels " + ", ".join(sorted(self.labels)))
         if self.group:
             parts.append(f"runner group {self.group}")
+        if self.label_prefix:
+            parts.append(f"labels starting {self.label_prefix}")
         for kind in self.kinds:
             price = f" at {kind.price.describe()}" if kind.price else ""
             parts.append(f"kind {kind.name} ({kind.matcher.describe()}{price})")

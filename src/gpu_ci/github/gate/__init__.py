@@ -17,7 +17,7 @@ decides, :mod:`.paths` matches ``paths``;
 This package re-exports the names ``commands/gpu_gate.py`` uses.
 """
 
-from gpu_ci.github.comment import parse_tiers
+from gpu_ci.github.comment import Tier, parse_tier_specs, parse_tiers
 from gpu_ci.github.event import PR_EVENTS
 from gpu_ci.github.gate.checks import (
     NULL_SHA,
@@ -37,9 +37,10 @@ from gpu_ci.github.gate.config import (
     ROLE_RANK,
     RUN_ON_EVENTS,
     GateConfig,
+    GateInputs,
     make_config,
     parse_run_on,
-    runs_on_json,
+    unknown_tier_kinds,
 )
 from gpu_ci.github.gate.decide import (
     ALLOWED_BY,
@@ -60,8 +61,8 @@ from gpu_ci.github.gate.decide import (
     relayed,
     role_of,
 )
-from gpu_ci.github.gate.kinds import RunnerKind, kinds_json, parse_kinds
 from gpu_ci.github.gate.merge import decide_merge, merge_sha_of
+from gpu_ci.github.kinds import RunnerKind, kinds_json, kinds_matrix, parse_kinds, runs_on_json
 
 __all__ = [
     "ALLOWED_BY",
@@ -75,7 +76,9 @@ __all__ = [
     "CommentCheck",
     "Decision",
     "GateConfig",
+    "GateInputs",
     "RunnerKind",
+    "Tier",
     "PullCheck",
     "PushCheck",
     "RelayCheck",
@@ -90,11 +93,13 @@ __all__ = [
     "decide_review",
     "decide_trusted",
     "kinds_json",
+    "kinds_matrix",
     "make_config",
     "merge_sha_of",
     "parse_kinds",
     "qualifies",
     "parse_run_on",
+    "parse_tier_specs",
     "parse_tiers",
     "refuse_role",
     "refuse_trusted",
@@ -106,4 +111,5 @@ __all__ = [
     "runs_on_json",
     "triage",
     "triage_comment",
+    "unknown_tier_kinds",
 ]

@@ -5,7 +5,6 @@ Every mistake is a :class:`UsageError` that says what to write.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment
 from gpu_ci.github.event import PR_EVENTS, TRUSTED_EVENTS
-from gpu_ci.github.gate.kinds import RunnerKind, parse_kinds
+from gpu_ci.github.kinds import RunnerKind, parse_kinds, runs_on_json
 from gpu_ci.github.roles import ROLE_RANK as ROLE_RANK  # the gate's name for it
 
 MIN_PERMISSIONS = ("triage", "write", "maintain", "admin")
@@ -39,6 +38,8 @@ class GateConfig:
     comment_command: str = ""
     """Empty: comment commands are off."""
     tiers: tuple[str, ...] = ()
+    tier_specs: tuple[comment.Tier, ...] = ()
+    """The tiers with the runner kinds each selects (``tiers: mini: b200``)."""
     trusted_authors: str = ""
     """The least role of a pull request's author whose own pushes run unapproved; empty: off."""
     trusted_authors_verified: bool = False
@@ -60,6 +61,22 @@ class GateConfig:
         """The label a relayed comment approval arrives as."""
         return self.relay_label or self.label
 
+    def selected_kinds(self, named: Sequence[str]) -> tuple[str, ...]:
+        """The runner kinds an approval naming the tiers ``named`` runs on.
+
+        Every kind when no tier is named or no tier selects kinds; otherwise the kinds the
+        named tiers select, in the order of ``gpu-runner-kinds``."""
+        mapped = {t.name: t.kinds for t in self.tier_specs if t.kinds}
+        if not named or not mapped:
+            return tuple(k.name for k in self.kinds)
+        wanted = {kind for tier in named for kind in mapped.get(tier, ())}
+        return tuple(k.name for k in self.kinds if k.name in wanted)
+
+    def tier_kinds(self, named: Sequence[str]) -> dict[str, list[str]]:
+        """Each named tier and the kinds it selects, for the ``tier-kinds`` output."""
+        mapped = {t.name: t.kinds for t in self.tier_specs}
+        return {tier: list(mapped.get(tier, ())) for tier in named}
+
     def ways(self) -> str:
         """How this repository approves a commit, for refusal texts."""
         ways = []
@@ -70,27 +87,6 @@ class GateConfig:
         if not ways:
             return "only a trusted author's own push runs here."
         return " or ".join(ways) + "."
-
-
-def runs_on_json(name: str, value: str) -> str:
-    """A runner label or JSON value, as compact JSON.
-
-    A plain label becomes a JSON string; JSON is validated and compacted."""
-    text = value.strip()
-    if not text:
-        raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")
-    if text[0] in '[{"':
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(
-                f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
-                f"{exc.colno}): {text!r}."
-            ) from None
-        if not isinstance(parsed, (str, list, dict)):
-            raise UsageError(f"input '{name}' must be a label, a list or an object: {text!r}.")
-        return json.dumps(parsed, separators=(",", ":"))
-    return json.dumps(text)
 
 
 def parse_run_on(items: Sequence[str]) -> frozenset[str]:
@@ -112,64 +108,99 @@ def parse_run_on(items: Sequence[str]) -> frozenset[str]:
     return frozenset(events)
 
 
-def make_config(
-    label: str,
-    min_permission: str,
-    run_on: Sequence[str],
-    require_fresh_head: bool,
-    paths: Sequence[str],
-    skip_draft: bool,
-    gpu_runs_on: str,
-    cpu_runs_on: str,
-    require_approved_review: bool = False,
-    comment_command: str = "",
-    tiers: Sequence[str] = (),
-    trusted_authors: str = "",
-    trusted_authors_verified: bool = False,
-    test_merge: bool = False,
-    runner_kinds: str = "",
-    relay_bot: str = "",
-    relay_label: str = "",
-    approvers: Sequence[str] = (),
-) -> GateConfig:
-    """The checked config (one argument per input of the action)."""
-    perm = _role_input("min-permission", min_permission)
-    trusted = trusted_authors.strip().lower()
+@dataclass(frozen=True)
+class GateInputs:
+    """gpu-gate's inputs as written, one field per input of the action."""
+
+    label: str
+    min_permission: str
+    run_on: Sequence[str]
+    require_fresh_head: bool
+    paths: Sequence[str]
+    skip_draft: bool
+    gpu_runs_on: str
+    cpu_runs_on: str
+    require_approved_review: bool = False
+    comment_command: str = ""
+    tiers: Sequence[str] = ()
+    trusted_authors: str = ""
+    trusted_authors_verified: bool = False
+    test_merge: bool = False
+    runner_kinds: str = ""
+    relay_bot: str = ""
+    relay_label: str = ""
+    approvers: Sequence[str] = ()
+
+
+def make_config(given: GateInputs) -> GateConfig:
+    """The checked config."""
+    perm = _role_input("min-permission", given.min_permission)
+    trusted = given.trusted_authors.strip().lower()
     trusted = "" if trusted in ("", "false", "none", "off") else trusted
     if trusted:
         trusted = _role_input("trusted-authors", trusted)
-    tiers_file = _tiers_file(tiers)
-    gate_label = "" if label.strip().casefold() in ("", "none") else label.strip()
-    command = comment.parse_command_setting(comment_command)
-    relay = _relay_inputs(gate_label, command, relay_bot, relay_label)
+    tiers_file = _tiers_file(given.tiers)
+    label = given.label.strip()
+    gate_label = "" if label.casefold() in ("", "none") else label
+    command = comment.parse_command_setting(given.comment_command)
+    relay = _relay_inputs(gate_label, command, given.relay_bot, given.relay_label)
     if not (gate_label or command or trusted):
         raise UsageError(
             "input 'label' is none and neither comment-command nor trusted-authors is set: "
             "nothing could approve a pull request. Name the gate label, or set comment-command."
         )
+    kinds = parse_kinds(given.runner_kinds)
+    specs = () if tiers_file else comment.parse_tier_specs(given.tiers)
+    problem = unknown_tier_kinds(specs, kinds) if kinds else ""  # else: see the shell
+    if problem:
+        raise UsageError(f"input 'tiers' {problem}")
     return GateConfig(
         label=gate_label,
         min_permission=perm,
-        run_on=parse_run_on(run_on),
-        require_fresh_head=require_fresh_head,
-        paths=tuple(paths),
-        skip_draft=skip_draft,
+        run_on=parse_run_on(given.run_on),
+        require_fresh_head=given.require_fresh_head,
+        paths=tuple(given.paths),
+        skip_draft=given.skip_draft,
         # no default: a default naming self-hosted labels would send jobs to whatever
         # runner happens to carry them
-        gpu_runs_on=runs_on_json("gpu-runs-on", gpu_runs_on) if gpu_runs_on.strip() else "",
-        cpu_runs_on=runs_on_json("cpu-runs-on", cpu_runs_on),
-        require_approved_review=require_approved_review,
+        gpu_runs_on=(
+            runs_on_json("gpu-runs-on", given.gpu_runs_on) if given.gpu_runs_on.strip() else ""
+        ),
+        cpu_runs_on=runs_on_json("cpu-runs-on", given.cpu_runs_on),
+        require_approved_review=given.require_approved_review,
         comment_command=command,
-        tiers=() if tiers_file else comment.parse_tiers(tiers),
+        tiers=tuple(t.name for t in specs),
+        tier_specs=specs,
         tiers_file=tiers_file,
         trusted_authors=trusted,
-        trusted_authors_verified=trusted_authors_verified,
-        test_merge=test_merge,
-        kinds=parse_kinds(runner_kinds),
+        trusted_authors_verified=given.trusted_authors_verified,
+        test_merge=given.test_merge,
+        kinds=kinds,
         relay_bot=relay[0],
         relay_label=relay[1],
-        approvers=_approvers(approvers),
+        approvers=_approvers(given.approvers),
     )
+
+
+def unknown_tier_kinds(specs: Sequence[comment.Tier], kinds: Sequence[RunnerKind]) -> str:
+    """Why a tier selects a kind that ``gpu-runner-kinds`` lacks, or ""."""
+    names = [k.name for k in kinds]
+    mapping = any(tier.kinds for tier in specs)
+    for tier in specs:
+        if mapping and tier.name in names and not tier.kinds:
+            return (
+                f"lists '{tier.name}', a runner kind, as a tier: separate a tier's kinds by "
+                f"spaces after a colon, e.g. 'full: {' '.join(names[:2])}'."
+            )
+        missing = [k for k in tier.kinds if k not in names]
+        if missing:
+            known = ", ".join(names) if names else "none: gpu-runner-kinds is empty"
+            return (
+                f"gives the tier '{tier.name}' the runner kind '{missing[0]}', which "
+                f"gpu-runner-kinds does not name (its kinds: {known}): add the kind to "
+                "gpu-runner-kinds or correct the tier."
+            )
+    return ""
 
 
 def _tiers_file(items: Sequence[str]) -> str:

@@ -220,8 +220,8 @@ def decide_comment(
     )
     if refused is not None:
         return refused
-    again = f"comment '{config.comment_command} <sha>' again"
     tiers = "".join(f" {tier}" for tier in check.command.tiers)
+    again = f"comment '{config.comment_command} <sha>{tiers}' again"
     if not check.command.sha:
         return replace(
             base,
@@ -464,8 +464,9 @@ def decide_review(
         return decision
     head = decision.sha  # the commit that runs (the head when require-fresh-head is true)
     if approver is None:
+        tiers = "".join(f" {tier}" for tier in decision.tiers)
         again = {
-            "comment": f"post the '{config.comment_command}' command again",
+            "comment": f"post the '{config.comment_command} <sha>{tiers}' command again",
             "trusted-author": "re-run this workflow",
         }.get(decision.approval, f"apply '{config.label}' again")
         return replace(

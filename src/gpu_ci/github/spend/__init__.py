@@ -14,7 +14,7 @@ from gpu_ci.github.spend.billing import (
     billing_items,
     billing_spend,
 )
-from gpu_ci.github.spend.check import GateBudget, gate_budget
+from gpu_ci.github.spend.check import GateBudget, GateRun, gate_budget
 from gpu_ci.github.spend.ledger import (
     LEDGER_EVENTS,
     LEDGER_FALLBACK_RUNS,
@@ -52,6 +52,7 @@ __all__ = [
     "Collected",
     "Counting",
     "GateBudget",
+    "GateRun",
     "Waiting",
     "approved_reservations",
     "billing_error",

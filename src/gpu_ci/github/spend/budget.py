@@ -165,6 +165,8 @@ class JobCost:
     """Decimal as text ('' when the budget is in minutes and no price is known)."""
     state: str
     """``completed`` (billed minutes) or ``reserved`` (queued or running: its reservation)."""
+    kind: str = ""
+    """The ``gpu-runner-kinds`` kind the job ran on, whose price it was counted at."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,7 +179,8 @@ class JobCost:
         if data["usd"] and not Decimal(str(data["usd"])).is_finite():
             raise ValueError(f"usd {data['usd']!r} is not a finite number")
         values: dict[str, Any] = {
-            k: int(data[k]) if k in ints else str(data[k]) for k in cls.__dataclass_fields__
+            k: int(data[k]) if k in ints else str(data[k] if k != "kind" else data.get(k, ""))
+            for k in cls.__dataclass_fields__
         }
         return cls(**values)
 
@@ -239,6 +242,7 @@ def job_costs(
         day = started.date()
         if day not in month or minutes == 0:
             continue
+        kind = next((k for k in matcher.kinds if k.matcher.matches(job)), None)
         job_price = matcher.price_for(job, price)  # a runner kind's own price
         rate = job_price.on(day, table) if job_price is not None else None
         labels = sorted(str(x) for x in job.get("labels") or [])
@@ -257,6 +261,7 @@ def job_costs(
                 minutes=minutes,
                 usd="" if rate is None else str(rate * minutes),
                 state=state,
+                kind=kind.name if kind else "",
             )
         )
     return out
@@ -522,7 +527,10 @@ BREAKDOWNS = {
     "pull request": "pull_request",
     "approver": "approver",
     "runner": "runner",
+    "kind": "kind",
 }
+#: Breakdowns shown only when ``gpu-runner-kinds`` names kinds.
+KIND_BREAKDOWNS = ("kind",)
 
 
 def breakdown(costs: Iterable[JobCost], field_name: str) -> list[Row]:

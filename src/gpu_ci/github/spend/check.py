@@ -10,7 +10,7 @@ from typing import Any
 
 from gpu_ci.errors import GpuCiError
 from gpu_ci.github.client import Rest, describe_api_failure
-from gpu_ci.github.jobs import GpuMatcher
+from gpu_ci.github.jobs import GpuMatcher, PricedKind
 from gpu_ci.github.spend import budget
 from gpu_ci.github.spend.billing import BillingAccessError
 from gpu_ci.github.spend.month import month_spend
@@ -43,20 +43,33 @@ def _price_row(price: Price | None, day: date, table: PriceTable) -> str:
     return price.describe() + (f" (${rate}/min on {day})" if price.sku and rate else "")
 
 
+@dataclass(frozen=True)
+class GateRun:
+    """The run a gate decides: where, when, and which runner kinds it will use."""
+
+    repo: str
+    now: datetime
+    default_branch: str = ""
+    skip: tuple[int, int] | None = None
+    """(run id, attempt) of the gate's own run: its jobs are this decision's reservation."""
+    kinds: tuple[str, ...] | None = None
+    """The runner kinds the approved tiers select; None: every kind."""
+
+
 def gate_budget(
     rest: Rest,
     billing_rest: Rest | None,
     cfg: budget.BudgetConfig,
     matcher: GpuMatcher,
     table: PriceTable,
-    now: datetime,
-    repo: str,
-    default_branch: str,
-    skip: tuple[int, int] | None,
+    run: GateRun,
 ) -> GateBudget:
-    """Read the month's spend and check this run's reservation against the budget. A
-    billing-token the API refuses raises :class:`BillingAccessError`; any other failure to
-    read the spend follows ``budget-on-unknown`` and names the number it could not get."""
+    """The month's spend against this run's reservation.
+
+    A billing-token the API refuses raises :class:`BillingAccessError`; any other failure
+    to read the spend follows ``budget-on-unknown`` and names the number it could not get."""
+    now = run.now
+    reserving = tuple(k for k in matcher.kinds if run.kinds is None or k.name in run.kinds)
     what = (
         "the organization's billing usage report"
         if billing_rest is not None
@@ -67,22 +80,22 @@ def gate_budget(
         ("price", _price_row(cfg.price, now.date(), table)),
         *(
             (f"price of kind {k.name}", _price_row(k.price or cfg.price, now.date(), table))
-            for k in matcher.kinds
+            for k in reserving
         ),
-        ("reservation", f"{cfg.reserve_minutes} min" + (" per kind" if matcher.kinds else "")),
+        ("reservation", _reserving(cfg, matcher, reserving)),
         ("GPU jobs", matcher.describe()),
     ]
     try:
         spent, note = _read_spend(
             lambda: month_spend(
                 rest,
-                repo,
+                run.repo,
                 cfg,
                 matcher,
                 table,
                 now,
-                default_branch=default_branch,
-                skip=skip,
+                default_branch=run.default_branch,
+                skip=run.skip,
                 billing_rest=billing_rest,
             ),
             what,
@@ -91,7 +104,7 @@ def gate_budget(
         raise
     except GpuCiError as exc:
         return _unknown(cfg, rows, what, exc)
-    reserve, price_now = _reservation(cfg, matcher, table, now.date())
+    reserve, price_now = _reservation(cfg, reserving, matcher, table, now.date())
     verdict = budget.check(cfg.budget, spent, reserve, price_now)
     rows += [
         ("spent this month", cfg.budget.describe(verdict.spent)),
@@ -112,16 +125,32 @@ def gate_budget(
     )
 
 
+def _reserving(
+    cfg: budget.BudgetConfig, matcher: GpuMatcher, reserving: tuple[PricedKind, ...]
+) -> str:
+    """The summary's reservation row: per kind, and which kinds when tiers chose."""
+    if not matcher.kinds:
+        return f"{cfg.reserve_minutes} min"
+    names = ", ".join(k.name for k in reserving) or "none"
+    return f"{cfg.reserve_minutes} min per kind ({names})"
+
+
 def _reservation(
-    cfg: budget.BudgetConfig, matcher: GpuMatcher, table: PriceTable, day: date
+    cfg: budget.BudgetConfig,
+    reserving: tuple[PricedKind, ...],
+    matcher: GpuMatcher,
+    table: PriceTable,
+    day: date,
 ) -> tuple[int, Decimal | None]:
-    """(minutes, price per minute) this run reserves: one job per runner kind.
+    """(minutes, price per minute) this run reserves: one job per selected runner kind.
 
     Each kind reserves ``reserve-minutes`` at its own price; the price returned is their
     mean, so that minutes x price is the sum over the kinds."""
     if not matcher.kinds:
         return cfg.reserve_minutes, cfg.price.on(day, table) if cfg.price else None
-    rates = [(k.price or cfg.price) for k in matcher.kinds]
+    if not reserving:  # the tiers select no kind: no GPU job of a kind will run
+        return 0, Decimal(0)
+    rates = [(k.price or cfg.price) for k in reserving]
     known = [p.on(day, table) for p in rates if p is not None]
     if len(known) != len(rates) or any(r is None for r in known):
         return cfg.reserve_minutes * len(rates), None

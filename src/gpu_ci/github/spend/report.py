@@ -19,6 +19,7 @@ from typing import Any
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.github.spend import budget
 from gpu_ci.github.spend.idle import Idle, idle_breakdown, right_size_by
+from gpu_ci.github.spend.kinds import every_job_priced
 from gpu_ci.pricing import Price
 
 
@@ -96,13 +97,16 @@ def build(
     workflows, price, plan = scope.workflows, scope.price, scope.plan
     ordered = sorted(costs, key=lambda c: (c.day, c.run_id, c.job_id))
     tot = budget.total(ordered, "GPU jobs")
-    unit = plan.unit if plan is not None else ("usd" if price is not None else "minutes")
+    priced = every_job_priced(matcher, price)
+    unit = plan.unit if plan is not None else ("usd" if priced else "minutes")
     last_day = min(now.date(), month.last) if now.date() >= month.first else month.first
     points = budget.cumulative(ordered, month, last_day, unit)
     spent_value = tot.usd if unit == "usd" else Decimal(tot.minutes)
     left = plan.amount - spent_value if plan is not None else None
     breakdowns = {
-        title: budget.breakdown(ordered, name) for title, name in budget.BREAKDOWNS.items()
+        title: budget.breakdown(ordered, name)
+        for title, name in budget.BREAKDOWNS.items()
+        if matcher.kinds or title not in budget.KIND_BREAKDOWNS
     }
     doc: dict[str, Any] = {
         "repository": repo,
@@ -111,8 +115,9 @@ def build(
         "gpu_jobs": matcher.describe(),
         "workflows": list(workflows) or ["(every workflow)"],
         "price": price.describe() if price else None,
+        "kind_prices": {k.name: k.price.describe() if k.price else None for k in matcher.kinds},
         "minutes": tot.minutes,
-        "usd": str(tot.usd) if price else None,
+        "usd": str(tot.usd) if priced else None,
         "reserved_minutes": tot.reserved_minutes,
         "budget": None
         if plan is None
@@ -136,6 +141,8 @@ def build(
 def _add_idle(doc: dict[str, Any], costs: Sequence[budget.JobCost], idle: IdleFound) -> None:
     doc["idle"] = idle.doc
     for title, name in budget.BREAKDOWNS.items():
+        if title not in doc["by"]:
+            continue
         extra = idle_breakdown(costs, idle.by_job, name)
         for row in doc["by"][title]:
             got_idle = extra[row["key"]]

@@ -16,6 +16,7 @@ from gpu_ci.github.watchdog import infra, retry
 from gpu_ci.github.watchdog.config import (
     RETRY_WINDOW_MAX_HOURS,
     WatchdogConfig,
+    WatchdogInputs,
     cron_interval_minutes,
     make_config,
     schedule_warning,
@@ -48,6 +49,7 @@ __all__ = [
     "RetryRecord",
     "Sweep",
     "WatchdogConfig",
+    "WatchdogInputs",
     "cron_interval_minutes",
     "infra_json",
     "make_config",

@@ -39,66 +39,78 @@ class WatchdogConfig:
     """``machine-records``: records of the runners' machines kept outside the jobs."""
 
 
-def make_config(
-    workflows: Sequence[str],
-    labels: Sequence[str],
-    max_queue_minutes: str,
-    cancel: bool,
-    context: str,
-    max_calls: str,
-    rate_reserve: str,
-    retry_infra_failures: str = "0",
-    force_cancel_minutes: str = "",
-    retry_window_hours: str = "24",
-    monitor_prefix: str = "gpu-monitor-",
-    creators: Sequence[str] = (),
-) -> WatchdogConfig:
-    try:
-        limit = float(max_queue_minutes)
-    except ValueError:
-        raise UsageError(
-            f"input 'max-queue-minutes' must be a number of minutes; got {max_queue_minutes!r}."
-        ) from None
-    if not limit > 0:
-        raise UsageError(f"input 'max-queue-minutes' must be above 0; got {max_queue_minutes!r}.")
-    if not labels:
+@dataclass(frozen=True)
+class WatchdogInputs:
+    """gpu-watchdog's inputs as written, one field per input of the action."""
+
+    workflows: Sequence[str]
+    labels: Sequence[str]
+    max_queue_minutes: str
+    cancel: bool
+    context: str
+    max_calls: str
+    rate_reserve: str
+    retry_infra_failures: str = "0"
+    force_cancel_minutes: str = ""
+    retry_window_hours: str = "24"
+    monitor_prefix: str = "gpu-monitor-"
+    creators: Sequence[str] = ()
+
+
+def make_config(given: WatchdogInputs) -> WatchdogConfig:
+    """The checked config.
+
+    A bad input is a :class:`UsageError` that says what to write."""
+    limit = _queue_limit(given.max_queue_minutes)
+    if not given.labels:
         raise UsageError(
             "input 'gpu-labels' is empty: name the GPU runner labels (e.g. 'gpu'); "
             "jobs with any of them are watched."
         )
     numbers = {}
-    for name, raw, least in (("max-calls", max_calls, 4), ("rate-reserve", rate_reserve, 0)):
+    for name, raw, least in (
+        ("max-calls", given.max_calls, 4),
+        ("rate-reserve", given.rate_reserve, 0),
+    ):
         if not raw.strip().isdigit() or int(raw) < least:
             raise UsageError(
                 f"input '{name}' must be a whole number of at least {least}; got {raw!r}."
             )
         numbers[name] = int(raw)
-    for flow in workflows:
+    for flow in given.workflows:
         if "/" in flow or not re.fullmatch(r"[A-Za-z0-9._-]+", flow):
             raise UsageError(
                 f"input 'workflows': {flow!r} is not a workflow file name (e.g. "
                 "'cuda-ci.yml', without .github/workflows/) nor an id."
             )
-    if context:
-        context = validate_context(context)
+    force = given.force_cancel_minutes
     return WatchdogConfig(
-        tuple(workflows),
-        frozenset(label.casefold() for label in labels),
+        tuple(given.workflows),
+        frozenset(label.casefold() for label in given.labels),
         limit,
-        cancel,
-        context,
+        given.cancel,
+        validate_context(given.context) if given.context else "",
         numbers["max-calls"],
         numbers["rate-reserve"],
-        _whole(retry_infra_failures, "retry-infra-failures", 0, 10),
-        (
-            _minutes(force_cancel_minutes, "force-cancel-minutes", 35 * 24 * 60, "minutes")
-            if force_cancel_minutes
-            else None
-        ),
-        _minutes(retry_window_hours, "retry-window-hours", RETRY_WINDOW_MAX_HOURS, "hours"),
-        monitor_prefix.strip(),
-        tuple(creators) or DEFAULT_CREATORS,
+        _whole(given.retry_infra_failures, "retry-infra-failures", 0, 10),
+        _minutes(force, "force-cancel-minutes", 35 * 24 * 60, "minutes") if force else None,
+        _minutes(given.retry_window_hours, "retry-window-hours", RETRY_WINDOW_MAX_HOURS, "hours"),
+        given.monitor_prefix.strip(),
+        tuple(given.creators) or DEFAULT_CREATORS,
     )
+
+
+def _queue_limit(raw: str) -> float:
+    """``max-queue-minutes``: a number of minutes above 0."""
+    try:
+        limit = float(raw)
+    except ValueError:
+        raise UsageError(
+            f"input 'max-queue-minutes' must be a number of minutes; got {raw!r}."
+        ) from None
+    if not limit > 0:
+        raise UsageError(f"input 'max-queue-minutes' must be above 0; got {raw!r}.")
+    return limit
 
 
 def _whole(raw: str, name: str, least: int, most: int) -> int:

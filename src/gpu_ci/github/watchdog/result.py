@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from gpu_ci.github.commit_status import Status
@@ -117,6 +118,8 @@ class Sweep:
     """The budget guard for re-runs (None: no budget set)."""
     reserved_minutes: int = 0
     """What the re-runs of this sweep already reserve: the next one counts them."""
+    reserved_usd: Decimal | None = Decimal(0)
+    """Those minutes at each re-run job's price (None: a job without a price)."""
     month_spent: budget.Spend | None = None
     """The month's GPU spend, read once a sweep (for the first re-run the budget checks)."""
 

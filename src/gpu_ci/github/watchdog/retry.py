@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import date, timedelta
+from decimal import Decimal
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +27,13 @@ from gpu_ci.github.monitor_artifact import MAX_REPORT_BYTES, read_monitor_report
 from gpu_ci.github.spend import budget, month
 from gpu_ci.github.watchdog import infra
 from gpu_ci.github.watchdog.calls import FAILED, Caller, describe, listed_runs, run_jobs
-from gpu_ci.github.watchdog.result import BudgetExhausted, InfraRecord, RetryRecord, Sweep
+from gpu_ci.github.watchdog.result import (
+    BudgetExhausted,
+    InfraRecord,
+    RetryBudget,
+    RetryRecord,
+    Sweep,
+)
 
 
 def retry_sweep(rest: Rest, call: Caller, result: Sweep, sources: Sequence[str]) -> None:
@@ -227,7 +234,7 @@ def _may_retry(
         return "error", detail
     if stale:
         return "stale-head", stale
-    return _over_budget(rest, result, len(gpu_ids))
+    return _over_budget(rest, result, [j for j in jobs if int(j.get("id") or 0) in gpu_ids])
 
 
 def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) -> str:
@@ -275,16 +282,19 @@ def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any])
     return ""
 
 
-def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | None:
+def _over_budget(
+    rest: Rest, result: Sweep, gpu_jobs: Sequence[Mapping[str, Any]]
+) -> tuple[str, str] | None:
     """The budget's refusal of the re-run's reservation, or None.
 
     gpu-gate's budget rule for the re-run's reservation (``reserve-minutes`` per GPU job
-    it re-runs, plus what this sweep's earlier re-runs reserve)."""
+    it re-runs, each at its runner kind's price, plus what this sweep's earlier re-runs
+    reserve)."""
     guard = result.guard
     if guard is None:
         return None
     cfg = guard.config
-    reserve = cfg.reserve_minutes * gpu_jobs
+    reserve = cfg.reserve_minutes * len(gpu_jobs)
     spent = result.month_spent
     if spent is None:
         before = getattr(rest, "calls", None)
@@ -309,14 +319,32 @@ def _over_budget(rest: Rest, result: Sweep, gpu_jobs: int) -> tuple[str, str] | 
             if isinstance(before, int) and isinstance(after, int):
                 result.calls += after - before
         result.month_spent = spent
-    price = cfg.price.on(result.now.date(), guard.table) if cfg.price else None
-    verdict = budget.check(cfg.budget, spent, result.reserved_minutes + reserve, price)
+    cost = _reserved_cost(guard, gpu_jobs, result.now.date())
+    minutes = result.reserved_minutes + reserve
+    usd = None if cost is None or result.reserved_usd is None else result.reserved_usd + cost
+    # the mean price of what is reserved, so that minutes x price is each job at its own
+    price = None if usd is None or not minutes else usd / minutes
+    verdict = budget.check(cfg.budget, spent, minutes, price)
     if not verdict.ok:
         earlier = result.reserved_minutes
         what = f"with this sweep's earlier re-runs ({earlier} min): " if earlier else ""
         return "over-budget", what + verdict.reason
-    result.reserved_minutes += reserve
+    result.reserved_minutes, result.reserved_usd = minutes, usd
     return None
+
+
+def _reserved_cost(
+    guard: RetryBudget, gpu_jobs: Sequence[Mapping[str, Any]], day: date
+) -> Decimal | None:
+    """What re-running ``gpu_jobs`` reserves in USD, each at its kind's price (None: unknown)."""
+    total = Decimal(0)
+    for job in gpu_jobs:
+        price = guard.matcher.price_for(job, guard.config.price)
+        rate = price.on(day, guard.table) if price is not None else None
+        if rate is None:
+            return None
+        total += rate * guard.config.reserve_minutes
+    return total
 
 
 #: The label prefix of gpu-cloud-runner's just-in-time runners (one label per VM).
