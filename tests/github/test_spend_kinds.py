@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from testkit.github.approvals import approved_pull
+from testkit.github.approvals import approved_pull, checks_url
 from testkit.github.infra_jobs import REPO, failed_run
 from testkit.github.runs import gpu_run, spend, watchdog_env
 
@@ -65,7 +65,7 @@ def test_the_watchdog_reserves_a_re_run_at_its_kinds_price(run_cli, github):
     """30 minutes spent on the spot kind at $1.00: a re-run reserves 60 more at $1.00.
 
     Priced by gpu-price ($0.10) the same re-run would fit the $80 budget."""
-    approved_pull(github, REPO, "a" * 40, url=f"https://github.com/{REPO}/pull/2")
+    approved_pull(github, REPO, "a" * 40, url=checks_url(2, REPO))
     start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=2)
     run = failed_run(github, start)  # its GPU job asked for self-hosted, gpu, spot
     spot = json.dumps({"spot": {"labels": ["spot"], "price": "1.0"}})
