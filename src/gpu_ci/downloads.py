@@ -54,6 +54,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
     import http.client
+    import urllib.error
     import urllib.request
     from email.message import Message
 
@@ -279,6 +280,42 @@ class _Response:
         self._done()
 
 
+def _hash_file(path: Path, sha: Any, md5: Any) -> None:
+    """``path``'s bytes fed to both hashes (a resumed download's first part)."""
+    with open(path, "rb") as old:
+        for chunk in iter(lambda: old.read(CHUNK), b""):
+            sha.update(chunk)
+            md5.update(chunk)
+
+
+def _http_failure(
+    exc: urllib.error.HTTPError, item: Download, to: Route, part: Path, offset: int
+) -> Exception:
+    """What an HTTP error answer means: retry (the ``.part`` kept or not), or give up."""
+    if exc.code == 416 and offset:
+        part.unlink(missing_ok=True)
+        return _Retryable("HTTP 416 for a resumed download: starting over")
+    if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
+        wait = exc.headers.get("Retry-After") if exc.headers else None
+        return _Retryable(f"HTTP {exc.code}", _seconds(wait))
+    part.unlink(missing_ok=True)
+    hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
+    return GpuCiError(
+        f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
+    )
+
+
+def _mismatch(item: Download, to: Route, algorithm: str, want: str, got: str) -> GpuCiError:
+    """The error of a fresh download whose digest is not the lock's."""
+    return GpuCiError(
+        f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
+        f"{want}, the download has {got}. The file changed on the server"
+        f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
+        "the lock is wrong; nothing was installed.",
+        title="hash mismatch",
+    )
+
+
 def _where(item: Download, to: Route) -> str:
     """The URL to name in a message: the mirror's when a mirror served it."""
     if to.mirror:
@@ -463,27 +500,14 @@ class Downloader:
                     )
                 )
                 if resumed:
-                    with open(part, "rb") as old:
-                        for chunk in iter(lambda: old.read(CHUNK), b""):
-                            sha.update(chunk)
-                            md5.update(chunk)
+                    _hash_file(part, sha, md5)
                     size = offset
                 if length is not None and str(length).isdigit():
                     require_space(item.dest.parent, int(length), f"downloading {item.label}")
                     announced = size + int(length)
                 size = self._stream(response, part, item, sha, md5, size, resumed)
         except urllib.error.HTTPError as exc:
-            if exc.code == 416 and offset:
-                part.unlink(missing_ok=True)
-                raise _Retryable("HTTP 416 for a resumed download: starting over") from None
-            if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
-                wait = exc.headers.get("Retry-After") if exc.headers else None
-                raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
-            part.unlink(missing_ok=True)
-            hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
-            raise GpuCiError(
-                f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
-            ) from None
+            raise _http_failure(exc, item, to, part, offset) from None
         except GpuCiError:
             part.unlink(missing_ok=True)
             raise
@@ -505,13 +529,7 @@ class Downloader:
             part.unlink(missing_ok=True)
             if offset:
                 raise _Retryable("the resumed file fails the hash check: starting over")
-            raise GpuCiError(
-                f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
-                f"{want}, the download has {got}. The file changed on the server"
-                f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
-                "the lock is wrong; nothing was installed.",
-                title="hash mismatch",
-            )
+            raise _mismatch(item, to, algorithm, want, got)
         try:
             os.replace(part, item.dest)
         except OSError as exc:
