@@ -33,9 +33,8 @@ if case.startswith("published"):  # another job creates the cache and publishes 
     with fetch.Ahead(plan, cache) as ahead:
         os.rename(aside, cache)
         inodes = [os.lstat(cache / e.dist_name).st_ino for e in plan.conda]
-        got = fetch.fetch_and_extract(
-            plan, pkgs, cache, None, stream=case == "published-stream", log=quiet, ahead=ahead
-        )
+        how = fetch.Fetching(stream=case == "published-stream")
+        got = fetch.fetch_and_extract(plan, pkgs, cache, how, log=quiet, ahead=ahead)
     kept = [os.lstat(cache / e.dist_name).st_ino for e in plan.conda] == inodes
     print("kept" if kept else "replaced", "facts" if all(got.facts) else "no-facts")
     sys.exit(0)

@@ -858,7 +858,8 @@ def _options(**changes):
         environ={"RUNNER_TOOL_CACHE": "/opt/tc"},
     )
     base.update(changes)
-    return options.build(**base)
+    environ = base.pop("environ")
+    return options.build(options.RawOptions(**base), environ)
 
 
 def test_options_lay_out_root_prefix_and_cache_once():

@@ -520,14 +520,16 @@ def test_observed_fixture_is_what_the_tests_use():
 
 
 def test_options_are_validated_once():
-    from gpu_ci.cuda.verify.options import VerifyOptions, parse_options
+    from gpu_ci.cuda.verify.options import VerifyInputs, VerifyOptions, parse_options
 
     opts = parse_options(
-        require=["cuda>=12.4"],
-        fail_on="Warning",
-        frameworks_text="torch, cupy",
-        health="warn",
-        python=" /env/bin/python ",
+        VerifyInputs(
+            require=["cuda>=12.4"],
+            fail_on="Warning",
+            frameworks_text="torch, cupy",
+            health="warn",
+            python=" /env/bin/python ",
+        )
     )
     assert isinstance(opts, VerifyOptions)
     assert (opts.fail_on, opts.health, opts.frameworks, opts.python) == (
@@ -539,13 +541,13 @@ def test_options_are_validated_once():
     assert [r.text for r in opts.requirements] == ["cuda>=12.4"]
     assert parse_options().frameworks is None and parse_options().health == "error"
     with pytest.raises(UsageError, match="'fail-on' must be one of error, warning"):
-        parse_options(fail_on="always")
+        parse_options(VerifyInputs(fail_on="always"))
     with pytest.raises(UsageError, match="'health' must be error or warn"):
-        parse_options(health="ignore")
+        parse_options(VerifyInputs(health="ignore"))
     with pytest.raises(UsageError, match="'frameworks' names pytorch"):
-        parse_options(frameworks_text="pytorch")
+        parse_options(VerifyInputs(frameworks_text="pytorch"))
     with pytest.raises(UsageError, match="require line 1"):
-        parse_options(require=["vram>=1GiB"])
+        parse_options(VerifyInputs(require=["vram>=1GiB"]))
     with pytest.raises(AttributeError):
         opts.deep = True  # frozen
 

@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpu_ci import cpus
 from gpu_ci.conda import verified
@@ -43,7 +43,14 @@ from gpu_ci.conda.cache_trust import (
     valid_entry,
 )
 from gpu_ci.conda.lockfile import InstallPlan
-from gpu_ci.conda.streams import WIDE, keeps_connections, stream_and_extract, stream_url, streams
+from gpu_ci.conda.streams import (
+    WIDE,
+    Streamed,
+    keeps_connections,
+    stream_and_extract,
+    stream_url,
+    streams,
+)
 from gpu_ci.downloads import (
     TOKEN,
     Download,
@@ -63,6 +70,7 @@ __all__ = [
     "SHA_MARKER",
     "WIDE",
     "Fetch",
+    "Fetching",
     "Log",
     "download_all",
     "entry_dir",
@@ -297,20 +305,31 @@ class Fetch(NamedTuple):
     facts: list[verified.Facts | None]
 
 
+class Fetching(NamedTuple):
+    """How archives are fetched: retries, streaming, and whose downloader.
+
+    ``downloader``: the run's (mirrors, credentials, progress), else an unrouted one,
+    ``downloads.default()``; ``stream``: archives without credentials are streamed by
+    rattler's client."""
+
+    policy: RetryPolicy | None = None
+    stream: bool = True
+    downloader: Downloader | None = None
+
+
 def fetch_and_extract(
     plan: InstallPlan,
     pkgs_dir: Path,
     cache: Path,
-    policy: RetryPolicy | None,
+    how: Fetching | None,
     trust: bool = True,
-    stream: bool = True,
     log: Log = print,
-    downloader: Downloader | None = None,
     ahead: Ahead | None = None,
 ) -> Fetch:
-    """Every entry of the plan verified in the cache: trusted, streamed or downloaded
-    (``downloader``: the run's, else an unrouted one, ``downloads.default()``; ``ahead``:
-    the warm checks, begun earlier).
+    """Every entry of the plan verified in the cache: trusted, streamed or downloaded.
+
+    ``how``: retries, streaming, downloader (None: the defaults); ``ahead``: the warm
+    checks, begun earlier.
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
     their hash is computed, and published only when it matches; our downloader's archives
@@ -324,6 +343,8 @@ def fetch_and_extract(
     if not items:
         return Fetch([], [], [])
     _make_cache(cache)
+    how = how or Fetching()
+    run = _Run(plan, items, cache, how.policy or RetryPolicy(), how.downloader or default())
     results: dict[int, Fetched] = {}
     facts: dict[int, verified.Facts | None] = {}
     checked = (ahead.result() if ahead else warm_checks(plan, cache)) if trust else []
@@ -338,33 +359,24 @@ def fetch_and_extract(
             facts[i] = fact
             results[i] = Fetched(items[i], 0, True, 0, sha, plan.conda[i].md5)
     todo = [i for i in range(len(items)) if i not in results and i not in slow]
-    downloader = downloader or default()
-    urls = {i: stream_url(items[i], downloader) for i in todo} if stream and trust else {}
+    streaming = how.stream and trust
+    urls = {i: stream_url(items[i], run.downloader) for i in todo} if streaming else {}
     streamed = [i for i in todo if urls.get(i)]
     careful = [i for i in todo if not urls.get(i)]
-    policy = policy or RetryPolicy()
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
-        had = _fetch_and_extract(
-            plan, items, cache, policy, shas, slow, careful, not trust, downloader
-        )
+        had = _fetch_and_extract(run, shas, slow, careful, not trust)
         results.update(had.results)
         facts.update(had.facts)
         for i in had.changed:
             shas[i] = ""
     if streamed:
-        jobs = []
-        for i in streamed:
-            entry = plan.conda[i]
-            jobs.append((i, urls[i], entry_dir(cache, entry), entry.sha256, entry.md5))
-        landed = stream_and_extract(jobs, policy.timeout, log=log, verdicts=downloader.verdicts)
+        landed = _streamed(run, streamed, urls, log)
         for i, got in landed.items():
             results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
             facts[i] = got.facts
         left = [i for i in streamed if i not in results]
         if left:  # rattler's threads exist now: spawned workers
-            had = _fetch_and_extract(
-                plan, items, cache, policy, shas, [], left, False, downloader, fork=False
-            )
+            had = _fetch_and_extract(run, shas, [], left, False, fork=False)
             results.update(had.results)
             facts.update(had.facts)
     fetched = [results[i] for i in range(len(items))]
@@ -373,6 +385,27 @@ def fetch_and_extract(
         [sha or got.sha256 for sha, got in zip(shas, fetched)],
         [facts.get(i) for i in range(len(items))],
     )
+
+
+class _Run(NamedTuple):
+    """One fetch's plan, its downloads, the cache, and how to download."""
+
+    plan: InstallPlan
+    items: list[Download]
+    cache: Path
+    policy: RetryPolicy
+    downloader: Downloader
+
+
+def _streamed(
+    run: _Run, streamed: list[int], urls: dict[int, str], log: Log
+) -> dict[int, Streamed]:
+    """The ``streamed`` entries fetched by rattler's client: those that landed."""
+    jobs = []
+    for i in streamed:
+        entry = run.plan.conda[i]
+        jobs.append((i, urls[i], entry_dir(run.cache, entry), entry.sha256, entry.md5))
+    return stream_and_extract(jobs, run.policy.timeout, log=log, verdicts=run.downloader.verdicts)
 
 
 class _Permits:
@@ -503,25 +536,15 @@ def download_all(
 
 
 def _fetch_and_extract(
-    plan: InstallPlan,
-    items: list[Download],
-    cache: Path,
-    policy: RetryPolicy,
-    shas: list[str],
-    slow: list[int],
-    careful: list[int],
-    again: bool,
-    downloader: Downloader,
-    fork: bool = True,
+    run: _Run, shas: list[str], slow: list[int], careful: list[int], again: bool, fork: bool = True
 ) -> _Had:
     """The careful path: hash the ``slow`` entries in worker processes, then download with
     our downloader, verify, and extract in the workers what is not usable: the ``careful``
     items and the slow entries that failed (``shas``: the trusted sha256 of each slow one)."""
-    results: dict[int, Fetched] = {}
-    facts: dict[int, verified.Facts | None] = {}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    had = _Had({}, {}, set())
     workers = max(1, min(cpus.usable(), len(slow) + len(careful)))
     # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
     # Windows use spawn, as Python does by default there.
@@ -533,59 +556,65 @@ def _fetch_and_extract(
         # Start every worker now, before any download thread exists: forking a process
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
-        valid = procs.map(
-            valid_entry,
-            [str(entry_dir(cache, plan.conda[i])) for i in slow],
-            [plan.conda[i].digest for i in slow],
-            [TOKEN] * len(slow),
-            [shas[i] for i in slow],
-        )
-        changed = set()  # hashed just now and found to differ: no need to hash them again
-        for i, fact in zip(slow, list(valid)):
-            if fact is not None:
-                facts[i] = fact
-                results[i] = Fetched(items[i], 0, True, 0, shas[i], plan.conda[i].md5)
-            else:
-                changed.add(i)
-        todo = careful + sorted(changed)
-        extractions = []
-        error: BaseException | None = None
-        for index, got in _downloaded(items, todo, policy, downloader=downloader):
-            if isinstance(got, BaseException):  # stop extracting; report the first error
-                error = error or got
-                continue
-            if error is not None:
-                continue
-            results[index] = got
-            entry = plan.conda[index]
-            extractions.append(
-                (
-                    index,
-                    entry,
-                    procs.submit(
-                        extract_entry,
-                        str(got.download.dest),
-                        str(entry_dir(cache, entry)),
-                        entry.digest,
-                        TOKEN,
-                        again or index in changed,
-                        got.sha256,
-                    ),
-                )
-            )
-        for index, entry, job in extractions:
-            try:
-                facts[index] = job.result()
-            except GpuCiError as exc:
-                error = error or exc
-            except Exception as exc:
-                error = error or GpuCiError(
-                    f"extracting {entry.filename} failed although its hash matched the lock "
-                    f"({type(exc).__name__}: {exc})."
-                )
+        _hash_slow(procs, run, shas, slow, had)
+        error = _download_and_extract(procs, run, careful + sorted(had.changed), again, had)
     if error is not None:
         raise error
-    return _Had(results, facts, changed)
+    return had
+
+
+def _hash_slow(procs: Any, run: _Run, shas: list[str], slow: list[int], had: _Had) -> None:
+    """The ``slow`` entries hashed in the workers: usable ones into ``had``, others changed."""
+    valid = procs.map(
+        valid_entry,
+        [str(entry_dir(run.cache, run.plan.conda[i])) for i in slow],
+        [run.plan.conda[i].digest for i in slow],
+        [TOKEN] * len(slow),
+        [shas[i] for i in slow],
+    )
+    for i, fact in zip(slow, list(valid)):
+        if fact is not None:
+            had.facts[i] = fact
+            had.results[i] = Fetched(run.items[i], 0, True, 0, shas[i], run.plan.conda[i].md5)
+        else:  # hashed just now and found to differ: no need to hash them again
+            had.changed.add(i)
+
+
+def _download_and_extract(
+    procs: Any, run: _Run, todo: list[int], again: bool, had: _Had
+) -> BaseException | None:
+    """``todo`` downloaded here, extracted in the workers; the first error."""
+    extractions = []
+    error: BaseException | None = None
+    for index, got in _downloaded(run.items, todo, run.policy, downloader=run.downloader):
+        if isinstance(got, BaseException):  # stop extracting; report the first error
+            error = error or got
+            continue
+        if error is not None:
+            continue
+        had.results[index] = got
+        entry = run.plan.conda[index]
+        job = procs.submit(
+            extract_entry,
+            str(got.download.dest),
+            str(entry_dir(run.cache, entry)),
+            entry.digest,
+            TOKEN,
+            again or index in had.changed,
+            got.sha256,
+        )
+        extractions.append((index, entry, job))
+    for index, entry, job in extractions:
+        try:
+            had.facts[index] = job.result()
+        except GpuCiError as exc:
+            error = error or exc
+        except Exception as exc:
+            error = error or GpuCiError(
+                f"extracting {entry.filename} failed although its hash matched the lock "
+                f"({type(exc).__name__}: {exc})."
+            )
+    return error
 
 
 class _Had(NamedTuple):
