@@ -276,7 +276,7 @@ class _Gates:
     probe in the event loop), then ``wide`` for it and in all; an origin that closes them,
     or cannot tell, stays ``narrow``. A lock names its origins: many must not multiply the
     streams. Made in the event loop (Python 3.9 binds a semaphore to the loop it is made
-    in). ``_Permits`` is the same rule for our downloader's threads."""
+    in). ``parallel.Permits`` is the same rule for our downloader's threads."""
 
     def __init__(self, narrow: int, wide: int, timeout: float, verdicts: Verdicts) -> None:
         import asyncio
