@@ -12,6 +12,7 @@ from gpu_ci.cuda.verify import frameworks
 from gpu_ci.cuda.verify.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
+from testkit import layout
 from testkit.cuda import wheelfacts
 from testkit.shared import ROOT, SHARED, shared_path
 
@@ -72,12 +73,7 @@ def test_the_packaged_table_is_the_projects_only_copy():
     """The code reads the copy in the package; no second copy sits in tests/ or elsewhere
     (the tests compare with ../shared itself)."""
     data = TABLE_PATH.read_bytes()
-    skip = {".git", ".venv", "node_modules", "build", "dist", ".mypy_cache", ".ruff_cache"}
-    copies = [
-        p
-        for p in ROOT.rglob("*.yaml")
-        if not skip & set(p.relative_to(ROOT).parts) and p.read_bytes() == data
-    ]
+    copies = [p for p in layout.files(ROOT, "*.yaml") if p.read_bytes() == data]
     assert copies == [ROOT / "src" / "gpu_ci" / "data" / TABLE_PATH.name]
 
 
