@@ -422,6 +422,9 @@ def test_an_editable_outside_the_checkout_is_refused_before_any_download(
     assert not (tmp_path / "pkgs").exists() or not any((tmp_path / "pkgs").iterdir())
 
 
+# slow: five real installs, each killed; test_setup_conda.py kills a conda-lock install
+# in make check's fast loop.
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
 def test_kill_9_in_each_phase_leaves_nothing_half_done(checkout, tmp_path, phase):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"

@@ -527,6 +527,7 @@ def test_home_workspace_and_roots_are_refused(setup, channel, tmp_path, which):
     assert "unsafe prefix" in result.stdout
 
 
+@pytest.mark.slow  # 20 trials of 2-4 real installs at once: ~10 s
 def test_concurrent_jobs_sharing_one_cache(channel, locks, tmp_path):
     """20 trials of 2-4 jobs started together on one empty package cache, half of them on
     one prefix: every job succeeds, every environment is complete, the cache is valid and

@@ -210,6 +210,7 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
     assert list((small / "pkgs" / "archives").glob("*")) == []
 
 
+@pytest.mark.slow  # 5 trials of 3 real installs at once
 def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):
     # Three jobs, three locks, one prefix and one cache, started together (5 trials): each
     # succeeds in turn, and the prefix ends as exactly one of the locks' environments.
