@@ -427,16 +427,26 @@ def check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
         )
 
 
-def _explicit_entries(
-    lock: LockFile, platform: str, path: str
-) -> tuple[list[CondaEntry], list[PipEntry]]:
-    """An explicit lock's entries for ``platform``: each conda name once, pip ones as listed."""
-    if lock.platforms and platform not in lock.platforms:
+def _require_platform(lock: LockFile, platform: str, path: str) -> None:
+    """Refuse a lock made for other platforms than ``platform``."""
+    if lock.kind == "explicit" and lock.platforms and platform not in lock.platforms:
         raise GpuCiError(
             f"{path} is an explicit lock for {lock.platforms[0]}, but the "
             f"platform is {platform}: use the lock for {platform}, or set "
             f"platform: {lock.platforms[0]} if that is really meant."
         )
+    if lock.kind != "explicit" and platform not in lock.platforms:
+        raise GpuCiError(
+            f"{path} has no packages for {platform}; it locks "
+            f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
+            f"when locking (conda-lock -p {platform}) or set 'platform'."
+        )
+
+
+def _explicit_entries(
+    lock: LockFile, platform: str, path: str
+) -> tuple[list[CondaEntry], list[PipEntry]]:
+    """An explicit lock's entries for ``platform``: each conda name once, pip ones as listed."""
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []
     first: dict[str, CondaEntry] = {}  # each name's first entry: one look-up, not a scan
@@ -475,12 +485,6 @@ def _unified_entries(
     lock: LockFile, platform: str, cats: Sequence[str], path: str
 ) -> tuple[list[CondaEntry], list[PipEntry]]:
     """A unified lock's entries of ``platform`` and ``cats``, each package once."""
-    if platform not in lock.platforms:
-        raise GpuCiError(
-            f"{path} has no packages for {platform}; it locks "
-            f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
-            f"when locking (conda-lock -p {platform}) or set 'platform'."
-        )
     conda: list[CondaEntry] = []
     pip: list[PipEntry] = []
     seen: dict[tuple[str, str], str] = {}
@@ -523,6 +527,7 @@ def plan(
 ) -> InstallPlan:
     """The platform's entries of the categories, in the lock's order, once each."""
     cats = selected_categories(lock, categories, path)
+    _require_platform(lock, platform, path)
     if lock.kind == "explicit":
         conda, pip = _explicit_entries(lock, platform, path)
     else:
