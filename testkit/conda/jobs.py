@@ -33,6 +33,8 @@ __all__ = [
     "our_temporaries",
     "assert_environment",
     "assert_cache_valid",
+    "uv_alone",
+    "wheel_checkout",
 ]
 
 FAKE_INSTALLER = """#!/bin/bash
@@ -211,3 +213,29 @@ def rattler_entry(pkgs: Path, name: str) -> Path:
     return next(
         e for e in (pkgs / "rattler").iterdir() if e.is_dir() and e.name.startswith(name + "-")
     )
+
+
+def uv_alone(tmp_path: Path) -> Path:
+    """A folder holding only a link to uv, for a PATH without it elsewhere; skips without uv."""
+    import shutil
+
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(uv).exists():
+        pytest.skip("uv is not installed")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "uv").symlink_to(uv)
+    return bare
+
+
+def wheel_checkout(channel, tmp_path: Path, packages: list[str]) -> Path:
+    """A checkout whose pixi.lock installs ``packages`` and the channel's hashed wheel."""
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
+    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": packages}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
+    )
+    return checkout

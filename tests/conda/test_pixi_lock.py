@@ -362,14 +362,9 @@ def test_two_environments_of_one_lock_with_a_hashed_wheel_and_an_editable(checko
 
 
 def test_uv_or_pip_installs_the_same_environment(checkout, channel, tmp_path):
-    import shutil
+    from testkit.conda.jobs import uv_alone
 
-    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
-    if not Path(uv).exists():
-        pytest.skip("uv is not installed")
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    (bare / "uv").symlink_to(uv)
+    bare = uv_alone(tmp_path)
     pkgs = tmp_path / "pkgs"
     for name, path in (("uv", f"{bare}:/usr/bin:/bin"), ("pip", "/usr/bin:/bin")):
         prefix = tmp_path / name
