@@ -216,7 +216,7 @@ def rattler_entry(pkgs: Path, name: str) -> Path:
 
 
 def uv_alone(tmp_path: Path) -> Path:
-    """A folder holding only a link to uv, for a PATH without it elsewhere; skips without uv."""
+    """A folder with only a link to uv; skips without uv."""
     import shutil
 
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
