@@ -233,21 +233,7 @@ def test_memory_a_caching_allocator_keeps_free_is_no_leak(
 ) -> None:
     """torch keeps a freed block reserved: NVML still counts it for the process, but the
     test left nothing in use. Only memory the test took and still uses is its leftover."""
-    pytester.makepyfile(
-        test_c="""
-        import torch
-        KEEP = []
-
-        def test_warm_up():
-            torch.cuda.alloc(100)
-
-        def test_big_then_freed():
-            torch.cuda.alloc(2000)
-
-        def test_leaky():
-            KEEP.append(torch.cuda.alloc(3000))
-        """
-    )
+    pytester.makepyfile(test_c=plugin_standins.leak_suite("test_big_then_freed", 2000, 3000))
     result = pytester.runpytest_subprocess(*PLUGIN, "--gpu-report=r.json")
     result.assert_outcomes(passed=3)
     tests = {t["nodeid"]: t for t in json.loads((pytester.path / "r.json").read_text())["tests"]}
