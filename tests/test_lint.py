@@ -36,44 +36,30 @@ WORKFLOW_FILES = sorted(
 )
 
 
-def test_action_files_validate_against_the_actions_schema():
-    proc = subprocess.run(
-        [
-            tool("check-jsonschema"),
-            "--builtin-schema",
-            "vendor.github-actions",
-            *map(str, ACTION_FILES),
-        ],
+def check_schema(schema: str, files: list[Path]) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema's verdict on ``files`` against one of its built-in schemas."""
+    return subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)],
         capture_output=True,
         text=True,
     )
+
+
+def test_action_files_validate_against_the_actions_schema():
+    proc = check_schema("vendor.github-actions", ACTION_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_workflows_validate_against_the_workflows_schema():
     assert any("examples" in str(p) for p in WORKFLOW_FILES)
-    proc = subprocess.run(
-        [
-            tool("check-jsonschema"),
-            "--builtin-schema",
-            "vendor.github-workflows",
-            *map(str, WORKFLOW_FILES),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = check_schema("vendor.github-workflows", WORKFLOW_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_schema_check_really_rejects_a_broken_action(tmp_path):
     bad = tmp_path / "action.yml"
     bad.write_text("name: x\nruns:\n  using: composite\n  steps: 3\n")
-    proc = subprocess.run(
-        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(bad)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0
+    assert check_schema("vendor.github-actions", [bad]).returncode != 0
 
 
 def test_zizmor_reports_no_findings():
