@@ -71,7 +71,7 @@ _SKU_WORDS = re.compile(r"[^a-z0-9]+")
 
 @dataclass(frozen=True)
 class Budget:
-    """An amount of money or of GPU minutes, as every budget is written."""
+    """An amount of money or of GPU minutes, as budgets are written."""
 
     amount: Decimal
     unit: str

@@ -110,7 +110,7 @@ WIDE = 48
 """Downloads at once from one origin whose server keeps connections alive (rattler's
 order of magnitude: its client opened 40-53 connections for 150 packages): each archive
 costs a round trip on its connection, so such a server is as fast as the number of
-downloads in flight. Measured (issue 29): a server with Nagle's algorithm on answers each
+downloads in flight. Measured: a server with Nagle's algorithm on answers each
 GET after the first on a connection ~44 ms late, and 6 at once took 3.4x rattler's time.
 A server that closes every connection stays at ``streams()`` (``downloads.Verdicts``)."""
 
