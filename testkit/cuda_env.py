@@ -127,6 +127,22 @@ def gpu_config(
     return {f"gpu.{index}.{k}": v for k, v in cfg.items()}
 
 
+def a100_one_slice(slice_uuid: str, **extra: Any) -> dict[str, str]:
+    """GPU 0: an A100 80GB in MIG mode, one 1g.10gb slice (``slice_uuid``)."""
+    return gpu_config(
+        0,
+        name="NVIDIA A100-SXM4-80GB",
+        cc="8.0",
+        memory_mib=81920,
+        mig=1,
+        mig__count=1,
+        mig__0__uuid=slice_uuid,
+        mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+        mig__0__memory_mib=9984,
+        **extra,
+    )
+
+
 def rtx_4090(index: int = 1, **extra: Any) -> dict[str, str]:
     """A GeForce RTX 4090's NVML facts: a two-model host's second GPU."""
     return gpu_config(
