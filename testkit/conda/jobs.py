@@ -33,6 +33,7 @@ __all__ = [
     "our_temporaries",
     "assert_environment",
     "assert_cache_valid",
+    "assert_whole",
     "uv_alone",
     "wheel_checkout",
 ]
@@ -193,6 +194,13 @@ def assert_cache_valid(pkgs: Path, channel) -> None:
             assert hashlib.md5(path.read_bytes()).hexdigest() == archive.md5
             entry = pkgs / "rattler" / f"{archive.name}-{archive.version}-{archive.build}"
             assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.md5
+
+
+def assert_whole(prefix: Path, names: list[str], pkgs: Path, channel, scratch: Path) -> None:
+    """A complete environment, none of our temporaries, a valid package cache."""
+    assert_environment(prefix, names)
+    assert our_temporaries(scratch) == []
+    assert_cache_valid(pkgs, channel)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:

@@ -141,13 +141,7 @@ def test_kill_9_of_a_first_job_then_the_next_run_installs_cleanly(channel, locks
     import signal
     import uuid
 
-    from testkit.conda.jobs import (
-        assert_cache_valid,
-        assert_environment,
-        job,
-        our_temporaries,
-        survivors,
-    )
+    from testkit.conda.jobs import assert_whole, job, survivors
 
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
     tag = uuid.uuid4().hex
@@ -156,6 +150,4 @@ def test_kill_9_of_a_first_job_then_the_next_run_installs_cleanly(channel, locks
     assert survivors(tag) == []
     rc, out = job(locks["small"], prefix, pkgs)
     assert rc == 0, out
-    assert_environment(prefix, ["libhello", "hello", "hello-data"])
-    assert our_temporaries(tmp_path) == []
-    assert_cache_valid(pkgs, channel)
+    assert_whole(prefix, ["libhello", "hello", "hello-data"], pkgs, channel, tmp_path)

@@ -24,6 +24,7 @@ from testkit.conda.jobs import (  # noqa: E402
     SMALL,
     assert_cache_valid,
     assert_environment,
+    assert_whole,
     job,
     miniforge_args,
     our_temporaries,
@@ -574,9 +575,7 @@ def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_pat
     # and the new lock installs cleanly over it
     rc, out = job(locks["pip"], prefix, pkgs)
     assert rc == 0, out
-    assert_environment(prefix, ["libhello", "hello", "python"])
-    assert our_temporaries(tmp_path) == []
-    assert_cache_valid(pkgs, channel)
+    assert_whole(prefix, ["libhello", "hello", "python"], pkgs, channel, tmp_path)
     run = subprocess.run(
         [str(prefix / "bin" / "python"), "-c", "import gpuci_demo; print(gpuci_demo.VALUE)"],
         capture_output=True,
