@@ -26,6 +26,7 @@ FILES = (
     "gpu_ci/cuda/__init__.py",
     "gpu_ci/cuda/nvml_codes.py",
     "gpu_ci/cuda/pytest_link.py",
+    "gpu_ci/cuda/sizes.py",
     "gpu_ci/pytest_plugin/__init__.py",
     "gpu_ci/pytest_plugin/gpus.py",
     "gpu_ci/pytest_plugin/nvml.py",

@@ -63,6 +63,14 @@ def _gcc() -> str:
 GENERATIONS = {"current": [], "r470": ["-DFAKE_NVML_NO_V3", "-DFAKE_NVML_NO_NVML13_NAMES"]}
 
 
+def _shared_library(target: Path, *args: str) -> None:
+    """gcc builds ``target`` from ``args`` (flags, sources, then libraries), warnings as errors."""
+    subprocess.run(
+        [_gcc(), "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(target), *args],
+        check=True,
+    )
+
+
 def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = "current") -> Path:
     """The fake libnvidia-ml.so.1 in ``out_dir``, compiled against nvml.h.
 
@@ -71,24 +79,8 @@ def build_fake_nvml(out_dir: Path, with_libcuda: bool = True, generation: str = 
     include = require_nvml_header()
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / "libnvidia-ml.so.1"
-    subprocess.run(
-        [
-            _gcc(),
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-            str(include),
-            *GENERATIONS[generation],
-            "-o",
-            str(lib),
-            str(SOURCE),
-            "-ldl",
-        ],
-        check=True,
+    _shared_library(
+        lib, "-Wextra", "-I", str(include), *GENERATIONS[generation], str(SOURCE), "-ldl"
     )
     if with_libcuda:
         build_fake_libcuda(out_dir)
@@ -106,22 +98,7 @@ def build_fake_libcuda(out_dir: Path, version: str = "", cuda: int | None = None
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (f"libcuda.so.{version}" if version else "libcuda.so.1")
     fixed = [f"-DFAKE_CUDA_VERSION={cuda}"] if cuda is not None else []
-    subprocess.run(
-        [
-            _gcc(),
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            *fixed,
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            str(target),
-            str(CUDA_SOURCE),
-        ],
-        check=True,
-    )
+    _shared_library(target, *fixed, "-Wl,-soname,libcuda.so.1", str(CUDA_SOURCE))
     if version:
         (out_dir / "libcuda.so.1").symlink_to(target.name)
     return target
@@ -148,6 +125,22 @@ def gpu_config(
     }
     cfg.update({k.replace("__", "."): str(v) for k, v in extra.items()})
     return {f"gpu.{index}.{k}": v for k, v in cfg.items()}
+
+
+def a100_one_slice(slice_uuid: str, **extra: Any) -> dict[str, str]:
+    """GPU 0: an A100 80GB in MIG mode, one 1g.10gb slice (``slice_uuid``)."""
+    return gpu_config(
+        0,
+        name="NVIDIA A100-SXM4-80GB",
+        cc="8.0",
+        memory_mib=81920,
+        mig=1,
+        mig__count=1,
+        mig__0__uuid=slice_uuid,
+        mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+        mig__0__memory_mib=9984,
+        **extra,
+    )
 
 
 def rtx_4090(index: int = 1, **extra: Any) -> dict[str, str]:

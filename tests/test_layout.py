@@ -17,17 +17,7 @@ from testkit.marks import missing_marks
 from testkit.shared import ROOT, shared_path
 
 TESTS = ROOT / "tests"
-SKIP = {
-    ".git",
-    ".venv",
-    "node_modules",
-    "__pycache__",
-    "build",
-    "dist",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".pytest_cache",
-}
+SKIP = layout.NOT_OURS
 
 
 def _imported_modules(path) -> set[str]:
@@ -43,9 +33,7 @@ def _imported_modules(path) -> set[str]:
 
 def test_no_test_module_imports_another():
     offenders = []
-    for path in sorted(TESTS.rglob("*.py")):
-        if "node_modules" in path.parts:
-            continue
+    for path in layout.files(TESTS, "*.py"):
         for module in _imported_modules(path):
             if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_"):
                 offenders.append(f"{path.relative_to(ROOT)} imports {module}")
@@ -55,9 +43,7 @@ def test_no_test_module_imports_another():
 def test_test_modules_sit_in_their_wing():
     flat = sorted(p.name for p in TESTS.glob("test_*.py"))
     wings = {"github", "conda", "cuda", "cloud", "e2e", "deploy"}
-    assert {
-        p.parent.name for p in TESTS.rglob("test_*.py") if "node_modules" not in p.parts
-    } <= wings | {"tests"}
+    assert {p.parent.name for p in layout.files(TESTS, "test_*.py")} <= wings | {"tests"}
     for wing in wings:
         assert (TESTS / wing / "__init__.py").is_file(), wing
     assert not [
@@ -77,8 +63,8 @@ def test_no_file_of_another_project_is_copied_into_the_project():
     # the one documented copy: the driver table the package reads (compared by a test)
     allowed = {ROOT / "src" / "gpu_ci" / "data" / "cuda-toolkit-driver-table.yaml"}
     copies = []
-    for path in ROOT.rglob("*"):
-        if SKIP & set(path.relative_to(ROOT).parts) or not path.is_file() or path in allowed:
+    for path in layout.files(ROOT, skip=SKIP):
+        if not path.is_file() or path in allowed:
             continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest in theirs:
@@ -119,7 +105,7 @@ def test_demo_benchmarks_and_kit_import_no_test_module():
 
 
 def test_no_test_module_is_named_after_a_process():
-    names = [p.relative_to(ROOT) for p in TESTS.rglob("test_*.py") if "node_modules" not in p.parts]
+    names = [p.relative_to(ROOT) for p in layout.files(TESTS, "test_*.py")]
     assert layout.process_named(names) == []
 
 

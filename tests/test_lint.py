@@ -36,44 +36,30 @@ WORKFLOW_FILES = sorted(
 )
 
 
-def test_action_files_validate_against_the_actions_schema():
-    proc = subprocess.run(
-        [
-            tool("check-jsonschema"),
-            "--builtin-schema",
-            "vendor.github-actions",
-            *map(str, ACTION_FILES),
-        ],
+def check_schema(schema: str, files: list[Path]) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema's verdict on ``files`` against one of its built-in schemas."""
+    return subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)],
         capture_output=True,
         text=True,
     )
+
+
+def test_action_files_validate_against_the_actions_schema():
+    proc = check_schema("vendor.github-actions", ACTION_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_workflows_validate_against_the_workflows_schema():
     assert any("examples" in str(p) for p in WORKFLOW_FILES)
-    proc = subprocess.run(
-        [
-            tool("check-jsonschema"),
-            "--builtin-schema",
-            "vendor.github-workflows",
-            *map(str, WORKFLOW_FILES),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = check_schema("vendor.github-workflows", WORKFLOW_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_schema_check_really_rejects_a_broken_action(tmp_path):
     bad = tmp_path / "action.yml"
     bad.write_text("name: x\nruns:\n  using: composite\n  steps: 3\n")
-    proc = subprocess.run(
-        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(bad)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode != 0
+    assert check_schema("vendor.github-actions", [bad]).returncode != 0
 
 
 def test_zizmor_reports_no_findings():
@@ -93,12 +79,17 @@ def test_zizmor_reports_no_findings():
 
 
 def test_zizmor_really_finds_template_injection(tmp_path):
-    bad = tmp_path / "action.yml"
-    bad.write_text(
+    assert_injection_found(
+        tmp_path / "action.yml",
         "name: x\ndescription: x\ninputs:\n  a:\n    description: a\nruns:\n"
         "  using: composite\n  steps:\n    - shell: bash\n"
-        "      run: echo ${{ inputs.a }} ${{ github.event.pull_request.title }}\n"
+        "      run: echo ${{ inputs.a }} ${{ github.event.pull_request.title }}\n",
     )
+
+
+def assert_injection_found(bad: Path, text: str) -> None:
+    """zizmor, offline, fails ``text`` written at ``bad`` for template injection."""
+    bad.write_text(text)
     proc = subprocess.run(
         [tool("zizmor"), "--offline", "--no-progress", str(bad)], capture_output=True, text=True
     )
@@ -110,17 +101,12 @@ def test_reusable_workflow_is_linted_and_zizmor_audits_workflow_call_inputs(tmp_
     # .github/workflows/gpu-ci.yml (workflow_call) is in both lint sets above; and zizmor
     # flags a workflow_call input expanded inside run:, the mistake that file avoids.
     assert ROOT / ".github" / "workflows" / "gpu-ci.yml" in WORKFLOW_FILES
-    bad = tmp_path / "reusable.yml"
-    bad.write_text(
+    assert_injection_found(
+        tmp_path / "reusable.yml",
         "on:\n  workflow_call:\n    inputs:\n      cmd:\n        type: string\n"
         "        required: true\npermissions: {}\njobs:\n  t:\n    runs-on: ubuntu-latest\n"
-        "    steps:\n      - run: ${{ inputs.cmd }}\n"
+        "    steps:\n      - run: ${{ inputs.cmd }}\n",
     )
-    proc = subprocess.run(
-        [tool("zizmor"), "--offline", "--no-progress", str(bad)], capture_output=True, text=True
-    )
-    assert proc.returncode != 0
-    assert "template-injection" in proc.stdout + proc.stderr
 
 
 ZIZMOR_TARGETS = [

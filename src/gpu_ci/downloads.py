@@ -24,12 +24,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from gpu_ci.connections import Verdicts, connection, drop, keeps_alive
 from gpu_ci.disk import as_disk_error, require_space
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
 from gpu_ci.routing import direct, proxies, request_for, same_origin_auth
-from gpu_ci.urls import mask_url, origin
+from gpu_ci.urls import mask_url
 
 __all__ = [
     "CHUNK",
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # imported when first used: a reused environment downloads nothing
-    import http.client
+    import urllib.error
     import urllib.request
     from email.message import Message
 
@@ -190,75 +191,7 @@ def _unrouted(url: str) -> Route:
     )
 
 
-_LOCAL = threading.local()
 _REDIRECTS = (301, 302, 303, 307, 308)
-
-
-def _connection(url: str, timeout: float, fresh: bool) -> http.client.HTTPConnection:
-    """This thread's kept-alive connection to ``url``'s origin (one per origin)."""
-
-    parts = urlsplit(url)
-    key = (parts.scheme, parts.hostname, parts.port)
-    pool: dict[object, http.client.HTTPConnection] = _LOCAL.__dict__.setdefault("pool", {})
-    conn = pool.get(key)
-    if conn is not None and fresh:
-        conn.close()
-        conn = None
-    if conn is None:
-        conn = pool[key] = _new_connection(url, timeout)
-    return conn
-
-
-def _new_connection(url: str, timeout: float) -> http.client.HTTPConnection:
-    import http.client
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme == "https":
-        import ssl
-
-        return http.client.HTTPSConnection(
-            host, parts.port, timeout=timeout, context=ssl.create_default_context()
-        )
-    return http.client.HTTPConnection(host, parts.port, timeout=timeout)
-
-
-class Verdicts:
-    """Per origin, whether its server keeps connections alive, as its responses say: an
-    HTTP/1.1 answer without ``Connection: close`` (whatever the status: a 401 says as much)
-    is True, an HTTP/1.0 one or one that closes is False. How many downloads may run at once
-    follows it (``gpu_ci.conda.fetch``): each archive costs a round trip on a kept-alive
-    connection, so many at once pay; a server that closes every connection takes a new one
-    per archive, and many at once overflow a small listen backlog (1 s SYN retransmits).
-    No timing decides it: a server with Nagle's algorithm on answers a HEAD at once and each
-    GET 40 ms late, and a loaded host delays either."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str, int], bool] = {}
-
-    def note(self, url: str, keeps: bool) -> None:
-        with self._lock:
-            # one answer that closes is enough to stay narrow: a server may close some
-            self._seen[origin(url)] = keeps and self._seen.get(origin(url), True)
-
-    def of(self, url: str) -> bool | None:
-        """True (keeps them), False (closes them), None (nothing heard from it yet)."""
-        return self._seen.get(origin(url))
-
-
-def keeps_alive(version: int, connection: str) -> bool:
-    """What one response says of its connection: HTTP/1.1 (``version`` 11) and no ``close``
-    among its ``Connection`` header's tokens."""
-    return version == 11 and "close" not in {t.strip().lower() for t in connection.split(",")}
-
-
-def _drop(url: str) -> None:
-    parts = urlsplit(url)
-    pool = _LOCAL.__dict__.get("pool", {})
-    conn = pool.pop((parts.scheme, parts.hostname, parts.port), None)
-    if conn is not None:
-        conn.close()
 
 
 class _Response:
@@ -277,6 +210,42 @@ class _Response:
 
     def __exit__(self, *exc: object) -> None:
         self._done()
+
+
+def _hash_file(path: Path, sha: Any, md5: Any) -> None:
+    """``path``'s bytes fed to both hashes (a resumed download's first part)."""
+    with open(path, "rb") as old:
+        for chunk in iter(lambda: old.read(CHUNK), b""):
+            sha.update(chunk)
+            md5.update(chunk)
+
+
+def _http_failure(
+    exc: urllib.error.HTTPError, item: Download, to: Route, part: Path, offset: int
+) -> Exception:
+    """What an HTTP error answer means: retry (the ``.part`` kept or not), or give up."""
+    if exc.code == 416 and offset:
+        part.unlink(missing_ok=True)
+        return _Retryable("HTTP 416 for a resumed download: starting over")
+    if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
+        wait = exc.headers.get("Retry-After") if exc.headers else None
+        return _Retryable(f"HTTP {exc.code}", _seconds(wait))
+    part.unlink(missing_ok=True)
+    hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
+    return GpuCiError(
+        f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
+    )
+
+
+def _mismatch(item: Download, to: Route, algorithm: str, want: str, got: str) -> GpuCiError:
+    """The error of a fresh download whose digest is not the lock's."""
+    return GpuCiError(
+        f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
+        f"{want}, the download has {got}. The file changed on the server"
+        f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
+        "the lock is wrong; nothing was installed.",
+        title="hash mismatch",
+    )
 
 
 def _where(item: Download, to: Route) -> str:
@@ -390,23 +359,23 @@ class Downloader:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         headers = {**request.headers, **request.unredirected_hdrs, "Host": parts.netloc}
         for fresh in (False, True):
-            conn = _connection(url, timeout, fresh)
+            conn = connection(url, timeout, fresh)
             try:
                 conn.request("GET", path, headers=headers)
                 response = conn.getresponse()
                 self.verdicts.note(url, not response.will_close and response.version == 11)
                 break
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                _drop(url)
+                drop(url)
                 if fresh:
                     raise
             except BaseException:
-                _drop(url)
+                drop(url)
                 raise
 
         def done() -> None:
             if response.will_close or not response.isclosed():
-                _drop(url)  # not read to the end, or the server closes: never reuse it
+                drop(url)  # not read to the end, or the server closes: never reuse it
 
         if response.status in _REDIRECTS and response.headers.get("Location"):
             from urllib.parse import urljoin
@@ -463,27 +432,14 @@ class Downloader:
                     )
                 )
                 if resumed:
-                    with open(part, "rb") as old:
-                        for chunk in iter(lambda: old.read(CHUNK), b""):
-                            sha.update(chunk)
-                            md5.update(chunk)
+                    _hash_file(part, sha, md5)
                     size = offset
                 if length is not None and str(length).isdigit():
                     require_space(item.dest.parent, int(length), f"downloading {item.label}")
                     announced = size + int(length)
                 size = self._stream(response, part, item, sha, md5, size, resumed)
         except urllib.error.HTTPError as exc:
-            if exc.code == 416 and offset:
-                part.unlink(missing_ok=True)
-                raise _Retryable("HTTP 416 for a resumed download: starting over") from None
-            if exc.code in (429,) or exc.code >= 500:  # keep the .part: resumed next time
-                wait = exc.headers.get("Retry-After") if exc.headers else None
-                raise _Retryable(f"HTTP {exc.code}", _seconds(wait)) from None
-            part.unlink(missing_ok=True)
-            hint = f" {to.hint}." if exc.code in (401, 403) and to.hint else ""
-            raise GpuCiError(
-                f"downloading {item.label} failed: HTTP {exc.code} for {_where(item, to)}.{hint}"
-            ) from None
+            raise _http_failure(exc, item, to, part, offset) from None
         except GpuCiError:
             part.unlink(missing_ok=True)
             raise
@@ -505,13 +461,7 @@ class Downloader:
             part.unlink(missing_ok=True)
             if offset:
                 raise _Retryable("the resumed file fails the hash check: starting over")
-            raise GpuCiError(
-                f"{algorithm} mismatch for {item.label} ({_where(item, to)}): the lock says "
-                f"{want}, the download has {got}. The file changed on the server"
-                f"{', or the mirror serves another file for this URL' if to.mirror else ''}, or "
-                "the lock is wrong; nothing was installed.",
-                title="hash mismatch",
-            )
+            raise _mismatch(item, to, algorithm, want, got)
         try:
             os.replace(part, item.dest)
         except OSError as exc:

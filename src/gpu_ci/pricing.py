@@ -20,17 +20,24 @@ from pathlib import Path
 TABLE_PATH = Path(__file__).with_name("data") / "runner-prices.json"
 
 
+class _Dated:
+    """A table row valid from one day until another (None: still valid)."""
+
+    valid_from: date
+    valid_until: date | None
+
+    def valid_on(self, day: date) -> bool:
+        return self.valid_from <= day and (self.valid_until is None or day <= self.valid_until)
+
+
 @dataclass(frozen=True)
-class SkuPrice:
+class SkuPrice(_Dated):
     sku: str
     usd_per_minute: Decimal
     valid_from: date
     """``date.min`` for a row valid since the SKU's launch (not recorded)."""
     valid_until: date | None
     source: str
-
-    def valid_on(self, day: date) -> bool:
-        return self.valid_from <= day and (self.valid_until is None or day <= self.valid_until)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ _SKU_WORDS = re.compile(r"[^a-z0-9]+")
 
 @dataclass(frozen=True)
 class Budget:
-    """An amount of money or of GPU minutes, as every budget is written."""
+    """An amount of money or of GPU minutes, as budgets are written."""
 
     amount: Decimal
     unit: str
@@ -172,7 +179,7 @@ def parse_price(text: str, table: PriceTable, *, per: str = "minute") -> Price:
 
 
 @dataclass(frozen=True)
-class InstancePrice:
+class InstancePrice(_Dated):
     """A cloud instance type's on-demand price in one region, from the table."""
 
     provider: str
@@ -182,9 +189,6 @@ class InstancePrice:
     valid_from: date
     valid_until: date | None
     source: str
-
-    def valid_on(self, day: date) -> bool:
-        return self.valid_from <= day and (self.valid_until is None or day <= self.valid_until)
 
 
 def load_instance_prices(path: Path = TABLE_PATH) -> tuple[InstancePrice, ...]:

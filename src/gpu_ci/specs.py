@@ -1302,7 +1302,9 @@ ACTIONS: dict[str, ActionSpec] = {
 
 
 def groups_for(action: str) -> tuple[str, ...]:
-    """The groups an action installs; every group for a name that is not (yet) known, e.g.
-    the root action's ``command`` before the CLI validates it."""
+    """The dependency groups an action installs.
+
+    A name not (yet) known gets every group: e.g. the root action's ``command`` before
+    the CLI validates it."""
     spec = ACTIONS.get(action)
     return spec.groups if spec else GROUPS

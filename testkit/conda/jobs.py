@@ -33,6 +33,9 @@ __all__ = [
     "our_temporaries",
     "assert_environment",
     "assert_cache_valid",
+    "assert_whole",
+    "uv_alone",
+    "wheel_checkout",
 ]
 
 FAKE_INSTALLER = """#!/bin/bash
@@ -193,6 +196,13 @@ def assert_cache_valid(pkgs: Path, channel) -> None:
             assert (entry / ".gpu-ci-archive-sha256").read_text() == archive.md5
 
 
+def assert_whole(prefix: Path, names: list[str], pkgs: Path, channel, scratch: Path) -> None:
+    """A complete environment, none of our temporaries, a valid package cache."""
+    assert_environment(prefix, names)
+    assert our_temporaries(scratch) == []
+    assert_cache_valid(pkgs, channel)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
     """(exit status, output) of a spawned job.
 
@@ -211,3 +221,29 @@ def rattler_entry(pkgs: Path, name: str) -> Path:
     return next(
         e for e in (pkgs / "rattler").iterdir() if e.is_dir() and e.name.startswith(name + "-")
     )
+
+
+def uv_alone(tmp_path: Path) -> Path:
+    """A folder with only a link to uv; skips without uv."""
+    import shutil
+
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    if not Path(uv).exists():
+        pytest.skip("uv is not installed")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "uv").symlink_to(uv)
+    return bare
+
+
+def wheel_checkout(channel, tmp_path: Path, packages: list[str]) -> Path:
+    """A checkout whose pixi.lock installs ``packages`` and the channel's hashed wheel."""
+    channel.server.faults.clear()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
+    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
+    (checkout / "pixi.lock").write_text(
+        channel.pixi_lock({"default": packages}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
+    )
+    return checkout

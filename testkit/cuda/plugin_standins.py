@@ -144,6 +144,26 @@ def torch_files() -> dict[str, str]:
 
 
 # Exceptions of the other frameworks, by their documented module, name and message.
+def leak_suite(middle: str, middle_mib: int, leak_mib: int) -> str:
+    """A suite on the torch stand-in that warms up, allocates, then leaks.
+
+    ``middle`` allocates ``middle_mib`` and keeps nothing; ``test_leaky`` (line 10) keeps
+    ``leak_mib``."""
+    return f"""
+        import torch
+        KEEP = []
+
+        def test_warm_up():
+            torch.cuda.alloc(100)
+
+        def {middle}():
+            torch.cuda.alloc({middle_mib})
+
+        def test_leaky():
+            KEEP.append(torch.cuda.alloc({leak_mib}))
+        """
+
+
 FRAMEWORK_ERRORS = """\
 def _standin(module, name, base):
     cls = type(name, (base,), {})

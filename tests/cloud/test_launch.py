@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from gpu_ci.specs import DLAMI_PARAMETER
 from testkit.cloud.jobs import REPO, RUN_ID, job_env
 from testkit.cloud.moto_ec2 import market_of
@@ -213,6 +215,7 @@ def _boots(repo):
     return online
 
 
+@pytest.mark.slow  # waits out its 6 s online-timeout: ~11 s
 def test_a_vm_that_never_boots_is_ended_and_the_start_fails(cloud, repo, run_cli):
     # No runner ever connects: without the wait the start passed, and the GPU job waited in
     # GitHub's queue for a day for a runner that could not come (no timer ran on the VM).

@@ -33,9 +33,8 @@ if case.startswith("published"):  # another job creates the cache and publishes 
     with fetch.Ahead(plan, cache) as ahead:
         os.rename(aside, cache)
         inodes = [os.lstat(cache / e.dist_name).st_ino for e in plan.conda]
-        got = fetch.fetch_and_extract(
-            plan, pkgs, cache, None, stream=case == "published-stream", log=quiet, ahead=ahead
-        )
+        how = fetch.Fetching(stream=case == "published-stream")
+        got = fetch.fetch_and_extract(plan, pkgs, cache, how, log=quiet, ahead=ahead)
     kept = [os.lstat(cache / e.dist_name).st_ino for e in plan.conda] == inodes
     print("kept" if kept else "replaced", "facts" if all(got.facts) else "no-facts")
     sys.exit(0)
@@ -142,13 +141,7 @@ def test_kill_9_of_a_first_job_then_the_next_run_installs_cleanly(channel, locks
     import signal
     import uuid
 
-    from testkit.conda.jobs import (
-        assert_cache_valid,
-        assert_environment,
-        job,
-        our_temporaries,
-        survivors,
-    )
+    from testkit.conda.jobs import assert_whole, job, survivors
 
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
     tag = uuid.uuid4().hex
@@ -157,6 +150,4 @@ def test_kill_9_of_a_first_job_then_the_next_run_installs_cleanly(channel, locks
     assert survivors(tag) == []
     rc, out = job(locks["small"], prefix, pkgs)
     assert rc == 0, out
-    assert_environment(prefix, ["libhello", "hello", "hello-data"])
-    assert our_temporaries(tmp_path) == []
-    assert_cache_valid(pkgs, channel)
+    assert_whole(prefix, ["libhello", "hello", "hello-data"], pkgs, channel, tmp_path)

@@ -236,7 +236,7 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     false``): ``narrow`` at once in all, not per origin (2 here, 8 origins: up to 16)."""
     import shutil
 
-    from gpu_ci.conda import fetch
+    from gpu_ci.conda import parallel
     from gpu_ci.downloads import Download
     from gpu_ci.retry import RetryPolicy
     from testkit.conda_channel import ChannelServer
@@ -260,7 +260,7 @@ def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_pa
     ]
     narrow = 2
     try:
-        got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
+        got = dict(parallel.downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
     finally:
         server.stop()
     assert all(

@@ -1,4 +1,4 @@
-"""Review 2, s3: ``fetch._downloaded`` when its consumer stops early (a ``for`` body that
+"""Review 2, s3: ``parallel.downloaded`` when its consumer stops early (a ``for`` body that
 raises: KeyboardInterrupt, a broken extraction pool; Python then closes the generator),
 and ``ALL_PROXY`` written as curl accepts it (``host:port``, no scheme)."""
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_ci.conda import fetch
+from gpu_ci.conda import parallel
 from gpu_ci.downloads import Download, part_path
 from gpu_ci.retry import RetryPolicy
 
@@ -38,7 +38,7 @@ def test_a_consumer_that_stops_early_closes_the_downloads(channel, tmp_path):
     channel.server.faults.clear()
     archives, rels, items = _items(channel, tmp_path / "archives")
     channel.server.fail(rels[1], "slow:1")  # still in flight when the consumer stops
-    downloads = fetch._downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3)
+    downloads = parallel.downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3)
     index, got = next(downloads)
     assert not isinstance(got, BaseException), got
     downloads.close()  # raised RuntimeError before the fix
@@ -56,7 +56,7 @@ def test_a_consumer_raising_keyboard_interrupt_leaves_no_download_running(channe
     hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
     try:
         with pytest.raises(KeyboardInterrupt):
-            for _ in fetch._downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3):
+            for _ in parallel.downloaded(items, [0, 1, 2], RetryPolicy(), narrow=3):
                 raise KeyboardInterrupt
     finally:
         sys.unraisablehook = hook
@@ -153,7 +153,7 @@ def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
         for n in names
     ]
     try:
-        got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), 1))
+        got = dict(parallel.downloaded(items, list(range(len(items))), RetryPolicy(), 1))
     finally:
         distant.stop()
         near.stop()

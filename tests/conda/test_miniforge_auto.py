@@ -62,7 +62,7 @@ def test_the_cli_refuses_a_miniforge_typo(run_cli, tmp_path):
 
 
 def _options(tmp_path: Path, engine: str, value: str) -> conda_options.SetupOptions:
-    return conda_options.build(
+    raw = conda_options.RawOptions(
         lock_file="lock.txt",
         platform="linux-64",
         categories=["main"],
@@ -77,8 +77,8 @@ def _options(tmp_path: Path, engine: str, value: str) -> conda_options.SetupOpti
         pkgs_dir="",
         prefix="",
         environment_name="ci",
-        environ={},
     )
+    return conda_options.build(raw, {})
 
 
 class Fakes:
@@ -90,10 +90,10 @@ class Fakes:
         self.downloaders: list[object] = []
         mf = miniforge.Miniforge(tmp_path / "root", tmp_path / "root/bin/conda", FAKE_MF, "", 0, 0)
 
-        def fake_env(plan, prefix, pkgs_dir, env, *, conda=None, **kw):
+        def fake_env(plan, prefix, pkgs_dir, env, *, method, **kw):
             self.events.append("env start")
-            self.conda_given = conda
-            self.downloaders.append(kw.get("downloader"))
+            self.conda_given = method.conda
+            self.downloaders.append(method.fetching.downloader)
             env_side()
             self.events.append("env end")
             return env_install.InstallReport()

@@ -362,14 +362,9 @@ def test_two_environments_of_one_lock_with_a_hashed_wheel_and_an_editable(checko
 
 
 def test_uv_or_pip_installs_the_same_environment(checkout, channel, tmp_path):
-    import shutil
+    from testkit.conda.jobs import uv_alone
 
-    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
-    if not Path(uv).exists():
-        pytest.skip("uv is not installed")
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    (bare / "uv").symlink_to(uv)
+    bare = uv_alone(tmp_path)
     pkgs = tmp_path / "pkgs"
     for name, path in (("uv", f"{bare}:/usr/bin:/bin"), ("pip", "/usr/bin:/bin")):
         prefix = tmp_path / name
@@ -422,6 +417,9 @@ def test_an_editable_outside_the_checkout_is_refused_before_any_download(
     assert not (tmp_path / "pkgs").exists() or not any((tmp_path / "pkgs").iterdir())
 
 
+# slow: five real installs, each killed; test_setup_conda.py kills a conda-lock install
+# in make check's fast loop.
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
 def test_kill_9_in_each_phase_leaves_nothing_half_done(checkout, tmp_path, phase):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"

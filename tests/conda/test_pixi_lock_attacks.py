@@ -296,13 +296,13 @@ def big_wheel(folder: Path, size: int) -> Path:
 def test_a_disk_that_fills_during_the_pypi_install_publishes_nothing(
     channel, tmp_path, tmpfs, installer
 ):
-    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
-    if installer == "uv" and not Path(uv).exists():
-        pytest.skip("uv is not installed")
-    bare = tmp_path / "bin"
-    bare.mkdir()
+    from testkit.conda.jobs import uv_alone
+
     if installer == "uv":
-        (bare / "uv").symlink_to(uv)
+        bare = uv_alone(tmp_path)
+    else:
+        bare = tmp_path / "bin"
+        bare.mkdir()
     path = {"PATH": f"{bare}:/usr/bin:/bin"}
     channel.server.faults.clear()
     checkout = tmp_path / "checkout"
@@ -337,16 +337,9 @@ def test_a_disk_that_fills_during_the_pypi_install_publishes_nothing(
 
 def test_two_jobs_install_one_pixi_environment_at_once_into_one_package_cache(channel, tmp_path):
     """Runners on one host share the package cache: both environments come out whole."""
-    from testkit.conda.jobs import assert_environment, spawn
+    from testkit.conda.jobs import assert_environment, spawn, wheel_checkout
 
-    channel.server.faults.clear()
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
-    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
-    (checkout / "pixi.lock").write_text(
-        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
-    )
+    checkout = wheel_checkout(channel, tmp_path, FULL)
     pkgs = tmp_path / "pkgs"
     env = {"GITHUB_WORKSPACE": str(checkout)}
     jobs = [spawn(checkout / "pixi.lock", tmp_path / f"env{i}", pkgs, env=env) for i in (1, 2)]
@@ -432,22 +425,10 @@ def test_kill_9_while_uv_installs_publishes_nothing_and_leaves_no_uv(channel, tm
     import signal
     import uuid
 
-    from testkit.conda.jobs import survivors
+    from testkit.conda.jobs import survivors, uv_alone, wheel_checkout
 
-    uv = shutil.which("uv") or str(Path(__import__("sys").executable).parent / "uv")
-    if not Path(uv).exists():
-        pytest.skip("uv is not installed")
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    (bare / "uv").symlink_to(uv)
-    channel.server.faults.clear()
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    sha = hashlib.sha256(channel.wheel.read_bytes()).hexdigest()
-    entry = {"pypi": channel.url("wheels/" + channel.wheel.name), "name": "gpuci-demo"}
-    (checkout / "pixi.lock").write_text(
-        channel.pixi_lock({"default": FULL}, pypi=[{**entry, "version": "1.0", "sha256": sha}])
-    )
+    bare = uv_alone(tmp_path)
+    checkout = wheel_checkout(channel, tmp_path, FULL)
     temp = tmp_path / "tmp"
     temp.mkdir()
     env = {"GITHUB_WORKSPACE": str(checkout), "PATH": f"{bare}:/usr/bin:/bin", "TMPDIR": str(temp)}

@@ -57,15 +57,20 @@ def test_paths_json_cannot_link_outside_the_prefix(channel, tmp_path):
     ],
 )
 def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):
-    doc = yaml.safe_load(channel.unified_lock(pip=True))
-    pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
-    pip["name"] = name
-    before = len(channel.server.log)
-    result = setup(yaml.safe_dump(doc))
+    result, before = _with_pip_entry(setup, channel, "name", name)
     assert result.returncode == 1, result.stdout
     assert "is not a distribution name" in result.stdout, result.stdout
     assert "root:" not in result.stdout
     assert len(channel.server.log) == before  # refused while reading the lock
+
+
+def _with_pip_entry(setup, channel, field: str, value: str):
+    """A job on a lock whose pip entry's ``field`` is ``value``; the channel's log before."""
+    doc = yaml.safe_load(channel.unified_lock(pip=True))
+    pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
+    pip[field] = value
+    before = len(channel.server.log)
+    return setup(yaml.safe_dump(doc)), before
 
 
 @pytest.mark.parametrize(
@@ -76,11 +81,8 @@ def test_pip_names_cannot_inject_requirement_lines(setup, channel, name):
     ],
 )
 def test_pip_urls_cannot_inject_requirement_options(setup, channel, url):
-    doc = yaml.safe_load(channel.unified_lock(pip=True))
-    pip = [p for p in doc["package"] if p["manager"] == "pip"][0]
-    pip["url"] = url.format(base=channel.url("").rstrip("/"))
-    before = len(channel.server.log)
-    result = setup(yaml.safe_dump(doc))
+    url = url.format(base=channel.url("").rstrip("/"))
+    result, before = _with_pip_entry(setup, channel, "url", url)
     assert result.returncode == 1, result.stdout
     assert "whitespace or a control character" in result.stdout, result.stdout
     assert len(channel.server.log) == before
@@ -210,6 +212,7 @@ def test_a_download_larger_than_the_free_space_is_refused_before_writing(channel
     assert list((small / "pkgs" / "archives").glob("*")) == []
 
 
+@pytest.mark.slow  # 5 trials of 3 real installs at once
 def test_jobs_with_different_locks_on_one_prefix_at_once(channel, locks, tmp_path):
     # Three jobs, three locks, one prefix and one cache, started together (5 trials): each
     # succeeds in turn, and the prefix ends as exactly one of the locks' environments.

@@ -150,7 +150,7 @@ def test_environment_mode_caches_the_prefix_the_command_uses(plan, inputs):
     proc = plan(cache="environment", **inputs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.outputs
-    want = conda_options.build(
+    raw = conda_options.RawOptions(
         lock_file="x",
         platform="linux-64",
         categories=["main"],
@@ -165,8 +165,8 @@ def test_environment_mode_caches_the_prefix_the_command_uses(plan, inputs):
         pkgs_dir=inputs.get("pkgs-dir", ""),
         prefix=inputs.get("prefix", ""),
         environment_name=inputs.get("environment-name", "ci"),
-        environ={"RUNNER_TOOL_CACHE": str(plan.tool_cache)},
-    ).prefix
+    )
+    want = conda_options.build(raw, {"RUNNER_TOOL_CACHE": str(plan.tool_cache)}).prefix
     assert out["path"] == str(want)
     where = hashlib.sha256(str(want).encode()).hexdigest()[:16]
     version = inputs.get("miniforge-version", "26.3.2-3")

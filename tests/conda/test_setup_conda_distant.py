@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_ci.conda import fetch
+from gpu_ci.conda import fetch, parallel
 from gpu_ci.downloads import Download
 from gpu_ci.retry import RetryPolicy
 from testkit.conda_channel import ChannelServer
@@ -91,7 +91,7 @@ def _download(server: ChannelServer, archive, rels: list[str], folder: Path, nar
         )
         for i, rel in enumerate(rels)
     ]
-    got = dict(fetch._downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
+    got = dict(parallel.downloaded(items, list(range(len(items))), RetryPolicy(), narrow))
     assert all(
         not isinstance(g, BaseException) and g.size == archive.path.stat().st_size
         for g in got.values()

@@ -128,17 +128,22 @@ def _mirrored(channel, server) -> str:
     return f"{channel.url('channel/')} => {server.url}/channel/"
 
 
-def test_mirror_with_bearer_token(setup, channel, mirror):
-    server = mirror(f"Bearer {TOKEN}")
-    lock = channel.explicit_lock(["libhello", "hello"])
+def _through_mirror(setup, channel, server, lock: str, credential: str):
+    """The job on the mirror, with ``credential`` (``bearer T``) for its host."""
     host = server.url.split("//")[1]
-    result = setup(
+    return setup(
         lock,
         "--channel-mirrors",
         _mirrored(channel, server),
         "--channel-credentials",
-        f"http://{host} = bearer {TOKEN}",
+        f"http://{host} = {credential}",
     )
+
+
+def test_mirror_with_bearer_token(setup, channel, mirror):
+    server = mirror(f"Bearer {TOKEN}")
+    lock = channel.explicit_lock(["libhello", "hello"])
+    result = _through_mirror(setup, channel, server, lock, f"bearer {TOKEN}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert not channel.server.requests("channel/")  # nothing from the original host
     assert sorted(s for _, s in server.log) == [200, 200]
@@ -159,13 +164,7 @@ def test_mirror_with_basic_auth_and_401_without(setup, channel, mirror):
     assert f"{host} asks for credentials" in error and "'channel-credentials'" in error
     assert not refused.outputs.get("prefix")
 
-    result = setup(
-        lock,
-        "--channel-mirrors",
-        _mirrored(channel, server),
-        "--channel-credentials",
-        f"http://{host} = basic {USER}:{PASSWORD}",
-    )
+    result = _through_mirror(setup, channel, server, lock, f"basic {USER}:{PASSWORD}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert server.log[-1][1] == 200
     assert f"::add-mask::{PASSWORD}" in result.stdout
@@ -176,13 +175,8 @@ def test_mirror_with_basic_auth_and_401_without(setup, channel, mirror):
 def test_wrong_credentials_name_the_host_and_the_input(setup, channel, mirror):
     server = mirror(f"Bearer {TOKEN}")
     host = server.url.split("//")[1]
-    result = setup(
-        channel.explicit_lock(["libhello"]),
-        "--channel-mirrors",
-        _mirrored(channel, server),
-        "--channel-credentials",
-        f"http://{host} = bearer wrong-token-123",
-    )
+    lock = channel.explicit_lock(["libhello"])
+    result = _through_mirror(setup, channel, server, lock, "bearer wrong-token-123")
     assert result.returncode == 1
     assert (
         f"the bearer credentials for {host} in 'channel-credentials' were refused"

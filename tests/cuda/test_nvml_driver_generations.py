@@ -13,6 +13,7 @@ import json
 import pytest
 
 from testkit.cuda_env import (
+    a100_one_slice,
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
@@ -25,18 +26,7 @@ MIG_UUID = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
 
 
 def a100_mig(**extra):
-    return gpu_config(
-        0,
-        name="NVIDIA A100-SXM4-80GB",
-        cc="8.0",
-        memory_mib=81920,
-        mig=1,
-        mig__count=1,
-        mig__0__uuid=MIG_UUID,
-        mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-        mig__0__memory_mib=9984,
-        **extra,
-    )
+    return a100_one_slice(MIG_UUID, **extra)
 
 
 @pytest.fixture

@@ -182,21 +182,7 @@ def test_a_leaking_test_is_named_with_its_amount(
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    pytester.makepyfile(
-        test_l="""
-        import torch
-        KEEP = []
-
-        def test_warm_up():
-            torch.cuda.alloc(100)
-
-        def test_clean():
-            torch.cuda.alloc(50)
-
-        def test_leaky():
-            KEEP.append(torch.cuda.alloc(500))
-        """
-    )
+    pytester.makepyfile(test_l=plugin_standins.leak_suite("test_clean", 50, 500))
     result = pytester.runpytest_subprocess(*PLUGIN, "--gpu-report=r.json")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["leak: test_l.py::test_leaky (GPU 0,1, +400 MiB)*"])

@@ -8,6 +8,7 @@ import pytest
 
 from gpu_ci.cuda import nvml_codes
 from testkit.cuda_env import (
+    a100_one_slice,
     build_fake_libcuda,
     build_fake_nvml,
     gpu_config,
@@ -432,20 +433,7 @@ def test_numba_and_tensorflow_trees(verify, tmp_path):
 
 def test_requirements_apply_to_the_selected_mig_slice(verify):
     slice_uuid = "MIG-aaaaaaaa-2222-3333-4444-555555555555"
-    config = nvml_config(
-        gpu_config(
-            0,
-            name="NVIDIA A100-SXM4-80GB",
-            cc="8.0",
-            memory_mib=81920,
-            mig=1,
-            mig__count=1,
-            mig__0__uuid=slice_uuid,
-            mig__0__name="NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-            mig__0__memory_mib=9984,
-        ),
-        privileged=1,
-    )
+    config = nvml_config(a100_one_slice(slice_uuid), privileged=1)
     # privileged: a MIG parent's aggregate memory is readable only so (nvml.h)
     whole = verify("--require", "memory>=40GiB", config=config)
     assert whole.codes == ["mig-enabled"] and whole.returncode == 0

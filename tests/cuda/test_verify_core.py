@@ -12,6 +12,7 @@ from gpu_ci.cuda.verify import frameworks
 from gpu_ci.cuda.verify.table import TABLE_PATH, driver_at_least, load_table
 from gpu_ci.cuda.visibility import visible_gpus
 from gpu_ci.errors import UsageError
+from testkit import layout
 from testkit.cuda import wheelfacts
 from testkit.shared import ROOT, SHARED, shared_path
 
@@ -72,12 +73,7 @@ def test_the_packaged_table_is_the_projects_only_copy():
     """The code reads the copy in the package; no second copy sits in tests/ or elsewhere
     (the tests compare with ../shared itself)."""
     data = TABLE_PATH.read_bytes()
-    skip = {".git", ".venv", "node_modules", "build", "dist", ".mypy_cache", ".ruff_cache"}
-    copies = [
-        p
-        for p in ROOT.rglob("*.yaml")
-        if not skip & set(p.relative_to(ROOT).parts) and p.read_bytes() == data
-    ]
+    copies = [p for p in layout.files(ROOT, "*.yaml") if p.read_bytes() == data]
     assert copies == [ROOT / "src" / "gpu_ci" / "data" / TABLE_PATH.name]
 
 
@@ -520,14 +516,16 @@ def test_observed_fixture_is_what_the_tests_use():
 
 
 def test_options_are_validated_once():
-    from gpu_ci.cuda.verify.options import VerifyOptions, parse_options
+    from gpu_ci.cuda.verify.options import VerifyInputs, VerifyOptions, parse_options
 
     opts = parse_options(
-        require=["cuda>=12.4"],
-        fail_on="Warning",
-        frameworks_text="torch, cupy",
-        health="warn",
-        python=" /env/bin/python ",
+        VerifyInputs(
+            require=["cuda>=12.4"],
+            fail_on="Warning",
+            frameworks_text="torch, cupy",
+            health="warn",
+            python=" /env/bin/python ",
+        )
     )
     assert isinstance(opts, VerifyOptions)
     assert (opts.fail_on, opts.health, opts.frameworks, opts.python) == (
@@ -539,13 +537,13 @@ def test_options_are_validated_once():
     assert [r.text for r in opts.requirements] == ["cuda>=12.4"]
     assert parse_options().frameworks is None and parse_options().health == "error"
     with pytest.raises(UsageError, match="'fail-on' must be one of error, warning"):
-        parse_options(fail_on="always")
+        parse_options(VerifyInputs(fail_on="always"))
     with pytest.raises(UsageError, match="'health' must be error or warn"):
-        parse_options(health="ignore")
+        parse_options(VerifyInputs(health="ignore"))
     with pytest.raises(UsageError, match="'frameworks' names pytorch"):
-        parse_options(frameworks_text="pytorch")
+        parse_options(VerifyInputs(frameworks_text="pytorch"))
     with pytest.raises(UsageError, match="require line 1"):
-        parse_options(require=["vram>=1GiB"])
+        parse_options(VerifyInputs(require=["vram>=1GiB"]))
     with pytest.raises(AttributeError):
         opts.deep = True  # frozen
 

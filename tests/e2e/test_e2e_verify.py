@@ -34,13 +34,18 @@ def test_fake_h200_through_the_action(act, tmp_path):
     assert json.loads(result.outputs["gpus"])[0]["name"] == "NVIDIA H200"
 
 
-def test_cpu_runner_reports_no_driver(act):
-    result = act(
+def on_a_cpu_runner(act, require_gpu: str):
+    """The workflow where no NVIDIA library loads, with ``require-gpu`` as given."""
+    return act(
         WORKFLOW,
         "workflow_dispatch",
         {"inputs": {}},
-        env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "false", "E2E_REQUIRE": ""},
+        env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": require_gpu, "E2E_REQUIRE": ""},
     )
+
+
+def test_cpu_runner_reports_no_driver(act):
+    result = on_a_cpu_runner(act, "false")
     assert result.returncode == 0, result.log
     assert result.outputs["ok"] == "true"
     assert json.loads(result.outputs["findings"])[0]["code"] == "no-driver"
@@ -48,11 +53,6 @@ def test_cpu_runner_reports_no_driver(act):
 
 
 def test_cpu_runner_fails_when_a_gpu_is_required(act):
-    result = act(
-        WORKFLOW,
-        "workflow_dispatch",
-        {"inputs": {}},
-        env={"LD_LIBRARY_PATH": "", "E2E_REQUIRE_GPU": "true", "E2E_REQUIRE": ""},
-    )
+    result = on_a_cpu_runner(act, "true")
     assert result.returncode != 0
     assert "no-driver" in result.log

@@ -56,15 +56,23 @@ def run(inputs: Inputs, rt: Runtime) -> int:
 
 
 def parse_interval(text: str) -> float:
+    return _number(
+        text,
+        0.05,
+        3600,
+        f"input 'interval' of gpu-monitor must be seconds between 0.05 and "
+        f"3600 (e.g. 1 or 0.5); got {text!r}.",
+    )
+
+
+def _number(text: str, low: float, high: float, refusal: str) -> float:
+    """``text`` as a number from ``low`` to ``high``, else ``refusal``."""
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not 0.05 <= value <= 3600:
-        raise UsageError(
-            f"input 'interval' of gpu-monitor must be seconds between 0.05 and "
-            f"3600 (e.g. 1 or 0.5); got {text!r}."
-        )
+        value = low - 1
+    if not low <= value <= high:
+        raise UsageError(refusal)
     return value
 
 
@@ -83,31 +91,35 @@ def start(directory: Path, interval: float, rt: Runtime) -> int:
         ) from None
 
 
+def _nothing_started(started: control.Start, samples: str) -> tuple[str, str, str, str, str] | None:
+    """Why no sampler starts (the annotation and its one output), or None: it starts."""
+    if started.no_gpu.startswith(control.LOST_PREFIX):
+        lost = started.no_gpu.removeprefix(control.LOST_PREFIX)
+        return "warning", f"gpu-monitor: {lost}.", "gpu-monitor: gpu-lost", "gpu-count", ""
+    if started.no_gpu:
+        message = (
+            f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
+            "report step will say so and succeed."
+        )
+        return "notice", message, "gpu-monitor: no GPU", "gpu-count", "0"
+    if started.running:
+        message = (
+            f"gpu-monitor: a sampler already runs for this job (pid {started.running}); "
+            "this start changes nothing."
+        )
+        return "notice", message, "gpu-monitor", "samples-file", samples
+    return None
+
+
 def _start(directory: Path, interval: float, rt: Runtime) -> int:
     started = control.start(directory, interval, rt.environ)
     samples = str(directory / monitor.SAMPLES_NAME)
-    if started.no_gpu.startswith(control.LOST_PREFIX):
-        rt.warning(
-            f"gpu-monitor: {started.no_gpu.removeprefix(control.LOST_PREFIX)}.",
-            title="gpu-monitor: gpu-lost",
-        )
-        rt.set_output("gpu-count", "")
-        return 0
-    if started.no_gpu:
-        rt.notice(
-            f"gpu-monitor: {started.no_gpu}; nothing to watch (a CPU runner?). The "
-            "report step will say so and succeed.",
-            title="gpu-monitor: no GPU",
-        )
-        rt.set_output("gpu-count", "0")
-        return 0
-    if started.running:
-        rt.notice(
-            f"gpu-monitor: a sampler already runs for this job (pid {started.running}); "
-            "this start changes nothing.",
-            title="gpu-monitor",
-        )
-        rt.set_output("samples-file", samples)
+    idle = _nothing_started(started, samples)
+    if idle is not None:
+        level, message, title, output, value = idle
+        annotate = rt.warning if level == "warning" else rt.notice
+        annotate(message, title=title)
+        rt.set_output(output, value)
         return 0
     visible = started.gpus
     names = ", ".join(f"{g.index} {mr_recording.printable(g.name)}" for g in visible)
@@ -141,15 +153,13 @@ def parse_limits(inputs: Inputs) -> results.Limits:
             ) from None
     min_util = None
     if inputs["min-utilisation"]:
-        try:
-            min_util = float(inputs["min-utilisation"].rstrip("% "))
-        except ValueError:
-            min_util = -1.0
-        if not 0 <= min_util <= 100:
-            raise UsageError(
-                f"input 'min-utilisation' must be a percentage from 0 to 100 "
-                f"(e.g. 50); got {inputs['min-utilisation']!r}."
-            )
+        min_util = _number(
+            inputs["min-utilisation"].rstrip("% "),
+            0,
+            100,
+            f"input 'min-utilisation' must be a percentage from 0 to 100 "
+            f"(e.g. 50); got {inputs['min-utilisation']!r}.",
+        )
     return results.Limits(
         inputs.boolean("expect-gpu-use"),
         max_memory,

@@ -28,7 +28,7 @@ def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.Se
     # never mean "no cache" in silence).
     inputs.choice("cache", conda_options.CACHE_MODES)
     inputs.boolean("cache-write")
-    return conda_options.build(
+    raw = conda_options.RawOptions(
         lock_file=inputs["lock-file"],
         platform=inputs["platform"],
         categories=inputs.items("categories"),
@@ -43,11 +43,11 @@ def options_from(inputs: Inputs, environ: Mapping[str, str]) -> conda_options.Se
         pkgs_dir=inputs["pkgs-dir"],
         prefix=inputs["prefix"],
         environment_name=inputs["environment-name"],
-        environ=environ,
         stream=inputs.boolean("stream-downloads"),
         pixi_environment=inputs["pixi-environment"],
         cuda_override=inputs["cuda-override"],
     )
+    return conda_options.build(raw, environ)
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:
@@ -137,6 +137,7 @@ def install(
     for Miniforge (its conda creates the environment); otherwise Miniforge is downloaded
     and installed on its own thread while the environment is, and waited for after it."""
     from gpu_ci.conda import install as env_install
+    from gpu_ci.conda.fetch import Fetching
 
     pending = None
     if opts.miniforge:  # imported only then: most jobs do not install it (~4 ms)
@@ -145,17 +146,10 @@ def install(
         pending = conda_miniforge.start(opts, env, downloader)
     mf = miniforge(rt, opts, pending, phases) if pending and opts.engine == "conda" else None
     try:
+        fetching = Fetching(opts.retry, opts.stream, downloader)
+        method = env_install.Method(opts.engine, mf.conda if mf else None, fetching)
         report = env_install.install(
-            plan,
-            opts.prefix,
-            opts.pkgs_dir,
-            env,
-            engine=opts.engine,
-            conda=mf.conda if mf else None,
-            policy=opts.retry,
-            log=rt.info,
-            stream=opts.stream,
-            downloader=downloader,
+            plan, opts.prefix, opts.pkgs_dir, env, method=method, log=rt.info
         )
     except BaseException:
         if pending is not None and mf is None:  # never leave its installer running half-way

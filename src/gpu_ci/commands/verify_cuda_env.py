@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from gpu_ci.cuda.verify import pipeline as verify
-from gpu_ci.cuda.verify.options import VerifyOptions, parse_options
+from gpu_ci.cuda.verify.options import VerifyInputs, VerifyOptions, parse_options
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, markdown_table, write_report
 
 
 def options_from(inputs: Inputs) -> VerifyOptions:
-    return parse_options(
+    raw = VerifyInputs(
         require=inputs.lines("require"),
         fail_on=inputs["fail-on"],
         deep=inputs.boolean("deep"),
@@ -22,6 +22,7 @@ def options_from(inputs: Inputs) -> VerifyOptions:
         health=inputs["health"],
         cuda_from=inputs["cuda-from"],
     )
+    return parse_options(raw)
 
 
 def run(inputs: Inputs, rt: Runtime) -> int:

@@ -19,16 +19,15 @@ here, which entry takes which path, and our downloader's threads.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpu_ci import cpus
 from gpu_ci.conda import verified
@@ -43,7 +42,15 @@ from gpu_ci.conda.cache_trust import (
     valid_entry,
 )
 from gpu_ci.conda.lockfile import InstallPlan
-from gpu_ci.conda.streams import WIDE, keeps_connections, stream_and_extract, stream_url, streams
+from gpu_ci.conda.parallel import download_all, downloaded
+from gpu_ci.conda.streams import (
+    WIDE,
+    Streamed,
+    keeps_connections,
+    stream_and_extract,
+    stream_url,
+    streams,
+)
 from gpu_ci.downloads import (
     TOKEN,
     Download,
@@ -53,7 +60,6 @@ from gpu_ci.downloads import (
 )
 from gpu_ci.errors import GpuCiError
 from gpu_ci.retry import RetryPolicy
-from gpu_ci.urls import origin
 
 Log = Callable[[str], None]
 
@@ -63,6 +69,7 @@ __all__ = [
     "SHA_MARKER",
     "WIDE",
     "Fetch",
+    "Fetching",
     "Log",
     "download_all",
     "entry_dir",
@@ -297,20 +304,31 @@ class Fetch(NamedTuple):
     facts: list[verified.Facts | None]
 
 
+class Fetching(NamedTuple):
+    """How archives are fetched: retries, streaming, and whose downloader.
+
+    ``downloader``: the run's (mirrors, credentials, progress), else an unrouted one,
+    ``downloads.default()``; ``stream``: archives without credentials are streamed by
+    rattler's client."""
+
+    policy: RetryPolicy | None = None
+    stream: bool = True
+    downloader: Downloader | None = None
+
+
 def fetch_and_extract(
     plan: InstallPlan,
     pkgs_dir: Path,
     cache: Path,
-    policy: RetryPolicy | None,
+    how: Fetching | None,
     trust: bool = True,
-    stream: bool = True,
     log: Log = print,
-    downloader: Downloader | None = None,
     ahead: Ahead | None = None,
 ) -> Fetch:
-    """Every entry of the plan verified in the cache: trusted, streamed or downloaded
-    (``downloader``: the run's, else an unrouted one, ``downloads.default()``; ``ahead``:
-    the warm checks, begun earlier).
+    """Every entry of the plan verified in the cache: trusted, streamed or downloaded.
+
+    ``how``: retries, streaming, downloader (None: the defaults); ``ahead``: the warm
+    checks, begun earlier.
 
     Streamed archives (``stream_and_extract``) are extracted into a temporary name while
     their hash is computed, and published only when it matches; our downloader's archives
@@ -324,6 +342,8 @@ def fetch_and_extract(
     if not items:
         return Fetch([], [], [])
     _make_cache(cache)
+    how = how or Fetching()
+    run = _Run(plan, items, cache, how.policy or RetryPolicy(), how.downloader or default())
     results: dict[int, Fetched] = {}
     facts: dict[int, verified.Facts | None] = {}
     checked = (ahead.result() if ahead else warm_checks(plan, cache)) if trust else []
@@ -338,33 +358,24 @@ def fetch_and_extract(
             facts[i] = fact
             results[i] = Fetched(items[i], 0, True, 0, sha, plan.conda[i].md5)
     todo = [i for i in range(len(items)) if i not in results and i not in slow]
-    downloader = downloader or default()
-    urls = {i: stream_url(items[i], downloader) for i in todo} if stream and trust else {}
+    streaming = how.stream and trust
+    urls = {i: stream_url(items[i], run.downloader) for i in todo} if streaming else {}
     streamed = [i for i in todo if urls.get(i)]
     careful = [i for i in todo if not urls.get(i)]
-    policy = policy or RetryPolicy()
     if slow or careful:  # before any of rattler's threads exist: the workers are forked
-        had = _fetch_and_extract(
-            plan, items, cache, policy, shas, slow, careful, not trust, downloader
-        )
+        had = _fetch_and_extract(run, shas, slow, careful, not trust)
         results.update(had.results)
         facts.update(had.facts)
         for i in had.changed:
             shas[i] = ""
     if streamed:
-        jobs = []
-        for i in streamed:
-            entry = plan.conda[i]
-            jobs.append((i, urls[i], entry_dir(cache, entry), entry.sha256, entry.md5))
-        landed = stream_and_extract(jobs, policy.timeout, log=log, verdicts=downloader.verdicts)
+        landed = _streamed(run, streamed, urls, log)
         for i, got in landed.items():
             results[i] = Fetched(items[i], 0, False, 1, got.sha256, got.md5)
             facts[i] = got.facts
         left = [i for i in streamed if i not in results]
         if left:  # rattler's threads exist now: spawned workers
-            had = _fetch_and_extract(
-                plan, items, cache, policy, shas, [], left, False, downloader, fork=False
-            )
+            had = _fetch_and_extract(run, shas, [], left, False, fork=False)
             results.update(had.results)
             facts.update(had.facts)
     fetched = [results[i] for i in range(len(items))]
@@ -375,153 +386,37 @@ def fetch_and_extract(
     )
 
 
-class _Permits:
-    """Our downloader's downloads per origin: ``narrow`` at once until one of its responses
-    shows that its server keeps connections alive (``verdicts``, asked of the
-    routed URL, where the connection goes), then ``wide``; no probe: the downloads' own
-    answers tell. An origin that closes connections stays ``narrow``."""
+class _Run(NamedTuple):
+    """One fetch's plan, its downloads, the cache, and how to download."""
 
-    def __init__(self, narrow: int, wide: int, downloader: Downloader) -> None:
-        self.narrow, self.wide, self.downloader = narrow, wide, downloader
-        self.verdicts = downloader.verdicts
-        self._lock = threading.Lock()
-        self._origins: dict[tuple[str, str, int], threading.Semaphore] = {}
-        self._wide: set[tuple[str, str, int]] = set()
-        self.widened = False
-        """An origin keeps connections alive: ``wide`` downloads in all from now on."""
-        self.stopped = False
-        """A download failed: one still waiting for its origin's permit never starts."""
-
-    def _of(self, url: str) -> threading.Semaphore:
-        key = origin(url)
-        with self._lock:
-            permits = self._origins.get(key)
-            if permits is None:
-                permits = self._origins[key] = threading.Semaphore(self.narrow)
-        self._widen_if_kept(url)
-        return permits
-
-    def _widen_if_kept(self, url: str) -> None:
-        if self.narrow >= self.wide or not self.verdicts.of(url):
-            return
-        key = origin(url)
-        with self._lock:
-            if key in self._wide:
-                return
-            self._wide.add(key)
-            self._origins[key].release(self.wide - self.narrow)
-            self.widened = True
-
-    def run(self, item: Download, policy: RetryPolicy) -> Fetched:
-        url = self.downloader.route(item.url).url
-        with self._of(url):
-            if self.stopped:
-                from concurrent.futures import CancelledError
-
-                raise CancelledError(f"{item.label}: not started, an earlier download failed")
-            got = self.downloader.fetch(item, policy)
-        self._widen_if_kept(url)
-        return got
+    plan: InstallPlan
+    items: list[Download]
+    cache: Path
+    policy: RetryPolicy
+    downloader: Downloader
 
 
-def _downloaded(
-    items: list[Download],
-    todo: list[int],
-    policy: RetryPolicy,
-    narrow: int = 0,
-    downloader: Downloader | None = None,
-) -> Iterator[tuple[int, Fetched | BaseException]]:
-    """Each of ``todo`` fetched by our downloader, as it completes.
-
-    Two threads per core, at most 8: more on a small runner convoy on the GIL with the
-    extraction feeders (measured on 2 cores: 8 threads 0.47-1.43 s for 150 packages, 4 a
-    steady 0.44 s). ``WIDE`` in all once a response shows an origin keeps connections alive
-    (``_Permits``): against a server that answers each GET late (Nagle's algorithm, a CDN
-    in another region) threads wait, they do not convoy. Threads are added only then, each
-    with its own kept-alive connection; a server that closes every connection never sees
-    more than ``narrow`` at once. After an error no other download starts. ``narrow``: that
-    default, or fewer."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-
-    narrow = narrow or max(1, min(8, 2 * cpus.usable(), len(todo)))
-    wide = max(narrow, min(WIDE, len(todo)))
-    permits = _Permits(narrow, wide, Downloader() if downloader is None else downloader)
-    queue = collections.deque(todo)
-    pools: list[ThreadPoolExecutor] = []
-    load: list[int] = []
-    pending: dict[Future[Fetched], tuple[int, int]] = {}
-    failed = False
-    with contextlib.ExitStack() as stack:
-
-        def pool_with_room() -> int | None:
-            sizes = [narrow] + ([permits.wide - narrow] if permits.widened else [])
-            for k, size in enumerate(sizes):
-                if k == len(pools):
-                    pools.append(stack.enter_context(ThreadPoolExecutor(size)))
-                    load.append(0)
-                if load[k] < size:
-                    return k
-            return None
-
-        while queue or pending:
-            while queue and not failed and (k := pool_with_room()) is not None:
-                index = queue.popleft()
-                pending[pools[k].submit(permits.run, items[index], policy)] = (index, k)
-                load[k] += 1
-            if not pending:
-                break
-            # a timeout, to start more downloads soon after an origin proves kept alive
-            done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-            for future in done:
-                index, k = pending.pop(future)
-                load[k] -= 1
-                try:
-                    got: Fetched | BaseException = future.result()
-                except BaseException as exc:  # the caller reports it
-                    failed = permits.stopped = True
-                    got = exc
-                # outside the try: a consumer that stops (GeneratorExit here) closes the pools
-                yield index, got
-
-
-def download_all(
-    items: list[Download], policy: RetryPolicy, downloader: Downloader | None = None
-) -> list[Fetched]:
-    """Every archive downloaded and verified by our downloader (``engine: conda``, which
-    extracts them itself), in ``items``' order; the first error once none is running."""
-    results: dict[int, Fetched] = {}
-    error: BaseException | None = None
-    everything = list(range(len(items)))
-    for index, got in _downloaded(items, everything, policy, downloader=downloader or default()):
-        if isinstance(got, BaseException):
-            error = error or got
-        else:
-            results[index] = got
-    if error is not None:
-        raise error
-    return [results[i] for i in range(len(items))]
+def _streamed(
+    run: _Run, streamed: list[int], urls: dict[int, str], log: Log
+) -> dict[int, Streamed]:
+    """The ``streamed`` entries fetched by rattler's client: those that landed."""
+    jobs = []
+    for i in streamed:
+        entry = run.plan.conda[i]
+        jobs.append((i, urls[i], entry_dir(run.cache, entry), entry.sha256, entry.md5))
+    return stream_and_extract(jobs, run.policy.timeout, log=log, verdicts=run.downloader.verdicts)
 
 
 def _fetch_and_extract(
-    plan: InstallPlan,
-    items: list[Download],
-    cache: Path,
-    policy: RetryPolicy,
-    shas: list[str],
-    slow: list[int],
-    careful: list[int],
-    again: bool,
-    downloader: Downloader,
-    fork: bool = True,
+    run: _Run, shas: list[str], slow: list[int], careful: list[int], again: bool, fork: bool = True
 ) -> _Had:
     """The careful path: hash the ``slow`` entries in worker processes, then download with
     our downloader, verify, and extract in the workers what is not usable: the ``careful``
     items and the slow entries that failed (``shas``: the trusted sha256 of each slow one)."""
-    results: dict[int, Fetched] = {}
-    facts: dict[int, verified.Facts | None] = {}
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    had = _Had({}, {}, set())
     workers = max(1, min(cpus.usable(), len(slow) + len(careful)))
     # fork is cheap and safe on Linux when no thread exists yet (``fork``); macOS and
     # Windows use spawn, as Python does by default there.
@@ -533,59 +428,65 @@ def _fetch_and_extract(
         # Start every worker now, before any download thread exists: forking a process
         # that has threads can deadlock the child.
         list(procs.map(_noop, range(workers)))
-        valid = procs.map(
-            valid_entry,
-            [str(entry_dir(cache, plan.conda[i])) for i in slow],
-            [plan.conda[i].digest for i in slow],
-            [TOKEN] * len(slow),
-            [shas[i] for i in slow],
-        )
-        changed = set()  # hashed just now and found to differ: no need to hash them again
-        for i, fact in zip(slow, list(valid)):
-            if fact is not None:
-                facts[i] = fact
-                results[i] = Fetched(items[i], 0, True, 0, shas[i], plan.conda[i].md5)
-            else:
-                changed.add(i)
-        todo = careful + sorted(changed)
-        extractions = []
-        error: BaseException | None = None
-        for index, got in _downloaded(items, todo, policy, downloader=downloader):
-            if isinstance(got, BaseException):  # stop extracting; report the first error
-                error = error or got
-                continue
-            if error is not None:
-                continue
-            results[index] = got
-            entry = plan.conda[index]
-            extractions.append(
-                (
-                    index,
-                    entry,
-                    procs.submit(
-                        extract_entry,
-                        str(got.download.dest),
-                        str(entry_dir(cache, entry)),
-                        entry.digest,
-                        TOKEN,
-                        again or index in changed,
-                        got.sha256,
-                    ),
-                )
-            )
-        for index, entry, job in extractions:
-            try:
-                facts[index] = job.result()
-            except GpuCiError as exc:
-                error = error or exc
-            except Exception as exc:
-                error = error or GpuCiError(
-                    f"extracting {entry.filename} failed although its hash matched the lock "
-                    f"({type(exc).__name__}: {exc})."
-                )
+        _hash_slow(procs, run, shas, slow, had)
+        error = _download_and_extract(procs, run, careful + sorted(had.changed), again, had)
     if error is not None:
         raise error
-    return _Had(results, facts, changed)
+    return had
+
+
+def _hash_slow(procs: Any, run: _Run, shas: list[str], slow: list[int], had: _Had) -> None:
+    """The ``slow`` entries hashed in the workers: usable ones into ``had``, others changed."""
+    valid = procs.map(
+        valid_entry,
+        [str(entry_dir(run.cache, run.plan.conda[i])) for i in slow],
+        [run.plan.conda[i].digest for i in slow],
+        [TOKEN] * len(slow),
+        [shas[i] for i in slow],
+    )
+    for i, fact in zip(slow, list(valid)):
+        if fact is not None:
+            had.facts[i] = fact
+            had.results[i] = Fetched(run.items[i], 0, True, 0, shas[i], run.plan.conda[i].md5)
+        else:  # hashed just now and found to differ: no need to hash them again
+            had.changed.add(i)
+
+
+def _download_and_extract(
+    procs: Any, run: _Run, todo: list[int], again: bool, had: _Had
+) -> BaseException | None:
+    """``todo`` downloaded here, extracted in the workers; the first error."""
+    extractions = []
+    error: BaseException | None = None
+    for index, got in downloaded(run.items, todo, run.policy, downloader=run.downloader):
+        if isinstance(got, BaseException):  # stop extracting; report the first error
+            error = error or got
+            continue
+        if error is not None:
+            continue
+        had.results[index] = got
+        entry = run.plan.conda[index]
+        job = procs.submit(
+            extract_entry,
+            str(got.download.dest),
+            str(entry_dir(run.cache, entry)),
+            entry.digest,
+            TOKEN,
+            again or index in had.changed,
+            got.sha256,
+        )
+        extractions.append((index, entry, job))
+    for index, entry, job in extractions:
+        try:
+            had.facts[index] = job.result()
+        except GpuCiError as exc:
+            error = error or exc
+        except Exception as exc:
+            error = error or GpuCiError(
+                f"extracting {entry.filename} failed although its hash matched the lock "
+                f"({type(exc).__name__}: {exc})."
+            )
+    return error
 
 
 class _Had(NamedTuple):

@@ -30,13 +30,14 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpu_ci.conda import pypi, transaction, verified
 from gpu_ci.conda.fetch import (
     MD5_SIDECAR,
     SHA_MARKER,
     Ahead,
+    Fetching,
     Log,
     download_all,
     entry_dir,
@@ -49,7 +50,7 @@ from gpu_ci.conda.integrity import environment_problems
 from gpu_ci.conda.lockfile import CondaEntry, InstallPlan
 from gpu_ci.conda.options import MARKER, is_environment
 from gpu_ci.disk import DiskError, as_disk_error, probe_writable, require_space
-from gpu_ci.downloads import TOKEN, Downloader, Fetched
+from gpu_ci.downloads import TOKEN, Fetched
 from gpu_ci.errors import GpuCiError
 from gpu_ci.faults import crash_point
 from gpu_ci.retry import RetryPolicy
@@ -289,25 +290,30 @@ def link_with_rattler(
     for entry, sha, got, fact in zip(entries, shas, fetched, facts):
         if entry.sha256 or not sha or got.cached:  # a cached one's sidecar gave its sha256
             continue
-        sidecar = cache / f"{entry.dist_name}{MD5_SIDECAR}"
-        # its stamp records the sha256 (a sidecar write per package cost a cold 600-package
-        # install ~60 ms): one left from before is made to agree, none is made
-        if fact is not None and fact.sha256 == sha and not os.path.lexists(sidecar):
-            continue
-        line = f"{entry.md5} {sha}\n"
-        with contextlib.suppress(OSError):  # raw: a FIFO planted there must not stop us
-            if verified.read_bytes(os.fspath(sidecar), 200) == line.encode():
-                continue
-        part = sidecar.with_name(f".{sidecar.name}.tmp-{TOKEN}")  # swept if we die
-        try:
-            part.write_text(line)
-            os.replace(part, sidecar)
-        except OSError as exc:
-            part.unlink(missing_ok=True)
-            named = as_disk_error(exc, cache, "recording the archive sha256")
-            if named is not None:
-                raise named from None
-            # something else at its name (a directory): the next job fetches the archive
+        _record_sha256(cache, entry, sha, fact)
+
+
+def _record_sha256(cache: Path, entry: CondaEntry, sha: str, fact: verified.Facts | None) -> None:
+    """An md5-locked archive's sha256, in a sidecar beside its entry."""
+    sidecar = cache / f"{entry.dist_name}{MD5_SIDECAR}"
+    # its stamp records the sha256 (a sidecar write per package cost a cold 600-package
+    # install ~60 ms): one left from before is made to agree, none is made
+    if fact is not None and fact.sha256 == sha and not os.path.lexists(sidecar):
+        return
+    line = f"{entry.md5} {sha}\n"
+    with contextlib.suppress(OSError):  # raw: a FIFO planted there must not stop us
+        if verified.read_bytes(os.fspath(sidecar), 200) == line.encode():
+            return
+    part = sidecar.with_name(f".{sidecar.name}.tmp-{TOKEN}")  # swept if we die
+    try:
+        part.write_text(line)
+        os.replace(part, sidecar)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        named = as_disk_error(exc, cache, "recording the archive sha256")
+        if named is not None:
+            raise named from None
+        # something else at its name (a directory): the next job fetches the archive
 
 
 def link_with_conda(
@@ -425,25 +431,48 @@ def refuse_foreign(target: Path) -> None:
         )
 
 
+class Method(NamedTuple):
+    """How an environment is built: the linker, and how archives are fetched.
+
+    ``engine: conda`` links with ``conda`` (Miniforge's); rattler with py-rattler."""
+
+    engine: str = "rattler"
+    conda: Path | None = None
+    fetching: Fetching = Fetching()
+
+
+class _Job(NamedTuple):
+    """One install: the plan, where it goes, its environment and method."""
+
+    plan: InstallPlan
+    paths: transaction.Paths
+    pkgs_dir: Path
+    env: Mapping[str, str]
+    method: Method
+    log: Log
+
+    @property
+    def cache(self) -> Path:
+        return self.pkgs_dir / "rattler"
+
+
 def install(
     plan: InstallPlan,
     target: Path,
     pkgs_dir: Path,
     env: Mapping[str, str],
     *,
-    engine: str = "rattler",
-    conda: Path | None = None,
-    policy: RetryPolicy | None = None,
+    method: Method | None = None,
     log: Log = print,
-    stream: bool = True,
-    downloader: Downloader | None = None,
 ) -> InstallReport:
     """``plan`` installed at ``target``, or reused when it is there and whole.
 
-    Every download goes through ``downloader`` (the run's: mirrors, credentials, progress;
-    else ``downloads.default()``)."""
+    Every download goes through ``method.fetching.downloader`` (the run's: mirrors,
+    credentials, progress; else ``downloads.default()``)."""
     try:
-        return _install(plan, target, pkgs_dir, env, engine, conda, policy, log, stream, downloader)
+        return _install(
+            _Job(plan, transaction.Paths(target), pkgs_dir, env, method or Method(), log)
+        )
     except OSError as exc:  # anywhere, the lock file and the journal included
         named = as_disk_error(exc, target.parent, f"installing {target}")
         if named is not None:
@@ -451,24 +480,14 @@ def install(
         raise
 
 
-def _install(
-    plan: InstallPlan,
-    target: Path,
-    pkgs_dir: Path,
-    env: Mapping[str, str],
-    engine: str,
-    conda: Path | None,
-    policy: RetryPolicy | None,
-    log: Log,
-    stream: bool = True,
-    downloader: Downloader | None = None,
-) -> InstallReport:
+def _install(job: _Job) -> InstallReport:
     report = InstallReport()
-    paths = transaction.Paths(target)
+    plan, paths, log, engine = job.plan, job.paths, job.log, job.method.engine
+    target = paths.target
     target.parent.mkdir(parents=True, exist_ok=True)
     with transaction.exclusive(paths.lock, f"the lock on {target}", log):
         report.recovered = transaction.recover(paths, log)
-        transaction.sweep_cache(pkgs_dir, pkgs_dir / "rattler")
+        transaction.sweep_cache(job.pkgs_dir, job.cache)
         if marker_matches(target, plan):
             problems = environment_problems(target, len(plan.conda))
             if not problems:
@@ -479,30 +498,17 @@ def _install(
                 f"{'; '.join(problems)}: installing it again."
             )
         refuse_foreign(target)
-        if engine == "conda" and conda is None:
+        if engine == "conda" and job.method.conda is None:
             raise GpuCiError("engine: conda needs miniforge: true (a writable conda).")
         # the cache's warm checks on another core while rattler is imported here
-        with Ahead(plan, pkgs_dir / "rattler", engine == "rattler") as ahead:
+        with Ahead(plan, job.cache, engine == "rattler") as ahead:
             if engine == "rattler":
                 require_rattler()
             try:
-                preflight(paths, pkgs_dir)
-                with transaction.registered(pkgs_dir):
+                preflight(paths, job.pkgs_dir)
+                with transaction.registered(job.pkgs_dir):
                     transaction.begin(paths)
-                    _build_and_swap(
-                        plan,
-                        paths,
-                        pkgs_dir,
-                        env,
-                        engine,
-                        conda,
-                        policy,
-                        report,
-                        stream,
-                        log,
-                        downloader,
-                        ahead,
-                    )
+                    _build_and_swap(job, report, ahead)
             except BaseException:
                 with contextlib.suppress(Exception):
                     transaction.recover(paths, lambda _: None)
@@ -516,71 +522,18 @@ def _count(report: InstallReport, fetched: Sequence[Fetched]) -> None:
     report.streamed_archives = sum(1 for f in fetched if not f.cached and not f.size)
 
 
-def _build_and_swap(
-    plan: InstallPlan,
-    paths: transaction.Paths,
-    pkgs_dir: Path,
-    env: Mapping[str, str],
-    engine: str,
-    conda: Path | None,
-    policy: RetryPolicy | None,
-    report: InstallReport,
-    stream: bool = True,
-    log: Log = print,
-    downloader: Downloader | None = None,
-    ahead: Ahead | None = None,
-) -> None:
-    staging, target, work = paths.staging, paths.target, paths.work
+def _build_and_swap(job: _Job, report: InstallReport, ahead: Ahead | None) -> None:
+    plan, paths = job.plan, job.paths
+    staging, work = paths.staging, paths.work
     work.mkdir(exist_ok=True)
-    started = time.monotonic()
-    cache = pkgs_dir / "rattler"
-    if engine == "conda":
-        fetched = download_all(plan_downloads(plan, pkgs_dir), policy or RetryPolicy(), downloader)
-        report.phases["download+verify"] = time.monotonic() - started
+    if job.method.engine == "conda":
+        _build_with_conda(job, report)
     else:
-        got = fetch_and_extract(
-            plan,
-            pkgs_dir,
-            cache,
-            policy,
-            stream=stream,
-            log=log,
-            downloader=downloader,
-            ahead=ahead,
-        )
-        fetched = got.fetched
-        report.phases["download+verify+extract"] = time.monotonic() - started
-    _count(report, fetched)
-    started = time.monotonic()
-    if engine == "conda":
-        assert conda is not None
-        from gpu_ci.conda.lockfile import render_explicit
-
-        explicit = work / "explicit.txt"
-        explicit.write_text(render_explicit(plan))
-        link_with_conda(conda, plan, staging, {**env, "CONDA_PKGS_DIRS": str(pkgs_dir)}, explicit)
-    else:
-        try:
-            link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
-        except DiskError:
-            raise
-        except GpuCiError:
-            if all(not f.cached for f in fetched):
-                raise
-            # A trusted entry was not usable after all: fetch and verify every archive,
-            # extract each again, and link once more.
-            shutil.rmtree(staging, ignore_errors=True)
-            got = fetch_and_extract(
-                plan, pkgs_dir, cache, policy, trust=False, downloader=downloader
-            )
-            fetched = got.fetched
-            link_with_rattler(plan, fetched, got.shas, staging, target, cache, got.facts)
-            _count(report, fetched)
-    report.phases["link"] = time.monotonic() - started
+        _build_with_rattler(job, report, ahead)
     crash_point("link")
     if plan.pip:
         started = time.monotonic()
-        report.pip_installer = pypi.install(plan, staging, target, env, work)
+        report.pip_installer = pypi.install(plan, staging, paths.target, job.env, work)
         report.phases["pip"] = time.monotonic() - started
     (staging / "conda-meta").mkdir(exist_ok=True)
     (staging / MARKER).write_text(json.dumps(marker(plan)))
@@ -589,4 +542,58 @@ def _build_and_swap(
     shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["DiskError", "InstallReport", "check_writable", "install", "marker", "marker_matches"]
+def _build_with_conda(job: _Job, report: InstallReport) -> None:
+    """Staging linked by Miniforge's conda from archives our downloader verified."""
+    from gpu_ci.conda.lockfile import render_explicit
+
+    plan, how, conda = job.plan, job.method.fetching, job.method.conda
+    assert conda is not None
+    started = time.monotonic()
+    items = plan_downloads(plan, job.pkgs_dir)
+    fetched = download_all(items, how.policy or RetryPolicy(), how.downloader)
+    report.phases["download+verify"] = time.monotonic() - started
+    _count(report, fetched)
+    started = time.monotonic()
+    explicit = job.paths.work / "explicit.txt"
+    explicit.write_text(render_explicit(plan))
+    env = {**job.env, "CONDA_PKGS_DIRS": str(job.pkgs_dir)}
+    link_with_conda(conda, plan, job.paths.staging, env, explicit)
+    report.phases["link"] = time.monotonic() - started
+
+
+def _build_with_rattler(job: _Job, report: InstallReport, ahead: Ahead | None) -> None:
+    """Staging linked by py-rattler from the verified cache.
+
+    Where a trusted entry was not usable after all, every archive is fetched again."""
+    plan, cache, staging, target = job.plan, job.cache, job.paths.staging, job.paths.target
+    how = job.method.fetching
+    started = time.monotonic()
+    got = fetch_and_extract(plan, job.pkgs_dir, cache, how, log=job.log, ahead=ahead)
+    report.phases["download+verify+extract"] = time.monotonic() - started
+    _count(report, got.fetched)
+    started = time.monotonic()
+    try:
+        link_with_rattler(plan, got.fetched, got.shas, staging, target, cache, got.facts)
+    except DiskError:
+        raise
+    except GpuCiError:
+        if all(not f.cached for f in got.fetched):
+            raise
+        # A trusted entry was not usable after all: fetch and verify every archive,
+        # extract each again, and link once more.
+        shutil.rmtree(staging, ignore_errors=True)
+        got = fetch_and_extract(plan, job.pkgs_dir, cache, how, trust=False)
+        link_with_rattler(plan, got.fetched, got.shas, staging, target, cache, got.facts)
+        _count(report, got.fetched)
+    report.phases["link"] = time.monotonic() - started
+
+
+__all__ = [
+    "DiskError",
+    "InstallReport",
+    "Method",
+    "check_writable",
+    "install",
+    "marker",
+    "marker_matches",
+]

@@ -427,98 +427,111 @@ def check_subdir(entry: CondaEntry, platform: str, where: str) -> None:
         )
 
 
+def _require_platform(lock: LockFile, platform: str, path: str) -> None:
+    """Refuse a lock made for other platforms than ``platform``."""
+    if lock.kind == "explicit" and lock.platforms and platform not in lock.platforms:
+        raise GpuCiError(
+            f"{path} is an explicit lock for {lock.platforms[0]}, but the "
+            f"platform is {platform}: use the lock for {platform}, or set "
+            f"platform: {lock.platforms[0]} if that is really meant."
+        )
+    if lock.kind != "explicit" and platform not in lock.platforms:
+        raise GpuCiError(
+            f"{path} has no packages for {platform}; it locks "
+            f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
+            f"when locking (conda-lock -p {platform}) or set 'platform'."
+        )
+
+
+def _explicit_entries(
+    lock: LockFile, platform: str, path: str
+) -> tuple[list[CondaEntry], list[PipEntry]]:
+    """An explicit lock's entries for ``platform``: each conda name once, pip ones as listed."""
+    conda: list[CondaEntry] = []
+    pip: list[PipEntry] = []
+    first: dict[str, CondaEntry] = {}  # each name's first entry: one look-up, not a scan
+    for item in lock.packages:
+        if item["manager"] != "conda":
+            where = f"{path} pip entry {item['name']!r}"
+            pip.append(pip_entry(item["name"], "", item["url"], item["sha256"], where))
+            continue
+        check_subdir(item["entry"], platform, path)
+        twin = first.get(item["entry"].name)
+        if twin is not None and twin != item["entry"]:
+            raise GpuCiError(
+                f"{path}: {twin.name} is locked twice with different "
+                f"files ({mask_url(twin.url)} and "
+                f"{mask_url(item['entry'].url)}). Re-lock it."
+            )
+        if twin is None:
+            first[item["entry"].name] = item["entry"]
+            conda.append(item["entry"])
+    return conda, pip
+
+
+def _unified_url(pkg: dict[str, Any], where: str) -> str:
+    """A unified lock package's url, once its hash and dependencies are mappings."""
+    if not isinstance(pkg.get("hash") or {}, dict):
+        raise GpuCiError(f"{where}: its hash is not a mapping (md5:, sha256:). Re-lock it.")
+    if not isinstance(pkg.get("dependencies") or {}, dict):
+        raise GpuCiError(f"{where}: its dependencies are not a mapping (name: spec). Re-lock it.")
+    url = str(pkg.get("url") or "")
+    if not url:
+        raise GpuCiError(f"{where} has no url.")
+    return url
+
+
+def _unified_entries(
+    lock: LockFile, platform: str, cats: Sequence[str], path: str
+) -> tuple[list[CondaEntry], list[PipEntry]]:
+    """A unified lock's entries of ``platform`` and ``cats``, each package once."""
+    conda: list[CondaEntry] = []
+    pip: list[PipEntry] = []
+    seen: dict[tuple[str, str], str] = {}
+    for index, pkg in enumerate(lock.packages):
+        if pkg.get("platform") != platform or not (_categories_of(pkg) & set(cats)):
+            continue
+        name = str(pkg.get("name") or "")
+        if name.startswith("__"):
+            continue  # virtual packages describe the system; nothing to install
+        where = f"{path} package {index + 1} ({name})"
+        url = _unified_url(pkg, where)
+        manager = str(pkg.get("manager") or "conda")
+        key = (manager, name)
+        if key in seen:  # the same package listed once per category
+            if seen[key] != url:
+                raise GpuCiError(
+                    f"{where}: {name} is locked twice for {platform} with "
+                    f"different files ({mask_url(seen[key])} and "
+                    f"{mask_url(url)}). Re-lock it."
+                )
+            continue
+        seen[key] = url
+        hashes = pkg.get("hash") or {}
+        if manager == "pip":
+            sha = str(hashes.get("sha256") or "")
+            if not sha:
+                raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
+            pip.append(pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
+            continue
+        depends = [f"{dep} {spec}".strip() for dep, spec in (pkg.get("dependencies") or {}).items()]
+        md5, sha256 = str(hashes.get("md5") or ""), str(hashes.get("sha256") or "")
+        entry = conda_entry(url, md5, sha256, depends, where)
+        check_subdir(entry, platform, where)
+        conda.append(entry)
+    return conda, pip
+
+
 def plan(
     lock: LockFile, text: str, platform: str, categories: Sequence[str], path: str = "lock-file"
 ) -> InstallPlan:
     """The platform's entries of the categories, in the lock's order, once each."""
     cats = selected_categories(lock, categories, path)
-    conda: list[CondaEntry] = []
-    pip: list[PipEntry] = []
+    _require_platform(lock, platform, path)
     if lock.kind == "explicit":
-        first: dict[str, CondaEntry] = {}  # each name's first entry: one look-up, not a scan
-        if lock.platforms and platform not in lock.platforms:
-            raise GpuCiError(
-                f"{path} is an explicit lock for {lock.platforms[0]}, but the "
-                f"platform is {platform}: use the lock for {platform}, or set "
-                f"platform: {lock.platforms[0]} if that is really meant."
-            )
-        for item in lock.packages:
-            if item["manager"] == "conda":
-                check_subdir(item["entry"], platform, path)
-                twin = first.get(item["entry"].name)
-                if twin is not None and twin != item["entry"]:
-                    raise GpuCiError(
-                        f"{path}: {twin.name} is locked twice with different "
-                        f"files ({mask_url(twin.url)} and "
-                        f"{mask_url(item['entry'].url)}). Re-lock it."
-                    )
-                if twin is None:
-                    first[item["entry"].name] = item["entry"]
-                    conda.append(item["entry"])
-            else:
-                pip.append(
-                    pip_entry(
-                        item["name"],
-                        "",
-                        item["url"],
-                        item["sha256"],
-                        f"{path} pip entry {item['name']!r}",
-                    )
-                )
+        conda, pip = _explicit_entries(lock, platform, path)
     else:
-        if platform not in lock.platforms:
-            raise GpuCiError(
-                f"{path} has no packages for {platform}; it locks "
-                f"{', '.join(lock.platforms) or 'no platform'}. Add the platform "
-                f"when locking (conda-lock -p {platform}) or set 'platform'."
-            )
-        seen: dict[tuple[str, str], str] = {}
-        for index, pkg in enumerate(lock.packages):
-            if pkg.get("platform") != platform or not (_categories_of(pkg) & set(cats)):
-                continue
-            name = str(pkg.get("name") or "")
-            if name.startswith("__"):
-                continue  # virtual packages describe the system; nothing to install
-            where = f"{path} package {index + 1} ({name})"
-            hashes = pkg.get("hash") or {}
-            if not isinstance(hashes, dict):
-                raise GpuCiError(f"{where}: its hash is not a mapping (md5:, sha256:). Re-lock it.")
-            if not isinstance(pkg.get("dependencies") or {}, dict):
-                raise GpuCiError(
-                    f"{where}: its dependencies are not a mapping (name: spec). Re-lock it."
-                )
-            url = str(pkg.get("url") or "")
-            if not url:
-                raise GpuCiError(f"{where} has no url.")
-            manager = str(pkg.get("manager") or "conda")
-            key = (manager, name)
-            if key in seen:  # the same package listed once per category
-                if seen[key] != url:
-                    raise GpuCiError(
-                        f"{where}: {name} is locked twice for {platform} with "
-                        f"different files ({mask_url(seen[key])} and "
-                        f"{mask_url(url)}). Re-lock it."
-                    )
-                continue
-            seen[key] = url
-            if manager == "pip":
-                sha = str(hashes.get("sha256") or "")
-                if not sha:
-                    raise GpuCiError(f"{where}: pip entries need a sha256 hash.")
-                pip.append(pip_entry(name, str(pkg.get("version") or ""), url, sha.lower(), where))
-            else:
-                depends = [
-                    f"{dep} {spec}".strip() for dep, spec in (pkg.get("dependencies") or {}).items()
-                ]
-                entry = conda_entry(
-                    url,
-                    str(hashes.get("md5") or ""),
-                    str(hashes.get("sha256") or ""),
-                    depends,
-                    where,
-                )
-                check_subdir(entry, platform, where)
-                conda.append(entry)
+        conda, pip = _unified_entries(lock, platform, cats, path)
     for entry in conda:
         if not (entry.md5 or entry.sha256):
             raise GpuCiError(

@@ -142,66 +142,75 @@ def checked_root(value: str) -> Path:
     return root
 
 
-def build(
-    *,
-    lock_file: str,
-    platform: str,
-    categories: Sequence[str],
-    engine: str,
-    miniforge: str | bool,
-    miniforge_version: str,
-    installer_url: str,
-    installer_sha256: str,
-    activate: bool,
-    dry_run: bool,
-    root: str,
-    pkgs_dir: str,
-    prefix: str,
-    environment_name: str,
-    environ: Mapping[str, str],
-    stream: bool = True,
-    pixi_environment: str = "default",
-    cuda_override: str = "",
-) -> SetupOptions:
-    """Validate the inputs together. Each refusal names the input and the fix."""
-    if engine not in ENGINES:
-        raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {engine!r}.")
-    install_miniforge = wants_miniforge(engine, miniforge)
-    version = miniforge_version.strip()
-    root_path = Path(root) if root else default_root(environ, version)
-    if not dry_run:
-        root_path = checked_root(str(root_path))
+class RawOptions(NamedTuple):
+    """The action's inputs as given, before :func:`build` checks them."""
+
+    lock_file: str
+    platform: str
+    categories: Sequence[str]
+    engine: str
+    miniforge: str | bool
+    miniforge_version: str
+    installer_url: str
+    installer_sha256: str
+    activate: bool
+    dry_run: bool
+    root: str
+    pkgs_dir: str
+    prefix: str
+    environment_name: str
+    stream: bool = True
+    pixi_environment: str = "default"
+    cuda_override: str = ""
+
+
+def _checked_name(raw: RawOptions) -> str:
+    """The environment's name; a relative prefix or an odd name refused."""
+    prefix = raw.prefix
     if prefix and not Path(prefix).is_absolute():
         raise UsageError(f"input 'prefix' must be an absolute path: {prefix!r}.")
-    name = environment_name or "ci"
+    name = raw.environment_name or "ci"
     if not prefix and (os.sep in name or name in (".", "..")):
         raise UsageError(
             f"input 'environment-name' must be a plain name, got {name!r}: use 'prefix' for a path."
         )
-    override = cuda_override.strip()
+    return name
+
+
+def build(raw: RawOptions, environ: Mapping[str, str]) -> SetupOptions:
+    """Validate the inputs together. Each refusal names the input and the fix."""
+    if raw.engine not in ENGINES:
+        raise UsageError(f"input 'engine' must be one of {', '.join(ENGINES)}; got {raw.engine!r}.")
+    install_miniforge = wants_miniforge(raw.engine, raw.miniforge)
+    version = raw.miniforge_version.strip()
+    root_path = Path(raw.root) if raw.root else default_root(environ, version)
+    if not raw.dry_run:
+        root_path = checked_root(str(root_path))
+    name = _checked_name(raw)
+    override = raw.cuda_override.strip()
     if override and not re.fullmatch(r"\d+(\.\d+){0,2}", override):
         raise UsageError(
-            f"input 'cuda-override' must be a CUDA version such as 12.4; got {cuda_override!r}."
+            f"input 'cuda-override' must be a CUDA version such as 12.4; got {raw.cuda_override!r}."
         )
-    if pkgs_dir and not Path(pkgs_dir).is_absolute():
-        raise UsageError(f"input 'pkgs-dir' must be an absolute path: {pkgs_dir!r}.")
+    if raw.pkgs_dir and not Path(raw.pkgs_dir).is_absolute():
+        raise UsageError(f"input 'pkgs-dir' must be an absolute path: {raw.pkgs_dir!r}.")
     return SetupOptions(
-        lock_file=lock_file,
-        platform=platform.strip() or runner_subdir(),
-        categories=tuple(categories),
-        engine=engine,
+        lock_file=raw.lock_file,
+        platform=raw.platform.strip() or runner_subdir(),
+        categories=tuple(raw.categories),
+        engine=raw.engine,
         miniforge=install_miniforge,
         miniforge_version=version,
-        installer_url=installer_url,
-        installer_sha256=installer_sha256,
-        activate=activate,
-        dry_run=dry_run,
+        installer_url=raw.installer_url,
+        installer_sha256=raw.installer_sha256,
+        activate=raw.activate,
+        dry_run=raw.dry_run,
         root=root_path,
-        pkgs_dir=Path(pkgs_dir) if pkgs_dir else root_path / "pkgs",
-        prefix=Path(prefix) if prefix else root_path / "envs" / name,
+        pkgs_dir=Path(raw.pkgs_dir) if raw.pkgs_dir else root_path / "pkgs",
+        prefix=Path(raw.prefix) if raw.prefix else root_path / "envs" / name,
         retry=RetryPolicy.from_environ(environ),
-        stream=stream,
-        pixi_environment=pixi_environment.strip() or "default",
+        stream=raw.stream,
+        pixi_environment=raw.pixi_environment.strip() or "default",
         cuda_override=override,
     )
 

@@ -110,7 +110,7 @@ WIDE = 48
 """Downloads at once from one origin whose server keeps connections alive (rattler's
 order of magnitude: its client opened 40-53 connections for 150 packages): each archive
 costs a round trip on its connection, so such a server is as fast as the number of
-downloads in flight. Measured (issue 29): a server with Nagle's algorithm on answers each
+downloads in flight. Measured: a server with Nagle's algorithm on answers each
 GET after the first on a connection ~44 ms late, and 6 at once took 3.4x rattler's time.
 A server that closes every connection stays at ``streams()`` (``downloads.Verdicts``)."""
 
@@ -194,46 +194,8 @@ def stream_and_extract(
     archives are done (rattler's client reports no bytes)."""
     import asyncio
 
-    from rattler.package_streaming import download_and_extract
-
     client = CLIENT.get()  # no total timeout: _unless_stalled gives up a stalled stream
     done: dict[int, Streamed] = {}
-
-    async def one(gates: _Gates, index: int, url: str, target: Path, sha256: str, md5: str) -> None:
-        async with gates.of(url), gates.total:  # the origin's, then all together
-            # held by another job: the careful path waits for it instead
-            try:
-                fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
-            except OSError:  # out of descriptors (many streams), a full disk: it names it
-                return
-            if fd is None:
-                return
-            # Not extract_entry's name: a stream given up (_unless_stalled) never writes there.
-            tmp = target.with_name(f".{target.name}.stream.tmp-{TOKEN}")
-            digest = sha256 or md5
-            try:
-                facts = verified.check(target, digest)
-                if facts is not None:  # another job put it there meanwhile
-                    done[index] = Streamed(sha256, md5, facts)
-                    return
-                task = asyncio.ensure_future(
-                    download_and_extract(
-                        client, url, tmp, bytes.fromhex(sha256) if sha256 else None
-                    )
-                )
-                await asyncio.sleep(0)
-                crash_point("download")
-                got_sha, got_md5 = (
-                    value.hex() for value in await _unless_stalled(task, tmp, timeout)
-                )
-                if got_sha != sha256 if sha256 else got_md5 != md5:
-                    raise ValueError("digest mismatch")  # the careful path names it
-                facts = publish(tmp, target, digest, TOKEN, got_sha)
-                done[index] = Streamed(got_sha, got_md5, facts)
-            except Exception:
-                shutil.rmtree(tmp, ignore_errors=True)
-            finally:
-                os.close(fd)
 
     async def progress(started: float) -> None:
         while True:
@@ -252,7 +214,7 @@ def stream_and_extract(
         )
         reporter = asyncio.ensure_future(progress(time.monotonic()))
         try:
-            await asyncio.gather(*(one(gates, *job) for job in jobs))
+            await asyncio.gather(*(_stream_one(client, gates, job, done) for job in jobs))
         finally:
             reporter.cancel()
             for probe in gates.probes:
@@ -262,13 +224,59 @@ def stream_and_extract(
     return done
 
 
+async def _stream_one(
+    client: Any,
+    gates: _Gates,
+    job: tuple[int, str, Path, str, str],
+    done: dict[int, Streamed],
+) -> None:
+    """One archive streamed into ``target`` and published; nothing on any failure."""
+    import asyncio
+
+    from rattler.package_streaming import download_and_extract
+
+    index, url, target, sha256, md5 = job
+    async with gates.of(url), gates.total:  # the origin's, then all together
+        # held by another job: the careful path waits for it instead
+        try:
+            fd = locks.try_exclusive(target.with_name(f".{target.name}.gpu-ci.lock"))
+        except OSError:  # out of descriptors (many streams), a full disk: it names it
+            return
+        if fd is None:
+            return
+        # Not extract_entry's name: a stream given up (_unless_stalled) never writes there.
+        tmp = target.with_name(f".{target.name}.stream.tmp-{TOKEN}")
+        digest = sha256 or md5
+        try:
+            facts = verified.check(target, digest)
+            if facts is not None:  # another job put it there meanwhile
+                done[index] = Streamed(sha256, md5, facts)
+                return
+            task = asyncio.ensure_future(
+                download_and_extract(client, url, tmp, bytes.fromhex(sha256) if sha256 else None)
+            )
+            await asyncio.sleep(0)
+            crash_point("download")
+            got_sha, got_md5 = (
+                value.hex() for value in await _unless_stalled(task, tmp, gates.timeout)
+            )
+            if got_sha != sha256 if sha256 else got_md5 != md5:
+                raise ValueError("digest mismatch")  # the careful path names it
+            facts = publish(tmp, target, digest, TOKEN, got_sha)
+            done[index] = Streamed(got_sha, got_md5, facts)
+        except Exception:
+            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
 class _Gates:
     """Streams at once, per origin and in all: ``narrow`` until an origin's server is known
     to keep connections alive (``verdicts``, else one ``keeps_connections``
     probe in the event loop), then ``wide`` for it and in all; an origin that closes them,
     or cannot tell, stays ``narrow``. A lock names its origins: many must not multiply the
     streams. Made in the event loop (Python 3.9 binds a semaphore to the loop it is made
-    in). ``_Permits`` is the same rule for our downloader's threads."""
+    in). ``parallel.Permits`` is the same rule for our downloader's threads."""
 
     def __init__(self, narrow: int, wide: int, timeout: float, verdicts: Verdicts) -> None:
         import asyncio

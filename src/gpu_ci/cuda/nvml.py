@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import os
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +18,17 @@ from typing import Any, TypeVar
 
 from gpu_ci.cuda.facts import BRANDS, Gpu, MigInstance, NvmlSnapshot
 from gpu_ci.cuda.nvml_codes import (
+    BAD_PIDS,
     ERROR_NAMES,
     FUNCTION_NOT_FOUND,
     INSUFFICIENT_SIZE,
     LIBRARY_NOT_FOUND,
     NO_PERMISSION,
     NOT_SUPPORTED,
+    PROCESS_CALLS,
     SUCCESS,
+    WIDE_STRIDE,
+    process_entries,
 )
 
 T = TypeVar("T")
@@ -77,30 +80,6 @@ class Process:
     used_bytes: int | None = None
 
 
-#: The exported names nvidia-ml-py's wrappers reach, newest first, with nvml.h's entry size
-#: (nvmlProcessInfo_t = _v2_t: pid, usedGpuMemory, GPU and compute instance ids; _v1_t: the
-#: first two). R470 exports no _v3 (nvidia-ml-py's unversioned wrapper then raises
-#: NVMLLibraryMismatchError); nvidia-ml-py has no wrapper for the v1 symbol at all.
-PROCESS_CALLS = (
-    ("nvmlDeviceGetComputeRunningProcesses_v3", 24),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", 24),
-    ("nvmlDeviceGetComputeRunningProcesses", 16),
-)
-#: Early R535 drivers wrote _v3 entries 32 bytes apart (an 8-byte field the header never
-#: shipped): read with the header's 24 bytes, the second entry starts inside the first.
-WIDE_STRIDE = 32
-_BAD_PIDS = (0, 0xFFFFFFFF)
-_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
-
-
-def _decode(buf: Any, count: int, stride: int) -> list[Process]:
-    out = []
-    for k in range(count):
-        pid, used = struct.unpack_from("<I4xQ", buf, k * stride)
-        out.append(Process(pid, None if used == _NOT_AVAILABLE else used))
-    return out
-
-
 def running_processes(pynvml: Any, handle: Any) -> list[Process]:
     """List a device's compute processes on every driver generation.
 
@@ -130,15 +109,11 @@ def running_processes(pynvml: Any, handle: Any) -> list[Process]:
         if ret != SUCCESS:
             raise pynvml.NVMLError(ret)
         n = min(count.value, room)
-        procs = _decode(buf, n, size)  # v1's 16 bytes: the same pid and usedGpuMemory
-        if size > 16 and any(p.pid in _BAD_PIDS for p in procs):
-            wide = _decode(buf, n, WIDE_STRIDE)
-            procs = (
-                wide
-                if not any(p.pid in _BAD_PIDS for p in wide)
-                else [p if p.pid not in _BAD_PIDS else Process(None) for p in procs]
-            )
-        return procs
+        entries, possible = process_entries(buf, n, size)
+        return [
+            Process(pid, used) if possible or pid not in BAD_PIDS else Process(None)
+            for pid, used in entries
+        ]
     raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
 
 

@@ -22,22 +22,12 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from gpu_ci.cuda.facts import Gpu
+from gpu_ci.cuda.sizes import BYTE_UNITS
 from gpu_ci.errors import UsageError
 
 KEYS = ("cuda", "driver", "arch", "brand", "gpu-count", "memory", "name")
 OPERATORS = ("<=", ">=", "!=", "=", "<", ">")
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+_UNITS = {"": 1, **BYTE_UNITS}  # a bare number is bytes
 _CONDITION = re.compile(r"^([A-Za-z-]+)(<=|>=|!=|=|<|>)(.+)$")
 
 

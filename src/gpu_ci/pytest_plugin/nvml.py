@@ -9,23 +9,21 @@ drivers wrote them).
 from __future__ import annotations
 
 import ctypes
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_ci.cuda.nvml_codes import INSUFFICIENT_SIZE, SUCCESS, error_name
+from gpu_ci.cuda.nvml_codes import (
+    BAD_PIDS,
+    INSUFFICIENT_SIZE,
+    PROCESS_CALLS,
+    SUCCESS,
+    WIDE_STRIDE,
+    error_name,
+    process_entries,
+)
 
 LIBRARY = "libnvidia-ml.so.1"
 
-#: The exported process-list calls, newest first, with nvml.h's entry size.
-PROCESS_CALLS = (
-    ("nvmlDeviceGetComputeRunningProcesses_v3", 24),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", 24),
-    ("nvmlDeviceGetComputeRunningProcesses", 16),
-)
-WIDE_STRIDE = 32
-_BAD_PIDS = (0, 0xFFFFFFFF)
-_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF
 _ROOM = 64  # entries the first read makes room for (more only when the driver says so)
 
 
@@ -147,16 +145,7 @@ class Nvml:
         if code != SUCCESS:
             raise NvmlError("nvmlDeviceGetComputeRunningProcesses", code)
         n = min(count.value, room)
-        procs = _decode(self._buf, n, size)
-        if size > 16 and any(p.pid in _BAD_PIDS for p in procs):
-            wide = _decode(self._buf, n, WIDE_STRIDE)
-            procs = wide if not any(p.pid in _BAD_PIDS for p in wide) else []
-        return [p for p in procs if p.pid not in _BAD_PIDS]
-
-
-def _decode(buf: Any, count: int, stride: int) -> list[Process]:
-    out = []
-    for k in range(count):
-        pid, used = struct.unpack_from("<I4xQ", buf, k * stride)
-        out.append(Process(pid, None if used == _NOT_AVAILABLE else used))
-    return out
+        entries, possible = process_entries(self._buf, n, size)
+        if not possible:
+            return []
+        return [Process(pid, used) for pid, used in entries if pid not in BAD_PIDS]

@@ -13,19 +13,9 @@ from typing import Any
 import pytest
 
 from gpu_ci.cuda.pytest_link import REPORT_DIR_VARIABLE
+from gpu_ci.cuda.sizes import BYTE_UNITS
 
-_UNITS = {
-    "": 2**20,  # a bare number is MiB
-    "b": 1,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
+_UNITS = {"": 2**20, **BYTE_UNITS}  # a bare number is MiB
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 

@@ -25,6 +25,7 @@ Pure: the command passes the figures and the prices; nothing here reads NVML or 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -205,24 +206,10 @@ def advise(
         )
     needed = int(peak_memory * sizes.headroom)
     below = here.memory_gb if here is not None else memory_total / GB
-
-    def fits(rows: Sequence[Size]) -> list[Size]:
-        return sorted(
-            (r for r in rows if r.capacity >= needed and r.memory_gb < below),
-            key=lambda r: (r.memory_gb, r.slices),
-        )
-
-    same = fits([p for p in sizes.profiles if board is not None and p.board == board.board])
-    other = fits(sizes.boards)
-    choices = same or other
-    pick = choices[0] if choices else None
+    advice = functools.partial(Advice, peak_memory, needed, current, memory_total, activity)
+    pick = _smallest_fit(sizes, board, needed, below)
     if pick is None:
-        return Advice(
-            peak_memory,
-            needed,
-            current,
-            memory_total,
-            activity,
+        return advice(
             None,
             f"no smaller size in the table holds {needed / GIB:.1f} GiB (peak × "
             f"{sizes.headroom:g}): already the smallest that fits",
@@ -234,14 +221,20 @@ def advise(
         else (price * paid_minutes * gpus).quantize(Decimal("0.0001"), ROUND_HALF_UP)
     )
     kind = "slice" if pick.kind == "mig" else "GPU"
-    return Advice(
-        peak_memory,
-        needed,
-        current,
-        memory_total,
-        activity,
-        pick,
-        f"{pick.name} ({kind}, {pick.memory_gb} GB) would do" + _qualifier(activity),
-        price,
-        cost,
-    )
+    reason = f"{pick.name} ({kind}, {pick.memory_gb} GB) would do" + _qualifier(activity)
+    return advice(pick, reason, price, cost)
+
+
+def _smallest_fit(sizes: Sizes, board: Size | None, needed: int, below: float) -> Size | None:
+    """The smallest size holding ``needed`` bytes under ``below`` GB: a slice of this board
+    first, else another board."""
+
+    def fits(rows: Sequence[Size]) -> list[Size]:
+        return sorted(
+            (r for r in rows if r.capacity >= needed and r.memory_gb < below),
+            key=lambda r: (r.memory_gb, r.slices),
+        )
+
+    same = fits([p for p in sizes.profiles if board is not None and p.board == board.board])
+    choices = same or fits(sizes.boards)
+    return choices[0] if choices else None

@@ -172,37 +172,38 @@ def _torch(facts: ProbeFacts) -> CudaConsumer | None:
             rocm=True,
         )
     arch = facts.arch_lists.get("torch/lib/libtorch_python.so")
-    match = re.search(r"^cuda\s*(?::[^=]+)?=\s*(None|['\"]([\d.]+)['\"])", text, re.MULTILINE)
-    if match:
-        if match.group(1) == "None":
-            return CudaConsumer("torch", version, None, "torch/version.py: cuda = None", True)
-        cuda = _major_minor(match.group(2))
+
+    def built_for(cuda: str | None, how: str) -> CudaConsumer:
         return CudaConsumer(
             "torch",
             version,
             cuda,
-            "torch/version.py",
+            how,
             arch=tuple(arch) if arch is not None else None,
             tag="cu" + (cuda or "").replace(".", ""),
         )
+
+    match = re.search(r"^cuda\s*(?::[^=]+)?=\s*(None|['\"]([\d.]+)['\"])", text, re.MULTILINE)
+    if match:
+        if match.group(1) == "None":
+            return CudaConsumer("torch", version, None, "torch/version.py: cuda = None", True)
+        return built_for(_major_minor(match.group(2)), "torch/version.py")
     if version.endswith("+cpu"):
         return CudaConsumer("torch", version, None, "version label +cpu", True)
     label = _cu_label(version)
     if label:
-        return CudaConsumer(
-            "torch",
-            version,
-            label,
-            "version label",
-            arch=tuple(arch) if arch is not None else None,
-            tag="cu" + label.replace(".", ""),
-        )
+        return built_for(label, "version label")
+    return _wheel_pinned(facts, "torch", version, "no CUDA record found")
+
+
+def _wheel_pinned(facts: ProbeFacts, name: str, version: str, otherwise: str) -> CudaConsumer:
+    """CUDA as the runtime wheel installed beside ``name`` pins it; else unknown."""
     runtime = _runtime_wheel(facts.dists)
     if runtime:
         return CudaConsumer(
-            "torch", version, _major_minor(runtime[1]), f"wheel pin {runtime[0]}=={runtime[1]}"
+            name, version, _major_minor(runtime[1]), f"wheel pin {runtime[0]}=={runtime[1]}"
         )
-    return CudaConsumer("torch", version, None, "no CUDA record found")
+    return CudaConsumer(name, version, None, otherwise)
 
 
 def _runtime_minor(facts: ProbeFacts, major: str, name: str) -> tuple[str, str]:
@@ -292,12 +293,7 @@ def _numba(facts: ProbeFacts) -> CudaConsumer | None:
     if version is None:
         return None
     name = "numba-cuda" if "numba-cuda" in facts.dists else "numba"
-    runtime = _runtime_wheel(facts.dists)
-    if runtime:
-        return CudaConsumer(
-            name, version, _major_minor(runtime[1]), f"wheel pin {runtime[0]}=={runtime[1]}"
-        )
-    return CudaConsumer(name, version, None, "CUDA comes from the toolkit at run time")
+    return _wheel_pinned(facts, name, version, "CUDA comes from the toolkit at run time")
 
 
 def _tensorflow(facts: ProbeFacts) -> CudaConsumer | None:
@@ -333,40 +329,42 @@ def _assigned(text: str, name: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _onnxruntime(facts: ProbeFacts) -> CudaConsumer | None:
-    version = facts.dists.get("onnxruntime-gpu")
+def _recorded(
+    facts: ProbeFacts, dist: str, record: str, library: str, no_cuda: str = ""
+) -> CudaConsumer | None:
+    """A wheel whose own Python file assigns its CUDA version.
+
+    As ``cuda_version = '12.4'``; ``library``: its CUDA library, whose kernels' architectures
+    are read; ``no_cuda``: the value a CPU build assigns."""
+    version = facts.dists.get(dist)
     if version is None:
         return None
-    cuda = _assigned(
-        facts.files.get("onnxruntime/capi/build_and_package_info.py", ""), "cuda_version"
-    )
-    arch = facts.arch_lists.get("onnxruntime/capi/libonnxruntime_providers_cuda.so")
-    if cuda:
+    cuda = _assigned(facts.files.get(record, ""), "cuda_version")
+    arch = facts.arch_lists.get(library)
+    if cuda and cuda != no_cuda:
         return CudaConsumer(
-            "onnxruntime-gpu",
-            version,
-            _major_minor(cuda),
-            "onnxruntime/capi/build_and_package_info.py",
-            arch=tuple(arch) if arch else None,
+            dist, version, _major_minor(cuda), record, arch=tuple(arch) if arch else None
         )
-    return CudaConsumer("onnxruntime-gpu", version, None, "no CUDA record found")
+    return CudaConsumer(dist, version, None, "no CUDA record found")
 
 
-def _paddle(facts: ProbeFacts) -> CudaConsumer | None:
-    version = facts.dists.get("paddlepaddle-gpu")
-    if version is None:
-        return None
-    cuda = _assigned(facts.files.get("paddle/version/__init__.py", ""), "cuda_version")
-    arch = facts.arch_lists.get("paddle/base/libpaddle.so")
-    if cuda and cuda != "False":
-        return CudaConsumer(
-            "paddlepaddle-gpu",
-            version,
-            _major_minor(cuda),
-            "paddle/version/__init__.py",
-            arch=tuple(arch) if arch else None,
-        )
-    return CudaConsumer("paddlepaddle-gpu", version, None, "no CUDA record found")
+_RECORDED = (
+    (
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime/capi/build_and_package_info.py",
+        "onnxruntime/capi/libonnxruntime_providers_cuda.so",
+        "",
+    ),
+    (
+        "paddle",
+        "paddlepaddle-gpu",
+        "paddle/version/__init__.py",
+        "paddle/base/libpaddle.so",
+        "False",
+    ),
+)
+"""(framework, distribution, the file assigning cuda_version, CUDA library, a CPU build's value)."""
 
 
 def _cuda_bindings(facts: ProbeFacts) -> CudaConsumer | None:
@@ -503,7 +501,7 @@ def consumers(facts: ProbeFacts) -> list[CudaConsumer]:
     found += [("cuda-runtime", c) for c in _runtime_wheels(facts)]
     found += [("conda", c) for c in _conda(facts)]
     found.append(("nvcc", _nvcc(facts)))
-    found += [("onnxruntime", _onnxruntime(facts)), ("paddle", _paddle(facts))]
+    found += [(key, _recorded(facts, *row)) for key, *row in _RECORDED]
     found += [
         ("cuda-bindings", _cuda_bindings(facts)),
         ("tensorrt", _tensorrt(facts)),

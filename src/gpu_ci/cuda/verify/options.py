@@ -35,18 +35,25 @@ class VerifyOptions:
     'wheels' or 'system'."""
 
 
-def parse_options(
-    *,
-    require: Sequence[str] = (),
-    fail_on: str = "error",
-    deep: bool = False,
-    require_gpu: bool = True,
-    frameworks_text: str = "auto",
-    python: str = "",
-    report_file: str = "",
-    health: str = "error",
-    cuda_from: str = "auto",
-) -> VerifyOptions:
+@dataclass(frozen=True)
+class VerifyInputs:
+    """The action's inputs as given, before :func:`parse_options` checks them."""
+
+    require: Sequence[str] = ()
+    fail_on: str = "error"
+    deep: bool = False
+    require_gpu: bool = True
+    frameworks_text: str = "auto"
+    python: str = ""
+    report_file: str = ""
+    health: str = "error"
+    cuda_from: str = "auto"
+
+
+def parse_options(raw: VerifyInputs | None = None) -> VerifyOptions:
+    """The inputs checked together; each refusal names the input and the fix."""
+    raw = raw or VerifyInputs()
+    require, fail_on, health, cuda_from = raw.require, raw.fail_on, raw.health, raw.cuda_from
     requirements = tuple(require_spec.parse_lines(list(require)))
     fail = fail_on.strip().lower()
     if fail not in FAIL_ON:
@@ -60,7 +67,7 @@ def parse_options(
             f"input 'cuda-from' must be one of {', '.join(CUDA_FROM)}; got {cuda_from!r} "
             "(auto: the job's environment, else the system toolkit)."
         )
-    chosen = frameworks.parse_selection(frameworks_text)
+    chosen = frameworks.parse_selection(raw.frameworks_text)
     if chosen:
         unknown = [n for n in chosen if n not in frameworks.KNOWN]
         if unknown:
@@ -78,11 +85,11 @@ def parse_options(
     return VerifyOptions(
         requirements=requirements,
         fail_on=fail,
-        deep=deep,
-        require_gpu=require_gpu,
+        deep=raw.deep,
+        require_gpu=raw.require_gpu,
         frameworks=chosen,
-        python=python.strip(),
-        report_file=report_file.strip(),
+        python=raw.python.strip(),
+        report_file=raw.report_file.strip(),
         health=level,
         cuda_from=source,
     )
