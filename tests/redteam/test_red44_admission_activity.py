@@ -100,3 +100,34 @@ def test_the_maintainers_ready_for_review_run_is_not_their_label_approvals_run(
     out = capsys.readouterr().out
     assert code == 1, out
     assert "rule 'approving activity'" in out
+
+
+def _shipped_runner_env() -> dict[str, str]:
+    """The admin's variables as the shipped ARC values give them to the runner (no Secret)."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    values = yaml.safe_load((root / "deploy" / "arc" / "values-whole-gpu.yaml").read_text())
+    runner = next(c for c in values["template"]["spec"]["containers"] if c["name"] == "runner")
+    return {e["name"]: str(e["value"]) for e in runner.get("env") or [] if "value" in e}
+
+
+def test_the_shipped_runner_values_refuse_the_run_of_another_label(server, tmp_path, capsys):
+    """The maintainer adds ``bug`` minutes before the gate label: shipped values admit that run."""
+    _approve(server)
+    earlier = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    server.add_run(
+        REPO,
+        WorkflowRun(
+            5252, "x", WORKFLOW, HEAD, actor="maintainer", created_at=earlier, head_repo=FORK
+        ),
+    )
+    env = _env(server, tmp_path, "labeled", 5252)
+    shipped = _shipped_runner_env()
+    assert shipped["GPU_CI_ALLOWED_WORKFLOWS"] == WORKFLOW
+    env.update(shipped)
+    event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text())
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps(dict(event, label={"name": "bug"})))
+    code = main(env)
+    out = capsys.readouterr().out
+    assert code == 1, out
