@@ -69,7 +69,7 @@ def _env(server: FakeGitHub, tmp_path: Path, action: str, run: int, **extra: str
 
 
 def _approve(server: FakeGitHub) -> None:
-    """The maintainer's label approval of #7 (a fork's) at HEAD, as gpu-status posts it."""
+    """The maintainer's label approval of fork PR #7 at HEAD."""
     server.add_pull(REPO, PullRequest(7, HEAD, head_repo=FORK))
     repo = server.repos[REPO]
     body = {
@@ -103,7 +103,7 @@ def test_the_maintainers_ready_for_review_run_is_not_their_label_approvals_run(
 
 
 def _shipped_runner_env() -> dict[str, str]:
-    """The admin's variables as the shipped ARC values give them to the runner (no Secret)."""
+    """The admin's variables as the shipped ARC values set them."""
     import yaml
 
     root = Path(__file__).resolve().parents[2]

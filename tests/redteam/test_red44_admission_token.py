@@ -33,7 +33,7 @@ def _runner(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _steps_run_in_the_runner_container(values: dict[str, Any]) -> bool:
-    """Outside ``kubernetes`` mode the runner runs the job's steps in its own container."""
+    """Whether the job's steps run in the runner's own container."""
     return (values.get("containerMode") or {}).get("type") != "kubernetes"
 
 

@@ -37,7 +37,7 @@ def _example_gate() -> dict[str, str]:
 
 
 def test_the_cloud_examples_budget_counts_the_vm_jobs(run_cli, server):
-    """200 GPU hours on gpu-cloud-runner VMs leave the example's $200 budget at $0.00 spent."""
+    """200 VM hours leave the cloud example's $200 budget at $0.00."""
     gate_inputs = _example_gate()
     assert gate_inputs["gpu-runs-on"] == "gpu-ci-cloud"
     start = datetime(2026, 11, 2, 1, tzinfo=timezone.utc)

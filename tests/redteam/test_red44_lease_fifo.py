@@ -191,7 +191,7 @@ def test_a_fifo_named_as_the_victims_info_file_never_keeps_a_dead_jobs_gpu(host)
 
 
 def test_a_fifo_beside_the_locks_never_hangs_a_job_that_found_no_gpu(host):
-    """Another user plants a FIFO ``<uuid>.1.json``; a job finding no free GPU hangs, no message."""
+    """Another user's FIFO beside the locks hangs a job finding no GPU."""
     from gpu_ci.cuda.lease.lease import lock_name, prepare_directory
 
     assert prepare_directory(host.leases) == ""

@@ -39,7 +39,7 @@ def _html(markdown: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_entity_encoded_at_sign_in_a_job_name_is_no_link_in_a_summary(name):
-    """A fork names a job ``tests user&#64;evil.example``; a summary table shows a mailto link."""
+    """A job named ``tests user&#64;evil.example`` is a mailto link in summaries."""
     html = _html(markdown_table(["job", "result"], [[name, "failure"]]))
     assert "<a " not in html, html
     assert "evil.example" in html  # still there to read
@@ -47,7 +47,7 @@ def test_an_entity_encoded_at_sign_in_a_job_name_is_no_link_in_a_summary(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_entity_encoded_at_sign_is_no_link_in_the_pr_comment(name):
-    """gpu-status quotes a fork's job name in its PR comment; ``&#64;`` makes a live mailto link."""
+    """A job name quoted in the PR comment: ``&#64;`` makes a mailto link."""
     shown = pr_comment.Shown(
         2, HEAD, "failure", f"GPU tests failed on {HEAD[:12]} (approved by @m): {name}: failure."
     )
