@@ -133,13 +133,20 @@ class Host:
         subprocess.run([*_as(ATTACKER), "mkfifo", str(self.leases / name)], check=True)
 
     def holders(self) -> list[int]:
-        """The detached holders this test's jobs started (found by their state files)."""
-        import json
-
-        return [
-            int(json.loads(p.read_text())["pid"])
-            for p in self.root.glob("temp-*/gpu-ci-lease/*/holder.json")
-        ]
+        """The detached holders this test's jobs started: their command lines name our root."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"gpu_ci.cuda.lease.holder" in argv and any(
+                a.startswith(str(self.root).encode()) for a in argv
+            ):
+                found.append(int(entry.name))
+        return found
 
 
 @pytest.fixture
