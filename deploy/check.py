@@ -645,8 +645,8 @@ def _tolerates_gpu(pod: Mapping[str, Any]) -> bool:
 def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
     """The job-started admission hook stays wired: the runner image sets
     ``ACTIONS_RUNNER_HOOK_JOB_STARTED`` (deploy/arc/runner-image/Dockerfile); the values
-    must not point it elsewhere, and must give the hook its allow list and its token. The
-    runner runs the hook itself before the job's first step, so this holds in every
+    must not point it elsewhere, and must give the hook its allow list, its gate labels and
+    its token. The runner runs the hook itself before the job's first step, so this holds in every
     container mode (https://docs.github.com/en/actions/hosting-your-own-runners/
     running-scripts-before-or-after-a-job: "scripts ... on a self-hosted runner")."""
     out: list[Problem] = []
@@ -678,6 +678,18 @@ def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
                 "approved pull request heads run).",
                 "set GPU_CI_ALLOWED_WORKFLOWS to the GPU workflow files, e.g. "
                 ".github/workflows/cuda-ci.yml.",
+            )
+        )
+    labels = env.get("GPU_CI_GATE_LABELS")
+    if labels is None or ("valueFrom" not in labels and not str(labels.get("value") or "").strip()):
+        out.append(
+            Problem(
+                f"{where}.GPU_CI_GATE_LABELS",
+                ("is empty" if labels is not None else "is not set")
+                + ": the admission hook takes a `labeled` run of any label for the approval's "
+                "run (a `bug` label the maintainer applies minutes before the gate label).",
+                "set GPU_CI_GATE_LABELS to the gate label (default CUDA CI) and, with the "
+                "comment relay, its relay label.",
             )
         )
     token = env.get("GPU_CI_ADMISSION_TOKEN")

@@ -667,6 +667,14 @@ def allowed_workflows_empty(v):
     next(e for e in _env(v) if e["name"] == "GPU_CI_ALLOWED_WORKFLOWS")["value"] = ""
 
 
+def gate_labels_missing(v):
+    _drop_env(v, "GPU_CI_GATE_LABELS")
+
+
+def gate_labels_empty(v):
+    next(e for e in _env(v) if e["name"] == "GPU_CI_GATE_LABELS")["value"] = " "
+
+
 def admission_token_missing(v):
     _drop_env(v, "GPU_CI_ADMISSION_TOKEN")
 
@@ -696,6 +704,8 @@ ADMISSION_BROKEN = [
         "GPU_CI_ALLOWED_WORKFLOWS",
         "GPU_CI_ALLOWED_WORKFLOWS",
     ),
+    ("gate-labels-missing", gate_labels_missing, "GPU_CI_GATE_LABELS", "gate label"),
+    ("gate-labels-empty", gate_labels_empty, "GPU_CI_GATE_LABELS", "gate label"),
     ("admission-token-missing", admission_token_missing, "GPU_CI_ADMISSION_TOKEN", "secretKeyRef"),
     (
         "admission-token-in-plain-text",

@@ -1,15 +1,15 @@
-"""Red team (issue 44, item 2): only the run a label approval started reaches the GPU runner.
+"""Runner admission: only the run a label approval started reaches the GPU runner.
 
 The hook admits a pull request job of a ``labeled`` run or of a trusted author's new head
-(``opened``, ``reopened``, ``synchronize``, ``ready_for_review``), but it does not ask
-whose approval it is: a *maintainer's* label approval also admits the maintainer's own
-``ready_for_review`` run. gpu-status posts nothing on ``ready_for_review`` (the label
-remover's workflow does not listen to it), so the approval stands. The fork's copy of
-cuda-ci.yml (renamed, so that gpu-status records no run) listens to ``ready_for_review``
-and holds its GPU job back with a sleeping job; the maintainer marks the draft ready, then
-applies the label minutes later: two GPU runs for one approval, ``GPU_CI_GATE_LABELS`` set
-or not. Driven as tests/github/test_runner_admission.py drives the hook, against the test
-GitHub server.
+(``opened``, ``reopened``, ``synchronize``, ``ready_for_review``). The attack: a fork's
+copy of cuda-ci.yml (renamed, so that gpu-status records no run) listens to
+``ready_for_review`` and holds its GPU job back with a sleeping job; the maintainer marks
+the draft ready, then applies the label minutes later. gpu-status posts nothing on
+``ready_for_review``, so the approval stands, and the maintainer's ``ready_for_review``
+run must not pass for the label approval's run: a new-head run counts only when the
+approver authored the pull request. Likewise a ``labeled`` run of another label (``bug``)
+under the shipped runner values, which set ``GPU_CI_GATE_LABELS``. Driven as
+tests/github/test_runner_admission.py drives the hook, against the test GitHub server.
 """
 
 from __future__ import annotations
