@@ -1,12 +1,12 @@
-"""Red team (issue 44, item 5): another OS user's files in the lease directory.
+"""gpu-lease against another OS user's FIFOs and files in the lease directory.
 
-The lock files are opened with ``O_NONBLOCK`` and must be regular and this user's or root's;
-the *info* files beside them (``<uuid>.<uid>.json``, "informational only") are read with a
-plain blocking ``open``. In the shared sticky directory another OS user may create any name,
-a FIFO included, and the victim cannot rename over it. A reader of a FIFO with no writer
-waits forever: the holder of a job that ended (cancelled, ``kill -9``) hangs in its clean-up
-while it still holds the GPU's ``flock``, and a job that found no free GPU hangs while it
-names the holders, instead of failing with the message.
+In the shared sticky directory another OS user may create any name, a FIFO included, and
+the victim cannot rename over it. A blocking reader of a FIFO with no writer waits
+forever: the holder of a job that ended (cancelled, ``kill -9``) would hang in its clean-up
+while it still holds the GPU's ``flock``, and a job that found no free GPU would hang while
+it names the holders. So info files (``<uuid>.<uid>.json``) are read like lock files: no
+link, no blocking, a regular file of the uid the name gives (or root's), and the holder
+frees its GPUs before it cleans up.
 
 Driven as tests/cuda/test_gpu_lease_host.py drives gpu-lease: the real CLI and its detached
 holder on the fake 8-GPU host, the victim's job as the user ``nobody`` and the attacker as
@@ -16,6 +16,7 @@ holder on the fake 8-GPU host, the victim's job as the user ``nobody`` and the a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,17 @@ def test_a_fifo_beside_the_locks_never_hangs_a_job_that_found_no_gpu(host):
     short, _output, _sleeper = host.start("short", gpus=8, wait="0")
     code, out = _finish(short)
     assert code == 1 and "could be leased" in out, out
+
+
+def test_an_info_file_owned_by_another_user_than_its_name_gives_is_not_read(tmp_path):
+    """Another user's file under the victim's name names no holder."""
+    from gpu_ci.cuda.lease.lease import Holder, info_path, read_info
+
+    uid = int(subprocess.run(["id", "-u", VICTIM], capture_output=True, text=True).stdout)
+    path = info_path(tmp_path, UUIDS[0], uid)
+    path.write_text(json.dumps(asdict(Holder(uuid=UUIDS[0], pid=os.getpid(), started=1.0))))
+    shutil.chown(path, ATTACKER)
+    assert read_info(path) is None
+    shutil.chown(path, VICTIM)
+    found = read_info(path)
+    assert found is not None and found.pid == os.getpid()
