@@ -1,14 +1,12 @@
-"""Red team (issue 44): the admission hook's token never reaches the job it admits.
+"""The admission hook's token never reaches the job it admits.
 
-The shipped ARC values give the runner container ``GPU_CI_ADMISSION_TOKEN`` from a Secret,
-and outside ``kubernetes`` mode the job's steps run in that very container, as the same
-user, inheriting the runner's environment ("any other environment variables that are set
-in the working environment on the runner"). So every admitted job, an approved fork's code
-included, reads the admin's long-lived token: it can drain its rate limit from anywhere
-(every later hook call fails closed: no GPU job runs) and read what it may read (commit
-statuses, pull requests with their diffs, Actions logs and artifacts) in every repository
-the token covers, private ones of an organisation-wide scale set too. SECURITY-MODEL.md:
-"never give secrets to GPU jobs of pull requests".
+Outside ``kubernetes`` mode the job's steps run in the runner container, as its user,
+inheriting the runner's environment ("any other environment variables that are set in the
+working environment on the runner"). A token there is every admitted job's, an approved
+fork's code included: it could drain the token's rate limit (every later hook call fails
+closed: no GPU job runs) and read what the token may read in every repository it covers.
+So the shipped values give the runner container no Secret in its environment: the token is
+a file the hook removes (tests/github/test_admission_token_file.py).
 """
 
 from __future__ import annotations
