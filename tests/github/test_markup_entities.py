@@ -1,10 +1,11 @@
-"""Red team (issue 44, item 7): text a pull request controls never becomes a link or mention.
+"""Text a pull request controls never links or mentions through an entity.
 
-``gpu_ci.markdown.escape`` breaks GitHub's autolinks by putting a word joiner after a scheme,
-``www`` or ``@``, and the PR comment puts one after every ``@``. Neither looks at ``&``: a
-character reference such as ``&#64;`` is decoded by cmark-gfm *before* its autolink and
-GitHub's mention filters run, so ``user&#64;evil.example`` is a live ``mailto:`` link and
-``&#64;maintainer`` a live mention (notified at every edit of the bot's comment).
+``gpu_ci.markdown.escape`` breaks GitHub's autolinks by putting a word joiner after a
+scheme, ``www`` or ``@``, and the PR comment puts one after every ``@``. A character
+reference such as ``&#64;`` is decoded by cmark-gfm *before* its autolink and GitHub's
+mention filters run, so ``user&#64;evil.example`` would be a live ``mailto:`` link and
+``&#64;maintainer`` a live mention (notified at every edit of the bot's comment): the
+escape writes ``&`` as ``&amp;``, and the text shows as written.
 """
 
 from __future__ import annotations
