@@ -58,8 +58,10 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
     verdicts = tuple(_verdicts(rest, call, result, run, failed, gpu_ids))
     decision = infra.retry_decision(run, verdicts, gpu_ids, config.max_retries)
     code, reason = decision.code, decision.reason
+    every = any(cloud_runner_job(j) for j in failed if int(j["id"]) in gpu_ids)
     if decision.retry:
-        code, reason = _may_retry(rest, call, result, run, jobs, gpu_ids) or (code, reason)
+        queued = queued_again(jobs, config.labels, every)
+        code, reason = _may_retry(rest, call, result, run, queued) or (code, reason)
     link = _attempt_link(run, attempt)
     record = RetryRecord(
         run_id,
@@ -73,7 +75,6 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
         verdicts,
     )
     if code == "retry":
-        every = any(cloud_runner_job(j) for j in failed if int(j["id"]) in gpu_ids)
         record = _rerun(rest, call, result, run, record, every=every)
     result.retries.append(record)
     by_id = {int(j["id"]): j for j in failed}
@@ -208,15 +209,29 @@ def _reports(
     return out
 
 
+def queued_again(jobs: Sequence[Mapping[str, Any]], labels: frozenset[str], every: bool) -> int:
+    """How many GPU jobs the re-run queues again: what the budget reserves for.
+
+    A whole-run re-run (``every``: a cloud runner's job needs its start job again) runs every
+    GPU job of the run, the passed ones too, each on a VM of its own. "Re-run failed jobs"
+    runs the failed jobs and the jobs that depend on them; the API names no dependency, so
+    every GPU job that did not succeed counts (a dependent of a failed job was skipped)."""
+    return sum(
+        1
+        for j in jobs
+        if (has_gpu_label(j, labels) or cloud_runner_job(j))
+        and (every or j.get("conclusion") != "success")
+    )
+
+
 def _may_retry(
     rest: Rest,
     call: Caller,
     result: Sweep,
     run: Mapping[str, Any],
-    jobs: Sequence[Mapping[str, Any]],
-    gpu_ids: set[int],
+    gpu_jobs: int,
 ) -> tuple[str, str] | None:
-    """Why the head or the budget refuses the re-run, or None."""
+    """Why the head or budget refuses re-running ``gpu_jobs`` GPU jobs, or None."""
     try:
         stale = _stale_head(rest, call, result, run)
     except BudgetExhausted:
@@ -227,7 +242,7 @@ def _may_retry(
         return "error", detail
     if stale:
         return "stale-head", stale
-    return _over_budget(rest, result, len(gpu_ids))
+    return _over_budget(rest, result, gpu_jobs)
 
 
 def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) -> str:
