@@ -1,4 +1,4 @@
-"""Red team (issue 44, item 4): the budget sees the GPU jobs of gpu-cloud-runner VMs.
+"""The budget sees the GPU jobs of gpu-cloud-runner VMs.
 
 The cloud example's gate says ``gpu-runs-on: gpu-ci-cloud`` and ``monthly-budget: $200``,
 but its GPU job asks for the start job's label, one per VM
@@ -36,6 +36,7 @@ def _example_gate() -> dict[str, str]:
     return next(s["with"] for s in steps if "gpu-gate" in s.get("uses", ""))
 
 
+@pytest.mark.xfail(strict=True, reason="tiers45 fixes")
 def test_the_cloud_examples_budget_counts_the_vm_jobs(run_cli, server):
     """200 VM hours leave the cloud example's $200 budget at $0.00."""
     gate_inputs = _example_gate()
