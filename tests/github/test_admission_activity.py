@@ -68,13 +68,13 @@ def _env(server: FakeGitHub, tmp_path: Path, action: str, run: int, **extra: str
     }
 
 
-def _approve(server: FakeGitHub) -> None:
+def _approve(server: FakeGitHub, description: str = APPROVED) -> None:
     """The maintainer's label approval of fork PR #7 at HEAD."""
     server.add_pull(REPO, PullRequest(7, HEAD, head_repo=FORK))
     repo = server.repos[REPO]
     body = {
         "state": "pending",
-        "description": APPROVED,
+        "description": description,
         "context": "GPU CI",
         "target_url": f"https://github.com/{REPO}/pull/7/checks",
     }
@@ -100,6 +100,22 @@ def test_the_maintainers_ready_for_review_run_is_not_their_label_approvals_run(
     out = capsys.readouterr().out
     assert code == 1, out
     assert "rule 'approving activity'" in out
+
+
+@pytest.mark.parametrize("action", ["opened", "synchronize", "reopened", "ready_for_review"])
+def test_a_trusted_authors_own_new_head_run_is_still_admitted(server, tmp_path, capsys, action):
+    """The gate approved the author's own head in the author's name: their run gets in."""
+    _approve(server, "Approved by @contributor for c0ffee000000: GPU run queued.")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    server.add_run(
+        REPO,
+        WorkflowRun(5353, "x", WORKFLOW, HEAD, actor="contributor", created_at=now, head_repo=FORK),
+    )
+    env = _env(server, tmp_path, action, 5353, GITHUB_TRIGGERING_ACTOR="contributor")
+    code = main(env)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "approved for #7" in out
 
 
 def _shipped_runner_env() -> dict[str, str]:
