@@ -645,9 +645,9 @@ def _tolerates_gpu(pod: Mapping[str, Any]) -> bool:
 def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
     """The job-started admission hook stays wired: the runner image sets
     ``ACTIONS_RUNNER_HOOK_JOB_STARTED`` (deploy/arc/runner-image/Dockerfile); the values
-    must not point it elsewhere, and must give the hook its allow list and its token. The
-    runner runs the hook itself before the job's first step, so this holds in every
-    container mode (https://docs.github.com/en/actions/hosting-your-own-runners/
+    must not point it elsewhere, and must give the hook its allow list and its gate labels
+    (its token: ``token_problems``). The runner runs the hook itself before the job's first
+    step, so this holds in every container mode (https://docs.github.com/en/actions/hosting-your-own-runners/
     running-scripts-before-or-after-a-job: "scripts ... on a self-hosted runner")."""
     out: list[Problem] = []
     where = "template.spec.containers[runner].env"
@@ -680,27 +680,162 @@ def admission_problems(runner: Mapping[str, Any]) -> list[Problem]:
                 ".github/workflows/cuda-ci.yml.",
             )
         )
-    token = env.get("GPU_CI_ADMISSION_TOKEN")
-    if token is None:
+    labels = env.get("GPU_CI_GATE_LABELS")
+    if labels is None or ("valueFrom" not in labels and not str(labels.get("value") or "").strip()):
         out.append(
             Problem(
-                f"{where}.GPU_CI_ADMISSION_TOKEN",
-                "is not set: the admission hook cannot read the approval status and refuses "
-                "every pull request job.",
-                "add it with valueFrom.secretKeyRef (Secret gpu-ci-admission, key token: a token "
-                "that may read commit statuses, pull requests, actions and metadata).",
-            )
-        )
-    elif "valueFrom" not in token:
-        out.append(
-            Problem(
-                f"{where}.GPU_CI_ADMISSION_TOKEN",
-                "is written in the values: the token is in the chart's release and the "
-                "AutoscalingRunnerSet, readable by whoever reads those.",
-                "take it from a Secret with valueFrom.secretKeyRef (gpu-ci-admission, key token).",
+                f"{where}.GPU_CI_GATE_LABELS",
+                ("is empty" if labels is not None else "is not set")
+                + ": the admission hook takes a `labeled` run of any label for the approval's "
+                "run (a `bug` label the maintainer applies minutes before the gate label).",
+                "set GPU_CI_GATE_LABELS to the gate label (default CUDA CI) and, with the "
+                "comment relay, its relay label.",
             )
         )
     return out
+
+
+def _mounted_volume(
+    pod: Mapping[str, Any], container: Mapping[str, Any], path: str
+) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """(mount, volume) of ``container`` that holds ``path``, or None."""
+    for mount in container.get("volumeMounts") or []:
+        root = str(mount.get("mountPath") or "").rstrip("/")
+        if root and path.startswith(root + "/"):
+            volume = next(
+                (v for v in pod.get("volumes") or [] if v.get("name") == mount.get("name")), None
+            )
+            return (mount, volume) if volume is not None else None
+    return None
+
+
+def _holds_secret(volume: Mapping[str, Any]) -> bool:
+    sources = (volume.get("projected") or {}).get("sources") or []
+    return "secret" in volume or any("secret" in s for s in sources)
+
+
+def token_problems(
+    pod: Mapping[str, Any], runner: Mapping[str, Any], steps_here: bool
+) -> list[Problem]:
+    """The admission token reaches the hook, never the job.
+
+    On the same-container modes the job's steps run in the runner container, as its user,
+    with its environment: a Secret in that environment or mounted there is every admitted
+    job's. So an init container copies the token into an ``emptyDir`` file of the runner
+    user, the runner container gets its path (``GPU_CI_ADMISSION_TOKEN_FILE``), and the hook
+    reads and removes it before the job's first step (the pods are ephemeral, one job
+    each). Every mode gets that one wiring; ``steps_here``: the job's steps run in the
+    runner container (every mode but kubernetes), where no other Secret may reach them."""
+    out: list[Problem] = []
+    where = "template.spec.containers[runner]"
+    env = _env_of(runner)
+    example = "deploy/arc/values-whole-gpu.yaml"
+    as_file = (
+        "give the admission token as a file: an init container copies the Secret into an "
+        f"emptyDir, the runner gets GPU_CI_ADMISSION_TOKEN_FILE (see {example})."
+    )
+    if "GPU_CI_ADMISSION_TOKEN" in env:
+        out.append(
+            Problem(
+                f"{where}.env.GPU_CI_ADMISSION_TOKEN",
+                "puts the admission token in the runner's environment: where the job's steps "
+                "run in the runner container (as its user) they inherit it, and an admitted "
+                "pull request's test can print it.",
+                as_file,
+            )
+        )
+    for name, entry in sorted(env.items()) if steps_here else ():
+        if name != "GPU_CI_ADMISSION_TOKEN" and "secretKeyRef" in (entry.get("valueFrom") or {}):
+            out.append(
+                Problem(
+                    f"{where}.env.{name}",
+                    "comes from a Secret into the runner's environment, which every job's "
+                    "steps inherit, an admitted pull request's included.",
+                    "give jobs their secrets through the workflow, never through the runner.",
+                )
+            )
+    if steps_here and any("secretRef" in ref for ref in runner.get("envFrom") or []):
+        out.append(
+            Problem(
+                f"{where}.envFrom",
+                "puts a Secret into the runner's environment, which every job's steps "
+                "inherit, an admitted pull request's included.",
+                "give jobs their secrets through the workflow, never through the runner.",
+            )
+        )
+    for mount in runner.get("volumeMounts") or [] if steps_here else []:
+        volume = next(
+            (v for v in pod.get("volumes") or [] if v.get("name") == mount.get("name")), {}
+        )
+        if _holds_secret(volume):
+            out.append(
+                Problem(
+                    f"{where}.volumeMounts[{mount.get('name')}]",
+                    "mounts a Secret where the job's steps run: they can read it.",
+                    "mount the Secret only on the init container that copies the token.",
+                )
+            )
+    entry = env.get("GPU_CI_ADMISSION_TOKEN_FILE")
+    if entry is None:
+        if not runner.get("envFrom"):
+            out.append(
+                Problem(
+                    f"{where}.env.GPU_CI_ADMISSION_TOKEN_FILE",
+                    "is not set: the admission hook has no token, cannot read the approval "
+                    "status and refuses every pull request job.",
+                    as_file,
+                )
+            )
+        return out
+    return [*out, *_token_file_problems(pod, str(entry.get("value") or ""), as_file)]
+
+
+def _token_file_problems(pod: Mapping[str, Any], path: str, as_file: str) -> list[Problem]:
+    """The file ``GPU_CI_ADMISSION_TOKEN_FILE`` names is an init container's emptyDir copy."""
+    where = "template.spec.containers[runner].env.GPU_CI_ADMISSION_TOKEN_FILE"
+    runner = next(c for c in pod.get("containers") or [] if c.get("name") == "runner")
+    found = _mounted_volume(pod, runner, path) if path.startswith("/") else None
+    if found is None or "emptyDir" not in found[1]:
+        return [
+            Problem(
+                where,
+                f"{path or 'the value'} is not on an emptyDir volume of the runner container: "
+                "the hook cannot remove the token (a Secret volume is read-only), so the job "
+                "reads it, or there is no file and every pull request job is refused.",
+                as_file,
+            )
+        ]
+    volume = found[1].get("name")
+    writers = [
+        c
+        for c in pod.get("initContainers") or []
+        if any(m.get("name") == volume for m in c.get("volumeMounts") or [])
+        and any(
+            _holds_secret(v)
+            for v in pod.get("volumes") or []
+            for m in c.get("volumeMounts") or []
+            if v.get("name") == m.get("name")
+        )
+    ]
+    if not writers:
+        return [
+            Problem(
+                where,
+                f"no init container mounts both the Secret and the {volume} volume: nothing "
+                "writes the token file, and the hook refuses every pull request job.",
+                as_file,
+            )
+        ]
+    if not any(path in [*(c.get("command") or []), *(c.get("args") or [])] for c in writers):
+        return [
+            Problem(
+                where,
+                f"no init container names {path} in its command: the file the hook reads is "
+                "not the one written, and the hook refuses every pull request job.",
+                as_file,
+            )
+        ]
+    return []
 
 
 # -- kubernetes mode: the hook template and the workflow pod -------------------------------------
@@ -1034,6 +1169,7 @@ def gpu_problems(
             )
         )
     out += admission_problems(runner)
+    out += token_problems(pod, runner, mode not in ("kubernetes", "kubernetes-novolume"))
     return out
 
 

@@ -5,8 +5,15 @@
 # started by the approver (a re-run: by gpu-watchdog or someone with the re-run role).
 #
 #   ACTIONS_RUNNER_HOOK_JOB_STARTED=/opt/gpu-ci/gpu-admission.sh   (the runner's environment)
-#   GPU_CI_ADMISSION_TOKEN=<token>   fine-grained, read: commit statuses, pull requests, actions
+#   GPU_CI_ADMISSION_TOKEN_FILE=/run/gpu-ci/admission/token   a file holding a fine-grained
+#       token (read: commit statuses, pull requests, actions, metadata), the runner user's;
+#       read and removed before anything else, so the job's steps never see it (one job per
+#       ephemeral pod: deploy/arc copies it from a Secret with an init container).
+#   GPU_CI_ADMISSION_TOKEN=<token>   only where no file can be used (a persistent runner):
+#       the job's steps inherit the runner's environment and can read it
 #   GPU_CI_ALLOWED_WORKFLOWS=.github/workflows/cuda-ci.yml   the GPU workflow files
+#   GPU_CI_GATE_LABELS=CUDA CI            the labels that approve (the gate's, a comment relay's):
+#                                         set it, or a `labeled` run of any label is admitted
 #   GPU_CI_APPROVAL_CONTEXT=GPU CI        (default) the status gpu-status writes
 #   GPU_CI_RELAY_LOGINS=<bot>[bot]        bots whose label relays a comment approval
 #   GPU_CI_RERUN_PERMISSION=write         (default) the least role whose re-run is admitted

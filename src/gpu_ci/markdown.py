@@ -4,8 +4,10 @@ Text that comes from an API answer or an event (a job or runner name, a label, a
 name, GitHub's own error message, the gate's reason) is chosen by whoever wrote the
 workflow file or the code the job ran, a fork's included, and it lands in summaries that a
 maintainer reads in the base repository. So it is shown as text, never as markup: no link
-or image (``[`` and ``]`` as entities), no HTML (``<`` and ``>`` as entities), no table
-syntax (``|`` escaped, line breaks as ``<br>``). What this package writes as Markdown on
+or image (``[`` and ``]`` as entities), no HTML (``<`` and ``>`` as entities), no
+character reference (``&`` as ``&amp;``: cmark-gfm decodes ``&#64;`` to ``@`` before its
+autolinks and GitHub's mentions look), no table syntax (``|`` escaped, line breaks as
+``<br>``). What this package writes as Markdown on
 purpose (a link to a run, bold) is a :class:`Markdown` value, which the table leaves alone.
 
 A root module rather than part of :mod:`gpu_ci.runtime`, because the wings (gpu-monitor's
@@ -19,7 +21,15 @@ import re
 from collections.abc import Iterable, Sequence
 
 _BREAK = re.compile(r"\r\n|[\r\n\u2028\u2029]")
-_SPECIAL = {"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "&#91;", "]": "&#93;"}
+_SPECIAL = {
+    "&": "&amp;",
+    "\\": "\\\\",
+    "|": "\\|",
+    "<": "&lt;",
+    ">": "&gt;",
+    "[": "&#91;",
+    "]": "&#93;",
+}
 _SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
 #: Where GitHub's Markdown (cmark-gfm's autolink extension) would start a link in plain
 #: text: a scheme before ``:``, ``www.``, an e-mail's ``@``. A word joiner (U+2060) there
@@ -40,7 +50,9 @@ def escape(value: object) -> str:
     """``value`` as text in Markdown: links, images, HTML and table syntax shown as written.
 
     Backslash, pipe, angle brackets and square brackets are escaped (brackets and angle
-    brackets as entities, which CommonMark never reads as structure); a line break becomes
+    brackets as entities, which CommonMark never reads as structure); ``&`` is ``&amp;``, so
+    that no character reference in the text (``&#64;``, ``&commat;``) is decoded into an
+    ``@`` or a scheme that then links or mentions; a line break becomes
     ``<br>`` (the line, or the table row, stays one). A bare URL, ``www.`` name or e-mail
     address is no autolink (a word joiner after its scheme, ``www`` or ``@``). Emphasis and
     code spans are left: they cannot point anywhere.

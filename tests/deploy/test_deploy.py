@@ -667,14 +667,48 @@ def allowed_workflows_empty(v):
     next(e for e in _env(v) if e["name"] == "GPU_CI_ALLOWED_WORKFLOWS")["value"] = ""
 
 
-def admission_token_missing(v):
-    _drop_env(v, "GPU_CI_ADMISSION_TOKEN")
+def gate_labels_missing(v):
+    _drop_env(v, "GPU_CI_GATE_LABELS")
+
+
+def gate_labels_empty(v):
+    next(e for e in _env(v) if e["name"] == "GPU_CI_GATE_LABELS")["value"] = " "
+
+
+def admission_token_file_missing(v):
+    _drop_env(v, "GPU_CI_ADMISSION_TOKEN_FILE")
+
+
+def admission_token_in_the_environment(v):
+    _env(v).append(
+        {
+            "name": "GPU_CI_ADMISSION_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "gpu-ci-admission", "key": "token"}},
+        }
+    )
 
 
 def admission_token_in_plain_text(v):
-    token = next(e for e in _env(v) if e["name"] == "GPU_CI_ADMISSION_TOKEN")
-    token.pop("valueFrom")
-    token["value"] = "github_pat_x"
+    _env(v).append({"name": "GPU_CI_ADMISSION_TOKEN", "value": "github_pat_x"})
+
+
+def _volume(v, name):
+    return next(x for x in v["template"]["spec"]["volumes"] if x["name"] == name)
+
+
+def admission_token_file_on_the_secret(v):
+    """The runner mounts the Secret where the file should be: read-only, never removed."""
+    _volume(v, "admission-token").pop("emptyDir")
+    _volume(v, "admission-token")["secret"] = {"secretName": "gpu-ci-admission"}
+
+
+def admission_token_never_copied(v):
+    v["template"]["spec"].pop("initContainers")
+
+
+def admission_token_copied_elsewhere(v):
+    (init,) = v["template"]["spec"]["initContainers"]
+    init["command"] = [*init["command"][:-1], "/run/gpu-ci/admission/other"]
 
 
 ADMISSION_BROKEN = [
@@ -696,14 +730,88 @@ ADMISSION_BROKEN = [
         "GPU_CI_ALLOWED_WORKFLOWS",
         "GPU_CI_ALLOWED_WORKFLOWS",
     ),
-    ("admission-token-missing", admission_token_missing, "GPU_CI_ADMISSION_TOKEN", "secretKeyRef"),
+    ("gate-labels-missing", gate_labels_missing, "GPU_CI_GATE_LABELS", "gate label"),
+    ("gate-labels-empty", gate_labels_empty, "GPU_CI_GATE_LABELS", "gate label"),
+    (
+        "admission-token-file-missing",
+        admission_token_file_missing,
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+        "init container",
+    ),
+    (
+        "admission-token-in-the-environment",
+        admission_token_in_the_environment,
+        "GPU_CI_ADMISSION_TOKEN",
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+    ),
     (
         "admission-token-in-plain-text",
         admission_token_in_plain_text,
         "GPU_CI_ADMISSION_TOKEN",
-        "secretKeyRef",
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+    ),
+    (
+        "admission-token-file-on-the-secret",
+        admission_token_file_on_the_secret,
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+        "emptyDir",
+    ),
+    (
+        "admission-token-never-copied",
+        admission_token_never_copied,
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+        "init container",
+    ),
+    (
+        "admission-token-copied-elsewhere",
+        admission_token_copied_elsewhere,
+        "GPU_CI_ADMISSION_TOKEN_FILE",
+        "init container",
     ),
 ]
+
+
+def another_secret_in_the_environment(v):
+    _env(v).append(
+        {"name": "PYPI_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pypi", "key": "token"}}}
+    )
+
+
+def a_secret_from_env_from(v):
+    runner(v)["envFrom"] = [{"secretRef": {"name": "ci-secrets"}}]
+
+
+def the_secret_mounted_on_the_runner(v):
+    runner(v)["volumeMounts"].append(
+        {"name": "admission-secret", "mountPath": "/etc/gpu-ci/admission-secret"}
+    )
+
+
+SECRET_TO_THE_JOB = [
+    ("another-secret-in-the-environment", another_secret_in_the_environment, "PYPI_TOKEN"),
+    ("a-secret-from-env-from", a_secret_from_env_from, "envFrom"),
+    ("the-secret-mounted-on-the-runner", the_secret_mounted_on_the_runner, "admission-secret"),
+]
+
+
+@pytest.mark.parametrize(
+    "mutate,what", [(m, w) for _, m, w in SECRET_TO_THE_JOB], ids=[n for n, *_ in SECRET_TO_THE_JOB]
+)
+@pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.stem)
+def test_a_secret_where_the_jobs_steps_run_is_rejected(path, mutate, what, crd, chart):
+    """Steps run in the runner container: a Secret there is every admitted job's."""
+    values = load(path)
+    mutate(values)
+    found = check.check_values(values, crd, chart)
+    assert [p for p in found if what in str(p) and "Secret" in str(p)], [str(p) for p in found]
+
+
+def test_the_kubernetes_mode_runner_may_hold_other_secrets(crd, chart):
+    """There the steps run in the workflow pod: the runner's environment is not theirs."""
+    values = load(KUBE_MODE)
+    another_secret_in_the_environment(values)
+    found = check.check_values(values, crd, chart, config_maps=[load(HOOK_TEMPLATE)])
+    assert [str(p) for p in found] == []
 
 
 @pytest.mark.parametrize(

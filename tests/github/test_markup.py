@@ -122,6 +122,7 @@ REASONS = [
     "a\u2028b\u2029c ![i](https://evil.example/i.png)",
     "see HTTPS://evil.example, www.evil.example or gpu+ci@evil.example (mailto:x@y.z)\n",
     "job_https://evil.example, step1https://evil.example or gpu_www.evil.example",
+    "user&#64;evil.example, &#x40;maintainer, x&commat;y.example, &#x68;ttps://e.example &amp;",
 ]
 
 

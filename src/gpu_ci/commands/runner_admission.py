@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from urllib.parse import quote
 
 from gpu_ci.errors import GpuCiError
-from gpu_ci.github import admission
+from gpu_ci.github import admission, admission_token
 from gpu_ci.github.client import RestClient, connect
 from gpu_ci.github.event import load_event
 from gpu_ci.runtime import Runtime
 
-TOKEN_VARIABLE = "GPU_CI_ADMISSION_TOKEN"
 TITLE = "GPU runner admission"
 
 
@@ -41,27 +40,18 @@ def _config(environ: Mapping[str, str]) -> admission.AdmissionConfig:
     return config
 
 
-def _client(rt: Runtime) -> RestClient:
+def _client(rt: Runtime, token: str) -> RestClient:
     """Only the admin's token: the job's GITHUB_TOKEN is not the runner's to use."""
-    token = rt.environ.get(TOKEN_VARIABLE, "")
-    if not token.strip():
-        raise GpuCiError(
-            f"{TOKEN_VARIABLE} is not set on this runner: give the runner a "
-            "token that may read the repository's commit statuses, pull requests, "
-            "actions and collaborators (a fine-grained token with 'Commit statuses', "
-            "'Pull requests', 'Actions' and 'Metadata': read).",
-            title=TITLE,
-        )
     environ = {k: v for k, v in rt.environ.items() if k != "GITHUB_TOKEN"}
     return connect(token, environ, rt.mask, needs="statuses, pull-requests, actions: read")
 
 
-def decide(rt: Runtime) -> admission.Verdict:
+def decide(rt: Runtime, token: str) -> admission.Verdict:
     config = _config(rt.environ)
     job = admission.job_of(rt.environ, load_event(rt.environ).payload)
     if isinstance(job, str):
         raise GpuCiError(job, title=TITLE)
-    rest = _client(rt)
+    rest = _client(rt, token)
     if admission.needs_default_branch(job, config):
         branch = str(rest.get(f"/repos/{job.repository}").get("default_branch") or "")
         verdict = admission.by_definition(job, config, branch)
@@ -97,7 +87,11 @@ def decide(rt: Runtime) -> admission.Verdict:
 def main(environ: Mapping[str, str] | None = None) -> int:
     rt = Runtime(environ)
     try:
-        verdict = decide(rt)
+        # first of all: the token file is gone before anything can fail or wait
+        taken = admission_token.take(rt.environ)
+        verdict = (
+            decide(rt, taken.token) if taken.token else admission.Verdict(False, taken.problem)
+        )
     except GpuCiError as exc:
         verdict = admission.Verdict(False, exc.message)
     except Exception as exc:  # fail closed on anything, saying what it was

@@ -33,6 +33,11 @@ from typing import IO, Any
 
 import gpu_ci
 
+# the rules for a planted file, shared with the github wing (re-exported for this wing)
+from gpu_ci.regular_files import NotRegular as NotRegular
+from gpu_ci.regular_files import open_regular as open_regular
+from gpu_ci.regular_files import read_small as read_small
+
 STATE_LIMIT = 2**16
 """A state file is a few hundred bytes; a larger one was not written by our process."""
 BASE_KEEP = frozenset(
@@ -40,15 +45,6 @@ BASE_KEEP = frozenset(
 )
 """What every detached process keeps: the loader's and Python's paths, the locale, and the
 runner's tracking id (so the runner's clean-up of the job's processes still ends it)."""
-
-
-class NotRegular(OSError):
-    """A job-directory file that is not a regular file.
-
-    A file of the job's directory is a FIFO, device, directory or link.
-
-    The job's later steps (same user) can plant any of them there.
-    """
 
 
 def make_private(directory: Path) -> str:
@@ -76,31 +72,6 @@ def make_private(directory: Path) -> str:
         except OSError as exc:
             return f"{path}: {exc.strerror}"
     return ""
-
-
-def open_regular(path: Path) -> int:
-    """Open ``path`` for reading, never blocking and never through a link.
-
-    A planted FIFO would block an open forever (hanging a step that runs after a
-    cancellation). Raises ``NotRegular`` for anything but a regular file, ``OSError``
-    otherwise.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotRegular(errno.ELOOP, "a symbolic link, not our file", str(path)) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise NotRegular(errno.EINVAL, "not a regular file (a FIFO or device?)", str(path))
-    return fd
-
-
-def read_small(path: Path, limit: int) -> bytes:
-    """Read at most ``limit`` bytes of a regular file (see ``open_regular``)."""
-    with os.fdopen(open_regular(path), "rb") as handle:
-        return handle.read(limit)
 
 
 def open_log(path: Path) -> int:

@@ -26,7 +26,8 @@ answers:
       above), and one the approval itself covers (its record names the files);
    c. its head carries a current approval, written by a trusted creator (default
       ``github-actions[bot]``), of *this* pull request (another pull request at the same
-      commit needs its own);
+      commit needs its own); a new-head run (``opened``, ``synchronize``...) counts only
+      when the approver is the pull request's author (a trusted author's own head);
    d. that pull request is open, and its head is still that commit;
    e. its run is one the approval started: the run recorded above the approval, or, before
       gpu-status recorded one, a ``pull_request`` run of the approver (or a relay bot that
@@ -101,6 +102,8 @@ class Job:
     """The payload's activity type (``labeled``, ``assigned``...); a re-run keeps it."""
     label: str = ""
     """The label a ``labeled`` event applied (from the payload)."""
+    author: str = ""
+    """Who opened the pull request (``pull_request.user.login`` of the payload)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
     head = (pull.get("head") or {}) if isinstance(pull, Mapping) else {}
     sha = str(head.get("sha") or "") if isinstance(head, Mapping) else ""
     number = pull.get("number") if isinstance(pull, Mapping) else None
+    user = (pull.get("user") or {}) if isinstance(pull, Mapping) else {}
+    author = str(user.get("login") or "") if isinstance(user, Mapping) else ""
     run_id, attempt = environ.get("GITHUB_RUN_ID", ""), environ.get("GITHUB_RUN_ATTEMPT", "1")
     if sha and not (run_id.isdigit() and attempt.isdigit()):
         return "GITHUB_RUN_ID and GITHUB_RUN_ATTEMPT must be set (the runner sets them)."
@@ -212,6 +217,7 @@ def job_of(environ: Mapping[str, str], payload: Mapping[str, Any]) -> Job | str:
         (environ.get("GITHUB_TRIGGERING_ACTOR") or environ.get("GITHUB_ACTOR") or "").strip(),
         str(payload.get("action") or ""),
         _label_name(payload),
+        author,
     )
 
 
@@ -318,6 +324,13 @@ def by_approval(
             why,
             "A pull request cannot widen an approval: the maintainer approves again once "
             "gpu-status's 'workflow' names the file.",
+        )
+    if job.action in NEW_HEAD and job.author.casefold() != found.approver.casefold():
+        return _refuse(
+            "approving activity",
+            f"a '{job.action}' run is an approved run only for a trusted author's own head; "
+            f"{number} is @{job.author or '?'}'s and @{found.approver} approved it by label.",
+            "The maintainer's label starts the approved run; a maintainer re-runs that run.",
         )
     return found
 

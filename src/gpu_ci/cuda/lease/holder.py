@@ -252,8 +252,13 @@ def hold(req: Request) -> int:
     except Released:
         pass
     finally:
+        # the GPUs first: whatever the clean-up meets in the shared directory, the locks
+        # are free (a same-user holder's fresh info file may lose its name meanwhile)
+        for fd, _gpu in taken.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
         lease.remove_info(directory, taken, pid)
-    return 0  # exiting closes the fds: the kernel releases the locks
+    return 0
 
 
 def main() -> int:

@@ -29,7 +29,10 @@ Why these file rules (the directory is shared among OS users, like ``/tmp``):
   lease. Among jobs of one OS user the lease is cooperative: each may delete the other's
   files.
 * The info file's name carries the uid, so every user replaces only their own files (a
-  rename over another user's file in a sticky directory fails).
+  rename over another user's file in a sticky directory fails). Another user may still
+  plant a FIFO or link under that name: an info file is read only when it is a regular
+  file of the uid its name gives (or root's), without following a link or blocking, and a
+  holder gives its GPUs back before it cleans its info files up.
 
 Which GPUs: one free of other leases (its lock is free), without compute processes (nothing
 runs on a GPU nobody leased unless it is foreign: another runner that does not lease, or a
@@ -52,6 +55,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpu_ci.atomic import write_atomic
+from gpu_ci.cuda.detached import read_small
 from gpu_ci.locks import lock_now
 
 DEFAULT_DIRECTORY = "/tmp/gpu-ci-leases"
@@ -227,6 +231,10 @@ def worker_devices(gpus: Sequence[Candidate], per_worker: int | None) -> tuple[s
 # -- who holds what -----------------------------------------------------------------------
 
 
+INFO_LIMIT = 8192
+"""An info file is a few hundred bytes; a larger one is not read past this."""
+
+
 def info_path(directory: Path, uuid: str, uid: int) -> Path:
     return directory / f"{lock_name(uuid)[:-5]}.{uid}.json"
 
@@ -255,9 +263,18 @@ def remove_info(directory: Path, uuids: Iterable[str], pid: int) -> None:
 
 
 def read_info(path: Path) -> Holder | None:
+    """The holder an info file names, if the file is its user's.
+
+    Another OS user may plant any name in the sticky directory, a FIFO included, which a
+    blocking ``open`` would wait on forever. So the file is read as a planted file
+    (``detached.read_small``: no link, no blocking, bounded) and must belong to the uid
+    its name gives, or to root.
+    """
+    uid = path.name[:-5].rpartition(".")[2]
+    if not uid.isdigit():
+        return None
     try:
-        with open(path, encoding="utf-8") as handle:  # small files only: a bounded read
-            data = json.loads(handle.read(8192))
+        data = json.loads(read_small(path, INFO_LIMIT, owners={int(uid), 0}))
         fields = {k: data[k] for k in Holder.__dataclass_fields__ if k in data}
         return Holder(**fields)
     except (OSError, ValueError, TypeError, KeyError):

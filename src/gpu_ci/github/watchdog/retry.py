@@ -65,8 +65,10 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
     verdicts = tuple(_verdicts(rest, call, result, run, failed, gpu_ids))
     decision = infra.retry_decision(run, verdicts, gpu_ids, config.max_retries)
     code, reason = decision.code, decision.reason
+    every = any(cloud_runner_job(j) for j in failed if int(j["id"]) in gpu_ids)
     if decision.retry:
-        code, reason = _may_retry(rest, call, result, run, jobs, gpu_ids) or (code, reason)
+        queued = queued_again(jobs, config.labels, every)
+        code, reason = _may_retry(rest, call, result, run, queued) or (code, reason)
     link = _attempt_link(run, attempt)
     record = RetryRecord(
         run_id,
@@ -80,7 +82,6 @@ def _retry_run(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) 
         verdicts,
     )
     if code == "retry":
-        every = any(cloud_runner_job(j) for j in failed if int(j["id"]) in gpu_ids)
         record = _rerun(rest, call, result, run, record, every=every)
     result.retries.append(record)
     by_id = {int(j["id"]): j for j in failed}
@@ -215,15 +216,31 @@ def _reports(
     return out
 
 
+def queued_again(
+    jobs: Sequence[Mapping[str, Any]], labels: frozenset[str], every: bool
+) -> list[Mapping[str, Any]]:
+    """The GPU jobs the re-run queues again: what the budget reserves for.
+
+    A whole-run re-run (``every``: a cloud runner's job needs its start job again) runs every
+    GPU job of the run, the passed ones too, each on a VM of its own. "Re-run failed jobs"
+    runs the failed jobs and the jobs that depend on them; the API names no dependency, so
+    every GPU job that did not succeed counts (a dependent of a failed job was skipped)."""
+    return [
+        j
+        for j in jobs
+        if (has_gpu_label(j, labels) or cloud_runner_job(j))
+        and (every or j.get("conclusion") != "success")
+    ]
+
+
 def _may_retry(
     rest: Rest,
     call: Caller,
     result: Sweep,
     run: Mapping[str, Any],
-    jobs: Sequence[Mapping[str, Any]],
-    gpu_ids: set[int],
+    queued: Sequence[Mapping[str, Any]],
 ) -> tuple[str, str] | None:
-    """Why the head or the budget refuses the re-run, or None."""
+    """Why the head or budget refuses re-running the ``queued`` GPU jobs, or None."""
     try:
         stale = _stale_head(rest, call, result, run)
     except BudgetExhausted:
@@ -234,7 +251,7 @@ def _may_retry(
         return "error", detail
     if stale:
         return "stale-head", stale
-    return _over_budget(rest, result, [j for j in jobs if int(j.get("id") or 0) in gpu_ids])
+    return _over_budget(rest, result, queued)
 
 
 def _stale_head(rest: Rest, call: Caller, result: Sweep, run: Mapping[str, Any]) -> str:
