@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from gpu_ci.commands.runner_admission import main
+from testkit.github.approvals import checks_url, post
 from testkit.github_server import FakeGitHub, PullRequest, WorkflowRun
 
 REPO = "octo-org/gpu-project"
@@ -71,15 +72,7 @@ def _env(server: FakeGitHub, tmp_path: Path, action: str, run: int, **extra: str
 def _approve(server: FakeGitHub, description: str = APPROVED) -> None:
     """The maintainer's label approval of fork PR #7 at HEAD."""
     server.add_pull(REPO, PullRequest(7, HEAD, head_repo=FORK))
-    repo = server.repos[REPO]
-    body = {
-        "state": "pending",
-        "description": description,
-        "context": "GPU CI",
-        "target_url": f"https://github.com/{REPO}/pull/7/checks",
-    }
-    status = server.status_json(repo, HEAD, body, "github-actions[bot]")
-    repo.statuses.setdefault(HEAD, []).insert(0, status)
+    post(server, description, repo=REPO, sha=HEAD, url=checks_url(7, REPO))
 
 
 @pytest.mark.parametrize("gate_labels", ["", "CUDA CI"])

@@ -22,6 +22,7 @@ import pytest
 
 from gpu_ci.commands.runner_admission import main
 from gpu_ci.github import admission_token
+from testkit.github.approvals import checks_url, post
 from testkit.github_server import FakeGitHub, PullRequest, WorkflowRun
 
 REPO = "octo-org/gpu-project"
@@ -88,15 +89,7 @@ def _approve(server: FakeGitHub) -> None:
         REPO,
         WorkflowRun(4242, "x", WORKFLOW, HEAD, actor="maintainer", created_at=now, head_repo=FORK),
     )
-    repo = server.repos[REPO]
-    body = {
-        "state": "pending",
-        "description": APPROVED,
-        "context": "GPU CI",
-        "target_url": f"https://github.com/{REPO}/pull/7/checks",
-    }
-    status = server.status_json(repo, HEAD, body, "github-actions[bot]")
-    repo.statuses.setdefault(HEAD, []).insert(0, status)
+    post(server, APPROVED, repo=REPO, sha=HEAD, url=checks_url(7, REPO))
 
 
 def _run(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

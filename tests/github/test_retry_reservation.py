@@ -20,7 +20,7 @@ from gpu_ci.github.client import connect
 from gpu_ci.github.jobs import GpuMatcher
 from gpu_ci.github.spend import budget
 from gpu_ci.pricing import load_table
-from testkit.github.approvals import approved_pull
+from testkit.github.approvals import approved_pull, checks_url
 from testkit.github.infra_jobs import REPO, failed_run, iso
 from testkit.github.runs import retry_config
 from testkit.github_server import Job
@@ -44,7 +44,7 @@ def _guard(amount: str, now: datetime) -> watchdog.RetryBudget:
 def test_a_whole_run_re_run_reserves_for_every_gpu_job_it_queues_again(github):
     """Three legs passed, one forged a lost runner: four VMs relaunch under one reservation."""
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
+    approved_pull(github, REPO, HEAD, url=checks_url(2, REPO))
     start = now - timedelta(hours=2)
     run = failed_run(github, start, labels=(_label(0),))
     for leg in (1, 2, 3):  # the matrix legs that passed, each on its own VM
@@ -77,7 +77,7 @@ def test_a_whole_run_re_run_reserves_for_every_gpu_job_it_queues_again(github):
 def test_re_running_failed_jobs_reserves_for_their_skipped_gpu_dependents(github):
     """A GPU job skipped after the lost one runs again too: two reservations."""
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    approved_pull(github, REPO, HEAD, url=f"https://github.com/{REPO}/pull/2")
+    approved_pull(github, REPO, HEAD, url=checks_url(2, REPO))
     start = now - timedelta(hours=2)
     run = failed_run(github, start)
     for name, conclusion in (("gpu-report", "skipped"), ("gpu-other", "success")):
