@@ -130,3 +130,37 @@ def test_the_comment_example_is_a_relay_with_an_app_token_and_no_gpu_job():
     assert app["with"]["permission-pull-requests"] == "write"
     assert gate["with"]["relay-token"] == "${{ steps.app.outputs.token }}"
     assert gate["with"]["relay-bot"] == "${{ steps.app.outputs.app-slug }}[bot]"
+
+
+#: Examples that say they serve no fork: gpu-cloud-runner needs secrets a fork's run lacks.
+NO_FORKS = ("gpu-cloud-runner.yml",)
+
+
+def gated_vars(workflow: dict[Any, Any]) -> list[str]:
+    """The jobs after a gate that read repository variables (``vars``)."""
+    return [
+        name
+        for name, job in (workflow.get("jobs") or {}).items()
+        if "needs" in job and "vars." in str(job)
+    ]
+
+
+def serves_forks(path: Path) -> bool:
+    workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return "pull_request" in triggers(workflow) and path.name not in NO_FORKS
+
+
+FORK_RUNS = [p for p in EXAMPLES if serves_forks(p)]
+
+
+@pytest.mark.parametrize("path", FORK_RUNS, ids=[p.name for p in FORK_RUNS])
+def test_no_gated_job_of_a_pull_request_reads_repository_variables(path: Path):
+    """A fork's ``pull_request`` run gets no ``vars``: a job reading one breaks there."""
+    workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert gated_vars(workflow) == [], path.name
+
+
+def test_the_variables_rule_catches_an_image_digest_kept_in_vars():
+    image = "ml-build@sha256:${{ vars.ML_BUILD_DIGEST }}"
+    workflow = {"jobs": {"gate": {}, "gpu": {"needs": "gate", "container": {"image": image}}}}
+    assert gated_vars(workflow) == ["gpu"]
