@@ -425,12 +425,15 @@ def test_a_job_that_leaves_out_the_generic_labels_still_counts():
     """Red team (issue 44): ``gpu-runs-on: [self-hosted, gpu]``, and a fork's job asks for
     ``runs-on: gpu`` (or ``[linux, gpu]``): GitHub gives it the same GPU runner, whose
     ``self-hosted`` and ``linux`` labels a job need not name. Every distinctive label of
-    ``gpu-runs-on`` is asked for, so it is a GPU job; a CPU job on ``self-hosted`` is not."""
+    ``gpu-runs-on`` is asked for, so it is a GPU job. A ``runs-on: self-hosted`` job may
+    land on the GPU runner too (red team 44b), so it counts; a job asking for a label the
+    GPU runner lacks (``cpu``) does not."""
     got = costs(
         [
             _job(1, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z", labels=("gpu",)),
             _job(2, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z", labels=("Linux", "GPU")),
             _job(3, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z", labels=("self-hosted",)),
+            _job(4, "2026-11-02T10:00:00Z", "2026-11-02T12:00:00Z", labels=("self-hosted", "cpu")),
         ]
     )
-    assert [(c.job_id, c.minutes) for c in got] == [(1, 120), (2, 120)]
+    assert [(c.job_id, c.minutes) for c in got] == [(1, 120), (2, 120), (3, 120)]

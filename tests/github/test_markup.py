@@ -117,6 +117,7 @@ def _results_step() -> str:
 
 
 REASONS = [
+    "a@b@evil.example and x@y@z@w.example",
     "skip\n::error title=GPU CI::all tests passed\n::stop-commands::x",
     f"label {LINK} by <b>x</b> | y \\ z\r\n[ref]: https://evil.example",
     "a\u2028b\u2029c ![i](https://evil.example/i.png)",

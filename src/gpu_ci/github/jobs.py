@@ -96,6 +96,8 @@ def queue_seconds(job: Mapping[str, Any], at: datetime) -> float | None:
 #: The labels GitHub gives every self-hosted runner (its kind, OS and architecture): a job
 #: may leave them out of ``runs-on`` and still land on a runner that has them.
 GENERIC_LABELS = frozenset({"self-hosted", "linux", "windows", "macos", "x64", "arm", "arm64"})
+#: The runner group of GitHub-hosted runners, as a job names it (case-folded).
+HOSTED_GROUP = "github actions"
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,42 @@ class GpuMatcher:
             self.labels <= labels or (bool(distinctive) and distinctive <= labels)
         )
 
+    def _exact(self, job: Mapping[str, Any]) -> bool:
+        return self._own(job) or any(k.matcher._exact(job) for k in self.kinds)
+
+    def _may_run_on(self, job: Mapping[str, Any]) -> bool:
+        """Whether a GPU runner may have taken ``job`` though it named none.
+
+        A job that asks only for labels a GPU runner has (``runs-on: self-hosted``) may land
+        on it; so may one that asks for a runner group alone, when no group of ours tells
+        the groups apart. Counting such a job may count a CPU job: the safe error."""
+        matchers = (self, *(k.matcher for k in self.kinds))
+        ours = frozenset().union(*(m.labels for m in matchers))
+        if not ours and not any(m.group for m in matchers):
+            return False  # a label prefix alone: gpu-cloud-runner's VMs run nothing else
+        asked = {str(x).lower() for x in job.get("labels") or []}
+        if asked:
+            return asked <= ours | GENERIC_LABELS
+        ran_in = str(job.get("runner_group_name") or "").lower()
+        return not any(m.group for m in matchers) and ran_in not in ("", HOSTED_GROUP)
+
     def matches(self, job: Mapping[str, Any]) -> bool:
-        return self._own(job) or any(k.matcher.matches(job) for k in self.kinds)
+        return self._exact(job) or self._may_run_on(job)
+
+    def kind_of(self, job: Mapping[str, Any]) -> PricedKind | None:
+        """The first kind whose runners ``job`` asked for, or None."""
+        return next((k for k in self.kinds if k.matcher._exact(job)), None)
 
     def price_for(self, job: Mapping[str, Any], default: Price | None) -> Price | None:
-        """The price of the first kind ``job`` ran on; ``default`` otherwise."""
-        for kind in self.kinds:
-            if kind.matcher.matches(job):
-                return kind.price or default
+        """The price of the kind ``job`` ran on; ``default`` otherwise.
+
+        A job that only may have run on a GPU runner is priced at ``default``, else at the
+        first kind that has a price."""
+        kind = self.kind_of(job)
+        if kind is not None:
+            return kind.price or default
+        if default is None and self._may_run_on(job):
+            return next((k.price for k in self.kinds if k.price is not None), None)
         return default
 
     def describe(self) -> str:

@@ -242,7 +242,7 @@ def job_costs(
         day = started.date()
         if day not in month or minutes == 0:
             continue
-        kind = next((k for k in matcher.kinds if k.matcher.matches(job)), None)
+        kind = matcher.kind_of(job)
         job_price = matcher.price_for(job, price)  # a runner kind's own price
         rate = job_price.on(day, table) if job_price is not None else None
         labels = sorted(str(x) for x in job.get("labels") or [])

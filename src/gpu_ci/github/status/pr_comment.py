@@ -174,9 +174,17 @@ def make_config(
     )
 
 
+#: Where GitHub links an issue reference after rendering: ``#1``, ``GH-1``, ``org/repo#1``.
+_REFERENCE = re.compile(r"(?i)(?:(?<!&)#|\bgh-)(?=\d)")  # not an entity's &#91;
+
+
 def _text(value: object) -> str:
-    """Quoted text as text: :func:`escape`, and no ``@login`` mention."""
-    return escape(value).replace("@", "@\u2060")
+    """Quoted text as text: :func:`escape`, no mention and no issue reference.
+
+    GitHub links ``@login``, ``#1``, ``GH-1`` and ``org/repo#1`` in a comment after
+    rendering; a word joiner after ``@``, ``#`` or ``GH-`` keeps the text and the link out."""
+    text = escape(value).replace("@", "@\u2060")
+    return _REFERENCE.sub(lambda m: m.group(0) + "\u2060", text)
 
 
 def _code(value: str) -> str:
