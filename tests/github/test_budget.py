@@ -113,10 +113,9 @@ def _job(
     }
 
 
-def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None, matcher=GPU):
-    return budget.job_costs(
-        run or _run(), jobs, matcher, price, table or load_table(), reserve, NOV, NOW
-    )
+def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None, matcher=GPU, month=NOV):
+    costing = budget.Costing(matcher, price, table or load_table(), reserve, month, NOW)
+    return budget.job_costs(run or _run(), jobs, costing)
 
 
 def test_whole_minutes_never_free_and_non_gpu_jobs_ignored():
@@ -229,25 +228,12 @@ def test_a_price_change_inside_the_month_is_applied_per_job():
     )
     assert [c.usd for c in got] == ["0.70", "0.50"]
     # and the shipped table's change: 31 December 2025 at $0.07, 1 January 2026 at $0.052
-    dec = budget.job_costs(
-        _run(),
-        [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")],
-        GPU,
-        Price(sku="linux_4_core_gpu"),
-        load_table(),
-        30,
-        Month(2025, 12),
-        NOW,
+    sku = Price(sku="linux_4_core_gpu")
+    dec = costs(
+        [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")], price=sku, month=Month(2025, 12)
     )
-    jan = budget.job_costs(
-        _run(),
-        [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")],
-        GPU,
-        Price(sku="linux_4_core_gpu"),
-        load_table(),
-        30,
-        Month(2026, 1),
-        NOW,
+    jan = costs(
+        [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")], price=sku, month=Month(2026, 1)
     )
     assert (dec[0].usd, jan[0].usd) == ("0.70", "0.520")
 

@@ -189,15 +189,23 @@ class JobCost:
         return Decimal(self.usd) if self.usd else Decimal(0)
 
 
+@dataclass(frozen=True)
+class Costing:
+    """How a month's GPU jobs are told apart and priced."""
+
+    matcher: GpuMatcher
+    price: Price | None
+    table: PriceTable
+    reserve_minutes: int
+    """What a job still queued or running counts, in minutes."""
+    month: Month
+    now: datetime
+
+
 def job_costs(
     run: Mapping[str, Any],
     jobs: Iterable[Mapping[str, Any]],
-    matcher: GpuMatcher,
-    price: Price | None,
-    table: PriceTable,
-    reserve_minutes: int,
-    month: Month,
-    now: datetime,
+    costing: Costing,
     reserves: bool | None = None,
 ) -> list[JobCost]:
     """The GPU jobs of one run (every attempt: re-runs and cancelled jobs count what they
@@ -207,6 +215,8 @@ def job_costs(
     ``reserves``: whether the run's jobs waiting for a runner reserve; None is
     :func:`run_reserves` (this repository's own run). The caller passes True for a fork's
     run that holds a maintainer's current approval (``spend`` reads the head's statuses)."""
+    c = costing
+    matcher, price, table, month, now = c.matcher, c.price, c.table, c.month, c.now
     out = []
     pr = pull_request_of(run)
     # A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the approver
@@ -238,7 +248,7 @@ def job_costs(
                 used = billed_minutes((now - started).total_seconds())
             else:
                 used, started = 0, now  # not started: it will be billed from now on
-            minutes, state = max(reserve_minutes, used), "reserved"
+            minutes, state = max(c.reserve_minutes, used), "reserved"
         day = started.date()
         if day not in month or minutes == 0:
             continue

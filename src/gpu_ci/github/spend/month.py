@@ -256,16 +256,13 @@ class Counting:
         reserves: bool | None = None,
     ) -> list[budget.JobCost]:
         """What each GPU job of ``run`` cost (:func:`budget.job_costs`)."""
-        return budget.job_costs(
-            run,
-            jobs,
-            self.matcher,
-            self.price,
-            self.table,
-            self.reserve_minutes,
-            self.month,
-            self.now,
-            reserves,
+        return budget.job_costs(run, jobs, self.costing, reserves)
+
+    @property
+    def costing(self) -> budget.Costing:
+        """The pricing part of this count."""
+        return budget.Costing(
+            self.matcher, self.price, self.table, self.reserve_minutes, self.month, self.now
         )
 
 
