@@ -350,11 +350,9 @@ def test_config_validates_every_budget_input():
             scope="repository",
             workflows=["cuda-ci.yml"],
             ledger_artifact="gpu-spend-ledger",
-            table=table,
-            today=today,
         )
         args.update(kw)
-        return budget.make_budget_config(**args)
+        return budget.make_budget_config(budget.BudgetInputs(**args), table, today)
 
     assert make(monthly_budget="") is None
     assert make().reserve_minutes == 60

@@ -31,17 +31,10 @@ BUDGET += ["--gpu-workflows", "cuda-ci.yml"]
 
 def _budget_config():
     """A $50 monthly budget on linux_4_core_gpu that refuses past it."""
-    cfg = budget.make_budget_config(
-        "$50",
-        "linux_4_core_gpu",
-        "60",
-        "refuse",
-        "repository",
-        WORKFLOWS,
-        "",
-        load_table(),
-        NOW.date(),
+    written = budget.BudgetInputs(
+        "$50", "linux_4_core_gpu", "60", "refuse", "repository", WORKFLOWS, ""
     )
+    cfg = budget.make_budget_config(written, load_table(), NOW.date())
     assert cfg is not None
     return cfg
 

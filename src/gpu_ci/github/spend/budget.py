@@ -476,17 +476,20 @@ class BudgetConfig:
     ``trusted-creators``; their defaults unless the caller knows better)."""
 
 
-def make_budget_config(
-    monthly_budget: str,
-    gpu_price: str,
-    reserve_minutes: str,
-    on_unknown: str,
-    scope: str,
-    workflows: Sequence[str],
-    ledger_artifact: str,
-    table: PriceTable,
-    today: date,
-) -> BudgetConfig | None:
+@dataclass(frozen=True)
+class BudgetInputs:
+    """The budget inputs as the workflow wrote them."""
+
+    monthly_budget: str
+    gpu_price: str
+    reserve_minutes: str
+    on_unknown: str
+    scope: str
+    workflows: Sequence[str] = ()
+    ledger_artifact: str = ""
+
+
+def make_budget_config(inputs: BudgetInputs, table: PriceTable, today: date) -> BudgetConfig | None:
     """The checked budget inputs, or None without a budget.
 
     The validated budget inputs; ``None`` when no budget is set (every other budget input
@@ -494,6 +497,12 @@ def make_budget_config(
 
     ``workflows`` (the deprecated ``gpu-workflows``) is checked for its spelling only: the
     budget counts the GPU jobs of every workflow (:data:`EVERY_WORKFLOW`)."""
+    monthly_budget, gpu_price, on_unknown, scope = (
+        inputs.monthly_budget,
+        inputs.gpu_price,
+        inputs.on_unknown,
+        inputs.scope,
+    )
     if not monthly_budget.strip():
         return None
     parsed = parse_budget(monthly_budget)
@@ -505,7 +514,7 @@ def make_budget_config(
     where = scope.strip().lower()
     if where not in SCOPES:
         raise UsageError(f"input 'budget-scope' must be repository or organization; got {scope!r}.")
-    for wf in workflows:
+    for wf in inputs.workflows:
         if "/" in wf.strip("/") or not wf.endswith((".yml", ".yaml")):
             raise UsageError(
                 f"input 'gpu-workflows': {wf!r} is not a workflow file name: "
@@ -514,10 +523,10 @@ def make_budget_config(
     return BudgetConfig(
         parsed,
         price,
-        parse_reserve(reserve_minutes),
+        parse_reserve(inputs.reserve_minutes),
         unknown,
         where,
-        ledger_artifact.strip(),
+        inputs.ledger_artifact.strip(),
     )
 
 
