@@ -310,11 +310,12 @@ def test_ledger_round_trip_and_what_it_vouches_for():
         dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z"),
     ]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
-    ledger = spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
+    key = spend_ledger.ledger_key(GPU, ["cuda-ci.yml"])
+    ledger = spend_ledger.build_ledger("o/r", NOV, key, NOW, runs, jobs)
     # the run still going since yesterday keeps the ledger's horizon at its creation
     assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
     assert (
-        spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through
+        spend_ledger.build_ledger("o/r", NOV, key, NOW, runs[:1], jobs).through
         == "2026-11-20T12:00:00Z"
     )
     again = spend_ledger.Ledger.from_json(ledger.to_json())
