@@ -194,17 +194,8 @@ def test_the_billing_path_adds_an_approved_fork_runs_waiting_job(github):
     github.add_org("Codertocat")
     cfg = _budget_config()
     assert cfg is not None
-    spent, _ = spend.month_spend(
-        _client(github),
-        REPO,
-        cfg,
-        GPU,
-        load_table(),
-        NOW,
-        default_branch="master",
-        skip=None,
-        billing_rest=_client(github),
-    )
+    counting = spend.Counting.for_budget(REPO, cfg, GPU, load_table(), NOW)
+    spent, _ = spend.billed_month_spend(_client(github), _client(github), counting, cfg, None)
     assert [(c.run_id, c.minutes, c.state) for c in spent.jobs] == [(run.id, 60, "reserved")]
 
 

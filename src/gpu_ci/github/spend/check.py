@@ -13,7 +13,7 @@ from gpu_ci.github.client import Rest, describe_api_failure
 from gpu_ci.github.jobs import GpuMatcher, PricedKind
 from gpu_ci.github.spend import budget
 from gpu_ci.github.spend.billing import BillingAccessError
-from gpu_ci.github.spend.month import month_spend
+from gpu_ci.github.spend.month import Counting, billed_month_spend, month_spend
 from gpu_ci.pricing import Price, PriceTable
 
 
@@ -85,21 +85,24 @@ def gate_budget(
         ("reservation", _reserving(cfg, matcher, reserving)),
         ("GPU jobs", matcher.describe()),
     ]
-    try:
-        spent, note = _read_spend(
-            lambda: month_spend(
-                rest,
-                run.repo,
-                cfg,
-                matcher,
-                table,
-                now,
-                default_branch=run.default_branch,
-                skip=run.skip,
-                billing_rest=billing_rest,
-            ),
-            what,
+
+    def read() -> tuple[budget.Spend, str]:
+        if billing_rest is not None:
+            counting = Counting.for_budget(run.repo, cfg, matcher, table, now)
+            return billed_month_spend(rest, billing_rest, counting, cfg, run.skip)
+        return month_spend(
+            rest,
+            run.repo,
+            cfg,
+            matcher,
+            table,
+            now,
+            default_branch=run.default_branch,
+            skip=run.skip,
         )
+
+    try:
+        spent, note = _read_spend(read, what)
     except BillingAccessError:
         raise
     except GpuCiError as exc:

@@ -258,6 +258,21 @@ class Counting:
         """What each GPU job of ``run`` cost (:func:`budget.job_costs`)."""
         return budget.job_costs(run, jobs, self.costing, reserves)
 
+    @classmethod
+    def for_budget(
+        cls,
+        repo: str,
+        cfg: budget.BudgetConfig,
+        matcher: GpuMatcher,
+        table: PriceTable,
+        now: datetime,
+    ) -> Counting:
+        """The count a budget check makes: every workflow, this month."""
+        month = budget.Month.of(now.date())
+        return cls(
+            repo, (), matcher, cfg.price, table, cfg.reserve_minutes, month, now, cfg.approvals
+        )
+
     @property
     def costing(self) -> budget.Costing:
         """The pricing part of this count."""
@@ -370,25 +385,12 @@ def month_spend(
     *,
     default_branch: str,
     skip: tuple[int, int] | None,
-    billing_rest: Rest | None = None,
 ) -> tuple[budget.Spend, str]:
     """This month's GPU spend before the run being decided.
 
-    And a note on how it was read."""
-    month = budget.Month.of(now.date())
-    counting = Counting(
-        repo,
-        (),
-        matcher,
-        cfg.price,
-        table,
-        cfg.reserve_minutes,
-        month,
-        now,
-        cfg.approvals,
-    )
-    if billing_rest is not None:
-        return _billed_month(rest, billing_rest, counting, cfg, skip)
+    And a note on how it was read. :func:`billed_month_spend` reads it from the
+    billing report instead."""
+    counting = Counting.for_budget(repo, cfg, matcher, table, now)
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
         if default_branch:
@@ -401,7 +403,7 @@ def month_spend(
     return budget.total(got.costs, source), "; ".join(said)
 
 
-def _billed_month(
+def billed_month_spend(
     rest: Rest,
     billing_rest: Rest,
     counting: Counting,
