@@ -28,9 +28,11 @@ def event(gate_run, action="synchronize", listed=()):
         CONFIG,
         action,
         push(action),
-        gate_run,
-        "alice (maintain) is a trusted author and the head ...",
-        "alice" if gate_run else "",
+        statuses.GateOutputs(
+            gate_run,
+            "alice (maintain) is a trusted author and the head ...",
+            "alice" if gate_run else "",
+        ),
         "https://github.com",
         REPO,
         list(listed),
@@ -243,9 +245,7 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
         CONFIG,
         "labeled",
         refused,
-        False,
-        "triager has triage",
-        "",
+        statuses.GateOutputs(False, "triager has triage"),
         "https://github.com",
         REPO,
         listed,
@@ -254,11 +254,11 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
     other = push("opened")
     other["pull_request"]["number"] = 3
     out = statuses.for_pull_event(
-        CONFIG, "opened", other, None, "", "", "https://github.com", REPO, listed
+        CONFIG, "opened", other, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert out.status is None and "carries an approval of #2" in out.note
     own = statuses.for_pull_event(
-        CONFIG, "synchronize", push(), None, "", "", "https://github.com", REPO, listed
+        CONFIG, "synchronize", push(), statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert own.status is not None and "waiting for approval" in own.status.description.lower()
 

@@ -221,14 +221,14 @@ def test_a_pull_request_of_someone_else_at_the_approved_head_keeps_the_approval(
     }
     listed = [in_progress(), approval()]
     out = statuses.for_pull_event(
-        CONFIG, action, payload, None, "", "", "https://github.com", REPO, listed
+        CONFIG, action, payload, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert out.status is None and "#2" in out.note
     assert done(run(5), listed).status is not None
     # the approved pull request's own push back to this head still revokes it
     own = {**payload, "pull_request": {**payload["pull_request"], "number": 2}}
     again = statuses.for_pull_event(
-        CONFIG, action, own, None, "", "", "https://github.com", REPO, listed
+        CONFIG, action, own, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert again.status is not None and again.status.state == "pending"
 
@@ -259,9 +259,7 @@ def test_a_refused_label_does_not_reset_a_passed_or_approved_head():
             CONFIG,
             "labeled",
             labeled(),
-            False,
-            "@triager has triage access; write is needed",
-            "",
+            statuses.GateOutputs(False, "@triager has triage access; write is needed"),
             "https://github.com",
             REPO,
             listed,
@@ -269,7 +267,13 @@ def test_a_refused_label_does_not_reset_a_passed_or_approved_head():
         assert out.status is None, listed[0]["description"]
     # nothing to protect: the refusal is shown
     out = statuses.for_pull_event(
-        CONFIG, "labeled", labeled(), False, "role", "", "https://github.com", REPO, []
+        CONFIG,
+        "labeled",
+        labeled(),
+        statuses.GateOutputs(False, "role"),
+        "https://github.com",
+        REPO,
+        [],
     )
     assert out.status is not None and out.status.description.startswith("Not approved")
 
