@@ -90,12 +90,12 @@ def test_the_trusted_authors_run_binds_to_that_approval_and_posts_its_result():
         "runner_name": "gpu-1",
     }
     out = statuses.for_workflow_run(
-        CONFIG, "completed", run("alice"), [job], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", run("alice"), [job], listed, REPO, NOW, statuses.Asked([])
     ).status
     assert out is not None and out.state == "success"
     # someone else's run of that head (a fork collaborator who pushed) is not the approval's
     other = statuses.for_workflow_run(
-        CONFIG, "completed", run("mallory"), [job], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", run("mallory"), [job], listed, REPO, NOW, statuses.Asked([])
     )
     assert other.status is None
 
@@ -235,7 +235,7 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
     job = {"name": "tests", "status": "completed", "conclusion": "success"}
     assert (
         statuses.for_workflow_run(
-            CONFIG, "completed", pr_run, [job], listed, REPO, NOW, siblings=[]
+            CONFIG, "completed", pr_run, [job], listed, REPO, NOW, statuses.Asked([])
         ).status
         is None
     )

@@ -181,7 +181,7 @@ def test_failed_and_cancelled_gpu_jobs(conclusion, state):
         job("failure", name="lint"),
     ]
     out = statuses.for_workflow_run(
-        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, siblings=[]
+        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, statuses.Asked([])
     ).status
     assert out is not None and out.state == state
     if state == "failure":
@@ -193,7 +193,7 @@ def test_a_run_cancelled_for_a_newer_one_leaves_the_status_to_it():
     assert run_outcome("completed", wf_run(), jobs, APPROVED).need_siblings
     newer = [{"id": 6, "workflow_id": None, "status": "in_progress"}]
     out = statuses.for_workflow_run(
-        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, siblings=newer
+        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, statuses.Asked(newer)
     )
     assert out.status is None and "run 6" in out.note
 
@@ -214,11 +214,18 @@ def test_an_approved_run_whose_gate_skipped_the_job_fails_the_status():
     ]
     run = {**wf_run(), "workflow_id": 9}
     waiting = statuses.for_workflow_run(
-        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, siblings=siblings
+        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, statuses.Asked(siblings)
     )
     assert waiting.status is None and "run 6" in waiting.note
     out = statuses.for_workflow_run(
-        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, siblings=siblings[::2]
+        CONFIG,
+        "completed",
+        run,
+        [job("skipped")],
+        APPROVED,
+        REPO,
+        NOW,
+        statuses.Asked(siblings[::2]),
     ).status
     assert out is not None and out.state == "failure"
     assert "gate skipped the job" in out.description

@@ -75,7 +75,7 @@ def job(conclusion: str = "success", name: str = "tests") -> dict:
 
 def done(wf_run: dict, listed: list, conclusion: str = "success") -> statuses.Outcome:
     return statuses.for_workflow_run(
-        CONFIG, "completed", wf_run, [job(conclusion)], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", wf_run, [job(conclusion)], listed, REPO, NOW, statuses.Asked([])
     )
 
 
@@ -125,11 +125,15 @@ def test_a_run_of_another_workflow_file_does_not_count_even_when_approved():
     )
     gpu = run(path=".github/workflows/gpu.yml")
     # gpu-status follows gpu.yml, but this approval covers cuda-ci.yml only (its record)
-    out = statuses.for_workflow_run(named, "completed", gpu, [job()], listed, REPO, NOW, [])
+    out = statuses.for_workflow_run(
+        named, "completed", gpu, [job()], listed, REPO, NOW, statuses.Asked([])
+    )
     assert out.status is None
     assert "gpu.yml is not a GPU workflow file the approval of ec26c3e57ca3 covers" in out.note
     covering = [approval(covers=(".github/workflows/gpu.yml",))]
-    out = statuses.for_workflow_run(named, "completed", gpu, [job()], covering, REPO, NOW, [])
+    out = statuses.for_workflow_run(
+        named, "completed", gpu, [job()], covering, REPO, NOW, statuses.Asked([])
+    )
     assert out.status is not None and out.status.state == "success"
 
 
@@ -512,7 +516,7 @@ def test_a_planted_record_cannot_widen_what_the_approval_covers():
     planted = {**approval(at=49, covers=(gpu_path,)), "creator": {"login": "ci-app[bot]"}}
     listed = [planted, approval(at=50)]
     out = statuses.for_workflow_run(
-        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, siblings=[]
+        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert out.status is None and "gpu.yml is not a GPU workflow file" in out.note
 
@@ -526,10 +530,10 @@ def test_a_run_the_relay_bot_started_binds_only_where_relay_bot_is_set():
     assert done(run(5, actor=bot), listed).status is None  # relay-bot unset
     relayed = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"], relays=[bot])
     out = statuses.for_workflow_run(
-        relayed, "completed", run(5, actor=bot), [job()], listed, REPO, NOW, siblings=[]
+        relayed, "completed", run(5, actor=bot), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert out.status is not None and out.status.state == "success"
     other = statuses.for_workflow_run(
-        relayed, "completed", run(5, actor="author"), [job()], listed, REPO, NOW, siblings=[]
+        relayed, "completed", run(5, actor="author"), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert other.status is None

@@ -88,7 +88,7 @@ def done(
         "runner_name": "gpu-2",
     }
     return statuses.for_workflow_run(
-        CONFIG, action, wf_run, [job], listed, REPO, NOW, siblings=[], rerun=rerun
+        CONFIG, action, wf_run, [job], listed, REPO, NOW, statuses.Asked([], rerun)
     )
 
 

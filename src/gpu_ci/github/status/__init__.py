@@ -67,9 +67,10 @@ from gpu_ci.github.status.config import (
 )
 from gpu_ci.github.status.issue_comment import comment_approved, comment_result, comment_run_link
 from gpu_ci.github.status.pull_request import GateOutputs, after_gate, for_pull_event, waiting
-from gpu_ci.github.status.workflow_run import for_workflow_run, minutes, settle
+from gpu_ci.github.status.workflow_run import Asked, for_workflow_run, minutes, settle
 
 __all__ = [
+    "Asked",
     "APPROVAL_LAG",
     "CLOCK_SLACK",
     "CONTEXT_LIMIT",
