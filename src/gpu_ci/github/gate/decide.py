@@ -103,16 +103,15 @@ def decide_pull(
     refused = refuse_role(check, config, permission_answer)
     if refused is not None:
         return refused
-    role, _ = role_of(permission_answer)
-    current = _head_sha(pull)
-    base = _pull_decision(check, role, current)
+    base = _pull_decision(check, role_of(permission_answer)[0], _head_sha(pull))
     again = f"apply '{config.label}' again"
-    if config.require_fresh_head and current != check.head_sha and _is_open(pull, config):
+    moved = _moved(check, pull, config)
+    if config.require_fresh_head and moved:
         return replace(
             base,
             reason=(
-                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'} after "
-                f"'{config.label}' was applied: review the new commits and apply the label again."
+                f"{moved} after '{config.label}' was applied: review the new commits and "
+                "apply the label again."
             ),
         )
     base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
@@ -132,6 +131,14 @@ def decide_pull(
 
 def _is_open(pull: Mapping[str, Any], config: GateConfig) -> bool:
     return pull.get("state") == "open" and not (config.skip_draft and pull.get("draft"))
+
+
+def _moved(check: PullCheck | TrustedCheck, pull: Mapping[str, Any], config: GateConfig) -> str:
+    """How an open pull request's head moved since the event ('' when it did not)."""
+    current = _head_sha(pull)
+    if current == check.head_sha or not _is_open(pull, config):
+        return ""
+    return f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}"
 
 
 def _pull_rules(
@@ -321,16 +328,10 @@ def decide_trusted(
     if refused is not None:
         return refused
     role, _ = role_of(permission_answer)
-    current = _head_sha(pull)
-    base = _trusted_base(check, role, current)
-    if current != check.head_sha and _is_open(pull, config):
-        return replace(
-            base,
-            reason=(
-                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}: the run "
-                "of the newer push decides."
-            ),
-        )
+    base = _trusted_base(check, role, _head_sha(pull))
+    moved = _moved(check, pull, config)
+    if moved:
+        return replace(base, reason=f"{moved}: the run of the newer push decides.")
     why = comment.foreign_head(pull, check.author) or comment.untrusted_push(
         head_commit, check.author, config.trusted_authors_verified
     )
