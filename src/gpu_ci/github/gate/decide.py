@@ -89,7 +89,7 @@ def refuse_role(
 
 
 def _head_sha(pull: Mapping[str, Any]) -> str:
-    """The pull request's head commit now, as GitHub answered it ('' when unknown)."""
+    """The pull request's head commit now ('' when unknown)."""
     return str((pull.get("head") or {}).get("sha") or "")
 
 
@@ -134,7 +134,9 @@ def _is_open(pull: Mapping[str, Any], config: GateConfig) -> bool:
 
 
 def _moved(check: PullCheck | TrustedCheck, pull: Mapping[str, Any], config: GateConfig) -> str:
-    """How an open pull request's head moved since the event ('' when it did not)."""
+    """How an open pull request's head moved since the event.
+
+    '' when it did not move, or the pull request is not open."""
     current = _head_sha(pull)
     if current == check.head_sha or not _is_open(pull, config):
         return ""
@@ -257,7 +259,9 @@ def _comment_base(
 def _stated_sha_refusal(
     check: CommentCheck, config: GateConfig, current: str, fork: bool | None, again: str
 ) -> str:
-    """Why the commit a command names does not approve the head now ('' when it does)."""
+    """Why the commit a command names does not approve the head.
+
+    '' when it does."""
     sha, tiers = check.command.sha, "".join(f" {tier}" for tier in check.command.tiers)
     if not sha:
         return (
