@@ -233,22 +233,10 @@ def job_costs(
             continue  # a queued job of a run no maintainer approved: it costs nothing yet
         if not _is_gpu(job, matcher, waiting):
             continue
-        status = str(job.get("status") or "")
-        started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
-        if started is None:
+        billed = _billed(job, now, c.reserve_minutes)
+        if billed is None:
             continue
-        if status == "completed":
-            if job.get("conclusion") == "skipped" or not job.get("runner_name"):
-                continue  # never picked up by a runner: nothing billed
-            done = parse_time(job.get("completed_at")) or started
-            minutes = billed_minutes((done - started).total_seconds())
-            state = "completed"
-        else:  # queued or running: the reservation, or what it used so far when more
-            if job.get("runner_name"):
-                used = billed_minutes((now - started).total_seconds())
-            else:
-                used, started = 0, now  # not started: it will be billed from now on
-            minutes, state = max(c.reserve_minutes, used), "reserved"
+        started, minutes, state = billed
         day = started.date()
         if day not in month or minutes == 0:
             continue
@@ -275,6 +263,27 @@ def job_costs(
             )
         )
     return out
+
+
+def _billed(
+    job: Mapping[str, Any], now: datetime, reserve_minutes: int
+) -> tuple[datetime, int, str] | None:
+    """When a job's billing starts, its minutes and their state; None: nothing billed."""
+    status = str(job.get("status") or "")
+    started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
+    if started is None:
+        return None
+    if status == "completed":
+        if job.get("conclusion") == "skipped" or not job.get("runner_name"):
+            return None  # never picked up by a runner: nothing billed
+        done = parse_time(job.get("completed_at")) or started
+        return started, billed_minutes((done - started).total_seconds()), "completed"
+    # queued or running: the reservation, or what it used so far when more
+    if job.get("runner_name"):
+        used = billed_minutes((now - started).total_seconds())
+    else:
+        used, started = 0, now  # not started: it will be billed from now on
+    return started, max(reserve_minutes, used), "reserved"
 
 
 def _waiting(job: Mapping[str, Any]) -> bool:
