@@ -367,17 +367,22 @@ def results(tmp_path, **env: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
-    """The header said to require "GPU CI results"; it passed when the gate refused."""
-    code, out = results(
+def skipped(tmp_path, run: str, reason: str, *, gate_attempt: str, attempt: str):
+    """The results check once the build and test jobs were skipped."""
+    return results(
         tmp_path,
-        RUN="false",
-        REASON="@x has triage access",
+        RUN=run,
+        REASON=reason,
         BUILD="skipped",
         TEST="skipped",
-        GATE_ATTEMPT="1",
-        GITHUB_RUN_ATTEMPT="1",
+        GATE_ATTEMPT=gate_attempt,
+        GITHUB_RUN_ATTEMPT=attempt,
     )
+
+
+def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
+    """The header said to require "GPU CI results"; it passed when the gate refused."""
+    code, out = skipped(tmp_path, "false", "@x has triage access", gate_attempt="1", attempt="1")
     assert code == 1 and "did not run" in out
 
 
@@ -390,15 +395,7 @@ def test_a_rerun_of_failed_jobs_does_not_reuse_the_gates_decision(tmp_path):
     assert doc["jobs"]["gate"]["outputs"]["attempt"] == "${{ github.run_attempt }}"
     for job in ("build", "test"):
         assert "needs.gate.outputs.attempt == github.run_attempt" in doc["jobs"][job]["if"]
-    code, out = results(
-        tmp_path,
-        RUN="true",
-        REASON="approved",
-        GATE_ATTEMPT="1",
-        GITHUB_RUN_ATTEMPT="2",
-        BUILD="skipped",
-        TEST="skipped",
-    )
+    code, out = skipped(tmp_path, "true", "approved", gate_attempt="1", attempt="2")
     assert code == 1 and "Re-run all jobs" in out
     assert (
         results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2", GITHUB_RUN_ATTEMPT="2")[

@@ -204,6 +204,22 @@ def test_a_retry_below_a_newer_approval_or_push_does_not_bind():
     assert done(run(), [passed, retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
 
 
+def _status_on_completed(github, run_cli, repo, run):
+    """gpu-status's CLI on ``run``'s ``workflow_run.completed``, against the test server."""
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["workflow_run"] = github.run_json(repo, run)
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "INPUT_GPU_JOBS": "gpu-tests",
+    }
+    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+    assert result.returncode == 0, result.stdout
+    return result
+
+
 def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_cli):
     """The watchdog re-runs a lost run on the test server and writes its status; attempt 2
     passes; gpu-status, handling attempt 2's `completed`, replaces "retried" by "passed"."""
@@ -231,17 +247,7 @@ def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_c
             job.status, job.conclusion, job.runner_name = "completed", "success", "gpu-spot-8"
             job.started_at, job.completed_at = iso(now - timedelta(minutes=9)), iso(now)
     lost.status, lost.conclusion = "completed", "success"
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"] = github.run_json(repo, lost)
-    env = {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "t",
-        "GITHUB_SERVER_URL": "https://github.com",
-        "INPUT_GPU_JOBS": "gpu-tests",
-    }
-    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
-    assert result.returncode == 0, result.stdout
+    result = _status_on_completed(github, run_cli, repo, lost)
     top = repo.statuses[sha][0]
     assert top["state"] == "success", result.stdout
     assert top["target_url"] == f"https://github.com/{REPO}/actions/runs/{lost.id}/attempts/2"
@@ -277,17 +283,7 @@ def test_cli_a_re_run_by_hand_reads_the_pull_request_and_the_role(
         job.run_attempt = 2
         job.status, job.conclusion = "completed", "success"
         job.started_at, job.completed_at = iso(now - timedelta(minutes=9)), iso(now)
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"] = github.run_json(repo, lost)
-    env = {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "t",
-        "GITHUB_SERVER_URL": "https://github.com",
-        "INPUT_GPU_JOBS": "gpu-tests",
-    }
-    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
-    assert result.returncode == 0, result.stdout
+    result = _status_on_completed(github, run_cli, repo, lost)
     assert github.requests("GET", f"/repos/{REPO}/pulls/2")
     assert github.requests("GET", f"/collaborators/{who}/permission")
     top = repo.statuses[sha][0]
