@@ -39,6 +39,34 @@ def gate_job(gh, created: str, completed: str | None, runner: str, attempt: int 
     )
 
 
+def gpu_job(
+    gh,
+    started: str,
+    completed: str | None = None,
+    *,
+    conclusion: str = "success",
+    runner: str = "gpu-1",
+    attempt: int = 1,
+    labels=("self-hosted", "gpu"),
+):
+    """The GPU job "tests": it took ``runner`` at ``started``; ``completed`` when it ended.
+
+    Without ``completed`` it is still in progress."""
+    done = completed is not None
+    return Job(
+        gh.next_id(),
+        "tests",
+        list(labels),
+        status="completed" if done else "in_progress",
+        conclusion=conclusion if done else None,
+        created_at=started,
+        started_at=started,
+        completed_at=completed,
+        runner_name=runner,
+        run_attempt=attempt,
+    )
+
+
 def gpu_run(
     gh,
     start: datetime,

@@ -15,12 +15,12 @@ from testkit.github.runs import (
     REPO,
     api_calls,
     gate,
+    gpu_job,
     gpu_run,
     month_of_runs,
     spend,
     upload_ledger,
 )
-from testkit.github_server import Job
 
 
 def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):
@@ -111,17 +111,13 @@ def test_minutes_budget_counts_running_jobs_reservation_and_skips_own_run(run_cl
 
 def test_reruns_cancelled_and_other_workflows(run_cli, server):
     run = gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 10, attempt=1)
-    rerun = Job(
-        server.next_id(),
-        "tests",
-        ["self-hosted", "gpu"],
-        status="completed",
+    rerun = gpu_job(
+        server,
+        "2026-11-03T11:00:00Z",
+        "2026-11-03T11:03:10Z",
         conclusion="cancelled",
-        created_at="2026-11-03T11:00:00Z",
-        started_at="2026-11-03T11:00:00Z",
-        completed_at="2026-11-03T11:03:10Z",
-        runner_name="gpu-2",
-        run_attempt=2,
+        runner="gpu-2",
+        attempt=2,
     )
     run.jobs.append(rerun)
     run.run_attempt = 2
@@ -195,18 +191,7 @@ def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     spend(run_cli, server, tmp_path)
     upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     run.run_attempt, run.status = 2, "in_progress"
-    run.jobs.append(
-        Job(
-            server.next_id(),
-            "tests",
-            ["self-hosted", "gpu"],
-            status="in_progress",
-            created_at="2026-11-30T13:55:00Z",
-            started_at="2026-11-30T13:55:00Z",
-            runner_name="gpu-1",
-            run_attempt=2,
-        )
-    )
+    run.jobs.append(gpu_job(server, "2026-11-30T13:55:00Z", attempt=2))
     result = gate(
         run_cli,
         server,
