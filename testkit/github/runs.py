@@ -48,18 +48,20 @@ def gpu_job(
     runner: str = "gpu-1",
     attempt: int = 1,
     labels=("self-hosted", "gpu"),
+    name: str = "tests",
+    created: str | None = None,
 ):
-    """The GPU job "tests": it took ``runner`` at ``started``; ``completed`` when it ended.
+    """A GPU job: it took ``runner`` at ``started``; ``completed`` when it ended.
 
-    Without ``completed`` it is still in progress."""
+    Without ``completed`` it is still in progress; ``created`` defaults to ``started``."""
     done = completed is not None
     return Job(
         gh.next_id(),
-        "tests",
+        name,
         list(labels),
         status="completed" if done else "in_progress",
         conclusion=conclusion if done else None,
-        created_at=started,
+        created_at=created or started,
         started_at=started,
         completed_at=completed,
         runner_name=runner,

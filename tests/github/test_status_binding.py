@@ -240,6 +240,14 @@ def test_a_pull_request_of_someone_else_at_the_approved_head_keeps_the_approval(
 # -- triage resets ----------------------------------------------------------------------------
 
 
+def refused_label(listed: list, reason: str) -> statuses.Outcome:
+    """gpu-status on the gate label after the gate refused it for ``reason``."""
+    gate = statuses.GateOutputs(False, reason)
+    return statuses.for_pull_event(
+        CONFIG, "labeled", labeled(), gate, "https://github.com", REPO, listed
+    )
+
+
 def labeled() -> dict:
     return {
         "action": "labeled",
@@ -259,26 +267,10 @@ def test_a_refused_label_does_not_reset_a_passed_or_approved_head():
         at=10,
     )
     for listed in ([passed, in_progress(), approval()], [in_progress(), approval()], [approval()]):
-        out = statuses.for_pull_event(
-            CONFIG,
-            "labeled",
-            labeled(),
-            statuses.GateOutputs(False, "@triager has triage access; write is needed"),
-            "https://github.com",
-            REPO,
-            listed,
-        )
+        out = refused_label(listed, "@triager has triage access; write is needed")
         assert out.status is None, listed[0]["description"]
     # nothing to protect: the refusal is shown
-    out = statuses.for_pull_event(
-        CONFIG,
-        "labeled",
-        labeled(),
-        statuses.GateOutputs(False, "role"),
-        "https://github.com",
-        REPO,
-        [],
-    )
+    out = refused_label([], "role")
     assert out.status is not None and out.status.description.startswith("Not approved")
 
 
