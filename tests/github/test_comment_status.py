@@ -5,7 +5,7 @@ pull_request run as a label's approval is bound to the labeller's."""
 from __future__ import annotations
 
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, checks_url, ts
+from testkit.github.approvals import CLOCK, checks_url, pr_run, ts
 from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
@@ -65,21 +65,7 @@ def test_the_trusted_authors_run_binds_to_that_approval_and_posts_its_result():
     ]
 
     def run(actor):
-        return {
-            "id": 5,
-            "head_sha": HEAD,
-            "event": "pull_request",
-            "path": ".github/workflows/cuda-ci.yml",
-            "html_url": f"https://github.com/{REPO}/actions/runs/5",
-            "run_attempt": 1,
-            "created_at": ts(51),
-            "run_started_at": ts(51),
-            "triggering_actor": {"login": actor},
-            "actor": {"login": actor},
-            "head_repository": {"full_name": "alice/Hello-World"},
-            "pull_requests": [],
-            "workflow_id": 9,
-        }
+        return pr_run(actor=actor, head_repo="alice/Hello-World")
 
     job = {
         "name": "tests",

@@ -10,7 +10,16 @@ import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, COVERED, checks_url, queued, running, status, ts
+from testkit.github.approvals import (
+    CLOCK,
+    COVERED,
+    checks_url,
+    pr_run,
+    queued,
+    running,
+    status,
+    ts,
+)
 from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
@@ -35,31 +44,7 @@ def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
     return ours(running(), url=f"{RUNS}/{run_id}/attempts/{attempt}", at=at)
 
 
-def run(
-    run_id: int = 5,
-    event: str = "pull_request",
-    actor: str = "maintainer",
-    head_repo: str | None = FORK,
-    path: str = ".github/workflows/cuda-ci.yml",
-    created: float = 51,
-    attempt: int = 1,
-    pulls: tuple[int, ...] = (),
-) -> dict:
-    return {
-        "id": run_id,
-        "head_sha": HEAD,
-        "event": event,
-        "path": path,
-        "html_url": f"{RUNS}/{run_id}",
-        "run_attempt": attempt,
-        "created_at": ts(created),
-        "run_started_at": ts(created),
-        "triggering_actor": {"login": actor},
-        "actor": {"login": actor},
-        "head_repository": None if head_repo is None else {"full_name": head_repo},
-        "pull_requests": [{"number": n} for n in pulls],
-        "workflow_id": 9,
-    }
+run = pr_run
 
 
 def job(conclusion: str = "success", name: str = "tests") -> dict:

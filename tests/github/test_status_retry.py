@@ -18,6 +18,7 @@ from testkit.github.approvals import (
     CLOCK,
     checks_url,
     post_approval,
+    pr_run,
     queued,
     running,
     status,
@@ -59,21 +60,7 @@ def retried(run_id: int = 5, attempt: int = 2, by: str = BOT) -> dict:
 
 
 def run(attempt: int = 2, trigger: str = BOT, actor: str = "maintainer", run_id: int = 5):
-    return {
-        "id": run_id,
-        "head_sha": HEAD,
-        "event": "pull_request",
-        "path": ".github/workflows/cuda-ci.yml",
-        "html_url": f"{RUNS}/{run_id}",
-        "run_attempt": attempt,
-        "created_at": ts(51),
-        "run_started_at": ts(9),
-        "triggering_actor": {"login": trigger},
-        "actor": {"login": actor},
-        "head_repository": {"full_name": "contributor/Hello-World"},
-        "pull_requests": [],
-        "workflow_id": 9,
-    }
+    return pr_run(run_id, actor=actor, trigger=trigger, started=9, attempt=attempt, repo=REPO)
 
 
 def done(
