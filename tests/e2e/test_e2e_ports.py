@@ -46,15 +46,20 @@ def labelled() -> dict:
     return event
 
 
-def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
-    result = act(
-        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
-        "pull_request",
+def _sklearn_port(act, sklearn, workflow: str, event: str, job: str):
+    """One job of a scikit-learn port example on a gate-label event, against ``sklearn``."""
+    return act(
+        EXAMPLES / workflow,
+        event,
         labelled(),
-        job="gate",
+        job=job,
         repository=REPO,
         env={"GITHUB_API_URL": sklearn.url},
     )
+
+
+def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
+    result = _sklearn_port(act, sklearn, "port-scikit-learn-cuda-ci.yml", "pull_request", "gate")
     assert result.returncode == 0, result.log
     assert (result.outputs["run"], result.outputs["sha"]) == ("true", MERGE)
     assert result.outputs["head-sha"] == HEAD
@@ -64,27 +69,15 @@ def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
 
 def test_scikit_learn_port_refuses_a_stale_merge_commit(act, sklearn):
     sklearn.repos[REPO].pulls[2].base_sha = "c" * 40  # main moved since GitHub computed it
-    result = act(
-        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
-        "pull_request",
-        labelled(),
-        job="gate",
-        repository=REPO,
-        env={"GITHUB_API_URL": sklearn.url},
-    )
+    result = _sklearn_port(act, sklearn, "port-scikit-learn-cuda-ci.yml", "pull_request", "gate")
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "false"
     assert "re-run this workflow's gate job" in result.outputs["reason"]
 
 
 def test_scikit_learn_port_remover_takes_the_label_off(act, sklearn):
-    result = act(
-        EXAMPLES / "port-scikit-learn-label-remover.yml",
-        "pull_request_target",
-        labelled(),
-        job="label-remover",
-        repository=REPO,
-        env={"GITHUB_API_URL": sklearn.url},
+    result = _sklearn_port(
+        act, sklearn, "port-scikit-learn-label-remover.yml", "pull_request_target", "label-remover"
     )
     assert result.returncode == 0, result.log
     assert sklearn.repos[REPO].pulls[2].labels == []
