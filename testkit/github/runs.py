@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from testkit.github_server import Job, WorkflowRun
 from testkit.shared import webhook
@@ -37,6 +38,34 @@ def gate_job(gh, created: str, completed: str | None, runner: str, attempt: int 
         runner_name=runner,
         run_attempt=attempt,
     )
+
+
+def usage_item(
+    repo: str,
+    quantity: int,
+    amount: float,
+    *,
+    sku: str,
+    date: str = "2026-11-03T00:00:00Z",
+    unit: str = "Minutes",
+) -> dict[str, Any]:
+    """One row of an organization's billing usage report, at $0.052 a minute.
+
+    ``repo`` is ``org/name``; ``amount`` is the gross and net amount in USD."""
+    org, name = repo.split("/")
+    return {
+        "date": date,
+        "product": "actions",
+        "sku": sku,
+        "quantity": quantity,
+        "unitType": unit,
+        "pricePerUnit": 0.052,
+        "grossAmount": amount,
+        "discountAmount": 0,
+        "netAmount": amount,
+        "organizationName": org,
+        "repositoryName": name,
+    }
 
 
 def gpu_job(

@@ -20,6 +20,7 @@ from testkit.github.runs import (
     month_of_runs,
     spend,
     upload_ledger,
+    usage_item,
 )
 
 
@@ -223,32 +224,8 @@ def test_billing_token_reads_the_usage_report(run_cli, server):
         "Codertocat",
         billing_tokens={"billing-secret"},
         usage_items=[
-            {
-                "date": "2026-11-03T00:00:00Z",
-                "product": "actions",
-                "sku": "Actions Linux 4-core GPU",
-                "quantity": 250,
-                "unitType": "Minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 13.0,
-                "discountAmount": 0,
-                "netAmount": 13.0,
-                "organizationName": "Codertocat",
-                "repositoryName": "Hello-World",
-            },
-            {
-                "date": "2026-11-03T00:00:00Z",
-                "product": "actions",
-                "sku": "Actions Linux 4-core GPU",
-                "quantity": 1000,
-                "unitType": "Minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 52.0,
-                "discountAmount": 0,
-                "netAmount": 52.0,
-                "organizationName": "Codertocat",
-                "repositoryName": "other",
-            },
+            usage_item("Codertocat/Hello-World", 250, 13.0, sku="Actions Linux 4-core GPU"),
+            usage_item("Codertocat/other", 1000, 52.0, sku="Actions Linux 4-core GPU"),
         ],
     )
     gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 250)  # in the report
