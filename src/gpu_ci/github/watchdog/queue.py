@@ -264,7 +264,7 @@ def _post_no_runner(
     still: list[JobRecord],
     server_url: str,
 ) -> None:
-    """Say on the run's commit that no GPU runner picked its jobs up."""
+    """Post the run's commit status: no GPU runner took its jobs."""
     repository, context = result.repository, result.config.context
     run_id = int(run["id"])
     waited = max(j.queued_seconds or 0.0 for j in still)
