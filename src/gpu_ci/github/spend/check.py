@@ -77,9 +77,8 @@ def gate_budget(
     )
     rows = _config_rows(cfg, matcher, table, reserving, now.date())
     try:
-        spent, note = _read_spend(
-            lambda: _month(rest, billing_rest, cfg, matcher, table, run), what
-        )
+        counting = Counting.for_budget(run.repo, cfg, matcher, table, now)
+        spent, note = _read_spend(lambda: _month(rest, billing_rest, cfg, counting, run), what)
     except BillingAccessError:
         raise
     except GpuCiError as exc:
@@ -129,21 +128,20 @@ def _month(
     rest: Rest,
     billing_rest: Rest | None,
     cfg: budget.BudgetConfig,
-    matcher: GpuMatcher,
-    table: PriceTable,
+    counting: Counting,
     run: GateRun,
 ) -> tuple[budget.Spend, str]:
     """The month's spend: from the billing report with a billing token, else counted."""
     if billing_rest is not None:
-        counting = Counting.for_budget(run.repo, cfg, matcher, table, run.now)
         return billed_month_spend(rest, billing_rest, counting, cfg, run.skip)
+    c = counting
     return month_spend(
         rest,
-        run.repo,
+        c.repo,
         cfg,
-        matcher,
-        table,
-        run.now,
+        c.matcher,
+        c.table,
+        c.now,
         default_branch=run.default_branch,
         skip=run.skip,
     )
