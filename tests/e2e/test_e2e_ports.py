@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from testkit.github.runs import labeled
 from testkit.github_server import Commit, PullRequest
 from testkit.shared import ROOT, webhook
 
@@ -40,18 +41,12 @@ def sklearn(github):
     return github
 
 
-def labelled() -> dict:
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
-    return event
-
-
 def _sklearn_port(act, sklearn, workflow: str, event: str, job: str):
     """One job of a scikit-learn port example on a gate-label event, against ``sklearn``."""
     return act(
         EXAMPLES / workflow,
         event,
-        labelled(),
+        labeled(),
         job=job,
         repository=REPO,
         env={"GITHUB_API_URL": sklearn.url},
@@ -130,7 +125,7 @@ def test_rapids_port_gates_each_leg_through_the_reusable_workflow(act, github, t
     result = act(
         RAPIDS,
         "pull_request",
-        labelled(),
+        labeled(),
         repository=REPO,
         env={"GITHUB_API_URL": github.url},
         act_args=["--matrix", "cuda:12.9.1", *mapped],

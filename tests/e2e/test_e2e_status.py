@@ -14,6 +14,7 @@ import pytest
 from testkit.act_runner import run_act
 from testkit.github.approvals import checks_url, post_approval
 from testkit.github.runs import forged_review_run, played_run, run_event, stuck_run
+from testkit.github.runs import labeled as gate_labeled
 from testkit.github_server import PullRequest
 from testkit.shared import ROOT, webhook
 
@@ -36,13 +37,6 @@ def from_fork(event: dict, sender: str) -> dict:
     event["pull_request"]["head"]["repo"]["full_name"] = FORK
     event["pull_request"]["head"]["repo"]["fork"] = True
     event["sender"]["login"] = sender
-    return event
-
-
-def gate_label(sender: str) -> dict:
-    """A fork pull request's ``labeled`` event for the gate label, by ``sender``."""
-    event = from_fork(webhook("pull_request.labeled"), sender)
-    event["label"]["name"] = "CUDA CI"
     return event
 
 
@@ -104,7 +98,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
 
     # 2. a maintainer applies the label: the label comes off, the status names the approver
     pr.labels.append("CUDA CI")
-    event = gate_label("maintainer")
+    event = from_fork(gate_labeled(), "maintainer")
     labeled = on_remover(act, event, env)
     assert labeled.returncode == 0, labeled.log
     assert pr.labels == []
@@ -202,7 +196,7 @@ def test_closing_the_approved_pull_request_ends_its_approval_under_act(act_steps
     pr = github.add_pull(REPO, PullRequest(2, HEAD, head_repo=FORK, user="contributor"))
     env = {"GITHUB_API_URL": github.url}
     pr.labels.append("CUDA CI")
-    event = gate_label("maintainer")
+    event = from_fork(gate_labeled(), "maintainer")
     labeled = on_remover(act, event, env)
     assert labeled.returncode == 0, labeled.log
     assert gpu_ci(github, HEAD)[-1][1].startswith("Approved by @maintainer")
