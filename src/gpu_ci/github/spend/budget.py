@@ -219,11 +219,7 @@ def job_costs(
     matcher, price, table, month, now = c.matcher, c.price, c.table, c.month, c.now
     out = []
     pr = pull_request_of(run)
-    # A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the approver
-    # is who started the first attempt, its actor (as gpu-status binds runs).
-    first = int(run.get("run_attempt") or 1) == 1
-    who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
-    approver = str(who.get("login") or "")
+    approver = _approver(run)
     workflow = workflow_name(run)
     if reserves is None:
         reserves = run_reserves(run)
@@ -263,6 +259,16 @@ def job_costs(
             )
         )
     return out
+
+
+def _approver(run: Mapping[str, Any]) -> str:
+    """Who started the run's first attempt, as gpu-status binds runs.
+
+    A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the
+    approver is then the run's actor."""
+    first = int(run.get("run_attempt") or 1) == 1
+    who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
+    return str(who.get("login") or "")
 
 
 def _billed(
