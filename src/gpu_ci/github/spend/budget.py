@@ -197,7 +197,6 @@ class Costing:
     price: Price | None
     table: PriceTable
     reserve_minutes: int
-    """What a job still queued or running counts, in minutes."""
     month: Month
     now: datetime
 
@@ -264,8 +263,7 @@ def job_costs(
 def _approver(run: Mapping[str, Any]) -> str:
     """Who started the run's first attempt, as gpu-status binds runs.
 
-    A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the
-    approver is then the run's actor."""
+    A re-run's triggering_actor is its starter (gpu-watchdog's account): then the actor."""
     first = int(run.get("run_attempt") or 1) == 1
     who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
     return str(who.get("login") or "")
@@ -507,28 +505,25 @@ class BudgetInputs:
 def make_budget_config(inputs: BudgetInputs, table: PriceTable, today: date) -> BudgetConfig | None:
     """The checked budget inputs, or None without a budget.
 
-    The validated budget inputs; ``None`` when no budget is set (every other budget input
-    is then ignored). Every mistake is a :class:`UsageError` that says what to write.
+    ``None`` when no budget is set (every other budget input is then ignored). Every
+    mistake is a :class:`UsageError` that says what to write.
 
     ``workflows`` (the deprecated ``gpu-workflows``) is checked for its spelling only: the
     budget counts the GPU jobs of every workflow (:data:`EVERY_WORKFLOW`)."""
-    monthly_budget, gpu_price, on_unknown, scope = (
-        inputs.monthly_budget,
-        inputs.gpu_price,
-        inputs.on_unknown,
-        inputs.scope,
-    )
-    if not monthly_budget.strip():
+    i = inputs
+    if not i.monthly_budget.strip():
         return None
-    parsed = parse_budget(monthly_budget)
-    price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
+    parsed = parse_budget(i.monthly_budget)
+    price = parse_gpu_price(i.gpu_price, table, today) if i.gpu_price.strip() else None
     require_price(parsed, price)
-    unknown = on_unknown.strip().lower()
+    unknown = i.on_unknown.strip().lower()
     if unknown not in BUDGET_ON_UNKNOWN:
-        raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")
-    where = scope.strip().lower()
+        raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {i.on_unknown!r}.")
+    where = i.scope.strip().lower()
     if where not in SCOPES:
-        raise UsageError(f"input 'budget-scope' must be repository or organization; got {scope!r}.")
+        raise UsageError(
+            f"input 'budget-scope' must be repository or organization; got {i.scope!r}."
+        )
     for wf in inputs.workflows:
         if "/" in wf.strip("/") or not wf.endswith((".yml", ".yaml")):
             raise UsageError(
