@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpu_ci.github.approval import approval_link
-from testkit.github.runs import HEAD, REPO
+from testkit.github.runs import FORK, HEAD, REPO, WF
 from testkit.github_server import FakeGitHub, PullRequest
 
 BOT = "github-actions[bot]"
@@ -22,6 +22,41 @@ CLOCK = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
 def ts(minutes_ago: float, now: datetime = CLOCK) -> str:
     """GitHub's timestamp of ``minutes_ago`` minutes before ``now``."""
     return (now - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pr_run(
+    run_id: int = 5,
+    *,
+    event: str = "pull_request",
+    actor: str = "maintainer",
+    trigger: str | None = None,
+    head_repo: str | None = FORK,
+    path: str = WF,
+    created: float = 51,
+    started: float | None = None,
+    attempt: int = 1,
+    pulls: tuple[int, ...] = (),
+    repo: str = REPO,
+) -> dict[str, Any]:
+    """A run of the GPU workflow, as a ``workflow_run`` event carries it.
+
+    ``created`` and ``started`` are minutes before :data:`CLOCK`; ``trigger`` (who
+    started this attempt) defaults to ``actor``, ``started`` to ``created``."""
+    return {
+        "id": run_id,
+        "head_sha": HEAD,
+        "event": event,
+        "path": path,
+        "html_url": f"https://github.com/{repo}/actions/runs/{run_id}",
+        "run_attempt": attempt,
+        "created_at": ts(created),
+        "run_started_at": ts(created if started is None else started),
+        "triggering_actor": {"login": trigger or actor},
+        "actor": {"login": actor},
+        "head_repository": None if head_repo is None else {"full_name": head_repo},
+        "pull_requests": [{"number": n} for n in pulls],
+        "workflow_id": 9,
+    }
 
 
 def queued(by: str = "maintainer", sha: str = HEAD) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from testkit.github_server import Job, WorkflowRun
 from testkit.shared import webhook
@@ -33,6 +34,64 @@ def gate_job(gh, created: str, completed: str | None, runner: str, attempt: int 
         conclusion="success",
         created_at=created,
         started_at=created,
+        completed_at=completed,
+        runner_name=runner,
+        run_attempt=attempt,
+    )
+
+
+def usage_item(
+    repo: str,
+    quantity: int,
+    amount: float,
+    *,
+    sku: str,
+    date: str = "2026-11-03T00:00:00Z",
+    unit: str = "Minutes",
+) -> dict[str, Any]:
+    """One row of an organization's billing usage report, at $0.052 a minute.
+
+    ``repo`` is ``org/name``; ``amount`` is the gross and net amount in USD."""
+    org, name = repo.split("/")
+    return {
+        "date": date,
+        "product": "actions",
+        "sku": sku,
+        "quantity": quantity,
+        "unitType": unit,
+        "pricePerUnit": 0.052,
+        "grossAmount": amount,
+        "discountAmount": 0,
+        "netAmount": amount,
+        "organizationName": org,
+        "repositoryName": name,
+    }
+
+
+def gpu_job(
+    gh,
+    started: str,
+    completed: str | None = None,
+    *,
+    conclusion: str = "success",
+    runner: str = "gpu-1",
+    attempt: int = 1,
+    labels=("self-hosted", "gpu"),
+    name: str = "tests",
+    created: str | None = None,
+):
+    """A GPU job: it took ``runner`` at ``started``; ``completed`` when it ended.
+
+    Without ``completed`` it is still in progress; ``created`` defaults to ``started``."""
+    done = completed is not None
+    return Job(
+        gh.next_id(),
+        name,
+        list(labels),
+        status="completed" if done else "in_progress",
+        conclusion=conclusion if done else None,
+        created_at=created or started,
+        started_at=started,
         completed_at=completed,
         runner_name=runner,
         run_attempt=attempt,

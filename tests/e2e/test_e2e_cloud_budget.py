@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from testkit.github.runs import gpu_run
+from testkit.github.runs import gpu_run, labeled
 from testkit.github_server import PullRequest
-from testkit.shared import ROOT, webhook
+from testkit.shared import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -30,12 +30,10 @@ def test_the_cloud_examples_budget_counts_the_vm_jobs_at_the_vm_price(act, githu
     gpu_run(github, day, 60, labels=("gpu-ci-1001-1-tests-20261103t100000",), path=path)
     gpu_run(github, day, 30, labels=("gpu-ci-1002-1-tests-20261103t110000",), path=path)
     gpu_run(github, day, 45, labels=("self-hosted", "cpu-only"), path=path)  # not a VM job
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
     result = act(
         EXAMPLE,
         "pull_request",
-        event,
+        labeled(),
         job="gate",
         repository=REPO,
         env={"GITHUB_API_URL": github.url, "GPU_CI_NOW": "2026-11-30T14:00:00Z"},

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from testkit.github.runs import labeled
 from testkit.github_server import Commit, PullRequest
 from testkit.shared import ROOT, webhook
 
@@ -40,21 +41,20 @@ def sklearn(github):
     return github
 
 
-def labelled() -> dict:
-    event = webhook("pull_request.labeled")
-    event["label"]["name"] = "CUDA CI"
-    return event
-
-
-def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
-    result = act(
-        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
-        "pull_request",
-        labelled(),
-        job="gate",
+def _sklearn_port(act, sklearn, workflow: str, event: str, job: str):
+    """One job of a scikit-learn port example on a gate-label event, against ``sklearn``."""
+    return act(
+        EXAMPLES / workflow,
+        event,
+        labeled(),
+        job=job,
         repository=REPO,
         env={"GITHUB_API_URL": sklearn.url},
     )
+
+
+def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
+    result = _sklearn_port(act, sklearn, "port-scikit-learn-cuda-ci.yml", "pull_request", "gate")
     assert result.returncode == 0, result.log
     assert (result.outputs["run"], result.outputs["sha"]) == ("true", MERGE)
     assert result.outputs["head-sha"] == HEAD
@@ -64,27 +64,15 @@ def test_scikit_learn_port_tests_the_merge_commit(act, sklearn):
 
 def test_scikit_learn_port_refuses_a_stale_merge_commit(act, sklearn):
     sklearn.repos[REPO].pulls[2].base_sha = "c" * 40  # main moved since GitHub computed it
-    result = act(
-        EXAMPLES / "port-scikit-learn-cuda-ci.yml",
-        "pull_request",
-        labelled(),
-        job="gate",
-        repository=REPO,
-        env={"GITHUB_API_URL": sklearn.url},
-    )
+    result = _sklearn_port(act, sklearn, "port-scikit-learn-cuda-ci.yml", "pull_request", "gate")
     assert result.returncode == 0, result.log
     assert result.outputs["run"] == "false"
     assert "re-run this workflow's gate job" in result.outputs["reason"]
 
 
 def test_scikit_learn_port_remover_takes_the_label_off(act, sklearn):
-    result = act(
-        EXAMPLES / "port-scikit-learn-label-remover.yml",
-        "pull_request_target",
-        labelled(),
-        job="label-remover",
-        repository=REPO,
-        env={"GITHUB_API_URL": sklearn.url},
+    result = _sklearn_port(
+        act, sklearn, "port-scikit-learn-label-remover.yml", "pull_request_target", "label-remover"
     )
     assert result.returncode == 0, result.log
     assert sklearn.repos[REPO].pulls[2].labels == []
@@ -137,7 +125,7 @@ def test_rapids_port_gates_each_leg_through_the_reusable_workflow(act, github, t
     result = act(
         RAPIDS,
         "pull_request",
-        labelled(),
+        labeled(),
         repository=REPO,
         env={"GITHUB_API_URL": github.url},
         act_args=["--matrix", "cuda:12.9.1", *mapped],

@@ -14,6 +14,7 @@ import pytest
 from testkit.act_runner import run_act
 from testkit.github.approvals import checks_url, post_approval
 from testkit.github.runs import forged_review_run, played_run, run_event, stuck_run
+from testkit.github.runs import labeled as gate_labeled
 from testkit.github_server import PullRequest
 from testkit.shared import ROOT, webhook
 
@@ -37,6 +38,11 @@ def from_fork(event: dict, sender: str) -> dict:
     event["pull_request"]["head"]["repo"]["fork"] = True
     event["sender"]["login"] = sender
     return event
+
+
+def on_remover(act, event: dict, env: dict):
+    """The label-remover example on a ``pull_request_target`` event."""
+    return act(REMOVER, "pull_request_target", event, repository=REPO, env=env)
 
 
 def gpu_ci(github, sha: str) -> list[tuple[str, str]]:
@@ -76,13 +82,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     env = {"GITHUB_API_URL": github.url}
 
     # 1. opened: waiting for approval
-    opened = act(
-        REMOVER,
-        "pull_request_target",
-        from_fork(webhook("pull_request.opened"), "contributor"),
-        repository=REPO,
-        env=env,
-    )
+    opened = on_remover(act, from_fork(webhook("pull_request.opened"), "contributor"), env)
     assert opened.returncode == 0, opened.log
     assert gpu_ci(github, HEAD) == [
         (
@@ -98,9 +98,8 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
 
     # 2. a maintainer applies the label: the label comes off, the status names the approver
     pr.labels.append("CUDA CI")
-    event = from_fork(webhook("pull_request.labeled"), "maintainer")
-    event["label"]["name"] = "CUDA CI"
-    labeled = act(REMOVER, "pull_request_target", event, repository=REPO, env=env)
+    event = from_fork(gate_labeled(), "maintainer")
+    labeled = on_remover(act, event, env)
     assert labeled.returncode == 0, labeled.log
     assert pr.labels == []
     assert gpu_ci(github, HEAD)[-1] == (
@@ -156,7 +155,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     push = from_fork(webhook("pull_request.synchronize"), "contributor")
     push["pull_request"]["head"]["sha"] = HEAD2
     push.update(before=HEAD, after=HEAD2)
-    pushed = act(REMOVER, "pull_request_target", push, repository=REPO, env=env)
+    pushed = on_remover(act, push, env)
     assert pushed.returncode == 0, pushed.log
     assert gpu_ci(github, HEAD2) == [
         (
@@ -173,7 +172,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     pr.state = "closed"
     closed = from_fork(webhook("pull_request.closed"), "contributor")
     closed["pull_request"]["head"]["sha"] = HEAD2
-    done_closed = act(REMOVER, "pull_request_target", closed, repository=REPO, env=env)
+    done_closed = on_remover(act, closed, env)
     assert done_closed.returncode == 0, done_closed.log
     comment_id_now, body = the_comment(github)
     assert comment_id_now == comment_id and "pull request #2 was closed" in body
@@ -197,19 +196,12 @@ def test_closing_the_approved_pull_request_ends_its_approval_under_act(act_steps
     pr = github.add_pull(REPO, PullRequest(2, HEAD, head_repo=FORK, user="contributor"))
     env = {"GITHUB_API_URL": github.url}
     pr.labels.append("CUDA CI")
-    event = from_fork(webhook("pull_request.labeled"), "maintainer")
-    event["label"]["name"] = "CUDA CI"
-    labeled = act(REMOVER, "pull_request_target", event, repository=REPO, env=env)
+    event = from_fork(gate_labeled(), "maintainer")
+    labeled = on_remover(act, event, env)
     assert labeled.returncode == 0, labeled.log
     assert gpu_ci(github, HEAD)[-1][1].startswith("Approved by @maintainer")
     pr.state = "closed"
-    closed = act(
-        REMOVER,
-        "pull_request_target",
-        from_fork(webhook("pull_request.closed"), "contributor"),
-        repository=REPO,
-        env=env,
-    )
+    closed = on_remover(act, from_fork(webhook("pull_request.closed"), "contributor"), env)
     assert closed.returncode == 0, closed.log
     assert gpu_ci(github, HEAD)[-1] == (
         "pending",

@@ -113,10 +113,9 @@ def _job(
     }
 
 
-def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None, matcher=GPU):
-    return budget.job_costs(
-        run or _run(), jobs, matcher, price, table or load_table(), reserve, NOV, NOW
-    )
+def costs(jobs, *, price=LINUX_GPU, table=None, reserve=30, run=None, matcher=GPU, month=NOV):
+    costing = budget.Costing(matcher, price, table or load_table(), reserve, month, NOW)
+    return budget.job_costs(run or _run(), jobs, costing)
 
 
 def test_whole_minutes_never_free_and_non_gpu_jobs_ignored():
@@ -229,25 +228,12 @@ def test_a_price_change_inside_the_month_is_applied_per_job():
     )
     assert [c.usd for c in got] == ["0.70", "0.50"]
     # and the shipped table's change: 31 December 2025 at $0.07, 1 January 2026 at $0.052
-    dec = budget.job_costs(
-        _run(),
-        [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")],
-        GPU,
-        Price(sku="linux_4_core_gpu"),
-        load_table(),
-        30,
-        Month(2025, 12),
-        NOW,
+    sku = Price(sku="linux_4_core_gpu")
+    dec = costs(
+        [_job(1, "2025-12-31T10:00:00Z", "2025-12-31T10:10:00Z")], price=sku, month=Month(2025, 12)
     )
-    jan = budget.job_costs(
-        _run(),
-        [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")],
-        GPU,
-        Price(sku="linux_4_core_gpu"),
-        load_table(),
-        30,
-        Month(2026, 1),
-        NOW,
+    jan = costs(
+        [_job(1, "2026-01-01T10:00:00Z", "2026-01-01T10:10:00Z")], price=sku, month=Month(2026, 1)
     )
     assert (dec[0].usd, jan[0].usd) == ("0.70", "0.520")
 
@@ -324,11 +310,12 @@ def test_ledger_round_trip_and_what_it_vouches_for():
         dict(_run(2), status="in_progress", created_at="2026-11-19T23:00:00Z"),
     ]
     jobs = costs([_job(1, "2026-11-02T10:00:00Z", "2026-11-02T10:05:00Z")])
-    ledger = spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs, jobs)
+    key = spend_ledger.ledger_key(GPU, ["cuda-ci.yml"])
+    ledger = spend_ledger.build_ledger("o/r", NOV, key, NOW, runs, jobs)
     # the run still going since yesterday keeps the ledger's horizon at its creation
     assert ledger.runs == {"1": 1} and ledger.through == "2026-11-19T23:00:00Z"
     assert (
-        spend_ledger.build_ledger("o/r", NOV, GPU, ["cuda-ci.yml"], NOW, runs[:1], jobs).through
+        spend_ledger.build_ledger("o/r", NOV, key, NOW, runs[:1], jobs).through
         == "2026-11-20T12:00:00Z"
     )
     again = spend_ledger.Ledger.from_json(ledger.to_json())
@@ -364,11 +351,9 @@ def test_config_validates_every_budget_input():
             scope="repository",
             workflows=["cuda-ci.yml"],
             ledger_artifact="gpu-spend-ledger",
-            table=table,
-            today=today,
         )
         args.update(kw)
-        return budget.make_budget_config(**args)
+        return budget.make_budget_config(budget.BudgetInputs(**args), table, today)
 
     assert make(monthly_budget="") is None
     assert make().reserve_minutes == 60

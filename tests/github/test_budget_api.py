@@ -15,12 +15,13 @@ from testkit.github.runs import (
     REPO,
     api_calls,
     gate,
+    gpu_job,
     gpu_run,
     month_of_runs,
     spend,
     upload_ledger,
+    usage_item,
 )
-from testkit.github_server import Job
 
 
 def test_over_budget_refuses_with_reason_outputs_and_summary(run_cli, server):
@@ -111,17 +112,13 @@ def test_minutes_budget_counts_running_jobs_reservation_and_skips_own_run(run_cl
 
 def test_reruns_cancelled_and_other_workflows(run_cli, server):
     run = gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 10, attempt=1)
-    rerun = Job(
-        server.next_id(),
-        "tests",
-        ["self-hosted", "gpu"],
-        status="completed",
+    rerun = gpu_job(
+        server,
+        "2026-11-03T11:00:00Z",
+        "2026-11-03T11:03:10Z",
         conclusion="cancelled",
-        created_at="2026-11-03T11:00:00Z",
-        started_at="2026-11-03T11:00:00Z",
-        completed_at="2026-11-03T11:03:10Z",
-        runner_name="gpu-2",
-        run_attempt=2,
+        runner="gpu-2",
+        attempt=2,
     )
     run.jobs.append(rerun)
     run.run_attempt = 2
@@ -195,18 +192,7 @@ def test_a_rerun_after_the_ledger_is_fetched_again(run_cli, server, tmp_path):
     spend(run_cli, server, tmp_path)
     upload_ledger(server, (tmp_path / "out" / "gpu-spend-ledger.json").read_bytes())
     run.run_attempt, run.status = 2, "in_progress"
-    run.jobs.append(
-        Job(
-            server.next_id(),
-            "tests",
-            ["self-hosted", "gpu"],
-            status="in_progress",
-            created_at="2026-11-30T13:55:00Z",
-            started_at="2026-11-30T13:55:00Z",
-            runner_name="gpu-1",
-            run_attempt=2,
-        )
-    )
+    run.jobs.append(gpu_job(server, "2026-11-30T13:55:00Z", attempt=2))
     result = gate(
         run_cli,
         server,
@@ -238,32 +224,8 @@ def test_billing_token_reads_the_usage_report(run_cli, server):
         "Codertocat",
         billing_tokens={"billing-secret"},
         usage_items=[
-            {
-                "date": "2026-11-03T00:00:00Z",
-                "product": "actions",
-                "sku": "Actions Linux 4-core GPU",
-                "quantity": 250,
-                "unitType": "Minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 13.0,
-                "discountAmount": 0,
-                "netAmount": 13.0,
-                "organizationName": "Codertocat",
-                "repositoryName": "Hello-World",
-            },
-            {
-                "date": "2026-11-03T00:00:00Z",
-                "product": "actions",
-                "sku": "Actions Linux 4-core GPU",
-                "quantity": 1000,
-                "unitType": "Minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 52.0,
-                "discountAmount": 0,
-                "netAmount": 52.0,
-                "organizationName": "Codertocat",
-                "repositoryName": "other",
-            },
+            usage_item("Codertocat/Hello-World", 250, 13.0, sku="Actions Linux 4-core GPU"),
+            usage_item("Codertocat/other", 1000, 52.0, sku="Actions Linux 4-core GPU"),
         ],
     )
     gpu_run(server, datetime(2026, 11, 3, 10, tzinfo=timezone.utc), 250)  # in the report

@@ -31,17 +31,10 @@ BUDGET += ["--gpu-workflows", "cuda-ci.yml"]
 
 def _budget_config():
     """A $50 monthly budget on linux_4_core_gpu that refuses past it."""
-    cfg = budget.make_budget_config(
-        "$50",
-        "linux_4_core_gpu",
-        "60",
-        "refuse",
-        "repository",
-        WORKFLOWS,
-        "",
-        load_table(),
-        NOW.date(),
+    written = budget.BudgetInputs(
+        "$50", "linux_4_core_gpu", "60", "refuse", "repository", WORKFLOWS, ""
     )
+    cfg = budget.make_budget_config(written, load_table(), NOW.date())
     assert cfg is not None
     return cfg
 
@@ -201,17 +194,8 @@ def test_the_billing_path_adds_an_approved_fork_runs_waiting_job(github):
     github.add_org("Codertocat")
     cfg = _budget_config()
     assert cfg is not None
-    spent, _ = spend.month_spend(
-        _client(github),
-        REPO,
-        cfg,
-        GPU,
-        load_table(),
-        NOW,
-        default_branch="master",
-        skip=None,
-        billing_rest=_client(github),
-    )
+    counting = spend.Counting.for_budget(REPO, cfg, GPU, load_table(), NOW)
+    spent, _ = spend.billed_month_spend(_client(github), _client(github), counting, cfg, None)
     assert [(c.run_id, c.minutes, c.state) for c in spent.jobs] == [(run.id, 60, "reserved")]
 
 

@@ -65,7 +65,8 @@ def _done(job_id, minutes=12):
 
 
 def costs(run, jobs, matcher=GPU, reserve=60):
-    return budget.job_costs(run, jobs, matcher, PRICE, load_table(), reserve, NOV, NOW)
+    costing = budget.Costing(matcher, PRICE, load_table(), reserve, NOV, NOW)
+    return budget.job_costs(run, jobs, costing)
 
 
 def test_a_forks_twenty_queued_jobs_cannot_change_a_decision():

@@ -7,6 +7,7 @@ import pytest
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment, gate
 from testkit.events import on_pull_request
+from testkit.github.gate import gate_inputs
 from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
@@ -14,21 +15,10 @@ OLD = "1" * 40
 
 
 def config(**kw):
-    base = dict(
-        label="CUDA CI",
-        min_permission="write",
-        run_on=["push"],
-        require_fresh_head=True,
-        paths=[],
-        skip_draft=False,
-        gpu_runs_on="gpu",
-        cpu_runs_on="ubuntu-latest",
-        comment_command="/gpu-ci run",
-        tiers=["mini", "full"],
-        relay_bot="gpu-ci-relay[bot]",
+    commands = dict(
+        comment_command="/gpu-ci run", tiers=["mini", "full"], relay_bot="gpu-ci-relay[bot]"
     )
-    base.update(kw)
-    return gate.make_config(gate.GateInputs(**base))
+    return gate.make_config(gate_inputs(**{**commands, **kw}))
 
 
 def event(body, commenter="mai", action="created"):

@@ -5,7 +5,7 @@ pull_request run as a label's approval is bound to the labeller's."""
 from __future__ import annotations
 
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, checks_url, ts
+from testkit.github.approvals import CLOCK, checks_url, pr_run, ts
 from testkit.shared import webhook
 
 REPO = "Codertocat/Hello-World"
@@ -28,9 +28,11 @@ def event(gate_run, action="synchronize", listed=()):
         CONFIG,
         action,
         push(action),
-        gate_run,
-        "alice (maintain) is a trusted author and the head ...",
-        "alice" if gate_run else "",
+        statuses.GateOutputs(
+            gate_run,
+            "alice (maintain) is a trusted author and the head ...",
+            "alice" if gate_run else "",
+        ),
         "https://github.com",
         REPO,
         list(listed),
@@ -63,21 +65,7 @@ def test_the_trusted_authors_run_binds_to_that_approval_and_posts_its_result():
     ]
 
     def run(actor):
-        return {
-            "id": 5,
-            "head_sha": HEAD,
-            "event": "pull_request",
-            "path": ".github/workflows/cuda-ci.yml",
-            "html_url": f"https://github.com/{REPO}/actions/runs/5",
-            "run_attempt": 1,
-            "created_at": ts(51),
-            "run_started_at": ts(51),
-            "triggering_actor": {"login": actor},
-            "actor": {"login": actor},
-            "head_repository": {"full_name": "alice/Hello-World"},
-            "pull_requests": [],
-            "workflow_id": 9,
-        }
+        return pr_run(actor=actor, head_repo="alice/Hello-World")
 
     job = {
         "name": "tests",
@@ -88,12 +76,12 @@ def test_the_trusted_authors_run_binds_to_that_approval_and_posts_its_result():
         "runner_name": "gpu-1",
     }
     out = statuses.for_workflow_run(
-        CONFIG, "completed", run("alice"), [job], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", run("alice"), [job], listed, REPO, NOW, statuses.Asked([])
     ).status
     assert out is not None and out.state == "success"
     # someone else's run of that head (a fork collaborator who pushed) is not the approval's
     other = statuses.for_workflow_run(
-        CONFIG, "completed", run("mallory"), [job], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", run("mallory"), [job], listed, REPO, NOW, statuses.Asked([])
     )
     assert other.status is None
 
@@ -233,7 +221,7 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
     job = {"name": "tests", "status": "completed", "conclusion": "success"}
     assert (
         statuses.for_workflow_run(
-            CONFIG, "completed", pr_run, [job], listed, REPO, NOW, siblings=[]
+            CONFIG, "completed", pr_run, [job], listed, REPO, NOW, statuses.Asked([])
         ).status
         is None
     )
@@ -243,9 +231,7 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
         CONFIG,
         "labeled",
         refused,
-        False,
-        "triager has triage",
-        "",
+        statuses.GateOutputs(False, "triager has triage"),
         "https://github.com",
         REPO,
         listed,
@@ -254,11 +240,11 @@ def test_a_comment_record_is_an_approval_others_keep_and_a_newer_one_than_a_labe
     other = push("opened")
     other["pull_request"]["number"] = 3
     out = statuses.for_pull_event(
-        CONFIG, "opened", other, None, "", "", "https://github.com", REPO, listed
+        CONFIG, "opened", other, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert out.status is None and "carries an approval of #2" in out.note
     own = statuses.for_pull_event(
-        CONFIG, "synchronize", push(), None, "", "", "https://github.com", REPO, listed
+        CONFIG, "synchronize", push(), statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert own.status is not None and "waiting for approval" in own.status.description.lower()
 

@@ -6,6 +6,7 @@ import pytest
 
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.github import gate
+from testkit.github.gate import gate_inputs
 from testkit.shared import webhook
 
 HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # head.sha in the fixtures
@@ -13,17 +14,10 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"  # head.sha in the fixtures
 
 def config(**overrides):
     values = dict(
-        label="CUDA CI",
-        min_permission="write",
         run_on=["push", "schedule", "workflow_dispatch", "merge_group"],
-        require_fresh_head=True,
-        paths=[],
-        skip_draft=False,
         gpu_runs_on='["self-hosted","gpu"]',
-        cpu_runs_on="ubuntu-latest",
     )
-    values.update(overrides)
-    return gate.make_config(gate.GateInputs(**values))
+    return gate.make_config(gate_inputs(**{**values, **overrides}))
 
 
 def labeled(name="CUDA CI", variant="pull_request.labeled"):

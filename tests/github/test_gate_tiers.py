@@ -10,6 +10,7 @@ import pytest
 from gpu_ci.errors import UsageError
 from gpu_ci.github import comment, gate
 from testkit.events import on_pull_request, pull_request_labeled
+from testkit.github.gate import gate_inputs
 from testkit.github.runs import NOW, gpu_run
 from testkit.shared import webhook
 
@@ -27,21 +28,13 @@ TIERS = "mini: t4, full: t4 h100, rocm: mi300, docs"
 
 def inputs(**kw):
     values = dict(
-        label="CUDA CI",
-        min_permission="write",
-        run_on=["push"],
-        require_fresh_head=True,
-        paths=[],
-        skip_draft=False,
         gpu_runs_on="",
-        cpu_runs_on="ubuntu-latest",
         comment_command="/test",
         tiers=[e.strip() for e in TIERS.split(",")],
         relay_bot=RELAY_BOT,
         runner_kinds=json.dumps(KINDS),
     )
-    values.update(kw)
-    return gate.GateInputs(**values)
+    return gate_inputs(**{**values, **kw})
 
 
 def test_a_tier_names_the_kinds_it_selects():

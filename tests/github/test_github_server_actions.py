@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from testkit.github.runs import usage_item
 from testkit.github_server import Job, PullRequest, Step, WorkflowRun
 
 REPO = "octo-org/octo-repo"
@@ -112,32 +113,15 @@ def test_billing_usage_by_month_org_only_and_token_scope(gh):
         "octo-org",
         billing_tokens={"billing"},
         usage_items=[
-            {
-                "date": "2026-11-03T00:00:00Z",
-                "product": "actions",
-                "sku": "linux_4_core_gpu",
-                "quantity": 12,
-                "unitType": "minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 0.624,
-                "discountAmount": 0,
-                "netAmount": 0.624,
-                "organizationName": "octo-org",
-                "repositoryName": "octo-repo",
-            },
-            {
-                "date": "2026-10-30T00:00:00Z",
-                "product": "actions",
-                "sku": "linux_4_core_gpu",
-                "quantity": 5,
-                "unitType": "minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 0.26,
-                "discountAmount": 0,
-                "netAmount": 0.26,
-                "organizationName": "octo-org",
-                "repositoryName": "octo-repo",
-            },
+            usage_item("octo-org/octo-repo", 12, 0.624, sku="linux_4_core_gpu", unit="minutes"),
+            usage_item(
+                "octo-org/octo-repo",
+                5,
+                0.26,
+                sku="linux_4_core_gpu",
+                date="2026-10-30T00:00:00Z",
+                unit="minutes",
+            ),
         ],
     )
     path = "/organizations/octo-org/settings/billing/usage?year=2026&month=11"

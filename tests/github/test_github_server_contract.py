@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from testkit import openapi_contract
+from testkit.github.runs import usage_item
 from testkit.github_server import FakeGitHub, Job, PullRequest, WorkflowRun
 
 REPO = "octo-org/octo-repo"
@@ -175,19 +176,9 @@ def test_every_shape_served_validates(gh):
     gh.add_org(
         "octo-org",
         usage_items=[
-            {
-                "date": "2026-11-02T00:00:00Z",
-                "product": "actions",
-                "sku": "linux_4_core_gpu",
-                "quantity": 9,
-                "unitType": "Minutes",
-                "pricePerUnit": 0.052,
-                "grossAmount": 0.468,
-                "discountAmount": 0,
-                "netAmount": 0.468,
-                "organizationName": "octo-org",
-                "repositoryName": "octo-repo",
-            }
+            usage_item(
+                "octo-org/octo-repo", 9, 0.468, sku="linux_4_core_gpu", date="2026-11-02T00:00:00Z"
+            )
         ],
     )
     api = f"{gh.url}/repos/{REPO}"

@@ -65,9 +65,7 @@ def test_new_heads_wait_for_approval(action):
         webhook(f"pull_request.{action}")
         if action != "reopened"
         else webhook("pull_request.reopened"),
-        None,
-        "",
-        "",
+        statuses.GateOutputs(),
         "https://github.com",
         REPO,
     )
@@ -87,14 +85,24 @@ def labeled(name="CUDA CI"):
 
 def test_an_approval_names_the_approver_and_a_refusal_the_reason():
     ok = statuses.for_pull_event(
-        CONFIG, "labeled", labeled(), True, "ok", "octocat", "https://github.com", REPO
+        CONFIG,
+        "labeled",
+        labeled(),
+        statuses.GateOutputs(True, "ok", "octocat"),
+        "https://github.com",
+        REPO,
     ).status
     assert ok is not None and ok.description == (
         f"Approved by @octocat for {HEAD[:12]}: GPU run queued."
     )
     reason = "the monthly GPU budget of $500 is spent ($512.40 used)"
     no = statuses.for_pull_event(
-        CONFIG, "labeled", labeled(), False, reason, "", "https://github.com", REPO
+        CONFIG,
+        "labeled",
+        labeled(),
+        statuses.GateOutputs(False, reason),
+        "https://github.com",
+        REPO,
     ).status
     assert no is not None and no.state == "pending"
     assert no.description == f"Not approved: {reason}"
@@ -102,11 +110,13 @@ def test_an_approval_names_the_approver_and_a_refusal_the_reason():
 
 def test_other_labels_and_missing_gate_outputs():
     assert (
-        statuses.for_pull_event(CONFIG, "labeled", labeled("bug"), None, "", "", "", REPO).status
+        statuses.for_pull_event(
+            CONFIG, "labeled", labeled("bug"), statuses.GateOutputs(), "", REPO
+        ).status
         is None
     )
     with pytest.raises(UsageError, match="gate-run"):
-        statuses.for_pull_event(CONFIG, "labeled", labeled(), None, "", "", "", REPO)
+        statuses.for_pull_event(CONFIG, "labeled", labeled(), statuses.GateOutputs(), "", REPO)
 
 
 def test_descriptions_fit_githubs_140_characters():
@@ -171,7 +181,7 @@ def test_failed_and_cancelled_gpu_jobs(conclusion, state):
         job("failure", name="lint"),
     ]
     out = statuses.for_workflow_run(
-        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, siblings=[]
+        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, statuses.Asked([])
     ).status
     assert out is not None and out.state == state
     if state == "failure":
@@ -183,7 +193,7 @@ def test_a_run_cancelled_for_a_newer_one_leaves_the_status_to_it():
     assert run_outcome("completed", wf_run(), jobs, APPROVED).need_siblings
     newer = [{"id": 6, "workflow_id": None, "status": "in_progress"}]
     out = statuses.for_workflow_run(
-        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, siblings=newer
+        CONFIG, "completed", wf_run(), jobs, APPROVED, REPO, NOW, statuses.Asked(newer)
     )
     assert out.status is None and "run 6" in out.note
 
@@ -204,11 +214,18 @@ def test_an_approved_run_whose_gate_skipped_the_job_fails_the_status():
     ]
     run = {**wf_run(), "workflow_id": 9}
     waiting = statuses.for_workflow_run(
-        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, siblings=siblings
+        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, statuses.Asked(siblings)
     )
     assert waiting.status is None and "run 6" in waiting.note
     out = statuses.for_workflow_run(
-        CONFIG, "completed", run, [job("skipped")], APPROVED, REPO, NOW, siblings=siblings[::2]
+        CONFIG,
+        "completed",
+        run,
+        [job("skipped")],
+        APPROVED,
+        REPO,
+        NOW,
+        statuses.Asked(siblings[::2]),
     ).status
     assert out is not None and out.state == "failure"
     assert "gate skipped the job" in out.description
@@ -417,11 +434,13 @@ def test_a_new_pull_request_at_a_tested_commit_does_not_reset_its_result(action)
         ours(f"GPU tests passed on {HEAD[:12]} (approved by @maintainer).", "success"),
         *APPROVED,
     ]
-    out = statuses.for_pull_event(CONFIG, action, payload, None, "", "", "https://x", REPO, passed)
+    out = statuses.for_pull_event(
+        CONFIG, action, payload, statuses.GateOutputs(), "https://x", REPO, passed
+    )
     assert out.status is None and "already has a final" in out.note
     # still running: the new head waits (and revokes the approval of the unfinished run)
     unlinked = [ours(f"Approved by @maintainer for {HEAD[:12]}: GPU run queued.")]
     out = statuses.for_pull_event(
-        CONFIG, action, payload, None, "", "", "https://x", REPO, unlinked
+        CONFIG, action, payload, statuses.GateOutputs(), "https://x", REPO, unlinked
     )
     assert out.status is not None and out.status.description.startswith(("Waiting", "New"))

@@ -12,7 +12,7 @@ import pytest
 from gpu_ci.github import spend
 from gpu_ci.github.client import ClientSettings, RestClient
 from testkit.github.approvals import checks_url, post_approval
-from testkit.github.runs import finished_jobs, run_event, watchdog_env
+from testkit.github.runs import finished_jobs, gpu_job, run_event, watchdog_env
 from testkit.github_server import FakeGitHub, Job, WorkflowRun
 from testkit.shared import webhook
 
@@ -104,15 +104,7 @@ def _stuck_run(github, minutes=90, extra=()) -> WorkflowRun:
 def test_a_running_gpu_job_on_the_second_page_of_jobs_keeps_the_run(run_cli, github, tmp_path):
     env = _watchdog_env(github, tmp_path)
     cpu = finished_jobs(github, 100, (ago(95), ago(95), ago(94)), runner="GitHub Actions 2")
-    running = Job(
-        github.next_id(),
-        "tests (2)",
-        ["gpu"],
-        status="in_progress",
-        created_at=ago(95),
-        started_at=ago(50),
-        runner_name="gpu-1",
-    )
+    running = gpu_job(github, ago(50), created=ago(95), name="tests (2)", labels=["gpu"])
     run = _stuck_run(github, extra=[*cpu, running])
     result = run_cli(["gpu-watchdog"], env)
     assert result.returncode == 0, result.stdout

@@ -192,9 +192,8 @@ def test_a_failed_run_older_than_the_retry_window_is_not_examined(gh):
 
 def guard(amount: str) -> watchdog.RetryBudget:
     table = load_table()
-    cfg = budget.make_budget_config(
-        amount, "", "60", "refuse", "repository", ["cuda-ci.yml"], "", table, now().date()
-    )
+    written = budget.BudgetInputs(amount, "", "60", "refuse", "repository", ["cuda-ci.yml"], "")
+    cfg = budget.make_budget_config(written, table, now().date())
     assert cfg is not None
     return watchdog.RetryBudget(cfg, GpuMatcher(frozenset({"gpu"})), table)
 

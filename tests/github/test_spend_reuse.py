@@ -14,12 +14,12 @@ from testkit.github.runs import (
     REPO,
     api_calls,
     gate,
+    gpu_job,
     gpu_run,
     month_of_runs,
     spend,
     upload_ledger,
 )
-from testkit.github_server import Job
 from testkit.shared import ROOT
 
 #: gpu-spend's hourly run: on a schedule, so on the default branch (no call to ask which).
@@ -31,20 +31,7 @@ GOAL = 10
 def _rerun(server, run, start: str, end: str) -> None:
     """Attempt 2 of ``run``: its GPU job ran from ``start`` to ``end``."""
     run.run_attempt, run.updated_at, run.run_started_at = 2, end, start
-    run.jobs.append(
-        Job(
-            server.next_id(),
-            "tests",
-            ["self-hosted", "gpu"],
-            status="completed",
-            conclusion="success",
-            created_at=start,
-            started_at=start,
-            completed_at=end,
-            runner_name="gpu-1",
-            run_attempt=2,
-        )
-    )
+    run.jobs.append(gpu_job(server, start, end, attempt=2))
 
 
 def test_a_rerun_this_month_of_a_run_created_last_month_counts(run_cli, server, tmp_path):

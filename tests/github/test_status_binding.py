@@ -10,7 +10,16 @@ import pytest
 
 from gpu_ci.github import jobs as jobs_rule
 from gpu_ci.github import status as statuses
-from testkit.github.approvals import CLOCK, COVERED, checks_url, queued, running, status, ts
+from testkit.github.approvals import (
+    CLOCK,
+    COVERED,
+    checks_url,
+    pr_run,
+    queued,
+    running,
+    status,
+    ts,
+)
 from testkit.shared import ROOT
 
 REPO = "Codertocat/Hello-World"
@@ -35,31 +44,7 @@ def in_progress(run_id: int = 5, attempt: int = 1, at: float = 49) -> dict:
     return ours(running(), url=f"{RUNS}/{run_id}/attempts/{attempt}", at=at)
 
 
-def run(
-    run_id: int = 5,
-    event: str = "pull_request",
-    actor: str = "maintainer",
-    head_repo: str | None = FORK,
-    path: str = ".github/workflows/cuda-ci.yml",
-    created: float = 51,
-    attempt: int = 1,
-    pulls: tuple[int, ...] = (),
-) -> dict:
-    return {
-        "id": run_id,
-        "head_sha": HEAD,
-        "event": event,
-        "path": path,
-        "html_url": f"{RUNS}/{run_id}",
-        "run_attempt": attempt,
-        "created_at": ts(created),
-        "run_started_at": ts(created),
-        "triggering_actor": {"login": actor},
-        "actor": {"login": actor},
-        "head_repository": None if head_repo is None else {"full_name": head_repo},
-        "pull_requests": [{"number": n} for n in pulls],
-        "workflow_id": 9,
-    }
+run = pr_run
 
 
 def job(conclusion: str = "success", name: str = "tests") -> dict:
@@ -75,7 +60,7 @@ def job(conclusion: str = "success", name: str = "tests") -> dict:
 
 def done(wf_run: dict, listed: list, conclusion: str = "success") -> statuses.Outcome:
     return statuses.for_workflow_run(
-        CONFIG, "completed", wf_run, [job(conclusion)], listed, REPO, NOW, siblings=[]
+        CONFIG, "completed", wf_run, [job(conclusion)], listed, REPO, NOW, statuses.Asked([])
     )
 
 
@@ -125,11 +110,15 @@ def test_a_run_of_another_workflow_file_does_not_count_even_when_approved():
     )
     gpu = run(path=".github/workflows/gpu.yml")
     # gpu-status follows gpu.yml, but this approval covers cuda-ci.yml only (its record)
-    out = statuses.for_workflow_run(named, "completed", gpu, [job()], listed, REPO, NOW, [])
+    out = statuses.for_workflow_run(
+        named, "completed", gpu, [job()], listed, REPO, NOW, statuses.Asked([])
+    )
     assert out.status is None
     assert "gpu.yml is not a GPU workflow file the approval of ec26c3e57ca3 covers" in out.note
     covering = [approval(covers=(".github/workflows/gpu.yml",))]
-    out = statuses.for_workflow_run(named, "completed", gpu, [job()], covering, REPO, NOW, [])
+    out = statuses.for_workflow_run(
+        named, "completed", gpu, [job()], covering, REPO, NOW, statuses.Asked([])
+    )
     assert out.status is not None and out.status.state == "success"
 
 
@@ -221,19 +210,27 @@ def test_a_pull_request_of_someone_else_at_the_approved_head_keeps_the_approval(
     }
     listed = [in_progress(), approval()]
     out = statuses.for_pull_event(
-        CONFIG, action, payload, None, "", "", "https://github.com", REPO, listed
+        CONFIG, action, payload, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert out.status is None and "#2" in out.note
     assert done(run(5), listed).status is not None
     # the approved pull request's own push back to this head still revokes it
     own = {**payload, "pull_request": {**payload["pull_request"], "number": 2}}
     again = statuses.for_pull_event(
-        CONFIG, action, own, None, "", "", "https://github.com", REPO, listed
+        CONFIG, action, own, statuses.GateOutputs(), "https://github.com", REPO, listed
     )
     assert again.status is not None and again.status.state == "pending"
 
 
 # -- triage resets ----------------------------------------------------------------------------
+
+
+def refused_label(listed: list, reason: str) -> statuses.Outcome:
+    """gpu-status on the gate label after the gate refused it for ``reason``."""
+    gate = statuses.GateOutputs(False, reason)
+    return statuses.for_pull_event(
+        CONFIG, "labeled", labeled(), gate, "https://github.com", REPO, listed
+    )
 
 
 def labeled() -> dict:
@@ -255,22 +252,10 @@ def test_a_refused_label_does_not_reset_a_passed_or_approved_head():
         at=10,
     )
     for listed in ([passed, in_progress(), approval()], [in_progress(), approval()], [approval()]):
-        out = statuses.for_pull_event(
-            CONFIG,
-            "labeled",
-            labeled(),
-            False,
-            "@triager has triage access; write is needed",
-            "",
-            "https://github.com",
-            REPO,
-            listed,
-        )
+        out = refused_label(listed, "@triager has triage access; write is needed")
         assert out.status is None, listed[0]["description"]
     # nothing to protect: the refusal is shown
-    out = statuses.for_pull_event(
-        CONFIG, "labeled", labeled(), False, "role", "", "https://github.com", REPO, []
-    )
+    out = refused_label([], "role")
     assert out.status is not None and out.status.description.startswith("Not approved")
 
 
@@ -359,17 +344,22 @@ def results(tmp_path, **env: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
-    """The header said to require "GPU CI results"; it passed when the gate refused."""
-    code, out = results(
+def skipped(tmp_path, run: str, reason: str, *, gate_attempt: str, attempt: str):
+    """The results check once the build and test jobs were skipped."""
+    return results(
         tmp_path,
-        RUN="false",
-        REASON="@x has triage access",
+        RUN=run,
+        REASON=reason,
         BUILD="skipped",
         TEST="skipped",
-        GATE_ATTEMPT="1",
-        GITHUB_RUN_ATTEMPT="1",
+        GATE_ATTEMPT=gate_attempt,
+        GITHUB_RUN_ATTEMPT=attempt,
     )
+
+
+def test_the_reusable_results_check_fails_when_the_gpu_tests_did_not_run(tmp_path):
+    """The header said to require "GPU CI results"; it passed when the gate refused."""
+    code, out = skipped(tmp_path, "false", "@x has triage access", gate_attempt="1", attempt="1")
     assert code == 1 and "did not run" in out
 
 
@@ -382,15 +372,7 @@ def test_a_rerun_of_failed_jobs_does_not_reuse_the_gates_decision(tmp_path):
     assert doc["jobs"]["gate"]["outputs"]["attempt"] == "${{ github.run_attempt }}"
     for job in ("build", "test"):
         assert "needs.gate.outputs.attempt == github.run_attempt" in doc["jobs"][job]["if"]
-    code, out = results(
-        tmp_path,
-        RUN="true",
-        REASON="approved",
-        GATE_ATTEMPT="1",
-        GITHUB_RUN_ATTEMPT="2",
-        BUILD="skipped",
-        TEST="skipped",
-    )
+    code, out = skipped(tmp_path, "true", "approved", gate_attempt="1", attempt="2")
     assert code == 1 and "Re-run all jobs" in out
     assert (
         results(tmp_path, RUN="true", REASON="approved", GATE_ATTEMPT="2", GITHUB_RUN_ATTEMPT="2")[
@@ -508,7 +490,7 @@ def test_a_planted_record_cannot_widen_what_the_approval_covers():
     planted = {**approval(at=49, covers=(gpu_path,)), "creator": {"login": "ci-app[bot]"}}
     listed = [planted, approval(at=50)]
     out = statuses.for_workflow_run(
-        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, siblings=[]
+        named, "completed", run(5, path=gpu_path), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert out.status is None and "gpu.yml is not a GPU workflow file" in out.note
 
@@ -522,10 +504,10 @@ def test_a_run_the_relay_bot_started_binds_only_where_relay_bot_is_set():
     assert done(run(5, actor=bot), listed).status is None  # relay-bot unset
     relayed = statuses.make_config("GPU CI", "CUDA CI", "write", ["tests"], relays=[bot])
     out = statuses.for_workflow_run(
-        relayed, "completed", run(5, actor=bot), [job()], listed, REPO, NOW, siblings=[]
+        relayed, "completed", run(5, actor=bot), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert out.status is not None and out.status.state == "success"
     other = statuses.for_workflow_run(
-        relayed, "completed", run(5, actor="author"), [job()], listed, REPO, NOW, siblings=[]
+        relayed, "completed", run(5, actor="author"), [job()], listed, REPO, NOW, statuses.Asked([])
     )
     assert other.status is None

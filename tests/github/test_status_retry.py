@@ -18,6 +18,7 @@ from testkit.github.approvals import (
     CLOCK,
     checks_url,
     post_approval,
+    pr_run,
     queued,
     running,
     status,
@@ -59,21 +60,7 @@ def retried(run_id: int = 5, attempt: int = 2, by: str = BOT) -> dict:
 
 
 def run(attempt: int = 2, trigger: str = BOT, actor: str = "maintainer", run_id: int = 5):
-    return {
-        "id": run_id,
-        "head_sha": HEAD,
-        "event": "pull_request",
-        "path": ".github/workflows/cuda-ci.yml",
-        "html_url": f"{RUNS}/{run_id}",
-        "run_attempt": attempt,
-        "created_at": ts(51),
-        "run_started_at": ts(9),
-        "triggering_actor": {"login": trigger},
-        "actor": {"login": actor},
-        "head_repository": {"full_name": "contributor/Hello-World"},
-        "pull_requests": [],
-        "workflow_id": 9,
-    }
+    return pr_run(run_id, actor=actor, trigger=trigger, started=9, attempt=attempt, repo=REPO)
 
 
 def done(
@@ -88,7 +75,7 @@ def done(
         "runner_name": "gpu-2",
     }
     return statuses.for_workflow_run(
-        CONFIG, action, wf_run, [job], listed, REPO, NOW, siblings=[], rerun=rerun
+        CONFIG, action, wf_run, [job], listed, REPO, NOW, statuses.Asked([], rerun)
     )
 
 
@@ -204,6 +191,22 @@ def test_a_retry_below_a_newer_approval_or_push_does_not_bind():
     assert done(run(), [passed, retried(), LOST, IN_PROGRESS, APPROVAL]).status is None
 
 
+def _status_on_completed(github, run_cli, repo, run):
+    """gpu-status's CLI on ``run``'s ``workflow_run.completed``, against the test server."""
+    event = webhook("workflow_run.completed.with-pull-requests")
+    event["workflow_run"] = github.run_json(repo, run)
+    env = {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": "t",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "INPUT_GPU_JOBS": "gpu-tests",
+    }
+    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
+    assert result.returncode == 0, result.stdout
+    return result
+
+
 def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_cli):
     """The watchdog re-runs a lost run on the test server and writes its status; attempt 2
     passes; gpu-status, handling attempt 2's `completed`, replaces "retried" by "passed"."""
@@ -231,17 +234,7 @@ def test_cli_the_watchdogs_real_retry_then_gpu_status_on_attempt_2(github, run_c
             job.status, job.conclusion, job.runner_name = "completed", "success", "gpu-spot-8"
             job.started_at, job.completed_at = iso(now - timedelta(minutes=9)), iso(now)
     lost.status, lost.conclusion = "completed", "success"
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"] = github.run_json(repo, lost)
-    env = {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "t",
-        "GITHUB_SERVER_URL": "https://github.com",
-        "INPUT_GPU_JOBS": "gpu-tests",
-    }
-    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
-    assert result.returncode == 0, result.stdout
+    result = _status_on_completed(github, run_cli, repo, lost)
     top = repo.statuses[sha][0]
     assert top["state"] == "success", result.stdout
     assert top["target_url"] == f"https://github.com/{REPO}/actions/runs/{lost.id}/attempts/2"
@@ -277,17 +270,7 @@ def test_cli_a_re_run_by_hand_reads_the_pull_request_and_the_role(
         job.run_attempt = 2
         job.status, job.conclusion = "completed", "success"
         job.started_at, job.completed_at = iso(now - timedelta(minutes=9)), iso(now)
-    event = webhook("workflow_run.completed.with-pull-requests")
-    event["workflow_run"] = github.run_json(repo, lost)
-    env = {
-        "GITHUB_API_URL": github.url,
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_TOKEN": "t",
-        "GITHUB_SERVER_URL": "https://github.com",
-        "INPUT_GPU_JOBS": "gpu-tests",
-    }
-    result = run_cli(["gpu-status"], env, event=event, event_name="workflow_run")
-    assert result.returncode == 0, result.stdout
+    result = _status_on_completed(github, run_cli, repo, lost)
     assert github.requests("GET", f"/repos/{REPO}/pulls/2")
     assert github.requests("GET", f"/collaborators/{who}/permission")
     top = repo.statuses[sha][0]

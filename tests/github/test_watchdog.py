@@ -9,8 +9,8 @@ import pytest
 
 from gpu_ci.github import watchdog
 from gpu_ci.github.commit_status import WATCHDOG_PREFIX
-from testkit.github.runs import stuck_run, watchdog_config, watchdog_env
-from testkit.github_server import Job, WorkflowRun
+from testkit.github.runs import gpu_job, stuck_run, watchdog_config, watchdog_env
+from testkit.github_server import WorkflowRun
 
 REPO = "octo-org/octo-repo"
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc)
@@ -219,15 +219,7 @@ def test_without_the_re_read_the_race_would_cancel_a_running_job(github):
 
 
 def test_running_siblings_keep_the_run(run_cli, github, env):
-    sibling = Job(
-        0,
-        "tests (2)",
-        ["gpu"],
-        status="in_progress",
-        created_at=ago(100),
-        started_at=ago(50),
-        runner_name="gpu-1",
-    )
+    sibling = gpu_job(github, ago(50), created=ago(100), name="tests (2)", labels=["gpu"])
     stale = add_run(github, minutes=90, extra_jobs=[sibling])
     sibling.id = github.next_id()
     result = run_cli(["gpu-watchdog"], env)

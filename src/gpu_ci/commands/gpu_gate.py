@@ -462,7 +462,7 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
             "input 'monthly-budget' needs 'gpu-runs-on' or 'gpu-runner-kinds': the budget "
             "counts the jobs that ran on your GPU runners, so name their labels or group."
         )
-    cfg = budget.make_budget_config(
+    written = budget.BudgetInputs(
         inputs["monthly-budget"],
         spend_kinds.default_price(inputs["gpu-price"], inputs["gpu-runs-on"], kinds),
         inputs["reserve-minutes"],
@@ -470,9 +470,8 @@ def budget_config(inputs: Inputs, rt: Runtime) -> budget.BudgetConfig | None:
         inputs["budget-scope"],
         inputs.items("gpu-workflows"),
         inputs["budget-ledger"],
-        load_table(),
-        jobs.now(rt.environ).date(),
     )
+    cfg = budget.make_budget_config(written, load_table(), jobs.now(rt.environ).date())
     if cfg is None:
         return None
     if inputs.items("gpu-workflows"):

@@ -30,6 +30,7 @@ from gpu_ci.cuda.monitor import views as mr_views
 from gpu_ci.errors import GpuCiError, UsageError
 from gpu_ci.inputs import Inputs
 from gpu_ci.runtime import Runtime, annotate_findings, write_report
+from gpu_ci.values import json_value
 
 if TYPE_CHECKING:
     from gpu_ci.github.steps import JobTimes
@@ -199,13 +200,7 @@ def priced_by_key(text: str, key: str, name: str) -> str:
                 "of prices by runner group or kind: drop price-key or key the prices."
             )
         return text
-    try:
-        prices = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
-            f"{exc.colno}): write an object of prices by runner group or kind."
-        ) from None
+    prices = json_value(name, text, "write an object of prices by runner group or kind.")
     if not isinstance(prices, dict) or not all(
         isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in prices.values()
     ):

@@ -291,8 +291,7 @@ def _write_files(p: _Plan, got: spend.Collected, report: sr.Report) -> tuple[str
         ledger = spend_ledger.build_ledger(
             p.repo,
             p.month,
-            p.matcher,
-            (),
+            spend_ledger.ledger_key(p.matcher, ()),
             p.now,
             got.runs,
             report.costs,

@@ -81,9 +81,7 @@ def _pull_event(
         config,
         action,
         ctx.payload,
-        _gate_run(inputs),
-        inputs["gate-reason"],
-        inputs["labeled-by"],
+        statuses.GateOutputs(_gate_run(inputs), inputs["gate-reason"], inputs["labeled-by"]),
         server,
         ctx.repository,
         listed,
@@ -111,7 +109,7 @@ def _workflow_run_event(
     if outcome.rerun_of is not None:
         rerun = _rerun_facts(rest, repo, *outcome.rerun_of)
         outcome = statuses.for_workflow_run(
-            config, action, wf_run, run_jobs, listed, repo, now, rerun=rerun
+            config, action, wf_run, run_jobs, listed, repo, now, statuses.Asked(rerun=rerun)
         )
     if outcome.need_siblings:
         siblings = call_api(
@@ -126,8 +124,7 @@ def _workflow_run_event(
             listed,
             repo,
             now,
-            siblings=siblings.get("workflow_runs") or [],
-            rerun=rerun,
+            statuses.Asked(siblings.get("workflow_runs") or [], rerun),
         )
     if run_jobs is None:
         return _Result(outcome, rest, listed=listed)

@@ -144,17 +144,15 @@ def _guard(inputs: Inputs, rt: Runtime, config: watchdog.WatchdogConfig) -> Retr
         inputs["gpu-runs-on"], inputs["gpu-runner-kinds"], table, today, "input 'monthly-budget'"
     )
     kinds = parse_kinds(inputs["gpu-runner-kinds"])
-    cfg = budget.make_budget_config(
+    written = budget.BudgetInputs(
         inputs["monthly-budget"],
         spend_kinds.default_price(inputs["gpu-price"], inputs["gpu-runs-on"], kinds),
         inputs["reserve-minutes"],
         inputs["budget-on-unknown"],
         "repository",
-        (),
-        inputs["budget-ledger"],
-        table,
-        today,
+        ledger_artifact=inputs["budget-ledger"],
     )
+    cfg = budget.make_budget_config(written, table, today)
     if cfg is None:
         return None
     # whose approvals let a fork run's waiting job reserve: the watchdog's own context and

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.values import required
 
 #: GitHub rejects longer descriptions with 422 "description is too long (maximum is 140
 #: characters)".
@@ -53,12 +54,11 @@ def same_context(value: Any, context: str) -> bool:
 
 def validate_context(value: str) -> str:
     """The ``context`` input, checked: one line, not empty, not too long."""
-    context = value.strip()
-    if not context:
-        raise UsageError(
-            "input 'context' is empty: name the commit status, e.g. 'GPU CI' "
-            "(the name a branch protection rule requires)."
-        )
+    context = required(
+        "context",
+        value,
+        "name the commit status, e.g. 'GPU CI' (the name a branch protection rule requires).",
+    )
     if len(context) > CONTEXT_LIMIT:
         raise UsageError(
             f"input 'context' is {len(context)} characters long; GitHub accepts "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci.errors import UsageError
+from gpu_ci.values import json_value, required
 
 #: A kind's name is a matrix value and an object key in expressions: keep it plain.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -28,17 +29,9 @@ def runs_on_json(name: str, value: str) -> str:
     """A runner label or JSON value, as compact JSON.
 
     A plain label becomes a JSON string; JSON is validated and compacted."""
-    text = value.strip()
-    if not text:
-        raise UsageError(f"input '{name}' is empty: give a runner label or a JSON value.")
+    text = required(name, value, "give a runner label or a JSON value.")
     if text[0] in '[{"':
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(
-                f"input '{name}' looks like JSON but does not parse ({exc.msg} at column "
-                f"{exc.colno}): {text!r}."
-            ) from None
+        parsed = json_value(name, text, f"{text!r}.")
         if not isinstance(parsed, (str, list, dict)):
             raise UsageError(f"input '{name}' must be a label, a list or an object: {text!r}.")
         return json.dumps(parsed, separators=(",", ":"))

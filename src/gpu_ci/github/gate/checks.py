@@ -177,6 +177,17 @@ def _triage_pull(event_name: str, payload: Mapping[str, Any], config: GateConfig
                 "need a new approval)."
             ),
         )
+    return _triage_label(base, payload, config, (number, head_sha, fork))
+
+
+def _triage_label(
+    base: Decision,
+    payload: Mapping[str, Any],
+    config: GateConfig,
+    pull: tuple[int, str, bool],
+) -> Triage:
+    """A ``labeled`` event: the gate label, the relay's label, or another one."""
+    number, head_sha, fork = pull
     label = label_of(payload)
     sender = str((payload.get("sender") or {}).get("login") or "")
     if not sender:

@@ -83,15 +83,14 @@ def refuse_role(
     check: PullCheck, config: GateConfig, permission_answer: Mapping[str, Any]
 ) -> Decision | None:
     """The role rule alone: a refusal needs no further API call."""
-    role, exact = role_of(permission_answer)
-    if qualifies(permission_answer, config):
-        return None
-    note = "" if exact else " (legacy permission field: maintain reads as write, triage as read)"
+    base = _pull_decision(check, role_of(permission_answer)[0])
     what = f"applying '{config.label}'"
-    return replace(
-        _pull_decision(check, role),
-        reason=f"{check.labeller} has the '{role}' role{note}; {_needs(config, what)}.",
-    )
+    return _role_refusal(base, check.labeller, config, permission_answer, what)
+
+
+def _head_sha(pull: Mapping[str, Any]) -> str:
+    """The pull request's head commit now ('' when unknown)."""
+    return str((pull.get("head") or {}).get("sha") or "")
 
 
 def decide_pull(
@@ -104,16 +103,15 @@ def decide_pull(
     refused = refuse_role(check, config, permission_answer)
     if refused is not None:
         return refused
-    role, _ = role_of(permission_answer)
-    current = str((pull.get("head") or {}).get("sha") or "")
-    base = _pull_decision(check, role, current)
+    base = _pull_decision(check, role_of(permission_answer)[0], _head_sha(pull))
     again = f"apply '{config.label}' again"
-    if config.require_fresh_head and current != check.head_sha and _is_open(pull, config):
+    moved = _moved(check, pull, config)
+    if config.require_fresh_head and moved:
         return replace(
             base,
             reason=(
-                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'} after "
-                f"'{config.label}' was applied: review the new commits and apply the label again."
+                f"{moved} after '{config.label}' was applied: review the new commits and "
+                "apply the label again."
             ),
         )
     base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
@@ -133,6 +131,16 @@ def decide_pull(
 
 def _is_open(pull: Mapping[str, Any], config: GateConfig) -> bool:
     return pull.get("state") == "open" and not (config.skip_draft and pull.get("draft"))
+
+
+def _moved(check: PullCheck | TrustedCheck, pull: Mapping[str, Any], config: GateConfig) -> str:
+    """How an open pull request's head moved since the event.
+
+    '' when it did not move, or the pull request is not open."""
+    current = _head_sha(pull)
+    if current == check.head_sha or not _is_open(pull, config):
+        return ""
+    return f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}"
 
 
 def _pull_rules(
@@ -194,26 +202,8 @@ def decide_comment(
     changed_files: Sequence[str] | None,
 ) -> Decision:
     """A comment command: the commenter's role, then the stated SHA against the head now."""
-    current = str((pull.get("head") or {}).get("sha") or "")
-    head = (pull.get("head") or {}).get("repo") or {}
-    base_repo = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
-    base = Decision(
-        run=False,
-        reason="",
-        event=check.event,
-        pr_number=str(check.number),
-        labeled_by=check.commenter,
-        permission=role_of(permission_answer)[0],
-        head_at_label=check.command.sha,
-        current_head=current,
-        # unknown until the pull request is read (a refused commenter's is never read)
-        fork=None
-        if not pull
-        else head.get("full_name") is None or head.get("full_name") != base_repo,
-        approval=HOW_COMMENT,
-        comment_url=check.url,
-        tiers=check.command.tiers,
-    )
+    current = _head_sha(pull)
+    base = _comment_base(check, permission_answer, pull)
     command = f"'{config.comment_command}'"
     refused = _role_refusal(
         base, check.commenter, config, permission_answer, f"a {command} comment"
@@ -222,32 +212,9 @@ def decide_comment(
         return refused
     tiers = "".join(f" {tier}" for tier in check.command.tiers)
     again = f"comment '{config.comment_command} <sha>{tiers}' again"
-    if not check.command.sha:
-        return replace(
-            base,
-            reason=(
-                f"the command names no commit: state the head you reviewed, "
-                f"'{config.comment_command} {current}{tiers}'."
-            ),
-        )
-    if not comment.matches_head(check.command.sha, current):
-        return replace(
-            base,
-            reason=(
-                f"the comment names {check.command.sha[:12]}, but the head of #{check.number} is "
-                f"{current[:12] or '?'}: review the head and {again} with its SHA."
-            ),
-        )
-    if base.fork and len(check.command.sha) != 40:
-        # a fork's author can grind a commit whose short SHA matches (2^28 tries for 7 digits)
-        return replace(
-            base,
-            reason=(
-                f"#{check.number} comes from a fork, so the comment must name the full 40-digit "
-                f"SHA, not {check.command.sha}: review the head and comment "
-                f"'{config.comment_command} {current}{tiers}'."
-            ),
-        )
+    why = _stated_sha_refusal(check, config, current, base.fork, again)
+    if why:
+        return replace(base, reason=why)
     base = replace(base, sha=current)
     base, refused_now = _pull_rules(base, check.number, config, pull, changed_files, again)
     if refused_now:
@@ -262,6 +229,58 @@ def decide_comment(
             f"{fork} at {current[:12]}{named}."
         ),
     )
+
+
+def _comment_base(
+    check: CommentCheck, permission_answer: Mapping[str, Any], pull: Mapping[str, Any]
+) -> Decision:
+    """A comment command's refused starting decision."""
+    head = (pull.get("head") or {}).get("repo") or {}
+    base_repo = ((pull.get("base") or {}).get("repo") or {}).get("full_name")
+    return Decision(
+        run=False,
+        reason="",
+        event=check.event,
+        pr_number=str(check.number),
+        labeled_by=check.commenter,
+        permission=role_of(permission_answer)[0],
+        head_at_label=check.command.sha,
+        current_head=_head_sha(pull),
+        # unknown until the pull request is read (a refused commenter's is never read)
+        fork=None
+        if not pull
+        else head.get("full_name") is None or head.get("full_name") != base_repo,
+        approval=HOW_COMMENT,
+        comment_url=check.url,
+        tiers=check.command.tiers,
+    )
+
+
+def _stated_sha_refusal(
+    check: CommentCheck, config: GateConfig, current: str, fork: bool | None, again: str
+) -> str:
+    """Why the commit a command names does not approve the head.
+
+    '' when it does."""
+    sha, tiers = check.command.sha, "".join(f" {tier}" for tier in check.command.tiers)
+    if not sha:
+        return (
+            f"the command names no commit: state the head you reviewed, "
+            f"'{config.comment_command} {current}{tiers}'."
+        )
+    if not comment.matches_head(sha, current):
+        return (
+            f"the comment names {sha[:12]}, but the head of #{check.number} is "
+            f"{current[:12] or '?'}: review the head and {again} with its SHA."
+        )
+    if fork and len(sha) != 40:
+        # a fork's author can grind a commit whose short SHA matches (2^28 tries for 7 digits)
+        return (
+            f"#{check.number} comes from a fork, so the comment must name the full 40-digit "
+            f"SHA, not {sha}: review the head and comment "
+            f"'{config.comment_command} {current}{tiers}'."
+        )
+    return ""
 
 
 def refuse_trusted(
@@ -313,16 +332,10 @@ def decide_trusted(
     if refused is not None:
         return refused
     role, _ = role_of(permission_answer)
-    current = str((pull.get("head") or {}).get("sha") or "")
-    base = _trusted_base(check, role, current)
-    if current != check.head_sha and _is_open(pull, config):
-        return replace(
-            base,
-            reason=(
-                f"the head moved from {check.head_sha[:12]} to {current[:12] or '?'}: the run "
-                "of the newer push decides."
-            ),
-        )
+    base = _trusted_base(check, role, _head_sha(pull))
+    moved = _moved(check, pull, config)
+    if moved:
+        return replace(base, reason=f"{moved}: the run of the newer push decides.")
     why = comment.foreign_head(pull, check.author) or comment.untrusted_push(
         head_commit, check.author, config.trusted_authors_verified
     )
@@ -391,7 +404,7 @@ def decide_relay(
         relayed = f" (relayed by {check.bot} as '{check.label}')"
         reason = decision.reason[:-1] + relayed + "." if decision.run else decision.reason
         return replace(decision, label=check.label, reason=reason)
-    current = str((pull.get("head") or {}).get("sha") or "")
+    current = _head_sha(pull)
     return Decision(
         run=False,
         event=check.event,

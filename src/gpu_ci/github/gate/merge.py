@@ -31,6 +31,24 @@ def merge_sha_of(pull: Mapping[str, Any]) -> str:
     return str(pull.get("merge_commit_sha") or "")
 
 
+def _parents_refusal(merge_commit: Mapping[str, Any], head: str, base: tuple[str, str]) -> str:
+    """Why the merge commit does not join base and approved head.
+
+    '' when its parents are (base now, approved head). ``base`` is the base branch's
+    (ref, sha) as the pull request says now."""
+    base_ref, base_sha = base
+    parents = [str(p.get("sha") or "") for p in merge_commit.get("parents") or []]
+    if len(parents) != 2 or parents[1] != head:
+        for_head = parents[1][:12] if len(parents) == 2 else f"{len(parents)} parents"
+        return f"merges {for_head}, not the approved head {head[:12]}"
+    if parents[0] != base_sha:
+        return (
+            f"merges {base_ref} at {parents[0][:12]}, but {base_ref} is at "
+            f"{base_sha[:12] or '?'} now"
+        )
+    return ""
+
+
 def decide_merge(
     decision: Decision, pull: Mapping[str, Any], merge_commit: Mapping[str, Any] | None
 ) -> Decision:
@@ -65,24 +83,12 @@ def decide_merge(
                 f"cleanly into {base_ref} yet: {_WAIT}"
             ),
         )
-    parents = [str(p.get("sha") or "") for p in merge_commit.get("parents") or []]
-    if len(parents) != 2 or parents[1] != head:
-        for_head = parents[1][:12] if len(parents) == 2 else f"{len(parents)} parents"
+    why = _parents_refusal(merge_commit, head, (base_ref, base_sha))
+    if why:
         return replace(
             refused,
-            reason=(
-                f"test-merge is true and GitHub's merge commit {merge_sha[:12]} of #{number} "
-                f"merges {for_head}, not the approved head {head[:12]}: {_WAIT}"
-            ),
-        )
-    if parents[0] != base_sha:
-        return replace(
-            refused,
-            reason=(
-                f"test-merge is true and GitHub's merge commit {merge_sha[:12]} of #{number} "
-                f"merges {base_ref} at {parents[0][:12]}, but {base_ref} is at "
-                f"{base_sha[:12] or '?'} now: {_WAIT}"
-            ),
+            reason=f"test-merge is true and GitHub's merge commit {merge_sha[:12]} of "
+            f"#{number} {why}: {_WAIT}",
         )
     return replace(
         decision,

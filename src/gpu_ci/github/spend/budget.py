@@ -189,15 +189,22 @@ class JobCost:
         return Decimal(self.usd) if self.usd else Decimal(0)
 
 
+@dataclass(frozen=True)
+class Costing:
+    """How a month's GPU jobs are told apart and priced."""
+
+    matcher: GpuMatcher
+    price: Price | None
+    table: PriceTable
+    reserve_minutes: int
+    month: Month
+    now: datetime
+
+
 def job_costs(
     run: Mapping[str, Any],
     jobs: Iterable[Mapping[str, Any]],
-    matcher: GpuMatcher,
-    price: Price | None,
-    table: PriceTable,
-    reserve_minutes: int,
-    month: Month,
-    now: datetime,
+    costing: Costing,
     reserves: bool | None = None,
 ) -> list[JobCost]:
     """The GPU jobs of one run (every attempt: re-runs and cancelled jobs count what they
@@ -207,13 +214,11 @@ def job_costs(
     ``reserves``: whether the run's jobs waiting for a runner reserve; None is
     :func:`run_reserves` (this repository's own run). The caller passes True for a fork's
     run that holds a maintainer's current approval (``spend`` reads the head's statuses)."""
+    c = costing
+    matcher, price, table, month, now = c.matcher, c.price, c.table, c.month, c.now
     out = []
     pr = pull_request_of(run)
-    # A re-run makes its starter (gpu-watchdog's account) the triggering_actor; the approver
-    # is who started the first attempt, its actor (as gpu-status binds runs).
-    first = int(run.get("run_attempt") or 1) == 1
-    who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
-    approver = str(who.get("login") or "")
+    approver = _approver(run)
     workflow = workflow_name(run)
     if reserves is None:
         reserves = run_reserves(run)
@@ -223,22 +228,10 @@ def job_costs(
             continue  # a queued job of a run no maintainer approved: it costs nothing yet
         if not _is_gpu(job, matcher, waiting):
             continue
-        status = str(job.get("status") or "")
-        started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
-        if started is None:
+        billed = _billed(job, now, c.reserve_minutes)
+        if billed is None:
             continue
-        if status == "completed":
-            if job.get("conclusion") == "skipped" or not job.get("runner_name"):
-                continue  # never picked up by a runner: nothing billed
-            done = parse_time(job.get("completed_at")) or started
-            minutes = billed_minutes((done - started).total_seconds())
-            state = "completed"
-        else:  # queued or running: the reservation, or what it used so far when more
-            if job.get("runner_name"):
-                used = billed_minutes((now - started).total_seconds())
-            else:
-                used, started = 0, now  # not started: it will be billed from now on
-            minutes, state = max(reserve_minutes, used), "reserved"
+        started, minutes, state = billed
         day = started.date()
         if day not in month or minutes == 0:
             continue
@@ -265,6 +258,36 @@ def job_costs(
             )
         )
     return out
+
+
+def _approver(run: Mapping[str, Any]) -> str:
+    """Who started the run's first attempt, as gpu-status binds runs.
+
+    A re-run's triggering_actor is its starter (gpu-watchdog's account): then the actor."""
+    first = int(run.get("run_attempt") or 1) == 1
+    who = (run.get("triggering_actor") if first else None) or run.get("actor") or {}
+    return str(who.get("login") or "")
+
+
+def _billed(
+    job: Mapping[str, Any], now: datetime, reserve_minutes: int
+) -> tuple[datetime, int, str] | None:
+    """When a job's billing starts, its minutes and their state; None: nothing billed."""
+    status = str(job.get("status") or "")
+    started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
+    if started is None:
+        return None
+    if status == "completed":
+        if job.get("conclusion") == "skipped" or not job.get("runner_name"):
+            return None  # never picked up by a runner: nothing billed
+        done = parse_time(job.get("completed_at")) or started
+        return started, billed_minutes((done - started).total_seconds()), "completed"
+    # queued or running: the reservation, or what it used so far when more
+    if job.get("runner_name"):
+        used = billed_minutes((now - started).total_seconds())
+    else:
+        used, started = 0, now  # not started: it will be billed from now on
+    return started, max(reserve_minutes, used), "reserved"
 
 
 def _waiting(job: Mapping[str, Any]) -> bool:
@@ -466,36 +489,42 @@ class BudgetConfig:
     ``trusted-creators``; their defaults unless the caller knows better)."""
 
 
-def make_budget_config(
-    monthly_budget: str,
-    gpu_price: str,
-    reserve_minutes: str,
-    on_unknown: str,
-    scope: str,
-    workflows: Sequence[str],
-    ledger_artifact: str,
-    table: PriceTable,
-    today: date,
-) -> BudgetConfig | None:
+@dataclass(frozen=True)
+class BudgetInputs:
+    """The budget inputs as the workflow wrote them."""
+
+    monthly_budget: str
+    gpu_price: str
+    reserve_minutes: str
+    on_unknown: str
+    scope: str
+    workflows: Sequence[str] = ()
+    ledger_artifact: str = ""
+
+
+def make_budget_config(inputs: BudgetInputs, table: PriceTable, today: date) -> BudgetConfig | None:
     """The checked budget inputs, or None without a budget.
 
-    The validated budget inputs; ``None`` when no budget is set (every other budget input
-    is then ignored). Every mistake is a :class:`UsageError` that says what to write.
+    ``None`` when no budget is set (every other budget input is then ignored). Every
+    mistake is a :class:`UsageError` that says what to write.
 
     ``workflows`` (the deprecated ``gpu-workflows``) is checked for its spelling only: the
     budget counts the GPU jobs of every workflow (:data:`EVERY_WORKFLOW`)."""
-    if not monthly_budget.strip():
+    i = inputs
+    if not i.monthly_budget.strip():
         return None
-    parsed = parse_budget(monthly_budget)
-    price = parse_gpu_price(gpu_price, table, today) if gpu_price.strip() else None
+    parsed = parse_budget(i.monthly_budget)
+    price = parse_gpu_price(i.gpu_price, table, today) if i.gpu_price.strip() else None
     require_price(parsed, price)
-    unknown = on_unknown.strip().lower()
+    unknown = i.on_unknown.strip().lower()
     if unknown not in BUDGET_ON_UNKNOWN:
-        raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {on_unknown!r}.")
-    where = scope.strip().lower()
+        raise UsageError(f"input 'budget-on-unknown' must be refuse or run; got {i.on_unknown!r}.")
+    where = i.scope.strip().lower()
     if where not in SCOPES:
-        raise UsageError(f"input 'budget-scope' must be repository or organization; got {scope!r}.")
-    for wf in workflows:
+        raise UsageError(
+            f"input 'budget-scope' must be repository or organization; got {i.scope!r}."
+        )
+    for wf in inputs.workflows:
         if "/" in wf.strip("/") or not wf.endswith((".yml", ".yaml")):
             raise UsageError(
                 f"input 'gpu-workflows': {wf!r} is not a workflow file name: "
@@ -504,10 +533,10 @@ def make_budget_config(
     return BudgetConfig(
         parsed,
         price,
-        parse_reserve(reserve_minutes),
+        parse_reserve(inputs.reserve_minutes),
         unknown,
         where,
-        ledger_artifact.strip(),
+        inputs.ledger_artifact.strip(),
     )
 
 

@@ -13,7 +13,7 @@ from gpu_ci.github.client import Rest, describe_api_failure
 from gpu_ci.github.jobs import GpuMatcher, PricedKind
 from gpu_ci.github.spend import budget
 from gpu_ci.github.spend.billing import BillingAccessError
-from gpu_ci.github.spend.month import month_spend
+from gpu_ci.github.spend.month import Counting, billed_month_spend, month_spend
 from gpu_ci.pricing import Price, PriceTable
 
 
@@ -75,31 +75,10 @@ def gate_budget(
         if billing_rest is not None
         else "this month's GPU jobs of every workflow (actions: read)"
     )
-    rows = [
-        ("budget", cfg.budget.describe()),
-        ("price", _price_row(cfg.price, now.date(), table)),
-        *(
-            (f"price of kind {k.name}", _price_row(k.price or cfg.price, now.date(), table))
-            for k in reserving
-        ),
-        ("reservation", _reserving(cfg, matcher, reserving)),
-        ("GPU jobs", matcher.describe()),
-    ]
+    rows = _config_rows(cfg, matcher, table, reserving, now.date())
     try:
-        spent, note = _read_spend(
-            lambda: month_spend(
-                rest,
-                run.repo,
-                cfg,
-                matcher,
-                table,
-                now,
-                default_branch=run.default_branch,
-                skip=run.skip,
-                billing_rest=billing_rest,
-            ),
-            what,
-        )
+        counting = Counting.for_budget(run.repo, cfg, matcher, table, now)
+        spent, note = _read_spend(lambda: _month(rest, billing_rest, cfg, counting, run), what)
     except BillingAccessError:
         raise
     except GpuCiError as exc:
@@ -122,6 +101,49 @@ def gate_budget(
         tuple(rows),
         _amount(verdict.spent, unit),
         _amount(verdict.left, unit),
+    )
+
+
+def _config_rows(
+    cfg: budget.BudgetConfig,
+    matcher: GpuMatcher,
+    table: PriceTable,
+    reserving: tuple[PricedKind, ...],
+    today: date,
+) -> list[tuple[str, str]]:
+    """The summary's rows on the budget itself: amount, prices, reservation, GPU jobs."""
+    return [
+        ("budget", cfg.budget.describe()),
+        ("price", _price_row(cfg.price, today, table)),
+        *(
+            (f"price of kind {k.name}", _price_row(k.price or cfg.price, today, table))
+            for k in reserving
+        ),
+        ("reservation", _reserving(cfg, matcher, reserving)),
+        ("GPU jobs", matcher.describe()),
+    ]
+
+
+def _month(
+    rest: Rest,
+    billing_rest: Rest | None,
+    cfg: budget.BudgetConfig,
+    counting: Counting,
+    run: GateRun,
+) -> tuple[budget.Spend, str]:
+    """The month's spend: from the billing report with a billing token, else counted."""
+    if billing_rest is not None:
+        return billed_month_spend(rest, billing_rest, counting, cfg, run.skip)
+    c = counting
+    return month_spend(
+        rest,
+        c.repo,
+        cfg,
+        c.matcher,
+        c.table,
+        c.now,
+        default_branch=run.default_branch,
+        skip=run.skip,
     )
 
 

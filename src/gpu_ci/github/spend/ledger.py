@@ -115,8 +115,7 @@ def ledger_key(matcher: GpuMatcher, workflows: Sequence[str]) -> str:
 def build_ledger(
     repository: str,
     month: Month,
-    matcher: GpuMatcher,
-    workflows: Sequence[str],
+    key: str,
     now: datetime,
     runs: Sequence[Mapping[str, Any]],
     costs: Sequence[JobCost],
@@ -127,6 +126,7 @@ def build_ledger(
 
     A ledger of the completed runs among ``runs`` (the runs listed) and of ``reused``
     (run id -> attempt: the runs an earlier ledger counted, whose costs are among ``costs``).
+    ``key`` says what was counted (:func:`ledger_key`).
 
     ``through`` is ``now``, or the creation time of the oldest run not yet complete, so
     that the gate, which lists the runs created since that day, still sees that run."""
@@ -146,7 +146,7 @@ def build_ledger(
     return Ledger(
         repository,
         str(month),
-        ledger_key(matcher, workflows),
+        key,
         through.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         done,
         kept,

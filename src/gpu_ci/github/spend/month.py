@@ -95,21 +95,7 @@ def list_runs(
             splittable = hi is None or hi > lo
             listed, total = _run_pages(rest, f"{path}?{query}", splittable)
             if total > len(listed) and splittable:
-                end = (
-                    hi
-                    if hi is not None
-                    else (now or clock(os.environ)).replace(microsecond=0) + timedelta(days=1)
-                )
-                mid = lo + (end - lo) / 2
-                mid = mid.replace(microsecond=0)
-                todo += [
-                    (f"{_second(lo)}..{_second(mid)}", lo, mid),
-                    (
-                        f"{_second(mid + timedelta(seconds=1))}..{_second(end)}",
-                        mid + timedelta(seconds=1),
-                        end,
-                    ),
-                ]
+                todo += _halves(lo, hi, now)
                 continue
             if total > len(listed) and notes is not None:
                 notes.append(
@@ -123,6 +109,25 @@ def list_runs(
                     runs.append(run)
     runs.sort(key=lambda r: (str(r.get("created_at") or ""), int(r["id"])), reverse=True)
     return runs
+
+
+def _halves(
+    lo: datetime, hi: datetime | None, now: datetime | None
+) -> list[tuple[str, datetime, datetime | None]]:
+    """A listing window split in two by time.
+
+    Each half comes with its ``created`` query."""
+    end = (
+        hi
+        if hi is not None
+        else (now or clock(os.environ)).replace(microsecond=0) + timedelta(days=1)
+    )
+    mid = (lo + (end - lo) / 2).replace(microsecond=0)
+    after = mid + timedelta(seconds=1)
+    return [
+        (f"{_second(lo)}..{_second(mid)}", lo, mid),
+        (f"{_second(after)}..{_second(end)}", after, end),
+    ]
 
 
 def _second(moment: datetime) -> str:
@@ -256,16 +261,28 @@ class Counting:
         reserves: bool | None = None,
     ) -> list[budget.JobCost]:
         """What each GPU job of ``run`` cost (:func:`budget.job_costs`)."""
-        return budget.job_costs(
-            run,
-            jobs,
-            self.matcher,
-            self.price,
-            self.table,
-            self.reserve_minutes,
-            self.month,
-            self.now,
-            reserves,
+        return budget.job_costs(run, jobs, self.costing, reserves)
+
+    @classmethod
+    def for_budget(
+        cls,
+        repo: str,
+        cfg: budget.BudgetConfig,
+        matcher: GpuMatcher,
+        table: PriceTable,
+        now: datetime,
+    ) -> Counting:
+        """The count a budget check makes: every workflow, this month."""
+        month = budget.Month.of(now.date())
+        return cls(
+            repo, (), matcher, cfg.price, table, cfg.reserve_minutes, month, now, cfg.approvals
+        )
+
+    @property
+    def costing(self) -> budget.Costing:
+        """The pricing part of this count."""
+        return budget.Costing(
+            self.matcher, self.price, self.table, self.reserve_minutes, self.month, self.now
         )
 
 
@@ -292,10 +309,7 @@ def collect(
     month = c.month
     use = ledger is not None and ledger.usable(c.repo, month, c.matcher, c.workflows)
     eve = month.first - timedelta(days=1)  # a run created on the last day may run into it
-    since = month.first - timedelta(days=RERUN_DAYS)
-    through = parse_time(ledger.through) if use and ledger is not None else None
-    if through is not None:
-        since = max(since, (through - timedelta(days=RERUN_DAYS)).date())
+    since = _listed_since(month, ledger if use else None)
     notes: list[str] = []
     runs = list_runs(rest, c.repo, c.workflows, since, month.last, notes=notes, now=c.now)
     costs: list[budget.JobCost] = []
@@ -319,11 +333,7 @@ def collect(
         costs.extend(counted)
         if budget.needs_approval(run, jobs, c.matcher):
             waiting.append((run, jobs, counted))
-        for job in jobs:
-            start = parse_time(job.get("started_at"))
-            end = parse_time(job.get("completed_at"))
-            if start is not None and end is not None:
-                windows[int(job["id"])] = (start.timestamp(), end.timestamp())
+        windows.update(_spans(jobs))
     if waiting:
         costs += approved_reservations(
             rest,
@@ -336,6 +346,28 @@ def collect(
     if progress:
         progress(f"{len(runs)} runs listed since {since}, jobs fetched for {fetched}")
     return Collected(costs, runs, reason, notes, windows, counted_runs)
+
+
+def _listed_since(month: budget.Month, ledger: Ledger | None) -> date:
+    """The first creation day a count lists: re-runs reach back :data:`RERUN_DAYS`.
+
+    With a usable ``ledger``, no further back than that before it was written."""
+    since = month.first - timedelta(days=RERUN_DAYS)
+    through = parse_time(ledger.through) if ledger is not None else None
+    if through is not None:
+        since = max(since, (through - timedelta(days=RERUN_DAYS)).date())
+    return since
+
+
+def _spans(jobs: Sequence[Mapping[str, Any]]) -> dict[int, tuple[float, float]]:
+    """When each ended job ran: id -> (start, end) in epoch seconds."""
+    out = {}
+    for job in jobs:
+        start = parse_time(job.get("started_at"))
+        end = parse_time(job.get("completed_at"))
+        if start is not None and end is not None:
+            out[int(job["id"])] = (start.timestamp(), end.timestamp())
+    return out
 
 
 def _from_ledger(
@@ -373,25 +405,12 @@ def month_spend(
     *,
     default_branch: str,
     skip: tuple[int, int] | None,
-    billing_rest: Rest | None = None,
 ) -> tuple[budget.Spend, str]:
     """This month's GPU spend before the run being decided.
 
-    And a note on how it was read."""
-    month = budget.Month.of(now.date())
-    counting = Counting(
-        repo,
-        (),
-        matcher,
-        cfg.price,
-        table,
-        cfg.reserve_minutes,
-        month,
-        now,
-        cfg.approvals,
-    )
-    if billing_rest is not None:
-        return _billed_month(rest, billing_rest, counting, cfg, skip)
+    And a note on how it was read. :func:`billed_month_spend` reads it from the
+    billing report instead."""
+    counting = Counting.for_budget(repo, cfg, matcher, table, now)
     ledger, note = None, "ledger not configured (budget-ledger is empty)"
     if cfg.ledger_artifact:
         if default_branch:
@@ -404,7 +423,7 @@ def month_spend(
     return budget.total(got.costs, source), "; ".join(said)
 
 
-def _billed_month(
+def billed_month_spend(
     rest: Rest,
     billing_rest: Rest,
     counting: Counting,

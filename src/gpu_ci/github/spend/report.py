@@ -218,19 +218,7 @@ def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
     lost: dict[int, str] = {}
     notes: list[str] = []
     for path, text in texts.items():
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            notes.append(f"{path}: not JSON ({exc})")
-            continue
-        if not isinstance(doc, dict) or doc.get("schema") != INFRA_SCHEMA:
-            notes.append(f"{path}: not a gpu-watchdog infra-file (schema {INFRA_SCHEMA})")
-            continue
-        failures = doc.get("failures") or []
-        if not isinstance(failures, list):
-            notes.append(f"{path}: 'failures' is not a list, skipped")
-            continue
-        for row in failures:
+        for row in _infra_failures(path, text, notes):
             job_id = row.get("job_id") if isinstance(row, dict) else None
             if not isinstance(job_id, int) or isinstance(job_id, bool):
                 notes.append(f"{path}: a failure without a job_id, skipped")
@@ -241,6 +229,25 @@ def read_infra(texts: Mapping[str, str]) -> tuple[dict[int, str], list[str]]:
                 continue
             lost.setdefault(job_id, ",".join(str(c) for c in evidence))
     return lost, notes
+
+
+def _infra_failures(path: str, text: str, notes: list[str]) -> list[Any]:
+    """The failure rows of one infra-file.
+
+    None, and a note, when the text is not one."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        notes.append(f"{path}: not JSON ({exc})")
+        return []
+    if not isinstance(doc, dict) or doc.get("schema") != INFRA_SCHEMA:
+        notes.append(f"{path}: not a gpu-watchdog infra-file (schema {INFRA_SCHEMA})")
+        return []
+    failures = doc.get("failures") or []
+    if isinstance(failures, list):
+        return failures
+    notes.append(f"{path}: 'failures' is not a list, skipped")
+    return []
 
 
 def infra_section(

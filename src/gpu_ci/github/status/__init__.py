@@ -66,10 +66,11 @@ from gpu_ci.github.status.config import (
     workflow_path,
 )
 from gpu_ci.github.status.issue_comment import comment_approved, comment_result, comment_run_link
-from gpu_ci.github.status.pull_request import after_gate, for_pull_event, waiting
-from gpu_ci.github.status.workflow_run import for_workflow_run, minutes, settle
+from gpu_ci.github.status.pull_request import GateOutputs, after_gate, for_pull_event, waiting
+from gpu_ci.github.status.workflow_run import Asked, for_workflow_run, minutes, settle
 
 __all__ = [
+    "Asked",
     "APPROVAL_LAG",
     "CLOCK_SLACK",
     "CONTEXT_LIMIT",
@@ -78,6 +79,7 @@ __all__ = [
     "DEFAULT_WORKFLOW",
     "DESCRIPTION_LIMIT",
     "FAILED",
+    "GateOutputs",
     "FINAL",
     "IN_PROGRESS",
     "JOB_RESULTS",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpu_ci.errors import UsageError
 from gpu_ci.github.approval import WORKFLOWS_DIR, is_workflow_file
 from gpu_ci.github.commit_status import DEFAULT_CREATORS, Status, validate_context
+from gpu_ci.values import required
 
 DEFAULT_WORKFLOW = ".github/workflows/cuda-ci.yml"
 FAILED = ("failure", "timed_out", "startup_failure", "action_required", "stale")
@@ -53,13 +54,12 @@ class Outcome:
 
 def workflow_path(value: str) -> str:
     """``cuda-ci.yml`` or ``.github/workflows/cuda-ci.yml`` → the path GitHub reports."""
-    name = value.strip()
-    if not name:
-        raise UsageError(
-            "input 'workflow' is empty: name the GPU workflow's file, e.g. "
-            "'cuda-ci.yml' (workflow_run matches names, which any fork can "
-            "declare; the file path it cannot)."
-        )
+    name = required(
+        "workflow",
+        value,
+        "name the GPU workflow's file, e.g. 'cuda-ci.yml' (workflow_run matches names, "
+        "which any fork can declare; the file path it cannot).",
+    )
     if "/" not in name:
         name = f".github/workflows/{name}"
     file = name[len(WORKFLOWS_DIR) :] if name.startswith(WORKFLOWS_DIR) else ""
@@ -81,8 +81,7 @@ def make_config(
     relays: Sequence[str] = (),
 ) -> StatusConfig:
     """The checked config; a :class:`UsageError` says which input is wrong."""
-    if not label.strip():
-        raise UsageError("input 'label' is empty: name the label that approves a GPU run.")
+    required("label", label, "name the label that approves a GPU run.")
     if not gpu_jobs:
         raise UsageError(
             "input 'gpu-jobs' is empty: name the GPU job(s) of the GPU workflow "

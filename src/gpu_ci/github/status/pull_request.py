@@ -11,6 +11,7 @@ only when there is no approval, run or result to overwrite.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpu_ci.errors import UsageError
@@ -70,13 +71,21 @@ def after_gate(
     )
 
 
+@dataclass(frozen=True)
+class GateOutputs:
+    """gpu-gate's outputs for this event, as gpu-status's inputs pass them."""
+
+    run: bool | None = None
+    """The gate's ``run``; None when the gate did not run in this job."""
+    reason: str = ""
+    labeled_by: str = ""
+
+
 def for_pull_event(
     config: StatusConfig,
     action: str,
     payload: Mapping[str, Any],
-    gate_run: bool | None,
-    gate_reason: str,
-    labeled_by: str,
+    gate: GateOutputs,
     server_url: str,
     repository: str,
     listed: Sequence[Mapping[str, Any]] = (),
@@ -102,11 +111,11 @@ def for_pull_event(
         kept = _head_keeps(config, listed, sha, number)
         if kept is not None:
             return kept
-    if action in NEW_HEAD and gate_run:
+    if action in NEW_HEAD and gate.run:
         # trusted-authors: the gate ran this head without a label (the author's own commit);
         # the approval names the author, whose pull_request run it then binds, as a label's
         return Outcome(
-            after_gate(config, sha, True, gate_reason, labeled_by, link),
+            after_gate(config, sha, True, gate.reason, gate.labeled_by, link),
             "a trusted author's own head.",
         )
     if action in ("opened", "reopened", "ready_for_review"):
@@ -115,7 +124,7 @@ def for_pull_event(
         before = str(payload.get("before") or "")
         return Outcome(waiting(config, sha, action, before, link), "new commits pushed.")
     if action == "labeled":
-        return _labeled(config, payload, listed, sha, (gate_run, gate_reason, labeled_by), link)
+        return _labeled(config, payload, listed, sha, gate, link)
     return Outcome(None, f"'{action}' does not change the status.")
 
 
@@ -168,15 +177,14 @@ def _labeled(
     payload: Mapping[str, Any],
     listed: Sequence[Mapping[str, Any]],
     sha: str,
-    gate: tuple[bool | None, str, str],
+    gate: GateOutputs,
     link: str,
 ) -> Outcome:
     """A label was applied: post the gate's decision, unless a refusal would reset more."""
-    gate_run, gate_reason, labeled_by = gate
     name = label_of(payload)
     if not is_gate_label(name, config.label):
         return Outcome(None, f"the label '{name}' is not the gate label.")
-    if gate_run is None:
+    if gate.run is None:
         raise UsageError(
             "a gate-label event needs the gate's decision: run gpu-gate in "
             "the same job and pass its run, reason and labeled-by outputs "
@@ -184,7 +192,7 @@ def _labeled(
         )
     latest = latest_of(listed, config.context)
     if (
-        not gate_run
+        not gate.run
         and latest is not None
         and (
             latest.get("state") in FINAL
@@ -196,10 +204,10 @@ def _labeled(
         # an approval whose run is in flight.
         return Outcome(
             None,
-            f"the gate refused ({gate_reason or 'no reason given'}); "
+            f"the gate refused ({gate.reason or 'no reason given'}); "
             f"{short(sha)}'s approval or result in '{config.context}' stays.",
         )
     return Outcome(
-        after_gate(config, sha, gate_run, gate_reason, labeled_by, link),
+        after_gate(config, sha, gate.run, gate.reason, gate.labeled_by, link),
         "the gate decided on the label.",
     )

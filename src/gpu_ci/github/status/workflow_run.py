@@ -37,6 +37,7 @@ this commit, and the GPU run that approval started passed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -84,6 +85,21 @@ def _trusted(run: Mapping[str, Any], repository: str) -> bool:
     return run.get("event") in TRUSTED_EVENTS and head_repo == repository
 
 
+@dataclass(frozen=True)
+class Asked:
+    """Answers gpu-status reads only when an outcome asks for them."""
+
+    siblings: Sequence[Mapping[str, Any]] | None = None
+    """Runs listed for ``head_sha`` (:attr:`Outcome.need_siblings`): asked for only when
+    the approver's run skipped the GPU job, as a run for another label may end first."""
+    rerun: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
+    """The approved pull request and the re-runner's permission, as GitHub answers them
+    (:attr:`Outcome.rerun_of`): asked for only for a re-run by hand."""
+
+
+NOTHING_ASKED = Asked()
+
+
 def for_workflow_run(
     config: StatusConfig,
     action: str,
@@ -92,16 +108,12 @@ def for_workflow_run(
     statuses: Sequence[Mapping[str, Any]],
     repository: str,
     now: datetime,
-    siblings: Sequence[Mapping[str, Any]] | None = None,
-    *,
-    rerun: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+    asked: Asked = NOTHING_ASKED,
 ) -> Outcome:
     """The status a ``workflow_run`` event posts, if any (the module's rules).
 
-    ``siblings``: runs listed for ``head_sha`` (asked for only when the approver's run
-    skipped the GPU job: a run for another label may end before the approved one).
-    ``rerun``: GitHub's answers for the approved pull request and the re-runner's
-    permission (asked for only for a re-run by hand, :attr:`Outcome.rerun_of`)."""
+    ``asked``: the answers an earlier outcome asked for (:class:`Asked`)."""
+    siblings, rerun = asked.siblings, asked.rerun
     statuses = trusted_statuses(config, statuses)
     sha = str(run.get("head_sha") or "")
     if len(sha) != 40:

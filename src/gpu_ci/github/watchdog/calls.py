@@ -60,18 +60,14 @@ def listed_runs(
 ) -> list[Any]:
     """Every run of ``source`` in ``state``, created as ``created`` says.
 
-    Every run of ``source`` in ``state`` created as ``created`` says; a listing that fails
-    is an error and an incomplete sweep, one cut short at GitHub's cap of a filtered listing
-    an incomplete sweep (never silently fewer runs)."""
+    A listing that fails is an error and an incomplete sweep; one cut short at GitHub's
+    cap of a filtered listing is an incomplete sweep (never silently fewer runs)."""
     url = f"{source}?status={state}&created={created}"
-    try:
-        listed, total = pages(rest, call, url, "workflow_runs")
-    except BudgetExhausted:
-        raise
-    except FAILED as exc:
-        result.errors.append(describe(exc, f"listing {state} runs ({source})"))
+    got = _listing(rest, call, result, url, "workflow_runs", f"listing {state} runs ({source})")
+    if got is None:
         result.incomplete.append(f"{state} runs of {source} not listed")
         return []
+    listed, total = got
     if total > len(listed):
         result.incomplete.append(
             f"{source} has {total} {state} runs; GitHub lists at most {len(listed)} of one "
@@ -83,17 +79,25 @@ def listed_runs(
 def run_jobs(rest: Rest, call: Caller, result: Sweep, run_id: int, what: str) -> list[Any] | None:
     """Every job of the run's latest attempt, or None.
 
-    Every job of the run's latest attempt; None (and an error in the sweep) when the
-    listing fails."""
+    None (and an error in the sweep) when the listing fails."""
     url = f"/repos/{result.repository}/actions/runs/{run_id}/jobs?filter=latest"
+    got = _listing(rest, call, result, url, "jobs", what)
+    return None if got is None else got[0]
+
+
+def _listing(
+    rest: Rest, call: Caller, result: Sweep, url: str, key: str, what: str
+) -> tuple[list[Any], int] | None:
+    """:func:`pages`, or None when the listing fails.
+
+    The failure is then an error in the sweep."""
     try:
-        jobs, _total = pages(rest, call, url, "jobs")
+        return pages(rest, call, url, key)
     except BudgetExhausted:
         raise
     except FAILED as exc:
         result.errors.append(describe(exc, what))
         return None
-    return jobs
 
 
 def pages(rest: Rest, call: Caller, url: str, key: str) -> tuple[list[Any], int]:

@@ -209,8 +209,7 @@ def _cancel(
     except FAILED as exc:
         action = "already-completed" if http_status(exc) == 409 else "cancel-failed"
         detail = describe(exc, f"cancelling run {run_id}")
-        for record in still:
-            by_id[record.job_id] = _with(record, action, detail)
+        _mark(still, by_id, action, detail)
         if action == "cancel-failed":
             result.errors.append(detail)
         return
@@ -226,40 +225,54 @@ def _cancel(
     if forced:
         after = _force_cancel(rest, call, result, run_id)
     if after.get("status") != "completed":
-        for record in still:
-            by_id[record.job_id] = _with(
-                record,
-                "cancel-unconfirmed",
-                (
-                    f"GitHub accepted the cancel but the run is still {after.get('status')}: "
-                    "the next sweep looks again"
-                ),
-            )
-        return
-    for record in still:
-        by_id[record.job_id] = (
-            _with(
-                record,
-                "force-cancelled",
-                f"queued {waited / 60:.0f} min; still running {config.force_cancel_minutes:g} "
-                "min past max-queue-minutes, so cancel was ignored: force-cancelled",
-            )
-            if forced
-            else _with(record, "cancelled", f"queued {waited / 60:.0f} min: run cancelled")
+        _mark(
+            still,
+            by_id,
+            "cancel-unconfirmed",
+            f"GitHub accepted the cancel but the run is still {after.get('status')}: "
+            "the next sweep looks again",
         )
+        return
+    if forced:
+        _mark(
+            still,
+            by_id,
+            "force-cancelled",
+            f"queued {waited / 60:.0f} min; still running {config.force_cancel_minutes:g} "
+            "min past max-queue-minutes, so cancel was ignored: force-cancelled",
+        )
+    else:
+        _mark(still, by_id, "cancelled", f"queued {waited / 60:.0f} min: run cancelled")
     if not config.context or run.get("event") == "issue_comment":
         # A comment's run (cancelled like a label's) runs from the default branch: its
         # head_sha is that branch's commit, not the approved one, so it gets no status.
         return
+    _post_no_runner(rest, call, result, run, still, server_url)
+
+
+def _mark(still: list[JobRecord], by_id: dict[int, JobRecord], action: str, detail: str) -> None:
+    """Record ``action`` and its ``detail`` for each job of a run."""
+    for record in still:
+        by_id[record.job_id] = _with(record, action, detail)
+
+
+def _post_no_runner(
+    rest: Rest,
+    call: Caller,
+    result: Sweep,
+    run: Mapping[str, Any],
+    still: list[JobRecord],
+    server_url: str,
+) -> None:
+    """Post the run's commit status: no GPU runner took its jobs."""
+    repository, context = result.repository, result.config.context
+    run_id = int(run["id"])
+    waited = max(j.queued_seconds or 0.0 for j in still)
     labels = sorted({label for j in still for label in j.labels})
     link = str(run.get("html_url") or f"{server_url}/{repository}/actions/runs/{run_id}")
     status = no_runner(str(run.get("head_sha") or ""), waited, labels, link)
     try:
-        call(
-            partial(
-                rest.post, f"/repos/{repository}/statuses/{status.sha}", status.body(config.context)
-            )
-        )
+        call(partial(rest.post, f"/repos/{repository}/statuses/{status.sha}", status.body(context)))
         result.statuses.append(status)
     except BudgetExhausted:
         raise
