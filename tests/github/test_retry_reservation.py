@@ -34,9 +34,8 @@ def _label(leg: int) -> str:
 
 def _guard(amount: str, now: datetime) -> watchdog.RetryBudget:
     table = load_table()
-    cfg = budget.make_budget_config(
-        amount, "", "60", "refuse", "repository", ["cuda-ci.yml"], "", table, now.date()
-    )
+    written = budget.BudgetInputs(amount, "", "60", "refuse", "repository", ["cuda-ci.yml"], "")
+    cfg = budget.make_budget_config(written, table, now.date())
     assert cfg is not None
     return watchdog.RetryBudget(cfg, GpuMatcher(frozenset({"gpu"})), table)
 
