@@ -138,6 +138,23 @@ class Price:
         return f"the {self.sku} rate"
 
 
+@dataclass(frozen=True)
+class DearestPrice(Price):
+    """The highest of several prices, day by day.
+
+    A job that may have run on any of several runners is priced as the dearest: the
+    budget's safe error."""
+
+    of: tuple[Price, ...] = ()
+
+    def on(self, day: date, table: PriceTable) -> Decimal | None:
+        rates = [p.on(day, table) for p in self.of]
+        return max((r for r in rates if r is not None), default=None)
+
+    def describe(self) -> str:
+        return "the dearest of " + ", ".join(p.describe() for p in self.of)
+
+
 class PriceError(ValueError):
     """A price the user wrote that cannot be used.
 

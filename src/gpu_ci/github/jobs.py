@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpu_ci.errors import UsageError
-from gpu_ci.pricing import Price
+from gpu_ci.pricing import DearestPrice, Price
 
 #: Job statuses of a job that no runner has taken yet.
 QUEUED = ("queued", "waiting", "pending", "requested")
@@ -157,8 +157,9 @@ class GpuMatcher:
         asked = {str(x).lower() for x in job.get("labels") or []}
         if asked:
             return asked <= ours | GENERIC_LABELS
+        # a group alone: any self-hosted group may hold runners a matcher knows by labels only
         ran_in = str(job.get("runner_group_name") or "").lower()
-        return not any(m.group for m in matchers) and ran_in not in ("", HOSTED_GROUP)
+        return ran_in not in ("", HOSTED_GROUP) and any(m.labels and not m.group for m in matchers)
 
     def matches(self, job: Mapping[str, Any]) -> bool:
         return self._exact(job) or self._may_run_on(job)
@@ -170,14 +171,15 @@ class GpuMatcher:
     def price_for(self, job: Mapping[str, Any], default: Price | None) -> Price | None:
         """The price of the kind ``job`` ran on; ``default`` otherwise.
 
-        A job that only may have run on a GPU runner is priced at ``default``, else at the
-        first kind that has a price."""
+        A job that only may have run on a GPU runner is priced as the dearest of ``default``
+        and the kinds' prices: which runner took it is unknown."""
         kind = self.kind_of(job)
         if kind is not None:
             return kind.price or default
-        if default is None and self._may_run_on(job):
-            return next((k.price for k in self.kinds if k.price is not None), None)
-        return default
+        if not self.kinds or not self._may_run_on(job):
+            return default
+        prices = tuple(p for p in (default, *(k.price for k in self.kinds)) if p is not None)
+        return DearestPrice(of=prices) if len(prices) > 1 else (prices[0] if prices else None)
 
     def describe(self) -> str:
         parts = []

@@ -176,15 +176,19 @@ def make_config(
 
 #: Where GitHub links an issue reference after rendering: ``#1``, ``GH-1``, ``org/repo#1``.
 _REFERENCE = re.compile(r"(?i)(?:(?<!&)#|\bgh-)(?=\d)")  # not an entity's &#91;
+#: A word GitHub may link as a commit: 7 to 40 hex digits (its first digit, where it breaks).
+_COMMIT = re.compile(r"\b[0-9a-f](?=[0-9a-f]{6,39}\b)", re.IGNORECASE)
 
 
 def _text(value: object) -> str:
-    """Quoted text as text: :func:`escape`, no mention and no issue reference.
+    """Quoted text as text: :func:`escape`, no mention, issue or commit reference.
 
-    GitHub links ``@login``, ``#1``, ``GH-1`` and ``org/repo#1`` in a comment after
-    rendering; a word joiner after ``@``, ``#`` or ``GH-`` keeps the text and the link out."""
+    GitHub links ``@login``, ``#1``, ``GH-1``, ``org/repo#1`` and a commit's SHA in a
+    comment after rendering; a word joiner after ``@``, ``#``, ``GH-`` or a SHA's first
+    digit keeps the text and the link out."""
     text = escape(value).replace("@", "@\u2060")
-    return _REFERENCE.sub(lambda m: m.group(0) + "\u2060", text)
+    text = _REFERENCE.sub(lambda m: m.group(0) + "\u2060", text)
+    return _COMMIT.sub(lambda m: m.group(0) + "\u2060", text)
 
 
 def _code(value: str) -> str:
