@@ -569,6 +569,7 @@ def test_a_cache_directory_another_user_can_write_is_refused(tmp_path):
 # -- cold start (issue 30): no pip in the venv, compiled once after the checks ---------------
 
 
+@pytest.mark.slow
 def test_the_checkout_is_compiled_under_the_bootstraps_umask(tool_cache, tmp_path):
     """The compile child starts under the bootstrap's umask (022), as the venv is built: a
     job's laxer one (000, or a user-private group's 002) left this checkout's

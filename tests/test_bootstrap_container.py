@@ -239,6 +239,7 @@ def bootstrap_bare(
 
 @linux_only
 @pytest.mark.parametrize("downloader", ["curl", "wget", "node"])
+@pytest.mark.slow
 def test_no_root_no_package_manager_downloads_and_checks_the_pinned_uv(uv_wheel, serve, downloader):
     pin = uv_pin()
     server = serve({"/uv.whl": uv_wheel})

@@ -29,6 +29,7 @@ def _tags(params, kind):
     return found
 
 
+@pytest.mark.slow
 def test_two_candidates_without_capacity_then_the_third_launches_tagged(cloud, repo, run_cli):
     aws = cloud.aws
     aws.inject("InsufficientInstanceCapacity", instance_type="g5.xlarge", market="spot")
@@ -72,6 +73,7 @@ def test_two_candidates_without_capacity_then_the_third_launches_tagged(cloud, r
     assert out["label"].startswith(f"gpu-ci-{RUN_ID}-1-") and out["label"].endswith("-gpu")
 
 
+@pytest.mark.slow
 def test_all_capacity_gone_deletes_the_registration_and_fails(cloud, repo, run_cli):
     cloud.aws.inject("InsufficientInstanceCapacity")
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
@@ -83,6 +85,7 @@ def test_all_capacity_gone_deletes_the_registration_and_fails(cloud, repo, run_c
     assert "| spot | g5.xlarge |" in result.summary
 
 
+@pytest.mark.slow
 def test_a_budget_smaller_than_the_reservation_refuses_before_any_call(cloud, repo, run_cli):
     # 120 min x $1.006/h (g5.xlarge, the dearest) = $2.012 > $2.00
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, budget_left="2.00"))
@@ -93,6 +96,7 @@ def test_a_budget_smaller_than_the_reservation_refuses_before_any_call(cloud, re
     assert within.returncode == 0, within.stdout
 
 
+@pytest.mark.slow
 def test_quota_is_reported_as_quota_and_the_walk_goes_on(cloud, repo, run_cli):
     cloud.aws.inject("MaxSpotInstanceCountExceeded", market="spot")
     cloud.aws.inject("InsufficientInstanceCapacity", market="on-demand", instance_type="g5.xlarge")
@@ -112,6 +116,7 @@ def test_a_configuration_error_fails_at_once(cloud, repo, run_cli):
     assert repo.runners[REPO] == []
 
 
+@pytest.mark.slow
 def test_throttling_backs_off_and_asks_the_same_candidate_with_the_same_token(cloud, repo, run_cli):
     cloud.aws.inject("RequestLimitExceeded", times=1)
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo))
@@ -123,6 +128,7 @@ def test_throttling_backs_off_and_asks_the_same_candidate_with_the_same_token(cl
     assert json.loads(result.outputs["attempts"])[0]["tries"] == 2
 
 
+@pytest.mark.slow
 def test_a_re_run_launches_on_demand(cloud, repo, run_cli):
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, attempt=2))
     assert result.returncode == 0, result.stdout
@@ -139,6 +145,7 @@ def test_the_image_comes_from_a_public_ssm_parameter(cloud, repo, run_cli):
     assert cloud.aws.calls("RunInstances")[0].params["ImageId"] == cloud.image
 
 
+@pytest.mark.slow
 def test_no_cloud_credentials_says_how_to_give_them_and_deletes_the_registration(
     cloud, repo, run_cli
 ):
@@ -153,6 +160,7 @@ def test_no_cloud_credentials_says_how_to_give_them_and_deletes_the_registration
     assert repo.runners[REPO] == [] and cloud.aws.calls("RunInstances") == []
 
 
+@pytest.mark.slow
 def test_every_candidate_has_its_own_token_whatever_the_job_key(cloud, repo, run_cli):
     # A 16-character job key makes the name 66 characters: a token cut to 64 from its end
     # lost the candidate's index, and every candidate of the walk shared one token.
@@ -168,6 +176,7 @@ def test_every_candidate_has_its_own_token_whatever_the_job_key(cloud, repo, run
     assert all(result.outputs["label"].split("-")[5] in t for t in tokens)  # the nonce
 
 
+@pytest.mark.slow
 def test_a_registration_reaped_while_launching_ends_the_vm_and_fails(cloud, repo, run_cli):
     # The reaper deletes an offline registration with no VM once it is older than its grace:
     # a start still walking the candidates then launches a VM whose runner cannot connect,
@@ -227,6 +236,7 @@ def test_a_vm_that_never_boots_is_ended_and_the_start_fails(cloud, repo, run_cli
     assert repo.contract_violations == []
 
 
+@pytest.mark.slow
 def test_the_start_returns_once_its_runner_is_online(cloud, repo, run_cli):
     cloud.aws.after_launch = _boots(repo)
     result = run_cli(["gpu-cloud-runner"], job_env(cloud, repo, online_timeout="600"))

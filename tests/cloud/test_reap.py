@@ -56,6 +56,7 @@ def estate(cloud, repo):
     }
 
 
+@pytest.mark.slow
 def test_the_reaper_ends_leaks_and_ghosts_and_nothing_else(cloud, repo, run_cli, estate, tmp_path):
     report = tmp_path / "reap.json"
     result = run_cli(["gpu-cloud-runner/reap"], reap_env(cloud, repo, report_file=str(report)))

@@ -11,6 +11,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
+import pytest
+
 from gpu_ci.cloud import naming
 from testkit.cloud.jobs import REPO, RUN_ID, job_env
 from testkit.github_server import add_runner
@@ -41,6 +43,7 @@ def _start_killed_after_launch(cloud, repo, tmp_path):
     return output.read_text()
 
 
+@pytest.mark.slow
 def test_a_start_killed_right_after_the_launch_is_stopped_by_tags(cloud, repo, run_cli, tmp_path):
     outputs = _start_killed_after_launch(cloud, repo, tmp_path)
     assert "instance-id" not in outputs  # the stop has nothing from the start
@@ -60,6 +63,7 @@ def test_a_start_killed_right_after_the_launch_is_stopped_by_tags(cloud, repo, r
     assert f"| {vm['InstanceId']} |" in result.summary
 
 
+@pytest.mark.slow
 def test_a_launch_still_in_flight_is_waited_for(cloud, repo, run_cli):
     name = naming.RunnerName.new(RUN_ID, 1, "gpu", datetime.now(timezone.utc))
     runner = add_runner(repo, REPO, str(name), labels=[str(name)])
@@ -94,6 +98,7 @@ def test_other_runs_vms_are_left_alone(cloud, repo, run_cli):
     assert {vm["InstanceId"] for vm in cloud.aws.live()} == {theirs, stranger}
 
 
+@pytest.mark.slow
 def test_a_spot_interruption_is_read_from_the_clouds_record(cloud, repo, run_cli):
     vm = cloud.aws.tagged(cloud.subnets[0], cloud.image, OWNER.tags(), spot=True)
     cloud.aws.reclaim_spot(vm)

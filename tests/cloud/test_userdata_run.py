@@ -124,6 +124,7 @@ def _wait_for(log: Path, text: str, seconds: float = 30) -> list[str]:
     pytest.fail(f"{text!r} never came; the log: {log.read_text()!r}")
 
 
+@pytest.mark.slow
 def test_timers_first_then_the_jit_runner_and_a_spot_notice_ends_it(tmp_path):
     tarball = _tarball()
     stand = Stand(tarball)

@@ -185,6 +185,7 @@ LOOPBACK_SPELLINGS = (
 )
 
 
+@pytest.mark.slow
 def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path, monkeypatch):
     """The gate was one for all streams (``streams()``, measured against a small listen
     backlog and the CPU); per origin now, each widening on its own. A lock names its
@@ -231,6 +232,7 @@ def test_streams_from_many_origins_stay_within_one_total(channel, tmp_path, monk
     assert server.most_at_once <= fetch.streams()
 
 
+@pytest.mark.slow
 def test_our_downloader_from_many_origins_stays_within_one_total(channel, tmp_path):
     """The same for our downloader's threads (credentials, proxies, ``stream-downloads:
     false``): ``narrow`` at once in all, not per origin (2 here, 8 origins: up to 16)."""

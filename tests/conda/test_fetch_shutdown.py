@@ -113,6 +113,7 @@ def test_a_socks_all_proxy_is_named_not_gone_around(channel, locks, tmp_path, mo
     assert not (tmp_path / "env").exists()
 
 
+@pytest.mark.slow
 def test_no_download_starts_after_an_error_even_one_waiting_for_its_origin(
     channel, tmp_path, monkeypatch
 ):

@@ -85,6 +85,7 @@ def _subsets(categories: tuple[str, ...]):
 
 
 @pytest.mark.parametrize("path", UNIFIED, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_selection_is_conda_lock_installs_for_every_platform_and_category_set(path):
     """Every platform x every set of categories: the same packages as conda-lock install,
     each once, whether or not 'main' is named."""

@@ -344,6 +344,7 @@ def _python(prefix: Path, code: str) -> str:
     return run.stdout.strip() + run.stderr.strip()
 
 
+@pytest.mark.slow
 def test_two_environments_of_one_lock_with_a_hashed_wheel_and_an_editable(checkout, tmp_path):
     pkgs = tmp_path / "pkgs"
     rc, out = _job(checkout, tmp_path / "small", pkgs, "small")
@@ -361,6 +362,7 @@ def test_two_environments_of_one_lock_with_a_hashed_wheel_and_an_editable(checko
     assert rc == 0 and "reused" in out, out
 
 
+@pytest.mark.slow
 def test_uv_or_pip_installs_the_same_environment(checkout, channel, tmp_path):
     from testkit.conda.jobs import uv_alone
 
@@ -388,6 +390,7 @@ def test_a_tampered_wheel_is_refused_and_nothing_is_published(checkout, channel,
     assert our_temporaries(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_wheel_in_the_checkout_is_checked_against_its_hash(channel, tmp_path):
     checkout = tmp_path / "checkout"
     (checkout / "links").mkdir(parents=True)
@@ -455,6 +458,7 @@ def test_kill_9_in_each_phase_leaves_nothing_half_done(checkout, tmp_path, phase
 # -- __cuda against the driver (fake NVML) -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_driver_too_old_is_refused_and_the_override_prepares_the_environment(channel, tmp_path):
     from testkit.cuda_env import build_fake_nvml, gpu_config, nvml_config, write_config
 

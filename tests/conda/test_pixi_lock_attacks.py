@@ -142,6 +142,7 @@ def test_a_wheel_locked_by_file_url_keeps_its_hash(tmp_path, form):
     assert (pip.sha256, pip.source, pip.path) == (SHA, "", str(wheel))
 
 
+@pytest.mark.slow
 def test_a_changed_wheel_locked_by_file_url_is_refused(channel, tmp_path):
     channel.server.faults.clear()
     checkout = tmp_path / "checkout"
@@ -335,6 +336,7 @@ def test_a_disk_that_fills_during_the_pypi_install_publishes_nothing(
 # -- two jobs at once ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_jobs_install_one_pixi_environment_at_once_into_one_package_cache(channel, tmp_path):
     """Runners on one host share the package cache: both environments come out whole."""
     from testkit.conda.jobs import assert_environment, spawn, wheel_checkout

@@ -315,6 +315,7 @@ def unprivileged_python(tmp_path_factory):
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_read_only_vendor_conda_is_never_run_or_written(unprivileged_python, channel, installer):
     import shutil
     import subprocess
@@ -554,6 +555,7 @@ def test_concurrent_jobs_sharing_one_cache(channel, locks, tmp_path):
 
 
 @pytest.mark.parametrize("phase", ["download", "extract", "link", "pip", "swap"])
+@pytest.mark.slow
 def test_kill_9_in_each_phase_then_the_next_run_recovers(channel, locks, tmp_path, phase):
     prefix, pkgs = tmp_path / "env", tmp_path / "pkgs"
     rc, out = job(locks["old"], prefix, pkgs)

@@ -323,6 +323,7 @@ def _big_job(channel, big, tmp_path, fault: str) -> tuple[int, str, int]:
     return rc, out, _asked(channel, big) - before
 
 
+@pytest.mark.slow
 def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(channel, big, tmp_path):
     """rattler's client only has a total timeout: an archive that takes longer than
     GPU_CI_HTTP_TIMEOUT to stream (a large CUDA package, 8 at once on a modest link) was cut
@@ -334,6 +335,7 @@ def test_a_long_stream_that_makes_progress_is_not_cut_and_fetched_again(channel,
     assert "1 archives streamed into the package cache" in out, out
 
 
+@pytest.mark.slow
 def test_a_stream_that_stalls_is_given_up_for_our_downloader(channel, big, tmp_path):
     rc, out, asked = _big_job(channel, big, tmp_path, "slow:4")
     assert rc == 0, out

@@ -136,6 +136,7 @@ def test_the_monitor_clears_group_and_other_bits_as_the_lease_does(tmp_path: Pat
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
 
 
+@pytest.mark.slow
 def test_the_holder_never_sigkills_a_pid_that_stopped_being_ours(tmp_path: Path, stand_in):
     state_dir = tmp_path / "gpu-ci-lease" / "job"
     assert detached.make_private(state_dir) == ""
@@ -149,6 +150,7 @@ def test_the_holder_never_sigkills_a_pid_that_stopped_being_ours(tmp_path: Path,
     assert proc.poll() is None, "SIGKILL went to a process that was no longer our holder"
 
 
+@pytest.mark.slow
 def test_the_sampler_never_sigkills_a_pid_that_stopped_being_ours(tmp_path: Path, stand_in):
     directory = tmp_path / "gpu-ci-monitor" / "job"
     control.require_private(directory)

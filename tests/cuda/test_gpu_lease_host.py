@@ -406,6 +406,7 @@ def test_a_planted_fifo_or_link_as_a_lock_file_is_skipped(host: Host):
     assert f"GPU 1 {UUIDS[1]}: its lock file cannot be used" in short.stdout
 
 
+@pytest.mark.slow
 def test_verify_cuda_env_and_gpu_monitor_see_only_the_leased_gpus(host: Host):
     job = host.lease("watched", gpus=2)
     env = dict(

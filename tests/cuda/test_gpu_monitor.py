@@ -186,6 +186,7 @@ def test_expect_gpu_use_passes_and_thresholds_fail(run_cli, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=90)
     github.add_repo("octo-org/octo-repo")
@@ -264,6 +265,7 @@ def test_per_step_breakdown_from_the_jobs_api(run_cli, tmp_path, github):
     assert github.requests("GET", "/actions/runs/555/attempts/1/jobs")
 
 
+@pytest.mark.slow
 def test_jobs_api_refusal_falls_back_to_one_phase(run_cli, tmp_path, github):
     env = fake_gpu_env(tmp_path, IDLE_SCRIPT, samples=5)
     github.add_repo("octo-org/octo-repo")
@@ -372,6 +374,7 @@ def test_stop_never_signals_a_pid_that_is_not_our_sampler(tmp_path):
     assert control.stop_sampler(directory) == "not-running"
 
 
+@pytest.mark.slow
 def test_charts_parse_with_mermaids_parser_and_are_downsampled(run_cli, tmp_path):
     require_mermaid()
     env = fake_gpu_env(tmp_path, BUSY_SCRIPT, samples=250, gpus=2)
@@ -389,6 +392,7 @@ def test_charts_parse_with_mermaids_parser_and_are_downsampled(run_cli, tmp_path
         )
 
 
+@pytest.mark.slow
 def test_mermaid_check_rejects_a_malformed_chart():
     require_mermaid()
     good = 'xychart-beta\n    x-axis ["a", "b"]\n    line [1, 2]\n'
@@ -419,6 +423,7 @@ def test_readme_example_summary_is_what_the_code_writes():
     assert report.cost.paid_minutes == 3 and report.cost.idle_cost_usd == Decimal("0.1206")
 
 
+@pytest.mark.slow
 def test_readme_example_chart_parses():
     require_mermaid()
     assert_charts_parse(readme_example(), expect=1)

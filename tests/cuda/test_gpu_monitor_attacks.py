@@ -81,6 +81,7 @@ def test_sampler_gets_an_allow_listed_environment(run_cli, tmp_path):
         assert run_cli(["gpu-monitor", "--mode", "report"], env).returncode == 0
 
 
+@pytest.mark.slow
 def test_names_cannot_issue_workflow_commands_or_break_the_summary(run_cli, tmp_path):
     env = base_env(tmp_path)
     plant(env, recording(name="H200\n::error::gpu" + EVIL, proc=EVIL))
@@ -301,6 +302,7 @@ def test_report_signals_only_this_jobs_sampler(run_cli, tmp_path):
             proc.wait()
 
 
+@pytest.mark.slow
 def test_an_event_storm_keeps_the_summary_under_githubs_limit(run_cli, tmp_path):
     # A GPU raising an ECC event many times a second for a long job: 100 000 events.
     env = base_env(tmp_path)

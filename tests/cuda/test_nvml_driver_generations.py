@@ -72,6 +72,7 @@ def test_utility_only_container_is_libcuda_missing_not_no_driver(verify):
     assert result.outputs["cuda-driver-version"] == "12.8"
 
 
+@pytest.mark.slow
 def test_forward_compat_libcuda_is_the_cuda_version_nvml_reports(verify, tmp_path):
     # nvml.h: _v2 is cuDriverGetVersion() of the libcuda that loads: the compat one
     compat = tmp_path / "cuda-13.2" / "compat"
@@ -154,6 +155,7 @@ def test_early_r535_process_count_in_verify(verify):
 # -- MIG without privileges --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mig_without_privileges_reads_the_mig_devices(verify):
     result = verify(nvml_config(a100_mig(mig__0__processes=1)))
     assert result.returncode == 0, result.stdout

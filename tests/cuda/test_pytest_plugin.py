@@ -133,6 +133,7 @@ def test_other_failure():
 """
 
 
+@pytest.mark.slow
 def test_each_frameworks_oom_is_rerun_and_nothing_else(pytester: pytest.Pytester) -> None:
     """Every framework's OOM, raw or wrapped, is rerun once.
 

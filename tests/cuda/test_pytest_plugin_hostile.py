@@ -305,6 +305,7 @@ def test_a_session_killed_leaves_the_earlier_report_whole(
     assert len(list(reports.iterdir())) == 1
 
 
+@pytest.mark.slow
 def test_an_xdist_worker_that_crashes_loses_only_its_own_record(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

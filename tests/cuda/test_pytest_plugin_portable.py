@@ -97,6 +97,7 @@ def pytest_only_venv(root: Path) -> Path:
     return root / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_a_fresh_venv_with_only_pytest_runs_it(tmp_path: Path) -> None:
     python = pytest_only_venv(tmp_path / "venv")
     env = {"PATH": "/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path)}

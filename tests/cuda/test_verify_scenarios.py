@@ -280,6 +280,7 @@ def nvml_dirs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.id for s in SCENARIOS])
+@pytest.mark.slow
 def test_scenario(sc, run_cli, tmp_path, nvml_dirs):
     gpu = gpu_config(
         0,
