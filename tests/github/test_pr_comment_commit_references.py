@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from gpu_ci.github import status as statuses
 from gpu_ci.github.status import pr_comment
 
@@ -31,6 +33,26 @@ def test_a_commit_sha_in_a_job_name_is_no_link_in_the_pr_comment():
         "GPU CI", "CUDA CI", "write", "/gpu-ci run", "", "keep", statuses.DEFAULT_CREATORS
     )
     name = f"tests (fixed in {FORK_COMMIT}, see {FORK_COMMIT[:7]})"
+    description = f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): {name}: failure."
+    body = pr_comment.render(config, pr_comment.Shown(2, HEAD, "failure", description))
+    state = body.splitlines()[3]
+    linked = [sha for sha in COMMIT.findall(_visible(state)) if FORK_COMMIT.startswith(sha)]
+    assert linked == [], state
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(f"tests (a{FORK_COMMIT[:7]})", id="a-hex-digit-before-it"),
+        pytest.param(f"tests (0{FORK_COMMIT[:39]})", id="forty-hex-digits"),
+        pytest.param(f"tests (\u00e9{FORK_COMMIT[:7]})", id="a-non-ascii-letter-before-it"),
+    ],
+)
+def test_a_commit_sha_behind_a_hex_digit_is_no_link_in_the_pr_comment(name):
+    """A job named `tests (ad6cd1e2)` keeps `d6cd1e2` a live commit link after the break."""
+    config = pr_comment.make_config(
+        "GPU CI", "CUDA CI", "write", "/gpu-ci run", "", "keep", statuses.DEFAULT_CREATORS
+    )
     description = f"GPU tests failed on {HEAD[:12]} (approved by @maintainer): {name}: failure."
     body = pr_comment.render(config, pr_comment.Shown(2, HEAD, "failure", description))
     state = body.splitlines()[3]

@@ -165,20 +165,25 @@ class GpuMatcher:
         return self._exact(job) or self._may_run_on(job)
 
     def kind_of(self, job: Mapping[str, Any]) -> PricedKind | None:
-        """The first kind whose runners ``job`` asked for, or None."""
-        return next((k for k in self.kinds if k.matcher._exact(job)), None)
+        """The most specific kind whose runners ``job`` asked for, or None."""
+        exact = [k for k in self.kinds if k.matcher._exact(job)]
+        return max(exact, key=lambda k: len(k.matcher.labels), default=None)
 
     def price_for(self, job: Mapping[str, Any], default: Price | None) -> Price | None:
-        """The price of the kind ``job`` ran on; ``default`` otherwise.
+        """The price of the runner ``job`` ran on, as its labels tell.
 
-        A job that only may have run on a GPU runner is priced as the dearest of ``default``
-        and the kinds' prices: which runner took it is unknown."""
-        kind = self.kind_of(job)
-        if kind is not None:
-            return kind.price or default
-        if not self.kinds or not self._may_run_on(job):
+        Kinds may share labels (``gpu`` on the T4 and on the H100 boxes): a job is priced
+        as the dearest kind whose runners could take it. A job that only may have run on a
+        GPU runner is priced as the dearest of ``default`` and every kind."""
+        able = [k for k in self.kinds if _could_take(k.matcher, job)]
+        if not able and self.kinds and self._may_run_on(job):
+            able = list(self.kinds)
+        elif not able:
             return default
-        prices = tuple(p for p in (default, *(k.price for k in self.kinds)) if p is not None)
+        prices = tuple({p: None for p in (k.price or default for k in able) if p is not None})
+        asked_ours = self._own(job) or not any(k.matcher._exact(job) for k in able)
+        if asked_ours and default is not None:
+            prices = tuple({p: None for p in (default, *prices)})
         return DearestPrice(of=prices) if len(prices) > 1 else (prices[0] if prices else None)
 
     def describe(self) -> str:
@@ -193,6 +198,15 @@ class GpuMatcher:
             price = f" at {kind.price.describe()}" if kind.price else ""
             parts.append(f"kind {kind.name} ({kind.matcher.describe()}{price})")
         return " or ".join(parts)
+
+
+def _could_take(kind: GpuMatcher, job: Mapping[str, Any]) -> bool:
+    """Whether a runner of ``kind`` could have taken ``job``: it asked for it, or for no
+    label that kind's runners lack (group-only kinds: only by their group)."""
+    if kind._exact(job):
+        return True
+    asked = {str(x).lower() for x in job.get("labels") or []}
+    return bool(kind.labels and asked) and asked <= kind.labels | GENERIC_LABELS
 
 
 @dataclass(frozen=True)

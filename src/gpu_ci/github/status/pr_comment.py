@@ -176,19 +176,24 @@ def make_config(
 
 #: Where GitHub links an issue reference after rendering: ``#1``, ``GH-1``, ``org/repo#1``.
 _REFERENCE = re.compile(r"(?i)(?:(?<!&)#|\bgh-)(?=\d)")  # not an entity's &#91;
-#: A word GitHub may link as a commit: 7 to 40 hex digits (its first digit, where it breaks).
-_COMMIT = re.compile(r"\b[0-9a-f](?=[0-9a-f]{6,39}\b)", re.IGNORECASE)
+#: A run of hex digits GitHub may link as a commit (7 or more), whatever stands around it.
+_HEX_RUN = re.compile(r"[0-9a-f]{7,}", re.IGNORECASE)
 
 
 def _text(value: object) -> str:
     """Quoted text as text: :func:`escape`, no mention, issue or commit reference.
 
     GitHub links ``@login``, ``#1``, ``GH-1``, ``org/repo#1`` and a commit's SHA in a
-    comment after rendering; a word joiner after ``@``, ``#``, ``GH-`` or a SHA's first
-    digit keeps the text and the link out."""
+    comment after rendering; a word joiner after ``@``, ``#``, ``GH-`` and every 6th hex
+    digit of a run keeps the text and the link out."""
     text = escape(value).replace("@", "@\u2060")
     text = _REFERENCE.sub(lambda m: m.group(0) + "\u2060", text)
-    return _COMMIT.sub(lambda m: m.group(0) + "\u2060", text)
+    return _HEX_RUN.sub(lambda m: _every_six(m.group(0)), text)
+
+
+def _every_six(run: str) -> str:
+    """``run`` with a word joiner after every 6th digit: no 7 in a row are left."""
+    return "\u2060".join(run[i : i + 6] for i in range(0, len(run), 6))
 
 
 def _code(value: str) -> str:
