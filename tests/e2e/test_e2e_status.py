@@ -166,7 +166,7 @@ def test_a_fork_pull_request_through_the_three_workflows(act_steps, github):
     ]
     assert gpu_ci(github, HEAD)[-1][0] == "success"  # the old commit keeps its result
     assert the_comment(github)[0] == comment_id
-    assert f"New push (was {HEAD[:12]})" in the_comment(github)[1]
+    assert f"New push (was {HEAD[:12]})" in the_comment(github)[1].replace("\u2060", "")
 
     # 5. closed: the comment collapses to one line (comment-on-close: collapse)
     pr.state = "closed"

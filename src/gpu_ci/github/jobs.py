@@ -175,15 +175,14 @@ class GpuMatcher:
         Kinds may share labels (``gpu`` on the T4 and on the H100 boxes): a job is priced
         as the dearest kind whose runners could take it. A job that only may have run on a
         GPU runner is priced as the dearest of ``default`` and every kind."""
-        able = [k for k in self.kinds if _could_take(k.matcher, job)]
-        if not able and self.kinds and self._may_run_on(job):
-            able = list(self.kinds)
-        elif not able:
+        candidates = [k.price or default for k in self.kinds if _could_take(k.matcher, job)]
+        if (self.labels or self.group) and _could_take(self, job):
+            candidates.append(default)  # gpu-runs-on's runners could take it too
+        if not candidates and self.kinds and self._may_run_on(job):
+            candidates = [default, *(k.price for k in self.kinds)]
+        elif not candidates:
             return default
-        prices = tuple({p: None for p in (k.price or default for k in able) if p is not None})
-        asked_ours = self._own(job) or not any(k.matcher._exact(job) for k in able)
-        if asked_ours and default is not None:
-            prices = tuple({p: None for p in (default, *prices)})
+        prices = tuple({p: None for p in candidates if p is not None})
         return DearestPrice(of=prices) if len(prices) > 1 else (prices[0] if prices else None)
 
     def describe(self) -> str:
@@ -201,9 +200,11 @@ class GpuMatcher:
 
 
 def _could_take(kind: GpuMatcher, job: Mapping[str, Any]) -> bool:
-    """Whether a runner of ``kind`` could have taken ``job``: it asked for it, or for no
-    label that kind's runners lack (group-only kinds: only by their group)."""
-    if kind._exact(job):
+    """Whether a runner of ``kind`` (or of ``gpu-runs-on``) could have taken ``job``.
+
+    It could when the job asked for it, or for no label that its runners lack; a group-only
+    kind only by its group. Each kind's labels are taken as all its runners carry."""
+    if kind._own(job):
         return True
     asked = {str(x).lower() for x in job.get("labels") or []}
     return bool(kind.labels and asked) and asked <= kind.labels | GENERIC_LABELS
