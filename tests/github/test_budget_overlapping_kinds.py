@@ -54,3 +54,15 @@ def test_a_job_on_the_dear_kinds_runner_is_not_priced_as_the_cheap_kind(run_cli,
     # 200 h on an h100x8 at $24/h is $4,800, not 200 h at the T4's $0.50/h ($100)
     assert result.outputs["budget-spent"] == "4800.00", result.stdout
     assert result.outputs["run"] == "false", result.stdout
+
+
+def test_kinds_written_as_the_readme_asks_price_the_shared_label_at_the_dearest(run_cli, server):
+    """The README's rule: a kind lists every label its runners carry (`gpu` on the H100 too)."""
+    kinds = {"t4": {"labels": "gpu", "price": "0.50/h"}}
+    kinds["h100x8"] = {"labels": ["gpu", "h100x8"], "price": "24/h"}
+    env = {"INPUT_GPU_RUNS_ON": "", "INPUT_GPU_RUNNER_KINDS": json.dumps(kinds)}
+    gpu_run(server, datetime(2026, 11, 20, 1, tzinfo=timezone.utc), 200 * 60, labels=("gpu",))
+    result = gate(run_cli, server, MONEY, env=env)
+    assert result.returncode == 0, result.stdout
+    assert result.outputs["budget-spent"] == "4800.00", result.stdout
+    assert result.outputs["run"] == "false", result.stdout
