@@ -52,7 +52,10 @@ def test_notes_are_the_section_without_link_references():
     sections = release.changelog_sections(CHANGELOG)
     date, body = sections[__version__]
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)
-    assert body.startswith(("### Migration", "### Upgrading", "### Added")) and "]: https://" not in body
+    assert (
+        body.startswith(("### Migration", "### Upgrading", "### Added"))
+        and "]: https://" not in body
+    )
     assert "Unreleased" in sections
 
 
