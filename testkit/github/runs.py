@@ -427,3 +427,35 @@ def retry_config(**kw):
     """:func:`watchdog_config` for the retry tests: cuda-ci.yml's GPU jobs, one retry of an
     infrastructure failure."""
     return watchdog_config(**{"workflows": ["cuda-ci.yml"], "retry_infra_failures": "1", **kw})
+
+
+#: A fork's own workflow file: what it runs on a GPU runner, no approval asked.
+MINER = ".github/workflows/miner.yml"
+
+
+def hostile_gpu_hours(
+    server: Any,
+    asked: tuple[str, ...],
+    runner_labels: tuple[str, ...],
+    group: str | None = None,
+    event: str = "pull_request",
+) -> WorkflowRun:
+    """A fork's ``miner.yml`` job asking for ``asked`` that ran 200 h on the one runner.
+
+    The runner ``gpu-1`` carries ``runner_labels`` (and sits in ``group``), so GitHub gives
+    it the job whatever kind the job's labels look like."""
+    from testkit.github_server import add_runner
+
+    add_runner(server, REPO, "gpu-1", labels=list(runner_labels), status="online")
+    start = datetime(2026, 11, 20, 1, tzinfo=timezone.utc)
+    run = gpu_run(server, start, 200 * 60, path=MINER, labels=asked, event=event)
+    if group is not None:
+        next(j for j in run.jobs if j.runner_name == "gpu-1").runner_group_name = group
+    return run
+
+
+def assert_refused_at(result: Any, spent: str) -> None:
+    """The gate ran, counted ``spent`` this month, and refused: over the budget."""
+    assert result.returncode == 0, result.stdout
+    assert result.outputs["budget-spent"] == spent, result.stdout
+    assert result.outputs["run"] == "false", result.stdout

@@ -8,12 +8,9 @@ since GitHub may give it any GPU runner. Which runner took it decides what it co
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
-from testkit.github.runs import REPO, gate, gpu_run
-from testkit.github_server import add_runner
+from testkit.github.runs import assert_refused_at, gate, hostile_gpu_hours
 
-HOSTILE = ".github/workflows/miner.yml"
 #: gpu-gate README's own example of gpu-runner-kinds: no gpu-price, every kind priced.
 KINDS = json.dumps(
     {
@@ -23,45 +20,22 @@ KINDS = json.dumps(
 )
 ONLY_KINDS = {"INPUT_GPU_RUNS_ON": "", "INPUT_GPU_RUNNER_KINDS": KINDS}
 MONEY = ["--monthly-budget", "$2000", "--gpu-price", "", "--reserve-minutes", "60"]
+H100_BOX = ("self-hosted", "linux", "x64", "h100x8")
 
 
 def test_a_forks_self_hosted_job_on_the_dearest_kind_is_priced_as_that_kind(run_cli, server):
     """A fork's `runs-on: self-hosted` job, 200 h on an h100x8 box, is priced as a b200."""
-    add_runner(
-        server, REPO, "gpu-1", labels=["self-hosted", "linux", "x64", "h100x8"], status="online"
-    )
-    run = gpu_run(
-        server,
-        datetime(2026, 11, 20, 1, tzinfo=timezone.utc),
-        200 * 60,
-        path=HOSTILE,
-        event="pull_request_review",
-        labels=("self-hosted",),  # GitHub gives it gpu-1, an idle h100x8 runner
-    )
-    gpu = next(j for j in run.jobs if j.runner_name == "gpu-1")
-    gpu.runner_group_name = "Default"  # the h100x8 boxes are not in the b200 group
+    # the h100x8 boxes are not in the b200 group
+    hostile_gpu_hours(server, ("self-hosted",), H100_BOX, "Default", "pull_request_review")
     result = gate(run_cli, server, MONEY, env=ONLY_KINDS)
-    assert result.returncode == 0, result.stdout
     # 200 h on an h100x8 at $24/h is $4,800, not 200 h at the b200's $6.50/h ($1,300)
-    assert result.outputs["budget-spent"] == "4800.00", result.stdout
-    assert result.outputs["run"] == "false", result.stdout
+    assert_refused_at(result, "4800.00")
 
 
 def test_a_forks_group_alone_job_on_a_kind_without_a_group_is_counted(run_cli, server):
     """A fork's `runs-on: {group: Default}` job, 200 h on the h100x8 box, costs $0."""
-    add_runner(
-        server, REPO, "gpu-1", labels=["self-hosted", "linux", "x64", "h100x8"], status="online"
-    )
-    run = gpu_run(
-        server,
-        datetime(2026, 11, 20, 1, tzinfo=timezone.utc),
-        200 * 60,
-        path=HOSTILE,
-        event="pull_request_review",
-        labels=(),  # a repository's own runners are all in its group "Default"
-    )
-    gpu = next(j for j in run.jobs if j.runner_name == "gpu-1")
-    gpu.runner_group_name = "Default"
+    # a repository's own runners are all in its group "Default"
+    hostile_gpu_hours(server, (), H100_BOX, "Default", "pull_request_review")
     result = gate(run_cli, server, MONEY, env=ONLY_KINDS)
     assert result.returncode == 0, result.stdout
     assert result.outputs["budget-spent"] != "0.00", result.stdout
